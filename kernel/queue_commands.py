@@ -1,0 +1,449 @@
+"""Commands of the owned-queue machine, and the replies an applied command returns.
+
+A command carries everything the kernel needs besides the record and the database
+time: caller inputs (fence, result, retry flag), policy (lease, backoff) and
+observations the adapter made under the same lock (whether a nonce is already stored).
+Fresh identifiers are inputs too: the kernel never generates anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import ClassVar
+
+from tenure.model import QueueClaimFence, QueueKind, bounds
+
+from .queue_record import MAX_INSTANT_US, MIN_INSTANT_US
+
+__all__ = [
+    "CommandType",
+    "SubmitOwned",
+    "SubmitLegacy",
+    "ReleaseKeyForOwned",
+    "ReleaseKeyForLegacy",
+    "ClaimOwned",
+    "ClaimLegacy",
+    "RecoverOwned",
+    "ExpireLease",
+    "HeartbeatOwned",
+    "CompleteOwned",
+    "FailOwned",
+    "SetPidOwned",
+    "ReadStateOwned",
+    "AcknowledgeCancelOwned",
+    "RequestCancel",
+    "CancelAdmin",
+    "HeartbeatLegacy",
+    "CompleteLegacy",
+    "FailLegacy",
+    "SetPidLegacy",
+    "DeleteLegacy",
+    "PurgeFinished",
+    "Command",
+    "FENCED_COMMANDS",
+    "Ack",
+    "Submitted",
+    "ClaimGranted",
+    "StreamingStateReply",
+    "Reply",
+    "command_violations",
+    "is_well_formed_command",
+    "MAX_LEASE_US",
+    "MAX_NOW_US",
+]
+
+MAX_LEASE_US = bounds.MAX_LEASE_SECONDS * 1_000_000
+
+MAX_NOW_US = MAX_INSTANT_US - MAX_LEASE_US - bounds.MAX_BACKOFF_MS * 1000
+"""The latest database time the kernel accepts: late enough (year 9997) that a lease or a
+backoff added to it is still a representable instant."""
+
+
+class CommandType(enum.Enum):
+    """Every command of the queue machine; values are the names the spec table uses."""
+
+    SUBMIT_OWNED = "submit_owned"
+    SUBMIT_LEGACY = "submit_legacy"
+    RELEASE_KEY_FOR_OWNED = "release_key_for_owned"
+    RELEASE_KEY_FOR_LEGACY = "release_key_for_legacy"
+    CLAIM_OWNED = "claim_owned"
+    CLAIM_LEGACY = "claim_legacy"
+    RECOVER_OWNED = "recover_owned"
+    EXPIRE_LEASE = "expire_lease"
+    HEARTBEAT_OWNED = "heartbeat_owned"
+    COMPLETE_OWNED = "complete_owned"
+    FAIL_OWNED = "fail_owned"
+    SET_PID_OWNED = "set_pid_owned"
+    READ_STATE_OWNED = "read_state_owned"
+    ACKNOWLEDGE_CANCEL_OWNED = "acknowledge_cancel_owned"
+    REQUEST_CANCEL = "request_cancel"
+    CANCEL_ADMIN = "cancel_admin"
+    HEARTBEAT_LEGACY = "heartbeat_legacy"
+    COMPLETE_LEGACY = "complete_legacy"
+    FAIL_LEGACY = "fail_legacy"
+    SET_PID_LEGACY = "set_pid_legacy"
+    DELETE_LEGACY = "delete_legacy"
+    PURGE_FINISHED = "purge_finished"
+
+
+_command = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@_command
+class SubmitOwned:
+    """Insert an owned submission, or replay it. Met with the row that shares an identity
+    with the request (its submission ID first, else its job ID, run ID or idempotency key)."""
+
+    kind: ClassVar[CommandType] = CommandType.SUBMIT_OWNED
+    queue: QueueKind
+    submission_id: str
+    fingerprint: str
+    job_id: str
+    run_id: str | None
+    fires_at_us: int | None
+    max_attempts: int
+    idempotency_key: str | None
+    active_key: str | None
+    payload_json: str
+
+
+@_command
+class SubmitLegacy:
+    """Insert an unprotected submission, or return the row already holding its key."""
+
+    kind: ClassVar[CommandType] = CommandType.SUBMIT_LEGACY
+    queue: QueueKind
+    job_id: str
+    run_id: str | None
+    fires_at_us: int | None
+    max_attempts: int
+    idempotency_key: str | None
+    active_key: str | None
+    payload_json: str
+
+
+@_command
+class ReleaseKeyForOwned:
+    """An owned streaming submission meets the row holding its config's active key."""
+
+    kind: ClassVar[CommandType] = CommandType.RELEASE_KEY_FOR_OWNED
+    force: bool
+
+
+@_command
+class ReleaseKeyForLegacy:
+    """A legacy forced streaming submission meets the row holding the active key."""
+
+    kind: ClassVar[CommandType] = CommandType.RELEASE_KEY_FOR_LEGACY
+
+
+@_command
+class ClaimOwned:
+    """Claim the met row (the next eligible candidate, or none) with a fresh nonce."""
+
+    kind: ClassVar[CommandType] = CommandType.CLAIM_OWNED
+    owner_id: str
+    claim_token: str
+    nonce_already_stored: bool
+    """Observed under the lock: some row of this queue already stores this token."""
+    lease_us: int
+
+
+@_command
+class ClaimLegacy:
+    """Claim the met row without a token (legacy workers; never a protected row)."""
+
+    kind: ClassVar[CommandType] = CommandType.CLAIM_LEGACY
+    owner_id: str
+    lease_us: int
+
+
+@_command
+class RecoverOwned:
+    """Read back the live claim made with this owner and nonce (read-only)."""
+
+    kind: ClassVar[CommandType] = CommandType.RECOVER_OWNED
+    owner_id: str
+    claim_token: str
+
+
+@_command
+class ExpireLease:
+    """Settle a claim whose lease has run out (the sweep before every claim)."""
+
+    kind: ClassVar[CommandType] = CommandType.EXPIRE_LEASE
+
+
+@_command
+class HeartbeatOwned:
+    kind: ClassVar[CommandType] = CommandType.HEARTBEAT_OWNED
+    fence: QueueClaimFence
+    lease_us: int
+
+
+@_command
+class CompleteOwned:
+    kind: ClassVar[CommandType] = CommandType.COMPLETE_OWNED
+    fence: QueueClaimFence
+    result_json: str | None
+
+
+@_command
+class FailOwned:
+    kind: ClassVar[CommandType] = CommandType.FAIL_OWNED
+    fence: QueueClaimFence
+    error_message: str
+    retry: bool
+    dlq_record_id: str | None
+    backoff_base_ms: int
+    backoff_max_ms: int
+
+
+@_command
+class SetPidOwned:
+    kind: ClassVar[CommandType] = CommandType.SET_PID_OWNED
+    fence: QueueClaimFence
+    pid: int
+
+
+@_command
+class ReadStateOwned:
+    kind: ClassVar[CommandType] = CommandType.READ_STATE_OWNED
+    fence: QueueClaimFence
+
+
+@_command
+class AcknowledgeCancelOwned:
+    kind: ClassVar[CommandType] = CommandType.ACKNOWLEDGE_CANCEL_OWNED
+    fence: QueueClaimFence
+
+
+@_command
+class RequestCancel:
+    """Administrative cancel of a stream: pending ends at once, claimed gets a request."""
+
+    kind: ClassVar[CommandType] = CommandType.REQUEST_CANCEL
+
+
+@_command
+class CancelAdmin:
+    """Administrative cancel of a validation or pipeline job; voids any live fence."""
+
+    kind: ClassVar[CommandType] = CommandType.CANCEL_ADMIN
+
+
+@_command
+class HeartbeatLegacy:
+    kind: ClassVar[CommandType] = CommandType.HEARTBEAT_LEGACY
+    owner_id: str
+    lease_us: int
+
+
+@_command
+class CompleteLegacy:
+    kind: ClassVar[CommandType] = CommandType.COMPLETE_LEGACY
+    result_json: str | None
+
+
+@_command
+class FailLegacy:
+    kind: ClassVar[CommandType] = CommandType.FAIL_LEGACY
+    error_message: str
+    retry: bool
+    dlq_record_id: str | None
+    backoff_base_ms: int
+    backoff_max_ms: int
+
+
+@_command
+class SetPidLegacy:
+    kind: ClassVar[CommandType] = CommandType.SET_PID_LEGACY
+    pid: int
+
+
+@_command
+class DeleteLegacy:
+    kind: ClassVar[CommandType] = CommandType.DELETE_LEGACY
+
+
+@_command
+class PurgeFinished:
+    """Retention: delete a finished, unprotected row that finished before the cutoff."""
+
+    kind: ClassVar[CommandType] = CommandType.PURGE_FINISHED
+    older_than_us: int
+
+
+Command = (
+    SubmitOwned | SubmitLegacy | ReleaseKeyForOwned | ReleaseKeyForLegacy | ClaimOwned
+    | ClaimLegacy | RecoverOwned | ExpireLease | HeartbeatOwned | CompleteOwned | FailOwned
+    | SetPidOwned | ReadStateOwned | AcknowledgeCancelOwned | RequestCancel | CancelAdmin
+    | HeartbeatLegacy | CompleteLegacy | FailLegacy | SetPidLegacy | DeleteLegacy | PurgeFinished
+)
+
+FENCED_COMMANDS = frozenset({
+    CommandType.HEARTBEAT_OWNED,
+    CommandType.COMPLETE_OWNED,
+    CommandType.FAIL_OWNED,
+    CommandType.SET_PID_OWNED,
+    CommandType.READ_STATE_OWNED,
+    CommandType.ACKNOWLEDGE_CANCEL_OWNED,
+})
+"""Commands that present a fence and may apply only while it matches a live claim."""
+
+
+_reply = dataclasses.dataclass(frozen=True, slots=True)
+
+
+@_reply
+class Ack:
+    """The exact mutation applied (the caller sees True)."""
+
+
+@_reply
+class Submitted:
+    """The submission's stored IDs; ``replayed`` when the row already existed."""
+
+    job_id: str
+    run_id: str | None
+    replayed: bool
+
+
+@_reply
+class ClaimGranted:
+    """The new record is the live claim (a fresh claim, or a recovered one)."""
+
+
+@_reply
+class StreamingStateReply:
+    cancel_requested: bool
+    pid: int | None
+
+
+Reply = Ack | Submitted | ClaimGranted | StreamingStateReply
+
+
+# --- Well-formedness: what the kernel requires of a command (checked by its contract). --
+
+
+def _text(value: object, max_chars: int) -> bool:
+    return bounds.is_bounded_text(value, max_chars)
+
+
+def _optional_text(value: object, max_chars: int) -> bool:
+    return value is None or _text(value, max_chars)
+
+
+def _instant(value: object) -> bool:
+    return bounds.is_strict_int(value) and MIN_INSTANT_US <= value <= MAX_INSTANT_US  # type: ignore[operator]
+
+
+def _submission_violations(command: SubmitOwned | SubmitLegacy) -> list[str]:
+    queue = command.queue
+    checks = {
+        "queue": type(queue) is QueueKind,
+        "job_id": _text(command.job_id, bounds.MAX_JOB_ID_CHARS),
+        "run_id": _text(command.run_id, bounds.MAX_RUN_ID_CHARS)
+        if queue is QueueKind.PIPELINE
+        else command.run_id is None,
+        "fires_at_us": command.fires_at_us is None or _instant(command.fires_at_us),
+        "max_attempts": bounds.is_strict_int(command.max_attempts)
+        and 1 <= command.max_attempts <= bounds.INT32_MAX,
+        "idempotency_key": command.idempotency_key is None
+        if queue is QueueKind.STREAMING
+        else _optional_text(command.idempotency_key, bounds.MAX_IDENTITY_CHARS),
+        "active_key": type(command.active_key) is str
+        if queue is QueueKind.STREAMING
+        else command.active_key is None,
+        "payload_json": type(command.payload_json) is str,
+    }
+    if isinstance(command, SubmitOwned):
+        checks["submission_id"] = _text(command.submission_id, bounds.MAX_IDENTITY_CHARS)
+        checks["fingerprint"] = _text(command.fingerprint, bounds.MAX_IDENTITY_CHARS)
+    return [name for name, ok in checks.items() if not ok]
+
+
+def _lease(value: object) -> bool:
+    return bounds.is_strict_int(value) and 1 <= value <= MAX_LEASE_US  # type: ignore[operator]
+
+
+def _backoff(command: FailOwned | FailLegacy) -> bool:
+    return (
+        bounds.is_strict_int(command.backoff_base_ms)
+        and bounds.is_strict_int(command.backoff_max_ms)
+        and 0 <= command.backoff_base_ms <= command.backoff_max_ms <= bounds.MAX_BACKOFF_MS
+    )
+
+
+def _failure(command: FailOwned | FailLegacy) -> bool:
+    return (
+        type(command.error_message) is str
+        and type(command.retry) is bool
+        and _optional_text(command.dlq_record_id, bounds.MAX_DLQ_ID_CHARS)
+        and _backoff(command)
+    )
+
+
+def _pid(value: object) -> bool:
+    return bounds.is_strict_int(value) and 1 <= value <= bounds.INT32_MAX  # type: ignore[operator]
+
+
+def _fence(value: object) -> bool:
+    # A QueueClaimFence validates itself on construction; only its type is checked here.
+    return type(value) is QueueClaimFence
+
+
+def command_violations(command: Command) -> list[str]:
+    """The fields of ``command`` outside their type or bound (empty when well formed)."""
+    if isinstance(command, (SubmitOwned, SubmitLegacy)):
+        return _submission_violations(command)
+    checks: dict[str, bool]
+    if isinstance(command, ReleaseKeyForOwned):
+        checks = {"force": type(command.force) is bool}
+    elif isinstance(command, ClaimOwned):
+        checks = {
+            "owner_id": _text(command.owner_id, bounds.MAX_IDENTITY_CHARS),
+            "claim_token": _text(command.claim_token, bounds.MAX_IDENTITY_CHARS),
+            "nonce_already_stored": type(command.nonce_already_stored) is bool,
+            "lease_us": _lease(command.lease_us),
+        }
+    elif isinstance(command, (ClaimLegacy, HeartbeatLegacy)):
+        checks = {
+            "owner_id": _text(command.owner_id, bounds.MAX_IDENTITY_CHARS),
+            "lease_us": _lease(command.lease_us),
+        }
+    elif isinstance(command, RecoverOwned):
+        checks = {
+            "owner_id": _text(command.owner_id, bounds.MAX_IDENTITY_CHARS),
+            "claim_token": _text(command.claim_token, bounds.MAX_IDENTITY_CHARS),
+        }
+    elif isinstance(command, HeartbeatOwned):
+        checks = {"fence": _fence(command.fence), "lease_us": _lease(command.lease_us)}
+    elif isinstance(command, CompleteOwned):
+        checks = {
+            "fence": _fence(command.fence),
+            "result_json": command.result_json is None or type(command.result_json) is str,
+        }
+    elif isinstance(command, FailOwned):
+        checks = {"fence": _fence(command.fence), "failure": _failure(command)}
+    elif isinstance(command, SetPidOwned):
+        checks = {"fence": _fence(command.fence), "pid": _pid(command.pid)}
+    elif isinstance(command, (ReadStateOwned, AcknowledgeCancelOwned)):
+        checks = {"fence": _fence(command.fence)}
+    elif isinstance(command, CompleteLegacy):
+        checks = {"result_json": command.result_json is None or type(command.result_json) is str}
+    elif isinstance(command, FailLegacy):
+        checks = {"failure": _failure(command)}
+    elif isinstance(command, SetPidLegacy):
+        checks = {"pid": _pid(command.pid)}
+    elif isinstance(command, PurgeFinished):
+        checks = {"older_than_us": _instant(command.older_than_us)}
+    else:
+        checks = {}  # ReleaseKeyForLegacy, ExpireLease, RequestCancel, CancelAdmin, DeleteLegacy
+    return [name for name, ok in checks.items() if not ok]
+
+
+def is_well_formed_command(command: Command) -> bool:
+    """True when every field of ``command`` is within its type and bound."""
+    return not command_violations(command)

@@ -1,0 +1,237 @@
+"""Typed entry points to :func:`decide`, one per command, carrying its contract.
+
+CrossHair checks these (``.ci/crosshair_kernel.py check --analysis_kind=PEP316
+--per_condition_timeout=...``). One entry point per command type keeps each analysis
+narrow: a symbolic union of 22 command types is too wide for CrossHair to reach deep
+paths in its time budget, while a single typed command is not.
+
+The shared postcondition is the list of transition rules (TR-Q1 ... TR-Q9 in
+``specs/queue.md``): generation moves only by claims, identity is fixed, fenced writes
+need the exact live fence, terminal is absorbing, finishing releases the active key, a
+live claim never changes hands, a cancel-requested stream only heartbeats or ends
+cancelled, claims take only due and eligible rows with fresh nonces, and legacy paths
+never touch protected or owned rows. Record validity (INV-Q1 ... INV-Q9) is asserted by
+the property tests, which can generate valid records; CrossHair cannot construct a
+record meeting all nine invariants within its budget.
+"""
+
+from __future__ import annotations
+
+from tenure.model import JobStatus
+
+from .queue_commands import (
+    MAX_NOW_US,
+    SubmitOwned,
+    SubmitLegacy,
+    ReleaseKeyForOwned,
+    ReleaseKeyForLegacy,
+    ClaimOwned,
+    ClaimLegacy,
+    RecoverOwned,
+    ExpireLease,
+    HeartbeatOwned,
+    CompleteOwned,
+    FailOwned,
+    SetPidOwned,
+    ReadStateOwned,
+    AcknowledgeCancelOwned,
+    RequestCancel,
+    CancelAdmin,
+    HeartbeatLegacy,
+    CompleteLegacy,
+    FailLegacy,
+    SetPidLegacy,
+    DeleteLegacy,
+    PurgeFinished,
+)
+from .queue_machine import Decision, Refused, decide, transition_violations
+from .queue_record import MIN_INSTANT_US, JobRecord
+
+__all__ = [
+    "decide_submit_owned",
+    "decide_submit_legacy",
+    "decide_release_key_for_owned",
+    "decide_release_key_for_legacy",
+    "decide_claim_owned",
+    "decide_claim_legacy",
+    "decide_recover_owned",
+    "decide_expire_lease",
+    "decide_heartbeat_owned",
+    "decide_complete_owned",
+    "decide_fail_owned",
+    "decide_set_pid_owned",
+    "decide_read_state_owned",
+    "decide_acknowledge_cancel_owned",
+    "decide_request_cancel",
+    "decide_cancel_admin",
+    "decide_heartbeat_legacy",
+    "decide_complete_legacy",
+    "decide_fail_legacy",
+    "decide_set_pid_legacy",
+    "decide_delete_legacy",
+    "decide_purge_finished",
+]
+
+
+def decide_submit_owned(record: JobRecord | None, command: SubmitOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_submit_legacy(record: JobRecord | None, command: SubmitLegacy, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_release_key_for_owned(record: JobRecord | None, command: ReleaseKeyForOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_release_key_for_legacy(record: JobRecord | None, command: ReleaseKeyForLegacy, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_claim_owned(record: JobRecord | None, command: ClaimOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    pre: 1 <= command.lease_us
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.claim_token == command.claim_token and __return__.new_record.lease_expires_at_us == now_us + command.lease_us)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_claim_legacy(record: JobRecord | None, command: ClaimLegacy, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    pre: 1 <= command.lease_us
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.claim_token is None)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_recover_owned(record: JobRecord | None, command: RecoverOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or __return__.new_record == record
+    """
+    return decide(record, command, now_us)
+
+
+def decide_expire_lease(record: JobRecord | None, command: ExpireLease, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_heartbeat_owned(record: JobRecord | None, command: HeartbeatOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    pre: 1 <= command.lease_us
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.lease_expires_at_us == now_us + command.lease_us)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_complete_owned(record: JobRecord | None, command: CompleteOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.status is JobStatus.COMPLETED and __return__.new_record.result_json == command.result_json)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_fail_owned(record: JobRecord | None, command: FailOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.status in (JobStatus.PENDING, JobStatus.FAILED))
+    """
+    return decide(record, command, now_us)
+
+
+def decide_set_pid_owned(record: JobRecord | None, command: SetPidOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_read_state_owned(record: JobRecord | None, command: ReadStateOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or __return__.new_record == record
+    """
+    return decide(record, command, now_us)
+
+
+def decide_acknowledge_cancel_owned(record: JobRecord | None, command: AcknowledgeCancelOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_request_cancel(record: JobRecord | None, command: RequestCancel, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_cancel_admin(record: JobRecord | None, command: CancelAdmin, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_heartbeat_legacy(record: JobRecord | None, command: HeartbeatLegacy, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_complete_legacy(record: JobRecord | None, command: CompleteLegacy, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_fail_legacy(record: JobRecord | None, command: FailLegacy, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_set_pid_legacy(record: JobRecord | None, command: SetPidLegacy, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_delete_legacy(record: JobRecord | None, command: DeleteLegacy, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_purge_finished(record: JobRecord | None, command: PurgeFinished, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)

@@ -1,0 +1,790 @@
+"""The owned-queue machine: every transition of a job row, as one table.
+
+Theory of operation
+-------------------
+A job row moves ``pending -> claimed -> completed | failed | cancelled`` (a failed
+attempt with budget left goes back to ``pending``). Three kinds of actor move it:
+
+* submitters insert it (owned submissions are protected and replayable by their
+  submission ID and fingerprint; legacy submissions are not);
+* workers claim it and then write to it. An owned claim stores the caller's fresh nonce
+  (the claim token) and advances the generation; every owned write presents the whole
+  fence (queue, job ID, owner, generation, token) and applies only while the fence
+  matches the row exactly and the lease is strictly after the database's ``now``;
+* administrators and the lease sweep cancel, expire, delete and purge it.
+
+The adapter locks the row, samples the database clock, calls :func:`decide` and writes
+the decision with a compare-and-set. ``decide`` is total: every ``(state, command)``
+pair has an ordered list of rules in :data:`TABLE`; the first rule whose guard holds
+decides, and the last guard of every list is ``always``. A rule either applies a named
+effect (a pure function producing the new record and a reply) or refuses with a named
+reason; a refusal changes nothing. :data:`REFUSAL_OUTCOMES` says what each refusal
+means to a caller (a negative answer, or a conflict error).
+
+Invariants kept: the record invariants of :mod:`tenure.kernel.queue_record` on every
+output, and the transition rules of :func:`transition_violations` (generation never
+decreases and grows by exactly one per claim; identity never changes; an applied fenced
+command had a matching fence and a live lease; a terminal row never becomes live again;
+every move into a terminal status releases the active key).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from tenure.model import JobStatus, QueueKind, bounds
+from tenure.model.states import TERMINAL_STATUSES
+
+from .queue_commands import (
+    FENCED_COMMANDS,
+    MAX_NOW_US,
+    is_well_formed_command,
+    Ack,
+    ClaimGranted,
+    Command,
+    CommandType,
+    Reply,
+    StreamingStateReply,
+    Submitted,
+)
+from .queue_record import (
+    MIN_INSTANT_US,
+    JobRecord,
+    QueueState,
+    dedupe_key_of,
+    is_currently_owned,
+    is_valid_record,
+    state_of,
+)
+
+__all__ = [
+    "Refusal",
+    "Outcome",
+    "REFUSAL_OUTCOMES",
+    "Applied",
+    "Refused",
+    "Decision",
+    "Rule",
+    "TABLE",
+    "GUARDS",
+    "EFFECTS",
+    "decide",
+    "fence_matches",
+    "claim_identity_problem",
+    "backoff_delay_us",
+    "transition_violations",
+]
+
+
+class Refusal(enum.Enum):
+    """Why a command changed nothing. Values are the names the spec table uses."""
+
+    INCONSISTENT_PROTECTION = "inconsistent_protection"
+    LEGACY_ROW_COLLISION = "legacy_row_collision"
+    IDENTITY_COLLISION = "identity_collision"
+    FINGERPRINT_MISMATCH = "fingerprint_mismatch"
+    PROTECTED_KEY_COLLISION = "protected_key_collision"
+    ACTIVE_KEY_HELD = "active_key_held"
+    LEGACY_PREDECESSOR = "legacy_predecessor"
+    PROTECTED_PREDECESSOR = "protected_predecessor"
+    NO_PREDECESSOR = "no_predecessor"
+    NONCE_REUSED = "nonce_reused"
+    GENERATION_EXHAUSTED = "generation_exhausted"
+    NO_ELIGIBLE_JOB = "no_eligible_job"
+    NOT_ELIGIBLE = "not_eligible"
+    NO_LIVE_CLAIM = "no_live_claim"
+    LEASE_STILL_LIVE = "lease_still_live"
+    NOT_FOUND = "not_found"
+    NOT_CLAIMED = "not_claimed"
+    STALE_FENCE = "stale_fence"
+    LEASE_EXPIRED = "lease_expired"
+    CANCEL_REQUESTED = "cancel_requested"
+    NO_CANCEL_REQUEST = "no_cancel_request"
+    OPERATION_INELIGIBLE = "operation_ineligible"
+    ALREADY_FINISHED = "already_finished"
+    PROTECTED_ROW = "protected_row"
+    OWNED_INCARNATION = "owned_incarnation"
+    OWNER_MISMATCH = "owner_mismatch"
+    NOT_FINISHED = "not_finished"
+    RETAINED = "retained"
+
+
+class Outcome(enum.Enum):
+    """What a refusal means to the caller."""
+
+    NEGATIVE = "negative"
+    """A known answer: False (or None where the operation returns a value)."""
+    SUBMISSION_CONFLICT = "submission_conflict"
+    """Raise TenureError(QUEUE_SUBMISSION_CONFLICT, reason)."""
+    CLAIM_CONFLICT = "claim_conflict"
+    """Raise TenureError(QUEUE_CLAIM_CONFLICT, reason)."""
+
+
+_CONFLICTS_ON_SUBMIT = {
+    Refusal.INCONSISTENT_PROTECTION,
+    Refusal.LEGACY_ROW_COLLISION,
+    Refusal.IDENTITY_COLLISION,
+    Refusal.FINGERPRINT_MISMATCH,
+    Refusal.PROTECTED_KEY_COLLISION,
+    Refusal.ACTIVE_KEY_HELD,
+    Refusal.LEGACY_PREDECESSOR,
+    Refusal.PROTECTED_PREDECESSOR,
+    Refusal.NO_PREDECESSOR,
+}
+_CONFLICTS_ON_CLAIM = {Refusal.NONCE_REUSED, Refusal.GENERATION_EXHAUSTED}
+
+REFUSAL_OUTCOMES: dict[Refusal, Outcome] = {
+    reason: (
+        Outcome.SUBMISSION_CONFLICT if reason in _CONFLICTS_ON_SUBMIT
+        else Outcome.CLAIM_CONFLICT if reason in _CONFLICTS_ON_CLAIM
+        else Outcome.NEGATIVE
+    )
+    for reason in Refusal
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Applied:
+    """The command applies: persist ``new_record`` (None deletes the row), answer ``reply``."""
+
+    new_record: JobRecord | None
+    reply: Reply
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refused:
+    """Nothing changes; ``reason`` says why."""
+
+    reason: Refusal
+
+
+Decision = Applied | Refused
+
+Guard = Callable[[Any, Any, int], bool]
+Effect = Callable[[Any, Any, int], Applied]
+
+
+# --- Guards: named predicates over (record, command, now_us). ------------------------
+
+
+def fence_matches(record: JobRecord, fence: Any) -> bool:
+    """Exact comparison of all five fence parts with the row.
+
+    Strings are compared as exact ``str`` values (no case folding, trimming or padding);
+    the generation must be a real ``int`` (``True`` is not ``1``). A row without a token
+    (a legacy claim) matches no fence.
+    """
+    return (
+        type(fence.queue) is QueueKind
+        and fence.queue is record.queue
+        and type(fence.job_id) is str
+        and fence.job_id == record.job_id
+        and type(fence.owner_id) is str
+        and fence.owner_id == record.owner_id
+        and type(fence.generation) is int
+        and fence.generation == record.generation
+        and type(fence.claim_token) is str
+        and record.claim_token is not None
+        and fence.claim_token == record.claim_token
+    )
+
+
+def _lease_live(record: JobRecord, now_us: int) -> bool:
+    return record.lease_expires_at_us is not None and record.lease_expires_at_us > now_us
+
+
+GUARDS: dict[str, Guard] = {
+    "always": lambda record, command, now_us: True,
+    # Submission
+    "protection_inconsistent": lambda record, command, now_us: (
+        record.fence_required != (record.submission_id is not None)
+        or record.fence_required != (record.fingerprint is not None)
+    ),
+    "legacy_row": lambda record, command, now_us: not record.fence_required,
+    "other_submission": lambda record, command, now_us: record.submission_id != command.submission_id,
+    "fingerprint_differs": lambda record, command, now_us: record.fingerprint != command.fingerprint,
+    "key_differs": lambda record, command, now_us: (
+        dedupe_key_of(record) is None
+        or dedupe_key_of(record) != (
+            command.active_key if record.queue is QueueKind.STREAMING else command.idempotency_key
+        )
+    ),
+    "protected": lambda record, command, now_us: record.fence_required,
+    "protected_or_owned": lambda record, command, now_us: (
+        record.fence_required or is_currently_owned(record)
+    ),
+    "not_forced": lambda record, command, now_us: not command.force,
+    # Claims
+    "nonce_stored": lambda record, command, now_us: command.nonce_already_stored,
+    "not_due": lambda record, command, now_us: record.fires_at_us > now_us,
+    "attempts_exhausted": lambda record, command, now_us: record.attempts >= record.max_attempts,
+    "generation_exhausted": lambda record, command, now_us: record.generation >= bounds.INT64_MAX,
+    "owner_differs": lambda record, command, now_us: (
+        type(command.owner_id) is not str or record.owner_id != command.owner_id
+    ),
+    "token_differs": lambda record, command, now_us: (
+        type(command.claim_token) is not str
+        or record.claim_token is None
+        or record.claim_token != command.claim_token
+    ),
+    "lease_live": lambda record, command, now_us: _lease_live(record, now_us),
+    "lease_not_live": lambda record, command, now_us: not _lease_live(record, now_us),
+    # Fenced writes
+    "fence_mismatch": lambda record, command, now_us: not fence_matches(record, command.fence),
+    "cancel_requested": lambda record, command, now_us: record.cancel_requested,
+    "no_cancel_request": lambda record, command, now_us: not record.cancel_requested,
+    "retry_allowed": lambda record, command, now_us: (
+        command.retry and record.attempts < record.max_attempts
+    ),
+    "not_streaming": lambda record, command, now_us: record.queue is not QueueKind.STREAMING,
+    "streaming": lambda record, command, now_us: record.queue is QueueKind.STREAMING,
+    # Retention
+    "finished_after_cutoff": lambda record, command, now_us: (
+        record.completed_at_us is None or record.completed_at_us >= command.older_than_us
+    ),
+}
+
+
+# --- Effects: named pure functions producing the new record and the reply. -----------
+
+
+def backoff_delay_us(attempts: int, base_ms: int, max_ms: int) -> int:
+    """``min(max_ms, base_ms * 2**attempts)`` milliseconds, in microseconds.
+
+    Total over all ints (negative inputs count as zero), so a malformed policy can delay
+    a retry by nothing but can never move it into the past.
+
+    post: 0 <= __return__ <= max(0, max_ms) * 1000
+    """
+    exponent = 0 if attempts < 0 else (attempts if attempts < 63 else 63)
+    delay_ms = min(max_ms, max(0, base_ms) << exponent)
+    return (delay_ms if delay_ms > 0 else 0) * 1000
+
+
+def _finish(record: JobRecord, status: JobStatus, now_us: int, **changes: Any) -> JobRecord:
+    """Leave the claim for a terminal status: no lease, PID or cancel request remain and
+    the active key is released; owner and token stay as the last claim's identity."""
+    return dataclasses.replace(
+        record,
+        status=status,
+        lease_expires_at_us=None,
+        pid=None,
+        cancel_requested=False,
+        active_key=None,
+        completed_at_us=now_us,
+        **changes,
+    )
+
+
+def _requeue(record: JobRecord, fires_at_us: int, **changes: Any) -> JobRecord:
+    """Leave the claim for ``pending``; the job becomes eligible at ``fires_at_us``."""
+    return dataclasses.replace(
+        record,
+        status=JobStatus.PENDING,
+        lease_expires_at_us=None,
+        pid=None,
+        cancel_requested=False,
+        fires_at_us=fires_at_us,
+        **changes,
+    )
+
+
+def _insert(command: Any, now_us: int, *, owned: bool) -> Applied:
+    record = JobRecord(
+        queue=command.queue,
+        job_id=command.job_id,
+        run_id=command.run_id,
+        status=JobStatus.PENDING,
+        attempts=0,
+        max_attempts=command.max_attempts,
+        generation=0,
+        owner_id=None,
+        claim_token=None,
+        claimed_at_us=None,
+        lease_expires_at_us=None,
+        fires_at_us=now_us if command.fires_at_us is None else command.fires_at_us,
+        created_at_us=now_us,
+        completed_at_us=None,
+        cancel_requested=False,
+        pid=None,
+        fence_required=owned,
+        submission_id=command.submission_id if owned else None,
+        fingerprint=command.fingerprint if owned else None,
+        idempotency_key=command.idempotency_key,
+        active_key=command.active_key,
+        dlq_record_id=None,
+        error_message=None,
+        result_json=None,
+        payload_json=command.payload_json,
+    )
+    return Applied(record, Submitted(record.job_id, record.run_id, replayed=False))
+
+
+def _unchanged(record: JobRecord, reply: Reply) -> Applied:
+    return Applied(record, reply)
+
+
+def _claim(record: JobRecord, owner_id: str, claim_token: str | None, lease_us: int, now_us: int) -> Applied:
+    claimed = dataclasses.replace(
+        record,
+        status=JobStatus.CLAIMED,
+        attempts=record.attempts + 1,
+        generation=record.generation + 1,
+        owner_id=owner_id,
+        claim_token=claim_token,
+        claimed_at_us=now_us,
+        lease_expires_at_us=now_us + lease_us,
+        pid=None,
+        cancel_requested=False,
+    )
+    return Applied(claimed, ClaimGranted())
+
+
+def _fail(record: JobRecord, command: Any, now_us: int, *, retry: bool) -> Applied:
+    if retry:
+        delay_us = backoff_delay_us(record.attempts, command.backoff_base_ms, command.backoff_max_ms)
+        return Applied(_requeue(record, now_us + delay_us, error_message=command.error_message), Ack())
+    return Applied(
+        _finish(
+            record,
+            JobStatus.FAILED,
+            now_us,
+            error_message=command.error_message,
+            dlq_record_id=command.dlq_record_id,
+        ),
+        Ack(),
+    )
+
+
+_EXPIRED_WITHOUT_ATTEMPTS = "lease expired with no attempts left"
+
+EFFECTS: dict[str, Effect] = {
+    "insert_owned": lambda record, command, now_us: _insert(command, now_us, owned=True),
+    "insert_legacy": lambda record, command, now_us: _insert(command, now_us, owned=False),
+    "replay": lambda record, command, now_us: _unchanged(
+        record, Submitted(record.job_id, record.run_id, replayed=True)
+    ),
+    "cancel_for_rerun": lambda record, command, now_us: Applied(
+        _finish(record, JobStatus.CANCELLED, now_us), Ack()
+    ),
+    "release_key": lambda record, command, now_us: Applied(
+        dataclasses.replace(record, active_key=None), Ack()
+    ),
+    "claim_owned": lambda record, command, now_us: _claim(
+        record, command.owner_id, command.claim_token, command.lease_us, now_us
+    ),
+    "claim_legacy": lambda record, command, now_us: _claim(
+        record, command.owner_id, None, command.lease_us, now_us
+    ),
+    "recover": lambda record, command, now_us: _unchanged(record, ClaimGranted()),
+    "requeue_expired": lambda record, command, now_us: Applied(
+        _requeue(record, record.fires_at_us), Ack()
+    ),
+    "fail_expired": lambda record, command, now_us: Applied(
+        _finish(record, JobStatus.FAILED, now_us, error_message=_EXPIRED_WITHOUT_ATTEMPTS), Ack()
+    ),
+    "cancel_expired": lambda record, command, now_us: Applied(
+        _finish(record, JobStatus.CANCELLED, now_us), Ack()
+    ),
+    "renew_lease": lambda record, command, now_us: Applied(
+        dataclasses.replace(record, lease_expires_at_us=now_us + command.lease_us), Ack()
+    ),
+    "complete": lambda record, command, now_us: Applied(
+        _finish(record, JobStatus.COMPLETED, now_us, result_json=command.result_json), Ack()
+    ),
+    "retry": lambda record, command, now_us: _fail(record, command, now_us, retry=True),
+    "fail": lambda record, command, now_us: _fail(record, command, now_us, retry=False),
+    "record_pid": lambda record, command, now_us: Applied(
+        dataclasses.replace(record, pid=command.pid), Ack()
+    ),
+    "read_state": lambda record, command, now_us: _unchanged(
+        record, StreamingStateReply(record.cancel_requested, record.pid)
+    ),
+    "acknowledge_cancel": lambda record, command, now_us: Applied(
+        _finish(record, JobStatus.CANCELLED, now_us), Ack()
+    ),
+    "cancel": lambda record, command, now_us: Applied(
+        _finish(record, JobStatus.CANCELLED, now_us), Ack()
+    ),
+    "request_cancel": lambda record, command, now_us: Applied(
+        dataclasses.replace(record, cancel_requested=True), Ack()
+    ),
+    "delete": lambda record, command, now_us: Applied(None, Ack()),
+}
+
+
+# --- The table. ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rule:
+    """One row of the spec table: if ``guard`` holds, go to ``target`` by ``outcome``.
+
+    ``outcome`` is an effect name (from EFFECTS) or a Refusal. A refusal's target is the
+    state it was met in.
+    """
+
+    guard: str
+    target: QueueState
+    outcome: str | Refusal
+
+
+S = QueueState
+C = CommandType
+R = Refusal
+_LIVE = (S.PENDING, S.CLAIMED)
+_TERMINAL = (S.COMPLETED, S.FAILED, S.CANCELLED)
+_PRESENT = (S.PENDING, S.CLAIMED, S.COMPLETED, S.FAILED, S.CANCELLED)
+
+
+def _refuse(state: QueueState, *pairs: tuple[str, Refusal]) -> tuple[Rule, ...]:
+    return tuple(Rule(guard, state, reason) for guard, reason in pairs)
+
+
+def _submission_rules(state: QueueState) -> tuple[Rule, ...]:
+    return (
+        *_refuse(
+            state,
+            ("protection_inconsistent", R.INCONSISTENT_PROTECTION),
+            ("legacy_row", R.LEGACY_ROW_COLLISION),
+            ("other_submission", R.IDENTITY_COLLISION),
+            ("fingerprint_differs", R.FINGERPRINT_MISMATCH),
+        ),
+        Rule("always", state, "replay"),
+    )
+
+
+def _fenced_rules(command: CommandType) -> tuple[Rule, ...]:
+    """Rules for a fenced command on a claimed row: the fence first, then the lease."""
+    prefix = _refuse(S.CLAIMED, ("fence_mismatch", R.STALE_FENCE), ("lease_not_live", R.LEASE_EXPIRED))
+    specific: dict[CommandType, tuple[Rule, ...]] = {
+        C.HEARTBEAT_OWNED: (Rule("always", S.CLAIMED, "renew_lease"),),
+        C.COMPLETE_OWNED: (
+            Rule("cancel_requested", S.CLAIMED, R.CANCEL_REQUESTED),
+            Rule("always", S.COMPLETED, "complete"),
+        ),
+        C.FAIL_OWNED: (
+            Rule("cancel_requested", S.CLAIMED, R.CANCEL_REQUESTED),
+            Rule("retry_allowed", S.PENDING, "retry"),
+            Rule("always", S.FAILED, "fail"),
+        ),
+        C.SET_PID_OWNED: (
+            Rule("not_streaming", S.CLAIMED, R.OPERATION_INELIGIBLE),
+            Rule("cancel_requested", S.CLAIMED, R.CANCEL_REQUESTED),
+            Rule("always", S.CLAIMED, "record_pid"),
+        ),
+        C.READ_STATE_OWNED: (
+            Rule("not_streaming", S.CLAIMED, R.OPERATION_INELIGIBLE),
+            Rule("always", S.CLAIMED, "read_state"),
+        ),
+        C.ACKNOWLEDGE_CANCEL_OWNED: (
+            Rule("not_streaming", S.CLAIMED, R.OPERATION_INELIGIBLE),
+            Rule("no_cancel_request", S.CLAIMED, R.NO_CANCEL_REQUEST),
+            Rule("always", S.CANCELLED, "acknowledge_cancel"),
+        ),
+    }
+    return prefix + specific[command]
+
+
+def _legacy_write_rules(command: CommandType) -> tuple[Rule, ...]:
+    """Rules for a by-ID legacy write on a claimed row: never a protected or owned one."""
+    prefix = _refuse(
+        S.CLAIMED,
+        ("protected", R.PROTECTED_ROW),
+        ("protected_or_owned", R.OWNED_INCARNATION),
+    )
+    specific: dict[CommandType, tuple[Rule, ...]] = {
+        C.HEARTBEAT_LEGACY: (
+            Rule("owner_differs", S.CLAIMED, R.OWNER_MISMATCH),
+            Rule("always", S.CLAIMED, "renew_lease"),
+        ),
+        C.COMPLETE_LEGACY: (Rule("always", S.COMPLETED, "complete"),),
+        C.FAIL_LEGACY: (
+            Rule("retry_allowed", S.PENDING, "retry"),
+            Rule("always", S.FAILED, "fail"),
+        ),
+        C.SET_PID_LEGACY: (
+            Rule("not_streaming", S.CLAIMED, R.OPERATION_INELIGIBLE),
+            Rule("always", S.CLAIMED, "record_pid"),
+        ),
+    }
+    return prefix + specific[command]
+
+
+def _build_table() -> dict[tuple[QueueState, CommandType], tuple[Rule, ...]]:
+    table: dict[tuple[QueueState, CommandType], tuple[Rule, ...]] = {}
+
+    def put(states: tuple[QueueState, ...], command: CommandType, rules: Callable[[QueueState], tuple[Rule, ...]]) -> None:
+        for state in states:
+            table[(state, command)] = rules(state)
+
+    # Submission. The met row shares an identity with the request (or is ABSENT).
+    put((S.ABSENT,), C.SUBMIT_OWNED, lambda s: (Rule("always", S.PENDING, "insert_owned"),))
+    put(_PRESENT, C.SUBMIT_OWNED, _submission_rules)
+    put((S.ABSENT,), C.SUBMIT_LEGACY, lambda s: (Rule("always", S.PENDING, "insert_legacy"),))
+    put(_PRESENT, C.SUBMIT_LEGACY, lambda s: (
+        *_refuse(s, ("protected", R.PROTECTED_KEY_COLLISION), ("key_differs", R.IDENTITY_COLLISION)),
+        Rule("always", s, "replay"),
+    ))
+
+    # Forced streaming rerun: the met row holds the config's active key.
+    put((S.ABSENT,), C.RELEASE_KEY_FOR_OWNED, lambda s: _refuse(s, ("always", R.NO_PREDECESSOR)))
+    put(_LIVE, C.RELEASE_KEY_FOR_OWNED, lambda s: (
+        *_refuse(s, ("legacy_row", R.LEGACY_PREDECESSOR), ("not_forced", R.ACTIVE_KEY_HELD)),
+        Rule("always", S.CANCELLED, "cancel_for_rerun"),
+    ))
+    put(_TERMINAL, C.RELEASE_KEY_FOR_OWNED, lambda s: (
+        *_refuse(s, ("legacy_row", R.LEGACY_PREDECESSOR)),
+        Rule("always", s, "release_key"),
+    ))
+    put((S.ABSENT,), C.RELEASE_KEY_FOR_LEGACY, lambda s: _refuse(s, ("always", R.NO_PREDECESSOR)))
+    put(_LIVE, C.RELEASE_KEY_FOR_LEGACY, lambda s: (
+        *_refuse(s, ("protected_or_owned", R.PROTECTED_PREDECESSOR)),
+        Rule("always", S.CANCELLED, "cancel_for_rerun"),
+    ))
+    put(_TERMINAL, C.RELEASE_KEY_FOR_LEGACY, lambda s: (
+        *_refuse(s, ("protected", R.PROTECTED_PREDECESSOR)),
+        Rule("always", s, "release_key"),
+    ))
+
+    # Claims. The met row is the next eligible candidate, or ABSENT when there is none.
+    put((S.ABSENT,), C.CLAIM_OWNED, lambda s: _refuse(
+        s, ("nonce_stored", R.NONCE_REUSED), ("always", R.NO_ELIGIBLE_JOB)
+    ))
+    put((S.PENDING,), C.CLAIM_OWNED, lambda s: (
+        *_refuse(
+            s,
+            ("nonce_stored", R.NONCE_REUSED),
+            ("not_due", R.NOT_ELIGIBLE),
+            ("attempts_exhausted", R.NOT_ELIGIBLE),
+            ("generation_exhausted", R.GENERATION_EXHAUSTED),
+        ),
+        Rule("always", S.CLAIMED, "claim_owned"),
+    ))
+    put((S.CLAIMED, *_TERMINAL), C.CLAIM_OWNED, lambda s: _refuse(
+        s, ("nonce_stored", R.NONCE_REUSED), ("always", R.NOT_ELIGIBLE)
+    ))
+    put((S.ABSENT,), C.CLAIM_LEGACY, lambda s: _refuse(s, ("always", R.NO_ELIGIBLE_JOB)))
+    put((S.PENDING,), C.CLAIM_LEGACY, lambda s: (
+        *_refuse(
+            s,
+            ("protected", R.NOT_ELIGIBLE),
+            ("not_due", R.NOT_ELIGIBLE),
+            ("attempts_exhausted", R.NOT_ELIGIBLE),
+            ("generation_exhausted", R.GENERATION_EXHAUSTED),
+        ),
+        Rule("always", S.CLAIMED, "claim_legacy"),
+    ))
+    put((S.CLAIMED, *_TERMINAL), C.CLAIM_LEGACY, lambda s: _refuse(s, ("always", R.NOT_ELIGIBLE)))
+
+    # Recovery by the original owner and nonce: read-only.
+    put((S.CLAIMED,), C.RECOVER_OWNED, lambda s: (
+        *_refuse(
+            s,
+            ("owner_differs", R.NO_LIVE_CLAIM),
+            ("token_differs", R.NO_LIVE_CLAIM),
+            ("lease_not_live", R.NO_LIVE_CLAIM),
+        ),
+        Rule("always", s, "recover"),
+    ))
+    put((S.ABSENT, S.PENDING, *_TERMINAL), C.RECOVER_OWNED, lambda s: _refuse(
+        s, ("always", R.NO_LIVE_CLAIM)
+    ))
+
+    # The lease sweep.
+    put((S.CLAIMED,), C.EXPIRE_LEASE, lambda s: (
+        *_refuse(s, ("lease_live", R.LEASE_STILL_LIVE)),
+        Rule("cancel_requested", S.CANCELLED, "cancel_expired"),
+        Rule("attempts_exhausted", S.FAILED, "fail_expired"),
+        Rule("always", S.PENDING, "requeue_expired"),
+    ))
+    put((S.ABSENT,), C.EXPIRE_LEASE, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
+    put((S.PENDING, *_TERMINAL), C.EXPIRE_LEASE, lambda s: _refuse(s, ("always", R.NOT_CLAIMED)))
+
+    # Fenced owned writes and reads.
+    for command in sorted(FENCED_COMMANDS, key=lambda c: c.value):
+        put((S.ABSENT,), command, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
+        put((S.PENDING, *_TERMINAL), command, lambda s: _refuse(s, ("always", R.NOT_CLAIMED)))
+        table[(S.CLAIMED, command)] = _fenced_rules(command)
+
+    # Administrative cancellation.
+    put((S.ABSENT,), C.REQUEST_CANCEL, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
+    put((S.PENDING,), C.REQUEST_CANCEL, lambda s: (
+        *_refuse(s, ("not_streaming", R.OPERATION_INELIGIBLE)),
+        Rule("always", S.CANCELLED, "cancel"),
+    ))
+    put((S.CLAIMED,), C.REQUEST_CANCEL, lambda s: (
+        *_refuse(s, ("not_streaming", R.OPERATION_INELIGIBLE)),
+        Rule("always", S.CLAIMED, "request_cancel"),
+    ))
+    put(_TERMINAL, C.REQUEST_CANCEL, lambda s: _refuse(s, ("always", R.ALREADY_FINISHED)))
+    put((S.ABSENT,), C.CANCEL_ADMIN, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
+    put(_LIVE, C.CANCEL_ADMIN, lambda s: (
+        *_refuse(s, ("streaming", R.OPERATION_INELIGIBLE)),
+        Rule("always", S.CANCELLED, "cancel"),
+    ))
+    put(_TERMINAL, C.CANCEL_ADMIN, lambda s: _refuse(s, ("always", R.ALREADY_FINISHED)))
+
+    # Legacy by-ID writes.
+    for command in (C.HEARTBEAT_LEGACY, C.COMPLETE_LEGACY, C.FAIL_LEGACY, C.SET_PID_LEGACY):
+        put((S.ABSENT,), command, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
+        put((S.PENDING, *_TERMINAL), command, lambda s: _refuse(s, ("always", R.NOT_CLAIMED)))
+        table[(S.CLAIMED, command)] = _legacy_write_rules(command)
+
+    # Deletion and retention.
+    put((S.ABSENT,), C.DELETE_LEGACY, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
+    put(_PRESENT, C.DELETE_LEGACY, lambda s: (
+        *_refuse(s, ("protected", R.PROTECTED_ROW), ("protected_or_owned", R.OWNED_INCARNATION)),
+        Rule("always", S.ABSENT, "delete"),
+    ))
+    put((S.ABSENT,), C.PURGE_FINISHED, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
+    put(_LIVE, C.PURGE_FINISHED, lambda s: _refuse(s, ("always", R.NOT_FINISHED)))
+    put(_TERMINAL, C.PURGE_FINISHED, lambda s: (
+        *_refuse(s, ("protected", R.PROTECTED_ROW), ("finished_after_cutoff", R.RETAINED)),
+        Rule("always", S.ABSENT, "delete"),
+    ))
+    return table
+
+
+TABLE: dict[tuple[QueueState, CommandType], tuple[Rule, ...]] = _build_table()
+
+
+# --- Deciding. -----------------------------------------------------------------------
+
+
+def decide(record: JobRecord | None, command: Command, now_us: int) -> Decision:
+    """The decision for ``command`` meeting ``record`` at database time ``now_us``.
+
+    The contract (checked by CrossHair through the typed entry points in
+    :mod:`tenure.kernel.queue_contracts`, and by the property tests): for a valid record,
+    a well-formed command and ``MIN_INSTANT_US <= now_us <= MAX_NOW_US``, the new record
+    is valid and :func:`transition_violations` is empty. The lines are not repeated here
+    as PEP 316 contracts because CrossHair enforces a callee's contract inside its
+    callers' analysis, which hides the callers' counterexamples.
+    """
+    rules = TABLE[(state_of(record), command.kind)]
+    for rule in rules:
+        if GUARDS[rule.guard](record, command, now_us):
+            if isinstance(rule.outcome, Refusal):
+                return Refused(rule.outcome)
+            return EFFECTS[rule.outcome](record, command, now_us)
+    raise AssertionError("every rule list ends with an 'always' guard")
+
+
+def claim_identity_problem(
+    expected: JobRecord, stored_owner_id: object, stored_claim_token: object, stored_generation: object
+) -> str | None:
+    """After persisting a claim, compare what the database reads back with what was decided.
+
+    A coercion, trigger or collation that changed the owner, token or generation means
+    the claim must roll back whole (``claim_identity_changed``). Comparison is exact:
+    ``str`` values by equality, the generation as a real ``int``.
+    """
+    if type(stored_owner_id) is not str or stored_owner_id != expected.owner_id:
+        return "claim_identity_changed"
+    if type(stored_claim_token) is not str or stored_claim_token != expected.claim_token:
+        return "claim_identity_changed"
+    if type(stored_generation) is not int or stored_generation != expected.generation:
+        return "claim_identity_changed"
+    return None
+
+
+# --- Transition rules (checked by the contracts in queue_contracts and by the tests). --
+
+_IDENTITY_FIELDS = (
+    "queue", "job_id", "run_id", "submission_id", "fingerprint", "fence_required",
+    "idempotency_key", "payload_json", "created_at_us", "max_attempts",
+)
+
+
+def _presents_exact_live_fence(record: JobRecord, fence: Any, now_us: int) -> bool:
+    # Written independently of fence_matches on purpose: a rule must not trust the code
+    # it checks.
+    parts_equal = (
+        (fence.queue, fence.job_id, fence.owner_id, fence.claim_token)
+        == (record.queue, record.job_id, record.owner_id, record.claim_token)
+    )
+    return (
+        parts_equal
+        and isinstance(fence.generation, int)
+        and not isinstance(fence.generation, bool)
+        and fence.generation == record.generation
+        and record.status is JobStatus.CLAIMED
+        and record.lease_expires_at_us is not None
+        and now_us < record.lease_expires_at_us
+    )
+
+
+def transition_violations(
+    record: JobRecord | None, command: Command, now_us: int, decision: Decision
+) -> list[str]:
+    """The transition rules (TR-Q1 ... TR-Q9 in specs/queue.md) a decision breaks."""
+    if isinstance(decision, Refused):
+        return []
+    new = decision.new_record
+    kind = command.kind
+    broken: list[str] = []
+    if record is None:
+        if new is not None and (new.generation != 0 or new.status is not JobStatus.PENDING):
+            broken.append("TR-Q1")  # a new row starts pending with generation 0
+        return broken
+    if new is None:
+        if kind in (CommandType.DELETE_LEGACY, CommandType.PURGE_FINISHED) and (
+            record.fence_required or is_currently_owned(record)
+        ):
+            broken.append("TR-Q9")  # deletion never removes protected or owned rows
+        return broken
+    claimed_now = kind in (CommandType.CLAIM_OWNED, CommandType.CLAIM_LEGACY)
+    if new.generation != record.generation + (1 if claimed_now else 0) or (
+        claimed_now and new.generation > bounds.INT64_MAX
+    ):
+        broken.append("TR-Q1")  # generation grows by exactly one per claim and never overflows
+    if any(getattr(new, name) != getattr(record, name) for name in _IDENTITY_FIELDS):
+        broken.append("TR-Q2")  # identity is fixed at insert (a legacy row is never promoted)
+    if kind in FENCED_COMMANDS and not _presents_exact_live_fence(record, command.fence, now_us):  # type: ignore[union-attr]
+        broken.append("TR-Q3")  # a fenced command applies only to its exact live claim
+    if record.status in TERMINAL_STATUSES and new.status is not record.status:
+        broken.append("TR-Q4")  # terminal is absorbing
+    if new.status in TERMINAL_STATUSES and record.status not in TERMINAL_STATUSES and new.active_key is not None:
+        broken.append("TR-Q5")  # finishing releases the active key
+    if record.status is JobStatus.CLAIMED and new.status is JobStatus.CLAIMED and (
+        (new.owner_id, new.claim_token) != (record.owner_id, record.claim_token)
+    ):
+        broken.append("TR-Q6")  # a live claim never changes hands without a new claim
+    if is_currently_owned(record) and record.cancel_requested and (
+        new.status not in (JobStatus.CLAIMED, JobStatus.CANCELLED)
+        or (new.status is JobStatus.CLAIMED and new.pid != record.pid)
+    ):
+        broken.append("TR-Q7")  # an owned cancel-requested stream only heartbeats or ends cancelled
+    if claimed_now and not (
+        record.status is JobStatus.PENDING
+        and record.fires_at_us <= now_us
+        and record.attempts < record.max_attempts
+        and not (kind is CommandType.CLAIM_OWNED and command.nonce_already_stored)  # type: ignore[union-attr]
+        and not (kind is CommandType.CLAIM_LEGACY and record.fence_required)
+    ):
+        broken.append("TR-Q8")  # a claim takes only a due, eligible row with a fresh nonce
+    if kind is CommandType.SUBMIT_OWNED and not (
+        record.fence_required
+        and record.submission_id == command.submission_id  # type: ignore[union-attr]
+        and record.fingerprint == command.fingerprint  # type: ignore[union-attr]
+    ):
+        broken.append("TR-Q2")  # only the exact original is replayed
+    if kind is CommandType.SUBMIT_LEGACY and record.fence_required:
+        broken.append("TR-Q9")  # legacy paths never answer for a protected submission
+    if kind in _LEGACY_WRITES and (record.fence_required or is_currently_owned(record)):
+        broken.append("TR-Q9")  # legacy writes never touch protected or owned incarnations
+    return broken
+
+
+_LEGACY_WRITES = frozenset({
+    CommandType.HEARTBEAT_LEGACY,
+    CommandType.COMPLETE_LEGACY,
+    CommandType.FAIL_LEGACY,
+    CommandType.SET_PID_LEGACY,
+    CommandType.CLAIM_LEGACY,
+    CommandType.RELEASE_KEY_FOR_LEGACY,
+})

@@ -1,0 +1,69 @@
+"""Technical validation bounds (not live budgets), exactly as the queue specification sets them.
+
+Identities are compared exactly: never trimmed, case-folded or Unicode-normalized. A
+bool never satisfies an integer bound (``True`` is an ``int`` in Python, not here).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MAX_IDENTITY_CHARS",
+    "MAX_JOB_ID_CHARS",
+    "MAX_RUN_ID_CHARS",
+    "MAX_DLQ_ID_CHARS",
+    "MAX_CONTRACT_NAME_CHARS",
+    "MAX_CONTRACT_VERSION_CHARS",
+    "MAX_CONFIG_NAME_CHARS",
+    "MAX_CONFIG_VERSION_CHARS",
+    "INT32_MAX",
+    "INT64_MAX",
+    "MAX_JSON_DEPTH",
+    "MAX_LEASE_SECONDS",
+    "MAX_BACKOFF_MS",
+    "is_strict_int",
+    "is_identity",
+    "is_bounded_text",
+]
+
+MAX_IDENTITY_CHARS = 255
+"""Submission IDs, claim tokens, worker and launcher IDs, idempotency keys."""
+
+MAX_JOB_ID_CHARS = 36
+MAX_RUN_ID_CHARS = 32
+MAX_DLQ_ID_CHARS = 32
+
+# Column widths of the queue tables for the envelope's naming fields.
+MAX_CONTRACT_NAME_CHARS = 255
+MAX_CONTRACT_VERSION_CHARS = 50
+MAX_CONFIG_NAME_CHARS = 512
+MAX_CONFIG_VERSION_CHARS = 64
+
+INT32_MAX = 2**31 - 1
+"""max_attempts and PIDs are in 1..INT32_MAX."""
+
+INT64_MAX = 2**63 - 1
+"""Generations are in 1..INT64_MAX once claimed; overflow is refused, never wrapped."""
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting accepted in a JSON value, so validation can never exhaust the stack."""
+
+MAX_LEASE_SECONDS = 366 * 24 * 3600
+"""A lease of at most a year keeps every deadline representable in 64-bit microseconds."""
+
+MAX_BACKOFF_MS = 366 * 24 * 3600 * 1000
+"""Backoff delays are capped for the same reason."""
+
+
+def is_strict_int(value: object) -> bool:
+    """True for a real ``int``; False for ``bool`` and every other type."""
+    return type(value) is int
+
+
+def is_bounded_text(value: object, max_chars: int) -> bool:
+    """A nonempty ``str`` (not a subclass) of at most ``max_chars`` characters."""
+    return type(value) is str and 0 < len(value) <= max_chars
+
+
+def is_identity(value: object) -> bool:
+    """A nonempty ``str`` of at most 255 characters, taken exactly as given."""
+    return is_bounded_text(value, MAX_IDENTITY_CHARS)

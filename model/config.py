@@ -1,0 +1,59 @@
+"""WorkerConfig: the trusted setup's lease and retry policy.
+
+Defaults are the legacy queue defaults (a 300 s lease renewed every 60 s, retry backoff
+from 1 s doubling up to 300 s). The database URL is never printed: it can carry a
+password.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from .validation import (
+    StrictModel,
+    non_empty_text,
+    non_negative_ms,
+    positive_int32,
+    positive_seconds,
+)
+
+__all__ = ["WorkerConfig"]
+
+
+class WorkerConfig(StrictModel):
+    """Lease and retry policy for one source.
+
+    - ``lease_seconds`` (may be fractional): how long a claim stays live without a heartbeat.
+    - ``heartbeat_seconds``: how often a worker should renew; must be shorter than the lease.
+    - ``backoff_base_ms`` / ``backoff_max_ms``: a retried job waits
+      ``min(backoff_max_ms, backoff_base_ms * 2**attempt)`` before it is eligible again,
+      where ``attempt`` counts the claims so far (the first retry waits twice the base).
+    - ``max_attempts``: default attempt budget for envelopes that do not set their own.
+    """
+
+    db_url: non_empty_text = Field(repr=False)  # type: ignore[valid-type]
+    lease_seconds: positive_seconds = 300  # type: ignore[valid-type]
+    heartbeat_seconds: positive_seconds = 60  # type: ignore[valid-type]
+    backoff_base_ms: non_negative_ms = 1000  # type: ignore[valid-type]
+    backoff_max_ms: non_negative_ms = 300_000  # type: ignore[valid-type]
+    max_attempts: positive_int32 | None = None  # type: ignore[valid-type]
+
+    def __init__(self, db_url: str, **settings: Any) -> None:
+        super().__init__(db_url=db_url, **settings)
+
+    @model_validator(mode="after")
+    def _policy_is_coherent(self) -> WorkerConfig:
+        if not self.heartbeat_seconds < self.lease_seconds:
+            raise PydanticCustomError("heartbeat_not_shorter_than_lease", "heartbeat must be shorter than the lease")
+        if not self.backoff_base_ms <= self.backoff_max_ms:
+            raise PydanticCustomError("backoff_base_above_max", "backoff base must not exceed its maximum")
+        return self
+
+    @property
+    def lease_us(self) -> int:
+        """The lease in whole microseconds, as the kernel counts time."""
+        return max(1, round(self.lease_seconds * 1_000_000))
+

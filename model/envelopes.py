@@ -1,0 +1,209 @@
+"""The public job envelopes: what a caller submits, and what an owned claim returns.
+
+Submission envelopes are strict, frozen pydantic models. Construction checks every
+bound of the queue specification and raises :class:`ConfigValidationError` (never
+pydantic's own error, whose message quotes the input). JSON fields are deep-copied on
+construction; :func:`tenure.model.snapshot_submission` copies them again when a
+submission is dispatched, so later mutation of any dictionary changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any, ClassVar
+
+from . import bounds
+from .fence import QueueClaimFence
+from .states import QueueKind
+from .validation import (
+    StrictModel,
+    aware_datetime,
+    bounded_text,
+    identity,
+    json_object,
+    non_empty_text,
+    positive_int32,
+    strict_bool,
+    string_map,
+)
+
+__all__ = [
+    "ValidationJob",
+    "PipelineJob",
+    "StreamingJob",
+    "SubmissionEnvelope",
+    "ClaimedJob",
+    "ClaimedPipelineJob",
+    "ClaimedStreamingJob",
+    "ENVELOPE_FOR_QUEUE",
+    "DEFAULT_MAX_ATTEMPTS",
+]
+
+_job_id = bounded_text(bounds.MAX_JOB_ID_CHARS)
+_run_id = bounded_text(bounds.MAX_RUN_ID_CHARS)
+
+
+class ValidationJob(StrictModel):
+    """Validate ``data_source`` against a named, versioned data contract."""
+
+    queue: ClassVar[QueueKind] = QueueKind.VALIDATION
+
+    contract_name: bounded_text(bounds.MAX_CONTRACT_NAME_CHARS)  # type: ignore[valid-type]
+    contract_version: bounded_text(bounds.MAX_CONTRACT_VERSION_CHARS)  # type: ignore[valid-type]
+    data_source: non_empty_text  # type: ignore[valid-type]
+    options: json_object | None = None  # type: ignore[valid-type]
+    job_id: _job_id | None = None  # type: ignore[valid-type]
+    fires_at: aware_datetime | None = None  # type: ignore[valid-type]
+    idempotency_key: identity | None = None  # type: ignore[valid-type]
+    max_attempts: positive_int32 | None = None  # type: ignore[valid-type]
+
+    def __init__(
+        self,
+        contract_name: str,
+        contract_version: str,
+        data_source: str,
+        options: dict[str, Any] | None = None,
+        job_id: str | None = None,
+        fires_at: dt.datetime | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> None:
+        super().__init__(
+            contract_name=contract_name,
+            contract_version=contract_version,
+            data_source=data_source,
+            options=options,
+            job_id=job_id,
+            fires_at=fires_at,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+        )
+
+
+class PipelineJob(StrictModel):
+    """Run a pipeline ``config`` with string ``variables``; the run ID names the run."""
+
+    queue: ClassVar[QueueKind] = QueueKind.PIPELINE
+
+    config: json_object  # type: ignore[valid-type]
+    variables: string_map | None = None  # type: ignore[valid-type]
+    fail_fast: strict_bool = False  # type: ignore[valid-type]
+    run_id: _run_id | None = None  # type: ignore[valid-type]
+    job_id: _job_id | None = None  # type: ignore[valid-type]
+    fires_at: aware_datetime | None = None  # type: ignore[valid-type]
+    idempotency_key: identity | None = None  # type: ignore[valid-type]
+    max_attempts: positive_int32 | None = None  # type: ignore[valid-type]
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        variables: dict[str, str] | None = None,
+        fail_fast: bool = False,
+        run_id: str | None = None,
+        job_id: str | None = None,
+        fires_at: dt.datetime | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> None:
+        super().__init__(
+            config=config,
+            variables=variables,
+            fail_fast=fail_fast,
+            run_id=run_id,
+            job_id=job_id,
+            fires_at=fires_at,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+        )
+
+
+class StreamingJob(StrictModel):
+    """Launch a long-running stream for ``config_name@config_version``.
+
+    ``force=True`` asks to cancel the config's active launch and replace it atomically.
+    """
+
+    queue: ClassVar[QueueKind] = QueueKind.STREAMING
+
+    config_name: bounded_text(bounds.MAX_CONFIG_NAME_CHARS)  # type: ignore[valid-type]
+    config_version: bounded_text(bounds.MAX_CONFIG_VERSION_CHARS)  # type: ignore[valid-type]
+    variables: string_map | None = None  # type: ignore[valid-type]
+    force: strict_bool = False  # type: ignore[valid-type]
+    job_id: _job_id | None = None  # type: ignore[valid-type]
+    fires_at: aware_datetime | None = None  # type: ignore[valid-type]
+    max_attempts: positive_int32 | None = None  # type: ignore[valid-type]
+
+    def __init__(
+        self,
+        config_name: str,
+        config_version: str,
+        variables: dict[str, str] | None = None,
+        force: bool = False,
+        job_id: str | None = None,
+        fires_at: dt.datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> None:
+        super().__init__(
+            config_name=config_name,
+            config_version=config_version,
+            variables=variables,
+            force=force,
+            job_id=job_id,
+            fires_at=fires_at,
+            max_attempts=max_attempts,
+        )
+
+    @property
+    def active_key(self) -> str:
+        """The per-config key an active launch holds (``streaming:{name}@{version}``)."""
+        return f"streaming:{self.config_name}@{self.config_version}"
+
+
+SubmissionEnvelope = ValidationJob | PipelineJob | StreamingJob
+
+ENVELOPE_FOR_QUEUE: dict[QueueKind, type[StrictModel]] = {
+    QueueKind.VALIDATION: ValidationJob,
+    QueueKind.PIPELINE: PipelineJob,
+    QueueKind.STREAMING: StreamingJob,
+}
+
+DEFAULT_MAX_ATTEMPTS: dict[QueueKind, int] = {
+    QueueKind.VALIDATION: 5,
+    QueueKind.PIPELINE: 5,
+    QueueKind.STREAMING: 3,
+}
+"""Used when neither the envelope nor WorkerConfig sets max_attempts (the legacy defaults)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedJob:
+    """A claimed validation job: its ID, this claim's attempt number, the submitted envelope
+    and the fence every later write must present unchanged."""
+
+    job_id: str
+    attempt: int
+    job: ValidationJob
+    claim_fence: QueueClaimFence
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedPipelineJob:
+    """A claimed pipeline job; ``run_id`` names the run, the fence carries the job ID."""
+
+    job_id: str
+    run_id: str
+    attempt: int
+    job: PipelineJob
+    claim_fence: QueueClaimFence
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedStreamingJob:
+    """A claimed streaming launch."""
+
+    job_id: str
+    attempt: int
+    job: StreamingJob
+    claim_fence: QueueClaimFence
+

@@ -1,0 +1,102 @@
+"""The error surface: a code to switch on and a short authored reason.
+
+Callers handle codes, never message text. Every message is built from authored words
+only (an error code, a reason, a field name of ours), so no identifier, token, payload,
+connection string or driver text can leak through an exception, its ``repr`` or its
+traceback context.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["ErrorCode", "TenureError", "ConfigValidationError"]
+
+
+class ErrorCode(enum.Enum):
+    """What kind of failure happened. Values are stable strings for logs and metrics."""
+
+    CONFIG = "config"
+    QUEUE_SUBMISSION_CONFLICT = "queue_submission_conflict"
+    QUEUE_CLAIM_CONFLICT = "queue_claim_conflict"
+    QUEUE_PERSISTENCE_FAILED = "queue_persistence_failed"
+
+
+def _is_authored_word(text: str) -> bool:
+    """Reasons and field names are short snake_case words we wrote, never user data."""
+    return (
+        0 < len(text) <= 64
+        and text.isascii()
+        and all(character.islower() or character.isdigit() or character in "_." for character in text)
+    )
+
+
+class TenureError(Exception):
+    """A refusal or failure the caller must handle by ``code``.
+
+    ``reason`` is a short snake_case word from the library (for example
+    ``claim_identity_changed`` or ``unavailable``). It is asserted to be one, so a
+    caller-supplied value can never be smuggled into a message.
+    """
+
+    code: ErrorCode
+    reason: str
+
+    def __init__(self, code: ErrorCode, reason: str) -> None:
+        assert isinstance(code, ErrorCode), "code must be an ErrorCode"
+        assert _is_authored_word(reason), "reason must be an authored snake_case word"
+        self.code = code
+        self.reason = reason
+        super().__init__(f"{code.value}: {reason}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code.value!r}, reason={self.reason!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Exceptions pickle their ``args`` by default, which would not rebuild this class.
+        return (
+            _rebuild_error,
+            (type(self), self.code, self.reason, getattr(self, "fields", ()), getattr(self, "problems", ())),
+        )
+
+
+class ConfigValidationError(TenureError):
+    """An invalid request, result, fence or configuration (code ``CONFIG``).
+
+    ``fields`` names the offending fields (our field names, never the caller's keys) and
+    ``problems`` the kinds of violation (for example ``string_too_long``).
+    """
+
+    fields: tuple[str, ...]
+    problems: tuple[str, ...]
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        fields: tuple[str, ...] = (),
+        problems: tuple[str, ...] = (),
+    ) -> None:
+        assert all(_is_authored_word(name) for name in fields), "fields must be authored names"
+        assert all(_is_authored_word(name) for name in problems), "problems must be authored words"
+        assert len(fields) == len(problems) or not fields, "one problem per field"
+        super().__init__(ErrorCode.CONFIG, reason)
+        self.fields = fields
+        self.problems = problems
+        if fields:
+            details = ", ".join(
+                f"{name} ({problem})" for name, problem in zip(fields, problems, strict=True)
+            )
+            self.args = (f"{ErrorCode.CONFIG.value}: {reason}: {details}",)
+
+
+def _rebuild_error(
+    kind: type[TenureError],
+    code: ErrorCode,
+    reason: str,
+    fields: tuple[str, ...],
+    problems: tuple[str, ...],
+) -> TenureError:
+    if issubclass(kind, ConfigValidationError):
+        return kind(reason, fields=fields, problems=problems)
+    return kind(code, reason)

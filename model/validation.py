@@ -1,0 +1,221 @@
+"""Field checks shared by every public model, and the bridge from pydantic's errors to ours.
+
+Each check is a plain function that returns the accepted value or raises
+``PydanticCustomError`` with an authored problem code. pydantic calls them through
+``PlainValidator``, so pydantic's own coercions never run: what the caller passed is
+exactly what is checked. :func:`config_error_from` turns a pydantic ``ValidationError``
+into a :class:`ConfigValidationError` that names our fields and problem codes only;
+pydantic's messages quote the input, so none of their text is kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import BaseModel, PlainValidator, ValidationError
+from pydantic_core import PydanticCustomError
+
+from . import bounds
+from .errors import ConfigValidationError
+from .json_values import frozen_copy, json_problem, text_problem
+
+__all__ = [
+    "bounded_text",
+    "identity",
+    "positive_int32",
+    "aware_datetime",
+    "json_object",
+    "string_map",
+    "strict_bool",
+    "positive_seconds",
+    "non_negative_ms",
+    "non_empty_text",
+    "StrictModel",
+    "config_error_from",
+    "datetime_to_micros",
+]
+
+
+def _refuse(problem: str) -> PydanticCustomError:
+    return PydanticCustomError(problem, problem.replace("_", " "))
+
+
+def _check_text(value: object, max_chars: int) -> str:
+    if type(value) is not str:
+        raise _refuse("string_required")
+    if not value:
+        raise _refuse("string_empty")
+    if len(value) > max_chars:
+        raise _refuse("string_too_long")
+    problem = text_problem(value)
+    if problem is not None:
+        raise _refuse(problem)
+    return value
+
+
+def bounded_text(max_chars: int) -> Any:
+    """A nonempty ``str`` of at most ``max_chars`` characters, kept exactly as given."""
+    return Annotated[str, PlainValidator(lambda value: _check_text(value, max_chars))]
+
+
+identity = bounded_text(bounds.MAX_IDENTITY_CHARS)
+non_empty_text = bounded_text(10**9)
+
+
+def _check_positive_int32(value: object) -> int:
+    if not bounds.is_strict_int(value):
+        raise _refuse("integer_required")
+    if not 1 <= value <= bounds.INT32_MAX:  # type: ignore[operator]
+        raise _refuse("integer_out_of_range")
+    return value  # type: ignore[return-value]
+
+
+positive_int32 = Annotated[int, PlainValidator(_check_positive_int32)]
+
+
+def datetime_to_micros(value: dt.datetime) -> int:
+    """Microseconds since the Unix epoch of an aware datetime."""
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _check_aware_datetime(value: object) -> dt.datetime:
+    if type(value) is not dt.datetime:
+        raise _refuse("datetime_required")
+    try:
+        offset = value.utcoffset()
+        value.astimezone(dt.timezone.utc)
+    except (OverflowError, ValueError, TypeError, ArithmeticError):
+        raise _refuse("datetime_out_of_range") from None
+    if offset is None:
+        raise _refuse("timezone_required")
+    return value
+
+
+aware_datetime = Annotated[dt.datetime, PlainValidator(_check_aware_datetime)]
+
+
+def _check_json_object(value: object) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise _refuse("json_object_required")
+    problem = json_problem(value)
+    if problem is not None:
+        raise _refuse(problem)
+    return frozen_copy(value)  # type: ignore[no-any-return]
+
+
+json_object = Annotated[dict[str, Any], PlainValidator(_check_json_object)]
+
+
+def _check_string_map(value: object) -> dict[str, str]:
+    if type(value) is not dict:
+        raise _refuse("string_map_required")
+    for key, item in value.items():
+        if type(key) is not str or type(item) is not str:
+            raise _refuse("string_values_required")
+        problem = text_problem(key) or text_problem(item)
+        if problem is not None:
+            raise _refuse(problem)
+    return dict(value)
+
+
+string_map = Annotated[dict[str, str], PlainValidator(_check_string_map)]
+
+
+def _check_strict_bool(value: object) -> bool:
+    if type(value) is not bool:
+        raise _refuse("boolean_required")
+    return value
+
+
+strict_bool = Annotated[bool, PlainValidator(_check_strict_bool)]
+
+
+def _check_positive_seconds(value: object) -> float:
+    if type(value) not in (int, float):
+        raise _refuse("number_required")
+    if not math.isfinite(value) or not 0 < value <= bounds.MAX_LEASE_SECONDS:  # type: ignore[arg-type, operator]
+        raise _refuse("number_out_of_range")
+    return value  # type: ignore[return-value]
+
+
+positive_seconds = Annotated[float, PlainValidator(_check_positive_seconds)]
+
+
+def _check_non_negative_ms(value: object) -> int:
+    if not bounds.is_strict_int(value):
+        raise _refuse("integer_required")
+    if not 0 <= value <= bounds.MAX_BACKOFF_MS:  # type: ignore[operator]
+        raise _refuse("integer_out_of_range")
+    return value  # type: ignore[return-value]
+
+
+non_negative_ms = Annotated[int, PlainValidator(_check_non_negative_ms)]
+
+
+def _authored(word: object, fallback: str) -> str:
+    text = str(word)
+    ok = 0 < len(text) <= 64 and text.isascii() and all(c.islower() or c.isdigit() or c == "_" for c in text)
+    return text if ok else fallback
+
+
+def config_error_from(model: type[BaseModel], error: ValidationError) -> ConfigValidationError:
+    """Our error for a pydantic failure: field names of ours and problem codes only."""
+    known_fields = set(model.model_fields)
+    fields: list[str] = []
+    problems: list[str] = []
+    for detail in error.errors(include_input=False, include_url=False, include_context=False):
+        location = detail.get("loc", ())
+        head = location[0] if location else None
+        if head is None:
+            field = "model"  # a check across fields (for example heartbeat vs lease)
+        elif isinstance(head, str) and head in known_fields:
+            field = head
+        else:
+            field = "unknown_field"  # never the caller's key: it is their text
+        fields.append(_authored(field, "unknown_field"))
+        problems.append(_authored(detail.get("type", "invalid"), "invalid"))
+    return ConfigValidationError(
+        f"invalid_{_snake(model.__name__)}", fields=tuple(fields), problems=tuple(problems)
+    )
+
+
+def _snake(name: str) -> str:
+    out = []
+    for index, character in enumerate(name):
+        if character.isupper() and index:
+            out.append("_")
+        out.append(character.lower())
+    return "".join(out)
+
+
+class StrictModel(BaseModel):
+    """Frozen, closed models whose construction raises ConfigValidationError.
+
+    The pydantic error is converted outside its ``except`` block so that no exception
+    context (which quotes the input) is attached to the error the caller sees.
+    """
+
+    model_config = {"frozen": True, "extra": "forbid", "strict": True, "revalidate_instances": "always"}
+
+    def __init__(self, /, **data: Any) -> None:
+        failure: ValidationError | None = None
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            failure = error
+        if failure is not None:
+            raise config_error_from(type(self), failure)
+
+    @classmethod
+    def checked(cls, builder: Callable[[], Any]) -> Any:
+        """Run ``builder`` and convert a pydantic failure into ConfigValidationError."""
+        failure: ValidationError | None = None
+        try:
+            return builder()
+        except ValidationError as error:
+            failure = error
+        raise config_error_from(cls, failure)
