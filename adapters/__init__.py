@@ -1,0 +1,9 @@
+"""tenure.adapters: the imperative shell (schema, SQLite and PostgreSQL stores, job sources).
+
+Adapters lock a row, sample the database clock, ask the kernel and persist its decision
+with a compare-and-set. They never decide a transition themselves.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

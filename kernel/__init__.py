@@ -11,6 +11,7 @@ from .queue_commands import (
     AcknowledgeCancelOwned,
     Ack,
     CancelAdmin,
+    ClaimFence,
     ClaimGranted,
     ClaimLegacy,
     ClaimOwned,
@@ -53,6 +54,7 @@ from .queue_machine import (
     claim_identity_problem,
     decide,
     fence_matches,
+    select_rule,
     transition_violations,
 )
 from .queue_record import (
@@ -72,6 +74,7 @@ __all__ = [
     "AcknowledgeCancelOwned",
     "Ack",
     "CancelAdmin",
+    "ClaimFence",
     "ClaimGranted",
     "ClaimLegacy",
     "ClaimOwned",
@@ -112,6 +115,7 @@ __all__ = [
     "claim_identity_problem",
     "decide",
     "fence_matches",
+    "select_rule",
     "transition_violations",
     "MAX_INSTANT_US",
     "MIN_INSTANT_US",

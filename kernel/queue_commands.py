@@ -17,6 +17,7 @@ from tenure.model import QueueClaimFence, QueueKind, bounds
 from .queue_record import MAX_INSTANT_US, MIN_INSTANT_US
 
 __all__ = [
+    "ClaimFence",
     "CommandType",
     "SubmitOwned",
     "SubmitLegacy",
@@ -87,10 +88,33 @@ class CommandType(enum.Enum):
     PURGE_FINISHED = "purge_finished"
 
 
-_command = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimFence:
+    """The five fence parts as plain values.
+
+    The public :class:`~tenure.model.QueueClaimFence` validates itself on construction;
+    the kernel takes the parts unvalidated and compares them exactly, so its guarantee
+    does not depend on how the fence was built (and CrossHair can reason about it).
+    """
+
+    queue: QueueKind
+    job_id: str
+    owner_id: str
+    generation: int
+    claim_token: str
+
+    @classmethod
+    def of(cls, fence: QueueClaimFence) -> ClaimFence:
+        return cls(
+            queue=fence.queue,
+            job_id=fence.job_id,
+            owner_id=fence.owner_id,
+            generation=fence.generation,
+            claim_token=fence.claim_token,
+        )
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SubmitOwned:
     """Insert an owned submission, or replay it. Met with the row that shares an identity
     with the request (its submission ID first, else its job ID, run ID or idempotency key)."""
@@ -108,7 +132,7 @@ class SubmitOwned:
     payload_json: str
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SubmitLegacy:
     """Insert an unprotected submission, or return the row already holding its key."""
 
@@ -123,7 +147,7 @@ class SubmitLegacy:
     payload_json: str
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseKeyForOwned:
     """An owned streaming submission meets the row holding its config's active key."""
 
@@ -131,14 +155,14 @@ class ReleaseKeyForOwned:
     force: bool
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseKeyForLegacy:
     """A legacy forced streaming submission meets the row holding the active key."""
 
     kind: ClassVar[CommandType] = CommandType.RELEASE_KEY_FOR_LEGACY
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimOwned:
     """Claim the met row (the next eligible candidate, or none) with a fresh nonce."""
 
@@ -150,7 +174,7 @@ class ClaimOwned:
     lease_us: int
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimLegacy:
     """Claim the met row without a token (legacy workers; never a protected row)."""
 
@@ -159,7 +183,7 @@ class ClaimLegacy:
     lease_us: int
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RecoverOwned:
     """Read back the live claim made with this owner and nonce (read-only)."""
 
@@ -168,31 +192,31 @@ class RecoverOwned:
     claim_token: str
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ExpireLease:
     """Settle a claim whose lease has run out (the sweep before every claim)."""
 
     kind: ClassVar[CommandType] = CommandType.EXPIRE_LEASE
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatOwned:
     kind: ClassVar[CommandType] = CommandType.HEARTBEAT_OWNED
-    fence: QueueClaimFence
+    fence: ClaimFence
     lease_us: int
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteOwned:
     kind: ClassVar[CommandType] = CommandType.COMPLETE_OWNED
-    fence: QueueClaimFence
+    fence: ClaimFence
     result_json: str | None
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class FailOwned:
     kind: ClassVar[CommandType] = CommandType.FAIL_OWNED
-    fence: QueueClaimFence
+    fence: ClaimFence
     error_message: str
     retry: bool
     dlq_record_id: str | None
@@ -200,53 +224,53 @@ class FailOwned:
     backoff_max_ms: int
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SetPidOwned:
     kind: ClassVar[CommandType] = CommandType.SET_PID_OWNED
-    fence: QueueClaimFence
+    fence: ClaimFence
     pid: int
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ReadStateOwned:
     kind: ClassVar[CommandType] = CommandType.READ_STATE_OWNED
-    fence: QueueClaimFence
+    fence: ClaimFence
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AcknowledgeCancelOwned:
     kind: ClassVar[CommandType] = CommandType.ACKNOWLEDGE_CANCEL_OWNED
-    fence: QueueClaimFence
+    fence: ClaimFence
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RequestCancel:
     """Administrative cancel of a stream: pending ends at once, claimed gets a request."""
 
     kind: ClassVar[CommandType] = CommandType.REQUEST_CANCEL
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CancelAdmin:
     """Administrative cancel of a validation or pipeline job; voids any live fence."""
 
     kind: ClassVar[CommandType] = CommandType.CANCEL_ADMIN
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatLegacy:
     kind: ClassVar[CommandType] = CommandType.HEARTBEAT_LEGACY
     owner_id: str
     lease_us: int
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteLegacy:
     kind: ClassVar[CommandType] = CommandType.COMPLETE_LEGACY
     result_json: str | None
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class FailLegacy:
     kind: ClassVar[CommandType] = CommandType.FAIL_LEGACY
     error_message: str
@@ -256,18 +280,18 @@ class FailLegacy:
     backoff_max_ms: int
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SetPidLegacy:
     kind: ClassVar[CommandType] = CommandType.SET_PID_LEGACY
     pid: int
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteLegacy:
     kind: ClassVar[CommandType] = CommandType.DELETE_LEGACY
 
 
-@_command
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PurgeFinished:
     """Retention: delete a finished, unprotected row that finished before the cutoff."""
 
@@ -293,15 +317,12 @@ FENCED_COMMANDS = frozenset({
 """Commands that present a fence and may apply only while it matches a live claim."""
 
 
-_reply = dataclasses.dataclass(frozen=True, slots=True)
-
-
-@_reply
+@dataclasses.dataclass(frozen=True, slots=True)
 class Ack:
     """The exact mutation applied (the caller sees True)."""
 
 
-@_reply
+@dataclasses.dataclass(frozen=True, slots=True)
 class Submitted:
     """The submission's stored IDs; ``replayed`` when the row already existed."""
 
@@ -310,12 +331,12 @@ class Submitted:
     replayed: bool
 
 
-@_reply
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClaimGranted:
     """The new record is the live claim (a fresh claim, or a recovered one)."""
 
 
-@_reply
+@dataclasses.dataclass(frozen=True, slots=True)
 class StreamingStateReply:
     cancel_requested: bool
     pid: int | None
@@ -390,8 +411,15 @@ def _pid(value: object) -> bool:
 
 
 def _fence(value: object) -> bool:
-    # A QueueClaimFence validates itself on construction; only its type is checked here.
-    return type(value) is QueueClaimFence
+    return (
+        type(value) is ClaimFence
+        and type(value.queue) is QueueKind
+        and _text(value.job_id, bounds.MAX_JOB_ID_CHARS)
+        and _text(value.owner_id, bounds.MAX_IDENTITY_CHARS)
+        and bounds.is_strict_int(value.generation)
+        and 1 <= value.generation <= bounds.INT64_MAX
+        and _text(value.claim_token, bounds.MAX_IDENTITY_CHARS)
+    )
 
 
 def command_violations(command: Command) -> list[str]:

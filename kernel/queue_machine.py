@@ -72,6 +72,7 @@ __all__ = [
     "GUARDS",
     "EFFECTS",
     "decide",
+    "select_rule",
     "fence_matches",
     "claim_identity_problem",
     "backoff_delay_us",
@@ -655,23 +656,33 @@ TABLE: dict[tuple[QueueState, CommandType], tuple[Rule, ...]] = _build_table()
 # --- Deciding. -----------------------------------------------------------------------
 
 
+def select_rule(record: JobRecord | None, command: Command, now_us: int) -> Rule:
+    """The first rule of the ``(state, command)`` list whose guard holds.
+
+    Exposed so the spec oracle and the tests can see which row decided, not only what
+    it produced.
+    """
+    for rule in TABLE[(state_of(record), command.kind)]:
+        if GUARDS[rule.guard](record, command, now_us):
+            return rule
+    raise AssertionError("every rule list ends with an 'always' guard")
+
+
 def decide(record: JobRecord | None, command: Command, now_us: int) -> Decision:
     """The decision for ``command`` meeting ``record`` at database time ``now_us``.
 
     The contract (checked by CrossHair through the typed entry points in
-    :mod:`tenure.kernel.queue_contracts`, and by the property tests): for a valid record,
-    a well-formed command and ``MIN_INSTANT_US <= now_us <= MAX_NOW_US``, the new record
-    is valid and :func:`transition_violations` is empty. The lines are not repeated here
-    as PEP 316 contracts because CrossHair enforces a callee's contract inside its
-    callers' analysis, which hides the callers' counterexamples.
+    :mod:`tenure.kernel.queue_contracts`, and by the property tests): the transition
+    rules of :func:`transition_violations` hold for every record and command; for a
+    valid record, a well-formed command and ``MIN_INSTANT_US <= now_us <= MAX_NOW_US``
+    the new record is valid too. The lines are not repeated here as PEP 316 contracts
+    because CrossHair enforces a callee's contract inside its callers' analysis, which
+    hides the callers' counterexamples.
     """
-    rules = TABLE[(state_of(record), command.kind)]
-    for rule in rules:
-        if GUARDS[rule.guard](record, command, now_us):
-            if isinstance(rule.outcome, Refusal):
-                return Refused(rule.outcome)
-            return EFFECTS[rule.outcome](record, command, now_us)
-    raise AssertionError("every rule list ends with an 'always' guard")
+    rule = select_rule(record, command, now_us)
+    if isinstance(rule.outcome, Refusal):
+        return Refused(rule.outcome)
+    return EFFECTS[rule.outcome](record, command, now_us)
 
 
 def claim_identity_problem(

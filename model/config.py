@@ -13,11 +13,11 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from .validation import (
+    NonEmptyText,
+    NonNegativeMs,
+    PositiveInt32,
+    PositiveSeconds,
     StrictModel,
-    non_empty_text,
-    non_negative_ms,
-    positive_int32,
-    positive_seconds,
 )
 
 __all__ = ["WorkerConfig"]
@@ -34,12 +34,12 @@ class WorkerConfig(StrictModel):
     - ``max_attempts``: default attempt budget for envelopes that do not set their own.
     """
 
-    db_url: non_empty_text = Field(repr=False)  # type: ignore[valid-type]
-    lease_seconds: positive_seconds = 300  # type: ignore[valid-type]
-    heartbeat_seconds: positive_seconds = 60  # type: ignore[valid-type]
-    backoff_base_ms: non_negative_ms = 1000  # type: ignore[valid-type]
-    backoff_max_ms: non_negative_ms = 300_000  # type: ignore[valid-type]
-    max_attempts: positive_int32 | None = None  # type: ignore[valid-type]
+    db_url: NonEmptyText = Field(repr=False)
+    lease_seconds: PositiveSeconds = 300
+    heartbeat_seconds: PositiveSeconds = 60
+    backoff_base_ms: NonNegativeMs = 1000
+    backoff_max_ms: NonNegativeMs = 300_000
+    max_attempts: PositiveInt32 | None = None
 
     def __init__(self, db_url: str, **settings: Any) -> None:
         super().__init__(db_url=db_url, **settings)

@@ -13,19 +13,23 @@ import dataclasses
 import datetime as dt
 from typing import Any, ClassVar
 
-from . import bounds
 from .fence import QueueClaimFence
 from .states import QueueKind
 from .validation import (
+    AwareDatetime,
+    ConfigNameText,
+    ConfigVersionText,
+    ContractNameText,
+    ContractVersionText,
+    IdentityText,
+    JobIdText,
+    JsonObject,
+    NonEmptyText,
+    PositiveInt32,
+    RunIdText,
+    StrictBool,
     StrictModel,
-    aware_datetime,
-    bounded_text,
-    identity,
-    json_object,
-    non_empty_text,
-    positive_int32,
-    strict_bool,
-    string_map,
+    StringMap,
 )
 
 __all__ = [
@@ -40,23 +44,20 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
 ]
 
-_job_id = bounded_text(bounds.MAX_JOB_ID_CHARS)
-_run_id = bounded_text(bounds.MAX_RUN_ID_CHARS)
-
 
 class ValidationJob(StrictModel):
     """Validate ``data_source`` against a named, versioned data contract."""
 
     queue: ClassVar[QueueKind] = QueueKind.VALIDATION
 
-    contract_name: bounded_text(bounds.MAX_CONTRACT_NAME_CHARS)  # type: ignore[valid-type]
-    contract_version: bounded_text(bounds.MAX_CONTRACT_VERSION_CHARS)  # type: ignore[valid-type]
-    data_source: non_empty_text  # type: ignore[valid-type]
-    options: json_object | None = None  # type: ignore[valid-type]
-    job_id: _job_id | None = None  # type: ignore[valid-type]
-    fires_at: aware_datetime | None = None  # type: ignore[valid-type]
-    idempotency_key: identity | None = None  # type: ignore[valid-type]
-    max_attempts: positive_int32 | None = None  # type: ignore[valid-type]
+    contract_name: ContractNameText
+    contract_version: ContractVersionText
+    data_source: NonEmptyText
+    options: JsonObject | None = None
+    job_id: JobIdText | None = None
+    fires_at: AwareDatetime | None = None
+    idempotency_key: IdentityText | None = None
+    max_attempts: PositiveInt32 | None = None
 
     def __init__(
         self,
@@ -86,14 +87,14 @@ class PipelineJob(StrictModel):
 
     queue: ClassVar[QueueKind] = QueueKind.PIPELINE
 
-    config: json_object  # type: ignore[valid-type]
-    variables: string_map | None = None  # type: ignore[valid-type]
-    fail_fast: strict_bool = False  # type: ignore[valid-type]
-    run_id: _run_id | None = None  # type: ignore[valid-type]
-    job_id: _job_id | None = None  # type: ignore[valid-type]
-    fires_at: aware_datetime | None = None  # type: ignore[valid-type]
-    idempotency_key: identity | None = None  # type: ignore[valid-type]
-    max_attempts: positive_int32 | None = None  # type: ignore[valid-type]
+    config: JsonObject
+    variables: StringMap | None = None
+    fail_fast: StrictBool = False
+    run_id: RunIdText | None = None
+    job_id: JobIdText | None = None
+    fires_at: AwareDatetime | None = None
+    idempotency_key: IdentityText | None = None
+    max_attempts: PositiveInt32 | None = None
 
     def __init__(
         self,
@@ -126,13 +127,13 @@ class StreamingJob(StrictModel):
 
     queue: ClassVar[QueueKind] = QueueKind.STREAMING
 
-    config_name: bounded_text(bounds.MAX_CONFIG_NAME_CHARS)  # type: ignore[valid-type]
-    config_version: bounded_text(bounds.MAX_CONFIG_VERSION_CHARS)  # type: ignore[valid-type]
-    variables: string_map | None = None  # type: ignore[valid-type]
-    force: strict_bool = False  # type: ignore[valid-type]
-    job_id: _job_id | None = None  # type: ignore[valid-type]
-    fires_at: aware_datetime | None = None  # type: ignore[valid-type]
-    max_attempts: positive_int32 | None = None  # type: ignore[valid-type]
+    config_name: ConfigNameText
+    config_version: ConfigVersionText
+    variables: StringMap | None = None
+    force: StrictBool = False
+    job_id: JobIdText | None = None
+    fires_at: AwareDatetime | None = None
+    max_attempts: PositiveInt32 | None = None
 
     def __init__(
         self,

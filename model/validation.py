@@ -23,16 +23,21 @@ from .errors import ConfigValidationError
 from .json_values import frozen_copy, json_problem, text_problem
 
 __all__ = [
-    "bounded_text",
-    "identity",
-    "positive_int32",
-    "aware_datetime",
-    "json_object",
-    "string_map",
-    "strict_bool",
-    "positive_seconds",
-    "non_negative_ms",
-    "non_empty_text",
+    "IdentityText",
+    "JobIdText",
+    "RunIdText",
+    "ContractNameText",
+    "ContractVersionText",
+    "ConfigNameText",
+    "ConfigVersionText",
+    "NonEmptyText",
+    "PositiveInt32",
+    "AwareDatetime",
+    "JsonObject",
+    "StringMap",
+    "StrictBool",
+    "PositiveSeconds",
+    "NonNegativeMs",
     "StrictModel",
     "config_error_from",
     "datetime_to_micros",
@@ -56,13 +61,19 @@ def _check_text(value: object, max_chars: int) -> str:
     return value
 
 
-def bounded_text(max_chars: int) -> Any:
-    """A nonempty ``str`` of at most ``max_chars`` characters, kept exactly as given."""
-    return Annotated[str, PlainValidator(lambda value: _check_text(value, max_chars))]
+def _text_check(max_chars: int) -> Callable[[object], str]:
+    return lambda value: _check_text(value, max_chars)
 
 
-identity = bounded_text(bounds.MAX_IDENTITY_CHARS)
-non_empty_text = bounded_text(10**9)
+# Nonempty strings of bounded length, kept exactly as given (never trimmed or folded).
+IdentityText = Annotated[str, PlainValidator(_text_check(bounds.MAX_IDENTITY_CHARS))]
+JobIdText = Annotated[str, PlainValidator(_text_check(bounds.MAX_JOB_ID_CHARS))]
+RunIdText = Annotated[str, PlainValidator(_text_check(bounds.MAX_RUN_ID_CHARS))]
+ContractNameText = Annotated[str, PlainValidator(_text_check(bounds.MAX_CONTRACT_NAME_CHARS))]
+ContractVersionText = Annotated[str, PlainValidator(_text_check(bounds.MAX_CONTRACT_VERSION_CHARS))]
+ConfigNameText = Annotated[str, PlainValidator(_text_check(bounds.MAX_CONFIG_NAME_CHARS))]
+ConfigVersionText = Annotated[str, PlainValidator(_text_check(bounds.MAX_CONFIG_VERSION_CHARS))]
+NonEmptyText = Annotated[str, PlainValidator(_text_check(10**9))]
 
 
 def _check_positive_int32(value: object) -> int:
@@ -73,7 +84,7 @@ def _check_positive_int32(value: object) -> int:
     return value  # type: ignore[return-value]
 
 
-positive_int32 = Annotated[int, PlainValidator(_check_positive_int32)]
+PositiveInt32 = Annotated[int, PlainValidator(_check_positive_int32)]
 
 
 def datetime_to_micros(value: dt.datetime) -> int:
@@ -95,7 +106,7 @@ def _check_aware_datetime(value: object) -> dt.datetime:
     return value
 
 
-aware_datetime = Annotated[dt.datetime, PlainValidator(_check_aware_datetime)]
+AwareDatetime = Annotated[dt.datetime, PlainValidator(_check_aware_datetime)]
 
 
 def _check_json_object(value: object) -> dict[str, Any]:
@@ -107,7 +118,7 @@ def _check_json_object(value: object) -> dict[str, Any]:
     return frozen_copy(value)  # type: ignore[no-any-return]
 
 
-json_object = Annotated[dict[str, Any], PlainValidator(_check_json_object)]
+JsonObject = Annotated[dict[str, Any], PlainValidator(_check_json_object)]
 
 
 def _check_string_map(value: object) -> dict[str, str]:
@@ -122,7 +133,7 @@ def _check_string_map(value: object) -> dict[str, str]:
     return dict(value)
 
 
-string_map = Annotated[dict[str, str], PlainValidator(_check_string_map)]
+StringMap = Annotated[dict[str, str], PlainValidator(_check_string_map)]
 
 
 def _check_strict_bool(value: object) -> bool:
@@ -131,7 +142,7 @@ def _check_strict_bool(value: object) -> bool:
     return value
 
 
-strict_bool = Annotated[bool, PlainValidator(_check_strict_bool)]
+StrictBool = Annotated[bool, PlainValidator(_check_strict_bool)]
 
 
 def _check_positive_seconds(value: object) -> float:
@@ -142,7 +153,7 @@ def _check_positive_seconds(value: object) -> float:
     return value  # type: ignore[return-value]
 
 
-positive_seconds = Annotated[float, PlainValidator(_check_positive_seconds)]
+PositiveSeconds = Annotated[float, PlainValidator(_check_positive_seconds)]
 
 
 def _check_non_negative_ms(value: object) -> int:
@@ -153,7 +164,7 @@ def _check_non_negative_ms(value: object) -> int:
     return value  # type: ignore[return-value]
 
 
-non_negative_ms = Annotated[int, PlainValidator(_check_non_negative_ms)]
+NonNegativeMs = Annotated[int, PlainValidator(_check_non_negative_ms)]
 
 
 def _authored(word: object, fallback: str) -> str:

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone on a fresh machine:
+#   bash .ci/test-all.sh
+# 1. a virtual environment (.venv) with tenure and its test dependencies;
+# 2. PostgreSQL from Debian's packages if missing, and a throwaway server on a free
+#    loopback port (stopped on exit; a missing server is a failure, never a skip);
+# 3. the pytest suite (python -P: see tests/test_layout.py) and, alongside it,
+#    CrossHair over the kernel contracts (a counterexample fails the run);
+# 4. the wheel, built once, installed into a clean environment, every module imported.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+START=$(date +%s)
+step() { echo; echo "== $* ($(( $(date +%s) - START )) s)"; }
+
+step "python"
+PYTHON=${PYTHON:-python3}
+"$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "tenure needs Python 3.11 or newer"'
+if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
+# pip's "Location ... is ignored" lines come from this machine's pip configuration.
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck]' \
+  2> >(grep -v "is ignored" >&2)
+.venv/bin/python -m pip check
+
+step "postgresql"
+if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade postgresql >/dev/null
+fi
+eval "$(bash .ci/pg-start.sh)"
+export PGTMP PGBIN
+trap 'bash "$ROOT/.ci/pg-stop.sh"' EXIT
+echo "throwaway server on port $PGPORT"
+
+step "type check (mypy --strict)"
+.venv/bin/python -m mypy -p tenure.model -p tenure.kernel -p tenure.adapters
+
+step "crosshair over the kernel contracts (in the background)"
+CROSSHAIR_LOG=$(mktemp)
+( cd /tmp && "$ROOT/.venv/bin/python" "$ROOT/.ci/crosshair_kernel.py" check --analysis_kind=PEP316 \
+    --per_condition_timeout=3 "$ROOT/kernel" ) >"$CROSSHAIR_LOG" 2>&1 &
+CROSSHAIR_PID=$!
+
+step "pytest"
+export CI=${CI:-true}
+.venv/bin/python -P -m pytest -q
+
+step "crosshair result"
+if wait "$CROSSHAIR_PID"; then
+  echo "crosshair: no counterexample"
+  cat "$CROSSHAIR_LOG"
+else
+  echo "crosshair found a counterexample or failed:"
+  cat "$CROSSHAIR_LOG"
+  exit 1
+fi
+
+step "wheel: build once, install into a clean environment, import every module"
+WHEEL_DIR=$(mktemp -d)
+.venv/bin/python -m pip wheel -q --no-deps -w "$WHEEL_DIR" . 2> >(grep -v "is ignored" >&2)
+"$PYTHON" -m venv "$WHEEL_DIR/venv"
+"$WHEEL_DIR/venv/bin/python" -m pip install -q "$WHEEL_DIR"/tenure-*.whl 2> >(grep -v "is ignored" >&2)
+( cd "$WHEEL_DIR" && "$WHEEL_DIR/venv/bin/python" - <<'PY'
+import importlib, pkgutil
+import tenure.model, tenure.kernel, tenure.adapters
+names = []
+for package in (tenure.model, tenure.kernel, tenure.adapters):
+    names.append(package.__name__)
+    names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+for name in names:
+    module = importlib.import_module(name)
+    assert "site-packages" in (module.__file__ or ""), name
+print(f"imported {len(names)} modules from the installed wheel")
+PY
+)
+rm -rf "$WHEEL_DIR"
+
+step "all checks passed"

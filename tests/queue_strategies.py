@@ -1,0 +1,290 @@
+"""Hypothesis strategies for queue records and commands.
+
+Values come from small pools with near misses (case, trailing space, a neighbouring
+generation, an instant one microsecond either side of ``NOW``) so that equal and
+almost-equal values meet often: that is where fences and guards can go wrong.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from tenure.kernel import (
+    ClaimFence,
+    AcknowledgeCancelOwned,
+    CancelAdmin,
+    ClaimLegacy,
+    ClaimOwned,
+    CommandType,
+    CompleteLegacy,
+    CompleteOwned,
+    DeleteLegacy,
+    ExpireLease,
+    FailLegacy,
+    FailOwned,
+    HeartbeatLegacy,
+    HeartbeatOwned,
+    JobRecord,
+    PurgeFinished,
+    QueueState,
+    ReadStateOwned,
+    RecoverOwned,
+    ReleaseKeyForLegacy,
+    ReleaseKeyForOwned,
+    RequestCancel,
+    SetPidLegacy,
+    SetPidOwned,
+    SubmitLegacy,
+    SubmitOwned,
+)
+from tenure.model import JobStatus, QueueKind, bounds
+from tenure.model.states import TERMINAL_STATUSES
+
+NOW = 1_800_000_000_000_000
+"""A database time in 2027, in microseconds."""
+
+JOB_IDS = ["job-1", "job-2", "JOB-1", "job-1 "]
+RUN_IDS = ["run-1", "run-2"]
+OWNERS = ["worker-a", "worker-b", "Worker-A", "worker-a "]
+TOKENS = ["token-1", "token-2", "TOKEN-1", "token-1 "]
+SUBMISSIONS = ["sub-1", "sub-2", "SUB-1"]
+FINGERPRINTS = ["v1:aaaa", "v1:bbbb"]
+KEYS = ["key-1", "key-2"]
+ACTIVE_KEYS = ["streaming:orders@1", "streaming:orders@2"]
+GENERATIONS = [1, 2, 3, bounds.INT64_MAX - 1, bounds.INT64_MAX]
+
+instants = st.one_of(
+    st.integers(NOW - 3, NOW + 3),
+    st.integers(NOW - 10**12, NOW + 10**12),
+)
+small_attempts = st.integers(1, 4) | st.just(bounds.INT32_MAX)
+
+
+@st.composite
+def records(
+    draw: st.DrawFn,
+    state: QueueState | None = None,
+    queue: QueueKind | None = None,
+) -> JobRecord | None:
+    """A record keeping every invariant (INV-Q1 ... INV-Q9), or None for ``absent``."""
+    if state is None:
+        state = draw(st.sampled_from(QueueState))
+    if state is QueueState.ABSENT:
+        return None
+    status = JobStatus(state.value)
+    queue = queue or draw(st.sampled_from(QueueKind))
+    claimed = status is JobStatus.CLAIMED
+    streaming = queue is QueueKind.STREAMING
+    max_attempts = draw(small_attempts)
+    if status is JobStatus.PENDING:
+        attempts = draw(st.integers(0, min(max_attempts - 1, 5)))
+    elif claimed:
+        attempts = draw(st.integers(1, min(max_attempts, 5)) | st.just(max_attempts))
+    else:
+        attempts = draw(st.integers(0, min(max_attempts, 5)))
+    generation = draw(st.just(attempts) | st.sampled_from([0, *GENERATIONS]))
+    if claimed:
+        generation = max(generation, 1)
+    has_owner = claimed or (generation >= 1 and draw(st.booleans()))
+    owner_id = draw(st.sampled_from(OWNERS)) if has_owner else None
+    claim_token = draw(st.sampled_from(TOKENS) | st.none()) if has_owner else None
+    owned = draw(st.booleans())
+    return JobRecord(
+        queue=queue,
+        job_id=draw(st.sampled_from(JOB_IDS)),
+        run_id=draw(st.sampled_from(RUN_IDS)) if queue is QueueKind.PIPELINE else None,
+        status=status,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        generation=generation,
+        owner_id=owner_id,
+        claim_token=claim_token,
+        claimed_at_us=draw(instants) if claimed else draw(st.none() | instants),
+        lease_expires_at_us=draw(instants) if claimed else None,
+        fires_at_us=draw(instants),
+        created_at_us=draw(instants),
+        completed_at_us=draw(instants) if status in TERMINAL_STATUSES else None,
+        cancel_requested=draw(st.booleans()) if claimed and streaming else False,
+        pid=draw(st.none() | st.integers(1, 5)) if claimed and streaming else None,
+        fence_required=owned,
+        submission_id=draw(st.sampled_from(SUBMISSIONS)) if owned else None,
+        fingerprint=draw(st.sampled_from(FINGERPRINTS)) if owned else None,
+        idempotency_key=None if streaming else draw(st.none() | st.sampled_from(KEYS)),
+        active_key=draw(st.none() | st.sampled_from(ACTIVE_KEYS)) if streaming else None,
+        dlq_record_id=None if streaming else draw(st.none() | st.just("dlq-1")),
+        error_message=draw(st.none() | st.just("boom")),
+        result_json=draw(st.none() | st.just('{"rows":3}')),
+        payload_json='{"authored":true}',
+    )
+
+
+@st.composite
+def fences(draw: st.DrawFn, record: JobRecord | None) -> ClaimFence:
+    """The record's exact fence, or one that differs in exactly one part, or a random one."""
+    exact = (
+        record is not None
+        and record.owner_id is not None
+        and record.claim_token is not None
+        and record.generation >= 1
+    )
+    if exact and draw(st.integers(0, 2)) > 0:
+        assert record is not None and record.owner_id is not None and record.claim_token is not None
+        parts = {
+            "queue": record.queue,
+            "job_id": record.job_id,
+            "owner_id": record.owner_id,
+            "generation": record.generation,
+            "claim_token": record.claim_token,
+        }
+        # Half the time the exact fence (so writes can apply), else one part changed.
+        change = None if draw(st.booleans()) else draw(
+            st.sampled_from(["queue", "job_id", "owner_id", "generation", "claim_token"])
+        )
+        if change == "queue":
+            parts["queue"] = draw(st.sampled_from([q for q in QueueKind if q is not record.queue]))
+        elif change == "job_id":
+            parts["job_id"] = draw(st.sampled_from([j for j in JOB_IDS if j != record.job_id]))
+        elif change == "owner_id":
+            parts["owner_id"] = draw(st.sampled_from([o for o in OWNERS if o != record.owner_id]))
+        elif change == "generation":
+            older_or_newer = [g for g in (record.generation - 1, record.generation + 1) if 1 <= g <= bounds.INT64_MAX]
+            parts["generation"] = draw(st.sampled_from(older_or_newer))
+        elif change == "claim_token":
+            parts["claim_token"] = draw(st.sampled_from([t for t in TOKENS if t != record.claim_token]))
+        return ClaimFence(**parts)  # type: ignore[arg-type]
+    return ClaimFence(
+        queue=draw(st.sampled_from(QueueKind)),
+        job_id=draw(st.sampled_from(JOB_IDS)),
+        owner_id=draw(st.sampled_from(OWNERS)),
+        generation=draw(st.sampled_from(GENERATIONS)),
+        claim_token=draw(st.sampled_from(TOKENS)),
+    )
+
+
+leases = st.integers(1, 5) | st.just(300_000_000)
+backoff = st.tuples(st.integers(0, 3), st.integers(3, 10))
+
+
+@st.composite
+def submissions(draw: st.DrawFn, record: JobRecord | None, owned: bool) -> SubmitOwned | SubmitLegacy:
+    queue = record.queue if record is not None and draw(st.booleans()) else draw(st.sampled_from(QueueKind))
+    streaming = queue is QueueKind.STREAMING
+    fields = dict(
+        queue=queue,
+        job_id=draw(st.sampled_from(JOB_IDS)),
+        run_id=draw(st.sampled_from(RUN_IDS)) if queue is QueueKind.PIPELINE else None,
+        fires_at_us=draw(st.none() | instants),
+        max_attempts=draw(small_attempts),
+        idempotency_key=None if streaming else draw(st.none() | st.sampled_from(KEYS)),
+        active_key=draw(st.sampled_from(ACTIVE_KEYS)) if streaming else None,
+        payload_json='{"authored":true}',
+    )
+    if not owned:
+        return SubmitLegacy(**fields)  # type: ignore[arg-type]
+    if record is not None and record.submission_id is not None and draw(st.booleans()):
+        submission_id, fingerprint = record.submission_id, draw(
+            st.just(record.fingerprint) | st.sampled_from(FINGERPRINTS)
+        )
+    else:
+        submission_id = draw(st.sampled_from(SUBMISSIONS))
+        fingerprint = draw(st.sampled_from(FINGERPRINTS))
+    return SubmitOwned(submission_id=submission_id, fingerprint=fingerprint, **fields)  # type: ignore[arg-type]
+
+
+def _owner_for(draw: st.DrawFn, record: JobRecord | None) -> str:
+    if record is not None and record.owner_id is not None and draw(st.booleans()):
+        return record.owner_id
+    return draw(st.sampled_from(OWNERS))
+
+
+def _token_for(draw: st.DrawFn, record: JobRecord | None) -> str:
+    if record is not None and record.claim_token is not None and draw(st.booleans()):
+        return record.claim_token
+    return draw(st.sampled_from(TOKENS))
+
+
+@st.composite
+def commands(draw: st.DrawFn, kind: CommandType, record: JobRecord | None) -> object:
+    """A well-formed command of ``kind``, often aimed at ``record``."""
+    if kind is CommandType.SUBMIT_OWNED:
+        return draw(submissions(record, owned=True))
+    if kind is CommandType.SUBMIT_LEGACY:
+        return draw(submissions(record, owned=False))
+    if kind is CommandType.RELEASE_KEY_FOR_OWNED:
+        return ReleaseKeyForOwned(force=draw(st.booleans()))
+    if kind is CommandType.RELEASE_KEY_FOR_LEGACY:
+        return ReleaseKeyForLegacy()
+    if kind is CommandType.CLAIM_OWNED:
+        return ClaimOwned(
+            owner_id=_owner_for(draw, record),
+            claim_token=draw(st.sampled_from(TOKENS)),
+            nonce_already_stored=draw(st.booleans()),
+            lease_us=draw(leases),
+        )
+    if kind is CommandType.CLAIM_LEGACY:
+        return ClaimLegacy(owner_id=_owner_for(draw, record), lease_us=draw(leases))
+    if kind is CommandType.RECOVER_OWNED:
+        return RecoverOwned(owner_id=_owner_for(draw, record), claim_token=_token_for(draw, record))
+    if kind is CommandType.EXPIRE_LEASE:
+        return ExpireLease()
+    if kind is CommandType.HEARTBEAT_OWNED:
+        return HeartbeatOwned(fence=draw(fences(record)), lease_us=draw(leases))
+    if kind is CommandType.COMPLETE_OWNED:
+        return CompleteOwned(fence=draw(fences(record)), result_json=draw(st.none() | st.just('{"ok":1}')))
+    if kind in (CommandType.FAIL_OWNED, CommandType.FAIL_LEGACY):
+        base, ceiling = draw(backoff)
+        failure = dict(
+            error_message="worker error",
+            retry=draw(st.booleans()),
+            dlq_record_id=None if record is not None and record.queue is QueueKind.STREAMING else draw(st.none() | st.just("dlq-9")),
+            backoff_base_ms=base,
+            backoff_max_ms=ceiling,
+        )
+        if kind is CommandType.FAIL_LEGACY:
+            return FailLegacy(**failure)  # type: ignore[arg-type]
+        return FailOwned(fence=draw(fences(record)), **failure)  # type: ignore[arg-type]
+    if kind is CommandType.SET_PID_OWNED:
+        return SetPidOwned(fence=draw(fences(record)), pid=draw(st.integers(1, 5)))
+    if kind is CommandType.READ_STATE_OWNED:
+        return ReadStateOwned(fence=draw(fences(record)))
+    if kind is CommandType.ACKNOWLEDGE_CANCEL_OWNED:
+        return AcknowledgeCancelOwned(fence=draw(fences(record)))
+    if kind is CommandType.REQUEST_CANCEL:
+        return RequestCancel()
+    if kind is CommandType.CANCEL_ADMIN:
+        return CancelAdmin()
+    if kind is CommandType.HEARTBEAT_LEGACY:
+        return HeartbeatLegacy(owner_id=_owner_for(draw, record), lease_us=draw(leases))
+    if kind is CommandType.COMPLETE_LEGACY:
+        return CompleteLegacy(result_json=draw(st.none() | st.just('{"ok":1}')))
+    if kind is CommandType.SET_PID_LEGACY:
+        return SetPidLegacy(pid=draw(st.integers(1, 5)))
+    if kind is CommandType.DELETE_LEGACY:
+        return DeleteLegacy()
+    if kind is CommandType.PURGE_FINISHED:
+        return PurgeFinished(older_than_us=draw(instants))
+    raise AssertionError(f"no strategy for {kind}")
+
+
+now_values = st.integers(NOW - 3, NOW + 3) | instants
+
+
+@st.composite
+def situations(
+    draw: st.DrawFn, state: QueueState | None = None, kind: CommandType | None = None
+) -> tuple[JobRecord | None, object, int]:
+    """A (record, command, now) triple; all three generated together so they often meet."""
+    record = draw(records(state))
+    kind = kind or draw(st.sampled_from(CommandType))
+    command = draw(commands(kind, record))
+    return record, command, draw(_now_near(record))
+
+
+def _now_near(record: JobRecord | None) -> st.SearchStrategy[int]:
+    """Database times at the record's boundaries (one microsecond either side), or anywhere."""
+    anchors = [NOW]
+    if record is not None:
+        anchors += [record.fires_at_us]
+        if record.lease_expires_at_us is not None:
+            anchors += [record.lease_expires_at_us] * 2
+    return st.sampled_from(anchors).flatmap(lambda at: st.integers(at - 1, at + 1)) | now_values

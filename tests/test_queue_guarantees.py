@@ -1,0 +1,538 @@
+"""Each guarantee of the owned queue, as a plain example a reviewer can read."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tenure.kernel import (
+    ClaimFence,
+    REFUSAL_OUTCOMES,
+    Ack,
+    AcknowledgeCancelOwned,
+    Applied,
+    CancelAdmin,
+    ClaimGranted,
+    ClaimLegacy,
+    ClaimOwned,
+    CompleteLegacy,
+    CompleteOwned,
+    DeleteLegacy,
+    ExpireLease,
+    FailLegacy,
+    FailOwned,
+    HeartbeatLegacy,
+    HeartbeatOwned,
+    JobRecord,
+    Outcome,
+    PurgeFinished,
+    ReadStateOwned,
+    RecoverOwned,
+    Refusal,
+    Refused,
+    ReleaseKeyForLegacy,
+    ReleaseKeyForOwned,
+    RequestCancel,
+    SetPidLegacy,
+    SetPidOwned,
+    StreamingStateReply,
+    SubmitLegacy,
+    Submitted,
+    SubmitOwned,
+    backoff_delay_us,
+    claim_identity_problem,
+    decide,
+    record_violations,
+)
+from tenure.model import JobStatus, QueueClaimFence, QueueKind, bounds
+
+NOW = 1_800_000_000_000_000
+LEASE = 30_000_000
+
+
+def pending(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> JobRecord:
+    """An owned submission waiting to be claimed."""
+    record = JobRecord(
+        queue=queue,
+        job_id="job-1",
+        run_id="run-1" if queue is QueueKind.PIPELINE else None,
+        status=JobStatus.PENDING,
+        attempts=0,
+        max_attempts=3,
+        generation=0,
+        owner_id=None,
+        claim_token=None,
+        claimed_at_us=None,
+        lease_expires_at_us=None,
+        fires_at_us=NOW - 1,
+        created_at_us=NOW - 10,
+        completed_at_us=None,
+        cancel_requested=False,
+        pid=None,
+        fence_required=True,
+        submission_id="sub-1",
+        fingerprint="v1:aaaa",
+        idempotency_key=None,
+        active_key="streaming:orders@1" if queue is QueueKind.STREAMING else None,
+        dlq_record_id=None,
+        error_message=None,
+        result_json=None,
+        payload_json="{}",
+    )
+    record = dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+    assert record_violations(record) == []
+    return record
+
+
+def claimed(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> JobRecord:
+    """An owned, live claim by worker-a with token-1 at generation 1."""
+    base = pending(queue)
+    record = dataclasses.replace(
+        base,
+        status=JobStatus.CLAIMED,
+        attempts=1,
+        generation=1,
+        owner_id="worker-a",
+        claim_token="token-1",
+        claimed_at_us=NOW - 5,
+        lease_expires_at_us=NOW + LEASE,
+    )
+    record = dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+    assert record_violations(record) == []
+    return record
+
+
+def fence_of(record: JobRecord, **changes: object) -> ClaimFence:
+    assert record.owner_id is not None and record.claim_token is not None
+    parts = dict(
+        queue=record.queue,
+        job_id=record.job_id,
+        owner_id=record.owner_id,
+        generation=record.generation,
+        claim_token=record.claim_token,
+    )
+    parts.update(changes)
+    return ClaimFence(**parts)  # type: ignore[arg-type]
+
+
+def complete(fence: ClaimFence) -> CompleteOwned:
+    return CompleteOwned(fence=fence, result_json='{"rows":3}')
+
+
+def fail(fence: ClaimFence, *, retry: bool) -> FailOwned:
+    return FailOwned(
+        fence=fence, error_message="boom", retry=retry, dlq_record_id="dlq-1",
+        backoff_base_ms=1000, backoff_max_ms=300_000,
+    )
+
+
+def refused(decision: object, reason: Refusal) -> bool:
+    return isinstance(decision, Refused) and decision.reason is reason
+
+
+# --- Fenced writes -------------------------------------------------------------------
+
+
+def test_complete_with_the_exact_live_fence_applies_and_stores_the_result() -> None:
+    record = claimed()
+    decision = decide(record, complete(fence_of(record)), NOW)
+    assert isinstance(decision, Applied) and decision.reply == Ack()
+    assert decision.new_record is not None
+    assert decision.new_record.status is JobStatus.COMPLETED
+    assert decision.new_record.result_json == '{"rows":3}'
+    assert decision.new_record.lease_expires_at_us is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"owner_id": "worker-b"},
+        {"owner_id": "Worker-A"},
+        {"owner_id": "worker-a "},
+        {"claim_token": "TOKEN-1"},
+        {"claim_token": "token-1 "},
+        {"job_id": "JOB-1"},
+        {"queue": QueueKind.PIPELINE},
+        {"generation": 2},
+    ],
+    ids=["other-owner", "owner-case", "owner-padding", "token-case", "token-padding", "job-case", "queue", "newer-generation"],
+)
+def test_complete_with_any_fence_part_changed_is_refused_as_stale(change: dict[str, object]) -> None:
+    record = claimed()
+    assert refused(decide(record, complete(fence_of(record, **change)), NOW), Refusal.STALE_FENCE)
+
+
+def test_complete_with_an_older_generation_and_the_same_token_is_refused() -> None:
+    # A token can legitimately come back after a legacy claim cleared it; only the
+    # generation then tells the incarnations apart.
+    record = claimed(generation=5, attempts=1)
+    assert refused(decide(record, complete(fence_of(record, generation=4)), NOW), Refusal.STALE_FENCE)
+
+
+def test_a_fence_whose_generation_is_a_bool_never_matches() -> None:
+    record = claimed()
+    assert refused(decide(record, complete(fence_of(record, generation=True)), NOW), Refusal.STALE_FENCE)
+
+
+def test_the_kernel_fence_carries_the_public_fence_parts_unchanged() -> None:
+    public = QueueClaimFence(QueueKind.STREAMING, "job-1", "worker-a", 7, "token-1")
+    assert ClaimFence.of(public) == ClaimFence(
+        queue=QueueKind.STREAMING, job_id="job-1", owner_id="worker-a", generation=7, claim_token="token-1"
+    )
+
+
+def test_the_fence_constructor_refuses_a_bool_generation() -> None:
+    from tenure.model import ConfigValidationError
+
+    with pytest.raises(ConfigValidationError):
+        QueueClaimFence(QueueKind.VALIDATION, "job-1", "worker-a", True, "token-1")  # type: ignore[arg-type]
+
+
+def test_complete_when_the_lease_ends_exactly_now_is_refused() -> None:
+    record = claimed(lease_expires_at_us=NOW)
+    assert refused(decide(record, complete(fence_of(record)), NOW), Refusal.LEASE_EXPIRED)
+
+
+def test_complete_one_microsecond_before_the_lease_ends_applies() -> None:
+    record = claimed(lease_expires_at_us=NOW + 1)
+    assert isinstance(decide(record, complete(fence_of(record)), NOW), Applied)
+
+
+def test_a_repeated_completion_returns_false() -> None:
+    record = claimed()
+    first = decide(record, complete(fence_of(record)), NOW)
+    assert isinstance(first, Applied) and first.new_record is not None
+    assert refused(decide(first.new_record, complete(fence_of(record)), NOW), Refusal.NOT_CLAIMED)
+
+
+def test_a_row_claimed_by_a_legacy_worker_matches_no_fence() -> None:
+    record = claimed(claim_token=None)
+    forged = ClaimFence(queue=QueueKind.VALIDATION, job_id="job-1", owner_id="worker-a", generation=1, claim_token="token-1")
+    assert refused(decide(record, complete(forged), NOW), Refusal.STALE_FENCE)
+
+
+def test_heartbeat_renews_the_lease_from_database_time() -> None:
+    record = claimed()
+    decision = decide(record, HeartbeatOwned(fence=fence_of(record), lease_us=LEASE), NOW + 7)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert decision.new_record.lease_expires_at_us == NOW + 7 + LEASE
+
+
+def test_fail_with_retry_waits_the_configured_backoff_and_keeps_the_error() -> None:
+    record = claimed(attempts=2, generation=2)
+    decision = decide(record, fail(fence_of(record), retry=True), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert decision.new_record.status is JobStatus.PENDING
+    assert decision.new_record.fires_at_us == NOW + min(300_000, 1000 * 2**2) * 1000
+    assert decision.new_record.error_message == "boom"
+
+
+def test_fail_without_attempts_left_is_terminal_and_keeps_the_dlq_id_as_correlation() -> None:
+    record = claimed(attempts=3, generation=3)
+    decision = decide(record, fail(fence_of(record), retry=True), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert decision.new_record.status is JobStatus.FAILED
+    assert decision.new_record.dlq_record_id == "dlq-1"
+
+
+def test_backoff_doubles_per_attempt_up_to_its_maximum() -> None:
+    assert [backoff_delay_us(n, 1000, 300_000) // 1000 for n in range(0, 10)] == [
+        1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 300000,
+    ]
+    assert backoff_delay_us(10**9, 1000, 300_000) == 300_000_000
+    assert backoff_delay_us(-3, 1000, 300_000) == 1_000_000
+
+
+# --- Streaming cancellation ----------------------------------------------------------
+
+
+def test_a_cancel_requested_stream_cannot_complete_fail_or_change_its_pid() -> None:
+    record = claimed(QueueKind.STREAMING, cancel_requested=True, pid=42)
+    fence = fence_of(record)
+    for command in (
+        complete(fence),
+        FailOwned(fence=fence, error_message="x", retry=False, dlq_record_id=None, backoff_base_ms=0, backoff_max_ms=0),
+        SetPidOwned(fence=fence, pid=43),
+    ):
+        assert refused(decide(record, command, NOW), Refusal.CANCEL_REQUESTED)
+
+
+def test_a_cancel_requested_stream_can_still_heartbeat_and_read_its_state() -> None:
+    record = claimed(QueueKind.STREAMING, cancel_requested=True, pid=42)
+    assert isinstance(decide(record, HeartbeatOwned(fence=fence_of(record), lease_us=LEASE), NOW), Applied)
+    state = decide(record, ReadStateOwned(fence=fence_of(record)), NOW)
+    assert isinstance(state, Applied) and state.reply == StreamingStateReply(True, 42)
+
+
+def test_cancel_acknowledgement_needs_a_request_and_then_cancels_clears_and_releases_the_key() -> None:
+    record = claimed(QueueKind.STREAMING, pid=42)
+    assert refused(decide(record, AcknowledgeCancelOwned(fence=fence_of(record)), NOW), Refusal.NO_CANCEL_REQUEST)
+    requested = decide(record, RequestCancel(), NOW)
+    assert isinstance(requested, Applied) and requested.new_record is not None
+    acked = decide(requested.new_record, AcknowledgeCancelOwned(fence=fence_of(record)), NOW)
+    assert isinstance(acked, Applied) and acked.new_record is not None
+    new = acked.new_record
+    assert (new.status, new.lease_expires_at_us, new.pid, new.active_key) == (JobStatus.CANCELLED, None, None, None)
+
+
+def test_an_expired_cancel_requested_stream_becomes_cancelled_never_executable_again() -> None:
+    record = claimed(QueueKind.STREAMING, cancel_requested=True, lease_expires_at_us=NOW)
+    decision = decide(record, ExpireLease(), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert decision.new_record.status is JobStatus.CANCELLED
+
+
+def test_request_cancel_ends_a_pending_stream_at_once_and_refuses_a_finished_one() -> None:
+    decision = decide(pending(QueueKind.STREAMING), RequestCancel(), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert decision.new_record.status is JobStatus.CANCELLED
+    assert refused(decide(decision.new_record, RequestCancel(), NOW), Refusal.ALREADY_FINISHED)
+
+
+# --- Lease expiry --------------------------------------------------------------------
+
+
+def test_an_expired_claim_with_attempts_left_returns_to_pending() -> None:
+    record = claimed(lease_expires_at_us=NOW - 1)
+    decision = decide(record, ExpireLease(), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert decision.new_record.status is JobStatus.PENDING
+
+
+def test_an_expired_claim_without_attempts_left_fails() -> None:
+    record = claimed(attempts=3, generation=3, lease_expires_at_us=NOW)
+    decision = decide(record, ExpireLease(), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert decision.new_record.status is JobStatus.FAILED
+
+
+def test_a_live_lease_is_not_expired() -> None:
+    assert refused(decide(claimed(lease_expires_at_us=NOW + 1), ExpireLease(), NOW), Refusal.LEASE_STILL_LIVE)
+
+
+# --- Claims and recovery -------------------------------------------------------------
+
+
+def claim(token: str = "token-9", *, stored: bool = False) -> ClaimOwned:
+    return ClaimOwned(owner_id="worker-b", claim_token=token, nonce_already_stored=stored, lease_us=LEASE)
+
+
+def test_a_claim_with_a_stored_nonce_is_a_conflict_even_when_nothing_is_eligible() -> None:
+    assert refused(decide(pending(), claim(stored=True), NOW), Refusal.NONCE_REUSED)
+    assert refused(decide(None, claim(stored=True), NOW), Refusal.NONCE_REUSED)
+    assert REFUSAL_OUTCOMES[Refusal.NONCE_REUSED] is Outcome.CLAIM_CONFLICT
+
+
+def test_a_claim_at_the_last_generation_is_refused_instead_of_overflowing() -> None:
+    record = pending(generation=bounds.INT64_MAX, owner_id="worker-a")
+    assert refused(decide(record, claim(), NOW), Refusal.GENERATION_EXHAUSTED)
+    assert REFUSAL_OUTCOMES[Refusal.GENERATION_EXHAUSTED] is Outcome.CLAIM_CONFLICT
+
+
+def test_the_generation_advances_on_every_claim_independently_of_attempts() -> None:
+    record = pending(generation=7, attempts=0, owner_id="worker-a")
+    decision = decide(record, claim(), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert (decision.new_record.generation, decision.new_record.attempts) == (8, 1)
+
+
+def test_a_job_that_is_not_yet_due_is_not_claimed() -> None:
+    assert refused(decide(pending(fires_at_us=NOW + 1), claim(), NOW), Refusal.NOT_ELIGIBLE)
+    assert isinstance(decide(pending(fires_at_us=NOW), claim(), NOW), Applied)
+
+
+def test_a_legacy_claim_never_takes_a_protected_submission() -> None:
+    command = ClaimLegacy(owner_id="worker-b", lease_us=LEASE)
+    assert refused(decide(pending(), command, NOW), Refusal.NOT_ELIGIBLE)
+    legacy = pending(fence_required=False, submission_id=None, fingerprint=None)
+    decision = decide(legacy, command, NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert decision.new_record.claim_token is None
+
+
+def test_an_owned_claim_of_a_legacy_row_protects_the_claim_but_does_not_make_it_a_submission() -> None:
+    legacy = pending(fence_required=False, submission_id=None, fingerprint=None)
+    decision = decide(legacy, claim(), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    new = decision.new_record
+    assert new.claim_token == "token-9" and not new.fence_required and new.submission_id is None
+    assert refused(decide(new, CompleteLegacy(result_json=None), NOW), Refusal.OWNED_INCARNATION)
+
+
+def test_recovery_returns_the_live_claim_and_changes_nothing() -> None:
+    record = claimed()
+    decision = decide(record, RecoverOwned(owner_id="worker-a", claim_token="token-1"), NOW)
+    assert isinstance(decision, Applied) and decision.reply == ClaimGranted()
+    assert decision.new_record == record
+
+
+@pytest.mark.parametrize(
+    ("record_changes", "owner"),
+    [({}, "worker-b"), ({"lease_expires_at_us": NOW}, "worker-a")],
+    ids=["other-owner", "expired"],
+)
+def test_recovery_of_another_owner_or_an_expired_claim_observes_nothing(record_changes: dict[str, object], owner: str) -> None:
+    record = claimed(**record_changes)
+    assert refused(decide(record, RecoverOwned(owner_id=owner, claim_token="token-1"), NOW), Refusal.NO_LIVE_CLAIM)
+
+
+def test_claim_identity_read_back_must_be_exact() -> None:
+    expected = claimed()
+    assert claim_identity_problem(expected, "worker-a", "token-1", 1) is None
+    for owner, token, generation in [
+        ("worker-a ", "token-1", 1),
+        ("WORKER-A", "token-1", 1),
+        ("worker-a", "token-1 ", 1),
+        ("worker-a", "token-1", 2),
+        ("worker-a", "token-1", True),
+        ("worker-a", "token-1", "1"),
+        (None, "token-1", 1),
+    ]:
+        assert claim_identity_problem(expected, owner, token, generation) == "claim_identity_changed"
+
+
+# --- Submission ----------------------------------------------------------------------
+
+
+def submit_owned(**changes: object) -> SubmitOwned:
+    fields: dict[str, object] = dict(
+        queue=QueueKind.VALIDATION, submission_id="sub-1", fingerprint="v1:aaaa", job_id="job-new",
+        run_id=None, fires_at_us=None, max_attempts=3, idempotency_key=None, active_key=None,
+        payload_json="{}",
+    )
+    fields.update(changes)
+    return SubmitOwned(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("status", list(JobStatus), ids=lambda s: s.value)
+def test_an_exact_replay_returns_the_original_id_in_every_status(status: JobStatus) -> None:
+    record = claimed() if status is JobStatus.CLAIMED else pending()
+    if status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
+        record = dataclasses.replace(record, status=status, completed_at_us=NOW)
+    decision = decide(record, submit_owned(), NOW)
+    assert isinstance(decision, Applied)
+    assert decision.reply == Submitted("job-1", None, replayed=True)
+    assert decision.new_record == record
+
+
+def test_changed_content_under_the_same_submission_id_conflicts() -> None:
+    decision = decide(pending(), submit_owned(fingerprint="v1:bbbb"), NOW)
+    assert refused(decision, Refusal.FINGERPRINT_MISMATCH)
+    assert REFUSAL_OUTCOMES[Refusal.FINGERPRINT_MISMATCH] is Outcome.SUBMISSION_CONFLICT
+
+
+def test_a_legacy_row_is_never_promoted_by_an_owned_submission() -> None:
+    legacy = pending(fence_required=False, submission_id=None, fingerprint=None, idempotency_key="key-1")
+    decision = decide(legacy, submit_owned(idempotency_key="key-1"), NOW)
+    assert refused(decision, Refusal.LEGACY_ROW_COLLISION)
+
+
+def test_another_submission_with_the_same_job_id_conflicts() -> None:
+    assert refused(decide(pending(submission_id="sub-2"), submit_owned(), NOW), Refusal.IDENTITY_COLLISION)
+
+
+def test_a_new_owned_submission_is_protected_with_generation_zero_and_no_token() -> None:
+    decision = decide(None, submit_owned(), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    new = decision.new_record
+    assert (new.fence_required, new.generation, new.claim_token, new.fires_at_us) == (True, 0, None, NOW)
+
+
+def test_a_legacy_submission_returns_an_unprotected_row_holding_its_key_but_refuses_a_protected_one() -> None:
+    command = SubmitLegacy(
+        queue=QueueKind.VALIDATION, job_id="job-9", run_id=None, fires_at_us=None,
+        max_attempts=3, idempotency_key="key-1", active_key=None, payload_json="{}",
+    )
+    legacy = pending(fence_required=False, submission_id=None, fingerprint=None, idempotency_key="key-1")
+    decision = decide(legacy, command, NOW)
+    assert isinstance(decision, Applied) and decision.reply == Submitted("job-1", None, replayed=True)
+    assert refused(decide(pending(idempotency_key="key-1"), command, NOW), Refusal.PROTECTED_KEY_COLLISION)
+
+
+# --- Forced streaming rerun ----------------------------------------------------------
+
+
+def test_a_forced_rerun_cancels_an_active_owned_predecessor_and_releases_its_key() -> None:
+    for predecessor in (pending(QueueKind.STREAMING), claimed(QueueKind.STREAMING, pid=7)):
+        decision = decide(predecessor, ReleaseKeyForOwned(force=True), NOW)
+        assert isinstance(decision, Applied) and decision.new_record is not None
+        assert (decision.new_record.status, decision.new_record.active_key) == (JobStatus.CANCELLED, None)
+
+
+def test_an_unforced_owned_submission_conflicts_with_an_active_owned_predecessor() -> None:
+    assert refused(decide(claimed(QueueKind.STREAMING), ReleaseKeyForOwned(force=False), NOW), Refusal.ACTIVE_KEY_HELD)
+
+
+def test_a_legacy_predecessor_refuses_an_owned_rerun() -> None:
+    legacy = pending(QueueKind.STREAMING, fence_required=False, submission_id=None, fingerprint=None)
+    assert refused(decide(legacy, ReleaseKeyForOwned(force=True), NOW), Refusal.LEGACY_PREDECESSOR)
+
+
+def test_a_legacy_force_cannot_cancel_protected_or_owned_work() -> None:
+    assert refused(decide(pending(QueueKind.STREAMING), ReleaseKeyForLegacy(), NOW), Refusal.PROTECTED_PREDECESSOR)
+    owned_claim_of_legacy_row = claimed(
+        QueueKind.STREAMING, fence_required=False, submission_id=None, fingerprint=None
+    )
+    assert refused(decide(owned_claim_of_legacy_row, ReleaseKeyForLegacy(), NOW), Refusal.PROTECTED_PREDECESSOR)
+
+
+def test_a_terminal_owned_predecessor_still_holding_a_key_releases_it_without_force() -> None:
+    old = dataclasses.replace(pending(QueueKind.STREAMING), status=JobStatus.FAILED, completed_at_us=NOW - 1)
+    decision = decide(old, ReleaseKeyForOwned(force=False), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    assert (decision.new_record.status, decision.new_record.active_key) == (JobStatus.FAILED, None)
+
+
+# --- Legacy coexistence --------------------------------------------------------------
+
+
+LEGACY_WRITES = [
+    HeartbeatLegacy(owner_id="worker-a", lease_us=LEASE),
+    CompleteLegacy(result_json=None),
+    FailLegacy(error_message="x", retry=True, dlq_record_id=None, backoff_base_ms=0, backoff_max_ms=0),
+    SetPidLegacy(pid=9),
+]
+
+
+@pytest.mark.parametrize("command", LEGACY_WRITES, ids=lambda c: c.kind.value)
+def test_legacy_writes_never_change_a_protected_submission(command: object) -> None:
+    record = claimed(QueueKind.STREAMING, claim_token=None)
+    assert refused(decide(record, command, NOW), Refusal.PROTECTED_ROW)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("command", LEGACY_WRITES, ids=lambda c: c.kind.value)
+def test_legacy_writes_never_change_a_currently_owned_incarnation(command: object) -> None:
+    record = claimed(QueueKind.STREAMING, fence_required=False, submission_id=None, fingerprint=None)
+    assert refused(decide(record, command, NOW), Refusal.OWNED_INCARNATION)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("command", LEGACY_WRITES, ids=lambda c: c.kind.value)
+def test_legacy_writes_still_work_on_legacy_claims(command: object) -> None:
+    record = claimed(QueueKind.STREAMING, fence_required=False, submission_id=None, fingerprint=None, claim_token=None)
+    assert isinstance(decide(record, command, NOW), Applied)  # type: ignore[arg-type]
+
+
+def test_delete_and_retention_skip_protected_rows() -> None:
+    finished = dataclasses.replace(pending(), status=JobStatus.COMPLETED, completed_at_us=NOW - 100)
+    assert refused(decide(finished, DeleteLegacy(), NOW), Refusal.PROTECTED_ROW)
+    assert refused(decide(finished, PurgeFinished(older_than_us=NOW), NOW), Refusal.PROTECTED_ROW)
+    legacy = dataclasses.replace(finished, fence_required=False, submission_id=None, fingerprint=None)
+    assert decide(legacy, PurgeFinished(older_than_us=NOW), NOW) == Applied(None, Ack())
+    assert refused(decide(legacy, PurgeFinished(older_than_us=NOW - 100), NOW), Refusal.RETAINED)
+
+
+def test_administrative_cancel_voids_a_live_owned_fence_but_keeps_the_submission_identity() -> None:
+    record = claimed()
+    decision = decide(record, CancelAdmin(), NOW)
+    assert isinstance(decision, Applied) and decision.new_record is not None
+    cancelled = decision.new_record
+    assert (cancelled.status, cancelled.submission_id, cancelled.fingerprint) == (JobStatus.CANCELLED, "sub-1", "v1:aaaa")
+    assert refused(decide(cancelled, complete(fence_of(record)), NOW), Refusal.NOT_CLAIMED)
+
+
+def test_every_refusal_has_an_outcome_and_only_submission_and_claim_conflicts_raise() -> None:
+    assert set(REFUSAL_OUTCOMES) == set(Refusal)
+    raising = {reason for reason, outcome in REFUSAL_OUTCOMES.items() if outcome is not Outcome.NEGATIVE}
+    assert {Refusal.NONCE_REUSED, Refusal.GENERATION_EXHAUSTED, Refusal.FINGERPRINT_MISMATCH} <= raising
+    assert Refusal.STALE_FENCE not in raising and Refusal.LEASE_EXPIRED not in raising

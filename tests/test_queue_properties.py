@@ -1,0 +1,94 @@
+"""Properties of every queue decision, over generated records, commands and times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from queue_strategies import NOW, records, situations
+from tenure.kernel import (
+    Applied,
+    ClaimGranted,
+    CommandType,
+    QueueState,
+    Refused,
+    Submitted,
+    decide,
+    is_valid_record,
+    record_violations,
+    transition_violations,
+)
+from tenure.kernel.queue_commands import command_violations
+from tenure.kernel.queue_record import JobRecord
+
+
+@settings(max_examples=300)
+@given(record=records())
+def test_generated_records_keep_every_invariant(record: JobRecord | None) -> None:
+    if record is not None:
+        assert record_violations(record) == []
+
+
+@pytest.mark.parametrize("state", list(QueueState), ids=lambda s: s.value)
+@pytest.mark.parametrize("kind", list(CommandType), ids=lambda c: c.value)
+@settings(max_examples=100)
+@given(data=st.data())
+def test_every_decision_keeps_the_record_invariants_and_the_transition_rules(
+    state: QueueState, kind: CommandType, data: st.DataObject
+) -> None:
+    record, command, now_us = data.draw(situations(state, kind))
+    assert command_violations(command) == []  # type: ignore[arg-type]
+    decision = decide(record, command, now_us)  # type: ignore[arg-type]
+    assert transition_violations(record, command, now_us, decision) == []  # type: ignore[arg-type]
+    if isinstance(decision, Applied) and decision.new_record is not None:
+        assert record_violations(decision.new_record) == []
+
+
+@settings(max_examples=1500)
+@given(situation=situations())
+def test_read_only_commands_never_change_the_record(situation: tuple[Any, Any, int]) -> None:
+    record, command, now_us = situation
+    decision = decide(record, command, now_us)
+    read_only = {CommandType.RECOVER_OWNED, CommandType.READ_STATE_OWNED}
+    if command.kind in read_only and isinstance(decision, Applied):
+        assert decision.new_record == record
+
+
+@settings(max_examples=1500)
+@given(situation=situations(kind=CommandType.SUBMIT_OWNED))
+def test_a_replayed_submission_returns_the_original_ids_and_changes_nothing(
+    situation: tuple[Any, Any, int],
+) -> None:
+    record, command, now_us = situation
+    decision = decide(record, command, now_us)
+    if isinstance(decision, Applied) and record is not None:
+        assert decision.new_record == record
+        assert decision.reply == Submitted(record.job_id, record.run_id, replayed=True)
+        assert (record.submission_id, record.fingerprint) == (command.submission_id, command.fingerprint)
+
+
+@settings(max_examples=2000)
+@given(situation=situations(state=QueueState.PENDING, kind=CommandType.CLAIM_OWNED))
+def test_an_owned_claim_stores_exactly_the_requested_owner_and_nonce_with_a_fresh_generation(
+    situation: tuple[Any, Any, int],
+) -> None:
+    record, command, now_us = situation
+    decision = decide(record, command, now_us)
+    if isinstance(decision, Applied):
+        new = decision.new_record
+        assert isinstance(decision.reply, ClaimGranted)
+        assert (new.owner_id, new.claim_token) == (command.owner_id, command.claim_token)
+        assert new.generation == record.generation + 1
+        assert new.lease_expires_at_us == now_us + command.lease_us > now_us
+        assert new.attempts == record.attempts + 1
+    else:
+        assert isinstance(decision, Refused)
+
+
+@given(record=records(), now_us=st.integers(NOW - 5, NOW + 5))
+def test_is_valid_record_agrees_with_record_violations(record: JobRecord | None, now_us: int) -> None:
+    if record is not None:
+        assert is_valid_record(record) == (record_violations(record) == [])
