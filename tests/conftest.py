@@ -31,3 +31,45 @@ if _mutant:
     import kernel_mutants
 
     kernel_mutants.apply(_mutant)
+
+
+# --- A real PostgreSQL server for the tests that need one. ---------------------------
+
+import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """The DSN of a real, throwaway PostgreSQL server.
+
+    `.ci/test-all.sh` starts one and exports TEST_PG_DSN. Run alone, the fixture starts
+    its own with `.ci/pg-start.sh`. It never skips: without a server the tests fail.
+    """
+    dsn = os.environ.get("TEST_PG_DSN")
+    if dsn:
+        yield dsn
+        return
+    started = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "pg-start.sh")], capture_output=True, text=True, check=False
+    )
+    if started.returncode != 0:
+        pytest.fail("no PostgreSQL server: install Debian's postgresql package or set TEST_PG_DSN")
+    exports = dict(
+        part.split("=", 1)
+        for line in started.stdout.splitlines()
+        for part in line.removeprefix("export ").split()
+    )
+    try:
+        yield exports["TEST_PG_DSN"]
+    finally:
+        subprocess.run(
+            ["bash", str(ROOT / ".ci" / "pg-stop.sh")],
+            env={**os.environ, "PGTMP": exports["PGTMP"], "PGBIN": exports["PGBIN"]},
+            check=False,
+        )
