@@ -6,4 +6,15 @@ with a compare-and-set. They never decide a transition themselves.
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .migrations import MigrationReport, downgrade, upgrade
+from .sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+
+__all__ = [
+    "ValidationJobSource",
+    "PipelineJobSource",
+    "StreamingJobSource",
+    "JobSource",
+    "upgrade",
+    "downgrade",
+    "MigrationReport",
+]

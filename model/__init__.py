@@ -14,6 +14,7 @@ from .envelopes import (
     ClaimedJob,
     ClaimedPipelineJob,
     ClaimedStreamingJob,
+    JobInfo,
     PipelineJob,
     StreamingJob,
     SubmissionEnvelope,
@@ -23,6 +24,8 @@ from .errors import ConfigValidationError, ErrorCode, TenureError
 from .fence import OwnedStreamingState, QueueClaimFence, check_pid
 from .fingerprint import (
     FINGERPRINT_VERSION,
+    FrozenEnvelope,
+    freeze_envelope,
     SubmissionSnapshot,
     check_submission_id,
     envelope_from_authored_json,
@@ -53,6 +56,9 @@ __all__ = [
     "QueueClaimFence",
     "check_pid",
     "FINGERPRINT_VERSION",
+    "FrozenEnvelope",
+    "freeze_envelope",
+    "JobInfo",
     "SubmissionSnapshot",
     "check_submission_id",
     "envelope_from_authored_json",

@@ -13,6 +13,8 @@ import dataclasses
 import datetime as dt
 from typing import Any, ClassVar
 
+from .states import JobStatus
+
 from .fence import QueueClaimFence
 from .states import QueueKind
 from .validation import (
@@ -42,6 +44,7 @@ __all__ = [
     "ClaimedStreamingJob",
     "ENVELOPE_FOR_QUEUE",
     "DEFAULT_MAX_ATTEMPTS",
+    "JobInfo",
 ]
 
 
@@ -180,12 +183,13 @@ DEFAULT_MAX_ATTEMPTS: dict[QueueKind, int] = {
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimedJob:
     """A claimed validation job: its ID, this claim's attempt number, the submitted envelope
-    and the fence every later write must present unchanged."""
+    and the fence every later owned write must present unchanged (None for a legacy
+    ``claim_next``, which has no fence)."""
 
     job_id: str
     attempt: int
     job: ValidationJob
-    claim_fence: QueueClaimFence
+    claim_fence: QueueClaimFence | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,7 +200,7 @@ class ClaimedPipelineJob:
     run_id: str
     attempt: int
     job: PipelineJob
-    claim_fence: QueueClaimFence
+    claim_fence: QueueClaimFence | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,5 +210,33 @@ class ClaimedStreamingJob:
     job_id: str
     attempt: int
     job: StreamingJob
-    claim_fence: QueueClaimFence
+    claim_fence: QueueClaimFence | None
 
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class JobInfo:
+    """What ``get_job`` and ``list_jobs`` show of a job. Never its claim token."""
+
+    queue: QueueKind
+    job_id: str
+    run_id: str | None
+    status: JobStatus
+    attempt: int
+    max_attempts: int
+    generation: int
+    owner_id: str | None
+    protected: bool
+    """An owned submission (replayable by its submission ID; skipped by retention)."""
+    submission_id: str | None
+    fires_at: dt.datetime
+    created_at: dt.datetime
+    claimed_at: dt.datetime | None
+    lease_expires_at: dt.datetime | None
+    completed_at: dt.datetime | None
+    cancel_requested: bool
+    pid: int | None
+    error: str | None
+    result: Any
+    dlq_record_id: str | None
+    job: SubmissionEnvelope

@@ -37,6 +37,8 @@ __all__ = [
     "normalize_fires_at",
     "check_submission_id",
     "envelope_from_authored_json",
+    "FrozenEnvelope",
+    "freeze_envelope",
 ]
 
 FINGERPRINT_VERSION = "v1"
@@ -112,27 +114,40 @@ def submission_fingerprint(queue: QueueKind, submission_id: str, authored_json: 
     return FINGERPRINT_VERSION + ":" + hashlib.sha256(document.encode("utf-8")).hexdigest()
 
 
-def snapshot_submission(
-    queue: QueueKind, job: object, submission_id: object
-) -> SubmissionSnapshot:
-    """Validate and freeze one original submission (synchronously; see module docstring)."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class FrozenEnvelope:
+    """An envelope's authored content as canonical JSON, plus the fields a store needs."""
+
+    queue: QueueKind
+    authored_json: str
+    job_id: str | None
+    run_id: str | None
+    fires_at_us: int | None
+    idempotency_key: str | None
+    max_attempts: int | None
+    active_key: str | None
+    force: bool
+
+    def envelope(self) -> SubmissionEnvelope:
+        return envelope_from_authored_json(self.queue, self.authored_json)
+
+
+def freeze_envelope(queue: QueueKind, job: object) -> FrozenEnvelope:
+    """Check that ``job`` is exactly the queue's envelope type, re-validate every field and
+    freeze the authored content (synchronously: call it before any await)."""
     expected = ENVELOPE_FOR_QUEUE[queue]
     if type(job) is not expected:
         raise ConfigValidationError("wrong_envelope_type", fields=("job",), problems=("envelope_type",))
-    checked_submission_id = check_submission_id(submission_id)
     names = _AUTHORED_FIELDS[queue]
-    # Re-validation copies every JSON field, so the snapshot shares nothing with the caller.
+    # Re-validation copies every JSON field, so nothing is shared with the caller.
     fresh: SubmissionEnvelope = expected(**{name: getattr(job, name) for name in names})  # type: ignore[assignment]
     authored: dict[str, Any] = {name: getattr(fresh, name) for name in names}
     fires_at = authored["fires_at"]
     if fires_at is not None:
         authored["fires_at"] = normalize_fires_at(fires_at)
-    authored_json = canonical_json(authored)
-    return SubmissionSnapshot(
+    return FrozenEnvelope(
         queue=queue,
-        submission_id=checked_submission_id,
-        authored_json=authored_json,
-        fingerprint=submission_fingerprint(queue, checked_submission_id, authored_json),
+        authored_json=canonical_json(authored),
         job_id=fresh.job_id,
         run_id=fresh.run_id if isinstance(fresh, PipelineJob) else None,
         fires_at_us=None if fires_at is None else datetime_to_micros(fires_at),
@@ -142,3 +157,23 @@ def snapshot_submission(
         force=fresh.force if isinstance(fresh, StreamingJob) else False,
     )
 
+
+def snapshot_submission(
+    queue: QueueKind, job: object, submission_id: object
+) -> SubmissionSnapshot:
+    """Validate and freeze one original submission (synchronously; see module docstring)."""
+    frozen = freeze_envelope(queue, job)
+    checked_submission_id = check_submission_id(submission_id)
+    return SubmissionSnapshot(
+        queue=queue,
+        submission_id=checked_submission_id,
+        authored_json=frozen.authored_json,
+        fingerprint=submission_fingerprint(queue, checked_submission_id, frozen.authored_json),
+        job_id=frozen.job_id,
+        run_id=frozen.run_id,
+        fires_at_us=frozen.fires_at_us,
+        idempotency_key=frozen.idempotency_key,
+        max_attempts=frozen.max_attempts,
+        active_key=frozen.active_key,
+        force=frozen.force,
+    )

@@ -1,0 +1,411 @@
+"""The public job sources: validation, pipeline and streaming queues on SQLite or PostgreSQL.
+
+A source checks every request at the boundary (``ConfigValidationError`` for anything
+invalid, before any database work), hands the engine plain values, and turns the
+kernel's answer into the documented return: True when the exact write applied, False
+(or None) for a known refusal, a ``TenureError`` for a conflict or a persistence failure.
+
+``submit_owned`` validates and snapshots its request synchronously, before returning the
+awaitable: mutating the request's dictionaries after the call changes nothing.
+Constructing a source neither connects to nor migrates the database (see
+:func:`tenure.adapters.upgrade`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Awaitable
+from typing import Any, ClassVar, Generic, TypeVar
+
+from tenure.kernel import JobRecord
+from tenure.model import (
+    ClaimedJob,
+    ClaimedPipelineJob,
+    ClaimedStreamingJob,
+    ConfigValidationError,
+    JobInfo,
+    JobStatus,
+    OwnedStreamingState,
+    QueueClaimFence,
+    QueueKind,
+    WorkerConfig,
+    bounds,
+    canonical_json,
+    check_pid,
+    envelope_from_authored_json,
+    freeze_envelope,
+    json_problem,
+    snapshot_submission,
+    text_problem,
+)
+
+from .engine import QueueEngine
+from .stores import open_store
+
+__all__ = ["ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "JobSource"]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+Claimed = TypeVar("Claimed", ClaimedJob, ClaimedPipelineJob, ClaimedStreamingJob)
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+def _text(value: object, field: str, max_chars: int) -> str:
+    if type(value) is not str:
+        raise _refuse(field, "string_required")
+    if not value:
+        raise _refuse(field, "string_empty")
+    if len(value) > max_chars:
+        raise _refuse(field, "string_too_long")
+    problem = text_problem(value)
+    if problem is not None:
+        raise _refuse(field, problem)
+    return value
+
+
+def _identity(value: object, field: str) -> str:
+    return _text(value, field, bounds.MAX_IDENTITY_CHARS)
+
+
+def _job_id(value: object) -> str:
+    return _text(value, "job_id", bounds.MAX_JOB_ID_CHARS)
+
+
+def _fence(value: object) -> QueueClaimFence:
+    if type(value) is not QueueClaimFence:
+        raise _refuse("fence", "queue_claim_fence_required")
+    return value
+
+
+def _bool(value: object, field: str) -> bool:
+    if type(value) is not bool:
+        raise _refuse(field, "boolean_required")
+    return value
+
+
+def _result_json(result: object) -> str | None:
+    """A result is any finite built-in JSON value; None stores no result."""
+    if result is None:
+        return None
+    problem = json_problem(result)
+    if problem is not None:
+        raise _refuse("result", problem)
+    return canonical_json(result)
+
+
+def _error_text(error: object) -> str:
+    if type(error) is not str:
+        raise _refuse("error", "string_required")
+    problem = text_problem(error)
+    if problem is not None:
+        raise _refuse("error", problem)
+    return error
+
+
+def _dlq_record_id(value: object) -> str | None:
+    if value is None:
+        return None
+    return _text(value, "dlq_record_id", bounds.MAX_DLQ_ID_CHARS)
+
+
+def _instant(micros: int | None) -> dt.datetime | None:
+    return None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
+
+
+class JobSource(Generic[Claimed]):
+    """What the three sources share. Use the concrete classes."""
+
+    queue: ClassVar[QueueKind]
+    _claimed_type: ClassVar[type[Any]]
+
+    def __init__(self, db_url: str, config: WorkerConfig | None = None) -> None:
+        if config is None:
+            config = WorkerConfig(db_url)
+        elif type(config) is not WorkerConfig:
+            raise _refuse("config", "worker_config_required")
+        elif config.db_url != db_url:
+            raise _refuse("config", "db_url_mismatch")
+        self.config = config
+        self._engine = QueueEngine(open_store(db_url), self.queue, config)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the source's database connection."""
+        await self._engine.store.close()
+
+    async def __aenter__(self) -> JobSource[Claimed]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- owned submission ---------------------------------------------------------------
+
+    def submit_owned(self, job: Any, *, submission_id: str) -> Awaitable[str]:
+        """Submit one original request under a caller-known ``submission_id``.
+
+        Returns (an awaitable of) the job ID (pipeline: the run ID). An exact replay
+        returns the original ID in any status; changed content under the same
+        submission ID raises ``QUEUE_SUBMISSION_CONFLICT``. The request is validated and
+        frozen before this method returns.
+        """
+        snapshot = snapshot_submission(self.queue, job, submission_id)
+        return self._submit_owned(snapshot)
+
+    async def _submit_owned(self, snapshot: Any) -> str:
+        submitted = await self._engine.submit_owned(snapshot)
+        return self._returned_id(submitted.job_id, submitted.run_id)
+
+    def _returned_id(self, job_id: str, run_id: str | None) -> str:
+        return job_id
+
+    # --- owned claims -------------------------------------------------------------------
+
+    async def _claim_next_owned(self, owner_id: object, claim_token: object) -> Claimed | None:
+        owner = _identity(owner_id, "owner_id")
+        token = _identity(claim_token, "claim_token")
+        record = await self._engine.claim_owned(owner, token)
+        return None if record is None else self._claimed(record)
+
+    async def _recover_owned_claim(self, owner_id: object, claim_token: object) -> Claimed | None:
+        owner = _identity(owner_id, "owner_id")
+        token = _identity(claim_token, "claim_token")
+        record = await self._engine.recover_owned(owner, token)
+        return None if record is None else self._claimed(record)
+
+    def _claimed(self, record: JobRecord) -> Claimed:
+        fence = None
+        if record.claim_token is not None:
+            assert record.owner_id is not None
+            fence = QueueClaimFence(
+                record.queue, record.job_id, record.owner_id, record.generation, record.claim_token
+            )
+        fields: dict[str, Any] = dict(
+            job_id=record.job_id,
+            attempt=record.attempts,
+            job=envelope_from_authored_json(record.queue, record.payload_json),
+            claim_fence=fence,
+        )
+        if record.queue is QueueKind.PIPELINE:
+            fields["run_id"] = record.run_id
+        return self._claimed_type(**fields)  # type: ignore[no-any-return]
+
+    # --- fenced writes ------------------------------------------------------------------
+
+    async def heartbeat_owned(self, fence: QueueClaimFence) -> bool:
+        """Renew the exact current live claim. False: missing, stale, expired or finished."""
+        return await self._engine.heartbeat_owned(_fence(fence))
+
+    async def complete_owned(self, fence: QueueClaimFence, result: Any = None) -> bool:
+        """Complete the exact current live claim with a JSON ``result``. A repeat returns False."""
+        checked = _fence(fence)
+        return await self._engine.complete_owned(checked, _result_json(result))
+
+    # --- legacy, unfenced API -----------------------------------------------------------
+
+    async def submit(self, job: Any) -> str:
+        """Legacy submission: no fingerprint, no protection; a repeated idempotency key
+        returns the existing ID without comparing content (legacy semantics)."""
+        frozen = freeze_envelope(self.queue, job)
+        submitted = await self._engine.submit_legacy(frozen)
+        return self._returned_id(submitted.job_id, submitted.run_id)
+
+    async def _claim_next(self, owner_id: object) -> Claimed | None:
+        record = await self._engine.claim_legacy(_identity(owner_id, "owner_id"))
+        return None if record is None else self._claimed(record)
+
+    async def heartbeat(self, job_id: str, worker_id: str) -> bool:
+        """Legacy heartbeat by ID and owner; never touches protected or owned work."""
+        return await self._engine.heartbeat_legacy(_job_id(job_id), _identity(worker_id, "worker_id"))
+
+    async def complete(self, job_id: str, result: Any = None) -> bool:
+        """Legacy completion by ID; never touches protected or owned work."""
+        checked = _job_id(job_id)
+        return await self._engine.complete_legacy(checked, _result_json(result))
+
+    async def get_job(self, job_id: str) -> JobInfo | None:
+        """The job's current state (never its claim token), or None."""
+        record = await self._engine.get(_job_id(job_id))
+        return None if record is None else _info(record)
+
+    async def list_jobs(self, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
+        """Jobs in creation order, optionally of one status (never their claim tokens)."""
+        if status is not None and type(status) is not JobStatus:
+            raise _refuse("status", "job_status_required")
+        if not bounds.is_strict_int(limit) or not 1 <= limit <= 10_000:
+            raise _refuse("limit", "integer_out_of_range")
+        return [_info(record) for record in await self._engine.list(status, limit)]
+
+    async def purge_finished(self, older_than: dt.timedelta) -> int:
+        """Retention: delete unprotected finished jobs that finished longer ago than
+        ``older_than`` (database time); protected submissions are kept. Returns the count."""
+        if type(older_than) is not dt.timedelta or older_than < dt.timedelta(0):
+            raise _refuse("older_than", "non_negative_timedelta_required")
+        micros = (older_than.days * 86_400 + older_than.seconds) * 1_000_000 + older_than.microseconds
+        return await self._engine.purge_finished(micros)
+
+
+def _info(record: JobRecord) -> JobInfo:
+    fires_at = _instant(record.fires_at_us)
+    created_at = _instant(record.created_at_us)
+    assert fires_at is not None and created_at is not None
+    return JobInfo(
+        queue=record.queue,
+        job_id=record.job_id,
+        run_id=record.run_id,
+        status=record.status,
+        attempt=record.attempts,
+        max_attempts=record.max_attempts,
+        generation=record.generation,
+        owner_id=record.owner_id,
+        protected=record.fence_required,
+        submission_id=record.submission_id,
+        fires_at=fires_at,
+        created_at=created_at,
+        claimed_at=_instant(record.claimed_at_us),
+        lease_expires_at=_instant(record.lease_expires_at_us),
+        completed_at=_instant(record.completed_at_us),
+        cancel_requested=record.cancel_requested,
+        pid=record.pid,
+        error=record.error_message,
+        result=None if record.result_json is None else json.loads(record.result_json),
+        dlq_record_id=record.dlq_record_id,
+        job=envelope_from_authored_json(record.queue, record.payload_json),
+    )
+
+
+class _FiniteQueueSource(JobSource[Claimed]):
+    """Validation and pipeline queues: failures may carry a DLQ correlation ID."""
+
+    async def claim_next_owned(self, worker_id: str, *, claim_token: str) -> Claimed | None:
+        """Claim the next eligible job with a fresh caller nonce, or None.
+
+        A nonce already stored raises ``QUEUE_CLAIM_CONFLICT``; after an uncertain
+        outcome use :meth:`recover_owned_claim` with the same nonce instead.
+        """
+        return await self._claim_next_owned(worker_id, claim_token)
+
+    async def recover_owned_claim(self, worker_id: str, *, claim_token: str) -> Claimed | None:
+        """The live claim made with this owner and nonce, or None. Never claims or renews."""
+        return await self._recover_owned_claim(worker_id, claim_token)
+
+    async def fail_owned(
+        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
+    ) -> bool:
+        """Fail the exact current live claim: back to pending after the configured backoff
+        when ``retry`` and attempts remain, else finished as failed. ``dlq_record_id`` is
+        kept as correlation only (no DLQ write happens here)."""
+        checked = _fence(fence)
+        return await self._engine.fail_owned(
+            checked, _error_text(error), retry=_bool(retry, "retry"), dlq_record_id=_dlq_record_id(dlq_record_id)
+        )
+
+    async def claim_next(self, worker_id: str) -> Claimed | None:
+        """Legacy claim (no fence); never takes a protected submission."""
+        return await self._claim_next(worker_id)
+
+    async def fail(
+        self, job_id: str, error: str, *, retry: bool, dlq_record_id: str | None = None
+    ) -> bool:
+        """Legacy failure by ID; never touches protected or owned work."""
+        return await self._engine.fail_legacy(
+            _job_id(job_id), _error_text(error), retry=_bool(retry, "retry"), dlq_record_id=_dlq_record_id(dlq_record_id)
+        )
+
+    async def cancel(self, job_id: str) -> bool:
+        """Administrative cancel of a pending or claimed job. It voids any live fence
+        (the claim's next write returns False) and keeps the submission identity."""
+        return await self._engine.cancel_admin(_job_id(job_id))
+
+    async def delete_job(self, job_id: str) -> bool:
+        """Delete a job by ID. Protected submissions and owned claims are kept (False)."""
+        return await self._engine.delete(_job_id(job_id))
+
+
+class ValidationJobSource(_FiniteQueueSource[ClaimedJob]):
+    """The validation queue: ``ValidationJob`` in, ``ClaimedJob`` out."""
+
+    queue = QueueKind.VALIDATION
+    _claimed_type = ClaimedJob
+
+
+class PipelineJobSource(_FiniteQueueSource[ClaimedPipelineJob]):
+    """The pipeline queue. ``submit_owned`` returns the run ID; fences carry the job ID."""
+
+    queue = QueueKind.PIPELINE
+    _claimed_type = ClaimedPipelineJob
+
+    def _returned_id(self, job_id: str, run_id: str | None) -> str:
+        assert run_id is not None
+        return run_id
+
+
+class StreamingJobSource(JobSource[ClaimedStreamingJob]):
+    """The streaming launch queue: one active launch per ``config_name@config_version``."""
+
+    queue = QueueKind.STREAMING
+    _claimed_type = ClaimedStreamingJob
+
+    async def claim_next_owned(self, launcher_id: str, *, claim_token: str) -> ClaimedStreamingJob | None:
+        """Claim the next eligible launch with a fresh caller nonce, or None."""
+        return await self._claim_next_owned(launcher_id, claim_token)
+
+    async def recover_owned_claim(self, launcher_id: str, *, claim_token: str) -> ClaimedStreamingJob | None:
+        """The live claim made with this launcher and nonce, or None (read-only)."""
+        return await self._recover_owned_claim(launcher_id, claim_token)
+
+    async def fail_owned(self, fence: QueueClaimFence, error: str, *, retry: bool) -> bool:
+        """Fail the exact current live claim (refused while a cancel request stands)."""
+        checked = _fence(fence)
+        return await self._engine.fail_owned(
+            checked, _error_text(error), retry=_bool(retry, "retry"), dlq_record_id=None
+        )
+
+    async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
+        """Record the launched process ID (refused while a cancel request stands)."""
+        checked = _fence(fence)
+        return await self._engine.set_pid_owned(checked, check_pid(pid))
+
+    async def get_owned_state(self, fence: QueueClaimFence) -> OwnedStreamingState | None:
+        """A snapshot of the live claim's cancel request and PID, or None when the fence
+        is not the current live claim. Not authority for any later action."""
+        reply = await self._engine.read_state_owned(_fence(fence))
+        return None if reply is None else OwnedStreamingState(reply.cancel_requested, reply.pid)
+
+    async def acknowledge_cancel_owned(self, fence: QueueClaimFence) -> bool:
+        """Record that the launch stopped after a cancel request: cancelled, lease and PID
+        cleared, active key released. It does not prove the process stopped."""
+        return await self._engine.acknowledge_cancel_owned(_fence(fence))
+
+    async def request_cancel(self, job_id: str) -> bool:
+        """Administrative: a pending launch is cancelled at once; a claimed one gets a
+        cancel request its launcher must acknowledge. False when missing or finished."""
+        return await self._engine.request_cancel(_job_id(job_id))
+
+    async def cancel(self, job_id: str) -> bool:
+        """The same as :meth:`request_cancel`: a running launch must acknowledge."""
+        return await self.request_cancel(job_id)
+
+    async def claim_next(self, launcher_id: str) -> ClaimedStreamingJob | None:
+        """Legacy claim (no fence); never takes a protected submission."""
+        return await self._claim_next(launcher_id)
+
+    async def fail(self, job_id: str, error: str, *, retry: bool) -> bool:
+        """Legacy failure by ID; never touches protected or owned work."""
+        return await self._engine.fail_legacy(
+            _job_id(job_id), _error_text(error), retry=_bool(retry, "retry"), dlq_record_id=None
+        )
+
+    async def set_pid(self, job_id: str, pid: int) -> bool:
+        """Legacy PID write by ID; never touches protected or owned work."""
+        return await self._engine.set_pid_legacy(_job_id(job_id), check_pid(pid))
+
+    async def delete_job(self, job_id: str) -> bool:
+        """Delete a launch by ID. Protected submissions and owned claims are kept (False)."""
+        return await self._engine.delete(_job_id(job_id))
+

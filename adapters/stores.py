@@ -1,0 +1,20 @@
+"""Opening the store a database URL selects. Drivers are imported only when needed."""
+
+from __future__ import annotations
+
+from .store import Store
+from .urls import DatabaseKind, parse_db_url
+
+__all__ = ["open_store"]
+
+
+def open_store(db_url: str) -> Store:
+    """A store for ``db_url`` (no connection is made until the first transaction)."""
+    target = parse_db_url(db_url)
+    if target.kind is DatabaseKind.SQLITE:
+        from .sqlite.store import SqliteStore
+
+        return SqliteStore(target.location)
+    from .postgres.store import PostgresStore
+
+    return PostgresStore(target.location)
