@@ -254,7 +254,10 @@ class QueueEngine:
         stored = await tx.update(candidate, decision.new_record)
         if stored is None:
             raise persistence_failed("row_changed")
-        if claim_identity_problem(decision.new_record, stored.owner_id, stored.claim_token, stored.generation) or (
+        # Read the identity back with a separate statement: RETURNING does not see what
+        # an AFTER trigger did to the row.
+        owner_id, claim_token, generation = await tx.claim_identity(self.queue, stored.job_id)
+        if claim_identity_problem(decision.new_record, owner_id, claim_token, generation) or (
             stored != decision.new_record
         ):
             # Raised inside the transaction: nothing of this claim is committed.

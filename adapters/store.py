@@ -64,6 +64,9 @@ class Transaction(Protocol):
 
     async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]: ...
 
+    async def claim_identity(self, queue: QueueKind, job_id: str) -> tuple[object, object, object]:
+        """The stored owner, claim token and generation, read back exactly as stored."""
+
 
 class Store(Protocol):
     """A database holding the three queue tables."""

@@ -73,3 +73,31 @@ def pg_dsn() -> Iterator[str]:
             env={**os.environ, "PGTMP": exports["PGTMP"], "PGBIN": exports["PGBIN"]},
             check=False,
         )
+
+
+# --- One suite for every database. ----------------------------------------------------
+
+DATABASES = ["sqlite"]
+"""Every store the shared adapter suite runs against."""
+
+
+@pytest.fixture(params=DATABASES)
+def database(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def fresh_db_url(database: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> str:
+    """The URL of an empty database of the parametrized kind (not migrated)."""
+    import adapter_support
+
+    return adapter_support.new_database(database, tmp_path, request)
+
+
+@pytest.fixture
+async def db_url(fresh_db_url: str) -> str:
+    """A freshly migrated database of the parametrized kind."""
+    from tenure.adapters import upgrade
+
+    await upgrade(fresh_db_url)
+    return fresh_db_url

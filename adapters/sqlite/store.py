@@ -136,6 +136,13 @@ class SqliteTransaction:
         rows = await _run(self._connection, statements_for(old.queue, SQLITE).delete, self._compare(old))
         return bool(rows)
 
+    async def claim_identity(self, queue: QueueKind, job_id: str) -> tuple[object, object, object]:
+        rows = await _run(self._connection, statements_for(queue, SQLITE).read_claim_identity, {"job_id": job_id})
+        if not rows:
+            return (None, None, None)
+        owner_id, claim_token, generation = rows[0]
+        return (owner_id, claim_token, generation)
+
     async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]:
         statements = statements_for(queue, SQLITE)
         if status is None:
