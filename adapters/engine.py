@@ -181,9 +181,11 @@ class QueueEngine:
                         if isinstance(released, Refused):
                             _raise_if_conflict(released)
             decision = await self._decide_and_persist(tx, met, command)
-        if isinstance(decision, Refused):
-            _raise_if_conflict(decision)
-            raise AssertionError("a submission is never refused with a negative outcome")
+            if isinstance(decision, Refused):
+                # Raised inside the transaction, so a predecessor released above is
+                # restored: a refused submission changes nothing.
+                _raise_if_conflict(decision)
+                raise AssertionError("a submission is never refused with a negative outcome")
         assert isinstance(decision.reply, Submitted)
         return decision.reply
 
@@ -215,9 +217,11 @@ class QueueEngine:
             if met is None:
                 met = await tx.colliding(self.queue, job_id, run_id, request.idempotency_key)
             decision = await self._decide_and_persist(tx, met, command)
-        if isinstance(decision, Refused):
-            _raise_if_conflict(decision)
-            raise AssertionError("a submission is never refused with a negative outcome")
+            if isinstance(decision, Refused):
+                # Raised inside the transaction, so a predecessor released above is
+                # restored: a refused submission changes nothing.
+                _raise_if_conflict(decision)
+                raise AssertionError("a submission is never refused with a negative outcome")
         assert isinstance(decision.reply, Submitted)
         return decision.reply
 

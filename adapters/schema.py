@@ -15,6 +15,7 @@ runtime statements are plain SQL in the stores, so no per-call engine overhead a
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -64,7 +65,7 @@ class Instant(TypeDecorator[int]):
     impl = BigInteger
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[object]:
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "postgresql":
             return dialect.type_descriptor(TIMESTAMP(timezone=True))
         return dialect.type_descriptor(BigInteger())
@@ -75,7 +76,7 @@ metadata = MetaData()
 
 def _queue_table(queue: QueueKind) -> Table:
     name = TABLE_NAMES[queue]
-    columns: list[Column[object]] = [
+    columns: list[Column[Any]] = [
         Column("id", String(36), primary_key=True),
         Column("status", String(20), nullable=False),
         Column("payload_json", Text, nullable=False),
@@ -128,7 +129,7 @@ class OwnedColumn:
     """A column the owned migration adds, and what admission requires of it."""
 
     name: str
-    ddl_type: TypeEngine[object]
+    ddl_type: TypeEngine[Any]
     nullable: bool
     default_sql: str | None
     kind: str
@@ -149,7 +150,8 @@ OWNED_UNIQUE_INDEXES: tuple[str, ...] = ("claim_token", "submission_id")
 
 
 def dialect_for(name: str) -> Dialect:
-    return postgresql.dialect() if name == "postgresql" else sqlite.dialect()  # type: ignore[no-any-return]
+    dialect = postgresql.dialect() if name == "postgresql" else sqlite.dialect()  # type: ignore[no-untyped-call]
+    return cast(Dialect, dialect)
 
 
 def legacy_ddl(dialect: Dialect) -> list[str]:

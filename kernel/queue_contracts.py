@@ -17,10 +17,8 @@ record meeting all nine invariants within its budget.
 
 from __future__ import annotations
 
-from tenure.model import JobStatus
 
 from .queue_commands import (
-    MAX_NOW_US,
     SubmitOwned,
     SubmitLegacy,
     ReleaseKeyForOwned,
@@ -44,8 +42,8 @@ from .queue_commands import (
     DeleteLegacy,
     PurgeFinished,
 )
-from .queue_machine import Decision, Refused, decide, transition_violations
-from .queue_record import MIN_INSTANT_US, JobRecord
+from .queue_machine import Decision, decide
+from .queue_record import JobRecord
 
 __all__ = [
     "decide_submit_owned",

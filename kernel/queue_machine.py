@@ -40,8 +40,6 @@ from tenure.model.states import TERMINAL_STATUSES
 
 from .queue_commands import (
     FENCED_COMMANDS,
-    MAX_NOW_US,
-    is_well_formed_command,
     Ack,
     ClaimGranted,
     Command,
@@ -51,12 +49,10 @@ from .queue_commands import (
     Submitted,
 )
 from .queue_record import (
-    MIN_INSTANT_US,
     JobRecord,
     QueueState,
     dedupe_key_of,
     is_currently_owned,
-    is_valid_record,
     state_of,
 )
 

@@ -77,11 +77,10 @@ def pg_dsn() -> Iterator[str]:
 
 # --- One suite for every database. ----------------------------------------------------
 
-DATABASES = ["sqlite"]
-"""Every store the shared adapter suite runs against."""
+import adapter_support  # noqa: E402
 
 
-@pytest.fixture(params=DATABASES)
+@pytest.fixture(params=adapter_support.AVAILABLE_DATABASES)
 def database(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

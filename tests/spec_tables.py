@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import re
 import sys
 
 SPEC_DIR = pathlib.Path(__file__).resolve().parent.parent / "specs"

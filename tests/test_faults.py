@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,7 +35,7 @@ class Faults:
                 self.plan = None
                 if plan[1] == "before":
                     raise sqlite3.OperationalError("disk I/O error (injected)")
-                result = await execute(sql, *args, **kwargs)
+                await execute(sql, *args, **kwargs)  # the write commits; only its answer is lost
                 raise sqlite3.OperationalError("connection reset while reading the acknowledgement (injected)")
             return await execute(sql, *args, **kwargs)
 

@@ -456,3 +456,13 @@ async def test_a_trigger_that_changes_the_claimed_owner_rolls_the_whole_claim_ba
         await validation.claim_next_owned("Worker-A", claim_token="token-1")
     assert (caught.value.code, caught.value.reason) == (ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
     assert row(db_url, QueueKind.VALIDATION, job_id) == before
+
+
+async def test_a_refused_forced_legacy_submission_leaves_the_predecessor_running(streaming: Any) -> None:
+    # Found by the lockstep suite: the predecessor's cancellation was committed although
+    # the successor was refused (its authored job ID was the predecessor's own).
+    first = await streaming.submit(StreamingJob("orders", "1", job_id="launch-1"))
+    with pytest.raises(TenureError) as caught:
+        await streaming.submit(StreamingJob("orders", "1", force=True, job_id="launch-1"))
+    assert caught.value.reason == "identity_collision"
+    assert (await streaming.get_job(first)).status is JobStatus.PENDING

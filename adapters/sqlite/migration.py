@@ -218,7 +218,7 @@ async def downgrade_sqlite(store: SqliteStore) -> MigrationReport:
     submissions or live token-bearing claims remain."""
     async with store.transaction(write=True) as tx:
         done = await tx.execute(
-            f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [MIGRATIONS_TABLE]
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [MIGRATIONS_TABLE]
         )
         applied = done and await tx.execute(f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = ?", [OWNED_MIGRATION])
         if not applied:

@@ -1,0 +1,292 @@
+"""The lockstep model: the three queues as dictionaries of kernel records.
+
+Each operation is written here again, from the spec's "met row" column, over plain
+dictionaries: which row a command meets, in which order rows are swept and claimed,
+and what a refusal means to the caller. It shares only the kernel with the adapter.
+Every operation runs on a staged copy that becomes the new state only if the operation
+succeeds, as a database transaction would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from tenure.kernel import (
+    REFUSAL_OUTCOMES,
+    AcknowledgeCancelOwned,
+    Applied,
+    CancelAdmin,
+    ClaimFence,
+    ClaimLegacy,
+    ClaimOwned,
+    CompleteLegacy,
+    CompleteOwned,
+    DeleteLegacy,
+    ExpireLease,
+    FailLegacy,
+    FailOwned,
+    HeartbeatLegacy,
+    HeartbeatOwned,
+    JobRecord,
+    Outcome,
+    PurgeFinished,
+    ReadStateOwned,
+    RecoverOwned,
+    Refused,
+    ReleaseKeyForLegacy,
+    ReleaseKeyForOwned,
+    RequestCancel,
+    SetPidLegacy,
+    SetPidOwned,
+    SubmitLegacy,
+    SubmitOwned,
+    decide,
+)
+from tenure.model import DEFAULT_MAX_ATTEMPTS, FrozenEnvelope, JobStatus, QueueKind, SubmissionSnapshot, WorkerConfig
+
+SWEEP_LIMIT = 64
+PURGE_LIMIT = 1000
+TERMINAL = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+Result = tuple[Any, ...]
+"""("ok", value) or ("error", code value, reason)."""
+
+
+class Conflict(Exception):
+    def __init__(self, refused: Refused) -> None:
+        outcome = REFUSAL_OUTCOMES[refused.reason]
+        code = {
+            Outcome.SUBMISSION_CONFLICT: "queue_submission_conflict",
+            Outcome.CLAIM_CONFLICT: "queue_claim_conflict",
+        }[outcome]
+        super().__init__(code, refused.reason.value)
+        self.result: Result = ("error", code, refused.reason.value)
+
+
+def _raise_if_conflict(decision: Any) -> None:
+    if isinstance(decision, Refused) and REFUSAL_OUTCOMES[decision.reason] is not Outcome.NEGATIVE:
+        raise Conflict(decision)
+
+
+class Model:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.rows: dict[QueueKind, dict[str, JobRecord]] = {queue: {} for queue in QueueKind}
+
+    # --- transactions over staged copies --------------------------------------------
+
+    def _transaction(self, queue: QueueKind, body: Callable[[dict[str, JobRecord]], Any]) -> Result:
+        staged = dict(self.rows[queue])
+        try:
+            value = body(staged)
+        except Conflict as conflict:
+            return conflict.result
+        self.rows[queue] = staged
+        return ("ok", value)
+
+    @staticmethod
+    def _apply(staged: dict[str, JobRecord], old: JobRecord | None, decision: Any) -> None:
+        if not isinstance(decision, Applied):
+            return
+        new = decision.new_record
+        if new is None:
+            assert old is not None
+            del staged[old.job_id]
+        else:
+            staged[new.job_id] = new
+
+    def _decide(self, staged: dict[str, JobRecord], met: JobRecord | None, command: Any, now: int) -> Any:
+        decision = decide(met, command, now)
+        self._apply(staged, met, decision)
+        return decision
+
+    def _max_attempts(self, queue: QueueKind, authored: int | None) -> int:
+        if authored is not None:
+            return authored
+        return self.config.max_attempts or DEFAULT_MAX_ATTEMPTS[queue]
+
+    # --- finding the met row ------------------------------------------------------------
+
+    @staticmethod
+    def _first(rows: Any) -> JobRecord | None:
+        ordered = sorted(rows, key=lambda record: record.job_id)
+        return ordered[0] if ordered else None
+
+    def _colliding(self, staged: dict[str, JobRecord], job_id: str, run_id: str | None, key: str | None) -> JobRecord | None:
+        return self._first(
+            record
+            for record in staged.values()
+            if record.job_id == job_id
+            or (run_id is not None and record.run_id == run_id)
+            or (key is not None and record.idempotency_key == key)
+        )
+
+    @staticmethod
+    def _by(staged: dict[str, JobRecord], **wanted: Any) -> JobRecord | None:
+        found = [r for r in staged.values() if all(getattr(r, name) == value for name, value in wanted.items())]
+        assert len(found) <= 1
+        return found[0] if found else None
+
+    # --- operations -------------------------------------------------------------------
+
+    def submit_owned(self, snap: SubmissionSnapshot, new_job_id: str, new_run_id: str, now: int) -> Result:
+        queue = snap.queue
+        job_id = snap.job_id or new_job_id
+        run_id = (snap.run_id or new_run_id) if queue is QueueKind.PIPELINE else None
+        command = SubmitOwned(
+            queue=queue, submission_id=snap.submission_id, fingerprint=snap.fingerprint, job_id=job_id,
+            run_id=run_id, fires_at_us=snap.fires_at_us, max_attempts=self._max_attempts(queue, snap.max_attempts),
+            idempotency_key=snap.idempotency_key, active_key=snap.active_key, payload_json=snap.authored_json,
+        )
+
+        def body(staged: dict[str, JobRecord]) -> str:
+            met = self._by(staged, submission_id=snap.submission_id)
+            if met is None:
+                met = self._colliding(staged, job_id, run_id, snap.idempotency_key)
+            if met is None and snap.active_key is not None:
+                holder = self._by(staged, active_key=snap.active_key)
+                if holder is not None:
+                    _raise_if_conflict(self._decide(staged, holder, ReleaseKeyForOwned(force=snap.force), now))
+            decision = self._decide(staged, met, command, now)
+            _raise_if_conflict(decision)
+            reply = decision.reply
+            return reply.run_id if queue is QueueKind.PIPELINE else reply.job_id  # type: ignore[no-any-return]
+
+        return self._transaction(queue, body)
+
+    def submit_legacy(self, frozen: FrozenEnvelope, new_job_id: str, new_run_id: str, now: int) -> Result:
+        queue = frozen.queue
+        job_id = frozen.job_id or new_job_id
+        run_id = (frozen.run_id or new_run_id) if queue is QueueKind.PIPELINE else None
+        command = SubmitLegacy(
+            queue=queue, job_id=job_id, run_id=run_id, fires_at_us=frozen.fires_at_us,
+            max_attempts=self._max_attempts(queue, frozen.max_attempts), idempotency_key=frozen.idempotency_key,
+            active_key=frozen.active_key, payload_json=frozen.authored_json,
+        )
+
+        def body(staged: dict[str, JobRecord]) -> str:
+            met = None
+            if frozen.active_key is not None:
+                holder = self._by(staged, active_key=frozen.active_key)
+                if holder is not None and frozen.force:
+                    _raise_if_conflict(self._decide(staged, holder, ReleaseKeyForLegacy(), now))
+                else:
+                    met = holder
+            if met is None:
+                met = self._colliding(staged, job_id, run_id, frozen.idempotency_key)
+            decision = self._decide(staged, met, command, now)
+            _raise_if_conflict(decision)
+            reply = decision.reply
+            return reply.run_id if queue is QueueKind.PIPELINE else reply.job_id  # type: ignore[no-any-return]
+
+        return self._transaction(queue, body)
+
+    def _sweep(self, staged: dict[str, JobRecord], now: int) -> None:
+        expired = sorted(
+            (r for r in staged.values() if r.status is JobStatus.CLAIMED and r.lease_expires_at_us is not None and r.lease_expires_at_us <= now),
+            key=lambda r: (r.lease_expires_at_us, r.job_id),
+        )[:SWEEP_LIMIT]
+        for record in expired:
+            self._decide(staged, record, ExpireLease(), now)
+
+    @staticmethod
+    def _next_eligible(staged: dict[str, JobRecord], now: int, *, owned: bool) -> JobRecord | None:
+        eligible = [
+            r for r in staged.values()
+            if r.status is JobStatus.PENDING and r.fires_at_us <= now and r.attempts < r.max_attempts
+            and (owned or not r.fence_required)
+        ]
+        return min(eligible, key=lambda r: (r.fires_at_us, r.job_id), default=None)
+
+    def claim_owned(self, queue: QueueKind, owner: str, token: str, now: int) -> Result:
+        def body(staged: dict[str, JobRecord]) -> JobRecord | None:
+            self._sweep(staged, now)
+            command = ClaimOwned(
+                owner_id=owner, claim_token=token,
+                nonce_already_stored=any(r.claim_token == token for r in staged.values()),
+                lease_us=self.config.lease_us,
+            )
+            candidate = self._next_eligible(staged, now, owned=True)
+            decision = self._decide(staged, candidate, command, now)
+            _raise_if_conflict(decision)
+            return decision.new_record if isinstance(decision, Applied) else None
+
+        return self._transaction(queue, body)
+
+    def claim_legacy(self, queue: QueueKind, owner: str, now: int) -> Result:
+        def body(staged: dict[str, JobRecord]) -> JobRecord | None:
+            self._sweep(staged, now)
+            candidate = self._next_eligible(staged, now, owned=False)
+            decision = self._decide(staged, candidate, ClaimLegacy(owner_id=owner, lease_us=self.config.lease_us), now)
+            _raise_if_conflict(decision)
+            return decision.new_record if isinstance(decision, Applied) else None
+
+        return self._transaction(queue, body)
+
+    def recover(self, queue: QueueKind, owner: str, token: str, now: int) -> Result:
+        met = self._by(self.rows[queue], claim_token=token)
+        decision = decide(met, RecoverOwned(owner_id=owner, claim_token=token), now)
+        return ("ok", decision.new_record if isinstance(decision, Applied) else None)
+
+    def on_row(self, queue: QueueKind, job_id: str, command: Any, now: int) -> Result:
+        def body(staged: dict[str, JobRecord]) -> Any:
+            return self._decide(staged, staged.get(job_id), command, now)
+
+        return self._transaction(queue, body)
+
+    def fenced(self, queue: QueueKind, fence: Any, kind: str, now: int, **arguments: Any) -> Result:
+        parts = ClaimFence.of(fence)
+        config = self.config
+        commands = {
+            "heartbeat": lambda: HeartbeatOwned(fence=parts, lease_us=config.lease_us),
+            "complete": lambda: CompleteOwned(fence=parts, result_json=arguments.get("result_json")),
+            "fail": lambda: FailOwned(
+                fence=parts, error_message=arguments["error"], retry=arguments["retry"],
+                dlq_record_id=arguments.get("dlq_record_id"), backoff_base_ms=config.backoff_base_ms,
+                backoff_max_ms=config.backoff_max_ms,
+            ),
+            "set_pid": lambda: SetPidOwned(fence=parts, pid=arguments["pid"]),
+            "read_state": lambda: ReadStateOwned(fence=parts),
+            "acknowledge_cancel": lambda: AcknowledgeCancelOwned(fence=parts),
+        }
+        return self.on_row(queue, fence.job_id, commands[kind](), now)
+
+    def legacy(self, queue: QueueKind, job_id: str, kind: str, now: int, **arguments: Any) -> Result:
+        config = self.config
+        commands = {
+            "heartbeat": lambda: HeartbeatLegacy(owner_id=arguments["owner"], lease_us=config.lease_us),
+            "complete": lambda: CompleteLegacy(result_json=arguments.get("result_json")),
+            "fail": lambda: FailLegacy(
+                error_message=arguments["error"], retry=arguments["retry"], dlq_record_id=None,
+                backoff_base_ms=config.backoff_base_ms, backoff_max_ms=config.backoff_max_ms,
+            ),
+            "set_pid": lambda: SetPidLegacy(pid=arguments["pid"]),
+            "delete": lambda: DeleteLegacy(),
+            "request_cancel": lambda: RequestCancel(),
+            "cancel_admin": lambda: CancelAdmin(),
+        }
+        return self.on_row(queue, job_id, commands[kind](), now)
+
+    def purge(self, queue: QueueKind, older_than_us: int, now: int) -> Result:
+        def body(staged: dict[str, JobRecord]) -> int:
+            command = PurgeFinished(older_than_us=now - older_than_us)
+            finished = sorted(
+                (r for r in staged.values() if r.status in TERMINAL and r.completed_at_us is not None
+                 and r.completed_at_us < command.older_than_us and not r.fence_required),
+                key=lambda r: (r.completed_at_us, r.job_id),
+            )[:PURGE_LIMIT]
+            return sum(isinstance(self._decide(staged, r, command, now), Applied) for r in finished)
+
+        return self._transaction(queue, body)
+
+    def move_lease(self, queue: QueueKind, job_id: str, by_us: int) -> None:
+        record = self.rows[queue][job_id]
+        assert record.lease_expires_at_us is not None
+        self.rows[queue][job_id] = dataclasses.replace(record, lease_expires_at_us=record.lease_expires_at_us - by_us)
+
+    def interfere(self, queue: QueueKind, job_id: str, marker: str) -> None:
+        """What a privileged write between a read and a write leaves behind."""
+        record = self.rows[queue][job_id]
+        self.rows[queue][job_id] = dataclasses.replace(record, error_message=marker)

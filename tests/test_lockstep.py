@@ -1,0 +1,422 @@
+"""Kernel-backed model and real databases in lockstep.
+
+One Hypothesis ``RuleBasedStateMachine`` drives the same operations through the public
+job sources of a real store and through the model in ``lockstep_model.py``; after every
+step the replies must agree and every persisted row must equal the model's record. The
+machine takes a store factory, so every database runs the same suite. The database
+time each transaction sampled is observed and handed to the model, so the model
+decides with exactly the clock the database used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import math
+import time
+import pathlib
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+import adapter_support
+from lockstep_model import Model
+from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource, upgrade
+from tenure.adapters.engine import QueueEngine
+from tenure.model import (
+    PipelineJob,
+    QueueClaimFence,
+    QueueKind,
+    StreamingJob,
+    TenureError,
+    ValidationJob,
+    WorkerConfig,
+    canonical_json,
+    freeze_envelope,
+    snapshot_submission,
+)
+
+SOURCES = {
+    QueueKind.VALIDATION: ValidationJobSource,
+    QueueKind.PIPELINE: PipelineJobSource,
+    QueueKind.STREAMING: StreamingJobSource,
+}
+OWNERS = ["worker-a", "worker-b", "Worker-A"]
+TOKENS = [f"token-{n}" for n in range(10)]
+SUBMISSIONS = [f"sub-{n}" for n in range(6)]
+LEASE_SHIFT_US = 7_200_000_000
+
+
+def envelope(queue: QueueKind, variant: int, authored_id: str | None, key: str | None, force: bool) -> Any:
+    """A small family of requests: equal arguments give equal content."""
+    if queue is QueueKind.VALIDATION:
+        return ValidationJob("orders", "1", f"source-{variant}", options={"v": variant}, job_id=authored_id,
+                             idempotency_key=key, max_attempts=2 + variant % 2)
+    if queue is QueueKind.PIPELINE:
+        return PipelineJob({"steps": [variant]}, {"v": str(variant)}, job_id=authored_id, idempotency_key=key,
+                           run_id=None if authored_id is None else f"run-{authored_id}", max_attempts=2)
+    return StreamingJob("orders", str(variant % 2), {"v": str(variant)}, force=force, job_id=authored_id, max_attempts=2)
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
+    try:
+        return ("ok", call())
+    except TenureError as error:
+        return ("error", error.code.value, error.reason)
+
+
+class Clock:
+    """Collects the database times the stores sampled during one operation."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def take(self) -> int:
+        assert len(self.seen) == 1, f"one transaction per operation, saw {len(self.seen)}"
+        now = self.seen[0]
+        self.seen.clear()
+        return now
+
+
+@dataclasses.dataclass
+class Counter:
+    steps: int = 0
+    examples: int = 0
+
+
+COUNTERS: dict[str, Counter] = {}
+
+
+class LockstepMachine(RuleBasedStateMachine):
+    """Subclassed per database with ``database`` set (see ``machine_for``)."""
+
+    database = "sqlite"
+    fences = Bundle("fences")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner = asyncio.Runner()
+        self.workdir = tempfile.TemporaryDirectory()
+        self.counter = COUNTERS.setdefault(self.database, Counter())
+        self.counter.examples += 1
+        self.db_url = adapter_support.new_database_for_machine(self.database, pathlib.Path(self.workdir.name))
+        self.runner.run(upgrade(self.db_url))
+        self.config = WorkerConfig(self.db_url, lease_seconds=60, heartbeat_seconds=20, backoff_base_ms=0, backoff_max_ms=0)
+        self.model = Model(self.config)
+        self.clock = Clock()
+        self.ids = itertools.count(1)
+        self.next_job_id = ""
+        self.next_run_id = ""
+        self.sources: dict[QueueKind, Any] = {}
+        for queue, source_type in SOURCES.items():
+            source = source_type(self.db_url, self.config)
+            engine: QueueEngine = source._engine
+            engine._new_job_id = lambda: self.next_job_id
+            engine._new_run_id = lambda: self.next_run_id
+            engine.store.observe_time = self.clock.seen.append
+            self.sources[queue] = source
+
+    def teardown(self) -> None:
+        try:
+            for source in self.sources.values():
+                self.runner.run(source.close())
+            adapter_support.drop_database_for_machine(self.database, self.db_url)
+        finally:
+            self.runner.close()
+            self.workdir.cleanup()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def run(self, coroutine: Any) -> tuple[Any, ...]:
+        async def call() -> Any:
+            return await coroutine
+
+        self.clock.seen.clear()
+        return outcome(lambda: self.runner.run(call()))
+
+    def fresh_ids(self) -> None:
+        n = next(self.ids)
+        self.next_job_id = f"job-{n:05d}"
+        self.next_run_id = f"run{n:05d}"
+
+    def expect(self, actual: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
+        self.counter.steps += 1
+        assert actual == expected, f"adapter {actual!r} != model {expected!r}"
+
+    def claimed_view(self, record: Any) -> Any:
+        return None if record is None else self.sources[record.queue]._claimed(record)
+
+    def known_ids(self, queue: QueueKind) -> list[str]:
+        return sorted(self.model.rows[queue]) + ["job-missing"]
+
+    # --- submissions ----------------------------------------------------------------------
+
+    @rule(
+        queue=st.sampled_from(QueueKind), submission=st.sampled_from(SUBMISSIONS), variant=st.integers(0, 2),
+        authored_id=st.none() | st.sampled_from(["a-1", "a-2"]), key=st.none() | st.sampled_from(["k-1", "k-2"]),
+        force=st.booleans(),
+    )
+    def submit_owned(self, queue: QueueKind, submission: str, variant: int, authored_id: str | None, key: str | None, force: bool) -> None:
+        request = envelope(queue, variant, authored_id, key, force)
+        self.fresh_ids()
+        actual = self.run(self.sources[queue].submit_owned(request, submission_id=submission))
+        snap = snapshot_submission(queue, request, submission)
+        expected = self.model.submit_owned(snap, self.next_job_id, self.next_run_id, self.clock.take())
+        self.expect(actual, expected)
+
+    @rule(
+        queue=st.sampled_from(QueueKind), variant=st.integers(0, 2),
+        authored_id=st.none() | st.sampled_from(["a-1", "a-3"]), key=st.none() | st.sampled_from(["k-1", "k-3"]),
+        force=st.booleans(),
+    )
+    def submit_legacy(self, queue: QueueKind, variant: int, authored_id: str | None, key: str | None, force: bool) -> None:
+        request = envelope(queue, variant, authored_id, key, force)
+        self.fresh_ids()
+        actual = self.run(self.sources[queue].submit(request))
+        frozen = freeze_envelope(queue, request)
+        expected = self.model.submit_legacy(frozen, self.next_job_id, self.next_run_id, self.clock.take())
+        self.expect(actual, expected)
+
+    # --- claims ---------------------------------------------------------------------------
+
+    @rule(target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS), token=st.sampled_from(TOKENS))
+    def claim_owned(self, queue: QueueKind, owner: str, token: str) -> Any:
+        actual = self.run(self.sources[queue].claim_next_owned(owner, claim_token=token))
+        expected = self.model.claim_owned(queue, owner, token, self.clock.take())
+        if expected[0] == "ok":
+            expected = ("ok", self.claimed_view(expected[1]))
+        self.expect(actual, expected)
+        return actual[1].claim_fence if actual[0] == "ok" and actual[1] is not None else QueueClaimFence(
+            queue, "job-missing", owner, 1, token
+        )
+
+    @rule(queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS))
+    def claim_legacy(self, queue: QueueKind, owner: str) -> None:
+        actual = self.run(self.sources[queue].claim_next(owner))
+        expected = self.model.claim_legacy(queue, owner, self.clock.take())
+        if expected[0] == "ok":
+            expected = ("ok", self.claimed_view(expected[1]))
+        self.expect(actual, expected)
+
+    @rule(target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS), token=st.sampled_from(TOKENS))
+    def recover(self, queue: QueueKind, owner: str, token: str) -> Any:
+        actual = self.run(self.sources[queue].recover_owned_claim(owner, claim_token=token))
+        expected = self.model.recover(queue, owner, token, self.clock.take())
+        expected = ("ok", self.claimed_view(expected[1]))
+        self.expect(actual, expected)
+        return actual[1].claim_fence if actual[1] is not None else QueueClaimFence(queue, "job-missing", owner, 1, token)
+
+    # --- fenced writes ----------------------------------------------------------------------
+
+    @rule(fence=fences, data=st.data())
+    def fenced_write(self, fence: QueueClaimFence, data: st.DataObject) -> None:
+        queue = fence.queue
+        if data.draw(st.booleans(), label="near-miss fence"):
+            fence = data.draw(st.sampled_from([
+                dataclasses.replace(fence, owner_id=fence.owner_id.upper()),
+                dataclasses.replace(fence, generation=fence.generation + 1),
+                dataclasses.replace(fence, claim_token=fence.claim_token + " "),
+            ]), label="changed fence")
+        kinds = ["heartbeat", "complete", "fail"]
+        if queue is QueueKind.STREAMING:
+            kinds += ["set_pid", "read_state", "acknowledge_cancel"]
+        kind = data.draw(st.sampled_from(kinds), label="operation")
+        source = self.sources[queue]
+        arguments: dict[str, Any] = {}
+        if kind == "heartbeat":
+            actual = self.run(source.heartbeat_owned(fence))
+        elif kind == "complete":
+            result = data.draw(st.sampled_from([None, {"rows": 3}, [1, "two"]]), label="result")
+            arguments["result_json"] = None if result is None else canonical_json(result)
+            actual = self.run(source.complete_owned(fence, result))
+        elif kind == "fail":
+            arguments.update(error="boom", retry=data.draw(st.booleans(), label="retry"))
+            if queue is not QueueKind.STREAMING:
+                arguments["dlq_record_id"] = data.draw(st.none() | st.just("dlq-1"), label="dlq")
+                actual = self.run(source.fail_owned(fence, "boom", retry=arguments["retry"], dlq_record_id=arguments["dlq_record_id"]))
+            else:
+                actual = self.run(source.fail_owned(fence, "boom", retry=arguments["retry"]))
+        elif kind == "set_pid":
+            arguments["pid"] = data.draw(st.integers(1, 9), label="pid")
+            actual = self.run(source.set_pid_owned(fence, arguments["pid"]))
+        elif kind == "read_state":
+            actual = self.run(source.get_owned_state(fence))
+        else:
+            actual = self.run(source.acknowledge_cancel_owned(fence))
+        expected = self.model.fenced(queue, fence, kind, self.clock.take(), **arguments)
+        self.expect(actual, self._as_reply(kind, expected))
+
+    def _as_reply(self, kind: str, expected: tuple[Any, ...]) -> tuple[Any, ...]:
+        from tenure.kernel import Applied, StreamingStateReply
+        from tenure.model import OwnedStreamingState
+
+        if expected[0] != "ok":
+            return expected
+        decision = expected[1]
+        if kind == "read_state":
+            if isinstance(decision, Applied) and isinstance(decision.reply, StreamingStateReply):
+                return ("ok", OwnedStreamingState(decision.reply.cancel_requested, decision.reply.pid))
+            return ("ok", None)
+        return ("ok", isinstance(decision, Applied))
+
+    # --- administrative and legacy by-ID operations ------------------------------------------
+
+    @rule(queue=st.sampled_from(QueueKind), data=st.data())
+    def by_id(self, queue: QueueKind, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from(self.known_ids(queue)), label="job")
+        kinds = ["heartbeat", "complete", "fail", "delete", "cancel"]
+        if queue is QueueKind.STREAMING:
+            kinds.append("set_pid")
+        kind = data.draw(st.sampled_from(kinds), label="operation")
+        source = self.sources[queue]
+        owner = data.draw(st.sampled_from(OWNERS), label="owner")
+        retry = data.draw(st.booleans(), label="retry")
+        calls = {
+            "heartbeat": lambda: source.heartbeat(job_id, owner),
+            "complete": lambda: source.complete(job_id, {"legacy": True}),
+            "fail": lambda: source.fail(job_id, "legacy", retry=retry),
+            "delete": lambda: source.delete_job(job_id),
+            "cancel": lambda: source.cancel(job_id),
+            "set_pid": lambda: source.set_pid(job_id, 7),
+        }
+        actual = self.run(calls[kind]())
+        model_kind = {"cancel": "request_cancel" if queue is QueueKind.STREAMING else "cancel_admin"}.get(kind, kind)
+        expected = self.model.legacy(
+            queue, job_id, model_kind, self.clock.take(), owner=owner, retry=retry, error="legacy",
+            result_json='{"legacy":true}', pid=7,
+        )
+        self.expect(actual, self._as_reply(kind, expected))
+
+    @rule(queue=st.sampled_from(QueueKind), older_than_s=st.sampled_from([0, 3600]))
+    def purge(self, queue: QueueKind, older_than_s: int) -> None:
+        import datetime as dt
+
+        actual = self.run(self.sources[queue].purge_finished(dt.timedelta(seconds=older_than_s)))
+        expected = self.model.purge(queue, older_than_s * 1_000_000, self.clock.take())
+        self.expect(actual, expected)
+
+    # --- the clock and the adversary ----------------------------------------------------------
+
+    @rule(queue=st.sampled_from(QueueKind), data=st.data())
+    def lease_runs_out(self, queue: QueueKind, data: st.DataObject) -> None:
+        """The worker stalls: move a live lease two hours into the past in both worlds."""
+        claimed = sorted(job_id for job_id, r in self.model.rows[queue].items() if r.lease_expires_at_us is not None)
+        if not claimed:
+            return
+        job_id = data.draw(st.sampled_from(claimed), label="stalled job")
+        adapter_support.expire_lease(self.db_url, queue, job_id, LEASE_SHIFT_US)
+        self.model.move_lease(queue, job_id, LEASE_SHIFT_US)
+        self.counter.steps += 1
+
+    @rule(fence=fences)
+    def heartbeat_racing_a_privileged_write(self, fence: QueueClaimFence) -> None:
+        """Another writer changes the row after the engine read it: the compare-and-set must
+        refuse to overwrite it with a decision made on the old row."""
+        queue = fence.queue
+        if fence.job_id not in self.model.rows[queue]:
+            return
+        before_interference = self.model.rows[queue][fence.job_id]
+        marker = f"interfered-{next(self.ids)}"
+        with adapter_support.interfering_after_load(self.database, queue, marker):
+            actual = self.run(self.sources[queue].heartbeat_owned(fence))
+        now = self.clock.take()
+        from tenure.kernel import Applied, ClaimFence, HeartbeatOwned, decide
+
+        decision = decide(before_interference, HeartbeatOwned(fence=ClaimFence.of(fence), lease_us=self.config.lease_us), now)
+        if isinstance(decision, Applied) and decision.new_record != before_interference:
+            expected: tuple[Any, ...] = ("error", "queue_persistence_failed", "row_changed")
+        else:
+            self.model.interfere(queue, fence.job_id, marker)
+            expected = ("ok", isinstance(decision, Applied))
+        self.expect(actual, expected)
+
+    # --- after every step -----------------------------------------------------------------------
+
+    @invariant()
+    def every_row_equals_the_model(self) -> None:
+        async def dump() -> dict[QueueKind, dict[str, Any]]:
+            store = self.sources[QueueKind.VALIDATION]._engine.store
+            async with store.transaction(write=False) as tx:
+                return {
+                    queue: {record.job_id: record for record in await tx.list_records(queue, None, 10_000)}
+                    for queue in QueueKind
+                }
+
+        stored = self.runner.run(dump())
+        for queue in QueueKind:
+            assert stored[queue] == self.model.rows[queue], queue
+
+
+def machine_for(database: str) -> type[LockstepMachine]:
+    return type(f"Lockstep_{database}", (LockstepMachine,), {"database": database})
+
+
+LOCKSTEP_STEPS = {"sqlite": 20_000, "postgresql": 10_000}
+"""Steps CI runs per database (the test fails if fewer ran)."""
+
+
+@pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
+def test_kernel_model_and_database_stay_in_lockstep(database: str, request: pytest.FixtureRequest) -> None:
+    adapter_support.prepare_machine_databases(database, request)
+    target = LOCKSTEP_STEPS[database]
+    COUNTERS[database] = Counter()
+    machine = machine_for(database)
+    started = time.perf_counter()
+    while COUNTERS[database].steps < target:
+        counter = COUNTERS[database]
+        average = counter.steps / counter.examples if counter.examples else 35
+        examples = max(10, math.ceil((target - counter.steps) / average))
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=examples,
+                stateful_step_count=50,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                database=None,
+            ),
+        )
+    elapsed = time.perf_counter() - started
+    counter = COUNTERS[database]
+    print(
+        f"\nlockstep[{database}]: {counter.steps} steps in {counter.examples} runs, "
+        f"{elapsed:.1f} s, {counter.steps / elapsed:.0f} steps/s"
+    )
+    assert counter.steps >= target
+
+
+def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A mutant store whose UPDATE matches the row by ID alone (no compare-and-set) must
+    make the lockstep fail: the racing-write rule exposes the lost update."""
+    import re
+
+    database = "sqlite"
+    adapter_support.prepare_machine_databases(database, request)
+    module = adapter_support.store_module(database)
+    original = module.statements_for
+
+    def without_compare_and_set(queue: QueueKind, caps: Any) -> Any:
+        statements = original(queue, caps)
+        update = re.sub(r"WHERE id = :old_id AND .* RETURNING", "WHERE id = :old_id RETURNING", statements.update)
+        assert update != statements.update
+        return dataclasses.replace(statements, update=update)
+
+    monkeypatch.setattr(module, "statements_for", without_compare_and_set)
+    COUNTERS[database] = Counter()
+    with pytest.raises(AssertionError, match="row_changed"):
+        run_state_machine_as_test(
+            machine_for(database),
+            settings=settings(
+                max_examples=300, stateful_step_count=30, deadline=None,
+                suppress_health_check=list(HealthCheck), database=None, derandomize=True,
+                phases=[Phase.generate], report_multiple_bugs=False,
+            ),
+        )
