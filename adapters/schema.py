@@ -45,6 +45,9 @@ __all__ = [
     "metadata",
     "queue_table",
     "legacy_ddl",
+    "legacy_table_ddl",
+    "legacy_index_ddl",
+    "legacy_columns",
     "owned_column_ddl",
     "owned_index_ddl",
     "dialect_for",
@@ -154,14 +157,29 @@ def dialect_for(name: str) -> Dialect:
     return cast(Dialect, dialect)
 
 
+def legacy_table_ddl(dialect: Dialect) -> list[str]:
+    """CREATE TABLE IF NOT EXISTS for the legacy tables."""
+    tables = [migrations_table, *_TABLES.values()]
+    return [str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)).strip() for table in tables]
+
+
+def legacy_index_ddl(dialect: Dialect) -> list[str]:
+    """CREATE INDEX IF NOT EXISTS for the legacy indexes."""
+    return [
+        str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)).strip()
+        for table in _TABLES.values()
+        for index in sorted(table.indexes, key=lambda i: str(i.name))
+    ]
+
+
+def legacy_columns(queue: QueueKind) -> list[str]:
+    """The columns a legacy queue table must have."""
+    return [column.name for column in _TABLES[queue].columns]
+
+
 def legacy_ddl(dialect: Dialect) -> list[str]:
-    """CREATE TABLE / CREATE INDEX statements of the legacy schema (idempotent forms)."""
-    statements = [str(CreateTable(migrations_table, if_not_exists=True).compile(dialect=dialect))]
-    for table in _TABLES.values():
-        statements.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)))
-        for index in sorted(table.indexes, key=lambda i: str(i.name)):
-            statements.append(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)))
-    return [statement.strip() for statement in statements]
+    """The whole legacy schema (tables, then indexes), in idempotent forms."""
+    return legacy_table_ddl(dialect) + legacy_index_ddl(dialect)
 
 
 def owned_column_ddl(table: str, column: OwnedColumn, dialect: Dialect) -> str:

@@ -42,6 +42,7 @@ from .queue_commands import (
 from .queue_machine import (
     EFFECTS,
     GUARDS,
+    LEASE_EXPIRED_ERROR,
     REFUSAL_OUTCOMES,
     TABLE,
     Applied,
@@ -103,6 +104,7 @@ __all__ = [
     "SubmitOwned",
     "EFFECTS",
     "GUARDS",
+    "LEASE_EXPIRED_ERROR",
     "REFUSAL_OUTCOMES",
     "TABLE",
     "Applied",

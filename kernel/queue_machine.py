@@ -73,6 +73,7 @@ __all__ = [
     "claim_identity_problem",
     "backoff_delay_us",
     "transition_violations",
+    "LEASE_EXPIRED_ERROR",
 ]
 
 
@@ -356,7 +357,8 @@ def _fail(record: JobRecord, command: Any, now_us: int, *, retry: bool) -> Appli
     )
 
 
-_EXPIRED_WITHOUT_ATTEMPTS = "lease expired with no attempts left"
+LEASE_EXPIRED_ERROR = "lease expired with no attempts left"
+"""The error a job gets when its last attempt is lost to lease expiry."""
 
 EFFECTS: dict[str, Effect] = {
     "insert_owned": lambda record, command, now_us: _insert(command, now_us, owned=True),
@@ -381,7 +383,7 @@ EFFECTS: dict[str, Effect] = {
         _requeue(record, record.fires_at_us), Ack()
     ),
     "fail_expired": lambda record, command, now_us: Applied(
-        _finish(record, JobStatus.FAILED, now_us, error_message=_EXPIRED_WITHOUT_ATTEMPTS), Ack()
+        _finish(record, JobStatus.FAILED, now_us, error_message=LEASE_EXPIRED_ERROR), Ack()
     ),
     "cancel_expired": lambda record, command, now_us: Applied(
         _finish(record, JobStatus.CANCELLED, now_us), Ack()

@@ -34,7 +34,9 @@ from ..schema import (
     OWNED_UNIQUE_INDEXES,
     TABLE_NAMES,
     dialect_for,
-    legacy_ddl,
+    legacy_columns,
+    legacy_index_ddl,
+    legacy_table_ddl,
     owned_column_ddl,
     owned_index_ddl,
 )
@@ -194,7 +196,17 @@ async def admission_checks(tx: SqliteTransaction) -> list[Check]:
 async def upgrade_sqlite(store: SqliteStore) -> MigrationReport:
     applied: list[str] = []
     async with store.transaction(write=True) as tx:
-        for statement in legacy_ddl(_DIALECT):
+        for statement in legacy_table_ddl(_DIALECT):
+            await tx.execute(statement)
+        # A table that exists but lacks legacy columns is not ours to repair.
+        legacy_checks = [
+            Check(table, column, "legacy column present", column in existing, "" if column in existing else "missing_legacy_column")
+            for queue, table in TABLE_NAMES.items()
+            for existing in [await _columns(tx, table)]
+            for column in legacy_columns(queue)
+        ]
+        refuse_if_failed(legacy_checks)
+        for statement in legacy_index_ddl(_DIALECT):
             await tx.execute(statement)
         done = await tx.execute(f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = ?", [OWNED_MIGRATION])
         for table in TABLE_NAMES.values():

@@ -1,0 +1,79 @@
+"""The ``tenure`` command: ``tenure demo`` and ``tenure migrate``.
+
+``tenure demo`` runs the owned queue under stress on an embedded SQLite file (or
+``--db URL``) and exits non-zero if any invariant broke. ``tenure migrate --db URL``
+applies and qualifies the owned migration and reports every admission check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from tenure.model import ConfigValidationError, TenureError
+
+from .demo import DemoSettings, run_demo
+from .migrations import downgrade, upgrade
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tenure", description="Durable work with a provable owner.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run the owned queue under stress and check every invariant")
+    demo.add_argument("--db", help="database URL (default: a new SQLite file in a temporary folder)")
+    demo.add_argument("--jobs", type=int, default=3000, help="jobs to submit across the three queues")
+    demo.add_argument("--workers", type=int, default=8, help="concurrent workers per queue")
+    demo.add_argument("--lease-seconds", type=float, default=1.0, help="claim lease")
+    demo.add_argument("--seed", type=int, default=7, help="seed of the workers' choices")
+    migrate = commands.add_parser("migrate", help="apply and qualify the owned migration")
+    migrate.add_argument("--db", required=True, help="database URL")
+    migrate.add_argument("--downgrade", action="store_true", help="remove the owned migration instead")
+    return parser
+
+
+async def _migrate(db_url: str, *, remove: bool) -> int:
+    try:
+        report = await (downgrade(db_url) if remove else upgrade(db_url))
+    except ConfigValidationError as error:
+        print(f"refused: {error.reason}")
+        for field, problem in zip(error.fields, error.problems, strict=True):
+            print(f"  {field}: {problem}")
+        return 2
+    except TenureError as error:
+        print(f"failed: {error.code.value}: {error.reason}")
+        return 1
+    print("\n".join(report.lines()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    if arguments.command == "migrate":
+        return asyncio.run(_migrate(arguments.db, remove=arguments.downgrade))
+    db_url = arguments.db
+    if db_url is None:
+        folder = pathlib.Path(tempfile.mkdtemp(prefix="tenure-demo-"))
+        db_url = f"sqlite:///{folder / 'demo.sqlite3'}"
+        print(f"database: {folder / 'demo.sqlite3'}")
+    if arguments.jobs < 10 or arguments.workers < 1:
+        print("--jobs must be at least 10 and --workers at least 1")
+        return 2
+    settings = DemoSettings(
+        db_url=db_url, jobs=arguments.jobs, workers=arguments.workers,
+        lease_seconds=arguments.lease_seconds, seed=arguments.seed,
+    )
+    try:
+        return asyncio.run(run_demo(settings))
+    except TenureError as error:
+        print(f"failed: {error.code.value}: {error.reason}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
