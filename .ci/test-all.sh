@@ -61,17 +61,24 @@ WHEEL_DIR=$(mktemp -d)
 .venv/bin/python -m pip wheel -q --no-deps -w "$WHEEL_DIR" . 2> >(grep -v "is ignored" >&2)
 "$PYTHON" -m venv "$WHEEL_DIR/venv"
 "$WHEEL_DIR/venv/bin/python" -m pip install -q "$WHEEL_DIR"/tenure-*.whl 2> >(grep -v "is ignored" >&2)
-( cd "$WHEEL_DIR" && "$WHEEL_DIR/venv/bin/python" - <<'PY'
-import importlib, pkgutil
-import tenure.model, tenure.kernel, tenure.adapters
+( cd "$WHEEL_DIR" && "$WHEEL_DIR/venv/bin/python" - "$ROOT" <<'PY'
+# Every module in the source tree must import from the installed wheel (a package left
+# out of pyproject's list would be missing here), and nothing may come from the tree.
+import importlib, pathlib, sys
+root = pathlib.Path(sys.argv[1])
 names = []
-for package in (tenure.model, tenure.kernel, tenure.adapters):
-    names.append(package.__name__)
-    names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+for folder in ("model", "kernel", "adapters"):
+    for path in sorted((root / folder).rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names.append("tenure." + ".".join(parts))
 for name in names:
     module = importlib.import_module(name)
     assert "site-packages" in (module.__file__ or ""), name
-print(f"imported {len(names)} modules from the installed wheel")
+import shutil
+assert shutil.which("tenure", path=str(pathlib.Path(sys.executable).parent)), "console script missing"
+print(f"imported {len(names)} modules from the installed wheel; the tenure command is installed")
 PY
 )
 rm -rf "$WHEEL_DIR"

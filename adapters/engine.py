@@ -12,7 +12,7 @@ only branches here are on the kernel's decision.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tenure.kernel import (
     REFUSAL_OUTCOMES,
@@ -72,6 +72,9 @@ SWEEP_LIMIT = 64
 
 PURGE_LIMIT = 1000
 """Rows removed per retention transaction."""
+
+SUBMIT_ATTEMPTS = 3
+"""Transactions a submission may take when concurrent submissions race on a unique key."""
 
 _CONFLICT_CODES = {
     Outcome.SUBMISSION_CONFLICT: ErrorCode.QUEUE_SUBMISSION_CONFLICT,
@@ -147,23 +150,47 @@ class QueueEngine:
     # --- submission -------------------------------------------------------------------
 
     async def submit_owned(self, snapshot: SubmissionSnapshot) -> Submitted:
-        job_id = snapshot.job_id if snapshot.job_id is not None else self._new_job_id()
-        run_id = None
+        return await self._retrying(lambda: self._submit_owned_once(snapshot))
+
+    async def submit_legacy(self, request: FrozenEnvelope) -> Submitted:
+        return await self._retrying(lambda: self._submit_legacy_once(request))
+
+    @staticmethod
+    async def _retrying(attempt: Callable[[], Awaitable[Submitted]]) -> Submitted:
+        """Run a submission again when a concurrent transaction won a race on a unique
+        key or a deadlock was broken: the retry sees the winner and replays, conflicts or
+        proceeds. Any other failure, or the last one, surfaces."""
+        for remaining in range(SUBMIT_ATTEMPTS - 1, -1, -1):
+            try:
+                return await attempt()
+            except TenureError as error:
+                if remaining == 0 or error.reason not in ("constraint_violated", "deadlock"):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _ids(self, job_id: str | None, run_id: str | None) -> tuple[str, str | None]:
+        chosen_job_id = job_id if job_id is not None else self._new_job_id()
+        chosen_run_id = None
         if self.queue is QueueKind.PIPELINE:
-            run_id = snapshot.run_id if snapshot.run_id is not None else self._new_run_id()
-        command = SubmitOwned(
-            queue=self.queue,
-            submission_id=snapshot.submission_id,
-            fingerprint=snapshot.fingerprint,
-            job_id=job_id,
-            run_id=run_id,
-            fires_at_us=snapshot.fires_at_us,
-            max_attempts=self._max_attempts(snapshot.max_attempts),
-            idempotency_key=snapshot.idempotency_key,
-            active_key=snapshot.active_key,
-            payload_json=snapshot.authored_json,
-        )
+            chosen_run_id = run_id if run_id is not None else self._new_run_id()
+        return chosen_job_id, chosen_run_id
+
+    async def _submit_owned_once(self, snapshot: SubmissionSnapshot) -> Submitted:
+        authored_job_id, run_id = self._ids(snapshot.job_id, snapshot.run_id)
         async with self.store.transaction(write=True) as tx:
+            job_id = await tx.canonical_job_id(self.queue, authored_job_id)
+            command = SubmitOwned(
+                queue=self.queue,
+                submission_id=snapshot.submission_id,
+                fingerprint=snapshot.fingerprint,
+                job_id=job_id,
+                run_id=run_id,
+                fires_at_us=snapshot.fires_at_us,
+                max_attempts=self._max_attempts(snapshot.max_attempts),
+                idempotency_key=snapshot.idempotency_key,
+                active_key=snapshot.active_key,
+                payload_json=snapshot.authored_json,
+            )
             # Replay first: an existing original answers before any key is touched.
             met = await tx.by_submission(self.queue, snapshot.submission_id)
             if met is None:
@@ -189,22 +216,20 @@ class QueueEngine:
         assert isinstance(decision.reply, Submitted)
         return decision.reply
 
-    async def submit_legacy(self, request: FrozenEnvelope) -> Submitted:
-        job_id = request.job_id if request.job_id is not None else self._new_job_id()
-        run_id = None
-        if self.queue is QueueKind.PIPELINE:
-            run_id = request.run_id if request.run_id is not None else self._new_run_id()
-        command = SubmitLegacy(
-            queue=self.queue,
-            job_id=job_id,
-            run_id=run_id,
-            fires_at_us=request.fires_at_us,
-            max_attempts=self._max_attempts(request.max_attempts),
-            idempotency_key=request.idempotency_key,
-            active_key=request.active_key,
-            payload_json=request.authored_json,
-        )
+    async def _submit_legacy_once(self, request: FrozenEnvelope) -> Submitted:
+        authored_job_id, run_id = self._ids(request.job_id, request.run_id)
         async with self.store.transaction(write=True) as tx:
+            job_id = await tx.canonical_job_id(self.queue, authored_job_id)
+            command = SubmitLegacy(
+                queue=self.queue,
+                job_id=job_id,
+                run_id=run_id,
+                fires_at_us=request.fires_at_us,
+                max_attempts=self._max_attempts(request.max_attempts),
+                idempotency_key=request.idempotency_key,
+                active_key=request.active_key,
+                payload_json=request.authored_json,
+            )
             met = None
             if request.active_key is not None:
                 holder = await tx.key_holder(self.queue, request.active_key)
@@ -218,8 +243,6 @@ class QueueEngine:
                 met = await tx.colliding(self.queue, job_id, run_id, request.idempotency_key)
             decision = await self._decide_and_persist(tx, met, command)
             if isinstance(decision, Refused):
-                # Raised inside the transaction, so a predecessor released above is
-                # restored: a refused submission changes nothing.
                 _raise_if_conflict(decision)
                 raise AssertionError("a submission is never refused with a negative outcome")
         assert isinstance(decision.reply, Submitted)
@@ -234,6 +257,16 @@ class QueueEngine:
             await self._decide_and_persist(tx, expired, ExpireLease())
 
     async def claim_owned(self, owner_id: str, claim_token: str) -> JobRecord | None:
+        try:
+            return await self._claim_owned_once(owner_id, claim_token)
+        except TenureError as error:
+            if error.reason != "constraint_violated":
+                raise
+        # Only the claim token's unique index can refuse a claim's write: a concurrent
+        # claim stored the same nonce first.
+        raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
+
+    async def _claim_owned_once(self, owner_id: str, claim_token: str) -> JobRecord | None:
         async with self.store.transaction(write=True) as tx:
             # The clock is read first because eligibility depends on it; claims lock with
             # SKIP LOCKED, which never waits, so no lock wait separates reading and deciding.

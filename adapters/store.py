@@ -32,6 +32,9 @@ class Transaction(Protocol):
     async def now_us(self) -> int:
         """Database time, sampled once per transaction after its lock."""
 
+    async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
+        """The job ID as the database spells it (canonical UUID text on a uuid column)."""
+
     async def load(self, queue: QueueKind, job_id: str) -> JobRecord | None: ...
 
     async def by_submission(self, queue: QueueKind, submission_id: str) -> JobRecord | None: ...

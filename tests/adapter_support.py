@@ -1,15 +1,19 @@
 """Helpers for the shared adapter suite: fresh databases and raw SQL the API cannot express.
 
-Raw SQL here plays the part of an operator or a clock: moving a lease into the past,
-reading a row exactly as stored, installing a trigger. Tests use it to set up
-situations and to check results, never to bypass what they test.
+Raw SQL here plays the part of an operator, a clock or a misbehaving neighbour: moving a
+lease into the past, reading a row exactly as stored, installing a trigger, failing a
+commit. Tests use it to set up situations and to check results, never to bypass what
+they test. Statements are written with ``?`` placeholders; PostgreSQL gets ``$n``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import pathlib
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,39 +22,163 @@ import pytest
 from tenure.adapters.schema import TABLE_NAMES
 from tenure.model import QueueKind
 
-
-AVAILABLE_DATABASES = ["sqlite"]
+AVAILABLE_DATABASES = ["sqlite", "postgresql"]
 """Every database with a store; the shared suites run against each."""
+
+_SERVER_DSN: list[str] = []
+"""The throwaway server's DSN once a test asked for it (PostgreSQL databases live there)."""
+
+
+def kind_of(db_url: str) -> str:
+    return "sqlite" if db_url.startswith("sqlite") else "postgresql"
+
+
+# --- PostgreSQL plumbing ----------------------------------------------------------------
+
+
+def _run_async(coroutine: Any) -> Any:
+    """Run a coroutine to completion from sync or async code (in a worker thread)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def _with_database(dsn: str, name: str) -> str:
+    return dsn.rsplit("/", 1)[0] + "/" + name
+
+
+async def _pg(dsn: str, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    import asyncpg
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        numbered, count = [], 0
+        for piece in sql.split("?"):
+            numbered.append(piece)
+            count += 1
+            numbered.append(f"${count}")
+        text = "".join(numbered[:-1])
+        return [tuple(row) for row in await connection.fetch(text, *parameters)]
+    finally:
+        await connection.close()
+
+
+def bind_server(request: pytest.FixtureRequest) -> str:
+    if not _SERVER_DSN:
+        _SERVER_DSN.append(request.getfixturevalue("pg_dsn"))
+    return _SERVER_DSN[0]
+
+
+def create_pg_database(server_dsn: str) -> str:
+    name = "tenure_" + uuid.uuid4().hex[:16]
+    _run_async(_pg(server_dsn, f"CREATE DATABASE {name}", ()))
+    return _with_database(server_dsn, name)
+
+
+def drop_pg_database(db_url: str) -> None:
+    name = db_url.rsplit("/", 1)[1]
+    server = _with_database(db_url, "postgres")
+    _run_async(_pg(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", ()))
+
+
+# --- fresh databases ----------------------------------------------------------------------
 
 
 def new_database(kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> str:
     if kind == "sqlite":
         return f"sqlite:///{tmp_path}/queue.db"
-    raise AssertionError(f"unknown database kind {kind}")
+    url = create_pg_database(bind_server(request))
+    request.addfinalizer(lambda: drop_pg_database(url))
+    return url
 
 
 def prepare_machine_databases(kind: str, request: pytest.FixtureRequest) -> None:
     """Make ``new_database_for_machine`` work for ``kind`` (PostgreSQL needs its server)."""
     assert kind in AVAILABLE_DATABASES
+    if kind == "postgresql":
+        bind_server(request)
 
 
 def new_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
     """A fresh, empty database for one state-machine run."""
     if kind == "sqlite":
         return f"sqlite:///{workdir}/lockstep.db"
-    raise AssertionError(f"unknown database kind {kind}")
+    return create_pg_database(_SERVER_DSN[0])
 
 
 def drop_database_for_machine(kind: str, db_url: str) -> None:
-    """Remove what new_database_for_machine made (SQLite files go with their folder)."""
+    if kind == "postgresql":
+        drop_pg_database(db_url)
 
 
 def store_module(kind: str) -> Any:
     if kind == "sqlite":
-        from tenure.adapters.sqlite import store
+        from tenure.adapters.sqlite import store as sqlite_store
 
-        return store
-    raise AssertionError(f"unknown database kind {kind}")
+        return sqlite_store
+    from tenure.adapters.postgres import store as postgres_store
+
+    return postgres_store
+
+
+# --- raw SQL ------------------------------------------------------------------------------
+
+
+def sqlite_path(db_url: str) -> str:
+    return db_url.split(":///", 1)[1]
+
+
+def raw(db_url: str, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement outside the library and commit it."""
+    if kind_of(db_url) == "sqlite":
+        connection = sqlite3.connect(sqlite_path(db_url))
+        try:
+            rows = connection.execute(sql, parameters).fetchall()
+            connection.commit()
+            return rows
+        finally:
+            connection.close()
+    return _run_async(_pg(db_url, sql, parameters))  # type: ignore[no-any-return]
+
+
+def table(queue: QueueKind) -> str:
+    return TABLE_NAMES[queue]
+
+
+def expire_lease(db_url: str, queue: QueueKind, job_id: str, by_us: int = 3_600_000_000) -> None:
+    """Move a claim's lease into the past (the clock ran on while the worker stalled)."""
+    if kind_of(db_url) == "sqlite":
+        sql = f"UPDATE {table(queue)} SET lease_expires_at = lease_expires_at - ? WHERE id = ?"
+    else:
+        sql = f"UPDATE {table(queue)} SET lease_expires_at = lease_expires_at - make_interval(secs => ?::bigint / 1e6) WHERE id = ?"
+    raw(db_url, sql, (by_us, job_id))
+
+
+def row(db_url: str, queue: QueueKind, job_id: str) -> dict[str, Any] | None:
+    from tenure.adapters.records import columns_for
+
+    columns = columns_for(queue)
+    found = raw(db_url, f"SELECT {', '.join(columns)} FROM {table(queue)} WHERE id = ?", (job_id,))
+    return dict(zip(columns, found[0])) if found else None
+
+
+def all_rows(db_url: str, queue: QueueKind) -> list[tuple[Any, ...]]:
+    return raw(db_url, f"SELECT * FROM {table(queue)} ORDER BY id")
+
+
+def install_owner_folding_trigger(db_url: str, queue: QueueKind) -> None:
+    """A trigger that lower-cases the owner of every claimed row (a coercion the claim's
+    read-back must notice)."""
+    name = table(queue)
+    if kind_of(db_url) == "sqlite":
+        raw(db_url, f"""CREATE TRIGGER fold_owner AFTER UPDATE OF claimed_by ON {name}
+                        BEGIN UPDATE {name} SET claimed_by = lower(NEW.claimed_by) WHERE id = NEW.id; END""")
+        return
+    raw(db_url, """CREATE FUNCTION fold_owner() RETURNS trigger LANGUAGE plpgsql AS
+                   $$ BEGIN NEW.claimed_by := lower(NEW.claimed_by); RETURN NEW; END $$""")
+    raw(db_url, f"CREATE TRIGGER fold_owner BEFORE UPDATE ON {name} FOR EACH ROW EXECUTE FUNCTION fold_owner()")
+
+
+# --- interference and faults ------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -59,8 +187,12 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
     the read (in the same transaction, as a trigger or a privileged session would): its
     error message becomes ``marker``."""
     module = store_module(kind)
-    transaction_type = module.SqliteTransaction
-    sql = f"UPDATE {table(queue)} SET error_message = ? WHERE id = ?"
+    if kind == "sqlite":
+        transaction_type: Any = module.SqliteTransaction
+        sql = f"UPDATE {table(queue)} SET error_message = ? WHERE id = ?"
+    else:
+        transaction_type = module.PostgresTransaction
+        sql = f"UPDATE {table(queue)} SET error_message = $1 WHERE id = $2"
     original = transaction_type.load
 
     async def load_then_interfere(self: Any, load_queue: QueueKind, job_id: str) -> Any:
@@ -76,39 +208,72 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
         transaction_type.load = original
 
 
-def sqlite_path(db_url: str) -> str:
-    return db_url.split(":///", 1)[1]
+class Faults:
+    """Driver-level faults, armed one at a time; each fires once.
+
+    ``arm("COMMIT", "after")``: the commit happens but its acknowledgement is lost.
+    ``arm("COMMIT", "before")``: the commit fails; nothing is written.
+    ``arm(prefix, "before")``: the next statement starting with ``prefix`` fails.
+    ``arm(prefix, "kill")`` (PostgreSQL): the server ends the session just before it.
+    """
+
+    def __init__(self) -> None:
+        self.plan: tuple[str, str] | None = None
+
+    def arm(self, prefix: str, when: str) -> None:
+        self.plan = (prefix.upper(), when)
+
+    def take(self, sql: str) -> str | None:
+        if self.plan is not None and sql.lstrip().upper().startswith(self.plan[0]):
+            when = self.plan[1]
+            self.plan = None
+            return when
+        return None
 
 
-def raw(db_url: str, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Run one statement outside the library and commit it."""
-    if db_url.startswith("sqlite"):
-        connection = sqlite3.connect(sqlite_path(db_url))
-        try:
-            rows = connection.execute(sql, parameters).fetchall()
-            connection.commit()
-            return rows
-        finally:
-            connection.close()
-    raise AssertionError("unknown database")
+@contextlib.contextmanager
+def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faults]:
+    faults = Faults()
+    if kind == "sqlite":
+        import aiosqlite
 
+        original_execute = aiosqlite.Connection.execute
 
-def table(queue: QueueKind) -> str:
-    return TABLE_NAMES[queue]
+        async def execute(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+            when = faults.take(sql)
+            if when == "before":
+                raise sqlite3.OperationalError("disk I/O error (injected)")
+            result = await original_execute(self, sql, *args, **kwargs)
+            if when == "after":
+                raise sqlite3.OperationalError("connection reset before the acknowledgement (injected)")
+            return result
 
+        monkeypatch.setattr(aiosqlite.Connection, "execute", execute)
+        yield faults
+        return
+    import asyncpg
+    from asyncpg.transaction import Transaction
 
-def expire_lease(db_url: str, queue: QueueKind, job_id: str, by_us: int = 3_600_000_000) -> None:
-    """Move a claim's lease into the past (the clock ran on while the worker stalled)."""
-    raw(db_url, f"UPDATE {table(queue)} SET lease_expires_at = lease_expires_at - ? WHERE id = ?", (by_us, job_id))
+    original_fetch = asyncpg.Connection.fetch
+    original_commit = Transaction.commit
 
+    async def fetch(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        when = faults.take(query)
+        if when == "before":
+            raise asyncpg.exceptions.InternalServerError("statement failed (injected)")
+        if when == "kill":
+            with contextlib.suppress(Exception):
+                await original_fetch(self, "SELECT pg_terminate_backend(pg_backend_pid())")
+        return await original_fetch(self, query, *args, **kwargs)
 
-def row(db_url: str, queue: QueueKind, job_id: str) -> dict[str, Any] | None:
-    from tenure.adapters.records import columns_for
+    async def commit(self: Any) -> None:
+        when = faults.take("COMMIT")
+        if when == "before":
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost before commit (injected)")
+        await original_commit(self)
+        if when == "after":
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost after commit (injected)")
 
-    columns = columns_for(queue)
-    found = raw(db_url, f"SELECT {', '.join(columns)} FROM {table(queue)} WHERE id = ?", (job_id,))
-    return dict(zip(columns, found[0])) if found else None
-
-
-def all_rows(db_url: str, queue: QueueKind) -> list[tuple[Any, ...]]:
-    return raw(db_url, f"SELECT * FROM {table(queue)} ORDER BY id")
+    monkeypatch.setattr(asyncpg.Connection, "fetch", fetch)
+    monkeypatch.setattr(Transaction, "commit", commit)
+    yield faults

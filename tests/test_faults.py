@@ -1,58 +1,32 @@
 """Failures at the worst moments: nothing half-written, and the original is always recoverable.
 
-Faults are injected into the store's connection: a COMMIT that succeeds but whose
-acknowledgement is lost, a COMMIT that fails, and a statement that fails mid-transaction.
+Faults are injected at the driver (see adapter_support.injected_faults): a COMMIT that
+succeeds but whose acknowledgement is lost, a COMMIT that fails, a statement that fails
+mid-transaction and, on PostgreSQL, a session the server ends mid-transaction.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from typing import Any
 
 import pytest
 
-from adapter_support import all_rows, row
+from adapter_support import all_rows, injected_faults, kind_of, row
 from tenure.adapters import StreamingJobSource, ValidationJobSource
 from tenure.model import ErrorCode, JobStatus, QueueKind, StreamingJob, TenureError, ValidationJob, WorkerConfig
 
 REQUEST = ValidationJob("orders", "1.0.0", "orders.jsonl")
 
 
-class Faults:
-    """Wraps a store connection's ``execute`` to fail on chosen statements, once."""
-
-    def __init__(self) -> None:
-        self.plan: tuple[str, str] | None = None  # (statement prefix, "after" | "before")
-
-    def arm(self, prefix: str, when: str) -> None:
-        self.plan = (prefix, when)
-
-    def wrap(self, execute: Any) -> Any:
-        async def faulty(sql: str, *args: Any, **kwargs: Any) -> Any:
-            plan = self.plan
-            if plan is not None and sql.lstrip().upper().startswith(plan[0]):
-                self.plan = None
-                if plan[1] == "before":
-                    raise sqlite3.OperationalError("disk I/O error (injected)")
-                await execute(sql, *args, **kwargs)  # the write commits; only its answer is lost
-                raise sqlite3.OperationalError("connection reset while reading the acknowledgement (injected)")
-            return await execute(sql, *args, **kwargs)
-
-        return faulty
-
-
 @contextlib.asynccontextmanager
-async def faulty_source(source_type: type[Any], db_url: str) -> Any:
+async def faulty_source(source_type: type[Any], db_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     source = source_type(db_url, WorkerConfig(db_url, lease_seconds=30, heartbeat_seconds=10))
-    store = source._engine.store
-    connection = await store._open()
-    faults = Faults()
-    connection.execute = faults.wrap(connection.execute)  # type: ignore[method-assign]
-    try:
-        yield source, faults
-    finally:
-        await source.close()
+    with injected_faults(kind_of(db_url), monkeypatch) as faults:
+        try:
+            yield source, faults
+        finally:
+            await source.close()
 
 
 def assert_persistence_failure(caught: pytest.ExceptionInfo[TenureError]) -> None:
@@ -60,8 +34,8 @@ def assert_persistence_failure(caught: pytest.ExceptionInfo[TenureError]) -> Non
     assert "injected" not in str(caught.value) and "injected" not in repr(caught.value)
 
 
-async def test_a_lost_commit_acknowledgement_on_submission_is_recovered_by_replaying_it(db_url: str) -> None:
-    async with faulty_source(ValidationJobSource, db_url) as (source, faults):
+async def test_a_lost_commit_acknowledgement_on_submission_is_recovered_by_replaying_it(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with faulty_source(ValidationJobSource, db_url, monkeypatch) as (source, faults):
         faults.arm("COMMIT", "after")
         with pytest.raises(TenureError) as caught:
             await source.submit_owned(REQUEST, submission_id="sub-1")
@@ -72,8 +46,8 @@ async def test_a_lost_commit_acknowledgement_on_submission_is_recovered_by_repla
         assert (await source.get_job(job_id)).submission_id == "sub-1"
 
 
-async def test_a_failed_commit_on_submission_writes_nothing_and_a_retry_inserts_once(db_url: str) -> None:
-    async with faulty_source(ValidationJobSource, db_url) as (source, faults):
+async def test_a_failed_commit_on_submission_writes_nothing_and_a_retry_inserts_once(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with faulty_source(ValidationJobSource, db_url, monkeypatch) as (source, faults):
         faults.arm("COMMIT", "before")
         with pytest.raises(TenureError) as caught:
             await source.submit_owned(REQUEST, submission_id="sub-1")
@@ -83,8 +57,8 @@ async def test_a_failed_commit_on_submission_writes_nothing_and_a_retry_inserts_
         assert len(all_rows(db_url, QueueKind.VALIDATION)) == 1
 
 
-async def test_a_lost_commit_acknowledgement_on_a_claim_is_recovered_with_the_same_nonce(db_url: str) -> None:
-    async with faulty_source(ValidationJobSource, db_url) as (source, faults):
+async def test_a_lost_commit_acknowledgement_on_a_claim_is_recovered_with_the_same_nonce(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with faulty_source(ValidationJobSource, db_url, monkeypatch) as (source, faults):
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
         faults.arm("COMMIT", "after")
         with pytest.raises(TenureError) as caught:
@@ -98,8 +72,8 @@ async def test_a_lost_commit_acknowledgement_on_a_claim_is_recovered_with_the_sa
         assert await source.complete_owned(recovered.claim_fence, {"ok": True})
 
 
-async def test_a_failed_commit_on_a_claim_leaves_the_job_pending_and_recovery_observes_nothing(db_url: str) -> None:
-    async with faulty_source(ValidationJobSource, db_url) as (source, faults):
+async def test_a_failed_commit_on_a_claim_leaves_the_job_pending_and_recovery_observes_nothing(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with faulty_source(ValidationJobSource, db_url, monkeypatch) as (source, faults):
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
         before = row(db_url, QueueKind.VALIDATION, job_id)
         faults.arm("COMMIT", "before")
@@ -111,8 +85,8 @@ async def test_a_failed_commit_on_a_claim_leaves_the_job_pending_and_recovery_ob
         assert got is not None and got.claim_fence.generation == 1
 
 
-async def test_a_statement_failing_mid_transaction_leaves_nothing_half_written(db_url: str) -> None:
-    async with faulty_source(StreamingJobSource, db_url) as (source, faults):
+async def test_a_statement_failing_mid_transaction_leaves_nothing_half_written(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with faulty_source(StreamingJobSource, db_url, monkeypatch) as (source, faults):
         first = await source.submit_owned(StreamingJob("orders", "1"), submission_id="sub-1")
         before = all_rows(db_url, QueueKind.STREAMING)
         # The forced rerun cancels the predecessor (an UPDATE) and then inserts the
@@ -125,8 +99,8 @@ async def test_a_statement_failing_mid_transaction_leaves_nothing_half_written(d
         assert (await source.get_job(first)).status is JobStatus.PENDING
 
 
-async def test_a_lost_acknowledgement_on_a_completion_is_settled_by_reading_the_job(db_url: str) -> None:
-    async with faulty_source(ValidationJobSource, db_url) as (source, faults):
+async def test_a_lost_acknowledgement_on_a_completion_is_settled_by_reading_the_job(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with faulty_source(ValidationJobSource, db_url, monkeypatch) as (source, faults):
         await source.submit_owned(REQUEST, submission_id="sub-1")
         got = await source.claim_next_owned("worker-a", claim_token="token-1")
         faults.arm("COMMIT", "after")
@@ -135,3 +109,21 @@ async def test_a_lost_acknowledgement_on_a_completion_is_settled_by_reading_the_
         # The write did commit: a repeat answers False and the job shows the result.
         assert await source.complete_owned(got.claim_fence, {"rows": 1}) is False
         assert (await source.get_job(got.job_id)).result == {"rows": 1}
+
+
+@pytest.mark.parametrize("database", ["postgresql"])  # SQLite has no server session to end
+async def test_a_session_ended_by_the_server_mid_transaction_leaves_nothing_half_written(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with faulty_source(StreamingJobSource, db_url, monkeypatch) as (source, faults):
+        first = await source.submit_owned(StreamingJob("orders", "1"), submission_id="sub-1")
+        before = all_rows(db_url, QueueKind.STREAMING)
+        faults.arm("INSERT", "kill")
+        with pytest.raises(TenureError) as caught:
+            await source.submit_owned(StreamingJob("orders", "1", force=True), submission_id="sub-2")
+        assert_persistence_failure(caught)
+        assert all_rows(db_url, QueueKind.STREAMING) == before
+        # The pool replaces the lost connection; the retry goes through exactly once.
+        second = await source.submit_owned(StreamingJob("orders", "1", force=True), submission_id="sub-2")
+        assert (await source.get_job(first)).status is JobStatus.CANCELLED
+        assert await source.submit_owned(StreamingJob("orders", "1", force=True), submission_id="sub-2") == second

@@ -391,14 +391,14 @@ def test_kernel_model_and_database_stay_in_lockstep(database: str, request: pyte
     assert counter.steps >= target
 
 
+@pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
 def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
-    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    database: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """A mutant store whose UPDATE matches the row by ID alone (no compare-and-set) must
     make the lockstep fail: the racing-write rule exposes the lost update."""
     import re
 
-    database = "sqlite"
     adapter_support.prepare_machine_databases(database, request)
     module = adapter_support.store_module(database)
     original = module.statements_for

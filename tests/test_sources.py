@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from adapter_support import expire_lease, raw, row, table
+from adapter_support import expire_lease, install_owner_folding_trigger, raw, row, table
 from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource, upgrade
 from tenure.model import (
     ClaimedJob,
@@ -450,8 +450,7 @@ async def test_a_database_failure_raises_and_never_becomes_false_or_none(validat
 async def test_a_trigger_that_changes_the_claimed_owner_rolls_the_whole_claim_back(validation: Any, db_url: str) -> None:
     job_id = await validation.submit_owned(job(), submission_id="sub-1")
     before = row(db_url, QueueKind.VALIDATION, job_id)
-    raw(db_url, f"""CREATE TRIGGER fold_owner AFTER UPDATE OF claimed_by ON {table(QueueKind.VALIDATION)}
-                    BEGIN UPDATE {table(QueueKind.VALIDATION)} SET claimed_by = lower(NEW.claimed_by) WHERE id = NEW.id; END""")
+    install_owner_folding_trigger(db_url, QueueKind.VALIDATION)
     with pytest.raises(TenureError) as caught:
         await validation.claim_next_owned("Worker-A", claim_token="token-1")
     assert (caught.value.code, caught.value.reason) == (ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")

@@ -60,6 +60,10 @@ BAD_SCHEMAS = {
         {}, ["CREATE UNIQUE INDEX other_submission ON validation_jobs (submission_id COLLATE NOCASE)"],
         "partial_or_differently_compared_unique_index",
     ),
+    "expression_token_index": (
+        {}, ["CREATE UNIQUE INDEX lowered ON validation_jobs (lower(claim_token))"],
+        "partial_or_differently_compared_unique_index",
+    ),
     "nocase_token_column": ({"claim_token": "VARCHAR(255) COLLATE NOCASE"}, [], "partial_or_differently_compared_unique_index"),
 }
 

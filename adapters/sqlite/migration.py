@@ -85,14 +85,16 @@ def _default_check(kind: str, default: object) -> tuple[str, str | None]:
 
 async def _index_checks(tx: SqliteTransaction, table: str) -> list[Check]:
     unique_indexes: dict[str, list[tuple[bool, list[tuple[str, str]]]]] = {}
+    expression_sql: list[str] = []
     for _seq, name, unique, _origin, partial in await tx.execute(f"PRAGMA index_list({table})"):
         if not unique:
             continue
-        keys = [
-            (row[2], row[4])
-            for row in await tx.execute(f"PRAGMA index_xinfo({name})")
-            if row[5] == 1  # key columns only
-        ]
+        info = [row for row in await tx.execute(f"PRAGMA index_xinfo({name})") if row[5] == 1]  # key columns
+        keys = [(row[2], row[4]) for row in info if row[1] >= 0]
+        if any(row[1] == -2 for row in info):  # an expression key, such as lower(claim_token)
+            expression_sql += [sql or "" for (sql,) in await tx.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?", [name]
+            )]
         for column, _collation in keys:
             unique_indexes.setdefault(column, []).append((bool(partial), keys))
     checks = []
@@ -102,9 +104,10 @@ async def _index_checks(tx: SqliteTransaction, table: str) -> list[Check]:
             partial is False and len(keys) == 1 and (keys[0][1] or "BINARY").upper() == "BINARY"
             for partial, keys in found
         ]
+        in_expression = any(re.search(rf"\b{column}\b", sql) for sql in expression_sql)
         if not found:
             problem = "missing_full_unique_index"
-        elif not all(exact):
+        elif not all(exact) or in_expression:
             problem = "partial_or_differently_compared_unique_index"
         else:
             problem = None

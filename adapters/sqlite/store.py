@@ -82,6 +82,9 @@ class SqliteTransaction:
         found = await self._records(queue, sql, parameters)
         return found[0] if found else None
 
+    async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
+        return job_id  # SQLite keeps text exactly as given
+
     async def load(self, queue: QueueKind, job_id: str) -> JobRecord | None:
         return await self._one(queue, statements_for(queue, SQLITE).load, {"job_id": job_id})
 
