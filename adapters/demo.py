@@ -219,6 +219,32 @@ class Demo:
             if await source.complete_owned(fence, {"launcher": name}):
                 self.tally.terminal_writes[(QueueKind.STREAMING, claimed.job_id)] += 1
 
+    async def takeover_drill(self) -> None:
+        """One worker claims a job and stalls past its lease; a second worker takes the job
+        over; the first then tries to complete it. That write must be refused, and the new
+        owner's must apply. Run on each finite queue before the worker pool starts, so the
+        takeover happens exactly this way."""
+        for queue in (QueueKind.VALIDATION, QueueKind.PIPELINE):
+            source = self.sources[queue]
+            stalled = await source.claim_next_owned("drill-stalled", claim_token=uuid.uuid4().hex)  # type: ignore[attr-defined]
+            assert stalled is not None
+            await asyncio.sleep(self.settings.lease_seconds * 1.2)
+            taker = await source.claim_next_owned("drill-taker", claim_token=uuid.uuid4().hex)  # type: ignore[attr-defined]
+            self.check(taker is not None and taker.job_id == stalled.job_id, "the stalled job was not taken over")
+            self.note_claim(queue, stalled)
+            if taker is None:
+                continue
+            self.note_claim(queue, taker)
+            if await source.complete_owned(stalled.claim_fence, {"stale": True}):
+                self.tally.stale_writes_accepted += 1
+                self.violations.append("a stale worker's completion was accepted")
+            else:
+                self.tally.stale_writes_refused += 1
+            if await source.complete_owned(taker.claim_fence, {"took": "over"}):
+                self.tally.terminal_writes[(queue, taker.job_id)] += 1
+            else:
+                self.violations.append("the new owner's completion was refused")
+
     async def forced_rerun(self) -> None:
         """Replace one config's active launch atomically (before the launchers start, so
         the predecessor's end is the rerun's doing alone)."""
@@ -301,6 +327,9 @@ class Demo:
         await self.submit_all()
         self.say(f"submitted {self.tally.submitted} jobs ({self.tally.replayed} replays answered with the original ID, "
                  f"{self.tally.conflicts_refused} changed resubmissions refused)")
+        await self.takeover_drill()
+        self.say(f"takeover drill: {self.tally.stale_writes_refused} stalled workers' late completions refused, "
+                 "the new owners' applied")
         await self.forced_rerun()
         self.say("forced a streaming rerun: the active launch was cancelled and replaced atomically")
         tasks = [asyncio.create_task(self.progress(started))]

@@ -21,13 +21,26 @@ def test_the_demo_runs_and_every_invariant_holds(tmp_path: pathlib.Path, capsys:
     assert "stale writes accepted                    0" in out
 
 
+@pytest.mark.parametrize("database", ["postgresql"])
+async def test_the_demo_runs_on_postgresql(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tenure.adapters.demo import DemoSettings, run_demo
+
+    status = await run_demo(DemoSettings(db_url=db_url, jobs=80, workers=3, lease_seconds=0.4))
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "every invariant held" in out
+
+
 def test_the_demo_exits_non_zero_when_the_kernel_accepts_stale_writes(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A kernel that never checks the lease or the fence lets stalled workers finish jobs
-    # another worker owns: the demo must notice and fail.
+    # A kernel that compares fences without their owner and token lets a stalled worker
+    # finish a job another worker took over: the demo's takeover drill must catch it.
+    def fence_mismatch_by_job_only(record: object, command: object, now: int) -> bool:
+        return command.fence.job_id != record.job_id  # type: ignore[attr-defined]
+
+    monkeypatch.setitem(queue_machine.GUARDS, "fence_mismatch", fence_mismatch_by_job_only)
     monkeypatch.setitem(queue_machine.GUARDS, "lease_not_live", lambda record, command, now: False)
-    monkeypatch.setitem(queue_machine.GUARDS, "fence_mismatch", lambda record, command, now: False)
     url = f"sqlite:///{tmp_path}/demo.db"
     status = main(["demo", "--db", url, "--jobs", "200", "--workers", "3", "--lease-seconds", "0.3", "--seed", "3"])
     out = capsys.readouterr().out

@@ -362,3 +362,24 @@ async def test_two_concurrent_forced_reruns_leave_exactly_one_active_successor(d
     finally:
         for source in sources:
             await source.close()
+
+
+async def test_the_claim_query_is_served_by_the_eligibility_index_not_a_table_scan(db_url: str) -> None:
+    # A claim must stay as cheap with a million waiting rows as with a thousand: its
+    # query has to walk the (status, fires_at, id) index and stop at the first row.
+    raw(
+        db_url,
+        "INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,"
+        " generation, fence_required) SELECT 'bulk-' || n, CASE WHEN n % 10 = 0 THEN 'completed' ELSE 'pending' END,"
+        " '{}', now() - make_interval(secs => n), now(), 0, 5, 0, false FROM generate_series(1, 20000) n",
+    )
+    raw(db_url, "ANALYZE validation_jobs")
+    from tenure.adapters.sql import POSTGRESQL, statements_for
+    from tenure.adapters.postgres.store import _compiled
+
+    compiled = _compiled(statements_for(QueueKind.VALIDATION, POSTGRESQL).next_owned)
+    plan = "\n".join(
+        line for (line,) in raw(db_url, "EXPLAIN " + compiled.sql.replace("$1", "now()"))
+    )
+    assert "ix_validation_jobs_eligible" in plan, plan
+    assert "Seq Scan" not in plan, plan
