@@ -17,8 +17,13 @@ record meeting all nine invariants within its budget.
 
 from __future__ import annotations
 
+# Names used only inside the pre/post lines below: CrossHair evaluates those lines in
+# this module's namespace, so they must be imported here even though no code uses them
+# (tests/test_contracts.py fails if one goes missing).
+from tenure.model import JobStatus  # noqa: F401
 
 from .queue_commands import (
+    MAX_NOW_US,  # noqa: F401
     SubmitOwned,
     SubmitLegacy,
     ReleaseKeyForOwned,
@@ -42,8 +47,8 @@ from .queue_commands import (
     DeleteLegacy,
     PurgeFinished,
 )
-from .queue_machine import Decision, decide
-from .queue_record import JobRecord
+from .queue_machine import Decision, Refused, decide, transition_violations  # noqa: F401
+from .queue_record import MIN_INSTANT_US, JobRecord  # noqa: F401
 
 __all__ = [
     "decide_submit_owned",

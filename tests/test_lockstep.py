@@ -362,7 +362,9 @@ LOCKSTEP_STEPS = {"sqlite": 20_000, "postgresql": 10_000}
 
 
 @pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
-def test_kernel_model_and_database_stay_in_lockstep(database: str, request: pytest.FixtureRequest) -> None:
+def test_kernel_model_and_database_stay_in_lockstep(
+    database: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
     adapter_support.prepare_machine_databases(database, request)
     target = LOCKSTEP_STEPS[database]
     COUNTERS[database] = Counter()
@@ -384,10 +386,11 @@ def test_kernel_model_and_database_stay_in_lockstep(database: str, request: pyte
         )
     elapsed = time.perf_counter() - started
     counter = COUNTERS[database]
-    print(
-        f"\nlockstep[{database}]: {counter.steps} steps in {counter.examples} runs, "
-        f"{elapsed:.1f} s, {counter.steps / elapsed:.0f} steps/s"
-    )
+    with capsys.disabled():
+        print(
+            f"\nlockstep[{database}]: {counter.steps} steps in {counter.examples} runs, "
+            f"{elapsed:.1f} s, {counter.steps / elapsed:.0f} steps/s"
+        )
     assert counter.steps >= target
 
 
