@@ -1,18 +1,22 @@
 """The queue engine: lock, read the database clock, ask the kernel, persist its decision.
 
-Every operation is one transaction on one store. The engine finds the row the command
-meets (locking it), samples the database time after the lock, calls
-:func:`tenure.kernel.decide`, and writes an applied decision with a compare-and-set
-that returns what was stored. The stored row must equal the decided record exactly
-(a pair assertion with the kernel); a claim whose stored owner, token or generation
-read back differently rolls back whole. The engine never decides anything itself: the
-only branches here are on the kernel's decision.
+Every operation is one transaction on one store. The engine finds the rows the command
+meets (locking them), reads the database time after the locks, calls
+:func:`tenure.kernel.decide`, and writes applied decisions with compare-and-set
+statements whose stored rows must equal the decided records exactly (a pair assertion
+with the kernel). A claim whose stored owner, token or generation read back differently
+rolls back whole. The engine never decides anything itself: the only branches here are
+on the kernel's decisions and on which row a command meets.
+
+Batched operations (``claim_batch_owned``, ``complete_many_owned``,
+``heartbeat_many_owned``) run the same kernel decision for every item, in order, in one
+transaction: their only difference from single calls is fewer round trips.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from tenure.kernel import (
     REFUSAL_OUTCOMES,
@@ -65,7 +69,7 @@ from tenure.model import (
 
 from .store import Store, Transaction, persistence_failed
 
-__all__ = ["QueueEngine", "SWEEP_LIMIT", "PURGE_LIMIT"]
+__all__ = ["QueueEngine", "SWEEP_LIMIT", "PURGE_LIMIT", "SUBMIT_ATTEMPTS"]
 
 SWEEP_LIMIT = 64
 """Expired claims settled per claim transaction (earliest lease first)."""
@@ -82,10 +86,11 @@ _CONFLICT_CODES = {
 }
 
 
-def _raise_if_conflict(decision: Refused) -> None:
-    outcome = REFUSAL_OUTCOMES[decision.reason]
-    if outcome is not Outcome.NEGATIVE:
-        raise TenureError(_CONFLICT_CODES[outcome], decision.reason.value)
+def _raise_if_conflict(decision: Decision) -> None:
+    if isinstance(decision, Refused):
+        outcome = REFUSAL_OUTCOMES[decision.reason]
+        if outcome is not Outcome.NEGATIVE:
+            raise TenureError(_CONFLICT_CODES[outcome], decision.reason.value)
 
 
 class QueueEngine:
@@ -106,38 +111,31 @@ class QueueEngine:
         self._new_job_id = new_job_id
         self._new_run_id = new_run_id
 
-    # --- persisting one decision ------------------------------------------------------
+    # --- persisting decisions -----------------------------------------------------------
 
-    async def _persist(self, tx: Transaction, old: JobRecord | None, decision: Applied) -> JobRecord | None:
-        """Write an applied decision and check that the database stored exactly it."""
+    @staticmethod
+    def _checked(decision: Applied) -> JobRecord | None:
         new = decision.new_record
-        if new is not None:
-            assert record_violations(new) == [], "the kernel produced a record breaking its invariants"
-        if new is None:
-            assert old is not None
-            if not await tx.delete(old):
-                raise persistence_failed("row_changed")
-            return None
-        if old is None:
-            stored = await tx.insert(new)
-        elif new == old:
-            return old
-        else:
-            changed = await tx.update(old, new)
-            if changed is None:
-                raise persistence_failed("row_changed")
-            stored = changed
-        if stored != new:
-            raise persistence_failed("read_back_mismatch")
-        return stored
+        assert new is None or record_violations(new) == [], "the kernel produced a record breaking its invariants"
+        return new
 
-    async def _decide_and_persist(
-        self, tx: Transaction, record: JobRecord | None, command: Command
-    ) -> Decision:
-        now = await tx.now_us()
-        decision = decide(record, command, now)
+    async def _persist(self, tx: Transaction, changes: Sequence[tuple[JobRecord | None, JobRecord | None]]) -> None:
+        """Write ``(old, new)`` changes; the stored rows must equal the decided ones."""
+        updates = [(old, new) for old, new in changes if old is not None and new is not None and old != new]
+        for old, new in changes:
+            if new is None and old is not None and not await tx.delete(old):
+                raise persistence_failed("row_changed")
+            if old is None and new is not None and await tx.insert(new) != new:
+                raise persistence_failed("read_back_mismatch")
+        stored = await tx.update_many(updates, read_back=False)
+        if stored != [new for _, new in updates]:
+            raise persistence_failed("read_back_mismatch")
+
+    async def _decide_one(self, tx: Transaction, record: JobRecord | None, command: Command) -> Decision:
+        """Decide a command on one met row and persist an applied decision."""
+        decision = decide(record, command, await tx.now_us())
         if isinstance(decision, Applied):
-            await self._persist(tx, record, decision)
+            await self._persist(tx, [(record, self._checked(decision))])
         return decision
 
     def _max_attempts(self, authored: int | None) -> int:
@@ -175,10 +173,32 @@ class QueueEngine:
             chosen_run_id = run_id if run_id is not None else self._new_run_id()
         return chosen_job_id, chosen_run_id
 
+    @staticmethod
+    def _colliding(rows: Sequence[JobRecord], job_id: str, run_id: str | None, key: str | None) -> JobRecord | None:
+        """The row (smallest job ID first) sharing the job ID, run ID or idempotency key."""
+        for row in rows:  # rows come ordered by job ID
+            if row.job_id == job_id or (run_id is not None and row.run_id == run_id) or (
+                key is not None and row.idempotency_key == key
+            ):
+                return row
+        return None
+
+    @staticmethod
+    def _holder(rows: Sequence[JobRecord], active_key: str | None) -> JobRecord | None:
+        if active_key is None:
+            return None
+        return next((row for row in rows if row.active_key == active_key), None)
+
     async def _submit_owned_once(self, snapshot: SubmissionSnapshot) -> Submitted:
         authored_job_id, run_id = self._ids(snapshot.job_id, snapshot.run_id)
         async with self.store.transaction(write=True) as tx:
             job_id = await tx.canonical_job_id(self.queue, authored_job_id)
+            # Every row sharing an identity with the request, locked at once; the clock is
+            # read after the locks (so also after a predecessor's lock wait).
+            rows = await tx.locate_submission(
+                self.queue, submission_id=snapshot.submission_id, job_id=job_id, run_id=run_id,
+                idempotency_key=snapshot.idempotency_key, active_key=snapshot.active_key,
+            )
             command = SubmitOwned(
                 queue=self.queue,
                 submission_id=snapshot.submission_id,
@@ -192,34 +212,28 @@ class QueueEngine:
                 payload_json=snapshot.authored_json,
             )
             # Replay first: an existing original answers before any key is touched.
-            met = await tx.by_submission(self.queue, snapshot.submission_id)
+            met = next((row for row in rows if row.submission_id == snapshot.submission_id), None)
             if met is None:
-                met = await tx.colliding(self.queue, job_id, run_id, snapshot.idempotency_key)
-            if met is None and snapshot.active_key is not None:
-                holder = await tx.key_holder(self.queue, snapshot.active_key)
+                met = self._colliding(rows, job_id, run_id, snapshot.idempotency_key)
+            if met is None:
+                holder = self._holder(rows, snapshot.active_key)
                 if holder is not None:
-                    # Rechecked under the predecessor's lock: an identical request may have
-                    # committed after the first lookup.
-                    met = await tx.by_submission(self.queue, snapshot.submission_id)
-                    if met is None:
-                        released = await self._decide_and_persist(
-                            tx, holder, ReleaseKeyForOwned(force=snapshot.force)
-                        )
-                        if isinstance(released, Refused):
-                            _raise_if_conflict(released)
-            decision = await self._decide_and_persist(tx, met, command)
-            if isinstance(decision, Refused):
-                # Raised inside the transaction, so a predecessor released above is
-                # restored: a refused submission changes nothing.
-                _raise_if_conflict(decision)
-                raise AssertionError("a submission is never refused with a negative outcome")
-        assert isinstance(decision.reply, Submitted)
+                    _raise_if_conflict(await self._decide_one(tx, holder, ReleaseKeyForOwned(force=snapshot.force)))
+            decision = await self._decide_one(tx, met, command)
+            # Raised inside the transaction, so a predecessor released above is restored:
+            # a refused submission changes nothing.
+            _raise_if_conflict(decision)
+        assert isinstance(decision, Applied) and isinstance(decision.reply, Submitted)
         return decision.reply
 
     async def _submit_legacy_once(self, request: FrozenEnvelope) -> Submitted:
         authored_job_id, run_id = self._ids(request.job_id, request.run_id)
         async with self.store.transaction(write=True) as tx:
             job_id = await tx.canonical_job_id(self.queue, authored_job_id)
+            rows = await tx.locate_submission(
+                self.queue, submission_id=None, job_id=job_id, run_id=run_id,
+                idempotency_key=request.idempotency_key, active_key=request.active_key,
+            )
             command = SubmitLegacy(
                 queue=self.queue,
                 job_id=job_id,
@@ -231,34 +245,30 @@ class QueueEngine:
                 payload_json=request.authored_json,
             )
             met = None
-            if request.active_key is not None:
-                holder = await tx.key_holder(self.queue, request.active_key)
-                if holder is not None and request.force:
-                    released = await self._decide_and_persist(tx, holder, ReleaseKeyForLegacy())
-                    if isinstance(released, Refused):
-                        _raise_if_conflict(released)
-                else:
-                    met = holder
+            holder = self._holder(rows, request.active_key)
+            if holder is not None and request.force:
+                released = await self._decide_one(tx, holder, ReleaseKeyForLegacy())
+                _raise_if_conflict(released)
+                assert isinstance(released, Applied) and released.new_record is not None
+                # The successor meets the predecessor as it is now (released), should it
+                # collide with it on its job ID.
+                rows = [released.new_record if row.job_id == holder.job_id else row for row in rows]
+            elif holder is not None:
+                met = holder
             if met is None:
-                met = await tx.colliding(self.queue, job_id, run_id, request.idempotency_key)
-            decision = await self._decide_and_persist(tx, met, command)
-            if isinstance(decision, Refused):
-                _raise_if_conflict(decision)
-                raise AssertionError("a submission is never refused with a negative outcome")
-        assert isinstance(decision.reply, Submitted)
+                met = self._colliding(rows, job_id, run_id, request.idempotency_key)
+            decision = await self._decide_one(tx, met, command)
+            _raise_if_conflict(decision)
+        assert isinstance(decision, Applied) and isinstance(decision.reply, Submitted)
         return decision.reply
 
     # --- claims -----------------------------------------------------------------------
 
-    async def _sweep(self, tx: Transaction, now: int) -> None:
-        """Settle expired claims before claiming, so an expired row is eligible again (or
-        finished) inside the same transaction."""
-        for expired in await tx.expired_claims(self.queue, now, SWEEP_LIMIT):
-            await self._decide_and_persist(tx, expired, ExpireLease())
-
-    async def claim_owned(self, owner_id: str, claim_token: str) -> JobRecord | None:
+    async def claim_owned(self, owner_id: str, claim_tokens: Sequence[str]) -> list[JobRecord]:
+        """Claim up to ``len(claim_tokens)`` jobs, token ``i`` for the ``i``-th eligible row,
+        each decided by the kernel exactly as a single claim."""
         try:
-            return await self._claim_owned_once(owner_id, claim_token)
+            return await self._claim(owner_id, claim_tokens, owned=True)
         except TenureError as error:
             if error.reason != "constraint_violated":
                 raise
@@ -266,114 +276,123 @@ class QueueEngine:
         # claim stored the same nonce first.
         raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
 
-    async def _claim_owned_once(self, owner_id: str, claim_token: str) -> JobRecord | None:
-        async with self.store.transaction(write=True) as tx:
-            # The clock is read first because eligibility depends on it; claims lock with
-            # SKIP LOCKED, which never waits, so no lock wait separates reading and deciding.
-            now = await tx.now_us()
-            await self._sweep(tx, now)
-            command = ClaimOwned(
-                owner_id=owner_id,
-                claim_token=claim_token,
-                nonce_already_stored=await tx.token_stored(self.queue, claim_token),
-                lease_us=self.config.lease_us,
-            )
-            candidate = await tx.next_eligible(self.queue, now, owned=True)
-            decision = decide(candidate, command, now)
-            if isinstance(decision, Refused):
-                _raise_if_conflict(decision)
-                return None
-            claimed = await self._persist_claim(tx, candidate, decision)
-        return claimed
-
-    async def _persist_claim(self, tx: Transaction, candidate: JobRecord | None, decision: Applied) -> JobRecord:
-        assert candidate is not None and decision.new_record is not None
-        stored = await tx.update(candidate, decision.new_record)
-        if stored is None:
-            raise persistence_failed("row_changed")
-        # Read the identity back with a separate statement: RETURNING does not see what
-        # an AFTER trigger did to the row.
-        owner_id, claim_token, generation = await tx.claim_identity(self.queue, stored.job_id)
-        if claim_identity_problem(decision.new_record, owner_id, claim_token, generation) or (
-            stored != decision.new_record
-        ):
-            # Raised inside the transaction: nothing of this claim is committed.
-            raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
-        return stored
-
     async def claim_legacy(self, owner_id: str) -> JobRecord | None:
+        claimed = await self._claim(owner_id, [""], owned=False)
+        return claimed[0] if claimed else None
+
+    async def _claim(self, owner_id: str, claim_tokens: Sequence[str], *, owned: bool) -> list[JobRecord]:
+        limit = len(claim_tokens)
+        lease_us = self.config.lease_us
         async with self.store.transaction(write=True) as tx:
+            # The clock is read first because eligibility depends on it; candidates are
+            # locked with SKIP LOCKED, which never waits, so no lock wait separates reading
+            # the clock from deciding.
+            view = await tx.claim_view(self.queue, limit=limit, tokens=claim_tokens if owned else [], owned=owned)
             now = await tx.now_us()
-            await self._sweep(tx, now)
-            candidate = await tx.next_eligible(self.queue, now, owned=False)
-            decision = decide(candidate, ClaimLegacy(owner_id=owner_id, lease_us=self.config.lease_us), now)
-            if isinstance(decision, Refused):
-                _raise_if_conflict(decision)
-                return None
-            assert candidate is not None and decision.new_record is not None
-            stored = await tx.update(candidate, decision.new_record)
-            if stored is None or stored != decision.new_record:
-                raise persistence_failed("read_back_mismatch")
+            candidates = view.candidates
+            if view.sweep_needed:
+                # Settle expired claims first, so an expired row is eligible again (or
+                # finished) within this claim, then pick the candidates again.
+                expired = await tx.expired_claims(self.queue, now, SWEEP_LIMIT)
+                changes = []
+                for record in expired:
+                    decision = decide(record, ExpireLease(), now)
+                    if isinstance(decision, Applied):
+                        changes.append((record, self._checked(decision)))
+                await self._persist(tx, changes)
+                candidates = await tx.pick_eligible(self.queue, now, limit, owned=owned)
+            claims: list[tuple[JobRecord, JobRecord]] = []
+            for index, token in enumerate(claim_tokens):
+                met = candidates[index] if index < len(candidates) else None
+                command: Command = (
+                    ClaimOwned(owner_id=owner_id, claim_token=token,
+                               nonce_already_stored=token in view.stored_tokens, lease_us=lease_us)
+                    if owned else ClaimLegacy(owner_id=owner_id, lease_us=lease_us)
+                )
+                decision = decide(met, command, now)
+                _raise_if_conflict(decision)  # inside the transaction: nothing is kept
+                if isinstance(decision, Refused):
+                    continue  # no eligible row for this token (its nonce stays unused)
+                assert met is not None
+                claims.append((met, self._checked(decision)))  # type: ignore[arg-type]
+            stored = await tx.update_many(claims, read_back=True)
+            for (_, decided), found in zip(claims, stored, strict=True):
+                # The identity must read back exactly: a coercion or a trigger that changed
+                # the owner, token or generation rolls the whole claim back.
+                if owned and claim_identity_problem(decided, found.owner_id, found.claim_token, found.generation):
+                    raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
+                if found != decided:
+                    raise persistence_failed("read_back_mismatch")
         return stored
 
     async def recover_owned(self, owner_id: str, claim_token: str) -> JobRecord | None:
         async with self.store.transaction(write=False) as tx:
-            now = await tx.now_us()
             met = await tx.by_token(self.queue, claim_token)
-            decision = decide(met, RecoverOwned(owner_id=owner_id, claim_token=claim_token), now)
+            decision = decide(met, RecoverOwned(owner_id=owner_id, claim_token=claim_token), await tx.now_us())
         if isinstance(decision, Refused):
             return None
         return decision.new_record
 
-    # --- writes to one row ------------------------------------------------------------
+    # --- writes to rows by ID ---------------------------------------------------------
+
+    async def _on_rows(self, items: Sequence[tuple[str, Command]], *, write: bool = True) -> list[Decision]:
+        """Decide each ``(job ID, command)`` in order on the locked rows (an item sees the
+        effect of earlier items on the same row) and persist every changed row."""
+        async with self.store.transaction(write=write) as tx:
+            found = await tx.lock_rows(self.queue, sorted({job_id for job_id, _ in items}))
+            now = await tx.now_us()
+            current: dict[str, JobRecord | None] = {job_id: found.get(job_id) for job_id, _ in items}
+            original = dict(current)
+            decisions = []
+            for job_id, command in items:
+                decision = decide(current[job_id], command, now)
+                if isinstance(decision, Applied):
+                    current[job_id] = self._checked(decision)
+                decisions.append(decision)
+            await self._persist(tx, [(original[job_id], current[job_id]) for job_id in original if original[job_id] != current[job_id]])
+        return decisions
 
     async def _on_row(self, job_id: str, command: Command, *, write: bool = True) -> Decision:
-        async with self.store.transaction(write=write) as tx:
-            met = await tx.load(self.queue, job_id)  # locks the row; the clock is read after
-            return await self._decide_and_persist(tx, met, command)
+        return (await self._on_rows([(job_id, command)], write=write))[0]
 
-    async def fenced(self, fence: QueueClaimFence, make: Callable[[ClaimFence], Command], *, write: bool = True) -> Decision:
-        return await self._on_row(fence.job_id, make(ClaimFence.of(fence)), write=write)
+    def _heartbeat(self, fence: QueueClaimFence) -> tuple[str, Command]:
+        return fence.job_id, HeartbeatOwned(fence=ClaimFence.of(fence), lease_us=self.config.lease_us)
 
-    async def heartbeat_owned(self, fence: QueueClaimFence) -> bool:
-        lease_us = self.config.lease_us
-        decision = await self.fenced(fence, lambda f: HeartbeatOwned(fence=f, lease_us=lease_us))
-        return isinstance(decision, Applied)
+    async def heartbeat_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
+        decisions = await self._on_rows([self._heartbeat(fence) for fence in fences])
+        return [isinstance(decision, Applied) for decision in decisions]
 
-    async def complete_owned(self, fence: QueueClaimFence, result_json: str | None) -> bool:
-        decision = await self.fenced(fence, lambda f: CompleteOwned(fence=f, result_json=result_json))
-        return isinstance(decision, Applied)
+    async def complete_owned(self, items: Sequence[tuple[QueueClaimFence, str | None]]) -> list[bool]:
+        decisions = await self._on_rows(
+            [(fence.job_id, CompleteOwned(fence=ClaimFence.of(fence), result_json=result)) for fence, result in items]
+        )
+        return [isinstance(decision, Applied) for decision in decisions]
 
     async def fail_owned(
         self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None
     ) -> bool:
-        config = self.config
-        decision = await self.fenced(
-            fence,
-            lambda f: FailOwned(
-                fence=f,
-                error_message=error,
-                retry=retry,
-                dlq_record_id=dlq_record_id,
-                backoff_base_ms=config.backoff_base_ms,
-                backoff_max_ms=config.backoff_max_ms,
-            ),
+        command = FailOwned(
+            fence=ClaimFence.of(fence),
+            error_message=error,
+            retry=retry,
+            dlq_record_id=dlq_record_id,
+            backoff_base_ms=self.config.backoff_base_ms,
+            backoff_max_ms=self.config.backoff_max_ms,
         )
-        return isinstance(decision, Applied)
+        return isinstance(await self._on_row(fence.job_id, command), Applied)
 
     async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
-        decision = await self.fenced(fence, lambda f: SetPidOwned(fence=f, pid=pid))
-        return isinstance(decision, Applied)
+        return isinstance(await self._on_row(fence.job_id, SetPidOwned(fence=ClaimFence.of(fence), pid=pid)), Applied)
 
     async def read_state_owned(self, fence: QueueClaimFence) -> StreamingStateReply | None:
-        decision = await self.fenced(fence, lambda f: ReadStateOwned(fence=f), write=False)
+        decision = await self._on_row(fence.job_id, ReadStateOwned(fence=ClaimFence.of(fence)), write=False)
         if isinstance(decision, Applied):
             assert isinstance(decision.reply, StreamingStateReply)
             return decision.reply
         return None
 
     async def acknowledge_cancel_owned(self, fence: QueueClaimFence) -> bool:
-        decision = await self.fenced(fence, lambda f: AcknowledgeCancelOwned(fence=f))
+        decision = await self._on_row(fence.job_id, AcknowledgeCancelOwned(fence=ClaimFence.of(fence)))
         return isinstance(decision, Applied)
 
     async def request_cancel(self, job_id: str) -> bool:
@@ -407,20 +426,23 @@ class QueueEngine:
 
     async def purge_finished(self, older_than_us: int) -> int:
         """Delete unprotected finished rows that finished more than ``older_than_us`` ago."""
-        removed = 0
         async with self.store.transaction(write=True) as tx:
             now = await tx.now_us()
             command = PurgeFinished(older_than_us=now - older_than_us)
+            changes: list[tuple[JobRecord | None, JobRecord | None]] = []
             for row in await tx.finished_before(self.queue, command.older_than_us, PURGE_LIMIT):
-                decision = await self._decide_and_persist(tx, row, command)
-                removed += isinstance(decision, Applied)
-        return removed
+                decision = decide(row, command, now)
+                if isinstance(decision, Applied):
+                    changes.append((row, self._checked(decision)))
+            await self._persist(tx, changes)
+        return len(changes)
 
     # --- reads ------------------------------------------------------------------------
 
     async def get(self, job_id: str) -> JobRecord | None:
         async with self.store.transaction(write=False) as tx:
-            return await tx.load(self.queue, job_id)
+            found = await tx.read_rows(self.queue, [job_id])
+        return found[0] if found else None
 
     async def list(self, status: JobStatus | None, limit: int) -> list[JobRecord]:
         async with self.store.transaction(write=False) as tx:

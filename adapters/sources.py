@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tenure.kernel import JobRecord
@@ -112,6 +112,20 @@ def _dlq_record_id(value: object) -> str | None:
     return _text(value, "dlq_record_id", bounds.MAX_DLQ_ID_CHARS)
 
 
+MAX_BATCH = 1000
+"""The most items one batched call accepts."""
+
+
+def _batch(items: object, field: str, *, allow_empty: bool = False) -> list[Any]:
+    if not isinstance(items, (list, tuple)) or type(items) not in (list, tuple):
+        raise _refuse(field, "list_required")
+    if not allow_empty and not items:
+        raise _refuse(field, "list_empty")
+    if len(items) > MAX_BATCH:
+        raise _refuse(field, "list_too_long")
+    return list(items)
+
+
 def _instant(micros: int | None) -> dt.datetime | None:
     return None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
 
@@ -169,8 +183,16 @@ class JobSource(Generic[Claimed]):
     async def _claim_next_owned(self, owner_id: object, claim_token: object) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
         token = _identity(claim_token, "claim_token")
-        record = await self._engine.claim_owned(owner, token)
-        return None if record is None else self._claimed(record)
+        claimed = await self._engine.claim_owned(owner, [token])
+        return self._claimed(claimed[0]) if claimed else None
+
+    async def _claim_batch_owned(self, owner_id: object, claim_tokens: object) -> list[Claimed]:
+        owner = _identity(owner_id, "owner_id")
+        tokens = _batch(claim_tokens, "claim_tokens")
+        checked = [_identity(token, "claim_tokens") for token in tokens]
+        if len(set(checked)) != len(checked):
+            raise _refuse("claim_tokens", "duplicate_claim_token")
+        return [self._claimed(record) for record in await self._engine.claim_owned(owner, checked)]
 
     async def _recover_owned_claim(self, owner_id: object, claim_token: object) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
@@ -199,12 +221,29 @@ class JobSource(Generic[Claimed]):
 
     async def heartbeat_owned(self, fence: QueueClaimFence) -> bool:
         """Renew the exact current live claim. False: missing, stale, expired or finished."""
-        return await self._engine.heartbeat_owned(_fence(fence))
+        return (await self._engine.heartbeat_owned([_fence(fence)]))[0]
 
     async def complete_owned(self, fence: QueueClaimFence, result: Any = None) -> bool:
         """Complete the exact current live claim with a JSON ``result``. A repeat returns False."""
         checked = _fence(fence)
-        return await self._engine.complete_owned(checked, _result_json(result))
+        return (await self._engine.complete_owned([(checked, _result_json(result))]))[0]
+
+    async def heartbeat_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
+        """``heartbeat_owned`` for each fence, in one transaction: one answer per fence,
+        in order, each exactly what the single call would answer (a stale fence refuses
+        only itself)."""
+        checked = [_fence(fence) for fence in _batch(fences, "fences", allow_empty=True)]
+        return await self._engine.heartbeat_owned(checked) if checked else []
+
+    async def complete_many_owned(self, items: Sequence[tuple[QueueClaimFence, Any]]) -> list[bool]:
+        """``complete_owned`` for each ``(fence, result)``, in one transaction and in order:
+        one answer per item, each exactly what the single call would answer."""
+        checked = []
+        for item in _batch(items, "items", allow_empty=True):
+            if type(item) is not tuple or len(item) != 2:
+                raise _refuse("items", "fence_result_pair_required")
+            checked.append((_fence(item[0]), _result_json(item[1])))
+        return await self._engine.complete_owned(checked) if checked else []
 
     # --- legacy, unfenced API -----------------------------------------------------------
 
@@ -294,6 +333,13 @@ class _FiniteQueueSource(JobSource[Claimed]):
         """The live claim made with this owner and nonce, or None. Never claims or renews."""
         return await self._recover_owned_claim(worker_id, claim_token)
 
+    async def claim_batch_owned(self, worker_id: str, *, claim_tokens: Sequence[str]) -> list[Claimed]:
+        """Claim up to ``len(claim_tokens)`` eligible jobs in one transaction: the ``i``-th
+        claimed job gets ``claim_tokens[i]`` and its own fence, each decided exactly as a
+        single claim. Any token already stored raises ``QUEUE_CLAIM_CONFLICT`` and claims
+        nothing; tokens left over (fewer eligible jobs) stay unused."""
+        return await self._claim_batch_owned(worker_id, claim_tokens)
+
     async def fail_owned(
         self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
     ) -> bool:
@@ -358,6 +404,11 @@ class StreamingJobSource(JobSource[ClaimedStreamingJob]):
     async def recover_owned_claim(self, launcher_id: str, *, claim_token: str) -> ClaimedStreamingJob | None:
         """The live claim made with this launcher and nonce, or None (read-only)."""
         return await self._recover_owned_claim(launcher_id, claim_token)
+
+    async def claim_batch_owned(self, launcher_id: str, *, claim_tokens: Sequence[str]) -> list[ClaimedStreamingJob]:
+        """Claim up to ``len(claim_tokens)`` launches in one transaction (see the validation
+        source's ``claim_batch_owned``)."""
+        return await self._claim_batch_owned(launcher_id, claim_tokens)
 
     async def fail_owned(self, fence: QueueClaimFence, error: str, *, retry: bool) -> bool:
         """Fail the exact current live claim (refused while a cancel request stands)."""

@@ -2,7 +2,8 @@
 
 Statements use ``:name`` parameters (sqlite3's own style); the PostgreSQL store rewrites
 them to ``$n`` once. Dialect differences are capability flags, never scattered
-``if dialect == ...`` branches.
+``if dialect == ...`` branches. A list parameter is matched with the dialect's
+``member_of`` form (SQLite reads a JSON array, PostgreSQL an array).
 """
 
 from __future__ import annotations
@@ -30,37 +31,43 @@ class Capabilities:
     """Suffix that locks and skips rows other transactions hold (claims)."""
     null_safe_equal: str
     """Operator comparing two values where NULL equals NULL."""
+    member_of: str
+    """``{column} <member_of :list>``: membership in a list parameter."""
 
 
-SQLITE = Capabilities(name="sqlite", lock_row="", lock_skip_locked="", null_safe_equal="IS")
+SQLITE = Capabilities(
+    name="sqlite", lock_row="", lock_skip_locked="", null_safe_equal="IS",
+    member_of="IN (SELECT value FROM json_each(:{}))",
+)
 POSTGRESQL = Capabilities(
     name="postgresql",
     lock_row=" FOR UPDATE",
     lock_skip_locked=" FOR UPDATE SKIP LOCKED",
     null_safe_equal="IS NOT DISTINCT FROM",
+    member_of="= ANY(:{})",
 )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class QueueStatements:
-    """Every statement the engine runs against one queue table."""
+    """Every statement the stores run against one queue table."""
 
-    load: str
-    by_submission: str
-    colliding: str
-    key_holder: str
-    token_stored: str
+    columns: tuple[str, ...]
+    lock_rows: str
+    locate: str
+    tokens_stored: str
+    sweep_needed: str
+    eligible_owned: str
+    eligible_legacy: str
     by_token: str
-    next_owned: str
-    next_legacy: str
     expired: str
     finished_before: str
     insert: str
     update: str
     delete: str
+    read_rows: str
     list_all: str
     list_by_status: str
-    read_claim_identity: str
 
 
 @functools.cache
@@ -70,26 +77,28 @@ def statements_for(queue: QueueKind, caps: Capabilities) -> QueueStatements:
     select = f"SELECT {', '.join(columns)} FROM {table}"
     mutable = MUTABLE_COLUMNS_FOR[queue]
     compare = " AND ".join(f"{column} {caps.null_safe_equal} :old_{column}" for column in mutable)
-    identity_terms = ["id = :job_id"]
+    identities = ["submission_id = :submission_id", "id = :job_id"]
     if queue is QueueKind.PIPELINE:
-        identity_terms.append("run_id = :run_id")
-    if queue is not QueueKind.STREAMING:
-        identity_terms.append("idempotency_key = :idempotency_key")
+        identities.append("run_id = :run_id")
+    if queue is QueueKind.STREAMING:
+        identities.append("active_key = :active_key")
+    else:
+        identities.append("idempotency_key = :idempotency_key")
     # Claims take the earliest due row, then the smallest job ID, so every store (and the
-    # lockstep model) picks the same one. attempt < max_attempts is implied by pending
-    # (INV-Q4) but kept so the index predicate equals the kernel's eligibility.
-    eligible = (
-        f"{select} WHERE status = 'pending' AND fires_at <= :now AND attempt < max_attempts"
-    )
+    # lockstep model) picks the same ones. attempt < max_attempts is implied by pending
+    # (INV-Q4) but kept so the query states the kernel's whole eligibility.
+    eligible = f"{select} WHERE status = 'pending' AND fires_at <= :now AND attempt < max_attempts"
     return QueueStatements(
-        load=f"{select} WHERE id = :job_id{caps.lock_row}",
-        by_submission=f"{select} WHERE submission_id = :submission_id{caps.lock_row}",
-        colliding=f"{select} WHERE {' OR '.join(identity_terms)} ORDER BY id LIMIT 1{caps.lock_row}",
-        key_holder=f"{select} WHERE active_key = :active_key{caps.lock_row}" if queue is QueueKind.STREAMING else "",
-        token_stored=f"SELECT 1 FROM {table} WHERE claim_token = :claim_token LIMIT 1",
+        columns=columns,
+        lock_rows=f"{select} WHERE id {caps.member_of.format('job_ids')} ORDER BY id{caps.lock_row}",
+        locate=f"{select} WHERE {' OR '.join(identities)} ORDER BY id{caps.lock_row}",
+        tokens_stored=f"SELECT claim_token FROM {table} WHERE claim_token {caps.member_of.format('tokens')}",
+        sweep_needed=f"SELECT 1 FROM {table} WHERE status = 'claimed' AND lease_expires_at <= :now LIMIT 1",
+        eligible_owned=f"{eligible} ORDER BY fires_at, id LIMIT :limit{caps.lock_skip_locked}",
+        eligible_legacy=(
+            f"{eligible} AND fence_required = :false ORDER BY fires_at, id LIMIT :limit{caps.lock_skip_locked}"
+        ),
         by_token=f"{select} WHERE claim_token = :claim_token{caps.lock_row}",
-        next_owned=f"{eligible} ORDER BY fires_at, id LIMIT 1{caps.lock_skip_locked}",
-        next_legacy=f"{eligible} AND fence_required = :false ORDER BY fires_at, id LIMIT 1{caps.lock_skip_locked}",
         expired=(
             f"{select} WHERE status = 'claimed' AND lease_expires_at <= :now "
             f"ORDER BY lease_expires_at, id LIMIT :limit{caps.lock_skip_locked}"
@@ -107,7 +116,7 @@ def statements_for(queue: QueueKind, caps: Capabilities) -> QueueStatements:
             f"WHERE id = :old_id AND {compare} RETURNING {', '.join(columns)}"
         ),
         delete=f"DELETE FROM {table} WHERE id = :old_id AND {compare} RETURNING id",
+        read_rows=f"{select} WHERE id {caps.member_of.format('job_ids')} ORDER BY id",
         list_all=f"{select} ORDER BY created_at, id LIMIT :limit",
         list_by_status=f"{select} WHERE status = :status ORDER BY created_at, id LIMIT :limit",
-        read_claim_identity=f"SELECT claimed_by, claim_token, generation FROM {table} WHERE id = :job_id",
     )

@@ -1,74 +1,104 @@
 """What the engine needs from a database, and the errors a store may raise.
 
-A store opens transactions. A transaction samples the database clock once (after its
-lock), finds and locks rows, and writes records with compare-and-set statements that
-return what was stored. Every database failure surfaces as
-``TenureError(QUEUE_PERSISTENCE_FAILED, reason)`` with an authored reason; driver text
-never travels further than the store.
+A store opens transactions. A transaction reads the database clock exactly once, after
+the locks of the statement that first needs it, and writes records with
+compare-and-set statements whose result is read back. Every database failure surfaces
+as ``TenureError(QUEUE_PERSISTENCE_FAILED, reason)`` with an authored reason; driver
+text never travels further than the store.
+
+Finders that return rows to decide on lock them. Several steps are combined into one
+statement where a database allows it (the row locks and the clock, the claim's view of
+the queue), because round trips are what an owned operation costs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from tenure.kernel import JobRecord
 from tenure.model import ErrorCode, JobStatus, QueueKind, TenureError
 
-__all__ = ["Store", "Transaction", "persistence_failed", "TimeObserver"]
+__all__ = ["Store", "Transaction", "ClaimView", "persistence_failed", "TimeObserver"]
 
 TimeObserver = Callable[[int], None]
-"""Called with the database time each transaction sampled (tracing, conformance tests)."""
+"""Called with the database time each transaction read (tracing, conformance tests)."""
 
 
 def persistence_failed(reason: str) -> TenureError:
     return TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, reason)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimView:
+    """What a claim needs to know, read (and locked) at once."""
+
+    sweep_needed: bool
+    """Some claim of this queue has a lease that is not after ``now``."""
+    stored_tokens: frozenset[str]
+    """Which of the requested claim tokens some row already stores."""
+    candidates: list[JobRecord]
+    """The next eligible rows, earliest ``fires_at`` then job ID, locked for this claim."""
+
+
 class Transaction(Protocol):
-    """One database transaction. Row-returning finders lock what they return."""
+    """One database transaction."""
 
     async def now_us(self) -> int:
-        """Database time, sampled once per transaction after its lock."""
+        """Database time, read once per transaction (after the locks taken so far)."""
 
     async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
         """The job ID as the database spells it (canonical UUID text on a uuid column)."""
 
-    async def load(self, queue: QueueKind, job_id: str) -> JobRecord | None: ...
+    async def lock_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """Lock the rows with these IDs (in ID order); the clock is read after the locks."""
 
-    async def by_submission(self, queue: QueueKind, submission_id: str) -> JobRecord | None: ...
+    async def locate_submission(
+        self,
+        queue: QueueKind,
+        *,
+        submission_id: str | None,
+        job_id: str,
+        run_id: str | None,
+        idempotency_key: str | None,
+        active_key: str | None,
+    ) -> list[JobRecord]:
+        """Lock every row sharing one of these identities; the clock is read after."""
 
-    async def colliding(
-        self, queue: QueueKind, job_id: str, run_id: str | None, idempotency_key: str | None
-    ) -> JobRecord | None: ...
-
-    async def key_holder(self, queue: QueueKind, active_key: str) -> JobRecord | None: ...
-
-    async def token_stored(self, queue: QueueKind, claim_token: str) -> bool: ...
-
-    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None: ...
-
-    async def next_eligible(self, queue: QueueKind, now_us: int, *, owned: bool) -> JobRecord | None: ...
+    async def claim_view(
+        self, queue: QueueKind, *, limit: int, tokens: Sequence[str], owned: bool
+    ) -> ClaimView:
+        """Read the clock, then the claim's view of the queue (candidates locked with
+        SKIP LOCKED, which never waits)."""
 
     async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]: ...
+
+    async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]: ...
+
+    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None: ...
 
     async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]: ...
 
     async def insert(self, record: JobRecord) -> JobRecord:
         """Insert and return the row as stored."""
 
-    async def update(self, old: JobRecord, new: JobRecord) -> JobRecord | None:
-        """Compare-and-set: write ``new`` only where the row still equals ``old``; return
-        the stored row, or None when the row no longer matched."""
+    async def update_many(
+        self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool
+    ) -> list[JobRecord]:
+        """Compare-and-set each ``(old, new)``: write ``new`` only where the row still
+        equals ``old``. Returns the rows as stored, in order; raises ``row_changed`` when
+        a row no longer matched. ``read_back`` reads them with a separate statement
+        (which also sees what AFTER triggers did)."""
 
     async def delete(self, old: JobRecord) -> bool:
         """Compare-and-set delete; False when the row no longer matched."""
 
-    async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]: ...
+    async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
+        """The rows with these IDs as they are (no lock, no clock)."""
 
-    async def claim_identity(self, queue: QueueKind, job_id: str) -> tuple[object, object, object]:
-        """The stored owner, claim token and generation, read back exactly as stored."""
+    async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]: ...
 
 
 class Store(Protocol):

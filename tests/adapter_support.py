@@ -153,6 +153,16 @@ def expire_lease(db_url: str, queue: QueueKind, job_id: str, by_us: int = 3_600_
     raw(db_url, sql, (by_us, job_id))
 
 
+def age_finished_rows(db_url: str, queue: QueueKind, *, hours: int) -> None:
+    """Pretend every finished row finished ``hours`` earlier (retention tests)."""
+    if kind_of(db_url) == "sqlite":
+        sql = f"UPDATE {table(queue)} SET completed_at = completed_at - ? WHERE completed_at IS NOT NULL"
+        raw(db_url, sql, (hours * 3_600_000_000,))
+    else:
+        sql = f"UPDATE {table(queue)} SET completed_at = completed_at - make_interval(hours => ?::int) WHERE completed_at IS NOT NULL"
+        raw(db_url, sql, (hours,))
+
+
 def row(db_url: str, queue: QueueKind, job_id: str) -> dict[str, Any] | None:
     from tenure.adapters.records import columns_for
 
@@ -193,19 +203,19 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
     else:
         transaction_type = module.PostgresTransaction
         sql = f"UPDATE {table(queue)} SET error_message = $1 WHERE id = $2"
-    original = transaction_type.load
+    original = transaction_type.lock_rows
 
-    async def load_then_interfere(self: Any, load_queue: QueueKind, job_id: str) -> Any:
-        record = await original(self, load_queue, job_id)
-        if record is not None:
+    async def lock_then_interfere(self: Any, load_queue: QueueKind, job_ids: Any) -> Any:
+        records = await original(self, load_queue, job_ids)
+        for job_id in records:
             await self.execute(sql, [marker, job_id])
-        return record
+        return records
 
-    transaction_type.load = load_then_interfere
+    transaction_type.lock_rows = lock_then_interfere
     try:
         yield
     finally:
-        transaction_type.load = original
+        transaction_type.lock_rows = original
 
 
 class Faults:

@@ -200,18 +200,26 @@ class Model:
         ]
         return min(eligible, key=lambda r: (r.fires_at_us, r.job_id), default=None)
 
-    def claim_owned(self, queue: QueueKind, owner: str, token: str, now: int) -> Result:
-        def body(staged: dict[str, JobRecord]) -> JobRecord | None:
+    def claim_owned(self, queue: QueueKind, owner: str, tokens: list[str], now: int) -> Result:
+        """Claim with each token in turn: token i meets the i-th eligible row (or none)."""
+        def body(staged: dict[str, JobRecord]) -> list[JobRecord]:
             self._sweep(staged, now)
-            command = ClaimOwned(
-                owner_id=owner, claim_token=token,
-                nonce_already_stored=any(r.claim_token == token for r in staged.values()),
-                lease_us=self.config.lease_us,
-            )
-            candidate = self._next_eligible(staged, now, owned=True)
-            decision = self._decide(staged, candidate, command, now)
-            _raise_if_conflict(decision)
-            return decision.new_record if isinstance(decision, Applied) else None
+            stored = {r.claim_token for r in staged.values()}
+            eligible = sorted(
+                (r for r in staged.values()
+                 if r.status is JobStatus.PENDING and r.fires_at_us <= now and r.attempts < r.max_attempts),
+                key=lambda r: (r.fires_at_us, r.job_id),
+            )[: len(tokens)]
+            claimed = []
+            for index, token in enumerate(tokens):
+                met = eligible[index] if index < len(eligible) else None
+                command = ClaimOwned(owner_id=owner, claim_token=token, nonce_already_stored=token in stored,
+                                     lease_us=self.config.lease_us)
+                decision = self._decide(staged, met, command, now)
+                _raise_if_conflict(decision)
+                if isinstance(decision, Applied):
+                    claimed.append(decision.new_record)
+            return claimed
 
         return self._transaction(queue, body)
 
@@ -236,7 +244,7 @@ class Model:
 
         return self._transaction(queue, body)
 
-    def fenced(self, queue: QueueKind, fence: Any, kind: str, now: int, **arguments: Any) -> Result:
+    def _fenced_command(self, fence: Any, kind: str, arguments: dict[str, Any]) -> Any:
         parts = ClaimFence.of(fence)
         config = self.config
         commands = {
@@ -251,7 +259,21 @@ class Model:
             "read_state": lambda: ReadStateOwned(fence=parts),
             "acknowledge_cancel": lambda: AcknowledgeCancelOwned(fence=parts),
         }
-        return self.on_row(queue, fence.job_id, commands[kind](), now)
+        return commands[kind]()
+
+    def fenced(self, queue: QueueKind, fence: Any, kind: str, now: int, **arguments: Any) -> Result:
+        return self.on_row(queue, fence.job_id, self._fenced_command(fence, kind, arguments), now)
+
+    def fenced_many(self, queue: QueueKind, kind: str, items: list[tuple[Any, dict[str, Any]]], now: int) -> Result:
+        """One transaction, items in order; each sees what earlier items did to its row."""
+        def body(staged: dict[str, JobRecord]) -> list[bool]:
+            answers = []
+            for fence, arguments in items:
+                command = self._fenced_command(fence, kind, arguments)
+                answers.append(isinstance(self._decide(staged, staged.get(fence.job_id), command, now), Applied))
+            return answers
+
+        return self._transaction(queue, body)
 
     def legacy(self, queue: QueueKind, job_id: str, kind: str, now: int, **arguments: Any) -> Result:
         config = self.config

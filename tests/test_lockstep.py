@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule, run_state_machine_as_test
 
 import adapter_support
 from lockstep_model import Model
@@ -188,13 +188,43 @@ class LockstepMachine(RuleBasedStateMachine):
     @rule(target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS), token=st.sampled_from(TOKENS))
     def claim_owned(self, queue: QueueKind, owner: str, token: str) -> Any:
         actual = self.run(self.sources[queue].claim_next_owned(owner, claim_token=token))
-        expected = self.model.claim_owned(queue, owner, token, self.clock.take())
+        expected = self.model.claim_owned(queue, owner, [token], self.clock.take())
         if expected[0] == "ok":
-            expected = ("ok", self.claimed_view(expected[1]))
+            expected = ("ok", self.claimed_view(expected[1][0]) if expected[1] else None)
         self.expect(actual, expected)
         return actual[1].claim_fence if actual[0] == "ok" and actual[1] is not None else QueueClaimFence(
             queue, "job-missing", owner, 1, token
         )
+
+    @rule(
+        target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS),
+        tokens=st.lists(st.sampled_from(TOKENS), min_size=1, max_size=3, unique=True),
+    )
+    def claim_batch(self, queue: QueueKind, owner: str, tokens: list[str]) -> Any:
+        actual = self.run(self.sources[queue].claim_batch_owned(owner, claim_tokens=tokens))
+        expected = self.model.claim_owned(queue, owner, tokens, self.clock.take())
+        if expected[0] == "ok":
+            expected = ("ok", [self.claimed_view(record) for record in expected[1]])
+        self.expect(actual, expected)
+        if actual[0] == "ok" and actual[1]:
+            return multiple(*(claimed.claim_fence for claimed in actual[1]))
+        return multiple()
+
+    @rule(batch=st.lists(fences, min_size=1, max_size=3), data=st.data())
+    def fenced_batch(self, batch: list[QueueClaimFence], data: st.DataObject) -> None:
+        """complete_many_owned / heartbeat_many_owned on one queue's source, whatever the
+        fences' own queues (a fence of another queue must simply refuse itself)."""
+        queue = batch[0].queue
+        source = self.sources[queue]
+        if data.draw(st.booleans(), label="complete (else heartbeat)"):
+            results = [data.draw(st.sampled_from([None, {"n": index}]), label="result") for index in range(len(batch))]
+            actual = self.run(source.complete_many_owned(list(zip(batch, results))))
+            items = [(fence, {"result_json": None if r is None else canonical_json(r)}) for fence, r in zip(batch, results)]
+            expected = self.model.fenced_many(queue, "complete", items, self.clock.take())
+        else:
+            actual = self.run(source.heartbeat_many_owned(batch))
+            expected = self.model.fenced_many(queue, "heartbeat", [(fence, {}) for fence in batch], self.clock.take())
+        self.expect(actual, expected)
 
     @rule(queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS))
     def claim_legacy(self, queue: QueueKind, owner: str) -> None:

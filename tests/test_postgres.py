@@ -377,9 +377,10 @@ async def test_the_claim_query_is_served_by_the_eligibility_index_not_a_table_sc
     from tenure.adapters.sql import POSTGRESQL, statements_for
     from tenure.adapters.postgres.store import _compiled
 
-    compiled = _compiled(statements_for(QueueKind.VALIDATION, POSTGRESQL).next_owned)
-    plan = "\n".join(
-        line for (line,) in raw(db_url, "EXPLAIN " + compiled.sql.replace("$1", "now()"))
-    )
+    compiled = _compiled(statements_for(QueueKind.VALIDATION, POSTGRESQL).eligible_owned)
+    sql = compiled.sql
+    for number, name in enumerate(compiled.names, start=1):
+        sql = sql.replace(f"${number}", {"now": "now()", "limit": "1"}[name])
+    plan = "\n".join(line for (line,) in raw(db_url, "EXPLAIN " + sql))
     assert "ix_validation_jobs_eligible" in plan, plan
     assert "Seq Scan" not in plan, plan

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from adapter_support import expire_lease, install_owner_folding_trigger, raw, row, table
+from adapter_support import age_finished_rows, expire_lease, install_owner_folding_trigger, raw, row, table
 from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource, upgrade
 from tenure.model import (
     ClaimedJob,
@@ -409,11 +409,13 @@ async def test_legacy_operations_still_work_on_legacy_rows(validation: Any) -> N
     assert await validation.get_job(job_id) is None
 
 
-async def test_retention_skips_protected_rows(validation: Any) -> None:
+async def test_retention_skips_protected_rows(validation: Any, db_url: str) -> None:
     owned_id = await validation.submit_owned(job(1), submission_id="sub-1")
     legacy_id = await validation.submit(job(2))
     assert await validation.cancel(owned_id) and await validation.cancel(legacy_id)
-    assert await validation.purge_finished(dt.timedelta(0)) == 1
+    assert await validation.purge_finished(dt.timedelta(hours=1)) == 0  # finished just now: retained
+    age_finished_rows(db_url, QueueKind.VALIDATION, hours=2)
+    assert await validation.purge_finished(dt.timedelta(hours=1)) == 1
     assert await validation.get_job(legacy_id) is None
     assert (await validation.get_job(owned_id)).status is JobStatus.CANCELLED
 
@@ -465,3 +467,57 @@ async def test_a_refused_forced_legacy_submission_leaves_the_predecessor_running
         await streaming.submit(StreamingJob("orders", "1", force=True, job_id="launch-1"))
     assert caught.value.reason == "identity_collision"
     assert (await streaming.get_job(first)).status is JobStatus.PENDING
+
+
+# --- batched owned operations ---------------------------------------------------------------
+
+
+async def test_a_batch_claim_gives_each_job_its_own_token_and_fence(validation: Any) -> None:
+    ids = [await validation.submit_owned(job(n), submission_id=f"sub-{n}") for n in range(3)]
+    claimed = await validation.claim_batch_owned("worker-a", claim_tokens=["t-1", "t-2", "t-3", "t-4"])
+    assert sorted(c.job_id for c in claimed) == sorted(ids)
+    assert [c.claim_fence.claim_token for c in claimed] == ["t-1", "t-2", "t-3"]
+    assert all(c.claim_fence.generation == 1 and c.attempt == 1 for c in claimed)
+    # The unused token was never stored: it can claim later.
+    await validation.submit_owned(job(9), submission_id="sub-9")
+    assert (await validation.claim_next_owned("worker-a", claim_token="t-4")) is not None
+
+
+async def test_a_batch_claim_with_one_stored_token_claims_nothing(validation: Any, db_url: str) -> None:
+    for n in range(3):
+        await validation.submit_owned(job(n), submission_id=f"sub-{n}")
+    await validation.claim_next_owned("worker-a", claim_token="t-1")
+    with pytest.raises(TenureError) as caught:
+        await validation.claim_batch_owned("worker-a", claim_tokens=["t-9", "t-1"])
+    assert (caught.value.code, caught.value.reason) == (ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
+    assert len(await validation.list_jobs(JobStatus.PENDING)) == 2
+
+
+@pytest.mark.parametrize("tokens", [[], ["a", "a"], "abc", ["ok", ""], ["x"] * 1001])
+async def test_an_invalid_token_list_is_a_config_error(validation: Any, tokens: Any) -> None:
+    with pytest.raises(ConfigValidationError):
+        await validation.claim_batch_owned("worker-a", claim_tokens=tokens)
+
+
+async def test_complete_many_answers_each_fence_as_the_single_call_would(validation: Any) -> None:
+    for n in range(3):
+        await validation.submit_owned(job(n), submission_id=f"sub-{n}")
+    first, second, third = await validation.claim_batch_owned("worker-a", claim_tokens=["t-1", "t-2", "t-3"])
+    stale = QueueClaimFence(second.claim_fence.queue, second.job_id, "worker-b", 1, "t-2")
+    answers = await validation.complete_many_owned([
+        (first.claim_fence, {"n": 1}),
+        (stale, {"n": 2}),
+        (third.claim_fence, None),
+        (first.claim_fence, {"again": True}),  # the row is completed by the first item
+    ])
+    assert answers == [True, False, True, False]
+    assert (await validation.get_job(first.job_id)).result == {"n": 1}
+    assert (await validation.get_job(second.job_id)).status is JobStatus.CLAIMED
+    assert await validation.heartbeat_many_owned([second.claim_fence, first.claim_fence, stale]) == [True, False, False]
+    assert await validation.complete_many_owned([]) == []
+
+
+@pytest.mark.parametrize("items", [[("fence", {})], [1], "items"])
+async def test_invalid_complete_many_items_are_a_config_error(validation: Any, items: Any) -> None:
+    with pytest.raises(ConfigValidationError):
+        await validation.complete_many_owned(items)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -32,9 +33,9 @@ import asyncpg
 from tenure.kernel import JobRecord
 from tenure.model import JobStatus, QueueKind, datetime_to_micros
 
-from ..records import INSTANT_COLUMNS, MUTABLE_COLUMNS_FOR, columns_for, record_from_row, row_from_record
+from ..records import INSTANT_COLUMNS, MUTABLE_COLUMNS_FOR, record_from_row, row_from_record
 from ..sql import POSTGRESQL, statements_for
-from ..store import TimeObserver, persistence_failed
+from ..store import ClaimView, TimeObserver, persistence_failed
 from ..schema import TABLE_NAMES
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE"]
@@ -108,6 +109,44 @@ def _plain(column: str, value: Any) -> Any:
     return value
 
 
+def _compare(old: JobRecord) -> dict[str, Any]:
+    old_row = row_from_record(old)
+    compared = {f"old_{column}": old_row[column] for column in MUTABLE_COLUMNS_FOR[old.queue]}
+    compared["old_id"] = old.job_id
+    return compared
+
+
+def _with_clock(locking_select: str) -> str:
+    """One statement that takes the row locks, then reads the clock.
+
+    The locking query runs as a materialized CTE; ``clock_timestamp()`` is computed in the
+    outer projection, which only runs once the CTE has produced its (locked) rows, so a
+    lock wait happens before the clock is read. The outer join keeps one row (with NULL
+    columns) when nothing matched, so the clock is read even then.
+    """
+    return (
+        f"WITH locked AS MATERIALIZED ({locking_select}) "
+        "SELECT clock_timestamp() AS now, locked.* FROM (SELECT 1) AS one LEFT JOIN locked ON true"
+    )
+
+
+@functools.cache
+def _claim_view_sql(queue: QueueKind, owned: bool) -> str:
+    """Clock first, then: is a sweep needed, which tokens are stored, and the candidates
+    (SKIP LOCKED: no waiting, so reading the clock first is safe)."""
+    statements = statements_for(queue, POSTGRESQL)
+    candidates = (statements.eligible_owned if owned else statements.eligible_legacy).replace(":now", "(SELECT now FROM clock)")
+    table = TABLE_NAMES[queue]
+    return (
+        "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now), "
+        f"picked AS MATERIALIZED ({candidates}) "
+        "SELECT (SELECT now FROM clock) AS now, "
+        f"EXISTS (SELECT 1 FROM {table} WHERE status = 'claimed' AND lease_expires_at <= (SELECT now FROM clock)) AS sweep, "
+        f"ARRAY(SELECT claim_token FROM {table} WHERE claim_token = ANY(:tokens)) AS stored, "
+        "picked.* FROM (SELECT 1) AS one LEFT JOIN picked ON true"
+    )
+
+
 class PostgresTransaction:
     """A transaction on one pooled connection (see :class:`tenure.adapters.store.Transaction`)."""
 
@@ -125,6 +164,16 @@ class PostgresTransaction:
             failure = _failure_reason(error)
         raise persistence_failed(failure)
 
+    async def _fetch_many(self, sql: str, many: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """Run one statement per parameter set, pipelined in one round trip."""
+        compiled = _compiled(sql)
+        failure: str | None = None
+        try:
+            return list(await self._connection.fetchmany(compiled.sql, [compiled.arguments(p) for p in many]))
+        except _DRIVER_ERRORS as error:
+            failure = _failure_reason(error)
+        raise persistence_failed(failure)
+
     async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
         """Run one ``$n`` statement in this transaction (migrations and checks)."""
         failure: str | None = None
@@ -134,24 +183,31 @@ class PostgresTransaction:
             failure = _failure_reason(error)
         raise persistence_failed(failure)
 
+    def _observe(self, now: dt.datetime) -> None:
+        if self._now is None:
+            self._now = datetime_to_micros(now)
+            if self._store.observe_time is not None:
+                self._store.observe_time(self._now)
+
     async def now_us(self) -> int:
         if self._now is None:
             rows = await self.execute("SELECT clock_timestamp()")
-            self._now = datetime_to_micros(rows[0][0])
-            if self._store.observe_time is not None:
-                self._store.observe_time(self._now)
+            self._observe(rows[0][0])
+        assert self._now is not None
         return self._now
 
-    async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
-        columns = columns_for(queue)
-        return [
-            record_from_row(queue, {column: _plain(column, row[index]) for index, column in enumerate(columns)})
-            for row in await self._fetch(sql, parameters)
-        ]
+    @staticmethod
+    def _record(queue: QueueKind, row: Any, offset: int = 0) -> JobRecord:
+        columns = statements_for(queue, POSTGRESQL).columns
+        return record_from_row(queue, {column: _plain(column, row[offset + index]) for index, column in enumerate(columns)})
 
-    async def _one(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> JobRecord | None:
-        found = await self._records(queue, sql, parameters)
-        return found[0] if found else None
+    async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
+        return [self._record(queue, row) for row in await self._fetch(sql, parameters)]
+
+    async def _locked_with_clock(self, queue: QueueKind, locking_select: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
+        rows = await self._fetch(_with_clock(locking_select), parameters)
+        self._observe(rows[0][0])
+        return [self._record(queue, row, 1) for row in rows if row[1] is not None]
 
     async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
         if not self._store.uuid_ids.get(queue, False):
@@ -159,66 +215,84 @@ class PostgresTransaction:
         rows = await self.execute("SELECT $1::uuid::text", [job_id])
         return str(rows[0][0])
 
-    async def load(self, queue: QueueKind, job_id: str) -> JobRecord | None:
-        return await self._one(queue, statements_for(queue, POSTGRESQL).load, {"job_id": job_id})
+    async def lock_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        found = await self._locked_with_clock(queue, statements_for(queue, POSTGRESQL).lock_rows, {"job_ids": list(job_ids)})
+        return {record.job_id: record for record in found}
 
-    async def by_submission(self, queue: QueueKind, submission_id: str) -> JobRecord | None:
-        return await self._one(queue, statements_for(queue, POSTGRESQL).by_submission, {"submission_id": submission_id})
+    async def locate_submission(
+        self,
+        queue: QueueKind,
+        *,
+        submission_id: str | None,
+        job_id: str,
+        run_id: str | None,
+        idempotency_key: str | None,
+        active_key: str | None,
+    ) -> list[JobRecord]:
+        parameters = {
+            "submission_id": submission_id, "job_id": job_id, "run_id": run_id,
+            "idempotency_key": idempotency_key, "active_key": active_key,
+        }
+        return await self._locked_with_clock(queue, statements_for(queue, POSTGRESQL).locate, parameters)
 
-    async def colliding(
-        self, queue: QueueKind, job_id: str, run_id: str | None, idempotency_key: str | None
-    ) -> JobRecord | None:
-        parameters = {"job_id": job_id, "run_id": run_id, "idempotency_key": idempotency_key}
-        return await self._one(queue, statements_for(queue, POSTGRESQL).colliding, parameters)
-
-    async def key_holder(self, queue: QueueKind, active_key: str) -> JobRecord | None:
-        return await self._one(queue, statements_for(queue, POSTGRESQL).key_holder, {"active_key": active_key})
-
-    async def token_stored(self, queue: QueueKind, claim_token: str) -> bool:
-        rows = await self._fetch(statements_for(queue, POSTGRESQL).token_stored, {"claim_token": claim_token})
-        return bool(rows)
-
-    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
-        return await self._one(queue, statements_for(queue, POSTGRESQL).by_token, {"claim_token": claim_token})
-
-    async def next_eligible(self, queue: QueueKind, now_us: int, *, owned: bool) -> JobRecord | None:
-        statements = statements_for(queue, POSTGRESQL)
-        sql = statements.next_owned if owned else statements.next_legacy
-        return await self._one(queue, sql, {"now": now_us, "false": False})
+    async def claim_view(self, queue: QueueKind, *, limit: int, tokens: Sequence[str], owned: bool) -> ClaimView:
+        rows = await self._fetch(_claim_view_sql(queue, owned), {"limit": limit, "tokens": list(tokens), "false": False})
+        first = rows[0]
+        self._observe(first[0])
+        candidates = [self._record(queue, row, 3) for row in rows if row[3] is not None]
+        sweep_needed = bool(first[1])
+        # Rows picked before a sweep may not be the ones to claim once expired claims are
+        # requeued: the engine sweeps and picks again (it keeps these locks meanwhile).
+        return ClaimView(sweep_needed, frozenset(first[2]), [] if sweep_needed else candidates)
 
     async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]:
         return await self._records(queue, statements_for(queue, POSTGRESQL).expired, {"now": now_us, "limit": limit})
+
+    async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]:
+        statements = statements_for(queue, POSTGRESQL)
+        sql = statements.eligible_owned if owned else statements.eligible_legacy
+        return await self._records(queue, sql, {"now": now_us, "limit": limit, "false": False})
+
+    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
+        found = await self._records(queue, statements_for(queue, POSTGRESQL).by_token, {"claim_token": claim_token})
+        return found[0] if found else None
 
     async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]:
         parameters = {"cutoff": cutoff_us, "limit": limit, "false": False}
         return await self._records(queue, statements_for(queue, POSTGRESQL).finished_before, parameters)
 
     async def insert(self, record: JobRecord) -> JobRecord:
-        stored = await self._one(record.queue, statements_for(record.queue, POSTGRESQL).insert, row_from_record(record))
-        if stored is None:
+        stored = await self._records(record.queue, statements_for(record.queue, POSTGRESQL).insert, row_from_record(record))
+        if not stored:
             raise persistence_failed("write_not_applied")
-        return stored
+        return stored[0]
 
-    @staticmethod
-    def _compare(old: JobRecord) -> dict[str, Any]:
-        old_row = row_from_record(old)
-        compared = {f"old_{column}": old_row[column] for column in MUTABLE_COLUMNS_FOR[old.queue]}
-        compared["old_id"] = old.job_id
-        return compared
-
-    async def update(self, old: JobRecord, new: JobRecord) -> JobRecord | None:
-        parameters = {**row_from_record(new), **self._compare(old)}
-        return await self._one(new.queue, statements_for(new.queue, POSTGRESQL).update, parameters)
+    async def update_many(self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool) -> list[JobRecord]:
+        if not pairs:
+            return []
+        queue = pairs[0][1].queue
+        statements = statements_for(queue, POSTGRESQL)
+        ids = [new.job_id for _, new in pairs]
+        parameters = [{**row_from_record(new), **_compare(old)} for old, new in pairs]
+        if len(pairs) == 1:
+            rows = await self._fetch(statements.update, parameters[0])
+        else:  # every UPDATE of the batch in one pipelined round trip
+            rows = await self._fetch_many(statements.update, parameters)
+        written = {record.job_id: record for record in (self._record(queue, row) for row in rows)}
+        if set(written) != set(ids):
+            raise persistence_failed("row_changed")  # a compare-and-set found its row changed
+        if read_back:
+            # A separate statement sees what AFTER triggers did; RETURNING does not.
+            written = {r.job_id: r for r in await self._records(queue, statements.read_rows, {"job_ids": ids})}
+            if set(written) != set(ids):
+                raise persistence_failed("read_back_mismatch")
+        return [written[job_id] for job_id in ids]
 
     async def delete(self, old: JobRecord) -> bool:
-        return bool(await self._fetch(statements_for(old.queue, POSTGRESQL).delete, self._compare(old)))
+        return bool(await self._fetch(statements_for(old.queue, POSTGRESQL).delete, _compare(old)))
 
-    async def claim_identity(self, queue: QueueKind, job_id: str) -> tuple[object, object, object]:
-        rows = await self._fetch(statements_for(queue, POSTGRESQL).read_claim_identity, {"job_id": job_id})
-        if not rows:
-            return (None, None, None)
-        owner_id, claim_token, generation = rows[0]
-        return (owner_id, claim_token, generation)
+    async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
+        return await self._records(queue, statements_for(queue, POSTGRESQL).read_rows, {"job_ids": list(job_ids)})
 
     async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]:
         statements = statements_for(queue, POSTGRESQL)

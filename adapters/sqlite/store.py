@@ -2,7 +2,7 @@
 
 The lock is SQLite's write transaction: a writing transaction starts with
 ``BEGIN IMMEDIATE``, so no other connection can write until it ends, and the database
-time is sampled inside it (after the lock). The connection runs in autocommit mode
+time is read inside it (after the lock). The connection runs in autocommit mode
 (``isolation_level=None``) so that ``BEGIN`` and ``COMMIT`` are ours alone. WAL
 journaling lets readers proceed while a writer holds the lock.
 
@@ -13,6 +13,7 @@ transaction.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -23,9 +24,9 @@ import aiosqlite
 from tenure.kernel import JobRecord
 from tenure.model import JobStatus, QueueKind
 
-from ..records import MUTABLE_COLUMNS_FOR, columns_for, record_from_row, row_from_record
+from ..records import MUTABLE_COLUMNS_FOR, record_from_row, row_from_record
 from ..sql import SQLITE, statements_for
-from ..store import TimeObserver, persistence_failed
+from ..store import ClaimView, TimeObserver, persistence_failed
 
 __all__ = ["SqliteStore", "SqliteTransaction", "BUSY_TIMEOUT_MS"]
 
@@ -54,6 +55,13 @@ async def _run(connection: aiosqlite.Connection, sql: str, parameters: Mapping[s
     raise persistence_failed(failure)
 
 
+def _compare(old: JobRecord) -> dict[str, Any]:
+    old_row = row_from_record(old)
+    compared = {f"old_{column}": old_row[column] for column in MUTABLE_COLUMNS_FOR[old.queue]}
+    compared["old_id"] = old.job_id
+    return compared
+
+
 class SqliteTransaction:
     """A transaction on the store's connection (see :class:`tenure.adapters.store.Transaction`)."""
 
@@ -75,76 +83,90 @@ class SqliteTransaction:
         return self._now
 
     async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
-        columns = columns_for(queue)
+        columns = statements_for(queue, SQLITE).columns
         return [record_from_row(queue, dict(zip(columns, row))) for row in await _run(self._connection, sql, parameters)]
-
-    async def _one(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> JobRecord | None:
-        found = await self._records(queue, sql, parameters)
-        return found[0] if found else None
 
     async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
         return job_id  # SQLite keeps text exactly as given
 
-    async def load(self, queue: QueueKind, job_id: str) -> JobRecord | None:
-        return await self._one(queue, statements_for(queue, SQLITE).load, {"job_id": job_id})
+    async def lock_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        found = await self._records(queue, statements_for(queue, SQLITE).lock_rows, {"job_ids": json.dumps(list(job_ids))})
+        await self.now_us()  # the whole database is already locked: any time now is after the lock
+        return {record.job_id: record for record in found}
 
-    async def by_submission(self, queue: QueueKind, submission_id: str) -> JobRecord | None:
-        return await self._one(queue, statements_for(queue, SQLITE).by_submission, {"submission_id": submission_id})
+    async def locate_submission(
+        self,
+        queue: QueueKind,
+        *,
+        submission_id: str | None,
+        job_id: str,
+        run_id: str | None,
+        idempotency_key: str | None,
+        active_key: str | None,
+    ) -> list[JobRecord]:
+        parameters = {
+            "submission_id": submission_id, "job_id": job_id, "run_id": run_id,
+            "idempotency_key": idempotency_key, "active_key": active_key,
+        }
+        found = await self._records(queue, statements_for(queue, SQLITE).locate, parameters)
+        await self.now_us()
+        return found
 
-    async def colliding(
-        self, queue: QueueKind, job_id: str, run_id: str | None, idempotency_key: str | None
-    ) -> JobRecord | None:
-        parameters = {"job_id": job_id, "run_id": run_id, "idempotency_key": idempotency_key}
-        return await self._one(queue, statements_for(queue, SQLITE).colliding, parameters)
-
-    async def key_holder(self, queue: QueueKind, active_key: str) -> JobRecord | None:
-        return await self._one(queue, statements_for(queue, SQLITE).key_holder, {"active_key": active_key})
-
-    async def token_stored(self, queue: QueueKind, claim_token: str) -> bool:
-        rows = await _run(self._connection, statements_for(queue, SQLITE).token_stored, {"claim_token": claim_token})
-        return bool(rows)
-
-    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
-        return await self._one(queue, statements_for(queue, SQLITE).by_token, {"claim_token": claim_token})
-
-    async def next_eligible(self, queue: QueueKind, now_us: int, *, owned: bool) -> JobRecord | None:
+    async def claim_view(self, queue: QueueKind, *, limit: int, tokens: Sequence[str], owned: bool) -> ClaimView:
         statements = statements_for(queue, SQLITE)
-        sql = statements.next_owned if owned else statements.next_legacy
-        return await self._one(queue, sql, {"now": now_us, "false": False})
+        now = await self.now_us()
+        sweep_needed = bool(await _run(self._connection, statements.sweep_needed, {"now": now}))
+        stored = await _run(self._connection, statements.tokens_stored, {"tokens": json.dumps(list(tokens))})
+        candidates = [] if sweep_needed else await self.pick_eligible(queue, now, limit, owned=owned)
+        return ClaimView(sweep_needed, frozenset(token for (token,) in stored), candidates)
 
     async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]:
         return await self._records(queue, statements_for(queue, SQLITE).expired, {"now": now_us, "limit": limit})
+
+    async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]:
+        statements = statements_for(queue, SQLITE)
+        sql = statements.eligible_owned if owned else statements.eligible_legacy
+        return await self._records(queue, sql, {"now": now_us, "limit": limit, "false": False})
+
+    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
+        found = await self._records(queue, statements_for(queue, SQLITE).by_token, {"claim_token": claim_token})
+        return found[0] if found else None
 
     async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]:
         parameters = {"cutoff": cutoff_us, "limit": limit, "false": False}
         return await self._records(queue, statements_for(queue, SQLITE).finished_before, parameters)
 
     async def insert(self, record: JobRecord) -> JobRecord:
-        stored = await self._one(record.queue, statements_for(record.queue, SQLITE).insert, row_from_record(record))
-        if stored is None:
+        stored = await self._records(record.queue, statements_for(record.queue, SQLITE).insert, row_from_record(record))
+        if not stored:
             raise persistence_failed("write_not_applied")
+        return stored[0]
+
+    async def update_many(self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool) -> list[JobRecord]:
+        stored: list[JobRecord] = []
+        for old, new in pairs:
+            statements = statements_for(new.queue, SQLITE)
+            written = await self._records(new.queue, statements.update, {**row_from_record(new), **_compare(old)})
+            if not written:
+                raise persistence_failed("row_changed")
+            stored.append(written[0])
+        if read_back and pairs:
+            queue = pairs[0][1].queue
+            ids = [new.job_id for _, new in pairs]
+            by_id = {r.job_id: r for r in await self._records(
+                queue, statements_for(queue, SQLITE).read_rows, {"job_ids": json.dumps(ids)}
+            )}
+            if set(by_id) != set(ids):
+                raise persistence_failed("read_back_mismatch")
+            stored = [by_id[job_id] for job_id in ids]
         return stored
 
-    def _compare(self, old: JobRecord) -> dict[str, Any]:
-        old_row = row_from_record(old)
-        compared = {f"old_{column}": old_row[column] for column in MUTABLE_COLUMNS_FOR[old.queue]}
-        compared["old_id"] = old.job_id
-        return compared
-
-    async def update(self, old: JobRecord, new: JobRecord) -> JobRecord | None:
-        parameters = {**row_from_record(new), **self._compare(old)}
-        return await self._one(new.queue, statements_for(new.queue, SQLITE).update, parameters)
-
     async def delete(self, old: JobRecord) -> bool:
-        rows = await _run(self._connection, statements_for(old.queue, SQLITE).delete, self._compare(old))
+        rows = await _run(self._connection, statements_for(old.queue, SQLITE).delete, _compare(old))
         return bool(rows)
 
-    async def claim_identity(self, queue: QueueKind, job_id: str) -> tuple[object, object, object]:
-        rows = await _run(self._connection, statements_for(queue, SQLITE).read_claim_identity, {"job_id": job_id})
-        if not rows:
-            return (None, None, None)
-        owner_id, claim_token, generation = rows[0]
-        return (owner_id, claim_token, generation)
+    async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
+        return await self._records(queue, statements_for(queue, SQLITE).read_rows, {"job_ids": json.dumps(list(job_ids))})
 
     async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]:
         statements = statements_for(queue, SQLITE)
@@ -215,13 +237,6 @@ class SqliteStore:
             await connection.execute("ROLLBACK")
         except (sqlite3.Error, ValueError):
             pass  # nothing open (already committed or never begun), or the connection is gone
-
-    async def execute_script(self, statements: Sequence[str]) -> None:
-        """Run statements outside any queue transaction (migrations)."""
-        async with self._lock:
-            connection = await self._open()
-            for statement in statements:
-                await _run(connection, statement)
 
     async def close(self) -> None:
         async with self._lock:

@@ -1,0 +1,444 @@
+"""tenure's own benchmarks, each beside the floor that does the same work with least effort.
+
+Prints one JSON object per line (bench/report.py turns them into RESULTS.md):
+
+* ``cycle``: owned submit + claim + heartbeat + complete per job, at 1, 4 and 16 workers,
+  for tenure and for a hand-written asyncpg floor that does the same fenced work in one
+  statement per step (autocommit: four round trips per job);
+* ``burn_down``: pre-submitted no-op jobs claimed and completed (the peers' benchmark),
+  one job at a time and in batches of 10, for tenure and the floor;
+* ``claim_latency``: median and 99th percentile of one owned claim with 1,000, 100,000
+  and 1,000,000 waiting rows;
+* ``sqlite_cycle``: the owned cycle on SQLite against a raw ``sqlite3`` floor;
+* ``kernel``: microseconds per kernel decision;
+* ``fingerprint``: a 1 MiB payload from a plain dict to its fingerprint, against
+  ``json.dumps`` + ``hashlib.sha256`` of the same data.
+
+    python bench/tenure_bench.py DSN [--smoke] [--only NAME[,NAME]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import pathlib
+import sqlite3
+import statistics
+import tempfile
+import time
+import timeit
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from tenure.adapters import ValidationJobSource, upgrade
+from tenure.kernel import ClaimFence, ClaimOwned, CompleteOwned, HeartbeatOwned, JobRecord, decide
+from tenure.model import JobStatus, QueueKind, ValidationJob, WorkerConfig, snapshot_submission
+
+LEASE_SECONDS = 60
+BATCHES = (1, 10)
+
+
+def emit(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+async def fresh_database(server_dsn: str) -> str:
+    name = "bench_" + uuid.uuid4().hex[:12]
+    connection = await asyncpg.connect(server_dsn)
+    try:
+        await connection.execute(f"CREATE DATABASE {name}")
+    finally:
+        await connection.close()
+    url = server_dsn.rsplit("/", 1)[0] + "/" + name
+    await upgrade(url)
+    return url
+
+
+def config(db_url: str) -> WorkerConfig:
+    return WorkerConfig(db_url, lease_seconds=LEASE_SECONDS, heartbeat_seconds=10)
+
+
+def request(n: int) -> ValidationJob:
+    return ValidationJob("orders", "1.0.0", f"orders-{n}.jsonl")
+
+
+# --- the floor: the same fenced work, one statement per step -------------------------------
+
+FLOOR_SUBMIT = """
+INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,
+                             generation, fence_required, submission_id, fingerprint)
+VALUES ($1, 'pending', $2, clock_timestamp(), clock_timestamp(), 0, 5, 0, true, $3, $4)
+ON CONFLICT (submission_id) DO NOTHING RETURNING id"""
+FLOOR_CLAIM = """
+UPDATE validation_jobs SET status = 'claimed', attempt = attempt + 1, generation = generation + 1,
+       claimed_by = $1, claim_token = t.token, claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => $2)
+  FROM (SELECT id, unnest($3::text[]) AS token FROM (
+          SELECT id, row_number() OVER (ORDER BY fires_at, id) AS n FROM (
+            SELECT id, fires_at FROM validation_jobs
+             WHERE status = 'pending' AND fires_at <= clock_timestamp() AND attempt < max_attempts
+             ORDER BY fires_at, id LIMIT cardinality($3::text[]) FOR UPDATE SKIP LOCKED) picked) numbered
+        ) AS t
+ WHERE validation_jobs.id = t.id
+RETURNING validation_jobs.id, validation_jobs.generation, validation_jobs.claim_token"""
+FLOOR_CLAIM_ONE = """
+UPDATE validation_jobs SET status = 'claimed', attempt = attempt + 1, generation = generation + 1,
+       claimed_by = $1, claim_token = $3, claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => $2)
+ WHERE id = (SELECT id FROM validation_jobs
+              WHERE status = 'pending' AND fires_at <= clock_timestamp() AND attempt < max_attempts
+              ORDER BY fires_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id, generation, claim_token"""
+FLOOR_FENCE = """id = ANY($1::text[]) AND (id, claimed_by, claim_token, generation) IN
+       (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]))
+   AND status = 'claimed' AND lease_expires_at > clock_timestamp()"""
+FLOOR_HEARTBEAT = f"""
+UPDATE validation_jobs SET lease_expires_at = clock_timestamp() + make_interval(secs => $5)
+ WHERE {FLOOR_FENCE} RETURNING id"""
+FLOOR_COMPLETE = f"""
+UPDATE validation_jobs SET status = 'completed', result_json = '{{}}', lease_expires_at = NULL,
+       completed_at = clock_timestamp()
+ WHERE {FLOOR_FENCE} RETURNING id"""
+FLOOR_HEARTBEAT_ONE = """
+UPDATE validation_jobs SET lease_expires_at = clock_timestamp() + make_interval(secs => $5)
+ WHERE id = $1 AND claimed_by = $2 AND claim_token = $3 AND generation = $4
+   AND status = 'claimed' AND lease_expires_at > clock_timestamp() RETURNING id"""
+FLOOR_COMPLETE_ONE = """
+UPDATE validation_jobs SET status = 'completed', result_json = '{}', lease_expires_at = NULL,
+       completed_at = clock_timestamp()
+ WHERE id = $1 AND claimed_by = $2 AND claim_token = $3 AND generation = $4
+   AND status = 'claimed' AND lease_expires_at > clock_timestamp() RETURNING id"""
+
+
+class Floor:
+    """One worker of the floor, on its own connection (autocommit: one round trip per step)."""
+
+    def __init__(self, connection: asyncpg.Connection, name: str) -> None:
+        self.connection = connection
+        self.name = name
+
+    async def submit(self, n: int) -> None:
+        snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"floor-{uuid.uuid4().hex}")
+        await self.connection.fetch(
+            FLOOR_SUBMIT, str(uuid.uuid4()), snapshot.authored_json, snapshot.submission_id, snapshot.fingerprint
+        )
+
+    async def claim(self, count: int) -> list[tuple[str, int, str]]:
+        tokens = [uuid.uuid4().hex for _ in range(count)]
+        if count == 1:
+            rows = await self.connection.fetch(FLOOR_CLAIM_ONE, self.name, LEASE_SECONDS, tokens[0])
+        else:
+            rows = await self.connection.fetch(FLOOR_CLAIM, self.name, LEASE_SECONDS, tokens)
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    async def heartbeat(self, claims: list[tuple[str, int, str]]) -> None:
+        if len(claims) == 1:
+            job_id, generation, token = claims[0]
+            await self.connection.fetch(FLOOR_HEARTBEAT_ONE, job_id, self.name, token, generation, LEASE_SECONDS)
+            return
+        ids, generations, tokens = zip(*claims)
+        await self.connection.fetch(FLOOR_HEARTBEAT, list(ids), [self.name] * len(ids), list(tokens), list(generations), LEASE_SECONDS)
+
+    async def complete(self, claims: list[tuple[str, int, str]]) -> None:
+        if len(claims) == 1:
+            job_id, generation, token = claims[0]
+            await self.connection.fetch(FLOOR_COMPLETE_ONE, job_id, self.name, token, generation)
+            return
+        ids, generations, tokens = zip(*claims)
+        await self.connection.fetch(FLOOR_COMPLETE, list(ids), [self.name] * len(ids), list(tokens), list(generations))
+
+
+# --- runners ---------------------------------------------------------------------------------
+
+
+async def run_workers(workers: int, work: Callable[[int], Awaitable[int]]) -> tuple[int, float]:
+    started = time.perf_counter()
+    done = await asyncio.gather(*(work(index) for index in range(workers)))
+    return sum(done), time.perf_counter() - started
+
+
+async def tenure_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float]:
+    per_worker = jobs // workers
+    run = uuid.uuid4().hex[:8]
+
+    async def work(index: int) -> int:
+        async with ValidationJobSource(db_url, config(db_url)) as source:
+            for n in range(per_worker):
+                await source.submit_owned(request(n), submission_id=f"{run}-{index}-{n}")
+                claimed = None
+                while claimed is None:  # another worker may hold the only pending rows for a moment
+                    claimed = await source.claim_next_owned(f"worker-{index}", claim_token=uuid.uuid4().hex)
+                assert await source.heartbeat_owned(claimed.claim_fence)
+                assert await source.complete_owned(claimed.claim_fence, {})
+        return per_worker
+
+    return await run_workers(workers, work)
+
+
+async def floor_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float]:
+    per_worker = jobs // workers
+
+    async def work(index: int) -> int:
+        connection = await asyncpg.connect(db_url)
+        floor = Floor(connection, f"floor-worker-{index}")
+        try:
+            for n in range(per_worker):
+                await floor.submit(index * per_worker + n)
+                claims = await floor.claim(1)
+                while not claims:
+                    claims = await floor.claim(1)
+                await floor.heartbeat(claims)
+                await floor.complete(claims)
+        finally:
+            await connection.close()
+        return per_worker
+
+    return await run_workers(workers, work)
+
+
+async def bulk_load(db_url: str, count: int, *, offset: int = 0) -> None:
+    """Pending owned rows, inserted by SQL (submission speed is not what is measured)."""
+    connection = await asyncpg.connect(db_url)
+    try:
+        payload = request(0).model_dump_json()
+        await connection.execute(
+            """INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,
+                                            generation, fence_required, submission_id, fingerprint)
+               SELECT md5(($3 + n)::text)::uuid::text, 'pending', $1,
+                      clock_timestamp() - make_interval(secs => 1), clock_timestamp(), 0, 5, 0, true,
+                      'bulk-' || ($3 + n), 'v1:' || md5(n::text)
+                 FROM generate_series(1, $2) AS n""",
+            payload, count, offset,
+        )
+        await connection.execute("ANALYZE validation_jobs")
+    finally:
+        await connection.close()
+
+
+async def tenure_burn_down(db_url: str, workers: int, batch: int) -> int:
+    async def work(index: int) -> int:
+        done = 0
+        async with ValidationJobSource(db_url, config(db_url)) as source:
+            while True:
+                if batch == 1:
+                    claimed = await source.claim_next_owned(f"worker-{index}", claim_token=uuid.uuid4().hex)
+                    if claimed is None:
+                        return done
+                    assert await source.complete_owned(claimed.claim_fence, {})
+                    done += 1
+                else:
+                    claims = await source.claim_batch_owned(
+                        f"worker-{index}", claim_tokens=[uuid.uuid4().hex for _ in range(batch)]
+                    )
+                    if not claims:
+                        return done
+                    results = await source.complete_many_owned([(c.claim_fence, {}) for c in claims])
+                    assert all(results)
+                    done += len(claims)
+
+    return sum(await asyncio.gather(*(work(index) for index in range(workers))))
+
+
+async def floor_burn_down(db_url: str, workers: int, batch: int) -> int:
+    async def work(index: int) -> int:
+        done = 0
+        connection = await asyncpg.connect(db_url)
+        floor = Floor(connection, f"floor-{index}")
+        try:
+            while True:
+                claims = await floor.claim(batch)
+                if not claims:
+                    return done
+                await floor.complete(claims)
+                done += len(claims)
+        finally:
+            await connection.close()
+
+    return sum(await asyncio.gather(*(work(index) for index in range(workers))))
+
+
+async def burn_down(server_dsn: str, jobs: int, workers: int) -> None:
+    warmup = max(100, jobs // 10)
+    for name, runner in (("tenure", tenure_burn_down), ("floor", floor_burn_down)):
+        for batch in BATCHES:
+            db_url = await fresh_database(server_dsn)
+            await bulk_load(db_url, warmup)
+            await runner(db_url, workers, batch)
+            await bulk_load(db_url, jobs, offset=warmup)
+            started = time.perf_counter()
+            done = await runner(db_url, workers, batch)
+            elapsed = time.perf_counter() - started
+            assert done == jobs, (name, batch, done)
+            emit(bench="burn_down", subject=name, batch=batch, workers=workers, jobs=jobs,
+                 seconds=round(elapsed, 3), jobs_per_second=round(jobs / elapsed, 1))
+
+
+async def cycles(server_dsn: str, jobs: int) -> None:
+    for workers in (1, 4, 16):
+        for name, runner in (("tenure", tenure_cycle), ("floor", floor_cycle)):
+            db_url = await fresh_database(server_dsn)
+            await runner(db_url, workers, max(workers, jobs // 10))  # warm-up
+            done, elapsed = await runner(db_url, workers, jobs)
+            emit(bench="cycle", subject=name, workers=workers, jobs=done, seconds=round(elapsed, 3),
+                 cycles_per_second=round(done / elapsed, 1))
+
+
+async def claim_latency(server_dsn: str, sizes: list[int], samples: int) -> None:
+    for size in sizes:
+        db_url = await fresh_database(server_dsn)
+        for start in range(0, size, 250_000):
+            await bulk_load(db_url, min(250_000, size - start), offset=start)
+        latencies = []
+        async with ValidationJobSource(db_url, config(db_url)) as source:
+            for _ in range(samples // 10):  # warm-up
+                await source.claim_next_owned("worker", claim_token=uuid.uuid4().hex)
+            for _ in range(samples):
+                started = time.perf_counter()
+                claimed = await source.claim_next_owned("worker", claim_token=uuid.uuid4().hex)
+                latencies.append(time.perf_counter() - started)
+                assert claimed is not None
+        latencies.sort()
+        emit(bench="claim_latency", waiting_rows=size, samples=samples,
+             median_ms=round(statistics.median(latencies) * 1000, 3),
+             p99_ms=round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 3))
+
+
+# --- SQLite ------------------------------------------------------------------------------------
+
+
+async def sqlite_cycle(jobs: int) -> None:
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="tenure-bench-"))
+    url = f"sqlite:///{folder / 'tenure.db'}"
+    await upgrade(url)
+    async with ValidationJobSource(url, config(url)) as source:
+        started = time.perf_counter()
+        for n in range(jobs):
+            await source.submit_owned(request(n), submission_id=f"s-{n}")
+            claimed = await source.claim_next_owned("worker", claim_token=uuid.uuid4().hex)
+            assert await source.heartbeat_owned(claimed.claim_fence)
+            assert await source.complete_owned(claimed.claim_fence, {})
+        tenure_rate = jobs / (time.perf_counter() - started)
+    floor_path = folder / "floor.db"
+    await upgrade(f"sqlite:///{floor_path}")
+    connection = sqlite3.connect(floor_path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode = WAL")
+    now = "CAST(strftime('%s','now') AS INTEGER) * 1000000 + CAST(substr(strftime('%f','now'), 4, 3) AS INTEGER) * 1000"
+    started = time.perf_counter()
+    for n in range(jobs):
+        snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"s-{n}")
+        job_id = str(uuid.uuid4())
+        connection.execute(
+            f"""INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,
+                    generation, fence_required, submission_id, fingerprint)
+                VALUES (?, 'pending', ?, {now}, {now}, 0, 5, 0, 1, ?, ?) ON CONFLICT (submission_id) DO NOTHING""",
+            (job_id, snapshot.authored_json, snapshot.submission_id, snapshot.fingerprint),
+        )
+        token = uuid.uuid4().hex
+        row = connection.execute(
+            f"""UPDATE validation_jobs SET status = 'claimed', attempt = attempt + 1, generation = generation + 1,
+                    claimed_by = 'worker', claim_token = ?, claimed_at = {now}, lease_expires_at = {now} + 60000000
+                WHERE id = (SELECT id FROM validation_jobs WHERE status = 'pending' AND fires_at <= {now}
+                            AND attempt < max_attempts ORDER BY fires_at, id LIMIT 1)
+                RETURNING id, generation""",
+            (token,),
+        ).fetchone()
+        fence = "id = ? AND claimed_by = 'worker' AND claim_token = ? AND generation = ? AND status = 'claimed'"
+        connection.execute(
+            f"UPDATE validation_jobs SET lease_expires_at = {now} + 60000000 WHERE {fence} AND lease_expires_at > {now}",
+            (row[0], token, row[1]),
+        )
+        connection.execute(
+            f"""UPDATE validation_jobs SET status = 'completed', result_json = '{{}}', lease_expires_at = NULL,
+                    completed_at = {now} WHERE {fence} AND lease_expires_at > {now}""",
+            (row[0], token, row[1]),
+        )
+    floor_rate = jobs / (time.perf_counter() - started)
+    connection.close()
+    emit(bench="sqlite_cycle", jobs=jobs, tenure_per_second=round(tenure_rate, 1), floor_per_second=round(floor_rate, 1),
+         journal="wal", synchronous="full (default)")
+
+
+# --- kernel and fingerprint --------------------------------------------------------------------
+
+
+def kernel_decisions(repeat: int) -> None:
+    claimed = JobRecord(
+        queue=QueueKind.VALIDATION, job_id="job-1", run_id=None, status=JobStatus.CLAIMED, attempts=1,
+        max_attempts=5, generation=1, owner_id="worker", claim_token="token", claimed_at_us=10,
+        lease_expires_at_us=10**15, fires_at_us=0, created_at_us=0, completed_at_us=None,
+        cancel_requested=False, pid=None, fence_required=True, submission_id="sub", fingerprint="v1:x",
+        idempotency_key=None, active_key=None, dlq_record_id=None, error_message=None, result_json=None,
+        payload_json="{}",
+    )
+    pending = JobRecord(**{**{f: getattr(claimed, f) for f in claimed.__dataclass_fields__},
+                           "status": JobStatus.PENDING, "attempts": 0, "generation": 0, "owner_id": None,
+                           "claim_token": None, "claimed_at_us": None, "lease_expires_at_us": None})
+    fence = ClaimFence(queue=QueueKind.VALIDATION, job_id="job-1", owner_id="worker", generation=1, claim_token="token")
+    commands = {
+        "complete_owned": (claimed, CompleteOwned(fence=fence, result_json="{}")),
+        "heartbeat_owned": (claimed, HeartbeatOwned(fence=fence, lease_us=60_000_000)),
+        "claim_owned": (pending, ClaimOwned(owner_id="w", claim_token="t", nonce_already_stored=False, lease_us=60_000_000)),
+    }
+    for name, (record, command) in commands.items():
+        seconds = min(timeit.repeat(lambda: decide(record, command, 10**12), number=repeat, repeat=5))
+        emit(bench="kernel", command=name, microseconds=round(seconds / repeat * 1e6, 2))
+
+
+def fingerprint(size_bytes: int, repeat: int) -> None:
+    rows = []
+    while len(json.dumps(rows)) < size_bytes:
+        n = len(rows)
+        rows.append({"id": n, "name": f"customer-{n}", "score": n * 0.5, "tags": ["a", "b", str(n)], "ok": n % 2 == 0})
+    payload = {"rows": rows}
+    size = len(json.dumps(payload).encode())
+
+    def floor() -> str:
+        return hashlib.sha256(
+            json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        ).hexdigest()
+
+    def tenure() -> str:
+        job = ValidationJob("orders", "1.0.0", "orders.jsonl", options=payload)
+        return snapshot_submission(QueueKind.VALIDATION, job, "sub-1").fingerprint
+
+    floor_seconds = min(timeit.repeat(floor, number=repeat, repeat=3)) / repeat
+    tenure_seconds = min(timeit.repeat(tenure, number=repeat, repeat=3)) / repeat
+    emit(bench="fingerprint", payload_bytes=size, floor_ms=round(floor_seconds * 1000, 2),
+         tenure_ms=round(tenure_seconds * 1000, 2),
+         floor_mib_per_second=round(size / floor_seconds / 2**20, 1),
+         tenure_mib_per_second=round(size / tenure_seconds / 2**20, 1))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dsn")
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--only", default="")
+    arguments = parser.parse_args()
+    smoke = arguments.smoke
+    wanted = set(filter(None, arguments.only.split(",")))
+
+    def selected(name: str) -> bool:
+        return not wanted or name in wanted
+
+    if selected("kernel"):
+        kernel_decisions(2_000 if smoke else 100_000)
+    if selected("fingerprint"):
+        fingerprint(2**20, 2 if smoke else 10)
+    if selected("sqlite"):
+        await sqlite_cycle(50 if smoke else 2_000)
+    if selected("cycle"):
+        await cycles(arguments.dsn, 64 if smoke else 3_200)
+    if selected("burn_down"):
+        await burn_down(arguments.dsn, 200 if smoke else 20_000, 4)
+    if selected("claim_latency"):
+        await claim_latency(arguments.dsn, [1_000, 10_000] if smoke else [1_000, 100_000, 1_000_000], 20 if smoke else 500)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
