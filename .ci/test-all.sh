@@ -58,6 +58,17 @@ else
   exit 1
 fi
 
+step "benchmark harness smoke run (checks the harness; asserts no timing)"
+SMOKE_LOG=$(mktemp)
+if bash bench/run.sh --smoke >"$SMOKE_LOG" 2>&1; then
+  echo "benchmark harness ran every benchmark and wrote its report:"
+  sed -n '/^## Targets/,$p' "$SMOKE_LOG"
+else
+  cat "$SMOKE_LOG"
+  echo "benchmark smoke run failed"
+  exit 1
+fi
+
 step "wheel: build once, install into a clean environment, import every module"
 WHEEL_DIR=$(mktemp -d)
 .venv/bin/python -m pip wheel -q --no-deps -w "$WHEEL_DIR" . 2> >(grep -v "is ignored" >&2)

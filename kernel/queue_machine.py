@@ -53,6 +53,7 @@ from .queue_record import (
     QueueState,
     dedupe_key_of,
     is_currently_owned,
+    replace_fields,
     state_of,
 )
 
@@ -265,7 +266,7 @@ def backoff_delay_us(attempts: int, base_ms: int, max_ms: int) -> int:
 def _finish(record: JobRecord, status: JobStatus, now_us: int, **changes: Any) -> JobRecord:
     """Leave the claim for a terminal status: no lease, PID or cancel request remain and
     the active key is released; owner and token stay as the last claim's identity."""
-    return dataclasses.replace(
+    return replace_fields(
         record,
         status=status,
         lease_expires_at_us=None,
@@ -279,7 +280,7 @@ def _finish(record: JobRecord, status: JobStatus, now_us: int, **changes: Any) -
 
 def _requeue(record: JobRecord, fires_at_us: int, **changes: Any) -> JobRecord:
     """Leave the claim for ``pending``; the job becomes eligible at ``fires_at_us``."""
-    return dataclasses.replace(
+    return replace_fields(
         record,
         status=JobStatus.PENDING,
         lease_expires_at_us=None,
@@ -326,7 +327,7 @@ def _unchanged(record: JobRecord, reply: Reply) -> Applied:
 
 
 def _claim(record: JobRecord, owner_id: str, claim_token: str | None, lease_us: int, now_us: int) -> Applied:
-    claimed = dataclasses.replace(
+    claimed = replace_fields(
         record,
         status=JobStatus.CLAIMED,
         attempts=record.attempts + 1,
@@ -370,7 +371,7 @@ EFFECTS: dict[str, Effect] = {
         _finish(record, JobStatus.CANCELLED, now_us), Ack()
     ),
     "release_key": lambda record, command, now_us: Applied(
-        dataclasses.replace(record, active_key=None), Ack()
+        replace_fields(record, active_key=None), Ack()
     ),
     "claim_owned": lambda record, command, now_us: _claim(
         record, command.owner_id, command.claim_token, command.lease_us, now_us
@@ -389,7 +390,7 @@ EFFECTS: dict[str, Effect] = {
         _finish(record, JobStatus.CANCELLED, now_us), Ack()
     ),
     "renew_lease": lambda record, command, now_us: Applied(
-        dataclasses.replace(record, lease_expires_at_us=now_us + command.lease_us), Ack()
+        replace_fields(record, lease_expires_at_us=now_us + command.lease_us), Ack()
     ),
     "complete": lambda record, command, now_us: Applied(
         _finish(record, JobStatus.COMPLETED, now_us, result_json=command.result_json), Ack()
@@ -397,7 +398,7 @@ EFFECTS: dict[str, Effect] = {
     "retry": lambda record, command, now_us: _fail(record, command, now_us, retry=True),
     "fail": lambda record, command, now_us: _fail(record, command, now_us, retry=False),
     "record_pid": lambda record, command, now_us: Applied(
-        dataclasses.replace(record, pid=command.pid), Ack()
+        replace_fields(record, pid=command.pid), Ack()
     ),
     "read_state": lambda record, command, now_us: _unchanged(
         record, StreamingStateReply(record.cancel_requested, record.pid)
@@ -409,7 +410,7 @@ EFFECTS: dict[str, Effect] = {
         _finish(record, JobStatus.CANCELLED, now_us), Ack()
     ),
     "request_cancel": lambda record, command, now_us: Applied(
-        dataclasses.replace(record, cancel_requested=True), Ack()
+        replace_fields(record, cancel_requested=True), Ack()
     ),
     "delete": lambda record, command, now_us: Applied(None, Ack()),
 }

@@ -18,6 +18,7 @@ __all__ = [
     "JobRecord",
     "QueueState",
     "state_of",
+    "replace_fields",
     "record_violations",
     "is_valid_record",
     "is_currently_owned",
@@ -89,11 +90,27 @@ class JobRecord:
     payload_json: str
 
 
+_STATE_OF_STATUS = {status: QueueState(status.value) for status in JobStatus}
+
+
 def state_of(record: JobRecord | None) -> QueueState:
     """The table key for a record: its status, or ABSENT."""
     if record is None:
         return QueueState.ABSENT
-    return QueueState(record.status.value)
+    return _STATE_OF_STATUS[record.status]
+
+
+_SLOTS = tuple((field.name, getattr(JobRecord, field.name)) for field in dataclasses.fields(JobRecord))
+
+
+def replace_fields(record: JobRecord, **changes: object) -> JobRecord:
+    """``dataclasses.replace`` for the decision's hot path: it copies the record slot by
+    slot through the slots' own descriptors, skipping replace's per-call introspection
+    and the frozen ``__setattr__`` guard (the new record is not shared until returned)."""
+    new = object.__new__(JobRecord)
+    for name, slot in _SLOTS:
+        slot.__set__(new, changes[name] if name in changes else slot.__get__(record))
+    return new
 
 
 def is_currently_owned(record: JobRecord) -> bool:

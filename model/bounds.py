@@ -17,7 +17,6 @@ __all__ = [
     "MAX_CONFIG_VERSION_CHARS",
     "INT32_MAX",
     "INT64_MAX",
-    "MAX_JSON_DEPTH",
     "MAX_LEASE_SECONDS",
     "MAX_BACKOFF_MS",
     "is_strict_int",
@@ -44,8 +43,6 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 """Generations are in 1..INT64_MAX once claimed; overflow is refused, never wrapped."""
 
-MAX_JSON_DEPTH = 64
-"""Deepest nesting accepted in a JSON value, so validation can never exhaust the stack."""
 
 MAX_LEASE_SECONDS = 366 * 24 * 3600
 """A lease of at most a year keeps every deadline representable in 64-bit microseconds."""

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from typing import Any, ClassVar
+
+from pydantic import PrivateAttr
 
 from .states import JobStatus
 
@@ -32,6 +35,7 @@ from .validation import (
     StrictBool,
     StrictModel,
     StringMap,
+    take_canonical_text,
 )
 
 __all__ = [
@@ -48,10 +52,38 @@ __all__ = [
 ]
 
 
-class ValidationJob(StrictModel):
+class _Envelope(StrictModel):
+    """Envelopes remember the canonical text of their JSON fields as validated, so a
+    submission snapshot can check them and reuse the text instead of encoding again."""
+
+    json_fields: ClassVar[tuple[str, ...]] = ()
+    _json_texts: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, /, **data: Any) -> None:
+        super().__init__(**data)
+
+    def model_post_init(self, context: Any, /) -> None:
+        for name in self.json_fields:
+            value = getattr(self, name)
+            text = take_canonical_text(value) if value is not None else None
+            if text is not None:
+                self._json_texts[name] = text
+
+    def json_text_if_unchanged(self, name: str) -> str | None:
+        """The canonical text of a JSON field when its value still equals what was
+        validated (a caller may have mutated the dictionary since), else None."""
+        text = self._json_texts.get(name)
+        if text is None:
+            return None
+        value = getattr(self, name)
+        return text if type(value) is dict and json.loads(text) == value else None
+
+
+class ValidationJob(_Envelope):
     """Validate ``data_source`` against a named, versioned data contract."""
 
     queue: ClassVar[QueueKind] = QueueKind.VALIDATION
+    json_fields: ClassVar[tuple[str, ...]] = ("options",)
 
     contract_name: ContractNameText
     contract_version: ContractVersionText
@@ -85,10 +117,11 @@ class ValidationJob(StrictModel):
         )
 
 
-class PipelineJob(StrictModel):
+class PipelineJob(_Envelope):
     """Run a pipeline ``config`` with string ``variables``; the run ID names the run."""
 
     queue: ClassVar[QueueKind] = QueueKind.PIPELINE
+    json_fields: ClassVar[tuple[str, ...]] = ("config",)
 
     config: JsonObject
     variables: StringMap | None = None
@@ -122,7 +155,7 @@ class PipelineJob(StrictModel):
         )
 
 
-class StreamingJob(StrictModel):
+class StreamingJob(_Envelope):
     """Launch a long-running stream for ``config_name@config_version``.
 
     ``force=True`` asks to cancel the config's active launch and replace it atomically.

@@ -20,10 +20,14 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import typing
 from typing import Any
 
 from .bounds import is_identity
-from .envelopes import ENVELOPE_FOR_QUEUE, PipelineJob, StreamingJob, SubmissionEnvelope
+from pydantic import PlainValidator
+from pydantic_core import PydanticCustomError
+
+from .envelopes import ENVELOPE_FOR_QUEUE, SubmissionEnvelope
 from .errors import ConfigValidationError
 from .json_values import canonical_json, text_problem
 from .states import QueueKind
@@ -132,29 +136,85 @@ class FrozenEnvelope:
         return envelope_from_authored_json(self.queue, self.authored_json)
 
 
+def _plain_validator(annotation: Any) -> Any:
+    """The check function inside ``Annotated[T, PlainValidator(f)]``, also when the
+    annotation is ``Annotated[...] | None``."""
+    for item in getattr(annotation, "__metadata__", ()):
+        if isinstance(item, PlainValidator):
+            return item.func
+    for argument in typing.get_args(annotation):
+        found = _plain_validator(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _field_checks(model: type[Any]) -> dict[str, Any]:
+    """Each field's own check function (the PlainValidator pydantic runs)."""
+    checks = {}
+    for name, field in model.model_fields.items():
+        metadata_checks = [item.func for item in field.metadata if isinstance(item, PlainValidator)]
+        checks[name] = metadata_checks[0] if metadata_checks else _plain_validator(field.annotation)
+        assert checks[name] is not None, f"{model.__name__}.{name} has no check"
+    return checks
+
+
+_CHECKS = {queue: _field_checks(model) for queue, model in ENVELOPE_FOR_QUEUE.items()}
+
+
+def _checked_field(queue: QueueKind, job: Any, name: str) -> tuple[Any, str]:
+    """A field's value re-checked now (the envelope may have been built around its
+    checks, or a dictionary inside it mutated since), and its canonical text."""
+    value = getattr(job, name)
+    if value is not None and name in job.json_fields:
+        text = job.json_text_if_unchanged(name)
+        if text is not None:
+            return value, text
+    check = _CHECKS[queue][name]
+    failure: str | None = None
+    if value is not None and check is not None:
+        try:
+            value = check(value)
+        except PydanticCustomError as error:
+            failure = error.type
+    if failure is not None:
+        raise ConfigValidationError(
+            f"invalid_{type(job).__name__.lower()}", fields=(name,), problems=(failure,)
+        )
+    if value is not None and name in job.json_fields:
+        text = job.json_text_if_unchanged(name) or canonical_json(value)
+    elif name == "fires_at" and value is not None:
+        text = canonical_json(normalize_fires_at(value))
+    else:
+        text = canonical_json(value)
+    return value, text
+
+
 def freeze_envelope(queue: QueueKind, job: object) -> FrozenEnvelope:
-    """Check that ``job`` is exactly the queue's envelope type, re-validate every field and
-    freeze the authored content (synchronously: call it before any await)."""
+    """Check that ``job`` is exactly the queue's envelope type, re-check every field and
+    freeze the authored content as canonical text (synchronously: call it before any
+    await). JSON fields unchanged since construction reuse the text computed then."""
     expected = ENVELOPE_FOR_QUEUE[queue]
     if type(job) is not expected:
         raise ConfigValidationError("wrong_envelope_type", fields=("job",), problems=("envelope_type",))
-    names = _AUTHORED_FIELDS[queue]
-    # Re-validation copies every JSON field, so nothing is shared with the caller.
-    fresh: SubmissionEnvelope = expected(**{name: getattr(job, name) for name in names})  # type: ignore[assignment]
-    authored: dict[str, Any] = {name: getattr(fresh, name) for name in names}
-    fires_at = authored["fires_at"]
-    if fires_at is not None:
-        authored["fires_at"] = normalize_fires_at(fires_at)
+    fields: dict[str, tuple[Any, str]] = {name: _checked_field(queue, job, name) for name in _AUTHORED_FIELDS[queue]}
+    # The canonical text of the authored dictionary, assembled from the fields' texts
+    # (keys sorted, compact separators), so a large payload is never encoded twice.
+    authored_json = "{" + ",".join(
+        canonical_json(name) + ":" + fields[name][1] for name in sorted(fields)
+    ) + "}"
+    values = {name: value for name, (value, _) in fields.items()}
+    fires_at = values["fires_at"]
     return FrozenEnvelope(
         queue=queue,
-        authored_json=canonical_json(authored),
-        job_id=fresh.job_id,
-        run_id=fresh.run_id if isinstance(fresh, PipelineJob) else None,
+        authored_json=authored_json,
+        job_id=values["job_id"],
+        run_id=values.get("run_id"),
         fires_at_us=None if fires_at is None else datetime_to_micros(fires_at),
-        idempotency_key=None if isinstance(fresh, StreamingJob) else fresh.idempotency_key,
-        max_attempts=fresh.max_attempts,
-        active_key=fresh.active_key if isinstance(fresh, StreamingJob) else None,
-        force=fresh.force if isinstance(fresh, StreamingJob) else False,
+        idempotency_key=values.get("idempotency_key"),
+        max_attempts=values["max_attempts"],
+        active_key=f"streaming:{values['config_name']}@{values['config_version']}" if queue is QueueKind.STREAMING else None,
+        force=bool(values.get("force", False)),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -20,7 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from . import bounds
 from .errors import ConfigValidationError
-from .json_values import frozen_copy, json_problem, text_problem
+from .json_values import JsonProblem, freeze_json, text_problem
 
 __all__ = [
     "IdentityText",
@@ -38,6 +39,7 @@ __all__ = [
     "StrictBool",
     "PositiveSeconds",
     "NonNegativeMs",
+    "take_canonical_text",
     "StrictModel",
     "config_error_from",
     "datetime_to_micros",
@@ -109,13 +111,28 @@ def _check_aware_datetime(value: object) -> dt.datetime:
 AwareDatetime = Annotated[dt.datetime, PlainValidator(_check_aware_datetime)]
 
 
+_CANONICAL = threading.local()
+
+
+def take_canonical_text(copy: object) -> str | None:
+    """The canonical text computed when ``copy`` was validated (once; see StrictModel)."""
+    texts: dict[int, str] = getattr(_CANONICAL, "texts", {})
+    return texts.pop(id(copy), None)
+
+
 def _check_json_object(value: object) -> dict[str, Any]:
-    if type(value) is not dict:
+    if not isinstance(value, dict):
         raise _refuse("json_object_required")
-    problem = json_problem(value)
-    if problem is not None:
-        raise _refuse(problem)
-    return frozen_copy(value)  # type: ignore[no-any-return]
+    try:
+        copy, text = freeze_json(value)
+    except JsonProblem as problem:
+        raise _refuse(problem.code) from None
+    # Keep the canonical text for the model being built (model_post_init collects it), so
+    # fingerprinting it later need not encode a large payload again.
+    if not hasattr(_CANONICAL, "texts"):
+        _CANONICAL.texts = {}
+    _CANONICAL.texts[id(copy)] = text
+    return copy  # type: ignore[no-any-return]
 
 
 JsonObject = Annotated[dict[str, Any], PlainValidator(_check_json_object)]

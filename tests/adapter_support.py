@@ -247,7 +247,7 @@ def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faul
     if kind == "sqlite":
         import aiosqlite
 
-        original_execute = aiosqlite.Connection.execute
+        original_execute = aiosqlite.Connection.execute_fetchall
 
         async def execute(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
             when = faults.take(sql)
@@ -258,7 +258,7 @@ def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faul
                 raise sqlite3.OperationalError("connection reset before the acknowledgement (injected)")
             return result
 
-        monkeypatch.setattr(aiosqlite.Connection, "execute", execute)
+        monkeypatch.setattr(aiosqlite.Connection, "execute_fetchall", execute)
         yield faults
         return
     import asyncpg

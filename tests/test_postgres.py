@@ -384,3 +384,41 @@ async def test_the_claim_query_is_served_by_the_eligibility_index_not_a_table_sc
     plan = "\n".join(line for (line,) in raw(db_url, "EXPLAIN " + sql))
     assert "ix_validation_jobs_eligible" in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+async def test_a_single_statement_fenced_update_is_fooled_by_a_lock_wait_which_is_why_tenure_locks_first(
+    db_url: str,
+) -> None:
+    """Why an owned write is a transaction (lock, then read the clock, then decide, then
+    compare-and-set) rather than one fenced UPDATE, the benchmark floor's shape.
+
+    PostgreSQL evaluates an UPDATE's WHERE clause, ``lease > clock_timestamp()``
+    included, before it waits for a row lock, and does not evaluate it again when the
+    lock holder only locked the row. A worker whose write waited past its lease is then
+    accepted: the stale write this library exists to refuse. The same wait makes
+    ``complete_owned`` answer False (test_a_lock_wait_that_outlasts_the_lease_...).
+    """
+    async with ValidationJobSource(db_url, config(db_url, lease_seconds=1.0, heartbeat_seconds=0.2)) as source:
+        job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
+        fence = (await source.claim_next_owned("worker-a", claim_token="token-1")).claim_fence
+    blocker = await asyncpg.connect(db_url)
+    writer = await asyncpg.connect(db_url)
+    try:
+        locking = blocker.transaction()
+        await locking.start()
+        await blocker.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
+        one_statement = asyncio.create_task(writer.fetch(
+            "UPDATE validation_jobs SET status = 'completed', lease_expires_at = NULL, completed_at = clock_timestamp()"
+            " WHERE id = $1 AND claimed_by = $2 AND claim_token = $3 AND generation = $4 AND status = 'claimed'"
+            " AND lease_expires_at > clock_timestamp() RETURNING clock_timestamp() AS written_at, $5::timestamptz AS lease",
+            job_id, fence.owner_id, fence.claim_token, fence.generation,
+            raw(db_url, "SELECT lease_expires_at FROM validation_jobs WHERE id = ?", (job_id,))[0][0],
+        ))
+        await asyncio.sleep(1.5)  # the lease runs out while the UPDATE waits for the lock
+        await locking.commit()
+        rows = await one_statement
+    finally:
+        await blocker.close()
+        await writer.close()
+    assert len(rows) == 1, "PostgreSQL re-checked the predicate after the wait: revisit this rationale"
+    assert rows[0]["written_at"] > rows[0]["lease"], "the write landed after the lease had expired"

@@ -33,7 +33,7 @@ import asyncpg
 from tenure.kernel import JobRecord
 from tenure.model import JobStatus, QueueKind, datetime_to_micros
 
-from ..records import INSTANT_COLUMNS, MUTABLE_COLUMNS_FOR, record_from_row, row_from_record
+from ..records import INSTANT_COLUMNS, MUTABLE_COLUMNS_FOR, record_from_values, row_from_record
 from ..sql import POSTGRESQL, statements_for
 from ..store import ClaimView, TimeObserver, persistence_failed
 from ..schema import TABLE_NAMES
@@ -98,6 +98,15 @@ def _failure_reason(error: BaseException) -> str:
 
 
 _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ValueError, TypeError, OverflowError)
+
+
+_READ_PLAN = {
+    queue: tuple(
+        (index, column, column in INSTANT_COLUMNS)
+        for index, column in enumerate(statements_for(queue, POSTGRESQL).columns)
+    )
+    for queue in QueueKind
+}
 
 
 def _plain(column: str, value: Any) -> Any:
@@ -198,8 +207,15 @@ class PostgresTransaction:
 
     @staticmethod
     def _record(queue: QueueKind, row: Any, offset: int = 0) -> JobRecord:
-        columns = statements_for(queue, POSTGRESQL).columns
-        return record_from_row(queue, {column: _plain(column, row[offset + index]) for index, column in enumerate(columns)})
+        values = {}
+        for index, column, instant in _READ_PLAN[queue]:
+            value = row[offset + index]
+            if value is not None and instant:
+                value = datetime_to_micros(value)
+            elif isinstance(value, uuid.UUID):  # asyncpg returns its own UUID subclass
+                value = str(value)
+            values[column] = value
+        return record_from_values(queue, values)
 
     async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
         return [self._record(queue, row) for row in await self._fetch(sql, parameters)]
@@ -278,14 +294,18 @@ class PostgresTransaction:
             rows = await self._fetch(statements.update, parameters[0])
         else:  # every UPDATE of the batch in one pipelined round trip
             rows = await self._fetch_many(statements.update, parameters)
-        written = {record.job_id: record for record in (self._record(queue, row) for row in rows)}
-        if set(written) != set(ids):
-            raise persistence_failed("row_changed")  # a compare-and-set found its row changed
         if read_back:
-            # A separate statement sees what AFTER triggers did; RETURNING does not.
+            # A separate statement sees what AFTER triggers did; RETURNING does not. A
+            # compare-and-set that missed shows as a row that does not read back as written.
+            if len(rows) != len(ids):
+                raise persistence_failed("row_changed")
             written = {r.job_id: r for r in await self._records(queue, statements.read_rows, {"job_ids": ids})}
             if set(written) != set(ids):
                 raise persistence_failed("read_back_mismatch")
+        else:
+            written = {record.job_id: record for record in (self._record(queue, row) for row in rows)}
+            if set(written) != set(ids):
+                raise persistence_failed("row_changed")  # a compare-and-set found its row changed
         return [written[job_id] for job_id in ids]
 
     async def delete(self, old: JobRecord) -> bool:
@@ -299,6 +319,12 @@ class PostgresTransaction:
         if status is None:
             return await self._records(queue, statements.list_all, {"limit": limit})
         return await self._records(queue, statements.list_by_status, {"status": status.value, "limit": limit})
+
+
+async def _keep_session(connection: asyncpg.Connection) -> None:
+    """Returning a connection to the pool needs no reset round trip: tenure sets no
+    session state (no LISTEN, SET or session advisory lock), and asyncpg itself still
+    rolls back a transaction left open."""
 
 
 class PostgresStore:
@@ -320,7 +346,9 @@ class PostgresStore:
             if self._pool is None:
                 failure = False
                 try:
-                    pool = await asyncpg.create_pool(self._dsn, min_size=1, max_size=self._pool_size)
+                    pool = await asyncpg.create_pool(
+                        self._dsn, min_size=1, max_size=self._pool_size, reset=_keep_session
+                    )
                     async with pool.acquire() as connection:
                         rows = await connection.fetch(
                             "SELECT table_name, data_type FROM information_schema.columns"

@@ -44,10 +44,8 @@ async def _run(connection: aiosqlite.Connection, sql: str, parameters: Mapping[s
     """Execute one statement; driver errors become authored persistence failures."""
     failure: str | None = None
     try:
-        cursor = await connection.execute(sql, parameters)
-        rows = await cursor.fetchall()
-        await cursor.close()
-        return list(rows)
+        # One hop to the connection's thread per statement (execute, fetch and close in one).
+        return list(await connection.execute_fetchall(sql, parameters))
     except sqlite3.IntegrityError:
         failure = "constraint_violated"
     except (sqlite3.Error, ValueError, OverflowError):
@@ -225,7 +223,7 @@ class SqliteStore:
         recover by replay or claim recovery, never by assuming nothing was written."""
         failure = False
         try:
-            await connection.execute("COMMIT")
+            await connection.execute_fetchall("COMMIT")
         except sqlite3.Error:
             failure = True
         if failure:
@@ -234,7 +232,7 @@ class SqliteStore:
 
     async def _rollback(self, connection: aiosqlite.Connection) -> None:
         try:
-            await connection.execute("ROLLBACK")
+            await connection.execute_fetchall("ROLLBACK")
         except (sqlite3.Error, ValueError):
             pass  # nothing open (already committed or never begun), or the connection is gone
 

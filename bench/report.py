@@ -1,0 +1,146 @@
+"""Turn the benchmark JSON lines into bench/RESULTS.md and bench/results.png.
+
+    python bench/report.py TENURE_JSONL PEERS_JSONL OUT_DIR [--smoke]
+
+Every ratio is computed from figures measured in the same run. The targets from the
+performance issue are checked and marked met or missed; nothing is asserted: a missed
+target is a finding to explain, not a failed run. The run fails only when a benchmark
+is missing (the harness broke).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+from typing import Any
+
+
+def load(path: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line.startswith("{")]
+
+
+def one(records: list[dict[str, Any]], **wanted: Any) -> dict[str, Any]:
+    found = [r for r in records if all(r.get(k) == v for k, v in wanted.items())]
+    if len(found) != 1:
+        raise SystemExit(f"benchmark missing or repeated: {wanted} ({len(found)} found)")
+    return found[0]
+
+
+def verdict(value: float, target: float) -> str:
+    return f"{value:.2f}x ({'met' if value >= target else 'missed'}, target >= {target}x)"
+
+
+def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
+    tenure, peers = load(tenure_path), load(peers_path)
+    machine = one(tenure, bench="machine")
+    pg = machine["postgresql"]
+    lines = [
+        "# Benchmark results",
+        "",
+        "Produced by `bash bench/run.sh`" + (" --smoke (harness check, tiny sizes)" if smoke else "") + ".",
+        "Only ratios within this one run mean anything; absolute figures move with the machine.",
+        "",
+        f"Machine: {machine['cpu']}, {machine['cores']} cores; Python {machine['python']}; SQLite {machine['sqlite']}; "
+        f"PostgreSQL {pg['server_version']} on loopback (fsync={pg['fsync']}, synchronous_commit={pg['synchronous_commit']}, "
+        f"full_page_writes={pg['full_page_writes']}, shared_buffers={pg['shared_buffers']}).",
+        "",
+        "## Owned cycle: submit + claim + heartbeat + complete, one job at a time",
+        "",
+        "The floor does the same fenced work with one autocommit statement per step (four round trips per job).",
+        "",
+        "| workers | tenure cycles/s | floor cycles/s | tenure / floor |",
+        "|---|---|---|---|",
+    ]
+    targets: list[str] = []
+    for workers in (1, 4, 16):
+        mine = one(tenure, bench="cycle", subject="tenure", workers=workers)["cycles_per_second"]
+        floor = one(tenure, bench="cycle", subject="floor", workers=workers)["cycles_per_second"]
+        lines.append(f"| {workers} | {mine:,.0f} | {floor:,.0f} | {mine / floor:.2f} |")
+        targets.append(f"- single-job owned cycle at {workers} worker(s) vs floor: {verdict(mine / floor, 0.8)}")
+    burn = {(r["subject"], r["batch"]): r for r in tenure if r["bench"] == "burn_down"}
+    peer = {(r["peer"], r["batch"]): r for r in peers}
+    jobs = burn[("tenure", 1)]["jobs"]
+    lines += [
+        "",
+        f"## No-op burn-down: {jobs:,} waiting jobs claimed and completed by 4 workers (after a warm-up)",
+        "",
+        "| queue | batch | jobs/s | tenure single / it | tenure batch 10 / it |",
+        "|---|---|---|---|---|",
+    ]
+    single = burn[("tenure", 1)]["jobs_per_second"]
+    batched = burn[("tenure", 10)]["jobs_per_second"]
+    rows = [("tenure (owned, fenced)", b, burn[("tenure", b)]["jobs_per_second"]) for b in (1, 10)]
+    rows += [("asyncpg floor (fenced, one statement per step)", b, burn[("floor", b)]["jobs_per_second"]) for b in (1, 10)]
+    rows += [(name, batch, record["jobs_per_second"]) for (name, batch), record in sorted(peer.items())]
+    for name, batch, rate in rows:
+        lines.append(f"| {name} | {batch} | {rate:,.0f} | {single / rate:.2f} | {batched / rate:.2f} |")
+    targets += [
+        f"- batched owned cycle (batch 10) vs batched floor: {verdict(batched / burn[('floor', 10)]['jobs_per_second'], 0.6)}",
+        f"- batched owned cycle (batch 10) vs pgqueuer batch 10: {verdict(batched / peer[('pgqueuer', 10)]['jobs_per_second'], 1.5)}",
+        f"- single-job owned cycle vs procrastinate: {verdict(single / peer[('procrastinate', 1)]['jobs_per_second'], 3.0)}",
+        f"- single-job owned cycle vs saq: {verdict(single / peer[('saq', 1)]['jobs_per_second'], 3.0)}",
+    ]
+    lines += ["", "## Claim latency (one owned claim, PostgreSQL)", "",
+              "| waiting rows | median ms | p99 ms |", "|---|---|---|"]
+    latencies = sorted((r for r in tenure if r["bench"] == "claim_latency"), key=lambda r: r["waiting_rows"])
+    for record in latencies:
+        lines.append(f"| {record['waiting_rows']:,} | {record['median_ms']:.3f} | {record['p99_ms']:.3f} |")
+    if len(latencies) >= 2:
+        growth = latencies[-1]["median_ms"] / latencies[0]["median_ms"]
+        targets.append(
+            f"- claim latency (median) at {latencies[-1]['waiting_rows']:,} waiting rows vs {latencies[0]['waiting_rows']:,}: "
+            f"{growth:.2f}x ({'met' if growth <= 1.2 else 'missed'}, target <= 1.2x)"
+        )
+    sqlite_cycle = one(tenure, bench="sqlite_cycle")
+    lines += ["", "## SQLite owned cycle", "",
+              f"tenure {sqlite_cycle['tenure_per_second']:,.0f} cycles/s, raw `sqlite3` floor {sqlite_cycle['floor_per_second']:,.0f} "
+              f"cycles/s (journal {sqlite_cycle['journal']}, synchronous {sqlite_cycle['synchronous']}): "
+              f"{sqlite_cycle['tenure_per_second'] / sqlite_cycle['floor_per_second']:.2f}x."]
+    kernel = [r for r in tenure if r["bench"] == "kernel"]
+    lines += ["", "## Kernel and fingerprint", "", "| measure | value |", "|---|---|"]
+    for record in kernel:
+        lines.append(f"| kernel decision, {record['command']} | {record['microseconds']:.2f} us |")
+        targets.append(f"- kernel decision ({record['command']}): {record['microseconds']:.2f} us "
+                       f"({'met' if record['microseconds'] < 10 else 'missed'}, target < 10 us)")
+    fingerprint = one(tenure, bench="fingerprint")
+    lines += [
+        f"| json.dumps + sha256 of {fingerprint['payload_bytes']:,} bytes (floor) | {fingerprint['floor_ms']:.2f} ms |",
+        f"| fingerprint of a constructed envelope (snapshot_submission) | {fingerprint['snapshot_ms']:.2f} ms |",
+        f"| envelope from a plain dict + fingerprint | {fingerprint['envelope_and_snapshot_ms']:.2f} ms |",
+    ]
+    targets.append(f"- fingerprint of a constructed envelope vs floor: "
+                   f"{verdict(fingerprint['floor_ms'] / fingerprint['snapshot_ms'], 0.8)}")
+    targets.append(f"- envelope construction + fingerprint vs floor (not a target, the whole path): "
+                   f"{fingerprint['floor_ms'] / fingerprint['envelope_and_snapshot_ms']:.2f}x")
+    lines += ["", "## Targets", "", *targets, "", "![jobs per second](results.png)", ""]
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "RESULTS.md").write_text("\n".join(lines))
+    chart(rows, out / "results.png", jobs)
+    print("\n".join(lines))
+
+
+def chart(rows: list[tuple[str, int, float]], path: pathlib.Path, jobs: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{name.split(' (')[0]}\nbatch {batch}" for name, batch, _ in rows]
+    rates = [rate for _, _, rate in rows]
+    colours = ["#2b6cb0" if name.startswith("tenure") else "#a0aec0" if "floor" in name else "#ed8936" for name, _, _ in rows]
+    figure, axis = plt.subplots(figsize=(10, 4.5))
+    axis.bar(labels, rates, color=colours)
+    axis.set_ylabel("jobs per second")
+    axis.set_title(f"No-op burn-down of {jobs:,} jobs, 4 workers, PostgreSQL on loopback (one run)")
+    for index, rate in enumerate(rates):
+        axis.text(index, rate, f"{rate:,.0f}", ha="center", va="bottom", fontsize=8)
+    axis.tick_params(axis="x", labelsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    arguments = [a for a in sys.argv[1:] if a != "--smoke"]
+    main(*arguments, smoke="--smoke" in sys.argv)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The benchmark suite, from a fresh clone:
+#   bash bench/run.sh            # full run: writes bench/RESULTS.md and bench/results.png
+#   bash bench/run.sh --smoke    # 30-second harness check (CI): writes into a temporary folder
+# It installs tenure (not editable) into .bench/tenure, the peer queues (procrastinate,
+# pgqueuer, saq) with matplotlib into .bench/peers (never into tenure's environment),
+# starts a throwaway PostgreSQL server, runs bench/tenure_bench.py and bench/peers.py
+# against it, and turns their JSON lines into the report. Figures are only compared
+# within one run: machines are noisy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+SMOKE=""
+OUT="$ROOT/bench"
+for argument in "$@"; do
+  case "$argument" in
+    --smoke) SMOKE="--smoke" ;;
+    *) echo "usage: bash bench/run.sh [--smoke]" >&2; exit 2 ;;
+  esac
+done
+WORK=$(mktemp -d)
+if [ -n "$SMOKE" ]; then OUT="$WORK/report"; mkdir -p "$OUT"; fi
+
+echo "== environments"
+[ -x .bench/tenure/bin/python ] || python3 -m venv .bench/tenure
+.bench/tenure/bin/python -m pip install -q . 2> >(grep -v "is ignored" >&2)
+[ -x .bench/peers/bin/python ] || python3 -m venv .bench/peers
+.bench/peers/bin/python -m pip install -q 'procrastinate==3.10.*' 'pgqueuer==1.6.*' 'saq==0.26.*' asyncpg matplotlib \
+  2> >(grep -v "is ignored" >&2)
+
+echo "== postgresql"
+if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade postgresql >/dev/null
+fi
+eval "$(bash .ci/pg-start.sh)"
+export PGTMP PGBIN
+trap 'bash "$ROOT/.ci/pg-stop.sh"; rm -rf "$WORK"' EXIT
+
+echo "== tenure and its floors"
+( cd "$WORK" && "$ROOT/.bench/tenure/bin/python" "$ROOT/bench/tenure_bench.py" "$TEST_PG_DSN" $SMOKE ) \
+  | tee "$WORK/tenure.jsonl"
+echo "== peers"
+JOBS=20000
+[ -n "$SMOKE" ] && JOBS=300
+( cd "$WORK" && "$ROOT/.bench/peers/bin/python" "$ROOT/bench/peers.py" "$TEST_PG_DSN" "$JOBS" 4 ) \
+  | grep '^{' | tee "$WORK/peers.jsonl"
+echo "== report"
+.bench/peers/bin/python bench/report.py "$WORK/tenure.jsonl" "$WORK/peers.jsonl" "$OUT" $SMOKE
