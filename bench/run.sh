@@ -2,7 +2,7 @@
 # The benchmark suite, from a fresh clone:
 #   bash bench/run.sh            # full run: writes bench/RESULTS.md and bench/results.png
 #   bash bench/run.sh --smoke    # 30-second harness check (CI): writes into a temporary folder
-# It installs tenure (not editable) into .bench/tenure, the peer queues (procrastinate,
+# It installs tenure (not editable, with psycopg for one floor) into .bench/tenure, the peer queues (procrastinate,
 # pgqueuer, saq) with matplotlib into .bench/peers (never into tenure's environment),
 # starts a throwaway PostgreSQL server, runs bench/tenure_bench.py and bench/peers.py
 # against it, and turns their JSON lines into the report. Figures are only compared
@@ -23,7 +23,8 @@ if [ -n "$SMOKE" ]; then OUT="$WORK/report"; mkdir -p "$OUT"; fi
 
 echo "== environments"
 [ -x .bench/tenure/bin/python ] || python3 -m venv .bench/tenure
-.bench/tenure/bin/python -m pip install -q . 2> >(grep -v "is ignored" >&2)
+# psycopg only for the pipelined floor; tenure itself does not depend on it.
+.bench/tenure/bin/python -m pip install -q . 'psycopg[binary]==3.*' 2> >(grep -v "is ignored" >&2)
 [ -x .bench/peers/bin/python ] || python3 -m venv .bench/peers
 .bench/peers/bin/python -m pip install -q 'procrastinate==3.10.*' 'pgqueuer==1.6.*' 'saq==0.26.*' asyncpg matplotlib \
   2> >(grep -v "is ignored" >&2)

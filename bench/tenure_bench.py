@@ -3,10 +3,12 @@
 Prints one JSON object per line (bench/report.py turns them into RESULTS.md):
 
 * ``cycle``: owned submit + claim + heartbeat + complete per job, at 1, 4 and 16 workers,
-  for tenure and for a hand-written asyncpg floor that does the same fenced work in one
-  statement per step (autocommit: four round trips per job);
+  for tenure and three hand-written floors doing the same fenced work: ``floor`` (one
+  autocommit statement per step, four round trips per job, which does not keep tenure's
+  lock-then-clock guarantee), ``locked_floor`` (the guarantee with the fewest asyncpg round
+  trips) and ``pipelined_locked_floor`` (the same on psycopg's pipeline mode);
 * ``burn_down``: pre-submitted no-op jobs claimed and completed (the peers' benchmark),
-  one job at a time and in batches of 10, for tenure and the floor;
+  one job at a time and in batches of 10, for tenure and the floors;
 * ``claim_latency``: median and 99th percentile of one owned claim with 1,000, 100,000
   and 1,000,000 waiting rows;
 * ``sqlite_cycle``: the owned cycle on SQLite against a raw ``sqlite3`` floor;
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import pathlib
@@ -154,6 +157,214 @@ class Floor:
         await self.connection.fetch(FLOOR_COMPLETE, list(ids), [self.name] * len(ids), list(tokens), list(generations))
 
 
+# --- the locked floor: tenure's transaction shape, hand-written ----------------------------------
+#
+# The guarantee tenure keeps is "lock the rows, then read the database clock, then decide,
+# then write with a compare-and-set": a decision never rests on a clock read before a lock
+# wait. The single-statement floor above cannot keep it (tests/test_postgres.py shows its
+# fenced UPDATE accepting a write after the lease expired behind a lock wait). This floor
+# keeps it with the fewest round trips asyncpg allows: BEGIN, one statement that locks and
+# then reads the clock, one compare-and-set write, COMMIT. It decides in a few lines of
+# Python instead of the kernel and reads no row back, so tenure / locked floor is what
+# tenure itself costs, and locked floor / floor is what the guarantee costs.
+
+LOCKED_SUBMIT_FIND = """
+WITH locked AS MATERIALIZED (SELECT fingerprint FROM validation_jobs WHERE submission_id = $1 FOR UPDATE)
+SELECT clock_timestamp(), locked.fingerprint FROM (SELECT 1) AS one LEFT JOIN locked ON true"""
+LOCKED_SUBMIT_INSERT = """
+INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,
+                             generation, fence_required, submission_id, fingerprint)
+VALUES ($1, 'pending', $2, $5, $5, 0, 5, 0, true, $3, $4)"""
+LOCKED_CLAIM_VIEW = """
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+     picked AS MATERIALIZED (
+       SELECT id, generation FROM validation_jobs
+        WHERE status = 'pending' AND fires_at <= (SELECT now FROM clock) AND attempt < max_attempts
+        ORDER BY fires_at, id LIMIT cardinality($1::text[]) FOR UPDATE SKIP LOCKED)
+SELECT (SELECT now FROM clock), EXISTS (SELECT 1 FROM validation_jobs WHERE claim_token = ANY($1::text[])),
+       picked.id, picked.generation
+  FROM (SELECT 1) AS one LEFT JOIN picked ON true"""
+LOCKED_CLAIM_WRITE = """
+UPDATE validation_jobs SET status = 'claimed', attempt = attempt + 1, generation = u.generation + 1,
+       claimed_by = $4, claim_token = u.token, claimed_at = $5, lease_expires_at = $6
+  FROM unnest($1::text[], $2::bigint[], $3::text[]) AS u(id, generation, token)
+ WHERE validation_jobs.id = u.id AND validation_jobs.generation = u.generation
+   AND validation_jobs.status = 'pending'
+RETURNING validation_jobs.id"""
+LOCKED_FENCE_VIEW = """
+WITH locked AS MATERIALIZED (
+  SELECT id, claimed_by, claim_token, generation, status, lease_expires_at
+    FROM validation_jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE)
+SELECT clock_timestamp(), locked.* FROM (SELECT 1) AS one LEFT JOIN locked ON true"""
+LOCKED_FENCED_WRITE = """
+UPDATE validation_jobs SET {assignments}
+  FROM unnest($1::text[], $2::bigint[]) AS u(id, generation)
+ WHERE validation_jobs.id = u.id AND validation_jobs.generation = u.generation
+   AND validation_jobs.status = 'claimed'
+RETURNING validation_jobs.id"""
+LOCKED_HEARTBEAT = LOCKED_FENCED_WRITE.format(assignments="lease_expires_at = $3")
+LOCKED_COMPLETE = LOCKED_FENCED_WRITE.format(
+    assignments="status = 'completed', result_json = '{}', lease_expires_at = NULL, completed_at = $3")
+
+
+class LockedFloor(Floor):
+    """One worker doing the fenced work as tenure does (lock, clock, decide, compare-and-set),
+    hand-written: four round trips per step."""
+
+    async def submit(self, n: int) -> None:
+        snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"locked-{uuid.uuid4().hex}")
+        async with self.connection.transaction():
+            now, stored = (await self.connection.fetch(LOCKED_SUBMIT_FIND, snapshot.submission_id))[0]
+            if stored is None:
+                await self.connection.execute(LOCKED_SUBMIT_INSERT, str(uuid.uuid4()), snapshot.authored_json,
+                                              snapshot.submission_id, snapshot.fingerprint, now)
+            elif stored != snapshot.fingerprint:
+                raise AssertionError("conflict")
+
+    async def claim(self, count: int) -> list[tuple[str, int, str]]:
+        tokens = [uuid.uuid4().hex for _ in range(count)]
+        async with self.connection.transaction():
+            rows = await self.connection.fetch(LOCKED_CLAIM_VIEW, tokens)
+            now, token_stored = rows[0][0], rows[0][1]
+            if token_stored:
+                raise AssertionError("nonce reused")
+            picked = [(row[2], row[3]) for row in rows if row[2] is not None]
+            if not picked:
+                return []
+            ids = [job_id for job_id, _ in picked]
+            generations = [generation for _, generation in picked]
+            written = await self.connection.fetch(
+                LOCKED_CLAIM_WRITE, ids, generations, tokens[: len(ids)], self.name, now,
+                now + dt.timedelta(seconds=LEASE_SECONDS),
+            )
+            if len(written) != len(ids):
+                raise AssertionError("compare-and-set missed")
+        return [(job_id, generation + 1, token) for (job_id, generation), token in zip(picked, tokens)]
+
+    async def _fenced(self, claims: list[tuple[str, int, str]], write: str, heartbeat: bool) -> None:
+        async with self.connection.transaction():
+            rows = await self.connection.fetch(LOCKED_FENCE_VIEW, [job_id for job_id, _, _ in claims])
+            now = rows[0][0]
+            found = {row[1]: row for row in rows if row[1] is not None}
+            live = [
+                (job_id, generation) for job_id, generation, token in claims
+                if (row := found.get(job_id)) is not None and row[2] == self.name and row[3] == token
+                and row[4] == generation and row[5] == "claimed" and row[6] > now
+            ]
+            if not live:
+                return
+            value = now + dt.timedelta(seconds=LEASE_SECONDS) if heartbeat else now
+            await self.connection.fetch(write, [j for j, _ in live], [g for _, g in live], value)
+
+    async def heartbeat(self, claims: list[tuple[str, int, str]]) -> None:
+        await self._fenced(claims, LOCKED_HEARTBEAT, heartbeat=True)
+
+    async def complete(self, claims: list[tuple[str, int, str]]) -> None:
+        await self._fenced(claims, LOCKED_COMPLETE, heartbeat=False)
+
+
+# --- the locked floor on a pipelining driver -----------------------------------------------------
+#
+# asyncpg sends one message and waits for its answer, so BEGIN and COMMIT each cost a round
+# trip. psycopg 3's pipeline mode sends several statements before waiting: BEGIN with the
+# locking statement, then the write with COMMIT, two round trips per step for the same
+# guarantee. This floor measures what a driver change would buy; psycopg is installed into
+# the benchmark's own environment only (bench/run.sh), tenure does not depend on it.
+
+
+def _percent_style(sql: str) -> str:
+    """``$n`` placeholders as psycopg's ``%(pn)s``."""
+    import re
+
+    return re.sub(r"\$(\d+)", r"%(p\1)s", sql)
+
+
+def _named(*values: Any) -> dict[str, Any]:
+    return {f"p{index}": value for index, value in enumerate(values, start=1)}
+
+
+class PipelinedLockedFloor:
+    """The locked floor's statements and decisions, on psycopg in pipeline mode."""
+
+    def __init__(self, connection: Any, name: str) -> None:
+        self.connection = connection
+        self.name = name
+
+    async def _locked_then_write(self, view: str, view_args: dict[str, Any],
+                                 decide: Callable[[list[Any]], tuple[str, dict[str, Any]] | None]) -> Any:
+        """BEGIN + the locking statement in one round trip; the write + COMMIT in another."""
+        connection = self.connection
+        async with connection.pipeline() as pipeline:
+            cursor = await connection.execute(_percent_style(view), view_args)
+            await pipeline.sync()
+            rows = await cursor.fetchall()
+            write = decide(rows)
+            if write is None:
+                await connection.commit()
+                return rows, []
+            written = await connection.execute(_percent_style(write[0]), write[1])
+            await connection.commit()
+            return rows, (await written.fetchall() if written.description is not None else [])
+
+    async def submit(self, n: int) -> None:
+        snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"piped-{uuid.uuid4().hex}")
+
+        def decide(rows: list[Any]) -> tuple[str, dict[str, Any]] | None:
+            now, stored = rows[0]
+            if stored is not None:
+                assert stored == snapshot.fingerprint, "conflict"
+                return None
+            return LOCKED_SUBMIT_INSERT, _named(str(uuid.uuid4()), snapshot.authored_json, snapshot.submission_id,
+                                                snapshot.fingerprint, now)
+
+        await self._locked_then_write(LOCKED_SUBMIT_FIND, _named(snapshot.submission_id), decide)
+
+    async def claim(self, count: int) -> list[tuple[str, int, str]]:
+        tokens = [uuid.uuid4().hex for _ in range(count)]
+        picked: list[tuple[str, int]] = []
+
+        def decide(rows: list[Any]) -> tuple[str, dict[str, Any]] | None:
+            now, token_stored = rows[0][0], rows[0][1]
+            assert not token_stored, "nonce reused"
+            picked.extend((row[2], row[3]) for row in rows if row[2] is not None)
+            if not picked:
+                return None
+            return LOCKED_CLAIM_WRITE, _named([j for j, _ in picked], [g for _, g in picked], tokens[: len(picked)],
+                                              self.name, now, now + dt.timedelta(seconds=LEASE_SECONDS))
+
+        _, written = await self._locked_then_write(LOCKED_CLAIM_VIEW, _named(tokens), decide)
+        assert len(written) == len(picked), "compare-and-set missed"
+        return [(job_id, generation + 1, token) for (job_id, generation), token in zip(picked, tokens)]
+
+    async def _fenced(self, claims: list[tuple[str, int, str]], write: str, heartbeat: bool) -> None:
+        def decide(rows: list[Any]) -> tuple[str, dict[str, Any]] | None:
+            now = rows[0][0]
+            found = {row[1]: row for row in rows if row[1] is not None}
+            live = [
+                (job_id, generation) for job_id, generation, token in claims
+                if (row := found.get(job_id)) is not None and row[2] == self.name and row[3] == token
+                and row[4] == generation and row[5] == "claimed" and row[6] > now
+            ]
+            if not live:
+                return None
+            value = now + dt.timedelta(seconds=LEASE_SECONDS) if heartbeat else now
+            return write, _named([j for j, _ in live], [g for _, g in live], value)
+
+        await self._locked_then_write(LOCKED_FENCE_VIEW, _named([job_id for job_id, _, _ in claims]), decide)
+
+    async def heartbeat(self, claims: list[tuple[str, int, str]]) -> None:
+        await self._fenced(claims, LOCKED_HEARTBEAT, heartbeat=True)
+
+    async def complete(self, claims: list[tuple[str, int, str]]) -> None:
+        await self._fenced(claims, LOCKED_COMPLETE, heartbeat=False)
+
+
+async def _psycopg_connect(db_url: str) -> Any:
+    import psycopg
+
+    return await psycopg.AsyncConnection.connect(db_url)
+
+
 # --- runners ---------------------------------------------------------------------------------
 
 
@@ -181,12 +392,12 @@ async def tenure_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float
     return await run_workers(workers, work)
 
 
-async def floor_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float]:
+async def floor_cycle(db_url: str, workers: int, jobs: int, kind: Any = Floor) -> tuple[int, float]:
     per_worker = jobs // workers
 
     async def work(index: int) -> int:
-        connection = await asyncpg.connect(db_url)
-        floor = Floor(connection, f"floor-worker-{index}")
+        connection = await (_psycopg_connect(db_url) if kind is PipelinedLockedFloor else asyncpg.connect(db_url))
+        floor = kind(connection, f"floor-worker-{index}")
         try:
             for n in range(per_worker):
                 await floor.submit(index * per_worker + n)
@@ -245,11 +456,11 @@ async def tenure_burn_down(db_url: str, workers: int, batch: int) -> int:
     return sum(await asyncio.gather(*(work(index) for index in range(workers))))
 
 
-async def floor_burn_down(db_url: str, workers: int, batch: int) -> int:
+async def floor_burn_down(db_url: str, workers: int, batch: int, kind: Any = Floor) -> int:
     async def work(index: int) -> int:
         done = 0
-        connection = await asyncpg.connect(db_url)
-        floor = Floor(connection, f"floor-{index}")
+        connection = await (_psycopg_connect(db_url) if kind is PipelinedLockedFloor else asyncpg.connect(db_url))
+        floor = kind(connection, f"floor-{index}")
         try:
             while True:
                 claims = await floor.claim(batch)
@@ -265,7 +476,14 @@ async def floor_burn_down(db_url: str, workers: int, batch: int) -> int:
 
 async def burn_down(server_dsn: str, jobs: int, workers: int) -> None:
     warmup = max(100, jobs // 10)
-    for name, runner in (("tenure", tenure_burn_down), ("floor", floor_burn_down)):
+    async def locked_floor_burn_down(db_url: str, workers: int, batch: int) -> int:
+        return await floor_burn_down(db_url, workers, batch, LockedFloor)
+
+    async def pipelined_floor_burn_down(db_url: str, workers: int, batch: int) -> int:
+        return await floor_burn_down(db_url, workers, batch, PipelinedLockedFloor)
+
+    for name, runner in (("tenure", tenure_burn_down), ("floor", floor_burn_down), ("locked_floor", locked_floor_burn_down),
+                         ("pipelined_locked_floor", pipelined_floor_burn_down)):
         for batch in BATCHES:
             db_url = await fresh_database(server_dsn)
             await bulk_load(db_url, warmup)
@@ -279,9 +497,18 @@ async def burn_down(server_dsn: str, jobs: int, workers: int) -> None:
                  seconds=round(elapsed, 3), jobs_per_second=round(jobs / elapsed, 1))
 
 
+async def locked_floor_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float]:
+    return await floor_cycle(db_url, workers, jobs, LockedFloor)
+
+
+async def pipelined_floor_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float]:
+    return await floor_cycle(db_url, workers, jobs, PipelinedLockedFloor)
+
+
 async def cycles(server_dsn: str, jobs: int) -> None:
     for workers in (1, 4, 16):
-        for name, runner in (("tenure", tenure_cycle), ("floor", floor_cycle)):
+        for name, runner in (("tenure", tenure_cycle), ("floor", floor_cycle), ("locked_floor", locked_floor_cycle),
+                             ("pipelined_locked_floor", pipelined_floor_cycle)):
             db_url = await fresh_database(server_dsn)
             await runner(db_url, workers, max(workers, jobs // 10))  # warm-up
             done, elapsed = await runner(db_url, workers, jobs)

@@ -422,3 +422,46 @@ async def test_a_single_statement_fenced_update_is_fooled_by_a_lock_wait_which_i
         await writer.close()
     assert len(rows) == 1, "PostgreSQL re-checked the predicate after the wait: revisit this rationale"
     assert rows[0]["written_at"] > rows[0]["lease"], "the write landed after the lease had expired"
+
+
+# --- connections ------------------------------------------------------------------------------
+
+
+async def _backend_pid(source: ValidationJobSource) -> int:
+    """The server process behind the connection the source's next transaction gets."""
+    async with source._engine.store.transaction(write=False) as tx:  # type: ignore[attr-defined]
+        return int((await tx.execute("SELECT pg_backend_pid()"))[0][0])
+
+
+async def test_a_connection_is_reused_after_a_refusal_and_replaced_after_the_server_ends_it(db_url: str) -> None:
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        await source.submit_owned(REQUEST, submission_id="sub-1")
+        first = await _backend_pid(source)
+        with pytest.raises(TenureError) as refused:  # raised inside the transaction, rolled back cleanly
+            await source.submit_owned(ValidationJob("orders", "2.0.0", "orders.jsonl"), submission_id="sub-1")
+        assert refused.value.code is ErrorCode.QUEUE_SUBMISSION_CONFLICT
+        assert await _backend_pid(source) == first, "a cleanly rolled back connection is kept"
+        raw(db_url, "SELECT pg_terminate_backend(?)", (first,))
+        try:  # fails if the ended session is noticed only when used, succeeds if noticed before
+            await source.submit_owned(REQUEST, submission_id="sub-2")
+        except TenureError as failed:
+            assert failed.code is ErrorCode.QUEUE_PERSISTENCE_FAILED
+        replacement = await _backend_pid(source)
+        assert replacement != first, "a connection the server ended is never handed out again"
+        assert await _backend_pid(source) == replacement
+        assert await source.submit_owned(REQUEST, submission_id="sub-2")
+
+
+async def test_a_source_never_opens_more_than_its_connection_limit(db_url: str) -> None:
+    from tenure.adapters.postgres.store import POOL_SIZE
+
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        job_ids = await asyncio.gather(*(source.submit_owned(REQUEST, submission_id=f"sub-{n}") for n in range(40)))
+        assert len(set(job_ids)) == 40
+        database = db_url.rsplit("/", 1)[1]
+        opened = raw(db_url, "SELECT count(*) FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()",
+                     (database,))[0][0]
+        assert 1 < opened <= POOL_SIZE
+    closed = raw(db_url, "SELECT count(*) FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()",
+                 (database,))[0][0]
+    assert closed == 0, "closing the source closes every connection it opened"

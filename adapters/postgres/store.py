@@ -20,7 +20,6 @@ need none of the engine's features. SQLAlchemy Core still declares the schema.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import functools
 import re
 import uuid
@@ -31,9 +30,9 @@ from typing import Any
 import asyncpg
 
 from tenure.kernel import JobRecord
-from tenure.model import JobStatus, QueueKind, datetime_to_micros
+from tenure.model import JobStatus, QueueKind
 
-from ..records import INSTANT_COLUMNS, MUTABLE_COLUMNS_FOR, record_from_values, row_from_record
+from ..records import MUTABLE_COLUMNS_FOR, record_from_columns, row_from_record
 from ..sql import POSTGRESQL, statements_for
 from ..store import ClaimView, TimeObserver, persistence_failed
 from ..schema import TABLE_NAMES
@@ -43,13 +42,30 @@ __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE"]
 POOL_SIZE = 10
 """Connections per store; each open transaction holds one."""
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
-_INSTANT_PARAMETERS = frozenset(INSTANT_COLUMNS | {"now", "cutoff"} | {f"old_{c}" for c in INSTANT_COLUMNS})
+
+_POSTGRES_EPOCH_US = 946_684_800_000_000
+"""2000-01-01 UTC, PostgreSQL's zero instant, in microseconds since the Unix epoch."""
 
 
-def _micros_to_datetime(micros: int) -> dt.datetime:
-    return _EPOCH + dt.timedelta(microseconds=micros)
+def _instant_to_wire(micros: int) -> tuple[int]:
+    return (micros - _POSTGRES_EPOCH_US,)
+
+
+def _instant_from_wire(wire: tuple[int]) -> int:
+    return wire[0] + _POSTGRES_EPOCH_US
+
+
+async def _count_instants_in_microseconds(connection: asyncpg.Connection) -> None:
+    """``timestamptz`` values travel as the kernel counts them: integer microseconds since
+    the Unix epoch, both ways. asyncpg's "tuple" format hands over PostgreSQL's own binary
+    value (microseconds since 2000-01-01, independent of the session time zone), so no
+    datetime is built or taken apart for each instant of each row (that was about a tenth
+    of a heartbeat's client time). The infinities arrive far outside the kernel's instant
+    bounds, so a row holding one reads as corrupt."""
+    await connection.set_type_codec(
+        "timestamptz", schema="pg_catalog", encoder=_instant_to_wire, decoder=_instant_from_wire, format="tuple"
+    )
 
 
 class _Compiled:
@@ -70,13 +86,7 @@ class _Compiled:
         self.names = tuple(names)
 
     def arguments(self, parameters: Mapping[str, Any]) -> list[Any]:
-        values = []
-        for name in self.names:
-            value = parameters[name]
-            if name in _INSTANT_PARAMETERS and value is not None:
-                value = _micros_to_datetime(value)
-            values.append(value)
-        return values
+        return [parameters[name] for name in self.names]
 
 
 _COMPILED: dict[str, _Compiled] = {}
@@ -100,22 +110,7 @@ def _failure_reason(error: BaseException) -> str:
 _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ValueError, TypeError, OverflowError)
 
 
-_READ_PLAN = {
-    queue: tuple(
-        (index, column, column in INSTANT_COLUMNS)
-        for index, column in enumerate(statements_for(queue, POSTGRESQL).columns)
-    )
-    for queue in QueueKind
-}
-
-
-def _plain(column: str, value: Any) -> Any:
-    """A stored value as the kernel counts it (instants in microseconds, UUIDs as text)."""
-    if column in INSTANT_COLUMNS and isinstance(value, dt.datetime):
-        return datetime_to_micros(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return value
+_ID_INDEX = {queue: statements_for(queue, POSTGRESQL).columns.index("id") for queue in QueueKind}
 
 
 def _compare(old: JobRecord) -> dict[str, Any]:
@@ -192,9 +187,9 @@ class PostgresTransaction:
             failure = _failure_reason(error)
         raise persistence_failed(failure)
 
-    def _observe(self, now: dt.datetime) -> None:
+    def _observe(self, now: int) -> None:
         if self._now is None:
-            self._now = datetime_to_micros(now)
+            self._now = now
             if self._store.observe_time is not None:
                 self._store.observe_time(self._now)
 
@@ -207,15 +202,11 @@ class PostgresTransaction:
 
     @staticmethod
     def _record(queue: QueueKind, row: Any, offset: int = 0) -> JobRecord:
-        values = {}
-        for index, column, instant in _READ_PLAN[queue]:
-            value = row[offset + index]
-            if value is not None and instant:
-                value = datetime_to_micros(value)
-            elif isinstance(value, uuid.UUID):  # asyncpg returns its own UUID subclass
-                value = str(value)
-            values[column] = value
-        return record_from_values(queue, values)
+        id_value = row[offset + _ID_INDEX[queue]]
+        if isinstance(id_value, uuid.UUID):  # a uuid column; asyncpg returns its own UUID subclass
+            row = list(row)
+            row[offset + _ID_INDEX[queue]] = str(id_value)
+        return record_from_columns(queue, row, offset)
 
     async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
         return [self._record(queue, row) for row in await self._fetch(sql, parameters)]
@@ -321,10 +312,60 @@ class PostgresTransaction:
         return await self._records(queue, statements.list_by_status, {"status": status.value, "limit": limit})
 
 
-async def _keep_session(connection: asyncpg.Connection) -> None:
-    """Returning a connection to the pool needs no reset round trip: tenure sets no
-    session state (no LISTEN, SET or session advisory lock), and asyncpg itself still
-    rolls back a transaction left open."""
+class _Connections:
+    """At most ``size`` open connections, reused last-in first-out.
+
+    Measured cheaper than asyncpg's pool for tenure's one-transaction-per-call use: taking
+    and returning a connection costs no event-loop round (asyncpg's pool shields its
+    release in a task and re-arms timers on every call), about 80 us of an 800 us
+    heartbeat on this machine (``bench/tenure_bench.py``'s cycle). It can be this simple
+    because tenure keeps no session state (no LISTEN, SET, prepared statement of its own
+    or session lock): a connection is only handed out again when its transaction ended
+    cleanly (committed or rolled back) and it is still open; any other connection is
+    terminated and replaced by a fresh one on demand.
+    """
+
+    def __init__(self, dsn: str, size: int) -> None:
+        self._dsn = dsn
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[asyncpg.Connection] = []
+        self._closed = False
+
+    async def take(self) -> asyncpg.Connection:
+        await self._slots.acquire()
+        try:
+            while self._idle:
+                connection = self._idle.pop()
+                if not connection.is_closed():
+                    return connection
+            connection = await asyncpg.connect(self._dsn)
+            try:
+                await _count_instants_in_microseconds(connection)
+            except BaseException:
+                connection.terminate()
+                raise
+            return connection
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def give_back(self, connection: asyncpg.Connection, *, clean: bool) -> None:
+        try:
+            if clean and not self._closed and not connection.is_closed() and not connection.is_in_transaction():
+                self._idle.append(connection)
+            else:
+                connection.terminate()
+        finally:
+            self._slots.release()
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            try:
+                await connection.close()
+            except _DRIVER_ERRORS:
+                connection.terminate()
 
 
 class PostgresStore:
@@ -333,32 +374,34 @@ class PostgresStore:
     def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE) -> None:
         self._dsn = dsn
         self._pool_size = pool_size
-        self._pool: asyncpg.Pool | None = None
+        self._pool: _Connections | None = None
         self._opening = asyncio.Lock()
         self.observe_time: TimeObserver | None = None
         self.uuid_ids: dict[QueueKind, bool] = {}
         """Which queue tables keep job IDs in a genuine uuid column (read at first use)."""
 
-    async def _open(self) -> asyncpg.Pool:
+    async def _open(self) -> _Connections:
         if self._pool is not None:
             return self._pool
         async with self._opening:
             if self._pool is None:
+                pool = _Connections(self._dsn, self._pool_size)
                 failure = False
                 try:
-                    pool = await asyncpg.create_pool(
-                        self._dsn, min_size=1, max_size=self._pool_size, reset=_keep_session
-                    )
-                    async with pool.acquire() as connection:
+                    connection = await pool.take()
+                    try:
                         rows = await connection.fetch(
                             "SELECT table_name, data_type FROM information_schema.columns"
                             " WHERE table_schema = current_schema() AND column_name = 'id'"
                             " AND table_name = ANY($1::text[])",
                             list(TABLE_NAMES.values()),
                         )
+                    finally:
+                        pool.give_back(connection, clean=True)
                 except _DRIVER_ERRORS:
                     failure = True
                 if failure:
+                    await pool.close()
                     raise persistence_failed("unavailable")
                 types = {name: data_type for name, data_type in rows}
                 self.uuid_ids = {queue: types.get(table) == "uuid" for queue, table in TABLE_NAMES.items()}
@@ -371,11 +414,12 @@ class PostgresStore:
         pool = await self._open()
         failure: str | None = None
         try:
-            connection = await pool.acquire()
+            connection = await pool.take()
         except _DRIVER_ERRORS:
             failure = "unavailable"
         if failure is not None:
             raise persistence_failed(failure)
+        clean = False  # the connection is reused only if its transaction ended cleanly
         try:
             transaction = connection.transaction()
             try:
@@ -387,11 +431,12 @@ class PostgresStore:
             try:
                 yield PostgresTransaction(self, connection)
             except BaseException:
-                await self._rollback(transaction)
+                clean = await self._rollback(transaction)
                 raise
             await self._commit(transaction)
+            clean = True
         finally:
-            await self._release(pool, connection)
+            pool.give_back(connection, clean=clean)
 
     async def _commit(self, transaction: Any) -> None:
         """COMMIT. A failure here is an uncertain acknowledgement: the caller must recover
@@ -406,23 +451,15 @@ class PostgresStore:
             raise persistence_failed("commit_unacknowledged")
 
     @staticmethod
-    async def _rollback(transaction: Any) -> None:
+    async def _rollback(transaction: Any) -> bool:
+        """ROLLBACK; True when it was acknowledged (the connection is fit for reuse)."""
         try:
             await transaction.rollback()
         except (*_DRIVER_ERRORS, asyncpg.InterfaceError):
-            pass  # nothing open any more, or the connection is gone
-
-    @staticmethod
-    async def _release(pool: asyncpg.Pool, connection: asyncpg.Connection) -> None:
-        try:
-            await pool.release(connection)
-        except _DRIVER_ERRORS:
-            pass
+            return False  # nothing open any more, or the connection is gone
+        return True
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            try:
-                await pool.close()
-            except _DRIVER_ERRORS:
-                pass
+            await pool.close()

@@ -24,7 +24,7 @@ import aiosqlite
 from tenure.kernel import JobRecord
 from tenure.model import JobStatus, QueueKind
 
-from ..records import MUTABLE_COLUMNS_FOR, record_from_row, row_from_record
+from ..records import MUTABLE_COLUMNS_FOR, record_from_columns, row_from_record
 from ..sql import SQLITE, statements_for
 from ..store import ClaimView, TimeObserver, persistence_failed
 
@@ -81,8 +81,7 @@ class SqliteTransaction:
         return self._now
 
     async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
-        columns = statements_for(queue, SQLITE).columns
-        return [record_from_row(queue, dict(zip(columns, row))) for row in await _run(self._connection, sql, parameters)]
+        return [record_from_columns(queue, row) for row in await _run(self._connection, sql, parameters)]
 
     async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
         return job_id  # SQLite keeps text exactly as given
