@@ -3,10 +3,10 @@
 Runs in its own virtual environment (bench/run.sh installs procrastinate, pgqueuer and
 saq there, never into tenure's). For each peer: install its schema in a fresh
 database, enqueue the jobs, process a warm-up, then time how long its workers take to
-run ``jobs`` no-op jobs to completion. Prints one JSON object per line:
-``{"peer": ..., "batch": ..., "workers": ..., "jobs": ..., "seconds": ..., "jobs_per_second": ...}``.
+run ``jobs`` no-op jobs to completion, ``ROUNDS`` times. Prints one JSON object per line:
+``{"peer": ..., "batch": ..., "workers": ..., "jobs": ..., "rounds": [...], "jobs_per_second": median}``.
 
-    python bench/peers.py DSN JOBS WORKERS
+    python bench/peers.py DSN JOBS WORKERS ROUNDS
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import statistics
 import sys
 import time
 import uuid
@@ -33,11 +34,14 @@ async def fresh_database(server_dsn: str) -> str:
     return server_dsn.rsplit("/", 1)[0] + "/" + name
 
 
+MEASURED: dict[tuple[str, int], list[float]] = {}
+WORKERS_AND_JOBS: dict[str, int] = {}
+
+
 def report(peer: str, batch: int, workers: int, jobs: int, seconds: float) -> None:
-    print(json.dumps({
-        "peer": peer, "batch": batch, "workers": workers, "jobs": jobs,
-        "seconds": round(seconds, 3), "jobs_per_second": round(jobs / seconds, 1),
-    }), flush=True)
+    """Keep one round's figure; ``main`` prints the median of the rounds."""
+    MEASURED.setdefault((peer, batch), []).append(round(jobs / seconds, 1))
+    WORKERS_AND_JOBS.update(workers=workers, jobs=jobs)
 
 
 async def procrastinate_burn_down(server_dsn: str, jobs: int, workers: int, warmup: int) -> None:
@@ -135,13 +139,18 @@ async def saq_burn_down(server_dsn: str, jobs: int, workers: int, warmup: int) -
         await queue.disconnect()
 
 
-async def main(server_dsn: str, jobs: int, workers: int) -> None:
+async def main(server_dsn: str, jobs: int, workers: int, rounds: int) -> None:
+    """Every peer ``rounds`` times, taking turns (as tenure's subjects do); the median counts."""
     warmup = max(50, jobs // 10)
-    await procrastinate_burn_down(server_dsn, jobs, workers, warmup)
-    await pgqueuer_burn_down(server_dsn, jobs, workers, warmup, batch=1)
-    await pgqueuer_burn_down(server_dsn, jobs, workers, warmup, batch=10)
-    await saq_burn_down(server_dsn, jobs, workers, warmup)
+    for _ in range(rounds):
+        await procrastinate_burn_down(server_dsn, jobs, workers, warmup)
+        await pgqueuer_burn_down(server_dsn, jobs, workers, warmup, batch=1)
+        await pgqueuer_burn_down(server_dsn, jobs, workers, warmup, batch=10)
+        await saq_burn_down(server_dsn, jobs, workers, warmup)
+    for (peer, batch), measured in MEASURED.items():
+        print(json.dumps({"peer": peer, "batch": batch, **WORKERS_AND_JOBS, "rounds": measured,
+                          "jobs_per_second": statistics.median(measured)}), flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))

@@ -59,6 +59,9 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
         "  COMMIT with the write: eight round trips per job), to see what a pipelining driver would buy.",
         "",
         "locked floor / floor is what the guarantee costs; tenure / locked floor is what tenure costs on top.",
+        f"Cycles per second, each the median of {len(one(tenure, bench='cycle', subject='tenure', workers=1)['rounds'])} "
+        f"rounds in which the four subjects take turns ({one(tenure, bench='cycle', subject='tenure', workers=1)['jobs']:,} "
+        "jobs per round after a warm-up).",
         "",
         "| workers | tenure | floor | locked floor | pipelined locked floor | tenure / floor | tenure / locked floor | locked floor / floor |",
         "|---|---|---|---|---|---|---|---|",
@@ -80,18 +83,24 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
         "",
         f"## No-op burn-down: {jobs:,} waiting jobs claimed and completed by 4 workers (after a warm-up)",
         "",
-        "| queue | batch | jobs/s | tenure single / it | tenure batch 10 / it |",
-        "|---|---|---|---|---|",
+        f"Jobs per second, each the median of {len(burn[('tenure', 1)]['rounds'])} rounds in which the subjects take "
+        "turns (tenure and its floors in one process, then the peers in theirs); every round's figure is listed.",
+        "",
+        "| queue | batch | jobs/s | rounds | tenure single / it | tenure batch 10 / it |",
+        "|---|---|---|---|---|---|",
     ]
     single = burn[("tenure", 1)]["jobs_per_second"]
     batched = burn[("tenure", 10)]["jobs_per_second"]
-    rows = [("tenure (owned, fenced)", b, burn[("tenure", b)]["jobs_per_second"]) for b in (1, 10)]
-    rows += [("asyncpg floor (fenced, one statement per step)", b, burn[("floor", b)]["jobs_per_second"]) for b in (1, 10)]
-    rows += [("asyncpg locked floor (tenure's guarantee)", b, burn[("locked_floor", b)]["jobs_per_second"]) for b in (1, 10)]
-    rows += [("psycopg pipelined locked floor", b, burn[("pipelined_locked_floor", b)]["jobs_per_second"]) for b in (1, 10)]
-    rows += [(name, batch, record["jobs_per_second"]) for (name, batch), record in sorted(peer.items())]
-    for name, batch, rate in rows:
-        lines.append(f"| {name} | {batch} | {rate:,.0f} | {single / rate:.2f} | {batched / rate:.2f} |")
+    labelled = [("tenure (owned, fenced)", burn[("tenure", b)]) for b in (1, 10)]
+    labelled += [("asyncpg floor (fenced, one statement per step)", burn[("floor", b)]) for b in (1, 10)]
+    labelled += [("asyncpg locked floor (tenure's guarantee)", burn[("locked_floor", b)]) for b in (1, 10)]
+    labelled += [("psycopg pipelined locked floor", burn[("pipelined_locked_floor", b)]) for b in (1, 10)]
+    labelled += [(name, record) for (name, _), record in sorted(peer.items())]
+    rows = [(name, record["batch"], record["jobs_per_second"]) for name, record in labelled]
+    for name, record in labelled:
+        rate = record["jobs_per_second"]
+        measured = ", ".join(f"{value:,.0f}" for value in record["rounds"])
+        lines.append(f"| {name} | {record['batch']} | {rate:,.0f} | {measured} | {single / rate:.2f} | {batched / rate:.2f} |")
     targets += [
         f"- batched owned cycle (batch 10) vs batched floor: {verdict(batched / burn[('floor', 10)]['jobs_per_second'], 0.6)}; "
         f"vs the batched locked floor (same guarantee): {batched / burn[('locked_floor', 10)]['jobs_per_second']:.2f}x",

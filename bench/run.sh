@@ -43,8 +43,9 @@ echo "== tenure and its floors"
   | tee "$WORK/tenure.jsonl"
 echo "== peers"
 JOBS=20000
-[ -n "$SMOKE" ] && JOBS=300
-( cd "$WORK" && "$ROOT/.bench/peers/bin/python" "$ROOT/bench/peers.py" "$TEST_PG_DSN" "$JOBS" 4 ) \
+ROUNDS=3
+[ -n "$SMOKE" ] && JOBS=300 && ROUNDS=1
+( cd "$WORK" && "$ROOT/.bench/peers/bin/python" "$ROOT/bench/peers.py" "$TEST_PG_DSN" "$JOBS" 4 "$ROUNDS" ) \
   | grep '^{' | tee "$WORK/peers.jsonl"
 echo "== report"
 .bench/peers/bin/python bench/report.py "$WORK/tenure.jsonl" "$WORK/peers.jsonl" "$OUT" $SMOKE
