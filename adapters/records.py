@@ -174,7 +174,8 @@ def record_from_columns(queue: QueueKind, values: Sequence[Any], offset: int = 0
     (from ``offset``), built slot by slot: the stores' hot path. The same checks, inline;
     tests/test_records.py holds the two equal, on good rows and on corrupt ones."""
     record = object.__new__(JobRecord)
-    status = _STATUS_BY_VALUE.get(values[offset + _STATUS_INDEX[queue]])
+    status_value = values[offset + _STATUS_INDEX[queue]]
+    status = _STATUS_BY_VALUE.get(status_value) if type(status_value) is str else None
     if status is None:
         raise _corrupt()
     _SET_QUEUE(record, queue)
