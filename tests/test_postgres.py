@@ -465,3 +465,64 @@ async def test_a_source_never_opens_more_than_its_connection_limit(db_url: str) 
     closed = raw(db_url, "SELECT count(*) FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()",
                  (database,))[0][0]
     assert closed == 0, "closing the source closes every connection it opened"
+
+
+async def test_a_call_cancelled_during_a_lock_wait_leaves_no_lock_and_the_source_working(db_url: str) -> None:
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
+        fence = (await source.claim_next_owned("worker-a", claim_token="token-1")).claim_fence
+        blocker = await asyncpg.connect(db_url)
+        try:
+            locking = blocker.transaction()
+            await locking.start()
+            await blocker.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
+            waiting = asyncio.create_task(source.complete_owned(fence, {"never": True}))
+            await asyncio.sleep(0.3)
+            assert not waiting.done(), "the write must be waiting for the row lock"
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await locking.rollback()
+        finally:
+            await blocker.close()
+        # The cancelled transaction holds nothing: its connection was never handed back open.
+        for _ in range(100):
+            try:
+                raw(db_url, "SELECT id FROM validation_jobs WHERE id = ? FOR UPDATE NOWAIT", (job_id,))
+                break
+            except Exception:  # the ended session's lock may take a moment to go
+                await asyncio.sleep(0.02)
+        else:
+            pytest.fail("the cancelled call still holds the row lock")
+        assert row(db_url, QueueKind.VALIDATION, job_id)["status"] == "claimed", "the cancelled write was not applied"
+        assert await source.heartbeat_owned(fence) is True
+        assert await source.complete_owned(fence, {"done": True}) is True
+
+
+async def test_the_connection_pool_hands_out_only_connections_whose_transaction_ended_cleanly(db_url: str) -> None:
+    from tenure.adapters.postgres.store import _Connections
+
+    pool = _Connections(db_url, 2)
+    try:
+        first = await pool.take()
+        pool.give_back(first, clean=True)
+        assert await pool.take() is first, "a clean connection is reused"
+        pool.give_back(first, clean=False)
+        second = await pool.take()
+        assert second is not first and first.is_closed(), "an unclean end terminates the connection"
+        left_open = second.transaction()
+        await left_open.start()
+        pool.give_back(second, clean=True)
+        third = await pool.take()
+        assert third is not second and second.is_closed(), "a connection still in a transaction is never reused"
+        fourth = await pool.take()
+        waiting = asyncio.create_task(pool.take())
+        await asyncio.sleep(0.1)
+        assert not waiting.done(), "no more than the limit are open at once"
+        pool.give_back(fourth, clean=True)
+        assert await waiting is fourth
+        pool.give_back(third, clean=True)
+        pool.give_back(fourth, clean=True)
+    finally:
+        await pool.close()
+    assert third.is_closed() and fourth.is_closed(), "closing the pool closes its idle connections"
