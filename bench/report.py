@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
+import textwrap
 from typing import Any
 
 
@@ -154,14 +155,13 @@ def chart(rows: list[tuple[str, int, float]], path: pathlib.Path, jobs: int) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{name.split(' (')[0]}\nbatch {batch}" for name, batch, _ in rows]
+    labels = [textwrap.fill(name.split(" (")[0], 14) + f"\nbatch {batch}" for name, batch, _ in rows]
     rates = [rate for _, _, rate in rows]
     colours = ["#2b6cb0" if name.startswith("tenure") else "#a0aec0" if "floor" in name else "#ed8936" for name, _, _ in rows]
-    labels = [label.replace("pipelined locked", "pipelined\nlocked") for label in labels]
     figure, axis = plt.subplots(figsize=(13, 4.8))
     axis.bar(labels, rates, color=colours)
     axis.set_ylabel("jobs per second")
-    axis.set_title(f"No-op burn-down of {jobs:,} jobs, 4 workers, PostgreSQL on loopback (one run)")
+    axis.set_title(f"No-op burn-down of {jobs:,} jobs, 4 workers, PostgreSQL on loopback (medians of one run's rounds)")
     for index, rate in enumerate(rates):
         axis.text(index, rate, f"{rate:,.0f}", ha="center", va="bottom", fontsize=8)
     axis.tick_params(axis="x", labelsize=8)
