@@ -207,43 +207,53 @@ LOCKED_COMPLETE = LOCKED_FENCED_WRITE.format(
     assignments="status = 'completed', result_json = '{}', lease_expires_at = NULL, completed_at = $3")
 
 
+Write = tuple[str, list[Any]]
+"""A compare-and-set statement and its positional arguments."""
+
+
 class LockedFloor(Floor):
     """One worker doing the fenced work as tenure does (lock, clock, decide, compare-and-set),
-    hand-written: four round trips per step."""
+    hand-written: four round trips per step on asyncpg."""
+
+    async def _locked_then_write(self, view: str, view_args: list[Any],
+                                 decide: Callable[[list[Any]], Write | None]) -> list[Any]:
+        """BEGIN, the locking statement, the decided write (if any), COMMIT; the written rows."""
+        async with self.connection.transaction():
+            write = decide(await self.connection.fetch(view, *view_args))
+            return [] if write is None else await self.connection.fetch(write[0], *write[1])
 
     async def submit(self, n: int) -> None:
         snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"locked-{uuid.uuid4().hex}")
-        async with self.connection.transaction():
-            now, stored = (await self.connection.fetch(LOCKED_SUBMIT_FIND, snapshot.submission_id))[0]
-            if stored is None:
-                await self.connection.execute(LOCKED_SUBMIT_INSERT, str(uuid.uuid4()), snapshot.authored_json,
-                                              snapshot.submission_id, snapshot.fingerprint, now)
-            elif stored != snapshot.fingerprint:
-                raise AssertionError("conflict")
+
+        def decide(rows: list[Any]) -> Write | None:
+            now, stored = rows[0]
+            if stored is not None:
+                assert stored == snapshot.fingerprint, "conflict"
+                return None
+            return LOCKED_SUBMIT_INSERT, [str(uuid.uuid4()), snapshot.authored_json, snapshot.submission_id,
+                                          snapshot.fingerprint, now]
+
+        await self._locked_then_write(LOCKED_SUBMIT_FIND, [snapshot.submission_id], decide)
 
     async def claim(self, count: int) -> list[tuple[str, int, str]]:
         tokens = [uuid.uuid4().hex for _ in range(count)]
-        async with self.connection.transaction():
-            rows = await self.connection.fetch(LOCKED_CLAIM_VIEW, tokens)
+        picked: list[tuple[str, int]] = []
+
+        def decide(rows: list[Any]) -> Write | None:
             now, token_stored = rows[0][0], rows[0][1]
-            if token_stored:
-                raise AssertionError("nonce reused")
-            picked = [(row[2], row[3]) for row in rows if row[2] is not None]
+            assert not token_stored, "nonce reused"
+            picked.extend((row[2], row[3]) for row in rows if row[2] is not None)
             if not picked:
-                return []
-            ids = [job_id for job_id, _ in picked]
-            generations = [generation for _, generation in picked]
-            written = await self.connection.fetch(
-                LOCKED_CLAIM_WRITE, ids, generations, tokens[: len(ids)], self.name, now,
-                now + dt.timedelta(seconds=LEASE_SECONDS),
-            )
-            if len(written) != len(ids):
-                raise AssertionError("compare-and-set missed")
+                return None
+            return LOCKED_CLAIM_WRITE, [[j for j, _ in picked], [g for _, g in picked], tokens[: len(picked)],
+                                        self.name, now, now + dt.timedelta(seconds=LEASE_SECONDS)]
+
+        written = await self._locked_then_write(LOCKED_CLAIM_VIEW, [tokens], decide)
+        assert len(written) == len(picked), "compare-and-set missed"
         return [(job_id, generation + 1, token) for (job_id, generation), token in zip(picked, tokens)]
 
     async def _fenced(self, claims: list[tuple[str, int, str]], write: str, heartbeat: bool) -> None:
-        async with self.connection.transaction():
-            rows = await self.connection.fetch(LOCKED_FENCE_VIEW, [job_id for job_id, _, _ in claims])
+        def decide(rows: list[Any]) -> Write | None:
             now = rows[0][0]
             found = {row[1]: row for row in rows if row[1] is not None}
             live = [
@@ -252,9 +262,11 @@ class LockedFloor(Floor):
                 and row[4] == generation and row[5] == "claimed" and row[6] > now
             ]
             if not live:
-                return
+                return None
             value = now + dt.timedelta(seconds=LEASE_SECONDS) if heartbeat else now
-            await self.connection.fetch(write, [j for j, _ in live], [g for _, g in live], value)
+            return write, [[j for j, _ in live], [g for _, g in live], value]
+
+        await self._locked_then_write(LOCKED_FENCE_VIEW, [[job_id for job_id, _, _ in claims]], decide)
 
     async def heartbeat(self, claims: list[tuple[str, int, str]]) -> None:
         await self._fenced(claims, LOCKED_HEARTBEAT, heartbeat=True)
@@ -279,84 +291,27 @@ def _percent_style(sql: str) -> str:
     return re.sub(r"\$(\d+)", r"%(p\1)s", sql)
 
 
-def _named(*values: Any) -> dict[str, Any]:
+def _named(values: list[Any]) -> dict[str, Any]:
     return {f"p{index}": value for index, value in enumerate(values, start=1)}
 
 
-class PipelinedLockedFloor:
+class PipelinedLockedFloor(LockedFloor):
     """The locked floor's statements and decisions, on psycopg in pipeline mode."""
 
-    def __init__(self, connection: Any, name: str) -> None:
-        self.connection = connection
-        self.name = name
-
-    async def _locked_then_write(self, view: str, view_args: dict[str, Any],
-                                 decide: Callable[[list[Any]], tuple[str, dict[str, Any]] | None]) -> Any:
+    async def _locked_then_write(self, view: str, view_args: list[Any],
+                                 decide: Callable[[list[Any]], Write | None]) -> list[Any]:
         """BEGIN + the locking statement in one round trip; the write + COMMIT in another."""
         connection = self.connection
         async with connection.pipeline() as pipeline:
-            cursor = await connection.execute(_percent_style(view), view_args)
+            cursor = await connection.execute(_percent_style(view), _named(view_args))
             await pipeline.sync()
-            rows = await cursor.fetchall()
-            write = decide(rows)
+            write = decide(await cursor.fetchall())
             if write is None:
                 await connection.commit()
-                return rows, []
-            written = await connection.execute(_percent_style(write[0]), write[1])
+                return []
+            written = await connection.execute(_percent_style(write[0]), _named(write[1]))
             await connection.commit()
-            return rows, (await written.fetchall() if written.description is not None else [])
-
-    async def submit(self, n: int) -> None:
-        snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"piped-{uuid.uuid4().hex}")
-
-        def decide(rows: list[Any]) -> tuple[str, dict[str, Any]] | None:
-            now, stored = rows[0]
-            if stored is not None:
-                assert stored == snapshot.fingerprint, "conflict"
-                return None
-            return LOCKED_SUBMIT_INSERT, _named(str(uuid.uuid4()), snapshot.authored_json, snapshot.submission_id,
-                                                snapshot.fingerprint, now)
-
-        await self._locked_then_write(LOCKED_SUBMIT_FIND, _named(snapshot.submission_id), decide)
-
-    async def claim(self, count: int) -> list[tuple[str, int, str]]:
-        tokens = [uuid.uuid4().hex for _ in range(count)]
-        picked: list[tuple[str, int]] = []
-
-        def decide(rows: list[Any]) -> tuple[str, dict[str, Any]] | None:
-            now, token_stored = rows[0][0], rows[0][1]
-            assert not token_stored, "nonce reused"
-            picked.extend((row[2], row[3]) for row in rows if row[2] is not None)
-            if not picked:
-                return None
-            return LOCKED_CLAIM_WRITE, _named([j for j, _ in picked], [g for _, g in picked], tokens[: len(picked)],
-                                              self.name, now, now + dt.timedelta(seconds=LEASE_SECONDS))
-
-        _, written = await self._locked_then_write(LOCKED_CLAIM_VIEW, _named(tokens), decide)
-        assert len(written) == len(picked), "compare-and-set missed"
-        return [(job_id, generation + 1, token) for (job_id, generation), token in zip(picked, tokens)]
-
-    async def _fenced(self, claims: list[tuple[str, int, str]], write: str, heartbeat: bool) -> None:
-        def decide(rows: list[Any]) -> tuple[str, dict[str, Any]] | None:
-            now = rows[0][0]
-            found = {row[1]: row for row in rows if row[1] is not None}
-            live = [
-                (job_id, generation) for job_id, generation, token in claims
-                if (row := found.get(job_id)) is not None and row[2] == self.name and row[3] == token
-                and row[4] == generation and row[5] == "claimed" and row[6] > now
-            ]
-            if not live:
-                return None
-            value = now + dt.timedelta(seconds=LEASE_SECONDS) if heartbeat else now
-            return write, _named([j for j, _ in live], [g for _, g in live], value)
-
-        await self._locked_then_write(LOCKED_FENCE_VIEW, _named([job_id for job_id, _, _ in claims]), decide)
-
-    async def heartbeat(self, claims: list[tuple[str, int, str]]) -> None:
-        await self._fenced(claims, LOCKED_HEARTBEAT, heartbeat=True)
-
-    async def complete(self, claims: list[tuple[str, int, str]]) -> None:
-        await self._fenced(claims, LOCKED_COMPLETE, heartbeat=False)
+            return await written.fetchall() if written.description is not None else []
 
 
 async def _psycopg_connect(db_url: str) -> Any:
