@@ -14,14 +14,17 @@ the queue), because round trips are what an owned operation costs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 from tenure.kernel import JobRecord
 from tenure.model import ErrorCode, JobStatus, QueueKind, TenureError
 
-__all__ = ["Store", "Transaction", "ClaimView", "persistence_failed", "TimeObserver"]
+from .records import row_from_record
+from .sql import Capabilities, statements_for
+
+__all__ = ["Store", "Transaction", "ClaimView", "SharedFinders", "persistence_failed", "TimeObserver"]
 
 TimeObserver = Callable[[int], None]
 """Called with the database time each transaction read (tracing, conformance tests)."""
@@ -110,3 +113,43 @@ class Store(Protocol):
         """A transaction; ``write`` ones take the database's write lock first."""
 
     async def close(self) -> None: ...
+
+
+class SharedFinders:
+    """The finders every store runs the same way: the statement comes from the store's
+    dialect (``capabilities``) and runs through the store's ``_records``. Only what truly
+    differs (locking with the clock, list parameters, writes) stays in each store."""
+
+    capabilities: ClassVar[Capabilities]
+
+    async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
+        raise NotImplementedError
+
+    async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]:
+        return await self._records(queue, statements_for(queue, self.capabilities).expired, {"now": now_us, "limit": limit})
+
+    async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]:
+        statements = statements_for(queue, self.capabilities)
+        sql = statements.eligible_owned if owned else statements.eligible_legacy
+        return await self._records(queue, sql, {"now": now_us, "limit": limit, "false": False})
+
+    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
+        found = await self._records(queue, statements_for(queue, self.capabilities).by_token, {"claim_token": claim_token})
+        return found[0] if found else None
+
+    async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]:
+        parameters = {"cutoff": cutoff_us, "limit": limit, "false": False}
+        return await self._records(queue, statements_for(queue, self.capabilities).finished_before, parameters)
+
+    async def insert(self, record: JobRecord) -> JobRecord:
+        statements = statements_for(record.queue, self.capabilities)
+        stored = await self._records(record.queue, statements.insert, row_from_record(record))
+        if not stored:
+            raise persistence_failed("write_not_applied")
+        return stored[0]
+
+    async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]:
+        statements = statements_for(queue, self.capabilities)
+        if status is None:
+            return await self._records(queue, statements.list_all, {"limit": limit})
+        return await self._records(queue, statements.list_by_status, {"status": status.value, "limit": limit})

@@ -30,11 +30,11 @@ from typing import Any
 import asyncpg
 
 from tenure.kernel import JobRecord
-from tenure.model import JobStatus, QueueKind
+from tenure.model import QueueKind
 
 from ..records import MUTABLE_COLUMNS_FOR, record_from_columns, row_from_record
 from ..sql import POSTGRESQL, statements_for
-from ..store import ClaimView, TimeObserver, persistence_failed
+from ..store import ClaimView, SharedFinders, TimeObserver, persistence_failed
 from ..schema import TABLE_NAMES
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE"]
@@ -151,8 +151,10 @@ def _claim_view_sql(queue: QueueKind, owned: bool) -> str:
     )
 
 
-class PostgresTransaction:
+class PostgresTransaction(SharedFinders):
     """A transaction on one pooled connection (see :class:`tenure.adapters.store.Transaction`)."""
+
+    capabilities = POSTGRESQL
 
     def __init__(self, store: PostgresStore, connection: asyncpg.Connection) -> None:
         self._store = store
@@ -252,28 +254,6 @@ class PostgresTransaction:
         # requeued: the engine sweeps and picks again (it keeps these locks meanwhile).
         return ClaimView(sweep_needed, frozenset(first[2]), [] if sweep_needed else candidates)
 
-    async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]:
-        return await self._records(queue, statements_for(queue, POSTGRESQL).expired, {"now": now_us, "limit": limit})
-
-    async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]:
-        statements = statements_for(queue, POSTGRESQL)
-        sql = statements.eligible_owned if owned else statements.eligible_legacy
-        return await self._records(queue, sql, {"now": now_us, "limit": limit, "false": False})
-
-    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
-        found = await self._records(queue, statements_for(queue, POSTGRESQL).by_token, {"claim_token": claim_token})
-        return found[0] if found else None
-
-    async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]:
-        parameters = {"cutoff": cutoff_us, "limit": limit, "false": False}
-        return await self._records(queue, statements_for(queue, POSTGRESQL).finished_before, parameters)
-
-    async def insert(self, record: JobRecord) -> JobRecord:
-        stored = await self._records(record.queue, statements_for(record.queue, POSTGRESQL).insert, row_from_record(record))
-        if not stored:
-            raise persistence_failed("write_not_applied")
-        return stored[0]
-
     async def update_many(self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool) -> list[JobRecord]:
         if not pairs:
             return []
@@ -305,11 +285,6 @@ class PostgresTransaction:
     async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
         return await self._records(queue, statements_for(queue, POSTGRESQL).read_rows, {"job_ids": list(job_ids)})
 
-    async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]:
-        statements = statements_for(queue, POSTGRESQL)
-        if status is None:
-            return await self._records(queue, statements.list_all, {"limit": limit})
-        return await self._records(queue, statements.list_by_status, {"status": status.value, "limit": limit})
 
 
 class _Connections:

@@ -22,11 +22,11 @@ from typing import Any
 import aiosqlite
 
 from tenure.kernel import JobRecord
-from tenure.model import JobStatus, QueueKind
+from tenure.model import QueueKind
 
 from ..records import MUTABLE_COLUMNS_FOR, record_from_columns, row_from_record
 from ..sql import SQLITE, statements_for
-from ..store import ClaimView, TimeObserver, persistence_failed
+from ..store import ClaimView, SharedFinders, TimeObserver, persistence_failed
 
 __all__ = ["SqliteStore", "SqliteTransaction", "BUSY_TIMEOUT_MS"]
 
@@ -60,8 +60,10 @@ def _compare(old: JobRecord) -> dict[str, Any]:
     return compared
 
 
-class SqliteTransaction:
+class SqliteTransaction(SharedFinders):
     """A transaction on the store's connection (see :class:`tenure.adapters.store.Transaction`)."""
+
+    capabilities = SQLITE
 
     def __init__(self, store: SqliteStore, connection: aiosqlite.Connection) -> None:
         self._store = store
@@ -117,28 +119,6 @@ class SqliteTransaction:
         candidates = [] if sweep_needed else await self.pick_eligible(queue, now, limit, owned=owned)
         return ClaimView(sweep_needed, frozenset(token for (token,) in stored), candidates)
 
-    async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]:
-        return await self._records(queue, statements_for(queue, SQLITE).expired, {"now": now_us, "limit": limit})
-
-    async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]:
-        statements = statements_for(queue, SQLITE)
-        sql = statements.eligible_owned if owned else statements.eligible_legacy
-        return await self._records(queue, sql, {"now": now_us, "limit": limit, "false": False})
-
-    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
-        found = await self._records(queue, statements_for(queue, SQLITE).by_token, {"claim_token": claim_token})
-        return found[0] if found else None
-
-    async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]:
-        parameters = {"cutoff": cutoff_us, "limit": limit, "false": False}
-        return await self._records(queue, statements_for(queue, SQLITE).finished_before, parameters)
-
-    async def insert(self, record: JobRecord) -> JobRecord:
-        stored = await self._records(record.queue, statements_for(record.queue, SQLITE).insert, row_from_record(record))
-        if not stored:
-            raise persistence_failed("write_not_applied")
-        return stored[0]
-
     async def update_many(self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool) -> list[JobRecord]:
         stored: list[JobRecord] = []
         for old, new in pairs:
@@ -165,11 +145,6 @@ class SqliteTransaction:
     async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
         return await self._records(queue, statements_for(queue, SQLITE).read_rows, {"job_ids": json.dumps(list(job_ids))})
 
-    async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]:
-        statements = statements_for(queue, SQLITE)
-        if status is None:
-            return await self._records(queue, statements.list_all, {"limit": limit})
-        return await self._records(queue, statements.list_by_status, {"status": status.value, "limit": limit})
 
 
 class SqliteStore:
