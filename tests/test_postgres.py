@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import random
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -43,22 +45,27 @@ def config(db_url: str, **changes: Any) -> WorkerConfig:
 # --- the row lock and the clock ------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def row_locked_elsewhere(db_url: str, job_id: str) -> AsyncIterator[None]:
+    """Another session holds the job's row lock (``FOR UPDATE``) until the block ends."""
+    blocker = await asyncpg.connect(db_url)
+    try:
+        async with blocker.transaction():
+            await blocker.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
+            yield
+    finally:
+        await blocker.close()
+
+
 async def test_a_lock_wait_that_outlasts_the_lease_cannot_authorize_a_stale_write(db_url: str) -> None:
     async with ValidationJobSource(db_url, config(db_url, lease_seconds=1.0, heartbeat_seconds=0.2)) as source:
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
         claimed = await source.claim_next_owned("worker-a", claim_token="token-1")
-        blocker = await asyncpg.connect(db_url)
-        try:
-            locking = blocker.transaction()
-            await locking.start()
-            await blocker.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
+        async with row_locked_elsewhere(db_url, job_id):
             waiting = asyncio.create_task(source.complete_owned(claimed.claim_fence, {"late": True}))
             await asyncio.sleep(1.5)  # hold the row lock until the lease has run out
             assert not waiting.done(), "the write must wait for the row lock"
-            await locking.commit()
-            assert await waiting is False
-        finally:
-            await blocker.close()
+        assert await waiting is False
         info = await source.get_job(job_id)
         assert (info.status, info.result) == (JobStatus.CLAIMED, None)
 
@@ -68,17 +75,10 @@ async def test_the_same_wait_within_the_lease_still_applies(db_url: str) -> None
     async with ValidationJobSource(db_url, config(db_url)) as source:
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
         claimed = await source.claim_next_owned("worker-a", claim_token="token-1")
-        blocker = await asyncpg.connect(db_url)
-        try:
-            locking = blocker.transaction()
-            await locking.start()
-            await blocker.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
+        async with row_locked_elsewhere(db_url, job_id):
             waiting = asyncio.create_task(source.complete_owned(claimed.claim_fence, {"ok": True}))
             await asyncio.sleep(0.3)
-            await locking.commit()
-            assert await waiting is True
-        finally:
-            await blocker.close()
+        assert await waiting is True
 
 
 # --- genuine uuid and CHAR columns -------------------------------------------------------------
@@ -401,24 +401,19 @@ async def test_a_single_statement_fenced_update_is_fooled_by_a_lock_wait_which_i
     async with ValidationJobSource(db_url, config(db_url, lease_seconds=1.0, heartbeat_seconds=0.2)) as source:
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
         fence = (await source.claim_next_owned("worker-a", claim_token="token-1")).claim_fence
-    blocker = await asyncpg.connect(db_url)
     writer = await asyncpg.connect(db_url)
     try:
-        locking = blocker.transaction()
-        await locking.start()
-        await blocker.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
-        one_statement = asyncio.create_task(writer.fetch(
-            "UPDATE validation_jobs SET status = 'completed', lease_expires_at = NULL, completed_at = clock_timestamp()"
-            " WHERE id = $1 AND claimed_by = $2 AND claim_token = $3 AND generation = $4 AND status = 'claimed'"
-            " AND lease_expires_at > clock_timestamp() RETURNING clock_timestamp() AS written_at, $5::timestamptz AS lease",
-            job_id, fence.owner_id, fence.claim_token, fence.generation,
-            raw(db_url, "SELECT lease_expires_at FROM validation_jobs WHERE id = ?", (job_id,))[0][0],
-        ))
-        await asyncio.sleep(1.5)  # the lease runs out while the UPDATE waits for the lock
-        await locking.commit()
+        async with row_locked_elsewhere(db_url, job_id):
+            one_statement = asyncio.create_task(writer.fetch(
+                "UPDATE validation_jobs SET status = 'completed', lease_expires_at = NULL, completed_at = clock_timestamp()"
+                " WHERE id = $1 AND claimed_by = $2 AND claim_token = $3 AND generation = $4 AND status = 'claimed'"
+                " AND lease_expires_at > clock_timestamp() RETURNING clock_timestamp() AS written_at, $5::timestamptz AS lease",
+                job_id, fence.owner_id, fence.claim_token, fence.generation,
+                raw(db_url, "SELECT lease_expires_at FROM validation_jobs WHERE id = ?", (job_id,))[0][0],
+            ))
+            await asyncio.sleep(1.5)  # the lease runs out while the UPDATE waits for the lock
         rows = await one_statement
     finally:
-        await blocker.close()
         await writer.close()
     assert len(rows) == 1, "PostgreSQL re-checked the predicate after the wait: revisit this rationale"
     assert rows[0]["written_at"] > rows[0]["lease"], "the write landed after the lease had expired"
@@ -471,20 +466,13 @@ async def test_a_call_cancelled_during_a_lock_wait_leaves_no_lock_and_the_source
     async with ValidationJobSource(db_url, config(db_url)) as source:
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
         fence = (await source.claim_next_owned("worker-a", claim_token="token-1")).claim_fence
-        blocker = await asyncpg.connect(db_url)
-        try:
-            locking = blocker.transaction()
-            await locking.start()
-            await blocker.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
+        async with row_locked_elsewhere(db_url, job_id):
             waiting = asyncio.create_task(source.complete_owned(fence, {"never": True}))
             await asyncio.sleep(0.3)
             assert not waiting.done(), "the write must be waiting for the row lock"
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
-            await locking.rollback()
-        finally:
-            await blocker.close()
         # The cancelled transaction holds nothing: its connection was never handed back open.
         for _ in range(100):
             try:
