@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Start a throwaway PostgreSQL server on a free loopback port and print `export` lines
 # (PGTMP, PGBIN, PGPORT, TEST_PG_DSN). Stop it with .ci/pg-stop.sh.
+# Debian's PostgreSQL server is installed first when this machine has none.
 # initdb and pg_ctl refuse to run as root, so as root they run as the postgres user.
 set -euo pipefail
+if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
+  # Only the export lines may reach stdout: the caller evaluates it.
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade postgresql >/dev/null
+fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [ -z "$PGBIN" ]; then
   echo "pg-start: no PostgreSQL server binaries under /usr/lib/postgresql" >&2

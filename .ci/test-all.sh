@@ -24,10 +24,6 @@ if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 .venv/bin/python -m pip check
 
 step "postgresql"
-if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade postgresql >/dev/null
-fi
 eval "$(bash .ci/pg-start.sh)"
 export PGTMP PGBIN
 trap 'bash "$ROOT/.ci/pg-stop.sh"' EXIT

@@ -30,10 +30,6 @@ echo "== environments"
   2> >(grep -v "is ignored" >&2)
 
 echo "== postgresql"
-if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade postgresql >/dev/null
-fi
 eval "$(bash .ci/pg-start.sh)"
 export PGTMP PGBIN
 trap 'bash "$ROOT/.ci/pg-stop.sh"; rm -rf "$WORK"' EXIT
