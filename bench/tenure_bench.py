@@ -126,6 +126,10 @@ class Floor:
         self.connection = connection
         self.name = name
 
+    @staticmethod
+    async def connect(db_url: str) -> Any:
+        return await asyncpg.connect(db_url)
+
     async def submit(self, n: int) -> None:
         snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"floor-{uuid.uuid4().hex}")
         await self.connection.fetch(
@@ -298,6 +302,12 @@ def _named(values: list[Any]) -> dict[str, Any]:
 class PipelinedLockedFloor(LockedFloor):
     """The locked floor's statements and decisions, on psycopg in pipeline mode."""
 
+    @staticmethod
+    async def connect(db_url: str) -> Any:
+        import psycopg
+
+        return await psycopg.AsyncConnection.connect(db_url)
+
     async def _locked_then_write(self, view: str, view_args: list[Any],
                                  decide: Callable[[list[Any]], Write | None]) -> list[Any]:
         """BEGIN + the locking statement in one round trip; the write + COMMIT in another."""
@@ -312,12 +322,6 @@ class PipelinedLockedFloor(LockedFloor):
             written = await connection.execute(_percent_style(write[0]), _named(write[1]))
             await connection.commit()
             return await written.fetchall() if written.description is not None else []
-
-
-async def _psycopg_connect(db_url: str) -> Any:
-    import psycopg
-
-    return await psycopg.AsyncConnection.connect(db_url)
 
 
 # --- runners ---------------------------------------------------------------------------------
@@ -347,11 +351,11 @@ async def tenure_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float
     return await run_workers(workers, work)
 
 
-async def floor_cycle(db_url: str, workers: int, jobs: int, kind: Any = Floor) -> tuple[int, float]:
+async def floor_cycle(db_url: str, workers: int, jobs: int, kind: type[Floor] = Floor) -> tuple[int, float]:
     per_worker = jobs // workers
 
     async def work(index: int) -> int:
-        connection = await (_psycopg_connect(db_url) if kind is PipelinedLockedFloor else asyncpg.connect(db_url))
+        connection = await kind.connect(db_url)
         floor = kind(connection, f"floor-worker-{index}")
         try:
             for n in range(per_worker):
@@ -411,10 +415,10 @@ async def tenure_burn_down(db_url: str, workers: int, batch: int) -> int:
     return sum(await asyncio.gather(*(work(index) for index in range(workers))))
 
 
-async def floor_burn_down(db_url: str, workers: int, batch: int, kind: Any = Floor) -> int:
+async def floor_burn_down(db_url: str, workers: int, batch: int, kind: type[Floor] = Floor) -> int:
     async def work(index: int) -> int:
         done = 0
-        connection = await (_psycopg_connect(db_url) if kind is PipelinedLockedFloor else asyncpg.connect(db_url))
+        connection = await kind.connect(db_url)
         floor = kind(connection, f"floor-{index}")
         try:
             while True:
