@@ -23,7 +23,7 @@ async def upgrade(db_url: str) -> MigrationReport:
         from .sqlite.migration import upgrade_sqlite
         from .sqlite.store import SqliteStore
 
-        store = SqliteStore(target.location)
+        store = SqliteStore(target.location, create=True)
         try:
             return await upgrade_sqlite(store)
         finally:

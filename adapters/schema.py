@@ -39,6 +39,8 @@ from tenure.model import QueueKind
 __all__ = [
     "TABLE_NAMES",
     "MIGRATIONS_TABLE",
+    "CLOCK_TABLE",
+    "clock_ddl",
     "OWNED_COLUMNS",
     "OWNED_UNIQUE_INDEXES",
     "Instant",
@@ -60,6 +62,17 @@ TABLE_NAMES: dict[QueueKind, str] = {
     QueueKind.STREAMING: "streaming_jobs",
 }
 MIGRATIONS_TABLE = "tenure_migrations"
+CLOCK_TABLE = "tenure_clock"
+"""SQLite only: the database time's high-water mark (see adapters/sqlite/store.py)."""
+
+
+def clock_ddl() -> list[str]:
+    """SQLite: the one-row clock table, created with the owned migration (idempotent)."""
+    return [
+        f"CREATE TABLE IF NOT EXISTS {CLOCK_TABLE} "
+        "(id INTEGER PRIMARY KEY CHECK (id = 1), high_water_us INTEGER NOT NULL)",
+        f"INSERT OR IGNORE INTO {CLOCK_TABLE} (id, high_water_us) VALUES (1, 0)",
+    ]
 
 
 class Instant(TypeDecorator[int]):

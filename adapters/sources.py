@@ -144,7 +144,7 @@ class JobSource(Generic[Claimed]):
         elif config.db_url != db_url:
             raise _refuse("config", "db_url_mismatch")
         self.config = config
-        self._engine = QueueEngine(open_store(db_url), self.queue, config)
+        self._engine = QueueEngine(open_store(db_url, timeout_seconds=config.timeout_seconds), self.queue, config)
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 A store opens transactions. A transaction reads the database clock exactly once, after
 the locks of the statement that first needs it, and writes records with
 compare-and-set statements whose result is read back. Every database failure surfaces
-as ``TenureError(QUEUE_PERSISTENCE_FAILED, reason)`` with an authored reason; driver
-text never travels further than the store.
+as ``TenureError(QUEUE_PERSISTENCE_FAILED, reason)`` with an authored reason (see
+:mod:`tenure.adapters.failures`); driver text never travels further than the store.
+A closed store refuses every further transaction; closing it again does nothing.
 
 Finders that return rows to decide on lock them. Several steps are combined into one
 statement where a database allows it (the row locks and the clock, the claim's view of
@@ -19,8 +20,9 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Protocol
 
 from tenure.kernel import JobRecord
-from tenure.model import ErrorCode, JobStatus, QueueKind, TenureError
+from tenure.model import JobStatus, QueueKind
 
+from .failures import persistence_failed
 from .records import row_from_record
 from .sql import Capabilities, statements_for
 
@@ -28,10 +30,6 @@ __all__ = ["Store", "Transaction", "ClaimView", "SharedFinders", "persistence_fa
 
 TimeObserver = Callable[[int], None]
 """Called with the database time each transaction read (tracing, conformance tests)."""
-
-
-def persistence_failed(reason: str) -> TenureError:
-    return TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, reason)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -19,6 +19,9 @@ __all__ = [
     "INT64_MAX",
     "MAX_LEASE_SECONDS",
     "MAX_BACKOFF_MS",
+    "MAX_TIMEOUT_SECONDS",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "MAX_PAYLOAD_BYTES_LIMIT",
     "is_strict_int",
     "is_identity",
     "is_bounded_text",
@@ -49,6 +52,17 @@ MAX_LEASE_SECONDS = 366 * 24 * 3600
 
 MAX_BACKOFF_MS = 366 * 24 * 3600 * 1000
 """Backoff delays are capped for the same reason."""
+
+MAX_TIMEOUT_SECONDS = 24 * 3600
+"""The longest database-call timeout a WorkerConfig accepts (a day)."""
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+"""Default bound on one stored JSON text (an envelope, a result or an error), in UTF-8
+bytes: 1 MiB. A claim carries its envelope, so an unbounded payload makes every claim of
+it slow (a 50 MiB SQLite claim outlasted a 1 s lease)."""
+
+MAX_PAYLOAD_BYTES_LIMIT = 256 * 1024 * 1024
+"""The largest bound a WorkerConfig may set (far below PostgreSQL's 1 GB per value)."""
 
 
 def is_strict_int(value: object) -> bool:

@@ -12,12 +12,15 @@ from typing import Any
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from . import bounds
 from .validation import (
     NonEmptyText,
     NonNegativeMs,
+    PayloadBytes,
     PositiveInt32,
     PositiveSeconds,
     StrictModel,
+    TimeoutSeconds,
 )
 
 __all__ = ["WorkerConfig"]
@@ -32,6 +35,17 @@ class WorkerConfig(StrictModel):
       ``min(backoff_max_ms, backoff_base_ms * 2**attempt)`` before it is eligible again,
       where ``attempt`` counts the claims so far (the first retry waits twice the base).
     - ``max_attempts``: default attempt budget for envelopes that do not set their own.
+    - ``timeout_seconds`` (default 30): the longest one call waits on the database. On
+      PostgreSQL it bounds everything the call does (waiting for a pooled connection,
+      connecting, lock waits, every statement and the commit); on SQLite it bounds the
+      wait for the source's connection and, separately, the wait for the file's write
+      lock. A call that runs out raises ``QUEUE_PERSISTENCE_FAILED`` with reason
+      ``timeout`` (nothing was committed) or ``commit_unacknowledged`` (the commit was
+      sent and its answer did not arrive in time: recover as after any lost
+      acknowledgement).
+    - ``max_payload_bytes`` (default 1 MiB): the largest envelope, result or error text
+      (UTF-8 bytes of its stored JSON or text) the source accepts; a larger one raises
+      ``ConfigValidationError`` before any database work.
     """
 
     db_url: NonEmptyText = Field(repr=False)
@@ -40,6 +54,8 @@ class WorkerConfig(StrictModel):
     backoff_base_ms: NonNegativeMs = 1000
     backoff_max_ms: NonNegativeMs = 300_000
     max_attempts: PositiveInt32 | None = None
+    timeout_seconds: TimeoutSeconds = 30
+    max_payload_bytes: PayloadBytes = bounds.DEFAULT_MAX_PAYLOAD_BYTES
 
     def __init__(self, db_url: str, **settings: Any) -> None:
         super().__init__(db_url=db_url, **settings)

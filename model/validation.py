@@ -38,6 +38,8 @@ __all__ = [
     "StringMap",
     "StrictBool",
     "PositiveSeconds",
+    "TimeoutSeconds",
+    "PayloadBytes",
     "NonNegativeMs",
     "take_canonical_text",
     "StrictModel",
@@ -162,15 +164,37 @@ def _check_strict_bool(value: object) -> bool:
 StrictBool = Annotated[bool, PlainValidator(_check_strict_bool)]
 
 
-def _check_positive_seconds(value: object) -> float:
-    if type(value) not in (int, float):
-        raise _refuse("number_required")
-    if not math.isfinite(value) or not 0 < value <= bounds.MAX_LEASE_SECONDS:  # type: ignore[arg-type, operator]
-        raise _refuse("number_out_of_range")
+def _seconds_check(max_seconds: float) -> Callable[[object], float]:
+    def check(value: object) -> float:
+        if type(value) not in (int, float):
+            raise _refuse("number_required")
+        # An int is compared as an int: a huge one (10**400) cannot become a float, and
+        # math.isfinite would raise OverflowError on it instead of refusing it.
+        in_range = (
+            0 < value <= max_seconds
+            if type(value) is int
+            else math.isfinite(value) and 0 < value <= max_seconds  # type: ignore[arg-type, operator]
+        )
+        if not in_range:
+            raise _refuse("number_out_of_range")
+        return value  # type: ignore[return-value]
+
+    return check
+
+
+PositiveSeconds = Annotated[float, PlainValidator(_seconds_check(bounds.MAX_LEASE_SECONDS))]
+TimeoutSeconds = Annotated[float, PlainValidator(_seconds_check(bounds.MAX_TIMEOUT_SECONDS))]
+
+
+def _check_payload_bytes(value: object) -> int:
+    if not bounds.is_strict_int(value):
+        raise _refuse("integer_required")
+    if not 1 <= value <= bounds.MAX_PAYLOAD_BYTES_LIMIT:  # type: ignore[operator]
+        raise _refuse("integer_out_of_range")
     return value  # type: ignore[return-value]
 
 
-PositiveSeconds = Annotated[float, PlainValidator(_check_positive_seconds)]
+PayloadBytes = Annotated[int, PlainValidator(_check_payload_bytes)]
 
 
 def _check_non_negative_ms(value: object) -> int:

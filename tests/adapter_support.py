@@ -262,10 +262,9 @@ def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faul
         yield faults
         return
     import asyncpg
-    from asyncpg.transaction import Transaction
 
     original_fetch = asyncpg.Connection.fetch
-    original_commit = Transaction.commit
+    original_execute = asyncpg.Connection.execute
 
     async def fetch(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
         when = faults.take(query)
@@ -276,14 +275,16 @@ def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faul
                 await original_fetch(self, "SELECT pg_terminate_backend(pg_backend_pid())")
         return await original_fetch(self, query, *args, **kwargs)
 
-    async def commit(self: Any) -> None:
-        when = faults.take("COMMIT")
+    async def execute(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        # BEGIN, COMMIT and ROLLBACK travel through execute.
+        when = faults.take(query)
         if when == "before":
-            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost before commit (injected)")
-        await original_commit(self)
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost before the statement (injected)")
+        result = await original_execute(self, query, *args, **kwargs)
         if when == "after":
-            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost after commit (injected)")
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost after the statement (injected)")
+        return result
 
     monkeypatch.setattr(asyncpg.Connection, "fetch", fetch)
-    monkeypatch.setattr(Transaction, "commit", commit)
+    monkeypatch.setattr(asyncpg.Connection, "execute", execute)
     yield faults

@@ -491,20 +491,25 @@ async def test_the_connection_pool_hands_out_only_connections_whose_transaction_
     from tenure.adapters.postgres.store import _Connections
 
     pool = _Connections(db_url, 2)
+    deadline = asyncio.get_running_loop().time() + 30
+
+    async def take() -> Any:
+        return await pool.take(deadline)
+
     try:
-        first = await pool.take()
+        first = await take()
         pool.give_back(first, clean=True)
-        assert await pool.take() is first, "a clean connection is reused"
+        assert await take() is first, "a clean connection is reused"
         pool.give_back(first, clean=False)
-        second = await pool.take()
+        second = await take()
         assert second is not first and first.is_closed(), "an unclean end terminates the connection"
         left_open = second.transaction()
         await left_open.start()
         pool.give_back(second, clean=True)
-        third = await pool.take()
+        third = await take()
         assert third is not second and second.is_closed(), "a connection still in a transaction is never reused"
-        fourth = await pool.take()
-        waiting = asyncio.create_task(pool.take())
+        fourth = await take()
+        waiting = asyncio.create_task(take())
         await asyncio.sleep(0.1)
         assert not waiting.done(), "no more than the limit are open at once"
         pool.give_back(fourth, clean=True)
@@ -512,5 +517,5 @@ async def test_the_connection_pool_hands_out_only_connections_whose_transaction_
         pool.give_back(third, clean=True)
         pool.give_back(fourth, clean=True)
     finally:
-        await pool.close()
+        await pool.close(deadline)
     assert third.is_closed() and fourth.is_closed(), "closing the pool closes its idle connections"

@@ -184,11 +184,19 @@ async def test_downgrade_refuses_while_protected_or_owned_work_remains_then_remo
     assert (await upgrade(url)).applied == ("owned_v2",)
 
 
-async def test_using_a_database_that_was_never_migrated_is_a_persistence_failure(tmp_path: pathlib.Path) -> None:
-    async with ValidationJobSource(f"sqlite:///{tmp_path}/empty.db") as source:
+async def test_a_missing_file_is_database_missing_and_no_file_is_left_behind(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "empty.db"
+    async with ValidationJobSource(f"sqlite:///{path}") as source:
         with pytest.raises(TenureError) as caught:
             await source.claim_next_owned("worker-a", claim_token="token-1")
-        assert caught.value.reason == "unavailable"
+        assert caught.value.reason == "database_missing"
+    assert list(tmp_path.iterdir()) == [], "opening a mistyped path creates nothing"
 
 
-
+async def test_a_file_that_was_never_migrated_is_schema_missing(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    async with ValidationJobSource(f"sqlite:///{path}") as source:
+        with pytest.raises(TenureError) as caught:
+            await source.claim_next_owned("worker-a", claim_token="token-1")
+        assert caught.value.reason == "schema_missing"

@@ -11,6 +11,15 @@ database (``$1::uuid::text``) before anything is decided, and rows come back as
 canonical UUID text. A syntactically invalid UUID is a persistence failure
 (``unavailable``) raised before any row is touched.
 
+Every call into asyncpg passes one boundary (:meth:`PostgresTransaction.call` and
+:func:`_call`): it runs under the call's deadline (``WorkerConfig.timeout_seconds``,
+counted from the start of the call: the wait for a pooled connection, connecting, BEGIN,
+every statement and COMMIT share it) and turns whatever the driver, the socket, the pool
+or the timer raised into ``QUEUE_PERSISTENCE_FAILED`` with a reason from
+:data:`_REASONS_BY_CLASS` (see :mod:`tenure.adapters.failures`). A connection that
+failed once is never used again (terminated, not rolled back: the server rolls back a
+transaction whose connection is gone).
+
 asyncpg is used directly rather than through SQLAlchemy's async engine: on this
 machine a fenced-write transaction ran about 3x faster through asyncpg
 (``python bench/driver_overhead.py DSN``), and the statements here are fixed texts that
@@ -23,21 +32,32 @@ import asyncio
 import functools
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
 from tenure.kernel import JobRecord
-from tenure.model import QueueKind
+from tenure.model import ConfigValidationError, QueueKind, TenureError
 
+from ..failures import Stage, persistence_failed, reason_by_class, translate
 from ..records import MUTABLE_COLUMNS_FOR, record_from_columns, row_from_record
 from ..sql import POSTGRESQL, statements_for
-from ..store import ClaimView, SharedFinders, TimeObserver, persistence_failed
+from ..store import ClaimView, SharedFinders, TimeObserver
 from ..schema import TABLE_NAMES
 
-__all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE"]
+__all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_SECONDS = 30.0
+"""The per-call bound when no WorkerConfig gives one (migrations, tools)."""
+
+ROLLBACK_GRACE_SECONDS = 2.0
+"""How long a ROLLBACK after a refusal may take beyond the call's deadline before the
+connection is terminated instead (a refusal must not leave a healthy connection unused,
+nor wait on a frozen server)."""
 
 POOL_SIZE = 10
 """Connections per store; each open transaction holds one."""
@@ -99,15 +119,48 @@ def _compiled(sql: str) -> _Compiled:
     return found
 
 
-def _failure_reason(error: BaseException) -> str:
-    if isinstance(error, asyncpg.UniqueViolationError):
-        return "constraint_violated"
-    if isinstance(error, asyncpg.DeadlockDetectedError):
-        return "deadlock"
-    return "unavailable"
+_REASONS_BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
+    (TimeoutError, "timeout"),
+    (asyncpg.UniqueViolationError, "constraint_violated"),
+    (asyncpg.DeadlockDetectedError, "deadlock"),
+    (asyncpg.InvalidCatalogNameError, "database_missing"),
+    (asyncpg.UndefinedTableError, "schema_missing"),
+    (asyncpg.UndefinedColumnError, "schema_missing"),
+    (asyncpg.InvalidSchemaNameError, "schema_missing"),
+    (asyncpg.InvalidAuthorizationSpecificationError, "authentication_failed"),
+    (asyncpg.CannotConnectNowError, "connection_refused"),
+    (asyncpg.TooManyConnectionsError, "connection_refused"),
+    (ConnectionRefusedError, "connection_refused"),
+    (asyncpg.AdminShutdownError, "connection_lost"),
+    (asyncpg.CrashShutdownError, "connection_lost"),
+    (asyncpg.PostgresConnectionError, "connection_lost"),
+    (ValueError, "unavailable"),  # asyncpg's client-side DataError: a value it cannot send
+    (asyncpg.InterfaceError, "connection_lost"),  # "connection is closed", "another operation is in progress"
+    (asyncpg.InternalClientError, "connection_lost"),
+    (OSError, "connection_lost"),
+)
+"""Which reason a driver failure gets (first match); anything else is ``unavailable``."""
 
 
-_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ValueError, TypeError, OverflowError)
+def _failure(error: Exception, stage: Stage) -> Exception:
+    sqlstate = getattr(error, "sqlstate", None)
+    detail = sqlstate if isinstance(sqlstate, str) and sqlstate.isalnum() and len(sqlstate) == 5 else ""
+    return translate(error, stage, reason_by_class(error, _REASONS_BY_CLASS), detail=detail)
+
+
+async def _call(operation: Callable[[], Awaitable[T]], deadline: float, stage: Stage) -> T:
+    """The one boundary: ``operation`` (one driver call) under the deadline, any failure
+    but our own errors turned into the documented one. Raised outside the ``except``
+    block, so no driver exception (and its text) is attached as context."""
+    failure: Exception | None = None
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await operation()
+    except (TenureError, ConfigValidationError):
+        raise
+    except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass
+        failure = error
+    raise _failure(failure, stage)
 
 
 _ID_INDEX = {queue: statements_for(queue, POSTGRESQL).columns.index("id") for queue in QueueKind}
@@ -121,16 +174,21 @@ def _compare(old: JobRecord) -> dict[str, Any]:
 
 
 def _with_clock(locking_select: str) -> str:
-    """One statement that takes the row locks, then reads the clock.
+    """One statement that takes every row lock, then reads the clock.
 
-    The locking query runs as a materialized CTE; ``clock_timestamp()`` is computed in the
-    outer projection, which only runs once the CTE has produced its (locked) rows, so a
-    lock wait happens before the clock is read. The outer join keeps one row (with NULL
+    The locking query runs as a materialized CTE. The clock is read by a second
+    materialized CTE that aggregates over the first: an aggregate's output (and with it
+    ``clock_timestamp()`` in the same target list) is computed only once its input is
+    exhausted, that is once every row is locked, however long each lock waited. (Reading
+    the clock in the projection over the locked rows instead would read it when the
+    first row arrives, before the later rows' lock waits: a batch would then decide a
+    later row with a time from before its lock.) The outer join keeps one row (with NULL
     columns) when nothing matched, so the clock is read even then.
     """
     return (
-        f"WITH locked AS MATERIALIZED ({locking_select}) "
-        "SELECT clock_timestamp() AS now, locked.* FROM (SELECT 1) AS one LEFT JOIN locked ON true"
+        f"WITH locked AS MATERIALIZED ({locking_select}), "
+        "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) "
+        "SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true"
     )
 
 
@@ -156,38 +214,37 @@ class PostgresTransaction(SharedFinders):
 
     capabilities = POSTGRESQL
 
-    def __init__(self, store: PostgresStore, connection: asyncpg.Connection) -> None:
+    def __init__(self, store: PostgresStore, connection: asyncpg.Connection, deadline: float) -> None:
         self._store = store
         self._connection = connection
+        self._deadline = deadline
         self._now: int | None = None
+        self.broken = False
+        """A driver call of this transaction failed: its connection is not used again."""
+
+    async def call(self, operation: Callable[[asyncpg.Connection], Awaitable[T]], stage: Stage = Stage.STATEMENT) -> T:
+        """One driver call on this transaction's connection, through the boundary."""
+        connection = self._connection
+        try:
+            return await _call(lambda: operation(connection), self._deadline, stage)
+        except BaseException:  # failed, timed out or cancelled mid-call: never reused
+            self.broken = True
+            raise
 
     async def _fetch(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         compiled = _compiled(sql)
-        failure: str | None = None
-        try:
-            return list(await self._connection.fetch(compiled.sql, *compiled.arguments(parameters)))
-        except _DRIVER_ERRORS as error:
-            failure = _failure_reason(error)
-        raise persistence_failed(failure)
+        arguments = compiled.arguments(parameters)
+        return list(await self.call(lambda connection: connection.fetch(compiled.sql, *arguments)))
 
     async def _fetch_many(self, sql: str, many: Sequence[Mapping[str, Any]]) -> list[Any]:
         """Run one statement per parameter set, pipelined in one round trip."""
         compiled = _compiled(sql)
-        failure: str | None = None
-        try:
-            return list(await self._connection.fetchmany(compiled.sql, [compiled.arguments(p) for p in many]))
-        except _DRIVER_ERRORS as error:
-            failure = _failure_reason(error)
-        raise persistence_failed(failure)
+        arguments = [compiled.arguments(p) for p in many]
+        return list(await self.call(lambda connection: connection.fetchmany(compiled.sql, arguments)))
 
     async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
         """Run one ``$n`` statement in this transaction (migrations and checks)."""
-        failure: str | None = None
-        try:
-            return list(await self._connection.fetch(sql, *parameters))
-        except _DRIVER_ERRORS as error:
-            failure = _failure_reason(error)
-        raise persistence_failed(failure)
+        return list(await self.call(lambda connection: connection.fetch(sql, *parameters)))
 
     def _observe(self, now: int) -> None:
         if self._now is None:
@@ -299,6 +356,8 @@ class _Connections:
     (committed or rolled back) and it is still open; any other connection is terminated
     and replaced by a fresh one on demand. Idle connections stay open until the store is
     closed (there is no idle timeout). tests/test_postgres.py holds these rules.
+
+    Waiting for a free slot and connecting run under the caller's deadline.
     """
 
     def __init__(self, dsn: str, size: int) -> None:
@@ -307,23 +366,26 @@ class _Connections:
         self._idle: list[asyncpg.Connection] = []
         self._closed = False
 
-    async def take(self) -> asyncpg.Connection:
-        await self._slots.acquire()
+    async def take(self, deadline: float) -> asyncpg.Connection:
+        await _call(self._slots.acquire, deadline, Stage.CONNECT)
         try:
             while self._idle:
                 connection = self._idle.pop()
                 if not connection.is_closed():
                     return connection
-            connection = await asyncpg.connect(self._dsn)
-            try:
-                await _count_instants_in_microseconds(connection)
-            except BaseException:
-                connection.terminate()
-                raise
-            return connection
+            return await _call(self._connect, deadline, Stage.CONNECT)
         except BaseException:
             self._slots.release()
             raise
+
+    async def _connect(self) -> asyncpg.Connection:
+        connection = await asyncpg.connect(self._dsn)
+        try:
+            await _count_instants_in_microseconds(connection)
+        except BaseException:
+            connection.terminate()
+            raise
+        return connection
 
     def give_back(self, connection: asyncpg.Connection, *, clean: bool) -> None:
         try:
@@ -334,108 +396,122 @@ class _Connections:
         finally:
             self._slots.release()
 
-    async def close(self) -> None:
+    async def close(self, deadline: float) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
         for connection in idle:
             try:
-                await connection.close()
-            except _DRIVER_ERRORS:
+                await _call(connection.close, deadline, Stage.CONNECT)
+            except TenureError:
                 connection.terminate()
 
 
 class PostgresStore:
-    """A PostgreSQL database holding the queue tables, reached through an asyncpg pool."""
+    """A PostgreSQL database holding the queue tables, reached through a small pool.
 
-    def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE) -> None:
+    ``timeout_seconds`` bounds every call (see the module docstring). After
+    :meth:`close`, every transaction is refused with ``ConfigValidationError``
+    (``source_closed``); closing again does nothing.
+    """
+
+    def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self._dsn = dsn
         self._pool_size = pool_size
+        self._timeout_seconds = timeout_seconds
         self._pool: _Connections | None = None
         self._opening = asyncio.Lock()
+        self._closed = False
         self.observe_time: TimeObserver | None = None
         self.uuid_ids: dict[QueueKind, bool] = {}
         """Which queue tables keep job IDs in a genuine uuid column (read at first use)."""
 
-    async def _open(self) -> _Connections:
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self._timeout_seconds
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
+
+    async def _open(self, deadline: float) -> _Connections:
         if self._pool is not None:
             return self._pool
-        async with self._opening:
+        await _call(self._opening.acquire, deadline, Stage.CONNECT)
+        try:
             if self._pool is None:
                 pool = _Connections(self._dsn, self._pool_size)
-                failure = False
                 try:
-                    connection = await pool.take()
+                    connection = await pool.take(deadline)
                     try:
-                        rows = await connection.fetch(
+                        rows = await _call(lambda: connection.fetch(
                             "SELECT table_name, data_type FROM information_schema.columns"
                             " WHERE table_schema = current_schema() AND column_name = 'id'"
                             " AND table_name = ANY($1::text[])",
                             list(TABLE_NAMES.values()),
-                        )
-                    finally:
-                        pool.give_back(connection, clean=True)
-                except _DRIVER_ERRORS:
-                    failure = True
-                if failure:
-                    await pool.close()
-                    raise persistence_failed("unavailable")
+                        ), deadline, Stage.CONNECT)
+                    except BaseException:
+                        pool.give_back(connection, clean=False)
+                        raise
+                    pool.give_back(connection, clean=True)
+                except BaseException:
+                    await pool.close(self._deadline())
+                    raise
                 types = {name: data_type for name, data_type in rows}
                 self.uuid_ids = {queue: types.get(table) == "uuid" for queue, table in TABLE_NAMES.items()}
                 self._pool = pool
+        finally:
+            self._opening.release()
         assert self._pool is not None
         return self._pool
 
     @asynccontextmanager
     async def transaction(self, *, write: bool) -> AsyncIterator[PostgresTransaction]:
-        pool = await self._open()
-        failure: str | None = None
-        try:
-            connection = await pool.take()
-        except _DRIVER_ERRORS:
-            failure = "unavailable"
-        if failure is not None:
-            raise persistence_failed(failure)
+        self._refuse_if_closed()
+        deadline = self._deadline()
+        pool = await self._open(deadline)
+        connection = await pool.take(deadline)
         clean = False  # the connection is reused only if its transaction ended cleanly
         try:
-            transaction = connection.transaction()
+            transaction = PostgresTransaction(self, connection, deadline)
+            await transaction.call(lambda c: c.execute("BEGIN"))
             try:
-                await transaction.start()
-            except _DRIVER_ERRORS:
-                failure = "unavailable"
-            if failure is not None:
-                raise persistence_failed(failure)
-            try:
-                yield PostgresTransaction(self, connection)
+                yield transaction
             except BaseException:
-                clean = await self._rollback(transaction)
+                clean = not transaction.broken and await self._rollback(connection, deadline)
                 raise
             await self._commit(transaction)
             clean = True
         finally:
             pool.give_back(connection, clean=clean)
 
-    async def _commit(self, transaction: Any) -> None:
-        """COMMIT. A failure here is an uncertain acknowledgement: the caller must recover
-        by replay or claim recovery, never by assuming nothing was written."""
-        failed = False
-        try:
-            await transaction.commit()
-        except _DRIVER_ERRORS:
-            failed = True
-        if failed:
-            await self._rollback(transaction)
-            raise persistence_failed("commit_unacknowledged")
+    @staticmethod
+    async def _commit(transaction: PostgresTransaction) -> None:
+        """COMMIT. Once it is sent, a failure (or the deadline) is an uncertain
+        acknowledgement: the caller must recover by replay or claim recovery, never by
+        assuming nothing was written. A deadline that passed before COMMIT was sent is a
+        plain ``timeout``: the connection is dropped and the server rolls back."""
+        if asyncio.get_running_loop().time() >= transaction._deadline:
+            transaction.broken = True
+            raise persistence_failed("timeout")
+        status = await transaction.call(lambda c: c.execute("COMMIT"), Stage.COMMIT)
+        if status != "COMMIT":  # the server rolled the transaction back instead
+            transaction.broken = True
+            raise persistence_failed("unavailable")
 
     @staticmethod
-    async def _rollback(transaction: Any) -> bool:
-        """ROLLBACK; True when it was acknowledged (the connection is fit for reuse)."""
+    async def _rollback(connection: asyncpg.Connection, deadline: float) -> bool:
+        """ROLLBACK after a refusal; True when it was acknowledged (the connection is fit
+        for reuse). Any failure only means the connection is dropped instead."""
+        grace = max(deadline, asyncio.get_running_loop().time() + ROLLBACK_GRACE_SECONDS)
         try:
-            await transaction.rollback()
-        except (*_DRIVER_ERRORS, asyncpg.InterfaceError):
-            return False  # nothing open any more, or the connection is gone
+            await _call(lambda: connection.execute("ROLLBACK"), grace, Stage.STATEMENT)
+        except TenureError:
+            return False
         return True
 
     async def close(self) -> None:
+        """Close every idle connection; calls still running end on their own connection,
+        which is then terminated. Final: later calls raise ``source_closed``."""
+        self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
-            await pool.close()
+            await pool.close(self._deadline())

@@ -29,7 +29,9 @@ from tenure.model import ConfigValidationError, QueueKind, TenureError
 
 from ..migration_report import Check, MigrationReport, refuse_if_failed
 from ..schema import (
+    CLOCK_TABLE,
     MIGRATIONS_TABLE,
+    clock_ddl,
     OWNED_COLUMNS,
     OWNED_UNIQUE_INDEXES,
     TABLE_NAMES,
@@ -199,7 +201,7 @@ async def admission_checks(tx: SqliteTransaction) -> list[Check]:
 async def upgrade_sqlite(store: SqliteStore) -> MigrationReport:
     applied: list[str] = []
     async with store.transaction(write=True) as tx:
-        for statement in legacy_table_ddl(_DIALECT):
+        for statement in legacy_table_ddl(_DIALECT) + clock_ddl():
             await tx.execute(statement)
         # A table that exists but lacks legacy columns is not ours to repair.
         legacy_checks = [
@@ -262,5 +264,6 @@ async def downgrade_sqlite(store: SqliteStore) -> MigrationReport:
                 await tx.execute(f"DROP INDEX IF EXISTS ux_{table}_{column}")
             for owned in OWNED_COLUMNS:
                 await tx.execute(f"ALTER TABLE {table} DROP COLUMN {owned.name}")
+        await tx.execute(f"DROP TABLE IF EXISTS {CLOCK_TABLE}")
         await tx.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = ?", [OWNED_MIGRATION])
     return MigrationReport("sqlite", (f"removed {OWNED_MIGRATION}",), tuple(checks))

@@ -6,8 +6,23 @@ time is read inside it (after the lock). The connection runs in autocommit mode
 (``isolation_level=None``) so that ``BEGIN`` and ``COMMIT`` are ours alone. WAL
 journaling lets readers proceed while a writer holds the lock.
 
-Database time is SQLite's own clock (``'now'``, millisecond resolution), read once per
-transaction.
+Database time never runs backwards. SQLite has no clock of its own (its ``'now'`` is the
+calling process's wall clock), so a process whose clock stepped back would see leases
+live again. Instead the database keeps a high-water mark (table ``tenure_clock``,
+created by the migration): every write transaction sets it to
+``max(high-water mark, this process's wall clock)`` in one statement after taking the
+write lock, and that value is the transaction's time; read transactions use the same
+maximum without writing it. A clock stepped back by D therefore holds database time
+still for up to D (leases and backoffs pause; nothing seen expired becomes live again),
+across every process sharing the file. What remains: all processes must be on one
+host (SQLite's locking needs that anyway), and a clock that jumps forward ends leases
+early, as it would on any single clock. Time has microsecond resolution.
+
+Every driver call passes one boundary (:func:`_run`): any exception (sqlite3, aiosqlite,
+the binding, the deadline) becomes ``QUEUE_PERSISTENCE_FAILED`` with a reason from the
+tables below. A file is opened read-write without being created (a missing file or
+folder is ``database_missing``; only the migration creates one), so a mistyped path
+leaves no empty database behind.
 """
 
 from __future__ import annotations
@@ -15,42 +30,102 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiosqlite
 
 from tenure.kernel import JobRecord
-from tenure.model import QueueKind
+from tenure.model import ConfigValidationError, QueueKind, TenureError
 
+from ..failures import Stage, persistence_failed, translate
 from ..records import MUTABLE_COLUMNS_FOR, record_from_columns, row_from_record
+from ..schema import CLOCK_TABLE
 from ..sql import SQLITE, statements_for
-from ..store import ClaimView, SharedFinders, TimeObserver, persistence_failed
+from ..store import ClaimView, SharedFinders, TimeObserver
 
-__all__ = ["SqliteStore", "SqliteTransaction", "BUSY_TIMEOUT_MS"]
+__all__ = ["SqliteStore", "SqliteTransaction", "DEFAULT_TIMEOUT_SECONDS", "wall_clock_us"]
 
-BUSY_TIMEOUT_MS = 30_000
-"""How long a writer waits for another connection's write lock before failing."""
+DEFAULT_TIMEOUT_SECONDS = 30.0
+"""How long a call waits for the source's connection, and for another connection's
+write lock (SQLite's busy timeout), when no WorkerConfig says otherwise."""
 
-# Seconds and milliseconds of one 'now': SQLite evaluates 'now' once per statement.
-_NOW_SQL = (
-    "SELECT CAST(strftime('%s', 'now') AS INTEGER) * 1000000"
-    " + CAST(substr(strftime('%f', 'now'), 4, 3) AS INTEGER) * 1000"
+_ADVANCE_CLOCK = (
+    f"UPDATE {CLOCK_TABLE} SET high_water_us = max(high_water_us, :wall) WHERE id = 1 RETURNING high_water_us"
+)
+_READ_CLOCK = f"SELECT max(high_water_us, :wall) FROM {CLOCK_TABLE} WHERE id = 1"
+
+_REASONS_BY_ERROR_NAME = (
+    ("SQLITE_BUSY", "timeout"),  # the busy timeout ran out waiting for another writer
+    ("SQLITE_LOCKED", "timeout"),
+    ("SQLITE_CANTOPEN", "database_missing"),
+    ("SQLITE_CONSTRAINT", "constraint_violated"),
+)
+_REASONS_BY_MESSAGE_START = (
+    ("no such table", "schema_missing"),
+    ("no such column", "schema_missing"),
 )
 
 
-async def _run(connection: aiosqlite.Connection, sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
-    """Execute one statement; driver errors become authored persistence failures."""
-    failure: str | None = None
+def wall_clock_us() -> int:
+    """This process's wall clock in microseconds since the Unix epoch."""
+    return time.time_ns() // 1000
+
+
+def _reason_of(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "timeout"
+    name = getattr(error, "sqlite_errorname", None)
+    if isinstance(name, str):
+        for prefix, reason in _REASONS_BY_ERROR_NAME:
+            if name.startswith(prefix):
+                return reason
+    if isinstance(error, sqlite3.Error):
+        # Matched here, never shown: the text may quote values.
+        message = str(error)
+        for start, reason in _REASONS_BY_MESSAGE_START:
+            if message.startswith(start):
+                return reason
+    return "unavailable"
+
+
+def _failure(error: Exception, stage: Stage) -> TenureError:
+    name = getattr(error, "sqlite_errorname", None)
+    detail = name if isinstance(name, str) and name.replace("_", "").isalnum() else ""
+    return translate(error, stage, _reason_of(error), detail=detail)
+
+
+async def _run(
+    connection: aiosqlite.Connection,
+    sql: str,
+    parameters: Mapping[str, Any] | Sequence[Any] = (),
+    stage: Stage = Stage.STATEMENT,
+) -> list[Any]:
+    """The one boundary: execute one statement (one hop to the connection's thread:
+    execute, fetch and close in one); any failure becomes the documented error, raised
+    outside the ``except`` block so no driver text rides along as context."""
+    failure: Exception | None = None
     try:
-        # One hop to the connection's thread per statement (execute, fetch and close in one).
         return list(await connection.execute_fetchall(sql, parameters))
-    except sqlite3.IntegrityError:
-        failure = "constraint_violated"
-    except (sqlite3.Error, ValueError, OverflowError):
-        failure = "unavailable"
-    raise persistence_failed(failure)
+    except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass
+        failure = error
+    raise _failure(failure, stage)
+
+
+def _connect(path: str, *, create: bool, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open the file (runs in a worker thread). ``mode=rw`` never creates a file."""
+    uri = f"file:{urllib.parse.quote(path)}?mode={'rwc' if create else 'rw'}"
+    connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        connection.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        connection.execute("PRAGMA journal_mode = WAL")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
 
 
 def _compare(old: JobRecord) -> dict[str, Any]:
@@ -65,9 +140,10 @@ class SqliteTransaction(SharedFinders):
 
     capabilities = SQLITE
 
-    def __init__(self, store: SqliteStore, connection: aiosqlite.Connection) -> None:
+    def __init__(self, store: SqliteStore, connection: aiosqlite.Connection, *, write: bool) -> None:
         self._store = store
         self._connection = connection
+        self._write = write
         self._now: int | None = None
 
     async def execute(self, sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
@@ -75,9 +151,14 @@ class SqliteTransaction(SharedFinders):
         return await _run(self._connection, sql, parameters)
 
     async def now_us(self) -> int:
+        """The transaction's database time (see the module docstring): a write
+        transaction advances the high-water mark to it, a read transaction only reads."""
         if self._now is None:
-            rows = await _run(self._connection, _NOW_SQL)
-            self._now = int(rows[0][0])
+            parameters = {"wall": self._store.wall_clock_us()}
+            rows = await _run(self._connection, _ADVANCE_CLOCK if self._write else _READ_CLOCK, parameters)
+            if not rows or type(rows[0][0]) is not int:
+                raise persistence_failed("schema_missing")  # the clock row is tenure's: migrate
+            self._now = rows[0][0]
             if self._store.observe_time is not None:
                 self._store.observe_time(self._now)
         return self._now
@@ -152,69 +233,89 @@ class SqliteStore:
 
     One connection per store; transactions on it are serialized by an asyncio lock.
     Several stores (for example one per worker process) may share one file: SQLite's
-    write lock serializes their writers, each waiting up to BUSY_TIMEOUT_MS.
+    write lock serializes their writers. A call waits at most ``timeout_seconds`` for
+    its turn on this store's connection and at most ``timeout_seconds`` for another
+    connection's write lock (SQLite's busy timeout). ``create`` lets the first
+    connection create a missing file (the migration only). After :meth:`close`, every
+    transaction is refused with ``ConfigValidationError`` (``source_closed``).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, create: bool = False, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self._path = path
+        self._create = create
+        self._timeout_seconds = timeout_seconds
         self._connection: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        self._closed = False
         self.observe_time: TimeObserver | None = None
+        self.wall_clock_us: Callable[[], int] = wall_clock_us
+        """This process's clock (replaceable in tests: a clock that steps back)."""
 
     async def _open(self) -> aiosqlite.Connection:
         if self._connection is not None:
             return self._connection
-        failure: str | None = None
+        busy_timeout_ms = max(1, round(self._timeout_seconds * 1000))
+        failure: Exception | None = None
         try:
-            connection = await aiosqlite.connect(self._path, isolation_level=None)
-            try:
-                await connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-                await connection.execute("PRAGMA journal_mode = WAL")
-            except BaseException:
-                await connection.close()
-                raise
-        except (sqlite3.Error, OSError, ValueError):
-            failure = "unavailable"
+            # Opened in a worker thread and handed to aiosqlite already open: aiosqlite's
+            # own failed open leaves a thread that reports to a closed event loop later.
+            raw = await asyncio.to_thread(_connect, self._path, create=self._create, busy_timeout_ms=busy_timeout_ms)
+        except Exception as error:  # noqa: BLE001 - the boundary for opening
+            failure = error
         if failure is not None:
-            raise persistence_failed(failure)
-        self._connection = connection
-        return connection
+            raise _failure(failure, Stage.CONNECT)
+        self._connection = await aiosqlite.Connection(lambda: raw, 64)
+        return self._connection
 
     @asynccontextmanager
     async def transaction(self, *, write: bool) -> AsyncIterator[SqliteTransaction]:
-        async with self._lock:
+        if self._closed:
+            raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
+        failure: Exception | None = None
+        try:
+            async with asyncio.timeout(self._timeout_seconds):
+                await self._lock.acquire()
+        except TimeoutError as error:
+            failure = error
+        if failure is not None:
+            raise _failure(failure, Stage.CONNECT)
+        try:
+            if self._closed:
+                raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
             connection = await self._open()
-            await _run(connection, "BEGIN IMMEDIATE" if write else "BEGIN")
+            await _run(connection, "BEGIN IMMEDIATE" if write else "BEGIN", stage=Stage.CONNECT)
             try:
-                yield SqliteTransaction(self, connection)
+                yield SqliteTransaction(self, connection, write=write)
             except BaseException:
                 await self._rollback(connection)
                 raise
             await self._commit(connection)
+        finally:
+            self._lock.release()
 
     async def _commit(self, connection: aiosqlite.Connection) -> None:
         """COMMIT. A failure here is an uncertain acknowledgement: the caller must
         recover by replay or claim recovery, never by assuming nothing was written."""
-        failure = False
         try:
-            await connection.execute_fetchall("COMMIT")
-        except sqlite3.Error:
-            failure = True
-        if failure:
+            await _run(connection, "COMMIT", stage=Stage.COMMIT)
+        except TenureError:
             await self._rollback(connection)
-            raise persistence_failed("commit_unacknowledged")
+            raise
 
     async def _rollback(self, connection: aiosqlite.Connection) -> None:
         try:
-            await connection.execute_fetchall("ROLLBACK")
-        except (sqlite3.Error, ValueError):
+            await _run(connection, "ROLLBACK")
+        except TenureError:
             pass  # nothing open (already committed or never begun), or the connection is gone
 
     async def close(self) -> None:
+        """Close the connection (after the call holding it, if any). Final: later calls
+        raise ``source_closed``; closing again does nothing."""
+        self._closed = True
         async with self._lock:
             if self._connection is not None:
                 connection, self._connection = self._connection, None
                 try:
                     await connection.close()
-                except (sqlite3.Error, ValueError):
+                except Exception:  # noqa: BLE001 - closing is best effort; the thread stops either way
                     pass
