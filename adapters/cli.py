@@ -21,6 +21,25 @@ from .migrations import downgrade, upgrade
 
 __all__ = ["main"]
 
+HINTS = {
+    "schema_missing": "the queue tables are missing or not migrated: run `tenure migrate --db URL`",
+    "database_missing": "the database does not exist: create it (PostgreSQL: createdb NAME), "
+    "or check the SQLite file path and its folder",
+    "connection_refused": "no connection could be made: is the server running and reachable at that host and port?",
+    "authentication_failed": "the server refused the user or password of the URL",
+    "timeout": "the database did not answer within the timeout: is it overloaded or unreachable?",
+    "connection_lost": "the connection broke mid-call: nothing was committed; try again",
+    "commit_unacknowledged": "the commit's answer was lost: check the result before repeating",
+}
+"""What to do next, printed under a persistence failure's reason."""
+
+
+def _report_failure(error: TenureError) -> None:
+    print(f"failed: {error.code.value}: {error.reason}")
+    hint = HINTS.get(error.reason)
+    if hint is not None:
+        print(f"  {hint}")
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tenure", description="Durable work with a provable owner.")
@@ -46,7 +65,7 @@ async def _migrate(db_url: str, *, remove: bool) -> int:
             print(f"  {field}: {problem}")
         return 2
     except TenureError as error:
-        print(f"failed: {error.code.value}: {error.reason}")
+        _report_failure(error)
         return 1
     print("\n".join(report.lines()))
     return 0
@@ -71,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(run_demo(settings))
     except TenureError as error:
-        print(f"failed: {error.code.value}: {error.reason}")
+        _report_failure(error)
         return 1
 
 

@@ -87,23 +87,31 @@ def _bool(value: object, field: str) -> bool:
     return value
 
 
-def _result_json(result: object) -> str | None:
+def _within(text: str, max_bytes: int, field: str) -> str:
+    """``text`` if its UTF-8 encoding fits ``max_bytes`` (WorkerConfig.max_payload_bytes)."""
+    # A character takes at most 4 bytes: most texts are cleared without encoding them.
+    if len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise _refuse(field, "payload_too_large")
+    return text
+
+
+def _result_json(result: object, max_bytes: int) -> str | None:
     """A result is any finite built-in JSON value; None stores no result."""
     if result is None:
         return None
     problem = json_problem(result)
     if problem is not None:
         raise _refuse("result", problem)
-    return canonical_json(result)
+    return _within(canonical_json(result), max_bytes, "result")
 
 
-def _error_text(error: object) -> str:
+def _error_text(error: object, max_bytes: int) -> str:
     if type(error) is not str:
         raise _refuse("error", "string_required")
     problem = text_problem(error)
     if problem is not None:
         raise _refuse("error", problem)
-    return error
+    return _within(error, max_bytes, "error")
 
 
 def _dlq_record_id(value: object) -> str | None:
@@ -114,6 +122,9 @@ def _dlq_record_id(value: object) -> str | None:
 
 MAX_BATCH = 1000
 """The most items one batched call accepts."""
+
+MAX_RETENTION = dt.timedelta(days=100 * 366)
+"""The longest ``purge_finished`` age (a century keeps every cutoff a 64-bit instant)."""
 
 
 def _batch(items: object, field: str, *, allow_empty: bool = False) -> list[Any]:
@@ -169,6 +180,7 @@ class JobSource(Generic[Claimed]):
         frozen before this method returns.
         """
         snapshot = snapshot_submission(self.queue, job, submission_id)
+        _within(snapshot.authored_json, self.config.max_payload_bytes, "job")
         return self._submit_owned(snapshot)
 
     async def _submit_owned(self, snapshot: Any) -> str:
@@ -226,7 +238,7 @@ class JobSource(Generic[Claimed]):
     async def complete_owned(self, fence: QueueClaimFence, result: Any = None) -> bool:
         """Complete the exact current live claim with a JSON ``result``. A repeat returns False."""
         checked = _fence(fence)
-        return (await self._engine.complete_owned([(checked, _result_json(result))]))[0]
+        return (await self._engine.complete_owned([(checked, _result_json(result, self.config.max_payload_bytes))]))[0]
 
     async def heartbeat_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
         """``heartbeat_owned`` for each fence, in one transaction: one answer per fence,
@@ -242,7 +254,7 @@ class JobSource(Generic[Claimed]):
         for item in _batch(items, "items", allow_empty=True):
             if type(item) is not tuple or len(item) != 2:
                 raise _refuse("items", "fence_result_pair_required")
-            checked.append((_fence(item[0]), _result_json(item[1])))
+            checked.append((_fence(item[0]), _result_json(item[1], self.config.max_payload_bytes)))
         return await self._engine.complete_owned(checked) if checked else []
 
     # --- legacy, unfenced API -----------------------------------------------------------
@@ -251,6 +263,7 @@ class JobSource(Generic[Claimed]):
         """Legacy submission: no fingerprint, no protection; a repeated idempotency key
         returns the existing ID without comparing content (legacy semantics)."""
         frozen = freeze_envelope(self.queue, job)
+        _within(frozen.authored_json, self.config.max_payload_bytes, "job")
         submitted = await self._engine.submit_legacy(frozen)
         return self._returned_id(submitted.job_id, submitted.run_id)
 
@@ -265,7 +278,7 @@ class JobSource(Generic[Claimed]):
     async def complete(self, job_id: str, result: Any = None) -> bool:
         """Legacy completion by ID; never touches protected or owned work."""
         checked = _job_id(job_id)
-        return await self._engine.complete_legacy(checked, _result_json(result))
+        return await self._engine.complete_legacy(checked, _result_json(result, self.config.max_payload_bytes))
 
     async def get_job(self, job_id: str) -> JobInfo | None:
         """The job's current state (never its claim token), or None."""
@@ -285,6 +298,8 @@ class JobSource(Generic[Claimed]):
         ``older_than`` (database time); protected submissions are kept. Returns the count."""
         if type(older_than) is not dt.timedelta or older_than < dt.timedelta(0):
             raise _refuse("older_than", "non_negative_timedelta_required")
+        if older_than > MAX_RETENTION:
+            raise _refuse("older_than", "timedelta_out_of_range")
         micros = (older_than.days * 86_400 + older_than.seconds) * 1_000_000 + older_than.microseconds
         return await self._engine.purge_finished(micros)
 
@@ -348,7 +363,7 @@ class _FiniteQueueSource(JobSource[Claimed]):
         kept as correlation only (no DLQ write happens here)."""
         checked = _fence(fence)
         return await self._engine.fail_owned(
-            checked, _error_text(error), retry=_bool(retry, "retry"), dlq_record_id=_dlq_record_id(dlq_record_id)
+            checked, _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"), dlq_record_id=_dlq_record_id(dlq_record_id)
         )
 
     async def claim_next(self, worker_id: str) -> Claimed | None:
@@ -360,7 +375,7 @@ class _FiniteQueueSource(JobSource[Claimed]):
     ) -> bool:
         """Legacy failure by ID; never touches protected or owned work."""
         return await self._engine.fail_legacy(
-            _job_id(job_id), _error_text(error), retry=_bool(retry, "retry"), dlq_record_id=_dlq_record_id(dlq_record_id)
+            _job_id(job_id), _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"), dlq_record_id=_dlq_record_id(dlq_record_id)
         )
 
     async def cancel(self, job_id: str) -> bool:
@@ -414,7 +429,7 @@ class StreamingJobSource(JobSource[ClaimedStreamingJob]):
         """Fail the exact current live claim (refused while a cancel request stands)."""
         checked = _fence(fence)
         return await self._engine.fail_owned(
-            checked, _error_text(error), retry=_bool(retry, "retry"), dlq_record_id=None
+            checked, _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"), dlq_record_id=None
         )
 
     async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
@@ -449,7 +464,7 @@ class StreamingJobSource(JobSource[ClaimedStreamingJob]):
     async def fail(self, job_id: str, error: str, *, retry: bool) -> bool:
         """Legacy failure by ID; never touches protected or owned work."""
         return await self._engine.fail_legacy(
-            _job_id(job_id), _error_text(error), retry=_bool(retry, "retry"), dlq_record_id=None
+            _job_id(job_id), _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"), dlq_record_id=None
         )
 
     async def set_pid(self, job_id: str, pid: int) -> bool:

@@ -283,7 +283,7 @@ class SqliteStore:
             if self._closed:
                 raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
             connection = await self._open()
-            await _run(connection, "BEGIN IMMEDIATE" if write else "BEGIN", stage=Stage.CONNECT)
+            await _run(connection, "BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield SqliteTransaction(self, connection, write=write)
             except BaseException:
@@ -303,10 +303,18 @@ class SqliteStore:
             raise
 
     async def _rollback(self, connection: aiosqlite.Connection) -> None:
+        """ROLLBACK; if even that fails, the connection's state is unknown (a transaction
+        may still be open on it), so it is closed and the next call opens a new one."""
         try:
             await _run(connection, "ROLLBACK")
+            return
         except TenureError:
-            pass  # nothing open (already committed or never begun), or the connection is gone
+            pass
+        self._connection = None
+        try:
+            await connection.close()
+        except Exception:  # noqa: BLE001 - closing is best effort; the thread stops either way
+            pass
 
     async def close(self) -> None:
         """Close the connection (after the call holding it, if any). Final: later calls
