@@ -218,6 +218,91 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
         transaction_type.lock_rows = original
 
 
+class RowHolder:
+    """Another session holding one row's lock while a call runs (PostgreSQL: the row
+    lock; SQLite: the write lock, which covers every row), optionally moving the row's
+    lease (if it has one) to end ``lease_ends_in_us`` after the holder's database time.
+
+    ``while_held(call)`` takes the lock, starts the call, waits until it is blocked on
+    the lock (PostgreSQL: ``pg_blocking_pids``; SQLite: a short pause), holds on past the
+    moved lease, reads the database time it releases at (``released_at_us``), commits,
+    and returns the call's outcome."""
+
+    HOLD_PAST_THE_LEASE_S = 0.015
+
+    def __init__(self, kind: str, db_url: str, queue: QueueKind, job_id: str, *, lease_ends_in_us: int | None) -> None:
+        self.kind, self.db_url, self.queue, self.job_id = kind, db_url, queue, job_id
+        self.lease_ends_in_us = lease_ends_in_us
+        self.new_lease_us: int | None = None
+        self.released_at_us: int | None = None
+
+    async def while_held(self, call: Any) -> Any:
+        if self.kind == "sqlite":
+            return await self._sqlite(call)
+        return await self._postgresql(call)
+
+    async def _postgresql(self, call: Any) -> Any:
+        import asyncpg
+
+        from tenure.model import datetime_to_micros
+
+        name = table(self.queue)
+        connection = await asyncpg.connect(self.db_url)
+        try:
+            await connection.execute("BEGIN")
+            await connection.fetch(f"SELECT id FROM {name} WHERE id = $1 FOR UPDATE", self.job_id)
+            if self.lease_ends_in_us is not None:
+                moved = await connection.fetchval(
+                    f"UPDATE {name} SET lease_expires_at = clock_timestamp() + make_interval(secs => $2::float8 / 1e6) "
+                    "WHERE id = $1 AND lease_expires_at IS NOT NULL RETURNING lease_expires_at",
+                    self.job_id, self.lease_ends_in_us,
+                )
+                self.new_lease_us = None if moved is None else datetime_to_micros(moved)
+            task = asyncio.ensure_future(call())
+            holder_pid = await connection.fetchval("SELECT pg_backend_pid()")
+            for _ in range(1000):  # at most about two seconds
+                blocked = await connection.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", holder_pid
+                )
+                if blocked or task.done():
+                    break
+                await asyncio.sleep(0.002)
+            await asyncio.sleep(self.HOLD_PAST_THE_LEASE_S)
+            self.released_at_us = datetime_to_micros(await connection.fetchval("SELECT clock_timestamp()"))
+            await connection.execute("COMMIT")
+        finally:
+            await connection.close()
+        return await task
+
+    async def _sqlite(self, call: Any) -> Any:
+        from tenure.adapters.schema import CLOCK_TABLE
+        from tenure.adapters.sqlite.store import wall_clock_us
+
+        name = table(self.queue)
+        connection = sqlite3.connect(sqlite_path(self.db_url), isolation_level=None, check_same_thread=False)
+
+        def lock_and_move() -> int | None:
+            connection.execute("BEGIN IMMEDIATE")
+            if self.lease_ends_in_us is None:
+                return None
+            (mark,) = connection.execute(f"SELECT high_water_us FROM {CLOCK_TABLE}").fetchone()
+            moved = connection.execute(
+                f"UPDATE {name} SET lease_expires_at = ? WHERE id = ? AND lease_expires_at IS NOT NULL RETURNING lease_expires_at",
+                (max(mark, wall_clock_us()) + self.lease_ends_in_us, self.job_id),
+            ).fetchone()
+            return None if moved is None else int(moved[0])
+
+        try:
+            self.new_lease_us = await asyncio.to_thread(lock_and_move)
+            task = asyncio.ensure_future(call())
+            await asyncio.sleep(0.01 + self.HOLD_PAST_THE_LEASE_S)
+            self.released_at_us = wall_clock_us()  # the waiting call's time is at least this
+            await asyncio.to_thread(connection.execute, "COMMIT")
+        finally:
+            connection.close()
+        return await task
+
+
 class Faults:
     """Driver-level faults, armed one at a time; each fires once.
 

@@ -308,6 +308,11 @@ class Model:
         assert record.lease_expires_at_us is not None
         self.rows[queue][job_id] = dataclasses.replace(record, lease_expires_at_us=record.lease_expires_at_us - by_us)
 
+    def set_lease(self, queue: QueueKind, job_id: str, lease_expires_at_us: int) -> None:
+        """What a holder that moved the lease while it held the row lock leaves behind."""
+        record = self.rows[queue][job_id]
+        self.rows[queue][job_id] = dataclasses.replace(record, lease_expires_at_us=lease_expires_at_us)
+
     def interfere(self, queue: QueueKind, job_id: str, marker: str) -> None:
         """What a privileged write between a read and a write leaves behind."""
         record = self.rows[queue][job_id]

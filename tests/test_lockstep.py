@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import itertools
 import math
+import os
 import time
 import pathlib
 import tempfile
@@ -51,6 +52,8 @@ OWNERS = ["worker-a", "worker-b", "Worker-A"]
 TOKENS = [f"token-{n}" for n in range(10)]
 SUBMISSIONS = [f"sub-{n}" for n in range(6)]
 LEASE_SHIFT_US = 7_200_000_000
+CONTENTION_STEPS_PER_RUN = 2
+"""Lock-contention steps per run: each waits tens of milliseconds for a real lock."""
 
 
 def envelope(queue: QueueKind, variant: int, authored_id: str | None, key: str | None, force: bool) -> Any:
@@ -110,6 +113,7 @@ class LockstepMachine(RuleBasedStateMachine):
         self.config = WorkerConfig(self.db_url, lease_seconds=60, heartbeat_seconds=20, backoff_base_ms=0, backoff_max_ms=0)
         self.model = Model(self.config)
         self.clock = Clock()
+        self.contention_steps = 0
         self.ids = itertools.count(1)
         self.next_job_id = ""
         self.next_run_id = ""
@@ -224,6 +228,53 @@ class LockstepMachine(RuleBasedStateMachine):
         else:
             actual = self.run(source.heartbeat_many_owned(batch))
             expected = self.model.fenced_many(queue, "heartbeat", [(fence, {}) for fence in batch], self.clock.take())
+        self.expect(actual, expected)
+
+    @rule(data=st.data())
+    def batch_waits_for_a_row_locked_elsewhere(self, data: st.DataObject) -> None:
+        """Another session holds one row of a batch locked while the batch runs: a
+        lock-only holder, or an updating one that moves the row's lease to end during
+        the hold. The batch waits for the lock and must then decide every row with a
+        database time read after its last lock: the time the model is handed may not be
+        earlier than the moment the lock was released. The batch is the fences of rows
+        that were claimed with a token (current or stale), so it meets real rows."""
+        with_tokens = {
+            queue: sorted((r for r in self.model.rows[queue].values() if r.claim_token is not None), key=lambda r: r.job_id)
+            for queue in QueueKind
+        }
+        # Two rows at least: a single row's lock wait is tests/test_postgres.py's; the
+        # batch is where a clock read between two locks hides.
+        queues = [queue for queue in QueueKind if len(with_tokens[queue]) >= 2]
+        if not queues or self.contention_steps >= CONTENTION_STEPS_PER_RUN:
+            return
+        queue = data.draw(st.sampled_from(queues), label="queue")
+        claimed = with_tokens[queue]
+        chosen = data.draw(
+            st.lists(st.sampled_from(claimed), min_size=2, max_size=3, unique_by=lambda r: r.job_id), label="rows"
+        )
+        batch = [QueueClaimFence(queue, r.job_id, r.owner_id or "", r.generation, r.claim_token or "") for r in chosen]
+        held = data.draw(st.sampled_from(sorted(fence.job_id for fence in batch)), label="row held elsewhere")
+        updating = data.draw(st.booleans(), label="the holder moves the lease")
+        complete = data.draw(st.booleans(), label="complete (else heartbeat)")
+        self.contention_steps += 1
+        source = self.sources[queue]
+        if complete:
+            items = [(fence, {"n": index}) for index, fence in enumerate(batch)]
+            call: Callable[[], Any] = lambda: source.complete_many_owned(items)
+        else:
+            call = lambda: source.heartbeat_many_owned(batch)
+        holder = adapter_support.RowHolder(self.database, self.db_url, queue, held, lease_ends_in_us=10_000 if updating else None)
+        actual = self.run(holder.while_held(call))
+        now = self.clock.take()
+        assert holder.released_at_us is not None
+        assert now >= holder.released_at_us, "the database time was read before the batch's last row lock"
+        if holder.new_lease_us is not None:
+            self.model.set_lease(queue, held, holder.new_lease_us)
+        if complete:
+            model_items = [(fence, {"result_json": canonical_json({"n": index})}) for index, fence in enumerate(batch)]
+            expected = self.model.fenced_many(queue, "complete", model_items, now)
+        else:
+            expected = self.model.fenced_many(queue, "heartbeat", [(fence, {}) for fence in batch], now)
         self.expect(actual, expected)
 
     @rule(queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS))
@@ -383,12 +434,23 @@ class LockstepMachine(RuleBasedStateMachine):
             assert stored[queue] == self.model.rows[queue], queue
 
 
-def machine_for(database: str) -> type[LockstepMachine]:
-    return type(f"Lockstep_{database}", (LockstepMachine,), {"database": database})
+def machine_for(database: str, *, only: frozenset[str] | None = None) -> type[LockstepMachine]:
+    """The lockstep machine for ``database``; with ``only``, every other rule is left out
+    (a focused machine that reaches one situation sooner, for the mutant tests)."""
+    attributes: dict[str, Any] = {"database": database}
+    if only is not None:
+        for name, member in vars(LockstepMachine).items():
+            if hasattr(member, "hypothesis_stateful_rule") and name not in only:
+                attributes[name] = lambda self, **arguments: None  # undecorated: no longer a rule
+    return type(f"Lockstep_{database}", (LockstepMachine,), attributes)
 
 
 LOCKSTEP_STEPS = {"sqlite": 20_000, "postgresql": 10_000}
-"""Steps CI runs per database (the test fails if fewer ran)."""
+"""Steps CI runs per database (the test fails if fewer ran). ``TENURE_LOCKSTEP_STEPS=N``
+sets every database's budget instead: smaller for a quick check, larger for a soak (see
+README, "Tests and conformance")."""
+if os.environ.get("TENURE_LOCKSTEP_STEPS"):
+    LOCKSTEP_STEPS = dict.fromkeys(LOCKSTEP_STEPS, int(os.environ["TENURE_LOCKSTEP_STEPS"]))
 
 
 @pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
@@ -449,6 +511,38 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
             machine_for(database),
             settings=settings(
                 max_examples=300, stateful_step_count=30, deadline=None,
+                suppress_health_check=list(HealthCheck), database=None, derandomize=True,
+                phases=[Phase.generate], report_multiple_bugs=False,
+            ),
+        )
+
+
+@pytest.mark.parametrize("database", ["postgresql"])
+def test_the_lockstep_catches_a_batch_that_reads_the_clock_before_its_last_row_lock(
+    database: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A mutant store that reads the clock as soon as the first row is locked (the shape
+    tenure shipped before: the clock in the projection over the locked rows) must make
+    the lockstep fail: the lock-contention rule sees a database time from before the
+    batch's last lock was released. (SQLite has no such mutant: its write lock covers
+    every row at once, before the clock is read.)"""
+    adapter_support.prepare_machine_databases(database, request)
+    module = adapter_support.store_module(database)
+
+    def clock_at_the_first_lock(locking_select: str) -> str:
+        return (
+            f"WITH locked AS MATERIALIZED ({locking_select}) "
+            "SELECT clock_timestamp() AS now, locked.* FROM (SELECT 1) AS one LEFT JOIN locked ON true"
+        )
+
+    monkeypatch.setattr(module, "_with_clock", clock_at_the_first_lock)
+    COUNTERS[database] = Counter()
+    focused = machine_for(database, only=frozenset({"submit_owned", "claim_owned", "batch_waits_for_a_row_locked_elsewhere"}))
+    with pytest.raises(AssertionError, match="read before the batch's last row lock"):
+        run_state_machine_as_test(
+            focused,
+            settings=settings(
+                max_examples=200, stateful_step_count=40, deadline=None,
                 suppress_health_check=list(HealthCheck), database=None, derandomize=True,
                 phases=[Phase.generate], report_multiple_bugs=False,
             ),
