@@ -52,29 +52,41 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=7, help="seed of the workers' choices")
     migrate = commands.add_parser("migrate", help="apply and qualify the owned migration")
     migrate.add_argument("--db", required=True, help="database URL")
+    migrate.add_argument("--schema", help="PostgreSQL: the schema of the queue tables (pycharter's: pycharter)")
     migrate.add_argument("--downgrade", action="store_true", help="remove the owned migration instead")
+    migrate.add_argument("--sql", action="store_true",
+                         help="print the statements the migration runs, then roll back (changes nothing)")
+    migrate.add_argument("--verbose", action="store_true", help="list every admission check")
     return parser
 
 
-async def _migrate(db_url: str, *, remove: bool) -> int:
+async def _migrate(arguments: argparse.Namespace) -> int:
+    run = downgrade if arguments.downgrade else upgrade
     try:
-        report = await (downgrade(db_url) if remove else upgrade(db_url))
+        report = await run(arguments.db, schema=arguments.schema, dry_run=arguments.sql)
     except ConfigValidationError as error:
         print(f"refused: {error.reason}")
         for field, problem in zip(error.fields, error.problems, strict=True):
             print(f"  {field}: {problem}")
+        if error.reason == "queue_tables_elsewhere":
+            print("  the queue tables live in another schema: name it with ?schema=NAME in the URL or --schema NAME")
         return 2
     except TenureError as error:
         _report_failure(error)
         return 1
-    print("\n".join(report.lines()))
+    if arguments.sql:
+        for statement in report.statements:
+            print(statement.rstrip() + ";")
+        print(f"-- {report.summary()}")
+        return 0
+    print("\n".join(report.lines(verbose=arguments.verbose)))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     if arguments.command == "migrate":
-        return asyncio.run(_migrate(arguments.db, remove=arguments.downgrade))
+        return asyncio.run(_migrate(arguments))
     db_url = arguments.db
     if db_url is None:
         folder = pathlib.Path(tempfile.mkdtemp(prefix="tenure-demo-"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from tenure.kernel import (
     REFUSAL_OUTCOMES,
@@ -67,7 +68,10 @@ from tenure.model import (
     WorkerConfig,
 )
 
+from .queue_table import stored_payload
 from .store import Store, Transaction, persistence_failed
+
+Presented = TypeVar("Presented")
 
 __all__ = ["QueueEngine", "SWEEP_LIMIT", "PURGE_LIMIT", "SUBMIT_ATTEMPTS"]
 
@@ -84,6 +88,19 @@ _CONFLICT_CODES = {
     Outcome.SUBMISSION_CONFLICT: ErrorCode.QUEUE_SUBMISSION_CONFLICT,
     Outcome.CLAIM_CONFLICT: ErrorCode.QUEUE_CLAIM_CONFLICT,
 }
+
+
+def _require(condition: bool) -> None:
+    """An always-on pair check: the kernel's answer has the shape the table promises."""
+    if not condition:
+        raise persistence_failed("invariant_broken")
+
+
+def _submitted(decision: Decision) -> Submitted:
+    reply = decision.reply if isinstance(decision, Applied) else None
+    if not isinstance(reply, Submitted):
+        raise persistence_failed("invariant_broken")
+    return reply
 
 
 def _raise_if_conflict(decision: Decision) -> None:
@@ -103,7 +120,8 @@ class QueueEngine:
         config: WorkerConfig,
         *,
         new_job_id: Callable[[], str] = lambda: str(uuid.uuid4()),
-        new_run_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        # Twelve hex digits, as pycharter makes them (its run history column is 12 wide).
+        new_run_id: Callable[[], str] = lambda: uuid.uuid4().hex[:12],
     ) -> None:
         self.store = store
         self.queue = queue
@@ -114,9 +132,15 @@ class QueueEngine:
     # --- persisting decisions -----------------------------------------------------------
 
     @staticmethod
-    def _checked(decision: Applied) -> JobRecord | None:
+    def _checked(old: JobRecord | None, decision: Applied) -> JobRecord | None:
+        """The decided record, if it keeps the record invariants: every invariant the
+        record it replaces kept (a row another client wrote may already break one; the
+        kernel never adds a break). Always on: a break raises, never under ``-O`` passes."""
         new = decision.new_record
-        assert new is None or record_violations(new) == [], "the kernel produced a record breaking its invariants"
+        if new is not None:
+            broken = set(record_violations(new))
+            if broken and not broken <= set(record_violations(old) if old is not None else ()):
+                raise persistence_failed("invariant_broken")
         return new
 
     async def _persist(self, tx: Transaction, changes: Sequence[tuple[JobRecord | None, JobRecord | None]]) -> None:
@@ -135,7 +159,7 @@ class QueueEngine:
         """Decide a command on one met row and persist an applied decision."""
         decision = decide(record, command, await tx.now_us())
         if isinstance(decision, Applied):
-            await self._persist(tx, [(record, self._checked(decision))])
+            await self._persist(tx, [(record, self._checked(record, decision))])
         return decision
 
     def _max_attempts(self, authored: int | None) -> int:
@@ -209,7 +233,7 @@ class QueueEngine:
                 max_attempts=self._max_attempts(snapshot.max_attempts),
                 idempotency_key=snapshot.idempotency_key,
                 active_key=snapshot.active_key,
-                payload_json=snapshot.authored_json,
+                payload=stored_payload(self.queue, snapshot.field_texts),
             )
             # Replay first: an existing original answers before any key is touched.
             met = next((row for row in rows if row.submission_id == snapshot.submission_id), None)
@@ -223,8 +247,7 @@ class QueueEngine:
             # Raised inside the transaction, so a predecessor released above is restored:
             # a refused submission changes nothing.
             _raise_if_conflict(decision)
-        assert isinstance(decision, Applied) and isinstance(decision.reply, Submitted)
-        return decision.reply
+        return _submitted(decision)
 
     async def _submit_legacy_once(self, request: FrozenEnvelope) -> Submitted:
         authored_job_id, run_id = self._ids(request.job_id, request.run_id)
@@ -242,33 +265,37 @@ class QueueEngine:
                 max_attempts=self._max_attempts(request.max_attempts),
                 idempotency_key=request.idempotency_key,
                 active_key=request.active_key,
-                payload_json=request.authored_json,
+                payload=stored_payload(self.queue, request.field_texts),
             )
             met = None
             holder = self._holder(rows, request.active_key)
             if holder is not None and request.force:
                 released = await self._decide_one(tx, holder, ReleaseKeyForLegacy())
                 _raise_if_conflict(released)
-                assert isinstance(released, Applied) and released.new_record is not None
+                released_record = released.new_record if isinstance(released, Applied) else None
+                _require(released_record is not None)
                 # The successor meets the predecessor as it is now (released), should it
                 # collide with it on its job ID.
-                rows = [released.new_record if row.job_id == holder.job_id else row for row in rows]
+                rows = [released_record if row.job_id == holder.job_id else row for row in rows]  # type: ignore[misc]
             elif holder is not None:
                 met = holder
             if met is None:
                 met = self._colliding(rows, job_id, run_id, request.idempotency_key)
             decision = await self._decide_one(tx, met, command)
             _raise_if_conflict(decision)
-        assert isinstance(decision, Applied) and isinstance(decision.reply, Submitted)
-        return decision.reply
+        return _submitted(decision)
 
     # --- claims -----------------------------------------------------------------------
 
-    async def claim_owned(self, owner_id: str, claim_tokens: Sequence[str]) -> list[JobRecord]:
+    async def claim_owned(
+        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[JobRecord], Presented]
+    ) -> list[Presented]:
         """Claim up to ``len(claim_tokens)`` jobs, token ``i`` for the ``i``-th eligible row,
-        each decided by the kernel exactly as a single claim."""
+        each decided by the kernel exactly as a single claim. ``present`` turns each
+        claimed record into what the caller returns, inside the transaction: a row whose
+        envelope cannot be read (``corrupt_row``) rolls the claim back."""
         try:
-            return await self._claim(owner_id, claim_tokens, owned=True)
+            return await self._claim(owner_id, claim_tokens, present, owned=True)
         except TenureError as error:
             if error.reason != "constraint_violated":
                 raise
@@ -276,11 +303,13 @@ class QueueEngine:
         # claim stored the same nonce first.
         raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
 
-    async def claim_legacy(self, owner_id: str) -> JobRecord | None:
-        claimed = await self._claim(owner_id, [""], owned=False)
+    async def claim_legacy(self, owner_id: str, present: Callable[[JobRecord], Presented]) -> Presented | None:
+        claimed = await self._claim(owner_id, [""], present, owned=False)
         return claimed[0] if claimed else None
 
-    async def _claim(self, owner_id: str, claim_tokens: Sequence[str], *, owned: bool) -> list[JobRecord]:
+    async def _claim(
+        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[JobRecord], Presented], *, owned: bool
+    ) -> list[Presented]:
         limit = len(claim_tokens)
         lease_us = self.config.lease_us
         async with self.store.transaction(write=True) as tx:
@@ -298,7 +327,7 @@ class QueueEngine:
                 for record in expired:
                     decision = decide(record, ExpireLease(), now)
                     if isinstance(decision, Applied):
-                        changes.append((record, self._checked(decision)))
+                        changes.append((record, self._checked(record, decision)))
                 await self._persist(tx, changes)
                 candidates = await tx.pick_eligible(self.queue, now, limit, owned=owned)
             claims: list[tuple[JobRecord, JobRecord]] = []
@@ -313,8 +342,9 @@ class QueueEngine:
                 _raise_if_conflict(decision)  # inside the transaction: nothing is kept
                 if isinstance(decision, Refused):
                     continue  # no eligible row for this token (its nonce stays unused)
-                assert met is not None
-                claims.append((met, self._checked(decision)))  # type: ignore[arg-type]
+                claimed = self._checked(met, decision)
+                _require(met is not None and claimed is not None)
+                claims.append((met, claimed))  # type: ignore[arg-type]
             stored = await tx.update_many(claims, read_back=True)
             for (_, decided), found in zip(claims, stored, strict=True):
                 # The identity must read back exactly: a coercion or a trigger that changed
@@ -323,7 +353,8 @@ class QueueEngine:
                     raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
                 if found != decided:
                     raise persistence_failed("read_back_mismatch")
-        return stored
+            presented = [present(record) for record in stored]
+        return presented
 
     async def recover_owned(self, owner_id: str, claim_token: str) -> JobRecord | None:
         async with self.store.transaction(write=False) as tx:
@@ -347,7 +378,7 @@ class QueueEngine:
             for job_id, command in items:
                 decision = decide(current[job_id], command, now)
                 if isinstance(decision, Applied):
-                    current[job_id] = self._checked(decision)
+                    current[job_id] = self._checked(current[job_id], decision)
                 decisions.append(decision)
             await self._persist(tx, [(original[job_id], current[job_id]) for job_id in original if original[job_id] != current[job_id]])
         return decisions
@@ -387,8 +418,8 @@ class QueueEngine:
     async def read_state_owned(self, fence: QueueClaimFence) -> StreamingStateReply | None:
         decision = await self._on_row(fence.job_id, ReadStateOwned(fence=ClaimFence.of(fence)), write=False)
         if isinstance(decision, Applied):
-            assert isinstance(decision.reply, StreamingStateReply)
-            return decision.reply
+            _require(isinstance(decision.reply, StreamingStateReply))
+            return decision.reply  # type: ignore[return-value]
         return None
 
     async def acknowledge_cancel_owned(self, fence: QueueClaimFence) -> bool:
@@ -433,7 +464,7 @@ class QueueEngine:
             for row in await tx.finished_before(self.queue, command.older_than_us, PURGE_LIMIT):
                 decision = decide(row, command, now)
                 if isinstance(decision, Applied):
-                    changes.append((row, self._checked(decision)))
+                    changes.append((row, self._checked(row, decision)))
             await self._persist(tx, changes)
         return len(changes)
 

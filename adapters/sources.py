@@ -33,7 +33,6 @@ from tenure.model import (
     bounds,
     canonical_json,
     check_pid,
-    envelope_from_authored_json,
     freeze_envelope,
     json_problem,
     snapshot_submission,
@@ -41,7 +40,9 @@ from tenure.model import (
 )
 
 from .engine import QueueEngine
-from .stores import open_store
+from .failures import persistence_failed
+from .queue_table import envelope_of
+from .dialects import open_store
 
 __all__ = ["ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "JobSource"]
 
@@ -96,9 +97,14 @@ def _within(text: str, max_bytes: int, field: str) -> str:
 
 
 def _result_json(result: object, max_bytes: int) -> str | None:
-    """A result is any finite built-in JSON value; None stores no result."""
+    """A result is a JSON object of finite built-in values (pycharter's ``dict``); None
+    stores no result."""
     if result is None:
         return None
+    if type(result) is not dict:
+        # Also why: SQLite's JSON columns have numeric affinity, so a bare number would
+        # not be stored as the text written.
+        raise _refuse("result", "json_object_required")
     problem = json_problem(result)
     if problem is not None:
         raise _refuse("result", problem)
@@ -155,7 +161,8 @@ class JobSource(Generic[Claimed]):
         elif config.db_url != db_url:
             raise _refuse("config", "db_url_mismatch")
         self.config = config
-        self._engine = QueueEngine(open_store(db_url, timeout_seconds=config.timeout_seconds), self.queue, config)
+        store = open_store(db_url, timeout_seconds=config.timeout_seconds, schema=config.db_schema)
+        self._engine = QueueEngine(store, self.queue, config)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -195,8 +202,8 @@ class JobSource(Generic[Claimed]):
     async def _claim_next_owned(self, owner_id: object, claim_token: object) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
         token = _identity(claim_token, "claim_token")
-        claimed = await self._engine.claim_owned(owner, [token])
-        return self._claimed(claimed[0]) if claimed else None
+        claimed = await self._engine.claim_owned(owner, [token], self._claimed)
+        return claimed[0] if claimed else None
 
     async def _claim_batch_owned(self, owner_id: object, claim_tokens: object) -> list[Claimed]:
         owner = _identity(owner_id, "owner_id")
@@ -204,7 +211,7 @@ class JobSource(Generic[Claimed]):
         checked = [_identity(token, "claim_tokens") for token in tokens]
         if len(set(checked)) != len(checked):
             raise _refuse("claim_tokens", "duplicate_claim_token")
-        return [self._claimed(record) for record in await self._engine.claim_owned(owner, checked)]
+        return await self._engine.claim_owned(owner, checked, self._claimed)
 
     async def _recover_owned_claim(self, owner_id: object, claim_token: object) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
@@ -222,7 +229,7 @@ class JobSource(Generic[Claimed]):
         fields: dict[str, Any] = dict(
             job_id=record.job_id,
             attempt=record.attempts,
-            job=envelope_from_authored_json(record.queue, record.payload_json),
+            job=envelope_of(record),
             claim_fence=fence,
         )
         if record.queue is QueueKind.PIPELINE:
@@ -268,8 +275,7 @@ class JobSource(Generic[Claimed]):
         return self._returned_id(submitted.job_id, submitted.run_id)
 
     async def _claim_next(self, owner_id: object) -> Claimed | None:
-        record = await self._engine.claim_legacy(_identity(owner_id, "owner_id"))
-        return None if record is None else self._claimed(record)
+        return await self._engine.claim_legacy(_identity(owner_id, "owner_id"), self._claimed)
 
     async def heartbeat(self, job_id: str, worker_id: str) -> bool:
         """Legacy heartbeat by ID and owner; never touches protected or owned work."""
@@ -304,6 +310,23 @@ class JobSource(Generic[Claimed]):
         return await self._engine.purge_finished(micros)
 
 
+_UNREADABLE = object()
+
+
+def _stored_result(text: str | None) -> Any:
+    """The stored result (pycharter stores a missing one as JSON ``null``)."""
+    if text is None:
+        return None
+    value: Any = _UNREADABLE
+    try:
+        value = json.loads(text)
+    except ValueError:
+        pass  # raised below, outside the handler: the parser's error quotes the text
+    if value is _UNREADABLE:
+        raise persistence_failed("corrupt_row")
+    return value
+
+
 def _info(record: JobRecord) -> JobInfo:
     fires_at = _instant(record.fires_at_us)
     created_at = _instant(record.created_at_us)
@@ -327,9 +350,9 @@ def _info(record: JobRecord) -> JobInfo:
         cancel_requested=record.cancel_requested,
         pid=record.pid,
         error=record.error_message,
-        result=None if record.result_json is None else json.loads(record.result_json),
+        result=_stored_result(record.result_json),
         dlq_record_id=record.dlq_record_id,
-        job=envelope_from_authored_json(record.queue, record.payload_json),
+        job=envelope_of(record),
     )
 
 

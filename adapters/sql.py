@@ -3,7 +3,9 @@
 Statements use ``:name`` parameters (sqlite3's own style); the PostgreSQL store rewrites
 them to ``$n`` once. Dialect differences are capability flags, never scattered
 ``if dialect == ...`` branches. A list parameter is matched with the dialect's
-``member_of`` form (SQLite reads a JSON array, PostgreSQL an array).
+``member_of`` form (SQLite reads a JSON array, PostgreSQL an array). Every column list
+comes from the table description (:mod:`tenure.adapters.queue_table`); the table is
+qualified by the store's schema.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import functools
 
 from tenure.model import QueueKind
 
-from .records import MUTABLE_COLUMNS_FOR, columns_for
-from .schema import TABLE_NAMES
+from .queue_table import QUEUE_TABLES
+from .tables import qualified
 
 __all__ = ["Capabilities", "SQLITE", "POSTGRESQL", "QueueStatements", "statements_for"]
 
@@ -33,11 +35,13 @@ class Capabilities:
     """Operator comparing two values where NULL equals NULL."""
     member_of: str
     """``{column} <member_of :list>``: membership in a list parameter."""
+    comparable_json: str
+    """A JSON column as a comparable expression (PostgreSQL's ``json`` has no ``=``)."""
 
 
 SQLITE = Capabilities(
     name="sqlite", lock_row="", lock_skip_locked="", null_safe_equal="IS",
-    member_of="IN (SELECT value FROM json_each(:{}))",
+    member_of="IN (SELECT value FROM json_each(:{}))", comparable_json="{}",
 )
 POSTGRESQL = Capabilities(
     name="postgresql",
@@ -45,6 +49,7 @@ POSTGRESQL = Capabilities(
     lock_skip_locked=" FOR UPDATE SKIP LOCKED",
     null_safe_equal="IS NOT DISTINCT FROM",
     member_of="= ANY(:{})",
+    comparable_json="{}::text",
 )
 
 
@@ -52,6 +57,8 @@ POSTGRESQL = Capabilities(
 class QueueStatements:
     """Every statement the stores run against one queue table."""
 
+    table: str
+    """The (schema-qualified) table name."""
     columns: tuple[str, ...]
     lock_rows: str
     locate: str
@@ -71,24 +78,29 @@ class QueueStatements:
 
 
 @functools.cache
-def statements_for(queue: QueueKind, caps: Capabilities) -> QueueStatements:
-    table = TABLE_NAMES[queue]
-    columns = columns_for(queue)
+def statements_for(queue: QueueKind, caps: Capabilities, schema: str | None = None) -> QueueStatements:
+    spec = QUEUE_TABLES[queue]
+    table = qualified(schema, spec.name)
+    columns = spec.column_names
     select = f"SELECT {', '.join(columns)} FROM {table}"
-    mutable = MUTABLE_COLUMNS_FOR[queue]
-    compare = " AND ".join(f"{column} {caps.null_safe_equal} :old_{column}" for column in mutable)
+
+    def comparable(name: str) -> str:
+        return caps.comparable_json.format(name) if name in spec.json_names else name
+
+    compare = " AND ".join(
+        f"{comparable(column)} {caps.null_safe_equal} :old_{column}" for column in spec.mutable_names
+    )
     identities = ["submission_id = :submission_id", "id = :job_id"]
     if queue is QueueKind.PIPELINE:
         identities.append("run_id = :run_id")
-    if queue is QueueKind.STREAMING:
-        identities.append("active_key = :active_key")
-    else:
-        identities.append("idempotency_key = :idempotency_key")
+    # The idempotency key column: the authored key, or (streaming) the active key.
+    identities.append("idempotency_key = :idempotency_key")
     # Claims take the earliest due row, then the smallest job ID, so every store (and the
     # lockstep model) picks the same ones. attempt < max_attempts is implied by pending
     # (INV-Q4) but kept so the query states the kernel's whole eligibility.
     eligible = f"{select} WHERE status = 'pending' AND fires_at <= :now AND attempt < max_attempts"
     return QueueStatements(
+        table=table,
         columns=columns,
         lock_rows=f"{select} WHERE id {caps.member_of.format('job_ids')} ORDER BY id{caps.lock_row}",
         locate=f"{select} WHERE {' OR '.join(identities)} ORDER BY id{caps.lock_row}",
@@ -112,7 +124,7 @@ def statements_for(queue: QueueKind, caps: Capabilities) -> QueueStatements:
             f"RETURNING {', '.join(columns)}"
         ),
         update=(
-            f"UPDATE {table} SET {', '.join(f'{c} = :{c}' for c in mutable)} "
+            f"UPDATE {table} SET {', '.join(f'{c} = :{c}' for c in spec.mutable_names)} "
             f"WHERE id = :old_id AND {compare} RETURNING {', '.join(columns)}"
         ),
         delete=f"DELETE FROM {table} WHERE id = :old_id AND {compare} RETURNING id",

@@ -23,8 +23,9 @@ from tenure.kernel import JobRecord
 from tenure.model import JobStatus, QueueKind
 
 from .failures import persistence_failed
-from .records import row_from_record
-from .sql import Capabilities, statements_for
+from .queue_table import queue_codec
+from .sql import Capabilities, QueueStatements, statements_for
+from .tables import Dialect, RowCodec
 
 __all__ = ["Store", "Transaction", "ClaimView", "SharedFinders", "persistence_failed", "TimeObserver"]
 
@@ -115,39 +116,61 @@ class Store(Protocol):
 
 class SharedFinders:
     """The finders every store runs the same way: the statement comes from the store's
-    dialect (``capabilities``) and runs through the store's ``_records``. Only what truly
-    differs (locking with the clock, list parameters, writes) stays in each store."""
+    dialect (``capabilities``, and the store's schema) and runs through the store's
+    ``_records``; instants and rows go through the table description's codec for the
+    store's ``dialect``. Only what truly differs (locking with the clock, list
+    parameters, writes) stays in each store."""
 
     capabilities: ClassVar[Capabilities]
+    dialect: ClassVar[Dialect]
+    schema: str | None = None
 
     async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
         raise NotImplementedError
 
+    def codec(self, queue: QueueKind) -> RowCodec:
+        return queue_codec(queue, self.dialect)
+
+    def statements(self, queue: QueueKind) -> QueueStatements:
+        return statements_for(queue, self.capabilities, self.schema)
+
+    def compare_parameters(self, old: JobRecord) -> dict[str, Any]:
+        """``old_<column>`` for every column the compare-and-set compares, and ``old_id``."""
+        codec = self.codec(old.queue)
+        stored = codec.write(old)
+        compared = {f"old_{column}": stored[column] for column in codec.spec.mutable_names}
+        compared["old_id"] = old.job_id
+        return compared
+
+    def write_parameters(self, old: JobRecord, new: JobRecord) -> dict[str, Any]:
+        return {**self.codec(new.queue).write(new), **self.compare_parameters(old)}
+
     async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]:
-        return await self._records(queue, statements_for(queue, self.capabilities).expired, {"now": now_us, "limit": limit})
+        parameters = {"now": self.codec(queue).stored_instant(now_us), "limit": limit}
+        return await self._records(queue, self.statements(queue).expired, parameters)
 
     async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]:
-        statements = statements_for(queue, self.capabilities)
+        statements = self.statements(queue)
         sql = statements.eligible_owned if owned else statements.eligible_legacy
-        return await self._records(queue, sql, {"now": now_us, "limit": limit, "false": False})
+        parameters = {"now": self.codec(queue).stored_instant(now_us), "limit": limit, "false": False}
+        return await self._records(queue, sql, parameters)
 
     async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
-        found = await self._records(queue, statements_for(queue, self.capabilities).by_token, {"claim_token": claim_token})
+        found = await self._records(queue, self.statements(queue).by_token, {"claim_token": claim_token})
         return found[0] if found else None
 
     async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]:
-        parameters = {"cutoff": cutoff_us, "limit": limit, "false": False}
-        return await self._records(queue, statements_for(queue, self.capabilities).finished_before, parameters)
+        parameters = {"cutoff": self.codec(queue).stored_instant(cutoff_us), "limit": limit, "false": False}
+        return await self._records(queue, self.statements(queue).finished_before, parameters)
 
     async def insert(self, record: JobRecord) -> JobRecord:
-        statements = statements_for(record.queue, self.capabilities)
-        stored = await self._records(record.queue, statements.insert, row_from_record(record))
+        stored = await self._records(record.queue, self.statements(record.queue).insert, self.codec(record.queue).write(record))
         if not stored:
             raise persistence_failed("write_not_applied")
         return stored[0]
 
     async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]:
-        statements = statements_for(queue, self.capabilities)
+        statements = self.statements(queue)
         if status is None:
             return await self._records(queue, statements.list_all, {"limit": limit})
         return await self._records(queue, statements.list_by_status, {"status": status.value, "limit": limit})

@@ -2,18 +2,33 @@
 
 Accepted: ``sqlite:///path``, ``sqlite+aiosqlite:///path`` (``sqlite:///:memory:`` is
 refused: every connection would see its own empty database), ``postgresql://...`` and
-``postgresql+asyncpg://...``. A URL is configuration from trusted setup and may carry a
-password, so no error or ``repr`` ever contains it.
+``postgresql+asyncpg://...``. A PostgreSQL URL may name the schema holding the queue
+tables with a ``schema`` query parameter (``...?schema=pycharter``; pycharter keeps its
+tables in ``pycharter``); without one, the connection's current schema is used. A URL
+is configuration from trusted setup and may carry a password, so no error or ``repr``
+ever contains it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import re
+import urllib.parse
 
 from tenure.model import ConfigValidationError
 
-__all__ = ["DatabaseKind", "DatabaseTarget", "parse_db_url"]
+__all__ = ["DatabaseKind", "DatabaseTarget", "parse_db_url", "check_schema_name"]
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def check_schema_name(schema: object, field: str = "db_url") -> str:
+    """A PostgreSQL schema name tenure can quote safely: a plain identifier of at most
+    63 characters (letters, digits, underscores; not starting with a digit)."""
+    if type(schema) is not str or not _SCHEMA_NAME.fullmatch(schema):
+        raise ConfigValidationError(f"invalid_{field}", fields=(field,), problems=("invalid_schema_name",))
+    return schema
 
 
 class DatabaseKind(enum.Enum):
@@ -27,6 +42,23 @@ class DatabaseTarget:
 
     kind: DatabaseKind
     location: str = dataclasses.field(repr=False)
+    schema: str | None = None
+    """PostgreSQL: the schema the URL names (None: the connection's current schema)."""
+
+
+def _split_schema(dsn: str) -> tuple[str, str | None]:
+    """The DSN without its ``schema`` query parameter, and that parameter."""
+    base, question, query = dsn.partition("?")
+    if not question:
+        return dsn, None
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    schemas = [value for name, value in pairs if name == "schema"]
+    if not schemas:
+        return dsn, None
+    if len(schemas) > 1:
+        raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("invalid_schema_name",))
+    rest = urllib.parse.urlencode([(name, value) for name, value in pairs if name != "schema"])
+    return (base + "?" + rest if rest else base), check_schema_name(schemas[0])
 
 
 _PREFIXES = {
@@ -51,5 +83,6 @@ def parse_db_url(db_url: object) -> DatabaseTarget:
                         "invalid_db_url", fields=("db_url",), problems=("sqlite_file_path_required",)
                     )
                 return DatabaseTarget(kind, rest)
-            return DatabaseTarget(kind, "postgresql://" + rest)
+            dsn, schema = _split_schema("postgresql://" + rest)
+            return DatabaseTarget(kind, dsn, schema)
     raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("unsupported_scheme",))

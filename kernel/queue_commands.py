@@ -129,7 +129,7 @@ class SubmitOwned:
     max_attempts: int
     idempotency_key: str | None
     active_key: str | None
-    payload_json: str
+    payload: tuple[str | None, ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,7 +144,7 @@ class SubmitLegacy:
     max_attempts: int
     idempotency_key: str | None
     active_key: str | None
-    payload_json: str
+    payload: tuple[str | None, ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -377,7 +377,8 @@ def _submission_violations(command: SubmitOwned | SubmitLegacy) -> list[str]:
         "active_key": type(command.active_key) is str
         if queue is QueueKind.STREAMING
         else command.active_key is None,
-        "payload_json": type(command.payload_json) is str,
+        "payload": type(command.payload) is tuple
+        and all(part is None or type(part) is str for part in command.payload),
     }
     if isinstance(command, SubmitOwned):
         checks["submission_id"] = _text(command.submission_id, bounds.MAX_IDENTITY_CHARS)

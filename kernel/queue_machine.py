@@ -317,7 +317,7 @@ def _insert(command: Any, now_us: int, *, owned: bool) -> Applied:
         dlq_record_id=None,
         error_message=None,
         result_json=None,
-        payload_json=command.payload_json,
+        payload=command.payload,
     )
     return Applied(record, Submitted(record.job_id, record.run_id, replayed=False))
 
@@ -706,7 +706,7 @@ def claim_identity_problem(
 
 _IDENTITY_FIELDS = (
     "queue", "job_id", "run_id", "submission_id", "fingerprint", "fence_required",
-    "idempotency_key", "payload_json", "created_at_us", "max_attempts",
+    "idempotency_key", "payload", "created_at_us", "max_attempts",
 )
 
 

@@ -51,8 +51,9 @@ class JobRecord:
 
     Identity (fixed at insert): ``queue``, ``job_id``, ``run_id`` (pipeline only),
     ``submission_id``, ``fingerprint``, ``fence_required`` (an owned submission),
-    ``idempotency_key``, ``payload_json`` (the canonical authored envelope),
-    ``created_at_us``, ``max_attempts``.
+    ``idempotency_key``, ``payload`` (the envelope as the queue table's domain columns
+    store it, in the table description's order: opaque to the kernel), ``created_at_us``,
+    ``max_attempts``.
 
     Claim: ``generation`` counts every successful claim and never decreases;
     ``owner_id`` and ``claim_token`` name the most recent claim (a legacy claim stores no
@@ -87,7 +88,7 @@ class JobRecord:
     dlq_record_id: str | None
     error_message: str | None
     result_json: str | None
-    payload_json: str
+    payload: tuple[str | None, ...]
 
 
 _STATE_OF_STATUS = {status: QueueState(status.value) for status in JobStatus}
@@ -167,7 +168,8 @@ def _types_and_bounds(record: JobRecord) -> list[str]:
         "dlq_record_id": _optional_text(record.dlq_record_id, bounds.MAX_DLQ_ID_CHARS),
         "error_message": record.error_message is None or type(record.error_message) is str,
         "result_json": record.result_json is None or type(record.result_json) is str,
-        "payload_json": type(record.payload_json) is str,
+        "payload": type(record.payload) is tuple
+        and all(part is None or type(part) is str for part in record.payload),
     }
     return [f"INV-Q1.{name}" for name, ok in checks.items() if not ok]
 
@@ -184,9 +186,11 @@ def record_violations(record: JobRecord) -> list[str]:
         # INV-Q2: a claim is live state: owner, start and lease exist exactly while claimed.
         "INV-Q2": (record.lease_expires_at_us is not None) == claimed
         and (not claimed or (record.owner_id is not None and record.claimed_at_us is not None)),
-        # INV-Q3: a claimed row has been claimed (generation and attempts at least 1) within budget.
+        # INV-Q3: a claimed row has been claimed within budget (attempts at least 1), and
+        # its generation counts the claim, except a legacy claim made before the owned
+        # migration (generation 0), which carries no token.
         "INV-Q3": not claimed
-        or (record.generation >= 1 and 1 <= record.attempts <= record.max_attempts),
+        or ((record.generation >= 1 or record.claim_token is None) and 1 <= record.attempts <= record.max_attempts),
         # INV-Q4: a pending row can still be claimed: attempts remain.
         "INV-Q4": record.status is not JobStatus.PENDING or record.attempts < record.max_attempts,
         # INV-Q5: cancel requests and PIDs exist only on a claimed streaming row.
@@ -194,9 +198,10 @@ def record_violations(record: JobRecord) -> list[str]:
         # INV-Q6: an owned submission carries its whole identity, a legacy row none of it.
         "INV-Q6": record.fence_required == (record.submission_id is not None)
         and record.fence_required == (record.fingerprint is not None),
-        # INV-Q7: a token or owner exists only once the row has been claimed.
-        "INV-Q7": (record.claim_token is None or record.owner_id is not None)
-        and (record.owner_id is None or record.generation >= 1),
+        # INV-Q7: a token exists only with its owner, once the row has been claimed since
+        # the owned migration (an owner without a token may date from before it).
+        "INV-Q7": record.claim_token is None
+        or (record.owner_id is not None and record.generation >= 1),
         # INV-Q8: only streaming launches have an active key. (The kernel releases it on
         # every move into a terminal status; rows written by older binaries may still hold
         # one, and the forced-rerun rules release it.)

@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from . import bounds
 from .validation import (
+    IdentityText,
     NonEmptyText,
     NonNegativeMs,
     PayloadBytes,
@@ -43,12 +44,16 @@ class WorkerConfig(StrictModel):
       ``timeout`` (nothing was committed) or ``commit_unacknowledged`` (the commit was
       sent and its answer did not arrive in time: recover as after any lost
       acknowledgement).
+    - ``db_schema`` (PostgreSQL only): the schema holding the queue tables, when the URL
+      does not name it (``?schema=...``); default: the connection's current schema.
+      pycharter keeps its tables in ``pycharter``.
     - ``max_payload_bytes`` (default 1 MiB): the largest envelope, result or error text
       (UTF-8 bytes of its stored JSON or text) the source accepts; a larger one raises
       ``ConfigValidationError`` before any database work.
     """
 
     db_url: NonEmptyText = Field(repr=False)
+    db_schema: IdentityText | None = None
     lease_seconds: PositiveSeconds = 300
     heartbeat_seconds: PositiveSeconds = 60
     backoff_base_ms: NonNegativeMs = 1000

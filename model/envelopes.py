@@ -118,14 +118,19 @@ class ValidationJob(_Envelope):
 
 
 class PipelineJob(_Envelope):
-    """Run a pipeline ``config`` with string ``variables``; the run ID names the run."""
+    """Run a pipeline ``config`` with string ``variables``; the run ID names the run.
+
+    ``fail_fast`` (default True, as pycharter's) stops the pipeline at its first failing
+    step; ``concept_scheme`` names the concept scheme the run binds, if any.
+    """
 
     queue: ClassVar[QueueKind] = QueueKind.PIPELINE
     json_fields: ClassVar[tuple[str, ...]] = ("config",)
 
     config: JsonObject
     variables: StringMap | None = None
-    fail_fast: StrictBool = False
+    fail_fast: StrictBool = True
+    concept_scheme: IdentityText | None = None
     run_id: RunIdText | None = None
     job_id: JobIdText | None = None
     fires_at: AwareDatetime | None = None
@@ -136,7 +141,8 @@ class PipelineJob(_Envelope):
         self,
         config: dict[str, Any],
         variables: dict[str, str] | None = None,
-        fail_fast: bool = False,
+        fail_fast: bool = True,
+        concept_scheme: str | None = None,
         run_id: str | None = None,
         job_id: str | None = None,
         fires_at: dt.datetime | None = None,
@@ -147,6 +153,7 @@ class PipelineJob(_Envelope):
             config=config,
             variables=variables,
             fail_fast=fail_fast,
+            concept_scheme=concept_scheme,
             run_id=run_id,
             job_id=job_id,
             fires_at=fires_at,

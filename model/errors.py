@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["ErrorCode", "TenureError", "ConfigValidationError"]
+__all__ = ["ErrorCode", "TenureError", "ConfigValidationError", "is_authored_word"]
 
 
 class ErrorCode(enum.Enum):
@@ -22,7 +22,7 @@ class ErrorCode(enum.Enum):
     QUEUE_PERSISTENCE_FAILED = "queue_persistence_failed"
 
 
-def _is_authored_word(text: str) -> bool:
+def is_authored_word(text: str) -> bool:
     """Reasons and field names are short snake_case words we wrote, never user data."""
     return (
         0 < len(text) <= 64
@@ -44,7 +44,7 @@ class TenureError(Exception):
 
     def __init__(self, code: ErrorCode, reason: str) -> None:
         assert isinstance(code, ErrorCode), "code must be an ErrorCode"
-        assert _is_authored_word(reason), "reason must be an authored snake_case word"
+        assert is_authored_word(reason), "reason must be an authored snake_case word"
         self.code = code
         self.reason = reason
         super().__init__(f"{code.value}: {reason}")
@@ -77,8 +77,8 @@ class ConfigValidationError(TenureError):
         fields: tuple[str, ...] = (),
         problems: tuple[str, ...] = (),
     ) -> None:
-        assert all(_is_authored_word(name) for name in fields), "fields must be authored names"
-        assert all(_is_authored_word(name) for name in problems), "problems must be authored words"
+        assert all(is_authored_word(name) for name in fields), "fields must be authored names"
+        assert all(is_authored_word(name) for name in problems), "problems must be authored words"
         assert len(fields) == len(problems) or not fields, "one problem per field"
         super().__init__(ErrorCode.CONFIG, reason)
         self.fields = fields

@@ -21,9 +21,11 @@ import datetime as dt
 import hashlib
 import json
 import typing
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
-from .bounds import is_identity
+from .bounds import MAX_IDENTITY_CHARS, is_identity
 from pydantic import PlainValidator
 from pydantic_core import PydanticCustomError
 
@@ -53,7 +55,7 @@ _AUTHORED_FIELDS: dict[QueueKind, tuple[str, ...]] = {
         "job_id", "fires_at", "idempotency_key", "max_attempts",
     ),
     QueueKind.PIPELINE: (
-        "config", "variables", "fail_fast", "run_id",
+        "config", "variables", "fail_fast", "concept_scheme", "run_id",
         "job_id", "fires_at", "idempotency_key", "max_attempts",
     ),
     QueueKind.STREAMING: (
@@ -85,6 +87,9 @@ class SubmissionSnapshot:
     submission_id: str
     authored_json: str
     """Canonical JSON of every authored field (fires_at normalized)."""
+    field_texts: Mapping[str, str]
+    """Each authored field's canonical JSON text, by field name (stores assemble the
+    queue's domain columns from these without encoding a payload again)."""
     fingerprint: str
     job_id: str | None
     run_id: str | None
@@ -124,6 +129,7 @@ class FrozenEnvelope:
 
     queue: QueueKind
     authored_json: str
+    field_texts: Mapping[str, str]
     job_id: str | None
     run_id: str | None
     fires_at_us: int | None
@@ -205,15 +211,24 @@ def freeze_envelope(queue: QueueKind, job: object) -> FrozenEnvelope:
     ) + "}"
     values = {name: value for name, (value, _) in fields.items()}
     fires_at = values["fires_at"]
+    active_key = None
+    if queue is QueueKind.STREAMING:
+        active_key = f"streaming:{values['config_name']}@{values['config_version']}"
+        if len(active_key) > MAX_IDENTITY_CHARS:
+            # The key lives in a 255-character column (the table's idempotency_key).
+            raise ConfigValidationError(
+                "invalid_streamingjob", fields=("config_name",), problems=("active_key_too_long",)
+            )
     return FrozenEnvelope(
         queue=queue,
         authored_json=authored_json,
+        field_texts=MappingProxyType({name: text for name, (_, text) in fields.items()}),
         job_id=values["job_id"],
         run_id=values.get("run_id"),
         fires_at_us=None if fires_at is None else datetime_to_micros(fires_at),
         idempotency_key=values.get("idempotency_key"),
         max_attempts=values["max_attempts"],
-        active_key=f"streaming:{values['config_name']}@{values['config_version']}" if queue is QueueKind.STREAMING else None,
+        active_key=active_key,
         force=bool(values.get("force", False)),
     )
 
@@ -228,6 +243,7 @@ def snapshot_submission(
         queue=queue,
         submission_id=checked_submission_id,
         authored_json=frozen.authored_json,
+        field_texts=frozen.field_texts,
         fingerprint=submission_fingerprint(queue, checked_submission_id, frozen.authored_json),
         job_id=frozen.job_id,
         run_id=frozen.run_id,

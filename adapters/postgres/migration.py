@@ -1,219 +1,172 @@
-"""The owned migration on PostgreSQL, with the admission checks that qualify a database.
+"""What PostgreSQL contributes to the migration runner (see :mod:`tenure.adapters.migrations`).
 
-One transaction (PostgreSQL DDL is transactional): the legacy tables are created if
-missing, the owned columns and unique indexes added, the result checked from the
-catalogs, and either all of it commits or none of it does. The checks:
+One transaction (PostgreSQL DDL is transactional), serialized against concurrent
+migrations by an advisory lock; the catalog comes from ``pg_attribute``, ``pg_index``
+and ``pg_collation`` in the target schema (the URL's ``schema``, else the connection's
+current schema). PostgreSQL-specific rules:
 
-* the new string columns are ``character varying`` of at least 255 characters (a fixed
-  ``character`` or ``text`` column refuses); ``generation`` is ``bigint`` and
-  ``fence_required`` ``boolean``;
-* ``generation`` and ``fence_required`` are NOT NULL; the identity columns are nullable;
-* defaults cannot manufacture identity or invalid values: no default on the identity
-  columns; ``generation`` defaults to ``0`` (a quoted numeric ``'0'`` is the same);
-  ``fence_required`` to ``false`` (typed quoted ``'false'::boolean`` is the same);
-* ``claim_token`` and ``submission_id`` use deterministic collations and each has a
-  full unique index of its own (no predicate, no expression, one key column, a
-  deterministic collation); no other unique index compares them differently.
+* the schema: when the target schema holds none of the queue tables but another schema
+  does (pycharter keeps its tables in ``pycharter``), the upgrade refuses and names it;
+  a schema the URL names explicitly is created when missing;
+* types: text columns ``character varying``, ``character`` or ``text`` (``id`` may be a
+  genuine ``uuid``), integers ``integer`` or ``bigint``, flags ``boolean``, instants
+  ``timestamp with time zone``, JSON ``json`` or ``text`` (``jsonb`` rewrites the text it
+  stores, so what tenure wrote would not read back: refused); tenure's identity columns
+  ``character varying(255)`` or wider, ``generation`` ``bigint``;
+* defaults: ``generation`` ``0`` (a quoted numeric ``'0'`` is the same);
+  ``fence_required`` ``false`` (typed quoted ``'false'::boolean`` is the same);
+* identity columns and their unique indexes use deterministic collations.
 
 Downgrade locks the three tables (ACCESS EXCLUSIVE) before it counts what remains.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from tenure.model import QueueKind
+from tenure.model.errors import is_authored_word
 
-from tenure.model import ConfigValidationError
+from ..migration_report import Check
+from ..migrations import CatalogColumn, CatalogIndex, Executor
+from ..queue_table import TABLE_NAMES
+from ..tables import ColumnSpec, qualified, sql_dialect
 
-from ..migration_report import Check, MigrationReport, refuse_if_failed
-from ..schema import (
-    MIGRATIONS_TABLE,
-    OWNED_COLUMNS,
-    OWNED_UNIQUE_INDEXES,
-    TABLE_NAMES,
-    dialect_for,
-    legacy_columns,
-    legacy_index_ddl,
-    legacy_table_ddl,
-    owned_column_ddl,
-    owned_index_ddl,
-)
-from .store import PostgresStore, PostgresTransaction
+__all__ = ["POSTGRESQL_MIGRATION", "PostgresMigration"]
 
-__all__ = ["upgrade_postgres", "downgrade_postgres", "OWNED_MIGRATION"]
-
-OWNED_MIGRATION = "owned_v2"
-_DIALECT = dialect_for("postgresql")
+_TYPE_KEYS = {
+    "varchar": "varchar", "bpchar": "char", "text": "text", "int2": "smallint", "int4": "integer",
+    "int8": "bigint", "bool": "boolean", "timestamptz": "timestamptz", "timestamp": "timestamp",
+    "json": "json", "jsonb": "jsonb", "uuid": "uuid",
+}
+_SCHEMA = "coalesce($2::text, current_schema())"
 
 
-async def _columns(tx: PostgresTransaction, table: str) -> dict[str, dict[str, Any]]:
-    rows = await tx.execute(
-        """SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typname, a.atttypmod,
-                  a.attnotnull, pg_get_expr(d.adbin, d.adrelid), coalesce(c.collisdeterministic, true)
-             FROM pg_attribute a
-             JOIN pg_class r ON r.oid = a.attrelid
-             JOIN pg_type t ON t.oid = a.atttypid
-        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-        LEFT JOIN pg_collation c ON c.oid = a.attcollation
-            WHERE r.relname = $1 AND r.relnamespace = current_schema()::regnamespace
-              AND a.attnum > 0 AND NOT a.attisdropped""",
-        [table],
-    )
-    return {
-        name: {"type": shown, "base": base, "typmod": typmod, "notnull": notnull, "default": default,
-               "deterministic": deterministic}
-        for name, shown, base, typmod, notnull, default, deterministic in rows
-    }
+class PostgresMigration:
+    name = "postgresql"
+    sql_dialect = sql_dialect("postgresql")
+    placeholder = "$1"
 
-
-def _type_check(kind: str, column: dict[str, Any]) -> tuple[str, str | None]:
-    if kind in ("identity", "text"):
-        ok = column["base"] == "varchar" and (column["typmod"] < 0 or column["typmod"] - 4 >= 255)
-        return "character varying(255) or wider", None if ok else "not_canonical_varchar"
-    if kind == "generation":
-        return "bigint", None if column["base"] == "int8" else "not_bigint"
-    return "boolean", None if column["base"] == "bool" else "not_boolean_type"
-
-
-def _default_check(kind: str, default: str | None) -> tuple[str, str | None]:
-    text = None if default is None else default.strip()
-    if kind in ("identity", "text"):
-        ok = text is None or text.upper().startswith("NULL")
-        return "no default", None if ok else "default_manufactures_identity"
-    if kind == "generation":
-        ok = text in ("0", "'0'::bigint", "'0'::integer", "(0)::bigint")
-        return "default 0", None if ok else "default_not_zero"
-    ok = text in ("false", "'false'::boolean", "'f'::boolean")
-    return "default false", None if ok else "default_not_false"
-
-
-async def _index_checks(tx: PostgresTransaction, table: str) -> list[Check]:
-    rows = await tx.execute(
-        """SELECT a.attname, i.indnatts, i.indpred IS NULL, i.indexprs IS NULL,
-                  coalesce(c.collisdeterministic, true)
-             FROM pg_index i
-             JOIN pg_class r ON r.oid = i.indrelid
-             JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum = ANY(i.indkey)
-        LEFT JOIN pg_collation c ON c.oid = i.indcollation[array_position(i.indkey::int2[], a.attnum) - 1]
-            WHERE r.relname = $1 AND r.relnamespace = current_schema()::regnamespace AND i.indisunique""",
-        [table],
-    )
-    # Unique indexes over expressions (say lower(claim_token)) name no key column: find
-    # the columns they mention in their definitions.
-    expression_definitions = [
-        definition
-        for (definition,) in await tx.execute(
-            """SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class r ON r.oid = i.indrelid
-                WHERE r.relname = $1 AND r.relnamespace = current_schema()::regnamespace
-                  AND i.indisunique AND i.indexprs IS NOT NULL""",
-            [table],
-        )
-    ]
-    checks = []
-    for column in OWNED_UNIQUE_INDEXES:
-        found = [(natts, full, plain, deterministic) for name, natts, full, plain, deterministic in rows if name == column]
-        exact = [natts == 1 and full and plain and deterministic for natts, full, plain, deterministic in found]
-        in_expression = any(re.search(rf"\b{column}\b", definition) for definition in expression_definitions)
-        if not found:
-            problem: str | None = "missing_full_unique_index"
-        elif not all(exact) or in_expression:
-            problem = "partial_or_differently_compared_unique_index"
-        else:
-            problem = None
-        checks.append(Check(table, column, "one full unique deterministic index", problem is None, problem or ""))
-    return checks
-
-
-async def admission_checks(tx: PostgresTransaction) -> list[Check]:
-    checks: list[Check] = []
-    for table in TABLE_NAMES.values():
-        columns = await _columns(tx, table)
-        for owned in OWNED_COLUMNS:
-            found = columns.get(owned.name)
-            if found is None:
-                checks.append(Check(table, owned.name, "present", False, "missing_column"))
-                continue
-            requirement, problem = _type_check(owned.kind, found)
-            checks.append(Check(table, owned.name, requirement, problem is None, problem or ""))
-            wanted_not_null = not owned.nullable
-            nullability_ok = found["notnull"] == wanted_not_null
-            checks.append(Check(table, owned.name, "NOT NULL" if wanted_not_null else "nullable", nullability_ok,
-                                "" if nullability_ok else "wrong_nullability"))
-            requirement, problem = _default_check(owned.kind, found["default"])
-            checks.append(Check(table, owned.name, requirement, problem is None, problem or ""))
-            if owned.name in OWNED_UNIQUE_INDEXES:
-                checks.append(Check(table, owned.name, "deterministic collation", found["deterministic"],
-                                    "" if found["deterministic"] else "nondeterministic_collation"))
-        checks += await _index_checks(tx, table)
-    return checks
-
-
-async def upgrade_postgres(store: PostgresStore) -> MigrationReport:
-    applied: list[str] = []
-    async with store.transaction(write=True) as tx:
+    async def begin(self, tx: Executor) -> None:
         # One migration at a time: concurrent upgrades wait here rather than racing DDL.
         await tx.execute("SELECT pg_advisory_xact_lock(hashtext('tenure-migrations'))")
-        for statement in legacy_table_ddl(_DIALECT):
-            await tx.execute(statement)
-        legacy_checks = []
-        for queue, table in TABLE_NAMES.items():
-            existing = await _columns(tx, table)
-            legacy_checks += [
-                Check(table, column, "legacy column present", column in existing,
-                      "" if column in existing else "missing_legacy_column")
-                for column in legacy_columns(queue)
-            ]
-        refuse_if_failed(legacy_checks)
-        for statement in legacy_index_ddl(_DIALECT):
-            await tx.execute(statement)
-        done = await tx.execute(f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = $1", [OWNED_MIGRATION])
-        for table in TABLE_NAMES.values():
-            existing = await _columns(tx, table)
-            for owned in OWNED_COLUMNS:
-                if owned.name not in existing:
-                    await tx.execute(owned_column_ddl(table, owned, _DIALECT))
-            for column in OWNED_UNIQUE_INDEXES:
-                await tx.execute(owned_index_ddl(table, column))
-        checks = await admission_checks(tx)
-        refuse_if_failed(checks)
-        if not done:
-            await tx.execute(
-                f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) VALUES ($1, clock_timestamp())", [OWNED_MIGRATION]
-            )
-            applied.append(OWNED_MIGRATION)
-    return MigrationReport("postgresql", tuple(applied), tuple(checks))
 
-
-async def downgrade_postgres(store: PostgresStore) -> MigrationReport:
-    """Remove the owned columns, refusing (after locking the tables) while protected
-    submissions or live token-bearing claims remain."""
-    async with store.transaction(write=True) as tx:
-        present = await tx.execute("SELECT to_regclass($1) IS NOT NULL", [MIGRATIONS_TABLE])
-        applied = present[0][0] and await tx.execute(
-            f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = $1", [OWNED_MIGRATION]
+    async def schema_checks(self, tx: Executor, schema: str | None, *, explicit: bool) -> list[Check]:
+        rows = await tx.execute(
+            "SELECT table_schema, count(*) FROM information_schema.tables"
+            " WHERE table_name = ANY($1::text[]) GROUP BY table_schema ORDER BY table_schema",
+            [list(TABLE_NAMES.values())],
         )
-        if not applied:
-            return MigrationReport("postgresql", (), ())
-        await tx.execute(f"LOCK TABLE {', '.join(TABLE_NAMES.values())} IN ACCESS EXCLUSIVE MODE")
-        checks: list[Check] = []
-        for table in TABLE_NAMES.values():
-            protected = (await tx.execute(f"SELECT count(*) FROM {table} WHERE fence_required"))[0][0]
-            owned = (await tx.execute(
-                f"SELECT count(*) FROM {table} WHERE status = 'claimed' AND claim_token IS NOT NULL"
-            ))[0][0]
-            checks.append(Check(table, "fence_required", "no protected submissions", protected == 0,
-                                "" if protected == 0 else "protected_submissions_remain"))
-            checks.append(Check(table, "claim_token", "no live owned claims", owned == 0,
-                                "" if owned == 0 else "owned_claims_remain"))
-        failed = [check for check in checks if not check.passed]
-        if failed:
-            raise ConfigValidationError(
-                "downgrade_refused",
-                fields=tuple(f"{check.table}.{check.subject}" for check in failed),
-                problems=tuple(check.problem for check in failed),
-            )
-        for table in TABLE_NAMES.values():
-            for owned in OWNED_COLUMNS:
-                await tx.execute(f"ALTER TABLE {table} DROP COLUMN {owned.name}")
-        await tx.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = $1", [OWNED_MIGRATION])
-    return MigrationReport("postgresql", (f"removed {OWNED_MIGRATION}",), tuple(checks))
+        target = schema
+        if target is None:
+            target = (await tx.execute("SELECT current_schema()"))[0][0]
+        found = {name: count for name, count in rows}
+        if target is not None and found.get(target):
+            return []
+        elsewhere = [name for name in found if name != target]
+        if elsewhere:
+            # A schema name comes from the catalog, not from a caller's secret: it may be
+            # named, when it is a plain word.
+            return [
+                Check("schema", "queue_tables", "the queue tables are in the target schema", False,
+                      f"tables_in_schema_{name}" if is_authored_word(f"tables_in_schema_{name}")
+                      else "tables_in_another_schema")
+                for name in elsewhere
+            ]
+        if explicit and schema is not None:
+            await tx.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        return []
+
+    async def columns(self, tx: Executor, table: str, schema: str | None) -> dict[str, CatalogColumn]:
+        rows = await tx.execute(
+            f"""SELECT a.attname, t.typname, a.atttypmod, a.attnotnull, pg_get_expr(d.adbin, d.adrelid),
+                       coalesce(c.collisdeterministic, true)
+                  FROM pg_attribute a
+                  JOIN pg_class r ON r.oid = a.attrelid
+                  JOIN pg_namespace n ON n.oid = r.relnamespace
+                  JOIN pg_type t ON t.oid = a.atttypid
+             LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+             LEFT JOIN pg_collation c ON c.oid = a.attcollation
+                 WHERE r.relname = $1 AND n.nspname = {_SCHEMA} AND r.relkind = 'r'
+                   AND a.attnum > 0 AND NOT a.attisdropped""",
+            [table, schema],
+        )
+        found = {}
+        for name, typname, typmod, notnull, default, deterministic in rows:
+            key = _TYPE_KEYS.get(typname, typname)
+            length = typmod - 4 if key in ("varchar", "char") and typmod >= 4 else None
+            found[name] = CatalogColumn(name, key, length, notnull, default, deterministic)
+        return found
+
+    async def indexes(self, tx: Executor, table: str, schema: str | None) -> list[CatalogIndex]:
+        rows = await tx.execute(
+            f"""SELECT ic.relname, i.indisunique, i.indpred IS NOT NULL,
+                       ARRAY(SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                             JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum = k.attnum ORDER BY k.ord),
+                       CASE WHEN i.indexprs IS NULL THEN NULL ELSE pg_get_indexdef(i.indexrelid) END,
+                       coalesce((SELECT bool_and(coalesce(c.collisdeterministic, true))
+                                   FROM unnest(i.indcollation) AS k(collation_oid)
+                              LEFT JOIN pg_collation c ON c.oid = k.collation_oid), true)
+                  FROM pg_index i
+                  JOIN pg_class r ON r.oid = i.indrelid
+                  JOIN pg_class ic ON ic.oid = i.indexrelid
+                  JOIN pg_namespace n ON n.oid = r.relnamespace
+                 WHERE r.relname = $1 AND n.nspname = {_SCHEMA}""",
+            [table, schema],
+        )
+        return [
+            CatalogIndex(name, unique, partial, tuple(columns), expression, exact)
+            for name, unique, partial, columns, expression, exact in rows
+        ]
+
+    def type_check(self, column: ColumnSpec, found: CatalogColumn) -> tuple[str, str | None]:
+        key = found.type_key
+        if column.admission in ("identity", "text"):
+            ok = key == "varchar" and (found.length is None or found.length >= 255)
+            return "character varying(255) or wider", None if ok else "not_canonical_varchar"
+        if column.admission == "document":
+            return "text", None if key == "text" else "not_text_type"
+        if column.admission == "generation":
+            return "bigint", None if key == "bigint" else "not_bigint"
+        base = column.codec.base
+        if base in ("text", "enum"):
+            allowed = ("varchar", "char", "text", "uuid") if column.name == "id" else ("varchar", "char", "text")
+            return "a text type", None if key in allowed else "not_text_type"
+        if base == "int":
+            return "integer or bigint", None if key in ("integer", "bigint") else "not_integer_type"
+        if base == "flag":
+            return "boolean", None if key == "boolean" else "not_boolean_type"
+        if base == "instant":
+            return "timestamp with time zone", None if key == "timestamptz" else "not_timestamptz_type"
+        if key == "jsonb":
+            return "json or text", "jsonb_rewrites_stored_text"
+        return "json or text", None if key in ("json", "text") else "not_json_type"
+
+    def default_check(self, column: ColumnSpec, default: str | None) -> tuple[str, str | None]:
+        text = None if default is None else default.strip()
+        if column.admission in ("identity", "text", "document"):
+            ok = text is None or text.upper().startswith("NULL")
+            return "no default", None if ok else "default_manufactures_identity"
+        if column.admission == "generation":
+            ok = text in ("0", "'0'::bigint", "'0'::integer", "(0)::bigint")
+            return "default 0", None if ok else "default_not_zero"
+        ok = text in ("false", "'false'::boolean", "'f'::boolean")
+        return "default false", None if ok else "default_not_false"
+
+    async def probe(self, tx: Executor, queue: QueueKind, schema: str | None) -> list[Check]:
+        """Deterministic collations are read from the catalog; no probe row is needed."""
+        return []
+
+    def bookkeeping_ddl(self, schema: str | None) -> list[str]:
+        return []
+
+    def bookkeeping_tables(self) -> tuple[str, ...]:
+        return ()
+
+    async def lock_tables(self, tx: Executor, schema: str | None) -> None:
+        tables = ", ".join(qualified(schema, name) for name in TABLE_NAMES.values())
+        await tx.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
+
+    def now_sql(self) -> str:
+        return "clock_timestamp()::text"
+
+
+POSTGRESQL_MIGRATION = PostgresMigration()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -42,10 +41,10 @@ from tenure.kernel import JobRecord
 from tenure.model import ConfigValidationError, QueueKind, TenureError
 
 from ..failures import Stage, persistence_failed, reason_by_class, translate
-from ..records import MUTABLE_COLUMNS_FOR, record_from_columns, row_from_record
+from ..queue_table import TABLE_NAMES, queue_codec
 from ..sql import POSTGRESQL, statements_for
 from ..store import ClaimView, SharedFinders, TimeObserver
-from ..schema import TABLE_NAMES
+from ..tables import POSTGRESQL_DIALECT, RowCodec
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
 
@@ -163,16 +162,6 @@ async def _call(operation: Callable[[], Awaitable[T]], deadline: float, stage: S
     raise _failure(failure, stage)
 
 
-_ID_INDEX = {queue: statements_for(queue, POSTGRESQL).columns.index("id") for queue in QueueKind}
-
-
-def _compare(old: JobRecord) -> dict[str, Any]:
-    old_row = row_from_record(old)
-    compared = {f"old_{column}": old_row[column] for column in MUTABLE_COLUMNS_FOR[old.queue]}
-    compared["old_id"] = old.job_id
-    return compared
-
-
 def _with_clock(locking_select: str) -> str:
     """One statement that takes every row lock, then reads the clock.
 
@@ -193,12 +182,12 @@ def _with_clock(locking_select: str) -> str:
 
 
 @functools.cache
-def _claim_view_sql(queue: QueueKind, owned: bool) -> str:
+def _claim_view_sql(queue: QueueKind, owned: bool, schema: str | None) -> str:
     """Clock first, then: is a sweep needed, which tokens are stored, and the candidates
     (SKIP LOCKED: no waiting, so reading the clock first is safe)."""
-    statements = statements_for(queue, POSTGRESQL)
+    statements = statements_for(queue, POSTGRESQL, schema)
     candidates = (statements.eligible_owned if owned else statements.eligible_legacy).replace(":now", "(SELECT now FROM clock)")
-    table = TABLE_NAMES[queue]
+    table = statements.table
     return (
         "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now), "
         f"picked AS MATERIALIZED ({candidates}) "
@@ -213,9 +202,11 @@ class PostgresTransaction(SharedFinders):
     """A transaction on one pooled connection (see :class:`tenure.adapters.store.Transaction`)."""
 
     capabilities = POSTGRESQL
+    dialect = POSTGRESQL_DIALECT
 
     def __init__(self, store: PostgresStore, connection: asyncpg.Connection, deadline: float) -> None:
         self._store = store
+        self.schema = store.schema
         self._connection = connection
         self._deadline = deadline
         self._now: int | None = None
@@ -259,13 +250,12 @@ class PostgresTransaction(SharedFinders):
         assert self._now is not None
         return self._now
 
-    @staticmethod
-    def _record(queue: QueueKind, row: Any, offset: int = 0) -> JobRecord:
-        id_value = row[offset + _ID_INDEX[queue]]
-        if isinstance(id_value, uuid.UUID):  # a uuid column; asyncpg returns its own UUID subclass
-            row = list(row)
-            row[offset + _ID_INDEX[queue]] = str(id_value)
-        return record_from_columns(queue, row, offset)
+    def codec(self, queue: QueueKind) -> RowCodec:
+        return queue_codec(queue, POSTGRESQL_DIALECT, uuid_ids=self._store.uuid_ids.get(queue, False))
+
+    def _record(self, queue: QueueKind, row: Any, offset: int = 0) -> JobRecord:
+        record: JobRecord = self.codec(queue).read(row, offset)
+        return record
 
     async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
         return [self._record(queue, row) for row in await self._fetch(sql, parameters)]
@@ -282,7 +272,7 @@ class PostgresTransaction(SharedFinders):
         return str(rows[0][0])
 
     async def lock_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> dict[str, JobRecord]:
-        found = await self._locked_with_clock(queue, statements_for(queue, POSTGRESQL).lock_rows, {"job_ids": list(job_ids)})
+        found = await self._locked_with_clock(queue, self.statements(queue).lock_rows, {"job_ids": list(job_ids)})
         return {record.job_id: record for record in found}
 
     async def locate_submission(
@@ -297,12 +287,13 @@ class PostgresTransaction(SharedFinders):
     ) -> list[JobRecord]:
         parameters = {
             "submission_id": submission_id, "job_id": job_id, "run_id": run_id,
-            "idempotency_key": idempotency_key, "active_key": active_key,
+            # One column holds the authored key, or (streaming) the active key.
+            "idempotency_key": idempotency_key if active_key is None else active_key,
         }
-        return await self._locked_with_clock(queue, statements_for(queue, POSTGRESQL).locate, parameters)
+        return await self._locked_with_clock(queue, self.statements(queue).locate, parameters)
 
     async def claim_view(self, queue: QueueKind, *, limit: int, tokens: Sequence[str], owned: bool) -> ClaimView:
-        rows = await self._fetch(_claim_view_sql(queue, owned), {"limit": limit, "tokens": list(tokens), "false": False})
+        rows = await self._fetch(_claim_view_sql(queue, owned, self.schema), {"limit": limit, "tokens": list(tokens), "false": False})
         first = rows[0]
         self._observe(first[0])
         candidates = [self._record(queue, row, 3) for row in rows if row[3] is not None]
@@ -315,9 +306,9 @@ class PostgresTransaction(SharedFinders):
         if not pairs:
             return []
         queue = pairs[0][1].queue
-        statements = statements_for(queue, POSTGRESQL)
+        statements = self.statements(queue)
         ids = [new.job_id for _, new in pairs]
-        parameters = [{**row_from_record(new), **_compare(old)} for old, new in pairs]
+        parameters = [self.write_parameters(old, new) for old, new in pairs]
         if len(pairs) == 1:
             rows = await self._fetch(statements.update, parameters[0])
         else:  # every UPDATE of the batch in one pipelined round trip
@@ -337,10 +328,10 @@ class PostgresTransaction(SharedFinders):
         return [written[job_id] for job_id in ids]
 
     async def delete(self, old: JobRecord) -> bool:
-        return bool(await self._fetch(statements_for(old.queue, POSTGRESQL).delete, _compare(old)))
+        return bool(await self._fetch(self.statements(old.queue).delete, self.compare_parameters(old)))
 
     async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
-        return await self._records(queue, statements_for(queue, POSTGRESQL).read_rows, {"job_ids": list(job_ids)})
+        return await self._records(queue, self.statements(queue).read_rows, {"job_ids": list(job_ids)})
 
 
 
@@ -414,8 +405,17 @@ class PostgresStore:
     (``source_closed``); closing again does nothing.
     """
 
-    def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = POOL_SIZE,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
         self._dsn = dsn
+        self.schema = schema
+        """The schema holding the queue tables (None: the connection's current schema)."""
         self._pool_size = pool_size
         self._timeout_seconds = timeout_seconds
         self._pool: _Connections | None = None
@@ -444,9 +444,9 @@ class PostgresStore:
                     try:
                         rows = await _call(lambda: connection.fetch(
                             "SELECT table_name, data_type FROM information_schema.columns"
-                            " WHERE table_schema = current_schema() AND column_name = 'id'"
+                            " WHERE table_schema = coalesce($2, current_schema()) AND column_name = 'id'"
                             " AND table_name = ANY($1::text[])",
-                            list(TABLE_NAMES.values()),
+                            list(TABLE_NAMES.values()), self.schema,
                         ), deadline, Stage.CONNECT)
                     except BaseException:
                         pool.give_back(connection, clean=False)

@@ -42,10 +42,10 @@ from tenure.kernel import JobRecord
 from tenure.model import ConfigValidationError, QueueKind, TenureError
 
 from ..failures import Stage, persistence_failed, translate
-from ..records import MUTABLE_COLUMNS_FOR, record_from_columns, row_from_record
 from ..schema import CLOCK_TABLE
-from ..sql import SQLITE, statements_for
+from ..sql import SQLITE
 from ..store import ClaimView, SharedFinders, TimeObserver
+from ..tables import SQLITE_DIALECT
 
 __all__ = ["SqliteStore", "SqliteTransaction", "DEFAULT_TIMEOUT_SECONDS", "wall_clock_us"]
 
@@ -115,30 +115,25 @@ async def _run(
     raise _failure(failure, stage)
 
 
-def _connect(path: str, *, create: bool, busy_timeout_ms: int) -> sqlite3.Connection:
+def _connect(path: str, *, create: bool, busy_timeout_ms: int, wal: bool) -> sqlite3.Connection:
     """Open the file (runs in a worker thread). ``mode=rw`` never creates a file."""
     uri = f"file:{urllib.parse.quote(path)}?mode={'rwc' if create else 'rw'}"
     connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     try:
         connection.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-        connection.execute("PRAGMA journal_mode = WAL")
+        if wal:
+            connection.execute("PRAGMA journal_mode = WAL")
     except BaseException:
         connection.close()
         raise
     return connection
 
 
-def _compare(old: JobRecord) -> dict[str, Any]:
-    old_row = row_from_record(old)
-    compared = {f"old_{column}": old_row[column] for column in MUTABLE_COLUMNS_FOR[old.queue]}
-    compared["old_id"] = old.job_id
-    return compared
-
-
 class SqliteTransaction(SharedFinders):
     """A transaction on the store's connection (see :class:`tenure.adapters.store.Transaction`)."""
 
     capabilities = SQLITE
+    dialect = SQLITE_DIALECT
 
     def __init__(self, store: SqliteStore, connection: aiosqlite.Connection, *, write: bool) -> None:
         self._store = store
@@ -164,13 +159,14 @@ class SqliteTransaction(SharedFinders):
         return self._now
 
     async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
-        return [record_from_columns(queue, row) for row in await _run(self._connection, sql, parameters)]
+        read = self.codec(queue).read
+        return [read(row, 0) for row in await _run(self._connection, sql, parameters)]
 
     async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
         return job_id  # SQLite keeps text exactly as given
 
     async def lock_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> dict[str, JobRecord]:
-        found = await self._records(queue, statements_for(queue, SQLITE).lock_rows, {"job_ids": json.dumps(list(job_ids))})
+        found = await self._records(queue, self.statements(queue).lock_rows, {"job_ids": json.dumps(list(job_ids))})
         await self.now_us()  # the whole database is already locked: any time now is after the lock
         return {record.job_id: record for record in found}
 
@@ -186,16 +182,17 @@ class SqliteTransaction(SharedFinders):
     ) -> list[JobRecord]:
         parameters = {
             "submission_id": submission_id, "job_id": job_id, "run_id": run_id,
-            "idempotency_key": idempotency_key, "active_key": active_key,
+            # One column holds the authored key, or (streaming) the active key.
+            "idempotency_key": idempotency_key if active_key is None else active_key,
         }
-        found = await self._records(queue, statements_for(queue, SQLITE).locate, parameters)
+        found = await self._records(queue, self.statements(queue).locate, parameters)
         await self.now_us()
         return found
 
     async def claim_view(self, queue: QueueKind, *, limit: int, tokens: Sequence[str], owned: bool) -> ClaimView:
-        statements = statements_for(queue, SQLITE)
+        statements = self.statements(queue)
         now = await self.now_us()
-        sweep_needed = bool(await _run(self._connection, statements.sweep_needed, {"now": now}))
+        sweep_needed = bool(await _run(self._connection, statements.sweep_needed, {"now": self.codec(queue).stored_instant(now)}))
         stored = await _run(self._connection, statements.tokens_stored, {"tokens": json.dumps(list(tokens))})
         candidates = [] if sweep_needed else await self.pick_eligible(queue, now, limit, owned=owned)
         return ClaimView(sweep_needed, frozenset(token for (token,) in stored), candidates)
@@ -203,8 +200,7 @@ class SqliteTransaction(SharedFinders):
     async def update_many(self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool) -> list[JobRecord]:
         stored: list[JobRecord] = []
         for old, new in pairs:
-            statements = statements_for(new.queue, SQLITE)
-            written = await self._records(new.queue, statements.update, {**row_from_record(new), **_compare(old)})
+            written = await self._records(new.queue, self.statements(new.queue).update, self.write_parameters(old, new))
             if not written:
                 raise persistence_failed("row_changed")
             stored.append(written[0])
@@ -212,7 +208,7 @@ class SqliteTransaction(SharedFinders):
             queue = pairs[0][1].queue
             ids = [new.job_id for _, new in pairs]
             by_id = {r.job_id: r for r in await self._records(
-                queue, statements_for(queue, SQLITE).read_rows, {"job_ids": json.dumps(ids)}
+                queue, self.statements(queue).read_rows, {"job_ids": json.dumps(ids)}
             )}
             if set(by_id) != set(ids):
                 raise persistence_failed("read_back_mismatch")
@@ -220,11 +216,11 @@ class SqliteTransaction(SharedFinders):
         return stored
 
     async def delete(self, old: JobRecord) -> bool:
-        rows = await _run(self._connection, statements_for(old.queue, SQLITE).delete, _compare(old))
+        rows = await _run(self._connection, self.statements(old.queue).delete, self.compare_parameters(old))
         return bool(rows)
 
     async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
-        return await self._records(queue, statements_for(queue, SQLITE).read_rows, {"job_ids": json.dumps(list(job_ids))})
+        return await self._records(queue, self.statements(queue).read_rows, {"job_ids": json.dumps(list(job_ids))})
 
 
 
@@ -240,9 +236,12 @@ class SqliteStore:
     transaction is refused with ``ConfigValidationError`` (``source_closed``).
     """
 
-    def __init__(self, path: str, *, create: bool = False, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self, path: str, *, create: bool = False, wal: bool = True, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    ) -> None:
         self._path = path
         self._create = create
+        self._wal = wal
         self._timeout_seconds = timeout_seconds
         self._connection: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
@@ -259,7 +258,9 @@ class SqliteStore:
         try:
             # Opened in a worker thread and handed to aiosqlite already open: aiosqlite's
             # own failed open leaves a thread that reports to a closed event loop later.
-            raw = await asyncio.to_thread(_connect, self._path, create=self._create, busy_timeout_ms=busy_timeout_ms)
+            raw = await asyncio.to_thread(
+                _connect, self._path, create=self._create, busy_timeout_ms=busy_timeout_ms, wal=self._wal
+            )
         except Exception as error:  # noqa: BLE001 - the boundary for opening
             failure = error
         if failure is not None:

@@ -1,0 +1,395 @@
+"""The queue tables: pycharter 0.0.67's three job tables, plus tenure's owned additions.
+
+The legacy step is exactly what pycharter's models create (``validation_jobs``,
+``pipeline_jobs``, ``streaming_jobs``: names, column order, types, nullability, unique
+constraints and index names; in the schema ``pycharter`` on PostgreSQL when pycharter
+created them), so a database pycharter created is adopted in place and both libraries
+keep reading what the other wrote. The owned step adds ``generation``, ``claim_token``,
+``submission_id``, ``fingerprint``, ``fence_required`` and ``authored_json``, two full
+unique indexes and two indexes for tenure's claim and lease-sweep queries.
+
+The envelope lives in pycharter's domain columns, in pycharter's shapes:
+
+* validation: ``contract_name``, ``contract_version`` and ``data_json``
+  (``{"data_source", "options"}``);
+* pipeline: ``payload_json`` (``{"config", "variables", "fail_fast", "concept_scheme"}``)
+  with the run ID in ``run_id``;
+* streaming: ``config_name``, ``config_version`` and ``payload_json``
+  (``{"variables", "force"}``); the active key is ``idempotency_key``, as in pycharter.
+
+``authored_json`` keeps what those columns cannot: which of ``job_id``, ``run_id``,
+``fires_at`` and ``max_attempts`` the submitter wrote, and as what (JSON ``null`` when it
+left them out), so a claimed envelope equals the submitted one. Rows other clients wrote
+have none; their envelope shows the stored ID and attempt budget and no ``fires_at``.
+Record fields are filled from the columns by :mod:`tenure.adapters.tables`; the
+kernel's ``payload`` tuple holds the domain columns' stored values in this order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
+
+from tenure.kernel import JobRecord
+from tenure.model import (
+    ENVELOPE_FOR_QUEUE,
+    ConfigValidationError,
+    JobStatus,
+    QueueKind,
+    SubmissionEnvelope,
+    bounds,
+)
+
+from .tables import (
+    Codec,
+    ColumnSpec,
+    Dialect,
+    IndexSpec,
+    RowCodec,
+    Step,
+    TableSpec,
+    corrupt,
+    row_codec,
+)
+
+__all__ = [
+    "TABLE_NAMES",
+    "QUEUE_TABLES",
+    "PAYLOAD_COLUMNS",
+    "OWNED_UNIQUE_COLUMNS",
+    "queue_codec",
+    "stored_payload",
+    "envelope_of",
+    "probe_record",
+]
+
+TABLE_NAMES: dict[QueueKind, str] = {
+    QueueKind.VALIDATION: "validation_jobs",
+    QueueKind.PIPELINE: "pipeline_jobs",
+    QueueKind.STREAMING: "streaming_jobs",
+}
+
+_INSTANT = DateTime(timezone=True)
+C = Codec
+
+
+def _column(name: str, field: str, codec: Codec, sql_type: Any, *, nullable: bool, mutable: bool, **more: Any) -> ColumnSpec:
+    return ColumnSpec(name, field, codec, sql_type, nullable, mutable, **more)
+
+
+def _queue_head() -> tuple[ColumnSpec, ...]:
+    return (_column("id", "job_id", C.TEXT, String(36), nullable=False, mutable=False, primary_key=True),)
+
+
+def _status() -> ColumnSpec:
+    return _column("status", "status", C.ENUM, String(20), nullable=False, mutable=True, choices=JobStatus)
+
+
+def _claim_columns() -> tuple[ColumnSpec, ...]:
+    return (
+        _column("fires_at", "fires_at_us", C.INSTANT, _INSTANT, nullable=False, mutable=True),
+        _column("claimed_by", "owner_id", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=True),
+        _column("claimed_at", "claimed_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
+        _column("lease_expires_at", "lease_expires_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
+    )
+
+
+def _dlq() -> ColumnSpec:
+    return _column("dlq_record_id", "dlq_record_id", C.OPTIONAL_TEXT, String(32), nullable=True, mutable=True)
+
+
+def _attempts() -> tuple[ColumnSpec, ...]:
+    return (
+        _column("attempt", "attempts", C.INT, Integer(), nullable=False, mutable=True),
+        _column("max_attempts", "max_attempts", C.INT, Integer(), nullable=False, mutable=False),
+    )
+
+
+def _error() -> ColumnSpec:
+    return _column("error_message", "error_message", C.OPTIONAL_TEXT, Text(), nullable=True, mutable=True)
+
+
+def _idempotency_key(field: str, *, mutable: bool) -> ColumnSpec:
+    return _column("idempotency_key", field, C.OPTIONAL_TEXT, String(255), nullable=True, mutable=mutable)
+
+
+def _tail() -> tuple[ColumnSpec, ...]:
+    # created_at is nullable in pycharter's DDL, but every client fills it: a row without
+    # one reads as corrupt.
+    return (
+        _column("created_at", "created_at_us", C.INSTANT, _INSTANT, nullable=True, mutable=False),
+        _column("completed_at", "completed_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
+        _column("result_json", "result_json", C.OPTIONAL_JSON, JSON(), nullable=True, mutable=True),
+    )
+
+
+def _owned(authored_part: int) -> tuple[ColumnSpec, ...]:
+    owned = Step.OWNED
+    return (
+        _column("generation", "generation", C.INT, BigInteger(), nullable=False, mutable=True, step=owned,
+                default_sql="0", admission="generation"),
+        _column("claim_token", "claim_token", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=True, step=owned,
+                admission="identity"),
+        _column("submission_id", "submission_id", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=False,
+                step=owned, admission="identity"),
+        _column("fingerprint", "fingerprint", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=False, step=owned,
+                admission="text"),
+        _column("fence_required", "fence_required", C.FLAG, Boolean(), nullable=False, mutable=False, step=owned,
+                default_sql="false", admission="flag"),
+        _column("authored_json", "payload", C.OPTIONAL_TEXT, Text(), nullable=True, mutable=False, step=owned,
+                admission="document", part=authored_part),
+    )
+
+
+OWNED_UNIQUE_COLUMNS: tuple[str, ...] = ("claim_token", "submission_id")
+"""Owned columns that need a full (not partial) unique index of their own."""
+
+
+def _owned_indexes(table: str) -> tuple[IndexSpec, ...]:
+    owned = Step.OWNED
+    return (
+        *(IndexSpec(f"ux_{table}_{column}", (column,), unique=True, step=owned) for column in OWNED_UNIQUE_COLUMNS),
+        # Claims read due rows in (fires_at, id) order; the sweep reads expired leases.
+        IndexSpec(f"ix_{table}_eligible", ("status", "fires_at", "id"), step=owned),
+        IndexSpec(f"ix_{table}_lease", ("status", "lease_expires_at"), step=owned),
+    )
+
+
+def _payload(name: str, part: int, codec: Codec, sql_type: Any, **more: Any) -> ColumnSpec:
+    return _column(name, "payload", codec, sql_type, nullable=False, mutable=False, part=part, **more)
+
+
+VALIDATION_TABLE = TableSpec(
+    "validation_jobs",
+    (
+        *_queue_head(),
+        _payload("contract_name", 0, C.TEXT, String(255)),
+        _payload("contract_version", 1, C.TEXT, String(50)),
+        _payload("data_json", 2, C.JSON, JSON()),
+        _status(),
+        *_claim_columns(),
+        _dlq(),
+        *_attempts(),
+        _error(),
+        _idempotency_key("idempotency_key", mutable=False),
+        *_tail(),
+        *_owned(authored_part=3),
+    ),
+    indexes=(IndexSpec("ix_validation_jobs_poll", ("status", "fires_at")), *_owned_indexes("validation_jobs")),
+    unique_columns=("idempotency_key",),
+)
+
+PIPELINE_TABLE = TableSpec(
+    "pipeline_jobs",
+    (
+        *_queue_head(),
+        _column("run_id", "run_id", C.TEXT, String(32), nullable=False, mutable=False),
+        _status(),
+        _payload("payload_json", 0, C.JSON, JSON()),
+        *_claim_columns(),
+        _dlq(),
+        *_attempts(),
+        _idempotency_key("idempotency_key", mutable=False),
+        _error(),
+        *_tail(),
+        *_owned(authored_part=1),
+    ),
+    indexes=(
+        IndexSpec("ix_pipeline_jobs_poll", ("status", "fires_at")),
+        IndexSpec("ix_pycharter_pipeline_jobs_run_id", ("run_id",), unique=True),
+        IndexSpec("ix_pycharter_pipeline_jobs_status", ("status",)),
+        *_owned_indexes("pipeline_jobs"),
+    ),
+    unique_columns=("idempotency_key",),
+)
+
+STREAMING_TABLE = TableSpec(
+    "streaming_jobs",
+    (
+        *_queue_head(),
+        _payload("config_name", 0, C.TEXT, String(512)),
+        _payload("config_version", 1, C.TEXT, String(64)),
+        _status(),
+        _payload("payload_json", 2, C.JSON, JSON()),
+        *_claim_columns(),
+        _column("cancel_requested", "cancel_requested", C.FLAG, Boolean(), nullable=False, mutable=True),
+        _column("pid", "pid", C.OPTIONAL_INT, Integer(), nullable=True, mutable=True),
+        *_attempts(),
+        # pycharter's idempotency key is the streaming active key, released on finishing.
+        _idempotency_key("active_key", mutable=True),
+        _error(),
+        *_tail(),
+        *_owned(authored_part=3),
+    ),
+    indexes=(
+        IndexSpec("ix_pycharter_streaming_jobs_config_name", ("config_name",)),
+        IndexSpec("ix_pycharter_streaming_jobs_config_version", ("config_version",)),
+        IndexSpec("ix_pycharter_streaming_jobs_status", ("status",)),
+        IndexSpec("ix_streaming_jobs_config", ("config_name", "config_version")),
+        IndexSpec("ix_streaming_jobs_poll", ("status", "fires_at")),
+        *_owned_indexes("streaming_jobs"),
+    ),
+    unique_columns=("idempotency_key",),
+)
+
+QUEUE_TABLES: dict[QueueKind, TableSpec] = {
+    QueueKind.VALIDATION: VALIDATION_TABLE,
+    QueueKind.PIPELINE: PIPELINE_TABLE,
+    QueueKind.STREAMING: STREAMING_TABLE,
+}
+
+PAYLOAD_COLUMNS: dict[QueueKind, tuple[str, ...]] = {
+    queue: tuple(
+        column.name for column in sorted(
+            (column for column in spec.columns if column.field == "payload"), key=lambda column: column.part or 0
+        )
+    )
+    for queue, spec in QUEUE_TABLES.items()
+}
+"""The payload tuple's parts, by column name, in order."""
+
+_CONSTANTS: dict[QueueKind, dict[str, Any]] = {
+    QueueKind.VALIDATION: {"queue": QueueKind.VALIDATION, "run_id": None, "cancel_requested": False, "pid": None,
+                           "active_key": None},
+    QueueKind.PIPELINE: {"queue": QueueKind.PIPELINE, "cancel_requested": False, "pid": None, "active_key": None},
+    QueueKind.STREAMING: {"queue": QueueKind.STREAMING, "run_id": None, "idempotency_key": None,
+                          "dlq_record_id": None},
+}
+
+
+def _uuid_ids_as_text(values: list[Any]) -> None:
+    # A genuine uuid id column: asyncpg returns its own UUID subclass; records keep the
+    # canonical text.
+    if not isinstance(values[0], str) and values[0] is not None:
+        values[0] = str(values[0])
+
+
+@functools.cache
+def queue_codec(queue: QueueKind, dialect: Dialect, *, uuid_ids: bool = False) -> RowCodec:
+    """The row mapping of ``queue``'s table on ``dialect`` (``id`` is the first column)."""
+    return row_codec(
+        QUEUE_TABLES[queue], dialect, JobRecord, _CONSTANTS[queue],
+        prepare=_uuid_ids_as_text if uuid_ids else None,
+    )
+
+
+
+# --- the payload: envelope -> stored domain columns -> envelope -------------------------
+
+
+def _object(texts: Mapping[str, str], names: tuple[str, ...]) -> str:
+    """The canonical JSON object of these fields (names in sorted order), from their
+    canonical texts: no payload is encoded twice."""
+    return "{" + ",".join(f'"{name}":{texts[name]}' for name in names) + "}"
+
+
+_DOMAIN_OBJECT: dict[QueueKind, tuple[str, ...]] = {
+    QueueKind.VALIDATION: ("data_source", "options"),
+    QueueKind.PIPELINE: ("concept_scheme", "config", "fail_fast", "variables"),
+    QueueKind.STREAMING: ("force", "variables"),
+}
+_DOMAIN_TEXT: dict[QueueKind, tuple[str, ...]] = {
+    QueueKind.VALIDATION: ("contract_name", "contract_version"),
+    QueueKind.PIPELINE: (),
+    QueueKind.STREAMING: ("config_name", "config_version"),
+}
+_AUTHORED: dict[QueueKind, tuple[str, ...]] = {
+    QueueKind.VALIDATION: ("fires_at", "job_id", "max_attempts"),
+    QueueKind.PIPELINE: ("fires_at", "job_id", "max_attempts", "run_id"),
+    QueueKind.STREAMING: ("fires_at", "job_id", "max_attempts"),
+}
+
+
+def stored_payload(queue: QueueKind, field_texts: Mapping[str, str]) -> tuple[str | None, ...]:
+    """The payload tuple a submission stores, from its fields' canonical texts."""
+    plain = tuple(json.loads(field_texts[name]) for name in _DOMAIN_TEXT[queue])
+    return (*plain, _object(field_texts, _DOMAIN_OBJECT[queue]), _object(field_texts, _AUTHORED[queue]))
+
+
+def _parsed_object(text: object) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if type(text) is str else None
+    except ValueError:
+        value = None
+    if type(value) is not dict:
+        raise corrupt()
+    return value
+
+
+def envelope_of(record: JobRecord) -> SubmissionEnvelope:
+    """The envelope a stored row holds; ``corrupt_row`` when its shape or values are not
+    an envelope's (a row written outside tenure)."""
+    queue = record.queue
+    *plain, domain_text, authored_text = record.payload
+    domain = _parsed_object(domain_text)
+    if authored_text is None:  # written by another client
+        authored: dict[str, Any] = {"job_id": record.job_id, "fires_at": None, "max_attempts": record.max_attempts}
+        if queue is QueueKind.PIPELINE:
+            authored["run_id"] = record.run_id
+    else:
+        authored = _parsed_object(authored_text)
+    fields: dict[str, Any] = dict(zip(_DOMAIN_TEXT[queue], plain, strict=True))
+    for name in _DOMAIN_OBJECT[queue]:
+        fields[name] = domain.get(name)
+    if queue is QueueKind.PIPELINE and "fail_fast" not in domain:
+        fields["fail_fast"] = True  # pycharter's reading of a missing flag
+    if queue is QueueKind.STREAMING and "force" not in domain:
+        fields["force"] = False
+    for name in _AUTHORED[queue]:
+        fields[name] = authored.get(name)
+    if queue is not QueueKind.STREAMING:
+        fields["idempotency_key"] = record.idempotency_key
+    envelope: SubmissionEnvelope | None = None
+    try:
+        if fields.get("fires_at") is not None:
+            fields["fires_at"] = dt.datetime.fromisoformat(fields["fires_at"])
+        envelope = ENVELOPE_FOR_QUEUE[queue](**fields)  # type: ignore[assignment]
+    except (ConfigValidationError, TypeError, ValueError):
+        pass  # raised below, outside the handler, so nothing of the row rides along
+    if envelope is None:
+        raise corrupt()
+    return envelope
+
+
+def probe_record(queue: QueueKind, suffix: str, identity: str, now_us: int) -> JobRecord:
+    """A finished, owned-looking row for the migration's collation probe: every NOT NULL
+    column filled, the two identity columns set to ``identity``."""
+    texts = {
+        "contract_name": '"probe"', "contract_version": '"probe"', "data_source": '"probe"', "options": "null",
+        "config": "{}", "variables": "null", "fail_fast": "true", "concept_scheme": "null",
+        "config_name": '"probe"', "config_version": f'"{suffix}"', "force": "false",
+        "fires_at": "null", "job_id": "null", "max_attempts": "null", "run_id": "null",
+    }
+    return JobRecord(
+        queue=queue,
+        job_id="tenure-probe-" + suffix,
+        run_id=("probe" + suffix) if queue is QueueKind.PIPELINE else None,
+        status=JobStatus.CANCELLED,
+        attempts=0,
+        max_attempts=1,
+        generation=0,
+        owner_id=None,
+        claim_token="tenure-probe-" + identity,
+        claimed_at_us=None,
+        lease_expires_at_us=None,
+        fires_at_us=now_us,
+        created_at_us=now_us,
+        completed_at_us=now_us,
+        cancel_requested=False,
+        pid=None,
+        fence_required=False,
+        submission_id="tenure-probe-" + identity,
+        fingerprint=None,
+        idempotency_key=None,
+        active_key=None,
+        dlq_record_id=None,
+        error_message=None,
+        result_json=None,
+        payload=stored_payload(queue, texts),
+    )
+

@@ -1,0 +1,411 @@
+"""Table descriptions: one declaration per table that generates its DDL, its statements'
+column lists and both directions of its row mapping, for every database.
+
+A :class:`TableSpec` lists :class:`ColumnSpec` values in the table's column order. Each
+column names the record field it holds (or one part of a tuple field), its codec (how a
+record value is stored and read back), its SQLAlchemy type (for DDL), whether a decision
+may change it (``mutable``: written and compared by the compare-and-set) and which
+schema step adds it (``legacy``: the tables as other clients created them; ``owned``:
+tenure's additive migration).
+
+Codecs differ by database only in how instants and JSON travel, and that difference is a
+:class:`Dialect` value, never a branch elsewhere:
+
+* instants are integer microseconds in every record; SQLite stores them as SQLAlchemy's
+  ``DATETIME`` text (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC, what SQLAlchemy and its users
+  write), PostgreSQL as ``timestamptz`` (sent and received as integer microseconds);
+* JSON values are records' canonical text; both databases keep the text as written
+  (PostgreSQL ``json``, SQLite text), and PostgreSQL compares ``json`` as text.
+
+Values are checked, never coerced: a stored value of the wrong type or shape raises
+``corrupt_row``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Column, Index, MetaData, Table, UniqueConstraint, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect as SqlDialect
+from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.types import TypeEngine
+
+from tenure.model import ErrorCode, TenureError
+
+__all__ = [
+    "Codec",
+    "Step",
+    "ColumnSpec",
+    "IndexSpec",
+    "TableSpec",
+    "Dialect",
+    "SQLITE_DIALECT",
+    "POSTGRESQL_DIALECT",
+    "RowCodec",
+    "row_codec",
+    "corrupt",
+    "instant_to_sqlite_text",
+    "instant_from_sqlite_text",
+    "qualified",
+    "sql_dialect",
+]
+
+
+def corrupt() -> TenureError:
+    return TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, "corrupt_row")
+
+
+class Codec(enum.Enum):
+    """How one record value is stored."""
+
+    TEXT = "text"
+    OPTIONAL_TEXT = "text?"
+    INT = "int"
+    OPTIONAL_INT = "int?"
+    FLAG = "flag"
+    INSTANT = "instant"
+    OPTIONAL_INSTANT = "instant?"
+    JSON = "json"
+    OPTIONAL_JSON = "json?"
+    ENUM = "enum"
+    """Text holding one value of the column's ``choices`` enum."""
+
+    @property
+    def optional(self) -> bool:
+        return self.value.endswith("?")
+
+    @property
+    def base(self) -> str:
+        return self.value.rstrip("?")
+
+
+class Step(enum.Enum):
+    LEGACY = "legacy"
+    OWNED = "owned"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ColumnSpec:
+    """One stored column and the record value it holds."""
+
+    name: str
+    field: str
+    """The record field; with ``part`` set, a position in that tuple field."""
+    codec: Codec
+    sql_type: TypeEngine[Any]
+    nullable: bool
+    mutable: bool
+    step: Step = Step.LEGACY
+    part: int | None = None
+    primary_key: bool = False
+    default_sql: str | None = None
+    """A server default (owned columns only: ``0``, ``false``)."""
+    admission: str = ""
+    """For owned columns: what the migration requires (``identity``, ``generation``,
+    ``flag``, ``text``, ``document``)."""
+    choices: type[enum.Enum] | None = None
+    """For ENUM columns: the enum whose values the column stores."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IndexSpec:
+    name: str
+    columns: tuple[str, ...]
+    unique: bool = False
+    step: Step = Step.LEGACY
+
+
+@dataclasses.dataclass(frozen=True)  # not slotted: cached_property keeps derived lists
+class TableSpec:
+    """A table: its columns in order, its indexes and its unique constraints."""
+
+    name: str
+    columns: tuple[ColumnSpec, ...]
+    indexes: tuple[IndexSpec, ...] = ()
+    unique_columns: tuple[str, ...] = ()
+    """Columns with an unnamed UNIQUE constraint in CREATE TABLE (legacy step)."""
+
+    @functools.cached_property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(column.name for column in self.columns)
+
+    @functools.cached_property
+    def mutable_names(self) -> tuple[str, ...]:
+        return tuple(column.name for column in self.columns if column.mutable)
+
+    def column(self, name: str) -> ColumnSpec:
+        return next(column for column in self.columns if column.name == name)
+
+    def columns_of(self, step: Step) -> tuple[ColumnSpec, ...]:
+        return tuple(column for column in self.columns if column.step is step)
+
+    def indexes_of(self, step: Step) -> tuple[IndexSpec, ...]:
+        return tuple(index for index in self.indexes if index.step is step)
+
+    @functools.cached_property
+    def instant_names(self) -> frozenset[str]:
+        return frozenset(column.name for column in self.columns if column.codec.base == "instant")
+
+    @functools.cached_property
+    def json_names(self) -> frozenset[str]:
+        return frozenset(column.name for column in self.columns if column.codec.base == "json")
+
+    def sqlalchemy_table(self, schema: str | None, *, steps: frozenset[Step]) -> Table:
+        """The table as SQLAlchemy Core declares it (for DDL), with the given steps."""
+        return _sqlalchemy_table(self, schema, steps)
+
+    def create_ddl(self, dialect: SqlDialect, schema: str | None) -> list[str]:
+        """CREATE TABLE IF NOT EXISTS and CREATE INDEX IF NOT EXISTS for the legacy step."""
+        table = self.sqlalchemy_table(schema, steps=frozenset({Step.LEGACY}))
+        statements = [str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)).strip()]
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            statements.append(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)).strip())
+        return statements
+
+
+@functools.cache
+def _sqlalchemy_table(spec: TableSpec, schema: str | None, steps: frozenset[Step]) -> Table:
+    metadata = MetaData()
+    columns = [
+        Column(
+            column.name,
+            column.sql_type,
+            primary_key=column.primary_key,
+            nullable=column.nullable or column.primary_key,
+            server_default=None if column.default_sql is None else text(column.default_sql),
+        )
+        for column in spec.columns
+        if column.step in steps
+    ]
+    constraints = [UniqueConstraint(name) for name in spec.unique_columns]
+    table = Table(spec.name, metadata, *columns, *constraints, schema=schema)
+    for index in spec.indexes:
+        if index.step in steps:
+            Index(index.name, *(table.c[name] for name in index.columns), unique=index.unique)
+    return table
+
+
+def sql_dialect(name: str) -> SqlDialect:
+    return postgresql.dialect() if name == "postgresql" else sqlite.dialect()  # type: ignore[no-untyped-call]
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def qualified(schema: str | None, name: str) -> str:
+    """``"schema".name`` (the schema quoted), or the bare name without a schema."""
+    if schema is None:
+        return name
+    assert _IDENTIFIER.fullmatch(schema), "schema names are checked when configured"
+    return f'"{schema}".{name}'
+
+
+# --- SQLite's DATETIME text ------------------------------------------------------------
+
+_DATETIME_TEXT = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6})")
+_DAY_US = 86_400_000_000
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    year -= month <= 2
+    era = (year if year >= 0 else year - 399) // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146_097 + day_of_era - 719_468
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    days += 719_468
+    era = (days if days >= 0 else days - 146_096) // 146_097
+    day_of_era = days - era * 146_097
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    month_index = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * month_index + 2) // 5 + 1
+    month = month_index + (3 if month_index < 10 else -9)
+    return year_of_era + era * 400 + (month <= 2), month, day
+
+
+_DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def instant_to_sqlite_text(micros: int) -> str:
+    """Microseconds since the epoch as SQLAlchemy's SQLite DATETIME text (UTC)."""
+    days, rest = divmod(micros, _DAY_US)
+    year, month, day = _civil_from_days(days)
+    seconds, fraction = divmod(rest, 1_000_000)
+    hour, seconds = divmod(seconds, 3600)
+    minute, second = divmod(seconds, 60)
+    return f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}.{fraction:06d}"
+
+
+def instant_from_sqlite_text(value: object) -> int:
+    """The instant a DATETIME text names, read as UTC; anything else is ``corrupt_row``."""
+    match = _DATETIME_TEXT.fullmatch(value) if type(value) is str else None
+    if match is None:
+        raise corrupt()
+    year, month, day, hour, minute, second, fraction = (int(part) for part in match.groups())
+    leap = month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    if not (1 <= year and 1 <= month <= 12 and 1 <= day <= _DAYS_IN_MONTH[month - 1] + leap
+            and hour < 24 and minute < 60 and second < 60):
+        raise corrupt()
+    return (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000 + fraction
+
+
+# --- dialects --------------------------------------------------------------------------
+
+
+def _postgres_instant(value: object) -> int:
+    if type(value) is not int:
+        raise corrupt()
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one database stores the codecs that differ (instants, JSON comparison)."""
+
+    name: str
+    instant_to_stored: Callable[[int], Any]
+    instant_from_stored: Callable[[object], int]
+    comparable_json: str
+    """``{column}`` as a comparable expression for a JSON column."""
+
+
+SQLITE_DIALECT = Dialect("sqlite", instant_to_sqlite_text, instant_from_sqlite_text, "{}")
+POSTGRESQL_DIALECT = Dialect("postgresql", lambda micros: micros, _postgres_instant, "{}::text")
+
+
+# --- the row mapping -------------------------------------------------------------------
+
+
+def _flag(value: object) -> bool:
+    # SQLite stores booleans as 0/1 integers, PostgreSQL returns bool.
+    if value is True or (type(value) is int and value == 1):
+        return True
+    if value is False or (type(value) is int and value == 0):
+        return False
+    raise corrupt()
+
+
+def _reader(column: ColumnSpec, dialect: Dialect) -> Callable[[object], Any]:
+    """Check (and for instants and enums convert) one stored value."""
+    codec = column.codec
+    base = codec.base
+    if base == "enum":
+        assert column.choices is not None, "an ENUM column names its enum"
+        members: dict[object, Any] = {member.value: member for member in column.choices}
+
+        def read_member(value: object) -> Any:
+            member = members.get(value) if type(value) is str else None
+            if member is None:
+                raise corrupt()
+            return member
+
+        return read_member
+    if base == "flag":
+        return _flag
+    if base == "instant":
+        read_instant = dialect.instant_from_stored
+        if codec.optional:
+            return lambda value: None if value is None else read_instant(value)
+        return read_instant
+    kind = int if base == "int" else str
+
+    def read(value: object) -> Any:
+        if value is None:
+            if codec.optional:
+                return None
+            raise corrupt()
+        if type(value) is not kind:
+            raise corrupt()
+        return value
+
+    return read
+
+
+def _writer(codec: Codec, dialect: Dialect) -> Callable[[Any], Any]:
+    if codec.base == "enum":
+        return lambda value: value.value
+    if codec.base == "instant":
+        write_instant = dialect.instant_to_stored
+        return lambda value: None if value is None else write_instant(value)
+    return lambda value: value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RowCodec:
+    """Both directions of one table's row mapping on one database.
+
+    ``read(values, offset)`` builds a record from the stored values in column order (from
+    ``offset``), slot by slot: the stores' hot path. ``write(record)`` gives the stored
+    value of every column, by name. ``constants`` fill record fields no column holds.
+    """
+
+    spec: TableSpec
+    read: Callable[[Sequence[Any], int], Any]
+    write: Callable[[Any], dict[str, Any]]
+    stored_instant: Callable[[int], Any]
+
+
+def row_codec(
+    spec: TableSpec,
+    dialect: Dialect,
+    record_type: type[Any],
+    constants: Mapping[str, Any],
+    *,
+    prepare: Callable[[list[Any]], None] | None = None,
+) -> RowCodec:
+    """The row mapping of ``spec`` on ``dialect`` into ``record_type`` (a slotted
+    dataclass). ``prepare`` may adjust the raw values in place first (a uuid column's
+    value to text, say)."""
+    slots = {name: getattr(record_type, name) for name in record_type.__dataclass_fields__}
+    plain: list[tuple[Any, int, Callable[[object], Any]]] = []
+    tuples: dict[str, list[tuple[int, int, Callable[[object], Any]]]] = {}
+    for index, column in enumerate(spec.columns):
+        reader = _reader(column, dialect)
+        if column.part is None:
+            plain.append((slots[column.field].__set__, index, reader))
+        else:
+            tuples.setdefault(column.field, []).append((column.part, index, reader))
+    tuple_plans = [
+        (slots[field].__set__, tuple((index, reader) for _, index, reader in sorted(parts)))
+        for field, parts in tuples.items()
+    ]
+    fixed = [(slots[field].__set__, value) for field, value in constants.items()]
+    width = len(spec.columns)
+
+    def read(values: Sequence[Any], offset: int = 0) -> Any:
+        if prepare is not None:
+            values = list(values[offset:offset + width])
+            prepare(values)
+            offset = 0
+        record = object.__new__(record_type)
+        for set_slot, index, reader in plain:
+            set_slot(record, reader(values[offset + index]))
+        for set_slot, parts in tuple_plans:
+            set_slot(record, tuple(reader(values[offset + index]) for index, reader in parts))
+        for set_slot, value in fixed:
+            set_slot(record, value)
+        return record
+
+    writers = [
+        (column.name, column.field, column.part, _writer(column.codec, dialect)) for column in spec.columns
+    ]
+
+    def write(record: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for name, field, part, writer in writers:
+            value = getattr(record, field)
+            row[name] = writer(value if part is None else value[part])
+        return row
+
+    return RowCodec(spec, read, write, dialect.instant_to_stored)
