@@ -298,7 +298,8 @@ async def downgrade(db_url: str, *, schema: str | None = None, dry_run: bool = F
 
 
 async def _migrate(db_url: str, schema: str | None, dry_run: bool, direction: str) -> MigrationReport:
-    target = open_migration_target(db_url, schema, create=direction == "upgrade")
+    # A dry run never creates a missing SQLite file: it must leave no trace.
+    target = open_migration_target(db_url, schema, create=direction == "upgrade" and not dry_run)
     result: tuple[list[str], list[Check], list[str]] = ([], [], [])
     try:
         try:

@@ -177,7 +177,7 @@ def _sqlalchemy_table(spec: TableSpec, schema: str | None, steps: frozenset[Step
             column.name,
             column.sql_type,
             primary_key=column.primary_key,
-            nullable=column.nullable or column.primary_key,
+            nullable=column.nullable,
             server_default=None if column.default_sql is None else text(column.default_sql),
         )
         for column in spec.columns

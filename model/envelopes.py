@@ -121,7 +121,8 @@ class PipelineJob(_Envelope):
     """Run a pipeline ``config`` with string ``variables``; the run ID names the run.
 
     ``fail_fast`` (default True, as pycharter's) stops the pipeline at its first failing
-    step; ``concept_scheme`` names the concept scheme the run binds, if any.
+    step; ``concept_scheme`` (last, as in pycharter) names the concept scheme the run
+    binds, if any.
     """
 
     queue: ClassVar[QueueKind] = QueueKind.PIPELINE
@@ -130,24 +131,24 @@ class PipelineJob(_Envelope):
     config: JsonObject
     variables: StringMap | None = None
     fail_fast: StrictBool = True
-    concept_scheme: IdentityText | None = None
     run_id: RunIdText | None = None
     job_id: JobIdText | None = None
     fires_at: AwareDatetime | None = None
     idempotency_key: IdentityText | None = None
     max_attempts: PositiveInt32 | None = None
+    concept_scheme: IdentityText | None = None
 
     def __init__(
         self,
         config: dict[str, Any],
         variables: dict[str, str] | None = None,
         fail_fast: bool = True,
-        concept_scheme: str | None = None,
         run_id: str | None = None,
         job_id: str | None = None,
         fires_at: dt.datetime | None = None,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        concept_scheme: str | None = None,
     ) -> None:
         super().__init__(
             config=config,

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from tenure.adapters.schema import TABLE_NAMES
+from tenure.adapters.queue_table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.tables import instant_from_sqlite_text, instant_to_sqlite_text
 from tenure.model import QueueKind
 
 AVAILABLE_DATABASES = ["sqlite", "postgresql"]
@@ -144,29 +145,42 @@ def table(queue: QueueKind) -> str:
     return TABLE_NAMES[queue]
 
 
+def shift_instants(db_url: str, queue: QueueKind, column: str, by_us: int, job_id: str | None = None) -> None:
+    """Move a stored instant column back by ``by_us`` (one row, or every row that has one).
+    SQLite keeps SQLAlchemy's DATETIME text, so the arithmetic happens here."""
+    where = "" if job_id is None else " AND id = ?"
+    selector = () if job_id is None else (job_id,)
+    if kind_of(db_url) == "sqlite":
+        for row_id, value in raw(db_url, f"SELECT id, {column} FROM {table(queue)} WHERE {column} IS NOT NULL{where}", selector):
+            moved = instant_to_sqlite_text(instant_from_sqlite_text(value) - by_us)
+            raw(db_url, f"UPDATE {table(queue)} SET {column} = ? WHERE id = ?", (moved, row_id))
+        return
+    sql = (f"UPDATE {table(queue)} SET {column} = {column} - make_interval(secs => ?::bigint / 1e6) "
+           f"WHERE {column} IS NOT NULL{where}")
+    raw(db_url, sql, (by_us, *selector))
+
+
 def expire_lease(db_url: str, queue: QueueKind, job_id: str, by_us: int = 3_600_000_000) -> None:
     """Move a claim's lease into the past (the clock ran on while the worker stalled)."""
-    if kind_of(db_url) == "sqlite":
-        sql = f"UPDATE {table(queue)} SET lease_expires_at = lease_expires_at - ? WHERE id = ?"
-    else:
-        sql = f"UPDATE {table(queue)} SET lease_expires_at = lease_expires_at - make_interval(secs => ?::bigint / 1e6) WHERE id = ?"
-    raw(db_url, sql, (by_us, job_id))
+    shift_instants(db_url, queue, "lease_expires_at", by_us, job_id)
 
 
 def age_finished_rows(db_url: str, queue: QueueKind, *, hours: int) -> None:
     """Pretend every finished row finished ``hours`` earlier (retention tests)."""
+    shift_instants(db_url, queue, "completed_at", hours * 3_600_000_000)
+
+
+def stored_instant(db_url: str, micros: int) -> Any:
+    """An instant as a raw statement must pass it (SQLite: DATETIME text)."""
     if kind_of(db_url) == "sqlite":
-        sql = f"UPDATE {table(queue)} SET completed_at = completed_at - ? WHERE completed_at IS NOT NULL"
-        raw(db_url, sql, (hours * 3_600_000_000,))
-    else:
-        sql = f"UPDATE {table(queue)} SET completed_at = completed_at - make_interval(hours => ?::int) WHERE completed_at IS NOT NULL"
-        raw(db_url, sql, (hours,))
+        return instant_to_sqlite_text(micros)
+    import datetime as dt
+
+    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
 
 
 def row(db_url: str, queue: QueueKind, job_id: str) -> dict[str, Any] | None:
-    from tenure.adapters.records import columns_for
-
-    columns = columns_for(queue)
+    columns = QUEUE_TABLES[queue].column_names
     found = raw(db_url, f"SELECT {', '.join(columns)} FROM {table(queue)} WHERE id = ?", (job_id,))
     return dict(zip(columns, found[0])) if found else None
 
@@ -288,9 +302,9 @@ class RowHolder:
             (mark,) = connection.execute(f"SELECT high_water_us FROM {CLOCK_TABLE}").fetchone()
             moved = connection.execute(
                 f"UPDATE {name} SET lease_expires_at = ? WHERE id = ? AND lease_expires_at IS NOT NULL RETURNING lease_expires_at",
-                (max(mark, wall_clock_us()) + self.lease_ends_in_us, self.job_id),
+                (instant_to_sqlite_text(max(mark, wall_clock_us()) + self.lease_ends_in_us), self.job_id),
             ).fetchone()
-            return None if moved is None else int(moved[0])
+            return None if moved is None else instant_from_sqlite_text(moved[0])
 
         try:
             self.new_lease_us = await asyncio.to_thread(lock_and_move)

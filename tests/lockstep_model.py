@@ -44,6 +44,7 @@ from tenure.kernel import (
     SubmitOwned,
     decide,
 )
+from tenure.adapters.queue_table import stored_payload
 from tenure.model import DEFAULT_MAX_ATTEMPTS, FrozenEnvelope, JobStatus, QueueKind, SubmissionSnapshot, WorkerConfig
 
 SWEEP_LIMIT = 64
@@ -138,7 +139,7 @@ class Model:
         command = SubmitOwned(
             queue=queue, submission_id=snap.submission_id, fingerprint=snap.fingerprint, job_id=job_id,
             run_id=run_id, fires_at_us=snap.fires_at_us, max_attempts=self._max_attempts(queue, snap.max_attempts),
-            idempotency_key=snap.idempotency_key, active_key=snap.active_key, payload_json=snap.authored_json,
+            idempotency_key=snap.idempotency_key, active_key=snap.active_key, payload=stored_payload(queue, snap.field_texts),
         )
 
         def body(staged: dict[str, JobRecord]) -> str:
@@ -163,7 +164,7 @@ class Model:
         command = SubmitLegacy(
             queue=queue, job_id=job_id, run_id=run_id, fires_at_us=frozen.fires_at_us,
             max_attempts=self._max_attempts(queue, frozen.max_attempts), idempotency_key=frozen.idempotency_key,
-            active_key=frozen.active_key, payload_json=frozen.authored_json,
+            active_key=frozen.active_key, payload=stored_payload(queue, frozen.field_texts),
         )
 
         def body(staged: dict[str, JobRecord]) -> str:

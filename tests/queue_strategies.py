@@ -59,6 +59,14 @@ instants = st.one_of(
 )
 small_attempts = st.integers(1, 4) | st.just(bounds.INT32_MAX)
 
+PAYLOADS: dict[QueueKind, tuple[str | None, ...]] = {
+    QueueKind.VALIDATION: ("orders", "1", '{"data_source":"s","options":null}',
+                           '{"fires_at":null,"job_id":null,"max_attempts":null}'),
+    QueueKind.PIPELINE: ('{"concept_scheme":null,"config":{},"fail_fast":true,"variables":null}', None),
+    QueueKind.STREAMING: ("orders", "1", '{"force":false,"variables":null}', None),
+}
+"""A stored payload per queue (the kernel treats it as opaque identity)."""
+
 
 @st.composite
 def records(
@@ -83,11 +91,13 @@ def records(
     else:
         attempts = draw(st.integers(0, min(max_attempts, 5)))
     generation = draw(st.just(attempts) | st.sampled_from([0, *GENERATIONS]))
-    if claimed:
-        generation = max(generation, 1)
-    has_owner = claimed or (generation >= 1 and draw(st.booleans()))
+    has_owner = claimed or draw(st.booleans())
     owner_id = draw(st.sampled_from(OWNERS)) if has_owner else None
     claim_token = draw(st.sampled_from(TOKENS) | st.none()) if has_owner else None
+    if claim_token is not None:
+        # A token means an owned claim since the migration; without one, an owner at
+        # generation 0 is a legacy claim from before it.
+        generation = max(generation, 1)
     owned = draw(st.booleans())
     return JobRecord(
         queue=queue,
@@ -114,7 +124,7 @@ def records(
         dlq_record_id=None if streaming else draw(st.none() | st.just("dlq-1")),
         error_message=draw(st.none() | st.just("boom")),
         result_json=draw(st.none() | st.just('{"rows":3}')),
-        payload_json='{"authored":true}',
+        payload=PAYLOADS[queue],
     )
 
 
@@ -177,7 +187,7 @@ def submissions(draw: st.DrawFn, record: JobRecord | None, owned: bool) -> Submi
         max_attempts=draw(small_attempts),
         idempotency_key=None if streaming else draw(st.none() | st.sampled_from(KEYS)),
         active_key=draw(st.sampled_from(ACTIVE_KEYS)) if streaming else None,
-        payload_json='{"authored":true}',
+        payload=PAYLOADS[queue],
     )
     if not owned:
         return SubmitLegacy(**fields)  # type: ignore[arg-type]

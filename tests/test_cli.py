@@ -48,14 +48,44 @@ def test_the_demo_exits_non_zero_when_the_kernel_accepts_stale_writes(
     assert "INVARIANT BROKEN" in out
 
 
-def test_migrate_reports_every_admission_check(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_migrate_summarizes_and_lists_every_admission_check_only_when_verbose(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path}/m.db"
     assert main(["migrate", "--db", url]) == 0
     out = capsys.readouterr().out
-    assert "applied: owned_v2" in out
-    assert "validation_jobs.claim_token: one full unique BINARY index: ok" in out
-    assert main(["migrate", "--db", url]) == 0
-    assert "nothing (up to date)" in capsys.readouterr().out
+    assert "applied: owned_v2" in out and "checks passed" in out
+    assert "validation_jobs.claim_token" not in out
+    assert main(["migrate", "--db", url, "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing (up to date)" in out
+    assert "validation_jobs.claim_token: one full unique index comparing exactly: ok" in out
+
+
+def test_migrate_sql_prints_the_statements_and_changes_nothing(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.db"
+    sqlite3.connect(path).close()  # an empty database file
+    assert main(["migrate", "--db", f"sqlite:///{path}", "--sql"]) == 0
+    out = capsys.readouterr().out
+    assert "CREATE TABLE IF NOT EXISTS validation_jobs" in out
+    assert "ALTER TABLE validation_jobs ADD COLUMN claim_token VARCHAR(255);" in out
+    assert "dry run: rolled back" in out
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
+    finally:
+        connection.close()
+
+
+def test_downgrade_says_nothing_to_remove_when_nothing_was_applied(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.db"
+    sqlite3.connect(path).close()
+    assert main(["migrate", "--db", f"sqlite:///{path}", "--downgrade"]) == 0
+    assert "removed: nothing to remove" in capsys.readouterr().out
 
 
 def test_migrate_refuses_a_table_it_did_not_create_with_exit_status_two(

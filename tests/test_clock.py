@@ -19,6 +19,7 @@ import pytest
 from adapter_support import row
 from tenure.adapters import ValidationJobSource
 from tenure.adapters.sqlite import store as sqlite_store
+from tenure.adapters.tables import instant_from_sqlite_text
 from tenure.model import QueueKind, ValidationJob, WorkerConfig
 
 SECOND_US = 1_000_000
@@ -138,7 +139,7 @@ async def test_a_clock_stepped_back_cannot_revive_an_expired_lease(db_url: str) 
             taken = await source.claim_next_owned("worker-b", claim_token="t-2")
             assert taken is not None and taken.job_id == claimed.job_id
             stored = row(db_url, QueueKind.VALIDATION, claimed.job_id)
-            assert stored["claimed_at"] >= clock.now_us + 60 * SECOND_US
+            assert instant_from_sqlite_text(stored["claimed_at"]) >= clock.now_us + 60 * SECOND_US
 
 
 @pytest.mark.parametrize("database", ["sqlite"])
@@ -148,7 +149,8 @@ async def test_a_process_whose_clock_is_behind_decides_at_the_time_another_proce
     short = config(db_url, lease_seconds=10, heartbeat_seconds=2)
     async with ValidationJobSource(db_url, short) as first, ValidationJobSource(db_url, short) as second:
         with process_clock(first, behind), process_clock(second, ahead):
-            await first.submit_owned(ValidationJob("orders", "1", "a.jsonl"), submission_id="s-1")
+            # The process ahead writes first: the file's time is now its time.
+            await second.submit_owned(ValidationJob("orders", "1", "a.jsonl"), submission_id="s-1")
             claimed = await first.claim_next_owned("worker-a", claim_token="t-1")
             assert await second.heartbeat_owned(claimed.claim_fence) is True  # lease: ahead + 10 s
             ahead.now_us += 20 * SECOND_US

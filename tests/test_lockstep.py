@@ -313,7 +313,7 @@ class LockstepMachine(RuleBasedStateMachine):
         if kind == "heartbeat":
             actual = self.run(source.heartbeat_owned(fence))
         elif kind == "complete":
-            result = data.draw(st.sampled_from([None, {"rows": 3}, [1, "two"]]), label="result")
+            result = data.draw(st.sampled_from([None, {"rows": 3}, {"nested": [1, "two"]}]), label="result")
             arguments["result_json"] = None if result is None else canonical_json(result)
             actual = self.run(source.complete_owned(fence, result))
         elif kind == "fail":
@@ -494,12 +494,14 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
     make the lockstep fail: the racing-write rule exposes the lost update."""
     import re
 
+    from tenure.adapters import store as shared_store
+
     adapter_support.prepare_machine_databases(database, request)
-    module = adapter_support.store_module(database)
+    module = shared_store  # every store takes its statements through SharedFinders
     original = module.statements_for
 
-    def without_compare_and_set(queue: QueueKind, caps: Any) -> Any:
-        statements = original(queue, caps)
+    def without_compare_and_set(queue: QueueKind, caps: Any, schema: str | None = None) -> Any:
+        statements = original(queue, caps, schema)
         update = re.sub(r"WHERE id = :old_id AND .* RETURNING", "WHERE id = :old_id RETURNING", statements.update)
         assert update != statements.update
         return dataclasses.replace(statements, update=update)

@@ -17,7 +17,9 @@ import pytest
 
 from adapter_support import raw, row
 from tenure.adapters import StreamingJobSource, ValidationJobSource, downgrade, upgrade
-from tenure.adapters.schema import OWNED_COLUMNS, TABLE_NAMES, dialect_for, legacy_ddl, owned_column_ddl
+from tenure.adapters.queue_table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.schema import legacy_ddl, owned_column_ddl
+from tenure.adapters.tables import Step, sql_dialect
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -32,7 +34,7 @@ from tenure.model import (
 
 pytestmark = pytest.mark.parametrize("database", ["postgresql"])
 
-DIALECT = dialect_for("postgresql")
+DIALECT = sql_dialect("postgresql")
 REQUEST = ValidationJob("orders", "1.0.0", "orders.jsonl")
 
 
@@ -87,7 +89,7 @@ async def test_the_same_wait_within_the_lease_still_applies(db_url: str) -> None
 def _legacy_schema_with(db_url: str, replacements: dict[str, str]) -> None:
     """The legacy schema with some validation_jobs column types replaced (an older
     deployment that chose uuid IDs or CHAR owners)."""
-    for statement in legacy_ddl(DIALECT):
+    for statement in legacy_ddl(DIALECT, None):
         if statement.startswith("CREATE TABLE IF NOT EXISTS validation_jobs"):
             for column, declared in replacements.items():
                 statement = statement.replace(f"\t{column} VARCHAR(36) NOT NULL", f"\t{column} {declared} NOT NULL")
@@ -166,11 +168,12 @@ async def test_char_owners_must_be_supplied_in_their_padded_form(fresh_db_url: s
 
 
 def _prepare(db_url: str, replace: dict[str, str], extra: list[str]) -> None:
-    for statement in legacy_ddl(DIALECT):
+    for statement in legacy_ddl(DIALECT, None):
         raw(db_url, statement)
-    for table in TABLE_NAMES.values():
-        for column in OWNED_COLUMNS:
-            ddl = owned_column_ddl(table, column, DIALECT)
+    for spec in QUEUE_TABLES.values():
+        table = spec.name
+        for column in spec.columns_of(Step.OWNED):
+            ddl = owned_column_ddl(spec, column, DIALECT, None)
             if table == "validation_jobs" and column.name in replace:
                 ddl = f"ALTER TABLE {table} ADD COLUMN {column.name} {replace[column.name]}"
             raw(db_url, ddl)
@@ -255,7 +258,7 @@ async def test_downgrade_locks_refuses_protected_work_then_removes_the_columns(d
             await downgrade(db_url)
         assert caught.value.problems == ("owned_claims_remain",)
         assert await source.complete_owned(claimed.claim_fence)
-    assert (await downgrade(db_url)).applied == ("removed owned_v2",)
+    assert (await downgrade(db_url)).changed == ("owned_v2",)
     columns = {name for (name,) in raw(db_url, "SELECT column_name FROM information_schema.columns WHERE table_name = 'validation_jobs'")}
     assert "claim_token" not in columns and "generation" not in columns
     assert (await upgrade(db_url)).applied == ("owned_v2",)
@@ -351,12 +354,12 @@ async def test_two_concurrent_forced_reruns_leave_exactly_one_active_successor(d
             assert all(isinstance(result, str) for result in results), results
             active = raw(
                 db_url,
-                "SELECT id FROM streaming_jobs WHERE active_key = ? AND status IN ('pending', 'claimed')",
+                "SELECT id FROM streaming_jobs WHERE idempotency_key = ? AND status IN ('pending', 'claimed')",
                 (f"streaming:{config_name}@1",),
             )
             assert len(active) == 1 and active[0][0] in results
             statuses = sorted(status for (status,) in raw(
-                db_url, "SELECT status FROM streaming_jobs WHERE payload_json LIKE ?", (f'%"{config_name}"%',)
+                db_url, "SELECT status FROM streaming_jobs WHERE config_name = ?", (config_name,)
             ))
             assert statuses == ["cancelled", "cancelled", "pending"]
     finally:
@@ -369,9 +372,10 @@ async def test_the_claim_query_is_served_by_the_eligibility_index_not_a_table_sc
     # query has to walk the (status, fires_at, id) index and stop at the first row.
     raw(
         db_url,
-        "INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,"
-        " generation, fence_required) SELECT 'bulk-' || n, CASE WHEN n % 10 = 0 THEN 'completed' ELSE 'pending' END,"
-        " '{}', now() - make_interval(secs => n), now(), 0, 5, 0, false FROM generate_series(1, 20000) n",
+        "INSERT INTO validation_jobs (id, contract_name, contract_version, data_json, status, fires_at, created_at,"
+        " attempt, max_attempts, generation, fence_required) SELECT 'bulk-' || n, 'c', '1', '{\"data_source\": \"s\"}',"
+        " CASE WHEN n % 10 = 0 THEN 'completed' ELSE 'pending' END,"
+        " now() - make_interval(secs => n), now(), 0, 5, 0, false FROM generate_series(1, 20000) n",
     )
     raw(db_url, "ANALYZE validation_jobs")
     from tenure.adapters.sql import POSTGRESQL, statements_for

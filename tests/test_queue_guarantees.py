@@ -78,7 +78,7 @@ def pending(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> JobRe
         dlq_record_id=None,
         error_message=None,
         result_json=None,
-        payload_json="{}",
+        payload=("c", "1", "{}", None),
     )
     record = dataclasses.replace(record, **changes)  # type: ignore[arg-type]
     assert record_violations(record) == []
@@ -399,7 +399,7 @@ def submit_owned(**changes: object) -> SubmitOwned:
     fields: dict[str, object] = dict(
         queue=QueueKind.VALIDATION, submission_id="sub-1", fingerprint="v1:aaaa", job_id="job-new",
         run_id=None, fires_at_us=None, max_attempts=3, idempotency_key=None, active_key=None,
-        payload_json="{}",
+        payload=("c", "1", "{}", None),
     )
     fields.update(changes)
     return SubmitOwned(**fields)  # type: ignore[arg-type]
@@ -442,7 +442,7 @@ def test_a_new_owned_submission_is_protected_with_generation_zero_and_no_token()
 def test_a_legacy_submission_returns_an_unprotected_row_holding_its_key_but_refuses_a_protected_one() -> None:
     command = SubmitLegacy(
         queue=QueueKind.VALIDATION, job_id="job-9", run_id=None, fires_at_us=None,
-        max_attempts=3, idempotency_key="key-1", active_key=None, payload_json="{}",
+        max_attempts=3, idempotency_key="key-1", active_key=None, payload=("c", "1", "{}", None),
     )
     legacy = pending(fence_required=False, submission_id=None, fingerprint=None, idempotency_key="key-1")
     decision = decide(legacy, command, NOW)

@@ -1,19 +1,31 @@
-"""Stored rows to kernel records: the stores' fast positional reader agrees with the plain
-one, on good rows and on corrupt ones (a wrongly typed value is refused, never coerced)."""
+"""Stored rows to kernel records and back, through the table descriptions' codecs: every
+record reads back as itself on both databases; a wrongly typed or shaped value is
+refused as ``corrupt_row``, never coerced; SQLite instants are SQLAlchemy's DATETIME text."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from queue_strategies import records
-from tenure.adapters.records import columns_for, record_from_columns, record_from_row, row_from_record
-from tenure.kernel import JobRecord
-from tenure.model import ErrorCode, QueueKind, TenureError
+from tenure.adapters.queue_table import QUEUE_TABLES, envelope_of, queue_codec
+from tenure.adapters.tables import (
+    POSTGRESQL_DIALECT,
+    SQLITE_DIALECT,
+    Dialect,
+    instant_from_sqlite_text,
+    instant_to_sqlite_text,
+)
+from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US, JobRecord
+from tenure.model import ErrorCode, JobStatus, QueueKind, TenureError
 
+DIALECTS = [SQLITE_DIALECT, POSTGRESQL_DIALECT]
 WRONG_VALUES = [None, "text", 7, 1.5, True, b"bytes", ["list"]]
+EPOCH = dt.datetime(1970, 1, 1)
 
 
 def outcome(read: Any) -> JobRecord | str:
@@ -24,44 +36,119 @@ def outcome(read: Any) -> JobRecord | str:
         return error.reason
 
 
+def stored_values(record: JobRecord, dialect: Dialect) -> list[Any]:
+    codec = queue_codec(record.queue, dialect)
+    row = codec.write(record)
+    return [row[column] for column in codec.spec.column_names]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
 @given(record=records().filter(lambda r: r is not None), offset=st.integers(0, 3))
-def test_a_stored_record_reads_back_as_itself(record: JobRecord, offset: int) -> None:
-    row = row_from_record(record)
-    values = ["before"] * offset + [row[column] for column in columns_for(record.queue)]
-    assert record_from_columns(record.queue, values, offset) == record
-    assert record_from_row(record.queue, row) == record
+def test_a_stored_record_reads_back_as_itself(dialect: Dialect, record: JobRecord, offset: int) -> None:
+    values = ["before"] * offset + stored_values(record, dialect)
+    assert queue_codec(record.queue, dialect).read(values, offset) == record
 
 
-@given(
-    record=records().filter(lambda r: r is not None),
-    data=st.data(),
-)
-def test_a_changed_value_reads_the_same_through_both_readers(record: JobRecord, data: st.DataObject) -> None:
-    """Swap one column for a value of another type: both readers refuse it, or both accept
-    it as the same record (SQLite's 0/1 flags are the one accepted spelling change)."""
-    columns = columns_for(record.queue)
-    row = row_from_record(record)
-    column = data.draw(st.sampled_from(columns))
-    row[column] = data.draw(st.sampled_from(WRONG_VALUES))
-    by_columns = outcome(lambda: record_from_columns(record.queue, [row[c] for c in columns]))
-    by_name = outcome(lambda: record_from_row(record.queue, row))
-    assert by_columns == by_name
+def acceptable(column: Any, value: object, dialect: Dialect) -> bool:
+    """Written independently of the codec: may this stored value hold this column?"""
+    base, optional = column.codec.base, column.codec.optional
+    if value is None:
+        return optional
+    if base == "flag":
+        return value is True or value is False or (type(value) is int and value in (0, 1))
+    if base == "int":
+        return type(value) is int
+    if base == "instant":
+        if dialect is SQLITE_DIALECT:
+            return type(value) is str and len(value) == 26 and value[4] == "-" and value[19] == "."
+        return type(value) is int
+    if base == "enum":
+        return type(value) is str and value in {member.value for member in column.choices}
+    return type(value) is str
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
+@given(record=records().filter(lambda r: r is not None), data=st.data())
+def test_a_value_of_another_type_is_refused_exactly_when_the_column_cannot_hold_it(
+    dialect: Dialect, record: JobRecord, data: st.DataObject
+) -> None:
+    values = stored_values(record, dialect)
+    index = data.draw(st.integers(0, len(values) - 1))
+    values[index] = data.draw(st.sampled_from(WRONG_VALUES))
+    read = outcome(lambda: queue_codec(record.queue, dialect).read(values, 0))
+    column = QUEUE_TABLES[record.queue].columns[index]
+    assert (read == "corrupt_row") == (not acceptable(column, values[index], dialect))
 
 
 def test_wrongly_typed_values_are_corrupt_rows() -> None:
     """Concrete cases the property above must meet (so it cannot pass by refusing nothing)."""
-    queue = QueueKind.VALIDATION
-    columns = columns_for(queue)
+    spec = QUEUE_TABLES[QueueKind.VALIDATION]
     good = {
-        "id": "job-1", "status": "pending", "payload_json": "{}", "fires_at": 1, "created_at": 1,
-        "claimed_by": None, "claimed_at": None, "lease_expires_at": None, "completed_at": None,
-        "attempt": 0, "max_attempts": 3, "error_message": None, "result_json": None, "generation": 0,
-        "claim_token": None, "submission_id": None, "fingerprint": None, "fence_required": 0,
-        "idempotency_key": None, "dlq_record_id": None,
+        "id": "job-1", "contract_name": "c", "contract_version": "1", "data_json": '{"data_source":"s"}',
+        "status": "pending", "fires_at": "2026-01-01 00:00:00.000000", "claimed_by": None, "claimed_at": None,
+        "lease_expires_at": None, "dlq_record_id": None, "attempt": 0, "max_attempts": 3, "error_message": None,
+        "idempotency_key": None, "created_at": "2026-01-01 00:00:00.000000", "completed_at": None,
+        "result_json": None, "generation": 0, "claim_token": None, "submission_id": None, "fingerprint": None,
+        "fence_required": 0, "authored_json": None,
     }
-    assert record_from_columns(queue, [good[c] for c in columns]).fence_required is False
+    codec = queue_codec(QueueKind.VALIDATION, SQLITE_DIALECT)
+    assert codec.read([good[c] for c in spec.column_names], 0).fence_required is False
     for column, bad in [("generation", 1.0), ("generation", "0"), ("fires_at", None), ("status", "lost"),
                         ("fence_required", "false"), ("fence_required", 2), ("id", None), ("claimed_by", 5),
-                        ("attempt", True)]:
+                        ("attempt", True), ("created_at", None), ("fires_at", 1_700_000_000),
+                        ("fires_at", "2026-01-01T00:00:00"), ("fires_at", "2026-02-30 00:00:00.000000"),
+                        ("fires_at", "2026-01-01 00:00:00"), ("data_json", 3)]:
         row = {**good, column: bad}
-        assert outcome(lambda: record_from_columns(queue, [row[c] for c in columns])) == "corrupt_row", column
+        assert outcome(lambda: codec.read([row[c] for c in spec.column_names], 0)) == "corrupt_row", column
+
+
+@given(micros=st.integers(MIN_INSTANT_US, MAX_INSTANT_US))
+def test_sqlite_datetime_text_is_sqlalchemys_and_round_trips(micros: int) -> None:
+    text = instant_to_sqlite_text(micros)
+    assert instant_from_sqlite_text(text) == micros
+    # Exactly SQLAlchemy's SQLite DATETIME storage format for the same UTC instant.
+    expected = EPOCH + dt.timedelta(microseconds=micros)
+    assert text == (
+        f"{expected.year:04d}-{expected.month:02d}-{expected.day:02d} "
+        f"{expected.hour:02d}:{expected.minute:02d}:{expected.second:02d}.{expected.microsecond:06d}"
+    )
+
+
+@given(first=st.integers(MIN_INSTANT_US, MAX_INSTANT_US), second=st.integers(MIN_INSTANT_US, MAX_INSTANT_US))
+def test_sqlite_datetime_text_orders_as_its_instants(first: int, second: int) -> None:
+    """SQL compares these texts (fires_at <= now): their order must be the instants' order."""
+    assert (instant_to_sqlite_text(first) < instant_to_sqlite_text(second)) == (first < second)
+
+
+def _validation_record(payload: tuple[str | None, ...]) -> JobRecord:
+    return JobRecord(
+        queue=QueueKind.VALIDATION, job_id="job-1", run_id=None, status=JobStatus.PENDING, attempts=0,
+        max_attempts=5, generation=0, owner_id=None, claim_token=None, claimed_at_us=None,
+        lease_expires_at_us=None, fires_at_us=0, created_at_us=0, completed_at_us=None, cancel_requested=False,
+        pid=None, fence_required=False, submission_id=None, fingerprint=None, idempotency_key=None,
+        active_key=None, dlq_record_id=None, error_message=None, result_json=None, payload=payload,
+    )
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        ("c", "1", "not json", None),
+        ("c", "1", "[1, 2]", None),
+        ("c", "1", '{"options": {}}', None),
+        ("c", "1", '{"data_source": 5}', None),
+        ("c", "1", '{"data_source": "s", "options": [1]}', None),
+        ("c", "1", '{"data_source": "s"}', '{"fires_at": "yesterday"}'),
+        ("c", "", '{"data_source": "s"}', None),
+    ],
+)
+def test_a_payload_that_is_not_an_envelope_is_a_corrupt_row(payload: tuple[str | None, ...]) -> None:
+    record = _validation_record(payload)
+    assert outcome(lambda: envelope_of(record)) == "corrupt_row"  # type: ignore[arg-type, return-value]
+
+
+def test_a_pycharter_payload_reads_as_its_envelope() -> None:
+    record = _validation_record(("orders", "1.0", '{"data_source": "d.jsonl", "options": {"n": 1}}', None))
+    envelope = envelope_of(record)
+    assert (envelope.contract_name, envelope.data_source, envelope.options) == ("orders", "d.jsonl", {"n": 1})  # type: ignore[union-attr]
+    assert envelope.job_id == record.job_id and envelope.fires_at is None

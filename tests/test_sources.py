@@ -279,13 +279,18 @@ async def test_a_write_without_a_real_fence_is_a_config_error(validation: Any, b
         await validation.complete_owned(bad)
 
 
-@pytest.mark.parametrize("result", [float("nan"), {"x": (1, 2)}, {1: "int key"}, object()])
+@pytest.mark.parametrize(
+    "result", [float("nan"), {"x": (1, 2)}, {1: "int key"}, object(), 3, 2.5, "text", [1, 2], True],
+)
 async def test_an_invalid_result_is_a_config_error_and_writes_nothing(validation: Any, db_url: str, result: Any) -> None:
+    """A result is a JSON object (pycharter's ``dict``): a bare number, text, list or flag
+    is refused too (SQLite's JSON columns would not keep a bare number as written)."""
     await validation.submit_owned(job(), submission_id="sub-1")
     fence = (await claimed(validation)).claim_fence
     before = row(db_url, QueueKind.VALIDATION, fence.job_id)
-    with pytest.raises(ConfigValidationError):
+    with pytest.raises(ConfigValidationError) as caught:
         await validation.complete_owned(fence, result)
+    assert caught.value.fields == ("result",)
     assert row(db_url, QueueKind.VALIDATION, fence.job_id) == before
 
 

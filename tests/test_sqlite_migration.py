@@ -8,22 +8,25 @@ import sqlite3
 import pytest
 
 from tenure.adapters import ValidationJobSource, downgrade, upgrade
-from tenure.adapters.schema import OWNED_COLUMNS, TABLE_NAMES, dialect_for, legacy_ddl, owned_column_ddl
+from tenure.adapters.queue_table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.schema import legacy_ddl, owned_column_ddl
+from tenure.adapters.tables import Step, sql_dialect
 from tenure.model import ConfigValidationError, TenureError, ValidationJob
 
-DIALECT = dialect_for("sqlite")
+DIALECT = sql_dialect("sqlite")
 
 
 def prepare(path: pathlib.Path, *, replace: dict[str, str] | None = None, extra: list[str] | None = None) -> str:
     """The legacy schema plus owned columns added by hand; ``replace`` swaps the DDL of one
     validation_jobs column (the wrongly prepared part), ``extra`` runs after."""
     connection = sqlite3.connect(path)
-    for statement in legacy_ddl(DIALECT):
+    for statement in legacy_ddl(DIALECT, None):
         connection.execute(statement)
     replace = replace or {}
-    for table in TABLE_NAMES.values():
-        for column in OWNED_COLUMNS:
-            ddl = owned_column_ddl(table, column, DIALECT)
+    for spec in QUEUE_TABLES.values():
+        table = spec.name
+        for column in spec.columns_of(Step.OWNED):
+            ddl = owned_column_ddl(spec, column, DIALECT, None)
             if table == "validation_jobs" and column.name in replace:
                 ddl = f"ALTER TABLE {table} ADD COLUMN {column.name} {replace[column.name]}"
             connection.execute(ddl)
@@ -132,13 +135,13 @@ async def test_a_fresh_database_is_migrated_and_the_probe_leaves_nothing_behind(
 async def test_old_rows_start_with_generation_zero_no_token_and_no_submission_identity(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "legacy.db"
     connection = sqlite3.connect(path)
-    for statement in legacy_ddl(DIALECT):
+    for statement in legacy_ddl(DIALECT, None):
         connection.execute(statement)
+    # A row as pycharter writes it: its domain columns, DATETIME text, JSON text.
     connection.execute(
-        "INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts)"
-        " VALUES ('old-1', 'pending', ?, 0, 0, 0, 5)",
-        ('{"contract_name":"c","contract_version":"1","data_source":"s","fires_at":null,"idempotency_key":null,'
-         '"job_id":null,"max_attempts":null,"options":null}',),
+        "INSERT INTO validation_jobs (id, contract_name, contract_version, data_json, status, fires_at, created_at,"
+        " attempt, max_attempts) VALUES ('old-1', 'c', '1', ?, 'pending', ?, ?, 0, 5)",
+        ('{"data_source": "s", "options": {}}', "2026-01-01 00:00:00.000000", "2026-01-01 00:00:00.000000"),
     )
     connection.commit()
     connection.close()
@@ -174,7 +177,7 @@ async def test_downgrade_refuses_while_protected_or_owned_work_remains_then_remo
         assert caught.value.problems == ("owned_claims_remain",)
         assert await source.complete_owned(got.claim_fence)
     report = await downgrade(url)
-    assert report.applied == ("removed owned_v2",)
+    assert report.changed == ("owned_v2",)
     connection = sqlite3.connect(tmp_path / "down.db")
     try:
         columns = {row[1] for row in connection.execute("PRAGMA table_info(validation_jobs)")}
