@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh clone on a fresh machine:
 #   bash .ci/test-all.sh
 # 1. a virtual environment (.venv) with tenure and its test dependencies;
-# 2. PostgreSQL from Debian's packages if missing, and a throwaway server on a free
+# 2. pycharter 0.0.67 in .venv-pycharter (tests/test_pycharter.py drives it as a real client);
+#    PostgreSQL from Debian's packages if missing, and a throwaway server on a free
 #    loopback port (stopped on exit; a missing server is a failure, never a skip);
 # 3. the pytest suite (python -P: see tests/test_layout.py) and, alongside it,
 #    CrossHair over the kernel contracts (a counterexample fails the run);
@@ -22,6 +23,10 @@ if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 .venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck]' \
   2> >(grep -v "is ignored" >&2)
 .venv/bin/python -m pip check
+
+step "pycharter 0.0.67 in its own environment (the real-client adoption test)"
+if [ ! -x .venv-pycharter/bin/python ]; then "$PYTHON" -m venv .venv-pycharter; fi
+.venv-pycharter/bin/python -m pip install -q 'pycharter==0.0.67' 'psycopg[binary]' 2> >(grep -v "is ignored" >&2)
 
 step "postgresql"
 eval "$(bash .ci/pg-start.sh)"

@@ -36,6 +36,7 @@ from sqlalchemy.engine import Dialect as SqlDialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.types import TypeEngine
 
+from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model import ErrorCode, TenureError
 
 __all__ = [
@@ -264,7 +265,8 @@ def instant_from_sqlite_text(value: object) -> int:
 
 
 def _postgres_instant(value: object) -> int:
-    if type(value) is not int:
+    # PostgreSQL's infinities and far dates arrive outside the kernel's bounds: corrupt.
+    if type(value) is not int or not MIN_INSTANT_US <= value <= MAX_INSTANT_US:
         raise corrupt()
     return value
 

@@ -40,6 +40,7 @@ from typing import Any
 import asyncpg
 
 from tenure.adapters import ValidationJobSource, upgrade
+from tenure.adapters.queue_table import stored_payload
 from tenure.kernel import ClaimFence, ClaimOwned, CompleteOwned, HeartbeatOwned, JobRecord, decide
 from tenure.model import JobStatus, QueueKind, ValidationJob, WorkerConfig, snapshot_submission
 
@@ -74,9 +75,9 @@ def request(n: int) -> ValidationJob:
 # --- the floor: the same fenced work, one statement per step -------------------------------
 
 FLOOR_SUBMIT = """
-INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,
-                             generation, fence_required, submission_id, fingerprint)
-VALUES ($1, 'pending', $2, clock_timestamp(), clock_timestamp(), 0, 5, 0, true, $3, $4)
+INSERT INTO validation_jobs (id, contract_name, contract_version, data_json, status, fires_at, created_at, attempt,
+                             max_attempts, generation, fence_required, submission_id, fingerprint)
+VALUES ($1, 'orders', '1.0.0', $2, 'pending', clock_timestamp(), clock_timestamp(), 0, 5, 0, true, $3, $4)
 ON CONFLICT (submission_id) DO NOTHING RETURNING id"""
 FLOOR_CLAIM = """
 UPDATE validation_jobs SET status = 'claimed', attempt = attempt + 1, generation = generation + 1,
@@ -133,7 +134,8 @@ class Floor:
     async def submit(self, n: int) -> None:
         snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"floor-{uuid.uuid4().hex}")
         await self.connection.fetch(
-            FLOOR_SUBMIT, str(uuid.uuid4()), snapshot.authored_json, snapshot.submission_id, snapshot.fingerprint
+            FLOOR_SUBMIT, str(uuid.uuid4()), stored_payload(QueueKind.VALIDATION, snapshot.field_texts)[2],
+            snapshot.submission_id, snapshot.fingerprint
         )
 
     async def claim(self, count: int) -> list[tuple[str, int, str]]:
@@ -176,9 +178,9 @@ LOCKED_SUBMIT_FIND = """
 WITH locked AS MATERIALIZED (SELECT fingerprint FROM validation_jobs WHERE submission_id = $1 FOR UPDATE)
 SELECT clock_timestamp(), locked.fingerprint FROM (SELECT 1) AS one LEFT JOIN locked ON true"""
 LOCKED_SUBMIT_INSERT = """
-INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,
-                             generation, fence_required, submission_id, fingerprint)
-VALUES ($1, 'pending', $2, $5, $5, 0, 5, 0, true, $3, $4)"""
+INSERT INTO validation_jobs (id, contract_name, contract_version, data_json, status, fires_at, created_at, attempt,
+                             max_attempts, generation, fence_required, submission_id, fingerprint)
+VALUES ($1, 'orders', '1.0.0', $2, 'pending', $5, $5, 0, 5, 0, true, $3, $4)"""
 LOCKED_CLAIM_VIEW = """
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
      picked AS MATERIALIZED (
@@ -234,7 +236,8 @@ class LockedFloor(Floor):
             if stored is not None:
                 assert stored == snapshot.fingerprint, "conflict"
                 return None
-            return LOCKED_SUBMIT_INSERT, [str(uuid.uuid4()), snapshot.authored_json, snapshot.submission_id,
+            return LOCKED_SUBMIT_INSERT, [str(uuid.uuid4()), stored_payload(QueueKind.VALIDATION, snapshot.field_texts)[2],
+                                          snapshot.submission_id,
                                           snapshot.fingerprint, now]
 
         await self._locked_then_write(LOCKED_SUBMIT_FIND, [snapshot.submission_id], decide)
@@ -376,11 +379,11 @@ async def bulk_load(db_url: str, count: int, *, offset: int = 0) -> None:
     """Pending owned rows, inserted by SQL (submission speed is not what is measured)."""
     connection = await asyncpg.connect(db_url)
     try:
-        payload = request(0).model_dump_json()
+        payload = '{"data_source":"orders-0.jsonl","options":null}'
         await connection.execute(
-            """INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,
-                                            generation, fence_required, submission_id, fingerprint)
-               SELECT md5(($3 + n)::text)::uuid::text, 'pending', $1,
+            """INSERT INTO validation_jobs (id, contract_name, contract_version, data_json, status, fires_at, created_at,
+                                            attempt, max_attempts, generation, fence_required, submission_id, fingerprint)
+               SELECT md5(($3 + n)::text)::uuid::text, 'orders', '1.0.0', $1, 'pending',
                       clock_timestamp() - make_interval(secs => 1), clock_timestamp(), 0, 5, 0, true,
                       'bulk-' || ($3 + n), 'v1:' || md5(n::text)
                  FROM generate_series(1, $2) AS n""",
@@ -527,21 +530,26 @@ async def sqlite_cycle(jobs: int) -> None:
     await upgrade(f"sqlite:///{floor_path}")
     connection = sqlite3.connect(floor_path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
-    now = "CAST(strftime('%s','now') AS INTEGER) * 1000000 + CAST(substr(strftime('%f','now'), 4, 3) AS INTEGER) * 1000"
+    # SQLAlchemy's DATETIME text, as the queue tables store instants (SQLite's own clock
+    # has millisecond resolution: three zeros complete the microseconds).
+    now = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+    lease = "(strftime('%Y-%m-%d %H:%M:%f', 'now', '+60 seconds') || '000')"
     started = time.perf_counter()
     for n in range(jobs):
         snapshot = snapshot_submission(QueueKind.VALIDATION, request(n), f"s-{n}")
         job_id = str(uuid.uuid4())
         connection.execute(
-            f"""INSERT INTO validation_jobs (id, status, payload_json, fires_at, created_at, attempt, max_attempts,
-                    generation, fence_required, submission_id, fingerprint)
-                VALUES (?, 'pending', ?, {now}, {now}, 0, 5, 0, 1, ?, ?) ON CONFLICT (submission_id) DO NOTHING""",
-            (job_id, snapshot.authored_json, snapshot.submission_id, snapshot.fingerprint),
+            f"""INSERT INTO validation_jobs (id, contract_name, contract_version, data_json, status, fires_at, created_at,
+                    attempt, max_attempts, generation, fence_required, submission_id, fingerprint)
+                VALUES (?, 'orders', '1.0.0', ?, 'pending', {now}, {now}, 0, 5, 0, 1, ?, ?)
+                ON CONFLICT (submission_id) DO NOTHING""",
+            (job_id, stored_payload(QueueKind.VALIDATION, snapshot.field_texts)[2], snapshot.submission_id,
+             snapshot.fingerprint),
         )
         token = uuid.uuid4().hex
         row = connection.execute(
             f"""UPDATE validation_jobs SET status = 'claimed', attempt = attempt + 1, generation = generation + 1,
-                    claimed_by = 'worker', claim_token = ?, claimed_at = {now}, lease_expires_at = {now} + 60000000
+                    claimed_by = 'worker', claim_token = ?, claimed_at = {now}, lease_expires_at = {lease}
                 WHERE id = (SELECT id FROM validation_jobs WHERE status = 'pending' AND fires_at <= {now}
                             AND attempt < max_attempts ORDER BY fires_at, id LIMIT 1)
                 RETURNING id, generation""",
@@ -549,7 +557,7 @@ async def sqlite_cycle(jobs: int) -> None:
         ).fetchone()
         fence = "id = ? AND claimed_by = 'worker' AND claim_token = ? AND generation = ? AND status = 'claimed'"
         connection.execute(
-            f"UPDATE validation_jobs SET lease_expires_at = {now} + 60000000 WHERE {fence} AND lease_expires_at > {now}",
+            f"UPDATE validation_jobs SET lease_expires_at = {lease} WHERE {fence} AND lease_expires_at > {now}",
             (row[0], token, row[1]),
         )
         connection.execute(
@@ -573,7 +581,7 @@ def kernel_decisions(repeat: int) -> None:
         lease_expires_at_us=10**15, fires_at_us=0, created_at_us=0, completed_at_us=None,
         cancel_requested=False, pid=None, fence_required=True, submission_id="sub", fingerprint="v1:x",
         idempotency_key=None, active_key=None, dlq_record_id=None, error_message=None, result_json=None,
-        payload_json="{}",
+        payload=("orders", "1.0.0", '{"data_source":"s","options":null}', None),
     )
     pending = JobRecord(**{**{f: getattr(claimed, f) for f in claimed.__dataclass_fields__},
                            "status": JobStatus.PENDING, "attempts": 0, "generation": 0, "owner_id": None,
