@@ -222,7 +222,8 @@ class JobSource(Generic[Claimed]):
     def _claimed(self, record: JobRecord) -> Claimed:
         fence = None
         if record.claim_token is not None:
-            assert record.owner_id is not None
+            if record.owner_id is None:  # INV-Q7: only a row written outside tenure
+                raise persistence_failed("corrupt_row")
             fence = QueueClaimFence(
                 record.queue, record.job_id, record.owner_id, record.generation, record.claim_token
             )
@@ -330,7 +331,7 @@ def _stored_result(text: str | None) -> Any:
 def _info(record: JobRecord) -> JobInfo:
     fires_at = _instant(record.fires_at_us)
     created_at = _instant(record.created_at_us)
-    assert fires_at is not None and created_at is not None
+    assert fires_at is not None and created_at is not None  # the codec reads both as required
     return JobInfo(
         queue=record.queue,
         job_id=record.job_id,
