@@ -7,7 +7,7 @@ with a compare-and-set. They never decide a transition themselves.
 from __future__ import annotations
 
 from .migrations import MigrationReport, downgrade, upgrade
-from .sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 
 __all__ = [
     "ValidationJobSource",

@@ -34,7 +34,7 @@ from tenure.model import (
 )
 
 from .migrations import upgrade
-from .sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 
 __all__ = ["DemoSettings", "run_demo"]
 

@@ -36,7 +36,7 @@ from tenure.model import QueueKind
 
 from .dialects import open_migration_target
 from .migration_report import Check, MigrationReport, refuse_if_failed
-from .queue_table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES
+from .queue.table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES
 from .schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl
 from .tables import ColumnSpec, Step, TableSpec, qualified
 

@@ -1,7 +1,7 @@
 """The schema steps, compiled for each database from the table descriptions.
 
 * ``legacy``: the three queue tables exactly as pycharter 0.0.67 creates them (see
-  :mod:`tenure.adapters.queue_table`), created only where missing;
+  :mod:`tenure.adapters.queue.table`), created only where missing;
 * ``owned`` (additive): tenure's columns and indexes on those tables, plus its own
   bookkeeping tables (``tenure_migrations``; on SQLite ``tenure_clock``, the database
   time's high-water mark). Old rows start with generation 0, no token and no submission
@@ -15,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy import String, Text
 from sqlalchemy.engine import Dialect as SqlDialect
 
-from .queue_table import QUEUE_TABLES
+from .queue.table import QUEUE_TABLES
 from .tables import Codec, ColumnSpec, IndexSpec, TableSpec, qualified
 
 __all__ = [

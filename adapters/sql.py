@@ -1,24 +1,37 @@
-"""The runtime SQL of the job stores: one text per statement, shaped by dialect capabilities.
+"""The runtime SQL of every store, compiled from table descriptions and kernel finders.
 
 Statements use ``:name`` parameters (sqlite3's own style); the PostgreSQL store rewrites
 them to ``$n`` once. Dialect differences are capability flags, never scattered
-``if dialect == ...`` branches. A list parameter is matched with the dialect's
-``member_of`` form (SQLite reads a JSON array, PostgreSQL an array). Every column list
-comes from the table description (:mod:`tenure.adapters.queue_table`); the table is
-qualified by the store's schema.
+``if dialect == ...`` branches. A :class:`~tenure.kernel.core.Finder` (kernel data)
+compiles to one SELECT: its conditions become a WHERE clause over the columns its
+fields live in, its constants and parameters are encoded by those columns' codecs, and
+its lock mode becomes the dialect's locking suffix. Writes are compare-and-set
+statements over every mutable column of the table description. Nothing about a
+machine is decided here: this module only spells what the kernel and the table
+description say.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from tenure.model import QueueKind
+from tenure.kernel.core import Condition, Finder, Param
 
-from .queue_table import QUEUE_TABLES
-from .tables import qualified
+from .tables import Binding, Dialect, POSTGRESQL_DIALECT, SQLITE_DIALECT, qualified
 
-__all__ = ["Capabilities", "SQLITE", "POSTGRESQL", "QueueStatements", "statements_for"]
+__all__ = [
+    "Capabilities",
+    "SQLITE",
+    "POSTGRESQL",
+    "CompiledFinder",
+    "TableStatements",
+    "compile_finder",
+    "statements_for",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -26,109 +39,158 @@ class Capabilities:
     """How a database spells the few things that differ."""
 
     name: str
-    lock_row: str
+    dialect: Dialect
+    lock_wait: str
     """Suffix that locks the selected rows for this transaction (empty where the whole
     database is locked by the write transaction, as on SQLite)."""
-    lock_skip_locked: str
+    lock_skip: str
     """Suffix that locks and skips rows other transactions hold (claims)."""
     null_safe_equal: str
     """Operator comparing two values where NULL equals NULL."""
     member_of: str
     """``{column} <member_of :list>``: membership in a list parameter."""
+    list_parameter: Callable[[list[Any]], Any]
+    """How a list parameter travels (SQLite: a JSON array; PostgreSQL: an array)."""
     comparable_json: str
     """A JSON column as a comparable expression (PostgreSQL's ``json`` has no ``=``)."""
 
 
 SQLITE = Capabilities(
-    name="sqlite", lock_row="", lock_skip_locked="", null_safe_equal="IS",
-    member_of="IN (SELECT value FROM json_each(:{}))", comparable_json="{}",
+    name="sqlite", dialect=SQLITE_DIALECT, lock_wait="", lock_skip="", null_safe_equal="IS",
+    member_of="IN (SELECT value FROM json_each(:{}))", list_parameter=json.dumps, comparable_json="{}",
 )
 POSTGRESQL = Capabilities(
     name="postgresql",
-    lock_row=" FOR UPDATE",
-    lock_skip_locked=" FOR UPDATE SKIP LOCKED",
+    dialect=POSTGRESQL_DIALECT,
+    lock_wait=" FOR UPDATE",
+    lock_skip=" FOR UPDATE SKIP LOCKED",
     null_safe_equal="IS NOT DISTINCT FROM",
     member_of="= ANY(:{})",
+    list_parameter=lambda values: values,
     comparable_json="{}::text",
 )
 
+_SQL_OPERATORS = {"=": "=", "<": "<", "<=": "<=", ">": ">"}
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class QueueStatements:
-    """Every statement the stores run against one queue table."""
+class CompiledFinder:
+    """A finder's SELECT and how to turn the caller's parameters into the driver's."""
+
+    sql: str
+    """``SELECT <columns> FROM <table> WHERE ... ORDER BY ... [LIMIT :limit] <lock>``."""
+    where: str
+    encoders: tuple[tuple[str, Callable[[Any], Any]], ...]
+    constants: Mapping[str, Any]
+
+    def parameters(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        bound = dict(self.constants)
+        for name, encode in self.encoders:
+            bound[name] = encode(values[name])
+        if "limit" in values:
+            bound["limit"] = values["limit"]
+        return bound
+
+
+def _value_writer(binding: Binding, field: str, caps: Capabilities) -> Callable[[Any], Any]:
+    column = binding.column_of(field)
+    return caps.dialect.value_writer(column)
+
+
+def _condition_sql(
+    binding: Binding, condition: Condition, caps: Capabilities, number: int,
+    encoders: dict[str, Callable[[Any], Any]], constants: dict[str, Any],
+) -> str:
+    column = binding.column_of(condition.field).name
+    if condition.op == "is_null":
+        return f"{column} IS NULL"
+    if condition.op == "not_null":
+        return f"{column} IS NOT NULL"
+    if condition.other_field is not None:
+        return f"{column} {_SQL_OPERATORS[condition.op]} {binding.column_of(condition.other_field).name}"
+    write = _value_writer(binding, condition.field, caps)
+    operand = condition.operand
+    if condition.op == "in":
+        if isinstance(operand, Param):
+            encoders[operand.name] = lambda values, write=write: caps.list_parameter([write(v) for v in values])  # type: ignore[misc]
+            return f"{column} {caps.member_of.format(operand.name)}"
+        name = f"c{number}"
+        constants[name] = caps.list_parameter([write(value) for value in operand])
+        return f"{column} {caps.member_of.format(name)}"
+    if isinstance(operand, Param):
+        encoders[operand.name] = write
+        name = operand.name
+    else:
+        name = f"c{number}"
+        constants[name] = write(operand)
+    return f"{column} {_SQL_OPERATORS[condition.op]} :{name}"
+
+
+@functools.cache
+def compile_finder(
+    binding: Binding, finder: Finder, caps: Capabilities, schema: str | None, *, limited: bool = False
+) -> CompiledFinder:
+    """The finder as one SELECT of every column of the binding's table."""
+    encoders: dict[str, Callable[[Any], Any]] = {}
+    constants: dict[str, Any] = {}
+    clauses = []
+    counter = 0
+    for conjunction in finder.any_of:
+        parts = []
+        for condition in conjunction:
+            counter += 1
+            parts.append(_condition_sql(binding, condition, caps, counter, encoders, constants))
+        clauses.append("(" + " AND ".join(parts) + ")" if parts else "TRUE")
+    where = " OR ".join(clauses) if len(clauses) > 1 else clauses[0]
+    table = qualified(schema, binding.spec.name)
+    sql = f"SELECT {', '.join(binding.spec.column_names)} FROM {table}"
+    if where != "TRUE":
+        sql += f" WHERE {where}"
+    if finder.order:
+        sql += " ORDER BY " + ", ".join(binding.column_of(field).name for field in finder.order)
+    if limited:
+        sql += " LIMIT :limit"
+    sql += {"wait": caps.lock_wait, "skip": caps.lock_skip, "none": ""}[finder.lock]
+    return CompiledFinder(sql, where, tuple(encoders.items()), constants)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TableStatements:
+    """The writes every store runs against one table (compare-and-set, by its key)."""
 
     table: str
     """The (schema-qualified) table name."""
     columns: tuple[str, ...]
-    lock_rows: str
-    locate: str
-    tokens_stored: str
-    sweep_needed: str
-    eligible_owned: str
-    eligible_legacy: str
-    by_token: str
-    expired: str
-    finished_before: str
     insert: str
     update: str
     delete: str
-    read_rows: str
-    list_all: str
-    list_by_status: str
+    read_keys: str
 
 
 @functools.cache
-def statements_for(queue: QueueKind, caps: Capabilities, schema: str | None = None) -> QueueStatements:
-    spec = QUEUE_TABLES[queue]
+def statements_for(binding: Binding, caps: Capabilities, schema: str | None = None) -> TableStatements:
+    spec = binding.spec
     table = qualified(schema, spec.name)
     columns = spec.column_names
-    select = f"SELECT {', '.join(columns)} FROM {table}"
+    key = binding.key_column
 
     def comparable(name: str) -> str:
         return caps.comparable_json.format(name) if name in spec.json_names else name
 
-    compare = " AND ".join(
-        f"{comparable(column)} {caps.null_safe_equal} :old_{column}" for column in spec.mutable_names
-    )
-    identities = ["submission_id = :submission_id", "id = :job_id"]
-    if queue is QueueKind.PIPELINE:
-        identities.append("run_id = :run_id")
-    # The idempotency key column: the authored key, or (streaming) the active key.
-    identities.append("idempotency_key = :idempotency_key")
-    # Claims take the earliest due row, then the smallest job ID, so every store (and the
-    # lockstep model) picks the same ones. attempt < max_attempts is implied by pending
-    # (INV-Q4) but kept so the query states the kernel's whole eligibility.
-    eligible = f"{select} WHERE status = 'pending' AND fires_at <= :now AND attempt < max_attempts"
-    return QueueStatements(
+    compare = " AND ".join(f"{comparable(column)} {caps.null_safe_equal} :old_{column}" for column in spec.mutable_names)
+    return TableStatements(
         table=table,
         columns=columns,
-        lock_rows=f"{select} WHERE id {caps.member_of.format('job_ids')} ORDER BY id{caps.lock_row}",
-        locate=f"{select} WHERE {' OR '.join(identities)} ORDER BY id{caps.lock_row}",
-        tokens_stored=f"SELECT claim_token FROM {table} WHERE claim_token {caps.member_of.format('tokens')}",
-        sweep_needed=f"SELECT 1 FROM {table} WHERE status = 'claimed' AND lease_expires_at <= :now LIMIT 1",
-        eligible_owned=f"{eligible} ORDER BY fires_at, id LIMIT :limit{caps.lock_skip_locked}",
-        eligible_legacy=(
-            f"{eligible} AND fence_required = :false ORDER BY fires_at, id LIMIT :limit{caps.lock_skip_locked}"
-        ),
-        by_token=f"{select} WHERE claim_token = :claim_token{caps.lock_row}",
-        expired=(
-            f"{select} WHERE status = 'claimed' AND lease_expires_at <= :now "
-            f"ORDER BY lease_expires_at, id LIMIT :limit{caps.lock_skip_locked}"
-        ),
-        finished_before=(
-            f"{select} WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < :cutoff "
-            f"AND fence_required = :false ORDER BY completed_at, id LIMIT :limit{caps.lock_skip_locked}"
-        ),
         insert=(
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)}) "
             f"RETURNING {', '.join(columns)}"
         ),
         update=(
             f"UPDATE {table} SET {', '.join(f'{c} = :{c}' for c in spec.mutable_names)} "
-            f"WHERE id = :old_id AND {compare} RETURNING {', '.join(columns)}"
+            f"WHERE {key} = :old_key AND {compare} RETURNING {', '.join(columns)}"
         ),
-        delete=f"DELETE FROM {table} WHERE id = :old_id AND {compare} RETURNING id",
-        read_rows=f"{select} WHERE id {caps.member_of.format('job_ids')} ORDER BY id",
-        list_all=f"{select} ORDER BY created_at, id LIMIT :limit",
-        list_by_status=f"{select} WHERE status = :status ORDER BY created_at, id LIMIT :limit",
+        delete=f"DELETE FROM {table} WHERE {key} = :old_key AND {compare} RETURNING {key}",
+        read_keys=(
+            f"SELECT {', '.join(columns)} FROM {table} WHERE {key} {caps.member_of.format('keys')} ORDER BY {key}"
+        ),
     )

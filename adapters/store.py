@@ -1,15 +1,19 @@
-"""What the engine needs from a database, and the errors a store may raise.
+"""What the engine needs from a database: neutral primitives over any machine's table.
 
-A store opens transactions. A transaction reads the database clock exactly once, after
-the locks of the statement that first needs it, and writes records with
-compare-and-set statements whose result is read back. Every database failure surfaces
-as ``TenureError(QUEUE_PERSISTENCE_FAILED, reason)`` with an authored reason (see
-:mod:`tenure.adapters.failures`); driver text never travels further than the store.
-A closed store refuses every further transaction; closing it again does nothing.
+A store opens transactions. A transaction reads the database clock once: after the row
+locks of :meth:`Transaction.locked` (so a lock wait that outlasts a lease cannot
+authorize a stale write), or first, for a :meth:`Transaction.snapshot` whose probes never
+wait. It writes records with compare-and-set statements whose result is read back.
+Every database failure surfaces as ``TenureError(..._PERSISTENCE_FAILED, reason)`` with
+an authored reason (see :mod:`tenure.adapters.failures`); driver text never travels
+further than the store. A closed store refuses every further transaction; closing it
+again does nothing.
 
-Finders that return rows to decide on lock them. Several steps are combined into one
-statement where a database allows it (the row locks and the clock, the claim's view of
-the queue), because round trips are what an owned operation costs.
+Rows are found by kernel :class:`~tenure.kernel.core.Finder` values compiled by
+:mod:`tenure.adapters.sql`; a :class:`~tenure.adapters.tables.Binding` says which table
+and codec. Several steps are combined into one statement where a database allows it
+(the row locks and the clock; the probes of a snapshot), because round trips are what
+an owned operation costs.
 """
 
 from __future__ import annotations
@@ -19,30 +23,29 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Protocol
 
-from tenure.kernel import JobRecord
-from tenure.model import JobStatus, QueueKind
+from tenure.kernel.core import Finder
 
 from .failures import persistence_failed
-from .queue_table import queue_codec
-from .sql import Capabilities, QueueStatements, statements_for
-from .tables import Dialect, RowCodec
+from .sql import Capabilities, CompiledFinder, TableStatements, compile_finder, statements_for
+from .tables import Binding, Dialect, RowCodec
 
-__all__ = ["Store", "Transaction", "ClaimView", "SharedFinders", "persistence_failed", "TimeObserver"]
+__all__ = ["Store", "Transaction", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver"]
 
 TimeObserver = Callable[[int], None]
 """Called with the database time each transaction read (tracing, conformance tests)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ClaimView:
-    """What a claim needs to know, read (and locked) at once."""
+class Probe:
+    """One question of a snapshot: the rows a finder selects (``rows``; at most one per
+    snapshot, last), whether any exists (``exists``), or one field of each (``values``).
+    The parameter ``now`` is the snapshot's clock."""
 
-    sweep_needed: bool
-    """Some claim of this queue has a lease that is not after ``now``."""
-    stored_tokens: frozenset[str]
-    """Which of the requested claim tokens some row already stores."""
-    candidates: list[JobRecord]
-    """The next eligible rows, earliest ``fires_at`` then job ID, locked for this claim."""
+    finder: Finder
+    parameters: Mapping[str, Any]
+    kind: str = "rows"
+    limit: int | None = None
+    field: str | None = None
 
 
 class Transaction(Protocol):
@@ -51,60 +54,36 @@ class Transaction(Protocol):
     async def now_us(self) -> int:
         """Database time, read once per transaction (after the locks taken so far)."""
 
-    async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
-        """The job ID as the database spells it (canonical UUID text on a uuid column)."""
+    async def locked(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any]) -> list[Any]:
+        """The rows a waiting finder selects, locked; the clock is read after the locks."""
 
-    async def lock_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> dict[str, JobRecord]:
-        """Lock the rows with these IDs (in ID order); the clock is read after the locks."""
+    async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
+        """Read the clock, then answer every probe (none of them waits for a lock)."""
 
-    async def locate_submission(
-        self,
-        queue: QueueKind,
-        *,
-        submission_id: str | None,
-        job_id: str,
-        run_id: str | None,
-        idempotency_key: str | None,
-        active_key: str | None,
-    ) -> list[JobRecord]:
-        """Lock every row sharing one of these identities; the clock is read after."""
+    async def find(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any], limit: int | None = None) -> list[Any]:
+        """The rows a non-waiting finder selects (``skip`` locks what it can take)."""
 
-    async def claim_view(
-        self, queue: QueueKind, *, limit: int, tokens: Sequence[str], owned: bool
-    ) -> ClaimView:
-        """Read the clock, then the claim's view of the queue (candidates locked with
-        SKIP LOCKED, which never waits)."""
+    async def canonical_key(self, binding: Binding, key: str) -> str:
+        """The key as the database spells it (canonical UUID text on a uuid column)."""
 
-    async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]: ...
-
-    async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]: ...
-
-    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None: ...
-
-    async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]: ...
-
-    async def insert(self, record: JobRecord) -> JobRecord:
+    async def insert(self, binding: Binding, record: Any) -> Any:
         """Insert and return the row as stored."""
 
-    async def update_many(
-        self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool
-    ) -> list[JobRecord]:
+    async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
         """Compare-and-set each ``(old, new)``: write ``new`` only where the row still
         equals ``old``. Returns the rows as stored, in order; raises ``row_changed`` when
         a row no longer matched. ``read_back`` reads them with a separate statement
         (which also sees what AFTER triggers did)."""
 
-    async def delete(self, old: JobRecord) -> bool:
+    async def delete(self, binding: Binding, old: Any) -> bool:
         """Compare-and-set delete; False when the row no longer matched."""
 
-    async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
-        """The rows with these IDs as they are (no lock, no clock)."""
-
-    async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]: ...
+    async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
+        """The rows with these keys as they are (no lock, no clock)."""
 
 
 class Store(Protocol):
-    """A database holding the three queue tables."""
+    """A database holding the machines' tables."""
 
     observe_time: TimeObserver | None
 
@@ -114,63 +93,54 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
-class SharedFinders:
-    """The finders every store runs the same way: the statement comes from the store's
+class SharedPrimitives:
+    """The primitives every store runs the same way: the statement comes from the store's
     dialect (``capabilities``, and the store's schema) and runs through the store's
-    ``_records``; instants and rows go through the table description's codec for the
-    store's ``dialect``. Only what truly differs (locking with the clock, list
-    parameters, writes) stays in each store."""
+    ``_records``; values go through the binding's codec for the store's ``dialect``.
+    Only what truly differs (locking with the clock, snapshots, pipelined writes) stays
+    in each store."""
 
     capabilities: ClassVar[Capabilities]
     dialect: ClassVar[Dialect]
     schema: str | None = None
 
-    async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
+    async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         raise NotImplementedError
 
-    def codec(self, queue: QueueKind) -> RowCodec:
-        return queue_codec(queue, self.dialect)
+    def codec(self, binding: Binding) -> RowCodec:
+        return binding.codec(self.dialect)
 
-    def statements(self, queue: QueueKind) -> QueueStatements:
-        return statements_for(queue, self.capabilities, self.schema)
+    def statements(self, binding: Binding) -> TableStatements:
+        return statements_for(binding, self.capabilities, self.schema)
 
-    def compare_parameters(self, old: JobRecord) -> dict[str, Any]:
-        """``old_<column>`` for every column the compare-and-set compares, and ``old_id``."""
-        codec = self.codec(old.queue)
+    def compiled(self, binding: Binding, finder: Finder, *, limited: bool = False) -> CompiledFinder:
+        return compile_finder(binding, finder, self.capabilities, self.schema, limited=limited)
+
+    def compare_parameters(self, binding: Binding, old: Any) -> dict[str, Any]:
+        """``old_<column>`` for every column the compare-and-set compares, and ``old_key``."""
+        codec = self.codec(binding)
         stored = codec.write(old)
         compared = {f"old_{column}": stored[column] for column in codec.spec.mutable_names}
-        compared["old_id"] = old.job_id
+        compared["old_key"] = getattr(old, binding.key_field)
         return compared
 
-    def write_parameters(self, old: JobRecord, new: JobRecord) -> dict[str, Any]:
-        return {**self.codec(new.queue).write(new), **self.compare_parameters(old)}
+    def write_parameters(self, binding: Binding, old: Any, new: Any) -> dict[str, Any]:
+        return {**self.codec(binding).write(new), **self.compare_parameters(binding, old)}
 
-    async def expired_claims(self, queue: QueueKind, now_us: int, limit: int) -> list[JobRecord]:
-        parameters = {"now": self.codec(queue).stored_instant(now_us), "limit": limit}
-        return await self._records(queue, self.statements(queue).expired, parameters)
+    def key_list(self, keys: Sequence[str]) -> Any:
+        return self.capabilities.list_parameter(list(keys))
 
-    async def pick_eligible(self, queue: QueueKind, now_us: int, limit: int, *, owned: bool) -> list[JobRecord]:
-        statements = self.statements(queue)
-        sql = statements.eligible_owned if owned else statements.eligible_legacy
-        parameters = {"now": self.codec(queue).stored_instant(now_us), "limit": limit, "false": False}
-        return await self._records(queue, sql, parameters)
+    async def find(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any], limit: int | None = None) -> list[Any]:
+        assert finder.lock != "wait", "a waiting finder runs through locked(), which reads the clock after"
+        compiled = self.compiled(binding, finder, limited=limit is not None)
+        values = dict(parameters) if limit is None else {**parameters, "limit": limit}
+        return await self._records(binding, compiled.sql, compiled.parameters(values))
 
-    async def by_token(self, queue: QueueKind, claim_token: str) -> JobRecord | None:
-        found = await self._records(queue, self.statements(queue).by_token, {"claim_token": claim_token})
-        return found[0] if found else None
-
-    async def finished_before(self, queue: QueueKind, cutoff_us: int, limit: int) -> list[JobRecord]:
-        parameters = {"cutoff": self.codec(queue).stored_instant(cutoff_us), "limit": limit, "false": False}
-        return await self._records(queue, self.statements(queue).finished_before, parameters)
-
-    async def insert(self, record: JobRecord) -> JobRecord:
-        stored = await self._records(record.queue, self.statements(record.queue).insert, self.codec(record.queue).write(record))
+    async def insert(self, binding: Binding, record: Any) -> Any:
+        stored = await self._records(binding, self.statements(binding).insert, self.codec(binding).write(record))
         if not stored:
             raise persistence_failed("write_not_applied")
         return stored[0]
 
-    async def list_records(self, queue: QueueKind, status: JobStatus | None, limit: int) -> list[JobRecord]:
-        statements = self.statements(queue)
-        if status is None:
-            return await self._records(queue, statements.list_all, {"limit": limit})
-        return await self._records(queue, statements.list_by_status, {"status": status.value, "limit": limit})
+    async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
+        return await self._records(binding, self.statements(binding).read_keys, {"keys": self.key_list(keys)})

@@ -40,6 +40,7 @@ from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model import ErrorCode, TenureError
 
 __all__ = [
+    "Binding",
     "Codec",
     "Step",
     "ColumnSpec",
@@ -281,6 +282,10 @@ class Dialect:
     comparable_json: str
     """``{column}`` as a comparable expression for a JSON column."""
 
+    def value_writer(self, column: ColumnSpec) -> Callable[[Any], Any]:
+        """How one record value of this column travels to the database."""
+        return _writer(column.codec, self)
+
 
 SQLITE_DIALECT = Dialect("sqlite", instant_to_sqlite_text, instant_from_sqlite_text, "{}")
 POSTGRESQL_DIALECT = Dialect("postgresql", lambda micros: micros, _postgres_instant, "{}::text")
@@ -411,3 +416,58 @@ def row_codec(
         return row
 
     return RowCodec(spec, read, write, dialect.instant_to_stored)
+
+
+# --- a machine's table -----------------------------------------------------------------
+
+
+def _key_as_text(index: int) -> Callable[[list[Any]], None]:
+    def prepare(values: list[Any]) -> None:
+        # A genuine uuid key column: asyncpg returns its own UUID subclass; records keep
+        # the canonical text.
+        if values[index] is not None and not isinstance(values[index], str):
+            values[index] = str(values[index])
+
+    return prepare
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Binding:
+    """One machine's records in one table: what the shared engine, the stores and the
+    store conformance suite need to persist them. ``constants`` fill record fields no
+    column holds; ``key_field`` is the record field of the primary key."""
+
+    name: str
+    machine: Any
+    """The kernel's :class:`~tenure.kernel.core.Machine`."""
+    spec: TableSpec
+    record_type: type[Any]
+    constants: Mapping[str, Any]
+    key_field: str
+
+    @functools.cached_property
+    def _columns_by_field(self) -> dict[str, ColumnSpec]:
+        return {column.field: column for column in self.spec.columns if column.part is None}
+
+    def column_of(self, field: str) -> ColumnSpec:
+        """The column holding a record field."""
+        return self._columns_by_field[field]
+
+    @functools.cached_property
+    def key_column(self) -> str:
+        return self.column_of(self.key_field).name
+
+    @functools.cached_property
+    def key_index(self) -> int:
+        return self.spec.column_names.index(self.key_column)
+
+    def codec(self, dialect: Dialect, *, key_as_text: bool = False) -> RowCodec:
+        """Both directions of the row mapping on ``dialect`` (``key_as_text``: the key
+        column is a uuid the driver returns as an object)."""
+        return _binding_codec(self, dialect, key_as_text)
+
+
+@functools.cache
+def _binding_codec(binding: Binding, dialect: Dialect, key_as_text: bool) -> RowCodec:
+    prepare = _key_as_text(binding.key_index) if key_as_text else None
+    return row_codec(binding.spec, dialect, binding.record_type, binding.constants, prepare=prepare)

@@ -40,7 +40,7 @@ from typing import Any
 import asyncpg
 
 from tenure.adapters import ValidationJobSource, upgrade
-from tenure.adapters.queue_table import stored_payload
+from tenure.adapters.queue.table import stored_payload
 from tenure.kernel import ClaimFence, ClaimOwned, CompleteOwned, HeartbeatOwned, JobRecord, decide
 from tenure.model import JobStatus, QueueKind, ValidationJob, WorkerConfig, snapshot_submission
 

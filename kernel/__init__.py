@@ -1,12 +1,14 @@
 """tenure.kernel: pure, total decision functions. No I/O, no clock, no randomness.
 
-Each machine is a table keyed by ``(state, command type)``; see ``specs/`` for the
-tables reviewers read and the invariants every decision keeps.
+``tenure.kernel.core`` holds what every machine shares (rows, rules, decisions,
+finders, ``decide``); each machine has its own folder: ``queue/`` (the owned queue),
+``attempts/`` (service job attempts). See ``specs/`` for the tables reviewers read and
+the invariants every decision keeps. The queue's names are re-exported here.
 """
 
 from __future__ import annotations
 
-from .queue_commands import (
+from .queue.commands import (
     FENCED_COMMANDS,
     AcknowledgeCancelOwned,
     Ack,
@@ -39,15 +41,16 @@ from .queue_commands import (
     Submitted,
     SubmitOwned,
 )
-from .queue_machine import (
+from .queue.machine import (
     EFFECTS,
     GUARDS,
     LEASE_EXPIRED_ERROR,
-    REFUSAL_OUTCOMES,
+    OUTCOMES,
+    QUEUE,
+    ROWS,
     TABLE,
     Applied,
     Decision,
-    Outcome,
     Refusal,
     Refused,
     Rule,
@@ -58,7 +61,7 @@ from .queue_machine import (
     select_rule,
     transition_violations,
 )
-from .queue_record import (
+from .queue.record import (
     MAX_INSTANT_US,
     MIN_INSTANT_US,
     JobRecord,
@@ -105,11 +108,12 @@ __all__ = [
     "EFFECTS",
     "GUARDS",
     "LEASE_EXPIRED_ERROR",
-    "REFUSAL_OUTCOMES",
+    "OUTCOMES",
+    "QUEUE",
+    "ROWS",
     "TABLE",
     "Applied",
     "Decision",
-    "Outcome",
     "Refusal",
     "Refused",
     "Rule",

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tenure.adapters.queue_table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
 from tenure.adapters.tables import instant_from_sqlite_text, instant_to_sqlite_text
 from tenure.model import QueueKind
 
@@ -217,19 +217,20 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
     else:
         transaction_type = module.PostgresTransaction
         sql = f"UPDATE {table(queue)} SET error_message = $1 WHERE id = $2"
-    original = transaction_type.lock_rows
+    original = transaction_type.locked
 
-    async def lock_then_interfere(self: Any, load_queue: QueueKind, job_ids: Any) -> Any:
-        records = await original(self, load_queue, job_ids)
-        for job_id in records:
-            await self.execute(sql, [marker, job_id])
+    async def lock_then_interfere(self: Any, binding: Any, finder: Any, parameters: Any) -> Any:
+        records = await original(self, binding, finder, parameters)
+        if finder.name == "by_keys":
+            for record in records:
+                await self.execute(sql, [marker, record.job_id])
         return records
 
-    transaction_type.lock_rows = lock_then_interfere
+    transaction_type.locked = lock_then_interfere
     try:
         yield
     finally:
-        transaction_type.lock_rows = original
+        transaction_type.locked = original
 
 
 class RowHolder:

@@ -10,9 +10,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from tenure.kernel import queue_machine as machine
-from tenure.kernel.queue_commands import CommandType as C
-from tenure.kernel.queue_record import QueueState as S
+from tenure.kernel.queue import machine
+from tenure.kernel.queue.commands import CommandType as C
+from tenure.kernel.queue.record import QueueState as S
 
 
 def _fence_mismatch_without(part: str) -> Callable[[Any, Any, int], bool]:

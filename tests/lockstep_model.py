@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tenure.kernel import (
-    REFUSAL_OUTCOMES,
+    OUTCOMES,
     AcknowledgeCancelOwned,
     Applied,
     CancelAdmin,
@@ -30,7 +30,6 @@ from tenure.kernel import (
     HeartbeatLegacy,
     HeartbeatOwned,
     JobRecord,
-    Outcome,
     PurgeFinished,
     ReadStateOwned,
     RecoverOwned,
@@ -44,7 +43,7 @@ from tenure.kernel import (
     SubmitOwned,
     decide,
 )
-from tenure.adapters.queue_table import stored_payload
+from tenure.adapters.queue.table import stored_payload
 from tenure.model import DEFAULT_MAX_ATTEMPTS, FrozenEnvelope, JobStatus, QueueKind, SubmissionSnapshot, WorkerConfig
 
 SWEEP_LIMIT = 64
@@ -57,17 +56,15 @@ Result = tuple[Any, ...]
 
 class Conflict(Exception):
     def __init__(self, refused: Refused) -> None:
-        outcome = REFUSAL_OUTCOMES[refused.reason]
-        code = {
-            Outcome.SUBMISSION_CONFLICT: "queue_submission_conflict",
-            Outcome.CLAIM_CONFLICT: "queue_claim_conflict",
-        }[outcome]
+        error_code = OUTCOMES[refused.reason]
+        assert error_code is not None
+        code = error_code.value
         super().__init__(code, refused.reason.value)
         self.result: Result = ("error", code, refused.reason.value)
 
 
 def _raise_if_conflict(decision: Any) -> None:
-    if isinstance(decision, Refused) and REFUSAL_OUTCOMES[decision.reason] is not Outcome.NEGATIVE:
+    if isinstance(decision, Refused) and OUTCOMES[decision.reason] is not None:
         raise Conflict(decision)
 
 

@@ -17,8 +17,8 @@ import pytest
 
 from adapter_support import kind_of, raw, row, stored_instant
 from tenure.adapters import ValidationJobSource, downgrade, upgrade
-from tenure.adapters.queue_table import TABLE_NAMES
-from tenure.kernel import queue_machine
+from tenure.adapters.queue.table import TABLE_NAMES
+from tenure.kernel.queue import machine as queue_machine
 from tenure.model import ConfigValidationError, ErrorCode, JobStatus, QueueKind, TenureError, ValidationJob, WorkerConfig
 
 NOW_US = time.time_ns() // 1000

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from tenure.adapters.cli import main
-from tenure.kernel import queue_machine
+from tenure.kernel.queue import machine as queue_machine
 
 
 def test_the_demo_runs_and_every_invariant_holds(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

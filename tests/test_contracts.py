@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-import tenure.kernel.queue_contracts as queue_contracts
-import tenure.kernel.queue_machine as queue_machine
+import tenure.kernel.queue.contracts as queue_contracts
+import tenure.kernel.queue.machine as queue_machine
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONTRACT_MODULES = [queue_contracts, queue_machine]
@@ -56,7 +56,7 @@ def test_crosshair_finds_a_counterexample_in_a_broken_kernel(mutant: str, target
         [
             sys.executable, str(ROOT / "tests" / "crosshair_with_mutant.py"), mutant,
             "check", "--analysis_kind=PEP316", "--per_condition_timeout=5",
-            f"tenure.kernel.queue_contracts.{target}",
+            f"tenure.kernel.queue.contracts.{target}",
         ],
         cwd="/tmp",
         env={**os.environ, "PYTHONSAFEPATH": "1"},

@@ -29,7 +29,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multip
 import adapter_support
 from lockstep_model import Model
 from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource, upgrade
-from tenure.adapters.engine import QueueEngine
+from tenure.adapters.queue.operations import QueueOperations
 from tenure.model import (
     PipelineJob,
     QueueClaimFence,
@@ -120,7 +120,7 @@ class LockstepMachine(RuleBasedStateMachine):
         self.sources: dict[QueueKind, Any] = {}
         for queue, source_type in SOURCES.items():
             source = source_type(self.db_url, self.config)
-            engine: QueueEngine = source._engine
+            engine: QueueOperations = source._engine
             engine._new_job_id = lambda: self.next_job_id
             engine._new_run_id = lambda: self.next_run_id
             engine.store.observe_time = self.clock.seen.append
@@ -500,9 +500,9 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
     module = shared_store  # every store takes its statements through SharedFinders
     original = module.statements_for
 
-    def without_compare_and_set(queue: QueueKind, caps: Any, schema: str | None = None) -> Any:
-        statements = original(queue, caps, schema)
-        update = re.sub(r"WHERE id = :old_id AND .* RETURNING", "WHERE id = :old_id RETURNING", statements.update)
+    def without_compare_and_set(binding: Any, caps: Any, schema: str | None = None) -> Any:
+        statements = original(binding, caps, schema)
+        update = re.sub(r"WHERE id = :old_key AND .* RETURNING", "WHERE id = :old_key RETURNING", statements.update)
         assert update != statements.update
         return dataclasses.replace(statements, update=update)
 

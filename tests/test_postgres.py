@@ -17,7 +17,7 @@ import pytest
 
 from adapter_support import raw, row
 from tenure.adapters import StreamingJobSource, ValidationJobSource, downgrade, upgrade
-from tenure.adapters.queue_table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
 from tenure.adapters.schema import legacy_ddl, owned_column_ddl
 from tenure.adapters.tables import Step, sql_dialect
 from tenure.model import (
@@ -378,13 +378,18 @@ async def test_the_claim_query_is_served_by_the_eligibility_index_not_a_table_sc
         " now() - make_interval(secs => n), now(), 0, 5, 0, false FROM generate_series(1, 20000) n",
     )
     raw(db_url, "ANALYZE validation_jobs")
-    from tenure.adapters.sql import POSTGRESQL, statements_for
     from tenure.adapters.postgres.store import _compiled
+    from tenure.adapters.queue.table import QUEUE_BINDINGS
+    from tenure.adapters.sql import POSTGRESQL, compile_finder
+    from tenure.kernel.queue import finders
 
-    compiled = _compiled(statements_for(QueueKind.VALIDATION, POSTGRESQL).eligible_owned)
+    finder = compile_finder(QUEUE_BINDINGS[QueueKind.VALIDATION], finders.eligible, POSTGRESQL, None, limited=True)
+    compiled = _compiled(finder.sql)
     sql = compiled.sql
-    for number, name in enumerate(compiled.names, start=1):
-        sql = sql.replace(f"${number}", {"now": "now()", "limit": "1"}[name])
+    literals = {"now": "now()", "limit": "1"}
+    literals.update({name: f"'{value}'" for name, value in finder.constants.items()})
+    for number, name in reversed(list(enumerate(compiled.names, start=1))):
+        sql = sql.replace(f"${number}", literals[name])
     plan = "\n".join(line for (line,) in raw(db_url, "EXPLAIN " + sql))
     assert "ix_validation_jobs_eligible" in plan, plan
     assert "Seq Scan" not in plan, plan

@@ -8,7 +8,7 @@ import pytest
 
 from tenure.kernel import (
     ClaimFence,
-    REFUSAL_OUTCOMES,
+    OUTCOMES,
     Ack,
     AcknowledgeCancelOwned,
     Applied,
@@ -25,7 +25,6 @@ from tenure.kernel import (
     HeartbeatLegacy,
     HeartbeatOwned,
     JobRecord,
-    Outcome,
     PurgeFinished,
     ReadStateOwned,
     RecoverOwned,
@@ -45,7 +44,7 @@ from tenure.kernel import (
     decide,
     record_violations,
 )
-from tenure.model import JobStatus, QueueClaimFence, QueueKind, bounds
+from tenure.model import ErrorCode, JobStatus, QueueClaimFence, QueueKind, bounds
 
 NOW = 1_800_000_000_000_000
 LEASE = 30_000_000
@@ -321,13 +320,13 @@ def claim(token: str = "token-9", *, stored: bool = False) -> ClaimOwned:
 def test_a_claim_with_a_stored_nonce_is_a_conflict_even_when_nothing_is_eligible() -> None:
     assert refused(decide(pending(), claim(stored=True), NOW), Refusal.NONCE_REUSED)
     assert refused(decide(None, claim(stored=True), NOW), Refusal.NONCE_REUSED)
-    assert REFUSAL_OUTCOMES[Refusal.NONCE_REUSED] is Outcome.CLAIM_CONFLICT
+    assert OUTCOMES[Refusal.NONCE_REUSED] is ErrorCode.QUEUE_CLAIM_CONFLICT
 
 
 def test_a_claim_at_the_last_generation_is_refused_instead_of_overflowing() -> None:
     record = pending(generation=bounds.INT64_MAX, owner_id="worker-a")
     assert refused(decide(record, claim(), NOW), Refusal.GENERATION_EXHAUSTED)
-    assert REFUSAL_OUTCOMES[Refusal.GENERATION_EXHAUSTED] is Outcome.CLAIM_CONFLICT
+    assert OUTCOMES[Refusal.GENERATION_EXHAUSTED] is ErrorCode.QUEUE_CLAIM_CONFLICT
 
 
 def test_the_generation_advances_on_every_claim_independently_of_attempts() -> None:
@@ -419,7 +418,7 @@ def test_an_exact_replay_returns_the_original_id_in_every_status(status: JobStat
 def test_changed_content_under_the_same_submission_id_conflicts() -> None:
     decision = decide(pending(), submit_owned(fingerprint="v1:bbbb"), NOW)
     assert refused(decision, Refusal.FINGERPRINT_MISMATCH)
-    assert REFUSAL_OUTCOMES[Refusal.FINGERPRINT_MISMATCH] is Outcome.SUBMISSION_CONFLICT
+    assert OUTCOMES[Refusal.FINGERPRINT_MISMATCH] is ErrorCode.QUEUE_SUBMISSION_CONFLICT
 
 
 def test_a_legacy_row_is_never_promoted_by_an_owned_submission() -> None:
@@ -532,7 +531,7 @@ def test_administrative_cancel_voids_a_live_owned_fence_but_keeps_the_submission
 
 
 def test_every_refusal_has_an_outcome_and_only_submission_and_claim_conflicts_raise() -> None:
-    assert set(REFUSAL_OUTCOMES) == set(Refusal)
-    raising = {reason for reason, outcome in REFUSAL_OUTCOMES.items() if outcome is not Outcome.NEGATIVE}
+    assert set(OUTCOMES) == set(Refusal)
+    raising = {reason for reason, outcome in OUTCOMES.items() if outcome is not None}
     assert {Refusal.NONCE_REUSED, Refusal.GENERATION_EXHAUSTED, Refusal.FINGERPRINT_MISMATCH} <= raising
     assert Refusal.STALE_FENCE not in raising and Refusal.LEASE_EXPIRED not in raising

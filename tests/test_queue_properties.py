@@ -21,8 +21,8 @@ from tenure.kernel import (
     record_violations,
     transition_violations,
 )
-from tenure.kernel.queue_commands import command_violations
-from tenure.kernel.queue_record import JobRecord
+from tenure.kernel.queue.commands import command_violations
+from tenure.kernel.queue.record import JobRecord
 
 
 @settings(max_examples=300)

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from tenure.adapters import ValidationJobSource, downgrade, upgrade
-from tenure.adapters.queue_table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
 from tenure.adapters.schema import legacy_ddl, owned_column_ddl
 from tenure.adapters.tables import Step, sql_dialect
 from tenure.model import ConfigValidationError, TenureError, ValidationJob

@@ -27,7 +27,7 @@ from tenure.model.errors import is_authored_word
 
 from ..migration_report import Check
 from ..migrations import CatalogColumn, CatalogIndex, Executor
-from ..queue_table import TABLE_NAMES
+from ..queue.table import TABLE_NAMES
 from ..tables import ColumnSpec, qualified, sql_dialect
 
 __all__ = ["POSTGRESQL_MIGRATION", "PostgresMigration"]

@@ -29,7 +29,7 @@ need none of the engine's features. SQLAlchemy Core still declares the schema.
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -37,14 +37,13 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from tenure.kernel import JobRecord
-from tenure.model import ConfigValidationError, QueueKind, TenureError
+from tenure.kernel.core import Finder
+from tenure.model import ConfigValidationError, TenureError
 
 from ..failures import Stage, persistence_failed, reason_by_class, translate
-from ..queue_table import TABLE_NAMES, queue_codec
-from ..sql import POSTGRESQL, statements_for
-from ..store import ClaimView, SharedFinders, TimeObserver
-from ..tables import POSTGRESQL_DIALECT, RowCodec
+from ..sql import POSTGRESQL
+from ..store import Probe, SharedPrimitives, TimeObserver
+from ..tables import POSTGRESQL_DIALECT, Binding, RowCodec
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
 
@@ -181,24 +180,29 @@ def _with_clock(locking_select: str) -> str:
     )
 
 
-@functools.cache
-def _claim_view_sql(queue: QueueKind, owned: bool, schema: str | None) -> str:
-    """Clock first, then: is a sweep needed, which tokens are stored, and the candidates
-    (SKIP LOCKED: no waiting, so reading the clock first is safe)."""
-    statements = statements_for(queue, POSTGRESQL, schema)
-    candidates = (statements.eligible_owned if owned else statements.eligible_legacy).replace(":now", "(SELECT now FROM clock)")
-    table = statements.table
-    return (
-        "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now), "
-        f"picked AS MATERIALIZED ({candidates}) "
-        "SELECT (SELECT now FROM clock) AS now, "
-        f"EXISTS (SELECT 1 FROM {table} WHERE status = 'claimed' AND lease_expires_at <= (SELECT now FROM clock)) AS sweep, "
-        f"ARRAY(SELECT claim_token FROM {table} WHERE claim_token = ANY(:tokens)) AS stored, "
-        "picked.* FROM (SELECT 1) AS one LEFT JOIN picked ON true"
-    )
+def _snapshot_sql(parts: Sequence[tuple[str, str, str | None]]) -> str:
+    """One statement answering every probe after reading the clock first: ``parts`` are
+    (kind, finder SQL with ``:now`` meaning the clock, field column). The rows probe (at
+    most one, last) is a materialized CTE joined so that the statement returns one row
+    even when it selects nothing."""
+    clock = "(SELECT now FROM clock)"
+    ctes = ["clock AS MATERIALIZED (SELECT clock_timestamp() AS now)"]
+    columns = [f"{clock} AS now"]
+    rows_cte = None
+    for number, (kind, sql, column) in enumerate(parts):
+        sql = sql.replace(":now", clock)
+        if kind == "rows":
+            rows_cte = f"probe{number}"
+            ctes.append(f"{rows_cte} AS MATERIALIZED ({sql})")
+        elif kind == "exists":
+            columns.append(f"EXISTS ({sql})")
+        else:
+            columns.append(f"ARRAY(SELECT {column} FROM ({sql}) AS probe_values{number})")
+    tail = f"{rows_cte}.* FROM (SELECT 1) AS one LEFT JOIN {rows_cte} ON true" if rows_cte else "1"
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(columns)}, {tail}"
 
 
-class PostgresTransaction(SharedFinders):
+class PostgresTransaction(SharedPrimitives):
     """A transaction on one pooled connection (see :class:`tenure.adapters.store.Transaction`)."""
 
     capabilities = POSTGRESQL
@@ -250,65 +254,62 @@ class PostgresTransaction(SharedFinders):
         assert self._now is not None
         return self._now
 
-    def codec(self, queue: QueueKind) -> RowCodec:
-        return queue_codec(queue, POSTGRESQL_DIALECT, uuid_ids=self._store.uuid_ids.get(queue, False))
+    def codec(self, binding: Binding) -> RowCodec:
+        return binding.codec(POSTGRESQL_DIALECT, key_as_text=(binding.spec.name, binding.key_column) in self._store.uuid_columns)
 
-    def _record(self, queue: QueueKind, row: Any, offset: int = 0) -> JobRecord:
-        record: JobRecord = self.codec(queue).read(row, offset)
-        return record
+    async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        read = self.codec(binding).read
+        return [read(row, 0) for row in await self._fetch(sql, parameters)]
 
-    async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
-        return [self._record(queue, row) for row in await self._fetch(sql, parameters)]
-
-    async def _locked_with_clock(self, queue: QueueKind, locking_select: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
-        rows = await self._fetch(_with_clock(locking_select), parameters)
-        self._observe(rows[0][0])
-        return [self._record(queue, row, 1) for row in rows if row[1] is not None]
-
-    async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
-        if not self._store.uuid_ids.get(queue, False):
-            return job_id
-        rows = await self.execute("SELECT $1::uuid::text", [job_id])
+    async def canonical_key(self, binding: Binding, key: str) -> str:
+        if (binding.spec.name, binding.key_column) not in self._store.uuid_columns:
+            return key
+        rows = await self.execute("SELECT $1::uuid::text", [key])
         return str(rows[0][0])
 
-    async def lock_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> dict[str, JobRecord]:
-        found = await self._locked_with_clock(queue, self.statements(queue).lock_rows, {"job_ids": list(job_ids)})
-        return {record.job_id: record for record in found}
+    async def locked(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any]) -> list[Any]:
+        compiled = self.compiled(binding, finder)
+        rows = await self._fetch(_with_clock(compiled.sql), compiled.parameters(parameters))
+        self._observe(rows[0][0])
+        read = self.codec(binding).read
+        return [read(row, 1) for row in rows if row[1] is not None]
 
-    async def locate_submission(
-        self,
-        queue: QueueKind,
-        *,
-        submission_id: str | None,
-        job_id: str,
-        run_id: str | None,
-        idempotency_key: str | None,
-        active_key: str | None,
-    ) -> list[JobRecord]:
-        parameters = {
-            "submission_id": submission_id, "job_id": job_id, "run_id": run_id,
-            # One column holds the authored key, or (streaming) the active key.
-            "idempotency_key": idempotency_key if active_key is None else active_key,
-        }
-        return await self._locked_with_clock(queue, self.statements(queue).locate, parameters)
-
-    async def claim_view(self, queue: QueueKind, *, limit: int, tokens: Sequence[str], owned: bool) -> ClaimView:
-        rows = await self._fetch(_claim_view_sql(queue, owned, self.schema), {"limit": limit, "tokens": list(tokens), "false": False})
+    async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
+        parts: list[tuple[str, str, str | None]] = []
+        parameters: dict[str, Any] = {}
+        for number, probe in enumerate(probes):
+            finder = probe.finder if probe.kind == "rows" else dataclasses.replace(probe.finder, lock="none")
+            compiled = self.compiled(binding, finder, limited=probe.limit is not None)
+            values = {**probe.parameters, "now": 0}  # :now is the clock, spelled in the SQL
+            bound = compiled.parameters(values if probe.limit is None else {**values, "limit": probe.limit})
+            bound.pop("now", None)
+            # Each probe's parameters get its own prefix: two probes never share a name.
+            parameters.update({f"p{number}_{name}": value for name, value in bound.items()})
+            sql = _PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":p{number}_{m.group(1)}", compiled.sql)
+            column = None if probe.field is None else binding.column_of(probe.field).name
+            parts.append((probe.kind, sql, column))
+        assert [kind for kind, _, _ in parts].count("rows") <= 1 and all(kind != "rows" for kind, _, _ in parts[:-1])
+        rows = await self._fetch(_snapshot_sql(parts), parameters)
         first = rows[0]
         self._observe(first[0])
-        candidates = [self._record(queue, row, 3) for row in rows if row[3] is not None]
-        sweep_needed = bool(first[1])
-        # Rows picked before a sweep may not be the ones to claim once expired claims are
-        # requeued: the engine sweeps and picks again (it keeps these locks meanwhile).
-        return ClaimView(sweep_needed, frozenset(first[2]), [] if sweep_needed else candidates)
+        answers: list[Any] = []
+        offset = 1
+        for kind, _, _ in parts:
+            if kind == "rows":
+                read = self.codec(binding).read
+                answers.append([read(row, offset) for row in rows if row[offset] is not None])
+            else:
+                answers.append(bool(first[offset]) if kind == "exists" else list(first[offset]))
+                offset += 1
+        return answers
 
-    async def update_many(self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool) -> list[JobRecord]:
+    async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
         if not pairs:
             return []
-        queue = pairs[0][1].queue
-        statements = self.statements(queue)
-        ids = [new.job_id for _, new in pairs]
-        parameters = [self.write_parameters(old, new) for old, new in pairs]
+        statements = self.statements(binding)
+        key = binding.key_field
+        keys = [getattr(new, key) for _, new in pairs]
+        parameters = [self.write_parameters(binding, old, new) for old, new in pairs]
         if len(pairs) == 1:
             rows = await self._fetch(statements.update, parameters[0])
         else:  # every UPDATE of the batch in one pipelined round trip
@@ -316,23 +317,20 @@ class PostgresTransaction(SharedFinders):
         if read_back:
             # A separate statement sees what AFTER triggers did; RETURNING does not. A
             # compare-and-set that missed shows as a row that does not read back as written.
-            if len(rows) != len(ids):
+            if len(rows) != len(keys):
                 raise persistence_failed("row_changed")
-            written = {r.job_id: r for r in await self._records(queue, statements.read_rows, {"job_ids": ids})}
-            if set(written) != set(ids):
+            written = {getattr(r, key): r for r in await self.read(binding, keys)}
+            if set(written) != set(keys):
                 raise persistence_failed("read_back_mismatch")
         else:
-            written = {record.job_id: record for record in (self._record(queue, row) for row in rows)}
-            if set(written) != set(ids):
+            read = self.codec(binding).read
+            written = {getattr(record, key): record for record in (read(row, 0) for row in rows)}
+            if set(written) != set(keys):
                 raise persistence_failed("row_changed")  # a compare-and-set found its row changed
-        return [written[job_id] for job_id in ids]
+        return [written[k] for k in keys]
 
-    async def delete(self, old: JobRecord) -> bool:
-        return bool(await self._fetch(self.statements(old.queue).delete, self.compare_parameters(old)))
-
-    async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
-        return await self._records(queue, self.statements(queue).read_rows, {"job_ids": list(job_ids)})
-
+    async def delete(self, binding: Binding, old: Any) -> bool:
+        return bool(await self._fetch(self.statements(binding).delete, self.compare_parameters(binding, old)))
 
 
 class _Connections:
@@ -422,8 +420,9 @@ class PostgresStore:
         self._opening = asyncio.Lock()
         self._closed = False
         self.observe_time: TimeObserver | None = None
-        self.uuid_ids: dict[QueueKind, bool] = {}
-        """Which queue tables keep job IDs in a genuine uuid column (read at first use)."""
+        self.uuid_columns: frozenset[tuple[str, str]] = frozenset()
+        """(table, column) of every genuine uuid column in the schema (read at first use):
+        keys stored there are canonicalized by the database and read back as text."""
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self._timeout_seconds
@@ -443,10 +442,9 @@ class PostgresStore:
                     connection = await pool.take(deadline)
                     try:
                         rows = await _call(lambda: connection.fetch(
-                            "SELECT table_name, data_type FROM information_schema.columns"
-                            " WHERE table_schema = coalesce($2, current_schema()) AND column_name = 'id'"
-                            " AND table_name = ANY($1::text[])",
-                            list(TABLE_NAMES.values()), self.schema,
+                            "SELECT table_name, column_name FROM information_schema.columns"
+                            " WHERE table_schema = coalesce($1, current_schema()) AND data_type = 'uuid'",
+                            self.schema,
                         ), deadline, Stage.CONNECT)
                     except BaseException:
                         pool.give_back(connection, clean=False)
@@ -455,8 +453,7 @@ class PostgresStore:
                 except BaseException:
                     await pool.close(self._deadline())
                     raise
-                types = {name: data_type for name, data_type in rows}
-                self.uuid_ids = {queue: types.get(table) == "uuid" for queue, table in TABLE_NAMES.items()}
+                self.uuid_columns = frozenset((table, column) for table, column in rows)
                 self._pool = pool
         finally:
             self._opening.release()

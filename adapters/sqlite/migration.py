@@ -28,7 +28,7 @@ from tenure.model import QueueKind, TenureError
 
 from ..migration_report import Check
 from ..migrations import CatalogColumn, CatalogIndex, Executor
-from ..queue_table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES, TABLE_NAMES, probe_record, queue_codec
+from ..queue.table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES, TABLE_NAMES, probe_record, queue_codec
 from ..schema import CLOCK_TABLE, clock_ddl
 from ..tables import SQLITE_DIALECT, ColumnSpec, instant_to_sqlite_text, sql_dialect
 from .store import wall_clock_us

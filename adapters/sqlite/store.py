@@ -28,7 +28,7 @@ leaves no empty database behind.
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import sqlite3
 import time
 import urllib.parse
@@ -38,14 +38,14 @@ from typing import Any
 
 import aiosqlite
 
-from tenure.kernel import JobRecord
-from tenure.model import ConfigValidationError, QueueKind, TenureError
+from tenure.kernel.core import Finder
+from tenure.model import ConfigValidationError, TenureError
 
 from ..failures import Stage, persistence_failed, translate
 from ..schema import CLOCK_TABLE
 from ..sql import SQLITE
-from ..store import ClaimView, SharedFinders, TimeObserver
-from ..tables import SQLITE_DIALECT
+from ..store import Probe, SharedPrimitives, TimeObserver
+from ..tables import SQLITE_DIALECT, Binding
 
 __all__ = ["SqliteStore", "SqliteTransaction", "DEFAULT_TIMEOUT_SECONDS", "wall_clock_us"]
 
@@ -129,7 +129,7 @@ def _connect(path: str, *, create: bool, busy_timeout_ms: int, wal: bool) -> sql
     return connection
 
 
-class SqliteTransaction(SharedFinders):
+class SqliteTransaction(SharedPrimitives):
     """A transaction on the store's connection (see :class:`tenure.adapters.store.Transaction`)."""
 
     capabilities = SQLITE
@@ -158,70 +158,54 @@ class SqliteTransaction(SharedFinders):
                 self._store.observe_time(self._now)
         return self._now
 
-    async def _records(self, queue: QueueKind, sql: str, parameters: Mapping[str, Any]) -> list[JobRecord]:
-        read = self.codec(queue).read
+    async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        read = self.codec(binding).read
         return [read(row, 0) for row in await _run(self._connection, sql, parameters)]
 
-    async def canonical_job_id(self, queue: QueueKind, job_id: str) -> str:
-        return job_id  # SQLite keeps text exactly as given
+    async def canonical_key(self, binding: Binding, key: str) -> str:
+        return key  # SQLite keeps text exactly as given
 
-    async def lock_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> dict[str, JobRecord]:
-        found = await self._records(queue, self.statements(queue).lock_rows, {"job_ids": json.dumps(list(job_ids))})
+    async def locked(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any]) -> list[Any]:
+        compiled = self.compiled(binding, finder)
+        found = await self._records(binding, compiled.sql, compiled.parameters(parameters))
         await self.now_us()  # the whole database is already locked: any time now is after the lock
-        return {record.job_id: record for record in found}
-
-    async def locate_submission(
-        self,
-        queue: QueueKind,
-        *,
-        submission_id: str | None,
-        job_id: str,
-        run_id: str | None,
-        idempotency_key: str | None,
-        active_key: str | None,
-    ) -> list[JobRecord]:
-        parameters = {
-            "submission_id": submission_id, "job_id": job_id, "run_id": run_id,
-            # One column holds the authored key, or (streaming) the active key.
-            "idempotency_key": idempotency_key if active_key is None else active_key,
-        }
-        found = await self._records(queue, self.statements(queue).locate, parameters)
-        await self.now_us()
         return found
 
-    async def claim_view(self, queue: QueueKind, *, limit: int, tokens: Sequence[str], owned: bool) -> ClaimView:
-        statements = self.statements(queue)
+    async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
         now = await self.now_us()
-        sweep_needed = bool(await _run(self._connection, statements.sweep_needed, {"now": self.codec(queue).stored_instant(now)}))
-        stored = await _run(self._connection, statements.tokens_stored, {"tokens": json.dumps(list(tokens))})
-        candidates = [] if sweep_needed else await self.pick_eligible(queue, now, limit, owned=owned)
-        return ClaimView(sweep_needed, frozenset(token for (token,) in stored), candidates)
+        answers: list[Any] = []
+        for probe in probes:
+            values = {**probe.parameters, "now": now}
+            if probe.kind == "rows":
+                answers.append(await self.find(binding, probe.finder, values, probe.limit))
+                continue
+            found = await self.find(binding, dataclasses.replace(probe.finder, lock="none"), values, probe.limit)
+            if probe.kind == "exists":
+                answers.append(bool(found))
+            else:
+                assert probe.field is not None
+                answers.append([getattr(record, probe.field) for record in found])
+        return answers
 
-    async def update_many(self, pairs: Sequence[tuple[JobRecord, JobRecord]], *, read_back: bool) -> list[JobRecord]:
-        stored: list[JobRecord] = []
+    async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
+        stored: list[Any] = []
+        update = self.statements(binding).update
         for old, new in pairs:
-            written = await self._records(new.queue, self.statements(new.queue).update, self.write_parameters(old, new))
+            written = await self._records(binding, update, self.write_parameters(binding, old, new))
             if not written:
                 raise persistence_failed("row_changed")
             stored.append(written[0])
         if read_back and pairs:
-            queue = pairs[0][1].queue
-            ids = [new.job_id for _, new in pairs]
-            by_id = {r.job_id: r for r in await self._records(
-                queue, self.statements(queue).read_rows, {"job_ids": json.dumps(ids)}
-            )}
-            if set(by_id) != set(ids):
+            keys = [getattr(new, binding.key_field) for _, new in pairs]
+            by_key = {getattr(r, binding.key_field): r for r in await self.read(binding, keys)}
+            if set(by_key) != set(keys):
                 raise persistence_failed("read_back_mismatch")
-            stored = [by_id[job_id] for job_id in ids]
+            stored = [by_key[key] for key in keys]
         return stored
 
-    async def delete(self, old: JobRecord) -> bool:
-        rows = await _run(self._connection, self.statements(old.queue).delete, self.compare_parameters(old))
+    async def delete(self, binding: Binding, old: Any) -> bool:
+        rows = await _run(self._connection, self.statements(binding).delete, self.compare_parameters(binding, old))
         return bool(rows)
-
-    async def read_rows(self, queue: QueueKind, job_ids: Sequence[str]) -> list[JobRecord]:
-        return await self._records(queue, self.statements(queue).read_rows, {"job_ids": json.dumps(list(job_ids))})
-
 
 
 class SqliteStore:

@@ -35,10 +35,13 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
-from tenure.model import JobStatus, QueueKind, bounds
+from tenure.model import ErrorCode, JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 
-from .queue_commands import (
+from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule, table_from_rows
+from ..core import decide as decide_on
+from ..core import select_rule as select_rule_on
+from .commands import (
     FENCED_COMMANDS,
     Ack,
     ClaimGranted,
@@ -48,8 +51,9 @@ from .queue_commands import (
     StreamingStateReply,
     Submitted,
 )
-from .queue_record import (
+from .record import (
     JobRecord,
+    record_violations,
     QueueState,
     dedupe_key_of,
     is_currently_owned,
@@ -59,13 +63,14 @@ from .queue_record import (
 
 __all__ = [
     "Refusal",
-    "Outcome",
-    "REFUSAL_OUTCOMES",
+    "OUTCOMES",
     "Applied",
     "Refused",
     "Decision",
     "Rule",
+    "ROWS",
     "TABLE",
+    "QUEUE",
     "GUARDS",
     "EFFECTS",
     "decide",
@@ -111,17 +116,6 @@ class Refusal(enum.Enum):
     RETAINED = "retained"
 
 
-class Outcome(enum.Enum):
-    """What a refusal means to the caller."""
-
-    NEGATIVE = "negative"
-    """A known answer: False (or None where the operation returns a value)."""
-    SUBMISSION_CONFLICT = "submission_conflict"
-    """Raise TenureError(QUEUE_SUBMISSION_CONFLICT, reason)."""
-    CLAIM_CONFLICT = "claim_conflict"
-    """Raise TenureError(QUEUE_CLAIM_CONFLICT, reason)."""
-
-
 _CONFLICTS_ON_SUBMIT = {
     Refusal.INCONSISTENT_PROTECTION,
     Refusal.LEGACY_ROW_COLLISION,
@@ -135,35 +129,20 @@ _CONFLICTS_ON_SUBMIT = {
 }
 _CONFLICTS_ON_CLAIM = {Refusal.NONCE_REUSED, Refusal.GENERATION_EXHAUSTED}
 
-REFUSAL_OUTCOMES: dict[Refusal, Outcome] = {
+OUTCOMES: dict[Refusal, ErrorCode | None] = {
     reason: (
-        Outcome.SUBMISSION_CONFLICT if reason in _CONFLICTS_ON_SUBMIT
-        else Outcome.CLAIM_CONFLICT if reason in _CONFLICTS_ON_CLAIM
-        else Outcome.NEGATIVE
+        ErrorCode.QUEUE_SUBMISSION_CONFLICT if reason in _CONFLICTS_ON_SUBMIT
+        else ErrorCode.QUEUE_CLAIM_CONFLICT if reason in _CONFLICTS_ON_CLAIM
+        else None
     )
     for reason in Refusal
 }
+"""What each refusal means to a caller: the error code it raises, or None for a known
+negative answer (False, or None where the operation returns a value)."""
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Applied:
-    """The command applies: persist ``new_record`` (None deletes the row), answer ``reply``."""
-
-    new_record: JobRecord | None
-    reply: Reply
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Refused:
-    """Nothing changes; ``reason`` says why."""
-
-    reason: Refusal
-
-
-Decision = Applied | Refused
 
 Guard = Callable[[Any, Any, int], bool]
-Effect = Callable[[Any, Any, int], Applied]
+Effect = Callable[[Any, Any, int], "Applied[JobRecord]"]
 
 
 # --- Guards: named predicates over (record, command, now_us). ------------------------
@@ -291,7 +270,7 @@ def _requeue(record: JobRecord, fires_at_us: int, **changes: Any) -> JobRecord:
     )
 
 
-def _insert(command: Any, now_us: int, *, owned: bool) -> Applied:
+def _insert(command: Any, now_us: int, *, owned: bool) -> Applied[JobRecord]:
     record = JobRecord(
         queue=command.queue,
         job_id=command.job_id,
@@ -322,11 +301,11 @@ def _insert(command: Any, now_us: int, *, owned: bool) -> Applied:
     return Applied(record, Submitted(record.job_id, record.run_id, replayed=False))
 
 
-def _unchanged(record: JobRecord, reply: Reply) -> Applied:
+def _unchanged(record: JobRecord, reply: Reply) -> Applied[JobRecord]:
     return Applied(record, reply)
 
 
-def _claim(record: JobRecord, owner_id: str, claim_token: str | None, lease_us: int, now_us: int) -> Applied:
+def _claim(record: JobRecord, owner_id: str, claim_token: str | None, lease_us: int, now_us: int) -> Applied[JobRecord]:
     claimed = replace_fields(
         record,
         status=JobStatus.CLAIMED,
@@ -342,7 +321,7 @@ def _claim(record: JobRecord, owner_id: str, claim_token: str | None, lease_us: 
     return Applied(claimed, ClaimGranted())
 
 
-def _fail(record: JobRecord, command: Any, now_us: int, *, retry: bool) -> Applied:
+def _fail(record: JobRecord, command: Any, now_us: int, *, retry: bool) -> Applied[JobRecord]:
     if retry:
         delay_us = backoff_delay_us(record.attempts, command.backoff_base_ms, command.backoff_max_ms)
         return Applied(_requeue(record, now_us + delay_us, error_message=command.error_message), Ack())
@@ -419,269 +398,191 @@ EFFECTS: dict[str, Effect] = {
 # --- The table. ----------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Rule:
-    """One row of the spec table: if ``guard`` holds, go to ``target`` by ``outcome``.
-
-    ``outcome`` is an effect name (from EFFECTS) or a Refusal. A refusal's target is the
-    state it was met in.
-    """
-
-    guard: str
-    target: QueueState
-    outcome: str | Refusal
-
-
 S = QueueState
 C = CommandType
 R = Refusal
+_PRESENT = (S.PENDING, S.CLAIMED, S.COMPLETED, S.FAILED, S.CANCELLED)
 _LIVE = (S.PENDING, S.CLAIMED)
 _TERMINAL = (S.COMPLETED, S.FAILED, S.CANCELLED)
-_PRESENT = (S.PENDING, S.CLAIMED, S.COMPLETED, S.FAILED, S.CANCELLED)
+_UNCLAIMED = (S.PENDING, S.COMPLETED, S.FAILED, S.CANCELLED)
+_CLAIMED_OR_FINISHED = (S.CLAIMED, S.COMPLETED, S.FAILED, S.CANCELLED)
+_NOT_CLAIMED = (S.ABSENT, S.PENDING, S.COMPLETED, S.FAILED, S.CANCELLED)
+
+ROWS: tuple[Row, ...] = (
+    # One row per spec row of specs/queue.md, in its order: (from, command, guard, to,
+    # effect or refusal). SAME is the spec's "same". The first row of a (state, command)
+    # pair whose guard holds decides.
+    Row((S.ABSENT,), C.SUBMIT_OWNED, "always", S.PENDING, "insert_owned"),
+    Row(_PRESENT, C.SUBMIT_OWNED, "protection_inconsistent", SAME, R.INCONSISTENT_PROTECTION),
+    Row(_PRESENT, C.SUBMIT_OWNED, "legacy_row", SAME, R.LEGACY_ROW_COLLISION),
+    Row(_PRESENT, C.SUBMIT_OWNED, "other_submission", SAME, R.IDENTITY_COLLISION),
+    Row(_PRESENT, C.SUBMIT_OWNED, "fingerprint_differs", SAME, R.FINGERPRINT_MISMATCH),
+    Row(_PRESENT, C.SUBMIT_OWNED, "always", SAME, "replay"),
+    Row((S.ABSENT,), C.SUBMIT_LEGACY, "always", S.PENDING, "insert_legacy"),
+    Row(_PRESENT, C.SUBMIT_LEGACY, "protected", SAME, R.PROTECTED_KEY_COLLISION),
+    Row(_PRESENT, C.SUBMIT_LEGACY, "key_differs", SAME, R.IDENTITY_COLLISION),
+    Row(_PRESENT, C.SUBMIT_LEGACY, "always", SAME, "replay"),
+    Row((S.ABSENT,), C.RELEASE_KEY_FOR_OWNED, "always", SAME, R.NO_PREDECESSOR),
+    Row(_LIVE, C.RELEASE_KEY_FOR_OWNED, "legacy_row", SAME, R.LEGACY_PREDECESSOR),
+    Row(_LIVE, C.RELEASE_KEY_FOR_OWNED, "not_forced", SAME, R.ACTIVE_KEY_HELD),
+    Row(_LIVE, C.RELEASE_KEY_FOR_OWNED, "always", S.CANCELLED, "cancel_for_rerun"),
+    Row(_TERMINAL, C.RELEASE_KEY_FOR_OWNED, "legacy_row", SAME, R.LEGACY_PREDECESSOR),
+    Row(_TERMINAL, C.RELEASE_KEY_FOR_OWNED, "always", SAME, "release_key"),
+    Row((S.ABSENT,), C.RELEASE_KEY_FOR_LEGACY, "always", SAME, R.NO_PREDECESSOR),
+    Row(_LIVE, C.RELEASE_KEY_FOR_LEGACY, "protected_or_owned", SAME, R.PROTECTED_PREDECESSOR),
+    Row(_LIVE, C.RELEASE_KEY_FOR_LEGACY, "always", S.CANCELLED, "cancel_for_rerun"),
+    Row(_TERMINAL, C.RELEASE_KEY_FOR_LEGACY, "protected", SAME, R.PROTECTED_PREDECESSOR),
+    Row(_TERMINAL, C.RELEASE_KEY_FOR_LEGACY, "always", SAME, "release_key"),
+    Row((S.ABSENT,), C.CLAIM_OWNED, "nonce_stored", SAME, R.NONCE_REUSED),
+    Row((S.ABSENT,), C.CLAIM_OWNED, "always", SAME, R.NO_ELIGIBLE_JOB),
+    Row((S.PENDING,), C.CLAIM_OWNED, "nonce_stored", SAME, R.NONCE_REUSED),
+    Row((S.PENDING,), C.CLAIM_OWNED, "not_due", SAME, R.NOT_ELIGIBLE),
+    Row((S.PENDING,), C.CLAIM_OWNED, "attempts_exhausted", SAME, R.NOT_ELIGIBLE),
+    Row((S.PENDING,), C.CLAIM_OWNED, "generation_exhausted", SAME, R.GENERATION_EXHAUSTED),
+    Row((S.PENDING,), C.CLAIM_OWNED, "always", S.CLAIMED, "claim_owned"),
+    Row(_CLAIMED_OR_FINISHED, C.CLAIM_OWNED, "nonce_stored", SAME, R.NONCE_REUSED),
+    Row(_CLAIMED_OR_FINISHED, C.CLAIM_OWNED, "always", SAME, R.NOT_ELIGIBLE),
+    Row((S.ABSENT,), C.CLAIM_LEGACY, "always", SAME, R.NO_ELIGIBLE_JOB),
+    Row((S.PENDING,), C.CLAIM_LEGACY, "protected", SAME, R.NOT_ELIGIBLE),
+    Row((S.PENDING,), C.CLAIM_LEGACY, "not_due", SAME, R.NOT_ELIGIBLE),
+    Row((S.PENDING,), C.CLAIM_LEGACY, "attempts_exhausted", SAME, R.NOT_ELIGIBLE),
+    Row((S.PENDING,), C.CLAIM_LEGACY, "generation_exhausted", SAME, R.GENERATION_EXHAUSTED),
+    Row((S.PENDING,), C.CLAIM_LEGACY, "always", S.CLAIMED, "claim_legacy"),
+    Row(_CLAIMED_OR_FINISHED, C.CLAIM_LEGACY, "always", SAME, R.NOT_ELIGIBLE),
+    Row(_NOT_CLAIMED, C.RECOVER_OWNED, "always", SAME, R.NO_LIVE_CLAIM),
+    Row((S.CLAIMED,), C.RECOVER_OWNED, "owner_differs", SAME, R.NO_LIVE_CLAIM),
+    Row((S.CLAIMED,), C.RECOVER_OWNED, "token_differs", SAME, R.NO_LIVE_CLAIM),
+    Row((S.CLAIMED,), C.RECOVER_OWNED, "lease_not_live", SAME, R.NO_LIVE_CLAIM),
+    Row((S.CLAIMED,), C.RECOVER_OWNED, "always", SAME, "recover"),
+    Row((S.ABSENT,), C.EXPIRE_LEASE, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.EXPIRE_LEASE, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.EXPIRE_LEASE, "lease_live", SAME, R.LEASE_STILL_LIVE),
+    Row((S.CLAIMED,), C.EXPIRE_LEASE, "cancel_requested", S.CANCELLED, "cancel_expired"),
+    Row((S.CLAIMED,), C.EXPIRE_LEASE, "attempts_exhausted", S.FAILED, "fail_expired"),
+    Row((S.CLAIMED,), C.EXPIRE_LEASE, "always", S.PENDING, "requeue_expired"),
+    Row((S.ABSENT,), C.HEARTBEAT_OWNED, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.HEARTBEAT_OWNED, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.HEARTBEAT_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
+    Row((S.CLAIMED,), C.HEARTBEAT_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
+    Row((S.CLAIMED,), C.HEARTBEAT_OWNED, "always", SAME, "renew_lease"),
+    Row((S.ABSENT,), C.COMPLETE_OWNED, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.COMPLETE_OWNED, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.COMPLETE_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
+    Row((S.CLAIMED,), C.COMPLETE_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
+    Row((S.CLAIMED,), C.COMPLETE_OWNED, "cancel_requested", SAME, R.CANCEL_REQUESTED),
+    Row((S.CLAIMED,), C.COMPLETE_OWNED, "always", S.COMPLETED, "complete"),
+    Row((S.ABSENT,), C.FAIL_OWNED, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.FAIL_OWNED, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.FAIL_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
+    Row((S.CLAIMED,), C.FAIL_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
+    Row((S.CLAIMED,), C.FAIL_OWNED, "cancel_requested", SAME, R.CANCEL_REQUESTED),
+    Row((S.CLAIMED,), C.FAIL_OWNED, "retry_allowed", S.PENDING, "retry"),
+    Row((S.CLAIMED,), C.FAIL_OWNED, "always", S.FAILED, "fail"),
+    Row((S.ABSENT,), C.SET_PID_OWNED, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.SET_PID_OWNED, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.SET_PID_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
+    Row((S.CLAIMED,), C.SET_PID_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
+    Row((S.CLAIMED,), C.SET_PID_OWNED, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.CLAIMED,), C.SET_PID_OWNED, "cancel_requested", SAME, R.CANCEL_REQUESTED),
+    Row((S.CLAIMED,), C.SET_PID_OWNED, "always", SAME, "record_pid"),
+    Row((S.ABSENT,), C.READ_STATE_OWNED, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.READ_STATE_OWNED, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.READ_STATE_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
+    Row((S.CLAIMED,), C.READ_STATE_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
+    Row((S.CLAIMED,), C.READ_STATE_OWNED, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.CLAIMED,), C.READ_STATE_OWNED, "always", SAME, "read_state"),
+    Row((S.ABSENT,), C.ACKNOWLEDGE_CANCEL_OWNED, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.ACKNOWLEDGE_CANCEL_OWNED, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.ACKNOWLEDGE_CANCEL_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
+    Row((S.CLAIMED,), C.ACKNOWLEDGE_CANCEL_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
+    Row((S.CLAIMED,), C.ACKNOWLEDGE_CANCEL_OWNED, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.CLAIMED,), C.ACKNOWLEDGE_CANCEL_OWNED, "no_cancel_request", SAME, R.NO_CANCEL_REQUEST),
+    Row((S.CLAIMED,), C.ACKNOWLEDGE_CANCEL_OWNED, "always", S.CANCELLED, "acknowledge_cancel"),
+    Row((S.ABSENT,), C.REQUEST_CANCEL, "always", SAME, R.NOT_FOUND),
+    Row((S.PENDING,), C.REQUEST_CANCEL, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.PENDING,), C.REQUEST_CANCEL, "always", S.CANCELLED, "cancel"),
+    Row((S.CLAIMED,), C.REQUEST_CANCEL, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.CLAIMED,), C.REQUEST_CANCEL, "always", SAME, "request_cancel"),
+    Row(_TERMINAL, C.REQUEST_CANCEL, "always", SAME, R.ALREADY_FINISHED),
+    Row((S.ABSENT,), C.CANCEL_ADMIN, "always", SAME, R.NOT_FOUND),
+    Row(_LIVE, C.CANCEL_ADMIN, "streaming", SAME, R.OPERATION_INELIGIBLE),
+    Row(_LIVE, C.CANCEL_ADMIN, "always", S.CANCELLED, "cancel"),
+    Row(_TERMINAL, C.CANCEL_ADMIN, "always", SAME, R.ALREADY_FINISHED),
+    Row((S.ABSENT,), C.HEARTBEAT_LEGACY, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.HEARTBEAT_LEGACY, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.HEARTBEAT_LEGACY, "protected", SAME, R.PROTECTED_ROW),
+    Row((S.CLAIMED,), C.HEARTBEAT_LEGACY, "protected_or_owned", SAME, R.OWNED_INCARNATION),
+    Row((S.CLAIMED,), C.HEARTBEAT_LEGACY, "owner_differs", SAME, R.OWNER_MISMATCH),
+    Row((S.CLAIMED,), C.HEARTBEAT_LEGACY, "always", SAME, "renew_lease"),
+    Row((S.ABSENT,), C.COMPLETE_LEGACY, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.COMPLETE_LEGACY, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.COMPLETE_LEGACY, "protected", SAME, R.PROTECTED_ROW),
+    Row((S.CLAIMED,), C.COMPLETE_LEGACY, "protected_or_owned", SAME, R.OWNED_INCARNATION),
+    Row((S.CLAIMED,), C.COMPLETE_LEGACY, "always", S.COMPLETED, "complete"),
+    Row((S.ABSENT,), C.FAIL_LEGACY, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.FAIL_LEGACY, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.FAIL_LEGACY, "protected", SAME, R.PROTECTED_ROW),
+    Row((S.CLAIMED,), C.FAIL_LEGACY, "protected_or_owned", SAME, R.OWNED_INCARNATION),
+    Row((S.CLAIMED,), C.FAIL_LEGACY, "retry_allowed", S.PENDING, "retry"),
+    Row((S.CLAIMED,), C.FAIL_LEGACY, "always", S.FAILED, "fail"),
+    Row((S.ABSENT,), C.SET_PID_LEGACY, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.SET_PID_LEGACY, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.SET_PID_LEGACY, "protected", SAME, R.PROTECTED_ROW),
+    Row((S.CLAIMED,), C.SET_PID_LEGACY, "protected_or_owned", SAME, R.OWNED_INCARNATION),
+    Row((S.CLAIMED,), C.SET_PID_LEGACY, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.CLAIMED,), C.SET_PID_LEGACY, "always", SAME, "record_pid"),
+    Row((S.ABSENT,), C.DELETE_LEGACY, "always", SAME, R.NOT_FOUND),
+    Row(_PRESENT, C.DELETE_LEGACY, "protected", SAME, R.PROTECTED_ROW),
+    Row(_PRESENT, C.DELETE_LEGACY, "protected_or_owned", SAME, R.OWNED_INCARNATION),
+    Row(_PRESENT, C.DELETE_LEGACY, "always", S.ABSENT, "delete"),
+    Row((S.ABSENT,), C.PURGE_FINISHED, "always", SAME, R.NOT_FOUND),
+    Row(_LIVE, C.PURGE_FINISHED, "always", SAME, R.NOT_FINISHED),
+    Row(_TERMINAL, C.PURGE_FINISHED, "protected", SAME, R.PROTECTED_ROW),
+    Row(_TERMINAL, C.PURGE_FINISHED, "finished_after_cutoff", SAME, R.RETAINED),
+    Row(_TERMINAL, C.PURGE_FINISHED, "always", S.ABSENT, "delete"),
+)
+
+TABLE: dict[tuple[QueueState, CommandType], tuple[Rule, ...]] = table_from_rows(ROWS, QueueState, CommandType)  # type: ignore[assignment]
 
 
-def _refuse(state: QueueState, *pairs: tuple[str, Refusal]) -> tuple[Rule, ...]:
-    return tuple(Rule(guard, state, reason) for guard, reason in pairs)
+def _transition_violations(record: JobRecord | None, command: Command, now_us: int, decision: Decision) -> list[str]:
+    return transition_violations(record, command, now_us, decision)
 
 
-def _submission_rules(state: QueueState) -> tuple[Rule, ...]:
-    return (
-        *_refuse(
-            state,
-            ("protection_inconsistent", R.INCONSISTENT_PROTECTION),
-            ("legacy_row", R.LEGACY_ROW_COLLISION),
-            ("other_submission", R.IDENTITY_COLLISION),
-            ("fingerprint_differs", R.FINGERPRINT_MISMATCH),
-        ),
-        Rule("always", state, "replay"),
-    )
-
-
-def _fenced_rules(command: CommandType) -> tuple[Rule, ...]:
-    """Rules for a fenced command on a claimed row: the fence first, then the lease."""
-    prefix = _refuse(S.CLAIMED, ("fence_mismatch", R.STALE_FENCE), ("lease_not_live", R.LEASE_EXPIRED))
-    specific: dict[CommandType, tuple[Rule, ...]] = {
-        C.HEARTBEAT_OWNED: (Rule("always", S.CLAIMED, "renew_lease"),),
-        C.COMPLETE_OWNED: (
-            Rule("cancel_requested", S.CLAIMED, R.CANCEL_REQUESTED),
-            Rule("always", S.COMPLETED, "complete"),
-        ),
-        C.FAIL_OWNED: (
-            Rule("cancel_requested", S.CLAIMED, R.CANCEL_REQUESTED),
-            Rule("retry_allowed", S.PENDING, "retry"),
-            Rule("always", S.FAILED, "fail"),
-        ),
-        C.SET_PID_OWNED: (
-            Rule("not_streaming", S.CLAIMED, R.OPERATION_INELIGIBLE),
-            Rule("cancel_requested", S.CLAIMED, R.CANCEL_REQUESTED),
-            Rule("always", S.CLAIMED, "record_pid"),
-        ),
-        C.READ_STATE_OWNED: (
-            Rule("not_streaming", S.CLAIMED, R.OPERATION_INELIGIBLE),
-            Rule("always", S.CLAIMED, "read_state"),
-        ),
-        C.ACKNOWLEDGE_CANCEL_OWNED: (
-            Rule("not_streaming", S.CLAIMED, R.OPERATION_INELIGIBLE),
-            Rule("no_cancel_request", S.CLAIMED, R.NO_CANCEL_REQUEST),
-            Rule("always", S.CANCELLED, "acknowledge_cancel"),
-        ),
-    }
-    return prefix + specific[command]
-
-
-def _legacy_write_rules(command: CommandType) -> tuple[Rule, ...]:
-    """Rules for a by-ID legacy write on a claimed row: never a protected or owned one."""
-    prefix = _refuse(
-        S.CLAIMED,
-        ("protected", R.PROTECTED_ROW),
-        ("protected_or_owned", R.OWNED_INCARNATION),
-    )
-    specific: dict[CommandType, tuple[Rule, ...]] = {
-        C.HEARTBEAT_LEGACY: (
-            Rule("owner_differs", S.CLAIMED, R.OWNER_MISMATCH),
-            Rule("always", S.CLAIMED, "renew_lease"),
-        ),
-        C.COMPLETE_LEGACY: (Rule("always", S.COMPLETED, "complete"),),
-        C.FAIL_LEGACY: (
-            Rule("retry_allowed", S.PENDING, "retry"),
-            Rule("always", S.FAILED, "fail"),
-        ),
-        C.SET_PID_LEGACY: (
-            Rule("not_streaming", S.CLAIMED, R.OPERATION_INELIGIBLE),
-            Rule("always", S.CLAIMED, "record_pid"),
-        ),
-    }
-    return prefix + specific[command]
-
-
-def _build_table() -> dict[tuple[QueueState, CommandType], tuple[Rule, ...]]:
-    table: dict[tuple[QueueState, CommandType], tuple[Rule, ...]] = {}
-
-    def put(states: tuple[QueueState, ...], command: CommandType, rules: Callable[[QueueState], tuple[Rule, ...]]) -> None:
-        for state in states:
-            table[(state, command)] = rules(state)
-
-    # Submission. The met row shares an identity with the request (or is ABSENT).
-    put((S.ABSENT,), C.SUBMIT_OWNED, lambda s: (Rule("always", S.PENDING, "insert_owned"),))
-    put(_PRESENT, C.SUBMIT_OWNED, _submission_rules)
-    put((S.ABSENT,), C.SUBMIT_LEGACY, lambda s: (Rule("always", S.PENDING, "insert_legacy"),))
-    put(_PRESENT, C.SUBMIT_LEGACY, lambda s: (
-        *_refuse(s, ("protected", R.PROTECTED_KEY_COLLISION), ("key_differs", R.IDENTITY_COLLISION)),
-        Rule("always", s, "replay"),
-    ))
-
-    # Forced streaming rerun: the met row holds the config's active key.
-    put((S.ABSENT,), C.RELEASE_KEY_FOR_OWNED, lambda s: _refuse(s, ("always", R.NO_PREDECESSOR)))
-    put(_LIVE, C.RELEASE_KEY_FOR_OWNED, lambda s: (
-        *_refuse(s, ("legacy_row", R.LEGACY_PREDECESSOR), ("not_forced", R.ACTIVE_KEY_HELD)),
-        Rule("always", S.CANCELLED, "cancel_for_rerun"),
-    ))
-    put(_TERMINAL, C.RELEASE_KEY_FOR_OWNED, lambda s: (
-        *_refuse(s, ("legacy_row", R.LEGACY_PREDECESSOR)),
-        Rule("always", s, "release_key"),
-    ))
-    put((S.ABSENT,), C.RELEASE_KEY_FOR_LEGACY, lambda s: _refuse(s, ("always", R.NO_PREDECESSOR)))
-    put(_LIVE, C.RELEASE_KEY_FOR_LEGACY, lambda s: (
-        *_refuse(s, ("protected_or_owned", R.PROTECTED_PREDECESSOR)),
-        Rule("always", S.CANCELLED, "cancel_for_rerun"),
-    ))
-    put(_TERMINAL, C.RELEASE_KEY_FOR_LEGACY, lambda s: (
-        *_refuse(s, ("protected", R.PROTECTED_PREDECESSOR)),
-        Rule("always", s, "release_key"),
-    ))
-
-    # Claims. The met row is the next eligible candidate, or ABSENT when there is none.
-    put((S.ABSENT,), C.CLAIM_OWNED, lambda s: _refuse(
-        s, ("nonce_stored", R.NONCE_REUSED), ("always", R.NO_ELIGIBLE_JOB)
-    ))
-    put((S.PENDING,), C.CLAIM_OWNED, lambda s: (
-        *_refuse(
-            s,
-            ("nonce_stored", R.NONCE_REUSED),
-            ("not_due", R.NOT_ELIGIBLE),
-            ("attempts_exhausted", R.NOT_ELIGIBLE),
-            ("generation_exhausted", R.GENERATION_EXHAUSTED),
-        ),
-        Rule("always", S.CLAIMED, "claim_owned"),
-    ))
-    put((S.CLAIMED, *_TERMINAL), C.CLAIM_OWNED, lambda s: _refuse(
-        s, ("nonce_stored", R.NONCE_REUSED), ("always", R.NOT_ELIGIBLE)
-    ))
-    put((S.ABSENT,), C.CLAIM_LEGACY, lambda s: _refuse(s, ("always", R.NO_ELIGIBLE_JOB)))
-    put((S.PENDING,), C.CLAIM_LEGACY, lambda s: (
-        *_refuse(
-            s,
-            ("protected", R.NOT_ELIGIBLE),
-            ("not_due", R.NOT_ELIGIBLE),
-            ("attempts_exhausted", R.NOT_ELIGIBLE),
-            ("generation_exhausted", R.GENERATION_EXHAUSTED),
-        ),
-        Rule("always", S.CLAIMED, "claim_legacy"),
-    ))
-    put((S.CLAIMED, *_TERMINAL), C.CLAIM_LEGACY, lambda s: _refuse(s, ("always", R.NOT_ELIGIBLE)))
-
-    # Recovery by the original owner and nonce: read-only.
-    put((S.CLAIMED,), C.RECOVER_OWNED, lambda s: (
-        *_refuse(
-            s,
-            ("owner_differs", R.NO_LIVE_CLAIM),
-            ("token_differs", R.NO_LIVE_CLAIM),
-            ("lease_not_live", R.NO_LIVE_CLAIM),
-        ),
-        Rule("always", s, "recover"),
-    ))
-    put((S.ABSENT, S.PENDING, *_TERMINAL), C.RECOVER_OWNED, lambda s: _refuse(
-        s, ("always", R.NO_LIVE_CLAIM)
-    ))
-
-    # The lease sweep.
-    put((S.CLAIMED,), C.EXPIRE_LEASE, lambda s: (
-        *_refuse(s, ("lease_live", R.LEASE_STILL_LIVE)),
-        Rule("cancel_requested", S.CANCELLED, "cancel_expired"),
-        Rule("attempts_exhausted", S.FAILED, "fail_expired"),
-        Rule("always", S.PENDING, "requeue_expired"),
-    ))
-    put((S.ABSENT,), C.EXPIRE_LEASE, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
-    put((S.PENDING, *_TERMINAL), C.EXPIRE_LEASE, lambda s: _refuse(s, ("always", R.NOT_CLAIMED)))
-
-    # Fenced owned writes and reads.
-    for command in sorted(FENCED_COMMANDS, key=lambda c: c.value):
-        put((S.ABSENT,), command, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
-        put((S.PENDING, *_TERMINAL), command, lambda s: _refuse(s, ("always", R.NOT_CLAIMED)))
-        table[(S.CLAIMED, command)] = _fenced_rules(command)
-
-    # Administrative cancellation.
-    put((S.ABSENT,), C.REQUEST_CANCEL, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
-    put((S.PENDING,), C.REQUEST_CANCEL, lambda s: (
-        *_refuse(s, ("not_streaming", R.OPERATION_INELIGIBLE)),
-        Rule("always", S.CANCELLED, "cancel"),
-    ))
-    put((S.CLAIMED,), C.REQUEST_CANCEL, lambda s: (
-        *_refuse(s, ("not_streaming", R.OPERATION_INELIGIBLE)),
-        Rule("always", S.CLAIMED, "request_cancel"),
-    ))
-    put(_TERMINAL, C.REQUEST_CANCEL, lambda s: _refuse(s, ("always", R.ALREADY_FINISHED)))
-    put((S.ABSENT,), C.CANCEL_ADMIN, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
-    put(_LIVE, C.CANCEL_ADMIN, lambda s: (
-        *_refuse(s, ("streaming", R.OPERATION_INELIGIBLE)),
-        Rule("always", S.CANCELLED, "cancel"),
-    ))
-    put(_TERMINAL, C.CANCEL_ADMIN, lambda s: _refuse(s, ("always", R.ALREADY_FINISHED)))
-
-    # Legacy by-ID writes.
-    for command in (C.HEARTBEAT_LEGACY, C.COMPLETE_LEGACY, C.FAIL_LEGACY, C.SET_PID_LEGACY):
-        put((S.ABSENT,), command, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
-        put((S.PENDING, *_TERMINAL), command, lambda s: _refuse(s, ("always", R.NOT_CLAIMED)))
-        table[(S.CLAIMED, command)] = _legacy_write_rules(command)
-
-    # Deletion and retention.
-    put((S.ABSENT,), C.DELETE_LEGACY, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
-    put(_PRESENT, C.DELETE_LEGACY, lambda s: (
-        *_refuse(s, ("protected", R.PROTECTED_ROW), ("protected_or_owned", R.OWNED_INCARNATION)),
-        Rule("always", S.ABSENT, "delete"),
-    ))
-    put((S.ABSENT,), C.PURGE_FINISHED, lambda s: _refuse(s, ("always", R.NOT_FOUND)))
-    put(_LIVE, C.PURGE_FINISHED, lambda s: _refuse(s, ("always", R.NOT_FINISHED)))
-    put(_TERMINAL, C.PURGE_FINISHED, lambda s: (
-        *_refuse(s, ("protected", R.PROTECTED_ROW), ("finished_after_cutoff", R.RETAINED)),
-        Rule("always", S.ABSENT, "delete"),
-    ))
-    return table
-
-
-TABLE: dict[tuple[QueueState, CommandType], tuple[Rule, ...]] = _build_table()
-
-
-# --- Deciding. -----------------------------------------------------------------------
+QUEUE = Machine(
+    name="queue",
+    states=QueueState,
+    commands=CommandType,
+    rows=ROWS,
+    table=TABLE,  # type: ignore[arg-type]
+    guards=GUARDS,
+    effects=EFFECTS,
+    outcomes=OUTCOMES,  # type: ignore[arg-type]
+    state_of=state_of,
+    record_violations=record_violations,
+    transition_violations=_transition_violations,
+    initial=QueueState.ABSENT,
+)
+"""The owned-queue machine, as the shared engine and the table tests see it."""
 
 
 def select_rule(record: JobRecord | None, command: Command, now_us: int) -> Rule:
-    """The first rule of the ``(state, command)`` list whose guard holds.
-
-    Exposed so the spec oracle and the tests can see which row decided, not only what
-    it produced.
-    """
-    for rule in TABLE[(state_of(record), command.kind)]:
-        if GUARDS[rule.guard](record, command, now_us):
-            return rule
-    raise AssertionError("every rule list ends with an 'always' guard")
+    """The first rule of the ``(state, command)`` list whose guard holds."""
+    return select_rule_on(QUEUE, record, command, now_us)
 
 
 def decide(record: JobRecord | None, command: Command, now_us: int) -> Decision:
     """The decision for ``command`` meeting ``record`` at database time ``now_us``.
 
     The contract (checked by CrossHair through the typed entry points in
-    :mod:`tenure.kernel.queue_contracts`, and by the property tests): the transition
+    :mod:`tenure.kernel.queue.contracts`, and by the property tests): the transition
     rules of :func:`transition_violations` hold for every record and command; for a
     valid record, a well-formed command and ``MIN_INSTANT_US <= now_us <= MAX_NOW_US``
     the new record is valid too. The lines are not repeated here as PEP 316 contracts
     because CrossHair enforces a callee's contract inside its callers' analysis, which
     hides the callers' counterexamples.
     """
-    rule = select_rule(record, command, now_us)
-    if isinstance(rule.outcome, Refusal):
-        return Refused(rule.outcome)
-    return EFFECTS[rule.outcome](record, command, now_us)
+    return decide_on(QUEUE, record, command, now_us)
 
 
 def claim_identity_problem(

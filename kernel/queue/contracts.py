@@ -22,7 +22,7 @@ from __future__ import annotations
 # (tests/test_contracts.py fails if one goes missing).
 from tenure.model import JobStatus  # noqa: F401
 
-from .queue_commands import (
+from .commands import (
     MAX_NOW_US,  # noqa: F401
     SubmitOwned,
     SubmitLegacy,
@@ -47,8 +47,8 @@ from .queue_commands import (
     DeleteLegacy,
     PurgeFinished,
 )
-from .queue_machine import Decision, Refused, decide, transition_violations  # noqa: F401
-from .queue_record import MIN_INSTANT_US, JobRecord  # noqa: F401
+from .machine import Decision, Refused, decide, transition_violations  # noqa: F401
+from .record import MIN_INSTANT_US, JobRecord  # noqa: F401
 
 __all__ = [
     "decide_submit_owned",

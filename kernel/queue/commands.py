@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from tenure.model import QueueClaimFence, QueueKind, bounds
 
-from .queue_record import MAX_INSTANT_US, MIN_INSTANT_US
+from .record import MAX_INSTANT_US, MIN_INSTANT_US
 
 __all__ = [
     "ClaimFence",

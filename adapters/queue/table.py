@@ -28,14 +28,14 @@ kernel's ``payload`` tuple holds the domain columns' stored values in this order
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
 
-from tenure.kernel import JobRecord
+from tenure.kernel.queue.machine import QUEUE
+from tenure.kernel.queue.record import JobRecord
 from tenure.model import (
     ENVELOPE_FOR_QUEUE,
     ConfigValidationError,
@@ -45,7 +45,8 @@ from tenure.model import (
     bounds,
 )
 
-from .tables import (
+from ..tables import (
+    Binding,
     Codec,
     ColumnSpec,
     Dialect,
@@ -54,12 +55,12 @@ from .tables import (
     Step,
     TableSpec,
     corrupt,
-    row_codec,
 )
 
 __all__ = [
     "TABLE_NAMES",
     "QUEUE_TABLES",
+    "QUEUE_BINDINGS",
     "PAYLOAD_COLUMNS",
     "OWNED_UNIQUE_COLUMNS",
     "queue_codec",
@@ -262,20 +263,16 @@ _CONSTANTS: dict[QueueKind, dict[str, Any]] = {
 }
 
 
-def _uuid_ids_as_text(values: list[Any]) -> None:
-    # A genuine uuid id column: asyncpg returns its own UUID subclass; records keep the
-    # canonical text.
-    if not isinstance(values[0], str) and values[0] is not None:
-        values[0] = str(values[0])
+QUEUE_BINDINGS: dict[QueueKind, Binding] = {
+    queue: Binding(f"queue.{spec.name}", QUEUE, spec, JobRecord, _CONSTANTS[queue], "job_id")
+    for queue, spec in QUEUE_TABLES.items()
+}
+"""The queue machine's records in each of its three tables."""
 
 
-@functools.cache
 def queue_codec(queue: QueueKind, dialect: Dialect, *, uuid_ids: bool = False) -> RowCodec:
-    """The row mapping of ``queue``'s table on ``dialect`` (``id`` is the first column)."""
-    return row_codec(
-        QUEUE_TABLES[queue], dialect, JobRecord, _CONSTANTS[queue],
-        prepare=_uuid_ids_as_text if uuid_ids else None,
-    )
+    """The row mapping of ``queue``'s table on ``dialect``."""
+    return QUEUE_BINDINGS[queue].codec(dialect, key_as_text=uuid_ids)
 
 
 

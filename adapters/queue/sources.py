@@ -18,7 +18,7 @@ import json
 from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from tenure.kernel import JobRecord
+from tenure.kernel.queue.record import JobRecord
 from tenure.model import (
     ClaimedJob,
     ClaimedPipelineJob,
@@ -39,10 +39,10 @@ from tenure.model import (
     text_problem,
 )
 
-from .engine import QueueEngine
-from .failures import persistence_failed
-from .queue_table import envelope_of
-from .dialects import open_store
+from ..dialects import open_store
+from ..failures import persistence_failed
+from .operations import QueueOperations
+from .table import envelope_of
 
 __all__ = ["ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "JobSource"]
 
@@ -162,7 +162,7 @@ class JobSource(Generic[Claimed]):
             raise _refuse("config", "db_url_mismatch")
         self.config = config
         store = open_store(db_url, timeout_seconds=config.timeout_seconds, schema=config.db_schema)
-        self._engine = QueueEngine(store, self.queue, config)
+        self._engine = QueueOperations(store, self.queue, config)
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -1,0 +1,405 @@
+"""The queue's operations on the shared engine: which rows each command meets, and which
+commands it sends.
+
+Every operation is one transaction on one store. The rows a command meets come from the
+kernel's queue finders (:mod:`tenure.kernel.queue.finders`), located and locked by the
+store; the engine (:mod:`tenure.adapters.engine`) reads the database time after the
+locks, asks the kernel, checks and persists. A claim whose stored owner, token or
+generation read back differently rolls back whole. Nothing here decides a transition.
+
+Batched operations (``claim_batch_owned``, ``complete_many_owned``,
+``heartbeat_many_owned``) run the same kernel decision for every item, in order, in one
+transaction: their only difference from single calls is fewer round trips.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from tenure.kernel.core import Applied, Decision, Refused
+from tenure.kernel.queue import finders
+from tenure.kernel.queue.commands import (
+    AcknowledgeCancelOwned,
+    CancelAdmin,
+    ClaimFence,
+    ClaimLegacy,
+    ClaimOwned,
+    Command,
+    CompleteLegacy,
+    CompleteOwned,
+    DeleteLegacy,
+    ExpireLease,
+    FailLegacy,
+    FailOwned,
+    HeartbeatLegacy,
+    HeartbeatOwned,
+    PurgeFinished,
+    ReadStateOwned,
+    RecoverOwned,
+    ReleaseKeyForLegacy,
+    ReleaseKeyForOwned,
+    RequestCancel,
+    SetPidLegacy,
+    SetPidOwned,
+    StreamingStateReply,
+    SubmitLegacy,
+    Submitted,
+    SubmitOwned,
+)
+from tenure.kernel.queue.machine import claim_identity_problem, decide
+from tenure.kernel.queue.record import JobRecord
+from tenure.model import (
+    DEFAULT_MAX_ATTEMPTS,
+    ErrorCode,
+    FrozenEnvelope,
+    JobStatus,
+    QueueClaimFence,
+    QueueKind,
+    SubmissionSnapshot,
+    TenureError,
+    WorkerConfig,
+)
+
+from ..engine import Engine, checked, raise_if_conflict, require
+from ..failures import persistence_failed
+from ..store import Probe, Store
+from .table import QUEUE_BINDINGS, stored_payload
+
+Presented = TypeVar("Presented")
+
+__all__ = ["QueueOperations", "SWEEP_LIMIT", "PURGE_LIMIT", "SUBMIT_ATTEMPTS"]
+
+SWEEP_LIMIT = 64
+"""Expired claims settled per claim transaction (earliest lease first)."""
+
+PURGE_LIMIT = 1000
+"""Rows removed per retention transaction."""
+
+SUBMIT_ATTEMPTS = 3
+"""Transactions a submission may take when concurrent submissions race on a unique key."""
+
+
+def _submitted(decision: Decision) -> Submitted:
+    reply = decision.reply if isinstance(decision, Applied) else None
+    if not isinstance(reply, Submitted):
+        raise persistence_failed("invariant_broken")
+    return reply
+
+
+class QueueOperations:
+    """Kernel-driven operations on one queue table of one store."""
+
+    def __init__(
+        self,
+        store: Store,
+        queue: QueueKind,
+        config: WorkerConfig,
+        *,
+        new_job_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        # Twelve hex digits, as pycharter makes them (its run history column is 12 wide).
+        new_run_id: Callable[[], str] = lambda: uuid.uuid4().hex[:12],
+    ) -> None:
+        self.store = store
+        self.queue = queue
+        self.config = config
+        self.binding = QUEUE_BINDINGS[queue]
+        self.engine = Engine(store)
+        self._new_job_id = new_job_id
+        self._new_run_id = new_run_id
+
+    def _max_attempts(self, authored: int | None) -> int:
+        if authored is not None:
+            return authored
+        if self.config.max_attempts is not None:
+            return self.config.max_attempts
+        return DEFAULT_MAX_ATTEMPTS[self.queue]
+
+    # --- submission -------------------------------------------------------------------
+
+    async def submit_owned(self, snapshot: SubmissionSnapshot) -> Submitted:
+        return await self._retrying(lambda: self._submit_owned_once(snapshot))
+
+    async def submit_legacy(self, request: FrozenEnvelope) -> Submitted:
+        return await self._retrying(lambda: self._submit_legacy_once(request))
+
+    @staticmethod
+    async def _retrying(attempt: Callable[[], Awaitable[Submitted]]) -> Submitted:
+        """Run a submission again when a concurrent transaction won a race on a unique
+        key or a deadlock was broken: the retry sees the winner and replays, conflicts or
+        proceeds. Any other failure, or the last one, surfaces."""
+        for remaining in range(SUBMIT_ATTEMPTS - 1, -1, -1):
+            try:
+                return await attempt()
+            except TenureError as error:
+                if remaining == 0 or error.reason not in ("constraint_violated", "deadlock"):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _ids(self, job_id: str | None, run_id: str | None) -> tuple[str, str | None]:
+        chosen_job_id = job_id if job_id is not None else self._new_job_id()
+        chosen_run_id = None
+        if self.queue is QueueKind.PIPELINE:
+            chosen_run_id = run_id if run_id is not None else self._new_run_id()
+        return chosen_job_id, chosen_run_id
+
+    async def _locate(self, tx: object, submission_id: str | None, job_id: str, run_id: str | None, key: str | None) -> list[JobRecord]:
+        # Every row sharing an identity with the request, locked at once; the clock is read
+        # after the locks (so also after a predecessor's lock wait).
+        parameters = {"submission_id": submission_id, "job_id": job_id, "run_id": run_id, "key": key}
+        return await tx.locked(self.binding, finders.locate(self.queue), parameters)  # type: ignore[attr-defined, no-any-return]
+
+    async def _submit_owned_once(self, snapshot: SubmissionSnapshot) -> Submitted:
+        authored_job_id, run_id = self._ids(snapshot.job_id, snapshot.run_id)
+        binding = self.binding
+        async with self.store.transaction(write=True) as tx:
+            job_id = await tx.canonical_key(binding, authored_job_id)
+            key = snapshot.active_key if snapshot.active_key is not None else snapshot.idempotency_key
+            rows = await self._locate(tx, snapshot.submission_id, job_id, run_id, key)
+            command = SubmitOwned(
+                queue=self.queue,
+                submission_id=snapshot.submission_id,
+                fingerprint=snapshot.fingerprint,
+                job_id=job_id,
+                run_id=run_id,
+                fires_at_us=snapshot.fires_at_us,
+                max_attempts=self._max_attempts(snapshot.max_attempts),
+                idempotency_key=snapshot.idempotency_key,
+                active_key=snapshot.active_key,
+                payload=stored_payload(self.queue, snapshot.field_texts),
+            )
+            met = finders.submission_meets(
+                rows, submission_id=snapshot.submission_id, job_id=job_id, run_id=run_id, key=snapshot.idempotency_key
+            )
+            if met is None:
+                holder = finders.key_holder(rows, snapshot.active_key)
+                if holder is not None:
+                    released = await self.engine.decide_one(tx, binding, holder, ReleaseKeyForOwned(force=snapshot.force))
+                    raise_if_conflict(binding, released)
+            decision = await self.engine.decide_one(tx, binding, met, command)
+            # Raised inside the transaction, so a predecessor released above is restored:
+            # a refused submission changes nothing.
+            raise_if_conflict(binding, decision)
+        return _submitted(decision)
+
+    async def _submit_legacy_once(self, request: FrozenEnvelope) -> Submitted:
+        authored_job_id, run_id = self._ids(request.job_id, request.run_id)
+        binding = self.binding
+        async with self.store.transaction(write=True) as tx:
+            job_id = await tx.canonical_key(binding, authored_job_id)
+            key = request.active_key if request.active_key is not None else request.idempotency_key
+            rows = await self._locate(tx, None, job_id, run_id, key)
+            command = SubmitLegacy(
+                queue=self.queue,
+                job_id=job_id,
+                run_id=run_id,
+                fires_at_us=request.fires_at_us,
+                max_attempts=self._max_attempts(request.max_attempts),
+                idempotency_key=request.idempotency_key,
+                active_key=request.active_key,
+                payload=stored_payload(self.queue, request.field_texts),
+            )
+            met = None
+            holder = finders.key_holder(rows, request.active_key)
+            if holder is not None and request.force:
+                released = await self.engine.decide_one(tx, binding, holder, ReleaseKeyForLegacy())
+                raise_if_conflict(binding, released)
+                released_record = released.new_record if isinstance(released, Applied) else None
+                require(released_record is not None)
+                # The successor meets the predecessor as it is now (released), should it
+                # collide with it on its job ID.
+                rows = [released_record if row.job_id == holder.job_id else row for row in rows]  # type: ignore[misc]
+            elif holder is not None:
+                met = holder
+            if met is None:
+                met = finders.submission_meets(
+                    rows, submission_id=None, job_id=job_id, run_id=run_id, key=request.idempotency_key
+                )
+            decision = await self.engine.decide_one(tx, binding, met, command)
+            raise_if_conflict(binding, decision)
+        return _submitted(decision)
+
+    # --- claims -----------------------------------------------------------------------
+
+    async def claim_owned(
+        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[JobRecord], Presented]
+    ) -> list[Presented]:
+        """Claim up to ``len(claim_tokens)`` jobs, token ``i`` for the ``i``-th eligible row,
+        each decided by the kernel exactly as a single claim. ``present`` turns each
+        claimed record into what the caller returns, inside the transaction: a row whose
+        envelope cannot be read (``corrupt_row``) rolls the claim back."""
+        try:
+            return await self._claim(owner_id, claim_tokens, present, owned=True)
+        except TenureError as error:
+            if error.reason != "constraint_violated":
+                raise
+        # Only the claim token's unique index can refuse a claim's write: a concurrent
+        # claim stored the same nonce first.
+        raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
+
+    async def claim_legacy(self, owner_id: str, present: Callable[[JobRecord], Presented]) -> Presented | None:
+        claimed = await self._claim(owner_id, [""], present, owned=False)
+        return claimed[0] if claimed else None
+
+    async def _claim(
+        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[JobRecord], Presented], *, owned: bool
+    ) -> list[Presented]:
+        limit = len(claim_tokens)
+        lease_us = self.config.lease_us
+        binding = self.binding
+        eligible = finders.eligible if owned else finders.eligible_legacy
+        async with self.store.transaction(write=True) as tx:
+            # The clock is read first because eligibility depends on it; candidates are
+            # locked with SKIP LOCKED, which never waits, so no lock wait separates reading
+            # the clock from deciding.
+            sweep_needed, stored_tokens, candidates = await tx.snapshot(binding, [
+                Probe(finders.expired, {}, "exists", limit=1),
+                Probe(finders.tokens_stored, {"tokens": list(claim_tokens) if owned else []}, "values",
+                      field="claim_token"),
+                Probe(eligible, {}, "rows", limit=limit),
+            ])
+            now = await tx.now_us()
+            if sweep_needed:
+                # Settle expired claims first, so an expired row is eligible again (or
+                # finished) within this claim, then pick the candidates again. (Rows picked
+                # with the snapshot stay locked meanwhile; they may not be the ones to claim.)
+                expired = await tx.find(binding, finders.expired, {"now": now}, SWEEP_LIMIT)
+                _, changes = self.engine.decide_all(binding, [(record, ExpireLease()) for record in expired], now)
+                await self.engine.persist(tx, binding, changes)
+                candidates = await tx.find(binding, eligible, {"now": now}, limit)
+            claims: list[tuple[JobRecord, JobRecord]] = []
+            for index, token in enumerate(claim_tokens):
+                met = candidates[index] if index < len(candidates) else None
+                command: Command = (
+                    ClaimOwned(owner_id=owner_id, claim_token=token,
+                               nonce_already_stored=token in stored_tokens, lease_us=lease_us)
+                    if owned else ClaimLegacy(owner_id=owner_id, lease_us=lease_us)
+                )
+                decision = decide(met, command, now)
+                raise_if_conflict(binding, decision)  # inside the transaction: nothing is kept
+                if isinstance(decision, Refused):
+                    continue  # no eligible row for this token (its nonce stays unused)
+                claimed = checked(binding, met, decision)
+                require(met is not None and claimed is not None)
+                claims.append((met, claimed))  # type: ignore[arg-type]
+            stored = await tx.update_many(binding, claims, read_back=True)
+            for (_, decided), found in zip(claims, stored, strict=True):
+                # The identity must read back exactly: a coercion or a trigger that changed
+                # the owner, token or generation rolls the whole claim back.
+                if owned and claim_identity_problem(decided, found.owner_id, found.claim_token, found.generation):
+                    raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
+                if found != decided:
+                    raise persistence_failed("read_back_mismatch")
+            presented = [present(record) for record in stored]
+        return presented
+
+    async def recover_owned(self, owner_id: str, claim_token: str) -> JobRecord | None:
+        async with self.store.transaction(write=False) as tx:
+            found = await tx.locked(self.binding, finders.by_token, {"claim_token": claim_token})
+            met = found[0] if found else None
+            decision = decide(met, RecoverOwned(owner_id=owner_id, claim_token=claim_token), await tx.now_us())
+        if isinstance(decision, Refused):
+            return None
+        return decision.new_record
+
+    # --- writes to rows by ID ---------------------------------------------------------
+
+    async def _on_rows(self, items: Sequence[tuple[str, Command]], *, write: bool = True) -> list[Decision]:
+        return await self.engine.on_keys(self.binding, items, finders.by_keys, write=write)
+
+    async def _on_row(self, job_id: str, command: Command, *, write: bool = True) -> Decision:
+        return (await self._on_rows([(job_id, command)], write=write))[0]
+
+    def _heartbeat(self, fence: QueueClaimFence) -> tuple[str, Command]:
+        return fence.job_id, HeartbeatOwned(fence=ClaimFence.of(fence), lease_us=self.config.lease_us)
+
+    async def heartbeat_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
+        decisions = await self._on_rows([self._heartbeat(fence) for fence in fences])
+        return [isinstance(decision, Applied) for decision in decisions]
+
+    async def complete_owned(self, items: Sequence[tuple[QueueClaimFence, str | None]]) -> list[bool]:
+        decisions = await self._on_rows(
+            [(fence.job_id, CompleteOwned(fence=ClaimFence.of(fence), result_json=result)) for fence, result in items]
+        )
+        return [isinstance(decision, Applied) for decision in decisions]
+
+    async def fail_owned(
+        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None
+    ) -> bool:
+        command = FailOwned(
+            fence=ClaimFence.of(fence),
+            error_message=error,
+            retry=retry,
+            dlq_record_id=dlq_record_id,
+            backoff_base_ms=self.config.backoff_base_ms,
+            backoff_max_ms=self.config.backoff_max_ms,
+        )
+        return isinstance(await self._on_row(fence.job_id, command), Applied)
+
+    async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
+        return isinstance(await self._on_row(fence.job_id, SetPidOwned(fence=ClaimFence.of(fence), pid=pid)), Applied)
+
+    async def read_state_owned(self, fence: QueueClaimFence) -> StreamingStateReply | None:
+        decision = await self._on_row(fence.job_id, ReadStateOwned(fence=ClaimFence.of(fence)), write=False)
+        if isinstance(decision, Applied):
+            require(isinstance(decision.reply, StreamingStateReply))
+            return decision.reply  # type: ignore[no-any-return]
+        return None
+
+    async def acknowledge_cancel_owned(self, fence: QueueClaimFence) -> bool:
+        decision = await self._on_row(fence.job_id, AcknowledgeCancelOwned(fence=ClaimFence.of(fence)))
+        return isinstance(decision, Applied)
+
+    async def request_cancel(self, job_id: str) -> bool:
+        return isinstance(await self._on_row(job_id, RequestCancel()), Applied)
+
+    async def cancel_admin(self, job_id: str) -> bool:
+        return isinstance(await self._on_row(job_id, CancelAdmin()), Applied)
+
+    async def heartbeat_legacy(self, job_id: str, owner_id: str) -> bool:
+        command = HeartbeatLegacy(owner_id=owner_id, lease_us=self.config.lease_us)
+        return isinstance(await self._on_row(job_id, command), Applied)
+
+    async def complete_legacy(self, job_id: str, result_json: str | None) -> bool:
+        return isinstance(await self._on_row(job_id, CompleteLegacy(result_json=result_json)), Applied)
+
+    async def fail_legacy(self, job_id: str, error: str, *, retry: bool, dlq_record_id: str | None) -> bool:
+        command = FailLegacy(
+            error_message=error,
+            retry=retry,
+            dlq_record_id=dlq_record_id,
+            backoff_base_ms=self.config.backoff_base_ms,
+            backoff_max_ms=self.config.backoff_max_ms,
+        )
+        return isinstance(await self._on_row(job_id, command), Applied)
+
+    async def set_pid_legacy(self, job_id: str, pid: int) -> bool:
+        return isinstance(await self._on_row(job_id, SetPidLegacy(pid=pid)), Applied)
+
+    async def delete(self, job_id: str) -> bool:
+        return isinstance(await self._on_row(job_id, DeleteLegacy()), Applied)
+
+    async def purge_finished(self, older_than_us: int) -> int:
+        """Delete unprotected finished rows that finished more than ``older_than_us`` ago."""
+        binding = self.binding
+        async with self.store.transaction(write=True) as tx:
+            now = await tx.now_us()
+            command = PurgeFinished(older_than_us=now - older_than_us)
+            rows = await tx.find(binding, finders.finished_before, {"cutoff": command.older_than_us}, PURGE_LIMIT)
+            _, changes = self.engine.decide_all(binding, [(row, command) for row in rows], now)
+            await self.engine.persist(tx, binding, changes)
+        return len(changes)
+
+    # --- reads ------------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        async with self.store.transaction(write=False) as tx:
+            found = await tx.read(self.binding, [job_id])
+        return found[0] if found else None
+
+    async def list(self, status: JobStatus | None, limit: int) -> list[JobRecord]:
+        async with self.store.transaction(write=False) as tx:
+            if status is None:
+                return await tx.find(self.binding, finders.all_rows, {}, limit)
+            return await tx.find(self.binding, finders.with_status, {"status": status}, limit)

@@ -1,0 +1,231 @@
+"""The shared core of every machine: rows, rules, decisions, finders, and ``decide``.
+
+Theory of operation
+-------------------
+A machine is a table keyed by ``(state, command type)``. Each key holds an ordered list
+of rules; the first rule whose guard holds decides, and the last guard of every list is
+``always``, so the table is total. A rule either applies a named effect (a pure
+function of record, command and database time producing the new record and a reply) or
+refuses with a named reason; a refusal changes nothing. What each refusal means to a
+caller (a negative answer, or an error code) is part of the machine too.
+
+The table is written as a literal tuple of :class:`Row` values that mirrors the spec
+table row for row (one row may list several source states, as the spec does);
+:func:`table_from_rows` turns it into the lookup table and refuses a table that is not
+total. :class:`Finder` values say, as data, which stored rows a command may meet: the
+adapters compile them to SQL and tests hold each to exactly the rows its kernel guard
+accepts.
+
+Nothing here reads a clock, a random source or a database; everything is total.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from tenure.model import ErrorCode
+
+__all__ = [
+    "SAME",
+    "Row",
+    "Rule",
+    "Applied",
+    "Refused",
+    "Decision",
+    "Machine",
+    "Guard",
+    "Effect",
+    "table_from_rows",
+    "select_rule",
+    "decide",
+    "Param",
+    "Condition",
+    "Finder",
+]
+
+R = TypeVar("R")
+
+
+class _Same(enum.Enum):
+    SAME = "same"
+
+
+SAME = _Same.SAME
+"""A row's target when the command keeps the state it met."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """One row of a spec table: from ``sources``, if ``guard`` holds, go to ``target``
+    by ``outcome`` (an effect name, or a refusal)."""
+
+    sources: tuple[enum.Enum, ...]
+    command: enum.Enum
+    guard: str
+    target: enum.Enum
+    outcome: str | enum.Enum
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rule:
+    """One rule of a ``(state, command)`` list. A refusal's target is the state it met."""
+
+    guard: str
+    target: enum.Enum
+    outcome: str | enum.Enum
+
+    @property
+    def refusal(self) -> bool:
+        return not isinstance(self.outcome, str)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Applied(Generic[R]):
+    """The command applies: persist ``new_record`` (None deletes the row), answer ``reply``."""
+
+    new_record: R | None
+    reply: Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refused:
+    """Nothing changes; ``reason`` says why."""
+
+    reason: enum.Enum
+
+
+Decision = Applied[Any] | Refused
+
+Guard = Callable[[Any, Any, int], bool]
+Effect = Callable[[Any, Any, int], Applied[Any]]
+
+
+def table_from_rows(
+    rows: Sequence[Row], states: type[enum.Enum], commands: type[enum.Enum]
+) -> dict[tuple[enum.Enum, enum.Enum], tuple[Rule, ...]]:
+    """The lookup table of ``rows``, each ``(state, command)`` list in row order.
+
+    Raises ValueError (at import: a programmer error) unless every pair of a state and
+    a command is present and every list ends with an ``always`` guard.
+    """
+    table: dict[tuple[enum.Enum, enum.Enum], list[Rule]] = {}
+    for row in rows:
+        for source in row.sources:
+            target = source if row.target is SAME else row.target
+            table.setdefault((source, row.command), []).append(Rule(row.guard, target, row.outcome))
+    missing = [(state, command) for state in states for command in commands if (state, command) not in table]
+    open_ended = [key for key, rules in table.items() if rules[-1].guard != "always"]
+    if missing or open_ended:
+        raise ValueError(f"the table is not total: missing {missing[:3]}, open-ended {open_ended[:3]}")
+    return {key: tuple(rules) for key, rules in table.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """Everything the shared engine, the spec checker and the tests need of a machine.
+
+    ``table``, ``guards`` and ``effects`` are the machine module's own dictionaries (a
+    deliberately broken kernel in the tests patches them in place). ``outcomes`` maps
+    each refusal to the error code a caller gets, or None for a negative answer.
+    """
+
+    name: str
+    states: type[enum.Enum]
+    commands: type[enum.Enum]
+    rows: tuple[Row, ...]
+    table: Mapping[tuple[enum.Enum, enum.Enum], tuple[Rule, ...]]
+    guards: Mapping[str, Guard]
+    effects: Mapping[str, Effect]
+    outcomes: Mapping[enum.Enum, ErrorCode | None]
+    state_of: Callable[[Any], enum.Enum]
+    record_violations: Callable[[Any], list[str]]
+    transition_violations: Callable[[Any, Any, int, Decision], list[str]]
+    initial: enum.Enum
+    """The state a missing record is in (``absent``)."""
+
+
+def select_rule(machine: Machine, record: Any, command: Any, now_us: int) -> Rule:
+    """The first rule of the ``(state, command)`` list whose guard holds (exposed so the
+    spec oracle and the tests can see which row decided, not only what it produced)."""
+    guards = machine.guards
+    for rule in machine.table[(machine.state_of(record), command.kind)]:
+        if guards[rule.guard](record, command, now_us):
+            return rule
+    raise AssertionError("every rule list ends with an 'always' guard")
+
+
+def decide(machine: Machine, record: Any, command: Any, now_us: int) -> Decision:
+    """The decision for ``command`` meeting ``record`` at database time ``now_us``."""
+    rule = select_rule(machine, record, command, now_us)
+    if isinstance(rule.outcome, str):
+        return machine.effects[rule.outcome](record, command, now_us)
+    return Refused(rule.outcome)
+
+
+# --- finders: which stored rows a command may meet, as data -----------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Param:
+    """A value the caller supplies when the finder runs (``now``, a token, ...)."""
+
+    name: str
+
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "=": lambda value, operand: value == operand,
+    "<": lambda value, operand: value is not None and value < operand,
+    "<=": lambda value, operand: value is not None and value <= operand,
+    ">": lambda value, operand: value is not None and value > operand,
+    "in": lambda value, operand: value in operand,
+    "is_null": lambda value, operand: value is None,
+    "not_null": lambda value, operand: value is not None,
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Condition:
+    """``field <op> operand`` over a record field; the operand is a constant or a Param.
+    Operators: ``=`` ``<`` ``<=`` ``>`` ``in`` ``is_null`` ``not_null``; a field
+    compared with ``<``/``<=``/``>`` never matches while it is None (as in SQL)."""
+
+    field: str
+    op: str
+    operand: Any = None
+    other_field: str | None = None
+    """Compare with another field of the same record instead (``attempts < max_attempts``)."""
+
+    def holds(self, record: Any, parameters: Mapping[str, Any]) -> bool:
+        operand = self.operand
+        if self.other_field is not None:
+            operand = getattr(record, self.other_field)
+        elif isinstance(operand, Param):
+            operand = parameters[operand.name]
+        return _OPERATORS[self.op](getattr(record, self.field), operand)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Finder:
+    """Rows meeting every condition of one of ``any_of`` (a disjunction of conjunctions),
+    in ``order`` (field names; ties broken by the fields that follow). ``lock`` says how
+    a store takes the rows: ``wait`` (lock, waiting for other holders; the clock is read
+    after), ``skip`` (lock, skipping rows others hold; never waits) or ``none``."""
+
+    name: str
+    any_of: tuple[tuple[Condition, ...], ...]
+    order: tuple[str, ...] = ()
+    lock: str = "wait"
+
+    def matches(self, record: Any, parameters: Mapping[str, Any]) -> bool:
+        return any(all(condition.holds(record, parameters) for condition in conjunction) for conjunction in self.any_of)
+
+    def parameters(self) -> frozenset[str]:
+        return frozenset(
+            condition.operand.name
+            for conjunction in self.any_of
+            for condition in conjunction
+            if isinstance(condition.operand, Param)
+        )

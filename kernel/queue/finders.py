@@ -1,0 +1,133 @@
+"""Which stored rows a queue command meets, as data.
+
+Each :class:`~tenure.kernel.core.Finder` here is a predicate over queue records that the
+adapters compile to SQL; ``tests/test_finders.py`` holds each to exactly the rows its
+kernel guard accepts (for example, ``eligible`` selects a row exactly when a claim of it
+is not refused as ineligible). The ``meets`` functions say which of the located rows a
+submission meets; the engine and the lockstep model both use them, so which row a
+command meets is decided here, once.
+
+Order matters where a limit applies: claims take the earliest due row, then the
+smallest job ID, so every store (and the lockstep model) picks the same ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from tenure.model import JobStatus, QueueKind
+
+from ..core import Condition, Finder, Param
+from .record import JobRecord
+
+__all__ = [
+    "by_keys",
+    "by_token",
+    "tokens_stored",
+    "eligible",
+    "eligible_legacy",
+    "expired",
+    "finished_before",
+    "all_rows",
+    "with_status",
+    "locate",
+    "dedupe_field",
+    "submission_meets",
+    "key_holder",
+]
+
+_PENDING = Condition("status", "=", JobStatus.PENDING)
+_CLAIMED = Condition("status", "=", JobStatus.CLAIMED)
+
+by_keys = Finder("by_keys", ((Condition("job_id", "in", Param("keys")),),), order=("job_id",), lock="wait")
+"""The rows with these job IDs, locked in ID order (by-ID and fenced writes)."""
+
+by_token = Finder("by_token", ((Condition("claim_token", "=", Param("claim_token")),),), lock="wait")
+"""The row storing this claim token (claim recovery)."""
+
+tokens_stored = Finder("tokens_stored", ((Condition("claim_token", "in", Param("tokens")),),), lock="none")
+"""Rows already storing one of these tokens (a claim's nonce must be fresh)."""
+
+eligible = Finder(
+    "eligible",
+    ((_PENDING, Condition("fires_at_us", "<=", Param("now")),
+      Condition("attempts", "<", other_field="max_attempts")),),
+    order=("fires_at_us", "job_id"),
+    lock="skip",
+)
+"""Rows an owned claim may take: pending, due, with attempts left."""
+
+eligible_legacy = Finder(
+    "eligible_legacy",
+    ((_PENDING, Condition("fires_at_us", "<=", Param("now")),
+      Condition("attempts", "<", other_field="max_attempts"), Condition("fence_required", "=", False)),),
+    order=("fires_at_us", "job_id"),
+    lock="skip",
+)
+"""Rows a legacy claim may take: the same, never a protected submission."""
+
+expired = Finder(
+    "expired",
+    ((_CLAIMED, Condition("lease_expires_at_us", "<=", Param("now"))),),
+    order=("lease_expires_at_us", "job_id"),
+    lock="skip",
+)
+"""Claims whose lease has run out (the sweep before a claim)."""
+
+finished_before = Finder(
+    "finished_before",
+    ((Condition("status", "in", (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)),
+      Condition("completed_at_us", "<", Param("cutoff")), Condition("fence_required", "=", False)),),
+    order=("completed_at_us", "job_id"),
+    lock="skip",
+)
+"""Finished, unprotected rows older than the cutoff (retention)."""
+
+all_rows = Finder("all_rows", ((),), order=("created_at_us", "job_id"), lock="none")
+with_status = Finder("with_status", ((Condition("status", "=", Param("status")),),),
+                     order=("created_at_us", "job_id"), lock="none")
+
+
+def dedupe_field(queue: QueueKind) -> str:
+    """The record field a submission deduplicates on: the active key for streaming."""
+    return "active_key" if queue is QueueKind.STREAMING else "idempotency_key"
+
+
+@functools.cache
+def locate(queue: QueueKind) -> Finder:
+    """Every row sharing an identity with a submission (its submission ID, job ID, run
+    ID, or idempotency key / active key), locked in ID order."""
+    identities = [
+        (Condition("submission_id", "=", Param("submission_id")),),
+        (Condition("job_id", "=", Param("job_id")),),
+        (Condition(dedupe_field(queue), "=", Param("key")),),
+    ]
+    if queue is QueueKind.PIPELINE:
+        identities.insert(2, (Condition("run_id", "=", Param("run_id")),))
+    return Finder(f"locate_{queue.value}", tuple(identities), order=("job_id",), lock="wait")
+
+
+def submission_meets(
+    rows: Sequence[JobRecord], *, submission_id: str | None, job_id: str, run_id: str | None, key: str | None
+) -> JobRecord | None:
+    """The located row a submission meets: its own submission first (an existing original
+    answers before any key is touched), else the row (smallest job ID first) sharing its
+    job ID, run ID or idempotency key, else none."""
+    if submission_id is not None:
+        own = next((row for row in rows if row.submission_id == submission_id), None)
+        if own is not None:
+            return own
+    for row in sorted(rows, key=lambda r: r.job_id):
+        if row.job_id == job_id or (run_id is not None and row.run_id == run_id) or (
+            key is not None and row.idempotency_key == key
+        ):
+            return row
+    return None
+
+
+def key_holder(rows: Sequence[JobRecord], active_key: str | None) -> JobRecord | None:
+    """The located row holding a streaming config's active key, if any."""
+    if active_key is None:
+        return None
+    return next((row for row in rows if row.active_key == active_key), None)
