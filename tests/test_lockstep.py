@@ -30,6 +30,8 @@ import adapter_support
 from lockstep_model import Model
 from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource, upgrade
 from tenure.adapters.queue.operations import QueueOperations
+from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.kernel.queue import finders
 from tenure.model import (
     PipelineJob,
     QueueClaimFence,
@@ -425,7 +427,8 @@ class LockstepMachine(RuleBasedStateMachine):
             store = self.sources[QueueKind.VALIDATION]._engine.store
             async with store.transaction(write=False) as tx:
                 return {
-                    queue: {record.job_id: record for record in await tx.list_records(queue, None, 10_000)}
+                    queue: {record.job_id: record
+                            for record in await tx.find(QUEUE_BINDINGS[queue], finders.all_rows, {}, 10_000)}
                     for queue in QueueKind
                 }
 
