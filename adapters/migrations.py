@@ -32,11 +32,10 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Dialect as SqlDialect
 
-from tenure.model import QueueKind
 
 from .dialects import open_migration_target
 from .migration_report import Check, MigrationReport, refuse_if_failed
-from .queue.table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES
+from .machines import RETIREMENT_GUARDS, TABLES
 from .schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl
 from .tables import ColumnSpec, Step, TableSpec, qualified
 
@@ -51,7 +50,7 @@ __all__ = [
     "MigrationDialect",
 ]
 
-OWNED_MIGRATION = "owned_v2"
+OWNED_MIGRATION = Step.OWNED.value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,7 +103,7 @@ class MigrationDialect(Protocol):
 
     def default_check(self, column: ColumnSpec, default: str | None) -> tuple[str, str | None]: ...
 
-    async def probe(self, tx: Executor, queue: QueueKind, schema: str | None) -> list[Check]: ...
+    async def probe(self, tx: Executor, spec: TableSpec, schema: str | None) -> list[Check]: ...
 
     def bookkeeping_ddl(self, schema: str | None) -> list[str]: ...
 
@@ -143,35 +142,45 @@ def _catalog_reader(recorder: Recorder) -> Executor:
     return Reader()
 
 
-def _legacy_checks(dialect: MigrationDialect, spec: TableSpec, found: dict[str, CatalogColumn]) -> list[Check]:
+def _type_checks(dialect: MigrationDialect, spec: TableSpec, found: dict[str, CatalogColumn], steps: set[Step]) -> list[Check]:
+    """Every existing column of these steps has a type tenure can read and compare."""
     checks = []
-    for column in spec.columns_of(Step.LEGACY):
+    for column in spec.columns:
+        if column.step not in steps:
+            continue
         existing = found.get(column.name)
         if existing is None:
-            checks.append(Check(spec.name, column.name, "legacy column present", False, "missing_legacy_column"))
+            missing = "missing_legacy_column" if column.step is Step.LEGACY else "missing_column"
+            checks.append(Check(spec.name, column.name, "present", False, missing))
             continue
         requirement, problem = dialect.type_check(column, existing)
         checks.append(Check(spec.name, column.name, requirement, problem is None, problem or ""))
+        if spec.created_by is not Step.LEGACY and column.step is spec.created_by and not column.admission:
+            # tenure's own tables: their nullability is tenure's too.
+            wanted_not_null = not column.nullable
+            ok = existing.notnull == wanted_not_null or column.primary_key
+            checks.append(Check(spec.name, column.name, "NOT NULL" if wanted_not_null else "nullable", ok,
+                                "" if ok else "wrong_nullability"))
     return checks
 
 
 def _owned_column_checks(dialect: MigrationDialect, spec: TableSpec, found: dict[str, CatalogColumn]) -> list[Check]:
+    """What admission requires of the columns the owned step adds to existing tables."""
     checks: list[Check] = []
-    for column in spec.columns_of(Step.OWNED):
+    for column in spec.columns:
         existing = found.get(column.name)
-        if existing is None:
-            checks.append(Check(spec.name, column.name, "present", False, "missing_column"))
+        if not column.admission or existing is None:
             continue
-        requirement, problem = dialect.type_check(column, existing)
-        checks.append(Check(spec.name, column.name, requirement, problem is None, problem or ""))
         wanted_not_null = not column.nullable
         nullability_ok = existing.notnull == wanted_not_null
         checks.append(Check(spec.name, column.name, "NOT NULL" if wanted_not_null else "nullable", nullability_ok,
                             "" if nullability_ok else "wrong_nullability"))
         requirement, problem = dialect.default_check(column, existing.default)
         checks.append(Check(spec.name, column.name, requirement, problem is None, problem or ""))
-        if column.name in OWNED_UNIQUE_COLUMNS:
-            checks.append(Check(spec.name, column.name, "deterministic collation", existing.deterministic,
+    for name in spec.exact_unique_columns:
+        existing = found.get(name)
+        if existing is not None:
+            checks.append(Check(spec.name, name, "deterministic collation", existing.deterministic,
                                 "" if existing.deterministic else "nondeterministic_collation"))
     return checks
 
@@ -181,7 +190,7 @@ def _unique_index_checks(spec: TableSpec, indexes: list[CatalogIndex]) -> list[C
     and no other unique index (partial, over an expression, or differently collated)
     compares it differently."""
     checks = []
-    for column in OWNED_UNIQUE_COLUMNS:
+    for column in spec.exact_unique_columns:
         found = [index for index in indexes if index.unique and column in index.columns]
         exact = [not index.partial and index.columns == (column,) and index.exact for index in found]
         in_expression = any(
@@ -198,14 +207,16 @@ def _unique_index_checks(spec: TableSpec, indexes: list[CatalogIndex]) -> list[C
     return checks
 
 
-async def _applied(dialect: MigrationDialect, reader: Executor, schema: str | None) -> bool:
-    found = await dialect.columns(reader, MIGRATIONS_TABLE, schema)
-    if not found:
-        return False
-    rows = await reader.execute(
-        f"SELECT 1 FROM {qualified(schema, MIGRATIONS_TABLE)} WHERE name = {dialect.placeholder}", [OWNED_MIGRATION]
-    )
-    return bool(rows)
+async def _applied_steps(dialect: MigrationDialect, reader: Executor, schema: str | None) -> set[Step]:
+    if not await dialect.columns(reader, MIGRATIONS_TABLE, schema):
+        return set()
+    rows = await reader.execute(f"SELECT name FROM {qualified(schema, MIGRATIONS_TABLE)}")
+    names = {name for (name,) in rows}
+    return {step for step in Step if step.value in names}
+
+
+RECORDED_STEPS = tuple(step for step in Step if step is not Step.LEGACY)
+"""The steps ``tenure_migrations`` records, in the order they are applied."""
 
 
 async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | None, *, explicit_schema: bool) -> tuple[list[str], list[Check], list[str]]:
@@ -214,77 +225,100 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
     reader = _catalog_reader(recorder)
     await dialect.begin(recorder)
     refuse_if_failed(await dialect.schema_checks(reader, schema, explicit=explicit_schema), "queue_tables_elsewhere")
-    for spec in QUEUE_TABLES.values():
-        if not await dialect.columns(reader, spec.name, schema):
-            for statement in spec.create_ddl(dialect.sql_dialect, schema):
-                await recorder.execute(statement)
+
+    async def create_missing(step: Step) -> None:
+        for spec in TABLES:
+            if spec.created_by is step and not await dialect.columns(reader, spec.name, schema):
+                for statement in spec.create_ddl(dialect.sql_dialect, schema):
+                    await recorder.execute(statement)
+
+    await create_missing(Step.LEGACY)
     # An existing table must hold every legacy column, each of a type tenure can read.
     legacy_checks: list[Check] = []
-    for spec in QUEUE_TABLES.values():
-        legacy_checks += _legacy_checks(dialect, spec, await dialect.columns(reader, spec.name, schema))
+    for spec in TABLES:
+        if spec.created_by is Step.LEGACY:
+            legacy_checks += _type_checks(dialect, spec, await dialect.columns(reader, spec.name, schema), {Step.LEGACY})
     refuse_if_failed(legacy_checks)
-    applied_before = await _applied(dialect, reader, schema)
+    applied_before = await _applied_steps(dialect, reader, schema)
     for statement in migrations_ddl(dialect.sql_dialect, schema) + dialect.bookkeeping_ddl(schema):
         await recorder.execute(statement)
-    for spec in QUEUE_TABLES.values():
-        existing = await dialect.columns(reader, spec.name, schema)
-        for column in spec.columns_of(Step.OWNED):
-            if column.name not in existing:
-                await recorder.execute(owned_column_ddl(spec, column, dialect.sql_dialect, schema))
-        for index in spec.indexes_of(Step.OWNED):
-            await recorder.execute(owned_index_ddl(spec, index, schema))
+    for step in RECORDED_STEPS:
+        await create_missing(step)
+        for spec in TABLES:
+            if spec.created_by is step:
+                continue  # created whole above, or existing: its columns are checked below
+            existing = await dialect.columns(reader, spec.name, schema)
+            for column in spec.columns_of(step):
+                if column.name not in existing:
+                    await recorder.execute(owned_column_ddl(spec, column, dialect.sql_dialect, schema))
+            for index in spec.indexes_of(step):
+                await recorder.execute(owned_index_ddl(spec, index, schema))
     checks = list(legacy_checks)
-    for queue, spec in QUEUE_TABLES.items():
-        owned_checks = _owned_column_checks(dialect, spec, await dialect.columns(reader, spec.name, schema))
-        owned_checks += _unique_index_checks(spec, await dialect.indexes(reader, spec.name, schema))
-        if all(check.passed for check in owned_checks):
-            owned_checks += await dialect.probe(recorder, queue, schema)
-        checks += owned_checks
+    later_steps: set[Step] = set(RECORDED_STEPS)
+    for spec in TABLES:
+        found = await dialect.columns(reader, spec.name, schema)
+        table_checks = _type_checks(dialect, spec, found, later_steps)
+        table_checks += _owned_column_checks(dialect, spec, found)
+        table_checks += _unique_index_checks(spec, await dialect.indexes(reader, spec.name, schema))
+        if all(check.passed for check in table_checks):
+            table_checks += await dialect.probe(recorder, spec, schema)
+        checks += table_checks
     refuse_if_failed(checks)
     changed = []
-    if not applied_before:
-        await recorder.execute(
-            f"INSERT INTO {qualified(schema, MIGRATIONS_TABLE)} (name, applied_at) "
-            f"VALUES ({dialect.placeholder}, {dialect.now_sql()})",
-            [OWNED_MIGRATION],
-        )
-        changed.append(OWNED_MIGRATION)
+    for step in RECORDED_STEPS:
+        if step not in applied_before:
+            await recorder.execute(
+                f"INSERT INTO {qualified(schema, MIGRATIONS_TABLE)} (name, applied_at) "
+                f"VALUES ({dialect.placeholder}, {dialect.now_sql()})",
+                [step.value],
+            )
+            changed.append(step.value)
     return changed, checks, recorder.statements
 
 
 async def run_downgrade(dialect: MigrationDialect, tx: Executor, schema: str | None) -> tuple[list[str], list[Check], list[str]]:
+    """Remove every recorded step, the latest first, once nothing any of them protects remains."""
     recorder = Recorder(tx)
     reader = _catalog_reader(recorder)
     await dialect.begin(recorder)
-    if not await _applied(dialect, reader, schema):
+    applied = await _applied_steps(dialect, reader, schema)
+    if not applied:
         return [], [], recorder.statements
     await dialect.lock_tables(recorder, schema)
     checks: list[Check] = []
-    for spec in QUEUE_TABLES.values():
-        table = qualified(schema, spec.name)
-        # Counted in SQL and compared with an integer: a flag is stored as 0/1 on SQLite.
-        protected = (await reader.execute(
-            f"SELECT count(*) FROM {table} WHERE fence_required = {dialect.placeholder}", [True]
-        ))[0][0]
-        owned = (await reader.execute(
-            f"SELECT count(*) FROM {table} WHERE status = 'claimed' AND claim_token IS NOT NULL"
-        ))[0][0]
-        checks.append(Check(spec.name, "fence_required", "no protected submissions", protected == 0,
-                            "" if protected == 0 else "protected_submissions_remain"))
-        checks.append(Check(spec.name, "claim_token", "no live owned claims", owned == 0,
-                            "" if owned == 0 else "owned_claims_remain"))
+    for step in RECORDED_STEPS:
+        if step not in applied:
+            continue
+        for guard in RETIREMENT_GUARDS.get(step, ()):
+            if not await dialect.columns(reader, guard.table, schema):
+                continue
+            condition = guard.condition.replace("?", dialect.placeholder)
+            parameters = [True] if "?" in guard.condition else []
+            count = (await reader.execute(
+                f"SELECT count(*) FROM {qualified(schema, guard.table)} WHERE {condition}", parameters
+            ))[0][0]
+            checks.append(Check(guard.table, guard.subject, guard.requirement, count == 0,
+                                "" if count == 0 else guard.problem))
     refuse_if_failed(checks, "downgrade_refused")
-    for spec in QUEUE_TABLES.values():
-        table = qualified(schema, spec.name)
-        for index in spec.indexes_of(Step.OWNED):
-            await recorder.execute(f"DROP INDEX IF EXISTS {qualified(schema, index.name)}")
-        existing = await dialect.columns(reader, spec.name, schema)
-        for column in spec.columns_of(Step.OWNED):
-            if column.name in existing:
-                await recorder.execute(f"ALTER TABLE {table} DROP COLUMN {column.name}")
+    removed = []
+    for step in reversed(RECORDED_STEPS):
+        if step not in applied:
+            continue
+        for spec in TABLES:
+            table = qualified(schema, spec.name)
+            if spec.created_by is step:
+                await recorder.execute(f"DROP TABLE IF EXISTS {table}")
+                continue
+            for index in spec.indexes_of(step):
+                await recorder.execute(f"DROP INDEX IF EXISTS {qualified(schema, index.name)}")
+            existing = await dialect.columns(reader, spec.name, schema)
+            for column in spec.columns_of(step):
+                if column.name in existing:
+                    await recorder.execute(f"ALTER TABLE {table} DROP COLUMN {column.name}")
+        removed.append(step.value)
     for name in (MIGRATIONS_TABLE, *dialect.bookkeeping_tables()):
         await recorder.execute(f"DROP TABLE IF EXISTS {qualified(schema, name)}")
-    return [OWNED_MIGRATION], checks, recorder.statements
+    return removed, checks, recorder.statements
 
 
 async def upgrade(db_url: str, *, schema: str | None = None, dry_run: bool = False) -> MigrationReport:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -77,6 +78,8 @@ class Codec(enum.Enum):
     OPTIONAL_JSON = "json?"
     ENUM = "enum"
     """Text holding one value of the column's ``choices`` enum."""
+    TEXTS = "texts"
+    """A tuple of strings in the record; its canonical JSON array as text in the table."""
 
     @property
     def optional(self) -> bool:
@@ -88,8 +91,13 @@ class Codec(enum.Enum):
 
 
 class Step(enum.Enum):
+    """The schema step that creates a table or adds a column or index, in the order the
+    migration applies them. Values are the names ``tenure_migrations`` records (the
+    legacy step, pycharter's own tables, is never recorded)."""
+
     LEGACY = "legacy"
-    OWNED = "owned"
+    OWNED = "owned_v2"
+    ATTEMPTS = "attempts_v1"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,6 +140,11 @@ class TableSpec:
     indexes: tuple[IndexSpec, ...] = ()
     unique_columns: tuple[str, ...] = ()
     """Columns with an unnamed UNIQUE constraint in CREATE TABLE (legacy step)."""
+    created_by: Step = Step.LEGACY
+    """The step that creates the table (when missing)."""
+    exact_unique_columns: tuple[str, ...] = ()
+    """Identity columns that need one full unique index of their own comparing exactly
+    (checked by the migration's admission)."""
 
     @functools.cached_property
     def column_names(self) -> tuple[str, ...]:
@@ -163,8 +176,9 @@ class TableSpec:
         return _sqlalchemy_table(self, schema, steps)
 
     def create_ddl(self, dialect: SqlDialect, schema: str | None) -> list[str]:
-        """CREATE TABLE IF NOT EXISTS and CREATE INDEX IF NOT EXISTS for the legacy step."""
-        table = self.sqlalchemy_table(schema, steps=frozenset({Step.LEGACY}))
+        """CREATE TABLE IF NOT EXISTS and CREATE INDEX IF NOT EXISTS for the step that
+        creates the table (its columns and indexes of that step only)."""
+        table = self.sqlalchemy_table(schema, steps=frozenset({self.created_by}))
         statements = [str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)).strip()]
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
             statements.append(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)).strip())
@@ -320,6 +334,8 @@ def _reader(column: ColumnSpec, dialect: Dialect) -> Callable[[object], Any]:
         return read_member
     if base == "flag":
         return _flag
+    if base == "texts":
+        return _texts_from_stored
     if base == "instant":
         read_instant = dialect.instant_from_stored
         if codec.optional:
@@ -339,7 +355,25 @@ def _reader(column: ColumnSpec, dialect: Dialect) -> Callable[[object], Any]:
     return read
 
 
+def _texts_from_stored(value: object) -> tuple[str, ...]:
+    parsed: Any = None
+    if type(value) is str:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = None  # raised below, outside the handler
+    if type(parsed) is not list or not all(type(item) is str for item in parsed):
+        raise corrupt()
+    return tuple(parsed)
+
+
+def _texts_to_stored(value: tuple[str, ...]) -> str:
+    return json.dumps(list(value), ensure_ascii=False, separators=(",", ":"))
+
+
 def _writer(codec: Codec, dialect: Dialect) -> Callable[[Any], Any]:
+    if codec.base == "texts":
+        return _texts_to_stored
     if codec.base == "enum":
         return lambda value: value.value
     if codec.base == "instant":

@@ -7,6 +7,27 @@ submission fingerprint. No I/O happens here.
 from __future__ import annotations
 
 from . import bounds
+from .attempts import (
+    ENVELOPE_TAG,
+    TERMINAL_ATTEMPT_STATES,
+    UNRESOLVED_STATES,
+    AttemptPage,
+    AttemptRecord,
+    AttemptSpec,
+    AttemptState,
+    CancelConfirmed,
+    CapabilityBinding,
+    EgressDecision,
+    Found,
+    LookupFailed,
+    NotFound,
+    ProviderFailed,
+    ProviderGuarantees,
+    ReconcileReport,
+    RejectedBeforeEffect,
+    ToolBinding,
+    Transmission,
+)
 from .config import WorkerConfig
 from .envelopes import (
     DEFAULT_MAX_ATTEMPTS,
@@ -39,6 +60,25 @@ from .validation import datetime_to_micros
 
 __all__ = [
     "bounds",
+    "ENVELOPE_TAG",
+    "TERMINAL_ATTEMPT_STATES",
+    "UNRESOLVED_STATES",
+    "AttemptPage",
+    "AttemptRecord",
+    "AttemptSpec",
+    "AttemptState",
+    "CancelConfirmed",
+    "CapabilityBinding",
+    "EgressDecision",
+    "Found",
+    "LookupFailed",
+    "NotFound",
+    "ProviderFailed",
+    "ProviderGuarantees",
+    "ReconcileReport",
+    "RejectedBeforeEffect",
+    "ToolBinding",
+    "Transmission",
     "WorkerConfig",
     "DEFAULT_MAX_ATTEMPTS",
     "ENVELOPE_FOR_QUEUE",

@@ -20,6 +20,11 @@ class ErrorCode(enum.Enum):
     QUEUE_SUBMISSION_CONFLICT = "queue_submission_conflict"
     QUEUE_CLAIM_CONFLICT = "queue_claim_conflict"
     QUEUE_PERSISTENCE_FAILED = "queue_persistence_failed"
+    ATTEMPT_PREPARE_CONFLICT = "attempt_prepare_conflict"
+    ATTEMPT_PREDECESSOR_UNRESOLVED = "attempt_predecessor_unresolved"
+    ATTEMPT_IDENTITY_CONFLICT = "attempt_identity_conflict"
+    ATTEMPT_RESUBMIT_UNPROVEN = "attempt_resubmit_unproven"
+    ATTEMPT_PERSISTENCE_FAILED = "attempt_persistence_failed"
 
 
 def is_authored_word(text: str) -> bool:

@@ -22,13 +22,13 @@ Downgrade locks the three tables (ACCESS EXCLUSIVE) before it counts what remain
 
 from __future__ import annotations
 
-from tenure.model import QueueKind
 from tenure.model.errors import is_authored_word
 
 from ..migration_report import Check
 from ..migrations import CatalogColumn, CatalogIndex, Executor
+from ..machines import TABLES
 from ..queue.table import TABLE_NAMES
-from ..tables import ColumnSpec, qualified, sql_dialect
+from ..tables import ColumnSpec, TableSpec, qualified, sql_dialect
 
 __all__ = ["POSTGRESQL_MIGRATION", "PostgresMigration"]
 
@@ -151,7 +151,7 @@ class PostgresMigration:
         ok = text in ("false", "'false'::boolean", "'f'::boolean")
         return "default false", None if ok else "default_not_false"
 
-    async def probe(self, tx: Executor, queue: QueueKind, schema: str | None) -> list[Check]:
+    async def probe(self, tx: Executor, spec: TableSpec, schema: str | None) -> list[Check]:
         """Deterministic collations are read from the catalog; no probe row is needed."""
         return []
 
@@ -162,7 +162,8 @@ class PostgresMigration:
         return ()
 
     async def lock_tables(self, tx: Executor, schema: str | None) -> None:
-        tables = ", ".join(qualified(schema, name) for name in TABLE_NAMES.values())
+        present = [spec.name for spec in TABLES if await self.columns(tx, spec.name, schema)]
+        tables = ", ".join(qualified(schema, name) for name in present)
         await tx.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
 
     def now_sql(self) -> str:

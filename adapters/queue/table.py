@@ -183,6 +183,7 @@ VALIDATION_TABLE = TableSpec(
     ),
     indexes=(IndexSpec("ix_validation_jobs_poll", ("status", "fires_at")), *_owned_indexes("validation_jobs")),
     unique_columns=("idempotency_key",),
+    exact_unique_columns=OWNED_UNIQUE_COLUMNS,
 )
 
 PIPELINE_TABLE = TableSpec(
@@ -207,6 +208,7 @@ PIPELINE_TABLE = TableSpec(
         *_owned_indexes("pipeline_jobs"),
     ),
     unique_columns=("idempotency_key",),
+    exact_unique_columns=OWNED_UNIQUE_COLUMNS,
 )
 
 STREAMING_TABLE = TableSpec(
@@ -236,6 +238,7 @@ STREAMING_TABLE = TableSpec(
         *_owned_indexes("streaming_jobs"),
     ),
     unique_columns=("idempotency_key",),
+    exact_unique_columns=OWNED_UNIQUE_COLUMNS,
 )
 
 QUEUE_TABLES: dict[QueueKind, TableSpec] = {

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import re
 
-from tenure.model import QueueKind, TenureError
+from tenure.model import TenureError
 
 from ..migration_report import Check
 from ..migrations import CatalogColumn, CatalogIndex, Executor
-from ..queue.table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES, TABLE_NAMES, probe_record, queue_codec
+from ..queue.table import OWNED_UNIQUE_COLUMNS, TABLE_NAMES, probe_record, queue_codec
 from ..schema import CLOCK_TABLE, clock_ddl
-from ..tables import SQLITE_DIALECT, ColumnSpec, instant_to_sqlite_text, sql_dialect
+from ..tables import SQLITE_DIALECT, ColumnSpec, TableSpec, instant_to_sqlite_text, sql_dialect
 from .store import wall_clock_us
 
 __all__ = ["SQLITE_MIGRATION", "SqliteMigration"]
@@ -112,10 +112,14 @@ class SqliteMigration:
         ok = text in ("0", "'0'", "false", "FALSE")
         return "default false", None if ok else "default_not_false"
 
-    async def probe(self, tx: Executor, queue: QueueKind, schema: str | None) -> list[Check]:
-        """Identities differing only by case or a trailing space must be distinct values."""
-        table = TABLE_NAMES[queue]
-        spec = QUEUE_TABLES[queue]
+    async def probe(self, tx: Executor, spec: TableSpec, schema: str | None) -> list[Check]:
+        """Identities differing only by case or a trailing space must be distinct values
+        (the queue tables, whose identity columns tenure adds to tables it may not have
+        created; tenure's own tables compare with SQLite's BINARY default)."""
+        queue = next((queue for queue, name in TABLE_NAMES.items() if name == spec.name), None)
+        if queue is None:
+            return []
+        table = spec.name
         codec = queue_codec(queue, SQLITE_DIALECT)
         insert = f"INSERT INTO {table} ({', '.join(spec.column_names)}) VALUES ({', '.join('?' for _ in spec.columns)})"
         await tx.execute("SAVEPOINT tenure_probe")

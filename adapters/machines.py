@@ -1,0 +1,46 @@
+"""The registry of machines' tables: what the migration runner creates, checks and
+removes, and what the store conformance suite runs against. A new machine adds its
+binding here (and its table's step to :class:`tenure.adapters.tables.Step`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
+from .queue.table import QUEUE_BINDINGS, QUEUE_TABLES
+from .tables import Binding, Step, TableSpec
+
+__all__ = ["TABLES", "BINDINGS", "RetirementGuard", "RETIREMENT_GUARDS"]
+
+TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE)
+BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetirementGuard:
+    """Rows that forbid removing a step: ``SELECT count(*) FROM table WHERE condition``
+    must be zero (``condition`` has one positional parameter, ``True``, when it says ``?``)."""
+
+    table: str
+    subject: str
+    requirement: str
+    condition: str
+    problem: str
+
+
+RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
+    Step.OWNED: tuple(
+        guard
+        for spec in QUEUE_TABLES.values()
+        for guard in (
+            RetirementGuard(spec.name, "fence_required", "no protected submissions", "fence_required = ?",
+                            "protected_submissions_remain"),
+            RetirementGuard(spec.name, "claim_token", "no live owned claims",
+                            "status = 'claimed' AND claim_token IS NOT NULL", "owned_claims_remain"),
+        )
+    ),
+    Step.ATTEMPTS: (
+        # Every attempt guards an effect (and its prepare replay): none may be dropped.
+        RetirementGuard(ATTEMPTS_TABLE.name, "attempt_id", "no recorded attempts", "TRUE", "attempts_remain"),
+    ),
+}
