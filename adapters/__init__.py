@@ -6,10 +6,15 @@ with a compare-and-set. They never decide a transition themselves.
 
 from __future__ import annotations
 
+from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
 from .migrations import MigrationReport, downgrade, upgrade
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 
 __all__ = [
+    "AttemptLedger",
+    "AttemptRunner",
+    "ProviderDriver",
+    "EgressPolicy",
     "ValidationJobSource",
     "PipelineJobSource",
     "StreamingJobSource",

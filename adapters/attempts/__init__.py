@@ -1,4 +1,9 @@
 """Service job attempts' adapters: the attempts table, the ledger that persists the
 kernel's decisions, and the runner that drives a provider through the machine."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from .ledger import AttemptLedger
+from .runner import AttemptRunner, EgressPolicy, ProviderDriver
+
+__all__ = ["AttemptLedger", "AttemptRunner", "ProviderDriver", "EgressPolicy"]

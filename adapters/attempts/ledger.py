@@ -1,0 +1,426 @@
+"""The attempt ledger: ``ServiceJobAttempt@1`` records on SQLite or PostgreSQL.
+
+Every method is one transaction on the shared engine: it locks the attempt (``prepare``:
+every attempt of the owner job and any holding the key), reads the database time after
+the lock, asks the attempt kernel, and persists its decision with a compare-and-set.
+The answer law is the job sources': ``True`` (or a value) means the exact change
+applied; ``False`` (or ``None``) means stale, ineligible or already applied, and nothing
+changed; a conflict raises ``TenureError`` with its ``ATTEMPT_*`` code; a database
+failure raises ``ATTEMPT_PERSISTENCE_FAILED`` with the reason words of the job sources
+(see the README's failure reasons); invalid input raises ``ConfigValidationError``
+before any database work. No message echoes an ID, a key, a ref or a payload.
+
+The attempt ID is derived: ``uuid5(ATTEMPT_NAMESPACE, f"{owner_job_id}\\n{generation}")``,
+so a repeated ``prepare`` of the same spec, from any process, names the same attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from tenure.kernel.attempts import finders
+from tenure.kernel.attempts.commands import (
+    AttemptCommand,
+    BeginSubmit,
+    EgressDenied,
+    ExpireSubmitLease,
+    FailureKind,
+    LookupKind,
+    Prepare,
+    Prepared,
+    Reconcile,
+    RecordAccepted,
+    RecordAmbiguous,
+    RecordCancelled,
+    RecordFailed,
+    RecordProgress,
+    RecordRunning,
+    RecordSucceeded,
+    ReleaseReservation,
+    RequestCancel,
+    TransmissionGranted,
+)
+from tenure.kernel.attempts.record import AttemptRow
+from tenure.kernel.core import Applied, Decision
+from tenure.model import (
+    ENVELOPE_TAG,
+    AttemptPage,
+    AttemptRecord,
+    AttemptSpec,
+    AttemptState,
+    CancelConfirmed,
+    CapabilityBinding,
+    ConfigValidationError,
+    EgressDecision,
+    ErrorCode,
+    Found,
+    LookupFailed,
+    NotFound,
+    ProviderFailed,
+    ProviderGuarantees,
+    RejectedBeforeEffect,
+    TenureError,
+    ToolBinding,
+    Transmission,
+    bounds,
+    canonical_json,
+    json_problem,
+)
+from tenure.model.attempts import MAX_REFS, check_reason, check_refs
+
+from ..dialects import open_store
+from ..engine import Engine, raise_if_conflict
+from ..failures import persistence_failed
+from .table import ATTEMPTS_BINDING
+
+__all__ = ["AttemptLedger", "ATTEMPT_NAMESPACE", "attempt_id_for", "DEFAULT_SUBMIT_LEASE_SECONDS", "MAX_DOCUMENT_BYTES"]
+
+ATTEMPT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:service-job-attempt")
+"""The namespace of derived attempt IDs."""
+
+DEFAULT_SUBMIT_LEASE_SECONDS = 60.0
+MAX_DOCUMENT_BYTES = 64 * 1024
+"""The largest usage or cost object (UTF-8 bytes of its canonical JSON)."""
+
+
+def attempt_id_for(owner_job_id: str, generation: int) -> str:
+    """The attempt ID of ``(owner_job_id, generation)``."""
+    return str(uuid.uuid5(ATTEMPT_NAMESPACE, f"{owner_job_id}\n{generation}"))
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+def _identity(value: object, field: str) -> str:
+    if not bounds.is_identity(value):
+        raise _refuse(field, "identity_required")
+    return value  # type: ignore[return-value]
+
+
+def _document(value: object, field: str) -> str | None:
+    """A usage or cost object as canonical JSON text (None stays None)."""
+    if value is None:
+        return None
+    if type(value) is not dict:
+        raise _refuse(field, "json_object_required")
+    problem = json_problem(value)
+    if problem is not None:
+        raise _refuse(field, problem)
+    text = canonical_json(value)
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
+        raise _refuse(field, "payload_too_large")
+    return text
+
+
+def _warnings(value: object) -> tuple[str, ...]:
+    if type(value) not in (tuple, list) or len(value) > MAX_REFS:  # type: ignore[arg-type]
+        raise _refuse("warnings", "list_required")
+    return tuple(check_reason(item, "warnings") for item in value)  # type: ignore[attr-defined]
+
+
+def _lease_us(seconds: object) -> int:
+    if not isinstance(seconds, (int, float)) or type(seconds) is bool:
+        raise _refuse("lease_seconds", "number_required")
+    # An int is compared as an int: a huge one cannot become a float.
+    finite = type(seconds) is int or math.isfinite(seconds)
+    if not finite or not 0 < seconds <= bounds.MAX_LEASE_SECONDS:
+        raise _refuse("lease_seconds", "number_out_of_range")
+    return max(1, round(seconds * 1_000_000))
+
+
+def _binding_document(binding: CapabilityBinding | ToolBinding) -> dict[str, Any]:
+    names = CapabilityBinding.model_fields if isinstance(binding, CapabilityBinding) else ToolBinding.model_fields
+    return {name: getattr(binding, name) for name in names}
+
+
+def _spec_document(spec: AttemptSpec) -> dict[str, Any]:
+    document = {name: getattr(spec, name) for name in AttemptSpec.model_fields}
+    document["binding"] = _binding_document(spec.binding)
+    document["guarantees"] = {"same_key_replay": spec.guarantees.same_key_replay, "lookup": spec.guarantees.lookup}
+    document["source_refs"] = list(spec.source_refs)
+    document["working_refs"] = list(spec.working_refs)
+    return document
+
+
+def _row_of(spec: AttemptSpec) -> AttemptRow:
+    """The spec as a kernel row (where it stands is set by the kernel's ``insert``)."""
+    digest = "sha256:" + hashlib.sha256(canonical_json(_spec_document(spec)).encode("utf-8")).hexdigest()
+    return AttemptRow(
+        attempt_id=attempt_id_for(spec.owner_job_id, spec.generation), envelope=ENVELOPE_TAG,
+        owner_job_id=spec.owner_job_id, run_id=spec.run_id, station_attempt_id=spec.station_attempt_id,
+        generation=spec.generation, request_digest=spec.request_digest, idempotency_key=spec.idempotency_key,
+        binding_json=canonical_json(_binding_document(spec.binding)),
+        same_key_replay=spec.guarantees.same_key_replay, lookup=spec.guarantees.lookup, target=spec.target,
+        source_refs=spec.source_refs, working_refs=spec.working_refs, destination=spec.destination,
+        purpose=spec.purpose, consent_decision=spec.consent_decision,
+        policy_revisions_json=canonical_json(dict(spec.policy_revisions)), reservation=spec.reservation,
+        spec_digest=digest, state=AttemptState.PREPARED, provider_job_id=None, transmissions=0,
+        transmission_egress=(), denied_egress=(), submit_lease_expires_at_us=None, no_effect_proof_for=None,
+        progress_cursor=None, result_refs=(), diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(),
+        cancel_requested=False, evidence=(), reservation_released=False, created_at_us=0, updated_at_us=0,
+    )
+
+
+def _parsed(text: str | None) -> Any:
+    if text is None:
+        return None
+    value: Any = _UNREADABLE
+    try:
+        value = json.loads(text)
+    except ValueError:
+        pass  # raised below, outside the handler
+    if value is _UNREADABLE:
+        raise persistence_failed("corrupt_row")
+    return value
+
+
+_UNREADABLE = object()
+
+
+def _public(row: AttemptRow) -> AttemptRecord:
+    binding_fields = _parsed(row.binding_json)
+    revisions = _parsed(row.policy_revisions_json)
+    binding: CapabilityBinding | ToolBinding | None = None
+    try:
+        if type(binding_fields) is dict and binding_fields.get("kind") == "tool":
+            binding = ToolBinding(**binding_fields)
+        elif type(binding_fields) is dict:
+            binding = CapabilityBinding(**binding_fields)
+    except (ConfigValidationError, TypeError):
+        binding = None
+    if binding is None or type(revisions) is not dict:
+        raise persistence_failed("corrupt_row")
+    return AttemptRecord(
+        attempt_id=row.attempt_id, envelope=row.envelope, owner_job_id=row.owner_job_id, run_id=row.run_id,
+        station_attempt_id=row.station_attempt_id, generation=row.generation, request_digest=row.request_digest,
+        idempotency_key=row.idempotency_key, binding=binding,
+        guarantees=ProviderGuarantees(same_key_replay=row.same_key_replay, lookup=row.lookup), target=row.target,
+        source_refs=row.source_refs, working_refs=row.working_refs, destination=row.destination,
+        purpose=row.purpose, consent_decision=row.consent_decision, policy_revisions=revisions,
+        reservation=row.reservation, state=row.state, provider_job_id=row.provider_job_id,
+        transmissions=row.transmissions, progress_cursor=row.progress_cursor, result_refs=row.result_refs,
+        diagnostic_refs=row.diagnostic_refs, usage=_parsed(row.usage_json), cost=_parsed(row.cost_json),
+        warnings=row.warnings, cancel_requested=row.cancel_requested, evidence=row.evidence,
+        reservation_released=row.reservation_released, created_at_us=row.created_at_us,
+        updated_at_us=row.updated_at_us,
+    )
+
+
+def _cursor_of(row: AttemptRow) -> str:
+    return f"{row.created_at_us}:{row.attempt_id}"
+
+
+def _parse_cursor(cursor: object) -> tuple[int, str]:
+    if type(cursor) is str and ":" in cursor:
+        created, _, attempt_id = cursor.partition(":")
+        if created.lstrip("-").isdigit() and bounds.is_identity(attempt_id):
+            return int(created), attempt_id
+    raise _refuse("after", "cursor_required")
+
+
+class AttemptLedger:
+    """Attempts in one database (SQLite file or PostgreSQL), migrated by ``upgrade``."""
+
+    def __init__(self, db_url: str, *, timeout_seconds: float = 30.0, db_schema: str | None = None) -> None:
+        if type(timeout_seconds) not in (int, float) or not 0 < timeout_seconds <= bounds.MAX_TIMEOUT_SECONDS:
+            raise _refuse("timeout_seconds", "number_out_of_range")
+        self._engine = Engine(open_store(db_url, timeout_seconds=float(timeout_seconds), schema=db_schema))
+        self.store = self._engine.store
+
+    async def close(self) -> None:
+        """Close the ledger's connections. Final: later calls raise ``source_closed``."""
+        await self.store.close()
+
+    async def __aenter__(self) -> AttemptLedger:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- the one boundary --------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _attempt_errors(self) -> AsyncIterator[None]:
+        """A persistence failure of the shared stores becomes this ledger's code."""
+        try:
+            yield
+        except TenureError as error:
+            if error.code is not ErrorCode.QUEUE_PERSISTENCE_FAILED:
+                raise
+            reason = error.reason
+        else:
+            return
+        raise TenureError(ErrorCode.ATTEMPT_PERSISTENCE_FAILED, reason)
+
+    async def _decide(self, attempt_id: object, command: AttemptCommand, *, write: bool = True) -> Decision:
+        key = _identity(attempt_id, "attempt_id")
+        async with self._attempt_errors():
+            decisions = await self._engine.on_keys(
+                ATTEMPTS_BINDING, [(key, command)], finders.by_keys, write=write, raise_conflicts=True
+            )
+        return decisions[0]
+
+    async def _applied(self, attempt_id: object, command: AttemptCommand) -> bool:
+        return isinstance(await self._decide(attempt_id, command), Applied)
+
+    # --- the operations ----------------------------------------------------------------
+
+    async def prepare(self, spec: AttemptSpec) -> str:
+        """Record an attempt before its first transmission; the same spec again returns the
+        same attempt ID. A changed spec, a reused key, a generation gap or a succeeded
+        predecessor raise ATTEMPT_PREPARE_CONFLICT; an unresolved predecessor raises
+        ATTEMPT_PREDECESSOR_UNRESOLVED. Nothing is stored on a refusal."""
+        if type(spec) is not AttemptSpec:
+            raise _refuse("spec", "attempt_spec_required")
+        row = _row_of(spec)
+        binding = ATTEMPTS_BINDING
+        async with self._attempt_errors(), self.store.transaction(write=True) as tx:
+            rows = await tx.locked(binding, finders.of_owner_or_key,
+                                   {"owner_job_id": spec.owner_job_id, "key": spec.idempotency_key})
+            met, predecessor_state, predecessor_generation, key_held = finders.prepare_meets(
+                rows, attempt_id=row.attempt_id, owner_job_id=spec.owner_job_id, idempotency_key=spec.idempotency_key
+            )
+            command = Prepare(row=row, predecessor_state=predecessor_state,
+                              predecessor_generation=predecessor_generation, key_held_elsewhere=key_held)
+            decision = await self._engine.decide_one(tx, binding, met, command)
+            raise_if_conflict(binding, decision)
+        reply = decision.reply if isinstance(decision, Applied) else None
+        if not isinstance(reply, Prepared):
+            raise persistence_failed("invariant_broken")
+        return reply.attempt_id
+
+    async def begin_submit(
+        self, attempt_id: str, *, egress: EgressDecision, proof: NotFound | None = None,
+        lease_seconds: float = DEFAULT_SUBMIT_LEASE_SECONDS,
+    ) -> Transmission | None:
+        """Grant the next physical transmission (the first from PREPARED, a resubmission
+        from SUBMITTING or INDETERMINATE when proven) and return what to send; ``None``
+        when the egress decision refused it (recorded) or the attempt is past sending.
+        An unproven resubmission raises ATTEMPT_RESUBMIT_UNPROVEN."""
+        if type(egress) is not EgressDecision:
+            raise _refuse("egress", "egress_decision_required")
+        if proof is not None and type(proof) is not NotFound:
+            raise _refuse("proof", "not_found_required")
+        command = BeginSubmit(
+            egress_decision_id=egress.decision_id, egress_allowed=egress.allowed,
+            proof_no_effect=proof is not None and proof.proves_no_effect, lease_us=_lease_us(lease_seconds),
+        )
+        decision = await self._decide(attempt_id, command)
+        if not isinstance(decision, Applied) or isinstance(decision.reply, EgressDenied):
+            return None
+        granted = decision.reply
+        record = decision.new_record
+        if not isinstance(granted, TransmissionGranted) or not isinstance(record, AttemptRow):
+            raise persistence_failed("invariant_broken")
+        return Transmission(record.attempt_id, record.idempotency_key, granted.number, record.request_digest,
+                            record.target, granted.egress_decision_id)
+
+    async def record_accepted(self, attempt_id: str, *, provider_job_id: str) -> bool:
+        """The provider acknowledged the transmission with its job identity (recorded once;
+        a different one raises ATTEMPT_IDENTITY_CONFLICT)."""
+        return await self._applied(attempt_id, RecordAccepted(provider_job_id=_identity(provider_job_id, "provider_job_id")))
+
+    async def record_running(self, attempt_id: str) -> bool:
+        return await self._applied(attempt_id, RecordRunning())
+
+    async def record_progress(
+        self, attempt_id: str, *, cursor: str, usage: Any = None, cost: Any = None, warnings: Sequence[str] = ()
+    ) -> bool:
+        command = RecordProgress(cursor=check_reason(cursor, "cursor"), usage_json=_document(usage, "usage"),
+                                 cost_json=_document(cost, "cost"), warnings=_warnings(warnings))
+        return await self._applied(attempt_id, command)
+
+    async def record_succeeded(
+        self, attempt_id: str, *, result_refs: Sequence[str], diagnostic_refs: Sequence[str] = (),
+        usage: Any = None, cost: Any = None,
+    ) -> bool:
+        command = RecordSucceeded(
+            result_refs=check_refs(result_refs, "result_refs"), diagnostic_refs=check_refs(diagnostic_refs, "diagnostic_refs"),
+            usage_json=_document(usage, "usage"), cost_json=_document(cost, "cost"),
+        )
+        return await self._applied(attempt_id, command)
+
+    async def record_failed(self, attempt_id: str, *, evidence: RejectedBeforeEffect | ProviderFailed) -> bool:
+        """FAILED needs evidence: ``RejectedBeforeEffect`` while submitting, or
+        ``ProviderFailed`` for an accepted, running or indeterminate attempt."""
+        if isinstance(evidence, RejectedBeforeEffect):
+            command = RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason=evidence.reason)
+        elif type(evidence) is ProviderFailed:
+            command = RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason=evidence.reason)
+        else:
+            raise _refuse("evidence", "failure_evidence_required")
+        return await self._applied(attempt_id, command)
+
+    async def record_ambiguous(self, attempt_id: str, *, reason: str) -> bool:
+        """The outcome after transmission is unknown (timeout, disconnect, crash, malformed
+        acknowledgement): INDETERMINATE, never FAILED."""
+        return await self._applied(attempt_id, RecordAmbiguous(reason=check_reason(reason)))
+
+    async def request_cancel(self, attempt_id: str) -> bool:
+        """PREPARED cancels at once; anything in flight records the request (CANCELLED then
+        needs containment evidence)."""
+        return await self._applied(attempt_id, RequestCancel())
+
+    async def record_cancelled(self, attempt_id: str, *, evidence: CancelConfirmed | Found) -> bool:
+        """CANCELLED with containment evidence: the provider's confirmation, or a lookup
+        that found the job cancelled."""
+        if type(evidence) is CancelConfirmed:
+            return await self._applied(attempt_id, RecordCancelled(provider_job_id=evidence.provider_job_id))
+        if type(evidence) is Found and evidence.state is AttemptState.CANCELLED:
+            return await self.reconcile(attempt_id, evidence)
+        raise _refuse("evidence", "containment_evidence_required")
+
+    async def reconcile(self, attempt_id: str, lookup: Found | NotFound | LookupFailed) -> bool:
+        """Move on what a lookup of the same provider and key saw: Found moves to its state
+        (recording the identity); NotFound(proves_no_effect=True) outside the submit lease
+        records the proof that makes one resubmission legal; LookupFailed changes nothing."""
+        if type(lookup) is Found:
+            command = Reconcile(lookup=LookupKind.FOUND, provider_job_id=lookup.provider_job_id,
+                                found_state=lookup.state, result_refs=lookup.result_refs)
+        elif type(lookup) is NotFound:
+            command = Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=lookup.proves_no_effect)
+        elif type(lookup) is LookupFailed:
+            command = Reconcile(lookup=LookupKind.FAILED)
+        else:
+            raise _refuse("lookup", "lookup_result_required")
+        return await self._applied(attempt_id, command)
+
+    async def expire_submit_lease(self, attempt_id: str) -> bool:
+        """A SUBMITTING attempt whose submit lease ended with no acknowledgement becomes
+        INDETERMINATE (recovery, when no lookup can say more)."""
+        return await self._applied(attempt_id, ExpireSubmitLease())
+
+    async def release_reservation(self, attempt_id: str) -> bool:
+        """Release the attempt's reservation after terminal containment (never while
+        INDETERMINATE)."""
+        return await self._applied(attempt_id, ReleaseReservation())
+
+    async def get(self, attempt_id: str) -> AttemptRecord | None:
+        key = _identity(attempt_id, "attempt_id")
+        async with self._attempt_errors(), self.store.transaction(write=False) as tx:
+            found = await tx.read(ATTEMPTS_BINDING, [key])
+            return _public(found[0]) if found else None
+
+    async def list_unresolved(self, *, after: str | None = None, limit: int = 100) -> AttemptPage:
+        """SUBMITTING, ACCEPTED, RUNNING and INDETERMINATE attempts, oldest created first."""
+        if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
+            raise _refuse("limit", "integer_out_of_range")
+        binding = ATTEMPTS_BINDING
+        async with self._attempt_errors(), self.store.transaction(write=False) as tx:
+            if after is None:
+                rows = await tx.find(binding, finders.unresolved, {}, limit + 1)
+            else:
+                created, attempt_id = _parse_cursor(after)
+                rows = await tx.find(binding, finders.unresolved_after,
+                                     {"after_created": created, "after_id": attempt_id}, limit + 1)
+            items = tuple(_public(row) for row in rows[:limit])
+        next_cursor = _cursor_of(rows[limit - 1]) if len(rows) > limit else None
+        return AttemptPage(items, next_cursor)
+
