@@ -1,4 +1,4 @@
-"""Deliberately broken queue kernels. The suite must fail for every one (test_mutants.py).
+"""Deliberately broken kernels, per machine. The suite must fail for every one (test_mutants.py).
 
 Each mutant patches the kernel's tables in place, the way a plausible bug would look:
 one comparison dropped, one rule missing, one effect off by one.
@@ -110,7 +110,7 @@ def claim_before_due() -> None:
     machine.GUARDS["not_due"] = lambda record, command, now_us: False
 
 
-MUTANTS: dict[str, Callable[[], None]] = {
+QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (
         skip_owner_check,
@@ -128,5 +128,79 @@ MUTANTS: dict[str, Callable[[], None]] = {
 }
 
 
+# --- the attempt machine -------------------------------------------------------------------
+
+from tenure.kernel.attempts import machine as attempts  # noqa: E402
+from tenure.kernel.attempts.commands import AttemptCommandType as AC  # noqa: E402
+from tenure.kernel.attempts.record import AttemptStep as AS  # noqa: E402
+from tenure.model import AttemptState  # noqa: E402
+
+
+def _attempt_rules(state: AS, command: AC, replace: Callable[[Any], Any]) -> None:
+    attempts.TABLE[(state, command)] = tuple(replace(rule) for rule in attempts.TABLE[(state, command)])
+
+
+def fabricate_failure_on_timeout() -> None:
+    def fail(record: Any, command: Any, now_us: int) -> Any:
+        return attempts.Applied(attempts.replace_fields(record, state=AttemptState.FAILED, updated_at_us=now_us),
+                                attempts.Ack())
+
+    attempts.EFFECTS["fail_on_timeout"] = fail
+    for state in (AS.SUBMITTING, AS.ACCEPTED, AS.RUNNING):
+        _attempt_rules(state, AC.RECORD_AMBIGUOUS, lambda rule: dataclasses.replace(
+            rule, target=AS.FAILED, outcome="fail_on_timeout"))
+
+
+def resubmit_without_proof() -> None:
+    attempts.GUARDS["resubmit_unproven"] = lambda record, command, now_us: False
+
+
+def accept_second_identity() -> None:
+    attempts.GUARDS["identity_differs"] = lambda record, command, now_us: False
+
+
+def release_while_indeterminate() -> None:
+    _attempt_rules(AS.INDETERMINATE, AC.RELEASE_RESERVATION, lambda rule: dataclasses.replace(rule, outcome="release"))
+
+
+def new_generation_over_open_one() -> None:
+    attempts.GUARDS["predecessor_unresolved"] = lambda record, command, now_us: False
+
+
+def not_found_during_lease_proves_no_effect() -> None:
+    attempts.GUARDS["not_found_during_submit_lease"] = lambda record, command, now_us: False
+
+
+def cancelled_on_request() -> None:
+    for state in (AS.SUBMITTING, AS.ACCEPTED, AS.RUNNING, AS.INDETERMINATE):
+        _attempt_rules(state, AC.REQUEST_CANCEL, lambda rule: dataclasses.replace(
+            rule, target=AS.CANCELLED, outcome="cancel_unsent") if rule.guard == "always" else rule)
+
+
+ATTEMPT_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (
+        fabricate_failure_on_timeout,
+        resubmit_without_proof,
+        accept_second_identity,
+        release_while_indeterminate,
+        new_generation_over_open_one,
+        not_found_during_lease_proves_no_effect,
+        cancelled_on_request,
+    )
+}
+
+MUTANTS: dict[str, dict[str, Callable[[], None]]] = {"queue": QUEUE_MUTANTS, "attempts": ATTEMPT_MUTANTS}
+"""Mutants by machine; ``TENURE_KERNEL_MUTANT=<machine>:<mutant>`` applies one."""
+
+BEHAVIOURAL_TESTS: dict[str, list[str]] = {
+    "queue": ["tests/test_queue_guarantees.py", "tests/test_queue_properties.py"],
+    "attempts": ["tests/test_attempt_guarantees.py"],
+}
+"""The tests of behaviour each machine's mutants must fail (never the spec comparison,
+which would catch every table edit without saying which guarantee broke)."""
+
+
 def apply(name: str) -> None:
-    MUTANTS[name]()
+    machine, _, mutant = name.partition(":")
+    MUTANTS[machine][mutant]()

@@ -139,6 +139,12 @@ MACHINES = {
         "absent",
         "owned queue job",
     ),
+    "attempts": (
+        ["absent", "prepared", "submitting", "accepted", "running", "succeeded", "failed", "cancelled",
+         "indeterminate"],
+        "absent",
+        "service job attempt",
+    ),
 }
 
 

@@ -13,10 +13,11 @@ import sys
 import pytest
 
 import tenure.kernel.queue.contracts as queue_contracts
+import tenure.kernel.attempts.contracts as attempt_contracts
 import tenure.kernel.queue.machine as queue_machine
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CONTRACT_MODULES = [queue_contracts, queue_machine]
+CONTRACT_MODULES = [queue_contracts, queue_machine, attempt_contracts]
 
 
 def _conditions(function: object) -> list[str]:
@@ -46,9 +47,12 @@ def test_every_name_in_a_contract_resolves_in_its_module() -> None:
 @pytest.mark.parametrize(
     ("mutant", "target"),
     [
-        ("reuse_generation", "decide_claim_owned"),
-        ("legacy_write_on_owned_claim", "decide_complete_legacy"),
-        ("skip_owner_check", "decide_complete_owned"),
+        ("queue:reuse_generation", "queue.contracts.decide_claim_owned"),
+        ("queue:legacy_write_on_owned_claim", "queue.contracts.decide_complete_legacy"),
+        ("queue:skip_owner_check", "queue.contracts.decide_complete_owned"),
+        ("attempts:resubmit_without_proof", "attempts.contracts.decide_begin_submit"),
+        ("attempts:fabricate_failure_on_timeout", "attempts.contracts.decide_record_ambiguous"),
+        ("attempts:accept_second_identity", "attempts.contracts.decide_record_accepted"),
     ],
 )
 def test_crosshair_finds_a_counterexample_in_a_broken_kernel(mutant: str, target: str) -> None:
@@ -56,7 +60,7 @@ def test_crosshair_finds_a_counterexample_in_a_broken_kernel(mutant: str, target
         [
             sys.executable, str(ROOT / "tests" / "crosshair_with_mutant.py"), mutant,
             "check", "--analysis_kind=PEP316", "--per_condition_timeout=5",
-            f"tenure.kernel.queue.contracts.{target}",
+            f"tenure.kernel.{target}",
         ],
         cwd="/tmp",
         env={**os.environ, "PYTHONSAFEPATH": "1"},

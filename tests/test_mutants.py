@@ -15,17 +15,18 @@ import sys
 
 import pytest
 
-from kernel_mutants import MUTANTS
+from kernel_mutants import BEHAVIOURAL_TESTS, MUTANTS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BEHAVIOURAL_TESTS = ["tests/test_queue_guarantees.py", "tests/test_queue_properties.py"]
+CASES = [f"{machine}:{mutant}" for machine, mutants in sorted(MUTANTS.items()) for mutant in sorted(mutants)]
 
 
-@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+@pytest.mark.parametrize("mutant", CASES)
 def test_the_suite_catches_the_mutant(mutant: str) -> None:
     environment = {**os.environ, "TENURE_KERNEL_MUTANT": mutant}
+    machine = mutant.partition(":")[0]
     finished = subprocess.run(
-        [sys.executable, "-P", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *BEHAVIOURAL_TESTS],
+        [sys.executable, "-P", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *BEHAVIOURAL_TESTS[machine]],
         cwd=ROOT,
         env=environment,
         capture_output=True,

@@ -192,7 +192,9 @@ def _evidence(record: AttemptRow, entry: str) -> tuple[str, ...]:
 
 
 def _move(record: AttemptRow, now_us: int, reply: Any = None, **changes: Any) -> Applied[AttemptRow]:
-    return Applied(replace_fields(record, updated_at_us=now_us, **changes), Ack() if reply is None else reply)
+    # updated_at never moves backwards, whatever time a caller passes (INV-A9).
+    updated = now_us if now_us > record.updated_at_us else record.updated_at_us
+    return Applied(replace_fields(record, updated_at_us=updated, **changes), Ack() if reply is None else reply)
 
 
 def _insert(record: Any, command: Any, now_us: int) -> Applied[AttemptRow]:

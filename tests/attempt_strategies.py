@@ -1,0 +1,146 @@
+"""Hypothesis strategies for attempt records and commands (see queue_strategies.py).
+
+Values come from small pools with near misses (the egress decision the record already
+used, the provider identity it already holds or another, a database time one
+microsecond either side of the submit lease) so that equal and almost-equal values meet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from hypothesis import strategies as st
+
+from tenure.kernel.attempts.commands import (
+    AttemptCommandType,
+    BeginSubmit,
+    ExpireSubmitLease,
+    FailureKind,
+    LookupKind,
+    Prepare,
+    Reconcile,
+    RecordAccepted,
+    RecordAmbiguous,
+    RecordCancelled,
+    RecordFailed,
+    RecordProgress,
+    RecordRunning,
+    RecordSucceeded,
+    ReleaseReservation,
+    RequestCancel,
+)
+from tenure.kernel.attempts.record import AttemptRow, AttemptStep
+from tenure.model import ENVELOPE_TAG, TERMINAL_ATTEMPT_STATES, AttemptState
+
+NOW = 1_800_000_000_000_000
+EGRESS = ["egress-1", "egress-2", "egress-3"]
+PROVIDER_IDS = ["job-a", "job-b"]
+DIGESTS = ["sha256:" + hashlib.sha256(name.encode()).hexdigest() for name in ("spec-1", "spec-2")]
+
+instants = st.integers(NOW - 3, NOW + 3) | st.integers(NOW - 10**12, NOW + 10**12)
+
+_STATE_OF_STEP = {step: AttemptState(step.value) for step in AttemptStep if step is not AttemptStep.ABSENT}
+
+
+@st.composite
+def attempt_records(draw: st.DrawFn, step: AttemptStep | None = None) -> AttemptRow | None:
+    """An attempt keeping every invariant (INV-A1 ... INV-A9), or None for ``absent``."""
+    if step is None:
+        step = draw(st.sampled_from(AttemptStep))
+    if step is AttemptStep.ABSENT:
+        return None
+    state = _STATE_OF_STEP[step]
+    generation = draw(st.integers(1, 3))
+    cancelled_unsent = state is AttemptState.CANCELLED and draw(st.booleans())
+    transmissions = 0 if state is AttemptState.PREPARED or cancelled_unsent else draw(st.integers(1, 3))
+    egress = tuple(draw(st.permutations(EGRESS))[: min(transmissions, len(EGRESS))])
+    transmissions = len(egress)
+    if state not in (AttemptState.PREPARED, AttemptState.CANCELLED) and transmissions == 0:
+        transmissions, egress = 1, (EGRESS[0],)
+    denied = tuple(draw(st.lists(st.sampled_from([f"denied-{n}" for n in range(3)]), max_size=2, unique=True)))
+    needs_identity = state in (AttemptState.ACCEPTED, AttemptState.RUNNING, AttemptState.SUCCEEDED)
+    identity = draw(st.sampled_from(PROVIDER_IDS)) if needs_identity or (
+        transmissions and draw(st.booleans())
+    ) else None
+    proof = transmissions if (
+        state in (AttemptState.SUBMITTING, AttemptState.INDETERMINATE) and draw(st.booleans())
+    ) else None
+    created = draw(instants)
+    reservation = draw(st.none() | st.just("gpu-0"))
+    return AttemptRow(
+        attempt_id="attempt-1", envelope=ENVELOPE_TAG, owner_job_id="owner-1", run_id=None,
+        station_attempt_id=None, generation=generation,
+        request_digest=DIGESTS[0], idempotency_key=f"key-{generation}", binding_json='{"kind":"capability"}',
+        same_key_replay=draw(st.booleans()), lookup=draw(st.booleans()), target="provider-a", source_refs=(),
+        working_refs=(), destination=None, purpose="thumbnail", consent_decision=None, policy_revisions_json="{}",
+        reservation=reservation, spec_digest=DIGESTS[0], state=state, provider_job_id=identity,
+        transmissions=transmissions, transmission_egress=egress, denied_egress=denied,
+        submit_lease_expires_at_us=draw(instants) if transmissions else None, no_effect_proof_for=proof,
+        progress_cursor=None, result_refs=("ref-1",) if state is AttemptState.SUCCEEDED else (),
+        diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(),
+        cancel_requested=state is not AttemptState.PREPARED and draw(st.booleans()), evidence=(),
+        reservation_released=reservation is not None and state in TERMINAL_ATTEMPT_STATES and draw(st.booleans()),
+        created_at_us=created, updated_at_us=created + draw(st.integers(0, 10)),
+    )
+
+
+@st.composite
+def attempt_commands(draw: st.DrawFn, kind: AttemptCommandType, record: AttemptRow | None) -> object:
+    C = AttemptCommandType
+    if kind is C.PREPARE:
+        base = record if record is not None else draw(attempt_records(AttemptStep.PREPARED))
+        assert base is not None
+        row = base if draw(st.booleans()) else AttemptRow(**{
+            **{name: getattr(base, name) for name in AttemptRow.__dataclass_fields__},
+            "spec_digest": draw(st.sampled_from(DIGESTS)), "generation": draw(st.integers(1, 3)),
+        })
+        predecessor = draw(st.none() | st.sampled_from(AttemptState))
+        return Prepare(row=row, predecessor_state=predecessor,
+                       predecessor_generation=0 if predecessor is None else draw(st.integers(0, 3)),
+                       key_held_elsewhere=draw(st.booleans()))
+    if kind is C.BEGIN_SUBMIT:
+        pool = [*EGRESS, "egress-fresh", "denied-0"]
+        return BeginSubmit(egress_decision_id=draw(st.sampled_from(pool)), egress_allowed=draw(st.booleans()),
+                           proof_no_effect=draw(st.booleans()), lease_us=draw(st.integers(1, 5) | st.just(60_000_000)))
+    if kind is C.RECORD_ACCEPTED:
+        return RecordAccepted(provider_job_id=draw(st.sampled_from(PROVIDER_IDS)))
+    if kind is C.RECORD_RUNNING:
+        return RecordRunning()
+    if kind is C.RECORD_PROGRESS:
+        return RecordProgress(cursor="50%", usage_json=draw(st.none() | st.just('{"tokens":3}')), cost_json=None,
+                              warnings=draw(st.sampled_from([(), ("slow",)])))
+    if kind is C.RECORD_SUCCEEDED:
+        return RecordSucceeded(result_refs=("ref-9",), diagnostic_refs=(), usage_json=None, cost_json=None)
+    if kind is C.RECORD_FAILED:
+        return RecordFailed(evidence=draw(st.sampled_from(FailureKind)), reason="boom")
+    if kind is C.RECORD_AMBIGUOUS:
+        return RecordAmbiguous(reason="timeout")
+    if kind is C.REQUEST_CANCEL:
+        return RequestCancel()
+    if kind is C.RECORD_CANCELLED:
+        return RecordCancelled(provider_job_id=draw(st.sampled_from(PROVIDER_IDS)))
+    if kind is C.RECONCILE:
+        lookup = draw(st.sampled_from(LookupKind))
+        if lookup is LookupKind.FOUND:
+            return Reconcile(lookup=lookup, provider_job_id=draw(st.sampled_from(PROVIDER_IDS)),
+                             found_state=draw(st.sampled_from([
+                                 AttemptState.ACCEPTED, AttemptState.RUNNING, AttemptState.SUCCEEDED,
+                                 AttemptState.FAILED, AttemptState.CANCELLED])),
+                             result_refs=("ref-found",))
+        return Reconcile(lookup=lookup, proves_no_effect=draw(st.booleans()))
+    if kind is C.EXPIRE_SUBMIT_LEASE:
+        return ExpireSubmitLease()
+    return ReleaseReservation()
+
+
+@st.composite
+def attempt_situations(
+    draw: st.DrawFn, step: AttemptStep | None = None, kind: AttemptCommandType | None = None
+) -> tuple[AttemptRow | None, object, int]:
+    record = draw(attempt_records(step))
+    command = draw(attempt_commands(kind or draw(st.sampled_from(AttemptCommandType)), record))
+    if record is not None and record.submit_lease_expires_at_us is not None and draw(st.booleans()):
+        now = record.submit_lease_expires_at_us + draw(st.integers(-1, 1))
+    else:
+        now = draw(instants)
+    return record, command, now

@@ -1,0 +1,191 @@
+"""The machines under test: what the shared table, oracle, property and mutant tests need
+of each registered machine. A new machine adds one entry here (and its spec file, its
+strategies and its oracle guards); the shared tests then run for it unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hypothesis import strategies as st
+
+from attempt_strategies import attempt_situations
+from queue_strategies import situations as queue_situations
+from tenure.kernel.attempts.machine import ATTEMPTS
+from tenure.kernel.attempts.record import AttemptStep
+from tenure.kernel.core import Machine, Rule
+from tenure.kernel.queue.commands import CommandType
+from tenure.kernel.queue.machine import QUEUE
+from tenure.kernel.queue.record import QueueState
+from tenure.model import JobStatus, QueueKind
+
+INT64_MAX = 2**63 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineUnderTest:
+    name: str
+    """The machine's name and spec file (``specs/<name>.md``)."""
+    machine: Machine
+    situations: Callable[..., st.SearchStrategy[tuple[Any, Any, int]]]
+    """``situations(state=None, kind=None)``: (record, command, now) triples."""
+    terminal: frozenset[enum.Enum]
+    live: frozenset[enum.Enum]
+    """States from which a terminal state must stay reachable (no traps)."""
+    terminal_exit_allowed: Callable[[enum.Enum, enum.Enum, Rule], bool]
+    """Which state-changing rules may leave a terminal state."""
+    state_of_record: Callable[[Any], enum.Enum]
+    oracle_guards: Mapping[str, Callable[[Any, Any, int], bool]]
+    """The spec's guard glossary written again, independently of the kernel."""
+
+
+# --- the queue's guards, from specs/queue.md's glossary --------------------------------------
+
+
+def _lease_live(record: Any, now: int) -> bool:
+    return record.lease_expires_at_us is not None and now < record.lease_expires_at_us
+
+
+def _fence_mismatch(record: Any, fence: Any, now: int) -> bool:
+    same_strings = all(
+        isinstance(mine, str) and mine == theirs
+        for mine, theirs in (
+            (fence.job_id, record.job_id),
+            (fence.owner_id, record.owner_id),
+            (fence.claim_token, record.claim_token),
+        )
+    )
+    same_generation = type(fence.generation) is int and fence.generation == record.generation
+    return not (same_strings and same_generation and fence.queue == record.queue)
+
+
+def _dedupe_key(record: Any) -> Any:
+    return record.active_key if record.queue == QueueKind.STREAMING else record.idempotency_key
+
+
+def _requested_key(record: Any, command: Any) -> Any:
+    return command.active_key if record.queue == QueueKind.STREAMING else command.idempotency_key
+
+
+QUEUE_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
+    "always": lambda r, c, n: True,
+    "protection_inconsistent": lambda r, c, n: not (
+        (r.submission_id is None) == (r.fingerprint is None) == (not r.fence_required)
+    ),
+    "legacy_row": lambda r, c, n: r.fence_required is False,
+    "other_submission": lambda r, c, n: r.submission_id != c.submission_id,
+    "fingerprint_differs": lambda r, c, n: r.fingerprint != c.fingerprint,
+    "protected": lambda r, c, n: r.fence_required is True,
+    "protected_or_owned": lambda r, c, n: r.fence_required is True
+    or (r.status == JobStatus.CLAIMED and r.claim_token is not None),
+    "key_differs": lambda r, c, n: _requested_key(r, c) is None or _dedupe_key(r) != _requested_key(r, c),
+    "not_forced": lambda r, c, n: c.force is False,
+    "nonce_stored": lambda r, c, n: c.nonce_already_stored is True,
+    "not_due": lambda r, c, n: n < r.fires_at_us,
+    "attempts_exhausted": lambda r, c, n: not r.attempts < r.max_attempts,
+    "generation_exhausted": lambda r, c, n: r.generation == INT64_MAX or r.generation > INT64_MAX,
+    "owner_differs": lambda r, c, n: not (r.owner_id is not None and r.owner_id == c.owner_id),
+    "token_differs": lambda r, c, n: not (r.claim_token is not None and r.claim_token == c.claim_token),
+    "lease_live": lambda r, c, n: _lease_live(r, n),
+    "lease_not_live": lambda r, c, n: not _lease_live(r, n),
+    "fence_mismatch": lambda r, c, n: _fence_mismatch(r, c.fence, n),
+    "cancel_requested": lambda r, c, n: r.cancel_requested is True,
+    "no_cancel_request": lambda r, c, n: r.cancel_requested is False,
+    "retry_allowed": lambda r, c, n: c.retry is True and r.attempts < r.max_attempts,
+    "streaming": lambda r, c, n: r.queue == QueueKind.STREAMING,
+    "not_streaming": lambda r, c, n: r.queue != QueueKind.STREAMING,
+    "finished_after_cutoff": lambda r, c, n: r.completed_at_us is None or not r.completed_at_us < c.older_than_us,
+}
+
+
+# --- the attempts' guards, from specs/attempts.md's glossary ----------------------------------
+
+_ORDER = {"submitting": 1, "indeterminate": 1, "accepted": 2, "running": 3,
+          "succeeded": 4, "failed": 4, "cancelled": 4, "prepared": 0}
+
+
+def _lease_on(record: Any, now: int) -> bool:
+    return record.submit_lease_expires_at_us is not None and now < record.submit_lease_expires_at_us
+
+
+def _is(value: Any, name: str) -> bool:
+    return getattr(value, "value", None) == name
+
+
+def _found(name: str) -> Callable[[Any, Any, int], bool]:
+    return lambda r, c, n: _is(c.lookup, "found") and _is(c.found_state, name)
+
+
+ATTEMPT_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
+    "always": lambda r, c, n: True,
+    "spec_differs": lambda r, c, n: r.spec_digest != c.row.spec_digest,
+    "key_held_elsewhere": lambda r, c, n: c.key_held_elsewhere is True,
+    "generation_gap": lambda r, c, n: c.row.generation - c.predecessor_generation != 1,
+    "predecessor_succeeded": lambda r, c, n: _is(c.predecessor_state, "succeeded"),
+    "predecessor_unresolved": lambda r, c, n: c.predecessor_state is not None
+    and not (_is(c.predecessor_state, "failed") or _is(c.predecessor_state, "cancelled")),
+    "egress_reused": lambda r, c, n: c.egress_decision_id in (*r.transmission_egress, *r.denied_egress),
+    "egress_denied": lambda r, c, n: c.egress_allowed is False,
+    "cancel_requested": lambda r, c, n: r.cancel_requested is True,
+    "resubmit_unproven": lambda r, c, n: not (
+        r.same_key_replay is True
+        or (r.no_effect_proof_for is not None and r.no_effect_proof_for == r.transmissions)
+        or (c.proof_no_effect is True and not _lease_on(r, n))
+    ),
+    "identity_differs": lambda r, c, n: None not in (r.provider_job_id, c.provider_job_id)
+    and r.provider_job_id != c.provider_job_id,
+    "identity_unknown": lambda r, c, n: r.provider_job_id is None,
+    "rejected_before_effect": lambda r, c, n: _is(c.evidence, "rejected_before_effect"),
+    "provider_failed": lambda r, c, n: _is(c.evidence, "provider_failed"),
+    "lookup_failed": lambda r, c, n: _is(c.lookup, "lookup_failed"),
+    "not_found": lambda r, c, n: _is(c.lookup, "not_found"),
+    "not_found_during_submit_lease": lambda r, c, n: _is(c.lookup, "not_found") and _lease_on(r, n),
+    "not_found_unproven": lambda r, c, n: _is(c.lookup, "not_found") and c.proves_no_effect is not True,
+    "proof_recorded": lambda r, c, n: _is(c.lookup, "not_found") and r.no_effect_proof_for == r.transmissions,
+    "found_not_ahead": lambda r, c, n: _is(c.lookup, "found") and c.found_state is not None
+    and _ORDER[c.found_state.value] <= _ORDER[r.state.value],
+    "found_accepted": _found("accepted"),
+    "found_running": _found("running"),
+    "found_succeeded": _found("succeeded"),
+    "found_failed": _found("failed"),
+    "found_cancelled": _found("cancelled"),
+    "submit_lease_live": lambda r, c, n: _lease_on(r, n),
+    "no_reservation": lambda r, c, n: r.reservation is None,
+    "already_released": lambda r, c, n: r.reservation_released is True,
+}
+
+
+def _queue_state(record: Any) -> enum.Enum:
+    return QueueState.ABSENT if record is None else QueueState(record.status.value)
+
+
+def _attempt_state(record: Any) -> enum.Enum:
+    return AttemptStep.ABSENT if record is None else AttemptStep(record.state.value)
+
+
+MACHINES: dict[str, MachineUnderTest] = {
+    "queue": MachineUnderTest(
+        name="queue",
+        machine=QUEUE,
+        situations=lambda state=None, kind=None: queue_situations(state, kind),
+        terminal=frozenset({QueueState.COMPLETED, QueueState.FAILED, QueueState.CANCELLED}),
+        live=frozenset({QueueState.PENDING, QueueState.CLAIMED}),
+        terminal_exit_allowed=lambda state, command, rule: rule.target is QueueState.ABSENT
+        and command in (CommandType.DELETE_LEGACY, CommandType.PURGE_FINISHED),
+        state_of_record=_queue_state,
+        oracle_guards=QUEUE_ORACLE_GUARDS,
+    ),
+    "attempts": MachineUnderTest(
+        name="attempts",
+        machine=ATTEMPTS,
+        situations=lambda state=None, kind=None: attempt_situations(state, kind),
+        terminal=frozenset({AttemptStep.SUCCEEDED, AttemptStep.FAILED, AttemptStep.CANCELLED}),
+        live=frozenset({AttemptStep.PREPARED, AttemptStep.SUBMITTING, AttemptStep.ACCEPTED, AttemptStep.RUNNING,
+                        AttemptStep.INDETERMINATE}),
+        terminal_exit_allowed=lambda state, command, rule: False,
+        state_of_record=_attempt_state,
+        oracle_guards=ATTEMPT_ORACLE_GUARDS,
+    ),
+}

@@ -1,0 +1,260 @@
+"""Each guarantee of the service-attempt machine, as a plain example a reviewer can read
+(and a deliberately broken kernel in kernel_mutants.py must fail)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+
+from attempt_strategies import attempt_records, attempt_situations
+from tenure.kernel.attempts.commands import (
+    BeginSubmit,
+    ExpireSubmitLease,
+    FailureKind,
+    LookupKind,
+    Prepare,
+    Reconcile,
+    RecordAccepted,
+    RecordAmbiguous,
+    RecordCancelled,
+    RecordFailed,
+    RecordSucceeded,
+    ReleaseReservation,
+    RequestCancel,
+    TransmissionGranted,
+)
+from tenure.kernel.attempts.machine import OUTCOMES, AttemptRefusal, decide
+from tenure.kernel.attempts.record import AttemptRow, record_violations
+from tenure.kernel.core import Applied, Refused
+from tenure.model import ENVELOPE_TAG, AttemptState, ErrorCode
+
+NOW = 1_800_000_000_000_000
+LEASE = 60_000_000
+
+
+def prepared(**changes: object) -> AttemptRow:
+    row = AttemptRow(
+        attempt_id="attempt-1", envelope=ENVELOPE_TAG, owner_job_id="owner-1", run_id=None, station_attempt_id=None,
+        generation=1, request_digest="sha256:" + "a" * 64, idempotency_key="key-1", binding_json="{}",
+        same_key_replay=False, lookup=True, target="provider-a", source_refs=(), working_refs=(),
+        destination=None, purpose="render", consent_decision=None, policy_revisions_json="{}", reservation=None,
+        spec_digest="sha256:" + "c" * 64, state=AttemptState.PREPARED, provider_job_id=None, transmissions=0,
+        transmission_egress=(), denied_egress=(), submit_lease_expires_at_us=None, no_effect_proof_for=None,
+        progress_cursor=None, result_refs=(), diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(),
+        cancel_requested=False, evidence=(), reservation_released=False, created_at_us=NOW - 10, updated_at_us=NOW - 10,
+    )
+    return dataclasses.replace(row, **changes)  # type: ignore[arg-type]
+
+
+def submit(decision_id: str = "egress-1", *, allowed: bool = True, proof: bool = False) -> BeginSubmit:
+    return BeginSubmit(egress_decision_id=decision_id, egress_allowed=allowed, proof_no_effect=proof, lease_us=LEASE)
+
+
+def applied(decision: object) -> AttemptRow:
+    assert isinstance(decision, Applied), decision
+    assert isinstance(decision.new_record, AttemptRow)
+    assert record_violations(decision.new_record) == []
+    return decision.new_record
+
+
+def refused(decision: object, reason: AttemptRefusal) -> bool:
+    return isinstance(decision, Refused) and decision.reason is reason
+
+
+def submitting(**changes: object) -> AttemptRow:
+    return applied(decide(prepared(**changes), submit(), NOW))
+
+
+# --- prepare ---------------------------------------------------------------------------------
+
+
+def test_prepare_records_a_prepared_attempt_with_nothing_transmitted() -> None:
+    row = applied(decide(None, Prepare(row=prepared(), predecessor_state=None, predecessor_generation=0,
+                                       key_held_elsewhere=False), NOW))
+    assert (row.state, row.transmissions, row.created_at_us) == (AttemptState.PREPARED, 0, NOW)
+
+
+def test_prepare_again_with_the_same_spec_replays_and_a_changed_spec_conflicts() -> None:
+    row = prepared()
+    same = Prepare(row=row, predecessor_state=None, predecessor_generation=0, key_held_elsewhere=False)
+    assert applied(decide(row, same, NOW)) == row
+    changed = dataclasses.replace(same, row=dataclasses.replace(row, spec_digest="sha256:" + "d" * 64))
+    assert refused(decide(row, changed, NOW), AttemptRefusal.SPEC_CHANGED)
+    assert OUTCOMES[AttemptRefusal.SPEC_CHANGED] is ErrorCode.ATTEMPT_PREPARE_CONFLICT
+
+
+@pytest.mark.parametrize("predecessor", [AttemptState.PREPARED, AttemptState.SUBMITTING, AttemptState.ACCEPTED,
+                                         AttemptState.RUNNING, AttemptState.INDETERMINATE])
+def test_a_new_generation_over_an_unresolved_predecessor_is_refused(predecessor: AttemptState) -> None:
+    command = Prepare(row=prepared(generation=2, idempotency_key="key-2"), predecessor_state=predecessor,
+                      predecessor_generation=1, key_held_elsewhere=False)
+    assert refused(decide(None, command, NOW), AttemptRefusal.PREDECESSOR_UNRESOLVED)
+    assert OUTCOMES[AttemptRefusal.PREDECESSOR_UNRESOLVED] is ErrorCode.ATTEMPT_PREDECESSOR_UNRESOLVED
+
+
+@pytest.mark.parametrize("predecessor", [AttemptState.FAILED, AttemptState.CANCELLED])
+def test_a_new_generation_follows_a_failed_or_cancelled_predecessor(predecessor: AttemptState) -> None:
+    command = Prepare(row=prepared(generation=2, idempotency_key="key-2"), predecessor_state=predecessor,
+                      predecessor_generation=1, key_held_elsewhere=False)
+    assert applied(decide(None, command, NOW)).generation == 2
+
+
+def test_a_gap_a_succeeded_predecessor_or_a_reused_key_conflict() -> None:
+    gap = Prepare(row=prepared(generation=3), predecessor_state=AttemptState.FAILED, predecessor_generation=1,
+                  key_held_elsewhere=False)
+    assert refused(decide(None, gap, NOW), AttemptRefusal.GENERATION_GAP)
+    after_success = dataclasses.replace(gap, row=prepared(generation=2), predecessor_state=AttemptState.SUCCEEDED)
+    assert refused(decide(None, after_success, NOW), AttemptRefusal.PREDECESSOR_SUCCEEDED)
+    reused = dataclasses.replace(gap, row=prepared(generation=2), key_held_elsewhere=True)
+    assert refused(decide(None, reused, NOW), AttemptRefusal.KEY_REUSED)
+
+
+# --- transmission ------------------------------------------------------------------------------
+
+
+def test_begin_submit_moves_prepared_to_submitting_and_grants_one_transmission_under_a_submit_lease() -> None:
+    decision = decide(prepared(), submit(), NOW)
+    row = applied(decision)
+    assert (row.state, row.transmissions, row.transmission_egress) == (AttemptState.SUBMITTING, 1, ("egress-1",))
+    assert row.submit_lease_expires_at_us == NOW + LEASE
+    assert isinstance(decision.reply, TransmissionGranted) and decision.reply.number == 1  # type: ignore[union-attr]
+
+
+def test_a_denied_egress_decision_is_recorded_and_leaves_the_attempt_prepared() -> None:
+    row = applied(decide(prepared(), submit(allowed=False), NOW))
+    assert (row.state, row.transmissions, row.denied_egress) == (AttemptState.PREPARED, 0, ("egress-1",))
+    assert refused(decide(row, submit("egress-1"), NOW), AttemptRefusal.EGRESS_REUSED)
+
+
+def test_a_resubmission_without_proof_is_refused_even_after_the_lease() -> None:
+    row = submitting()
+    assert refused(decide(row, submit("egress-2"), NOW + 2 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
+    indeterminate = applied(decide(row, RecordAmbiguous(reason="timeout"), NOW))
+    assert refused(decide(indeterminate, submit("egress-2"), NOW + 2 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
+    assert OUTCOMES[AttemptRefusal.RESUBMIT_UNPROVEN] is ErrorCode.ATTEMPT_RESUBMIT_UNPROVEN
+
+
+def test_a_no_effect_proof_during_the_submit_lease_proves_nothing() -> None:
+    row = submitting()
+    lookup = Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=True)
+    assert refused(decide(row, lookup, NOW + 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    assert refused(decide(row, submit("egress-2", proof=True), NOW + 1), AttemptRefusal.RESUBMIT_UNPROVEN)
+
+
+def test_a_recorded_no_effect_proof_allows_exactly_one_resubmission_with_the_same_key() -> None:
+    row = applied(decide(submitting(), Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=True), NOW + LEASE))
+    assert row.no_effect_proof_for == 1
+    again = applied(decide(row, submit("egress-2"), NOW + LEASE))
+    assert (again.transmissions, again.idempotency_key, again.no_effect_proof_for) == (2, "key-1", None)
+    assert refused(decide(again, submit("egress-3"), NOW + 3 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
+
+
+def test_a_same_key_replay_binding_may_resubmit_without_proof() -> None:
+    row = submitting(same_key_replay=True)
+    assert applied(decide(row, submit("egress-2"), NOW + 1)).transmissions == 2
+
+
+def test_a_cancel_request_stops_resubmission() -> None:
+    row = applied(decide(submitting(same_key_replay=True), RequestCancel(), NOW))
+    assert refused(decide(row, submit("egress-2"), NOW), AttemptRefusal.CANCEL_REQUESTED)
+
+
+# --- never a fabricated failure --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", [AttemptState.SUBMITTING, AttemptState.ACCEPTED, AttemptState.RUNNING])
+def test_an_ambiguous_outcome_becomes_indeterminate_never_failed(state: AttemptState) -> None:
+    row = submitting()
+    if state is not AttemptState.SUBMITTING:
+        row = dataclasses.replace(row, state=state, provider_job_id="job-a")
+    after = applied(decide(row, RecordAmbiguous(reason="timeout"), NOW))
+    assert after.state is AttemptState.INDETERMINATE
+
+
+def test_the_submit_lease_ending_without_an_answer_is_indeterminate_never_failed() -> None:
+    row = submitting()
+    assert refused(decide(row, ExpireSubmitLease(), NOW + LEASE - 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    assert applied(decide(row, ExpireSubmitLease(), NOW + LEASE)).state is AttemptState.INDETERMINATE
+
+
+def test_failed_needs_evidence_of_the_right_kind() -> None:
+    row = submitting()
+    assert refused(decide(row, RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason="x"), NOW),
+                   AttemptRefusal.EVIDENCE_INSUFFICIENT)
+    assert applied(decide(row, RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="quota"), NOW)).state \
+        is AttemptState.FAILED
+    accepted = applied(decide(row, RecordAccepted(provider_job_id="job-a"), NOW))
+    assert refused(decide(accepted, RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="x"), NOW),
+                   AttemptRefusal.EVIDENCE_INSUFFICIENT)
+
+
+@given(situation=attempt_situations())
+def test_no_decision_ever_fails_an_attempt_without_evidence(situation: tuple[object, object, int]) -> None:
+    record, command, now = situation
+    decision = decide(record, command, now)  # type: ignore[arg-type]
+    if isinstance(decision, Applied) and decision.new_record is not None and record is not None:
+        if decision.new_record.state is AttemptState.FAILED and record.state is not AttemptState.FAILED:  # type: ignore[attr-defined]
+            assert isinstance(command, (RecordFailed, Reconcile))
+
+
+def test_indeterminate_is_left_only_by_an_observation_or_a_proven_resubmission() -> None:
+    row = applied(decide(submitting(), RecordAmbiguous(reason="timeout"), NOW))
+    assert refused(decide(row, ExpireSubmitLease(), NOW + 10 * LEASE), AttemptRefusal.ALREADY_APPLIED)
+    seen = Reconcile(lookup=LookupKind.FOUND, provider_job_id="job-a", found_state=AttemptState.SUCCEEDED,
+                     result_refs=("ref-1",))
+    done = applied(decide(row, seen, NOW))
+    assert (done.state, done.provider_job_id, done.result_refs) == (AttemptState.SUCCEEDED, "job-a", ("ref-1",))
+
+
+# --- identity --------------------------------------------------------------------------------
+
+
+def test_the_provider_identity_is_recorded_once_and_a_second_one_conflicts() -> None:
+    accepted = applied(decide(submitting(), RecordAccepted(provider_job_id="job-a"), NOW))
+    assert refused(decide(accepted, RecordAccepted(provider_job_id="job-b"), NOW), AttemptRefusal.IDENTITY_CONFLICT)
+    lying = Reconcile(lookup=LookupKind.FOUND, provider_job_id="job-b", found_state=AttemptState.SUCCEEDED)
+    assert refused(decide(accepted, lying, NOW), AttemptRefusal.IDENTITY_CONFLICT)
+    assert OUTCOMES[AttemptRefusal.IDENTITY_CONFLICT] is ErrorCode.ATTEMPT_IDENTITY_CONFLICT
+    assert refused(decide(accepted, RecordAccepted(provider_job_id="job-a"), NOW), AttemptRefusal.ALREADY_APPLIED)
+
+
+def test_success_needs_a_known_identity() -> None:
+    row = submitting()
+    assert refused(decide(row, RecordSucceeded(result_refs=("r",), diagnostic_refs=(), usage_json=None,
+                                                cost_json=None), NOW), AttemptRefusal.IDENTITY_UNKNOWN)
+
+
+# --- cancellation and reservations -----------------------------------------------------------
+
+
+def test_a_prepared_attempt_cancels_at_once_and_a_transmitted_one_only_on_containment_evidence() -> None:
+    assert applied(decide(prepared(), RequestCancel(), NOW)).state is AttemptState.CANCELLED
+    requested = applied(decide(submitting(), RequestCancel(), NOW))
+    assert (requested.state, requested.cancel_requested) == (AttemptState.SUBMITTING, True)
+    contained = applied(decide(requested, RecordCancelled(provider_job_id="job-a"), NOW))
+    assert (contained.state, contained.provider_job_id) == (AttemptState.CANCELLED, "job-a")
+
+
+def test_the_reservation_is_released_only_after_terminal_containment_never_while_indeterminate() -> None:
+    row = submitting(reservation="gpu-0")
+    assert refused(decide(row, ReleaseReservation(), NOW), AttemptRefusal.NOT_FINISHED)
+    indeterminate = applied(decide(row, RecordAmbiguous(reason="crash"), NOW))
+    assert refused(decide(indeterminate, ReleaseReservation(), NOW), AttemptRefusal.CONTAINMENT_UNPROVEN)
+    failed = applied(decide(row, RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="quota"), NOW))
+    assert applied(decide(failed, ReleaseReservation(), NOW)).reservation_released is True
+
+
+@given(record=attempt_records())
+def test_generated_attempts_keep_every_invariant(record: AttemptRow | None) -> None:
+    assert record is None or record_violations(record) == []
+
+
+def test_terminal_attempts_never_move() -> None:
+    for state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.CANCELLED):
+        row = prepared(state=state, transmissions=1, transmission_egress=("egress-1",), provider_job_id="job-a",
+                       submit_lease_expires_at_us=NOW, result_refs=("r",) if state is AttemptState.SUCCEEDED else ())
+        for command in (RecordAmbiguous(reason="x"), RequestCancel(), submit("egress-9"),
+                        RecordAccepted(provider_job_id="job-a"), ExpireSubmitLease()):
+            assert isinstance(decide(row, command, NOW), Refused), (state, command)
