@@ -1,0 +1,264 @@
+"""The store primitives, for every (database, machine table): one conformance suite.
+
+Generated records of each machine are stored through the shared primitives and must read
+back as themselves; every kernel finder, compiled to each database's SQL, must select
+exactly the stored rows its Python predicate selects, in its order and within its limit;
+snapshot probes must answer as the predicates do at the snapshot's time; and the
+compare-and-set writes must refuse a row that changed. A new machine's binding joins by
+adding its records strategy and finder cases below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapter_support import raw
+from attempt_strategies import attempt_records
+from queue_strategies import NOW, TOKENS, records
+from tenure.adapters import upgrade
+from tenure.adapters.attempts.table import ATTEMPTS_BINDING
+from tenure.adapters.dialects import open_store
+from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.adapters.store import Probe
+from tenure.adapters.tables import Binding
+from tenure.kernel.attempts import finders as attempt_finders
+from tenure.kernel.core import Finder
+from tenure.kernel.queue import finders as queue_finders
+from tenure.kernel.queue.record import dedupe_key_of
+from tenure.model import JobStatus, QueueKind, TenureError
+
+times = st.integers(NOW - 10**12, NOW + 10**12) | st.integers(NOW - 3, NOW + 3)
+
+
+def _unique_queue_rows(rows: list[Any]) -> list[Any]:
+    """Generated queue records made to fit the table's unique constraints."""
+    made = []
+    for number, row in enumerate(rows):
+        changes: dict[str, Any] = {"job_id": f"job-{number}"}
+        if row.run_id is not None:
+            changes["run_id"] = f"run-{number}"
+        if row.claim_token is not None:
+            changes["claim_token"] = f"{row.claim_token}-{number}"
+        if row.submission_id is not None:
+            changes["submission_id"] = f"{row.submission_id}-{number}"
+        if row.idempotency_key is not None:
+            changes["idempotency_key"] = f"{row.idempotency_key}-{number}"
+        if row.active_key is not None:
+            changes["active_key"] = f"{row.active_key}-{number}"
+        made.append(dataclasses.replace(row, **changes))
+    return made
+
+
+def _unique_attempt_rows(rows: list[Any]) -> list[Any]:
+    return [
+        dataclasses.replace(row, attempt_id=f"attempt-{number}", idempotency_key=f"key-{number}",
+                            owner_job_id=f"owner-{number % 3}", generation=number // 3 + 1)
+        for number, row in enumerate(rows)
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class TableCase:
+    binding: Binding
+    rows: st.SearchStrategy[list[Any]]
+    finders: Callable[[list[Any]], st.SearchStrategy[tuple[Finder, dict[str, Any]]]]
+
+
+def _queue_finders(queue: QueueKind) -> Callable[[list[Any]], st.SearchStrategy[tuple[Finder, dict[str, Any]]]]:
+    return lambda rows: _queue_finders_over(queue, rows)
+
+
+def _queue_finders_over(queue: QueueKind, rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[str, Any]]]:
+    tokens = [row.claim_token for row in rows if row.claim_token] + TOKENS
+    return st.one_of(
+        st.tuples(st.sampled_from([queue_finders.eligible, queue_finders.eligible_legacy, queue_finders.expired]),
+                  times.map(lambda now: {"now": now})),
+        st.tuples(st.just(queue_finders.finished_before), times.map(lambda cutoff: {"cutoff": cutoff})),
+        st.tuples(st.just(queue_finders.tokens_stored),
+                  st.lists(st.sampled_from(tokens), max_size=3).map(lambda chosen: {"tokens": chosen})),
+        st.tuples(st.just(queue_finders.all_rows), st.just({})),
+        st.tuples(st.just(queue_finders.with_status), st.sampled_from(JobStatus).map(lambda status: {"status": status})),
+        st.tuples(st.just(queue_finders.locate(queue)), st.fixed_dictionaries({
+            "submission_id": st.sampled_from([None, "sub-1-0", *(row.submission_id for row in rows if row.submission_id)]),
+            "job_id": st.sampled_from(["job-0", "job-1", "job-9"]),
+            "run_id": st.sampled_from([None, "run-0", "run-9"]),
+            "key": st.sampled_from([None, *(dedupe_key_of(row) for row in rows if dedupe_key_of(row))]),
+        })),
+    )
+
+
+def _attempt_finders(rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[str, Any]]]:
+    created = [row.created_at_us for row in rows] or [NOW]
+    return st.one_of(
+        st.tuples(st.just(attempt_finders.unresolved), st.just({})),
+        st.tuples(st.just(attempt_finders.unresolved_after), st.fixed_dictionaries({
+            "after_created": st.sampled_from(created).flatmap(lambda at: st.integers(at - 1, at + 1)),
+            "after_id": st.sampled_from(["attempt-0", "attempt-1", "attempt-5"]),
+        })),
+    )
+
+
+CASES = {
+    **{
+        f"queue.{queue.value}": TableCase(
+            QUEUE_BINDINGS[queue],
+            st.lists(records(queue=queue).filter(lambda r: r is not None), max_size=6).map(_unique_queue_rows),
+            _queue_finders(queue),
+        )
+        for queue in QueueKind
+    },
+    "attempts": TableCase(
+        ATTEMPTS_BINDING,
+        st.lists(attempt_records().filter(lambda r: r is not None), max_size=6).map(_unique_attempt_rows),
+        _attempt_finders,
+    ),
+}
+
+
+def _expected(binding: Binding, finder: Finder, rows: list[Any], parameters: dict[str, Any], limit: int | None) -> list[Any]:
+    chosen = [row for row in rows if finder.matches(row, parameters)]
+    chosen.sort(key=lambda row: tuple(getattr(row, field) for field in finder.order))
+    return chosen if limit is None else chosen[:limit]
+
+
+def _in_order(binding: Binding, finder: Finder, found: list[Any]) -> list[Any]:
+    """A finder without an order promises none: compare its rows by key."""
+    return found if finder.order else sorted(found, key=lambda row: getattr(row, binding.key_field))
+
+
+class Harness:
+    """One database (migrated), one store, one event loop for a whole test."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self.runner = asyncio.Runner()
+        self.runner.run(upgrade(db_url))
+        self.store = open_store(db_url, timeout_seconds=30)
+
+    def reset(self, binding: Binding, rows: list[Any]) -> None:
+        raw(self.db_url, f"DELETE FROM {binding.spec.name}")
+
+        async def insert() -> list[Any]:
+            async with self.store.transaction(write=True) as tx:
+                return [await tx.insert(binding, row) for row in rows]
+
+        assert self.runner.run(insert()) == rows, "every record stores and reads back as itself"
+
+    def run(self, coroutine: Any) -> Any:
+        return self.runner.run(coroutine)
+
+    def close(self) -> None:
+        try:
+            self.runner.run(self.store.close())
+        finally:
+            self.runner.close()
+
+
+@pytest.fixture
+def harness(fresh_db_url: str) -> Any:
+    made = Harness(fresh_db_url)
+    yield made
+    made.close()
+
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@SETTINGS
+@given(data=st.data())
+def test_stored_records_read_back_as_themselves_and_finders_select_what_their_predicates_select(
+    harness: Harness, case: str, data: st.DataObject
+) -> None:
+    table = CASES[case]
+    binding = table.binding
+    rows = data.draw(table.rows)
+    harness.reset(binding, rows)
+
+    async def check() -> None:
+        async with harness.store.transaction(write=False) as tx:
+            assert sorted(await tx.read(binding, [getattr(r, binding.key_field) for r in rows]),
+                          key=lambda r: getattr(r, binding.key_field)) == sorted(rows, key=lambda r: getattr(r, binding.key_field))
+            for _ in range(3):
+                finder, parameters = data.draw(table.finders(rows))
+                limit = data.draw(st.none() | st.integers(1, 4))
+                if finder.lock == "wait":
+                    found = await tx.locked(binding, finder, parameters)
+                    expected = _expected(binding, finder, rows, parameters, None)
+                else:
+                    if not finder.order:
+                        limit = None  # a limit without an order selects arbitrary rows
+                    found = await tx.find(binding, finder, parameters, limit)
+                    expected = _expected(binding, finder, rows, parameters, limit)
+                assert _in_order(binding, finder, found) == _in_order(binding, finder, expected), finder.name
+
+    harness.run(check())
+
+
+@pytest.mark.parametrize("case", ["queue.validation", "queue.streaming"])
+@SETTINGS
+@given(data=st.data())
+def test_a_snapshot_answers_its_probes_at_the_snapshots_own_time(harness: Harness, case: str, data: st.DataObject) -> None:
+    table = CASES[case]
+    binding = table.binding
+    rows = data.draw(table.rows)
+    harness.reset(binding, rows)
+    tokens = data.draw(st.lists(st.sampled_from([r.claim_token for r in rows if r.claim_token] + TOKENS), max_size=3))
+    limit = data.draw(st.integers(1, 4))
+
+    async def check() -> None:
+        async with harness.store.transaction(write=True) as tx:
+            exists, stored, eligible = await tx.snapshot(binding, [
+                Probe(queue_finders.expired, {}, "exists", limit=1),
+                Probe(queue_finders.tokens_stored, {"tokens": tokens}, "values", field="claim_token"),
+                Probe(queue_finders.eligible, {}, "rows", limit=limit),
+            ])
+            now = await tx.now_us()
+            assert exists == bool(_expected(binding, queue_finders.expired, rows, {"now": now}, None))
+            assert sorted(stored) == sorted(r.claim_token for r in _expected(binding, queue_finders.tokens_stored, rows, {"tokens": tokens}, None))
+            assert eligible == _expected(binding, queue_finders.eligible, rows, {"now": now}, limit)
+
+    harness.run(check())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@SETTINGS
+@given(data=st.data())
+def test_a_compare_and_set_writes_only_over_the_row_it_decided_on(harness: Harness, case: str, data: st.DataObject) -> None:
+    table = CASES[case]
+    binding = table.binding
+    rows = data.draw(table.rows.filter(bool))
+    harness.reset(binding, rows)
+    old = data.draw(st.sampled_from(rows))
+    mutable = [column for column in binding.spec.columns if column.mutable and column.part is None]
+    column = data.draw(st.sampled_from(mutable))
+    other = next((getattr(r, column.field) for r in rows if getattr(r, column.field) != getattr(old, column.field)), None)
+    if other is None:
+        return  # every row holds the same value: nothing to change it to here
+    stale = dataclasses.replace(old, **{column.field: other})
+
+    async def check() -> None:
+        with pytest.raises(TenureError) as caught:
+            async with harness.store.transaction(write=True) as tx:
+                await tx.update_many(binding, [(stale, old)], read_back=False)
+        assert caught.value.reason == "row_changed"
+        async with harness.store.transaction(write=True) as tx:
+            assert await tx.delete(binding, stale) is False
+            assert await tx.update_many(binding, [(old, old)], read_back=True) == [old]
+            assert await tx.delete(binding, old) is True
+            assert await tx.read(binding, [getattr(old, binding.key_field)]) == []
+
+    harness.run(check())
+
+
+def test_the_suite_covers_every_registered_table() -> None:
+    from tenure.adapters.machines import BINDINGS
+
+    assert {case.binding.name for case in CASES.values()} == {binding.name for binding in BINDINGS}
