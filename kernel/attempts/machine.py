@@ -488,7 +488,7 @@ def transition_violations(
         and command.egress_allowed  # type: ignore[union-attr]
         and command.egress_decision_id not in record.transmission_egress  # type: ignore[union-attr]
         and command.egress_decision_id not in record.denied_egress  # type: ignore[union-attr]
-        and (record.transmissions == 0 or _proven_resubmission(record, command, now_us))
+        and (record.state is AttemptState.PREPARED or _proven_resubmission(record, command, now_us))
         and not record.cancel_requested
     )):
         broken.append("TR-A3")  # one transmission per grant, fresh egress, repeats only when proven
