@@ -144,7 +144,7 @@ class DyingLedger:
         async def dying(*args: Any, **kwargs: Any) -> Any:
             if self._when == "before":
                 raise ProcessDied()
-            result = await target(*args, **kwargs)
+            await target(*args, **kwargs)  # the call completes; then the process dies
             raise ProcessDied()
 
         return dying

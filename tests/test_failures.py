@@ -23,7 +23,7 @@ import pytest
 
 from adapter_support import kind_of, raw, row, sqlite_path
 from stalling_proxy import stalling_proxy
-from tenure.adapters import StreamingJobSource, ValidationJobSource, upgrade
+from tenure.adapters import StreamingJobSource, ValidationJobSource
 from tenure.adapters.failures import REASONS, RETRY_SAFE
 from tenure.model import (
     ConfigValidationError,

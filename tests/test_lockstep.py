@@ -10,25 +10,21 @@ decides with exactly the clock the database used.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
-import math
-import os
-import time
-import pathlib
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule, run_state_machine_as_test
+from hypothesis.stateful import Bundle, invariant, multiple, rule, run_state_machine_as_test
 
 import adapter_support
+from lockstep_harness import COUNTERS, Counter, LockstepBase, budget, run_lockstep
+from lockstep_harness import machine_for as harness_machine_for
 from lockstep_model import Model
-from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource, upgrade
+from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource
 from tenure.adapters.queue.operations import QueueOperations
 from tenure.adapters.queue.table import QUEUE_BINDINGS
 from tenure.kernel.queue import finders
@@ -37,7 +33,6 @@ from tenure.model import (
     QueueClaimFence,
     QueueKind,
     StreamingJob,
-    TenureError,
     ValidationJob,
     WorkerConfig,
     canonical_json,
@@ -69,52 +64,16 @@ def envelope(queue: QueueKind, variant: int, authored_id: str | None, key: str |
     return StreamingJob("orders", str(variant % 2), {"v": str(variant)}, force=force, job_id=authored_id, max_attempts=2)
 
 
-def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
-    try:
-        return ("ok", call())
-    except TenureError as error:
-        return ("error", error.code.value, error.reason)
+class LockstepMachine(LockstepBase):
+    """The owned queue's lockstep; subclassed per database (see ``machine_for``)."""
 
-
-class Clock:
-    """Collects the database times the stores sampled during one operation."""
-
-    def __init__(self) -> None:
-        self.seen: list[int] = []
-
-    def take(self) -> int:
-        assert len(self.seen) == 1, f"one transaction per operation, saw {len(self.seen)}"
-        now = self.seen[0]
-        self.seen.clear()
-        return now
-
-
-@dataclasses.dataclass
-class Counter:
-    steps: int = 0
-    examples: int = 0
-
-
-COUNTERS: dict[str, Counter] = {}
-
-
-class LockstepMachine(RuleBasedStateMachine):
-    """Subclassed per database with ``database`` set (see ``machine_for``)."""
-
-    database = "sqlite"
+    machine_name = "queue"
     fences = Bundle("fences")
 
     def __init__(self) -> None:
         super().__init__()
-        self.runner = asyncio.Runner()
-        self.workdir = tempfile.TemporaryDirectory()
-        self.counter = COUNTERS.setdefault(self.database, Counter())
-        self.counter.examples += 1
-        self.db_url = adapter_support.new_database_for_machine(self.database, pathlib.Path(self.workdir.name))
-        self.runner.run(upgrade(self.db_url))
         self.config = WorkerConfig(self.db_url, lease_seconds=60, heartbeat_seconds=20, backoff_base_ms=0, backoff_max_ms=0)
         self.model = Model(self.config)
-        self.clock = Clock()
         self.contention_steps = 0
         self.ids = itertools.count(1)
         self.next_job_id = ""
@@ -128,32 +87,16 @@ class LockstepMachine(RuleBasedStateMachine):
             engine.store.observe_time = self.clock.seen.append
             self.sources[queue] = source
 
-    def teardown(self) -> None:
-        try:
-            for source in self.sources.values():
-                self.runner.run(source.close())
-            adapter_support.drop_database_for_machine(self.database, self.db_url)
-        finally:
-            self.runner.close()
-            self.workdir.cleanup()
+    def close_resources(self) -> None:
+        for source in self.sources.values():
+            self.runner.run(source.close())
 
     # --- helpers ------------------------------------------------------------------------
-
-    def run(self, coroutine: Any) -> tuple[Any, ...]:
-        async def call() -> Any:
-            return await coroutine
-
-        self.clock.seen.clear()
-        return outcome(lambda: self.runner.run(call()))
 
     def fresh_ids(self) -> None:
         n = next(self.ids)
         self.next_job_id = f"job-{n:05d}"
         self.next_run_id = f"run{n:05d}"
-
-    def expect(self, actual: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
-        self.counter.steps += 1
-        assert actual == expected, f"adapter {actual!r} != model {expected!r}"
 
     def claimed_view(self, record: Any) -> Any:
         return None if record is None else self.sources[record.queue]._claimed(record)
@@ -437,23 +380,12 @@ class LockstepMachine(RuleBasedStateMachine):
             assert stored[queue] == self.model.rows[queue], queue
 
 
-def machine_for(database: str, *, only: frozenset[str] | None = None) -> type[LockstepMachine]:
-    """The lockstep machine for ``database``; with ``only``, every other rule is left out
-    (a focused machine that reaches one situation sooner, for the mutant tests)."""
-    attributes: dict[str, Any] = {"database": database}
-    if only is not None:
-        for name, member in vars(LockstepMachine).items():
-            if hasattr(member, "hypothesis_stateful_rule") and name not in only:
-                attributes[name] = lambda self, **arguments: None  # undecorated: no longer a rule
-    return type(f"Lockstep_{database}", (LockstepMachine,), attributes)
+def machine_for(database: str, *, only: frozenset[str] | None = None) -> type[LockstepBase]:
+    return harness_machine_for(LockstepMachine, database, only=only)
 
 
-LOCKSTEP_STEPS = {"sqlite": 20_000, "postgresql": 10_000}
-"""Steps CI runs per database (the test fails if fewer ran). ``TENURE_LOCKSTEP_STEPS=N``
-sets every database's budget instead: smaller for a quick check, larger for a soak (see
-README, "Tests and conformance")."""
-if os.environ.get("TENURE_LOCKSTEP_STEPS"):
-    LOCKSTEP_STEPS = dict.fromkeys(LOCKSTEP_STEPS, int(os.environ["TENURE_LOCKSTEP_STEPS"]))
+LOCKSTEP_STEPS = budget({"sqlite": 20_000, "postgresql": 10_000})
+"""Steps CI runs per database (``TENURE_LOCKSTEP_STEPS=N`` overrides; see README)."""
 
 
 @pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
@@ -461,32 +393,9 @@ def test_kernel_model_and_database_stay_in_lockstep(
     database: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     adapter_support.prepare_machine_databases(database, request)
-    target = LOCKSTEP_STEPS[database]
-    COUNTERS[database] = Counter()
-    machine = machine_for(database)
-    started = time.perf_counter()
-    while COUNTERS[database].steps < target:
-        counter = COUNTERS[database]
-        average = counter.steps / counter.examples if counter.examples else 35
-        examples = max(10, math.ceil((target - counter.steps) / average))
-        run_state_machine_as_test(
-            machine,
-            settings=settings(
-                max_examples=examples,
-                stateful_step_count=50,
-                deadline=None,
-                suppress_health_check=list(HealthCheck),
-                database=None,
-            ),
-        )
-    elapsed = time.perf_counter() - started
-    counter = COUNTERS[database]
+    summary = run_lockstep(machine_for(database), LOCKSTEP_STEPS[database])
     with capsys.disabled():
-        print(
-            f"\nlockstep[{database}]: {counter.steps} steps in {counter.examples} runs, "
-            f"{elapsed:.1f} s, {counter.steps / elapsed:.0f} steps/s"
-        )
-    assert counter.steps >= target
+        print("\n" + summary)
 
 
 @pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
@@ -510,7 +419,7 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
         return dataclasses.replace(statements, update=update)
 
     monkeypatch.setattr(module, "statements_for", without_compare_and_set)
-    COUNTERS[database] = Counter()
+    COUNTERS[f"queue:{database}"] = Counter()
     with pytest.raises(AssertionError, match="row_changed"):
         run_state_machine_as_test(
             machine_for(database),
@@ -541,7 +450,7 @@ def test_the_lockstep_catches_a_batch_that_reads_the_clock_before_its_last_row_l
         )
 
     monkeypatch.setattr(module, "_with_clock", clock_at_the_first_lock)
-    COUNTERS[database] = Counter()
+    COUNTERS[f"queue:{database}"] = Counter()
     focused = machine_for(database, only=frozenset({"submit_owned", "claim_owned", "batch_waits_for_a_row_locked_elsewhere"}))
     with pytest.raises(AssertionError, match="read before the batch's last row lock"):
         run_state_machine_as_test(

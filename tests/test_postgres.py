@@ -17,7 +17,7 @@ import pytest
 
 from adapter_support import raw, row
 from tenure.adapters import StreamingJobSource, ValidationJobSource, downgrade, upgrade
-from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.queue.table import QUEUE_TABLES
 from tenure.adapters.schema import legacy_ddl, owned_column_ddl
 from tenure.adapters.tables import Step, sql_dialect
 from tenure.model import (

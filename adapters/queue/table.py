@@ -42,7 +42,6 @@ from tenure.model import (
     JobStatus,
     QueueKind,
     SubmissionEnvelope,
-    bounds,
 )
 
 from ..tables import (

@@ -30,7 +30,6 @@ every move into a terminal status releases the active key).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Callable
 from typing import Any

@@ -1,0 +1,149 @@
+"""The lockstep harness every machine shares: one Hypothesis ``RuleBasedStateMachine`` per
+(machine, database), each run on a fresh migrated database through its own
+``asyncio.Runner``; the database time each transaction read is observed and handed to
+the kernel-backed model, so the model decides with exactly the clock the database used;
+after every step the replies and every stored row must equal the model's. A machine's
+lockstep subclasses :class:`LockstepBase` with its rules and its model; the budget loop,
+the counters and the focused machines for mutant tests are here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import os
+import pathlib
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+
+import adapter_support
+from tenure.adapters import upgrade
+from tenure.model import TenureError
+
+__all__ = ["outcome", "Clock", "Counter", "COUNTERS", "LockstepBase", "machine_for", "run_lockstep", "budget"]
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
+    """("ok", value) or ("error", code value, reason)."""
+    try:
+        return ("ok", call())
+    except TenureError as error:
+        return ("error", error.code.value, error.reason)
+
+
+class Clock:
+    """Collects the database times the stores sampled during one operation."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def take(self) -> int:
+        assert len(self.seen) == 1, f"one transaction per operation, saw {len(self.seen)}"
+        now = self.seen[0]
+        self.seen.clear()
+        return now
+
+    def take_all(self) -> list[int]:
+        seen, self.seen = self.seen, []
+        return seen
+
+
+@dataclasses.dataclass
+class Counter:
+    steps: int = 0
+    examples: int = 0
+
+
+COUNTERS: dict[str, Counter] = {}
+"""Steps and runs by ``<machine>:<database>``."""
+
+
+class LockstepBase(RuleBasedStateMachine):
+    """Subclassed per machine (``machine_name``) and database (``database``)."""
+
+    machine_name = "machine"
+    database = "sqlite"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner = asyncio.Runner()
+        self.workdir = tempfile.TemporaryDirectory()
+        self.counter = COUNTERS.setdefault(self.key(), Counter())
+        self.counter.examples += 1
+        self.db_url = adapter_support.new_database_for_machine(self.database, pathlib.Path(self.workdir.name))
+        self.runner.run(upgrade(self.db_url))
+        self.clock = Clock()
+
+    @classmethod
+    def key(cls) -> str:
+        return f"{cls.machine_name}:{cls.database}"
+
+    def close_resources(self) -> None:
+        """Close what a subclass opened (its sources or ledgers), on the runner."""
+
+    def teardown(self) -> None:
+        try:
+            self.close_resources()
+            adapter_support.drop_database_for_machine(self.database, self.db_url)
+        finally:
+            self.runner.close()
+            self.workdir.cleanup()
+
+    def run(self, coroutine: Any) -> tuple[Any, ...]:
+        async def call() -> Any:
+            return await coroutine
+
+        self.clock.seen.clear()
+        return outcome(lambda: self.runner.run(call()))
+
+    def expect(self, actual: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
+        self.counter.steps += 1
+        assert actual == expected, f"adapter {actual!r} != model {expected!r}"
+
+
+def machine_for(base: type[LockstepBase], database: str, *, only: frozenset[str] | None = None) -> type[LockstepBase]:
+    """The lockstep machine of ``base`` for ``database``; with ``only``, every other rule
+    is left out (a focused machine that reaches one situation sooner, for mutant tests)."""
+    attributes: dict[str, Any] = {"database": database}
+    if only is not None:
+        for name, member in vars(base).items():
+            if hasattr(member, "hypothesis_stateful_rule") and name not in only:
+                attributes[name] = lambda self, **arguments: None  # undecorated: no longer a rule
+    return type(f"Lockstep_{base.machine_name}_{database}", (base,), attributes)
+
+
+def budget(defaults: dict[str, int]) -> dict[str, int]:
+    """Steps CI runs per database (the test fails if fewer ran). ``TENURE_LOCKSTEP_STEPS=N``
+    sets every database's budget instead: smaller for a quick check, larger for a soak."""
+    if os.environ.get("TENURE_LOCKSTEP_STEPS"):
+        return dict.fromkeys(defaults, int(os.environ["TENURE_LOCKSTEP_STEPS"]))
+    return dict(defaults)
+
+
+def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 50) -> str:
+    """Run ``machine`` until ``target`` steps ran; returns the summary line."""
+    key = machine.key()
+    COUNTERS[key] = Counter()
+    started = time.perf_counter()
+    while COUNTERS[key].steps < target:
+        counter = COUNTERS[key]
+        average = counter.steps / counter.examples if counter.examples else 35
+        examples = max(10, math.ceil((target - counter.steps) / max(average, 1)))
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=examples, stateful_step_count=step_count, deadline=None,
+                suppress_health_check=list(HealthCheck), database=None,
+            ),
+        )
+    elapsed = time.perf_counter() - started
+    counter = COUNTERS[key]
+    assert counter.steps >= target
+    return (f"lockstep[{key}]: {counter.steps} steps in {counter.examples} runs, "
+            f"{elapsed:.1f} s, {counter.steps / elapsed:.0f} steps/s")
