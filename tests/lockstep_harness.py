@@ -50,7 +50,8 @@ class Clock:
         return now
 
     def take_all(self) -> list[int]:
-        seen, self.seen = self.seen, []
+        seen = list(self.seen)
+        self.seen.clear()  # in place: the stores hold this list's append
         return seen
 
 

@@ -15,7 +15,7 @@ from tenure.model import UNRESOLVED_STATES, AttemptState
 from ..core import Condition, Finder, Param
 from .record import AttemptRow
 
-__all__ = ["by_keys", "of_owner_or_key", "unresolved", "unresolved_after", "prepare_meets"]
+__all__ = ["by_keys", "of_owner_or_key", "unresolved", "unresolved_after", "all_attempts", "prepare_meets"]
 
 by_keys = Finder("by_keys", ((Condition("attempt_id", "in", Param("keys")),),), order=("attempt_id",), lock="wait")
 
@@ -25,6 +25,9 @@ of_owner_or_key = Finder(
     order=("attempt_id",),
     lock="wait",
 )
+
+all_attempts = Finder("all_attempts", ((),), order=("attempt_id",), lock="none")
+"""Every attempt (inspection and conformance tests)."""
 
 _UNRESOLVED = Condition("state", "in", tuple(sorted(UNRESOLVED_STATES, key=lambda state: state.value)))
 
