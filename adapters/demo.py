@@ -1,4 +1,4 @@
-"""``tenure demo``: the owned queue under stress, checked end to end.
+"""``tenure demo``: the owned queue under stress, and service attempts under faults, checked end to end.
 
 The demo migrates a database, submits a few thousand owned jobs across the three
 queues, and runs concurrent workers that heartbeat, complete, fail and retry. Some
@@ -6,7 +6,9 @@ workers stall past their lease so that others take their jobs over; the stalled
 workers then try to write, and every such stale write must be refused. It replays
 submissions (same ID back), submits changed content under old IDs (refused), forces a
 streaming rerun, and finally reads every job back to check that each one ended exactly
-once and none was lost. Any broken invariant makes the exit status non-zero.
+once and none was lost. Then it runs service attempts against a simulated provider with
+injected timeouts, disconnects, rejections and crashes (:mod:`tenure.adapters.demo_attempts`).
+Any broken invariant makes the exit status non-zero.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tenure.model import (
     WorkerConfig,
 )
 
+from .demo_attempts import run_attempts_demo
 from .migrations import upgrade
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 
@@ -346,6 +349,10 @@ class Demo:
         outcome = await self.verify()
         for source in self.sources.values():
             await source.close()
+        attempt_rows, attempt_violations = await run_attempts_demo(
+            self.settings.db_url, attempts=max(30, self.settings.jobs // 25), seed=self.settings.seed, out=self.out
+        )
+        self.violations += attempt_violations
         rows = [
             ("submitted", self.tally.submitted),
             ("replayed (original ID returned)", self.tally.replayed),
@@ -365,6 +372,12 @@ class Demo:
         self.say(f"{'summary'.ljust(width)}  count")
         self.say(f"{'-' * width}  -----")
         for name, value in rows:
+            self.say(f"{name.ljust(width)}  {value}")
+        width = max(len(name) for name, _ in attempt_rows)
+        self.say("")
+        self.say(f"{'service attempts'.ljust(width)}  count")
+        self.say(f"{'-' * width}  -----")
+        for name, value in attempt_rows:
             self.say(f"{name.ljust(width)}  {value}")
         self.say(f"\nfinished in {time.monotonic() - started:.1f} s")
         if self.violations:
