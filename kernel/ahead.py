@@ -1,0 +1,274 @@
+"""Deciding ahead: one decision that holds for a whole window of database time.
+
+Theory of operation
+-------------------
+A write normally costs a lock, a clock read after the lock, the kernel's decision and a
+compare-and-set. To fit it in one statement, the kernel decides *before* the statement,
+from the record the caller last saw, and says for which database times its decision
+holds: :func:`decide_ahead` returns the decision, a validity window
+``[not_before_us, not_after_us)`` and, for every instant field of the new record that
+depends on the time (a lease of ``now + lease``, a completion time of ``now``), its
+offset from the time of the write. The database then locks the row, reads its clock
+after the lock, and writes only if the row still equals the record decided on and the
+clock lies inside the window; otherwise it answers with the row and the clock, and the
+kernel decides again. The adapters check the pre-image and the window generically: no
+machine rule is ever spelled in SQL.
+
+The window is derived from the guards themselves, in one place: :class:`Moment`. The
+kernel's guards and effects receive the database time as a plain-looking ``int``; when
+deciding ahead they receive a :class:`Moment` instead, an ``int`` equal to the reference
+time that records every comparison made with it. A comparison ``now < x`` that held at
+the reference time means the decision rests on ``now < x``: the window's end becomes
+``x``; one that failed means ``now >= x``: the window's start becomes ``x``. Adding a
+constant keeps the dependency (``now + lease`` is a Moment with an offset); anything else
+that would hide it (multiplying, formatting, subtracting the time from a constant) is
+refused, and the caller decides the ordinary way instead. ``tests/test_ahead.py`` holds
+every machine to this: at every instant of the window the ordinary decision equals the
+window's decision, and at the edges of the guards' window the guards flip.
+
+Decisions are total and pure as ever: this module reads no clock. The window is also
+bounded to ``reference +- span_us`` (a decision made far ahead is not worth keeping) and
+the new record must keep the machine's record invariants at both ends of the window;
+every invariant compares instants that move with the time at the same rate or not at
+all, so holding at both ends means holding throughout (the property test checks inside
+too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from .core import Applied, Decision, Machine, Refused, select_rule
+
+__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "DEFAULT_SPAN_US"]
+
+DEFAULT_SPAN_US = 600_000_000
+"""How far from the reference time a decision made ahead may be used: ten minutes."""
+
+
+class AheadUnsupported(Exception):
+    """The decision used the time in a way a window cannot describe; decide the ordinary way."""
+
+
+class Window:
+    """The database times ``[start, end)`` for which every comparison seen so far holds."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start = start
+        self.end = end
+
+    def at_least(self, instant: int) -> None:
+        if instant > self.start:
+            self.start = instant
+
+    def before(self, instant: int) -> None:
+        if instant < self.end:
+            self.end = instant
+
+
+def _unsupported(*_: object) -> Any:
+    raise AheadUnsupported
+
+
+class Moment(int):
+    """The database time ``now + offset`` as seen while deciding ahead: an ``int`` whose
+    value is the reference time plus ``offset``, recording every comparison in ``window``.
+
+    Only comparisons, adding or subtracting a plain integer, and subtracting another
+    Moment (a duration, which no longer depends on the time) are allowed.
+    """
+
+    offset: int
+    window: Window
+
+    def __new__(cls, value: int, offset: int, window: Window) -> Moment:
+        moment = super().__new__(cls, value)
+        moment.offset = offset
+        moment.window = window
+        return moment
+
+    def _threshold(self, other: object) -> int | None:
+        """``now`` compared with ``other - offset``; None when no constraint arises."""
+        if type(other) is not int:
+            return None
+        return other - self.offset
+
+    # now + offset < other  <=>  now < other - offset
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, Moment):
+            return self.offset < other.offset
+        threshold = self._threshold(other)
+        if threshold is None:
+            return NotImplemented
+        holds = int(self) < other  # type: ignore[operator]
+        (self.window.before if holds else self.window.at_least)(threshold)
+        return holds
+
+    def __le__(self, other: object) -> bool:
+        if isinstance(other, Moment):
+            return self.offset <= other.offset
+        threshold = self._threshold(other)
+        if threshold is None:
+            return NotImplemented
+        holds = int(self) <= other  # type: ignore[operator]
+        (self.window.before if holds else self.window.at_least)(threshold + 1)
+        return holds
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, Moment):
+            return self.offset > other.offset
+        threshold = self._threshold(other)
+        if threshold is None:
+            return NotImplemented
+        holds = int(self) > other  # type: ignore[operator]
+        (self.window.at_least if holds else self.window.before)(threshold + 1)
+        return holds
+
+    def __ge__(self, other: object) -> bool:
+        if isinstance(other, Moment):
+            return self.offset >= other.offset
+        threshold = self._threshold(other)
+        if threshold is None:
+            return NotImplemented
+        holds = int(self) >= other  # type: ignore[operator]
+        (self.window.at_least if holds else self.window.before)(threshold)
+        return holds
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Moment):
+            return self.offset == other.offset
+        threshold = self._threshold(other)
+        if threshold is None:
+            return False
+        holds = int(self) == other
+        if holds:
+            self.window.at_least(threshold)
+            self.window.before(threshold + 1)
+        elif threshold < int(self) - self.offset:
+            self.window.at_least(threshold + 1)
+        else:
+            self.window.before(threshold)
+        return holds
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = int.__hash__
+
+    def __int__(self) -> int:
+        return int.__int__(self)
+
+    def __add__(self, other: object) -> Moment:
+        if type(other) is not int:
+            raise AheadUnsupported
+        return Moment(int(self) + other, self.offset + other, self.window)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> Any:
+        if isinstance(other, Moment):
+            return self.offset - other.offset
+        if type(other) is not int:
+            raise AheadUnsupported
+        return Moment(int(self) - other, self.offset - other, self.window)
+
+    # Anything else would carry the time into a value that no longer shows it.
+    __rsub__ = __mul__ = __rmul__ = __floordiv__ = __rfloordiv__ = __truediv__ = __rtruediv__ = _unsupported
+    __mod__ = __rmod__ = __divmod__ = __rdivmod__ = __pow__ = __rpow__ = __neg__ = __pos__ = _unsupported
+    __abs__ = __invert__ = __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _unsupported
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __index__ = __float__ = __round__ = _unsupported
+    __trunc__ = __floor__ = __ceil__ = __str__ = __format__ = __bool__ = _unsupported
+
+    def __repr__(self) -> str:
+        return f"Moment(now{self.offset:+d})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ahead:
+    """A decision that holds for every database time in ``[not_before_us, not_after_us)``.
+
+    ``decision`` is the decision at the reference time. ``relative`` names each field of
+    the new record that moves with the time, with its offset: at time ``t`` the field is
+    ``t + offset``; every other field is as in ``decision``. ``rule_not_before_us`` /
+    ``rule_not_after_us`` are the window the guards alone imply (the effect and the
+    invariants may narrow it further, never widen it).
+    """
+
+    decision: Decision
+    not_before_us: int
+    not_after_us: int
+    relative: Mapping[str, int]
+    rule_not_before_us: int
+    rule_not_after_us: int
+
+    def at(self, now_us: int) -> Decision:
+        """The decision at ``now_us`` (which must lie in the window)."""
+        decision = self.decision
+        if not self.relative or not isinstance(decision, Applied) or decision.new_record is None:
+            return decision
+        moved = {field: now_us + offset for field, offset in self.relative.items()}
+        return Applied(dataclasses.replace(decision.new_record, **moved), decision.reply)
+
+
+def _plain(value: Any, relative: dict[str, int]) -> Any:
+    """``value`` (a decided record) with every Moment field replaced by its value at the
+    reference time, noting its offset in ``relative``."""
+    if value is None or not dataclasses.is_dataclass(value):
+        return value
+    changes: dict[str, int] = {}
+    for field in dataclasses.fields(value):
+        item = getattr(value, field.name)
+        if isinstance(item, Moment):
+            relative[field.name] = item.offset
+            changes[field.name] = int(item)
+    return dataclasses.replace(value, **changes) if changes else value  # type: ignore[type-var]
+
+
+def _holds_moment(value: Any) -> bool:
+    if isinstance(value, Moment):
+        return True
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any(_holds_moment(getattr(value, field.name)) for field in dataclasses.fields(value))
+    if isinstance(value, tuple):
+        return any(_holds_moment(item) for item in value)
+    return False
+
+
+def decide_ahead(
+    machine: Machine, record: Any, command: Any, reference_us: int, *, span_us: int = DEFAULT_SPAN_US
+) -> Ahead | None:
+    """The decision for ``command`` meeting ``record``, valid for a window of database
+    time around ``reference_us``; None when the decision cannot be made ahead (it uses the
+    time in a way a window cannot describe, or its record would break an invariant
+    somewhere in the window): the caller then decides the ordinary way."""
+    window = Window(reference_us - span_us, reference_us + span_us)
+    now = Moment(reference_us, 0, window)
+    try:
+        rule = select_rule(machine, record, command, now)
+        rule_window = (window.start, window.end)
+        if isinstance(rule.outcome, str):
+            decided = machine.effects[rule.outcome](record, command, now)
+        else:
+            decided = Refused(rule.outcome)
+    except AheadUnsupported:
+        return None
+    relative: dict[str, int] = {}
+    if isinstance(decided, Applied):
+        if _holds_moment(decided.reply):
+            return None
+        decided = Applied(_plain(decided.new_record, relative), decided.reply)
+    if window.start >= window.end:
+        return None
+    ahead = Ahead(decided, window.start, window.end, relative, *rule_window)
+    if isinstance(decided, Applied) and decided.new_record is not None and relative:
+        allowed = set(machine.record_violations(record)) if record is not None else set()
+        for edge in (window.start, window.end - 1):
+            at_edge = ahead.at(edge)
+            assert isinstance(at_edge, Applied)
+            if not set(machine.record_violations(at_edge.new_record)) <= allowed:
+                return None
+    return ahead
