@@ -44,6 +44,12 @@ __all__ = [
     "Param",
     "Condition",
     "Finder",
+    "Rewrite",
+    "Change",
+    "SetValue",
+    "FromCommand",
+    "Increment",
+    "AtTime",
 ]
 
 R = TypeVar("R")
@@ -123,6 +129,68 @@ def table_from_rows(
     return {key: tuple(rules) for key, rules in table.items()}
 
 
+# --- rewrites: effects that are a fixed change of fields, as data ------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetValue:
+    """The field becomes ``value``."""
+
+    value: Any
+
+    def new_value(self, record: Any, field: str, command: Any, now_us: int) -> Any:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FromCommand:
+    """The field becomes the command's ``attribute``."""
+
+    attribute: str
+
+    def new_value(self, record: Any, field: str, command: Any, now_us: int) -> Any:
+        return getattr(command, self.attribute)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Increment:
+    """The field grows by ``by``."""
+
+    by: int
+
+    def new_value(self, record: Any, field: str, command: Any, now_us: int) -> Any:
+        return getattr(record, field) + self.by
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AtTime:
+    """The field becomes the database time, plus the command's ``plus`` attribute (a
+    duration in microseconds) when one is named."""
+
+    plus: str | None = None
+
+    def new_value(self, record: Any, field: str, command: Any, now_us: int) -> Any:
+        return now_us if self.plus is None else now_us + getattr(command, self.plus)
+
+
+Change = SetValue | FromCommand | Increment | AtTime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rewrite:
+    """An effect that sets each named field as its :data:`Change` says and keeps every
+    other field. ``apply`` is the effect; adapters may also spell it in SQL."""
+
+    name: str
+    changes: tuple[tuple[str, Change], ...]
+
+    def apply(self, record: Any, command: Any, now_us: int, replace: Callable[..., Any]) -> Any:
+        """The rewritten record (``replace(record, **fields)`` builds it)."""
+        return replace(record, **{
+            field: change.new_value(record, field, command, now_us) for field, change in self.changes
+        })
+
+
 @dataclasses.dataclass(frozen=True)
 class Machine:
     """Everything the shared engine, the spec checker and the tests need of a machine.
@@ -145,6 +213,10 @@ class Machine:
     transition_violations: Callable[[Any, Any, int, Decision], list[str]]
     initial: enum.Enum
     """The state a missing record is in (``absent``)."""
+    rewrites: Mapping[str, Rewrite] = dataclasses.field(default_factory=dict)
+    """Effects that are a fixed change of fields (:class:`Rewrite`), by effect name: a
+    store may apply one to rows the kernel has not seen yet (a claim in one statement),
+    and the effect itself is defined by the same data, so the two cannot differ."""
 
 
 def select_rule(machine: Machine, record: Any, command: Any, now_us: int) -> Rule:

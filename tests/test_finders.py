@@ -41,6 +41,14 @@ def test_eligible_legacy_selects_exactly_what_a_legacy_claim_takes(record: JobRe
 
 
 @given(record=records().filter(lambda r: r is not None), now=times)
+def test_claimable_selects_exactly_what_a_claim_with_a_fresh_nonce_applies_to(record: JobRecord, now: int) -> None:
+    fresh = ClaimOwned(owner_id="w", claim_token="fresh", nonce_already_stored=False, lease_us=1)
+    assert finders.claimable.matches(record, {"now": now}) == isinstance(decide(record, fresh, now), Applied)
+    legacy = ClaimLegacy(owner_id="w", lease_us=1)
+    assert finders.claimable_legacy.matches(record, {"now": now}) == isinstance(decide(record, legacy, now), Applied)
+
+
+@given(record=records().filter(lambda r: r is not None), now=times)
 def test_expired_selects_exactly_what_the_sweep_settles(record: JobRecord, now: int) -> None:
     assert finders.expired.matches(record, {"now": now}) == isinstance(decide(record, ExpireLease(), now), Applied)
 

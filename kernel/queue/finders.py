@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from tenure.model import JobStatus, QueueKind
+from tenure.model import JobStatus, QueueKind, bounds
 
 from ..core import Condition, Finder, Param
 from .record import JobRecord
@@ -27,6 +27,8 @@ __all__ = [
     "tokens_stored",
     "eligible",
     "eligible_legacy",
+    "claimable",
+    "claimable_legacy",
     "expired",
     "finished_before",
     "all_rows",
@@ -66,6 +68,17 @@ eligible_legacy = Finder(
     lock="skip",
 )
 """Rows a legacy claim may take: the same, never a protected submission."""
+
+_GENERATION_LEFT = Condition("generation", "<", bounds.INT64_MAX)
+
+claimable = Finder("claimable", ((*eligible.any_of[0], _GENERATION_LEFT),), order=eligible.order, lock="skip")
+"""Eligible rows a claim with a fresh nonce actually takes (one whose generation can still
+grow): a store that claims in one statement writes only if every row it picked is one."""
+
+claimable_legacy = Finder(
+    "claimable_legacy", ((*eligible_legacy.any_of[0], _GENERATION_LEFT),), order=eligible_legacy.order, lock="skip"
+)
+"""The same for a legacy claim."""
 
 expired = Finder(
     "expired",

@@ -37,7 +37,22 @@ from typing import Any
 from tenure.model import ErrorCode, JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule, table_from_rows
+from ..core import (
+    SAME,
+    Applied,
+    AtTime,
+    Change,
+    Decision,
+    FromCommand,
+    Increment,
+    Machine,
+    Refused,
+    Rewrite,
+    Row,
+    Rule,
+    SetValue,
+    table_from_rows,
+)
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
 from .commands import (
@@ -62,6 +77,8 @@ from .record import (
 
 __all__ = [
     "Refusal",
+    "CLAIM_OWNED_REWRITE",
+    "CLAIM_LEGACY_REWRITE",
     "OUTCOMES",
     "Applied",
     "Refused",
@@ -304,20 +321,29 @@ def _unchanged(record: JobRecord, reply: Reply) -> Applied[JobRecord]:
     return Applied(record, reply)
 
 
-def _claim(record: JobRecord, owner_id: str, claim_token: str | None, lease_us: int, now_us: int) -> Applied[JobRecord]:
-    claimed = replace_fields(
-        record,
-        status=JobStatus.CLAIMED,
-        attempts=record.attempts + 1,
-        generation=record.generation + 1,
-        owner_id=owner_id,
-        claim_token=claim_token,
-        claimed_at_us=now_us,
-        lease_expires_at_us=now_us + lease_us,
-        pid=None,
-        cancel_requested=False,
-    )
-    return Applied(claimed, ClaimGranted())
+def _claim_rewrite(name: str, claim_token: Change) -> Rewrite:
+    return Rewrite(name, (
+        ("status", SetValue(JobStatus.CLAIMED)),
+        ("attempts", Increment(1)),
+        ("generation", Increment(1)),
+        ("owner_id", FromCommand("owner_id")),
+        ("claim_token", claim_token),
+        ("claimed_at_us", AtTime()),
+        ("lease_expires_at_us", AtTime(plus="lease_us")),
+        ("pid", SetValue(None)),
+        ("cancel_requested", SetValue(False)),
+    ))
+
+
+CLAIM_OWNED_REWRITE = _claim_rewrite("claim_owned", FromCommand("claim_token"))
+"""An owned claim, as data: a store may apply it in SQL to rows it picks (one statement)."""
+
+CLAIM_LEGACY_REWRITE = _claim_rewrite("claim_legacy", SetValue(None))
+"""A legacy claim: the same, storing no token."""
+
+
+def _claim(rewrite: Rewrite, record: JobRecord, command: Any, now_us: int) -> Applied[JobRecord]:
+    return Applied(rewrite.apply(record, command, now_us, replace_fields), ClaimGranted())
 
 
 def _fail(record: JobRecord, command: Any, now_us: int, *, retry: bool) -> Applied[JobRecord]:
@@ -351,12 +377,8 @@ EFFECTS: dict[str, Effect] = {
     "release_key": lambda record, command, now_us: Applied(
         replace_fields(record, active_key=None), Ack()
     ),
-    "claim_owned": lambda record, command, now_us: _claim(
-        record, command.owner_id, command.claim_token, command.lease_us, now_us
-    ),
-    "claim_legacy": lambda record, command, now_us: _claim(
-        record, command.owner_id, None, command.lease_us, now_us
-    ),
+    "claim_owned": lambda record, command, now_us: _claim(CLAIM_OWNED_REWRITE, record, command, now_us),
+    "claim_legacy": lambda record, command, now_us: _claim(CLAIM_LEGACY_REWRITE, record, command, now_us),
     "recover": lambda record, command, now_us: _unchanged(record, ClaimGranted()),
     "requeue_expired": lambda record, command, now_us: Applied(
         _requeue(record, record.fires_at_us), Ack()
@@ -561,6 +583,7 @@ QUEUE = Machine(
     record_violations=record_violations,
     transition_violations=_transition_violations,
     initial=QueueState.ABSENT,
+    rewrites={"claim_owned": CLAIM_OWNED_REWRITE, "claim_legacy": CLAIM_LEGACY_REWRITE},
 )
 """The owned-queue machine, as the shared engine and the table tests see it."""
 
