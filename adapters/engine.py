@@ -13,15 +13,26 @@ branches here are on the kernel's decisions.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from typing import Any
 
-from tenure.kernel.core import Applied, Decision, Refused, decide
+from tenure.kernel.ahead import Ahead, decide_ahead
+from tenure.kernel.core import Applied, Decision, Finder, Refused, decide
 from tenure.model import TenureError
 
 from .failures import persistence_failed
-from .store import Store, Transaction
+from .store import AheadAnswer, AheadWriter, Expected, Store, Transaction
 from .tables import Binding
+
+AHEAD_ROUNDS = 3
+"""Decided-ahead statements per call before the call falls back to a transaction: the
+first decides from the row last seen (or only reads it), the next from the row the
+previous one returned; a third only when the row changed between the two."""
+
+SEEN_ROWS = 10_000
+"""Rows remembered per engine (the last version this process read or wrote of each),
+the records the kernel decides ahead from. A stale one costs one more round trip."""
 
 __all__ = ["Engine", "require", "raise_if_conflict", "checked"]
 
@@ -58,6 +69,30 @@ class Engine:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._seen: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
+
+    # --- the rows last seen --------------------------------------------------------------
+
+    def remember(self, binding: Binding, records: Sequence[Any]) -> None:
+        """Keep these rows as the last versions seen (only where decisions are made ahead)."""
+        if self.store.ahead is None:
+            return
+        seen = self._seen
+        for record in records:
+            entry = (binding.name, getattr(record, binding.key_field))
+            seen[entry] = record
+            seen.move_to_end(entry)
+        while len(seen) > SEEN_ROWS:
+            seen.popitem(last=False)
+
+    def _last_seen(self, binding: Binding, key: str) -> tuple[bool, Any]:
+        entry = (binding.name, key)
+        if entry in self._seen:
+            return True, self._seen[entry]
+        return False, None
+
+    def _forget(self, binding: Binding, key: str) -> None:
+        self._seen.pop((binding.name, key), None)
 
     async def persist(self, tx: Transaction, binding: Binding, changes: Sequence[tuple[Any, Any]]) -> None:
         """Write ``(old, new)`` changes; the stored rows must equal the decided ones."""
@@ -96,7 +131,13 @@ class Engine:
         """Decide each ``(key, command)`` in order on the rows ``by_keys`` (a waiting
         finder over ``keys``) locks, in one transaction: an item sees the effect of
         earlier items on the same row; every changed row is persisted once."""
-        async with self.store.transaction(write=write) as tx:
+        ahead = self.store.ahead
+        if ahead is not None and write and len({key for key, _ in items}) == len(items):
+            decided = await self._on_keys_ahead(ahead, binding, items, by_keys, raise_conflicts=raise_conflicts)
+            if decided is not None:
+                return decided
+
+        async def body(tx: Transaction) -> list[Decision]:
             keys = sorted({key for key, _ in items})
             found = await tx.locked(binding, by_keys, {"keys": keys})
             now = await tx.now_us()
@@ -112,4 +153,108 @@ class Engine:
                     current[key] = checked(binding, current[key], decision)
                 decisions.append(decision)
             await self.persist(tx, binding, [(original[key], current[key]) for key in keys if original[key] != current[key]])
+            for key in keys:
+                self._keep(binding, key, current[key])
+            return decisions
+
+        return await self.store.run(body, write=write)
+
+    def _keep(self, binding: Binding, key: str, record: Any) -> None:
+        if record is None:
+            self._forget(binding, key)
+        else:
+            self.remember(binding, [record])
+
+    def _plan(
+        self, binding: Binding, key: str, command: Any, known: bool, record: Any, reference_us: int | None,
+        raise_conflicts: bool,
+    ) -> tuple[Expected, Ahead | None]:
+        """What one item asks of a decided-ahead statement: the kernel's decision from
+        ``record`` with its window, or (nothing known, a decision that cannot be made
+        ahead, an insert or delete, a refusal that would raise) a read of the row."""
+        if not known or reference_us is None:
+            return Expected(key, known=False), None
+        ahead = decide_ahead(binding.machine, record, command, reference_us)
+        if ahead is None:
+            return Expected(key, known=False), None
+        decision = ahead.decision
+        if isinstance(decision, Refused):
+            if raise_conflicts and binding.machine.outcomes[decision.reason] is not None:
+                return Expected(key, known=False), None  # raised only on a row read now
+            return Expected(key, record), ahead
+        new = checked(binding, record, decision)
+        if new == record and not ahead.relative:
+            return Expected(key, record), ahead
+        if record is None or new is None:
+            return Expected(key, known=False), None  # inserts and deletes run in a transaction
+        return Expected(key, record, new=new, relative=ahead.relative), ahead
+
+    async def _on_keys_ahead(
+        self, ahead: AheadWriter, binding: Binding, items: Sequence[tuple[str, Any]], by_keys: Finder, *,
+        raise_conflicts: bool,
+    ) -> list[Decision] | None:
+        """:meth:`on_keys` for distinct keys in decided-ahead statements: one round trip
+        when the rows last seen are current. None: the call needs a transaction after all
+        (the caller runs it; nothing was written).
+
+        Each round decides every item ahead and sends one statement that writes all of
+        them or none. When it does not go, the rows it locked and the clock it read are
+        a consistent view: decided there, items that change nothing are answered at
+        that clock (the serial point of the call); otherwise the next round decides
+        ahead from exactly those rows. Only the clock of the answering statement is
+        reported as the call's database time.
+        """
+        reference = ahead.estimated_now_us()
+        known = {key: self._last_seen(binding, key) for key, _ in items}
+        for _ in range(AHEAD_ROUNDS):
+            plans = [self._plan(binding, key, command, *known[key], reference, raise_conflicts) for key, command in items]
+            windows = [plan for _, plan in plans if plan is not None]
+            not_before = max((plan.not_before_us for plan in windows), default=0)
+            not_after = min((plan.not_after_us for plan in windows), default=0)
+            try:
+                answer = await ahead.write_ahead(binding, by_keys, [expected for expected, _ in plans], not_before, not_after)
+            except TenureError as error:
+                if error.reason != "read_back_mismatch":
+                    raise
+                # A written value did not read back as intended (a trigger, a coercion);
+                # the statement kept nothing. The transaction path explains it.
+                return None
+            if answer.went:
+                return self._answer_ahead(binding, plans, answer)
+            decisions, changes = self.decide_all(
+                binding, [(answer.locked.get(key), command) for key, command in items], answer.now_us
+            )
+            for key, _ in items:
+                self._keep(binding, key, answer.locked.get(key))
+            if not changes:
+                self._observe(answer.now_us)
+                if raise_conflicts:
+                    for decision in decisions:
+                        raise_if_conflict(binding, decision)
+                return decisions
+            known = {key: (True, answer.locked.get(key)) for key, _ in items}
+            reference = answer.now_us
+        return None
+
+    def _answer_ahead(self, binding: Binding, plans: Sequence[tuple[Expected, Ahead | None]], answer: AheadAnswer) -> list[Decision]:
+        """The decisions of a statement that went, at its clock; every written row must
+        equal its decided record there (the statement verified the values it wrote; this
+        also checks the row mapping both ways)."""
+        decisions: list[Decision] = []
+        for expected, plan in plans:
+            require(plan is not None)
+            assert plan is not None
+            decision = plan.at(answer.now_us)
+            if expected.new is not None:
+                require(isinstance(decision, Applied))
+                stored = answer.written.get(expected.key)
+                if stored is None or stored != decision.new_record:  # type: ignore[union-attr]
+                    raise persistence_failed("read_back_mismatch")
+                self.remember(binding, [stored])
+            decisions.append(decision)
+        self._observe(answer.now_us)
         return decisions
+
+    def _observe(self, now_us: int) -> None:
+        if self.store.observe_time is not None:
+            self.store.observe_time(now_us)

@@ -19,9 +19,9 @@ an owned operation costs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from tenure.kernel.core import Finder
 
@@ -29,7 +29,12 @@ from .failures import persistence_failed
 from .sql import Capabilities, CompiledFinder, TableStatements, compile_finder, statements_for
 from .tables import Binding, Dialect, RowCodec
 
-__all__ = ["Store", "Transaction", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver"]
+__all__ = [
+    "Store", "Transaction", "Body", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver",
+    "Expected", "AheadAnswer", "AheadWriter",
+]
+
+T = TypeVar("T")
 
 TimeObserver = Callable[[int], None]
 """Called with the database time each transaction read (tracing, conformance tests)."""
@@ -46,6 +51,53 @@ class Probe:
     kind: str = "rows"
     limit: int | None = None
     field: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Expected:
+    """One item of a decided-ahead statement (see :class:`AheadWriter`): the row the
+    kernel decided on (``record``; None: no row), the row to write instead (``new``; None:
+    nothing to write) with the fields that move with the time (``relative``: field ->
+    offset from the write's database time). ``known`` False: nothing was decided, the
+    statement only locks and reads this key (and so cannot go)."""
+
+    key: str
+    record: Any = None
+    known: bool = True
+    new: Any = None
+    relative: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AheadAnswer:
+    """What a decided-ahead statement saw and did: the clock it read after its last row
+    lock, whether it wrote (``went``: every item's row equalled its expected record and
+    the clock lay in the window), and the rows by key as locked and as written."""
+
+    now_us: int
+    went: bool
+    locked: Mapping[str, Any]
+    written: Mapping[str, Any]
+
+
+class AheadWriter(Protocol):
+    """A store that can persist decisions made ahead in one statement (PostgreSQL)."""
+
+    def estimated_now_us(self) -> int | None:
+        """The database time now, as estimated from the last clock read and this
+        process's monotonic clock since (None before the first read). Only a reference
+        for deciding ahead: the statement checks the real clock."""
+
+    async def write_ahead(
+        self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int
+    ) -> AheadAnswer:
+        """One autocommit statement: lock the rows ``finder`` selects for the items' keys,
+        read the clock after the last lock, and write every ``new`` row (relative fields
+        at that clock plus their offsets) only if every item's row equals its expected
+        record and the clock lies in ``[not_before_us, not_after_us)``; all or nothing.
+        The written rows are verified in the same statement (a BEFORE trigger that
+        changed a value aborts it: ``read_back_mismatch``, nothing kept). A failure
+        after the statement was sent is ``commit_unacknowledged``."""
 
 
 class Transaction(Protocol):
@@ -82,6 +134,10 @@ class Transaction(Protocol):
         """The rows with these keys as they are (no lock, no clock)."""
 
 
+Body = Callable[[Transaction], Awaitable[T]]
+"""The work of one transaction: awaits only its transaction's methods."""
+
+
 class Store(Protocol):
     """A database holding the machines' tables."""
 
@@ -90,7 +146,16 @@ class Store(Protocol):
     def transaction(self, *, write: bool) -> AbstractAsyncContextManager[Transaction]:
         """A transaction; ``write`` ones take the database's write lock first."""
 
+    async def run(self, body: Body[T], *, write: bool) -> T:
+        """``body`` in one transaction (committed when it returns, rolled back when it
+        raises). Operations run through here: a store may run the whole transaction in
+        one step (SQLite runs it in its connection's thread, one hop for the lot)."""
+
     async def close(self) -> None: ...
+
+    ahead: AheadWriter | None
+    """This store's decided-ahead writer, or None (SQLite: a transaction is already one
+    hop there)."""
 
 
 class SharedPrimitives:

@@ -187,6 +187,16 @@ class Moment(int):
         return f"Moment(now{self.offset:+d})"
 
 
+def _replaced(record: Any, changes: Mapping[str, Any]) -> Any:
+    """``dataclasses.replace`` for a record (a slotted dataclass) on the hot path: the
+    slots copied directly, without replace's per-call introspection and ``__init__``."""
+    kind = type(record)
+    new = object.__new__(kind)
+    for name in kind.__slots__:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(record, name))
+    return new
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ahead:
     """A decision that holds for every database time in ``[not_before_us, not_after_us)``.
@@ -211,7 +221,7 @@ class Ahead:
         if not self.relative or not isinstance(decision, Applied) or decision.new_record is None:
             return decision
         moved = {field: now_us + offset for field, offset in self.relative.items()}
-        return Applied(dataclasses.replace(decision.new_record, **moved), decision.reply)
+        return Applied(_replaced(decision.new_record, moved), decision.reply)
 
 
 def _plain(value: Any, relative: dict[str, int]) -> Any:
@@ -225,7 +235,7 @@ def _plain(value: Any, relative: dict[str, int]) -> Any:
         if isinstance(item, Moment):
             relative[field.name] = item.offset
             changes[field.name] = int(item)
-    return dataclasses.replace(value, **changes) if changes else value  # type: ignore[type-var]
+    return _replaced(value, changes) if changes else value
 
 
 def _holds_moment(value: Any) -> bool:
@@ -250,6 +260,7 @@ def decide_ahead(
     try:
         rule = select_rule(machine, record, command, now)
         rule_window = (window.start, window.end)
+        decided: Decision
         if isinstance(rule.outcome, str):
             decided = machine.effects[rule.outcome](record, command, now)
         else:

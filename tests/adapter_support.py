@@ -345,20 +345,20 @@ class Faults:
 def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faults]:
     faults = Faults()
     if kind == "sqlite":
-        import aiosqlite
+        from tenure.adapters.sqlite import store as sqlite_store
 
-        original_execute = aiosqlite.Connection.execute_fetchall
+        original_statement = sqlite_store._statement
 
-        async def execute(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        def execute(connection: Any, sql: str, parameters: Any) -> Any:
             when = faults.take(sql)
             if when == "before":
                 raise sqlite3.OperationalError("disk I/O error (injected)")
-            result = await original_execute(self, sql, *args, **kwargs)
+            result = original_statement(connection, sql, parameters)
             if when == "after":
                 raise sqlite3.OperationalError("connection reset before the acknowledgement (injected)")
             return result
 
-        monkeypatch.setattr(aiosqlite.Connection, "execute_fetchall", execute)
+        monkeypatch.setattr(sqlite_store, "_statement", execute)
         yield faults
         return
     import asyncpg

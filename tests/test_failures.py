@@ -142,30 +142,28 @@ def _failing(kind: str, exception: Exception, statement: str, monkeypatch: pytes
         armed["on"] = True
 
     def take(sql: str) -> bool:
-        if armed["on"] and sql.lstrip().upper().startswith(statement):
+        if armed["on"] and sql.lstrip().upper().startswith(statement.upper()):
             armed["on"] = False
             return True
         return False
 
     if kind == "sqlite":
-        import aiosqlite
-
         from tenure.adapters.sqlite import store as sqlite_store
 
-        original = aiosqlite.Connection.execute_fetchall
+        original = sqlite_store._statement
         original_connect = sqlite_store._connect
 
-        async def execute(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        def execute(connection: Any, sql: str, parameters: Any) -> Any:
             if take(sql):
                 raise exception
-            return await original(self, sql, *args, **kwargs)
+            return original(connection, sql, parameters)
 
         def connect(*args: Any, **kwargs: Any) -> Any:
             if take("CONNECT"):
                 raise exception
             return original_connect(*args, **kwargs)
 
-        monkeypatch.setattr(aiosqlite.Connection, "execute_fetchall", execute)
+        monkeypatch.setattr(sqlite_store, "_statement", execute)
         monkeypatch.setattr(sqlite_store, "_connect", connect)
         return arm
     import asyncpg
@@ -208,10 +206,15 @@ def _known_driver_error(kind: str) -> Exception:
 POINTS = {
     "connect": "CONNECT",
     "begin": "BEGIN",
-    "locking statement": {"sqlite": "SELECT", "postgresql": "WITH"},
+    "locking statement": {"sqlite": "SELECT", "postgresql": "WITH locked"},
     "write": "UPDATE",
     "commit": "COMMIT",
+    "one statement or clock": {"sqlite": "UPDATE tenure_clock", "postgresql": "WITH want"},
 }
+"""Where a heartbeat meets the driver. On PostgreSQL a fenced write is one decided-ahead
+statement (``WITH want``); the transaction points are met by a batch that names one
+fence twice, which runs as a transaction. On SQLite every write is a transaction, whose
+clock statement is a point of its own."""
 
 
 @pytest.mark.parametrize("point", list(POINTS))
@@ -231,9 +234,15 @@ async def test_any_driver_exception_at_any_point_becomes_the_documented_error(
             await source.close()  # a new source must open its first connection
             source = ValidationJobSource(db_url, config(db_url))
         _failing(kind, exception, statement, monkeypatch)()
+        fence = claimed.claim_fence
+        in_transaction = kind == "postgresql" and point in ("begin", "locking statement", "write", "commit")
         with caplog.at_level(logging.DEBUG, logger="tenure.adapters"):
-            error = await failure_of(source.heartbeat_owned(claimed.claim_fence))
-        if point == "commit":
+            if in_transaction:
+                error = await failure_of(source.heartbeat_many_owned([fence, fence]))
+            else:
+                error = await failure_of(source.heartbeat_owned(fence))
+        if point == "commit" or (point == "one statement or clock" and kind == "postgresql"):
+            # The outcome is unknown: the write may have committed.
             assert error.reason == "commit_unacknowledged"
         elif novel or kind == "sqlite":
             assert error.reason == "unavailable"
@@ -274,7 +283,12 @@ async def test_a_frozen_server_fails_calls_with_timeout_within_the_bound(db_url:
             proxy.freeze()
             started = time.monotonic()
             error = await failure_of(source.heartbeat_owned(claimed.claim_fence))
-            assert error.reason == "timeout" and time.monotonic() - started < 1.5
+            # A fenced write is one autocommit statement: once sent, a timeout leaves its
+            # outcome unknown (it may have committed), which is what the reason says.
+            assert error.reason == "commit_unacknowledged" and time.monotonic() - started < 1.5
+            started = time.monotonic()
+            error = await failure_of(source.submit_owned(REQUEST, submission_id="s-2"))
+            assert error.reason == "timeout" and time.monotonic() - started < 1.5  # a transaction: never committed
             # The timed-out connection was dropped: the next call must connect anew,
             # and connecting through the frozen network is bounded too.
             started = time.monotonic()

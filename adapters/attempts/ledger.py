@@ -77,6 +77,7 @@ from tenure.model.attempts import MAX_REFS, check_reason, check_refs
 from ..dialects import open_store
 from ..engine import Engine, raise_if_conflict
 from ..failures import persistence_failed
+from ..store import Transaction
 from .table import ATTEMPTS_BINDING
 
 __all__ = ["AttemptLedger", "ATTEMPT_NAMESPACE", "attempt_id_for", "DEFAULT_SUBMIT_LEASE_SECONDS", "MAX_DOCUMENT_BYTES"]
@@ -281,7 +282,8 @@ class AttemptLedger:
             raise _refuse("spec", "attempt_spec_required")
         row = _row_of(spec)
         binding = ATTEMPTS_BINDING
-        async with self._attempt_errors(), self.store.transaction(write=True) as tx:
+
+        async def body(tx: Transaction) -> Decision:
             rows = await tx.locked(binding, finders.of_owner_or_key,
                                    {"owner_job_id": spec.owner_job_id, "key": spec.idempotency_key})
             met, predecessor_state, predecessor_generation, key_held = finders.prepare_meets(
@@ -291,6 +293,10 @@ class AttemptLedger:
                               predecessor_generation=predecessor_generation, key_held_elsewhere=key_held)
             decision = await self._engine.decide_one(tx, binding, met, command)
             raise_if_conflict(binding, decision)
+            return decision
+
+        async with self._attempt_errors():
+            decision = await self.store.run(body, write=True)
         reply = decision.reply if isinstance(decision, Applied) else None
         if not isinstance(reply, Prepared):
             raise persistence_failed("invariant_broken")
@@ -404,23 +410,29 @@ class AttemptLedger:
 
     async def get(self, attempt_id: str) -> AttemptRecord | None:
         key = _identity(attempt_id, "attempt_id")
-        async with self._attempt_errors(), self.store.transaction(write=False) as tx:
-            found = await tx.read(ATTEMPTS_BINDING, [key])
-            return _public(found[0]) if found else None
+        async def body(tx: Transaction) -> list[AttemptRow]:
+            return await tx.read(ATTEMPTS_BINDING, [key])
+
+        async with self._attempt_errors():
+            found = await self.store.run(body, write=False)
+        return _public(found[0]) if found else None
 
     async def list_unresolved(self, *, after: str | None = None, limit: int = 100) -> AttemptPage:
         """SUBMITTING, ACCEPTED, RUNNING and INDETERMINATE attempts, oldest created first."""
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
             raise _refuse("limit", "integer_out_of_range")
         binding = ATTEMPTS_BINDING
-        async with self._attempt_errors(), self.store.transaction(write=False) as tx:
-            if after is None:
-                rows = await tx.find(binding, finders.unresolved, {}, limit + 1)
-            else:
-                created, attempt_id = _parse_cursor(after)
-                rows = await tx.find(binding, finders.unresolved_after,
-                                     {"after_created": created, "after_id": attempt_id}, limit + 1)
-            items = tuple(_public(row) for row in rows[:limit])
+        cursor = None if after is None else _parse_cursor(after)
+
+        async def body(tx: Transaction) -> list[AttemptRow]:
+            if cursor is None:
+                return await tx.find(binding, finders.unresolved, {}, limit + 1)
+            return await tx.find(binding, finders.unresolved_after,
+                                 {"after_created": cursor[0], "after_id": cursor[1]}, limit + 1)
+
+        async with self._attempt_errors():
+            rows = await self.store.run(body, write=False)
+        items = tuple(_public(row) for row in rows[:limit])
         next_cursor = _cursor_of(rows[limit - 1]) if len(rows) > limit else None
         return AttemptPage(items, next_cursor)
 

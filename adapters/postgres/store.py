@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -41,9 +43,9 @@ from tenure.kernel.core import Finder
 from tenure.model import ConfigValidationError, TenureError
 
 from ..failures import Stage, persistence_failed, reason_by_class, translate
-from ..sql import POSTGRESQL
-from ..store import Probe, SharedPrimitives, TimeObserver
-from ..tables import POSTGRESQL_DIALECT, Binding, RowCodec
+from ..sql import POSTGRESQL, compile_finder
+from ..store import AheadAnswer, Body, Expected, Probe, SharedPrimitives, TimeObserver
+from ..tables import POSTGRESQL_DIALECT, Binding, RowCodec, qualified
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
 
@@ -120,6 +122,7 @@ def _compiled(sql: str) -> _Compiled:
 _REASONS_BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
     (TimeoutError, "timeout"),
     (asyncpg.UniqueViolationError, "constraint_violated"),
+    (asyncpg.DivisionByZeroError, "read_back_mismatch"),  # a decided-ahead write's own check
     (asyncpg.DeadlockDetectedError, "deadlock"),
     (asyncpg.InvalidCatalogNameError, "database_missing"),
     (asyncpg.UndefinedTableError, "schema_missing"),
@@ -161,6 +164,22 @@ async def _call(operation: Callable[[], Awaitable[T]], deadline: float, stage: S
     raise _failure(failure, stage)
 
 
+async def _call_once(operation: Callable[[], Awaitable[T]], deadline: float) -> T:
+    """The boundary for one autocommit statement: an error the server answered with
+    means nothing was kept (its own reason); any other failure (the connection, the
+    deadline) leaves the outcome unknown: ``commit_unacknowledged``."""
+    failure: Exception | None = None
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await operation()
+    except (TenureError, ConfigValidationError):
+        raise
+    except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass
+        failure = error
+    answered = isinstance(failure, asyncpg.PostgresError) and not isinstance(failure, asyncpg.PostgresConnectionError)
+    raise _failure(failure, Stage.STATEMENT if answered else Stage.COMMIT)
+
+
 def _with_clock(locking_select: str) -> str:
     """One statement that takes every row lock, then reads the clock.
 
@@ -200,6 +219,98 @@ def _snapshot_sql(parts: Sequence[tuple[str, str, str | None]]) -> str:
             columns.append(f"ARRAY(SELECT {column} FROM ({sql}) AS probe_values{number})")
     tail = f"{rows_cte}.* FROM (SELECT 1) AS one LEFT JOIN {rows_cte} ON true" if rows_cte else "1"
     return f"WITH {', '.join(ctes)} SELECT {', '.join(columns)}, {tail}"
+
+
+_ARRAY_TYPES = {"text": "text", "enum": "text", "texts": "text", "json": "text", "int": "bigint",
+                "flag": "boolean", "instant": "bigint"}
+"""How each codec's values travel in a decided-ahead statement's arrays (instants as
+integer microseconds since the Unix epoch, JSON as its exact text)."""
+
+
+def _instant(expression: str) -> str:
+    """Integer microseconds since the epoch as a ``timestamptz`` (exact: whole microseconds
+    stay whole through the interval arithmetic)."""
+    return f"(timestamptz 'epoch' + ({expression}) * interval '1 microsecond')"
+
+
+_CLOCK_AFTER_LOCKS = "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked)"
+"""The clock, read in an aggregate over the locked rows: only once every lock is held
+(tests/test_ahead_postgres.py replaces it with a clock read first and sees stale writes)."""
+
+
+@functools.cache
+def _ahead_sql(binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...]) -> str:
+    """The decided-ahead statement for ``binding`` (see :meth:`PostgresStore.write_ahead`).
+
+    A chain of CTEs, each depending on the one before, so that no plan can read the
+    clock before the locks or write before the checks: ``want`` unnests the items;
+    ``locked`` (MATERIALIZED) takes the row locks; ``clock`` (MATERIALIZED) reads
+    ``clock_timestamp()`` in an aggregate over ``locked``, which is computed only once
+    every lock is held; ``verdict`` (MATERIALIZED) compares every locked row with its
+    expected record column by column and the clock with the window; ``written``
+    updates only when the verdict says go, with the relative times taken from the
+    verdict's clock, and verifies each written row against the intended values in its
+    RETURNING list (a mismatch divides by zero, aborting the whole statement). Nothing
+    about a machine is spelled here: the comparisons are generic over the table's
+    mutable columns.
+    """
+    spec = binding.spec
+    udt = dict(types)
+    key = binding.key_column
+    mutable = spec.mutable_names
+    instants = [c for c in mutable if spec.column(c).codec.base == "instant"]
+
+    def array_type(column: str) -> str:
+        return _ARRAY_TYPES[spec.column(column).codec.base]
+
+    def stored(alias: str, column: str) -> str:
+        if spec.column(column).codec.base == "json" or udt.get(column) == "uuid":
+            return f"{alias}.{column}::text"
+        return f"{alias}.{column}"
+
+    def given(prefix: str, column: str) -> str:
+        if spec.column(column).codec.base == "instant":
+            return _instant(f"w.{prefix}{column}")
+        return f"w.{prefix}{column}"
+
+    def intended(column: str) -> str:
+        if column in instants:
+            return (f"CASE WHEN w.rel_{column} IS NULL THEN {given('new_', column)} "
+                    f"ELSE verdict.now + w.rel_{column} * interval '1 microsecond' END")
+        return f"(w.new_{column})::{udt[column]}"
+
+    def verified(column: str) -> str:
+        if column in instants:
+            return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
+        return f"{stored('t', column)} IS NOT DISTINCT FROM {given('new_', column)}"
+
+    inputs = [("key", "text"), ("present", "boolean")]
+    inputs += [(f"old_{c}", array_type(c)) for c in mutable]
+    inputs += [("write", "boolean")]
+    inputs += [(f"new_{c}", array_type(c)) for c in mutable]
+    inputs += [(f"rel_{c}", "bigint") for c in instants]
+    unnest = ", ".join(f":w_{name}::{kind}[]" for name, kind in inputs)
+    names = ", ".join(name for name, _ in inputs)
+    same = " AND ".join(f"{stored('l', c)} IS NOT DISTINCT FROM {given('old_', c)}" for c in mutable)
+    matched = (f"CASE WHEN w.present IS NULL THEN false WHEN w.present THEN l.{key} IS NOT NULL AND {same} "
+               f"ELSE l.{key} IS NULL END")
+    table = qualified(schema, spec.name)
+    key_cast = f"::{udt[key]}" if key in udt else ""
+    return (
+        f"WITH want AS MATERIALIZED (SELECT * FROM unnest({unnest}) AS w({names})), "
+        f"locked AS MATERIALIZED ({locking_select}), "
+        f"{_CLOCK_AFTER_LOCKS}, "
+        "verdict AS MATERIALIZED (SELECT clock.now, (clock.now >= :not_before AND clock.now < :not_after AND "
+        f"(SELECT bool_and({matched}) FROM want w LEFT JOIN locked l ON {stored('l', key)} = w.key)) AS go FROM clock), "
+        f"written AS (UPDATE {table} AS t SET {', '.join(f'{c} = {intended(c)}' for c in mutable)} "
+        f"FROM want w, verdict WHERE verdict.go AND w.write AND t.{key} = w.key{key_cast} "
+        f"RETURNING {', '.join(f't.{c}' for c in spec.column_names)}, "
+        f"1 / (CASE WHEN {' AND '.join(verified(c) for c in mutable)} THEN 1 ELSE 0 END) AS verified) "
+        # Rows as locked only when nothing was written (the kernel decides again on them);
+        # rows as written otherwise: a statement's answer carries one of the two.
+        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.* FROM verdict "
+        "LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
+    )
 
 
 class PostgresTransaction(SharedPrimitives):
@@ -244,6 +355,7 @@ class PostgresTransaction(SharedPrimitives):
     def _observe(self, now: int) -> None:
         if self._now is None:
             self._now = now
+            self._store.saw_clock(now)
             if self._store.observe_time is not None:
                 self._store.observe_time(self._now)
 
@@ -255,7 +367,7 @@ class PostgresTransaction(SharedPrimitives):
         return self._now
 
     def codec(self, binding: Binding) -> RowCodec:
-        return binding.codec(POSTGRESQL_DIALECT, key_as_text=(binding.spec.name, binding.key_column) in self._store.uuid_columns)
+        return self._store.codec(binding)
 
     async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         read = self.codec(binding).read
@@ -423,6 +535,11 @@ class PostgresStore:
         self.uuid_columns: frozenset[tuple[str, str]] = frozenset()
         """(table, column) of every genuine uuid column in the schema (read at first use):
         keys stored there are canonicalized by the database and read back as text."""
+        self.column_types: dict[str, tuple[tuple[str, str], ...]] = {}
+        """Each table's columns with their PostgreSQL type names (read at first use)."""
+        self._clock: tuple[int, float] | None = None
+        """The last database time read, with this process's monotonic time then."""
+        self.ahead = self
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self._timeout_seconds
@@ -442,8 +559,8 @@ class PostgresStore:
                     connection = await pool.take(deadline)
                     try:
                         rows = await _call(lambda: connection.fetch(
-                            "SELECT table_name, column_name FROM information_schema.columns"
-                            " WHERE table_schema = coalesce($1, current_schema()) AND data_type = 'uuid'",
+                            "SELECT table_name, column_name, udt_name FROM information_schema.columns"
+                            " WHERE table_schema = coalesce($1, current_schema()) ORDER BY table_name, ordinal_position",
                             self.schema,
                         ), deadline, Stage.CONNECT)
                     except BaseException:
@@ -453,7 +570,11 @@ class PostgresStore:
                 except BaseException:
                     await pool.close(self._deadline())
                     raise
-                self.uuid_columns = frozenset((table, column) for table, column in rows)
+                self.uuid_columns = frozenset((table, column) for table, column, kind in rows if kind == "uuid")
+                types: dict[str, list[tuple[str, str]]] = {}
+                for table, column, kind in rows:
+                    types.setdefault(table, []).append((column, kind))
+                self.column_types = {table: tuple(columns) for table, columns in types.items()}
                 self._pool = pool
         finally:
             self._opening.release()
@@ -479,6 +600,85 @@ class PostgresStore:
             clean = True
         finally:
             pool.give_back(connection, clean=clean)
+
+    def saw_clock(self, now_us: int) -> None:
+        self._clock = (now_us, time.monotonic())
+
+    def estimated_now_us(self) -> int | None:
+        if self._clock is None:
+            return None
+        seen, at = self._clock
+        return seen + round((time.monotonic() - at) * 1_000_000)
+
+    async def write_ahead(
+        self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int
+    ) -> AheadAnswer:
+        """One autocommit statement that locks, reads the clock after the locks, checks
+        every item's expected row and the window, and writes all or nothing (see
+        :func:`_ahead_sql` and :class:`tenure.adapters.store.AheadWriter`)."""
+        self._refuse_if_closed()
+        deadline = self._deadline()
+        pool = await self._open(deadline)
+        types = self.column_types.get(binding.spec.name, ())
+        if not set(binding.spec.column_names) <= {column for column, _ in types}:
+            raise persistence_failed("schema_missing")
+        codec = self.codec(binding)
+        compiled = compile_finder(binding, finder, POSTGRESQL, self.schema)
+        keys = [item.key for item in items]
+        sql = _ahead_sql(binding, self.schema, compiled.sql, types)
+        parameters = self._ahead_parameters(binding, codec, items)
+        parameters.update(compiled.parameters({"keys": keys}))
+        parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
+        statement = _compiled(sql)
+        arguments = statement.arguments(parameters)
+        connection = await pool.take(deadline)
+        clean = False
+        try:
+            rows = await _call_once(lambda: connection.fetch(statement.sql, *arguments), deadline)
+            clean = True
+        finally:
+            pool.give_back(connection, clean=clean)
+        width = len(binding.spec.columns)
+        now, went = rows[0][0], bool(rows[0][1])
+        self.saw_clock(now)
+        key_index = binding.key_index
+        locked = {str(row[2 + key_index]): codec.read(row, 2) for row in rows if row[2 + key_index] is not None}
+        written = {str(row[3 + width + key_index]): codec.read(row, 3 + width)
+                   for row in rows if row[3 + width + key_index] is not None}
+        return AheadAnswer(now, went, locked, written)
+
+    def codec(self, binding: Binding) -> RowCodec:
+        return binding.codec(POSTGRESQL_DIALECT, key_as_text=(binding.spec.name, binding.key_column) in self.uuid_columns)
+
+    @staticmethod
+    def _ahead_parameters(binding: Binding, codec: RowCodec, items: Sequence[Expected]) -> dict[str, Any]:
+        """The statement's arrays: one element per item, for every input column."""
+        spec = binding.spec
+        mutable = spec.mutable_names
+        instants = [c for c in mutable if spec.column(c).codec.base == "instant"]
+        columns: dict[str, list[Any]] = {"w_key": [], "w_present": [], "w_write": []}
+        for c in mutable:
+            columns[f"w_old_{c}"], columns[f"w_new_{c}"] = [], []
+        for c in instants:
+            columns[f"w_rel_{c}"] = []
+        for item in items:
+            columns["w_key"].append(item.key)
+            columns["w_present"].append(None if not item.known else item.record is not None)
+            old = codec.write(item.record) if item.known and item.record is not None else {}
+            new = codec.write(item.new) if item.new is not None else {}
+            columns["w_write"].append(item.new is not None)
+            relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}
+            for c in mutable:
+                columns[f"w_old_{c}"].append(old.get(c))
+                columns[f"w_new_{c}"].append(new.get(c))
+            for c in instants:
+                columns[f"w_rel_{c}"].append(relative.get(c))
+        return columns
+
+    async def run(self, body: Body[T], *, write: bool) -> T:
+        """``body`` in one transaction: BEGIN, its statements, COMMIT."""
+        async with self.transaction(write=write) as transaction:
+            return await body(transaction)
 
     @staticmethod
     async def _commit(transaction: PostgresTransaction) -> None:

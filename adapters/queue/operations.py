@@ -64,7 +64,7 @@ from tenure.model import (
 
 from ..engine import Engine, checked, raise_if_conflict, require
 from ..failures import persistence_failed
-from ..store import Probe, Store
+from ..store import Probe, Store, Transaction
 from .table import QUEUE_BINDINGS, stored_payload
 
 Presented = TypeVar("Presented")
@@ -144,16 +144,17 @@ class QueueOperations:
             chosen_run_id = run_id if run_id is not None else self._new_run_id()
         return chosen_job_id, chosen_run_id
 
-    async def _locate(self, tx: object, submission_id: str | None, job_id: str, run_id: str | None, key: str | None) -> list[JobRecord]:
+    async def _locate(self, tx: Transaction, submission_id: str | None, job_id: str, run_id: str | None, key: str | None) -> list[JobRecord]:
         # Every row sharing an identity with the request, locked at once; the clock is read
         # after the locks (so also after a predecessor's lock wait).
         parameters = {"submission_id": submission_id, "job_id": job_id, "run_id": run_id, "key": key}
-        return await tx.locked(self.binding, finders.locate(self.queue), parameters)  # type: ignore[attr-defined, no-any-return]
+        return await tx.locked(self.binding, finders.locate(self.queue), parameters)
 
     async def _submit_owned_once(self, snapshot: SubmissionSnapshot) -> Submitted:
         authored_job_id, run_id = self._ids(snapshot.job_id, snapshot.run_id)
         binding = self.binding
-        async with self.store.transaction(write=True) as tx:
+
+        async def body(tx: Transaction) -> Decision:
             job_id = await tx.canonical_key(binding, authored_job_id)
             key = snapshot.active_key if snapshot.active_key is not None else snapshot.idempotency_key
             rows = await self._locate(tx, snapshot.submission_id, job_id, run_id, key)
@@ -181,12 +182,15 @@ class QueueOperations:
             # Raised inside the transaction, so a predecessor released above is restored:
             # a refused submission changes nothing.
             raise_if_conflict(binding, decision)
-        return _submitted(decision)
+            return decision
+
+        return _submitted(await self.store.run(body, write=True))
 
     async def _submit_legacy_once(self, request: FrozenEnvelope) -> Submitted:
         authored_job_id, run_id = self._ids(request.job_id, request.run_id)
         binding = self.binding
-        async with self.store.transaction(write=True) as tx:
+
+        async def body(tx: Transaction) -> Decision:
             job_id = await tx.canonical_key(binding, authored_job_id)
             key = request.active_key if request.active_key is not None else request.idempotency_key
             rows = await self._locate(tx, None, job_id, run_id, key)
@@ -218,7 +222,9 @@ class QueueOperations:
                 )
             decision = await self.engine.decide_one(tx, binding, met, command)
             raise_if_conflict(binding, decision)
-        return _submitted(decision)
+            return decision
+
+        return _submitted(await self.store.run(body, write=True))
 
     # --- claims -----------------------------------------------------------------------
 
@@ -249,7 +255,8 @@ class QueueOperations:
         lease_us = self.config.lease_us
         binding = self.binding
         eligible = finders.eligible if owned else finders.eligible_legacy
-        async with self.store.transaction(write=True) as tx:
+
+        async def body(tx: Transaction) -> list[Presented]:
             # The clock is read first because eligibility depends on it; candidates are
             # locked with SKIP LOCKED, which never waits, so no lock wait separates reading
             # the clock from deciding.
@@ -292,13 +299,21 @@ class QueueOperations:
                 if found != decided:
                     raise persistence_failed("read_back_mismatch")
             presented = [present(record) for record in stored]
-        return presented
+            claimed_rows.extend(stored)
+            return presented
+
+        claimed_rows: list[JobRecord] = []
+        result = await self.store.run(body, write=True)
+        self.engine.remember(binding, claimed_rows)  # the fenced writes to follow decide ahead from these
+        return result
 
     async def recover_owned(self, owner_id: str, claim_token: str) -> JobRecord | None:
-        async with self.store.transaction(write=False) as tx:
+        async def body(tx: Transaction) -> Decision:
             found = await tx.locked(self.binding, finders.by_token, {"claim_token": claim_token})
             met = found[0] if found else None
-            decision = decide(met, RecoverOwned(owner_id=owner_id, claim_token=claim_token), await tx.now_us())
+            return decide(met, RecoverOwned(owner_id=owner_id, claim_token=claim_token), await tx.now_us())
+
+        decision = await self.store.run(body, write=False)
         if isinstance(decision, Refused):
             return None
         return decision.new_record
@@ -383,23 +398,30 @@ class QueueOperations:
     async def purge_finished(self, older_than_us: int) -> int:
         """Delete unprotected finished rows that finished more than ``older_than_us`` ago."""
         binding = self.binding
-        async with self.store.transaction(write=True) as tx:
+
+        async def body(tx: Transaction) -> int:
             now = await tx.now_us()
             command = PurgeFinished(older_than_us=now - older_than_us)
             rows = await tx.find(binding, finders.finished_before, {"cutoff": command.older_than_us}, PURGE_LIMIT)
             _, changes = self.engine.decide_all(binding, [(row, command) for row in rows], now)
             await self.engine.persist(tx, binding, changes)
-        return len(changes)
+            return len(changes)
+
+        return await self.store.run(body, write=True)
 
     # --- reads ------------------------------------------------------------------------
 
     async def get(self, job_id: str) -> JobRecord | None:
-        async with self.store.transaction(write=False) as tx:
-            found = await tx.read(self.binding, [job_id])
+        async def body(tx: Transaction) -> list[JobRecord]:
+            return await tx.read(self.binding, [job_id])
+
+        found = await self.store.run(body, write=False)
         return found[0] if found else None
 
     async def list(self, status: JobStatus | None, limit: int) -> list[JobRecord]:
-        async with self.store.transaction(write=False) as tx:
+        async def body(tx: Transaction) -> list[JobRecord]:
             if status is None:
                 return await tx.find(self.binding, finders.all_rows, {}, limit)
             return await tx.find(self.binding, finders.with_status, {"status": status}, limit)
+
+        return await self.store.run(body, write=False)

@@ -18,8 +18,17 @@ across every process sharing the file. What remains: all processes must be on on
 host (SQLite's locking needs that anyway), and a clock that jumps forward ends leases
 early, as it would on any single clock. Time has microsecond resolution.
 
-Every driver call passes one boundary (:func:`_run`): any exception (sqlite3, aiosqlite,
-the binding, the deadline) becomes ``QUEUE_PERSISTENCE_FAILED`` with a reason from the
+An operation's whole transaction runs in one hop to aiosqlite's connection thread
+(:meth:`SqliteStore.run`): BEGIN, its statements, the kernel's decisions and COMMIT
+are one function call there, because a hop between the event loop and that thread
+costs more than most statements do. The body is the same coroutine the PostgreSQL
+store awaits statement by statement; here each of its awaits completes at once, so it
+is driven to its end without an event loop. A call cancelled during its hop rolls back
+unless COMMIT had begun. Migrations and tools use :meth:`SqliteStore.transaction`, one
+hop per statement.
+
+Every driver call passes one boundary (:func:`_run`, :func:`_run_here` in the
+connection's thread): any exception (sqlite3, aiosqlite, the binding, the deadline) becomes ``QUEUE_PERSISTENCE_FAILED`` with a reason from the
 tables below. A file is opened read-write without being created (a missing file or
 folder is ``database_missing``; only the migration creates one), so a mistyped path
 leaves no empty database behind.
@@ -30,11 +39,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -44,10 +54,12 @@ from tenure.model import ConfigValidationError, TenureError
 from ..failures import Stage, persistence_failed, translate
 from ..schema import CLOCK_TABLE
 from ..sql import SQLITE
-from ..store import Probe, SharedPrimitives, TimeObserver
+from ..store import Body, Probe, SharedPrimitives, TimeObserver
 from ..tables import SQLITE_DIALECT, Binding
 
 __all__ = ["SqliteStore", "SqliteTransaction", "DEFAULT_TIMEOUT_SECONDS", "wall_clock_us"]
+
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 """How long a call waits for the source's connection, and for another connection's
@@ -98,21 +110,63 @@ def _failure(error: Exception, stage: Stage) -> TenureError:
     return translate(error, stage, _reason_of(error), detail=detail)
 
 
+def _statement(connection: sqlite3.Connection, sql: str, parameters: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
+    """Execute one statement and fetch its rows (in the connection's thread). Every
+    statement of every path runs through here (fault-injection tests replace it)."""
+    return connection.execute(sql, parameters).fetchall()
+
+
 async def _run(
     connection: aiosqlite.Connection,
     sql: str,
     parameters: Mapping[str, Any] | Sequence[Any] = (),
     stage: Stage = Stage.STATEMENT,
 ) -> list[Any]:
-    """The one boundary: execute one statement (one hop to the connection's thread:
-    execute, fetch and close in one); any failure becomes the documented error, raised
-    outside the ``except`` block so no driver text rides along as context."""
+    """The one boundary, for a statement sent from the event loop: one hop to the
+    connection's thread (execute, fetch and close in one); any failure becomes the
+    documented error, raised outside the ``except`` block so no driver text rides along
+    as context."""
     failure: Exception | None = None
     try:
-        return list(await connection.execute_fetchall(sql, parameters))
+        # aiosqlite's own way of running a function in its thread (every public method
+        # goes through it); tests/test_sqlite_store.py pins that it exists.
+        return await connection._execute(lambda: _statement(connection._conn, sql, parameters))  # type: ignore[no-any-return, no-untyped-call]  # noqa: SLF001
     except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass
         failure = error
     raise _failure(failure, stage)
+
+
+def _run_here(
+    connection: sqlite3.Connection,
+    sql: str,
+    parameters: Mapping[str, Any] | Sequence[Any] = (),
+    stage: Stage = Stage.STATEMENT,
+) -> list[Any]:
+    """The same boundary for a statement run in the connection's own thread (inside
+    :meth:`SqliteStore.run`)."""
+    failure: Exception | None = None
+    try:
+        return _statement(connection, sql, parameters)
+    except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass
+        failure = error
+    raise _failure(failure, stage)
+
+
+Execute = Callable[[str, "Mapping[str, Any] | Sequence[Any]"], Awaitable[list[Any]]]
+
+
+def _drive(body: Awaitable[T]) -> T:
+    """Run a transaction body to its end without an event loop. Every await in a body
+    reaches a method of its transaction, which here runs its statement at once and never
+    suspends, so the coroutine finishes in one ``send``; a body that awaited anything else
+    (a sleep, another task) is a programming error."""
+    coroutine = body.__await__()
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise AssertionError("a transaction body awaited something other than its transaction")
 
 
 def _connect(path: str, *, create: bool, busy_timeout_ms: int, wal: bool) -> sqlite3.Connection:
@@ -135,22 +189,24 @@ class SqliteTransaction(SharedPrimitives):
     capabilities = SQLITE
     dialect = SQLITE_DIALECT
 
-    def __init__(self, store: SqliteStore, connection: aiosqlite.Connection, *, write: bool) -> None:
+    def __init__(self, store: SqliteStore, execute: Execute, *, write: bool) -> None:
         self._store = store
-        self._connection = connection
+        self._execute = execute
+        """Runs one statement: through aiosqlite (a hop to the connection's thread per
+        statement), or directly when the whole transaction already runs in that thread."""
         self._write = write
         self._now: int | None = None
 
     async def execute(self, sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
         """Run one statement in this transaction (migrations and admission checks)."""
-        return await _run(self._connection, sql, parameters)
+        return await self._execute(sql, parameters)
 
     async def now_us(self) -> int:
         """The transaction's database time (see the module docstring): a write
         transaction advances the high-water mark to it, a read transaction only reads."""
         if self._now is None:
             parameters = {"wall": self._store.wall_clock_us()}
-            rows = await _run(self._connection, _ADVANCE_CLOCK if self._write else _READ_CLOCK, parameters)
+            rows = await self._execute(_ADVANCE_CLOCK if self._write else _READ_CLOCK, parameters)
             if not rows or type(rows[0][0]) is not int:
                 raise persistence_failed("schema_missing")  # the clock row is tenure's: migrate
             self._now = rows[0][0]
@@ -160,7 +216,7 @@ class SqliteTransaction(SharedPrimitives):
 
     async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         read = self.codec(binding).read
-        return [read(row, 0) for row in await _run(self._connection, sql, parameters)]
+        return [read(row, 0) for row in await self._execute(sql, parameters)]
 
     async def canonical_key(self, binding: Binding, key: str) -> str:
         return key  # SQLite keeps text exactly as given
@@ -204,7 +260,7 @@ class SqliteTransaction(SharedPrimitives):
         return stored
 
     async def delete(self, binding: Binding, old: Any) -> bool:
-        rows = await _run(self._connection, self.statements(binding).delete, self.compare_parameters(binding, old))
+        rows = await self._execute(self.statements(binding).delete, self.compare_parameters(binding, old))
         return bool(rows)
 
 
@@ -228,13 +284,20 @@ class SqliteStore:
         self._wal = wal
         self._timeout_seconds = timeout_seconds
         self._connection: aiosqlite.Connection | None = None
+        self._raw: sqlite3.Connection | None = None
+        """The connection aiosqlite runs; used directly only inside its thread."""
+        self._broken = False
         self._lock = asyncio.Lock()
         self._closed = False
         self.observe_time: TimeObserver | None = None
+        self.ahead = None
+        """No decided-ahead statements: a whole transaction is already one hop here."""
         self.wall_clock_us: Callable[[], int] = wall_clock_us
         """This process's clock (replaceable in tests: a clock that steps back)."""
 
     async def _open(self) -> aiosqlite.Connection:
+        if self._broken:  # a ROLLBACK failed in the connection's thread
+            await self._discard()
         if self._connection is not None:
             return self._connection
         busy_timeout_ms = max(1, round(self._timeout_seconds * 1000))
@@ -250,10 +313,13 @@ class SqliteStore:
         if failure is not None:
             raise _failure(failure, Stage.CONNECT)
         self._connection = await aiosqlite.Connection(lambda: raw, 64)
+        self._raw = raw
         return self._connection
 
     @asynccontextmanager
-    async def transaction(self, *, write: bool) -> AsyncIterator[SqliteTransaction]:
+    async def _turn(self) -> AsyncIterator[aiosqlite.Connection]:
+        """This store's connection, for one transaction at a time (waiting at most the
+        call's timeout for the transaction before it)."""
         if self._closed:
             raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
         failure: Exception | None = None
@@ -267,16 +333,71 @@ class SqliteStore:
         try:
             if self._closed:
                 raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
-            connection = await self._open()
+            yield await self._open()
+        finally:
+            self._lock.release()
+
+    @asynccontextmanager
+    async def transaction(self, *, write: bool) -> AsyncIterator[SqliteTransaction]:
+        """A transaction whose statements each hop to the connection's thread (migrations,
+        tools and tests; operations use :meth:`run`)."""
+        async with self._turn() as connection:
+
+            async def execute(sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
+                return await _run(connection, sql, parameters)
+
             await _run(connection, "BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                yield SqliteTransaction(self, connection, write=write)
+                yield SqliteTransaction(self, execute, write=write)
             except BaseException:
                 await self._rollback(connection)
                 raise
             await self._commit(connection)
-        finally:
-            self._lock.release()
+
+    async def run(self, body: Body[T], *, write: bool) -> T:
+        """The whole transaction (BEGIN, the body's statements and decisions, COMMIT) in one
+        hop to the connection's thread: a hop costs more than most statements do. A call
+        cancelled meanwhile rolls back unless its COMMIT had already begun (then, as for
+        any interrupted COMMIT, the outcome is uncertain)."""
+        async with self._turn() as connection:
+            abandoned = threading.Event()
+            try:
+                result: T = await connection._execute(self._whole, body, write, abandoned)  # type: ignore[no-untyped-call]  # noqa: SLF001
+                return result
+            except asyncio.CancelledError:
+                abandoned.set()
+                raise
+
+    def _whole(self, body: Body[T], write: bool, abandoned: threading.Event) -> T:
+        """:meth:`run`'s transaction, in the connection's thread."""
+        raw = self._raw
+        assert raw is not None
+
+        async def execute(sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
+            return _run_here(raw, sql, parameters)
+
+        _run_here(raw, "BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = _drive(body(SqliteTransaction(self, execute, write=write)))
+            if abandoned.is_set():
+                raise asyncio.CancelledError
+        except BaseException:
+            self._rollback_here(raw)
+            raise
+        try:
+            _run_here(raw, "COMMIT", stage=Stage.COMMIT)
+        except TenureError:
+            self._rollback_here(raw)
+            raise
+        return result
+
+    def _rollback_here(self, raw: sqlite3.Connection) -> None:
+        """ROLLBACK in the connection's thread; if even that fails the connection is
+        replaced before its next use (see :meth:`_rollback`)."""
+        try:
+            _run_here(raw, "ROLLBACK")
+        except TenureError:
+            self._broken = True
 
     async def _commit(self, connection: aiosqlite.Connection) -> None:
         """COMMIT. A failure here is an uncertain acknowledgement: the caller must
@@ -295,7 +416,12 @@ class SqliteStore:
             return
         except TenureError:
             pass
-        self._connection = None
+        await self._discard()
+
+    async def _discard(self) -> None:
+        connection, self._connection, self._raw, self._broken = self._connection, None, None, False
+        if connection is None:
+            return
         try:
             await connection.close()
         except Exception:  # noqa: BLE001 - closing is best effort; the thread stops either way
@@ -306,9 +432,4 @@ class SqliteStore:
         raise ``source_closed``; closing again does nothing."""
         self._closed = True
         async with self._lock:
-            if self._connection is not None:
-                connection, self._connection = self._connection, None
-                try:
-                    await connection.close()
-                except Exception:  # noqa: BLE001 - closing is best effort; the thread stops either way
-                    pass
+            await self._discard()

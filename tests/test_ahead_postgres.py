@@ -1,0 +1,270 @@
+"""Decided-ahead statements on a real PostgreSQL server: one round trip per fenced write,
+and still no write with a time from before the lock.
+
+The kernel decides a heartbeat or a completion ahead from the row last seen, with a
+validity window; one autocommit statement locks the row, reads the clock after the lock
+and writes only if the row still equals that record and the clock lies in the window.
+Here a second session holds the row lock past the lease, as a lock-only holder and as an
+updating holder, under every plan shape the planner can be forced into, and the write is
+refused, where the plain single-statement fenced UPDATE (the benchmark's floor) accepts
+it. The fallbacks (a stale remembered row, a remembered refusal that no longer holds,
+duplicate keys, a trigger that changes a written value) answer exactly as the
+transaction path does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from adapter_support import raw, row
+from tenure.adapters import ValidationJobSource
+from tenure.model import ErrorCode, QueueKind, TenureError, ValidationJob, WorkerConfig
+
+pytestmark = pytest.mark.parametrize("database", ["postgresql"])
+
+PLANS = {
+    "default": (),
+    "no-nestloop": ("enable_nestloop",),
+    "no-hashjoin": ("enable_hashjoin",),
+    "no-mergejoin": ("enable_mergejoin",),
+    "no-seqscan": ("enable_seqscan",),
+    "only-mergejoin": ("enable_nestloop", "enable_hashjoin"),
+    "only-hashjoin": ("enable_nestloop", "enable_mergejoin"),
+}
+"""Planner switches turned off for the library's connections (``ALTER DATABASE``)."""
+
+
+def config(db_url: str, lease_s: float) -> WorkerConfig:
+    return WorkerConfig(db_url, lease_seconds=lease_s, heartbeat_seconds=lease_s / 4)
+
+
+class Spy:
+    """Counts the store's decided-ahead statements and transactions."""
+
+    def __init__(self, source: ValidationJobSource) -> None:
+        store = source._engine.store  # noqa: SLF001
+        self.statements = 0
+        self.transactions = 0
+        write_ahead, run = store.write_ahead, store.run
+
+        async def counted_write_ahead(*args: Any, **kwargs: Any) -> Any:
+            self.statements += 1
+            return await write_ahead(*args, **kwargs)
+
+        async def counted_run(*args: Any, **kwargs: Any) -> Any:
+            self.transactions += 1
+            return await run(*args, **kwargs)
+
+        store.write_ahead, store.run = counted_write_ahead, counted_run
+
+    def reset(self) -> None:
+        self.statements = self.transactions = 0
+
+
+@contextlib.contextmanager
+def forced_plan(db_url: str, switches: tuple[str, ...]) -> Iterator[None]:
+    database = db_url.rsplit("/", 1)[1]
+    for switch in switches:
+        raw(db_url, f'ALTER DATABASE "{database}" SET {switch} = off')
+    try:
+        yield
+    finally:
+        raw(db_url, f'ALTER DATABASE "{database}" RESET ALL')
+
+
+@contextlib.asynccontextmanager
+async def held_elsewhere(db_url: str, job_id: str, *, move_lease_to_expire_in_s: float | None) -> AsyncIterator[None]:
+    """Another session holds the row's lock until the block ends (lock-only, or moving
+    the lease to expire shortly, committed when the lock ends)."""
+    holder = await asyncpg.connect(db_url)
+    try:
+        async with holder.transaction():
+            await holder.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
+            if move_lease_to_expire_in_s is not None:
+                await holder.execute(
+                    "UPDATE validation_jobs SET lease_expires_at = clock_timestamp() + make_interval(secs => $2) WHERE id = $1",
+                    job_id, move_lease_to_expire_in_s,
+                )
+            yield
+    finally:
+        await holder.close()
+
+
+async def claimed_source(db_url: str, lease_s: float) -> tuple[ValidationJobSource, Any]:
+    source = ValidationJobSource(db_url, config(db_url, lease_s))
+    await source.submit_owned(ValidationJob("orders", "1", "a.jsonl", job_id="job-a"), submission_id="s-a")
+    claimed = await source.claim_next_owned("worker-a", claim_token="t-a")
+    assert claimed is not None and claimed.claim_fence is not None
+    return source, claimed.claim_fence
+
+
+async def test_a_fenced_write_is_one_statement(db_url: str) -> None:
+    source, fence = await claimed_source(db_url, 30)
+    spy = Spy(source)
+    try:
+        assert await source.heartbeat_owned(fence) is True
+        assert await source.heartbeat_many_owned([fence]) == [True]
+        assert await source.complete_owned(fence, {"rows": 3}) is True
+        assert (spy.statements, spy.transactions) == (3, 0)
+        spy.reset()
+        assert await source.complete_owned(fence, {"rows": 3}) is False  # the repeat: remembered, refused
+        assert (spy.statements, spy.transactions) == (1, 0)
+    finally:
+        await source.close()
+    assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"
+
+
+@pytest.mark.parametrize("plan", sorted(PLANS))
+@pytest.mark.parametrize("holder", ["lock-only", "updating"])
+@pytest.mark.parametrize("operation", ["heartbeat", "complete"])
+async def test_a_lease_that_ran_out_behind_a_lock_wait_refuses_the_write(
+    db_url: str, plan: str, holder: str, operation: str
+) -> None:
+    with forced_plan(db_url, PLANS[plan]):
+        source, fence = await claimed_source(db_url, 0.6)
+        spy = Spy(source)
+        try:
+            before = row(db_url, QueueKind.VALIDATION, "job-a")
+            async with held_elsewhere(db_url, "job-a", move_lease_to_expire_in_s=0.3 if holder == "updating" else None):
+                call = (source.heartbeat_owned(fence) if operation == "heartbeat"
+                        else source.complete_owned(fence, {"late": True}))
+                pending = asyncio.create_task(call)
+                await asyncio.sleep(1.0)  # the lease runs out while the write waits for the lock
+                assert not pending.done(), "the write waits for the row lock"
+            assert await pending is False
+            assert spy.transactions == 0 and 1 <= spy.statements <= 2
+            after = row(db_url, QueueKind.VALIDATION, "job-a")
+            assert after["status"] == "claimed" and after["completed_at"] is None
+            if holder == "lock-only":
+                assert after == before
+        finally:
+            await source.close()
+
+
+async def test_the_single_statement_floor_accepts_that_stale_write(db_url: str) -> None:
+    """The contrast that gives the test above its teeth: the plain fenced UPDATE reads
+    the clock in its WHERE clause before the lock wait, and writes after the lease ran
+    out behind a lock-only holder."""
+    source, fence = await claimed_source(db_url, 0.6)
+    await source.close()
+    floor = await asyncpg.connect(db_url)
+    try:
+        async with held_elsewhere(db_url, "job-a", move_lease_to_expire_in_s=None):
+            pending = asyncio.create_task(floor.fetch(
+                "UPDATE validation_jobs SET status = 'completed', completed_at = clock_timestamp(), lease_expires_at = NULL "
+                "WHERE id = $1 AND claim_token = $2 AND generation = $3 AND lease_expires_at > clock_timestamp() "
+                "RETURNING id", fence.job_id, fence.claim_token, fence.generation,
+            ))
+            await asyncio.sleep(1.0)
+        written = await pending
+    finally:
+        await floor.close()
+    assert [tuple(r) for r in written] == [("job-a",)], "the floor writes after the lease ran out"
+    assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"
+
+
+async def test_a_stale_remembered_row_costs_one_more_statement(db_url: str) -> None:
+    source, fence = await claimed_source(db_url, 30)
+    spy = Spy(source)
+    try:
+        raw(db_url, "UPDATE validation_jobs SET lease_expires_at = lease_expires_at + interval '1 hour' WHERE id = 'job-a'")
+        assert await source.heartbeat_owned(fence) is True
+        assert (spy.statements, spy.transactions) == (2, 0)
+        spy.reset()
+        assert await source.heartbeat_owned(fence) is True
+        assert (spy.statements, spy.transactions) == (1, 0)
+    finally:
+        await source.close()
+
+
+async def test_a_remembered_refusal_that_no_longer_holds_is_not_trusted(db_url: str) -> None:
+    """The source remembers the row with its lease run out (so the kernel, deciding
+    ahead, refuses); another writer renews the lease. The statement sees a row that
+    differs from the remembered one, and the kernel decides again on the row as it is."""
+    source, fence = await claimed_source(db_url, 30)
+    try:
+        raw(db_url, "UPDATE validation_jobs SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = 'job-a'")
+        assert await source.heartbeat_owned(fence) is False  # remembers the expired row
+        raw(db_url, "UPDATE validation_jobs SET lease_expires_at = clock_timestamp() + interval '1 hour' WHERE id = 'job-a'")
+        assert await source.heartbeat_owned(fence) is True
+    finally:
+        await source.close()
+
+
+async def test_a_batch_with_a_repeated_key_runs_as_one_transaction(db_url: str) -> None:
+    source, fence = await claimed_source(db_url, 30)
+    spy = Spy(source)
+    try:
+        assert await source.complete_many_owned([(fence, {"first": 1}), (fence, {"second": 2})]) == [True, False]
+        assert (spy.statements, spy.transactions) == (0, 1)
+    finally:
+        await source.close()
+    stored = row(db_url, QueueKind.VALIDATION, "job-a")["result_json"]
+    assert (json.loads(stored) if isinstance(stored, str) else stored) == {"first": 1}
+
+
+async def test_a_batch_is_one_statement_and_all_or_nothing(db_url: str) -> None:
+    source = ValidationJobSource(db_url, config(db_url, 30))
+    spy = Spy(source)
+    try:
+        fences = []
+        for name in ("a", "b", "c"):
+            await source.submit_owned(ValidationJob("orders", "1", f"{name}.jsonl", job_id=f"job-{name}"), submission_id=f"s-{name}")
+            claimed = await source.claim_next_owned("worker", claim_token=f"t-{name}")
+            fences.append(claimed.claim_fence)
+        spy.reset()
+        assert await source.heartbeat_many_owned(fences) == [True, True, True]
+        assert (spy.statements, spy.transactions) == (1, 0)
+        # One row changed behind the source's back: the first statement writes nothing,
+        # the second decides from the rows it returned and writes all three.
+        raw(db_url, "UPDATE validation_jobs SET lease_expires_at = lease_expires_at + interval '1 hour' WHERE id = 'job-b'")
+        spy.reset()
+        assert await source.complete_many_owned([(fence, {"n": 1}) for fence in fences]) == [True, True, True]
+        assert (spy.statements, spy.transactions) == (2, 0)
+    finally:
+        await source.close()
+
+
+async def test_a_trigger_that_changes_a_written_value_keeps_nothing(db_url: str) -> None:
+    source, fence = await claimed_source(db_url, 30)
+    raw(db_url, """CREATE FUNCTION shorten_lease() RETURNS trigger LANGUAGE plpgsql AS
+                   $$ BEGIN NEW.lease_expires_at := NEW.lease_expires_at - interval '1 second'; RETURN NEW; END $$""")
+    raw(db_url, "CREATE TRIGGER shorten_lease BEFORE UPDATE ON validation_jobs FOR EACH ROW EXECUTE FUNCTION shorten_lease()")
+    before = row(db_url, QueueKind.VALIDATION, "job-a")
+    try:
+        with pytest.raises(TenureError) as raised:
+            await source.heartbeat_owned(fence)
+        assert (raised.value.code, raised.value.reason) == (ErrorCode.QUEUE_PERSISTENCE_FAILED, "read_back_mismatch")
+    finally:
+        await source.close()
+    assert row(db_url, QueueKind.VALIDATION, "job-a") == before
+
+
+async def test_a_statement_reading_the_clock_before_the_lock_would_accept_the_stale_write(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant the lock-wait test exists to catch: the same statement with its clock
+    read before the row lock completes after the lease ran out."""
+    from tenure.adapters.postgres import store as postgres_store
+
+    monkeypatch.setattr(postgres_store, "_CLOCK_AFTER_LOCKS", "clock AS MATERIALIZED (SELECT clock_timestamp() AS now)")
+    postgres_store._ahead_sql.cache_clear()  # noqa: SLF001
+    try:
+        source, fence = await claimed_source(db_url, 0.6)
+        try:
+            async with held_elsewhere(db_url, "job-a", move_lease_to_expire_in_s=None):
+                pending = asyncio.create_task(source.complete_owned(fence, {"late": True}))
+                await asyncio.sleep(1.0)
+            assert await pending is True, "the mutant writes after the lease ran out"
+        finally:
+            await source.close()
+    finally:
+        postgres_store._ahead_sql.cache_clear()  # noqa: SLF001
+    assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"
