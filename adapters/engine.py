@@ -219,6 +219,8 @@ class Engine:
                 # A written value did not read back as intended (a trigger, a coercion);
                 # the statement kept nothing. The transaction path explains it.
                 return None
+            if answer is None:
+                return None
             if answer.went:
                 return self._answer_ahead(binding, plans, answer)
             decisions, changes = self.decide_all(

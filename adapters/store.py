@@ -90,14 +90,16 @@ class AheadWriter(Protocol):
 
     async def write_ahead(
         self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int
-    ) -> AheadAnswer:
+    ) -> AheadAnswer | None:
         """One autocommit statement: lock the rows ``finder`` selects for the items' keys,
         read the clock after the last lock, and write every ``new`` row (relative fields
         at that clock plus their offsets) only if every item's row equals its expected
         record and the clock lies in ``[not_before_us, not_after_us)``; all or nothing.
         The written rows are verified in the same statement (a BEFORE trigger that
         changed a value aborts it: ``read_back_mismatch``, nothing kept). A failure
-        after the statement was sent is ``commit_unacknowledged``."""
+        after the statement was sent is ``commit_unacknowledged``. None: this store
+        cannot spell the statement for the table (not all its columns seen); nothing
+        was sent."""
 
 
 class Transaction(Protocol):

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from tenure.kernel.core import Finder
+from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, SetValue
 from tenure.model import ConfigValidationError, TenureError
 
 from ..failures import Stage, persistence_failed, reason_by_class, translate
@@ -313,6 +313,73 @@ def _ahead_sql(binding: Binding, schema: str | None, locking_select: str, types:
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Picked:
+    """What :meth:`PostgresTransaction.pick_and_rewrite` saw and did: its clock, whether
+    it wrote, the picked rows in pick order as they were, and as written."""
+
+    now_us: int
+    went: bool
+    picked: list[Any]
+    written: list[Any]
+
+
+@functools.cache
+def _pick_sql(
+    binding: Binding, schema: str | None, pick_sql: str, order: str, blocker_sql: tuple[str, ...], check_where: str,
+    rewrite: Rewrite, types: tuple[tuple[str, str], ...],
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The pick-and-rewrite statement and the command attributes it reads (with their
+    array types). The clock comes first (nothing here waits for a lock: the pick skips
+    locked rows); ``ready`` says whether to write: no blocker found a row and every
+    picked row satisfies the check finder; ``written`` applies the rewrite, each change
+    spelled from its kind (a constant, a command attribute, an increment, the clock)."""
+    spec = binding.spec
+    udt = dict(types)
+    key = binding.key_column
+    attributes: dict[str, str] = {}
+    assignments = []
+    for field, change in rewrite.changes:
+        if field in binding.constants:
+            continue  # no column holds it (the kernel's pair check below still sees it)
+        column = binding.column_of(field)
+        name = column.name
+        if isinstance(change, SetValue):
+            value = f"(:set_{name})::{udt[name]}"
+        elif isinstance(change, FromCommand):
+            attributes[change.attribute] = _ARRAY_TYPES[column.codec.base]
+            value = f"(w.{change.attribute})::{udt[name]}"
+        elif isinstance(change, Increment):
+            value = f"t.{name} + {int(change.by)}"
+        else:
+            assert isinstance(change, AtTime)
+            value = "clock.now"
+            if change.plus is not None:
+                attributes[change.plus] = "bigint"
+                value = f"clock.now + w.{change.plus} * interval '1 microsecond'"
+        assignments.append(f"{name} = {value}")
+    ordered = tuple(sorted(attributes.items()))
+    blocked = " OR ".join(f"EXISTS ({sql})" for sql in blocker_sql) or "false"
+    unnest = ", ".join(f":a_{attribute}::{kind}[]" for attribute, kind in ordered)
+    names = ", ".join(attribute for attribute, _ in ordered)
+    table = qualified(schema, spec.name)
+    sql = (
+        "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now), "
+        f"blocked AS MATERIALIZED (SELECT {blocked} AS any), "
+        f"picked AS MATERIALIZED ({pick_sql}), "
+        f"numbered AS MATERIALIZED (SELECT row_number() OVER (ORDER BY {order}) AS pick, picked.* FROM picked), "
+        "ready AS MATERIALIZED (SELECT NOT blocked.any AND "
+        f"coalesce((SELECT bool_and({check_where}) FROM numbered), true) AS go FROM blocked), "
+        f"want AS MATERIALIZED (SELECT * FROM unnest({unnest}) WITH ORDINALITY AS w({names}, pick)), "
+        f"written AS (UPDATE {table} AS t SET {', '.join(assignments)} "
+        f"FROM numbered n JOIN want w ON w.pick = n.pick, clock, ready WHERE ready.go AND t.{key} = n.{key} "
+        f"RETURNING {', '.join(f't.{c}' for c in spec.column_names)}) "
+        "SELECT clock.now, ready.go, numbered.*, written.* FROM clock CROSS JOIN ready "
+        f"LEFT JOIN numbered ON true LEFT JOIN written ON written.{key} = numbered.{key} ORDER BY numbered.pick"
+    )
+    return sql, ordered
+
+
 class PostgresTransaction(SharedPrimitives):
     """A transaction on one pooled connection (see :class:`tenure.adapters.store.Transaction`)."""
 
@@ -386,18 +453,23 @@ class PostgresTransaction(SharedPrimitives):
         read = self.codec(binding).read
         return [read(row, 1) for row in rows if row[1] is not None]
 
+    def _probe_sql(self, binding: Binding, probe: Probe, prefix: str, parameters: dict[str, Any]) -> str:
+        """A probe's SELECT with its parameters renamed under ``prefix`` (added to
+        ``parameters``) so that several probes share one statement; ``:now`` stays, for
+        the statement to spell as its clock."""
+        finder = probe.finder if probe.kind == "rows" else dataclasses.replace(probe.finder, lock="none")
+        compiled = self.compiled(binding, finder, limited=probe.limit is not None)
+        values = {**probe.parameters, "now": 0}  # :now is the clock, spelled in the SQL
+        bound = compiled.parameters(values if probe.limit is None else {**values, "limit": probe.limit})
+        bound.pop("now", None)
+        parameters.update({f"{prefix}_{name}": value for name, value in bound.items()})
+        return _PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":{prefix}_{m.group(1)}", compiled.sql)
+
     async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
         parts: list[tuple[str, str, str | None]] = []
         parameters: dict[str, Any] = {}
         for number, probe in enumerate(probes):
-            finder = probe.finder if probe.kind == "rows" else dataclasses.replace(probe.finder, lock="none")
-            compiled = self.compiled(binding, finder, limited=probe.limit is not None)
-            values = {**probe.parameters, "now": 0}  # :now is the clock, spelled in the SQL
-            bound = compiled.parameters(values if probe.limit is None else {**values, "limit": probe.limit})
-            bound.pop("now", None)
-            # Each probe's parameters get its own prefix: two probes never share a name.
-            parameters.update({f"p{number}_{name}": value for name, value in bound.items()})
-            sql = _PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":p{number}_{m.group(1)}", compiled.sql)
+            sql = self._probe_sql(binding, probe, f"p{number}", parameters)
             column = None if probe.field is None else binding.column_of(probe.field).name
             parts.append((probe.kind, sql, column))
         assert [kind for kind, _, _ in parts].count("rows") <= 1 and all(kind != "rows" for kind, _, _ in parts[:-1])
@@ -414,6 +486,45 @@ class PostgresTransaction(SharedPrimitives):
                 answers.append(bool(first[offset]) if kind == "exists" else list(first[offset]))
                 offset += 1
         return answers
+
+    async def pick_and_rewrite(
+        self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
+        commands: Sequence[Any],
+    ) -> Picked:
+        """One statement that reads the clock, picks rows (``pick``, a SKIP LOCKED finder,
+        which never waits), and applies ``rewrite`` (kernel data) to the ``i``-th picked
+        row with the ``i``-th command, only if no blocker finds a row and every picked
+        row satisfies ``check``. Nothing is written otherwise, and the clock is then not
+        this transaction's (the caller carries on the ordinary way)."""
+        types = dict(self._store.column_types.get(binding.spec.name, ()))
+        if not set(binding.spec.column_names) <= set(types):
+            return Picked(0, False, [], [])  # the table was not (or not yet) seen whole
+        parameters: dict[str, Any] = {}
+        pick_sql = self._probe_sql(binding, pick, "pick", parameters)
+        blocker_sql = [self._probe_sql(binding, blocker, f"block{number}", parameters) for number, blocker in enumerate(blockers)]
+        compiled_check = self.compiled(binding, check)
+        check_where = _PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":check_{m.group(1)}", compiled_check.where)
+        check_values = compiled_check.parameters({"now": 0})
+        check_values.pop("now", None)
+        parameters.update({f"check_{name}": value for name, value in check_values.items()})
+        order = ", ".join(binding.column_of(field).name for field in pick.finder.order)
+        sql, attributes = _pick_sql(binding, self.schema, pick_sql, order, tuple(blocker_sql), check_where, rewrite,
+                                    tuple(sorted(types.items())))
+        for attribute, _ in attributes:
+            parameters[f"a_{attribute}"] = [getattr(command, attribute) for command in commands]
+        for field, change in rewrite.changes:
+            if isinstance(change, SetValue) and field not in binding.constants:
+                column = binding.column_of(field)
+                parameters[f"set_{column.name}"] = self.dialect.value_writer(column)(change.value)
+        rows = await self._fetch(sql.replace(":now", "(SELECT now FROM clock)"), parameters)
+        now, went = rows[0][0], bool(rows[0][1])
+        width = len(binding.spec.columns)
+        read = self.codec(binding).read
+        picked = [read(row, 3) for row in rows if row[2] is not None]
+        written = [read(row, 3 + width) for row in rows if row[2] is not None and row[3 + width + binding.key_index] is not None]
+        if went:
+            self._observe(now)
+        return Picked(now, went, picked, written)
 
     async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
         if not pairs:
@@ -612,7 +723,7 @@ class PostgresStore:
 
     async def write_ahead(
         self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int
-    ) -> AheadAnswer:
+    ) -> AheadAnswer | None:
         """One autocommit statement that locks, reads the clock after the locks, checks
         every item's expected row and the window, and writes all or nothing (see
         :func:`_ahead_sql` and :class:`tenure.adapters.store.AheadWriter`)."""
@@ -621,7 +732,7 @@ class PostgresStore:
         pool = await self._open(deadline)
         types = self.column_types.get(binding.spec.name, ())
         if not set(binding.spec.column_names) <= {column for column, _ in types}:
-            raise persistence_failed("schema_missing")
+            return None  # the table was not (or not yet) seen whole: the transaction path
         codec = self.codec(binding)
         compiled = compile_finder(binding, finder, POSTGRESQL, self.schema)
         keys = [item.key for item in items]

@@ -48,7 +48,7 @@ from tenure.kernel.queue.commands import (
     Submitted,
     SubmitOwned,
 )
-from tenure.kernel.queue.machine import claim_identity_problem, decide
+from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE, claim_identity_problem, decide
 from tenure.kernel.queue.record import JobRecord
 from tenure.model import (
     DEFAULT_MAX_ATTEMPTS,
@@ -256,7 +256,58 @@ class QueueOperations:
         binding = self.binding
         eligible = finders.eligible if owned else finders.eligible_legacy
 
+        def command_for(token: str, stored_tokens: Sequence[str | None]) -> Command:
+            if owned:
+                return ClaimOwned(owner_id=owner_id, claim_token=token,
+                                  nonce_already_stored=token in stored_tokens, lease_us=lease_us)
+            return ClaimLegacy(owner_id=owner_id, lease_us=lease_us)
+
+        def claims_of(candidates: Sequence[JobRecord], stored_tokens: Sequence[str | None], now: int) -> list[tuple[JobRecord, JobRecord]]:
+            """The kernel's claim of the ``i``-th candidate with the ``i``-th token."""
+            claims: list[tuple[JobRecord, JobRecord]] = []
+            for index, token in enumerate(claim_tokens):
+                met = candidates[index] if index < len(candidates) else None
+                decision = decide(met, command_for(token, stored_tokens), now)
+                raise_if_conflict(binding, decision)  # inside the transaction: nothing is kept
+                if isinstance(decision, Refused):
+                    continue  # no eligible row for this token (its nonce stays unused)
+                claimed = checked(binding, met, decision)
+                require(met is not None and claimed is not None)
+                claims.append((met, claimed))  # type: ignore[arg-type]
+            return claims
+
+        def verified(claims: Sequence[tuple[JobRecord, JobRecord]], stored: Sequence[JobRecord]) -> list[Presented]:
+            if len(stored) != len(claims):
+                raise persistence_failed("read_back_mismatch")
+            for (_, decided), found in zip(claims, stored, strict=True):
+                # The identity must read back exactly: a coercion or a trigger that changed
+                # the owner, token or generation rolls the whole claim back.
+                if owned and claim_identity_problem(decided, found.owner_id, found.claim_token, found.generation):
+                    raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
+                if found != decided:
+                    raise persistence_failed("read_back_mismatch")
+            presented = [present(record) for record in stored]
+            claimed_rows.extend(stored)
+            return presented
+
         async def body(tx: Transaction) -> list[Presented]:
+            pick_and_rewrite = getattr(tx, "pick_and_rewrite", None)
+            if pick_and_rewrite is not None:
+                # One statement: the clock, the pick (SKIP LOCKED) and the kernel's claim
+                # rewrite, written only when no expired claim waits to be settled, no token
+                # is stored already and every picked row is one the claim rule takes
+                # (``claimable``); the kernel then decides the same claims on the picked
+                # rows and they must equal what was written, or all of it rolls back.
+                picked = await pick_and_rewrite(
+                    binding, Probe(eligible, {}, "rows", limit=limit),
+                    finders.claimable if owned else finders.claimable_legacy,
+                    [Probe(finders.expired, {}, "exists", limit=1)]
+                    + ([Probe(finders.tokens_stored, {"tokens": list(claim_tokens)}, "exists", limit=1)] if owned else []),
+                    CLAIM_OWNED_REWRITE if owned else CLAIM_LEGACY_REWRITE,
+                    [command_for(token, ()) for token in claim_tokens],
+                )
+                if picked.went:
+                    return verified(claims_of(picked.picked, (), picked.now_us), picked.written)
             # The clock is read first because eligibility depends on it; candidates are
             # locked with SKIP LOCKED, which never waits, so no lock wait separates reading
             # the clock from deciding.
@@ -275,32 +326,8 @@ class QueueOperations:
                 _, changes = self.engine.decide_all(binding, [(record, ExpireLease()) for record in expired], now)
                 await self.engine.persist(tx, binding, changes)
                 candidates = await tx.find(binding, eligible, {"now": now}, limit)
-            claims: list[tuple[JobRecord, JobRecord]] = []
-            for index, token in enumerate(claim_tokens):
-                met = candidates[index] if index < len(candidates) else None
-                command: Command = (
-                    ClaimOwned(owner_id=owner_id, claim_token=token,
-                               nonce_already_stored=token in stored_tokens, lease_us=lease_us)
-                    if owned else ClaimLegacy(owner_id=owner_id, lease_us=lease_us)
-                )
-                decision = decide(met, command, now)
-                raise_if_conflict(binding, decision)  # inside the transaction: nothing is kept
-                if isinstance(decision, Refused):
-                    continue  # no eligible row for this token (its nonce stays unused)
-                claimed = checked(binding, met, decision)
-                require(met is not None and claimed is not None)
-                claims.append((met, claimed))  # type: ignore[arg-type]
-            stored = await tx.update_many(binding, claims, read_back=True)
-            for (_, decided), found in zip(claims, stored, strict=True):
-                # The identity must read back exactly: a coercion or a trigger that changed
-                # the owner, token or generation rolls the whole claim back.
-                if owned and claim_identity_problem(decided, found.owner_id, found.claim_token, found.generation):
-                    raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
-                if found != decided:
-                    raise persistence_failed("read_back_mismatch")
-            presented = [present(record) for record in stored]
-            claimed_rows.extend(stored)
-            return presented
+            claims = claims_of(candidates, stored_tokens, now)
+            return verified(claims, await tx.update_many(binding, claims, read_back=True))
 
         claimed_rows: list[JobRecord] = []
         result = await self.store.run(body, write=True)
