@@ -14,7 +14,7 @@ branches here are on the kernel's decisions.
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tenure.kernel.ahead import Ahead, decide_ahead
@@ -256,6 +256,55 @@ class Engine:
             decisions.append(decision)
         self._observe(answer.now_us)
         return decisions
+
+    async def insert_ahead(
+        self, binding: Binding, finder: Finder, parameters: dict[str, Any], command: Any,
+        meets: Callable[[list[Any]], Any],
+    ) -> Decision | None:
+        """A command that inserts a row when ``finder`` (a waiting finder over the
+        identities it must not collide with) meets none, in one decided-ahead statement.
+        When rows are met, ``meets`` picks the one the command meets and the kernel
+        decides there at the statement's clock: a refusal or an unchanged row (a replay)
+        is the answer (conflicts raise; nothing was written); anything else, and any
+        store without decided-ahead statements, returns None: the caller runs its
+        transaction instead."""
+        ahead = self.store.ahead
+        reference = None if ahead is None else ahead.estimated_now_us()
+        if ahead is None or reference is None:
+            return None
+        plan = decide_ahead(binding.machine, None, command, reference)
+        if plan is None or not isinstance(plan.decision, Applied) or plan.decision.new_record is None:
+            return None
+        new = checked(binding, None, plan.decision)
+        try:
+            answer = await ahead.insert_ahead(binding, finder, parameters, new, plan.relative,
+                                              plan.not_before_us, plan.not_after_us)
+        except TenureError as error:
+            if error.reason != "read_back_mismatch":
+                raise
+            return None  # kept nothing; the transaction path explains it
+        if answer is None:
+            return None
+        if answer.went:
+            decision = plan.at(answer.now_us)
+            stored = next(iter(answer.written.values()), None)
+            if not isinstance(decision, Applied) or stored is None or stored != decision.new_record:
+                raise persistence_failed("read_back_mismatch")
+            self.remember(binding, [stored])
+            self._observe(answer.now_us)
+            return decision
+        if not answer.locked:
+            return None  # the window was missed: decide the ordinary way
+        met = meets(list(answer.locked.values()))
+        decision = decide(binding.machine, met, command, answer.now_us)
+        if isinstance(decision, Refused):
+            self._observe(answer.now_us)
+            raise_if_conflict(binding, decision)
+            return decision
+        if met is not None and decision.new_record == met:
+            self._observe(answer.now_us)
+            return decision
+        return None
 
     def _observe(self, now_us: int) -> None:
         if self.store.observe_time is not None:

@@ -102,6 +102,16 @@ class AheadWriter(Protocol):
         was sent."""
 
 
+    async def insert_ahead(
+        self, binding: Binding, finder: Finder, finder_parameters: Mapping[str, Any], record: Any,
+        relative: Mapping[str, int], not_before_us: int, not_after_us: int,
+    ) -> AheadAnswer | None:
+        """One autocommit statement: lock the rows ``finder`` selects, read the clock
+        after the locks, and insert ``record`` only if none was met and the clock lies in
+        the window (verified in the same statement); the rows met otherwise come back
+        in ``locked``. None: nothing was sent (the caller uses a transaction)."""
+
+
 class Transaction(Protocol):
     """One database transaction."""
 

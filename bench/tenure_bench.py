@@ -163,6 +163,40 @@ class Floor:
         await self.connection.fetch(FLOOR_COMPLETE, list(ids), [self.name] * len(ids), list(tokens), list(generations))
 
 
+# --- the lock-first floor: the guarantee in one statement, hand-written --------------------------
+#
+# The shape tenure's decided-ahead statements take, with the decision written in SQL: a
+# MATERIALIZED CTE locks the fenced rows, a second reads the clock in an aggregate over
+# them (so only after every lock), and the UPDATE compares the locked rows' lease with that
+# clock. One round trip per step, and no write with a time from before the lock.
+
+LOCKFIRST_FENCE = """id = ANY($1::text[]) AND (id, claimed_by, claim_token, generation) IN
+       (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])) AND status = 'claimed'"""
+LOCKFIRST_HEAD = f"""
+WITH locked AS MATERIALIZED (SELECT id, lease_expires_at FROM validation_jobs WHERE {LOCKFIRST_FENCE} ORDER BY id FOR UPDATE),
+     clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked)"""
+LOCKFIRST_HEARTBEAT = f"""{LOCKFIRST_HEAD}
+UPDATE validation_jobs SET lease_expires_at = clock.now + make_interval(secs => $5) FROM locked, clock
+ WHERE validation_jobs.id = locked.id AND locked.lease_expires_at > clock.now RETURNING validation_jobs.id"""
+LOCKFIRST_COMPLETE = f"""{LOCKFIRST_HEAD}
+UPDATE validation_jobs SET status = 'completed', result_json = '{{}}', lease_expires_at = NULL, completed_at = clock.now
+  FROM locked, clock
+ WHERE validation_jobs.id = locked.id AND locked.lease_expires_at > clock.now RETURNING validation_jobs.id"""
+
+
+class LockFirstFloor(Floor):
+    """The floor's steps, its fenced writes in the lock-first one-statement shape."""
+
+    async def heartbeat(self, claims: list[tuple[str, int, str]]) -> None:
+        ids, generations, tokens = zip(*claims)
+        await self.connection.fetch(LOCKFIRST_HEARTBEAT, list(ids), [self.name] * len(ids), list(tokens), list(generations),
+                                    LEASE_SECONDS)
+
+    async def complete(self, claims: list[tuple[str, int, str]]) -> None:
+        ids, generations, tokens = zip(*claims)
+        await self.connection.fetch(LOCKFIRST_COMPLETE, list(ids), [self.name] * len(ids), list(tokens), list(generations))
+
+
 # --- the locked floor: tenure's transaction shape, hand-written ----------------------------------
 #
 # The guarantee tenure keeps is "lock the rows, then read the database clock, then decide,
@@ -444,8 +478,11 @@ async def burn_down(server_dsn: str, jobs: int, workers: int, rounds: int) -> No
     async def pipelined_floor_burn_down(db_url: str, workers: int, batch: int) -> int:
         return await floor_burn_down(db_url, workers, batch, PipelinedLockedFloor)
 
+    async def lockfirst_floor_burn_down(db_url: str, workers: int, batch: int) -> int:
+        return await floor_burn_down(db_url, workers, batch, LockFirstFloor)
+
     subjects = (("tenure", tenure_burn_down), ("floor", floor_burn_down), ("locked_floor", locked_floor_burn_down),
-                ("pipelined_locked_floor", pipelined_floor_burn_down))
+                ("lockfirst_floor", lockfirst_floor_burn_down), ("pipelined_locked_floor", pipelined_floor_burn_down))
     warmup = max(100, jobs // 10)
     rates: dict[tuple[str, int], list[float]] = {(name, batch): [] for name, _ in subjects for batch in BATCHES}
     for _ in range(rounds):
@@ -469,6 +506,10 @@ async def locked_floor_cycle(db_url: str, workers: int, jobs: int) -> tuple[int,
     return await floor_cycle(db_url, workers, jobs, LockedFloor)
 
 
+async def lockfirst_floor_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float]:
+    return await floor_cycle(db_url, workers, jobs, LockFirstFloor)
+
+
 async def pipelined_floor_cycle(db_url: str, workers: int, jobs: int) -> tuple[int, float]:
     return await floor_cycle(db_url, workers, jobs, PipelinedLockedFloor)
 
@@ -477,7 +518,7 @@ async def cycles(server_dsn: str, jobs: int, rounds: int) -> None:
     """Each subject runs ``rounds`` times, the subjects taking turns, and the median round
     counts: a noisy moment on a shared machine then moves one round, not one subject."""
     subjects = (("tenure", tenure_cycle), ("floor", floor_cycle), ("locked_floor", locked_floor_cycle),
-                ("pipelined_locked_floor", pipelined_floor_cycle))
+                ("lockfirst_floor", lockfirst_floor_cycle), ("pipelined_locked_floor", pipelined_floor_cycle))
     for workers in (1, 4, 16):
         rates: dict[str, list[float]] = {name: [] for name, _ in subjects}
         for _ in range(rounds):

@@ -276,10 +276,12 @@ def decide_ahead(
         return None
     ahead = Ahead(decided, window.start, window.end, relative, *rule_window)
     if isinstance(decided, Applied) and decided.new_record is not None and relative:
-        allowed = set(machine.record_violations(record)) if record is not None else set()
         for edge in (window.start, window.end - 1):
             at_edge = ahead.at(edge)
             assert isinstance(at_edge, Applied)
-            if not set(machine.record_violations(at_edge.new_record)) <= allowed:
+            broken = set(machine.record_violations(at_edge.new_record))
+            # Only a break the record it replaces did not already have counts (computed
+            # only when there is one: the common case has none).
+            if broken and not broken <= (set(machine.record_violations(record)) if record is not None else set()):
                 return None
     return ahead

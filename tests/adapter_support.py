@@ -227,10 +227,24 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
         return records
 
     transaction_type.locked = lock_then_interfere
+    # A one-statement write has no moment between its read and its write; the nearest
+    # interference is a write committed after the row was last seen, just before it.
+    store_type = getattr(module, "PostgresStore", None)
+    original_ahead = None if store_type is None else store_type.write_ahead
+
+    async def interfere_then_write_ahead(self: Any, binding: Any, finder: Any, items: Any, *args: Any) -> Any:
+        for item in items:
+            raw(self._dsn, f"UPDATE {table(queue)} SET error_message = ? WHERE id = ?", (marker, item.key))
+        return await original_ahead(self, binding, finder, items, *args)  # type: ignore[misc]
+
+    if store_type is not None:
+        store_type.write_ahead = interfere_then_write_ahead
     try:
         yield
     finally:
         transaction_type.locked = original
+        if store_type is not None:
+            store_type.write_ahead = original_ahead
 
 
 class RowHolder:
@@ -321,7 +335,8 @@ class RowHolder:
 class Faults:
     """Driver-level faults, armed one at a time; each fires once.
 
-    ``arm("COMMIT", "after")``: the commit happens but its acknowledgement is lost.
+    ``arm("COMMIT", "after")``: the commit happens but its acknowledgement is lost (on
+    PostgreSQL, ``arm("WITH want", "after")`` does the same to a one-statement write).
     ``arm("COMMIT", "before")``: the commit fails; nothing is written.
     ``arm(prefix, "before")``: the next statement starting with ``prefix`` fails.
     ``arm(prefix, "kill")`` (PostgreSQL): the server ends the session just before it.
@@ -373,7 +388,10 @@ def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faul
         if when == "kill":
             with contextlib.suppress(Exception):
                 await original_fetch(self, "SELECT pg_terminate_backend(pg_backend_pid())")
-        return await original_fetch(self, query, *args, **kwargs)
+        result = await original_fetch(self, query, *args, **kwargs)
+        if when == "after":  # a one-statement write committed; its answer is lost
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost after the statement (injected)")
+        return result
 
     async def execute(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
         # BEGIN, COMMIT and ROLLBACK travel through execute.

@@ -254,8 +254,9 @@ async def test_a_statement_reading_the_clock_before_the_lock_would_accept_the_st
     read before the row lock completes after the lease ran out."""
     from tenure.adapters.postgres import store as postgres_store
 
-    monkeypatch.setattr(postgres_store, "_CLOCK_AFTER_LOCKS", "clock AS MATERIALIZED (SELECT clock_timestamp() AS now)")
+    monkeypatch.setattr(postgres_store, "_CLOCK_AFTER_LOCKS", "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
     postgres_store._ahead_sql.cache_clear()  # noqa: SLF001
+    postgres_store._insert_sql.cache_clear()  # noqa: SLF001
     try:
         source, fence = await claimed_source(db_url, 0.6)
         try:
@@ -267,4 +268,5 @@ async def test_a_statement_reading_the_clock_before_the_lock_would_accept_the_st
             await source.close()
     finally:
         postgres_store._ahead_sql.cache_clear()  # noqa: SLF001
+        postgres_store._insert_sql.cache_clear()  # noqa: SLF001
     assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"

@@ -313,6 +313,43 @@ def _ahead_sql(binding: Binding, schema: str | None, locking_select: str, types:
     )
 
 
+@functools.cache
+def _insert_sql(binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...]) -> str:
+    """The decided-ahead insert (see :meth:`PostgresStore.insert_ahead`): the same chain
+    as :func:`_ahead_sql`, its verdict being that the locking finder met no row and the
+    clock lies in the window; the row's time fields that move with the clock are taken
+    from it, and every inserted value is verified in the RETURNING list."""
+    spec = binding.spec
+    udt = dict(types)
+    columns = spec.column_names
+
+    def intended(column: str) -> str:
+        if spec.column(column).codec.base == "instant":
+            # The clock as a scalar subquery: the RETURNING list sees the CTEs, not the FROM list.
+            return (f"CASE WHEN (:rel_{column})::bigint IS NULL THEN {_instant(f'(:v_{column})::bigint')} "
+                    f"ELSE (SELECT now FROM verdict) + (:rel_{column})::bigint * interval '1 microsecond' END")
+        return f"(:v_{column})::{udt[column]}"
+
+    def verified(column: str) -> str:
+        if spec.column(column).codec.base == "json" or udt.get(column) == "uuid":
+            return f"t.{column}::text IS NOT DISTINCT FROM (:v_{column})::text"
+        return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
+
+    table = qualified(schema, spec.name)
+    return (
+        f"WITH locked AS MATERIALIZED ({locking_select}), "
+        f"{_CLOCK_AFTER_LOCKS}, "
+        "verdict AS MATERIALIZED (SELECT clock.now, (clock.locked_rows = 0 AND clock.now >= :not_before "
+        "AND clock.now < :not_after) AS go FROM clock), "
+        f"written AS (INSERT INTO {table} AS t ({', '.join(columns)}) "
+        f"SELECT {', '.join(intended(c) for c in columns)} FROM verdict WHERE verdict.go "
+        f"RETURNING {', '.join(f't.{c}' for c in columns)}, "
+        f"1 / (CASE WHEN {' AND '.join(verified(c) for c in columns)} THEN 1 ELSE 0 END) AS verified) "
+        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.* FROM verdict "
+        "LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
+    )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Picked:
     """What :meth:`PostgresTransaction.pick_and_rewrite` saw and did: its clock, whether
@@ -741,14 +778,52 @@ class PostgresStore:
         parameters.update(compiled.parameters({"keys": keys}))
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
         statement = _compiled(sql)
+        rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
+        return self._answer(binding, codec, rows)
+
+    async def insert_ahead(
+        self, binding: Binding, finder: Finder, finder_parameters: Mapping[str, Any], record: Any,
+        relative: Mapping[str, int], not_before_us: int, not_after_us: int,
+    ) -> AheadAnswer | None:
+        """One autocommit statement that locks the rows ``finder`` selects, reads the
+        clock after the locks, and inserts ``record`` (its ``relative`` fields at that
+        clock plus their offsets) only if the finder met no row and the clock lies in the
+        window. ``locked`` holds the rows met otherwise. None: this store cannot spell it
+        for the table (nothing was sent)."""
+        self._refuse_if_closed()
+        deadline = self._deadline()
+        pool = await self._open(deadline)
+        types = self.column_types.get(binding.spec.name, ())
+        if not set(binding.spec.column_names) <= {column for column, _ in types} or (
+            (binding.spec.name, binding.key_column) in self.uuid_columns
+        ):
+            return None  # not seen whole, or keys the database canonicalizes: the transaction path
+        codec = self.codec(binding)
+        compiled = compile_finder(binding, finder, POSTGRESQL, self.schema)
+        parameters = dict(compiled.parameters(finder_parameters))
+        relative_columns = {binding.column_of(field).name: offset for field, offset in relative.items()}
+        for column, value in codec.write(record).items():
+            parameters[f"v_{column}"] = value
+        for column in binding.spec.instant_names:
+            parameters[f"rel_{column}"] = relative_columns.get(column)
+        parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
+        statement = _compiled(_insert_sql(binding, self.schema, compiled.sql, types))
         arguments = statement.arguments(parameters)
+        rows = await self._fetch_once(pool, deadline, statement.sql, arguments)
+        return self._answer(binding, codec, rows)
+
+    async def _fetch_once(self, pool: _Connections, deadline: float, sql: str, arguments: list[Any]) -> list[Any]:
         connection = await pool.take(deadline)
         clean = False
         try:
-            rows = await _call_once(lambda: connection.fetch(statement.sql, *arguments), deadline)
+            rows = await _call_once(lambda: connection.fetch(sql, *arguments), deadline)
             clean = True
         finally:
             pool.give_back(connection, clean=clean)
+        return list(rows)
+
+    def _answer(self, binding: Binding, codec: RowCodec, rows: Sequence[Any]) -> AheadAnswer:
+        """A decided-ahead statement's rows: (clock, went, row as locked, split, row as written)."""
         width = len(binding.spec.columns)
         now, went = rows[0][0], bool(rows[0][1])
         self.saw_clock(now)
@@ -766,7 +841,7 @@ class PostgresStore:
         """The statement's arrays: one element per item, for every input column."""
         spec = binding.spec
         mutable = spec.mutable_names
-        instants = [c for c in mutable if spec.column(c).codec.base == "instant"]
+        instants = [c for c in mutable if c in spec.instant_names]
         columns: dict[str, list[Any]] = {"w_key": [], "w_present": [], "w_write": []}
         for c in mutable:
             columns[f"w_old_{c}"], columns[f"w_new_{c}"] = [], []

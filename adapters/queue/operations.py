@@ -153,12 +153,10 @@ class QueueOperations:
     async def _submit_owned_once(self, snapshot: SubmissionSnapshot) -> Submitted:
         authored_job_id, run_id = self._ids(snapshot.job_id, snapshot.run_id)
         binding = self.binding
+        key = snapshot.active_key if snapshot.active_key is not None else snapshot.idempotency_key
 
-        async def body(tx: Transaction) -> Decision:
-            job_id = await tx.canonical_key(binding, authored_job_id)
-            key = snapshot.active_key if snapshot.active_key is not None else snapshot.idempotency_key
-            rows = await self._locate(tx, snapshot.submission_id, job_id, run_id, key)
-            command = SubmitOwned(
+        def command_for(job_id: str) -> SubmitOwned:
+            return SubmitOwned(
                 queue=self.queue,
                 submission_id=snapshot.submission_id,
                 fingerprint=snapshot.fingerprint,
@@ -170,9 +168,27 @@ class QueueOperations:
                 active_key=snapshot.active_key,
                 payload=stored_payload(self.queue, snapshot.field_texts),
             )
-            met = finders.submission_meets(
+
+        def meets(rows: Sequence[JobRecord], job_id: str) -> JobRecord | None:
+            return finders.submission_meets(
                 rows, submission_id=snapshot.submission_id, job_id=job_id, run_id=run_id, key=snapshot.idempotency_key
             )
+
+        # One statement when no row shares an identity with the submission (or it meets a
+        # replay or a conflict); the transaction below otherwise.
+        decided = await self.engine.insert_ahead(
+            binding, finders.locate(self.queue),
+            {"submission_id": snapshot.submission_id, "job_id": authored_job_id, "run_id": run_id, "key": key},
+            command_for(authored_job_id), lambda rows: meets(rows, authored_job_id),
+        )
+        if decided is not None:
+            return _submitted(decided)
+
+        async def body(tx: Transaction) -> Decision:
+            job_id = await tx.canonical_key(binding, authored_job_id)
+            rows = await self._locate(tx, snapshot.submission_id, job_id, run_id, key)
+            command = command_for(job_id)
+            met = meets(rows, job_id)
             if met is None:
                 holder = finders.key_holder(rows, snapshot.active_key)
                 if holder is not None:
