@@ -247,14 +247,30 @@ async def test_a_trigger_that_changes_a_written_value_keeps_nothing(db_url: str)
     assert row(db_url, QueueKind.VALIDATION, "job-a") == before
 
 
-async def test_a_statement_reading_the_clock_before_the_lock_would_accept_the_stale_write(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The mutant the lock-wait test exists to catch: the same statement with its clock
-    read before the row lock completes after the lease ran out."""
-    from tenure.adapters.postgres import store as postgres_store
+MUTANTS = {
+    "clock read before the lock": "clock",
+    "rows read without a lock": "finder",
+}
 
-    monkeypatch.setattr(postgres_store, "_CLOCK_AFTER_LOCKS", "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+async def test_a_statement_without_its_lock_first_order_would_accept_the_stale_write(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, mutant: str
+) -> None:
+    """The mutants the lock-wait test exists to catch: the same statement with its clock
+    read before the row lock, or with the rows read without taking the lock (the UPDATE
+    then waits instead, with a clock and a comparison from before the wait), completes
+    after the lease ran out."""
+    import dataclasses
+
+    from tenure.adapters.postgres import store as postgres_store
+    from tenure.kernel.queue import finders
+
+    if MUTANTS[mutant] == "clock":
+        monkeypatch.setattr(postgres_store, "_CLOCK_AFTER_LOCKS",
+                            "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
+    else:
+        monkeypatch.setattr(finders, "by_keys", dataclasses.replace(finders.by_keys, lock="none"))
     postgres_store._ahead_sql.cache_clear()  # noqa: SLF001
     postgres_store._insert_sql.cache_clear()  # noqa: SLF001
     try:
