@@ -239,20 +239,18 @@ class Engine:
         return None
 
     def _answer_ahead(self, binding: Binding, plans: Sequence[tuple[Expected, Ahead | None]], answer: AheadAnswer) -> list[Decision]:
-        """The decisions of a statement that went, at its clock; every written row must
-        equal its decided record there (the statement verified the values it wrote; this
-        also checks the row mapping both ways)."""
+        """The decisions of a statement that went, at its clock. The statement verified
+        every value it wrote against the decided record's, so that record is the row as
+        stored now (and the row to decide from next)."""
         decisions: list[Decision] = []
         for expected, plan in plans:
             require(plan is not None)
             assert plan is not None
             decision = plan.at(answer.now_us)
             if expected.new is not None:
-                require(isinstance(decision, Applied))
-                stored = answer.written.get(expected.key)
-                if stored is None or stored != decision.new_record:  # type: ignore[union-attr]
+                if not isinstance(decision, Applied) or expected.key not in answer.written:
                     raise persistence_failed("read_back_mismatch")
-                self.remember(binding, [stored])
+                self.remember(binding, [decision.new_record])
             decisions.append(decision)
         self._observe(answer.now_us)
         return decisions
@@ -287,10 +285,9 @@ class Engine:
             return None
         if answer.went:
             decision = plan.at(answer.now_us)
-            stored = next(iter(answer.written.values()), None)
-            if not isinstance(decision, Applied) or stored is None or stored != decision.new_record:
+            if not isinstance(decision, Applied) or len(answer.written) != 1:
                 raise persistence_failed("read_back_mismatch")
-            self.remember(binding, [stored])
+            self.remember(binding, [decision.new_record])
             self._observe(answer.now_us)
             return decision
         if not answer.locked:

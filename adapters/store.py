@@ -72,12 +72,14 @@ class Expected:
 class AheadAnswer:
     """What a decided-ahead statement saw and did: the clock it read after its last row
     lock, whether it wrote (``went``: every item's row equalled its expected record and
-    the clock lay in the window), and the rows by key as locked and as written."""
+    the clock lay in the window), the rows by key as locked (when it did not write) and
+    the keys it wrote. A written row is not sent back: the statement verified every value
+    it wrote against the intended one, so the row stored is the decided record."""
 
     now_us: int
     went: bool
     locked: Mapping[str, Any]
-    written: Mapping[str, Any]
+    written: frozenset[str]
 
 
 class AheadWriter(Protocol):

@@ -336,7 +336,7 @@ class Faults:
     """Driver-level faults, armed one at a time; each fires once.
 
     ``arm("COMMIT", "after")``: the commit happens but its acknowledgement is lost (on
-    PostgreSQL, ``arm("WITH want", "after")`` does the same to a one-statement write).
+    PostgreSQL, ``arm("WITH locked", "after")`` does the same to a one-statement write).
     ``arm("COMMIT", "before")``: the commit fails; nothing is written.
     ``arm(prefix, "before")``: the next statement starting with ``prefix`` fails.
     ``arm(prefix, "kill")`` (PostgreSQL): the server ends the session just before it.

@@ -271,8 +271,7 @@ async def test_a_statement_without_its_lock_first_order_would_accept_the_stale_w
                             "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
     else:
         monkeypatch.setattr(finders, "by_keys", dataclasses.replace(finders.by_keys, lock="none"))
-    postgres_store._ahead_sql.cache_clear()  # noqa: SLF001
-    postgres_store._insert_sql.cache_clear()  # noqa: SLF001
+    postgres_store.clear_statement_cache()
     try:
         source, fence = await claimed_source(db_url, 0.6)
         try:
@@ -283,6 +282,5 @@ async def test_a_statement_without_its_lock_first_order_would_accept_the_stale_w
         finally:
             await source.close()
     finally:
-        postgres_store._ahead_sql.cache_clear()  # noqa: SLF001
-        postgres_store._insert_sql.cache_clear()  # noqa: SLF001
+        postgres_store.clear_statement_cache()
     assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"

@@ -209,10 +209,10 @@ POINTS = {
     "locking statement": {"sqlite": "SELECT", "postgresql": "WITH locked"},
     "write": "UPDATE",
     "commit": "COMMIT",
-    "one statement or clock": {"sqlite": "UPDATE tenure_clock", "postgresql": "WITH want"},
+    "one statement or clock": {"sqlite": "UPDATE tenure_clock", "postgresql": "WITH locked"},
 }
 """Where a heartbeat meets the driver. On PostgreSQL a fenced write is one decided-ahead
-statement (``WITH want``); the transaction points are met by a batch that names one
+statement (``WITH locked``, as the transaction's locking statement begins); the transaction points are met by a batch that names one
 fence twice, which runs as a transaction. On SQLite every write is a transaction, whose
 clock statement is a point of its own."""
 

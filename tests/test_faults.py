@@ -104,7 +104,7 @@ async def test_a_lost_acknowledgement_on_a_completion_is_settled_by_reading_the_
         await source.submit_owned(REQUEST, submission_id="sub-1")
         got = await source.claim_next_owned("worker-a", claim_token="token-1")
         # SQLite commits a transaction; PostgreSQL's completion is one statement.
-        faults.arm("COMMIT" if kind_of(db_url) == "sqlite" else "WITH want", "after")
+        faults.arm("COMMIT" if kind_of(db_url) == "sqlite" else "WITH locked", "after")
         with pytest.raises(TenureError) as caught:
             await source.complete_owned(got.claim_fence, {"rows": 1})
         assert caught.value.reason == "commit_unacknowledged"

@@ -438,6 +438,7 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
         from tenure.adapters.postgres import store as postgres_store
 
         original_ahead = postgres_store._ahead_sql.__wrapped__
+        original_one = postgres_store._ahead_one_sql.__wrapped__
 
         def without_pre_image(*arguments: Any) -> str:
             sql = original_ahead(*arguments)
@@ -445,7 +446,14 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
             assert blind != sql
             return blind
 
+        def one_without_pre_image(*arguments: Any) -> str:
+            sql = original_one(*arguments)
+            blind = re.sub(r"EXISTS \(SELECT 1 FROM locked l WHERE .*?\) ELSE", "EXISTS (SELECT 1 FROM locked l) ELSE", sql)
+            assert blind != sql
+            return blind
+
         monkeypatch.setattr(postgres_store, "_ahead_sql", without_pre_image)
+        monkeypatch.setattr(postgres_store, "_ahead_one_sql", one_without_pre_image)
         expected = "QueueKind|adapter"
     COUNTERS[f"queue:{database}"] = Counter()
     with pytest.raises(AssertionError, match=expected):
@@ -480,9 +488,8 @@ def test_the_lockstep_catches_a_batch_that_reads_the_clock_before_its_last_row_l
     monkeypatch.setattr(module, "_with_clock", clock_at_the_first_lock)
     # Batches are decided-ahead statements: their clock read before the locks, too.
     monkeypatch.setattr(module, "_CLOCK_AFTER_LOCKS", "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
-    for compiled in (module._ahead_sql, module._insert_sql):  # statements built with the clock are cached
-        compiled.cache_clear()
-        request.addfinalizer(compiled.cache_clear)
+    module.clear_statement_cache()  # statements built with the clock are cached
+    request.addfinalizer(module.clear_statement_cache)
     COUNTERS[f"queue:{database}"] = Counter()
     focused = machine_for(database, only=frozenset({"submit_owned", "claim_owned", "batch_waits_for_a_row_locked_elsewhere"}))
     with pytest.raises(AssertionError, match="read before the batch's last row lock"):
