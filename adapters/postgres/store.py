@@ -238,6 +238,24 @@ _CLOCK_AFTER_LOCKS = "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, co
 (tests/test_ahead_postgres.py replaces it with a clock read first and sees stale writes)."""
 
 
+def _as_text(binding: Binding, udt: Mapping[str, str], column: str) -> bool:
+    """Whether a column is compared as its text: JSON (``json`` has no ``=``; its text is
+    what was written) and genuine ``uuid`` columns (records hold their canonical text)."""
+    return binding.spec.column(column).codec.base == "json" or udt.get(column) == "uuid"
+
+
+def _compared(binding: Binding, udt: Mapping[str, str], alias: str, column: str) -> str:
+    """A stored column as the decided-ahead statements compare it."""
+    return f"{alias}.{column}::text" if _as_text(binding, udt, column) else f"{alias}.{column}"
+
+
+def _keeps_unwritten_columns(binding: Binding, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether a new row differs from the old one only in the mutable columns (the only
+    ones a decided-ahead UPDATE writes)."""
+    mutable = binding.spec.mutable_names
+    return all(new[c] == old.get(c) for c in binding.spec.column_names if c not in mutable)
+
+
 @functools.cache
 def _ahead_sql(binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...]) -> str:
     """The decided-ahead statement for ``binding`` (see :meth:`PostgresStore.write_ahead`).
@@ -264,9 +282,7 @@ def _ahead_sql(binding: Binding, schema: str | None, locking_select: str, types:
         return _ARRAY_TYPES[spec.column(column).codec.base]
 
     def stored(alias: str, column: str) -> str:
-        if spec.column(column).codec.base == "json" or udt.get(column) == "uuid":
-            return f"{alias}.{column}::text"
-        return f"{alias}.{column}"
+        return _compared(binding, udt, alias, column)
 
     def given(prefix: str, column: str) -> str:
         if spec.column(column).codec.base == "instant":
@@ -327,9 +343,7 @@ def _ahead_one_sql(binding: Binding, schema: str | None, locking_select: str, ty
     instants = [c for c in mutable if c in spec.instant_names]
 
     def stored(alias: str, column: str) -> str:
-        if spec.column(column).codec.base == "json" or udt.get(column) == "uuid":
-            return f"{alias}.{column}::text"
-        return f"{alias}.{column}"
+        return _compared(binding, udt, alias, column)
 
     def intended(column: str) -> str:
         if column in instants:
@@ -340,14 +354,14 @@ def _ahead_one_sql(binding: Binding, schema: str | None, locking_select: str, ty
     def verified(column: str) -> str:
         if column in instants:
             return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
-        if spec.column(column).codec.base == "json" or udt.get(column) == "uuid":
+        if _as_text(binding, udt, column):
             return f"t.{column}::text IS NOT DISTINCT FROM (:check_{column})::text"
         return f"t.{column} IS NOT DISTINCT FROM (:new_{column})::{udt[column]}"
 
     def expected(column: str) -> str:
         if column in instants:
             return f"l.{column} IS NOT DISTINCT FROM (:old_{column})::timestamptz"
-        if spec.column(column).codec.base == "json" or udt.get(column) == "uuid":
+        if _as_text(binding, udt, column):
             return f"l.{column}::text IS NOT DISTINCT FROM (:old_{column})::text"
         return f"l.{column} IS NOT DISTINCT FROM (:old_{column})::{udt[column]}"
 
@@ -387,7 +401,7 @@ def _insert_sql(binding: Binding, schema: str | None, locking_select: str, types
         return f"(:v_{column})::{udt[column]}"
 
     def verified(column: str) -> str:
-        if spec.column(column).codec.base == "json" or udt.get(column) == "uuid":
+        if _as_text(binding, udt, column):
             return f"t.{column}::text IS NOT DISTINCT FROM (:v_{column})::text"
         return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
 
@@ -911,7 +925,7 @@ class PostgresStore:
         spec = binding.spec
         old = codec.write(item.record) if item.known and item.record is not None else {}
         new = codec.write(item.new) if item.new is not None else {}
-        if new and any(new[c] != old.get(c) for c in spec.column_names if c not in spec.mutable_names):
+        if new and not _keeps_unwritten_columns(binding, old, new):
             return None
         relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}
         parameters: dict[str, Any] = {
@@ -938,13 +952,12 @@ class PostgresStore:
             columns[f"w_old_{c}"], columns[f"w_new_{c}"] = [], []
         for c in instants:
             columns[f"w_rel_{c}"] = []
-        kept = [c for c in spec.column_names if c not in mutable]
         for item in items:
             columns["w_key"].append(item.key)
             columns["w_present"].append(None if not item.known else item.record is not None)
             old = codec.write(item.record) if item.known and item.record is not None else {}
             new = codec.write(item.new) if item.new is not None else {}
-            if new and any(new[c] != old.get(c) for c in kept):
+            if new and not _keeps_unwritten_columns(binding, old, new):
                 return None  # the statement writes mutable columns only: a transaction must
             columns["w_write"].append(item.new is not None)
             relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}
