@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
 from .migrations import MigrationReport, downgrade, upgrade
+from .queue.owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from .worker import FailJob, JobContext, Worker, WorkerStats
 
 __all__ = [
     "AttemptLedger",
@@ -19,6 +21,13 @@ __all__ = [
     "PipelineJobSource",
     "StreamingJobSource",
     "JobSource",
+    "OwnedValidationJobSource",
+    "OwnedPipelineJobSource",
+    "OwnedStreamingJobSource",
+    "Worker",
+    "JobContext",
+    "WorkerStats",
+    "FailJob",
     "upgrade",
     "downgrade",
     "MigrationReport",

@@ -105,6 +105,8 @@ class Engine:
         stored = await tx.update_many(binding, updates, read_back=False)
         if stored != [new for _, new in updates]:
             raise persistence_failed("read_back_mismatch")
+        if binding.announced(changes):
+            tx.announce(binding)
 
     async def decide_one(self, tx: Transaction, binding: Binding, record: Any, command: Any) -> Decision:
         """Decide a command on one met row at the transaction's time and persist it."""
@@ -212,7 +214,9 @@ class Engine:
             not_before = max((plan.not_before_us for plan in windows), default=0)
             not_after = min((plan.not_after_us for plan in windows), default=0)
             try:
-                answer = await ahead.write_ahead(binding, by_keys, [expected for expected, _ in plans], not_before, not_after)
+                expected = [expected for expected, _ in plans]
+                announce = binding.announced((item.record, item.new) for item in expected)
+                answer = await ahead.write_ahead(binding, by_keys, expected, not_before, not_after, announce=announce)
             except TenureError as error:
                 if error.reason != "read_back_mismatch":
                     raise
@@ -276,7 +280,8 @@ class Engine:
         new = checked(binding, None, plan.decision)
         try:
             answer = await ahead.insert_ahead(binding, finder, parameters, new, plan.relative,
-                                              plan.not_before_us, plan.not_after_us)
+                                              plan.not_before_us, plan.not_after_us,
+                                              announce=binding.announced([(None, new)]))
         except TenureError as error:
             if error.reason != "read_back_mismatch":
                 raise

@@ -91,7 +91,8 @@ class AheadWriter(Protocol):
         for deciding ahead: the statement checks the real clock."""
 
     async def write_ahead(
-        self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int
+        self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int,
+        *, announce: bool = False,
     ) -> AheadAnswer | None:
         """One autocommit statement: lock the rows ``finder`` selects for the items' keys,
         read the clock after the last lock, and write every ``new`` row (relative fields
@@ -106,12 +107,13 @@ class AheadWriter(Protocol):
 
     async def insert_ahead(
         self, binding: Binding, finder: Finder, finder_parameters: Mapping[str, Any], record: Any,
-        relative: Mapping[str, int], not_before_us: int, not_after_us: int,
+        relative: Mapping[str, int], not_before_us: int, not_after_us: int, *, announce: bool = False,
     ) -> AheadAnswer | None:
         """One autocommit statement: lock the rows ``finder`` selects, read the clock
         after the locks, and insert ``record`` only if none was met and the clock lies in
         the window (verified in the same statement); the rows met otherwise come back
-        in ``locked``. None: nothing was sent (the caller uses a transaction)."""
+        in ``locked``. ``announce``: notify the table's channel when it inserts. None:
+        nothing was sent (the caller uses a transaction)."""
 
 
 class Transaction(Protocol):
@@ -147,6 +149,11 @@ class Transaction(Protocol):
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         """The rows with these keys as they are (no lock, no clock)."""
 
+    def announce(self, binding: Binding) -> None:
+        """Tell idle workers, when this transaction commits, that ``binding``'s table
+        has new work (PostgreSQL: ``pg_notify`` sent with the COMMIT; a rolled-back
+        transaction announces nothing). A store without notifications ignores it."""
+
 
 Body = Callable[[Transaction], Awaitable[T]]
 """The work of one transaction: awaits only its transaction's methods."""
@@ -167,9 +174,24 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    async def listen(self, binding: Binding, wake: Callable[[], None]) -> Listener | None:
+        """Call ``wake`` whenever a committed write announces new work on ``binding``'s
+        table, until the returned listener is closed. None: this store has no
+        notifications (SQLite: workers poll)."""
+
     ahead: AheadWriter | None
     """This store's decided-ahead writer, or None (SQLite: a transaction is already one
     hop there)."""
+
+
+class Listener(Protocol):
+    """An open subscription to a table's announcements (see :meth:`Store.listen`)."""
+
+    @property
+    def alive(self) -> bool:
+        """False once its connection was lost: announcements are no longer heard."""
+
+    async def close(self) -> None: ...
 
 
 class SharedPrimitives:
@@ -223,3 +245,6 @@ class SharedPrimitives:
 
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         return await self._records(binding, self.statements(binding).read_keys, {"keys": self.key_list(keys)})
+
+    def announce(self, binding: Binding) -> None:
+        """No notifications by default (SQLite's workers poll)."""

@@ -28,7 +28,7 @@ import enum
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Column, Index, MetaData, Table, UniqueConstraint, text
@@ -455,6 +455,13 @@ def row_codec(
 # --- a machine's table -----------------------------------------------------------------
 
 
+def announce_channel(schema: str | None, table: str) -> str:
+    """The PostgreSQL notification channel on which writes to ``table`` announce new
+    work (channels are database-wide, so the schema is part of the name; None: the
+    connection's current schema, spelled as an empty part)."""
+    return f"tenure:{schema or ''}:{table}"
+
+
 def _key_as_text(index: int) -> Callable[[list[Any]], None]:
     def prepare(values: list[Any]) -> None:
         # A genuine uuid key column: asyncpg returns its own UUID subclass; records keep
@@ -478,6 +485,16 @@ class Binding:
     record_type: type[Any]
     constants: Mapping[str, Any]
     key_field: str
+    announces: Callable[[Any, Any], bool] | None = None
+    """``(old, new) -> bool``: the change makes work available that an idle worker
+    should hear of (the queue: a row that became pending). The stores announce such a
+    change in the transaction that writes it (PostgreSQL: ``pg_notify`` on
+    :func:`announce_channel`); None: the table announces nothing."""
+
+    def announced(self, changes: Iterable[tuple[Any, Any]]) -> bool:
+        """Whether any ``(old, new)`` change is one this table announces."""
+        announces = self.announces
+        return announces is not None and any(new is not None and announces(old, new) for old, new in changes)
 
     @functools.cached_property
     def _columns_by_field(self) -> dict[str, ColumnSpec]:

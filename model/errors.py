@@ -25,6 +25,7 @@ class ErrorCode(enum.Enum):
     ATTEMPT_IDENTITY_CONFLICT = "attempt_identity_conflict"
     ATTEMPT_RESUBMIT_UNPROVEN = "attempt_resubmit_unproven"
     ATTEMPT_PERSISTENCE_FAILED = "attempt_persistence_failed"
+    WORKER_SHUTDOWN_INCOMPLETE = "worker_shutdown_incomplete"
 
 
 def is_authored_word(text: str) -> bool:

@@ -232,10 +232,10 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
     store_type = getattr(module, "PostgresStore", None)
     original_ahead = None if store_type is None else store_type.write_ahead
 
-    async def interfere_then_write_ahead(self: Any, binding: Any, finder: Any, items: Any, *args: Any) -> Any:
+    async def interfere_then_write_ahead(self: Any, binding: Any, finder: Any, items: Any, *args: Any, **kwargs: Any) -> Any:
         for item in items:
             raw(self._dsn, f"UPDATE {table(queue)} SET error_message = ? WHERE id = ?", (marker, item.key))
-        return await original_ahead(self, binding, finder, items, *args)  # type: ignore[misc]
+        return await original_ahead(self, binding, finder, items, *args, **kwargs)  # type: ignore[misc]
 
     if store_type is not None:
         store_type.write_ahead = interfere_then_write_ahead
@@ -349,7 +349,10 @@ class Faults:
         self.plan = (prefix.upper(), when)
 
     def take(self, sql: str) -> str | None:
-        if self.plan is not None and sql.lstrip().upper().startswith(self.plan[0]):
+        # A COMMIT that carries notifications is sent as "SELECT pg_notify(...); COMMIT":
+        # the statement's last command counts too.
+        commands = [sql.lstrip().upper(), sql.rstrip().rstrip(";").rsplit(";", 1)[-1].lstrip().upper()]
+        if self.plan is not None and any(command.startswith(self.plan[0]) for command in commands):
             when = self.plan[1]
             self.plan = None
             return when

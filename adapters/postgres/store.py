@@ -45,7 +45,7 @@ from tenure.model import ConfigValidationError, TenureError
 from ..failures import Stage, persistence_failed, reason_by_class, translate
 from ..sql import POSTGRESQL, compile_finder
 from ..store import AheadAnswer, Body, Expected, Probe, SharedPrimitives, TimeObserver
-from ..tables import POSTGRESQL_DIALECT, Binding, RowCodec, qualified
+from ..tables import POSTGRESQL_DIALECT, Binding, RowCodec, announce_channel, qualified
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
 
@@ -256,8 +256,16 @@ def _keeps_unwritten_columns(binding: Binding, old: Mapping[str, Any], new: Mapp
     return all(new[c] == old.get(c) for c in binding.spec.column_names if c not in mutable)
 
 
+_ANNOUNCED = ", (SELECT count(*) FROM (SELECT pg_notify(:channel, '') FROM written LIMIT 1) AS sent) AS announced"
+"""The last column of a decided-ahead statement that announces: it notifies the table's
+channel exactly when the statement wrote (an uncorrelated subquery runs once), in the
+statement's own transaction."""
+
+
 @functools.cache
-def _ahead_sql(binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...]) -> str:
+def _ahead_sql(
+    binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+) -> str:
     """The decided-ahead statement for ``binding`` (see :meth:`PostgresStore.write_ahead`).
 
     A chain of CTEs, each depending on the one before, so that no plan can read the
@@ -326,13 +334,15 @@ def _ahead_sql(binding: Binding, schema: str | None, locking_select: str, types:
         f"1 / (CASE WHEN {' AND '.join(verified(c) for c in mutable)} THEN 1 ELSE 0 END) AS verified) "
         # Rows as locked only when nothing was written (the kernel decides again on them);
         # rows as written otherwise: a statement's answer carries one of the two.
-        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.* FROM verdict "
-        "LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
+        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.*" + (_ANNOUNCED if announce else "")
+        + " FROM verdict LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
     )
 
 
 @functools.cache
-def _ahead_one_sql(binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...]) -> str:
+def _ahead_one_sql(
+    binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+) -> str:
     """:func:`_ahead_sql` for one row, with scalar parameters: the same chain of CTEs
     (lock, clock after the locks, verdict, write, verified RETURNING) without unnesting
     arrays, which costs the server about as much again as the rest of the statement."""
@@ -378,13 +388,15 @@ def _ahead_one_sql(binding: Binding, schema: str | None, locking_select: str, ty
         f"FROM verdict WHERE verdict.go AND (:write)::boolean AND t.{key} = ANY(:keys) "
         f"RETURNING {stored('t', key)} AS key, "
         f"1 / (CASE WHEN {' AND '.join(verified(c) for c in mutable)} THEN 1 ELSE 0 END) AS verified) "
-        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.* FROM verdict "
-        "LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
+        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.*" + (_ANNOUNCED if announce else "")
+        + " FROM verdict LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
     )
 
 
 @functools.cache
-def _insert_sql(binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...]) -> str:
+def _insert_sql(
+    binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+) -> str:
     """The decided-ahead insert (see :meth:`PostgresStore.insert_ahead`): the same chain
     as :func:`_ahead_sql`, its verdict being that the locking finder met no row and the
     clock lies in the window; the row's time fields that move with the clock are taken
@@ -415,9 +427,15 @@ def _insert_sql(binding: Binding, schema: str | None, locking_select: str, types
         f"SELECT {', '.join(intended(c) for c in columns)} FROM verdict WHERE verdict.go "
         f"RETURNING t.{binding.key_column}::text AS key, "
         f"1 / (CASE WHEN {' AND '.join(verified(c) for c in columns)} THEN 1 ELSE 0 END) AS verified) "
-        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.* FROM verdict "
-        "LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
+        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.*" + (_ANNOUNCED if announce else "")
+        + " FROM verdict LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
     )
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (standard_conforming_strings is on since
+    PostgreSQL 9.1: only the quote needs doubling)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def clear_statement_cache() -> None:
@@ -506,6 +524,8 @@ class PostgresTransaction(SharedPrimitives):
         self._connection = connection
         self._deadline = deadline
         self._now: int | None = None
+        self.announcements: set[str] = set()
+        """Channels to notify with the COMMIT (see :meth:`announce`)."""
         self.broken = False
         """A driver call of this transaction failed: its connection is not used again."""
 
@@ -669,6 +689,9 @@ class PostgresTransaction(SharedPrimitives):
     async def delete(self, binding: Binding, old: Any) -> bool:
         return bool(await self._fetch(self.statements(binding).delete, self.compare_parameters(binding, old)))
 
+    def announce(self, binding: Binding) -> None:
+        self.announcements.add(announce_channel(self.schema, binding.spec.name))
+
 
 class _Connections:
     """At most ``size`` open connections, reused last-in first-out.
@@ -730,6 +753,28 @@ class _Connections:
                 await _call(connection.close, deadline, Stage.CONNECT)
             except TenureError:
                 connection.terminate()
+
+
+class _Listener:
+    """A dedicated connection LISTENing on one channel (see :meth:`PostgresStore.listen`).
+    It holds session state, so it never joins the pool."""
+
+    def __init__(self, connection: asyncpg.Connection) -> None:
+        self._connection = connection
+
+    @property
+    def alive(self) -> bool:
+        return not self._connection.is_closed()
+
+    async def close(self) -> None:
+        connection = self._connection
+        if connection.is_closed():
+            return
+        try:
+            await asyncio.wait_for(connection.close(), ROLLBACK_GRACE_SECONDS)
+        except (Exception, asyncio.CancelledError):
+            connection.terminate()
+            raise
 
 
 class PostgresStore:
@@ -826,6 +871,26 @@ class PostgresStore:
         finally:
             pool.give_back(connection, clean=clean)
 
+    async def listen(self, binding: Binding, wake: Callable[[], None]) -> _Listener:
+        """A dedicated connection that calls ``wake`` on every notification of
+        ``binding``'s channel (:func:`~tenure.adapters.tables.announce_channel`).
+        Connecting and LISTEN run under the store's timeout; failures raise
+        ``QUEUE_PERSISTENCE_FAILED`` like any call."""
+        self._refuse_if_closed()
+        deadline = self._deadline()
+        connection = await _call(lambda: asyncpg.connect(self._dsn), deadline, Stage.CONNECT)
+
+        def heard(*_: object) -> None:
+            wake()
+
+        try:
+            await _call(lambda: connection.add_listener(announce_channel(self.schema, binding.spec.name), heard),
+                        deadline, Stage.STATEMENT)
+        except BaseException:
+            connection.terminate()
+            raise
+        return _Listener(connection)
+
     def saw_clock(self, now_us: int) -> None:
         self._clock = (now_us, time.monotonic())
 
@@ -836,7 +901,8 @@ class PostgresStore:
         return seen + round((time.monotonic() - at) * 1_000_000)
 
     async def write_ahead(
-        self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int
+        self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int,
+        *, announce: bool = False,
     ) -> AheadAnswer | None:
         """One autocommit statement that locks, reads the clock after the locks, checks
         every item's expected row and the window, and writes all or nothing (see
@@ -851,13 +917,15 @@ class PostgresStore:
         compiled = compile_finder(binding, finder, POSTGRESQL, self.schema)
         keys = [item.key for item in items]
         if len(items) == 1:
-            sql = _ahead_one_sql(binding, self.schema, compiled.sql, types)
+            sql = _ahead_one_sql(binding, self.schema, compiled.sql, types, announce)
             parameters = self._ahead_one_parameters(binding, codec, items[0])
         else:
-            sql = _ahead_sql(binding, self.schema, compiled.sql, types)
+            sql = _ahead_sql(binding, self.schema, compiled.sql, types, announce)
             parameters = self._ahead_parameters(binding, codec, items)
         if parameters is None:
             return None
+        if announce:
+            parameters["channel"] = announce_channel(self.schema, binding.spec.name)
         parameters.update(compiled.parameters({"keys": keys}))
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
         statement = _compiled(sql)
@@ -866,7 +934,7 @@ class PostgresStore:
 
     async def insert_ahead(
         self, binding: Binding, finder: Finder, finder_parameters: Mapping[str, Any], record: Any,
-        relative: Mapping[str, int], not_before_us: int, not_after_us: int,
+        relative: Mapping[str, int], not_before_us: int, not_after_us: int, *, announce: bool = False,
     ) -> AheadAnswer | None:
         """One autocommit statement that locks the rows ``finder`` selects, reads the
         clock after the locks, and inserts ``record`` (its ``relative`` fields at that
@@ -890,7 +958,9 @@ class PostgresStore:
         for column in binding.spec.instant_names:
             parameters[f"rel_{column}"] = relative_columns.get(column)
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
-        statement = _compiled(_insert_sql(binding, self.schema, compiled.sql, types))
+        if announce:
+            parameters["channel"] = announce_channel(self.schema, binding.spec.name)
+        statement = _compiled(_insert_sql(binding, self.schema, compiled.sql, types, announce))
         arguments = statement.arguments(parameters)
         rows = await self._fetch_once(pool, deadline, statement.sql, arguments)
         return self._answer(binding, codec, rows)
@@ -982,7 +1052,10 @@ class PostgresStore:
         if asyncio.get_running_loop().time() >= transaction._deadline:
             transaction.broken = True
             raise persistence_failed("timeout")
-        status = await transaction.call(lambda c: c.execute("COMMIT"), Stage.COMMIT)
+        # Notifications travel with the COMMIT in one simple-protocol round trip; the
+        # server delivers them only if the transaction commits.
+        notify = "".join(f"SELECT pg_notify({_literal(channel)}, ''); " for channel in sorted(transaction.announcements))
+        status = await transaction.call(lambda c: c.execute(notify + "COMMIT"), Stage.COMMIT)
         if status != "COMMIT":  # the server rolled the transaction back instead
             transaction.broken = True
             raise persistence_failed("unavailable")

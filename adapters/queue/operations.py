@@ -384,7 +384,9 @@ class QueueOperations:
 
     async def fail_owned(
         self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None
-    ) -> bool:
+    ) -> JobStatus | None:
+        """The job's status after the failure (pending: sent back for a retry; failed:
+        finished), or None when the fenced write was refused."""
         command = FailOwned(
             fence=ClaimFence.of(fence),
             error_message=error,
@@ -393,7 +395,13 @@ class QueueOperations:
             backoff_base_ms=self.config.backoff_base_ms,
             backoff_max_ms=self.config.backoff_max_ms,
         )
-        return isinstance(await self._on_row(fence.job_id, command), Applied)
+        decision = await self._on_row(fence.job_id, command)
+        if not isinstance(decision, Applied):
+            return None
+        record = decision.new_record
+        require(record is not None)
+        assert record is not None
+        return record.status  # type: ignore[no-any-return]
 
     async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
         return isinstance(await self._on_row(fence.job_id, SetPidOwned(fence=ClaimFence.of(fence), pid=pid)), Applied)

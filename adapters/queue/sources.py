@@ -265,6 +265,17 @@ class JobSource(Generic[Claimed]):
             checked.append((_fence(item[0]), _result_json(item[1], self.config.max_payload_bytes)))
         return await self._engine.complete_owned(checked) if checked else []
 
+    async def _fail_owned_status(
+        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
+    ) -> JobStatus | None:
+        """``fail_owned``, answering the job's status after it (pending: sent back for a
+        retry; failed: finished) or None when refused. The worker counts retries by it."""
+        checked = _fence(fence)
+        return await self._engine.fail_owned(
+            checked, _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"),
+            dlq_record_id=_dlq_record_id(dlq_record_id),
+        )
+
     # --- legacy, unfenced API -----------------------------------------------------------
 
     async def submit(self, job: Any) -> str:
@@ -385,10 +396,7 @@ class _FiniteQueueSource(JobSource[Claimed]):
         """Fail the exact current live claim: back to pending after the configured backoff
         when ``retry`` and attempts remain, else finished as failed. ``dlq_record_id`` is
         kept as correlation only (no DLQ write happens here)."""
-        checked = _fence(fence)
-        return await self._engine.fail_owned(
-            checked, _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"), dlq_record_id=_dlq_record_id(dlq_record_id)
-        )
+        return await self._fail_owned_status(fence, error, retry=retry, dlq_record_id=dlq_record_id) is not None
 
     async def claim_next(self, worker_id: str) -> Claimed | None:
         """Legacy claim (no fence); never takes a protected submission."""
@@ -451,10 +459,7 @@ class StreamingJobSource(JobSource[ClaimedStreamingJob]):
 
     async def fail_owned(self, fence: QueueClaimFence, error: str, *, retry: bool) -> bool:
         """Fail the exact current live claim (refused while a cancel request stands)."""
-        checked = _fence(fence)
-        return await self._engine.fail_owned(
-            checked, _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"), dlq_record_id=None
-        )
+        return await self._fail_owned_status(fence, error, retry=retry) is not None
 
     async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
         """Record the launched process ID (refused while a cancel request stands)."""

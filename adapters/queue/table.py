@@ -265,8 +265,15 @@ _CONSTANTS: dict[QueueKind, dict[str, Any]] = {
 }
 
 
+def _became_pending(old: JobRecord | None, new: JobRecord) -> bool:
+    """A submission, a retry sent back and an expired claim made claimable again: the
+    changes an idle worker is woken for (a retry's backoff may still hold it a while)."""
+    return new.status is JobStatus.PENDING and (old is None or old.status is not JobStatus.PENDING)
+
+
 QUEUE_BINDINGS: dict[QueueKind, Binding] = {
-    queue: Binding(f"queue.{spec.name}", QUEUE, spec, JobRecord, _CONSTANTS[queue], "job_id")
+    queue: Binding(f"queue.{spec.name}", QUEUE, spec, JobRecord, _CONSTANTS[queue], "job_id",
+                   announces=_became_pending)
     for queue, spec in QUEUE_TABLES.items()
 }
 """The queue machine's records in each of its three tables."""

@@ -427,6 +427,10 @@ class SqliteStore:
         except Exception:  # noqa: BLE001 - closing is best effort; the thread stops either way
             pass
 
+    async def listen(self, binding: Binding, wake: Callable[[], None]) -> None:
+        """SQLite has no notifications: workers poll (with backoff up to their idle wait)."""
+        return None
+
     async def close(self) -> None:
         """Close the connection (after the call holding it, if any). Final: later calls
         raise ``source_closed``; closing again does nothing."""

@@ -1,0 +1,782 @@
+"""Fenced workers: a runtime that carries a claim's fence from the claim to the write.
+
+``Worker(source, handler)`` claims owned jobs with fresh nonces, runs
+``await handler(claimed, context)`` for each, renews every claim in flight in one
+batched heartbeat, and writes the handler's outcome with the exact fence of its claim:
+
+- the handler's return value (a JSON object, or None) is the result of
+  ``complete_owned``; completions that finish together go out as one
+  ``complete_many_owned`` call (its answers are exactly the single calls');
+- an exception becomes ``fail_owned`` with ``retry=True`` and the text
+  ``"<ExceptionType>: <message>"`` (cleaned of characters that cannot be stored and cut
+  to ``WorkerConfig.max_payload_bytes``), so the kernel's backoff and attempt budget
+  decide whether the job comes back; :class:`FailJob` chooses ``retry`` (and a DLQ
+  correlation ID) explicitly; a result that is not a JSON object fails the job the
+  same way (``InvalidResult: ...``);
+- a claim whose lease may have ended is never written: a heartbeat answered ``False``
+  (by the batch or by ``context.heartbeat_now()``) or the local lease deadline (the
+  moment the last successful claim or heartbeat was *sent*, plus the lease: never
+  later than the database's own expiry) sets ``context.lease_lost`` and cancels the
+  handler at once; its claim is left to expire (or was already taken over), and any
+  late write would be refused by the fence anyway;
+- streaming launches: ``context.cancel_requested`` is set when the owned state shows a
+  cancel request (read with every heartbeat round); the handler is expected to stop
+  its process; when it ends, the worker reads the state once more and acknowledges
+  the cancel (``acknowledge_cancel_owned``) instead of completing or failing.
+
+A write that fails for a database reason (``TenureError``) is repeated while the lease
+may still be live (heartbeats continue meanwhile). When it is refused after an attempt
+whose commit went unacknowledged, the job is read back: the same generation in the
+status the write would have left shows that the earlier attempt applied.
+
+A claim whose commit went unacknowledged is recovered by ``recover_owned_claim`` with
+the same nonce (up to three tries; a claim that cannot be recovered expires by its
+lease and is taken by another worker).
+
+Waiting for work: on PostgreSQL an idle worker LISTENs on its table's channel, which
+every submission (owned or legacy) and every failure sent back to pending notifies in
+its own transaction; ``idle_wait_s`` is then only the fallback poll for what announces
+nothing (a retry's backoff coming due, an expired lease). On SQLite the worker polls,
+backing off from 50 ms to ``idle_wait_s``. Setting ``stop`` wakes an idle wait at once.
+
+Shutdown (``stop`` set, or ``run`` cancelled): claiming stops; in-flight handlers get
+``shutdown_grace_s`` to finish and be written (heartbeats continue); the rest are
+cancelled and their claims left to expire; no task of the worker outlives ``run``. A
+handler that ignores its cancellation for :data:`CANCEL_WAIT_S` makes ``run`` raise
+``WORKER_SHUTDOWN_INCOMPLETE`` (after the heartbeats stopped: its claim expires).
+Cancelling ``run`` itself skips the grace period.
+
+A Worker runs once (``run`` or ``run_until_idle``) and never closes its source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import inspect
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Generic, TypeVar
+
+from tenure.model import (
+    ConfigValidationError,
+    ErrorCode,
+    JobStatus,
+    QueueClaimFence,
+    QueueKind,
+    TenureError,
+    bounds,
+    check_pid,
+)
+
+from .queue.sources import MAX_BATCH, JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource, _result_json
+from .store import Listener
+
+__all__ = ["Worker", "JobContext", "WorkerStats", "FailJob", "CANCEL_WAIT_S", "MAX_CONCURRENCY"]
+
+log = logging.getLogger("tenure.adapters.worker")
+
+MAX_CONCURRENCY = 1000
+"""The most handlers one Worker runs at once."""
+
+CANCEL_WAIT_S = 5.0
+"""How long shutdown waits for cancelled handlers to end before it reports them."""
+
+FIRST_POLL_S = 0.05
+"""The first idle poll (SQLite, or PostgreSQL without a live listener); it doubles up to
+``idle_wait_s`` while nothing is claimable."""
+
+RECOVERY_TRIES = 3
+"""Tries of ``recover_owned_claim`` per nonce after an unacknowledged claim."""
+
+MAX_WRITE_BACKOFF_S = 1.0
+"""The longest pause between repeats of a fenced write that failed for a database reason."""
+
+MAX_IDLE_WAIT_S = 3600.0
+MAX_GRACE_S = 86_400.0
+
+Claimed = TypeVar("Claimed")
+Handler = Callable[[Any, "JobContext"], Awaitable[Any]]
+
+
+class FailJob(Exception):
+    """Raise from a handler to fail the job with this message and an explicit ``retry``
+    (default False: finished as failed), and for validation and pipeline jobs an optional
+    DLQ correlation ID."""
+
+    def __init__(self, message: str, *, retry: bool = False, dlq_record_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry = retry
+        self.dlq_record_id = dlq_record_id
+
+
+@dataclasses.dataclass
+class WorkerStats:
+    """What a Worker did so far (counts; updated as it runs)."""
+
+    claimed: int = 0
+    """Claims taken (including claims recovered after an unacknowledged commit)."""
+    completed: int = 0
+    """Jobs completed by this worker's fenced write."""
+    failed: int = 0
+    """Jobs this worker finished as failed (no retry left, or ``retry=False``)."""
+    retried: int = 0
+    """Failures the kernel sent back to pending for another attempt."""
+    cancels_acknowledged: int = 0
+    """Streaming launches stopped on a cancel request and acknowledged."""
+    stale_writes_refused: int = 0
+    """Fenced writes answered False: the claim was no longer this worker's."""
+    lease_losses: int = 0
+    """Claims whose lease was lost while this worker held them (handler cancelled, nothing written)."""
+    abandoned: int = 0
+    """Claims whose handlers were cancelled at shutdown, left to expire."""
+    persistence_failures: int = 0
+    """Calls that raised a database failure (each was repeated, recovered or left to expire)."""
+
+
+class JobContext:
+    """What a handler may know and do about its claim (never its claim token).
+
+    ``queue``, ``job_id``, ``attempt``, ``owner_id`` and ``generation`` are the fence's
+    public parts and the claim's attempt number. ``lease_lost`` is set when the claim
+    may no longer be this worker's (the handler is cancelled at the same moment).
+    ``cancel_requested`` is set for a streaming launch whose owned state shows a cancel
+    request (never set on the other queues).
+    """
+
+    __slots__ = ("_job", "queue", "job_id", "attempt", "owner_id", "generation", "lease_lost", "cancel_requested")
+
+    def __init__(self, job: _Job) -> None:
+        fence = job.fence
+        self._job = job
+        self.queue: QueueKind = fence.queue
+        self.job_id: str = fence.job_id
+        self.attempt: int = job.claimed.attempt
+        self.owner_id: str = fence.owner_id
+        self.generation: int = fence.generation
+        self.lease_lost = asyncio.Event()
+        self.cancel_requested = asyncio.Event()
+
+    async def heartbeat_now(self) -> bool:
+        """Renew this claim now. False: the claim is no longer live (``lease_lost`` is
+        set and the handler cancelled). A database failure raises ``TenureError``
+        (the claim's deadline stays as it was)."""
+        return await self._job.heartbeat_now()
+
+    async def set_pid(self, pid: int) -> bool:
+        """Streaming launches: record the launched process's PID with the fence. False:
+        refused (a cancel request stands, then ``cancel_requested`` is set; or the claim
+        is no longer live, then ``lease_lost`` is set)."""
+        return await self._job.set_pid(pid)
+
+    def __repr__(self) -> str:
+        return f"JobContext(queue={self.queue.value!r}, attempt={self.attempt}, generation={self.generation})"
+
+
+class _Job:
+    """One claim in flight: its handler task, its lease deadline and its fate."""
+
+    def __init__(self, worker: Worker, claimed: Any, sent_at: float) -> None:
+        fence = claimed.claim_fence
+        assert type(fence) is QueueClaimFence  # owned claims always carry one
+        self.worker = worker
+        self.claimed = claimed
+        self.fence: QueueClaimFence = fence
+        self.context = JobContext(self)
+        self.task: asyncio.Task[None] | None = None
+        self.handler: asyncio.Task[Any] | None = None
+        self.lost = False
+        self.settling = False
+        """Its outcome is being written: a heartbeat answered False may be that write."""
+        self._timer: asyncio.TimerHandle | None = None
+        self.renewed(sent_at)
+
+    def renewed(self, sent_at: float) -> None:
+        """A claim or heartbeat sent at ``sent_at`` (loop time) succeeded: the database's
+        lease runs at least until ``sent_at`` + lease."""
+        if self.lost:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_at(sent_at + self.worker.source.config.lease_seconds, self.lose)
+
+    def lose(self) -> None:
+        """The lease may have ended: never write, stop the handler at once."""
+        if self.lost:
+            return
+        self.lost = True
+        self.worker.stats.lease_losses += 1
+        self.context.lease_lost.set()
+        self.stop_timer()
+        if self.handler is not None and not self.handler.done():
+            self.handler.cancel()
+
+    def stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def heartbeat_now(self) -> bool:
+        if self.lost:
+            return False
+        sent = asyncio.get_running_loop().time()
+        renewed = await self.worker.source.heartbeat_owned(self.fence)
+        if renewed:
+            self.renewed(sent)
+        else:
+            self.lose()
+        return renewed
+
+    async def set_pid(self, pid: int) -> bool:
+        source = self.worker.source
+        if not isinstance(source, StreamingJobSource):
+            raise ConfigValidationError("invalid_queue", fields=("queue",), problems=("streaming_only",))
+        checked = check_pid(pid)
+        if self.lost:
+            return False
+        if await source.set_pid_owned(self.fence, checked):
+            return True
+        await self.worker.observe_streaming(self)
+        return False
+
+
+class _Batcher(Generic[Claimed]):
+    """Writes submitted while a batch call is under way go out together in the next one.
+    Runs as one task of the worker; each item's future receives its own answer, or the
+    batch call's failure."""
+
+    def __init__(self, call_many: Callable[[list[Any]], Awaitable[list[Any]]]) -> None:
+        self._call_many = call_many
+        self._waiting: list[tuple[Any, asyncio.Future[Any]]] = []
+        self._ready = asyncio.Event()
+
+    def submit(self, item: Any) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        self._ready.set()
+        return future
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._waiting:
+                batch = [(item, future) for item, future in self._waiting[:MAX_BATCH] if not future.done()]
+                del self._waiting[:MAX_BATCH]
+                if not batch:
+                    continue
+                try:
+                    answers = await self._call_many([item for item, _ in batch])
+                except Exception as error:  # noqa: BLE001 - handed to every caller of this batch
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                for (_, future), answer in zip(batch, answers, strict=True):
+                    if not future.done():
+                        future.set_result(answer)
+
+
+def _is_async_callable(handler: object) -> bool:
+    target = handler
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.iscoroutinefunction(target):
+        return True
+    call = getattr(type(target), "__call__", None)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+def _seconds(value: object, field: str, *, minimum: float, maximum: float, inclusive: bool) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+        raise _refuse(field, "finite_number_required")
+    number = float(value)  # type: ignore[arg-type]
+    if number > maximum or number < minimum or (not inclusive and number == minimum):
+        raise _refuse(field, "number_out_of_range")
+    return number
+
+
+def _count(value: object, field: str, maximum: int) -> int:
+    if not bounds.is_strict_int(value) or not 1 <= value <= maximum:  # type: ignore[operator]
+        raise _refuse(field, "integer_out_of_range")
+    return value  # type: ignore[return-value]
+
+
+def error_text(text: str, max_bytes: int) -> str:
+    """``text`` as a storable error: NUL characters and unencodable code points replaced,
+    cut to ``max_bytes`` UTF-8 bytes on a character boundary (marked with an ellipsis)."""
+    cleaned = text.replace("\x00", "\ufffd").encode("utf-8", "replace")
+    if len(cleaned) <= max_bytes:
+        return cleaned.decode("utf-8")
+    ellipsis = "\u2026".encode()
+    return cleaned[: max(0, max_bytes - len(ellipsis))].decode("utf-8", "ignore") + ellipsis.decode()
+
+
+def exception_text(error: BaseException, max_bytes: int) -> str:
+    """``"<ExceptionType>: <message>"`` (the type alone when the message is empty)."""
+    try:
+        message = str(error)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not lose the failure
+        message = "(the exception's message could not be read)"
+    return error_text(f"{type(error).__name__}: {message}" if message else type(error).__name__, max_bytes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What a finished handler asks to write."""
+
+    kind: str  # "complete" | "fail"
+    result: Any = None
+    error: str = ""
+    retry: bool = True
+    dlq_record_id: str | None = None
+
+
+class Worker:
+    """Runs ``handler`` for owned jobs of ``source`` with the fence carried end to end
+    (see the module docstring for every rule).
+
+    - ``worker_id``: the owner recorded on every claim (default: host, PID and a random
+      suffix, so two processes never share one);
+    - ``concurrency``: handlers in flight at most (1..1000);
+    - ``batch_size``: jobs claimed per claim call, at most the free slots (1..1000);
+    - ``idle_wait_s``: the longest idle wait between claim attempts (SQLite: the polling
+      bound; PostgreSQL: the fallback poll behind LISTEN/NOTIFY);
+    - ``shutdown_grace_s``: how long in-flight handlers may run after ``stop``.
+
+    A non-async handler is refused here (an object with an async ``__call__`` and a
+    ``functools.partial`` of an async function are accepted).
+    """
+
+    def __init__(
+        self,
+        source: JobSource[Any],
+        handler: Handler,
+        *,
+        worker_id: str | None = None,
+        concurrency: int = 8,
+        batch_size: int = 1,
+        idle_wait_s: float = 5.0,
+        shutdown_grace_s: float = 30,
+    ) -> None:
+        if not isinstance(source, (ValidationJobSource, PipelineJobSource, StreamingJobSource)):
+            raise _refuse("source", "job_source_required")
+        if not _is_async_callable(handler):
+            raise _refuse("handler", "async_callable_required")
+        if worker_id is None:
+            worker_id = f"{socket.gethostname()[:64]}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        elif type(worker_id) is not str or not bounds.is_identity(worker_id):
+            raise _refuse("worker_id", "identity_required")
+        self.source = source
+        self.handler = handler
+        self.worker_id: str = worker_id
+        self.concurrency = _count(concurrency, "concurrency", MAX_CONCURRENCY)
+        self.batch_size = _count(batch_size, "batch_size", MAX_BATCH)
+        self.idle_wait_s = _seconds(idle_wait_s, "idle_wait_s", minimum=0.0, maximum=MAX_IDLE_WAIT_S, inclusive=False)
+        self.shutdown_grace_s = _seconds(shutdown_grace_s, "shutdown_grace_s", minimum=0.0, maximum=MAX_GRACE_S,
+                                         inclusive=True)
+        self.stats = WorkerStats()
+        self._jobs: dict[str, _Job] = {}
+        self._ran = False
+        self._slot_freed = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._listener: Listener | None = None
+        self._listens = True
+        """False once the store answered that it has no notifications (SQLite)."""
+        self._completions: _Batcher[Any] = _Batcher(self._complete_many)
+
+    @property
+    def in_flight(self) -> int:
+        """Claims held right now (handlers running or outcomes being written)."""
+        return len(self._jobs)
+
+    @property
+    def listening(self) -> bool:
+        """Whether idle waits are woken by notifications (PostgreSQL with a live listener)."""
+        return self._listener is not None and self._listener.alive
+
+    # --- running ---------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None) -> WorkerStats:
+        """Claim and run jobs until ``stop`` is set (or this task is cancelled), then
+        shut down gracefully (see the module docstring). Returns the stats."""
+        return await self._run(stop if stop is not None else asyncio.Event(), until_idle=False)
+
+    async def run_until_idle(self, stop: asyncio.Event | None = None) -> WorkerStats:
+        """Run until nothing is claimable now and nothing is in flight (a retry whose
+        backoff has not passed, or a job whose ``fires_at`` is later, is not claimable
+        now), or until ``stop`` is set."""
+        return await self._run(stop if stop is not None else asyncio.Event(), until_idle=True)
+
+    async def _run(self, stop: asyncio.Event, *, until_idle: bool) -> WorkerStats:
+        if type(stop) is not asyncio.Event:
+            raise _refuse("stop", "asyncio_event_required")
+        if self._ran:
+            raise _refuse("worker", "already_ran")
+        self._ran = True
+        log.info("worker started on the %s queue (concurrency %d, batch %d)",
+                 self.source.queue.value, self.concurrency, self.batch_size)
+        await self._ensure_listener()
+        helpers = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._completions.run())]
+        grace = self.shutdown_grace_s
+        try:
+            await self._claim_loop(stop, until_idle)
+        except asyncio.CancelledError:
+            grace = 0.0
+            raise
+        finally:
+            await self._shut_down(grace, helpers)
+        return self.stats
+
+    async def _shut_down(self, grace: float, helpers: Sequence[asyncio.Task[None]]) -> None:
+        tasks = [job.task for job in self._jobs.values() if job.task is not None]
+        if tasks and grace > 0:
+            log.info("stopping: waiting up to %.1f s for %d handlers", grace, len(tasks))
+            await asyncio.wait(tasks, timeout=grace)
+        unfinished = [task for task in tasks if not task.done()]
+        for task in unfinished:
+            task.cancel()
+        self.stats.abandoned += len(unfinished)
+        stuck: set[asyncio.Task[None]] = set()
+        if unfinished:
+            log.info("stopping: cancelled %d handlers; their claims are left to expire", len(unfinished))
+            _, stuck = await asyncio.wait(unfinished, timeout=CANCEL_WAIT_S)
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.wait(helpers)
+        for helper in helpers:
+            if not helper.cancelled() and helper.exception() is not None:
+                log.error("a worker task failed: %s", type(helper.exception()).__name__)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                await listener.close()
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection was terminated instead
+                pass
+        if stuck:
+            raise TenureError(ErrorCode.WORKER_SHUTDOWN_INCOMPLETE, "handler_ignored_cancellation")
+        log.info("worker stopped")
+
+    async def _claim_loop(self, stop: asyncio.Event, until_idle: bool) -> None:
+        poll = FIRST_POLL_S
+        while not stop.is_set():
+            free = self.concurrency - len(self._jobs)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._wait_for(stop, [self._slot_freed], None)
+                continue
+            self._wake.clear()
+            self._slot_freed.clear()
+            want = min(free, self.batch_size)
+            claimed = await self._claim(want)
+            if claimed is None:  # the database failed: pause, then try again
+                await self._wait_for(stop, [], poll)
+                poll = min(poll * 2, self.idle_wait_s)
+                continue
+            for record, sent_at in claimed:
+                self._start(record, sent_at)
+            if len(claimed) == want:
+                poll = FIRST_POLL_S
+                continue
+            # Nothing more is claimable now.
+            if until_idle:
+                if not self._jobs:
+                    return
+                await self._wait_for(stop, [self._slot_freed], None)  # an ending job may send a retry back
+                continue
+            await self._ensure_listener()
+            if self.listening:
+                await self._wait_for(stop, [self._wake], self.idle_wait_s)
+                poll = FIRST_POLL_S
+            else:
+                woke = await self._wait_for(stop, [self._wake], poll)
+                poll = FIRST_POLL_S if woke else min(poll * 2, self.idle_wait_s)
+
+    @staticmethod
+    async def _wait_for(stop: asyncio.Event, events: Iterable[asyncio.Event], timeout: float | None) -> bool:
+        """Wait until ``stop`` or any of ``events`` is set, or ``timeout`` passed. True
+        when an event (not the timeout) ended the wait."""
+        waiters = [asyncio.ensure_future(event.wait()) for event in (stop, *events)]
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return bool(done)
+
+    async def _ensure_listener(self) -> None:
+        """Open (or reopen, after its connection was lost) the notification listener."""
+        if not self._listens or self.listening:
+            return
+        source_engine = self.source._engine
+        try:
+            listener = await source_engine.store.listen(source_engine.binding, self._wake.set)
+        except ConfigValidationError:
+            raise
+        except TenureError as error:
+            self._failed_call("listen", error)
+            return
+        if listener is None:
+            self._listens = False
+            return
+        old, self._listener = self._listener, listener
+        if old is not None:
+            try:
+                await old.close()
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - already lost
+                pass
+
+    # --- claims ----------------------------------------------------------------------
+
+    async def _claim(self, want: int) -> list[tuple[Any, float]] | None:
+        """Up to ``want`` claims with fresh nonces, each with the loop time its claim was
+        sent; None when the database failed and nothing is known to be claimed."""
+        tokens = [uuid.uuid4().hex for _ in range(want)]
+        sent = asyncio.get_running_loop().time()
+        try:
+            claimed: list[Any]
+            if want == 1:
+                one = await self.source.claim_next_owned(self.worker_id, claim_token=tokens[0])
+                claimed = [] if one is None else [one]
+            else:
+                claimed = list(await self.source.claim_batch_owned(self.worker_id, claim_tokens=tokens))
+        except ConfigValidationError:
+            raise
+        except TenureError as error:
+            self._failed_call("claim", error)
+            if error.reason != "commit_unacknowledged":
+                return None  # nothing was committed (or a nonce clashed): claim again
+            recovered = await self._recover(tokens)
+            return [(record, sent) for record in recovered]
+        return [(record, sent) for record in claimed]
+
+    async def _recover(self, tokens: Sequence[str]) -> list[Any]:
+        recovered = []
+        for token in tokens:
+            for attempt in range(RECOVERY_TRIES):
+                try:
+                    found = await self.source.recover_owned_claim(self.worker_id, claim_token=token)
+                except ConfigValidationError:
+                    raise
+                except TenureError as error:
+                    self._failed_call("recover", error)
+                    await asyncio.sleep(FIRST_POLL_S * 2**attempt)
+                    continue
+                if found is not None:
+                    recovered.append(found)
+                break
+        return recovered
+
+    def _start(self, claimed: Any, sent_at: float) -> None:
+        job = _Job(self, claimed, sent_at)
+        self._jobs[job.fence.job_id] = job
+        self.stats.claimed += 1
+        job.task = asyncio.create_task(self._execute(job))
+
+    # --- one job ---------------------------------------------------------------------
+
+    async def _execute(self, job: _Job) -> None:
+        try:
+            outcome = await self._handle(job)
+            if outcome is not None and not job.lost:
+                job.settling = True
+                await self._settle(job, outcome)
+        except ConfigValidationError as error:  # the source was closed under the worker
+            log.error("a job's write was refused: %s; its claim is left to expire", error.reason)
+        except Exception:  # noqa: BLE001 - a defect must not kill the worker; the claim expires
+            log.exception("a job ended with an unexpected error; its claim is left to expire")
+        finally:
+            job.stop_timer()
+            self._jobs.pop(job.fence.job_id, None)
+            self._slot_freed.set()
+
+    async def _handle(self, job: _Job) -> _Outcome | None:
+        """Run the handler; its outcome, or None when it was cancelled (lease lost)."""
+        handler = asyncio.ensure_future(self.handler(job.claimed, job.context))
+        job.handler = handler
+        try:
+            await asyncio.wait([handler])
+        except asyncio.CancelledError:  # shutdown: the handler goes with this task
+            handler.cancel()
+            await asyncio.wait([handler])
+            raise
+        if handler.cancelled():
+            return None
+        max_bytes = self.source.config.max_payload_bytes
+        error = handler.exception()
+        if error is None:
+            result = handler.result()
+            try:
+                _result_json(result, max_bytes)
+            except ConfigValidationError as invalid:
+                log.warning("a handler returned a result that is not a JSON object (%s); the job is failed",
+                            invalid.problems[0] if invalid.problems else invalid.reason)
+                problem = invalid.problems[0] if invalid.problems else invalid.reason
+                return _Outcome("fail", error=f"InvalidResult: the handler's result is not a JSON object ({problem})")
+            return _Outcome("complete", result=result)
+        if isinstance(error, FailJob):
+            return _Outcome("fail", error=exception_text(error, max_bytes), retry=error.retry is True,
+                            dlq_record_id=error.dlq_record_id)
+        if isinstance(error, Exception):
+            log.warning("a handler raised %s; the job is failed", type(error).__name__,
+                        exc_info=log.isEnabledFor(logging.DEBUG) and error)
+            return _Outcome("fail", error=exception_text(error, max_bytes))
+        raise error  # KeyboardInterrupt, SystemExit: not a job's failure
+
+    async def _settle(self, job: _Job, outcome: _Outcome) -> None:
+        source = self.source
+        fence = job.fence
+        streaming = isinstance(source, StreamingJobSource)
+        if streaming:
+            await self.observe_streaming(job)
+            if job.lost:
+                return
+            if job.context.cancel_requested.is_set():
+                await self._acknowledge(job)
+                return
+        if outcome.kind == "complete":
+            status = await self._fenced(job, lambda: self._complete(fence, outcome.result), {JobStatus.COMPLETED})
+        else:
+            dlq = {} if streaming else {"dlq_record_id": outcome.dlq_record_id}
+
+            async def fail() -> JobStatus | None:
+                return await source._fail_owned_status(fence, error_text(outcome.error, source.config.max_payload_bytes),
+                                                       retry=outcome.retry, **dlq)
+
+            status = await self._fenced(job, fail, {JobStatus.FAILED, JobStatus.PENDING})
+        if status is None and streaming and not job.lost:
+            await self.observe_streaming(job)  # refused: perhaps a cancel request arrived meanwhile
+            if job.context.cancel_requested.is_set() and not job.lost:
+                await self._acknowledge(job)
+                return
+        self._count(job, status)
+
+    async def _acknowledge(self, job: _Job) -> None:
+        source = self.source
+        assert isinstance(source, StreamingJobSource)
+
+        async def acknowledge() -> JobStatus | None:
+            return JobStatus.CANCELLED if await source.acknowledge_cancel_owned(job.fence) else None
+
+        self._count(job, await self._fenced(job, acknowledge, {JobStatus.CANCELLED}))
+
+    def _count(self, job: _Job, status: JobStatus | None | bool) -> None:
+        if job.lost and status is None:
+            return  # never answered: the lease loss is counted
+        stats = self.stats
+        if status is None:
+            stats.stale_writes_refused += 1
+        elif status is JobStatus.COMPLETED:
+            stats.completed += 1
+        elif status is JobStatus.PENDING:
+            stats.retried += 1
+        elif status is JobStatus.FAILED:
+            stats.failed += 1
+        elif status is JobStatus.CANCELLED:
+            stats.cancels_acknowledged += 1
+
+    async def _complete(self, fence: QueueClaimFence, result: Any) -> JobStatus | None:
+        applied = await self._completions.submit((fence, result))
+        return JobStatus.COMPLETED if applied else None
+
+    async def _complete_many(self, items: list[tuple[QueueClaimFence, Any]]) -> list[bool]:
+        return await self.source.complete_many_owned(items)
+
+    async def _fenced(
+        self, job: _Job, write: Callable[[], Awaitable[JobStatus | None]], settled: set[JobStatus]
+    ) -> JobStatus | None:
+        """``write`` until it answers, repeating database failures while the lease may
+        be live. None: refused, or never answered before the lease ran out (then
+        ``job.lost``). A refusal after an unacknowledged attempt is checked against the
+        stored row: that attempt may have been the one that applied."""
+        delay = FIRST_POLL_S
+        uncertain = False
+        while not job.lost:
+            try:
+                status = await write()
+            except ConfigValidationError:
+                raise
+            except TenureError as error:
+                self._failed_call("write", error)
+                uncertain = uncertain or error.reason == "commit_unacknowledged"
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_WRITE_BACKOFF_S)
+                continue
+            if status is None and uncertain:
+                return await self._applied_earlier(job, settled)
+            return status
+        return None
+
+    async def _applied_earlier(self, job: _Job, settled: set[JobStatus]) -> JobStatus | None:
+        try:
+            info = await self.source.get_job(job.fence.job_id)
+        except ConfigValidationError:
+            raise
+        except TenureError as error:
+            self._failed_call("read", error)
+            return None
+        if info is not None and info.generation == job.fence.generation and info.status in settled:
+            return info.status
+        return None
+
+    # --- heartbeats and the streaming state --------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        interval = self.source.config.heartbeat_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._heartbeat_round()
+            except ConfigValidationError:
+                log.error("heartbeats stopped: the source refused the call (closed?)")
+                return
+            except TenureError as error:
+                self._failed_call("heartbeat", error)
+
+    async def _heartbeat_round(self) -> None:
+        jobs = [job for job in self._jobs.values() if not job.lost]
+        for start in range(0, len(jobs), MAX_BATCH):
+            chunk = jobs[start:start + MAX_BATCH]
+            sent = asyncio.get_running_loop().time()
+            answers = await self.source.heartbeat_many_owned([job.fence for job in chunk])
+            for job, renewed in zip(chunk, answers, strict=True):
+                if renewed:
+                    job.renewed(sent)
+                elif not job.settling:  # a settling job's own write may have ended the claim
+                    job.lose()
+        if isinstance(self.source, StreamingJobSource):
+            for job in jobs:
+                if not job.lost and not job.settling:
+                    await self.observe_streaming(job)
+
+    async def observe_streaming(self, job: _Job) -> None:
+        """Read a streaming claim's owned state: a cancel request sets
+        ``cancel_requested``; no live claim any more loses the lease."""
+        source = self.source
+        assert isinstance(source, StreamingJobSource)
+        try:
+            state = await source.get_owned_state(job.fence)
+        except ConfigValidationError:
+            raise
+        except TenureError as error:
+            self._failed_call("state", error)  # unknown: nothing changes; the next round reads again
+            return
+        if state is None:
+            job.lose()
+        elif state.cancel_requested:
+            job.context.cancel_requested.set()
+
+    def _failed_call(self, call: str, error: TenureError) -> None:
+        self.stats.persistence_failures += 1
+        log.warning("%s failed: %s: %s", call, error.code.value, error.reason)

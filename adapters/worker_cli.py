@@ -1,0 +1,146 @@
+"""``tenure worker``: run a fenced :class:`~tenure.adapters.Worker` for one queue.
+
+    tenure worker --db URL --queue validation --handler package.module:function
+
+The handler is imported by its path (``package.module:function``; the current folder is
+importable). The worker logs through ``logging`` (stderr) and prints one status line
+per ``--status-seconds`` on stdout. SIGTERM or SIGINT stops claiming and lets in-flight
+handlers finish within ``--grace-seconds``; the rest are cancelled and their claims left
+to expire. It never migrates: a database without the queue tables is refused.
+
+Exit status: 0 after a clean shutdown; 2 for bad arguments, a handler that does not
+import or is not async, or a database that is not migrated; 1 for any other database
+failure at startup, or a shutdown in which a handler ignored its cancellation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import signal
+import sys
+from typing import Any
+
+from tenure.model import ConfigValidationError, ErrorCode, TenureError, WorkerConfig
+
+from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from .worker import Worker, WorkerStats
+
+__all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line"]
+
+SOURCES: dict[str, type[JobSource[Any]]] = {
+    "validation": ValidationJobSource,
+    "pipeline": PipelineJobSource,
+    "streaming": StreamingJobSource,
+}
+
+log = logging.getLogger("tenure.adapters.worker")
+
+
+def add_worker_parser(commands: Any) -> None:
+    worker = commands.add_parser("worker", help="run a fenced worker for one queue until SIGTERM or SIGINT")
+    worker.add_argument("--db", required=True, help="database URL (already migrated: see `tenure migrate`)")
+    worker.add_argument("--queue", required=True, choices=sorted(SOURCES), help="the queue to work on")
+    worker.add_argument("--handler", required=True, help="the async handler, as package.module:function")
+    worker.add_argument("--concurrency", type=int, default=8, help="handlers in flight at most (default 8)")
+    worker.add_argument("--batch", type=int, default=1, help="jobs claimed per claim call (default 1)")
+    worker.add_argument("--lease-seconds", type=float, default=300.0, help="claim lease (default 300)")
+    worker.add_argument("--heartbeat-seconds", type=float, default=60.0, help="heartbeat interval (default 60)")
+    worker.add_argument("--idle-wait", type=float, default=5.0,
+                        help="longest idle wait in seconds (SQLite: the polling bound; PostgreSQL: the "
+                             "fallback poll behind LISTEN/NOTIFY; default 5)")
+    worker.add_argument("--grace-seconds", type=float, default=30.0,
+                        help="how long in-flight handlers may finish after SIGTERM (default 30)")
+    worker.add_argument("--status-seconds", type=float, default=10.0, help="status line interval (default 10)")
+    worker.add_argument("--worker-id", help="the owner recorded on claims (default: host, PID and a random suffix)")
+    worker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def load_handler(path: str) -> Any:
+    """The object named by ``package.module:attribute`` (dots allowed after the colon)."""
+    module_name, separator, attribute = path.partition(":")
+    if not separator or not module_name or not attribute:
+        raise ValueError("expected package.module:function")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def status_line(stats: WorkerStats, in_flight: int) -> str:
+    return (f"claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
+            f"retried {stats.retried}, stale refused {stats.stale_writes_refused}, "
+            f"lease losses {stats.lease_losses}, in flight {in_flight}")
+
+
+def _refused(error: ConfigValidationError) -> int:
+    print(f"refused: {error.reason}")
+    for field, problem in zip(error.fields, error.problems, strict=True):
+        print(f"  {field}: {problem}")
+    return 2
+
+
+async def _status(worker: Worker, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        print(status_line(worker.stats, worker.in_flight), flush=True)
+
+
+async def run_worker(arguments: argparse.Namespace) -> int:
+    logging.basicConfig(level=arguments.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if sys.path[0] != "":
+        sys.path.insert(0, "")  # the handler's package may live in the current folder
+    try:
+        handler = load_handler(arguments.handler)
+    except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
+        print(f"refused: the handler {arguments.handler!r} does not import ({type(error).__name__})")
+        return 2
+    if not (arguments.status_seconds > 0):
+        print("refused: --status-seconds must be positive")
+        return 2
+    try:
+        config = WorkerConfig(arguments.db, lease_seconds=arguments.lease_seconds,
+                              heartbeat_seconds=arguments.heartbeat_seconds)
+        source = SOURCES[arguments.queue](arguments.db, config)
+    except ConfigValidationError as error:
+        return _refused(error)
+    try:
+        try:
+            worker = Worker(source, handler, worker_id=arguments.worker_id, concurrency=arguments.concurrency,
+                            batch_size=arguments.batch, idle_wait_s=arguments.idle_wait,
+                            shutdown_grace_s=arguments.grace_seconds)
+        except ConfigValidationError as error:
+            return _refused(error)
+        try:
+            await source.list_jobs(limit=1)  # the schema is there and readable
+        except TenureError as error:
+            if error.reason in ("schema_missing", "database_missing"):
+                print(f"refused: {error.reason}: run `tenure migrate --db URL` first (a worker never migrates)")
+                return 2
+            print(f"failed: {error.code.value}: {error.reason}")
+            return 1
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        status = asyncio.create_task(_status(worker, arguments.status_seconds))
+        print(f"worker on the {arguments.queue} queue: concurrency {worker.concurrency}, batch {worker.batch_size}",
+              flush=True)
+        try:
+            stats = await worker.run(stop)
+        except TenureError as error:
+            if error.code is not ErrorCode.WORKER_SHUTDOWN_INCOMPLETE:
+                raise
+            print(f"failed: {error.code.value}: {error.reason}")
+            return 1
+        finally:
+            status.cancel()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+        print("stopped: " + status_line(stats, worker.in_flight), flush=True)
+        return 0
+    finally:
+        await source.close()
