@@ -91,6 +91,11 @@ FIRST_POLL_S = 0.05
 """The first idle poll (SQLite, or PostgreSQL without a live listener); it doubles up to
 ``idle_wait_s`` while nothing is claimable."""
 
+MAX_PARALLEL_CLAIMS = 4
+"""Claim calls a worker keeps under way at once when several slots are free (each of
+at most ``batch_size`` jobs): claims are round trips, and one at a time would cap a
+worker at one claim per round trip whatever its concurrency."""
+
 RECOVERY_TRIES = 3
 """Tries of ``recover_owned_claim`` per nonce after an unacknowledged claim."""
 
@@ -192,6 +197,10 @@ class _Job:
         self.task: asyncio.Task[None] | None = None
         self.handler: asyncio.Task[Any] | None = None
         self.lost = False
+        self.holds_slot = True
+        """Its handler counts against the worker's concurrency (until it ends)."""
+        self.ended = False
+        """Its task finished: nothing about it changes any more."""
         self.settling = False
         """Its outcome is being written: a heartbeat answered False may be that write."""
         self._timer: asyncio.TimerHandle | None = None
@@ -200,7 +209,7 @@ class _Job:
     def renewed(self, sent_at: float) -> None:
         """A claim or heartbeat sent at ``sent_at`` (loop time) succeeded: the database's
         lease runs at least until ``sent_at`` + lease."""
-        if self.lost:
+        if self.lost or self.ended:
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -209,7 +218,7 @@ class _Job:
 
     def lose(self) -> None:
         """The lease may have ended: never write, stop the handler at once."""
-        if self.lost:
+        if self.lost or self.ended:
             return
         self.lost = True
         self.worker.stats.lease_losses += 1
@@ -349,7 +358,9 @@ class Worker:
 
     - ``worker_id``: the owner recorded on every claim (default: host, PID and a random
       suffix, so two processes never share one);
-    - ``concurrency``: handlers in flight at most (1..1000);
+    - ``concurrency``: handlers running at once at most (1..1000); a claim whose handler
+      has ended no longer counts while its outcome is written, so the next claim
+      overlaps that write;
     - ``batch_size``: jobs claimed per claim call, at most the free slots (1..1000);
     - ``idle_wait_s``: the longest idle wait between claim attempts (SQLite: the polling
       bound; PostgreSQL: the fallback poll behind LISTEN/NOTIFY);
@@ -388,6 +399,9 @@ class Worker:
                                          inclusive=True)
         self.stats = WorkerStats()
         self._jobs: dict[str, _Job] = {}
+        """Claims held: handlers running, or outcomes being written."""
+        self._running = 0
+        """Handlers running (what ``concurrency`` bounds)."""
         self._ran = False
         self._slot_freed = asyncio.Event()
         self._wake = asyncio.Event()
@@ -471,22 +485,22 @@ class Worker:
     async def _claim_loop(self, stop: asyncio.Event, until_idle: bool) -> None:
         poll = FIRST_POLL_S
         while not stop.is_set():
-            free = self.concurrency - len(self._jobs)
+            free = self.concurrency - self._running
             if free <= 0:
                 self._slot_freed.clear()
                 await self._wait_for(stop, [self._slot_freed], None)
                 continue
             self._wake.clear()
             self._slot_freed.clear()
-            want = min(free, self.batch_size)
-            claimed = await self._claim(want)
-            if claimed is None:  # the database failed: pause, then try again
+            # Up to MAX_PARALLEL_CLAIMS claim calls at once, each of at most batch_size.
+            sizes = [min(self.batch_size, free - start)
+                     for start in range(0, free, self.batch_size)][:MAX_PARALLEL_CLAIMS]
+            answers = await asyncio.gather(*(self._claim_and_start(size) for size in sizes))
+            if None in answers:  # the database failed: pause, then try again
                 await self._wait_for(stop, [], poll)
                 poll = min(poll * 2, self.idle_wait_s)
                 continue
-            for record, sent_at in claimed:
-                self._start(record, sent_at)
-            if len(claimed) == want:
+            if sum(answers) == sum(sizes):  # type: ignore[arg-type]
                 poll = FIRST_POLL_S
                 continue
             # Nothing more is claimable now.
@@ -578,17 +592,38 @@ class Worker:
                 break
         return recovered
 
+    async def _claim_and_start(self, want: int) -> int | None:
+        """Claim up to ``want`` jobs and start their handlers; how many (None: failed)."""
+        claimed = await self._claim(want)
+        if claimed is None:
+            return None
+        for record, sent_at in claimed:
+            self._start(record, sent_at)
+        return len(claimed)
+
     def _start(self, claimed: Any, sent_at: float) -> None:
         job = _Job(self, claimed, sent_at)
         self._jobs[job.fence.job_id] = job
+        self._running += 1
         self.stats.claimed += 1
         job.task = asyncio.create_task(self._execute(job))
+
+    def _handler_ended(self, job: _Job) -> None:
+        """The job's handler no longer runs: its slot is free while its outcome is
+        written (so the next claim overlaps that write)."""
+        if job.holds_slot:
+            job.holds_slot = False
+            self._running -= 1
+            self._slot_freed.set()
 
     # --- one job ---------------------------------------------------------------------
 
     async def _execute(self, job: _Job) -> None:
         try:
-            outcome = await self._handle(job)
+            try:
+                outcome = await self._handle(job)
+            finally:
+                self._handler_ended(job)
             if outcome is not None and not job.lost:
                 job.settling = True
                 await self._settle(job, outcome)
@@ -597,6 +632,7 @@ class Worker:
         except Exception:  # noqa: BLE001 - a defect must not kill the worker; the claim expires
             log.exception("a job ended with an unexpected error; its claim is left to expire")
         finally:
+            job.ended = True
             job.stop_timer()
             self._jobs.pop(job.fence.job_id, None)
             self._slot_freed.set()

@@ -513,3 +513,20 @@ def test_the_sources_satisfy_their_owned_protocols(tmp_path: Any) -> None:
     assert not isinstance(object(), OwnedValidationJobSource)
     streaming_only = {"set_pid_owned", "get_owned_state", "acknowledge_cancel_owned", "request_cancel"}
     assert streaming_only <= set(dir(OwnedStreamingJobSource)) and not streaming_only & set(dir(OwnedValidationJobSource))
+
+
+async def test_concurrency_bounds_the_handlers_running_at_once(db_url: str) -> None:
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        await submit(source, 24)
+        running = peak = 0
+
+        async def handler(claimed: Any, context: JobContext) -> dict[str, Any]:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.02)
+            running -= 1
+            return {}
+
+        stats = await Worker(source, handler, concurrency=3, batch_size=2).run_until_idle()
+        assert stats.completed == 24 and peak == 3

@@ -1,0 +1,27 @@
+"""Handlers the worker-process tests run through ``tenure worker --handler worker_handlers:NAME``."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+
+async def brief(claimed: Any, context: Any) -> dict[str, Any]:
+    """A short piece of work whose result names the claim that did it."""
+    await asyncio.sleep(random.uniform(0.01, 0.06))
+    return {"generation": context.generation, "owner": context.owner_id}
+
+
+async def third_of_a_second(claimed: Any, context: Any) -> dict[str, Any]:
+    await asyncio.sleep(0.3)
+    return {"generation": context.generation}
+
+
+async def stuck(claimed: Any, context: Any) -> dict[str, Any]:
+    await asyncio.sleep(3600)
+    return {}
+
+
+def not_async(claimed: Any, context: Any) -> None:
+    return None
