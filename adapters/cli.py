@@ -1,25 +1,32 @@
-"""The ``tenure`` command: ``tenure demo`` and ``tenure migrate``.
+"""The ``tenure`` command: ``tenure demo``, ``tenure migrate`` and ``tenure --version``.
 
 ``tenure demo`` runs the owned queue under stress on an embedded SQLite file (or
 ``--db URL``) and exits non-zero if any invariant broke. ``tenure migrate --db URL``
-applies and qualifies the owned migration and reports every admission check.
+applies and qualifies the owned migration and summarizes its admission checks
+(``--verbose`` lists each).
+
+Every subcommand runs through :func:`run_command`, so every one answers alike: a refused
+request or configuration (``ConfigValidationError``) exits 2 and names each field and its
+problem; a database failure (any other ``TenureError``) exits 1 with its reason and what
+to do next. Neither ever prints a URL, an ID, a token or a payload.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import pathlib
+import importlib.metadata
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tenure.model import ConfigValidationError, TenureError
 
-from .demo import DemoSettings, run_demo
+from .demo import DEMO_LIMITS, DemoSettings, check_demo_settings, run_demo
 from .migrations import downgrade, upgrade
+from .worker_cli import add_worker_parser, run_worker
 
-__all__ = ["main"]
+__all__ = ["main", "run_command", "report_refusal", "report_failure"]
 
 HINTS = {
     "schema_missing": "the queue tables are missing or not migrated: run `tenure migrate --db URL`",
@@ -33,22 +40,73 @@ HINTS = {
 }
 """What to do next, printed under a persistence failure's reason."""
 
+REFUSAL_HINTS = {
+    "queue_tables_elsewhere": "the queue tables live in another schema: name it with ?schema=NAME in the URL or --schema NAME",
+    "demo_database_not_empty": "the demo needs a database without jobs: name a new one, or leave --db out",
+}
+"""What to do next, printed under a refusal's reason."""
 
-def _report_failure(error: TenureError) -> None:
+FIELD_HINTS = {
+    "db_url": "--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE",
+    **{
+        field: f"--{field.replace('_', '-')} takes {low:g} to {high:g}"
+        for field, (low, high) in DEMO_LIMITS.items()
+    },
+}
+"""What a field accepts, printed beside its problem (the field names are the library's)."""
+
+
+def report_refusal(error: ConfigValidationError) -> None:
+    """``refused: REASON``, then one line per field: its problem and what it accepts."""
+    print(f"refused: {error.reason}")
+    named = error.fields or ("",) * len(error.problems)
+    for field, problem in zip(named, error.problems, strict=True):
+        hint = FIELD_HINTS.get(field)
+        shown = f"{field}: {problem}" if field else problem
+        print(f"  {shown}" + (f" ({hint})" if hint else ""))
+    hint = REFUSAL_HINTS.get(error.reason)
+    if hint is not None:
+        print(f"  {hint}")
+
+
+def report_failure(error: TenureError) -> None:
+    """``failed: CODE: REASON``, then what to do next when the reason has a hint."""
     print(f"failed: {error.code.value}: {error.reason}")
     hint = HINTS.get(error.reason)
     if hint is not None:
         print(f"  {hint}")
 
 
+def run_command(command: Callable[[], int]) -> int:
+    """Run one subcommand and return its exit status: its own, 2 when it was refused
+    (``ConfigValidationError``), 1 when the database failed (any other ``TenureError``)."""
+    try:
+        return command()
+    except ConfigValidationError as error:
+        report_refusal(error)
+        return 2
+    except TenureError as error:
+        report_failure(error)
+        return 1
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tenure")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tenure", description="Durable work with a provable owner.")
+    parser.add_argument("--version", action="version", version=f"tenure {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the owned queue under stress and check every invariant")
-    demo.add_argument("--db", help="database URL (default: a new SQLite file in a temporary folder)")
-    demo.add_argument("--jobs", type=int, default=3000, help="jobs to submit across the three queues")
-    demo.add_argument("--workers", type=int, default=8, help="concurrent workers per queue")
-    demo.add_argument("--lease-seconds", type=float, default=1.0, help="claim lease")
+    demo.add_argument("--db", help="URL of a database without jobs (default: a new SQLite file in a temporary folder, "
+                      "removed at the end)")
+    demo.add_argument("--jobs", type=int, default=3000, help="jobs to submit across the three queues (10 to 10000)")
+    demo.add_argument("--workers", type=int, default=8, help="concurrent workers per queue (1 to 64)")
+    demo.add_argument("--lease-seconds", type=float, default=1.0, help="claim lease (0.1 to 10)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the workers' choices")
     migrate = commands.add_parser("migrate", help="apply and qualify the owned migration")
     migrate.add_argument("--db", required=True, help="database URL")
@@ -57,23 +115,13 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--sql", action="store_true",
                          help="print the statements the migration runs, then roll back (changes nothing)")
     migrate.add_argument("--verbose", action="store_true", help="list every admission check")
+    add_worker_parser(commands)
     return parser
 
 
-async def _migrate(arguments: argparse.Namespace) -> int:
+def _migrate(arguments: argparse.Namespace) -> int:
     run = downgrade if arguments.downgrade else upgrade
-    try:
-        report = await run(arguments.db, schema=arguments.schema, dry_run=arguments.sql)
-    except ConfigValidationError as error:
-        print(f"refused: {error.reason}")
-        for field, problem in zip(error.fields, error.problems, strict=True):
-            print(f"  {field}: {problem}")
-        if error.reason == "queue_tables_elsewhere":
-            print("  the queue tables live in another schema: name it with ?schema=NAME in the URL or --schema NAME")
-        return 2
-    except TenureError as error:
-        _report_failure(error)
-        return 1
+    report = asyncio.run(run(arguments.db, schema=arguments.schema, dry_run=arguments.sql))
     if arguments.sql:
         for statement in report.statements:
             print(statement.rstrip() + ";")
@@ -83,27 +131,34 @@ async def _migrate(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(arguments: argparse.Namespace) -> int:
+    # Every setting is checked before a folder or a database exists.
+    check_demo_settings(jobs=arguments.jobs, workers=arguments.workers, lease_seconds=arguments.lease_seconds,
+                        seed=arguments.seed, db_url=arguments.db)
+
+    def settings(db_url: str) -> DemoSettings:
+        return DemoSettings(db_url=db_url, jobs=arguments.jobs, workers=arguments.workers,
+                            lease_seconds=arguments.lease_seconds, seed=arguments.seed)
+
+    if arguments.db is not None:
+        return asyncio.run(run_demo(settings(arguments.db)))
+    with tempfile.TemporaryDirectory(prefix="tenure-demo-", ignore_cleanup_errors=True) as folder:
+        print("database: a new SQLite file in a temporary folder, removed at the end (--db names one to keep)")
+        return asyncio.run(run_demo(settings(f"sqlite:///{folder}/demo.sqlite3")))
+
+
+def _worker(arguments: argparse.Namespace) -> int:
+    return asyncio.run(run_worker(arguments))
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"demo": _demo, "migrate": _migrate, "worker": _worker}
+"""Each subcommand's body; :func:`main` runs it through :func:`run_command`."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
-    if arguments.command == "migrate":
-        return asyncio.run(_migrate(arguments))
-    db_url = arguments.db
-    if db_url is None:
-        folder = pathlib.Path(tempfile.mkdtemp(prefix="tenure-demo-"))
-        db_url = f"sqlite:///{folder / 'demo.sqlite3'}"
-        print(f"database: {folder / 'demo.sqlite3'}")
-    if arguments.jobs < 10 or arguments.workers < 1:
-        print("--jobs must be at least 10 and --workers at least 1")
-        return 2
-    settings = DemoSettings(
-        db_url=db_url, jobs=arguments.jobs, workers=arguments.workers,
-        lease_seconds=arguments.lease_seconds, seed=arguments.seed,
-    )
-    try:
-        return asyncio.run(run_demo(settings))
-    except TenureError as error:
-        _report_failure(error)
-        return 1
+    command = COMMANDS[arguments.command]
+    return run_command(lambda: command(arguments))
 
 
 if __name__ == "__main__":

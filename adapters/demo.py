@@ -9,6 +9,10 @@ streaming rerun, and finally reads every job back to check that each one ended e
 once and none was lost. Then it runs service attempts against a simulated provider with
 injected timeouts, disconnects, rejections and crashes (:mod:`tenure.adapters.demo_attempts`).
 Any broken invariant makes the exit status non-zero.
+
+:func:`check_demo_settings` refuses settings the demo cannot run (before anything is
+created); :class:`DemoSettings` runs it on construction. The summary ends with what each
+count means.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import dataclasses
 import random
 import sys
+import textwrap
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -25,6 +30,7 @@ from typing import Any, TextIO
 
 from tenure.kernel import LEASE_EXPIRED_ERROR
 from tenure.model import (
+    ConfigValidationError,
     ErrorCode,
     JobStatus,
     PipelineJob,
@@ -33,13 +39,71 @@ from tenure.model import (
     TenureError,
     ValidationJob,
     WorkerConfig,
+    bounds,
 )
 
 from .demo_attempts import run_attempts_demo
 from .migrations import upgrade
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from .urls import parse_db_url
 
-__all__ = ["DemoSettings", "run_demo"]
+__all__ = ["DemoSettings", "DEMO_LIMITS", "check_demo_settings", "queue_counts", "run_demo"]
+
+DEMO_LIMITS: dict[str, tuple[int | float, int | float]] = {
+    "jobs": (10, 10_000),
+    "workers": (1, 64),
+    "lease_seconds": (0.1, 10.0),
+}
+"""The ranges ``tenure demo`` accepts (inclusive). Its checks read at most 10,000 rows of
+a queue; a lease above 10 s keeps stalled workers asleep past the demo's time limit; a
+lease below 0.1 s leaves a loaded machine too little time between a claim and its
+heartbeat."""
+
+
+def check_demo_settings(*, jobs: object, workers: object, lease_seconds: object, seed: object,
+                        db_url: object | None) -> None:
+    """Raise one ConfigValidationError naming every setting the demo cannot run with
+    (``db_url=None``: the demo will make its own SQLite file). Creates nothing."""
+    found: list[tuple[str, str]] = []
+    for field, value in (("jobs", jobs), ("workers", workers)):
+        low, high = DEMO_LIMITS[field]
+        if not bounds.is_strict_int(value):
+            found.append((field, "integer_required"))
+        elif not low <= value <= high:  # type: ignore[operator]
+            found.append((field, "integer_out_of_range"))
+    low, high = DEMO_LIMITS["lease_seconds"]
+    if type(lease_seconds) not in (int, float):
+        found.append(("lease_seconds", "number_required"))
+    elif not low <= lease_seconds <= high:  # type: ignore[operator]  # NaN fails this too
+        found.append(("lease_seconds", "number_out_of_range"))
+    if not bounds.is_strict_int(seed):
+        found.append(("seed", "integer_required"))
+    if db_url is not None:
+        try:
+            parse_db_url(db_url)
+        except ConfigValidationError as error:
+            found += zip(error.fields, error.problems, strict=True)
+    if found:
+        raise ConfigValidationError("invalid_demo_settings", fields=tuple(field for field, _ in found),
+                                    problems=tuple(problem for _, problem in found))
+
+
+def queue_counts(jobs: int) -> dict[QueueKind, int]:
+    """How ``jobs`` is split across the queues: 60 % validation, 30 % pipeline, 10 %
+    streaming (rounded down; at least 10 streaming launches)."""
+    return {
+        QueueKind.VALIDATION: jobs * 6 // 10,
+        QueueKind.PIPELINE: jobs * 3 // 10,
+        QueueKind.STREAMING: max(10, jobs // 10),
+    }
+
+
+REPLAY_EVERY = 10
+"""Every 10th submission of a queue is sent again unchanged (a client retrying after a
+lost acknowledgement)."""
+
+CONFLICT_EVERY = 25
+"""Every 25th submission of a queue is sent again with changed content."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +115,13 @@ class DemoSettings:
     stall_fraction: float = 0.01
     fail_fraction: float = 0.08
     seed: int = 7
+    progress_every: int = 500
+    """Print a progress line each time this many more jobs have been submitted."""
+
+    def __post_init__(self) -> None:
+        check_demo_settings(jobs=self.jobs, workers=self.workers, lease_seconds=self.lease_seconds,
+                            seed=self.seed, db_url=self.db_url)
+        assert bounds.is_strict_int(self.progress_every) and self.progress_every >= 1
 
 
 @dataclasses.dataclass
@@ -103,6 +174,7 @@ class Demo:
         }
         self.violations: list[str] = []
         self.done = asyncio.Event()
+        self.started = time.monotonic()
 
     def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -110,11 +182,10 @@ class Demo:
     # --- submission ---------------------------------------------------------------------
 
     async def submit_all(self) -> None:
-        counts = {
-            QueueKind.VALIDATION: self.settings.jobs * 6 // 10,
-            QueueKind.PIPELINE: self.settings.jobs * 3 // 10,
-            QueueKind.STREAMING: max(10, self.settings.jobs // 10),
-        }
+        counts = queue_counts(self.settings.jobs)
+        self.say(f"submitting {sum(counts.values())} jobs: "
+                 + ", ".join(f"{count} {queue.value}" for queue, count in counts.items())
+                 + f" (every {REPLAY_EVERY}th sent twice, every {CONFLICT_EVERY}th again with changed content)")
         makers: dict[QueueKind, Callable[[int], Any]] = {
             QueueKind.VALIDATION: _validation_job,
             QueueKind.PIPELINE: _pipeline_job,
@@ -129,11 +200,13 @@ class Demo:
             returned = await source.submit_owned(makers[queue](n), submission_id=f"{queue.value}-{n}")
             self.tally.submitted += 1
             self.tally.submitted_ids[queue].add(returned)  # the run ID on the pipeline queue
-            if n % 10 == 0:  # a client retrying after a lost acknowledgement
+            if self.tally.submitted % self.settings.progress_every == 0:
+                self.say(f"  {time.monotonic() - self.started:5.1f} s  submitted {self.tally.submitted:6d}")
+            if n % REPLAY_EVERY == 0:  # a client retrying after a lost acknowledgement
                 again = await source.submit_owned(makers[queue](n), submission_id=f"{queue.value}-{n}")
                 self.check(again == returned, "a replay returned a different ID")
                 self.tally.replayed += 1
-            if n % 25 == 0:  # the same submission ID with different content
+            if n % CONFLICT_EVERY == 0:  # the same submission ID with different content
                 try:
                     await source.submit_owned(makers[queue](n + 1), submission_id=f"{queue.value}-{n}")
                     self.check(False, "changed content under an old submission ID was accepted")
@@ -321,31 +394,33 @@ class Demo:
         return {"finished exactly once": finished_once, "ended by lease expiry": expired_out, "lost": lost}
 
     async def run(self) -> int:
-        started = time.monotonic()
+        try:
+            return await self._run()
+        finally:
+            for source in self.sources.values():
+                await source.close()  # a second close does nothing
+
+    async def _run(self) -> int:
         self.say(f"tenure demo: {self.settings.jobs} jobs, {self.settings.workers} workers per queue, "
                  f"lease {self.settings.lease_seconds} s")
         report = await upgrade(self.settings.db_url)
         self.say(f"migrated: {', '.join(report.applied) or 'already up to date'} "
                  f"({sum(check.passed for check in report.checks)} admission checks passed)")
+        for source in self.sources.values():
+            # The checks count every job of the queues as the demo's own.
+            if await source.list_jobs(limit=1):
+                raise ConfigValidationError("demo_database_not_empty", problems=("queue_jobs_present",))
         await self.submit_all()
         self.say(f"submitted {self.tally.submitted} jobs ({self.tally.replayed} replays answered with the original ID, "
                  f"{self.tally.conflicts_refused} changed resubmissions refused)")
+        self.say(f"takeover drill: on the validation and pipeline queues a worker stalls past its lease "
+                 f"(about {2.4 * self.settings.lease_seconds:.1f} s) and another takes its job over")
         await self.takeover_drill()
         self.say(f"takeover drill: {self.tally.stale_writes_refused} stalled workers' late completions refused, "
                  "the new owners' applied")
         await self.forced_rerun()
         self.say("forced a streaming rerun: the active launch was cancelled and replaced atomically")
-        tasks = [asyncio.create_task(self.progress(started))]
-        for index in range(self.settings.workers):
-            tasks.append(asyncio.create_task(self.finite_worker(QueueKind.VALIDATION, f"validator-{index}")))
-            tasks.append(asyncio.create_task(self.finite_worker(QueueKind.PIPELINE, f"pipeliner-{index}")))
-            tasks.append(asyncio.create_task(self.launcher(f"launcher-{index}")))
-        try:
-            await asyncio.wait_for(self.done.wait(), timeout=max(120.0, self.settings.jobs / 10))
-        except TimeoutError:
-            self.violations.append("the workers did not finish in time")
-            self.done.set()
-        await asyncio.gather(*tasks)
+        await self.work()
         outcome = await self.verify()
         for source in self.sources.values():
             await source.close()
@@ -353,6 +428,35 @@ class Demo:
             self.settings.db_url, attempts=max(30, self.settings.jobs // 25), seed=self.settings.seed, out=self.out
         )
         self.violations += attempt_violations
+        self.summarize(outcome, attempt_rows)
+        self.say(f"\nfinished in {time.monotonic() - self.started:.1f} s")
+        if self.violations:
+            for message in sorted(set(self.violations)):
+                self.say(f"INVARIANT BROKEN: {message}")
+            return 1
+        self.say("every invariant held")
+        return 0
+
+    async def work(self) -> None:
+        """Run the workers until every job ended, one of them failed, or time ran out."""
+        tasks = [asyncio.create_task(self.progress(self.started))]
+        for index in range(self.settings.workers):
+            tasks.append(asyncio.create_task(self.finite_worker(QueueKind.VALIDATION, f"validator-{index}")))
+            tasks.append(asyncio.create_task(self.finite_worker(QueueKind.PIPELINE, f"pipeliner-{index}")))
+            tasks.append(asyncio.create_task(self.launcher(f"launcher-{index}")))
+        waiter = asyncio.create_task(self.done.wait())
+        # A worker returns only once done is set, so any task ending first has failed.
+        finished, _ = await asyncio.wait([waiter, *tasks], timeout=max(120.0, self.settings.jobs / 10),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        if not finished:
+            self.violations.append("the workers did not finish in time")
+        self.done.set()
+        results = await asyncio.gather(waiter, *tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    def summarize(self, outcome: dict[str, int], attempt_rows: list[tuple[str, int]]) -> None:
         rows = [
             ("submitted", self.tally.submitted),
             ("replayed (original ID returned)", self.tally.replayed),
@@ -367,25 +471,43 @@ class Demo:
             ("ended by lease expiry (no worker write)", outcome["ended by lease expiry"]),
             ("lost", outcome["lost"]),
         ]
+        self.table("summary", rows)
+        self.table("service attempts", attempt_rows)
+        self.say("")
+        self.say("what the counts mean:")
+        for note in self.explanations():
+            self.say(textwrap.fill(note, width=100, initial_indent="  ", subsequent_indent="      "))
+
+    def table(self, title: str, rows: list[tuple[str, int]]) -> None:
         width = max(len(name) for name, _ in rows)
         self.say("")
-        self.say(f"{'summary'.ljust(width)}  count")
+        self.say(f"{title.ljust(width)}  count")
         self.say(f"{'-' * width}  -----")
         for name, value in rows:
             self.say(f"{name.ljust(width)}  {value}")
-        width = max(len(name) for name, _ in attempt_rows)
-        self.say("")
-        self.say(f"{'service attempts'.ljust(width)}  count")
-        self.say(f"{'-' * width}  -----")
-        for name, value in attempt_rows:
-            self.say(f"{name.ljust(width)}  {value}")
-        self.say(f"\nfinished in {time.monotonic() - started:.1f} s")
-        if self.violations:
-            for message in sorted(set(self.violations)):
-                self.say(f"INVARIANT BROKEN: {message}")
-            return 1
-        self.say("every invariant held")
-        return 0
+
+    def explanations(self) -> list[str]:
+        """What the summaries' counts mean, with this run's numbers."""
+        counts = queue_counts(self.settings.jobs)
+        split = " + ".join(f"{count} {queue.value}" for queue, count in counts.items())
+        return [
+            f"submitted: {split} (--jobs {self.settings.jobs} split 60/30/10 %, rounded down, at least 10"
+            " streaming), plus the 2 launches of the forced rerun (the one it replaced and its successor).",
+            f"replayed: every {REPLAY_EVERY}th submission sent again unchanged, as after a lost acknowledgement,"
+            " and the rerun once; each was answered with the original ID and stored nothing.",
+            f"conflicts refused: every {CONFLICT_EVERY}th submission sent again with changed content under its"
+            " submission ID.",
+            "claims: a retried job, or one whose lease ran out, is claimed again.",
+            "stale writes refused: completions by workers that stalled past their lease (the drill's, and about"
+            f" {self.settings.stall_fraction:.0%} of claims at random).",
+            "finished, ended by lease expiry and lost add up to submitted: how each job ended. Ended by lease"
+            " expiry: no worker finished the job, because the lease of its last attempt ran out (it ends failed,"
+            " \"lease expired with no attempts left\") or a launch's cancel request was never acknowledged (it"
+            " ends cancelled); the lease sweep inside a later claim ended it.",
+            "service attempts: transmissions exceed attempts where an attempt was sent again on proof that its"
+            " first transmission did nothing; where the provider offers neither replay nor lookup, an ambiguous"
+            " transmission stays indeterminate, for an operator: never failed, never sent again.",
+        ]
 
 
 async def run_demo(settings: DemoSettings, out: TextIO | None = None) -> int:

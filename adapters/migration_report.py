@@ -48,10 +48,12 @@ class MigrationReport:
         tail = f"; {passed} of {len(self.checks)} checks passed" if self.checks else ""
         return done + tail + (" (dry run: rolled back)" if self.dry_run else "")
 
-    def lines(self, *, verbose: bool = True) -> list[str]:
+    def lines(self, *, verbose: bool = False) -> list[str]:
+        """The report as ``tenure migrate`` prints it: the database and the summary, then
+        each failed check; ``verbose`` lists every check (about two hundred)."""
         shown = [f"database: {self.database}", self.summary()]
-        if verbose:
-            for check in self.checks:
+        for check in self.checks:
+            if verbose or not check.passed:
                 verdict = "ok" if check.passed else f"REFUSED ({check.problem})"
                 shown.append(f"  {check.table}.{check.subject}: {check.requirement}: {verdict}")
         return shown

@@ -76,9 +76,9 @@ def status_line(stats: WorkerStats, in_flight: int) -> str:
 
 
 def _refused(error: ConfigValidationError) -> int:
-    print(f"refused: {error.reason}")
-    for field, problem in zip(error.fields, error.problems, strict=True):
-        print(f"  {field}: {problem}")
+    from .cli import report_refusal  # the one refusal format of every subcommand
+
+    report_refusal(error)
     return 2
 
 

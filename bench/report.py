@@ -87,14 +87,17 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
         targets.append(f"- single-job owned cycle at {workers} worker(s) vs floor: {verdict(mine / floor, 0.6)}; "
                        f"vs the locked floor (same guarantee): {mine / locked:.2f}x; vs the lock-first floor: {mine / first:.2f}x")
     burn = {(r["subject"], r["batch"]): r for r in tenure if r["bench"] == "burn_down"}
-    peer = {(r["peer"], r["batch"]): r for r in peers}
+    burn_workers = burn[("tenure", 1)]["workers"]
+    peer = {(r["peer"], r["batch"]): r for r in peers if r["bench"] == "burn_down" and r["workers"] == burn_workers}
     jobs = burn[("tenure", 1)]["jobs"]
     lines += [
         "",
-        f"## No-op burn-down: {jobs:,} waiting jobs claimed and completed by 4 workers (after a warm-up)",
+        f"## No-op burn-down: {jobs:,} waiting jobs claimed and completed by {burn_workers} workers (after a warm-up)",
         "",
         f"Jobs per second, each the median of {len(burn[('tenure', 1)]['rounds'])} rounds in which the subjects take "
         "turns (tenure and its floors in one process, then the peers in theirs); every round's figure is listed.",
+        "tenure and its floors here are hand-written loops over the source calls (one source per worker); the peers",
+        f"are their own worker loops (the same runs as their concurrency-{burn_workers} figures under Workers below).",
         "",
         "| queue | batch | jobs/s | rounds | tenure single / it | tenure batch 10 / it |",
         "|---|---|---|---|---|---|",
@@ -119,6 +122,9 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
         f"- single-job owned cycle vs procrastinate: {verdict(single / peer[('procrastinate', 1)]['jobs_per_second'], 3.0)}",
         f"- single-job owned cycle vs saq: {verdict(single / peer[('saq', 1)]['jobs_per_second'], 3.0)}",
     ]
+    worker_lines, worker_targets, worker_rows = workers_section(tenure, peers)
+    lines += worker_lines
+    targets += worker_targets
     lines += ["", "## Claim latency (one owned claim, PostgreSQL)", "",
               "| waiting rows | median ms | p99 ms |", "|---|---|---|"]
     latencies = sorted((r for r in tenure if r["bench"] == "claim_latency"), key=lambda r: r["waiting_rows"])
@@ -157,26 +163,157 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "RESULTS.md").write_text("\n".join(lines))
-    chart(rows, out / "results.png", jobs)
+    chart(rows, out / "results.png", jobs, burn_workers, worker_rows)
     print("\n".join(lines))
 
 
-def chart(rows: list[tuple[str, int, float]], path: pathlib.Path, jobs: int) -> None:
+def workers_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]
+                    ) -> tuple[list[str], list[str], list[tuple[str, dict[int, float]]]]:
+    """The fenced worker runtime end to end beside the peers' own worker loops: the
+    section's lines, its targets, and (label, {concurrency: jobs/s}) rows for the chart."""
+    mine = {(r["concurrency"], r["batch"]): r for r in tenure if r["bench"] == "worker"}
+    theirs = {(r["peer"], r["batch"], r["workers"]): r for r in peers if r["bench"] == "burn_down"}
+    concurrencies = sorted({c for c, _ in mine})
+    if not mine or any((peer, batch, c) not in theirs for c in concurrencies
+                       for peer, batch in (("procrastinate", 1), ("saq", 1), ("pgqueuer", 1), ("pgqueuer", 10))):
+        raise SystemExit(f"worker benchmark missing: tenure {sorted(mine)}, peers {sorted(theirs)}")
+    jobs = next(iter(mine.values()))["jobs"]
+    rounds = {c: len(mine[(c, 1)]["rounds"]) for c in concurrencies}
+    for record in [*mine.values(), *theirs.values()]:
+        if record["jobs"] != jobs:
+            raise SystemExit(f"worker benchmark with another job count: {record}")
+
+    def cell(record: dict[str, Any] | None) -> str:
+        if record is None:
+            return "-"
+        low, high = min(record["rounds"]), max(record["rounds"])
+        spread = f" ({low:,.0f}-{high:,.0f})" if len(record["rounds"]) > 1 else ""
+        return f"{record['jobs_per_second']:,.0f}{spread}"
+
+    systems: list[tuple[str, dict[int, dict[str, Any]]]] = [
+        ("tenure Worker (fenced), batch 1", {c: mine[(c, 1)] for c in concurrencies if (c, 1) in mine}),
+        ("tenure Worker (fenced), batch 10", {c: mine[(c, 10)] for c in concurrencies if (c, 10) in mine}),
+        ("procrastinate", {c: theirs[("procrastinate", 1, c)] for c in concurrencies}),
+        ("saq", {c: theirs[("saq", 1, c)] for c in concurrencies}),
+        ("pgqueuer, batch 1", {c: theirs[("pgqueuer", 1, c)] for c in concurrencies}),
+        ("pgqueuer, batch 10", {c: theirs[("pgqueuer", 10, c)] for c in concurrencies}),
+    ]
+    lines = [
+        "",
+        f"## Workers: {jobs:,} waiting no-op jobs drained by each system's own worker loop",
+        "",
+        "tenure: one `tenure.adapters.Worker` per run (`run_until_idle`, a no-op handler returning None, so every",
+        "job is claimed with a fresh nonce, its lease timed locally and completed with its exact fence; completions",
+        "that finish together go out as one `complete_many_owned`) on one `ValidationJobSource` (its pool holds at",
+        "most 10 connections), after a warm-up of real `submit_owned` submissions drained by its own Worker; the",
+        "measured jobs are inserted as owned rows by SQL. The peers: one procrastinate worker (`concurrency=C`,",
+        "`wait=False`), one saq Worker (`concurrency=C`, burst mode) and C pgqueuer QueueManagers (one connection",
+        "each, drain mode, batch 1 or 10), each after its own warm-up; a run that stops early is run again inside",
+        "the timed window until the peer's table shows nothing unfinished.",
+        "Reading the columns: the tenure Worker keeps at most four claim calls in flight (each of up to",
+        "`batch_size` jobs, each three round trips: BEGIN, pick-and-rewrite, COMMIT), so at batch 1 its claims,",
+        "not its concurrency, bound it;",
+        "a pgqueuer QueueManager does not cap its in-flight jobs (no `max_concurrent_tasks` given) and writes",
+        "completions through a buffer flushed every `batch_size` jobs.",
+        "Jobs per second, the median of "
+        + (f"{next(iter(rounds.values()))} round(s)" if len(set(rounds.values())) == 1 else
+           ", ".join(f"{count} round{'s' if count > 1 else ''} at concurrency {c}" for c, count in rounds.items()))
+        + " (lowest-highest in brackets when there are several; one round where",
+        "the full run's time allows no more); the systems take turns in each round (tenure in one process, then the",
+        "peers in theirs, against the same server). Every run drains the same number of jobs.",
+        "",
+        "| system | " + " | ".join(f"concurrency {c}" for c in concurrencies) + " |",
+        "|---|" + "---|" * len(concurrencies),
+    ]
+    for name, by_concurrency in systems:
+        lines.append(f"| {name} | " + " | ".join(cell(by_concurrency.get(c)) for c in concurrencies) + " |")
+    lines += ["", "tenure Worker (batch 1) / peer, same concurrency:", "",
+              "| peer | " + " | ".join(f"concurrency {c}" for c in concurrencies) + " |",
+              "|---|" + "---|" * len(concurrencies)]
+    for name, by_concurrency in systems[2:]:
+        lines.append(f"| {name} | " + " | ".join(
+            f"{mine[(c, 1)]['jobs_per_second'] / by_concurrency[c]['jobs_per_second']:.2f}x" for c in concurrencies) + " |")
+    targets = []
+    for c in concurrencies:
+        rate = mine[(c, 1)]["jobs_per_second"]
+        against = {name: theirs[key]["jobs_per_second"] for name, key in
+                   (("procrastinate", ("procrastinate", 1, c)), ("saq", ("saq", 1, c)), ("pgqueuer", ("pgqueuer", 10, c)))}
+        targets.append(
+            f"- fenced Worker (batch 1) at concurrency {c} ({rate:,.0f} jobs/s): vs procrastinate ({against['procrastinate']:,.0f}) "
+            f"{verdict(rate / against['procrastinate'], 2.0)}; vs saq ({against['saq']:,.0f}) {verdict(rate / against['saq'], 2.0)}; "
+            f"vs pgqueuer batch 10 ({against['pgqueuer']:,.0f}) {verdict(rate / against['pgqueuer'], 0.7)}")
+    for (c, batch), record in sorted(mine.items()):
+        if batch == 1:
+            continue
+        pgqueuer = theirs[("pgqueuer", 10, c)]["jobs_per_second"]
+        targets.append(f"- fenced Worker batch {batch} at concurrency {c} ({record['jobs_per_second']:,.0f} jobs/s) vs pgqueuer "
+                       f"batch 10 ({pgqueuer:,.0f}): {verdict(record['jobs_per_second'] / pgqueuer, 0.7)}")
+
+    latency = [r for r in tenure if r["bench"] == "worker_latency"]
+    peer_latency = sorted((r for r in peers if r["bench"] == "latency"), key=lambda r: r["peer"])
+    if len(latency) != 1:
+        raise SystemExit(f"worker latency missing or repeated ({len(latency)} found)")
+    ours = latency[0]
+    lines += [
+        "",
+        "### Submit-to-start latency with an idle worker (PostgreSQL)",
+        "",
+        f"One job submitted at a time, {ours['spacing_ms']:.0f} ms after the previous one started, to an idle worker",
+        "with concurrency 1 whose fallback poll is 5 s (so only a notification makes it faster); the time from just",
+        "before the submit (enqueue) call to the handler's first line, in the same process. "
+        f"{ours['samples']} samples after a warm-up.",
+        "",
+        "| system | wake-up | p50 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|",
+        f"| tenure Worker | LISTEN, NOTIFY in the submitting transaction (listening: {ours['listening']}) | "
+        f"{ours['p50_ms']:.2f} | {ours['p99_ms']:.2f} | {ours['max_ms']:.2f} |",
+    ]
+    for record in peer_latency:
+        lines.append(f"| {record['peer']} | {record['wake_up']} | {record['p50_ms']:.2f} | {record['p99_ms']:.2f} | "
+                     f"{record['max_ms']:.2f} |")
+    lines += ["", f"tenure's p50 splits into `submit_owned` itself ({ours['submit_p50_ms']:.2f} ms: BEGIN, lock and clock, "
+              f"INSERT + NOTIFY, COMMIT) and notification + claim + handler start ({ours['wake_p50_ms']:.2f} ms)."]
+    met = ours["listening"] and ours["p50_ms"] <= 20
+    targets.append(f"- Worker submit-to-start latency p50 on PostgreSQL with NOTIFY: {ours['p50_ms']:.2f} ms "
+                   f"(p99 {ours['p99_ms']:.2f} ms; {'met' if met else 'missed'}, target <= 20 ms"
+                   f"{'' if ours['listening'] else '; the worker was not listening'})")
+    chart_rows = [(name, {c: record["jobs_per_second"] for c, record in by_concurrency.items()})
+                  for name, by_concurrency in systems]
+    return lines, targets, chart_rows
+
+
+def chart(rows: list[tuple[str, int, float]], path: pathlib.Path, jobs: int, workers: int,
+          worker_rows: list[tuple[str, dict[int, float]]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    figure, (axis, worker_axis) = plt.subplots(2, 1, figsize=(13, 9.6))
     labels = [textwrap.fill(name.split(" (")[0], 14) + f"\nbatch {batch}" for name, batch, _ in rows]
     rates = [rate for _, _, rate in rows]
     colours = ["#2b6cb0" if name.startswith("tenure") else "#a0aec0" if "floor" in name else "#ed8936" for name, _, _ in rows]
-    figure, axis = plt.subplots(figsize=(13, 4.8))
     axis.bar(labels, rates, color=colours)
     axis.set_ylabel("jobs per second")
-    axis.set_title(f"No-op burn-down of {jobs:,} jobs, 4 workers, PostgreSQL on loopback (medians of one run's rounds)")
+    axis.set_title(f"No-op burn-down of {jobs:,} jobs, {workers} workers, PostgreSQL on loopback (medians of one run's rounds)")
     for index, rate in enumerate(rates):
         axis.text(index, rate, f"{rate:,.0f}", ha="center", va="bottom", fontsize=8)
     axis.tick_params(axis="x", labelsize=8)
+
+    concurrencies = sorted({c for _, by in worker_rows for c in by})
+    width = 0.8 / len(worker_rows)
+    palette = ["#2b6cb0", "#63b3ed", "#ed8936", "#c05621", "#68d391", "#2f855a"]
+    for index, (name, by_concurrency) in enumerate(worker_rows):
+        xs = [position + (index - (len(worker_rows) - 1) / 2) * width
+              for position, c in enumerate(concurrencies) if c in by_concurrency]
+        ys = [by_concurrency[c] for c in concurrencies if c in by_concurrency]
+        worker_axis.bar(xs, ys, width, label=name, color=palette[index % len(palette)])
+        for x, y in zip(xs, ys):
+            worker_axis.text(x, y, f"{y:,.0f}", ha="center", va="bottom", fontsize=7)
+    worker_axis.set_xticks(range(len(concurrencies)), [f"concurrency {c}" for c in concurrencies])
+    worker_axis.set_ylabel("jobs per second")
+    worker_axis.set_title("Workers: each system's own worker loop draining the same waiting no-op jobs")
+    worker_axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 

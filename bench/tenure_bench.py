@@ -11,6 +11,12 @@ Prints one JSON object per line (bench/report.py turns them into RESULTS.md):
   one job at a time and in batches of 10, for tenure and the floors;
 * ``claim_latency``: median and 99th percentile of one owned claim with 1,000, 100,000
   and 1,000,000 waiting rows;
+* ``worker``: the fenced worker runtime end to end (``tenure.adapters.Worker``): waiting
+  no-op jobs drained by one Worker at concurrency 1, 4 and 16 (batch 1), and 16 with
+  batch 10 (bench/peers.py runs the peers' own worker loops at the same concurrencies);
+* ``worker_latency``: submit-to-start latency with an idle Worker on PostgreSQL (woken
+  by NOTIFY; its fallback poll is 5 s), from just before ``submit_owned`` to the
+  handler's first line;
 * ``sqlite_cycle``: the owned cycle on SQLite against a raw ``sqlite3`` floor;
 * ``kernel``: microseconds per kernel decision;
 * ``fingerprint``: a 1 MiB payload from a plain dict to its fingerprint, against
@@ -27,6 +33,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import math
 import pathlib
 import sqlite3
 import statistics
@@ -39,13 +46,17 @@ from typing import Any
 
 import asyncpg
 
-from tenure.adapters import ValidationJobSource, upgrade
+from tenure.adapters import ValidationJobSource, Worker, upgrade
 from tenure.adapters.queue.table import stored_payload
 from tenure.kernel import ClaimFence, ClaimOwned, CompleteOwned, HeartbeatOwned, JobRecord, decide
 from tenure.model import JobStatus, QueueKind, ValidationJob, WorkerConfig, snapshot_submission
 
 LEASE_SECONDS = 60
 BATCHES = (1, 10)
+WORKER_RUNS = ((1, 1), (4, 1), (16, 1), (16, 10))
+"""(concurrency, batch_size) of the Worker burn-downs."""
+IDLE_WAIT_S = 5.0
+"""The Workers' fallback poll: on PostgreSQL only NOTIFY can make them faster than this."""
 
 
 def emit(**fields: Any) -> None:
@@ -552,6 +563,122 @@ async def claim_latency(server_dsn: str, sizes: list[int], samples: int) -> None
              p99_ms=round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 3))
 
 
+# --- the fenced worker runtime ---------------------------------------------------------------
+
+
+async def noop_handler(claimed: Any, context: Any) -> None:
+    return None
+
+
+async def submit_concurrently(source: ValidationJobSource, count: int, prefix: str, parallel: int = 8) -> None:
+    """``count`` owned submissions through ``submit_owned``, ``parallel`` at a time."""
+    async def submitter(index: int) -> None:
+        for n in range(index, count, parallel):
+            await source.submit_owned(request(n), submission_id=f"{prefix}-{n}")
+
+    await asyncio.gather(*(submitter(index) for index in range(parallel)))
+
+
+async def worker_drain(source: ValidationJobSource, concurrency: int, batch: int) -> tuple[int, float]:
+    """A fresh Worker run until idle: (jobs completed, seconds)."""
+    worker = Worker(source, noop_handler, concurrency=concurrency, batch_size=batch, idle_wait_s=IDLE_WAIT_S)
+    started = time.perf_counter()
+    stats = await worker.run_until_idle()
+    elapsed = time.perf_counter() - started
+    assert stats.claimed == stats.completed, stats
+    assert stats.persistence_failures == stats.lease_losses == stats.stale_writes_refused == 0, stats
+    return stats.completed, elapsed
+
+
+async def worker_burn_down(server_dsn: str, jobs: int, rounds: dict[int, int]) -> None:
+    """One Worker per run drains ``jobs`` waiting no-op jobs (the same count the peers get).
+    A warm-up of real ``submit_owned`` submissions is drained first by its own Worker on
+    the same source (connections open, statements prepared); the measured jobs are then
+    inserted by SQL as owned rows (bulk_load: submission is not what is measured, and the
+    peers enqueue theirs with their own batch calls). Every configuration as many rounds
+    as ``rounds`` gives its concurrency, taking turns; the median counts."""
+    warmup = max(50, jobs // 10)
+    rates: dict[tuple[int, int], list[float]] = {run: [] for run in WORKER_RUNS}
+    for round_ in range(max(rounds.values())):
+        for concurrency, batch in (run for run in WORKER_RUNS if round_ < rounds[run[0]]):
+            db_url = await fresh_database(server_dsn)
+            async with ValidationJobSource(db_url, config(db_url)) as source:
+                await submit_concurrently(source, warmup, "warm")
+                done, _ = await worker_drain(source, concurrency, batch)
+                assert done == warmup, (concurrency, batch, done)
+                await bulk_load(db_url, jobs, offset=warmup)
+                done, elapsed = await worker_drain(source, concurrency, batch)
+                assert done == jobs, (concurrency, batch, done)
+            rates[(concurrency, batch)].append(round(jobs / elapsed, 1))
+    for (concurrency, batch), measured in rates.items():
+        emit(bench="worker", subject="tenure", concurrency=concurrency, batch=batch, jobs=jobs, rounds=measured,
+             jobs_per_second=statistics.median(measured))
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile (the claim latency's rule)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered), max(1, math.ceil(len(ordered) * fraction))) - 1]
+
+
+async def worker_latency(server_dsn: str, samples: int, spacing_s: float) -> None:
+    """An idle Worker (concurrency 1, idle_wait_s 5) on PostgreSQL; one job submitted at
+    a time from a second source, ``spacing_s`` after the previous one started: the time
+    from just before ``submit_owned`` to the handler's start, and the submission's own
+    part (``submit_owned`` returned)."""
+    db_url = await fresh_database(server_dsn)
+    loop = asyncio.get_running_loop()
+    waiting: asyncio.Future[float] = loop.create_future()
+
+    async def handler(claimed: Any, context: Any) -> None:
+        started = time.perf_counter()
+        if not waiting.done():
+            waiting.set_result(started)
+        return None
+
+    warmup = max(3, samples // 10)
+    latencies: list[float] = []
+    submits: list[float] = []
+    async with ValidationJobSource(db_url, config(db_url)) as worker_source, \
+            ValidationJobSource(db_url, config(db_url)) as submitter:
+        worker = Worker(worker_source, handler, concurrency=1, idle_wait_s=IDLE_WAIT_S)
+        stop = asyncio.Event()
+        running = asyncio.create_task(worker.run(stop))
+        try:
+            for _ in range(500):
+                if worker.listening:
+                    break
+                await asyncio.sleep(0.01)
+            listening = worker.listening
+            for n in range(warmup + samples):
+                waiting = loop.create_future()
+                before = time.perf_counter()
+                await submitter.submit_owned(request(n), submission_id=f"latency-{n}")
+                submitted = time.perf_counter()
+                started = await asyncio.wait_for(waiting, 3 * IDLE_WAIT_S)
+                if n >= warmup:
+                    latencies.append(started - before)
+                    submits.append(submitted - before)
+                await asyncio.sleep(spacing_s)
+            for _ in range(500):  # the last completion written before stopping
+                if worker.stats.completed == warmup + samples:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            stop.set()
+            stats = await running
+    assert stats.completed == warmup + samples, stats
+
+    def ms(value: float) -> float:
+        return round(value * 1000, 3)
+
+    emit(bench="worker_latency", subject="tenure", samples=samples, spacing_ms=spacing_s * 1000,
+         idle_wait_s=IDLE_WAIT_S, listening=listening, p50_ms=ms(statistics.median(latencies)),
+         p99_ms=ms(percentile(latencies, 0.99)), max_ms=ms(max(latencies)),
+         submit_p50_ms=ms(statistics.median(submits)),
+         wake_p50_ms=ms(statistics.median(l - s for l, s in zip(latencies, submits))))
+
+
 # --- SQLite ------------------------------------------------------------------------------------
 
 
@@ -717,6 +844,11 @@ async def main() -> None:
         await burn_down(arguments.dsn, 200 if smoke else 20_000, 4, 1 if smoke else 3)
     if selected("claim_latency"):
         await claim_latency(arguments.dsn, [1_000, 10_000] if smoke else [1_000, 100_000, 1_000_000], 20 if smoke else 500)
+    if selected("worker"):
+        # Concurrency 4 gets the burn-down's three rounds; 1 and 16 one each (the full run's time).
+        await worker_burn_down(arguments.dsn, 200 if smoke else 20_000, {1: 1, 4: 1, 16: 1} if smoke else {1: 1, 4: 3, 16: 1})
+    if selected("worker_latency"):
+        await worker_latency(arguments.dsn, 20 if smoke else 200, 0.02)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import pytest
 from tenure.adapters import ValidationJobSource, upgrade
 from tenure.model import ValidationJob, WorkerConfig
 
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKER = pathlib.Path(__file__).resolve().parent / "chaos_worker.py"
 CHAOS_MAX_ATTEMPTS = 10_000

@@ -1,13 +1,18 @@
-"""The `tenure` command: the demo's checks have teeth, and migrate reports what it checked."""
+"""The `tenure` command: the demo's checks have teeth, every subcommand refuses bad input by
+field and problem before it creates anything, and migrate reports what it checked."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import pathlib
 import sqlite3
+import subprocess
+import sys
+import tempfile
 
 import pytest
 
-from tenure.adapters.cli import main
+from tenure.adapters.cli import main, run_command
 from tenure.kernel.queue import machine as queue_machine
 
 
@@ -19,6 +24,9 @@ def test_the_demo_runs_and_every_invariant_holds(tmp_path: pathlib.Path, capsys:
     assert "every invariant held" in out
     assert "lost                                     0" in out
     assert "stale writes accepted                    0" in out
+    # Its checks count every job as its own: a second run on the same database is refused.
+    assert main(["demo", "--db", url, "--jobs", "80"]) == 2
+    assert "refused: demo_database_not_empty" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("database", ["postgresql"])
@@ -100,3 +108,206 @@ def test_migrate_refuses_a_table_it_did_not_create_with_exit_status_two(
     out = capsys.readouterr().out
     assert "refused: migration_admission_refused" in out
     assert "validation_jobs.status: missing_legacy_column" in out
+
+
+# --- tenure --version -------------------------------------------------------------------
+
+
+def test_version_prints_the_installed_version_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"tenure {importlib.metadata.version('tenure')}\n"
+    done = subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.cli", "--version"],
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (0, f"tenure {importlib.metadata.version('tenure')}\n")
+
+
+# --- tenure demo: settings, progress, explanations, its temporary folder -------------------
+
+
+@pytest.fixture
+def temporary_root(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    """Where the demo's temporary folder goes (so a test can see what it left behind)."""
+    root = tmp_path / "temporary"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+@pytest.mark.parametrize(("arguments", "lines"), [
+    (["--jobs", "5"], ["  jobs: integer_out_of_range (--jobs takes 10 to 10000)"]),
+    (["--jobs", "10001"], ["  jobs: integer_out_of_range (--jobs takes 10 to 10000)"]),
+    (["--workers", "0"], ["  workers: integer_out_of_range (--workers takes 1 to 64)"]),
+    (["--lease-seconds", "0"], ["  lease_seconds: number_out_of_range (--lease-seconds takes 0.1 to 10)"]),
+    (["--lease-seconds", "nan"], ["  lease_seconds: number_out_of_range (--lease-seconds takes 0.1 to 10)"]),
+    (["--lease-seconds", "-1", "--workers", "100"], [
+        "  workers: integer_out_of_range (--workers takes 1 to 64)",
+        "  lease_seconds: number_out_of_range (--lease-seconds takes 0.1 to 10)",
+    ]),
+])
+def test_demo_refuses_bad_settings_naming_each_before_it_creates_a_folder(
+    arguments: list[str], lines: list[str], temporary_root: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", *arguments]) == 2
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["refused: invalid_demo_settings", *lines]
+    assert list(temporary_root.iterdir()) == []
+
+
+def test_demo_refuses_bad_settings_before_it_creates_the_database_it_was_given(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "demo.db"
+    assert main(["demo", "--db", f"sqlite:///{path}", "--jobs", "3"]) == 2
+    assert "jobs: integer_out_of_range" in capsys.readouterr().out
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("command", [["demo"], ["migrate"]])
+def test_a_bad_database_url_is_refused_naming_the_field_and_never_echoing_the_url(
+    command: list[str], temporary_root: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, "--db", "mysql://operator:hunter2@db.internal/queue"]) == 2
+    out = capsys.readouterr().out
+    assert "db_url: unsupported_scheme (--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE)" in out
+    assert "hunter2" not in out and "db.internal" not in out and "operator" not in out
+    assert list(temporary_root.iterdir()) == []
+
+
+def test_demo_refuses_a_wrongly_prepared_database_as_migrate_does(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.db"
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE validation_jobs (id VARCHAR(36) PRIMARY KEY, claim_token CHAR(255))")
+    connection.commit()
+    connection.close()
+    for command in (["migrate"], ["demo"]):
+        assert main([*command, "--db", f"sqlite:///{path}"]) == 2
+        out = capsys.readouterr().out
+        assert "refused: migration_admission_refused" in out
+        assert "validation_jobs.status: missing_legacy_column" in out
+
+
+def test_a_refusal_without_field_names_still_lists_its_problems(capsys: pytest.CaptureFixture[str]) -> None:
+    from tenure.model import ConfigValidationError
+
+    def refused() -> int:
+        raise ConfigValidationError("queue_tables_elsewhere", problems=("tables_in_schema_pycharter",))
+
+    assert run_command(refused) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        "refused: queue_tables_elsewhere",
+        "  tables_in_schema_pycharter",
+        "  the queue tables live in another schema: name it with ?schema=NAME in the URL or --schema NAME",
+    ]
+
+
+def _table(out: str, title: str) -> dict[str, int]:
+    """The ``name  count`` rows of one summary table of the demo's output."""
+    lines = out.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith(f"{title} ")) + 2
+    rows = {}
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        name, count = line.rsplit(None, 1)
+        rows[name.strip()] = int(count)
+    return rows
+
+
+async def test_demo_reports_progress_while_it_submits_and_explains_its_counts(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tenure.adapters.demo import DemoSettings, run_demo
+
+    settings = DemoSettings(db_url=f"sqlite:///{tmp_path}/demo.db", jobs=85, workers=3, lease_seconds=0.3,
+                            progress_every=20)
+    assert await run_demo(settings) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    # 85 jobs: 51 validation, 25 pipeline and at least 10 streaming; the rerun adds 2.
+    assert "submitting 86 jobs: 51 validation, 25 pipeline, 10 streaming" in out
+    progress = [index for index, line in enumerate(lines) if line.endswith(tuple(f"submitted {n:6d}" for n in (20, 40, 60, 80)))]
+    submitted = next(index for index, line in enumerate(lines) if line.startswith("submitted 86 jobs"))
+    assert len(progress) == 4 and max(progress) < submitted
+    summary = _table(out, "summary")
+    assert summary["submitted"] == 88
+    ended = ("finished by exactly one accepted write", "ended by lease expiry (no worker write)", "lost")
+    assert sum(summary[name] for name in ended) == summary["submitted"]
+    assert "what the counts mean:" in out
+    assert "submitted: 51 validation + 25 pipeline + 10 streaming (--jobs 85 split 60/30/10 %" in out
+    assert "plus the 2 launches of the forced rerun" in out
+    assert "Ended by lease" in out and "lease expired with no attempts left" in out
+
+
+def test_demo_removes_its_temporary_folder_when_it_finishes(
+    temporary_root: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--jobs", "20", "--workers", "2", "--lease-seconds", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "every invariant held" in out
+    assert "removed at the end" in out and str(temporary_root) not in out
+    assert list(temporary_root.iterdir()) == []
+
+
+@pytest.mark.parametrize("failure", ["persistence", "interrupt"])
+def test_demo_removes_its_temporary_folder_when_it_fails(
+    failure: str, temporary_root: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tenure.adapters import cli
+    from tenure.model import ErrorCode, TenureError
+
+    seen: list[pathlib.Path] = []
+
+    async def failing_demo(settings: object) -> int:
+        folder = pathlib.Path(settings.db_url.removeprefix("sqlite:///")).parent  # type: ignore[attr-defined]
+        assert folder.parent == temporary_root and folder.is_dir()
+        seen.append(folder)
+        if failure == "interrupt":
+            raise KeyboardInterrupt
+        raise TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, "connection_lost")
+
+    monkeypatch.setattr(cli, "run_demo", failing_demo)
+    if failure == "interrupt":
+        with pytest.raises(KeyboardInterrupt):
+            main(["demo"])
+    else:
+        assert main(["demo"]) == 1
+        assert "failed: queue_persistence_failed: connection_lost" in capsys.readouterr().out
+    assert seen and list(temporary_root.iterdir()) == []
+
+
+def test_a_demo_that_fails_midway_closes_its_sources_and_exits(tmp_path: pathlib.Path) -> None:
+    # An SQLite source left open keeps a thread that stops the process from exiting.
+    script = (
+        "import sys\n"
+        "from tenure.adapters import cli, demo\n"
+        "from tenure.model import ErrorCode, TenureError\n"
+        "async def drill(self):\n"
+        "    raise TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, 'connection_lost')\n"
+        "demo.Demo.takeover_drill = drill\n"
+        f"sys.exit(cli.main(['demo', '--db', 'sqlite:///{tmp_path}/demo.db', '--jobs', '20']))\n"
+    )
+    done = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "failed: queue_persistence_failed: connection_lost" in done.stdout
+
+
+# --- tenure migrate: short unless verbose --------------------------------------------------
+
+
+def test_a_migration_report_is_short_unless_verbose_and_always_shows_failed_checks() -> None:
+    from tenure.adapters.migration_report import Check, MigrationReport
+
+    checks = tuple(Check("validation_jobs", f"column_{n}", "present", True) for n in range(200))
+    failed = Check("validation_jobs", "status", "present", False, "missing_legacy_column")
+    report = MigrationReport("sqlite", "upgrade", ("owned_v2",), (*checks, failed))
+    assert report.lines() == [
+        "database: sqlite",
+        "applied: owned_v2; 200 of 201 checks passed",
+        "  validation_jobs.status: present: REFUSED (missing_legacy_column)",
+    ]
+    verbose = report.lines(verbose=True)
+    assert len(verbose) == 2 + 201 and "  validation_jobs.column_0: present: ok" in verbose

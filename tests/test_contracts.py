@@ -44,6 +44,7 @@ def test_every_name_in_a_contract_resolves_in_its_module() -> None:
     assert checked >= 30
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mutant", "target"),
     [

@@ -88,7 +88,7 @@ async def test_a_server_that_refuses_connections_is_connection_refused() -> None
         assert (await failure_of(source.get_job("job-1"))).reason == "connection_refused"
 
 
-async def test_an_unknown_role_is_authentication_failed(pg_dsn: str) -> None:
+async def test_an_unknown_postgresql_role_is_authentication_failed(pg_dsn: str) -> None:
     url = pg_dsn.replace("postgres@", "tenure_no_such_role@", 1)
     async with ValidationJobSource(url) as source:
         assert (await failure_of(source.get_job("job-1"))).reason == "authentication_failed"

@@ -398,6 +398,7 @@ LOCKSTEP_STEPS = budget({"sqlite": 20_000, "postgresql": 10_000})
 """Steps CI runs per database (``TENURE_LOCKSTEP_STEPS=N`` overrides; see README)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
 def test_kernel_model_and_database_stay_in_lockstep(
     database: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]

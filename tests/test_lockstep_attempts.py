@@ -304,6 +304,7 @@ class AttemptLockstep(LockstepBase):
 LOCKSTEP_STEPS = budget({"sqlite": 10_000, "postgresql": 10_000})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
 def test_the_attempt_kernel_and_the_ledger_stay_in_lockstep(
     database: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]

@@ -17,6 +17,8 @@ import pytest
 
 from kernel_mutants import BEHAVIOURAL_TESTS, MUTANTS
 
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = [f"{machine}:{mutant}" for machine, mutants in sorted(MUTANTS.items()) for mutant in sorted(mutants)]
 

@@ -28,10 +28,15 @@ def worker_command(db_url: str, handler: str, *extra: str) -> list[str]:
 
 
 def start(db_url: str, handler: str, *extra: str, log: pathlib.Path | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    """A worker process, returned once it runs (its SIGTERM handler is installed: a
+    signal that arrives during interpreter startup would kill it instead)."""
+    process = subprocess.Popen(
         worker_command(db_url, handler, *extra), env={**os.environ, "PYTHONPATH": str(TESTS)},
         stdout=subprocess.PIPE, stderr=log.open("ab") if log is not None else subprocess.DEVNULL,
     )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(b"worker on the"), "the worker did not start"
+    return process
 
 
 def run(db_url: str, handler: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -65,10 +70,10 @@ LEASE = ("--lease-seconds", "1", "--heartbeat-seconds", "0.25", "--idle-wait", "
 async def test_kill_9_in_the_middle_of_jobs_loses_nothing_and_each_job_has_one_accepted_write(
     db_url: str, tmp_path: pathlib.Path
 ) -> None:
-    ids = await submit(db_url, 240, "kill")
+    ids = await submit(db_url, 400, "kill")
     rng = random.Random(13)
     log = tmp_path / "workers.log"
-    processes = [start(db_url, "brief", *LEASE, "--concurrency", "4", log=log) for _ in range(2)]
+    processes = [start(db_url, "steady", *LEASE, "--concurrency", "4", log=log) for _ in range(2)]
     kills = 0
     try:
         for _ in range(4):
@@ -77,7 +82,7 @@ async def test_kill_9_in_the_middle_of_jobs_loses_nothing_and_each_job_has_one_a
             processes[victim].send_signal(signal.SIGKILL)
             processes[victim].wait()
             kills += 1
-            processes[victim] = start(db_url, "brief", *LEASE, "--concurrency", "4", log=log)
+            processes[victim] = start(db_url, "steady", *LEASE, "--concurrency", "4", log=log)
         rows = await wait_until(db_url, lambda rows: all(r.status is JobStatus.COMPLETED for r in rows.values()), 120)
     finally:
         for process in processes:
@@ -94,6 +99,7 @@ async def test_kill_9_in_the_middle_of_jobs_loses_nothing_and_each_job_has_one_a
         assert row.result["generation"] == row.generation and row.result["owner"] == row.owner_id
     takeovers = sum(rows[job_id].generation - 1 for job_id in ids)
     assert kills == 4
+    assert takeovers > 0, "no kill landed while claims were held"
     print(f"kill -9: {len(ids)} jobs, {kills} kills, {takeovers} takeovers after killed claims expired, lost {len(lost)}")
 
 

@@ -13,6 +13,12 @@ async def brief(claimed: Any, context: Any) -> dict[str, Any]:
     return {"generation": context.generation, "owner": context.owner_id}
 
 
+async def steady(claimed: Any, context: Any) -> dict[str, Any]:
+    """Work long enough that a kill lands while claims are held."""
+    await asyncio.sleep(random.uniform(0.05, 0.15))
+    return {"generation": context.generation, "owner": context.owner_id}
+
+
 async def third_of_a_second(claimed: Any, context: Any) -> dict[str, Any]:
     await asyncio.sleep(0.3)
     return {"generation": context.generation}
