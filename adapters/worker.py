@@ -707,7 +707,7 @@ class Worker:
 
         self._count(job, await self._fenced(job, acknowledge, {JobStatus.CANCELLED}))
 
-    def _count(self, job: _Job, status: JobStatus | None | bool) -> None:
+    def _count(self, job: _Job, status: JobStatus | None) -> None:
         if job.lost and status is None:
             return  # never answered: the lease loss is counted
         stats = self.stats

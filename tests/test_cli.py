@@ -96,14 +96,20 @@ def test_downgrade_says_nothing_to_remove_when_nothing_was_applied(
     assert "removed: nothing to remove" in capsys.readouterr().out
 
 
-def test_migrate_refuses_a_table_it_did_not_create_with_exit_status_two(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def table_tenure_did_not_create(tmp_path: pathlib.Path) -> pathlib.Path:
+    """An SQLite file whose validation_jobs table lacks the legacy columns."""
     path = tmp_path / "bad.db"
     connection = sqlite3.connect(path)
     connection.execute("CREATE TABLE validation_jobs (id VARCHAR(36) PRIMARY KEY, claim_token CHAR(255))")
     connection.commit()
     connection.close()
+    return path
+
+
+def test_migrate_refuses_a_table_it_did_not_create_with_exit_status_two(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = table_tenure_did_not_create(tmp_path)
     assert main(["migrate", "--db", f"sqlite:///{path}"]) == 2
     out = capsys.readouterr().out
     assert "refused: migration_admission_refused" in out
@@ -178,11 +184,7 @@ def test_a_bad_database_url_is_refused_naming_the_field_and_never_echoing_the_ur
 def test_demo_refuses_a_wrongly_prepared_database_as_migrate_does(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "bad.db"
-    connection = sqlite3.connect(path)
-    connection.execute("CREATE TABLE validation_jobs (id VARCHAR(36) PRIMARY KEY, claim_token CHAR(255))")
-    connection.commit()
-    connection.close()
+    path = table_tenure_did_not_create(tmp_path)
     for command in (["migrate"], ["demo"]):
         assert main([*command, "--db", f"sqlite:///{path}"]) == 2
         out = capsys.readouterr().out

@@ -11,7 +11,7 @@ source's ``queue``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from tenure.model import (
     ClaimedJob,
@@ -20,25 +20,26 @@ from tenure.model import (
     OwnedStreamingState,
     QueueClaimFence,
     QueueKind,
-    StreamingJob,
 )
 
 __all__ = ["OwnedValidationJobSource", "OwnedPipelineJobSource", "OwnedStreamingJobSource"]
 
 
-@runtime_checkable
-class OwnedValidationJobSource(Protocol):
-    """Owned submission, fenced claims and fenced writes on the validation queue."""
+Claimed = TypeVar("Claimed")
+
+
+class _OwnedJobSource(Protocol[Claimed]):
+    """The owned methods every source offers, claims typed by its envelope."""
 
     queue: QueueKind
 
     def submit_owned(self, job: Any, *, submission_id: str) -> Awaitable[str]: ...
 
-    async def claim_next_owned(self, worker_id: str, *, claim_token: str) -> ClaimedJob | None: ...
+    async def claim_next_owned(self, worker_id: str, *, claim_token: str) -> Claimed | None: ...
 
-    async def claim_batch_owned(self, worker_id: str, *, claim_tokens: Sequence[str]) -> list[ClaimedJob]: ...
+    async def claim_batch_owned(self, worker_id: str, *, claim_tokens: Sequence[str]) -> list[Claimed]: ...
 
-    async def recover_owned_claim(self, worker_id: str, *, claim_token: str) -> ClaimedJob | None: ...
+    async def recover_owned_claim(self, worker_id: str, *, claim_token: str) -> Claimed | None: ...
 
     async def heartbeat_owned(self, fence: QueueClaimFence) -> bool: ...
 
@@ -48,66 +49,33 @@ class OwnedValidationJobSource(Protocol):
 
     async def complete_many_owned(self, items: Sequence[tuple[QueueClaimFence, Any]]) -> list[bool]: ...
 
-    async def fail_owned(
-        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
-    ) -> bool: ...
-
     async def close(self) -> None: ...
 
 
 @runtime_checkable
-class OwnedPipelineJobSource(Protocol):
+class OwnedValidationJobSource(_OwnedJobSource[ClaimedJob], Protocol):
+    """Owned submission, fenced claims and fenced writes on the validation queue."""
+
+    async def fail_owned(
+        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
+    ) -> bool: ...
+
+
+@runtime_checkable
+class OwnedPipelineJobSource(_OwnedJobSource[ClaimedPipelineJob], Protocol):
     """The same owned capabilities on the pipeline queue (``submit_owned`` answers the
     run ID; claims carry ``run_id``; fences carry the job ID)."""
 
-    queue: QueueKind
-
-    def submit_owned(self, job: Any, *, submission_id: str) -> Awaitable[str]: ...
-
-    async def claim_next_owned(self, worker_id: str, *, claim_token: str) -> ClaimedPipelineJob | None: ...
-
-    async def claim_batch_owned(self, worker_id: str, *, claim_tokens: Sequence[str]) -> list[ClaimedPipelineJob]: ...
-
-    async def recover_owned_claim(self, worker_id: str, *, claim_token: str) -> ClaimedPipelineJob | None: ...
-
-    async def heartbeat_owned(self, fence: QueueClaimFence) -> bool: ...
-
-    async def heartbeat_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]: ...
-
-    async def complete_owned(self, fence: QueueClaimFence, result: Any = None) -> bool: ...
-
-    async def complete_many_owned(self, items: Sequence[tuple[QueueClaimFence, Any]]) -> list[bool]: ...
-
     async def fail_owned(
         self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
     ) -> bool: ...
 
-    async def close(self) -> None: ...
-
 
 @runtime_checkable
-class OwnedStreamingJobSource(Protocol):
+class OwnedStreamingJobSource(_OwnedJobSource[ClaimedStreamingJob], Protocol):
     """Owned launches on the streaming queue, with the streaming calls: the launched
     process's PID, the cancel-request snapshot, the cancel acknowledgement, and the
-    administrative cancel request."""
-
-    queue: QueueKind
-
-    def submit_owned(self, job: StreamingJob, *, submission_id: str) -> Awaitable[str]: ...
-
-    async def claim_next_owned(self, launcher_id: str, *, claim_token: str) -> ClaimedStreamingJob | None: ...
-
-    async def claim_batch_owned(self, launcher_id: str, *, claim_tokens: Sequence[str]) -> list[ClaimedStreamingJob]: ...
-
-    async def recover_owned_claim(self, launcher_id: str, *, claim_token: str) -> ClaimedStreamingJob | None: ...
-
-    async def heartbeat_owned(self, fence: QueueClaimFence) -> bool: ...
-
-    async def heartbeat_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]: ...
-
-    async def complete_owned(self, fence: QueueClaimFence, result: Any = None) -> bool: ...
-
-    async def complete_many_owned(self, items: Sequence[tuple[QueueClaimFence, Any]]) -> list[bool]: ...
+    administrative cancel request (failures carry no DLQ correlation)."""
 
     async def fail_owned(self, fence: QueueClaimFence, error: str, *, retry: bool) -> bool: ...
 
@@ -118,5 +86,3 @@ class OwnedStreamingJobSource(Protocol):
     async def acknowledge_cancel_owned(self, fence: QueueClaimFence) -> bool: ...
 
     async def request_cancel(self, job_id: str) -> bool: ...
-
-    async def close(self) -> None: ...
