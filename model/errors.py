@@ -26,6 +26,14 @@ class ErrorCode(enum.Enum):
     ATTEMPT_RESUBMIT_UNPROVEN = "attempt_resubmit_unproven"
     ATTEMPT_PERSISTENCE_FAILED = "attempt_persistence_failed"
     WORKER_SHUTDOWN_INCOMPLETE = "worker_shutdown_incomplete"
+    RUN_ADMISSION_CONFLICT = "run_admission_conflict"
+    RUN_ADMISSION_HELD = "run_admission_held"
+    RUN_SESSION_BUSY = "run_session_busy"
+    RUN_OWNER_MISMATCH = "run_owner_mismatch"
+    RUN_CONTAINMENT_UNPROVEN = "run_containment_unproven"
+    RUN_BROKER_FAILED = "run_broker_failed"
+    RUN_PERSISTENCE_FAILED = "run_persistence_failed"
+    JOB_REQUEST_CONFLICT = "job_request_conflict"
 
 
 def is_authored_word(text: str) -> bool:

@@ -1,0 +1,10 @@
+"""The delegated-job machine: one AgentJob a Run delegated to a runtime.
+
+``record`` (the row and its invariants, the commands and replies) and ``machine``.
+"""
+
+from __future__ import annotations
+
+from .machine import AGENT_JOBS, decide, select_rule
+
+__all__ = ["AGENT_JOBS", "decide", "select_rule"]

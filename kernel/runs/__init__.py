@@ -1,0 +1,12 @@
+"""The workflow Run machine: the pair (Run, delivery) from admission to terminal truth.
+
+``record`` (the pair and its invariants), ``commands`` (commands, evidence, replies) and
+``machine`` (the table, guards and effects). The Run's owners have machines of their
+own: :mod:`tenure.kernel.consents` and :mod:`tenure.kernel.agent_jobs`.
+"""
+
+from __future__ import annotations
+
+from .machine import RUNS, decide, select_rule
+
+__all__ = ["RUNS", "decide", "select_rule"]

@@ -1,0 +1,248 @@
+"""Commands of the Run machine, the evidence they carry, and the replies they return.
+
+A command carries the caller's inputs (the hop's sequence, a node, an owner) and what
+the ledger observed under the Run's lock in the same transaction: the owner row a park
+or a resume names (:class:`OwnerEvidence`), the correlated delegated jobs and service
+attempts still open (:class:`Containment`), whether another nonterminal Run holds the
+session, and, for ``finish_cancel``, what the broker said of the frozen hop. The kernel
+decides from these values; the ledger only reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import ClassVar
+
+from tenure.model import BrokerJobState, RunStatus, WaitKind
+
+from .record import DeliveryRow, RunRow
+
+__all__ = [
+    "RunCommandType",
+    "OwnerEvidence",
+    "Containment",
+    "Admit",
+    "Release",
+    "FailHeld",
+    "RecordPublished",
+    "RecordPublishError",
+    "Claim",
+    "EnterHardwareWait",
+    "LeaveHardwareWait",
+    "Park",
+    "Resume",
+    "Settle",
+    "BeginCancel",
+    "FinishCancel",
+    "RunCommand",
+    "Admitted",
+    "Claimed",
+    "Resumed",
+    "Settled",
+    "Ticket",
+    "Swept",
+    "Ack",
+    "RunReply",
+]
+
+
+class RunCommandType(enum.Enum):
+    """Every command of the Run machine; values are the names the spec table uses."""
+
+    ADMIT = "admit"
+    RELEASE = "release"
+    FAIL_HELD = "fail_held"
+    RECORD_PUBLISHED = "record_published"
+    RECORD_PUBLISH_ERROR = "record_publish_error"
+    CLAIM = "claim"
+    ENTER_HARDWARE_WAIT = "enter_hardware_wait"
+    LEAVE_HARDWARE_WAIT = "leave_hardware_wait"
+    PARK = "park"
+    RESUME = "resume"
+    SETTLE = "settle"
+    BEGIN_CANCEL = "begin_cancel"
+    FINISH_CANCEL = "finish_cancel"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OwnerEvidence:
+    """An owner row as read under the Run's lock: its kind and ID, the Run it belongs
+    to, its status (the owner table's value) and ``complete``: a consent's decision has
+    its principal and time; a delegated job's result is shape-valid for that job and
+    status; always True for a service attempt."""
+
+    kind: WaitKind
+    owner_id: str
+    run_id: str | None
+    status: str
+    complete: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Containment:
+    """The Run's correlated effects still open, counted under its lock: delegated jobs
+    that are nonterminal or LOST, and service attempts that are not terminal."""
+
+    open_jobs: int
+    open_attempts: int
+
+    @property
+    def proven(self) -> bool:
+        return self.open_jobs == 0 and self.open_attempts == 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Admit:
+    """Create a QUEUED Run with delivery 0, or answer a replay. ``run`` and ``delivery``
+    are the rows as they would be stored (their times are set by the kernel)."""
+
+    kind: ClassVar[RunCommandType] = RunCommandType.ADMIT
+    run: RunRow
+    delivery: DeliveryRow
+    hold: bool
+    session_busy: bool
+    """Observed under the session lock: the fence is asked for and another nonterminal
+    Run holds the session."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Release:
+    kind: ClassVar[RunCommandType] = RunCommandType.RELEASE
+    enqueue_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class FailHeld:
+    kind: ClassVar[RunCommandType] = RunCommandType.FAIL_HELD
+    enqueue_seq: int
+    error: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RecordPublished:
+    """The broker acknowledged the hop's publication."""
+
+    kind: ClassVar[RunCommandType] = RunCommandType.RECORD_PUBLISHED
+    enqueue_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RecordPublishError:
+    """A publish call failed (or its acknowledgement was lost)."""
+
+    kind: ClassVar[RunCommandType] = RunCommandType.RECORD_PUBLISH_ERROR
+    enqueue_seq: int
+    error: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    kind: ClassVar[RunCommandType] = RunCommandType.CLAIM
+    enqueue_seq: int
+    node: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EnterHardwareWait:
+    kind: ClassVar[RunCommandType] = RunCommandType.ENTER_HARDWARE_WAIT
+    enqueue_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LeaveHardwareWait:
+    kind: ClassVar[RunCommandType] = RunCommandType.LEAVE_HARDWARE_WAIT
+    enqueue_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Park:
+    kind: ClassVar[RunCommandType] = RunCommandType.PARK
+    enqueue_seq: int
+    wait: WaitKind
+    owner_id: str
+    owner: OwnerEvidence | None
+    """The owner row of that kind and ID, or None when there is none."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    kind: ClassVar[RunCommandType] = RunCommandType.RESUME
+    owner_id: str
+    owner: OwnerEvidence | None
+    """The Run's persisted owner row, re-read in the same transaction (None: missing)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Settle:
+    kind: ClassVar[RunCommandType] = RunCommandType.SETTLE
+    enqueue_seq: int
+    status: RunStatus
+    """DONE or FAILED."""
+    error: str | None
+    containment: Containment
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BeginCancel:
+    kind: ClassVar[RunCommandType] = RunCommandType.BEGIN_CANCEL
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class FinishCancel:
+    kind: ClassVar[RunCommandType] = RunCommandType.FINISH_CANCEL
+    enqueue_seq: int
+    hop: BrokerJobState | None
+    """The broker's answer for the frozen hop after any abort (None: it could not say)."""
+    containment: Containment
+
+
+RunCommand = (
+    Admit | Release | FailHeld | RecordPublished | RecordPublishError | Claim | EnterHardwareWait
+    | LeaveHardwareWait | Park | Resume | Settle | BeginCancel | FinishCancel
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Admitted:
+    created: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claimed:
+    enqueue_seq: int
+    resume: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resumed:
+    enqueue_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settled:
+    """The Run reached terminal truth: pending consents are cancelled in the same
+    transaction (``decided_by`` names why)."""
+
+    decided_by: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ticket:
+    enqueue_seq: int
+    already_cancelled: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Swept:
+    """An already CANCELLED Run: nothing changes but its pending consents are swept again."""
+
+    decided_by: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ack:
+    """The exact change applied."""
+
+
+RunReply = Admitted | Claimed | Resumed | Settled | Ticket | Swept | Ack

@@ -1,0 +1,541 @@
+"""The workflow Run machine: every transition of the pair (Run, delivery), as one table.
+
+Theory of operation
+-------------------
+A Run is admitted once: one transaction creates it QUEUED with delivery 0, HELD while
+the caller still retains admission context, else PENDING. A caller publishes a PENDING
+delivery to a broker under the hop key ``run:<run_id>:<seq>``; the acknowledgement
+moves it to PUBLISHED (never backwards), a failure is counted and leaves it for a
+retry under the same key. A worker hop claims exactly that sequence: QUEUED plus a
+pending or published delivery become RUNNING plus a CLAIMED delivery in one
+transaction, so a stale or duplicate hop finds nothing to claim. The hop then settles
+(DONE or FAILED, only with every correlated effect contained), waits for hardware on
+the same claim, or parks on an owner of this Run (a consent, a delegated job, a service
+attempt), which settles its delivery. Only the Run's current owner, once decided,
+resumes it: the Run becomes QUEUED at the next sequence with a new PENDING delivery
+marked ``resume``. Cancellation freezes the generation (CANCELLING), and only proof
+that the hop is not live and every correlated effect is contained makes it CANCELLED.
+
+Four actors move a Run: the admitting caller (admit, release, fail_held, publish), the
+hop that claimed it (claim, hardware waits, park, settle), an owner's decider (resume)
+and an operator (begin_cancel, finish_cancel). Every command names the sequence it acts
+for, so nothing an old hop does can touch a later one. The invariants are in
+:mod:`tenure.kernel.runs.record` and :func:`transition_violations` (``specs/runs.md``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from tenure.model import (
+    DECIDED_CONSENT_STATUSES,
+    TERMINAL_AGENT_JOB_STATUSES,
+    TERMINAL_ATTEMPT_STATES,
+    TERMINAL_RUN_STATUSES,
+    WAIT_STATUSES,
+    BrokerJobState,
+    DeliveryState,
+    ErrorCode,
+    RunStatus,
+    WaitKind,
+)
+
+from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule, table_from_rows
+from ..core import decide as decide_on
+from ..core import select_rule as select_rule_on
+from .commands import (
+    Ack,
+    Admitted,
+    Claimed,
+    RunCommand,
+    RunCommandType,
+    Resumed,
+    Settled,
+    Swept,
+    Ticket,
+)
+from .record import (
+    WAIT_FOR_KIND,
+    DeliveryRow,
+    RunPair,
+    RunStep,
+    key_of,
+    record_violations,
+    replace_delivery,
+    replace_run,
+    step_of,
+)
+
+__all__ = [
+    "RunRefusal",
+    "OUTCOMES",
+    "GUARDS",
+    "EFFECTS",
+    "ROWS",
+    "TABLE",
+    "RUNS",
+    "RESOLVED_OWNER_STATUSES",
+    "SETTLED_BY",
+    "CANCELLED_BY",
+    "decide",
+    "select_rule",
+    "transition_violations",
+]
+
+
+class RunRefusal(enum.Enum):
+    """Why a command changed nothing. Values are the names the spec table uses."""
+
+    NOT_FOUND = "not_found"
+    KEY_REUSED = "key_reused"
+    INTENT_CHANGED = "intent_changed"
+    ADMISSION_HELD = "admission_held"
+    SESSION_BUSY = "session_busy"
+    STALE_HOP = "stale_hop"
+    NOT_HELD = "not_held"
+    NOT_PUBLISHABLE = "not_publishable"
+    NOT_QUEUED = "not_queued"
+    NOT_RUNNING = "not_running"
+    NOT_IN_HARDWARE_WAIT = "not_in_hardware_wait"
+    OWNER_MISMATCH = "owner_mismatch"
+    NOT_AN_OWNER_KIND = "not_an_owner_kind"
+    NOT_WAITING = "not_waiting"
+    NOT_CURRENT_OWNER = "not_current_owner"
+    OWNER_UNDECIDED = "owner_undecided"
+    CANCELLING = "cancelling"
+    CONTAINMENT_UNPROVEN = "containment_unproven"
+    HOP_LIVE = "hop_live"
+    FINISHED = "finished"
+    NOT_CANCELLING = "not_cancelling"
+
+
+R = RunRefusal
+OUTCOMES: dict[RunRefusal, ErrorCode | None] = {
+    reason: {
+        R.KEY_REUSED: ErrorCode.RUN_ADMISSION_CONFLICT,
+        R.INTENT_CHANGED: ErrorCode.RUN_ADMISSION_CONFLICT,
+        R.ADMISSION_HELD: ErrorCode.RUN_ADMISSION_HELD,
+        R.SESSION_BUSY: ErrorCode.RUN_SESSION_BUSY,
+        R.OWNER_MISMATCH: ErrorCode.RUN_OWNER_MISMATCH,
+        R.CONTAINMENT_UNPROVEN: ErrorCode.RUN_CONTAINMENT_UNPROVEN,
+        R.HOP_LIVE: ErrorCode.RUN_CONTAINMENT_UNPROVEN,
+    }.get(reason)
+    for reason in RunRefusal
+}
+"""What each refusal means to a caller: the error code it raises, or None for a known
+negative answer (False, or None where the operation returns a value)."""
+
+RESOLVED_OWNER_STATUSES: dict[WaitKind, frozenset[str]] = {
+    WaitKind.CONSENT: frozenset(status.value for status in DECIDED_CONSENT_STATUSES),
+    WaitKind.DELEGATE: frozenset(status.value for status in TERMINAL_AGENT_JOB_STATUSES),
+    WaitKind.SERVICE: frozenset(state.value for state in TERMINAL_ATTEMPT_STATES),
+}
+"""The owner statuses that resume a Run: a verdict (never a cancellation), a terminal
+delegated job, a terminal service attempt."""
+
+SETTLED_BY = "tenure:run-settled"
+CANCELLED_BY = "tenure:run-cancelled"
+"""``decided_by`` of the pending consents a settlement or a cancellation sweeps."""
+
+_LIVE_HOP = frozenset({BrokerJobState.QUEUED, BrokerJobState.ACTIVE})
+
+
+# --- guards: named predicates over (pair, command, now_us) ------------------------------
+
+
+def _owner_matches(record: RunPair, owner: Any, kind: Any, owner_id: str) -> bool:
+    return (
+        owner is not None and owner.kind is kind and owner.owner_id == owner_id
+        and owner.run_id == record.run.run_id
+    )
+
+
+def _owner_resolved(record: RunPair, command: Any) -> bool:
+    run = record.run
+    owner = command.owner
+    return (
+        run.owner_kind is not None and run.owner_id is not None
+        and _owner_matches(record, owner, run.owner_kind, run.owner_id)
+        and owner.status in RESOLVED_OWNER_STATUSES[run.owner_kind] and owner.complete
+    )
+
+
+GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
+    "always": lambda record, command, now_us: True,
+    # admission
+    "other_key": lambda record, command, now_us: record.run.idempotency_key != command.run.idempotency_key,
+    "intent_differs": lambda record, command, now_us: record.run.intent_digest != command.run.intent_digest,
+    "held_without_hold": lambda record, command, now_us: record.current.state is DeliveryState.HELD
+    and not command.hold,
+    "session_busy": lambda record, command, now_us: command.session_busy,
+    # the hop a command names
+    "seq_differs": lambda record, command, now_us: command.enqueue_seq != record.run.enqueue_seq,
+    "not_held": lambda record, command, now_us: record.current.state is not DeliveryState.HELD,
+    "unpublishable": lambda record, command, now_us: record.current.state not in (
+        DeliveryState.PENDING, DeliveryState.PUBLISHED
+    ),
+    # owners
+    "owner_foreign": lambda record, command, now_us: command.wait in WAIT_FOR_KIND
+    and not _owner_matches(record, command.owner, command.wait, command.owner_id),
+    "waits_for_consent": lambda record, command, now_us: command.wait is WaitKind.CONSENT,
+    "waits_for_delegate": lambda record, command, now_us: command.wait is WaitKind.DELEGATE,
+    "waits_for_service": lambda record, command, now_us: command.wait is WaitKind.SERVICE,
+    "not_current_owner": lambda record, command, now_us: command.owner_id != record.run.owner_id,
+    "owner_unresolved": lambda record, command, now_us: not _owner_resolved(record, command),
+    # settlement and cancellation
+    "containment_unproven": lambda record, command, now_us: not command.containment.proven,
+    "settles_done": lambda record, command, now_us: command.status is RunStatus.DONE,
+    "hop_live": lambda record, command, now_us: command.hop is None or command.hop in _LIVE_HOP,
+}
+
+
+# --- effects ----------------------------------------------------------------------------
+
+
+def _later(record: RunPair, now_us: int) -> int:
+    # updated_at never moves backwards, whatever time a caller passes (INV-R9).
+    return now_us if now_us > record.run.updated_at_us else record.run.updated_at_us
+
+
+def _move(
+    record: RunPair, now_us: int, reply: Any = None, *, delivery: dict[str, Any] | None = None,
+    opened: DeliveryRow | None = None, **run_changes: Any,
+) -> Applied[RunPair]:
+    """The pair with the Run's and the current delivery's fields changed (and a next
+    delivery opened after it)."""
+    run = replace_run(record.run, updated_at_us=_later(record, now_us), **run_changes)
+    current = record.current if delivery is None else replace_delivery(record.current, **delivery)
+    deliveries = (current,) if opened is None else (current, opened)
+    return Applied(RunPair(run, deliveries), Ack() if reply is None else reply)
+
+
+def _settled(now_us: int) -> dict[str, Any]:
+    return {"state": DeliveryState.SETTLED, "settled_at_us": now_us}
+
+
+def _insert(record: Any, command: Any, now_us: int) -> Applied[RunPair]:
+    # The kernel sets where the Run stands: only its identity comes from the caller.
+    run = replace_run(
+        command.run, status=RunStatus.QUEUED, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
+        owner_id=None, error=None, created_at_us=now_us, updated_at_us=now_us,
+    )
+    delivery = replace_delivery(
+        command.delivery, delivery_id=key_of(run.run_id, 0), run_id=run.run_id, enqueue_seq=0,
+        state=DeliveryState.HELD if command.hold else DeliveryState.PENDING, queue=run.queue,
+        priority=run.priority, resume=False, publish_attempts=0, last_error=None, claimed_by=None,
+        published_at_us=None, claimed_at_us=None, settled_at_us=None, created_at_us=now_us,
+    )
+    return Applied(RunPair(run, (delivery,)), Admitted(created=True))
+
+
+def _claim(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
+    started = record.run.started_at_us if record.run.started_at_us is not None else now_us
+    return _move(
+        record, now_us, Claimed(record.run.enqueue_seq, record.current.resume),
+        delivery={"state": DeliveryState.CLAIMED, "claimed_by": command.node, "claimed_at_us": now_us},
+        status=RunStatus.RUNNING, started_at_us=started, node=command.node,
+    )
+
+
+def _park(status: RunStatus) -> Callable[[Any, Any, int], Applied[RunPair]]:
+    def effect(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
+        return _move(record, now_us, delivery=_settled(now_us), status=status, owner_kind=command.wait,
+                     owner_id=command.owner_id)
+
+    return effect
+
+
+def _resume(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
+    current = record.current
+    seq = record.run.enqueue_seq + 1
+    opened = DeliveryRow(
+        delivery_id=key_of(record.run.run_id, seq), run_id=record.run.run_id, enqueue_seq=seq,
+        state=DeliveryState.PENDING, queue=current.queue, priority=current.priority, resume=True,
+        publish_attempts=0, last_error=None, claimed_by=None, published_at_us=None, claimed_at_us=None,
+        settled_at_us=None, created_at_us=now_us,
+    )
+    # The current delivery was settled by the park; a resume opens the next one.
+    return _move(record, now_us, Resumed(seq), opened=opened, status=RunStatus.QUEUED, enqueue_seq=seq,
+                 owner_kind=None, owner_id=None)
+
+
+def _settle(status: RunStatus) -> Callable[[Any, Any, int], Applied[RunPair]]:
+    def effect(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
+        return _move(record, now_us, Settled(SETTLED_BY), delivery=_settled(now_us), status=status,
+                     error=command.error if status is RunStatus.FAILED else None)
+
+    return effect
+
+
+def _unchanged(reply: Callable[[RunPair], Any]) -> Callable[[Any, Any, int], Applied[RunPair]]:
+    return lambda record, command, now_us: Applied(record, reply(record))
+
+
+EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
+    "insert": _insert,
+    "replay": _unchanged(lambda record: Admitted(created=False)),
+    "release": lambda record, command, now_us: _move(record, now_us, delivery={"state": DeliveryState.PENDING}),
+    "fail_held": lambda record, command, now_us: _move(
+        record, now_us, delivery=_settled(now_us), status=RunStatus.FAILED, error=command.error
+    ),
+    "mark_published": lambda record, command, now_us: _move(record, now_us, delivery={
+        "state": DeliveryState.PUBLISHED, "publish_attempts": record.current.publish_attempts + 1,
+        "last_error": None, "published_at_us": now_us,
+    }),
+    "note_publish_error": lambda record, command, now_us: _move(record, now_us, delivery={
+        "publish_attempts": record.current.publish_attempts + 1, "last_error": command.error,
+    }),
+    "claim": _claim,
+    "enter_hardware_wait": lambda record, command, now_us: _move(record, now_us, status=RunStatus.AWAITING_HARDWARE),
+    "leave_hardware_wait": lambda record, command, now_us: _move(record, now_us, status=RunStatus.RUNNING),
+    "park_consent": _park(RunStatus.AWAITING_CONSENT),
+    "park_delegate": _park(RunStatus.AWAITING_DELEGATE),
+    "park_service": _park(RunStatus.AWAITING_SERVICE),
+    "resume": _resume,
+    "settle_done": _settle(RunStatus.DONE),
+    "settle_failed": _settle(RunStatus.FAILED),
+    "begin_cancel": lambda record, command, now_us: _move(
+        record, now_us, Ticket(record.run.enqueue_seq, already_cancelled=False), status=RunStatus.CANCELLING
+    ),
+    "ticket": _unchanged(lambda record: Ticket(record.run.enqueue_seq, already_cancelled=False)),
+    "ticket_cancelled": _unchanged(lambda record: Ticket(record.run.enqueue_seq, already_cancelled=True)),
+    "finish_cancel": lambda record, command, now_us: _move(
+        record, now_us, Settled(CANCELLED_BY),
+        delivery=_settled(now_us) if record.current.state is not DeliveryState.SETTLED else None,
+        status=RunStatus.CANCELLED,
+    ),
+    "sweep_again": _unchanged(lambda record: Swept(CANCELLED_BY)),
+}
+
+
+# --- the table ---------------------------------------------------------------------------
+
+S = RunStep
+C = RunCommandType
+_ALL = tuple(step for step in RunStep if step is not S.ABSENT)
+_NONTERMINAL = (S.QUEUED, S.RUNNING, S.AWAITING_HARDWARE, S.AWAITING_CONSENT, S.AWAITING_DELEGATE,
+                S.AWAITING_SERVICE)
+_WAITS = (S.AWAITING_CONSENT, S.AWAITING_DELEGATE, S.AWAITING_SERVICE)
+_HOPS = (S.RUNNING, S.AWAITING_HARDWARE)
+_FINISHED = (S.DONE, S.FAILED)
+_TERMINAL = (S.DONE, S.FAILED, S.CANCELLED)
+_NOT_QUEUED = tuple(step for step in _ALL if step is not S.QUEUED)
+_NOT_RUNNING = tuple(step for step in _ALL if step is not S.RUNNING)
+
+ROWS: tuple[Row, ...] = (
+    # One row per spec row of specs/runs.md, in its order: (from, command, guard, to,
+    # effect or refusal). SAME is the spec's "same". The first row of a (state, command)
+    # pair whose guard holds decides.
+    Row((S.ABSENT,), C.ADMIT, "session_busy", SAME, R.SESSION_BUSY),
+    Row((S.ABSENT,), C.ADMIT, "always", S.QUEUED, "insert"),
+    Row(_ALL, C.ADMIT, "other_key", SAME, R.KEY_REUSED),
+    Row(_ALL, C.ADMIT, "intent_differs", SAME, R.INTENT_CHANGED),
+    Row(_ALL, C.ADMIT, "held_without_hold", SAME, R.ADMISSION_HELD),
+    Row(_ALL, C.ADMIT, "always", SAME, "replay"),
+
+    Row((S.ABSENT,), C.RELEASE, "always", SAME, R.NOT_FOUND),
+    Row((S.QUEUED,), C.RELEASE, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.QUEUED,), C.RELEASE, "not_held", SAME, R.NOT_HELD),
+    Row((S.QUEUED,), C.RELEASE, "always", SAME, "release"),
+    Row(_NOT_QUEUED, C.RELEASE, "always", SAME, R.NOT_QUEUED),
+
+    Row((S.ABSENT,), C.FAIL_HELD, "always", SAME, R.NOT_FOUND),
+    Row((S.QUEUED,), C.FAIL_HELD, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.QUEUED,), C.FAIL_HELD, "not_held", SAME, R.NOT_HELD),
+    Row((S.QUEUED,), C.FAIL_HELD, "always", S.FAILED, "fail_held"),
+    Row(_NOT_QUEUED, C.FAIL_HELD, "always", SAME, R.NOT_QUEUED),
+
+    Row((S.ABSENT,), C.RECORD_PUBLISHED, "always", SAME, R.NOT_FOUND),
+    Row((S.QUEUED,), C.RECORD_PUBLISHED, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.QUEUED,), C.RECORD_PUBLISHED, "unpublishable", SAME, R.NOT_PUBLISHABLE),
+    Row((S.QUEUED,), C.RECORD_PUBLISHED, "always", SAME, "mark_published"),
+    Row(_NOT_QUEUED, C.RECORD_PUBLISHED, "always", SAME, R.NOT_QUEUED),
+
+    Row((S.ABSENT,), C.RECORD_PUBLISH_ERROR, "always", SAME, R.NOT_FOUND),
+    Row((S.QUEUED,), C.RECORD_PUBLISH_ERROR, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.QUEUED,), C.RECORD_PUBLISH_ERROR, "unpublishable", SAME, R.NOT_PUBLISHABLE),
+    Row((S.QUEUED,), C.RECORD_PUBLISH_ERROR, "always", SAME, "note_publish_error"),
+    Row(_NOT_QUEUED, C.RECORD_PUBLISH_ERROR, "always", SAME, R.NOT_QUEUED),
+
+    Row((S.ABSENT,), C.CLAIM, "always", SAME, R.NOT_FOUND),
+    Row((S.QUEUED,), C.CLAIM, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.QUEUED,), C.CLAIM, "unpublishable", SAME, R.NOT_PUBLISHABLE),
+    Row((S.QUEUED,), C.CLAIM, "always", S.RUNNING, "claim"),
+    Row(_NOT_QUEUED, C.CLAIM, "always", SAME, R.NOT_QUEUED),
+
+    Row((S.ABSENT,), C.ENTER_HARDWARE_WAIT, "always", SAME, R.NOT_FOUND),
+    Row((S.RUNNING,), C.ENTER_HARDWARE_WAIT, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.RUNNING,), C.ENTER_HARDWARE_WAIT, "always", S.AWAITING_HARDWARE, "enter_hardware_wait"),
+    Row(_NOT_RUNNING, C.ENTER_HARDWARE_WAIT, "always", SAME, R.NOT_RUNNING),
+
+    Row((S.ABSENT,), C.LEAVE_HARDWARE_WAIT, "always", SAME, R.NOT_FOUND),
+    Row((S.AWAITING_HARDWARE,), C.LEAVE_HARDWARE_WAIT, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.AWAITING_HARDWARE,), C.LEAVE_HARDWARE_WAIT, "always", S.RUNNING, "leave_hardware_wait"),
+    Row(tuple(step for step in _ALL if step is not S.AWAITING_HARDWARE), C.LEAVE_HARDWARE_WAIT, "always", SAME,
+        R.NOT_IN_HARDWARE_WAIT),
+
+    Row((S.ABSENT,), C.PARK, "always", SAME, R.NOT_FOUND),
+    Row((S.RUNNING,), C.PARK, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.RUNNING,), C.PARK, "owner_foreign", SAME, R.OWNER_MISMATCH),
+    Row((S.RUNNING,), C.PARK, "waits_for_consent", S.AWAITING_CONSENT, "park_consent"),
+    Row((S.RUNNING,), C.PARK, "waits_for_delegate", S.AWAITING_DELEGATE, "park_delegate"),
+    Row((S.RUNNING,), C.PARK, "waits_for_service", S.AWAITING_SERVICE, "park_service"),
+    Row((S.RUNNING,), C.PARK, "always", SAME, R.NOT_AN_OWNER_KIND),
+    Row(_NOT_RUNNING, C.PARK, "always", SAME, R.NOT_RUNNING),
+
+    Row((S.ABSENT,), C.RESUME, "always", SAME, R.NOT_FOUND),
+    Row(_WAITS, C.RESUME, "not_current_owner", SAME, R.NOT_CURRENT_OWNER),
+    Row(_WAITS, C.RESUME, "owner_unresolved", SAME, R.OWNER_UNDECIDED),
+    Row(_WAITS, C.RESUME, "always", S.QUEUED, "resume"),
+    Row((S.QUEUED, S.RUNNING, S.AWAITING_HARDWARE, S.CANCELLING, *_TERMINAL), C.RESUME, "always", SAME,
+        R.NOT_WAITING),
+
+    Row((S.ABSENT,), C.SETTLE, "always", SAME, R.NOT_FOUND),
+    Row(_HOPS, C.SETTLE, "seq_differs", SAME, R.STALE_HOP),
+    Row(_HOPS, C.SETTLE, "containment_unproven", SAME, R.CONTAINMENT_UNPROVEN),
+    Row(_HOPS, C.SETTLE, "settles_done", S.DONE, "settle_done"),
+    Row(_HOPS, C.SETTLE, "always", S.FAILED, "settle_failed"),
+    Row((S.CANCELLING,), C.SETTLE, "always", SAME, R.CANCELLING),
+    Row((S.QUEUED, *_WAITS, *_TERMINAL), C.SETTLE, "always", SAME, R.NOT_RUNNING),
+
+    Row((S.ABSENT,), C.BEGIN_CANCEL, "always", SAME, R.NOT_FOUND),
+    Row(_NONTERMINAL, C.BEGIN_CANCEL, "always", S.CANCELLING, "begin_cancel"),
+    Row((S.CANCELLING,), C.BEGIN_CANCEL, "always", SAME, "ticket"),
+    Row((S.CANCELLED,), C.BEGIN_CANCEL, "always", SAME, "ticket_cancelled"),
+    Row(_FINISHED, C.BEGIN_CANCEL, "always", SAME, R.FINISHED),
+
+    Row((S.ABSENT,), C.FINISH_CANCEL, "always", SAME, R.NOT_FOUND),
+    Row((S.CANCELLING,), C.FINISH_CANCEL, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.CANCELLING,), C.FINISH_CANCEL, "hop_live", SAME, R.HOP_LIVE),
+    Row((S.CANCELLING,), C.FINISH_CANCEL, "containment_unproven", SAME, R.CONTAINMENT_UNPROVEN),
+    Row((S.CANCELLING,), C.FINISH_CANCEL, "always", S.CANCELLED, "finish_cancel"),
+    Row((S.CANCELLED,), C.FINISH_CANCEL, "always", SAME, "sweep_again"),
+    Row((*_NONTERMINAL, *_FINISHED), C.FINISH_CANCEL, "always", SAME, R.NOT_CANCELLING),
+)
+
+TABLE: dict[tuple[RunStep, RunCommandType], tuple[Rule, ...]] = table_from_rows(  # type: ignore[assignment]
+    ROWS, RunStep, RunCommandType
+)
+
+
+# --- transition rules (checked by the contracts and by the tests) -----------------------
+
+_IDENTITY_FIELDS = (
+    "run_id", "session_id", "source", "principal", "scopes", "payload_json", "requested_priority",
+    "intent_digest", "idempotency_key", "queue", "priority", "workflow_name", "workflow_revision",
+    "workflow_digest", "created_at_us",
+)
+_DELIVERY_RANK = {
+    DeliveryState.HELD: 0, DeliveryState.PENDING: 1, DeliveryState.PUBLISHED: 2, DeliveryState.CLAIMED: 3,
+    DeliveryState.SETTLED: 4,
+}
+
+
+def _contained(command: Any) -> bool:
+    # Written independently of the guards on purpose: a rule must not trust the code it checks.
+    containment = getattr(command, "containment", None)
+    return containment is not None and containment.open_jobs == 0 and containment.open_attempts == 0
+
+
+def _admission_rules(new: RunPair, command: Any) -> list[str]:
+    broken = []
+    if new.run.status is not RunStatus.QUEUED or new.run.enqueue_seq != 0 or len(new.deliveries) != 1:
+        broken.append("TR-R1")  # admission creates a QUEUED Run with delivery 0 only
+    if new.current.state is not (DeliveryState.HELD if command.hold else DeliveryState.PENDING):
+        broken.append("TR-R1")
+    if command.session_busy:
+        broken.append("TR-R8")  # the session fence holds
+    return broken
+
+
+def _status_rules(record: RunPair, new: RunPair, command: Any) -> list[str]:
+    kind = command.kind
+    old_status, new_status = record.run.status, new.run.status
+    if old_status is new_status:
+        return []
+    broken = []
+    if old_status in TERMINAL_RUN_STATUSES:
+        broken.append("TR-R3")  # terminal truth is absorbing
+    if new_status is RunStatus.RUNNING and not (
+        (kind is RunCommandType.CLAIM and old_status is RunStatus.QUEUED)
+        or (kind is RunCommandType.LEAVE_HARDWARE_WAIT and old_status is RunStatus.AWAITING_HARDWARE)
+    ):
+        broken.append("TR-R4")  # only a claim of the exact hop starts it running
+    if old_status in WAIT_STATUSES and not (
+        (kind is RunCommandType.RESUME and new_status is RunStatus.QUEUED and command.owner is not None
+         and command.owner.owner_id == record.run.owner_id and command.owner.complete)
+        or (kind is RunCommandType.BEGIN_CANCEL and new_status is RunStatus.CANCELLING)
+    ):
+        broken.append("TR-R6")  # a wait ends only by its exact, decided owner, or a cancellation
+    if new_status is RunStatus.CANCELLED and not (
+        kind is RunCommandType.FINISH_CANCEL and old_status is RunStatus.CANCELLING and _contained(command)
+        and command.hop is not None and command.hop not in _LIVE_HOP
+    ):
+        broken.append("TR-R7")  # CANCELLED only with the hop fenced and every effect contained
+    if new_status in (RunStatus.DONE, RunStatus.FAILED) and not (
+        (kind is RunCommandType.SETTLE and old_status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE)
+         and _contained(command))
+        or (kind is RunCommandType.FAIL_HELD and record.current.state is DeliveryState.HELD)
+    ):
+        broken.append("TR-R7")  # terminal implies contained; never over CANCELLING
+    return broken
+
+
+def transition_violations(record: RunPair | None, command: RunCommand, now_us: int, decision: Decision) -> list[str]:
+    """The transition rules (TR-R1 ... TR-R8 in specs/runs.md) a decision breaks."""
+    if isinstance(decision, Refused):
+        return []
+    new = decision.new_record
+    if record is None:
+        return ["TR-R1"] if new is None else _admission_rules(new, command)
+    if new is None:
+        return ["TR-R1"]  # Runs are never deleted
+    broken = []
+    if any(getattr(new.run, name) != getattr(record.run, name) for name in _IDENTITY_FIELDS):
+        broken.append("TR-R1")  # a Run's identity, intent and route never change
+    grew = new.run.enqueue_seq - record.run.enqueue_seq
+    if grew not in (0, 1) or (grew == 1 and command.kind is not RunCommandType.RESUME):
+        broken.append("TR-R2")  # a new hop only by a resume, one at a time
+    if record.run.started_at_us is not None and new.run.started_at_us != record.run.started_at_us:
+        broken.append("TR-R5")  # the first start is kept across hops
+    old_current = record.current
+    kept = new.deliveries[0] if new.deliveries[0].enqueue_seq == old_current.enqueue_seq else None
+    if kept is None or _DELIVERY_RANK[kept.state] < _DELIVERY_RANK[old_current.state]:
+        broken.append("TR-R2")  # a delivery never moves backwards
+    if kept is not None and kept.state is DeliveryState.CLAIMED and old_current.state is not DeliveryState.CLAIMED \
+            and command.kind is not RunCommandType.CLAIM:
+        broken.append("TR-R4")
+    broken += _status_rules(record, new, command)
+    return broken
+
+
+def _transition_violations(record: Any, command: Any, now_us: int, decision: Decision) -> list[str]:
+    return transition_violations(record, command, now_us, decision)
+
+
+RUNS = Machine(
+    name="runs",
+    states=RunStep,
+    commands=RunCommandType,
+    rows=ROWS,
+    table=TABLE,  # type: ignore[arg-type]
+    guards=GUARDS,
+    effects=EFFECTS,
+    outcomes=OUTCOMES,  # type: ignore[arg-type]
+    state_of=step_of,
+    record_violations=record_violations,
+    transition_violations=_transition_violations,
+    initial=RunStep.ABSENT,
+)
+"""The Run machine, as the shared engine and the table tests see it."""
+
+
+def select_rule(record: RunPair | None, command: RunCommand, now_us: int) -> Rule:
+    return select_rule_on(RUNS, record, command, now_us)
+
+
+def decide(record: RunPair | None, command: RunCommand, now_us: int) -> Decision:
+    """The decision for ``command`` meeting ``record`` at database time ``now_us``."""
+    return decide_on(RUNS, record, command, now_us)

@@ -1,0 +1,351 @@
+"""The vocabulary of workflow Runs: what a caller admits, what the ledger answers.
+
+A Run is the canonical record of one workflow execution. It is admitted once (with an
+optional scoped idempotency key), handed to a broker through a delivery outbox (one
+delivery per hop, named by :func:`hop_key`), claimed by exactly one worker hop, parked
+while it waits for an owner (a consent, a delegated AgentJob, a service attempt) or for
+hardware, resumed only by its exact owner, and settled or cancelled with proven
+containment. The machines themselves are in :mod:`tenure.kernel.runs`; the ledger is
+:class:`tenure.adapters.RunLedger`.
+
+Everything here is a frozen value checked on construction: invalid input raises
+``ConfigValidationError`` naming our field, never echoing the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from typing import Any
+
+from . import bounds
+from .errors import ConfigValidationError
+from .json_values import json_problem, text_problem
+
+__all__ = [
+    "RunStatus",
+    "DeliveryState",
+    "WaitKind",
+    "ConsentStatus",
+    "AgentJobStatus",
+    "BrokerJobState",
+    "TERMINAL_RUN_STATUSES",
+    "WAIT_STATUSES",
+    "TERMINAL_AGENT_JOB_STATUSES",
+    "DECIDED_CONSENT_STATUSES",
+    "RunIntent",
+    "WorkflowPin",
+    "RunRecord",
+    "DeliveryRecord",
+    "Admission",
+    "RunClaim",
+    "CancelTicket",
+    "ConsentRecord",
+    "AgentJobRecord",
+    "RunPage",
+    "hop_key",
+    "broker_priority",
+    "check_priority",
+    "MAX_RUN_TEXT_CHARS",
+    "MAX_RUN_DOCUMENT_BYTES",
+    "MAX_ERROR_CHARS",
+    "MAX_SCOPES",
+    "MAX_QUEUE_CHARS",
+]
+
+MAX_RUN_TEXT_CHARS = 128
+"""Identifiers of Runs and their owners (session, source, queue, node, tool, runtime,
+profile, request ID): at most 128 characters, taken exactly as given."""
+MAX_QUEUE_CHARS = 50
+MAX_RUN_DOCUMENT_BYTES = 1024 * 1024
+"""A payload, a request or a result: at most 1 MiB of canonical UTF-8 JSON."""
+MAX_ERROR_CHARS = 16 * 1024
+MAX_SCOPES = 256
+
+
+class RunStatus(enum.Enum):
+    """Where a Run stands. Values are the stored column values."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_HARDWARE = "awaiting_hardware"
+    AWAITING_CONSENT = "awaiting_consent"
+    AWAITING_DELEGATE = "awaiting_delegate"
+    AWAITING_SERVICE = "awaiting_service"
+    CANCELLING = "cancelling"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_RUN_STATUSES = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED})
+WAIT_STATUSES = frozenset({RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE})
+"""The waits an owner ends (hardware waits are left by the same hop)."""
+
+
+class DeliveryState(enum.Enum):
+    """Where one hop's delivery stands (the outbox row the broker job mirrors)."""
+
+    HELD = "held"
+    PENDING = "pending"
+    PUBLISHED = "published"
+    CLAIMED = "claimed"
+    SETTLED = "settled"
+
+
+class WaitKind(enum.Enum):
+    """What a parked Run waits for: the owner kinds of ``park`` and hardware."""
+
+    HARDWARE = "hardware"
+    CONSENT = "consent"
+    DELEGATE = "delegate"
+    SERVICE = "service"
+
+
+class ConsentStatus(enum.Enum):
+    PENDING = "pending"
+    GRANTED = "granted"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+DECIDED_CONSENT_STATUSES = frozenset({ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED})
+"""Verdicts that resume a Run (a cancelled consent never does)."""
+
+
+class AgentJobStatus(enum.Enum):
+    QUEUED = "queued"
+    ADMITTED = "admitted"
+    PREPARING = "preparing"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"
+
+
+TERMINAL_AGENT_JOB_STATUSES = frozenset({
+    AgentJobStatus.SUCCEEDED, AgentJobStatus.FAILED, AgentJobStatus.CANCELLED, AgentJobStatus.TIMED_OUT,
+    AgentJobStatus.LOST,
+})
+
+
+class BrokerJobState(enum.Enum):
+    """What a broker says of one hop key (see ``tenure.adapters.Broker.probe``)."""
+
+    ABSENT = "absent"
+    QUEUED = "queued"
+    ACTIVE = "active"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+def check_text(value: object, field: str, max_chars: int = MAX_RUN_TEXT_CHARS) -> str:
+    """A nonempty string of at most ``max_chars`` characters that can be stored exactly."""
+    if not bounds.is_bounded_text(value, max_chars):
+        raise _refuse(field, "text_required")
+    if text_problem(value) is not None:  # type: ignore[arg-type]
+        raise _refuse(field, "text_not_storable")
+    return value  # type: ignore[return-value]
+
+
+def check_priority(value: object, field: str = "priority") -> int:
+    """Doctrine priority: an ``int`` (never a bool) from 0 to 100, higher first."""
+    if not bounds.is_strict_int(value) or not 0 <= value <= 100:  # type: ignore[operator]
+        raise _refuse(field, "priority_out_of_range")
+    return value  # type: ignore[return-value]
+
+
+def check_document(value: object, field: str) -> Any:
+    """A finite built-in JSON value (its size is checked where it is stored)."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise _refuse(field, problem)
+    return value
+
+
+def hop_key(run_id: str, enqueue_seq: int) -> str:
+    """The broker key of one hop: ``run:<run_id>:<enqueue_seq>``."""
+    check_text(run_id, "run_id")
+    if not bounds.is_strict_int(enqueue_seq) or not 0 <= enqueue_seq <= bounds.INT32_MAX:
+        raise _refuse("enqueue_seq", "integer_out_of_range")
+    return f"run:{run_id}:{enqueue_seq}"
+
+
+def broker_priority(priority: int) -> int:
+    """The priority a broker that dequeues lower values first receives: ``100 - p``."""
+    return 100 - check_priority(priority)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunIntent:
+    """What a caller asks a Run to do: every field is part of an idempotent replay's
+    comparison. ``scopes`` is a frozenset of scope names; ``payload`` any finite JSON
+    value; ``requested_priority`` overrides the router's priority when set."""
+
+    session_id: str | None
+    source: str
+    principal: str
+    scopes: frozenset[str]
+    payload: Any
+    requested_priority: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.session_id is not None:
+            check_text(self.session_id, "session_id")
+        check_text(self.source, "source", 64)
+        check_text(self.principal, "principal", bounds.MAX_IDENTITY_CHARS)
+        if type(self.scopes) is not frozenset or len(self.scopes) > MAX_SCOPES:
+            raise _refuse("scopes", "frozenset_required")
+        for scope in self.scopes:
+            check_text(scope, "scopes")
+        check_document(self.payload, "payload")
+        if self.requested_priority is not None:
+            check_priority(self.requested_priority, "requested_priority")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkflowPin:
+    """The exact workflow a Run runs: registered name, revision and content digest."""
+
+    name: str
+    revision: str
+    digest: str
+
+    def __post_init__(self) -> None:
+        check_text(self.name, "workflow_name", 100)
+        check_text(self.revision, "workflow_revision", 64)
+        check_text(self.digest, "workflow_digest")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """A Run as stored. ``node`` is the node of the latest claim; ``owner_kind`` and
+    ``owner_id`` the owner of the current (or, once cancelling or finished, the last)
+    wait."""
+
+    run_id: str
+    status: RunStatus
+    session_id: str | None
+    source: str
+    principal: str
+    scopes: frozenset[str]
+    payload: Any
+    requested_priority: int | None
+    queue: str
+    priority: int
+    workflow: WorkflowPin
+    idempotency_key: str | None
+    enqueue_seq: int
+    started_at: dt.datetime | None
+    node: str | None
+    owner_kind: WaitKind | None
+    owner_id: str | None
+    error: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @property
+    def intent(self) -> RunIntent:
+        return RunIntent(self.session_id, self.source, self.principal, self.scopes, self.payload,
+                         self.requested_priority)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    """One hop's delivery. ``publish_attempts`` counts every publish call recorded."""
+
+    run_id: str
+    enqueue_seq: int
+    state: DeliveryState
+    queue: str
+    priority: int
+    resume: bool
+    publish_attempts: int
+
+    @property
+    def key(self) -> str:
+        return hop_key(self.run_id, self.enqueue_seq)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Admission:
+    """The admitted Run and its current delivery; ``created`` is True for exactly one
+    admission of a Run (replays answer False). Publish when the delivery is PENDING."""
+
+    run: RunRecord
+    delivery: DeliveryRecord
+    created: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunClaim:
+    """A won claim: the hop to execute. ``resume`` and ``workflow`` come from the ledger,
+    never from the broker's arguments."""
+
+    run: RunRecord
+    enqueue_seq: int
+    resume: bool
+    workflow: WorkflowPin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelTicket:
+    """The frozen generation a cancellation must contain before ``finish_cancel``;
+    ``already_cancelled``: the Run was CANCELLED already (repeat the sweep)."""
+
+    run_id: str
+    enqueue_seq: int
+    already_cancelled: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConsentRecord:
+    consent_id: str
+    run_id: str
+    tool_name: str
+    tool_call_id: str
+    payload: Any
+    status: ConsentStatus
+    decided_by: str | None
+    decided_at: dt.datetime | None
+    preauthorized_by: str | None
+    created_at: dt.datetime
+
+    @property
+    def verdict(self) -> bool | None:
+        """True when granted; False when denied, expired or cancelled; None while pending."""
+        if self.status is ConsentStatus.PENDING:
+            return None
+        return self.status is ConsentStatus.GRANTED
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AgentJobRecord:
+    job_id: str
+    request_id: str
+    run_id: str
+    runtime: str
+    profile: str
+    status: AgentJobStatus
+    request: Any
+    result: Any
+    runtime_job_id: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of Runs, oldest created first; pass ``next_cursor`` as ``after``."""
+
+    items: tuple[RunRecord, ...]
+    next_cursor: str | None
