@@ -7,6 +7,7 @@ with a compare-and-set. They never decide a transition themselves.
 from __future__ import annotations
 
 from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
+from .runs import Broker, BrokerJobState, BrokerProbe, InMemoryBroker, RunLedger
 from .migrations import MigrationReport, downgrade, upgrade
 from .queue.owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
@@ -14,6 +15,11 @@ from .worker import FailJob, JobContext, Worker, WorkerStats
 
 __all__ = [
     "AttemptLedger",
+    "Broker",
+    "BrokerJobState",
+    "BrokerProbe",
+    "InMemoryBroker",
+    "RunLedger",
     "AttemptRunner",
     "ProviderDriver",
     "EgressPolicy",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tenure.kernel.ahead import Ahead, decide_ahead
-from tenure.kernel.core import Applied, Decision, Finder, Refused, decide
+from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, decide
 from tenure.model import TenureError
 
 from .failures import persistence_failed
@@ -34,7 +34,7 @@ SEEN_ROWS = 10_000
 """Rows remembered per engine (the last version this process read or wrote of each),
 the records the kernel decides ahead from. A stale one costs one more round trip."""
 
-__all__ = ["Engine", "require", "raise_if_conflict", "checked"]
+__all__ = ["Engine", "require", "raise_if_conflict", "checked", "checked_by", "Parts"]
 
 
 def require(condition: bool) -> None:
@@ -55,13 +55,22 @@ def checked(binding: Binding, old: Any, decision: Applied[Any]) -> Any:
     """The decided record, if it keeps the record invariants: every invariant the record
     it replaces kept (a row another client wrote may already break one; the kernel never
     adds a break)."""
+    return checked_by(binding.machine, old, decision)
+
+
+def checked_by(machine: Machine, old: Any, decision: Applied[Any]) -> Any:
+    """:func:`checked` for a machine whose record spans several rows (a composite)."""
     new = decision.new_record
     if new is not None:
-        violations = binding.machine.record_violations
+        violations = machine.record_violations
         broken = set(violations(new))
         if broken and not broken <= set(violations(old) if old is not None else ()):
             raise persistence_failed("invariant_broken")
     return new
+
+
+Parts = Callable[[Any], Sequence[tuple[Binding, Any]]]
+"""The stored rows a composite record consists of, each with its table's binding."""
 
 
 class Engine:
@@ -96,15 +105,18 @@ class Engine:
 
     async def persist(self, tx: Transaction, binding: Binding, changes: Sequence[tuple[Any, Any]]) -> None:
         """Write ``(old, new)`` changes; the stored rows must equal the decided ones."""
+        # Deletes, then updates, then inserts: a row that gives up a unique value (a
+        # delivery settling, a key released) does so before a new row takes it.
         updates = [(old, new) for old, new in changes if old is not None and new is not None and old != new]
         for old, new in changes:
             if new is None and old is not None and not await tx.delete(binding, old):
                 raise persistence_failed("row_changed")
-            if old is None and new is not None and await tx.insert(binding, new) != new:
-                raise persistence_failed("read_back_mismatch")
         stored = await tx.update_many(binding, updates, read_back=False)
         if stored != [new for _, new in updates]:
             raise persistence_failed("read_back_mismatch")
+        for old, new in changes:
+            if old is None and new is not None and await tx.insert(binding, new) != new:
+                raise persistence_failed("read_back_mismatch")
         if binding.announced(changes):
             tx.announce(binding)
 
@@ -114,6 +126,36 @@ class Engine:
         if isinstance(decision, Applied):
             await self.persist(tx, binding, [(record, checked(binding, record, decision))])
         return decision
+
+    async def decide_composite(self, tx: Transaction, machine: Machine, parts: Parts, record: Any, command: Any) -> Decision:
+        """Decide a command on a record that spans several rows (a Run and its
+        deliveries) at the transaction's time, and persist every row that changed:
+        rows the new record no longer holds are deleted, new ones inserted, changed ones
+        compared-and-set; every stored row must equal the decided one."""
+        decision = decide(machine, record, command, await tx.now_us())
+        if isinstance(decision, Applied):
+            new = checked_by(machine, record, decision)
+            await self.persist_parts(tx, [] if record is None else parts(record), [] if new is None else parts(new))
+        return decision
+
+    async def persist_parts(
+        self, tx: Transaction, old_parts: Sequence[tuple[Binding, Any]], new_parts: Sequence[tuple[Binding, Any]]
+    ) -> None:
+        """Write the difference between two versions of a composite record, table by
+        table in the order the parts are listed (the lock order)."""
+        def keyed(parts: Sequence[tuple[Binding, Any]]) -> dict[tuple[str, str], tuple[Binding, Any]]:
+            return {(binding.name, getattr(row, binding.key_field)): (binding, row) for binding, row in parts}
+
+        old_rows, new_rows = keyed(old_parts), keyed(new_parts)
+        changes: dict[str, tuple[Binding, list[tuple[Any, Any]]]] = {}
+        for entry in [*new_rows, *(entry for entry in old_rows if entry not in new_rows)]:
+            binding, row = new_rows[entry] if entry in new_rows else old_rows[entry]
+            old = old_rows[entry][1] if entry in old_rows else None
+            new = new_rows[entry][1] if entry in new_rows else None
+            if old != new:
+                changes.setdefault(binding.name, (binding, []))[1].append((old, new))
+        for binding, pairs in changes.values():
+            await self.persist(tx, binding, pairs)
 
     def decide_all(self, binding: Binding, met: Sequence[tuple[Any, Any]], now_us: int) -> tuple[list[Decision], list[tuple[Any, Any]]]:
         """Decide each ``(record, command)`` at ``now_us``; the changes to persist."""

@@ -52,6 +52,7 @@ REASONS: dict[str, str] = {
     "row_changed": "another writer changed the row between the lock and the write (a privileged writer)",
     "read_back_mismatch": "the row as stored differs from what was written (a trigger or a coercion)",
     "write_not_applied": "an insert returned no row",
+    "delivery_missing": "a Run's current delivery row is missing (deleted or written outside tenure)",
     "invariant_broken": "a decision would have stored a record breaking the kernel's invariants (a bug: nothing was written)",
 }
 """Every reason a ``QUEUE_PERSISTENCE_FAILED`` error can carry, and what it means.

@@ -8,12 +8,13 @@ import dataclasses
 
 from .attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
 from .queue.table import QUEUE_BINDINGS, QUEUE_TABLES
+from .runs.table import RUN_BINDINGS, RUN_TABLES, RUNS_TABLE
 from .tables import Binding, Step, TableSpec
 
 __all__ = ["TABLES", "BINDINGS", "RetirementGuard", "RETIREMENT_GUARDS"]
 
-TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE)
-BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING)
+TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES)
+BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, *RUN_BINDINGS)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,5 +43,10 @@ RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
     Step.ATTEMPTS: (
         # Every attempt guards an effect (and its prepare replay): none may be dropped.
         RetirementGuard(ATTEMPTS_TABLE.name, "attempt_id", "no recorded attempts", "TRUE", "attempts_remain"),
+    ),
+    Step.RUNS: (
+        # Runs are canonical workflow truth (and their owners the evidence a resume
+        # reads): removing the step would lose them.
+        RetirementGuard(RUNS_TABLE.name, "run_id", "no recorded runs", "TRUE", "runs_remain"),
     ),
 }

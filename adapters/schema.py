@@ -74,6 +74,6 @@ def owned_index_ddl(spec: TableSpec, index: IndexSpec, schema: str | None) -> st
     unique = "UNIQUE " if index.unique else ""
     return (
         f"CREATE {unique}INDEX IF NOT EXISTS {index.name} ON {qualified(schema, spec.name)} "
-        f"({', '.join(index.columns)})"
+        f"({', '.join(index.columns)})" + ("" if index.where is None else f" WHERE {index.where}")
     )
 

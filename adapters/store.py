@@ -149,6 +149,13 @@ class Transaction(Protocol):
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         """The rows with these keys as they are (no lock, no clock)."""
 
+    async def lock_name(self, name: str) -> None:
+        """Hold a lock on ``name`` (any text) until this transaction ends, waiting for
+        another holder: what serializes decisions about rows that may not exist yet (an
+        admission under an idempotency key, a session's fence). PostgreSQL: a
+        transaction-level advisory lock; SQLite: a write transaction already holds the
+        database's write lock."""
+
     def announce(self, binding: Binding) -> None:
         """Tell idle workers, when this transaction commits, that ``binding``'s table
         has new work (PostgreSQL: ``pg_notify`` sent with the COMMIT; a rolled-back
@@ -248,3 +255,6 @@ class SharedPrimitives:
 
     def announce(self, binding: Binding) -> None:
         """No notifications by default (SQLite's workers poll)."""
+
+    async def lock_name(self, name: str) -> None:
+        """Nothing by default: a SQLite write transaction holds the database's write lock."""

@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Column, Index, MetaData, Table, UniqueConstraint, text
+from sqlalchemy import CheckConstraint, Column, Index, MetaData, Table, UniqueConstraint, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect as SqlDialect
 from sqlalchemy.schema import CreateIndex, CreateTable
@@ -78,6 +78,7 @@ class Codec(enum.Enum):
     OPTIONAL_JSON = "json?"
     ENUM = "enum"
     """Text holding one value of the column's ``choices`` enum."""
+    OPTIONAL_ENUM = "enum?"
     TEXTS = "texts"
     """A tuple of strings in the record; its canonical JSON array as text in the table."""
 
@@ -98,6 +99,7 @@ class Step(enum.Enum):
     LEGACY = "legacy"
     OWNED = "owned_v2"
     ATTEMPTS = "attempts_v1"
+    RUNS = "runs_v1"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -129,6 +131,8 @@ class IndexSpec:
     columns: tuple[str, ...]
     unique: bool = False
     step: Step = Step.LEGACY
+    where: str | None = None
+    """A partial index's condition (SQL both databases read the same way)."""
 
 
 @dataclasses.dataclass(frozen=True)  # not slotted: cached_property keeps derived lists
@@ -145,6 +149,8 @@ class TableSpec:
     exact_unique_columns: tuple[str, ...] = ()
     """Identity columns that need one full unique index of their own comparing exactly
     (checked by the migration's admission)."""
+    checks: tuple[tuple[str, str], ...] = ()
+    """Named CHECK constraints created with the table: ``(name, condition)``."""
 
     @functools.cached_property
     def column_names(self) -> tuple[str, ...]:
@@ -199,11 +205,16 @@ def _sqlalchemy_table(spec: TableSpec, schema: str | None, steps: frozenset[Step
         for column in spec.columns
         if column.step in steps
     ]
-    constraints = [UniqueConstraint(name) for name in spec.unique_columns]
+    constraints: list[Any] = [UniqueConstraint(name) for name in spec.unique_columns]
+    if spec.created_by in steps:
+        constraints += [CheckConstraint(text(condition), name=name) for name, condition in spec.checks]
     table = Table(spec.name, metadata, *columns, *constraints, schema=schema)
     for index in spec.indexes:
         if index.step in steps:
-            Index(index.name, *(table.c[name] for name in index.columns), unique=index.unique)
+            where = {} if index.where is None else {
+                "postgresql_where": text(index.where), "sqlite_where": text(index.where)
+            }
+            Index(index.name, *(table.c[name] for name in index.columns), unique=index.unique, **where)
     return table
 
 
@@ -326,6 +337,8 @@ def _reader(column: ColumnSpec, dialect: Dialect) -> Callable[[object], Any]:
         members: dict[object, Any] = {member.value: member for member in column.choices}
 
         def read_member(value: object) -> Any:
+            if value is None and codec.optional:
+                return None
             member = members.get(value) if type(value) is str else None
             if member is None:
                 raise corrupt()
@@ -375,7 +388,7 @@ def _writer(codec: Codec, dialect: Dialect) -> Callable[[Any], Any]:
     if codec.base == "texts":
         return _texts_to_stored
     if codec.base == "enum":
-        return lambda value: value.value
+        return lambda value: None if value is None else value.value
     if codec.base == "instant":
         write_instant = dialect.instant_to_stored
         return lambda value: None if value is None else write_instant(value)

@@ -78,6 +78,8 @@ ATTEMPTS_TABLE = TableSpec(
         IndexSpec("ux_tenure_attempts_idempotency_key", ("idempotency_key",), unique=True, step=_STEP),
         IndexSpec("ux_tenure_attempts_owner_generation", ("owner_job_id", "generation"), unique=True, step=_STEP),
         IndexSpec("ix_tenure_attempts_unresolved", ("state", "created_at", "attempt_id"), step=_STEP),
+        # Added with the Run ledger: a Run's containment reads the attempts of its Run.
+        IndexSpec("ix_tenure_attempts_run", ("run_id", "state"), step=Step.RUNS),
     ),
     created_by=_STEP,
     exact_unique_columns=("idempotency_key",),

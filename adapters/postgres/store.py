@@ -689,6 +689,10 @@ class PostgresTransaction(SharedPrimitives):
     async def delete(self, binding: Binding, old: Any) -> bool:
         return bool(await self._fetch(self.statements(binding).delete, self.compare_parameters(binding, old)))
 
+    async def lock_name(self, name: str) -> None:
+        # A 64-bit hash of the name: two names sharing one only serialize more than needed.
+        await self.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [name])
+
     def announce(self, binding: Binding) -> None:
         self.announcements.add(announce_channel(self.schema, binding.spec.name))
 

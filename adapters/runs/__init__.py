@@ -1,0 +1,9 @@
+"""Workflow Runs on SQLite and PostgreSQL: the Run ledger (Runs, deliveries, consents,
+delegated jobs) and the broker port their hops are delivered through."""
+
+from __future__ import annotations
+
+from .broker import Broker, BrokerJobState, BrokerProbe, BrokerUnavailable, InMemoryBroker
+from .ledger import RunLedger
+
+__all__ = ["Broker", "BrokerJobState", "BrokerProbe", "BrokerUnavailable", "InMemoryBroker", "RunLedger"]

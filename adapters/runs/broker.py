@@ -1,0 +1,125 @@
+"""The broker port Runs are delivered through, and an in-memory broker for tests and demos.
+
+A broker holds one job per hop key (``run:<run_id>:<seq>``). The Run ledger needs three
+things of it: ``publish`` a hop (idempotent by key: publishing a key it already holds
+changes nothing; any failure raises), ``probe`` what it knows of a key, and ``abort`` a
+live job (True once the job is not live any more). A broker is never trusted with a
+Run's state: a worker receives only the run ID and sequence, and the ledger's claim
+decides whether that hop may run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Protocol, runtime_checkable
+
+from tenure.model import BrokerJobState
+
+__all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES"]
+
+LIVE_STATES = frozenset({BrokerJobState.QUEUED, BrokerJobState.ACTIVE})
+"""A job in these states may still start or is executing."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerProbe:
+    """What a broker says of one key; ``started_at`` is set for an active job when the
+    broker knows when it started."""
+
+    state: BrokerJobState
+    started_at: dt.datetime | None = None
+
+
+@runtime_checkable
+class Broker(Protocol):
+    async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
+        """Enqueue the hop ``key`` on ``queue`` (lower ``wire_priority`` first); raise on
+        any failure, including a lost acknowledgement."""
+
+    async def probe(self, key: str) -> BrokerProbe:
+        """The job's state (``absent`` when the broker holds no job under the key)."""
+
+    async def abort(self, key: str) -> bool:
+        """Abort the job if it is live; True when it is not live any more."""
+
+
+class BrokerUnavailable(Exception):
+    """The in-memory broker's injected failure (a real broker raises its own)."""
+
+
+@dataclasses.dataclass
+class _Job:
+    queue: str
+    wire_priority: int
+    state: BrokerJobState
+    started_at: dt.datetime | None = None
+    order: int = 0
+
+
+class InMemoryBroker:
+    """A broker in one process's memory, with injectable faults.
+
+    ``fail_publishes``: the next N publish calls raise before storing anything;
+    ``lose_acknowledgements``: the next N store the job and then raise (the broker has
+    it, the caller cannot know); ``fail_aborts``: the next N aborts leave the job live
+    and answer False; ``fail_probes``: the next N probes raise. ``take(queue)`` hands the
+    next queued job to a worker (highest priority, then oldest) and marks it active;
+    ``finish(key)`` completes an active one.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, _Job] = {}
+        self.fail_publishes = 0
+        self.lose_acknowledgements = 0
+        self.fail_aborts = 0
+        self.fail_probes = 0
+        self.publish_calls = 0
+        self._order = 0
+
+    async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
+        self.publish_calls += 1
+        if self.fail_publishes > 0:
+            self.fail_publishes -= 1
+            raise BrokerUnavailable("publish refused")
+        if key not in self.jobs:
+            self._order += 1
+            self.jobs[key] = _Job(queue, wire_priority, BrokerJobState.QUEUED, order=self._order)
+        if self.lose_acknowledgements > 0:
+            self.lose_acknowledgements -= 1
+            raise BrokerUnavailable("acknowledgement lost")
+
+    async def probe(self, key: str) -> BrokerProbe:
+        if self.fail_probes > 0:
+            self.fail_probes -= 1
+            raise BrokerUnavailable("probe failed")
+        job = self.jobs.get(key)
+        if job is None:
+            return BrokerProbe(BrokerJobState.ABSENT)
+        return BrokerProbe(job.state, job.started_at if job.state is BrokerJobState.ACTIVE else None)
+
+    async def abort(self, key: str) -> bool:
+        job = self.jobs.get(key)
+        if job is None or job.state not in LIVE_STATES:
+            return True
+        if self.fail_aborts > 0:
+            self.fail_aborts -= 1
+            return False
+        job.state = BrokerJobState.ABORTED
+        return True
+
+    def take(self, queue: str) -> str | None:
+        """The next queued job of ``queue`` (now active), or None."""
+        queued = [(job.wire_priority, job.order, key) for key, job in self.jobs.items()
+                  if job.queue == queue and job.state is BrokerJobState.QUEUED]
+        if not queued:
+            return None
+        _, _, key = min(queued)
+        job = self.jobs[key]
+        job.state = BrokerJobState.ACTIVE
+        job.started_at = dt.datetime.now(dt.timezone.utc)
+        return key
+
+    def finish(self, key: str, *, failed: bool = False) -> None:
+        job = self.jobs[key]
+        job.state = BrokerJobState.FAILED if failed else BrokerJobState.COMPLETE

@@ -1,0 +1,119 @@
+"""Which stored rows the Run ledger's commands meet, as data (see :mod:`tenure.kernel.core`).
+
+Every Run command locks the Run row first (``runs_by_keys``), then its current delivery
+(``deliveries_by_keys``), then, where the command needs them, the Run's pending consents;
+owner rows and containment counts are read after the Run's lock, which every writer of
+a Run's owners also takes, so a count cannot miss an owner created concurrently. One
+lock order (Run, delivery, consents) for every operation means no two transactions of
+the ledger wait for each other in a cycle.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tenure.model import (
+    TERMINAL_AGENT_JOB_STATUSES,
+    TERMINAL_ATTEMPT_STATES,
+    TERMINAL_RUN_STATUSES,
+    AgentJobStatus,
+    AttemptState,
+    ConsentStatus,
+    RunStatus,
+)
+
+from ..core import Condition, Finder, Param
+
+__all__ = [
+    "runs_by_keys",
+    "deliveries_by_keys",
+    "consents_by_keys",
+    "jobs_by_keys",
+    "attempts_by_keys",
+    "session_open",
+    "pending_consents_of_run",
+    "open_jobs_of_run",
+    "open_attempts_of_run",
+    "runs_page",
+    "OPEN_JOB_STATUSES",
+    "OPEN_ATTEMPT_STATES",
+]
+
+
+def _sorted(members: object) -> tuple[object, ...]:
+    return tuple(sorted(members, key=lambda member: member.value))  # type: ignore[attr-defined]
+
+
+def _by_keys(name: str, field: str) -> Finder:
+    return Finder(name, ((Condition(field, "in", Param("keys")),),), order=(field,), lock="wait")
+
+
+runs_by_keys = _by_keys("runs_by_keys", "run_id")
+deliveries_by_keys = _by_keys("deliveries_by_keys", "delivery_id")
+consents_by_keys = _by_keys("consents_by_keys", "consent_id")
+jobs_by_keys = _by_keys("jobs_by_keys", "job_id")
+attempts_by_keys = Finder("attempts_by_run_owner", ((Condition("attempt_id", "in", Param("keys")),),),
+                          order=("attempt_id",), lock="none")
+"""A service-attempt owner, read (not locked) after the Run's lock."""
+
+_NONTERMINAL_RUNS = _sorted(set(RunStatus) - TERMINAL_RUN_STATUSES)
+
+session_open = Finder(
+    "session_open",
+    ((Condition("session_id", "=", Param("session_id")), Condition("status", "in", _NONTERMINAL_RUNS)),),
+    order=("run_id",),
+    lock="none",
+)
+"""Nonterminal Runs of a session (read under the session's lock: the session fence)."""
+
+pending_consents_of_run = Finder(
+    "pending_consents_of_run",
+    ((Condition("run_id", "=", Param("run_id")), Condition("status", "=", ConsentStatus.PENDING)),),
+    order=("consent_id",),
+    lock="wait",
+)
+
+OPEN_JOB_STATUSES = _sorted((set(AgentJobStatus) - TERMINAL_AGENT_JOB_STATUSES) | {AgentJobStatus.LOST})
+"""Delegated jobs that keep a Run's containment unproven: open, or LOST (terminal for
+adoption, but no evidence that anything stopped)."""
+
+OPEN_ATTEMPT_STATES = _sorted(set(AttemptState) - TERMINAL_ATTEMPT_STATES)
+"""Service attempts that keep a Run's containment unproven: every state but a terminal
+one (PREPARED too: it can still be transmitted)."""
+
+open_jobs_of_run = Finder(
+    "open_jobs_of_run",
+    ((Condition("run_id", "=", Param("run_id")), Condition("status", "in", OPEN_JOB_STATUSES)),),
+    order=("job_id",),
+    lock="none",
+)
+
+open_attempts_of_run = Finder(
+    "open_attempts_of_run",
+    ((Condition("run_id", "=", Param("run_id")), Condition("state", "in", OPEN_ATTEMPT_STATES)),),
+    order=("attempt_id",),
+    lock="none",
+)
+
+
+@functools.cache
+def runs_page(*, status: bool, session: bool, after: bool) -> Finder:
+    """Runs oldest created first, optionally of one ``status`` and one ``session_id``, and
+    after a page's last ``(created_at, run_id)`` (parameters ``after_created``, ``after_id``)."""
+    base: tuple[Condition, ...] = ()
+    if status:
+        base += (Condition("status", "=", Param("status")),)
+    if session:
+        base += (Condition("session_id", "=", Param("session_id")),)
+    if not after:
+        return Finder("runs_page", (base,), order=("created_at_us", "run_id"), lock="none")
+    return Finder(
+        "runs_page_after",
+        (
+            (*base, Condition("created_at_us", ">", Param("after_created"))),
+            (*base, Condition("created_at_us", "=", Param("after_created")),
+             Condition("run_id", ">", Param("after_id"))),
+        ),
+        order=("created_at_us", "run_id"),
+        lock="none",
+    )
