@@ -134,7 +134,8 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
     started = time.perf_counter()
     while COUNTERS[key].steps < target:
         counter = COUNTERS[key]
-        average = counter.steps / counter.examples if counter.examples else 35
+        # Before the first run, guess that runs use most of their step count.
+        average = counter.steps / counter.examples if counter.examples else step_count * 0.7
         examples = max(10, math.ceil((target - counter.steps) / max(average, 1)))
         run_state_machine_as_test(
             machine,

@@ -103,7 +103,8 @@ from ..store import Transaction
 from .broker import LIVE_STATES, Broker
 from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 
-__all__ = ["RunLedger", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for", "job_id_for"]
+__all__ = ["RunLedger", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for", "job_id_for",
+           "admission_rows", "consent_evidence", "job_evidence", "attempt_evidence", "cancelled_result"]
 
 RUN_ADMISSION_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:run-admission")
 AGENT_JOB_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:agent-job")
@@ -157,6 +158,52 @@ def _parsed(text: str | None) -> Any:
 
 def _digest(document: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(document).encode("utf-8")).hexdigest()
+
+
+def admission_rows(
+    intent: RunIntent, workflow: WorkflowPin, queue: str, priority: int, idempotency_key: str | None, run_id: str,
+) -> tuple[RunRow, DeliveryRow]:
+    """The Run and delivery 0 an admission asks the kernel to store (checked arguments;
+    where they stand and their times are the kernel's)."""
+    payload_json = _json_text(intent.payload, "payload")
+    scopes = tuple(sorted(intent.scopes))
+    doctrine = intent.requested_priority if intent.requested_priority is not None else priority
+    digest = _digest({
+        "session_id": intent.session_id, "source": intent.source, "principal": intent.principal,
+        "scopes": list(scopes), "payload": _parsed(payload_json), "requested_priority": intent.requested_priority,
+    })
+    row = RunRow(
+        run_id=run_id, status=RunStatus.QUEUED, session_id=intent.session_id, source=intent.source,
+        principal=intent.principal, scopes=scopes, payload_json=payload_json,
+        requested_priority=intent.requested_priority, intent_digest=digest, idempotency_key=idempotency_key,
+        queue=queue, priority=doctrine, workflow_name=workflow.name, workflow_revision=workflow.revision,
+        workflow_digest=workflow.digest, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
+        owner_id=None, error=None, created_at_us=0, updated_at_us=0,
+    )
+    template = DeliveryRow(
+        delivery_id=key_of(run_id, 0), run_id=run_id, enqueue_seq=0, state=DeliveryState.PENDING, queue=queue,
+        priority=doctrine, resume=False, publish_attempts=0, last_error=None, claimed_by=None,
+        published_at_us=None, claimed_at_us=None, settled_at_us=None, created_at_us=0,
+    )
+    return row, template
+
+
+def consent_evidence(row: ConsentRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.CONSENT, row.consent_id, row.run_id, row.status.value,
+                         row.decided_by is not None and row.decided_at_us is not None)
+
+
+def job_evidence(row: AgentJobRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.DELEGATE, row.job_id, row.run_id, row.status.value, _job_complete(row))
+
+
+def attempt_evidence(row: AttemptRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.SERVICE, row.attempt_id, row.run_id, row.state.value, True)
+
+
+def cancelled_result(job_id: str) -> str:
+    """The result ``record_job_cancelled`` stores: containment returned."""
+    return canonical_json({"job_id": job_id, "status": AgentJobStatus.CANCELLED.value, "contained": True})
 
 
 def _public_run(row: RunRow) -> RunRecord:
@@ -308,18 +355,13 @@ class RunLedger:
             return None
         if kind is WaitKind.CONSENT:
             consents: list[ConsentRow] = await tx.read(CONSENTS_BINDING, [owner_id])
-            return None if not consents else OwnerEvidence(
-                kind, owner_id, consents[0].run_id, consents[0].status.value,
-                consents[0].decided_by is not None and consents[0].decided_at_us is not None,
-            )
+            return consent_evidence(consents[0]) if consents else None
         if kind is WaitKind.DELEGATE:
             jobs: list[AgentJobRow] = await tx.read(AGENT_JOBS_BINDING, [owner_id])
-            return None if not jobs else OwnerEvidence(kind, owner_id, jobs[0].run_id, jobs[0].status.value,
-                                                       _job_complete(jobs[0]))
+            return job_evidence(jobs[0]) if jobs else None
         if kind is WaitKind.SERVICE:
             attempts: list[AttemptRow] = await tx.find(ATTEMPTS_BINDING, finders.attempts_by_keys, {"keys": [owner_id]})
-            return None if not attempts else OwnerEvidence(kind, owner_id, attempts[0].run_id,
-                                                           attempts[0].state.value, True)
+            return attempt_evidence(attempts[0]) if attempts else None
         return None
 
     async def _run_command(self, tx: Transaction, pair: RunPair | None, command: RunCommand) -> Decision:
@@ -356,27 +398,8 @@ class RunLedger:
             raise _refuse("hold" if type(hold) is not bool else "session_fence", "boolean_required")
         if session_fence and intent.session_id is None:
             raise _refuse("session_fence", "session_required")
-        payload_json = _json_text(intent.payload, "payload")
-        scopes = tuple(sorted(intent.scopes))
-        doctrine = intent.requested_priority if intent.requested_priority is not None else priority
         run_id = run_id_for(intent.source, idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
-        digest = _digest({
-            "session_id": intent.session_id, "source": intent.source, "principal": intent.principal,
-            "scopes": list(scopes), "payload": _parsed(payload_json), "requested_priority": intent.requested_priority,
-        })
-        row = RunRow(
-            run_id=run_id, status=RunStatus.QUEUED, session_id=intent.session_id, source=intent.source,
-            principal=intent.principal, scopes=scopes, payload_json=payload_json,
-            requested_priority=intent.requested_priority, intent_digest=digest, idempotency_key=idempotency_key,
-            queue=queue, priority=doctrine, workflow_name=workflow.name, workflow_revision=workflow.revision,
-            workflow_digest=workflow.digest, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
-            owner_id=None, error=None, created_at_us=0, updated_at_us=0,
-        )
-        template = DeliveryRow(
-            delivery_id=key_of(run_id, 0), run_id=run_id, enqueue_seq=0, state=DeliveryState.PENDING, queue=queue,
-            priority=doctrine, resume=False, publish_attempts=0, last_error=None, claimed_by=None,
-            published_at_us=None, claimed_at_us=None, settled_at_us=None, created_at_us=0,
-        )
+        row, template = admission_rows(intent, workflow, queue, priority, idempotency_key, run_id)
 
         async def body(tx: Transaction) -> Admission:
             # Named locks first, always in this order: same-key admissions and one
@@ -725,8 +748,7 @@ class RunLedger:
         """Record CANCELLED for an open or LOST job, after the runtime's containment
         operation returned (never before: LOST is not evidence that anything stopped)."""
         key = check_text(job_id, "job_id", 36)
-        text = canonical_json({"job_id": key, "status": AgentJobStatus.CANCELLED.value, "contained": True})
-        return await self._job_command(key, RecordCancelled(result_json=text))
+        return await self._job_command(key, RecordCancelled(result_json=cancelled_result(key)))
 
     async def get_job(self, job_id: str) -> AgentJobRecord | None:
         key = check_text(job_id, "job_id", 36)
