@@ -43,6 +43,7 @@ from tenure.model import (
 )
 
 from .demo_attempts import run_attempts_demo
+from .demo_runs import run_runs_demo
 from .migrations import upgrade
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from .urls import parse_db_url
@@ -428,7 +429,11 @@ class Demo:
             self.settings.db_url, attempts=max(30, self.settings.jobs // 25), seed=self.settings.seed, out=self.out
         )
         self.violations += attempt_violations
-        self.summarize(outcome, attempt_rows)
+        run_rows, run_violations = await run_runs_demo(
+            self.settings.db_url, runs=max(20, self.settings.jobs // 50), seed=self.settings.seed, out=self.out
+        )
+        self.violations += run_violations
+        self.summarize(outcome, attempt_rows, run_rows)
         self.say(f"\nfinished in {time.monotonic() - self.started:.1f} s")
         if self.violations:
             for message in sorted(set(self.violations)):
@@ -456,7 +461,8 @@ class Demo:
             if isinstance(result, BaseException):
                 raise result
 
-    def summarize(self, outcome: dict[str, int], attempt_rows: list[tuple[str, int]]) -> None:
+    def summarize(self, outcome: dict[str, int], attempt_rows: list[tuple[str, int]],
+                  run_rows: list[tuple[str, int]]) -> None:
         rows = [
             ("submitted", self.tally.submitted),
             ("replayed (original ID returned)", self.tally.replayed),
@@ -473,6 +479,7 @@ class Demo:
         ]
         self.table("summary", rows)
         self.table("service attempts", attempt_rows)
+        self.table("workflow runs", run_rows)
         self.say("")
         self.say("what the counts mean:")
         for note in self.explanations():
@@ -507,6 +514,10 @@ class Demo:
             "service attempts: transmissions exceed attempts where an attempt was sent again on proof that its"
             " first transmission did nothing; where the provider offers neither replay nor lookup, an ambiguous"
             " transmission stays indeterminate, for an operator: never failed, never sent again.",
+            "workflow runs: a quarter each of one-hop Runs, Runs that park on a consent, Runs that park on a"
+            " delegated job (each resumed by its decided owner on a second hop) and Runs cancelled while their"
+            " hop runs (the first abort fails, so they stay cancelling; a late settlement is refused; the second"
+            " abort proves the hop fenced). Every hop is also delivered a second time and skipped.",
         ]
 
 
