@@ -229,3 +229,233 @@ def test_errors_survive_pickling_with_code_reason_and_fields() -> None:
 def test_a_reason_must_be_an_authored_word() -> None:
     with pytest.raises(AssertionError):
         TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, "could not connect to postgresql://u:p@h")
+
+
+# --- the Run ledger: every method refuses bad input before any database work --------------------
+
+RUN_MARKER = "SECRETrunvalue7"
+RUN_ID = "6f1c0a52-3a51-5b8e-9d0f-6a7c1b2d3e4f"
+
+
+def _run_intent(**changes: Any) -> Any:
+    from tenure.model import RunIntent
+
+    fields: dict[str, Any] = dict(session_id="session-1", source="api", principal="alice",
+                                  scopes=frozenset({"files:read"}), payload={"task": "x"}, requested_priority=None)
+    fields.update(changes)
+    return RunIntent(**fields)
+
+
+def _admit(ledger: Any, **changes: Any) -> Any:
+    from tenure.model import WorkflowPin
+
+    arguments: dict[str, Any] = dict(workflow=WorkflowPin("review", "rev-1", "sha256:" + "a" * 64), queue="agents",
+                                     priority=50)
+    intent = changes.pop("intent", None) or _run_intent()
+    arguments.update(changes)
+    return ledger.admit(intent, **arguments)
+
+
+def _run_ledger_cases() -> list[tuple[str, str, Any]]:
+    """(method, the field the refusal names, the call) for every RunLedger method."""
+    from tenure.model import AgentJobStatus, ConsentStatus, RunStatus, WaitKind
+
+    m = RUN_MARKER
+    seqs = [-1, True, 2**31, "0", 1.0, None]
+    cases: list[tuple[str, str, Any]] = [
+        ("admit", "intent", lambda ledger: ledger.admit(m, workflow=None, queue="q", priority=1)),
+        ("admit", "workflow", lambda ledger: _admit(ledger, workflow=m)),
+        ("admit", "queue", lambda ledger: _admit(ledger, queue=m * 5)),
+        ("admit", "queue", lambda ledger: _admit(ledger, queue="")),
+        ("admit", "queue", lambda ledger: _admit(ledger, queue=m + "\x00")),
+        ("admit", "priority", lambda ledger: _admit(ledger, priority=True)),
+        ("admit", "priority", lambda ledger: _admit(ledger, priority=101)),
+        ("admit", "priority", lambda ledger: _admit(ledger, priority=m)),
+        ("admit", "idempotency_key", lambda ledger: _admit(ledger, idempotency_key=m * 20)),
+        ("admit", "idempotency_key", lambda ledger: _admit(ledger, idempotency_key="")),
+        ("admit", "hold", lambda ledger: _admit(ledger, hold=m)),
+        ("admit", "session_fence", lambda ledger: _admit(ledger, session_fence=1)),
+        ("admit", "session_fence", lambda ledger: _admit(ledger, intent=_run_intent(session_id=None), session_fence=True)),
+        ("admit", "payload", lambda ledger: _admit(ledger, intent=_run_intent(payload={m: "x" * (1024 * 1024)}))),
+        ("release", "run_id", lambda ledger: ledger.release(m * 3, 0)),
+        ("release", "run_id", lambda ledger: ledger.release(7, 0)),
+        ("fail_held", "error", lambda ledger: ledger.fail_held(RUN_ID, 0, error="")),
+        ("fail_held", "error", lambda ledger: ledger.fail_held(RUN_ID, 0, error=m * 1200)),
+        ("claim", "node", lambda ledger: ledger.claim(RUN_ID, 0, node=m * 9)),
+        ("claim", "node", lambda ledger: ledger.claim(RUN_ID, 0, node=None)),
+        ("park", "kind", lambda ledger: ledger.park(RUN_ID, 0, kind=m, owner_id="consent-1")),
+        ("park", "kind", lambda ledger: ledger.park(RUN_ID, 0, kind=WaitKind.HARDWARE, owner_id="consent-1")),
+        ("park", "owner_id", lambda ledger: ledger.park(RUN_ID, 0, kind=WaitKind.CONSENT, owner_id=m * 9)),
+        ("resume", "owner_id", lambda ledger: ledger.resume(RUN_ID, owner_id="")),
+        ("resume", "run_id", lambda ledger: ledger.resume(m * 3, owner_id="consent-1")),
+        ("settle", "status", lambda ledger: ledger.settle(RUN_ID, 0, m)),
+        ("settle", "status", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.CANCELLED)),
+        ("settle", "error", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.FAILED)),
+        ("settle", "error", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.DONE, error=m)),
+        ("begin_cancel", "run_id", lambda ledger: ledger.begin_cancel(m * 3)),
+        ("get", "run_id", lambda ledger: ledger.get(m * 3)),
+        ("list_runs", "status", lambda ledger: ledger.list_runs(status=m)),
+        ("list_runs", "session_id", lambda ledger: ledger.list_runs(session_id=m * 9)),
+        ("list_runs", "limit", lambda ledger: ledger.list_runs(limit=0)),
+        ("list_runs", "limit", lambda ledger: ledger.list_runs(limit=True)),
+        ("list_runs", "after", lambda ledger: ledger.list_runs(after=m)),
+        ("list_runs", "after", lambda ledger: ledger.list_runs(after=f"\u00b2:{m}")),
+        ("list_runs", "after", lambda ledger: ledger.list_runs(after=f"--5:{m}")),
+        ("list_runs", "after", lambda ledger: ledger.list_runs(after="9" * 5000 + f":{m}")),
+        ("list_runs", "after", lambda ledger: ledger.list_runs(after="9" * 25 + f":{m}")),
+        ("create_consent", "tool_name", lambda ledger: ledger.create_consent(
+            RUN_ID, tool_name=m * 9, tool_call_id="call-1", payload={})),
+        ("create_consent", "tool_call_id", lambda ledger: ledger.create_consent(
+            RUN_ID, tool_name="mail", tool_call_id="", payload={})),
+        ("create_consent", "payload", lambda ledger: ledger.create_consent(
+            RUN_ID, tool_name="mail", tool_call_id="call-1", payload={m: float("nan")})),
+        ("create_consent", "preauthorized_by", lambda ledger: ledger.create_consent(
+            RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, preauthorized_by=m * 9)),
+        ("decide_consent", "verdict", lambda ledger: ledger.decide_consent("consent-1", m, decided_by="bob")),
+        ("decide_consent", "verdict", lambda ledger: ledger.decide_consent(
+            "consent-1", ConsentStatus.CANCELLED, decided_by="bob")),
+        ("decide_consent", "decided_by", lambda ledger: ledger.decide_consent(
+            "consent-1", ConsentStatus.GRANTED, decided_by=m * 20)),
+        ("decide_consent", "consent_id", lambda ledger: ledger.decide_consent(
+            m * 3, ConsentStatus.GRANTED, decided_by="bob")),
+        ("get_consent", "consent_id", lambda ledger: ledger.get_consent(m * 3)),
+        ("submit_job", "request_id", lambda ledger: ledger.submit_job(
+            RUN_ID, request_id=m * 9, runtime="sandbox", profile="small", request={})),
+        ("submit_job", "runtime", lambda ledger: ledger.submit_job(
+            RUN_ID, request_id="request-1", runtime="", profile="small", request={})),
+        ("submit_job", "profile", lambda ledger: ledger.submit_job(
+            RUN_ID, request_id="request-1", runtime="sandbox", profile=7, request={})),
+        ("submit_job", "request", lambda ledger: ledger.submit_job(
+            RUN_ID, request_id="request-1", runtime="sandbox", profile="small", request={m: float("inf")})),
+        ("advance_job", "status", lambda ledger: ledger.advance_job("job-1", m)),
+        ("advance_job", "status", lambda ledger: ledger.advance_job("job-1", AgentJobStatus.SUCCEEDED)),
+        ("advance_job", "runtime_job_id", lambda ledger: ledger.advance_job(
+            "job-1", AgentJobStatus.ADMITTED, runtime_job_id=m * 9)),
+        ("advance_job", "job_id", lambda ledger: ledger.advance_job(m * 3, AgentJobStatus.ADMITTED)),
+        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result("job-1", m)),
+        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result("job-1", {m: float("nan")})),
+        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result("job-1", {"job_id": "job-1", "status": [m]})),
+        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result("job-1", {"job_id": m, "status": "lost"})),
+        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result(
+            "job-1", {"job_id": "job-1", "status": "failed", "error": [m]})),
+        ("record_job_cancelled", "job_id", lambda ledger: ledger.record_job_cancelled(m * 3)),
+        ("get_job", "job_id", lambda ledger: ledger.get_job("")),
+        ("list_jobs", "run_id", lambda ledger: ledger.list_jobs(m * 3)),
+    ]
+    for name in ("release", "publish", "claim", "enter_hardware_wait", "leave_hardware_wait", "park", "settle",
+                 "finish_cancel", "get_delivery"):
+        for seq in seqs:
+            cases.append((name, "enqueue_seq", lambda ledger, name=name, seq=seq: _with_seq(ledger, name, seq)))
+    return cases
+
+
+def _with_seq(ledger: Any, name: str, seq: Any) -> Any:
+    from tenure.adapters import InMemoryBroker
+    from tenure.model import RunStatus, WaitKind
+
+    calls = {
+        "release": lambda: ledger.release(RUN_ID, seq),
+        "publish": lambda: ledger.publish(RUN_ID, seq, InMemoryBroker()),
+        "claim": lambda: ledger.claim(RUN_ID, seq, node="node-a"),
+        "enter_hardware_wait": lambda: ledger.enter_hardware_wait(RUN_ID, seq),
+        "leave_hardware_wait": lambda: ledger.leave_hardware_wait(RUN_ID, seq),
+        "park": lambda: ledger.park(RUN_ID, seq, kind=WaitKind.CONSENT, owner_id="consent-1"),
+        "settle": lambda: ledger.settle(RUN_ID, seq, RunStatus.DONE),
+        "finish_cancel": lambda: ledger.finish_cancel(RUN_ID, seq, InMemoryBroker()),
+        "get_delivery": lambda: ledger.get_delivery(RUN_ID, seq),
+    }
+    return calls[name]()
+
+
+RUN_LEDGER_CASES = _run_ledger_cases()
+
+
+@pytest.mark.parametrize("method, field, call", RUN_LEDGER_CASES,
+                         ids=[f"{method}-{field}-{number}" for number, (method, field, _) in enumerate(RUN_LEDGER_CASES)])
+async def test_run_ledger_methods_refuse_bad_input_before_any_database_work_without_echo(
+    tmp_path: Any, method: str, field: str, call: Any
+) -> None:
+    from tenure.adapters import RunLedger
+
+    # No database exists here: any database work would raise database_missing instead.
+    ledger = RunLedger(f"sqlite:///{tmp_path}/missing/runs.db")
+    try:
+        with pytest.raises(ConfigValidationError) as caught:
+            await call(ledger)
+    finally:
+        await ledger.close()
+    error = caught.value
+    assert error.code is ErrorCode.CONFIG and error.fields == (field,), (method, error)
+    rendered = "\n".join([str(error), repr(error), *map(str, error.args), *traceback.format_exception_only(error)])
+    assert RUN_MARKER not in rendered and "SECRET" not in rendered
+    assert error.__context__ is None and error.__cause__ is None
+
+
+def test_every_public_run_ledger_method_has_a_bad_input_case() -> None:
+    from tenure.adapters import RunLedger
+
+    public = {name for name in vars(RunLedger) if not name.startswith("_") and callable(getattr(RunLedger, name))}
+    assert public - {method for method, _, _ in RUN_LEDGER_CASES} == {"close"}
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), True, "30", 10**9])
+def test_a_run_ledger_refuses_a_bad_timeout(timeout: Any) -> None:
+    from tenure.adapters import RunLedger
+
+    with pytest.raises(ConfigValidationError) as caught:
+        RunLedger("sqlite:///nowhere/runs.db", timeout_seconds=timeout)
+    assert caught.value.fields == ("timeout_seconds",)
+
+
+@given(marker=markers, change=st.sampled_from([
+    ("session_id", lambda m: m * 20),
+    ("session_id", lambda m: ""),
+    ("source", lambda m: m * 10),
+    ("principal", lambda m: m * 30),
+    ("principal", lambda m: None),
+    ("scopes", lambda m: {m}),
+    ("scopes", lambda m: [m]),
+    ("scopes", lambda m: frozenset({m * 20})),
+    ("scopes", lambda m: frozenset({7})),
+    ("payload", lambda m: {m: float("nan")}),
+    ("payload", lambda m: {m: (1, 2)}),
+    ("payload", lambda m: {1: m}),
+    ("requested_priority", lambda m: True),
+    ("requested_priority", lambda m: -1),
+    ("requested_priority", lambda m: 100.0),
+]))
+def test_invalid_run_intents_are_refused_without_echo(marker: str, change: Any) -> None:
+    from tenure.model import RunIntent
+
+    field, bad = change
+    fields: dict[str, Any] = dict(session_id=marker, source=marker, principal=marker, scopes=frozenset({marker}),
+                                  payload={marker: marker}, requested_priority=None)
+    fields[field] = bad(marker)
+    error = assert_refused_without_echo(lambda: RunIntent(**fields), fields)
+    assert field in error.fields
+
+
+@given(marker=markers, change=st.sampled_from([
+    ("name", "workflow_name", lambda m: m * 11),
+    ("revision", "workflow_revision", lambda m: m * 7),
+    ("digest", "workflow_digest", lambda m: ""),
+    ("digest", "workflow_digest", lambda m: m + "\x00"),
+]))
+def test_invalid_workflow_pins_are_refused_without_echo(marker: str, change: Any) -> None:
+    from tenure.model import WorkflowPin
+
+    argument, field, bad = change
+    fields: dict[str, Any] = dict(name=marker, revision=marker, digest=marker)
+    fields[argument] = bad(marker)
+    error = assert_refused_without_echo(lambda: WorkflowPin(**fields), fields)
+    assert field in error.fields
+
+
+@pytest.mark.parametrize("after", ["\u00b22:attempt-1", "--5:attempt-1", "9" * 5000 + ":attempt-1", "9" * 25 + ":a"])
+async def test_an_attempt_page_cursor_that_is_not_one_is_refused(tmp_path: Any, after: str) -> None:
+    from tenure.adapters import AttemptLedger
+
+    async with AttemptLedger(f"sqlite:///{tmp_path}/missing/attempts.db") as ledger:
+        with pytest.raises(ConfigValidationError) as caught:
+            await ledger.list_unresolved(after=after)
+    assert caught.value.fields == ("after",)

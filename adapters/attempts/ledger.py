@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -48,6 +49,7 @@ from tenure.kernel.attempts.commands import (
 )
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied, Decision
+from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model import (
     ENVELOPE_TAG,
     AttemptPage,
@@ -218,11 +220,18 @@ def _cursor_of(row: AttemptRow) -> str:
     return f"{row.created_at_us}:{row.attempt_id}"
 
 
+_CURSOR_INSTANT = re.compile(r"-?[0-9]{1,19}")
+
+
 def _parse_cursor(cursor: object) -> tuple[int, str]:
     if type(cursor) is str and ":" in cursor:
         created, _, attempt_id = cursor.partition(":")
-        if created.lstrip("-").isdigit() and bounds.is_identity(attempt_id):
-            return int(created), attempt_id
+        # ASCII digits only ("²".isdigit() is True, int() refuses it), within the instants
+        # a row can hold (a larger one overflows the database's timestamp).
+        if _CURSOR_INSTANT.fullmatch(created) and bounds.is_identity(attempt_id):
+            instant = int(created)
+            if MIN_INSTANT_US <= instant <= MAX_INSTANT_US:
+                return instant, attempt_id
     raise _refuse("after", "cursor_required")
 
 

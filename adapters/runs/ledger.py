@@ -25,6 +25,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from tenure.kernel.agent_jobs.record import (
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.consents.record import CancelPending, ConsentRow, CreateConsent, DecideConsent
 from tenure.kernel.core import Applied, Decision, Refused, decide
+from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (
     Admit,
@@ -260,11 +262,18 @@ def _cursor_of(row: RunRow) -> str:
     return f"{row.created_at_us}:{row.run_id}"
 
 
+_CURSOR_INSTANT = re.compile(r"-?[0-9]{1,19}")
+
+
 def _parse_cursor(cursor: object) -> tuple[int, str]:
     if type(cursor) is str and ":" in cursor:
         created, _, run_id = cursor.partition(":")
-        if created.lstrip("-").isdigit() and bounds.is_bounded_text(run_id, 36):
-            return int(created), run_id
+        # ASCII digits only ("²".isdigit() is True, int() refuses it), within the instants
+        # a row can hold (a larger one overflows the database's timestamp).
+        if _CURSOR_INSTANT.fullmatch(created) and bounds.is_bounded_text(run_id, 36):
+            instant = int(created)
+            if MIN_INSTANT_US <= instant <= MAX_INSTANT_US:
+                return instant, run_id
     raise _refuse("after", "cursor_required")
 
 
@@ -567,7 +576,9 @@ class RunLedger:
             return await self._read_pair(tx, key)
 
         seen = await self._in_transaction(read, write=False)
-        hop: BrokerJobState | None = BrokerJobState.ABSENT
+        # Unprobed is unknown (None), never "absent": a cancellation elected after this
+        # read must not reach CANCELLED on a broker answer nobody asked for.
+        hop: BrokerJobState | None = None
         if seen is not None and seen.run.status is RunStatus.CANCELLING and seen.run.enqueue_seq == seq:
             # Only a frozen generation is fenced: nothing can claim it any more.
             hop = await self._fence_hop(broker, hop_key(key, seq))
@@ -737,8 +748,11 @@ class RunLedger:
         runtime may have begun) is adopted ``lost``, never ``failed``."""
         key = check_text(job_id, "job_id", 36)
         text = _json_text(result, "result")
-        status = AgentJobStatus(result["status"]) if type(result) is dict and result.get("status") in {
-            member.value for member in TERMINAL_AGENT_JOB_STATUSES} else None
+        # Compared only as text: a status of any other JSON type (a list, an object) is
+        # not hashable and is simply not a terminal status.
+        terminal = {member.value: member for member in TERMINAL_AGENT_JOB_STATUSES}
+        stated = result.get("status") if type(result) is dict else None
+        status = terminal.get(stated) if type(stated) is str else None
         problem = "result_status_mismatch" if status is None else result_problem(result, key, status)
         if problem is not None:
             raise _refuse("result", problem)

@@ -1,0 +1,133 @@
+"""Shared setup for the Run ledger's tests: one migrated database per test module and
+kind, and a small driver that brings one test's Runs to the state a test starts from.
+
+Migrating a fresh PostgreSQL database costs most of a second, so the Run tests share one
+per module: every test admits under its own admitting surface (``source``), which scopes
+idempotency keys, so its Run IDs (and the request IDs and attempt owners derived from
+them) are its own. Checks that count rows count only that test's rows.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from adapter_support import AVAILABLE_DATABASES, _run_async, bind_server, create_pg_database, drop_pg_database, raw
+from attempt_fakes import spec
+from tenure.adapters import AttemptLedger, InMemoryBroker, RunLedger, upgrade
+from tenure.adapters.runs.ledger import run_id_for
+from tenure.model import (
+    AgentJobStatus,
+    Admission,
+    ConsentStatus,
+    RunIntent,
+    WaitKind,
+    WorkflowPin,
+)
+
+__all__ = ["PIN", "runs_db", "Runs", "unique", "succeeded", "result_of"]
+
+PIN = WorkflowPin("review", "rev-1", "sha256:" + "a" * 64)
+OTHER_PIN = WorkflowPin("review", "rev-2", "sha256:" + "b" * 64)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="module", params=AVAILABLE_DATABASES)
+def runs_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database of each kind, shared by one test module."""
+    kind = request.param
+    if kind == "sqlite":
+        folder: pathlib.Path = tmp_path_factory.mktemp("runs")
+        url = f"sqlite:///{folder}/runs.db"
+    else:
+        url = create_pg_database(bind_server(request))
+    try:
+        _run_async(upgrade(url))
+        yield url
+    finally:
+        if kind == "postgresql":
+            drop_pg_database(url)
+
+
+def result_of(job_id: str, status: AgentJobStatus, **more: Any) -> dict[str, Any]:
+    """A shape-valid job result (failed, timed_out and lost need an ``error``)."""
+    return {"job_id": job_id, "status": status.value, **more}
+
+
+def succeeded(job_id: str) -> dict[str, Any]:
+    return result_of(job_id, AgentJobStatus.SUCCEEDED, output={"answer": 42})
+
+
+class Runs:
+    """One test's Runs on one ledger: every Run it admits comes from its own source."""
+
+    def __init__(self, ledger: RunLedger, db_url: str) -> None:
+        self.ledger = ledger
+        self.db_url = db_url
+        self.source = unique("api")
+        self.broker = InMemoryBroker()
+
+    def intent(self, **changes: Any) -> RunIntent:
+        fields: dict[str, Any] = dict(session_id=None, source=self.source, principal="alice",
+                                      scopes=frozenset({"files:read", "mail:send"}),
+                                      payload={"task": "summarise", "items": [1, 2, 3]}, requested_priority=None)
+        fields.update(changes)
+        return RunIntent(**fields)
+
+    def run_id(self, key: str) -> str:
+        return run_id_for(self.source, key)
+
+    async def admit(self, key: str | None = "run-1", *, intent: RunIntent | None = None, queue: str = "agents",
+                    priority: int = 50, workflow: WorkflowPin = PIN, **options: Any) -> Admission:
+        return await self.ledger.admit(intent or self.intent(), workflow=workflow, queue=queue, priority=priority,
+                                       idempotency_key=key, **options)
+
+    async def published(self, key: str = "run-1", **options: Any) -> str:
+        admission = await self.admit(key, **options)
+        run_id = admission.run.run_id
+        assert await self.ledger.publish(run_id, 0, self.broker)
+        return run_id
+
+    async def running(self, key: str = "run-1", *, node: str = "node-a", **options: Any) -> str:
+        """A Run claimed at sequence 0 (admitted, published, claimed)."""
+        run_id = await self.published(key, **options)
+        assert await self.ledger.claim(run_id, 0, node=node) is not None
+        return run_id
+
+    async def consent(self, run_id: str, *, preauthorized: bool = False) -> str:
+        made = await self.ledger.create_consent(
+            run_id, tool_name="mail.send", tool_call_id=unique("call"), payload={"to": "bob"},
+            preauthorized_by="policy-7" if preauthorized else None,
+        )
+        return made.consent_id
+
+    async def job(self, run_id: str, request_id: str | None = None) -> str:
+        made = await self.ledger.submit_job(run_id, request_id=request_id or unique("request"), runtime="sandbox",
+                                            profile="small", request={"prompt": "count the files"})
+        return made.job_id
+
+    async def attempt(self, run_id: str) -> str:
+        async with AttemptLedger(self.db_url) as attempts:
+            return await attempts.prepare(spec(unique("owner"), run_id=run_id))
+
+    async def waiting_on_consent(self, key: str = "run-1", *, decided: bool = False) -> tuple[str, str]:
+        """A Run parked at sequence 0 on a consent (granted when ``decided``)."""
+        run_id = await self.running(key)
+        consent_id = await self.consent(run_id)
+        assert await self.ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent_id)
+        if decided:
+            assert await self.ledger.decide_consent(consent_id, ConsentStatus.GRANTED, decided_by="bob")
+        return run_id, consent_id
+
+    def count(self, table: str, run_id: str) -> int:
+        return int(raw(self.db_url, f"SELECT count(*) FROM {table} WHERE run_id = ?", (run_id,))[0][0])
+
+    def runs_of_source(self) -> int:
+        return int(raw(self.db_url, "SELECT count(*) FROM tenure_runs WHERE source = ?", (self.source,))[0][0])
