@@ -211,7 +211,7 @@ def _sqlalchemy_table(spec: TableSpec, schema: str | None, steps: frozenset[Step
     table = Table(spec.name, metadata, *columns, *constraints, schema=schema)
     for index in spec.indexes:
         if index.step in steps:
-            where = {} if index.where is None else {
+            where: dict[str, Any] = {} if index.where is None else {
                 "postgresql_where": text(index.where), "sqlite_where": text(index.where)
             }
             Index(index.name, *(table.c[name] for name in index.columns), unique=index.unique, **where)

@@ -384,7 +384,8 @@ class RunLedger:
         async def body(tx: Transaction) -> Decision:
             return await self._run_command(tx, await self._locked_pair(tx, run_id), command)
 
-        return await self._in_transaction(body)
+        decision: Decision = await self._in_transaction(body)
+        return decision
 
     # --- admission -----------------------------------------------------------------------
 
@@ -674,7 +675,9 @@ class RunLedger:
             decision = await self._engine.decide_one(tx, CONSENTS_BINDING, None,
                                                      CreateConsent(row=row, run_running=running))
             raise_if_conflict(CONSENTS_BINDING, decision)
-            return decision.new_record  # type: ignore[union-attr,no-any-return]
+            if not isinstance(decision, Applied) or not isinstance(decision.new_record, ConsentRow):
+                raise persistence_failed("invariant_broken")
+            return decision.new_record
 
         return _public_consent(await self._in_transaction(body))
 
@@ -722,7 +725,9 @@ class RunLedger:
             met = jobs[0] if jobs else None
             decision = await self._engine.decide_one(tx, AGENT_JOBS_BINDING, met, SubmitJob(row=row, run_running=running))
             raise_if_conflict(AGENT_JOBS_BINDING, decision)
-            return decision.new_record  # type: ignore[union-attr,no-any-return]
+            if not isinstance(decision, Applied) or not isinstance(decision.new_record, AgentJobRow):
+                raise persistence_failed("invariant_broken")
+            return decision.new_record
 
         return _public_job(await self._in_transaction(body))
 

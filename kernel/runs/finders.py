@@ -10,7 +10,9 @@ the ledger wait for each other in a cycle.
 
 from __future__ import annotations
 
+import enum
 import functools
+from collections.abc import Iterable
 
 from tenure.model import (
     TERMINAL_AGENT_JOB_STATUSES,
@@ -40,8 +42,8 @@ __all__ = [
 ]
 
 
-def _sorted(members: object) -> tuple[object, ...]:
-    return tuple(sorted(members, key=lambda member: member.value))  # type: ignore[attr-defined]
+def _sorted(members: Iterable[enum.Enum]) -> tuple[enum.Enum, ...]:
+    return tuple(sorted(members, key=lambda member: str(member.value)))
 
 
 def _by_keys(name: str, field: str) -> Finder:
