@@ -226,7 +226,9 @@ class Ahead:
 
 def _plain(value: Any, relative: dict[str, int]) -> Any:
     """``value`` (a decided record) with every Moment field replaced by its value at the
-    reference time, noting its offset in ``relative``."""
+    reference time, noting its offset in ``relative``. Raises AheadUnsupported when a
+    Moment sits deeper (a record nesting rows, such as the Run pair): ``relative`` names
+    top-level fields only, so such a decision cannot be moved with the time."""
     if value is None or not dataclasses.is_dataclass(value):
         return value
     changes: dict[str, int] = {}
@@ -235,6 +237,9 @@ def _plain(value: Any, relative: dict[str, int]) -> Any:
         if isinstance(item, Moment):
             relative[field.name] = item.offset
             changes[field.name] = int(item)
+        elif isinstance(item, tuple) or (dataclasses.is_dataclass(item) and not isinstance(item, type)):
+            if _holds_moment(item):
+                raise AheadUnsupported
     return _replaced(value, changes) if changes else value
 
 
@@ -271,7 +276,10 @@ def decide_ahead(
     if isinstance(decided, Applied):
         if _holds_moment(decided.reply):
             return None
-        decided = Applied(_plain(decided.new_record, relative), decided.reply)
+        try:
+            decided = Applied(_plain(decided.new_record, relative), decided.reply)
+        except AheadUnsupported:
+            return None
     if window.start >= window.end:
         return None
     ahead = Ahead(decided, window.start, window.end, relative, *rule_window)

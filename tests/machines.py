@@ -11,14 +11,23 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from agent_job_strategies import job_situations
 from attempt_strategies import attempt_situations
+from consent_strategies import consent_situations
 from queue_strategies import situations as queue_situations
+from run_strategies import run_situations
+from tenure.kernel.agent_jobs.machine import AGENT_JOBS
+from tenure.kernel.agent_jobs.record import AgentJobCommandType, AgentJobStep
 from tenure.kernel.attempts.machine import ATTEMPTS
 from tenure.kernel.attempts.record import AttemptStep
+from tenure.kernel.consents.machine import CONSENTS
+from tenure.kernel.consents.record import ConsentStep
 from tenure.kernel.core import Machine, Rule
 from tenure.kernel.queue.commands import CommandType
 from tenure.kernel.queue.machine import QUEUE
 from tenure.kernel.queue.record import QueueState
+from tenure.kernel.runs.machine import RUNS
+from tenure.kernel.runs.record import RunStep
 from tenure.model import JobStatus, QueueKind
 
 INT64_MAX = 2**63 - 1
@@ -39,6 +48,10 @@ class MachineUnderTest:
     state_of_record: Callable[[Any], enum.Enum]
     oracle_guards: Mapping[str, Callable[[Any, Any, int], bool]]
     """The spec's guard glossary written again, independently of the kernel."""
+    decides_every_change_ahead: bool = True
+    """Whether :func:`tenure.kernel.ahead.decide_ahead` can make every decision ahead.
+    A machine whose record nests rows (the Run pair) makes only the decisions that leave
+    the record unchanged ahead; the others are made the ordinary way."""
 
 
 # --- the queue's guards, from specs/queue.md's glossary --------------------------------------
@@ -157,12 +170,116 @@ ATTEMPT_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
 }
 
 
+# --- the Run machine's guards, from specs/runs.md's glossary ---------------------------------
+
+_RESOLVING_OWNER_STATUSES = {
+    "consent": {"granted", "denied", "expired"},
+    "delegate": {"succeeded", "failed", "cancelled", "timed_out", "lost"},
+    "service": {"succeeded", "failed", "cancelled"},
+}
+
+
+def _current(record: Any) -> Any:
+    return record.deliveries[len(record.deliveries) - 1]
+
+
+def _the_runs_owner(record: Any, owner: Any) -> bool:
+    run = record.run
+    return (
+        owner is not None and run.owner_kind is not None and owner.kind == run.owner_kind
+        and owner.owner_id == run.owner_id and owner.run_id == run.run_id
+    )
+
+
+RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
+    "always": lambda r, c, n: True,
+    "other_key": lambda r, c, n: r.run.idempotency_key != c.run.idempotency_key,
+    "intent_differs": lambda r, c, n: r.run.intent_digest != c.run.intent_digest,
+    "held_without_hold": lambda r, c, n: _current(r).state.value == "held" and c.hold is False,
+    "session_busy": lambda r, c, n: c.session_busy is True,
+    "seq_differs": lambda r, c, n: c.enqueue_seq != r.run.enqueue_seq,
+    "not_held": lambda r, c, n: _current(r).state.value != "held",
+    "unpublishable": lambda r, c, n: _current(r).state.value not in ("pending", "published"),
+    "owner_foreign": lambda r, c, n: c.wait.value != "hardware" and not (
+        c.owner is not None and c.owner.kind == c.wait and c.owner.owner_id == c.owner_id
+        and c.owner.run_id == r.run.run_id
+    ),
+    "waits_for_consent": lambda r, c, n: c.wait.value == "consent",
+    "waits_for_delegate": lambda r, c, n: c.wait.value == "delegate",
+    "waits_for_service": lambda r, c, n: c.wait.value == "service",
+    "not_current_owner": lambda r, c, n: c.owner_id != r.run.owner_id,
+    "owner_unresolved": lambda r, c, n: not (
+        _the_runs_owner(r, c.owner) and c.owner.complete is True
+        and c.owner.status in _RESOLVING_OWNER_STATUSES[r.run.owner_kind.value]
+    ),
+    "containment_unproven": lambda r, c, n: c.containment.open_jobs > 0 or c.containment.open_attempts > 0,
+    "settles_done": lambda r, c, n: c.status.value == "done",
+    "hop_live": lambda r, c, n: c.hop is None or c.hop.value in ("queued", "active"),
+}
+
+
+# --- the consent machine's guards, from specs/consent.md's glossary --------------------------
+
+CONSENT_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
+    "always": lambda r, c, n: True,
+    "run_not_running": lambda r, c, n: c.run_running is False,
+    "preauthorized": lambda r, c, n: c.row.preauthorized_by is not None,
+    "verdict_granted": lambda r, c, n: c.verdict.value == "granted",
+    "verdict_denied": lambda r, c, n: c.verdict.value == "denied",
+    "verdict_expired": lambda r, c, n: c.verdict.value == "expired",
+}
+
+
+# --- the delegated-job machine's guards, from specs/agent_jobs.md's glossary ----------------
+
+_JOB_STEPS = ["queued", "admitted", "preparing", "running"]
+
+
+def _next_job_step(status: str) -> str | None:
+    position = _JOB_STEPS.index(status) if status in _JOB_STEPS else len(_JOB_STEPS)
+    return _JOB_STEPS[position + 1] if position + 1 < len(_JOB_STEPS) else None
+
+
+def _result(name: str) -> Callable[[Any, Any, int], bool]:
+    return lambda r, c, n: c.status.value == name
+
+
+AGENT_JOB_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
+    "always": lambda r, c, n: True,
+    "run_not_running": lambda r, c, n: c.run_running is False,
+    "request_differs": lambda r, c, n: any(
+        getattr(r, field) != getattr(c.row, field) for field in ("run_id", "runtime", "profile", "request_json")
+    ),
+    "identity_differs": lambda r, c, n: r.runtime_job_id is not None and c.runtime_job_id is not None
+    and r.runtime_job_id != c.runtime_job_id,
+    "same_status": lambda r, c, n: c.status == r.status,
+    "next_status": lambda r, c, n: _next_job_step(r.status.value) == c.status.value,
+    "result_succeeded": _result("succeeded"),
+    "result_failed": _result("failed"),
+    "result_cancelled": _result("cancelled"),
+    "result_timed_out": _result("timed_out"),
+    "result_lost": _result("lost"),
+}
+
+
 def _queue_state(record: Any) -> enum.Enum:
     return QueueState.ABSENT if record is None else QueueState(record.status.value)
 
 
 def _attempt_state(record: Any) -> enum.Enum:
     return AttemptStep.ABSENT if record is None else AttemptStep(record.state.value)
+
+
+def _run_state(record: Any) -> enum.Enum:
+    return RunStep.ABSENT if record is None else RunStep(record.run.status.value)
+
+
+def _consent_state(record: Any) -> enum.Enum:
+    return ConsentStep.ABSENT if record is None else ConsentStep(record.status.value)
+
+
+def _job_state(record: Any) -> enum.Enum:
+    return AgentJobStep.ABSENT if record is None else AgentJobStep(record.status.value)
 
 
 MACHINES: dict[str, MachineUnderTest] = {
@@ -187,5 +304,41 @@ MACHINES: dict[str, MachineUnderTest] = {
         terminal_exit_allowed=lambda state, command, rule: False,
         state_of_record=_attempt_state,
         oracle_guards=ATTEMPT_ORACLE_GUARDS,
+    ),
+    "runs": MachineUnderTest(
+        name="runs",
+        machine=RUNS,
+        situations=lambda state=None, kind=None: run_situations(state, kind),
+        terminal=frozenset({RunStep.DONE, RunStep.FAILED, RunStep.CANCELLED}),
+        live=frozenset({RunStep.QUEUED, RunStep.RUNNING, RunStep.AWAITING_HARDWARE, RunStep.AWAITING_CONSENT,
+                        RunStep.AWAITING_DELEGATE, RunStep.AWAITING_SERVICE, RunStep.CANCELLING}),
+        terminal_exit_allowed=lambda state, command, rule: False,
+        state_of_record=_run_state,
+        oracle_guards=RUN_ORACLE_GUARDS,
+        decides_every_change_ahead=False,
+    ),
+    "consent": MachineUnderTest(
+        name="consent",
+        machine=CONSENTS,
+        situations=lambda state=None, kind=None: consent_situations(state, kind),
+        terminal=frozenset({ConsentStep.GRANTED, ConsentStep.DENIED, ConsentStep.EXPIRED, ConsentStep.CANCELLED}),
+        live=frozenset({ConsentStep.PENDING}),
+        terminal_exit_allowed=lambda state, command, rule: False,
+        state_of_record=_consent_state,
+        oracle_guards=CONSENT_ORACLE_GUARDS,
+    ),
+    "agent_jobs": MachineUnderTest(
+        name="agent_jobs",
+        machine=AGENT_JOBS,
+        situations=lambda state=None, kind=None: job_situations(state, kind),
+        terminal=frozenset({AgentJobStep.SUCCEEDED, AgentJobStep.FAILED, AgentJobStep.CANCELLED,
+                            AgentJobStep.TIMED_OUT, AgentJobStep.LOST}),
+        live=frozenset({AgentJobStep.QUEUED, AgentJobStep.ADMITTED, AgentJobStep.PREPARING, AgentJobStep.RUNNING}),
+        # LOST is terminal for adoption, not proof that anything stopped: only the
+        # runtime's containment returning records LOST -> CANCELLED.
+        terminal_exit_allowed=lambda state, command, rule: state is AgentJobStep.LOST
+        and command is AgentJobCommandType.RECORD_CANCELLED and rule.target is AgentJobStep.CANCELLED,
+        state_of_record=_job_state,
+        oracle_guards=AGENT_JOB_ORACLE_GUARDS,
     ),
 }

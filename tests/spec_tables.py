@@ -145,6 +145,23 @@ MACHINES = {
         "absent",
         "service job attempt",
     ),
+    "runs": (
+        ["absent", "queued", "running", "awaiting_hardware", "awaiting_consent", "awaiting_delegate",
+         "awaiting_service", "cancelling", "done", "failed", "cancelled"],
+        "absent",
+        "workflow Run",
+    ),
+    "consent": (
+        ["absent", "pending", "granted", "denied", "expired", "cancelled"],
+        "absent",
+        "consent",
+    ),
+    "agent_jobs": (
+        ["absent", "queued", "admitted", "preparing", "running", "succeeded", "failed", "cancelled", "timed_out",
+         "lost"],
+        "absent",
+        "delegated job",
+    ),
 }
 
 

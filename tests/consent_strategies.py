@@ -1,0 +1,86 @@
+"""Hypothesis strategies for consents and their commands (see attempt_strategies.py).
+
+Records keep INV-C1 ... INV-C3: a pending consent has no decision, a decided one its
+principal and a time no earlier than its creation, a preauthorized one was granted at
+creation. Commands carry every verdict (the three real ones and the two that are not
+verdicts), a creation for a Run that is or is not RUNNING, with or without a
+preauthorization, and the sweep of a settled or cancelled Run.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from tenure.kernel.consents.machine import PREAUTHORIZED_BY
+from tenure.kernel.consents.record import (
+    CancelPending,
+    ConsentCommandType,
+    ConsentRow,
+    ConsentStep,
+    CreateConsent,
+    DecideConsent,
+)
+from tenure.kernel.runs.machine import CANCELLED_BY, SETTLED_BY
+from tenure.model import ConsentStatus
+
+__all__ = ["NOW", "consent_row", "consent_records", "consent_commands", "consent_situations"]
+
+NOW = 1_800_000_000_000_000
+DECIDERS = ["alice", "deadline-keeper"]
+
+instants = st.integers(NOW - 3, NOW + 3) | st.integers(NOW - 10**12, NOW + 10**12)
+
+
+def consent_row(**changes: object) -> ConsentRow:
+    """A pending consent of run-1, with ``changes`` applied."""
+    fields: dict[str, object] = dict(
+        consent_id="consent-1", run_id="run-1", tool_name="shell", tool_call_id="call-1",
+        payload_json='{"command":"ls"}', status=ConsentStatus.PENDING, decided_by=None, decided_at_us=None,
+        preauthorized_by=None, created_at_us=NOW - 100,
+    )
+    fields.update(changes)
+    return ConsentRow(**fields)  # type: ignore[arg-type]
+
+
+@st.composite
+def consent_records(draw: st.DrawFn, step: ConsentStep | None = None) -> ConsentRow | None:
+    """A consent keeping every invariant (INV-C1 ... INV-C3), or None for ``absent``."""
+    if step is None:
+        step = draw(st.sampled_from(ConsentStep))
+    if step is ConsentStep.ABSENT:
+        return None
+    status = ConsentStatus(step.value)
+    created = draw(instants)
+    if status is ConsentStatus.PENDING:
+        return consent_row(created_at_us=created)
+    if status is ConsentStatus.GRANTED and draw(st.booleans()):
+        return consent_row(status=status, decided_by=PREAUTHORIZED_BY, decided_at_us=created,
+                           preauthorized_by="policy-7", created_at_us=created)
+    decided_by = draw(st.sampled_from([SETTLED_BY, CANCELLED_BY])) if status is ConsentStatus.CANCELLED else (
+        draw(st.sampled_from(DECIDERS)))
+    return consent_row(status=status, decided_by=decided_by, decided_at_us=created + draw(st.integers(0, 10)),
+                       created_at_us=created)
+
+
+@st.composite
+def consent_commands(draw: st.DrawFn, kind: ConsentCommandType, record: ConsentRow | None) -> object:
+    if kind is ConsentCommandType.CREATE:
+        preauthorized = draw(st.none() | st.just("policy-7"))
+        return CreateConsent(row=consent_row(preauthorized_by=preauthorized, created_at_us=0),
+                             run_running=draw(st.booleans()))
+    if kind is ConsentCommandType.DECIDE:
+        return DecideConsent(verdict=draw(st.sampled_from(ConsentStatus)), decided_by=draw(st.sampled_from(DECIDERS)))
+    return CancelPending(decided_by=draw(st.sampled_from([SETTLED_BY, CANCELLED_BY])))
+
+
+@st.composite
+def consent_situations(
+    draw: st.DrawFn, step: ConsentStep | None = None, kind: ConsentCommandType | None = None
+) -> tuple[ConsentRow | None, object, int]:
+    record = draw(consent_records(step))
+    command = draw(consent_commands(kind or draw(st.sampled_from(ConsentCommandType)), record))
+    if record is not None and draw(st.booleans()):
+        now = record.created_at_us + draw(st.integers(-1, 1))  # a verdict is never dated before creation
+    else:
+        now = draw(instants)
+    return record, command, now

@@ -1,0 +1,294 @@
+"""Hypothesis strategies for Run pairs and Run commands (see attempt_strategies.py).
+
+Records keep every invariant (INV-R1 ... INV-R9) and look like pairs the kernel itself
+writes: a Run that was claimed remembers its first start and its node, a CANCELLING Run
+froze whatever it was doing, a finished one settled its delivery. Commands come from
+small pools with near misses (the hop's sequence one either side, the Run's owner or
+another, evidence from this Run or another, containment with zero or one open effect)
+so that equal and almost-equal values meet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from hypothesis import strategies as st
+
+from tenure.kernel.runs.commands import (
+    Admit,
+    BeginCancel,
+    Claim,
+    Containment,
+    EnterHardwareWait,
+    FailHeld,
+    FinishCancel,
+    LeaveHardwareWait,
+    OwnerEvidence,
+    Park,
+    RecordPublished,
+    RecordPublishError,
+    Release,
+    Resume,
+    RunCommandType,
+    Settle,
+)
+from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, RunStep, key_of
+from tenure.model import (
+    AgentJobStatus,
+    AttemptState,
+    BrokerJobState,
+    ConsentStatus,
+    DeliveryState,
+    RunStatus,
+    WaitKind,
+)
+
+__all__ = [
+    "NOW",
+    "RUN_ID",
+    "OWNER_STATUSES",
+    "run_records",
+    "run_commands",
+    "run_situations",
+    "base_run",
+    "delivery_for",
+    "owner_evidence",
+]
+
+NOW = 1_800_000_000_000_000
+RUN_ID = "run-1"
+OTHER_RUN_ID = "run-2"
+NODES = ["node-a", "node-b"]
+OWNER_IDS = {WaitKind.CONSENT: "consent-1", WaitKind.DELEGATE: "job-1", WaitKind.SERVICE: "attempt-1"}
+OTHER_OWNER = "owner-9"
+DIGESTS = ["sha256:" + hashlib.sha256(name.encode()).hexdigest() for name in ("intent-1", "intent-2")]
+OWNER_STATUSES: dict[WaitKind, list[str]] = {
+    WaitKind.CONSENT: [status.value for status in ConsentStatus],
+    WaitKind.DELEGATE: [status.value for status in AgentJobStatus],
+    WaitKind.SERVICE: [state.value for state in AttemptState],
+    WaitKind.HARDWARE: ["busy"],
+}
+"""Every status an owner row of each kind can report (hardware has no owner rows)."""
+
+instants = st.integers(NOW - 3, NOW + 3) | st.integers(NOW - 10**12, NOW + 10**12)
+
+_WAIT_OF_STATUS = {
+    RunStatus.AWAITING_CONSENT: WaitKind.CONSENT,
+    RunStatus.AWAITING_DELEGATE: WaitKind.DELEGATE,
+    RunStatus.AWAITING_SERVICE: WaitKind.SERVICE,
+}
+
+
+def base_run(**changes: object) -> RunRow:
+    """A QUEUED Run at sequence 0 that never ran, with ``changes`` applied."""
+    fields: dict[str, object] = dict(
+        run_id=RUN_ID, status=RunStatus.QUEUED, session_id="session-1", source="api", principal="alice",
+        scopes=("read", "write"), payload_json='{"prompt":"hi"}', requested_priority=None,
+        intent_digest=DIGESTS[0], idempotency_key="key-1", queue="runs", priority=50, workflow_name="answer",
+        workflow_revision="r1", workflow_digest="sha256:workflow", enqueue_seq=0, started_at_us=None, node=None,
+        owner_kind=None, owner_id=None, error=None, created_at_us=NOW - 100, updated_at_us=NOW - 100,
+    )
+    fields.update(changes)
+    return RunRow(**fields)  # type: ignore[arg-type]
+
+
+def delivery_for(run: RunRow, state: DeliveryState, **changes: object) -> DeliveryRow:
+    """The current delivery of ``run`` in ``state``, with the evidence that state needs."""
+    claimed = state is DeliveryState.CLAIMED or changes.pop("was_claimed", False)
+    fields: dict[str, object] = dict(
+        delivery_id=key_of(run.run_id, run.enqueue_seq), run_id=run.run_id, enqueue_seq=run.enqueue_seq,
+        state=state, queue=run.queue, priority=run.priority, resume=run.enqueue_seq > 0, publish_attempts=0,
+        last_error=None, claimed_by=run.node if claimed else None,
+        published_at_us=NOW - 90 if state is DeliveryState.PUBLISHED else None,
+        claimed_at_us=NOW - 80 if claimed else None,
+        settled_at_us=NOW - 70 if state is DeliveryState.SETTLED else None, created_at_us=run.updated_at_us,
+    )
+    fields.update(changes)
+    return DeliveryRow(**fields)  # type: ignore[arg-type]
+
+
+def _identity(draw: st.DrawFn) -> dict[str, object]:
+    priority = draw(st.sampled_from([0, 50, 100]))
+    created = draw(instants)
+    return dict(
+        session_id=draw(st.none() | st.just("session-1")),
+        scopes=draw(st.sampled_from([(), ("read",), ("read", "write")])),
+        requested_priority=draw(st.none() | st.just(priority)), priority=priority,
+        intent_digest=DIGESTS[0], idempotency_key=draw(st.none() | st.just("key-1")),
+        created_at_us=created, updated_at_us=created + draw(st.integers(0, 10)),
+    )
+
+
+def _queued(draw: st.DrawFn, run: RunRow, seq: int) -> tuple[RunRow, DeliveryRow]:
+    if seq == 0:
+        state = draw(st.sampled_from([DeliveryState.HELD, DeliveryState.PENDING, DeliveryState.PUBLISHED]))
+    else:
+        state = draw(st.sampled_from([DeliveryState.PENDING, DeliveryState.PUBLISHED]))
+    run = _ran(run, seq) if seq else run
+    attempts = 0 if state is DeliveryState.HELD else draw(st.integers(0, 3))
+    if state is DeliveryState.PUBLISHED:
+        attempts = max(attempts, 1)
+    error = "publish_failed:Timeout" if attempts and draw(st.booleans()) else None
+    return run, delivery_for(run, state, publish_attempts=attempts, last_error=error)
+
+
+def _ran(run: RunRow, seq: int, node: str = NODES[0]) -> RunRow:
+    return RunRow(**{**_fields(run), "enqueue_seq": seq, "started_at_us": run.created_at_us, "node": node})
+
+
+def _fields(run: RunRow) -> dict[str, object]:
+    return {name: getattr(run, name) for name in RunRow.__dataclass_fields__}
+
+
+def _with(run: RunRow, **changes: object) -> RunRow:
+    return RunRow(**{**_fields(run), **changes})  # type: ignore[arg-type]
+
+
+def _before_cancel(draw: st.DrawFn, run: RunRow, seq: int) -> tuple[RunRow, DeliveryRow]:
+    """What a CANCELLING or CANCELLED Run froze: a queued, executing or waiting hop."""
+    frozen = draw(st.sampled_from([RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE,
+                                   RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE,
+                                   RunStatus.AWAITING_SERVICE]))
+    return _in_status(draw, run, frozen, seq)
+
+
+def _in_status(draw: st.DrawFn, run: RunRow, status: RunStatus, seq: int) -> tuple[RunRow, DeliveryRow]:
+    if status is RunStatus.QUEUED:
+        run, delivery = _queued(draw, run, seq)
+        return _with(run, status=status), delivery
+    run = _with(_ran(run, seq, draw(st.sampled_from(NODES))), status=status)
+    if status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE):
+        return run, delivery_for(run, DeliveryState.CLAIMED, publish_attempts=draw(st.integers(0, 2)))
+    kind = _WAIT_OF_STATUS[status]
+    run = _with(run, owner_kind=kind, owner_id=OWNER_IDS[kind])
+    return run, delivery_for(run, DeliveryState.SETTLED, was_claimed=True)
+
+
+@st.composite
+def run_records(draw: st.DrawFn, step: RunStep | None = None) -> RunPair | None:
+    """A pair keeping every invariant (INV-R1 ... INV-R9), or None for ``absent``. Like
+    every pair a command meets, it holds the Run and its current delivery only (two
+    deliveries appear only in the decision of a resume, which the ledger writes)."""
+    if step is None:
+        step = draw(st.sampled_from(RunStep))
+    if step is RunStep.ABSENT:
+        return None
+    status = RunStatus(step.value)
+    run = base_run(**_identity(draw))
+    seq = draw(st.sampled_from([0, 0, 1, 2]))
+    if status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
+        run, delivery = _before_cancel(draw, run, seq)
+        run = _with(run, status=status)
+        if status is RunStatus.CANCELLED and delivery.state is not DeliveryState.SETTLED:
+            delivery = delivery_for(run, DeliveryState.SETTLED, was_claimed=delivery.claimed_by is not None,
+                                    publish_attempts=delivery.publish_attempts, last_error=delivery.last_error)
+    elif status in (RunStatus.DONE, RunStatus.FAILED):
+        held_failure = status is RunStatus.FAILED and draw(st.booleans())
+        if held_failure:  # fail_held: an admission that never ran
+            run = _with(run, status=status, error="retention_failed")
+            delivery = delivery_for(run, DeliveryState.SETTLED)
+        else:
+            run = _with(_ran(run, seq), status=status, error="boom" if status is RunStatus.FAILED else None)
+            delivery = delivery_for(run, DeliveryState.SETTLED, was_claimed=True)
+    else:
+        run, delivery = _in_status(draw, run, status, seq)
+    return RunPair(run, (delivery,))
+
+
+def owner_evidence(draw: st.DrawFn, run_id: str, kind: WaitKind | None, owner_id: str | None) -> OwnerEvidence | None:
+    """An owner row as the ledger would read it: usually the one named, else missing, of
+    another kind, with another ID or of another Run; in any status its kind has, complete
+    or not."""
+    miss = draw(st.sampled_from(["none", "exact", "exact", "exact", "kind", "id", "run"]))
+    if miss == "none":
+        return None
+    if kind is None or kind is WaitKind.HARDWARE or miss == "kind":
+        kind = draw(st.sampled_from([WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE]))
+    if owner_id is None or miss == "id":
+        owner_id = draw(st.sampled_from([OWNER_IDS[kind], OTHER_OWNER]))
+    run = draw(st.sampled_from([OTHER_RUN_ID, None])) if miss == "run" else run_id
+    status = draw(st.sampled_from(OWNER_STATUSES[kind]))
+    return OwnerEvidence(kind, owner_id, run, status, draw(st.sampled_from([True, True, True, False])))
+
+
+def _containment(draw: st.DrawFn) -> Containment:
+    if draw(st.booleans()):
+        return Containment(0, 0)
+    return Containment(draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+
+
+def _admit(draw: st.DrawFn, record: RunPair | None) -> Admit:
+    stored = record.run if record is not None else base_run()
+    changed: dict[str, object] = {}
+    variation = draw(st.sampled_from(["same", "same", "other_key", "other_intent", "rerouted"]))
+    if variation == "other_key":
+        changed["idempotency_key"] = draw(st.sampled_from([None, "key-2"]))
+    elif variation == "other_intent":
+        changed["intent_digest"] = DIGESTS[1]
+    elif variation == "rerouted":  # the router would choose another route today
+        changed["queue"] = "runs-fast"
+        if stored.requested_priority is None:
+            changed["priority"] = 90
+    # The command's row is the identity as the ledger built it, never the stored progress.
+    row = _with(stored, status=RunStatus.QUEUED, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
+                owner_id=None, error=None, created_at_us=0, updated_at_us=0, **changed)
+    template = delivery_for(row, DeliveryState.PENDING, created_at_us=0)
+    return Admit(run=row, delivery=template, hold=draw(st.booleans()), session_busy=draw(st.booleans()))
+
+
+def _seq_near(draw: st.DrawFn, record: RunPair | None) -> int:
+    seq = record.run.enqueue_seq if record is not None else 0
+    return max(0, seq + draw(st.sampled_from([0, 0, 0, -1, 1])))
+
+
+@st.composite
+def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) -> object:
+    C = RunCommandType
+    if kind is C.ADMIT:
+        return _admit(draw, record)
+    if kind is C.BEGIN_CANCEL:
+        return BeginCancel()
+    if kind is C.RESUME:
+        run = record.run if record is not None else None
+        owner_id = run.owner_id if run is not None and run.owner_id is not None and draw(st.integers(0, 4)) else (
+            draw(st.sampled_from([*OWNER_IDS.values(), OTHER_OWNER])))
+        evidence = owner_evidence(draw, RUN_ID, run.owner_kind if run else None, run.owner_id if run else None)
+        return Resume(owner_id=owner_id, owner=evidence)
+    seq = _seq_near(draw, record)
+    if kind is C.RELEASE:
+        return Release(enqueue_seq=seq)
+    if kind is C.FAIL_HELD:
+        return FailHeld(enqueue_seq=seq, error="retention_failed")
+    if kind is C.RECORD_PUBLISHED:
+        return RecordPublished(enqueue_seq=seq)
+    if kind is C.RECORD_PUBLISH_ERROR:
+        return RecordPublishError(enqueue_seq=seq, error="publish_failed:Timeout")
+    if kind is C.CLAIM:
+        return Claim(enqueue_seq=seq, node=draw(st.sampled_from(NODES)))
+    if kind is C.ENTER_HARDWARE_WAIT:
+        return EnterHardwareWait(enqueue_seq=seq)
+    if kind is C.LEAVE_HARDWARE_WAIT:
+        return LeaveHardwareWait(enqueue_seq=seq)
+    if kind is C.PARK:
+        wait = draw(st.sampled_from(WaitKind))
+        owner_id = OWNER_IDS.get(wait, "gpu-0") if draw(st.integers(0, 3)) else OTHER_OWNER
+        return Park(enqueue_seq=seq, wait=wait, owner_id=owner_id, owner=owner_evidence(draw, RUN_ID, wait, owner_id))
+    if kind is C.SETTLE:
+        status = draw(st.sampled_from([RunStatus.DONE, RunStatus.FAILED]))
+        error = "boom" if status is RunStatus.FAILED else None
+        return Settle(enqueue_seq=seq, status=status, error=error, containment=_containment(draw))
+    hop = draw(st.none() | st.sampled_from(BrokerJobState))
+    return FinishCancel(enqueue_seq=seq, hop=hop, containment=_containment(draw))
+
+
+@st.composite
+def run_situations(
+    draw: st.DrawFn, step: RunStep | None = None, kind: RunCommandType | None = None
+) -> tuple[RunPair | None, object, int]:
+    record = draw(run_records(step))
+    command = draw(run_commands(kind or draw(st.sampled_from(RunCommandType)), record))
+    if record is not None and draw(st.booleans()):
+        now = record.run.updated_at_us + draw(st.integers(-1, 1))  # where updated_at stops moving
+    else:
+        now = draw(instants)
+    return record, command, now
