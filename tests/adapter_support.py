@@ -12,7 +12,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import pathlib
+import shutil
 import sqlite3
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -104,6 +106,35 @@ def new_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
     if kind == "sqlite":
         return f"sqlite:///{workdir}/lockstep.db"
     return create_pg_database(_SERVER_DSN[0])
+
+
+_TEMPLATES: dict[str, str] = {}
+"""A migrated database per kind (and server), made once per process: lockstep runs copy it."""
+
+
+def migrated_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
+    """A fresh database holding exactly what ``upgrade`` creates, copied from a template
+    migrated once per process (a state-machine run starts hundreds of them; migrating
+    each would cost most of the run)."""
+    from tenure.adapters import upgrade
+
+    template_key = kind if kind == "sqlite" else f"{kind}:{_SERVER_DSN[0]}"
+    if template_key not in _TEMPLATES:
+        if kind == "sqlite":
+            folder = pathlib.Path(tempfile.mkdtemp(prefix="tenure-template-"))
+            template = f"sqlite:///{folder}/template.db"
+        else:
+            template = create_pg_database(_SERVER_DSN[0])
+        _run_async(upgrade(template))
+        _TEMPLATES[template_key] = template
+    template = _TEMPLATES[template_key]
+    if kind == "sqlite":
+        target = workdir / "lockstep.db"
+        shutil.copyfile(sqlite_path(template), target)
+        return f"sqlite:///{target}"
+    name = "tenure_" + uuid.uuid4().hex[:16]
+    _run_async(_pg(_SERVER_DSN[0], f"CREATE DATABASE {name} TEMPLATE {template.rsplit('/', 1)[1]}", ()))
+    return _with_database(_SERVER_DSN[0], name)
 
 
 def drop_database_for_machine(kind: str, db_url: str) -> None:

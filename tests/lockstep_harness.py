@@ -23,7 +23,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 import adapter_support
-from tenure.adapters import upgrade
 from tenure.model import TenureError
 
 __all__ = ["outcome", "Clock", "Counter", "COUNTERS", "LockstepBase", "machine_for", "run_lockstep", "budget"]
@@ -77,8 +76,7 @@ class LockstepBase(RuleBasedStateMachine):
         self.workdir = tempfile.TemporaryDirectory()
         self.counter = COUNTERS.setdefault(self.key(), Counter())
         self.counter.examples += 1
-        self.db_url = adapter_support.new_database_for_machine(self.database, pathlib.Path(self.workdir.name))
-        self.runner.run(upgrade(self.db_url))
+        self.db_url = adapter_support.migrated_database_for_machine(self.database, pathlib.Path(self.workdir.name))
         self.clock = Clock()
 
     @classmethod
