@@ -467,11 +467,11 @@ class RunLockstep(LockstepBase):
         self.broker.fail_aborts = 0
         after = None if key not in self.broker.jobs else self.broker.jobs[key].state
         if fenced:
-            hop = BrokerJobState.ABSENT if after is None else after
+            hop: BrokerJobState | None = BrokerJobState.ABSENT if after is None else after
             if before in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE):
                 assert (after is BrokerJobState.ABORTED) == (not abort_fails), "a live frozen hop is aborted first"
         else:
-            hop = BrokerJobState.ABSENT
+            hop = None  # not probed: unknown, never "absent"
             assert after == before, "a generation that is not frozen is never aborted"
         assert now is not None
         self.expect(actual, outcome(lambda: self.model.finish_cancel(run_id, seq, hop, now)))
