@@ -190,12 +190,102 @@ ATTEMPT_MUTANTS: dict[str, Callable[[], None]] = {
     )
 }
 
-MUTANTS: dict[str, dict[str, Callable[[], None]]] = {"queue": QUEUE_MUTANTS, "attempts": ATTEMPT_MUTANTS}
+# --- the Run machine, the consent machine, the delegated-job machine -----------------------
+
+from tenure.kernel.agent_jobs import machine as agent_jobs  # noqa: E402
+from tenure.kernel.agent_jobs.record import AgentJobCommandType as JC  # noqa: E402
+from tenure.kernel.agent_jobs.record import AgentJobStep as JS  # noqa: E402
+from tenure.kernel.consents import machine as consents  # noqa: E402
+from tenure.kernel.consents.record import ConsentCommandType as CC  # noqa: E402
+from tenure.kernel.consents.record import ConsentStep as CS  # noqa: E402
+from tenure.kernel.runs import machine as runs  # noqa: E402
+from tenure.kernel.runs.commands import Admitted, RunCommandType as RC  # noqa: E402
+from tenure.kernel.runs.record import RunPair, RunStep as RS, replace_delivery, replace_run  # noqa: E402
+
+
+def _run_rules(state: RS, command: RC, replace: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
+    runs.TABLE[(state, command)] = replace(runs.TABLE[(state, command)])
+
+
+def resume_without_owner_check() -> None:
+    # The resume trusts whoever names the current owner: the owner row's status, its
+    # completeness and its Run are never looked at.
+    runs.GUARDS["owner_unresolved"] = lambda record, command, now_us: False
+
+
+def claim_ignores_sequence() -> None:
+    _run_rules(RS.QUEUED, RC.CLAIM, lambda rules: tuple(rule for rule in rules if rule.guard != "seq_differs"))
+
+
+def settle_over_cancelling() -> None:
+    _run_rules(RS.CANCELLING, RC.SETTLE, lambda rules: (
+        runs.Rule("settles_done", RS.DONE, "settle_done"), runs.Rule("always", RS.FAILED, "settle_failed")))
+
+
+def cancelled_without_containment() -> None:
+    _run_rules(RS.CANCELLING, RC.FINISH_CANCEL,
+               lambda rules: tuple(rule for rule in rules if rule.guard != "containment_unproven"))
+
+
+def replay_reroutes() -> None:
+    def replay(record: Any, command: Any, now_us: int) -> Any:
+        route = {"queue": command.run.queue, "priority": command.run.priority}
+        rerouted = RunPair(replace_run(record.run, **route),
+                           tuple(replace_delivery(delivery, **route) for delivery in record.deliveries))
+        return runs.Applied(rerouted, Admitted(created=False))
+
+    runs.EFFECTS["replay"] = replay
+
+
+RUN_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (
+        resume_without_owner_check,
+        claim_ignores_sequence,
+        settle_over_cancelling,
+        cancelled_without_containment,
+        replay_reroutes,
+    )
+}
+
+
+def second_verdict_wins() -> None:
+    for state in (CS.GRANTED, CS.DENIED, CS.EXPIRED):
+        consents.TABLE[(state, CC.DECIDE)] = (
+            consents.Rule("verdict_granted", CS.GRANTED, "grant"),
+            consents.Rule("verdict_denied", CS.DENIED, "deny"),
+            consents.Rule("verdict_expired", CS.EXPIRED, "expire"),
+            *consents.TABLE[(state, CC.DECIDE)],
+        )
+
+
+CONSENT_MUTANTS: dict[str, Callable[[], None]] = {mutant.__name__: mutant for mutant in (second_verdict_wins,)}
+
+
+def result_adopted_twice() -> None:
+    open_rules = agent_jobs.TABLE[(JS.RUNNING, JC.ADOPT_RESULT)]
+    for state in (JS.SUCCEEDED, JS.FAILED, JS.CANCELLED, JS.TIMED_OUT, JS.LOST):
+        agent_jobs.TABLE[(state, JC.ADOPT_RESULT)] = open_rules
+
+
+AGENT_JOB_MUTANTS: dict[str, Callable[[], None]] = {mutant.__name__: mutant for mutant in (result_adopted_twice,)}
+
+
+MUTANTS: dict[str, dict[str, Callable[[], None]]] = {
+    "queue": QUEUE_MUTANTS,
+    "attempts": ATTEMPT_MUTANTS,
+    "runs": RUN_MUTANTS,
+    "consent": CONSENT_MUTANTS,
+    "agent_jobs": AGENT_JOB_MUTANTS,
+}
 """Mutants by machine; ``TENURE_KERNEL_MUTANT=<machine>:<mutant>`` applies one."""
 
 BEHAVIOURAL_TESTS: dict[str, list[str]] = {
     "queue": ["tests/test_queue_guarantees.py", "tests/test_queue_properties.py"],
     "attempts": ["tests/test_attempt_guarantees.py"],
+    "runs": ["tests/test_run_properties.py"],
+    "consent": ["tests/test_run_properties.py"],
+    "agent_jobs": ["tests/test_run_properties.py"],
 }
 """The tests of behaviour each machine's mutants must fail (never the spec comparison,
 which would catch every table edit without saying which guarantee broke)."""

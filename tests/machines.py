@@ -210,7 +210,7 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "not_current_owner": lambda r, c, n: c.owner_id != r.run.owner_id,
     "owner_unresolved": lambda r, c, n: not (
         _the_runs_owner(r, c.owner) and c.owner.complete is True
-        and c.owner.status in _RESOLVING_OWNER_STATUSES[r.run.owner_kind.value]
+        and c.owner.status in _RESOLVING_OWNER_STATUSES.get(r.run.owner_kind.value, set())
     ),
     "containment_unproven": lambda r, c, n: c.containment.open_jobs > 0 or c.containment.open_attempts > 0,
     "settles_done": lambda r, c, n: c.status.value == "done",

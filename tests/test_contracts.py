@@ -12,12 +12,16 @@ import sys
 
 import pytest
 
-import tenure.kernel.queue.contracts as queue_contracts
+import tenure.kernel.agent_jobs.contracts as agent_job_contracts
 import tenure.kernel.attempts.contracts as attempt_contracts
+import tenure.kernel.consents.contracts as consent_contracts
+import tenure.kernel.queue.contracts as queue_contracts
 import tenure.kernel.queue.machine as queue_machine
+import tenure.kernel.runs.contracts as run_contracts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CONTRACT_MODULES = [queue_contracts, queue_machine, attempt_contracts]
+CONTRACT_MODULES = [queue_contracts, queue_machine, attempt_contracts, run_contracts, consent_contracts,
+                    agent_job_contracts]
 
 
 def _conditions(function: object) -> list[str]:
@@ -41,7 +45,13 @@ def test_every_name_in_a_contract_resolves_in_its_module() -> None:
                         known = node.id in parameters or hasattr(builtins, node.id) or node.id in vars(module)
                         assert known, f"{module.__name__}.{name}: {node.id!r} is not defined"
                 checked += 1
-    assert checked >= 30
+    assert checked >= 150
+
+
+def test_every_machine_contracts_module_of_the_kernel_is_checked_here() -> None:
+    kernel = ROOT / "kernel"
+    found = {f"tenure.kernel.{path.parent.name}.contracts" for path in kernel.glob("*/contracts.py")}
+    assert found <= {module.__name__ for module in CONTRACT_MODULES}
 
 
 @pytest.mark.slow
@@ -54,6 +64,10 @@ def test_every_name_in_a_contract_resolves_in_its_module() -> None:
         ("attempts:resubmit_without_proof", "attempts.contracts.decide_begin_submit"),
         ("attempts:fabricate_failure_on_timeout", "attempts.contracts.decide_record_ambiguous"),
         ("attempts:accept_second_identity", "attempts.contracts.decide_record_accepted"),
+        ("runs:claim_ignores_sequence", "runs.contracts.decide_claim"),
+        ("runs:resume_without_owner_check", "runs.contracts.decide_resume"),
+        ("consent:second_verdict_wins", "consents.contracts.decide_decide_consent"),
+        ("agent_jobs:result_adopted_twice", "agent_jobs.contracts.decide_adopt_result"),
     ],
 )
 def test_crosshair_finds_a_counterexample_in_a_broken_kernel(mutant: str, target: str) -> None:

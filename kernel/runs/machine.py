@@ -158,7 +158,8 @@ def _owner_resolved(record: RunPair, command: Any) -> bool:
     return (
         run.owner_kind is not None and run.owner_id is not None
         and _owner_matches(record, owner, run.owner_kind, run.owner_id)
-        and owner.status in RESOLVED_OWNER_STATUSES[run.owner_kind] and owner.complete
+        # ``get``: a wait of kind HARDWARE has no owner row to resolve it (and no KeyError).
+        and owner.status in RESOLVED_OWNER_STATUSES.get(run.owner_kind, frozenset()) and owner.complete
     )
 
 

@@ -1,0 +1,49 @@
+"""Typed entry points to the consent kernel's ``decide``, one per command, carrying its
+contract (checked by CrossHair: ``.ci/crosshair_kernel.py check --analysis_kind=PEP316
+--per_condition_timeout=...``; see :mod:`tenure.kernel.queue.contracts` for why one per
+command).
+
+The shared postcondition is the list of transition rules (TR-C1 ... TR-C3 in
+``specs/consent.md``); each command adds the guarantee it is for: a consent is created
+only for a RUNNING Run (granted only by a preauthorization), a verdict applies only to a
+pending consent and only as one of the three verdicts, a sweep cancels only a pending
+consent.
+"""
+
+from __future__ import annotations
+
+# Names used only inside the pre/post lines below: CrossHair evaluates those lines in
+# this module's namespace (tests/test_contracts.py fails if one goes missing).
+from tenure.model import ConsentStatus  # noqa: F401
+
+from ..core import Decision, Refused  # noqa: F401
+from ..queue.commands import MAX_NOW_US  # noqa: F401
+from ..queue.record import MIN_INSTANT_US  # noqa: F401
+from .machine import decide, transition_violations  # noqa: F401
+from .record import CancelPending, ConsentRow, CreateConsent, DecideConsent
+
+__all__ = ["decide_create_consent", "decide_decide_consent", "decide_cancel_pending"]
+
+
+def decide_create_consent(record: ConsentRow | None, command: CreateConsent, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (record is None and command.run_running and (__return__.new_record.status is ConsentStatus.PENDING or command.row.preauthorized_by is not None))
+    """
+    return decide(record, command, now_us)
+
+
+def decide_decide_consent(record: ConsentRow | None, command: DecideConsent, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (record.status is ConsentStatus.PENDING and __return__.new_record.status is command.verdict and command.verdict in (ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED))
+    """
+    return decide(record, command, now_us)
+
+
+def decide_cancel_pending(record: ConsentRow | None, command: CancelPending, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (record.status is ConsentStatus.PENDING and __return__.new_record.decided_by == command.decided_by)
+    """
+    return decide(record, command, now_us)
