@@ -379,7 +379,8 @@ async def test_a_publish_error_is_recorded_and_raised_and_the_run_stays_queued_u
     run_id = (await runs.admit("run-1")).run.run_id
     runs.broker.fail_publishes = 1
     error = await raises(ErrorCode.RUN_BROKER_FAILED, runs.ledger.publish(run_id, 0, runs.broker))
-    assert error.reason == "publish_failed" and error.__cause__ is None
+    assert error.reason == "publish_failed"
+    assert error.__cause__ is None and error.__context__ is None, "the broker's exception never rides along"
     delivery = await runs.ledger.get_delivery(run_id, 0)
     assert (delivery.state, delivery.publish_attempts) == (DeliveryState.PENDING, 1)  # type: ignore[union-attr]
     (last_error,) = stored(runs_db, "tenure_run_deliveries", "delivery_id", hop_key(run_id, 0), "last_error")

@@ -467,11 +467,16 @@ class RunLedger:
                                       Refused):
             return False
         delivery = pair.current
+        failure: str | None = None
         try:
             await broker.publish(hop_key(key, seq), queue=delivery.queue, wire_priority=broker_priority(delivery.priority))
         except Exception as error:  # any broker failure: recorded, then raised as ours
-            await self._decide(key, RecordPublishError(enqueue_seq=seq, error=f"publish_failed:{type(error).__name__}"))
-            raise TenureError(ErrorCode.RUN_BROKER_FAILED, "publish_failed") from None
+            failure = f"publish_failed:{type(error).__name__}"
+        if failure is not None:
+            # Outside the except block: the broker's exception (and its text) never rides
+            # along as the context of ours, nor of a persistence failure while recording.
+            await self._decide(key, RecordPublishError(enqueue_seq=seq, error=failure))
+            raise TenureError(ErrorCode.RUN_BROKER_FAILED, "publish_failed")
         return await self._changed(key, RecordPublished(enqueue_seq=seq))
 
     async def claim(self, run_id: str, enqueue_seq: int, *, node: str) -> RunClaim | None:
