@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapter_support import raw
+from agent_job_strategies import job_records
 from attempt_strategies import attempt_records
+from consent_strategies import consent_records
 from queue_strategies import NOW, TOKENS, records
+from run_strategies import run_records
 from tenure.adapters import upgrade
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
+from tenure.adapters.runs.table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.dialects import open_store
 from tenure.adapters.queue.table import QUEUE_BINDINGS
 from tenure.adapters.store import Probe
@@ -32,7 +37,9 @@ from tenure.kernel.attempts import finders as attempt_finders
 from tenure.kernel.core import Finder
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.record import dedupe_key_of
-from tenure.model import JobStatus, QueueKind, TenureError
+from tenure.kernel.runs import finders as run_finders
+from tenure.kernel.runs.record import key_of
+from tenure.model import JobStatus, QueueKind, RunStatus, TenureError, canonical_json
 
 times = st.integers(NOW - 10**12, NOW + 10**12) | st.integers(NOW - 3, NOW + 3)
 
@@ -59,9 +66,51 @@ def _unique_queue_rows(rows: list[Any]) -> list[Any]:
 def _unique_attempt_rows(rows: list[Any]) -> list[Any]:
     return [
         dataclasses.replace(row, attempt_id=f"attempt-{number}", idempotency_key=f"key-{number}",
-                            owner_job_id=f"owner-{number % 3}", generation=number // 3 + 1)
+                            owner_job_id=f"owner-{number % 3}", generation=number // 3 + 1,
+                            run_id=RUN_IDS[number % 3])
         for number, row in enumerate(rows)
     ]
+
+
+RUN_IDS = ["run-0", "run-1", None]
+"""The Runs the owner rows (attempts, consents, jobs) belong to: two, and none."""
+SESSIONS = ["session-1", "session-2", None]
+
+
+def _unique_runs(pairs: list[Any]) -> list[Any]:
+    """The Runs of generated pairs (each keeping every invariant), one ID each, spread
+    over two sessions and none."""
+    return [
+        dataclasses.replace(pair.run, run_id=f"run-{number}", session_id=SESSIONS[number % 3])
+        for number, pair in enumerate(pairs)
+    ]
+
+
+def _unique_deliveries(pairs: list[Any]) -> list[Any]:
+    """The deliveries of generated pairs, one Run each: at most one unsettled per Run
+    (the partial unique index) because each pair keeps INV-R2."""
+    return [
+        dataclasses.replace(delivery, run_id=f"run-{number}", delivery_id=key_of(f"run-{number}", delivery.enqueue_seq))
+        for number, pair in enumerate(pairs)
+        for delivery in pair.deliveries
+    ]
+
+
+def _unique_consents(rows: list[Any]) -> list[Any]:
+    return [dataclasses.replace(row, consent_id=f"consent-{number}", run_id=RUN_IDS[number % 2])
+            for number, row in enumerate(rows)]
+
+
+def _unique_jobs(rows: list[Any]) -> list[Any]:
+    made = []
+    for number, row in enumerate(rows):
+        job_id = f"job-{number}"
+        result = row.result_json
+        if result is not None:  # a result names its own job (INV-J2)
+            result = canonical_json({**json.loads(result), "job_id": job_id})
+        made.append(dataclasses.replace(row, job_id=job_id, request_id=f"request-{number}",
+                                        run_id=RUN_IDS[number % 2], result_json=result))
+    return made
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +147,56 @@ def _attempt_finders(rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[st
     created = [row.created_at_us for row in rows] or [NOW]
     return st.one_of(
         st.tuples(st.just(attempt_finders.unresolved), st.just({})),
+        # The Run ledger's readers of attempts: a Run's owner, and its unresolved attempts.
+        st.tuples(st.just(run_finders.attempts_by_keys),
+                  st.lists(st.sampled_from(["attempt-0", "attempt-2", "attempt-9"]), max_size=3).map(
+                      lambda keys: {"keys": keys})),
+        st.tuples(st.just(run_finders.open_attempts_of_run),
+                  st.sampled_from(["run-0", "run-1", "run-9"]).map(lambda run_id: {"run_id": run_id})),
         st.tuples(st.just(attempt_finders.unresolved_after), st.fixed_dictionaries({
             "after_created": st.sampled_from(created).flatmap(lambda at: st.integers(at - 1, at + 1)),
             "after_id": st.sampled_from(["attempt-0", "attempt-1", "attempt-5"]),
         })),
+    )
+
+
+def _run_finders(rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[str, Any]]]:
+    created = [row.created_at_us for row in rows] or [NOW]
+    run_ids = st.sampled_from(["run-0", "run-1", "run-3", "run-9", "RUN-0"])
+    sessions = st.sampled_from(["session-1", "session-2", "SESSION-1", "session-1 ", "session-9"])
+
+    def page(flags: tuple[bool, bool, bool]) -> st.SearchStrategy[tuple[Finder, dict[str, Any]]]:
+        status, session, after = flags
+        parameters: dict[str, Any] = {}
+        if status:
+            parameters["status"] = st.sampled_from(RunStatus)
+        if session:
+            parameters["session_id"] = sessions
+        if after:
+            parameters["after_created"] = st.sampled_from(created).flatmap(lambda at: st.integers(at - 1, at + 1))
+            parameters["after_id"] = run_ids
+        finder = run_finders.runs_page(status=status, session=session, after=after)
+        return st.tuples(st.just(finder), st.fixed_dictionaries(parameters))
+
+    return st.one_of(
+        st.tuples(st.just(run_finders.runs_by_keys), st.lists(run_ids, max_size=3).map(lambda keys: {"keys": keys})),
+        st.tuples(st.just(run_finders.session_open), sessions.map(lambda session: {"session_id": session})),
+        st.tuples(st.booleans(), st.booleans(), st.booleans()).flatmap(page),
+    )
+
+
+def _delivery_finders(rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[str, Any]]]:
+    keys = [row.delivery_id for row in rows] + ["run:run-9:0", "run:run-0:7"]
+    return st.tuples(st.just(run_finders.deliveries_by_keys),
+                     st.lists(st.sampled_from(keys), max_size=3).map(lambda chosen: {"keys": chosen}))
+
+
+def _owner_finders(by_keys: Finder, of_run: Finder, prefix: str) -> Callable[[list[Any]], st.SearchStrategy[tuple[Finder, dict[str, Any]]]]:
+    keys = st.sampled_from([f"{prefix}-0", f"{prefix}-1", f"{prefix}-3", f"{prefix}-9"])
+    runs = st.sampled_from(["run-0", "run-1", "run-9", "RUN-0"])
+    return lambda rows: st.one_of(
+        st.tuples(st.just(by_keys), st.lists(keys, max_size=3).map(lambda chosen: {"keys": chosen})),
+        st.tuples(st.just(of_run), runs.map(lambda run_id: {"run_id": run_id})),
     )
 
 
@@ -118,6 +213,26 @@ CASES = {
         ATTEMPTS_BINDING,
         st.lists(attempt_records().filter(lambda r: r is not None), max_size=6).map(_unique_attempt_rows),
         _attempt_finders,
+    ),
+    "runs": TableCase(
+        RUNS_BINDING,
+        st.lists(run_records().filter(lambda pair: pair is not None), max_size=6).map(_unique_runs),
+        _run_finders,
+    ),
+    "run_deliveries": TableCase(
+        DELIVERIES_BINDING,
+        st.lists(run_records().filter(lambda pair: pair is not None), max_size=5).map(_unique_deliveries),
+        _delivery_finders,
+    ),
+    "consents": TableCase(
+        CONSENTS_BINDING,
+        st.lists(consent_records().filter(lambda r: r is not None), max_size=6).map(_unique_consents),
+        _owner_finders(run_finders.consents_by_keys, run_finders.pending_consents_of_run, "consent"),
+    ),
+    "agent_jobs": TableCase(
+        AGENT_JOBS_BINDING,
+        st.lists(job_records().filter(lambda r: r is not None), max_size=6).map(_unique_jobs),
+        _owner_finders(run_finders.jobs_by_keys, run_finders.open_jobs_of_run, "job"),
     ),
 }
 
