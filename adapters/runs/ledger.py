@@ -309,7 +309,8 @@ class RunLedger:
             reason = error.reason
         else:
             return
-        raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, reason)
+        # Ours replaces the shared store's error: a traceback shows one error, not two.
+        raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, reason) from None
 
     async def _in_transaction(self, body: Any, *, write: bool = True) -> Any:
         async with self._run_errors():
@@ -763,7 +764,10 @@ class RunLedger:
         terminal = {member.value: member for member in TERMINAL_AGENT_JOB_STATUSES}
         stated = result.get("status") if type(result) is dict else None
         status = terminal.get(stated) if type(stated) is str else None
-        problem = "result_status_mismatch" if status is None else result_problem(result, key, status)
+        if type(result) is not dict:
+            problem: str | None = "json_object_required"
+        else:
+            problem = "result_status_mismatch" if status is None else result_problem(result, key, status)
         if problem is not None:
             raise _refuse("result", problem)
         return await self._job_command(key, AdoptResult(status=status, result_json=text))  # type: ignore[arg-type]
