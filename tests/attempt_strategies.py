@@ -97,7 +97,7 @@ def attempt_commands(draw: st.DrawFn, kind: AttemptCommandType, record: AttemptR
         predecessor = draw(st.none() | st.sampled_from(AttemptState))
         return Prepare(row=row, predecessor_state=predecessor,
                        predecessor_generation=0 if predecessor is None else draw(st.integers(0, 3)),
-                       key_held_elsewhere=draw(st.booleans()))
+                       key_held_elsewhere=draw(st.booleans()), run_closed=draw(st.booleans()))
     if kind is C.BEGIN_SUBMIT:
         pool = [*EGRESS, "egress-fresh", "denied-0"]
         return BeginSubmit(egress_decision_id=draw(st.sampled_from(pool)), egress_allowed=draw(st.booleans()),

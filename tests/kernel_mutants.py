@@ -171,6 +171,13 @@ def not_found_during_lease_proves_no_effect() -> None:
     attempts.GUARDS["not_found_during_submit_lease"] = lambda record, command, now_us: False
 
 
+def prepare_ignores_closed_run() -> None:
+    # A new attempt lands for a Run that is settled or being cancelled: an effect behind
+    # the Run's containment check.
+    key = (AS.ABSENT, AC.PREPARE)
+    attempts.TABLE[key] = tuple(rule for rule in attempts.TABLE[key] if rule.guard != "run_closed")
+
+
 def cancelled_on_request() -> None:
     for state in (AS.SUBMITTING, AS.ACCEPTED, AS.RUNNING, AS.INDETERMINATE):
         _attempt_rules(state, AC.REQUEST_CANCEL, lambda rule: dataclasses.replace(
@@ -187,6 +194,7 @@ ATTEMPT_MUTANTS: dict[str, Callable[[], None]] = {
         new_generation_over_open_one,
         not_found_during_lease_proves_no_effect,
         cancelled_on_request,
+        prepare_ignores_closed_run,
     )
 }
 

@@ -133,6 +133,7 @@ def _found(name: str) -> Callable[[Any, Any, int], bool]:
 
 ATTEMPT_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "always": lambda r, c, n: True,
+    "run_closed": lambda r, c, n: c.run_closed is True,
     "spec_differs": lambda r, c, n: r.spec_digest != c.row.spec_digest,
     "key_held_elsewhere": lambda r, c, n: c.key_held_elsewhere is True,
     "generation_gap": lambda r, c, n: c.row.generation - c.predecessor_generation != 1,

@@ -72,13 +72,14 @@ def submitting(**changes: object) -> AttemptRow:
 
 def test_prepare_records_a_prepared_attempt_with_nothing_transmitted() -> None:
     row = applied(decide(None, Prepare(row=prepared(), predecessor_state=None, predecessor_generation=0,
-                                       key_held_elsewhere=False), NOW))
+                                       key_held_elsewhere=False, run_closed=False), NOW))
     assert (row.state, row.transmissions, row.created_at_us) == (AttemptState.PREPARED, 0, NOW)
 
 
 def test_prepare_again_with_the_same_spec_replays_and_a_changed_spec_conflicts() -> None:
     row = prepared()
-    same = Prepare(row=row, predecessor_state=None, predecessor_generation=0, key_held_elsewhere=False)
+    same = Prepare(row=row, predecessor_state=None, predecessor_generation=0, key_held_elsewhere=False,
+                   run_closed=False)
     assert applied(decide(row, same, NOW)) == row
     changed = dataclasses.replace(same, row=dataclasses.replace(row, spec_digest="sha256:" + "d" * 64))
     assert refused(decide(row, changed, NOW), AttemptRefusal.SPEC_CHANGED)
@@ -89,7 +90,7 @@ def test_prepare_again_with_the_same_spec_replays_and_a_changed_spec_conflicts()
                                          AttemptState.RUNNING, AttemptState.INDETERMINATE])
 def test_a_new_generation_over_an_unresolved_predecessor_is_refused(predecessor: AttemptState) -> None:
     command = Prepare(row=prepared(generation=2, idempotency_key="key-2"), predecessor_state=predecessor,
-                      predecessor_generation=1, key_held_elsewhere=False)
+                      predecessor_generation=1, key_held_elsewhere=False, run_closed=False)
     assert refused(decide(None, command, NOW), AttemptRefusal.PREDECESSOR_UNRESOLVED)
     assert OUTCOMES[AttemptRefusal.PREDECESSOR_UNRESOLVED] is ErrorCode.ATTEMPT_PREDECESSOR_UNRESOLVED
 
@@ -97,18 +98,41 @@ def test_a_new_generation_over_an_unresolved_predecessor_is_refused(predecessor:
 @pytest.mark.parametrize("predecessor", [AttemptState.FAILED, AttemptState.CANCELLED])
 def test_a_new_generation_follows_a_failed_or_cancelled_predecessor(predecessor: AttemptState) -> None:
     command = Prepare(row=prepared(generation=2, idempotency_key="key-2"), predecessor_state=predecessor,
-                      predecessor_generation=1, key_held_elsewhere=False)
+                      predecessor_generation=1, key_held_elsewhere=False, run_closed=False)
     assert applied(decide(None, command, NOW)).generation == 2
 
 
 def test_a_gap_a_succeeded_predecessor_or_a_reused_key_conflict() -> None:
     gap = Prepare(row=prepared(generation=3), predecessor_state=AttemptState.FAILED, predecessor_generation=1,
-                  key_held_elsewhere=False)
+                  key_held_elsewhere=False, run_closed=False)
     assert refused(decide(None, gap, NOW), AttemptRefusal.GENERATION_GAP)
     after_success = dataclasses.replace(gap, row=prepared(generation=2), predecessor_state=AttemptState.SUCCEEDED)
     assert refused(decide(None, after_success, NOW), AttemptRefusal.PREDECESSOR_SUCCEEDED)
     reused = dataclasses.replace(gap, row=prepared(generation=2), key_held_elsewhere=True)
     assert refused(decide(None, reused, NOW), AttemptRefusal.KEY_REUSED)
+
+
+def test_a_new_attempt_for_a_run_that_is_not_running_is_refused_as_an_owner_mismatch() -> None:
+    # Whatever else holds: the Run's containment check may already have passed.
+    fresh = Prepare(row=prepared(run_id="run-1"), predecessor_state=None, predecessor_generation=0,
+                    key_held_elsewhere=False, run_closed=True)
+    assert refused(decide(None, fresh, NOW), AttemptRefusal.RUN_CLOSED)
+    retry = Prepare(row=prepared(run_id="run-1", generation=2, idempotency_key="key-2"),
+                    predecessor_state=AttemptState.FAILED, predecessor_generation=1, key_held_elsewhere=False,
+                    run_closed=True)
+    assert refused(decide(None, retry, NOW), AttemptRefusal.RUN_CLOSED)
+    assert OUTCOMES[AttemptRefusal.RUN_CLOSED] is ErrorCode.RUN_OWNER_MISMATCH
+    assert applied(decide(None, dataclasses.replace(fresh, run_closed=False), NOW)).run_id == "run-1"
+
+
+def test_a_replay_of_an_existing_attempt_is_answered_even_once_its_run_is_closed() -> None:
+    row = prepared(run_id="run-1")
+    again = Prepare(row=row, predecessor_state=None, predecessor_generation=0, key_held_elsewhere=False,
+                    run_closed=True)
+    decision = decide(row, again, NOW)
+    assert applied(decision) == row
+    changed = dataclasses.replace(again, row=dataclasses.replace(row, spec_digest="sha256:" + "d" * 64))
+    assert refused(decide(row, changed, NOW), AttemptRefusal.SPEC_CHANGED)
 
 
 # --- transmission ------------------------------------------------------------------------------

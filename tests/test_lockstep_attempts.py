@@ -89,7 +89,9 @@ class AttemptModel:
         met, state, generation, held = finders.prepare_meets(
             located, attempt_id=row.attempt_id, owner_job_id=request.owner_job_id, idempotency_key=request.idempotency_key
         )
-        command = Prepare(row=row, predecessor_state=state, predecessor_generation=generation, key_held_elsewhere=held)
+        # No Run exists in these databases: an attempt's Run is never closed.
+        command = Prepare(row=row, predecessor_state=state, predecessor_generation=generation, key_held_elsewhere=held,
+                          run_closed=False)
         decision = decide(met, command, now)
         if isinstance(decision, Refused):
             raise TenureError(ATTEMPTS.outcomes[decision.reason], decision.reason.value)  # type: ignore[arg-type]

@@ -1,8 +1,9 @@
 """The attempt ledger: ``ServiceJobAttempt@1`` records on SQLite or PostgreSQL.
 
 Every method is one transaction on the shared engine: it locks the attempt (``prepare``:
-every attempt of the owner job and any holding the key), reads the database time after
-the lock, asks the attempt kernel, and persists its decision with a compare-and-set.
+the Run the attempt names, if any, then every attempt of the owner job and any holding
+the key), reads the database time after the lock, asks the attempt kernel, and persists
+its decision with a compare-and-set.
 The answer law is the job sources': ``True`` (or a value) means the exact change
 applied; ``False`` (or ``None``) means stale, ineligible or already applied, and nothing
 changed; a conflict raises ``TenureError`` with its ``ATTEMPT_*`` code; a database
@@ -50,6 +51,7 @@ from tenure.kernel.attempts.commands import (
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied, Decision
 from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
+from tenure.kernel.runs.finders import runs_by_keys
 from tenure.model import (
     ENVELOPE_TAG,
     AttemptPage,
@@ -67,6 +69,7 @@ from tenure.model import (
     ProviderFailed,
     ProviderGuarantees,
     RejectedBeforeEffect,
+    RunStatus,
     TenureError,
     ToolBinding,
     Transmission,
@@ -79,6 +82,7 @@ from tenure.model.attempts import MAX_REFS, check_reason, check_refs
 from ..dialects import open_store
 from ..engine import Engine, raise_if_conflict
 from ..failures import persistence_failed
+from ..runs.table import RUNS_BINDING, RUNS_TABLE
 from ..store import Transaction
 from .table import ATTEMPTS_BINDING
 
@@ -169,6 +173,22 @@ def _row_of(spec: AttemptSpec) -> AttemptRow:
         progress_cursor=None, result_refs=(), diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(),
         cancel_requested=False, evidence=(), reservation_released=False, created_at_us=0, updated_at_us=0,
     )
+
+
+_RUN_ID_CHARS = RUNS_TABLE.column("run_id").sql_type.length  # type: ignore[attr-defined]
+
+
+async def _run_closed(tx: Transaction, run_id: str | None) -> bool:
+    """Whether ``run_id`` names a Run of this database that is not RUNNING, observed under
+    that Run's lock (taken before any attempt's: the Run ledger's order, so the two never
+    wait for each other in a cycle). The Run ledger counts a Run's open attempts under
+    the same lock before it settles or cancels the Run, so an attempt prepared for it
+    either lands before that count or sees the Run closed. No Run, or an ID no Run row
+    can hold, is never closed: attempts are also used without Runs."""
+    if run_id is None or len(run_id) > _RUN_ID_CHARS:
+        return False
+    runs = await tx.locked(RUNS_BINDING, runs_by_keys, {"keys": [run_id]})
+    return bool(runs) and runs[0].status is not RunStatus.RUNNING
 
 
 def _parsed(text: str | None) -> Any:
@@ -286,20 +306,23 @@ class AttemptLedger:
         """Record an attempt before its first transmission; the same spec again returns the
         same attempt ID. A changed spec, a reused key, a generation gap or a succeeded
         predecessor raise ATTEMPT_PREPARE_CONFLICT; an unresolved predecessor raises
-        ATTEMPT_PREDECESSOR_UNRESOLVED. Nothing is stored on a refusal."""
+        ATTEMPT_PREDECESSOR_UNRESOLVED; a new attempt naming a Run of this database that
+        is not RUNNING raises RUN_OWNER_MISMATCH. Nothing is stored on a refusal."""
         if type(spec) is not AttemptSpec:
             raise _refuse("spec", "attempt_spec_required")
         row = _row_of(spec)
         binding = ATTEMPTS_BINDING
 
         async def body(tx: Transaction) -> Decision:
+            run_closed = await _run_closed(tx, spec.run_id)
             rows = await tx.locked(binding, finders.of_owner_or_key,
                                    {"owner_job_id": spec.owner_job_id, "key": spec.idempotency_key})
             met, predecessor_state, predecessor_generation, key_held = finders.prepare_meets(
                 rows, attempt_id=row.attempt_id, owner_job_id=spec.owner_job_id, idempotency_key=spec.idempotency_key
             )
             command = Prepare(row=row, predecessor_state=predecessor_state,
-                              predecessor_generation=predecessor_generation, key_held_elsewhere=key_held)
+                              predecessor_generation=predecessor_generation, key_held_elsewhere=key_held,
+                              run_closed=run_closed)
             decision = await self._engine.decide_one(tx, binding, met, command)
             raise_if_conflict(binding, decision)
             return decision

@@ -2,9 +2,10 @@
 
 A command carries what the kernel needs besides the record and the database time: the
 caller's inputs (evidence, an egress decision, a lookup result), policy (the submit
-lease) and observations the adapter made under the same lock (the owner job's latest
-other attempt, whether another attempt holds the idempotency key). Evidence and lookup
-results are plain values here: the ledger turns the public ones into these.
+lease) and observations the adapter made under the same locks (the owner job's latest
+other attempt, whether another attempt holds the idempotency key, whether the Run the
+attempt names is recorded and no longer RUNNING). Evidence and lookup results are plain
+values here: the ledger turns the public ones into these.
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ class Prepare:
     """That attempt's generation (0 when there is none)."""
     key_held_elsewhere: bool
     """Observed under the lock: another attempt already holds this idempotency key."""
+    run_closed: bool
+    """Observed under the Run's lock: the attempt names a Run that exists in this
+    database and is not RUNNING. An attempt without a Run, or naming none of this
+    database's Runs (attempts are also used without Runs), is never closed."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,7 +3,7 @@ contract (checked by CrossHair: ``.ci/crosshair_kernel.py check --analysis_kind=
 --per_condition_timeout=...``; see :mod:`tenure.kernel.queue.contracts` for why one per
 command).
 
-The shared postcondition is the list of transition rules (TR-A1 ... TR-A9 in
+The shared postcondition is the list of transition rules (TR-A1 ... TR-A10 in
 ``specs/attempts.md``); a few commands add their own: a transmission grows by at most one,
 an ambiguous outcome or an ended submit lease is never FAILED, an identity once recorded
 is kept, a reservation is never released while INDETERMINATE.

@@ -20,6 +20,11 @@ transmission had no effect (a lookup that vouches for it, outside the submit lea
 on a binding whose provider replays the same key atomically. The provider's job identity
 is recorded once and never changes: a second, different one is a conflict.
 
+An attempt that names a Run recorded in the same database is prepared only while that
+Run is ``running`` (observed under the Run's lock, which the Run ledger's settlement and
+cancellation also take before they count the Run's open attempts): so no attempt lands
+behind a containment check that already passed.
+
 Three actors move an attempt: its runner (submit, acknowledgements, polls), a
 reconciler after a crash (lookups, the submit lease's end), and the owner (cancel,
 reservation release). The invariants (``specs/attempts.md``): the record invariants of
@@ -92,6 +97,7 @@ class AttemptRefusal(enum.Enum):
     NO_RESERVATION = "no_reservation"
     CONTAINMENT_UNPROVEN = "containment_unproven"
     NOT_FINISHED = "not_finished"
+    RUN_CLOSED = "run_closed"
 
 
 R = AttemptRefusal
@@ -105,6 +111,7 @@ OUTCOMES: dict[AttemptRefusal, ErrorCode | None] = {
         R.IDENTITY_CONFLICT: ErrorCode.ATTEMPT_IDENTITY_CONFLICT,
         R.RESUBMIT_UNPROVEN: ErrorCode.ATTEMPT_RESUBMIT_UNPROVEN,
         R.EGRESS_REUSED: ErrorCode.ATTEMPT_RESUBMIT_UNPROVEN,
+        R.RUN_CLOSED: ErrorCode.RUN_OWNER_MISMATCH,
     }.get(reason)
     for reason in AttemptRefusal
 }
@@ -140,6 +147,7 @@ def _found(state: AttemptState) -> Callable[[Any, Any, int], bool]:
 GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "always": lambda record, command, now_us: True,
     # prepare
+    "run_closed": lambda record, command, now_us: command.run_closed,
     "spec_differs": lambda record, command, now_us: record.spec_digest != command.row.spec_digest,
     "key_held_elsewhere": lambda record, command, now_us: command.key_held_elsewhere,
     "generation_gap": lambda record, command, now_us: command.row.generation != command.predecessor_generation + 1,
@@ -309,6 +317,7 @@ ROWS: tuple[Row, ...] = (
     # One row per spec row of specs/attempts.md, in its order: (from, command, guard, to,
     # effect or refusal). SAME is the spec's "same". The first row of a (state, command)
     # pair whose guard holds decides.
+    Row((S.ABSENT,), C.PREPARE, "run_closed", SAME, R.RUN_CLOSED),
     Row((S.ABSENT,), C.PREPARE, "key_held_elsewhere", SAME, R.KEY_REUSED),
     Row((S.ABSENT,), C.PREPARE, "generation_gap", SAME, R.GENERATION_GAP),
     Row((S.ABSENT,), C.PREPARE, "predecessor_succeeded", SAME, R.PREDECESSOR_SUCCEEDED),
@@ -460,7 +469,7 @@ def _proven_resubmission(record: AttemptRow, command: Any, now_us: int) -> bool:
 def transition_violations(
     record: AttemptRow | None, command: AttemptCommand, now_us: int, decision: Decision
 ) -> list[str]:
-    """The transition rules (TR-A1 ... TR-A9 in specs/attempts.md) a decision breaks."""
+    """The transition rules (TR-A1 ... TR-A10 in specs/attempts.md) a decision breaks."""
     if isinstance(decision, Refused):
         return []
     new = decision.new_record
@@ -475,6 +484,8 @@ def transition_violations(
             and not command.key_held_elsewhere  # type: ignore[union-attr]
         ):
             broken.append("TR-A9")  # a new generation only over a resolved predecessor, with a new key
+        if new is not None and command.run_closed:  # type: ignore[union-attr]
+            broken.append("TR-A10")  # a new attempt only while its Run, if recorded, is RUNNING
         return broken
     if new is None:
         return ["TR-A1"]  # attempts are never deleted
