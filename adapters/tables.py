@@ -100,6 +100,7 @@ class Step(enum.Enum):
     OWNED = "owned_v2"
     ATTEMPTS = "attempts_v1"
     RUNS = "runs_v1"
+    RECOVERY = "runs_v2"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

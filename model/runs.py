@@ -228,7 +228,8 @@ class WorkflowPin:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RunRecord:
-    """A Run as stored. ``node`` is the node of the latest claim; ``owner_kind`` and
+    """A Run as stored. ``node`` is the node of the latest claim (``admitted_node`` the
+    node that admitted it); ``owner_kind`` and
     ``owner_id`` the owner of the current (or, once cancelling or finished, the last)
     wait."""
 
@@ -252,6 +253,8 @@ class RunRecord:
     error: str | None
     created_at: dt.datetime
     updated_at: dt.datetime
+    admitted_node: str | None = None
+    """The node that admitted the Run (``admit(..., node=...)``; None: any node)."""
 
     @property
     def intent(self) -> RunIntent:

@@ -22,6 +22,7 @@ from tenure.kernel.runs.commands import (
     EnterHardwareWait,
     FailHeld,
     FinishCancel,
+    Rotate,
     LeaveHardwareWait,
     OwnerEvidence,
     Park,
@@ -278,6 +279,8 @@ def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) 
         error = "boom" if status is RunStatus.FAILED else None
         return Settle(enqueue_seq=seq, status=status, error=error, containment=_containment(draw))
     hop = draw(st.none() | st.sampled_from(BrokerJobState))
+    if kind is C.ROTATE:
+        return Rotate(enqueue_seq=seq, hop=hop)
     return FinishCancel(enqueue_seq=seq, hop=hop, containment=_containment(draw))
 
 

@@ -39,6 +39,7 @@ from tenure.kernel.runs.commands import (
     Containment,
     FinishCancel,
     Resume,
+    Rotate,
     Settle,
 )
 from tenure.kernel.runs.record import RunPair, key_of
@@ -167,6 +168,8 @@ BROKEN_RUN_RULES: dict[str, tuple[RunPair | None, Any, RunPair | None]] = {
     "TR-R7": (_CANCELLING, FinishCancel(enqueue_seq=0, hop=BrokerJobState.ACTIVE, containment=_NONE_OPEN),
               _pair(RunStatus.CANCELLED, D.SETTLED)),
     "TR-R8": (None, _admit(busy=True), _QUEUED),
+    # a rotation of a fresh hop that opens a resumed one (the mode guessed, not kept)
+    "TR-R9": (_QUEUED, Rotate(enqueue_seq=0, hop=BrokerJobState.COMPLETE), _two(_pair(), D.SETTLED)),
 }
 
 

@@ -164,6 +164,7 @@ def _digest(document: Any) -> str:
 
 def admission_rows(
     intent: RunIntent, workflow: WorkflowPin, queue: str, priority: int, idempotency_key: str | None, run_id: str,
+    node: str | None = None,
 ) -> tuple[RunRow, DeliveryRow]:
     """The Run and delivery 0 an admission asks the kernel to store (checked arguments;
     where they stand and their times are the kernel's)."""
@@ -180,7 +181,7 @@ def admission_rows(
         requested_priority=intent.requested_priority, intent_digest=digest, idempotency_key=idempotency_key,
         queue=queue, priority=doctrine, workflow_name=workflow.name, workflow_revision=workflow.revision,
         workflow_digest=workflow.digest, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
-        owner_id=None, error=None, created_at_us=0, updated_at_us=0,
+        owner_id=None, error=None, created_at_us=0, updated_at_us=0, admitted_node=node,
     )
     template = DeliveryRow(
         delivery_id=key_of(run_id, 0), run_id=run_id, enqueue_seq=0, state=DeliveryState.PENDING, queue=queue,
@@ -217,6 +218,7 @@ def _public_run(row: RunRow) -> RunRecord:
         idempotency_key=row.idempotency_key, enqueue_seq=row.enqueue_seq, started_at=_instant(row.started_at_us),
         node=row.node, owner_kind=row.owner_kind, owner_id=row.owner_id, error=row.error,
         created_at=_instant(row.created_at_us), updated_at=_instant(row.updated_at_us),  # type: ignore[arg-type]
+        admitted_node=row.admitted_node,
     )
 
 
@@ -393,10 +395,14 @@ class RunLedger:
     async def admit(
         self, intent: RunIntent, *, workflow: WorkflowPin, queue: str, priority: int,
         idempotency_key: str | None = None, hold: bool = False, session_fence: bool = False,
+        node: str | None = None,
     ) -> Admission:
         """Record a QUEUED Run and its delivery 0 (HELD with ``hold=True``, else PENDING) in
         one transaction, or return the stored admission of the same key and intent. It
-        never publishes: publish the returned delivery when it is PENDING."""
+        never publishes: publish the returned delivery when it is PENDING. ``node`` names
+        the admitting node: startup recovery on a node fails only its own unreleased HELD
+        admissions (without one, an admission belongs to every node, as in one
+        process). A replay keeps the stored node."""
         if type(intent) is not RunIntent:
             raise _refuse("intent", "run_intent_required")
         if type(workflow) is not WorkflowPin:
@@ -409,8 +415,10 @@ class RunLedger:
             raise _refuse("hold" if type(hold) is not bool else "session_fence", "boolean_required")
         if session_fence and intent.session_id is None:
             raise _refuse("session_fence", "session_required")
+        if node is not None:
+            check_text(node, "node")
         run_id = run_id_for(intent.source, idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
-        row, template = admission_rows(intent, workflow, queue, priority, idempotency_key, run_id)
+        row, template = admission_rows(intent, workflow, queue, priority, idempotency_key, run_id, node)
 
         async def body(tx: Transaction) -> Admission:
             # Named locks first, always in this order: same-key admissions and one

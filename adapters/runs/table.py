@@ -1,6 +1,6 @@
 """The Run ledger's tables, created by the ``runs_v1`` step in the queues' database.
 
-``tenure_runs`` (one row per Run), ``tenure_run_deliveries`` (one row per hop, keyed by
+``tenure_runs`` (one row per Run; ``runs_v2`` adds ``admitted_node``), ``tenure_run_deliveries`` (one row per hop, keyed by
 its hop key; at most one unsettled per Run, enforced by a partial unique index on both
 databases), ``tenure_consents`` and ``tenure_agent_jobs`` (the Run's owners). CHECK
 constraints hold the stored values to the machines' states and bounds even against a
@@ -68,6 +68,9 @@ RUNS_TABLE = TableSpec(
         _column("error", C.OPTIONAL_TEXT, Text(), mutable=True),
         _column("created_at", C.INSTANT, _INSTANT, mutable=False, field="created_at_us"),
         _column("updated_at", C.INSTANT, _INSTANT, mutable=True, field="updated_at_us"),
+        # runs_v2 (recovery): the admitting node, so startup fails only its own node's
+        # unreleased HELD admissions (NULL: every node's, as in one process).
+        ColumnSpec("admitted_node", "admitted_node", C.OPTIONAL_TEXT, String(128), True, False, step=Step.RECOVERY),
     ),
     indexes=(
         IndexSpec("ix_tenure_runs_status_updated", ("status", "updated_at", "run_id"), step=_STEP),

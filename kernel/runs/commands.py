@@ -35,10 +35,12 @@ __all__ = [
     "Settle",
     "BeginCancel",
     "FinishCancel",
+    "Rotate",
     "RunCommand",
     "Admitted",
     "Claimed",
     "Resumed",
+    "Rotated",
     "Settled",
     "Ticket",
     "Swept",
@@ -63,6 +65,7 @@ class RunCommandType(enum.Enum):
     SETTLE = "settle"
     BEGIN_CANCEL = "begin_cancel"
     FINISH_CANCEL = "finish_cancel"
+    ROTATE = "rotate"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,9 +200,20 @@ class FinishCancel:
     containment: Containment
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Rotate:
+    """Recovery: the broker finished with the QUEUED hop ``enqueue_seq`` without it ever
+    being claimed (a worker died before its claim, or the hop was aborted); open the
+    next hop with the same resume mode. ``hop`` is what the broker said of the old key."""
+
+    kind: ClassVar[RunCommandType] = RunCommandType.ROTATE
+    enqueue_seq: int
+    hop: BrokerJobState | None
+
+
 RunCommand = (
     Admit | Release | FailHeld | RecordPublished | RecordPublishError | Claim | EnterHardwareWait
-    | LeaveHardwareWait | Park | Resume | Settle | BeginCancel | FinishCancel
+    | LeaveHardwareWait | Park | Resume | Settle | BeginCancel | FinishCancel | Rotate
 )
 
 
@@ -241,8 +255,15 @@ class Swept:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Rotated:
+    """The next hop was opened (publish it)."""
+
+    enqueue_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Ack:
     """The exact change applied."""
 
 
-RunReply = Admitted | Claimed | Resumed | Settled | Ticket | Swept | Ack
+RunReply = Admitted | Claimed | Resumed | Rotated | Settled | Ticket | Swept | Ack

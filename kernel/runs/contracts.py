@@ -3,7 +3,7 @@ contract (checked by CrossHair: ``.ci/crosshair_kernel.py check --analysis_kind=
 --per_condition_timeout=...``; see :mod:`tenure.kernel.queue.contracts` for why one per
 command).
 
-The shared postcondition is the list of transition rules (TR-R1 ... TR-R8 in
+The shared postcondition is the list of transition rules (TR-R1 ... TR-R9 in
 ``specs/runs.md``). The commands add what the rules leave to the guards: a command that
 names a hop applies only to the Run's current sequence (nothing an old hop does touches
 a later one); a replay never changes the stored pair (nor its route); a park records an
@@ -37,6 +37,7 @@ from .commands import (
     Settle,
     BeginCancel,
     FinishCancel,
+    Rotate,
 )
 from .machine import decide, transition_violations  # noqa: F401
 from .record import RunPair
@@ -55,6 +56,7 @@ __all__ = [
     "decide_settle",
     "decide_begin_cancel",
     "decide_finish_cancel",
+    "decide_rotate",
 ]
 
 
@@ -171,5 +173,14 @@ def decide_finish_cancel(record: RunPair | None, command: FinishCancel, now_us: 
     pre: record is None or len(record.deliveries) == 1
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or record.run.status is RunStatus.CANCELLED or (command.enqueue_seq == record.run.enqueue_seq and command.containment.proven and command.hop is not None and command.hop not in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE))
+    """
+    return decide(record, command, now_us)
+
+
+def decide_rotate(record: RunPair | None, command: Rotate, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    pre: record is None or len(record.deliveries) == 1
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and __return__.new_record.current.resume == record.current.resume and command.hop in (BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED))
     """
     return decide(record, command, now_us)

@@ -52,6 +52,7 @@ from .commands import (
     RunCommand,
     RunCommandType,
     Resumed,
+    Rotated,
     Settled,
     Swept,
     Ticket,
@@ -109,6 +110,7 @@ class RunRefusal(enum.Enum):
     HOP_LIVE = "hop_live"
     FINISHED = "finished"
     NOT_CANCELLING = "not_cancelling"
+    HOP_UNFINISHED = "hop_unfinished"
 
 
 R = RunRefusal
@@ -140,6 +142,7 @@ CANCELLED_BY = "tenure:run-cancelled"
 """``decided_by`` of the pending consents a settlement or a cancellation sweeps."""
 
 _LIVE_HOP = frozenset({BrokerJobState.QUEUED, BrokerJobState.ACTIVE})
+_FINISHED_HOP = frozenset({BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED})
 
 
 # --- guards: named predicates over (pair, command, now_us) ------------------------------
@@ -189,6 +192,8 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "containment_unproven": lambda record, command, now_us: not command.containment.proven,
     "settles_done": lambda record, command, now_us: command.status is RunStatus.DONE,
     "hop_live": lambda record, command, now_us: command.hop is None or command.hop in _LIVE_HOP,
+    # recovery: only a hop the broker finished with (not live, not absent, known) rotates
+    "hop_unfinished": lambda record, command, now_us: command.hop not in _FINISHED_HOP,
 }
 
 
@@ -262,6 +267,21 @@ def _resume(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
                  owner_kind=None, owner_id=None)
 
 
+def _rotate(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
+    # The broker finished with a hop nobody claimed: the same Run goes on at the next
+    # sequence, in the mode the stored delivery had (fresh or resume), never guessed
+    # from the Run's status, on the same queue and priority.
+    current = record.current
+    seq = record.run.enqueue_seq + 1
+    opened = DeliveryRow(
+        delivery_id=key_of(record.run.run_id, seq), run_id=record.run.run_id, enqueue_seq=seq,
+        state=DeliveryState.PENDING, queue=current.queue, priority=current.priority, resume=current.resume,
+        publish_attempts=0, last_error=None, claimed_by=None, published_at_us=None, claimed_at_us=None,
+        settled_at_us=None, created_at_us=now_us,
+    )
+    return _move(record, now_us, Rotated(seq), delivery=_settled(now_us), opened=opened, enqueue_seq=seq)
+
+
 def _settle(status: RunStatus) -> Callable[[Any, Any, int], Applied[RunPair]]:
     def effect(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
         return _move(record, now_us, Settled(SETTLED_BY), delivery=_settled(now_us), status=status,
@@ -295,6 +315,7 @@ EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
     "park_delegate": _park(RunStatus.AWAITING_DELEGATE),
     "park_service": _park(RunStatus.AWAITING_SERVICE),
     "resume": _resume,
+    "rotate": _rotate,
     "settle_done": _settle(RunStatus.DONE),
     "settle_failed": _settle(RunStatus.FAILED),
     "begin_cancel": lambda record, command, now_us: _move(
@@ -324,6 +345,7 @@ _FINISHED = (S.DONE, S.FAILED)
 _TERMINAL = (S.DONE, S.FAILED, S.CANCELLED)
 _NOT_QUEUED = tuple(step for step in _ALL if step is not S.QUEUED)
 _NOT_RUNNING = tuple(step for step in _ALL if step is not S.RUNNING)
+_NOT_HOPS = tuple(step for step in _ALL if step not in _HOPS)
 
 ROWS: tuple[Row, ...] = (
     # One row per spec row of specs/runs.md, in its order: (from, command, guard, to,
@@ -378,13 +400,13 @@ ROWS: tuple[Row, ...] = (
         R.NOT_IN_HARDWARE_WAIT),
 
     Row((S.ABSENT,), C.PARK, "always", SAME, R.NOT_FOUND),
-    Row((S.RUNNING,), C.PARK, "seq_differs", SAME, R.STALE_HOP),
-    Row((S.RUNNING,), C.PARK, "owner_foreign", SAME, R.OWNER_MISMATCH),
-    Row((S.RUNNING,), C.PARK, "waits_for_consent", S.AWAITING_CONSENT, "park_consent"),
-    Row((S.RUNNING,), C.PARK, "waits_for_delegate", S.AWAITING_DELEGATE, "park_delegate"),
-    Row((S.RUNNING,), C.PARK, "waits_for_service", S.AWAITING_SERVICE, "park_service"),
-    Row((S.RUNNING,), C.PARK, "always", SAME, R.NOT_AN_OWNER_KIND),
-    Row(_NOT_RUNNING, C.PARK, "always", SAME, R.NOT_RUNNING),
+    Row(_HOPS, C.PARK, "seq_differs", SAME, R.STALE_HOP),
+    Row(_HOPS, C.PARK, "owner_foreign", SAME, R.OWNER_MISMATCH),
+    Row(_HOPS, C.PARK, "waits_for_consent", S.AWAITING_CONSENT, "park_consent"),
+    Row(_HOPS, C.PARK, "waits_for_delegate", S.AWAITING_DELEGATE, "park_delegate"),
+    Row(_HOPS, C.PARK, "waits_for_service", S.AWAITING_SERVICE, "park_service"),
+    Row(_HOPS, C.PARK, "always", SAME, R.NOT_AN_OWNER_KIND),
+    Row(_NOT_HOPS, C.PARK, "always", SAME, R.NOT_RUNNING),
 
     Row((S.ABSENT,), C.RESUME, "always", SAME, R.NOT_FOUND),
     Row(_WAITS, C.RESUME, "not_current_owner", SAME, R.NOT_CURRENT_OWNER),
@@ -414,6 +436,13 @@ ROWS: tuple[Row, ...] = (
     Row((S.CANCELLING,), C.FINISH_CANCEL, "always", S.CANCELLED, "finish_cancel"),
     Row((S.CANCELLED,), C.FINISH_CANCEL, "always", SAME, "sweep_again"),
     Row((*_NONTERMINAL, *_FINISHED), C.FINISH_CANCEL, "always", SAME, R.NOT_CANCELLING),
+
+    Row((S.ABSENT,), C.ROTATE, "always", SAME, R.NOT_FOUND),
+    Row((S.QUEUED,), C.ROTATE, "seq_differs", SAME, R.STALE_HOP),
+    Row((S.QUEUED,), C.ROTATE, "unpublishable", SAME, R.NOT_PUBLISHABLE),
+    Row((S.QUEUED,), C.ROTATE, "hop_unfinished", SAME, R.HOP_UNFINISHED),
+    Row((S.QUEUED,), C.ROTATE, "always", SAME, "rotate"),
+    Row(_NOT_QUEUED, C.ROTATE, "always", SAME, R.NOT_QUEUED),
 )
 
 TABLE: dict[tuple[RunStep, RunCommandType], tuple[Rule, ...]] = table_from_rows(  # type: ignore[assignment]
@@ -426,7 +455,7 @@ TABLE: dict[tuple[RunStep, RunCommandType], tuple[Rule, ...]] = table_from_rows(
 _IDENTITY_FIELDS = (
     "run_id", "session_id", "source", "principal", "scopes", "payload_json", "requested_priority",
     "intent_digest", "idempotency_key", "queue", "priority", "workflow_name", "workflow_revision",
-    "workflow_digest", "created_at_us",
+    "workflow_digest", "created_at_us", "admitted_node",
 )
 _DELIVERY_RANK = {
     DeliveryState.HELD: 0, DeliveryState.PENDING: 1, DeliveryState.PUBLISHED: 2, DeliveryState.CLAIMED: 3,
@@ -485,7 +514,7 @@ def _status_rules(record: RunPair, new: RunPair, command: Any) -> list[str]:
 
 
 def transition_violations(record: RunPair | None, command: RunCommand, now_us: int, decision: Decision) -> list[str]:
-    """The transition rules (TR-R1 ... TR-R8 in specs/runs.md) a decision breaks."""
+    """The transition rules (TR-R1 ... TR-R9 in specs/runs.md) a decision breaks."""
     if isinstance(decision, Refused):
         return []
     new = decision.new_record
@@ -497,8 +526,14 @@ def transition_violations(record: RunPair | None, command: RunCommand, now_us: i
     if any(getattr(new.run, name) != getattr(record.run, name) for name in _IDENTITY_FIELDS):
         broken.append("TR-R1")  # a Run's identity, intent and route never change
     grew = new.run.enqueue_seq - record.run.enqueue_seq
-    if grew not in (0, 1) or (grew == 1 and command.kind is not RunCommandType.RESUME):
-        broken.append("TR-R2")  # a new hop only by a resume, one at a time
+    if grew not in (0, 1) or (grew == 1 and command.kind not in (RunCommandType.RESUME, RunCommandType.ROTATE)):
+        broken.append("TR-R2")  # a new hop only by a resume or a rotation, one at a time
+    if command.kind is RunCommandType.ROTATE and grew == 1 and not (
+        new.current.resume == record.current.resume and new.current.state is DeliveryState.PENDING
+        and new.run.status is RunStatus.QUEUED and getattr(command, "hop", None) in (
+            BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED)
+    ):
+        broken.append("TR-R9")  # a rotation keeps the hop's mode, only after the broker finished it
     if record.run.started_at_us is not None and new.run.started_at_us != record.run.started_at_us:
         broken.append("TR-R5")  # the first start is kept across hops
     old_current = record.current

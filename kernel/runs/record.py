@@ -73,7 +73,9 @@ class RunRow:
     ``payload_json`` canonical), ``intent_digest`` (what a replay compares),
     ``idempotency_key``, the route (``queue``, doctrine ``priority``) and the workflow pin.
     ``enqueue_seq`` names the current hop; ``node`` the node of the latest claim;
-    ``owner_kind``/``owner_id`` the owner of the current (or last) wait."""
+    ``owner_kind``/``owner_id`` the owner of the current (or last) wait;
+    ``admitted_node`` the node that admitted it (recovery fails only its own node's
+    unreleased HELD admissions; None: every node's, as in one process)."""
 
     run_id: str
     status: RunStatus
@@ -98,6 +100,7 @@ class RunRow:
     error: str | None
     created_at_us: int
     updated_at_us: int
+    admitted_node: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,6 +208,7 @@ def _run_types(run: RunRow) -> list[str]:
         "enqueue_seq": _seq(run.enqueue_seq),
         "started_at_us": _optional_instant(run.started_at_us),
         "node": _optional_text(run.node),
+        "admitted_node": _optional_text(run.admitted_node),
         "owner": (run.owner_kind is None or type(run.owner_kind) is WaitKind) and _optional_text(run.owner_id)
         and (run.owner_kind is None) == (run.owner_id is None),
         "error": _optional_text(run.error, MAX_ERROR_CHARS),
@@ -291,10 +295,11 @@ def record_violations(record: RunPair) -> list[str]:
         and (status not in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE)
              or run.owner_kind is None),
         # INV-R5: a Run that ever ran records its first start and the node of its latest
-        # claim; a later hop exists only after a first claim.
+        # claim; a resumed hop exists only after a first claim (a rotated fresh hop may
+        # follow hops nobody claimed).
         "INV-R5": (status not in (HOP_STATUSES | WAIT_STATUSES) or (run.started_at_us is not None
                                                                     and run.node is not None))
-        and (run.enqueue_seq == 0 or run.started_at_us is not None)
+        and (not current.resume or run.started_at_us is not None)
         and (run.started_at_us is None) == (run.node is None),
         # INV-R6: a failed Run says why; a done one carries no error.
         "INV-R6": (status is not RunStatus.FAILED or run.error is not None)
