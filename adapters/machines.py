@@ -49,9 +49,6 @@ RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
         # reads): removing the step would lose them.
         RetirementGuard(RUNS_TABLE.name, "run_id", "no recorded runs", "TRUE", "runs_remain"),
     ),
-    Step.RECOVERY: (
-        # The admitting node decides which startup may fail a HELD admission: dropping
-        # it while Runs exist would hand every node's held admissions to every node.
-        RetirementGuard(RUNS_TABLE.name, "admitted_node", "no recorded runs", "TRUE", "runs_remain"),
-    ),
+    # Step.RECOVERY needs no guard of its own: its column lives on tenure_runs, and
+    # runs_v1's guard already refuses the downgrade while any Run exists.
 }
