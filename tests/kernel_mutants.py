@@ -279,12 +279,69 @@ def result_adopted_twice() -> None:
 AGENT_JOB_MUTANTS: dict[str, Callable[[], None]] = {mutant.__name__: mutant for mutant in (result_adopted_twice,)}
 
 
+def rotation_loses_resume_mode() -> None:
+    rotate = runs.EFFECTS["rotate"]
+
+    def effect(record: Any, command: Any, now_us: int) -> Any:
+        decided = rotate(record, command, now_us)
+        pair = decided.new_record
+        fresh = replace_delivery(pair.deliveries[-1], resume=False)  # the mode guessed, not kept
+        return runs.Applied(RunPair(pair.run, (*pair.deliveries[:-1], fresh)), decided.reply)
+
+    runs.EFFECTS["rotate"] = effect
+
+
+RUN_MUTANTS[rotation_loses_resume_mode.__name__] = rotation_loses_resume_mode
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+from tenure.kernel.recovery import table as recovery  # noqa: E402
+from tenure.kernel.recovery.table import Case as RK, Pass as RP  # noqa: E402
+
+
+def reconcile_touches_other_node() -> None:
+    # An orphan is any hop claimed before the cutoff, whoever claimed it.
+    recovery.GUARDS["not_orphan"] = lambda s: not (
+        s.phase is RP.RECONCILE and s.cutoff_us is not None and s.delivery is not None
+        and s.delivery.claimed_at_us is not None and s.delivery.claimed_at_us < s.cutoff_us
+    )
+
+
+def repark_without_snapshot_evidence() -> None:
+    recovery.GUARDS["checkpoint_binds_latest"] = lambda s: s.latest_owner is not None
+
+
+def republish_under_new_key() -> None:
+    verdict = recovery._verdict
+
+    def fresh_key(situation: Any, rule: Any) -> Any:
+        decided = verdict(situation, rule)
+        if decided.action is recovery.Action.REPUBLISH:
+            return dataclasses.replace(decided, key=f"{decided.key}:retry")
+        return decided
+
+    recovery._verdict = fresh_key
+
+
+def held_failed_by_relay() -> None:
+    recovery.TABLE[(RK.HELD, RP.RELAY)] = (recovery.RecoveryRule("always", recovery.Action.FAIL_HELD),)
+
+
+RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (reconcile_touches_other_node, repark_without_snapshot_evidence, republish_under_new_key,
+                   held_failed_by_relay)
+}
+
+
 MUTANTS: dict[str, dict[str, Callable[[], None]]] = {
     "queue": QUEUE_MUTANTS,
     "attempts": ATTEMPT_MUTANTS,
     "runs": RUN_MUTANTS,
     "consent": CONSENT_MUTANTS,
     "agent_jobs": AGENT_JOB_MUTANTS,
+    "recovery": RECOVERY_MUTANTS,
 }
 """Mutants by machine; ``TENURE_KERNEL_MUTANT=<machine>:<mutant>`` applies one."""
 
@@ -294,6 +351,10 @@ BEHAVIOURAL_TESTS: dict[str, list[str]] = {
     "runs": ["tests/test_run_properties.py"],
     "consent": ["tests/test_run_properties.py"],
     "agent_jobs": ["tests/test_run_properties.py"],
+    "recovery": ["tests/test_recovery_table.py::test_every_verdict_keeps_the_recovery_rules",
+                 "tests/test_recovery_table.py::test_an_orphan_is_fenced_then_reparked_on_exact_checkpoint_evidence_else_contained_then_failed_lost",
+                 "tests/test_recovery_table.py::test_another_nodes_hop_and_this_boots_hop_are_left_and_a_relay_never_fails_held",
+                 "tests/test_recovery_table.py::test_a_queued_hop_is_published_republished_rotated_or_fenced_by_what_the_broker_says"],
 }
 """The tests of behaviour each machine's mutants must fail (never the spec comparison,
 which would catch every table edit without saying which guarantee broke)."""

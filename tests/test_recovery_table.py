@@ -151,7 +151,7 @@ def test_a_queued_hop_is_published_republished_rotated_or_fenced_by_what_the_bro
     assert decide(pending).action is Action.PROBE
     key = f"run:{run.run_id}:0"
     assert decide(dataclasses.replace(pending, probe=Probe(BrokerJobState.ABSENT))) == table.Verdict(Action.PUBLISH, key)
-    assert decide(dataclasses.replace(published, probe=Probe(BrokerJobState.ABSENT))).action is Action.REPUBLISH
+    assert decide(dataclasses.replace(published, probe=Probe(BrokerJobState.ABSENT))) == table.Verdict(Action.REPUBLISH, key)
     assert decide(dataclasses.replace(published, probe=Probe(BrokerJobState.COMPLETE))).action is Action.ROTATE
     assert decide(dataclasses.replace(pending, probe=Probe(BrokerJobState.QUEUED))).action is Action.MARK_PUBLISHED
     stale = Probe(BrokerJobState.ACTIVE, CUTOFF - STALE - 1)

@@ -607,3 +607,21 @@ def test_containment_of_an_open_job_cancels_it_before_any_result() -> None:
     assert refused(decide(AGENT_JOBS, cancelled, adopt(AgentJobStatus.SUCCEEDED), NOW),
                    AgentJobRefusal.ALREADY_FINISHED)
 
+
+
+def test_a_rotation_keeps_the_resume_mode_of_the_hop_it_replaces() -> None:
+    from run_strategies import base_run, delivery_for
+    from tenure.kernel.core import Applied as Done
+    from tenure.kernel.runs.commands import Rotate
+    from tenure.kernel.runs.machine import decide as decide_run
+    from tenure.kernel.runs.record import RunPair as Pair
+    from tenure.model import BrokerJobState as Hop, DeliveryState as State, RunStatus as Status
+
+    for seq in (0, 1):
+        run = base_run(status=Status.QUEUED, enqueue_seq=seq, started_at_us=1 if seq else None,
+                       node="node-a" if seq else None)
+        pair = Pair(run, (delivery_for(run, State.PUBLISHED),))
+        decision = decide_run(pair, Rotate(enqueue_seq=seq, hop=Hop.ABORTED), run.updated_at_us + 1)
+        assert isinstance(decision, Done)
+        opened = decision.new_record.current
+        assert (opened.enqueue_seq, opened.resume, opened.state) == (seq + 1, seq > 0, State.PENDING)
