@@ -30,6 +30,8 @@ __all__ = [
     "ConsentStatus",
     "AgentJobStatus",
     "BrokerJobState",
+    "LIVE_BROKER_STATES",
+    "FINISHED_BROKER_STATES",
     "TERMINAL_RUN_STATUSES",
     "WAIT_STATUSES",
     "TERMINAL_AGENT_JOB_STATUSES",
@@ -142,6 +144,13 @@ class BrokerJobState(enum.Enum):
     COMPLETE = "complete"
     FAILED = "failed"
     ABORTED = "aborted"
+
+
+LIVE_BROKER_STATES = frozenset({BrokerJobState.QUEUED, BrokerJobState.ACTIVE})
+"""A job in these states may still start or is executing."""
+
+FINISHED_BROKER_STATES = frozenset({BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED})
+"""The broker is done with a job in these states (``absent`` is not finished: it holds nothing)."""
 
 
 def _refuse(field: str, problem: str) -> ConfigValidationError:

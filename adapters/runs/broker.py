@@ -14,12 +14,12 @@ import dataclasses
 import datetime as dt
 from typing import Protocol, runtime_checkable
 
-from tenure.model import BrokerJobState
+from tenure.model import LIVE_BROKER_STATES, BrokerJobState
 
 __all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES"]
 
-LIVE_STATES = frozenset({BrokerJobState.QUEUED, BrokerJobState.ACTIVE})
-"""A job in these states may still start or is executing."""
+LIVE_STATES = LIVE_BROKER_STATES
+"""A job in these states may still start or is executing (the model's set)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The Run ledger's tables, created by the ``runs_v1`` step in the queues' database.
 
-``tenure_runs`` (one row per Run; ``runs_v2`` adds ``admitted_node``), ``tenure_run_deliveries`` (one row per hop, keyed by
-its hop key; at most one unsettled per Run, enforced by a partial unique index on both
+``tenure_runs`` (one row per Run; the ``runs_v2`` step adds ``admitted_node``),
+``tenure_run_deliveries`` (one row per hop, keyed by its hop key; at most one unsettled per Run, enforced by a partial unique index on both
 databases), ``tenure_consents`` and ``tenure_agent_jobs`` (the Run's owners). CHECK
 constraints hold the stored values to the machines' states and bounds even against a
 writer that is not tenure. Intents, payloads, requests and results are canonical JSON

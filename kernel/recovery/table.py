@@ -14,7 +14,7 @@ bound by the Run's first resumable checkpoint, the Run's latest non-cancelled ow
 row, its persisted owner's evidence and its containment counts.
 
 :func:`case_of` sorts the situation into one :class:`Case` (a total function);
-:data:`RULES` holds, per ``(case, pass)``, an ordered list of rules; the first whose
+:data:`TABLE` holds, per ``(case, pass)``, an ordered list of rules; the first whose
 guard holds names the :class:`Action`. Evidence actions (``probe``, ``fence``,
 ``ask_checkpoint``, ``contain``, ``observe``) only gather facts: the ledger performs
 them, adds what it learned to the situation and asks again. A write action
@@ -36,10 +36,10 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
-from tenure.model import BrokerJobState, DeliveryState, RunStatus, WaitKind
+from tenure.model import FINISHED_BROKER_STATES, LIVE_BROKER_STATES, BrokerJobState, DeliveryState, RunStatus, WaitKind
 
 from ..runs.commands import Containment, OwnerEvidence
-from ..runs.machine import RESOLVED_OWNER_STATUSES
+from ..runs.machine import owner_resolves
 from ..runs.record import WAIT_FOR_KIND, DeliveryRow, RunRow, key_of
 
 __all__ = [
@@ -52,12 +52,10 @@ __all__ = [
     "Verdict",
     "RecoveryRule",
     "GUARDS",
-    "RULES",
+    "ROWS",
     "TABLE",
     "LOST_ERROR",
     "HELD_ERROR",
-    "WRITE_ACTIONS",
-    "EVIDENCE_ACTIONS",
     "case_of",
     "decide",
     "verdict_violations",
@@ -112,13 +110,6 @@ class Action(enum.Enum):
     KEEP = "keep"
     LEAVE = "leave"
     REPORT = "report"
-
-
-EVIDENCE_ACTIONS = frozenset({Action.PROBE, Action.FENCE, Action.ASK_CHECKPOINT, Action.CONTAIN, Action.OBSERVE})
-WRITE_ACTIONS = frozenset({
-    Action.PUBLISH, Action.REPUBLISH, Action.MARK_PUBLISHED, Action.ROTATE, Action.FAIL_HELD, Action.REPARK,
-    Action.FAIL_LOST, Action.RESUME, Action.FINISH_CANCEL, Action.CLEANUP,
-})
 
 
 class Reason(enum.Enum):
@@ -239,8 +230,8 @@ def case_of(situation: Situation) -> Case:
 
 # --- guards: named predicates over a situation ------------------------------------------
 
-_LIVE = frozenset({BrokerJobState.QUEUED, BrokerJobState.ACTIVE})
-_FINISHED = frozenset({BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED})
+_LIVE = LIVE_BROKER_STATES
+_FINISHED = FINISHED_BROKER_STATES
 
 
 def _orphan(s: Situation) -> bool:
@@ -269,6 +260,8 @@ def _probe_mismatch(s: Situation) -> bool:
     p, d = s.probe, s.delivery
     if p is None or d is None or p.state in (None, BrokerJobState.ABSENT):
         return False
+    # 100 - priority is model.broker_priority's rule, inlined: that function refuses an
+    # out-of-range priority by raising, and a guard must stay total over corrupt rows.
     return (p.queue is not None and p.queue != d.queue) or (
         p.wire_priority is not None and p.wire_priority != 100 - d.priority
     )
@@ -289,15 +282,6 @@ def _checkpoint_binds_latest(s: Situation) -> bool:
     return (
         s.checkpoint_asked and s.checkpoint_owner is not None and s.latest_owner is not None
         and s.latest_owner[1] == s.checkpoint_owner and s.latest_owner[0] in WAIT_FOR_KIND
-    )
-
-
-def _owner_resolved(s: Situation) -> bool:
-    run, owner = s.run, s.owner
-    return (
-        owner is not None and run.owner_kind is not None and owner.kind is run.owner_kind
-        and owner.owner_id == run.owner_id and owner.run_id == run.run_id
-        and owner.status in RESOLVED_OWNER_STATUSES.get(run.owner_kind, frozenset()) and owner.complete
     )
 
 
@@ -324,7 +308,8 @@ GUARDS: dict[str, Callable[[Situation], bool]] = {
     "stale_unfenced": lambda s: _stale_active(s) and not s.fenced,
     "stale_fenced": lambda s: _stale_active(s) and s.fenced,
     "live_unpublished": lambda s: s.delivery is not None and s.delivery.state is DeliveryState.PENDING,
-    "owner_resolved": _owner_resolved,
+    # the Run machine's own resume guard: recovery resumes exactly what resume accepts
+    "owner_resolved": lambda s: owner_resolves(s.run, s.owner),
     "service_unobserved": lambda s: s.run.status is RunStatus.AWAITING_SERVICE and not s.observed,
 }
 
@@ -400,10 +385,6 @@ ROWS: tuple[tuple[Case, tuple[Pass, ...], tuple[RecoveryRule, ...]], ...] = (
 TABLE: dict[tuple[Case, Pass], tuple[RecoveryRule, ...]] = {
     (case, phase): rules for case, phases, rules in ROWS for phase in phases
 }
-
-RULES = TABLE
-"""Alias: the rules per (case, pass)."""
-
 
 def decide(situation: Situation) -> Verdict:
     """The next step for one Run: the first rule of its (case, pass) whose guard holds."""

@@ -31,6 +31,8 @@ from typing import Any
 
 from tenure.model import (
     DECIDED_CONSENT_STATUSES,
+    FINISHED_BROKER_STATES,
+    LIVE_BROKER_STATES,
     TERMINAL_AGENT_JOB_STATUSES,
     TERMINAL_ATTEMPT_STATES,
     TERMINAL_RUN_STATUSES,
@@ -61,6 +63,7 @@ from .record import (
     WAIT_FOR_KIND,
     DeliveryRow,
     RunPair,
+    RunRow,
     RunStep,
     key_of,
     record_violations,
@@ -78,6 +81,7 @@ __all__ = [
     "TABLE",
     "RUNS",
     "RESOLVED_OWNER_STATUSES",
+    "owner_resolves",
     "SETTLED_BY",
     "CANCELLED_BY",
     "decide",
@@ -141,29 +145,33 @@ SETTLED_BY = "tenure:run-settled"
 CANCELLED_BY = "tenure:run-cancelled"
 """``decided_by`` of the pending consents a settlement or a cancellation sweeps."""
 
-_LIVE_HOP = frozenset({BrokerJobState.QUEUED, BrokerJobState.ACTIVE})
-_FINISHED_HOP = frozenset({BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED})
+_LIVE_HOP = LIVE_BROKER_STATES
+_FINISHED_HOP = FINISHED_BROKER_STATES
 
 
 # --- guards: named predicates over (pair, command, now_us) ------------------------------
 
 
-def _owner_matches(record: RunPair, owner: Any, kind: Any, owner_id: str) -> bool:
+def _owner_matches(run: RunRow, owner: Any, kind: Any, owner_id: str) -> bool:
     return (
         owner is not None and owner.kind is kind and owner.owner_id == owner_id
-        and owner.run_id == record.run.run_id
+        and owner.run_id == run.run_id
+    )
+
+
+def owner_resolves(run: RunRow, owner: Any) -> bool:
+    """Whether ``owner`` (an :class:`OwnerEvidence` or None) is the Run's persisted owner,
+    of this Run, decided and complete: what lets a wait resume (recovery asks the same)."""
+    return (
+        run.owner_kind is not None and run.owner_id is not None
+        and _owner_matches(run, owner, run.owner_kind, run.owner_id)
+        # ``get``: a wait of kind HARDWARE has no owner row to resolve it (and no KeyError).
+        and owner.status in RESOLVED_OWNER_STATUSES.get(run.owner_kind, frozenset()) and owner.complete
     )
 
 
 def _owner_resolved(record: RunPair, command: Any) -> bool:
-    run = record.run
-    owner = command.owner
-    return (
-        run.owner_kind is not None and run.owner_id is not None
-        and _owner_matches(record, owner, run.owner_kind, run.owner_id)
-        # ``get``: a wait of kind HARDWARE has no owner row to resolve it (and no KeyError).
-        and owner.status in RESOLVED_OWNER_STATUSES.get(run.owner_kind, frozenset()) and owner.complete
-    )
+    return owner_resolves(record.run, command.owner)
 
 
 GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
@@ -182,7 +190,7 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     ),
     # owners
     "owner_foreign": lambda record, command, now_us: command.wait in WAIT_FOR_KIND
-    and not _owner_matches(record, command.owner, command.wait, command.owner_id),
+    and not _owner_matches(record.run, command.owner, command.wait, command.owner_id),
     "waits_for_consent": lambda record, command, now_us: command.wait is WaitKind.CONSENT,
     "waits_for_delegate": lambda record, command, now_us: command.wait is WaitKind.DELEGATE,
     "waits_for_service": lambda record, command, now_us: command.wait is WaitKind.SERVICE,
