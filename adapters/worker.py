@@ -401,6 +401,7 @@ class Worker:
         self._jobs: dict[str, _Job] = {}
         """Claims held: handlers running, or outcomes being written."""
         self._running = 0
+        self._settled = 0  # jobs whose outcome write ended; idle detection compares it
         """Handlers running (what ``concurrency`` bounds)."""
         self._ran = False
         self._slot_freed = asyncio.Event()
@@ -492,6 +493,7 @@ class Worker:
                 continue
             self._wake.clear()
             self._slot_freed.clear()
+            settled_before = self._settled
             # Up to MAX_PARALLEL_CLAIMS claim calls at once, each of at most batch_size.
             sizes = [min(self.batch_size, free - start)
                      for start in range(0, free, self.batch_size)][:MAX_PARALLEL_CLAIMS]
@@ -505,8 +507,12 @@ class Worker:
                 continue
             # Nothing more is claimable now.
             if until_idle:
-                if not self._jobs:
+                # A job that settled while the claim was under way may have sent a retry
+                # back after the claim's snapshot: claim once more before calling it idle.
+                if not self._jobs and self._settled == settled_before:
                     return
+                if not self._jobs:
+                    continue
                 await self._wait_for(stop, [self._slot_freed], None)  # an ending job may send a retry back
                 continue
             await self._ensure_listener()
@@ -635,6 +641,7 @@ class Worker:
             job.ended = True
             job.stop_timer()
             self._jobs.pop(job.fence.job_id, None)
+            self._settled += 1
             self._slot_freed.set()
 
     async def _handle(self, job: _Job) -> _Outcome | None:

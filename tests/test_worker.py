@@ -97,6 +97,44 @@ async def test_retries_follow_the_kernel_until_the_attempts_run_out(db_url: str)
         assert (info.status, info.attempt, info.error) == (JobStatus.FAILED, 3, "RuntimeError: still broken")
 
 
+async def test_a_retry_written_while_a_claim_is_under_way_is_not_mistaken_for_idle(db_url: str) -> None:
+    """The race behind a flaky CI run: a claim takes its snapshot before a failing job's
+    retry commits, and the job leaves the worker before that claim answers. The worker
+    must claim once more instead of declaring itself idle."""
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        [job_id] = await submit(source, 1, max_attempts=2)
+        attempts: list[int] = []
+        retry_written = asyncio.Event()
+        delayed: list[bool] = []
+        real_claim, real_fail = source.claim_next_owned, source._fail_owned_status
+
+        async def fail_then_signal(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.05)  # the next claim runs while the retry is unwritten
+            status = await real_fail(*args, **kwargs)
+            retry_written.set()
+            return status
+
+        async def claim_with_an_old_snapshot(*args: Any, **kwargs: Any) -> Any:
+            claimed = await real_claim(*args, **kwargs)
+            if claimed is None and attempts == [1] and not delayed:
+                delayed.append(True)
+                await retry_written.wait()  # answer "nothing" only after the retry committed
+                await asyncio.sleep(0.05)  # and the job has left the worker
+            return claimed
+
+        source.claim_next_owned = claim_with_an_old_snapshot  # type: ignore[method-assign]
+        source._fail_owned_status = fail_then_signal  # type: ignore[method-assign]
+
+        async def always_fails(claimed: Any, context: JobContext) -> None:
+            attempts.append(context.attempt)
+            raise RuntimeError("still broken")
+
+        stats = await Worker(source, always_fails).run_until_idle()
+        assert delayed and attempts == [1, 2]
+        assert (stats.claimed, stats.retried, stats.failed) == (2, 1, 1)
+        assert (await source.get_job(job_id)).status is JobStatus.FAILED
+
+
 async def test_fail_job_chooses_retry_and_a_dlq_correlation(db_url: str) -> None:
     async with ValidationJobSource(db_url, config(db_url)) as source:
         [job_id] = await submit(source, 1, max_attempts=5)
