@@ -7,7 +7,7 @@ with a compare-and-set. They never decide a transition themselves.
 from __future__ import annotations
 
 from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
-from .runs import Broker, BrokerJobState, BrokerProbe, InMemoryBroker, RunLedger
+from .runs import Broker, BrokerJobState, BrokerProbe, InMemoryBroker, RecoveryIssue, RecoveryPorts, RecoveryReport, RunLedger, run_relays
 from .migrations import MigrationReport, downgrade, upgrade
 from .queue.owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
@@ -20,6 +20,10 @@ __all__ = [
     "BrokerProbe",
     "InMemoryBroker",
     "RunLedger",
+    "RecoveryPorts",
+    "RecoveryReport",
+    "RecoveryIssue",
+    "run_relays",
     "AttemptRunner",
     "ProviderDriver",
     "EgressPolicy",

@@ -264,6 +264,15 @@ class AttemptLedger:
         self._engine = Engine(open_store(db_url, timeout_seconds=float(timeout_seconds), schema=db_schema))
         self.store = self._engine.store
 
+    @classmethod
+    def on_engine(cls, engine: Engine) -> AttemptLedger:
+        """An attempt ledger on another ledger's engine (the same database and
+        connections; closing that ledger closes this one's store)."""
+        ledger = cls.__new__(cls)
+        ledger._engine = engine
+        ledger.store = engine.store
+        return ledger
+
     async def close(self) -> None:
         """Close the ledger's connections. Final: later calls raise ``source_closed``."""
         await self.store.close()

@@ -5,5 +5,7 @@ from __future__ import annotations
 
 from .broker import Broker, BrokerJobState, BrokerProbe, BrokerUnavailable, InMemoryBroker
 from .ledger import RunLedger
+from .recovery import RecoveryIssue, RecoveryPorts, RecoveryReport, run_relays
 
-__all__ = ["Broker", "BrokerJobState", "BrokerProbe", "BrokerUnavailable", "InMemoryBroker", "RunLedger"]
+__all__ = ["Broker", "BrokerJobState", "BrokerProbe", "BrokerUnavailable", "InMemoryBroker", "RunLedger",
+           "RecoveryPorts", "RecoveryReport", "RecoveryIssue", "run_relays"]

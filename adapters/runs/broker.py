@@ -25,10 +25,14 @@ LIVE_STATES = LIVE_BROKER_STATES
 @dataclasses.dataclass(frozen=True, slots=True)
 class BrokerProbe:
     """What a broker says of one key; ``started_at`` is set for an active job when the
-    broker knows when it started."""
+    broker knows when it started; ``queue`` and ``wire_priority`` are what the broker
+    holds the job under, when it says (recovery reports a job held under another queue
+    or priority than its delivery's as a mismatch)."""
 
     state: BrokerJobState
     started_at: dt.datetime | None = None
+    queue: str | None = None
+    wire_priority: int | None = None
 
 
 @runtime_checkable
@@ -96,7 +100,8 @@ class InMemoryBroker:
         job = self.jobs.get(key)
         if job is None:
             return BrokerProbe(BrokerJobState.ABSENT)
-        return BrokerProbe(job.state, job.started_at if job.state is BrokerJobState.ACTIVE else None)
+        return BrokerProbe(job.state, job.started_at if job.state is BrokerJobState.ACTIVE else None,
+                           queue=job.queue, wire_priority=job.wire_priority)
 
     async def abort(self, key: str) -> bool:
         job = self.jobs.get(key)

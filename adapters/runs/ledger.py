@@ -22,13 +22,14 @@ admitting surface, the intent's ``source``); a delegated job gets
 from __future__ import annotations
 
 import contextlib
+import functools
 import datetime as dt
 import hashlib
 import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.agent_jobs.record import (
     AdoptResult,
@@ -102,7 +103,12 @@ from ..dialects import open_store
 from ..engine import Engine, raise_if_conflict
 from ..failures import persistence_failed
 from ..store import Transaction
+from . import recovery as _recovery
 from .broker import LIVE_STATES, Broker
+from .recovery import RecoveryPorts, RecoveryReport
+
+if TYPE_CHECKING:
+    from ..attempts.ledger import AttemptLedger
 from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 
 __all__ = ["RunLedger", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for", "job_id_for",
@@ -287,6 +293,13 @@ class RunLedger:
             raise _refuse("timeout_seconds", "number_out_of_range")
         self._engine = Engine(open_store(db_url, timeout_seconds=float(timeout_seconds), schema=db_schema))
         self.store = self._engine.store
+
+    @functools.cached_property
+    def attempts(self) -> AttemptLedger:
+        """The service attempts of this database, on this ledger's connections."""
+        from ..attempts.ledger import AttemptLedger  # the attempt ledger imports the Run tables
+
+        return AttemptLedger.on_engine(self._engine)
 
     async def close(self) -> None:
         """Close the ledger's connections. Final: later calls raise ``source_closed``."""
@@ -597,11 +610,15 @@ class RunLedger:
         if seen is not None and seen.run.status is RunStatus.CANCELLING and seen.run.enqueue_seq == seq:
             # Only a frozen generation is fenced: nothing can claim it any more.
             hop = await self._fence_hop(broker, hop_key(key, seq))
+        return await self._finish_cancel_on(key, seq, hop)
 
+    async def _finish_cancel_on(self, run_id: str, enqueue_seq: int, hop: BrokerJobState | None) -> bool:
+        """The finishing transaction, on the hop state the caller's fence observed."""
         async def body(tx: Transaction) -> Decision:
-            pair = await self._locked_pair(tx, key)
-            containment = Containment(0, 0) if pair is None else await self._containment(tx, key)
-            return await self._run_command(tx, pair, FinishCancel(enqueue_seq=seq, hop=hop, containment=containment))
+            pair = await self._locked_pair(tx, run_id)
+            containment = Containment(0, 0) if pair is None else await self._containment(tx, run_id)
+            return await self._run_command(tx, pair, FinishCancel(enqueue_seq=enqueue_seq, hop=hop,
+                                                                  containment=containment))
 
         decision = await self._in_transaction(body)
         return isinstance(decision, Applied) and isinstance(decision.reply, Settled)
@@ -617,6 +634,34 @@ class RunLedger:
         except Exception:  # an unreachable broker proves nothing
             return None
         return probe.state
+
+    # --- recovery ----------------------------------------------------------------------
+
+    async def reconcile(
+        self, ports: RecoveryPorts, *, node: str, boot_cutoff: dt.datetime, page_size: int = 128,
+        stale_after_s: float = 240.0,
+    ) -> RecoveryReport:
+        """Startup reconciliation of this node, once, before its workers and relays start:
+        finish every CANCELLING Run, clean up after terminal Runs (``delete_checkpoint``),
+        fence this node's hops claimed before ``boot_cutoff`` and re-park or fail them,
+        repair every QUEUED Run's delivery (failing this node's HELD admissions of an
+        earlier boot), resume decided waits and publish what they opened. Each step is
+        the recovery table's (``specs/recovery.md``). Never call it from a broker job or
+        while this node's workers run: its cutoff says every hop this node claimed
+        before it is dead. Runs claimed by another node, or after the cutoff, are never
+        touched; a QUEUED Run's active broker job is fenced only when it started more
+        than ``stale_after_s`` before the cutoff."""
+        return await _recovery.reconcile(self, ports, node=node, boot_cutoff=boot_cutoff, page_size=page_size,
+                                         stale_after_s=stale_after_s)
+
+    async def relay(self, ports: RecoveryPorts, *, cursor: str | None = None, page_size: int = 32) -> RecoveryReport:
+        """One relay round: at most one page each of QUEUED deliveries (published,
+        republished under the same key, or rotated once the broker finished them) and of
+        consent, delegated-job and service waits (resumed once their owner decided).
+        Relays never fail, re-park or finish a Run (only reconciliation has a boot
+        cutoff). Pass the report's ``cursor`` to the next call; safe to run from several
+        processes at once (every write is the kernel's compare-and-set)."""
+        return await _recovery.relay(self, ports, cursor=cursor, page_size=page_size)
 
     # --- reads -------------------------------------------------------------------------
 

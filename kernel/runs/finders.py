@@ -37,6 +37,10 @@ __all__ = [
     "open_jobs_of_run",
     "open_attempts_of_run",
     "runs_page",
+    "runs_by_status",
+    "consents_of_run",
+    "jobs_of_run",
+    "attempts_of_run",
     "OPEN_JOB_STATUSES",
     "OPEN_ATTEMPT_STATES",
 ]
@@ -119,3 +123,33 @@ def runs_page(*, status: bool, session: bool, after: bool) -> Finder:
         order=("created_at_us", "run_id"),
         lock="none",
     )
+
+
+@functools.cache
+def runs_by_status(*, after: bool) -> Finder:
+    """Runs of the ``statuses`` parameter in ``(updated_at, run_id)`` order, after a
+    position ``(after_updated, after_id)``: recovery's pages. Every transition moves
+    ``updated_at``, so a Run whose eligibility changed reappears later, never earlier."""
+    base = (Condition("status", "in", Param("statuses")),)
+    if not after:
+        return Finder("runs_by_status", (base,), order=("updated_at_us", "run_id"), lock="none")
+    return Finder(
+        "runs_by_status_after",
+        (
+            (*base, Condition("updated_at_us", ">", Param("after_updated"))),
+            (*base, Condition("updated_at_us", "=", Param("after_updated")),
+             Condition("run_id", ">", Param("after_id"))),
+        ),
+        order=("updated_at_us", "run_id"),
+        lock="none",
+    )
+
+
+def _of_run(name: str, key: str) -> Finder:
+    return Finder(name, ((Condition("run_id", "=", Param("run_id")),),), order=(key,), lock="none")
+
+
+consents_of_run = _of_run("consents_of_run", "consent_id")
+jobs_of_run = _of_run("jobs_of_run", "job_id")
+attempts_of_run = _of_run("attempts_of_run", "attempt_id")
+"""Every owner row of one Run (recovery picks the newest that is not cancelled)."""

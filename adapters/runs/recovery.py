@@ -1,0 +1,614 @@
+"""Run recovery on a ledger: startup reconciliation and the relays, as visits the kernel's
+recovery table decides.
+
+A visit reads one Run as it is stored (its current delivery, and the evidence its state
+needs: the persisted owner of a wait, the newest non-cancelled owner row and the
+containment counts of a hop or a cancellation), asks
+:func:`tenure.kernel.recovery.table.decide`, and does what the verdict names. Evidence
+actions (probe, fence, ask the checkpoint, contain, observe) call the ports and ask
+again with what they learned; a write goes through the ledger's own compare-and-set
+paths (publish, fail_held, park, settle, resume, rotate, finish the cancellation), after
+which the Run is read again and decided afresh, at most :data:`MAX_WRITES_PER_VISIT`
+times. Every verdict is checked against the recovery rules (REC-1 ... REC-8) before it
+acts; a verdict that breaks one is a defect and is reported, never executed.
+
+Failures are isolated per Run: a port that raises is the issue ``port_failed``, a
+database failure ``persistence_failed``, a containment refusal raised by the kernel
+``containment_unproven``, and anything else ``internal_error`` (logged with its type
+only). The pass goes on with the next Run; the report is degraded.
+
+Pages are read in ``(updated_at, run_id)`` order per status group. Reconciliation
+visits each Run once per group (a written Run moves to the end of its group and is
+skipped there). A relay reads one page per kind (queued deliveries, consents,
+delegated jobs, service waits) and carries, in its opaque cursor, a forward position per
+kind (wrapping to the start after the last page) and a queue of page starts to revisit
+(pages where a Run was kept: held, still waiting, degraded). Relay calls alternate
+revisits with forward pages, so poison pages stay under repair without starving newer
+Runs: every Run of a kind is reached within twice that kind's number of pages of relay
+calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import datetime as dt
+import json
+import logging
+import math
+import types
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tenure.kernel.core import Applied
+from tenure.kernel.recovery.table import (
+    HELD_ERROR,
+    LOST_ERROR,
+    Action,
+    Pass,
+    Probe,
+    Situation,
+    Verdict,
+    decide,
+    verdict_violations,
+)
+from tenure.kernel.runs import finders
+from tenure.kernel.runs.commands import Containment, FinishCancel, RecordPublished, Rotate, Rotated, Settled
+from tenure.kernel.runs.record import DeliveryRow, RunRow, key_of
+from tenure.model import (
+    AgentJobRecord,
+    AgentJobStatus,
+    AttemptRecord,
+    AttemptState,
+    BrokerJobState,
+    ConfigValidationError,
+    ConsentStatus,
+    ErrorCode,
+    Found,
+    LookupFailed,
+    NotFound,
+    RunStatus,
+    TenureError,
+    WaitKind,
+    bounds,
+)
+from tenure.model.runs import check_text
+
+from ..attempts.table import ATTEMPTS_BINDING
+from .broker import LIVE_STATES, Broker, BrokerProbe
+from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
+
+if TYPE_CHECKING:
+    from ..store import Transaction
+    from .ledger import RunLedger
+
+__all__ = ["RecoveryPorts", "RecoveryIssue", "RecoveryReport", "COUNT_NAMES", "ISSUE_REASONS",
+           "MAX_WRITES_PER_VISIT", "run_relays"]
+
+log = logging.getLogger("tenure.adapters.runs.recovery")
+
+COUNT_NAMES = ("published", "republished", "rotated", "held_failed", "orphans_parked", "orphans_failed",
+               "resumed", "cancels_finished")
+"""The report's counts, each the number of writes of that kind that applied."""
+
+ISSUE_REASONS = (
+    "delivery_missing", "delivery_state_invalid", "delivery_mismatch", "queue_unknown", "broker_unprobeable",
+    "start_time_unknown", "orphan_unfenced", "containment_unproven",
+    "port_failed", "persistence_failed", "internal_error",
+)
+"""Why a Run made a pass degraded: the recovery table's reasons, then the isolated failures."""
+
+MAX_WRITES_PER_VISIT = 6
+"""Writes one visit may make (rotate then publish, resume then publish, ...); a Run that
+needs more is kept for the next pass."""
+
+_MAX_STEPS = 24  # decisions per visit, evidence included: a bound, never reached by the table
+_MAX_REVISITS = 64  # page starts a relay cursor keeps per kind (forward wrapping reaches the rest)
+_HOPS = (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE)
+_WAITS = (RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE)
+_TERMINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED)
+_RELAY_KINDS: tuple[tuple[str, tuple[RunStatus, ...]], ...] = (
+    ("deliveries", (RunStatus.QUEUED,)),
+    ("consents", (RunStatus.AWAITING_CONSENT,)),
+    ("delegated_jobs", (RunStatus.AWAITING_DELEGATE,)),
+    ("service_waits", (RunStatus.AWAITING_SERVICE,)),
+)
+_EVIDENCE = frozenset({Action.PROBE, Action.FENCE, Action.ASK_CHECKPOINT, Action.CONTAIN, Action.OBSERVE})
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+CheckpointOwner = Callable[[str], Awaitable["str | None"]]
+ContainJob = Callable[[AgentJobRecord], Awaitable[bool]]
+ObserveAttempt = Callable[..., Awaitable["Found | NotFound | LookupFailed"]]
+DeleteCheckpoint = Callable[[str], Awaitable[None]]
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryPorts:
+    """What recovery asks outside the database, all async.
+
+    ``broker``: the Run broker (probe, abort, publish). ``checkpoint_owner(run_id)``: the
+    owner ID (consent, delegated job or service attempt) bound by the Run's first
+    resumable snapshot, or None (no port: no snapshot evidence, so orphans are never
+    re-parked). ``contain_job(job)``: the delegated runtime's containment of one open or
+    LOST job, True once it returned (then the job is recorded CANCELLED).
+    ``observe_attempt(attempt, *, cancel)``: what the provider says of a service attempt
+    (with ``cancel=True`` after asking it to stop). ``delete_checkpoint(run_id)``:
+    idempotent cleanup of a terminal Run's snapshots, retried by every reconciliation.
+    ``known_queues``: the queues this process serves (None: every queue is known).
+    """
+
+    broker: Broker
+    checkpoint_owner: CheckpointOwner | None = None
+    contain_job: ContainJob | None = None
+    observe_attempt: ObserveAttempt | None = None
+    delete_checkpoint: DeleteCheckpoint | None = None
+    known_queues: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.broker, Broker):
+            raise _refuse("broker", "broker_required")
+        for name in ("checkpoint_owner", "contain_job", "observe_attempt", "delete_checkpoint"):
+            port = getattr(self, name)
+            if port is not None and not callable(port):
+                raise _refuse(name, "callable_required")
+        if self.known_queues is not None:
+            if isinstance(self.known_queues, str) or not all(type(q) is str for q in self.known_queues):
+                raise _refuse("known_queues", "queue_names_required")
+            object.__setattr__(self, "known_queues", frozenset(self.known_queues))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryIssue:
+    """One Run that made a pass degraded, and why (one of :data:`ISSUE_REASONS`)."""
+
+    run_id: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What a pass did: ``counts`` (every name of :data:`COUNT_NAMES`), the ``issues``
+    (degraded when there is any) and, from a relay, the ``cursor`` to pass back."""
+
+    degraded: bool
+    counts: Mapping[str, int]
+    issues: tuple[RecoveryIssue, ...]
+    cursor: str | None = None
+
+
+class _PortFailed(Exception):
+    """A port raised: the visit ends with ``port_failed``."""
+
+
+async def _port(call: Awaitable[Any]) -> Any:
+    try:
+        return await call
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 - a port's failure (and its text) stays with its Run
+        raise _PortFailed() from None
+
+
+def _micros(instant: dt.datetime | None) -> int | None:
+    if type(instant) is not dt.datetime or instant.utcoffset() is None:
+        return None
+    return (instant - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _probe_of(answer: object) -> Probe:
+    """The broker's answer as the table's Probe; anything malformed says nothing."""
+    if not isinstance(answer, BrokerProbe) or type(answer.state) is not BrokerJobState:
+        return Probe(None)
+    queue = answer.queue if type(answer.queue) is str else None
+    priority = answer.wire_priority if bounds.is_strict_int(answer.wire_priority) else None
+    return Probe(answer.state, _micros(answer.started_at), queue, priority)
+
+
+class _Visits:
+    """One pass (a reconciliation or one relay call): visits Runs and tallies the report."""
+
+    def __init__(self, ledger: RunLedger, ports: RecoveryPorts, phase: Pass, *, node: str | None,
+                 cutoff_us: int | None, stale_after_us: int) -> None:
+        self.ledger, self.ports, self.phase = ledger, ports, phase
+        self.node, self.cutoff_us, self.stale_after_us = node, cutoff_us, stale_after_us
+        self.counts = dict.fromkeys(COUNT_NAMES, 0)
+        self.issues: list[RecoveryIssue] = []
+
+    def report(self, cursor: str | None = None) -> RecoveryReport:
+        return RecoveryReport(bool(self.issues), types.MappingProxyType(dict(self.counts)), tuple(self.issues), cursor)
+
+    def _issue(self, run_id: str, reason: str) -> None:
+        self.issues.append(RecoveryIssue(run_id, reason))
+
+    # --- pages -------------------------------------------------------------------------
+
+    async def page(self, statuses: Sequence[RunStatus], after: tuple[int, str] | None, limit: int) -> list[RunRow]:
+        finder = finders.runs_by_status(after=after is not None)
+        parameters: dict[str, Any] = {"statuses": tuple(statuses)}
+        if after is not None:
+            parameters.update(after_updated=after[0], after_id=after[1])
+
+        async def body(tx: Transaction) -> list[RunRow]:
+            return await tx.find(RUNS_BINDING, finder, parameters, limit)
+
+        rows: list[RunRow] = await self.ledger._in_transaction(body, write=False)
+        return rows
+
+    async def scan(self, statuses: Sequence[RunStatus], page_size: int) -> None:
+        """Visit every Run of ``statuses`` once, oldest change first."""
+        seen: set[str] = set()
+        after: tuple[int, str] | None = None
+        while True:
+            rows = await self.page(statuses, after, page_size)
+            for row in rows:
+                if row.run_id not in seen:
+                    seen.add(row.run_id)
+                    await self.visit(row.run_id)
+            if len(rows) < page_size:
+                return
+            after = (rows[-1].updated_at_us, rows[-1].run_id)
+
+    # --- one Run -------------------------------------------------------------------------
+
+    async def visit(self, run_id: str) -> bool:
+        """Recover one Run; True when it is kept (revisit it: held, waiting, degraded)."""
+        try:
+            return await self._visit(run_id)
+        except asyncio.CancelledError:
+            raise
+        except _PortFailed:
+            self._issue(run_id, "port_failed")
+        except TenureError as error:
+            if error.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
+                self._issue(run_id, "containment_unproven")
+            elif error.code is ErrorCode.RUN_BROKER_FAILED:
+                self._issue(run_id, "port_failed")
+            else:
+                self._issue(run_id, "persistence_failed")
+        except Exception as error:  # noqa: BLE001 - a defect stays with its Run; the pass goes on
+            log.error("recovering a Run failed with %s", type(error).__name__)
+            self._issue(run_id, "internal_error")
+        return True
+
+    async def _visit(self, run_id: str) -> bool:
+        situation = await self._situation(run_id)
+        writes = 0
+        for _ in range(_MAX_STEPS):
+            if situation is None:
+                return False  # the Run is gone: nothing to recover
+            verdict = decide(situation)
+            if verdict_violations(situation, verdict):
+                log.error("a recovery verdict broke the recovery rules; nothing was done")
+                self._issue(run_id, "internal_error")
+                return True
+            action = verdict.action
+            if action in _EVIDENCE:
+                situation = await self._gather(situation, verdict)
+                continue
+            if action is Action.KEEP:
+                return True
+            if action is Action.LEAVE:
+                return False
+            if action is Action.REPORT:
+                assert verdict.reason is not None
+                self._issue(run_id, verdict.reason.value)
+                return True
+            if action is Action.CLEANUP:
+                if self.ports.delete_checkpoint is not None:
+                    await _port(self.ports.delete_checkpoint(run_id))
+                return False
+            await self._write(situation, verdict)
+            writes += 1
+            if writes >= MAX_WRITES_PER_VISIT:
+                return True
+            situation = await self._situation(run_id)
+        return True
+
+    async def _situation(self, run_id: str) -> Situation | None:
+        ledger = self.ledger
+
+        async def body(tx: Transaction) -> Situation | None:
+            runs: list[RunRow] = await tx.read(RUNS_BINDING, [run_id])
+            if not runs:
+                return None
+            run = runs[0]
+            deliveries: list[DeliveryRow] = await tx.read(DELIVERIES_BINDING, [key_of(run_id, run.enqueue_seq)])
+            # Only the evidence the Run's state is decided on is read.
+            owner = await ledger._owner(tx, run.owner_kind, run.owner_id) if run.status in _WAITS else None
+            examined = run.status in _HOPS or run.status is RunStatus.CANCELLING
+            containment = await ledger._containment(tx, run_id) if examined else Containment(0, 0)
+            latest = await _latest_owner(tx, run_id) if run.status in _HOPS else None
+            known = self.ports.known_queues
+            return Situation(
+                phase=self.phase, run=run, delivery=deliveries[0] if deliveries else None, node=self.node,
+                cutoff_us=self.cutoff_us, stale_after_us=self.stale_after_us,
+                queue_known=known is None or run.queue in known, owner=owner, containment=containment,
+                latest_owner=latest,
+            )
+
+        found: Situation | None = await ledger._in_transaction(body, write=False)
+        return found
+
+    # --- evidence ------------------------------------------------------------------------
+
+    async def _gather(self, s: Situation, verdict: Verdict) -> Situation | None:
+        action, run_id = verdict.action, s.run.run_id
+        if action is Action.PROBE:
+            assert verdict.key is not None
+            return dataclasses.replace(s, probe=await self._probe(verdict.key))
+        if action is Action.FENCE:
+            assert verdict.key is not None
+            return dataclasses.replace(s, probe=await self._fence(verdict.key), fenced=True)
+        if action is Action.ASK_CHECKPOINT:
+            port = self.ports.checkpoint_owner
+            owner = None if port is None else await _port(port(run_id))
+            if owner is not None and type(owner) is not str:
+                raise _PortFailed()
+            return dataclasses.replace(s, checkpoint_asked=True, checkpoint_owner=owner)
+        if action is Action.CONTAIN:
+            await self._contain(run_id)
+            return dataclasses.replace(s, containment=await self._containment(run_id), contained=True)
+        assert action is Action.OBSERVE
+        if s.run.owner_id is not None:
+            await self._observe(s.run.owner_id, cancel=False)
+        fresh = await self._situation(run_id)  # the owner's evidence after the observation
+        return None if fresh is None else dataclasses.replace(fresh, observed=True)
+
+    async def _probe(self, key: str) -> Probe:
+        try:
+            return _probe_of(await self.ports.broker.probe(key))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - an unreachable broker says nothing
+            return Probe(None)
+
+    async def _fence(self, key: str) -> Probe:
+        """The hop's state after aborting it if live, probed again (None: unknown)."""
+        probe = await self._probe(key)
+        if probe.state in LIVE_STATES:
+            try:
+                await self.ports.broker.abort(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the probe below says whether it stopped
+                pass
+            probe = await self._probe(key)
+        return probe
+
+    async def _containment(self, run_id: str) -> Containment:
+        async def body(tx: Transaction) -> Containment:
+            return await self.ledger._containment(tx, run_id)
+
+        counts: Containment = await self.ledger._in_transaction(body, write=False)
+        return counts
+
+    async def _contain(self, run_id: str) -> None:
+        """Stop what the Run started: each open or LOST delegated job through the runtime's
+        containment (then recorded CANCELLED), each open service attempt by a cancel
+        request (a PREPARED one cancels at once) and the provider's answer."""
+        async def body(tx: Transaction) -> tuple[list[Any], list[Any]]:
+            jobs = await tx.find(AGENT_JOBS_BINDING, finders.open_jobs_of_run, {"run_id": run_id})
+            attempts = await tx.find(ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id})
+            return jobs, attempts
+
+        jobs, attempts = await self.ledger._in_transaction(body, write=False)
+        for job in jobs:
+            record = await self.ledger.get_job(job.job_id)
+            if record is None or self.ports.contain_job is None:
+                continue
+            if await _port(self.ports.contain_job(record)) is True:
+                await self.ledger.record_job_cancelled(job.job_id)
+        for attempt in attempts:
+            await self.ledger.attempts.request_cancel(attempt.attempt_id)
+            await self._observe(attempt.attempt_id, cancel=True)
+
+    async def _observe(self, attempt_id: str, *, cancel: bool) -> None:
+        port = self.ports.observe_attempt
+        record = await self.ledger.attempts.get(attempt_id)
+        if port is None or record is None or record.state in _ATTEMPT_DONE:
+            return
+        seen = await _port(port(record, cancel=cancel))
+        if type(seen) not in (Found, NotFound, LookupFailed):
+            raise _PortFailed()
+        await self.ledger.attempts.reconcile(attempt_id, seen)
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def _write(self, s: Situation, verdict: Verdict) -> None:
+        ledger, run = self.ledger, s.run
+        run_id, seq, action = run.run_id, run.enqueue_seq, verdict.action
+        if action in (Action.PUBLISH, Action.REPUBLISH):
+            if await ledger.publish(run_id, seq, self.ports.broker):
+                self.counts["published" if action is Action.PUBLISH else "republished"] += 1
+        elif action is Action.MARK_PUBLISHED:
+            if await ledger._changed(run_id, RecordPublished(enqueue_seq=seq)):
+                self.counts["published"] += 1
+        elif action is Action.ROTATE:
+            assert s.probe is not None
+            decision = await ledger._decide(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
+            if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
+                self.counts["rotated"] += 1
+        elif action is Action.FAIL_HELD:
+            if await ledger.fail_held(run_id, seq, error=HELD_ERROR):
+                self.counts["held_failed"] += 1
+        elif action is Action.REPARK:
+            assert verdict.owner is not None
+            kind, owner_id = verdict.owner
+            if await ledger.park(run_id, seq, kind=kind, owner_id=owner_id):
+                self.counts["orphans_parked"] += 1
+        elif action is Action.FAIL_LOST:
+            if await ledger.settle(run_id, seq, RunStatus.FAILED, error=LOST_ERROR):
+                self.counts["orphans_failed"] += 1
+        elif action is Action.RESUME:
+            assert run.owner_id is not None
+            if await ledger.resume(run_id, owner_id=run.owner_id) is not None:
+                self.counts["resumed"] += 1
+        elif action is Action.FINISH_CANCEL:
+            assert s.probe is not None
+            if await ledger._finish_cancel_on(run_id, seq, s.probe.state):
+                self.counts["cancels_finished"] += 1
+        else:  # pragma: no cover - every write action is listed above
+            raise AssertionError(action)
+
+
+_ATTEMPT_DONE = frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.CANCELLED})
+
+
+async def _latest_owner(tx: Transaction, run_id: str) -> tuple[WaitKind, str] | None:
+    """The Run's newest consent, delegated job or service attempt that is not cancelled
+    (ties: consent, then job, then attempt, then the larger ID)."""
+    candidates: list[tuple[int, int, str, WaitKind]] = []
+    for consent in await tx.find(CONSENTS_BINDING, finders.consents_of_run, {"run_id": run_id}):
+        if consent.status is not ConsentStatus.CANCELLED:
+            candidates.append((consent.created_at_us, 0, consent.consent_id, WaitKind.CONSENT))
+    for job in await tx.find(AGENT_JOBS_BINDING, finders.jobs_of_run, {"run_id": run_id}):
+        if job.status is not AgentJobStatus.CANCELLED:
+            candidates.append((job.created_at_us, 1, job.job_id, WaitKind.DELEGATE))
+    for attempt in await tx.find(ATTEMPTS_BINDING, finders.attempts_of_run, {"run_id": run_id}):
+        if attempt.state is not AttemptState.CANCELLED:
+            candidates.append((attempt.created_at_us, 2, attempt.attempt_id, WaitKind.SERVICE))
+    if not candidates:
+        return None
+    _, _, owner_id, kind = max(candidates)
+    return kind, owner_id
+
+
+# --- the passes ------------------------------------------------------------------------
+
+
+def _page_size(value: object) -> int:
+    if not bounds.is_strict_int(value) or not 1 <= value <= 1000:  # type: ignore[operator]
+        raise _refuse("page_size", "integer_out_of_range")
+    return value  # type: ignore[return-value]
+
+
+async def reconcile(ledger: RunLedger, ports: RecoveryPorts, *, node: str, boot_cutoff: dt.datetime,
+                    page_size: int, stale_after_s: float) -> RecoveryReport:
+    """Startup reconciliation (see :meth:`RunLedger.reconcile`)."""
+    if type(ports) is not RecoveryPorts:
+        raise _refuse("ports", "recovery_ports_required")
+    node = check_text(node, "node")
+    cutoff_us = _micros(boot_cutoff)
+    if cutoff_us is None:
+        raise _refuse("boot_cutoff", "aware_datetime_required")
+    size = _page_size(page_size)
+    if type(stale_after_s) not in (int, float) or not math.isfinite(stale_after_s) or not 0 <= stale_after_s <= 86400:
+        raise _refuse("stale_after_s", "number_out_of_range")
+    visits = _Visits(ledger, ports, Pass.RECONCILE, node=node, cutoff_us=cutoff_us,
+                     stale_after_us=int(stale_after_s * 1_000_000))
+    # The seed's order: finish cancellations, clean up after terminal Runs, fence this
+    # node's old hops before failing orphans, flush deliveries, resume decided waits,
+    # then flush the deliveries those resumes opened.
+    await visits.scan((RunStatus.CANCELLING,), size)
+    if ports.delete_checkpoint is not None:  # terminal Runs carry only cleanup debt
+        await visits.scan(_TERMINAL, size)
+    await visits.scan(_HOPS, size)
+    await visits.scan((RunStatus.QUEUED,), size)
+    await visits.scan(_WAITS, size)
+    await visits.scan((RunStatus.QUEUED,), size)
+    return visits.report()
+
+
+async def relay(ledger: RunLedger, ports: RecoveryPorts, *, cursor: str | None, page_size: int) -> RecoveryReport:
+    """One relay round (see :meth:`RunLedger.relay`)."""
+    if type(ports) is not RecoveryPorts:
+        raise _refuse("ports", "recovery_ports_required")
+    size = _page_size(page_size)
+    state = _read_cursor(cursor)
+    visits = _Visits(ledger, ports, Pass.RELAY, node=None, cutoff_us=None, stale_after_us=0)
+    for kind, statuses in _RELAY_KINDS:
+        position = state.setdefault(kind, {"f": None, "r": [], "t": 0})
+        revisiting = position["t"] == 1 and bool(position["r"])
+        start = position["r"].pop(0) if revisiting else position["f"]
+        after = None if start is None else (start[0], start[1])
+        rows = await visits.page(statuses, after, size)
+        kept = False
+        for row in rows:
+            kept = await visits.visit(row.run_id) or kept
+        if kept and start not in position["r"] and len(position["r"]) < _MAX_REVISITS:
+            position["r"].append(start)
+        if not revisiting:
+            # Forward progress, wrapping to the first page after the last one.
+            position["f"] = None if len(rows) < size else [rows[-1].updated_at_us, rows[-1].run_id]
+        position["t"] = 1 - position["t"] if position["r"] else 0
+    return visits.report(_write_cursor(state))
+
+
+def _write_cursor(state: dict[str, Any]) -> str:
+    text = json.dumps({"v": 1, "kinds": state}, separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def _position(value: object) -> bool:
+    return value is None or (
+        type(value) is list and len(value) == 2 and bounds.is_strict_int(value[0])
+        and bounds.is_bounded_text(value[1], 36)
+    )
+
+
+def _read_cursor(cursor: object) -> dict[str, Any]:
+    """A relay cursor's positions per kind; a cursor this module did not write is refused."""
+    if cursor is None:
+        return {}
+    if type(cursor) is not str or len(cursor) > 65536:
+        raise _refuse("cursor", "relay_cursor_required")
+    try:
+        document = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8"))
+    except (ValueError, UnicodeError, binascii.Error):
+        raise _refuse("cursor", "relay_cursor_required") from None
+    kinds = document.get("kinds") if type(document) is dict and document.get("v") == 1 else None
+    names = {kind for kind, _ in _RELAY_KINDS}
+    if type(kinds) is not dict or not set(kinds) <= names:
+        raise _refuse("cursor", "relay_cursor_required")
+    for position in kinds.values():
+        if not (type(position) is dict and set(position) == {"f", "r", "t"} and _position(position["f"])
+                and type(position["r"]) is list and len(position["r"]) <= _MAX_REVISITS
+                and all(_position(start) for start in position["r"]) and position["t"] in (0, 1)
+                and type(position["t"]) is int):
+            raise _refuse("cursor", "relay_cursor_required")
+    return kinds
+
+
+async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop: asyncio.Event,
+                     interval_s: float = 1.0, page_size: int = 32) -> None:
+    """Run relay rounds until ``stop`` is set, passing each round's cursor to the next and
+    waiting ``interval_s`` between rounds. A round that raises is restarted after a
+    deterministic backoff, ``min(5, 0.1 * 2**failures)`` seconds (failures in a row)."""
+    if type(stop) is not asyncio.Event:
+        raise _refuse("stop", "asyncio_event_required")
+    node = check_text(node, "node")
+    if type(interval_s) not in (int, float) or not math.isfinite(interval_s) or not 0 <= interval_s <= 3600:
+        raise _refuse("interval_s", "number_out_of_range")
+    _page_size(page_size)
+    cursor: str | None = None
+    failures = 0
+    while not stop.is_set():
+        try:
+            report = await ledger.relay(ports, cursor=cursor, page_size=page_size)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the relay restarts; the next round may succeed
+            failures += 1
+            log.warning("relay round on node %s failed with %s; restarting", node, type(error).__name__)
+            wait = relay_backoff_s(failures)
+        else:
+            failures = 0
+            cursor = report.cursor
+            if report.degraded:
+                log.warning("relay round on node %s is degraded (%d issues)", node, len(report.issues))
+            wait = float(interval_s)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=wait)
+        except asyncio.TimeoutError:
+            pass
+
+
+def relay_backoff_s(failures: int) -> float:
+    """The wait before restarting a relay after ``failures`` failed rounds in a row."""
+    return min(5.0, 0.1 * float(2 ** min(failures, 16)))
