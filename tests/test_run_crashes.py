@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -41,14 +42,25 @@ import pytest
 from adapter_support import kind_of
 from attempt_fakes import ProcessDied
 from run_support import PIN, Runs, runs_db, succeeded, unique  # noqa: F401 (runs_db: fixture)
-from tenure.adapters import InMemoryBroker, RunLedger
+from tenure.adapters import InMemoryBroker, RecoveryPorts, RunLedger
+from tenure.adapters.runs.broker import LIVE_STATES
 from tenure.adapters.failures import REASONS
 from tenure.adapters.runs.table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.agent_jobs.record import record_violations as job_violations
 from tenure.kernel.consents.record import record_violations as consent_violations
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.runs.record import RunPair, key_of, record_violations
-from tenure.model import BrokerJobState, ConsentStatus, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind
+from tenure.model import (
+    TERMINAL_RUN_STATUSES,
+    WAIT_STATUSES,
+    BrokerJobState,
+    ConsentStatus,
+    DeliveryState,
+    ErrorCode,
+    RunStatus,
+    TenureError,
+    WaitKind,
+)
 
 SQLITE_MODES = ["fail", "lost", "cancel"]
 POSTGRESQL_MODES = ["fail", "lost", "kill", "cancel", "cancel_after"]
@@ -435,10 +447,12 @@ async def _reference(ledgers: Ledgers, operation: Operation, crash: Crash) -> tu
     return before, after, crash.count
 
 
-async def _crash_once(ledgers: Ledgers, operation: Operation, crash: Crash, expected: tuple[Any, Any],
-                      *, at: int | None = None, mode: str = "", broker_point: str | None = None) -> str:
-    """One crash of one operation at one point; returns which statement it struck."""
-    before_expected, after_expected = expected
+async def _crash(ledgers: Ledgers, operation: Operation, crash: Crash, expected: tuple[Any, Any],
+                 *, at: int | None = None, mode: str = "", broker_point: str | None = None,
+                 ) -> tuple[Scenario, str, RunLedger]:
+    """One crash of one operation at one point: the scenario, the point it struck and
+    the ledger that was cut short (still open)."""
+    before_expected, _ = expected
     broker = DyingBroker()
     scenario = await operation.setup(Runs(ledgers.setup, ledgers.db_url), broker)
     assert await stored_state(ledgers.checker, scenario) == before_expected
@@ -450,6 +464,7 @@ async def _crash_once(ledgers: Ledgers, operation: Operation, crash: Crash, expe
         crash.arm(at, mode)
     error = await _cut_short(lambda: operation.call(dying, scenario), crash, broker)
     crash.disarm()
+    broker.point = None
     if broker_point is not None:
         struck = f"broker.{broker_point}"
         assert broker.fired, struck
@@ -459,6 +474,16 @@ async def _crash_once(ledgers: Ledgers, operation: Operation, crash: Crash, expe
         assert crash.fired is not None, f"statement {at} was never sent"
         struck = crash.fired
         _assert_dies_as_documented(error, mode, struck)
+    return scenario, struck, dying
+
+
+async def _crash_once(ledgers: Ledgers, operation: Operation, crash: Crash, expected: tuple[Any, Any],
+                      *, at: int | None = None, mode: str = "", broker_point: str | None = None) -> str:
+    """One crash of one operation at one point, then the checks and a repeat; returns
+    which statement it struck."""
+    before_expected, after_expected = expected
+    scenario, struck, dying = await _crash(ledgers, operation, crash, expected, at=at, mode=mode,
+                                           broker_point=broker_point)
     if mode.startswith("cancel"):
         # A cancelled call leaves its ledger fit for the next one.
         await asyncio.wait_for(dying.get(scenario.run_id), 10)
@@ -468,7 +493,6 @@ async def _crash_once(ledgers: Ledgers, operation: Operation, crash: Crash, expe
     assert state in (before_expected, after_expected), (operation.name, mode, at, struck, state)
     # Repeating the operation afterwards neither waits on a lock the dead call held nor
     # leaves a state the kernel forbids, and it ends where the uninterrupted run ended.
-    broker.point = None
     with contextlib.suppress(TenureError):
         await asyncio.wait_for(operation.call(ledgers.again, scenario), 10)
     repeated = await stored_state(ledgers.checker, scenario)
@@ -497,3 +521,98 @@ async def test_a_crash_at_any_await_point_leaves_the_state_before_or_after_never
                                                 broker_point=point))
     assert len(struck) == statements * len(modes) + len(operation.broker_points) * len(BROKER_MODES)
     assert any(point.upper().startswith("COMMIT") for point in struck), "the commit is among the crash points"
+
+
+# --- and then a new process reconciles ----------------------------------------------------------
+
+
+class RoutingBroker(InMemoryBroker):
+    """One broker port over every scenario's broker, chosen by the hop key's Run ID (a
+    Run of another test of the module gets a broker of its own)."""
+
+    def __init__(self, brokers: dict[str, InMemoryBroker]) -> None:
+        super().__init__()
+        self.brokers = brokers
+
+    def _of(self, key: str) -> InMemoryBroker:
+        run_id = key.split(":")[1]
+        return self.brokers.setdefault(run_id, InMemoryBroker())
+
+    async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
+        await self._of(key).publish(key, queue=queue, wire_priority=wire_priority)
+
+    async def probe(self, key: str) -> Any:
+        return await self._of(key).probe(key)
+
+    async def abort(self, key: str) -> bool:
+        return await self._of(key).abort(key)
+
+
+RECOVERED_OUTCOMES: dict[str, int] = {}
+"""Crash points recovered by reconciliation, per outcome (read by the issue's note)."""
+
+
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+async def test_after_a_crash_at_any_await_point_reconciliation_recovers_every_run(
+    runs_db: str, crash: Crash, name: str
+) -> None:
+    """Every crash point of every operation, then a new process per node reconciles with
+    a new cutoff: each Run ends terminal with its effects contained, parked on its owner,
+    or queued with a live delivery at the broker, or the report names it; never two live
+    hops of one Run, never a Run lost."""
+    operation = OPERATIONS[name]
+    crashed: list[Scenario] = []
+    async with RunLedger(runs_db) as setup, RunLedger(runs_db) as checker, RunLedger(runs_db) as again:
+        ledgers = Ledgers(runs_db, setup, checker, again)
+        expected = await _reference(ledgers, operation, crash)
+        before, after, statements = expected
+        modes = SQLITE_MODES if kind_of(runs_db) == "sqlite" else POSTGRESQL_MODES
+        points = [{"at": at, "mode": mode} for at in range(1, statements + 1) for mode in modes]
+        points += [{"broker_point": point, "mode": mode} for point in operation.broker_points for mode in BROKER_MODES]
+        for point in points:
+            scenario, _, dying = await _crash(ledgers, operation, crash, (before, after), **point)
+            with contextlib.suppress(Exception):
+                await dying.close()
+            crashed.append(scenario)
+        brokers: dict[str, InMemoryBroker] = {s.run_id: s.broker for s in crashed}
+        await asyncio.sleep(0.002)
+        cutoff = dt.datetime.now(dt.timezone.utc)
+        ports = RecoveryPorts(RoutingBroker(brokers))
+        issues: set[str] = set()
+        for node in ("node-a", "node-b"):  # the claims of the setups and of the claim operation
+            async with RunLedger(runs_db) as recovering:
+                report = await recovering.reconcile(ports, node=node, boot_cutoff=cutoff)
+            issues |= {issue.run_id for issue in report.issues}
+        for scenario in crashed:
+            outcome = await _recovered(checker, scenario, issues)
+            RECOVERED_OUTCOMES[outcome] = RECOVERED_OUTCOMES.get(outcome, 0) + 1
+    assert len(crashed) == len(points)
+
+
+async def _recovered(checker: RunLedger, scenario: Scenario, issues: set[str]) -> str:
+    """How one crashed Run ended after reconciliation (asserting it ended acceptably)."""
+    run = await checker.get(scenario.run_id)
+    jobs = scenario.broker.jobs
+    if run is None:
+        assert jobs == {}, "an admission that never committed published nothing"
+        return "never_admitted"
+    # Never two hops executing one Run: a broker job of an older sequence still live at
+    # the broker is a stale delivery whose claim the ledger refuses.
+    for key, job in jobs.items():
+        seq = int(key.rsplit(":", 1)[1])
+        if job.state in LIVE_STATES and seq != run.enqueue_seq:
+            assert await checker.claim(run.run_id, seq, node="late-worker") is None, key
+    if run.run_id in issues:
+        assert run.status not in TERMINAL_RUN_STATUSES, "a reported Run is left as it was"
+        return "reported"
+    if run.status in TERMINAL_RUN_STATUSES:
+        assert await checker.list_jobs(run.run_id) == (), "terminal only with its jobs contained"
+        return "terminal"
+    if run.status in WAIT_STATUSES:
+        assert run.owner_id is not None
+        return "parked"
+    assert run.status is RunStatus.QUEUED, run.status
+    delivery = await checker.get_delivery(run.run_id, run.enqueue_seq)
+    assert delivery is not None and delivery.state is DeliveryState.PUBLISHED
+    assert jobs[key_of(run.run_id, run.enqueue_seq)].state in LIVE_STATES
+    return "queued_live"

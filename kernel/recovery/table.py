@@ -20,8 +20,8 @@ guard holds names the :class:`Action`. Evidence actions (``probe``, ``fence``,
 them, adds what it learned to the situation and asks again. A write action
 (``publish``, ``mark_published``, ``rotate``, ``fail_held``, ``repark``, ``fail_lost``,
 ``resume``, ``finish_cancel``, ``cleanup``) is sent to the Run machine (or a port)
-with its own compare-and-set, and ends the visit: the written Run has a new
-``updated_at`` and is met again later in the same scan. ``keep`` (still waiting,
+with its own compare-and-set; the ledger then reads the Run again and asks afresh
+(a bounded number of writes per visit). ``keep`` (still waiting,
 held, or live elsewhere; revisited by the relays), ``leave`` (nothing to do) and
 ``report`` (an issue; the pass is degraded) end the visit without a write.
 
