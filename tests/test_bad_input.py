@@ -341,12 +341,37 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
         ("record_job_cancelled", "job_id", lambda ledger: ledger.record_job_cancelled(m * 3)),
         ("get_job", "job_id", lambda ledger: ledger.get_job("")),
         ("list_jobs", "run_id", lambda ledger: ledger.list_jobs(m * 3)),
+        ("reconcile", "ports", lambda ledger: ledger.reconcile(m, node="node-a", boot_cutoff=_aware())),
+        ("reconcile", "node", lambda ledger: ledger.reconcile(_ports(), node=m * 9, boot_cutoff=_aware())),
+        ("reconcile", "boot_cutoff", lambda ledger: ledger.reconcile(_ports(), node="node-a", boot_cutoff=m)),
+        ("reconcile", "boot_cutoff", lambda ledger: ledger.reconcile(
+            _ports(), node="node-a", boot_cutoff=_aware().replace(tzinfo=None))),
+        ("reconcile", "page_size", lambda ledger: ledger.reconcile(
+            _ports(), node="node-a", boot_cutoff=_aware(), page_size=True)),
+        ("reconcile", "stale_after_s", lambda ledger: ledger.reconcile(
+            _ports(), node="node-a", boot_cutoff=_aware(), stale_after_s=float("nan"))),
+        ("relay", "ports", lambda ledger: ledger.relay(m)),
+        ("relay", "cursor", lambda ledger: ledger.relay(_ports(), cursor=m)),
+        ("relay", "cursor", lambda ledger: ledger.relay(_ports(), cursor="eyJ2IjoyfQ==")),
+        ("relay", "page_size", lambda ledger: ledger.relay(_ports(), page_size=1001)),
     ]
     for name in ("release", "publish", "claim", "enter_hardware_wait", "leave_hardware_wait", "park", "settle",
                  "finish_cancel", "get_delivery"):
         for seq in seqs:
             cases.append((name, "enqueue_seq", lambda ledger, name=name, seq=seq: _with_seq(ledger, name, seq)))
     return cases
+
+
+def _ports() -> Any:
+    from tenure.adapters import InMemoryBroker, RecoveryPorts
+
+    return RecoveryPorts(InMemoryBroker())
+
+
+def _aware() -> Any:
+    import datetime as dt
+
+    return dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
 
 
 def _with_seq(ledger: Any, name: str, seq: Any) -> Any:

@@ -459,3 +459,20 @@ def test_report_shapes() -> None:
     assert recovery_module.COUNT_NAMES == ("published", "republished", "rotated", "held_failed", "orphans_parked",
                                            "orphans_failed", "resumed", "cancels_finished")
     assert RecoveryIssue("r", "port_failed").reason == "port_failed"
+
+
+async def test_relays_from_several_processes_at_once_rotate_and_publish_each_run_once(runs: Runs) -> None:
+    ids = [await runs.published(f"finished-{n}") for n in range(12)]
+    for run_id in ids:  # the broker ran each hop's job and nobody claimed it
+        runs.broker.jobs[hop_key(run_id, 0)].state = BrokerJobState.COMPLETE
+    ports = RecoveryPorts(runs.broker)
+    async with RunLedger(runs.db_url) as second, RunLedger(runs.db_url) as third:
+        reports = await asyncio.gather(*(ledger.relay(ports) for ledger in (runs.ledger, second, third)))
+    assert not any(report.degraded for report in reports), [report.issues for report in reports]
+    assert sum(report.counts["rotated"] for report in reports) == len(ids)
+    for run_id in ids:
+        assert await status_of(runs.ledger, run_id) == (RunStatus.QUEUED, 1, None)
+        delivery = await runs.ledger.get_delivery(run_id, 1)
+        assert delivery is not None and delivery.state is DeliveryState.PUBLISHED
+        assert runs.broker.jobs[hop_key(run_id, 1)].state is BrokerJobState.QUEUED
+    assert not any(hop_key(run_id, 2) in runs.broker.jobs for run_id in ids)

@@ -77,6 +77,7 @@ from tenure.model import (
 from tenure.model.runs import check_text
 
 from ..attempts.table import ATTEMPTS_BINDING
+from ..failures import persistence_failed
 from .broker import LIVE_STATES, Broker, BrokerProbe
 from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 
@@ -314,11 +315,10 @@ class _Visits:
         ledger = self.ledger
 
         async def body(tx: Transaction) -> Situation | None:
-            runs: list[RunRow] = await tx.read(RUNS_BINDING, [run_id])
-            if not runs:
+            pair = await _consistent_pair(tx, run_id)
+            if pair is None:
                 return None
-            run = runs[0]
-            deliveries: list[DeliveryRow] = await tx.read(DELIVERIES_BINDING, [key_of(run_id, run.enqueue_seq)])
+            run, delivery = pair
             # Only the evidence the Run's state is decided on is read.
             owner = await ledger._owner(tx, run.owner_kind, run.owner_id) if run.status in _WAITS else None
             examined = run.status in _HOPS or run.status is RunStatus.CANCELLING
@@ -326,7 +326,7 @@ class _Visits:
             latest = await _latest_owner(tx, run_id) if run.status in _HOPS else None
             known = self.ports.known_queues
             return Situation(
-                phase=self.phase, run=run, delivery=deliveries[0] if deliveries else None, node=self.node,
+                phase=self.phase, run=run, delivery=delivery, node=self.node,
                 cutoff_us=self.cutoff_us, stale_after_us=self.stale_after_us,
                 queue_known=known is None or run.queue in known, owner=owner, containment=containment,
                 latest_owner=latest,
@@ -457,6 +457,26 @@ class _Visits:
             raise AssertionError(action)
 
 
+async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, DeliveryRow | None] | None:
+    """The Run and its current delivery as of one commit, without a lock.
+
+    A read transaction may see each statement at a later commit (PostgreSQL's read
+    committed), so a Run read before a concurrent rotation and its delivery read after
+    it would look corrupt. Every transition that touches a delivery also moves its
+    Run's ``updated_at``, so reading the Run again and finding it unchanged proves the
+    pair is one commit's; otherwise read again."""
+    for _ in range(8):
+        runs: list[RunRow] = await tx.read(RUNS_BINDING, [run_id])
+        if not runs:
+            return None
+        run = runs[0]
+        deliveries: list[DeliveryRow] = await tx.read(DELIVERIES_BINDING, [key_of(run_id, run.enqueue_seq)])
+        again: list[RunRow] = await tx.read(RUNS_BINDING, [run_id])
+        if again and (again[0].updated_at_us, again[0].enqueue_seq) == (run.updated_at_us, run.enqueue_seq):
+            return run, deliveries[0] if deliveries else None
+    raise persistence_failed("row_changed")  # changed under every read: the visit's issue
+
+
 _ATTEMPT_DONE = frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.CANCELLED})
 
 
@@ -558,10 +578,11 @@ def _read_cursor(cursor: object) -> dict[str, Any]:
         return {}
     if type(cursor) is not str or len(cursor) > 65536:
         raise _refuse("cursor", "relay_cursor_required")
+    document: Any = None
     try:
         document = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8"))
     except (ValueError, UnicodeError, binascii.Error):
-        raise _refuse("cursor", "relay_cursor_required") from None
+        pass  # refused below, outside the handler: the decoder's error never rides along
     kinds = document.get("kinds") if type(document) is dict and document.get("v") == 1 else None
     names = {kind for kind, _ in _RELAY_KINDS}
     if type(kinds) is not dict or not set(kinds) <= names:
