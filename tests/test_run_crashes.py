@@ -53,7 +53,6 @@ from tenure.kernel.runs.record import RunPair, key_of, record_violations
 from tenure.model import (
     TERMINAL_RUN_STATUSES,
     WAIT_STATUSES,
-    BrokerJobState,
     ConsentStatus,
     DeliveryState,
     ErrorCode,

@@ -16,7 +16,8 @@ from typing import Protocol, runtime_checkable
 
 from tenure.model import LIVE_BROKER_STATES, BrokerJobState
 
-__all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES"]
+__all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES",
+           "fence_hop"]
 
 LIVE_STATES = LIVE_BROKER_STATES
 """A job in these states may still start or is executing (the model's set)."""
@@ -46,6 +47,23 @@ class Broker(Protocol):
 
     async def abort(self, key: str) -> bool:
         """Abort the job if it is live; True when it is not live any more."""
+
+
+async def fence_hop(broker: Broker, key: str) -> BrokerProbe | None:
+    """What the broker says of ``key`` after aborting its job if it was live, probed
+    again; None when the broker could not say (an unreachable broker proves nothing; a
+    failed abort is judged by the probe after it)."""
+    try:
+        probe = await broker.probe(key)
+        if probe.state in LIVE_STATES:
+            try:
+                await broker.abort(key)
+            except Exception:  # noqa: BLE001 - the probe below says whether the job stopped
+                pass
+            probe = await broker.probe(key)
+    except Exception:  # noqa: BLE001 - nothing learned
+        return None
+    return probe
 
 
 class BrokerUnavailable(Exception):

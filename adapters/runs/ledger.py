@@ -104,7 +104,7 @@ from ..engine import Engine, raise_if_conflict
 from ..failures import persistence_failed
 from ..store import Transaction
 from . import recovery as _recovery
-from .broker import LIVE_STATES, Broker
+from .broker import Broker, fence_hop
 from .recovery import RecoveryPorts, RecoveryReport
 
 if TYPE_CHECKING:
@@ -609,7 +609,8 @@ class RunLedger:
         hop: BrokerJobState | None = None
         if seen is not None and seen.run.status is RunStatus.CANCELLING and seen.run.enqueue_seq == seq:
             # Only a frozen generation is fenced: nothing can claim it any more.
-            hop = await self._fence_hop(broker, hop_key(key, seq))
+            fenced = await fence_hop(broker, hop_key(key, seq))
+            hop = None if fenced is None or type(fenced.state) is not BrokerJobState else fenced.state
         return await self._finish_cancel_on(key, seq, hop)
 
     async def _finish_cancel_on(self, run_id: str, enqueue_seq: int, hop: BrokerJobState | None) -> bool:
@@ -622,18 +623,6 @@ class RunLedger:
 
         decision = await self._in_transaction(body)
         return isinstance(decision, Applied) and isinstance(decision.reply, Settled)
-
-    @staticmethod
-    async def _fence_hop(broker: Broker, key: str) -> BrokerJobState | None:
-        """The hop's state after aborting it if it was live (None: the broker could not say)."""
-        try:
-            probe = await broker.probe(key)
-            if probe.state in LIVE_STATES:
-                await broker.abort(key)
-                probe = await broker.probe(key)
-        except Exception:  # an unreachable broker proves nothing
-            return None
-        return probe.state
 
     # --- recovery ----------------------------------------------------------------------
 

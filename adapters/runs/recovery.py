@@ -55,12 +55,12 @@ from tenure.kernel.recovery.table import (
     verdict_violations,
 )
 from tenure.kernel.runs import finders
-from tenure.kernel.runs.commands import Containment, FinishCancel, RecordPublished, Rotate, Rotated, Settled
+from tenure.kernel.runs.commands import Containment, RecordPublished, Rotate, Rotated
 from tenure.kernel.runs.record import DeliveryRow, RunRow, key_of
 from tenure.model import (
+    TERMINAL_ATTEMPT_STATES,
     AgentJobRecord,
     AgentJobStatus,
-    AttemptRecord,
     AttemptState,
     BrokerJobState,
     ConfigValidationError,
@@ -78,7 +78,7 @@ from tenure.model.runs import check_text
 
 from ..attempts.table import ATTEMPTS_BINDING
 from ..failures import persistence_failed
-from .broker import LIVE_STATES, Broker, BrokerProbe
+from .broker import Broker, BrokerProbe, fence_hop
 from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 
 if TYPE_CHECKING:
@@ -370,16 +370,7 @@ class _Visits:
 
     async def _fence(self, key: str) -> Probe:
         """The hop's state after aborting it if live, probed again (None: unknown)."""
-        probe = await self._probe(key)
-        if probe.state in LIVE_STATES:
-            try:
-                await self.ports.broker.abort(key)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - the probe below says whether it stopped
-                pass
-            probe = await self._probe(key)
-        return probe
+        return _probe_of(await fence_hop(self.ports.broker, key))
 
     async def _containment(self, run_id: str) -> Containment:
         async def body(tx: Transaction) -> Containment:
@@ -411,7 +402,7 @@ class _Visits:
     async def _observe(self, attempt_id: str, *, cancel: bool) -> None:
         port = self.ports.observe_attempt
         record = await self.ledger.attempts.get(attempt_id)
-        if port is None or record is None or record.state in _ATTEMPT_DONE:
+        if port is None or record is None or record.state in TERMINAL_ATTEMPT_STATES:
             return
         seen = await _port(port(record, cancel=cancel))
         if type(seen) not in (Found, NotFound, LookupFailed):
@@ -475,9 +466,6 @@ async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, Delive
         if again and (again[0].updated_at_us, again[0].enqueue_seq) == (run.updated_at_us, run.enqueue_seq):
             return run, deliveries[0] if deliveries else None
     raise persistence_failed("row_changed")  # changed under every read: the visit's issue
-
-
-_ATTEMPT_DONE = frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.CANCELLED})
 
 
 async def _latest_owner(tx: Transaction, run_id: str) -> tuple[WaitKind, str] | None:
