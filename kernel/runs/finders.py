@@ -111,16 +111,21 @@ def runs_page(*, status: bool, session: bool, after: bool) -> Finder:
         base += (Condition("status", "=", Param("status")),)
     if session:
         base += (Condition("session_id", "=", Param("session_id")),)
+    return _keyset("runs_page", base, "created_at_us", "after_created", after=after)
+
+
+def _keyset(name: str, base: tuple[Condition, ...], field: str, after_param: str, *, after: bool) -> Finder:
+    """Rows meeting ``base`` in ``(field, run_id)`` order, after the position
+    ``(after_param, after_id)`` when ``after`` (keyset paging: ``name`` + ``_after``)."""
     if not after:
-        return Finder("runs_page", (base,), order=("created_at_us", "run_id"), lock="none")
+        return Finder(name, (base,), order=(field, "run_id"), lock="none")
     return Finder(
-        "runs_page_after",
+        f"{name}_after",
         (
-            (*base, Condition("created_at_us", ">", Param("after_created"))),
-            (*base, Condition("created_at_us", "=", Param("after_created")),
-             Condition("run_id", ">", Param("after_id"))),
+            (*base, Condition(field, ">", Param(after_param))),
+            (*base, Condition(field, "=", Param(after_param)), Condition("run_id", ">", Param("after_id"))),
         ),
-        order=("created_at_us", "run_id"),
+        order=(field, "run_id"),
         lock="none",
     )
 
@@ -131,18 +136,7 @@ def runs_by_status(*, after: bool) -> Finder:
     position ``(after_updated, after_id)``: recovery's pages. Every transition moves
     ``updated_at``, so a Run whose eligibility changed reappears later, never earlier."""
     base = (Condition("status", "in", Param("statuses")),)
-    if not after:
-        return Finder("runs_by_status", (base,), order=("updated_at_us", "run_id"), lock="none")
-    return Finder(
-        "runs_by_status_after",
-        (
-            (*base, Condition("updated_at_us", ">", Param("after_updated"))),
-            (*base, Condition("updated_at_us", "=", Param("after_updated")),
-             Condition("run_id", ">", Param("after_id"))),
-        ),
-        order=("updated_at_us", "run_id"),
-        lock="none",
-    )
+    return _keyset("runs_by_status", base, "updated_at_us", "after_updated", after=after)
 
 
 def _of_run(name: str, key: str) -> Finder:
