@@ -20,7 +20,7 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 # pip's "Location ... is ignored" lines come from this machine's pip configuration.
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck]' \
+.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck,saq]' \
   2> >(grep -v "is ignored" >&2)
 .venv/bin/python -m pip check
 

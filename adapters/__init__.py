@@ -7,7 +7,7 @@ with a compare-and-set. They never decide a transition themselves.
 from __future__ import annotations
 
 from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
-from .runs import Broker, BrokerJobState, BrokerProbe, InMemoryBroker, RecoveryIssue, RecoveryPorts, RecoveryReport, RunLedger, run_relays
+from .runs import Broker, BrokerJobState, BrokerProbe, InMemoryBroker, RecoveryIssue, RecoveryPorts, RecoveryReport, RunLedger, SaqBroker, run_relays
 from .migrations import MigrationReport, downgrade, upgrade
 from .queue.owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
@@ -24,6 +24,7 @@ __all__ = [
     "RecoveryReport",
     "RecoveryIssue",
     "run_relays",
+    "SaqBroker",
     "AttemptRunner",
     "ProviderDriver",
     "EgressPolicy",

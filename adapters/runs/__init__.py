@@ -6,6 +6,7 @@ from __future__ import annotations
 from .broker import Broker, BrokerJobState, BrokerProbe, BrokerUnavailable, InMemoryBroker
 from .ledger import RunLedger
 from .recovery import RecoveryIssue, RecoveryPorts, RecoveryReport, run_relays
+from .saq_broker import SaqBroker  # imports SAQ only when it connects (extra tenure[saq])
 
 __all__ = ["Broker", "BrokerJobState", "BrokerProbe", "BrokerUnavailable", "InMemoryBroker", "RunLedger",
-           "RecoveryPorts", "RecoveryReport", "RecoveryIssue", "run_relays"]
+           "RecoveryPorts", "RecoveryReport", "RecoveryIssue", "run_relays", "SaqBroker"]

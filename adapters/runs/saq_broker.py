@@ -1,0 +1,218 @@
+"""Run hops on SAQ's PostgreSQL queue: the Broker port over ``saq.queue.postgres``.
+
+Install with the extra ``tenure[saq]`` (SAQ with psycopg 3 and its pool). One
+``SaqBroker`` owns one autocommit connection pool and one SAQ queue per configured
+queue name; ``connect`` opens the pool and lets SAQ create or migrate its tables
+(``saq_jobs`` and friends), ``disconnect`` closes them again.
+
+What SAQ holds under a hop key (``run:<run_id>:<seq>``) is a job of the function
+:data:`HOP_FUNCTION` with the keyword arguments ``run_id`` and ``enqueue_seq`` and
+nothing else: a worker rebuilds every other fact from the ledger. Each job is enqueued
+with the seed's settings: ``retries=0`` (one attempt; a new attempt is a new sequence,
+decided by the ledger), ``timeout=0`` (no generic wall clock), a 120-second heartbeat
+that the live hop refreshes every 30 seconds, and the wire priority (``100 - priority``,
+SAQ dequeues lower values first). Finished jobs are kept for :data:`HOP_TTL_S` so that
+recovery sees a finished hop and rotates it; after that SAQ deletes the row and a probe
+says ``absent`` (recovery then republishes under the same key, which the claim fence
+makes harmless).
+
+Two SAQ behaviours shape this adapter. SAQ re-queues an existing key whose job
+finished (complete, failed, aborted), so ``publish`` first looks the key up and treats
+any stored job as already held: the port promises that publishing a held key changes
+nothing. (A job that finishes between that lookup and the enqueue is re-queued by SAQ;
+its delivery is then a stale hop whose claim the ledger refuses.) And SAQ aborts an
+active job by marking it ``aborting`` for its worker to notice (about once a second):
+``abort`` waits up to ``abort_wait_s`` for the job to stop being live and answers
+whether it did; ``aborting`` counts as live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tenure.model import BrokerJobState, ConfigValidationError, bounds
+
+from .broker import BrokerProbe
+
+__all__ = ["SaqBroker", "HOP_FUNCTION", "HOP_HEARTBEAT_S", "HOP_TOUCH_EVERY_S", "HOP_TTL_S", "state_of"]
+
+HOP_FUNCTION = "tenure_run_hop"
+"""The SAQ function name every hop job is enqueued under."""
+
+HOP_HEARTBEAT_S = 120
+"""SAQ's heartbeat for a hop job: a job not touched for this long is swept (aborted)."""
+
+HOP_TOUCH_EVERY_S = 30
+"""How often a live hop refreshes its job's ``touched`` time."""
+
+HOP_TTL_S = 86_400
+"""How long SAQ keeps a finished hop job (seconds), so recovery can see it finished."""
+
+_KEY = re.compile(r"run:(.{1,36}):([0-9]{1,10})")
+
+_STATES = {
+    "new": BrokerJobState.QUEUED,
+    "queued": BrokerJobState.QUEUED,
+    "active": BrokerJobState.ACTIVE,
+    "aborting": BrokerJobState.ACTIVE,  # still running until its worker notices
+    "complete": BrokerJobState.COMPLETE,
+    "failed": BrokerJobState.FAILED,
+    "aborted": BrokerJobState.ABORTED,
+}
+_LIVE = frozenset({"new", "queued", "active", "aborting"})
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+def state_of(status: object) -> BrokerJobState | None:
+    """The port's state for a SAQ status (None: a status this adapter does not know)."""
+    value = getattr(status, "value", status)
+    return _STATES.get(value) if type(value) is str else None
+
+
+def _status(job: Any) -> str:
+    value = getattr(job.status, "value", job.status)
+    return str(value)
+
+
+def _instant_ms(value: object) -> dt.datetime | None:
+    if not bounds.is_strict_int(value) or value <= 0:  # type: ignore[operator]
+        return None
+    return dt.datetime.fromtimestamp(value / 1000, dt.timezone.utc)  # type: ignore[operator]
+
+
+class SaqBroker:
+    """The Broker port on SAQ's PostgreSQL queues ``queues`` at ``dsn``."""
+
+    def __init__(self, dsn: str, *, queues: Sequence[str], min_size: int = 1, max_size: int = 8,
+                 abort_wait_s: float = 5.0) -> None:
+        if type(dsn) is not str or not dsn.startswith(("postgresql://", "postgres://")):
+            raise _refuse("dsn", "postgresql_url_required")
+        if isinstance(queues, str) or not queues or not all(bounds.is_bounded_text(q, 200) for q in queues) \
+                or len(set(queues)) != len(queues):
+            raise _refuse("queues", "distinct_queue_names_required")
+        if not (bounds.is_strict_int(min_size) and bounds.is_strict_int(max_size) and 1 <= min_size <= max_size <= 100):
+            raise _refuse("pool_size", "integer_out_of_range")
+        if type(abort_wait_s) not in (int, float) or not 0 <= abort_wait_s <= 300:
+            raise _refuse("abort_wait_s", "number_out_of_range")
+        self._dsn = dsn
+        self._names = tuple(queues)
+        self._sizes = (min_size, max_size)
+        self._abort_wait_s = float(abort_wait_s)
+        self._pool: Any = None
+        self._queues: dict[str, Any] = {}
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the pool and connect every queue (SAQ creates or migrates its tables)."""
+        if self._queues:
+            return
+        try:
+            from psycopg_pool import AsyncConnectionPool
+            from saq.queue.postgres import PostgresQueue
+        except ImportError:
+            raise _refuse("broker", "saq_extra_required") from None
+        min_size, max_size = self._sizes
+        pool = AsyncConnectionPool(self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size,
+                                   open=False)
+        await pool.open()
+        queues: dict[str, Any] = {}
+        try:
+            for name in self._names:
+                queue = PostgresQueue(pool=pool, name=name, min_size=min_size, max_size=max_size)
+                await queue.connect()
+                queues[name] = queue
+        except BaseException:
+            # A partial owner is never leaked: the pool goes with the failed connect.
+            await pool.close()
+            raise
+        self._pool, self._queues = pool, queues
+
+    async def disconnect(self) -> None:
+        """Disconnect every queue (in reverse order, attempting each) and close the pool;
+        re-raise the first failure after all were attempted."""
+        queues, pool = list(self._queues.values()), self._pool
+        self._queues, self._pool = {}, None
+        failures: list[BaseException] = []
+        for queue in reversed(queues):
+            try:
+                await queue.disconnect()
+            except Exception as error:  # noqa: BLE001 - every queue is attempted
+                failures.append(error)
+        if pool is not None:
+            try:
+                await pool.close()
+            except Exception as error:  # noqa: BLE001
+                failures.append(error)
+        if failures:
+            raise failures[0]
+
+    async def __aenter__(self) -> SaqBroker:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.disconnect()
+
+    def queue(self, name: str) -> Any:
+        """The connected SAQ queue ``name`` (for a SAQ worker)."""
+        if name not in self._queues:
+            raise _refuse("queue", "queue_not_configured")
+        return self._queues[name]
+
+    # --- the port --------------------------------------------------------------------------
+
+    async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
+        match = _KEY.fullmatch(key) if type(key) is str else None
+        if match is None:
+            raise _refuse("key", "hop_key_required")
+        if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
+            raise _refuse("wire_priority", "integer_out_of_range")
+        target = self.queue(queue)
+        if await self._find(key) is not None:
+            return  # held already (queued, live or finished): publishing again changes nothing
+        await target.enqueue(
+            HOP_FUNCTION, key=key, priority=wire_priority, retries=0, timeout=0, heartbeat=HOP_HEARTBEAT_S,
+            ttl=HOP_TTL_S, run_id=match.group(1), enqueue_seq=int(match.group(2)),
+        )
+
+    async def probe(self, key: str) -> BrokerProbe:
+        job = await self._find(key)
+        if job is None:
+            return BrokerProbe(BrokerJobState.ABSENT)
+        state = state_of(job.status)
+        if state is None:
+            raise LookupError("unknown SAQ status")  # the broker cannot say: recovery reports it
+        started = _instant_ms(job.started) if state is BrokerJobState.ACTIVE else None
+        return BrokerProbe(state, started, queue=job.queue.name, wire_priority=job.priority)
+
+    async def abort(self, key: str) -> bool:
+        job = await self._find(key)
+        if job is None or _status(job) not in _LIVE:
+            return True
+        await job.queue.abort(job, error="fenced by tenure")
+        deadline = asyncio.get_running_loop().time() + self._abort_wait_s
+        while True:
+            job = await self._find(key)
+            if job is None or _status(job) not in _LIVE:
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
+
+    async def _find(self, key: str) -> Any:
+        """The job under ``key`` in any configured queue, fresh from the database."""
+        for queue in self._queues.values():
+            job = await queue.job(key)
+            if job is not None:
+                return job
+        if not self._queues:
+            raise _refuse("broker", "not_connected")
+        return None

@@ -1,0 +1,130 @@
+"""SaqBroker on a real PostgreSQL with SAQ: the Broker port's contract (idempotent publish
+by key, probes mapped onto the port's states with start time, queue and priority, exact
+aborts), SAQ's priority order, and the Run ledger and recovery working through it."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from typing import Any
+
+import pytest
+from saq.job import Status
+
+from adapter_support import raw
+from run_support import Runs
+from tenure.adapters import RecoveryPorts, RunLedger
+from tenure.adapters.runs.saq_broker import HOP_FUNCTION, HOP_HEARTBEAT_S, SaqBroker, state_of
+from tenure.model import BrokerJobState, ConfigValidationError, DeliveryState, ErrorCode, RunStatus, TenureError, hop_key
+
+pytestmark = pytest.mark.parametrize("database", ["postgresql"])
+
+
+def key() -> str:
+    return hop_key(str(uuid.uuid4()), 0)
+
+
+@pytest.fixture
+async def broker(db_url: str) -> Any:
+    async with SaqBroker(db_url, queues=["runs", "gpu"], abort_wait_s=0.5) as made:
+        yield made
+
+
+async def test_publish_is_idempotent_by_key_and_never_resurrects_a_finished_hop(broker: SaqBroker) -> None:
+    hop = key()
+    await broker.publish(hop, queue="runs", wire_priority=50)
+    await broker.publish(hop, queue="runs", wire_priority=50)
+    probe = await broker.probe(hop)
+    assert (probe.state, probe.queue, probe.wire_priority, probe.started_at) == (BrokerJobState.QUEUED, "runs", 50, None)
+    job = await broker.queue("runs").job(hop)
+    assert (job.function, job.retries, job.timeout, job.heartbeat) == (HOP_FUNCTION, 0, 0, HOP_HEARTBEAT_S)
+    assert job.kwargs == {"run_id": hop.split(":")[1], "enqueue_seq": 0}
+    await broker.queue("runs").finish(job, Status.COMPLETE)
+    await asyncio.sleep(1.1)  # SAQ would re-queue a finished key enqueued in a later second
+    await broker.publish(hop, queue="runs", wire_priority=50)
+    assert (await broker.probe(hop)).state is BrokerJobState.COMPLETE
+    assert (await broker.probe(key())).state is BrokerJobState.ABSENT
+
+
+async def test_saq_dequeues_the_lowest_wire_priority_first_and_probes_report_its_start(broker: SaqBroker) -> None:
+    hops = {priority: key() for priority in (50, 10, 90)}
+    for priority, hop in hops.items():
+        await broker.publish(hop, queue="runs", wire_priority=priority)
+    queue = broker.queue("runs")
+    taken = [(await queue.dequeue(timeout=5)).key for _ in hops]
+    assert taken == [hops[10], hops[50], hops[90]]
+    probe = await broker.probe(hops[10])
+    assert probe.state is BrokerJobState.ACTIVE and probe.started_at is not None
+    assert abs((dt.datetime.now(dt.timezone.utc) - probe.started_at).total_seconds()) < 60
+
+
+async def test_abort_stops_a_queued_job_at_once_and_answers_false_while_an_active_one_runs_on(
+    broker: SaqBroker,
+) -> None:
+    queued, active = key(), key()
+    await broker.publish(queued, queue="gpu", wire_priority=1)
+    assert await broker.abort(queued) is True
+    assert (await broker.probe(queued)).state is BrokerJobState.ABORTED
+    await broker.publish(active, queue="runs", wire_priority=1)
+    assert (await broker.queue("runs").dequeue(timeout=5)).key == active
+    # Nobody runs the job's worker loop here, so nothing acknowledges the abort: it stays
+    # aborting, which the port reports as live.
+    assert await broker.abort(active) is False
+    assert (await broker.probe(active)).state is BrokerJobState.ACTIVE
+    assert await broker.abort(key()) is True  # nothing held: nothing live
+    assert [state_of(status) for status in Status] == [
+        BrokerJobState.QUEUED, BrokerJobState.QUEUED, BrokerJobState.ACTIVE, BrokerJobState.ACTIVE,
+        BrokerJobState.ABORTED, BrokerJobState.FAILED, BrokerJobState.COMPLETE,
+    ]
+
+
+async def test_the_ledger_publishes_through_saq_and_recovery_repairs_what_saq_lost_or_finished(
+    db_url: str, broker: SaqBroker,
+) -> None:
+    async with RunLedger(db_url) as ledger:
+        runs = Runs(ledger, db_url)
+        lost = (await runs.admit("lost", queue="runs")).run.run_id
+        assert await ledger.publish(lost, 0, broker)
+        finished = (await runs.admit("finished", queue="runs", priority=70)).run.run_id
+        assert await ledger.publish(finished, 0, broker)
+        assert (await broker.probe(hop_key(finished, 0))).wire_priority == 30
+        raw(db_url, "DELETE FROM saq_jobs WHERE key = ?", (hop_key(lost, 0),))
+        job = await broker.queue("runs").job(hop_key(finished, 0))
+        await broker.queue("runs").finish(job, Status.FAILED, error="worker gave up")
+        elsewhere = (await runs.admit("elsewhere", queue="cpu")).run.run_id
+        with pytest.raises(TenureError) as caught:
+            await ledger.publish(elsewhere, 0, broker)  # a queue this broker does not serve
+        assert caught.value.code is ErrorCode.RUN_BROKER_FAILED
+        report = await ledger.reconcile(RecoveryPorts(broker, known_queues=frozenset({"runs", "gpu"})),
+                                        node="node-a", boot_cutoff=dt.datetime.now(dt.timezone.utc))
+        assert {(issue.run_id, issue.reason) for issue in report.issues} == {(elsewhere, "queue_unknown")}
+        assert {name: n for name, n in report.counts.items() if n} == {"republished": 1, "rotated": 1,
+                                                                     "published": 1}
+        assert (await broker.probe(hop_key(lost, 0))).state is BrokerJobState.QUEUED
+        assert (await ledger.get(finished)).enqueue_seq == 1  # type: ignore[union-attr]
+        rotated = await broker.probe(hop_key(finished, 1))
+        assert (rotated.state, rotated.wire_priority) == (BrokerJobState.QUEUED, 30)
+        delivery = await ledger.get_delivery(finished, 1)
+        assert delivery is not None and delivery.state is DeliveryState.PUBLISHED
+        assert (await ledger.get(lost)).status is RunStatus.QUEUED  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("arguments", [
+    ("sqlite:///x.db", {"queues": ["runs"]}),
+    ("postgresql://h/db", {"queues": []}),
+    ("postgresql://h/db", {"queues": "runs"}),
+    ("postgresql://h/db", {"queues": ["runs", "runs"]}),
+    ("postgresql://h/db", {"queues": ["runs"], "min_size": 0}),
+    ("postgresql://h/db", {"queues": ["runs"], "abort_wait_s": -1}),
+])
+def test_a_saq_broker_refuses_bad_settings(arguments: tuple[str, dict[str, Any]], database: str) -> None:
+    dsn, options = arguments
+    with pytest.raises(ConfigValidationError):
+        SaqBroker(dsn, **options)
+
+
+async def test_a_bad_key_or_priority_is_refused_before_saq_is_asked(broker: SaqBroker) -> None:
+    for hop, priority in (("job-7", 5), (key(), 101), (key(), True)):
+        with pytest.raises(ConfigValidationError):
+            await broker.publish(hop, queue="runs", wire_priority=priority)  # type: ignore[arg-type]
