@@ -324,6 +324,16 @@ def republish_under_new_key() -> None:
     recovery._verdict = fresh_key
 
 
+def terminal_fence_of_a_live_hop() -> None:
+    verdict = recovery._verdict
+
+    def always_terminal(situation: Any, rule: Any) -> Any:
+        decided = verdict(situation, rule)
+        return dataclasses.replace(decided, terminal=True) if decided.action is recovery.Action.FENCE else decided
+
+    recovery._verdict = always_terminal
+
+
 def held_failed_by_relay() -> None:
     recovery.TABLE[(RK.HELD, RP.RELAY)] = (recovery.RecoveryRule("always", recovery.Action.FAIL_HELD),)
 
@@ -331,7 +341,7 @@ def held_failed_by_relay() -> None:
 RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (reconcile_touches_other_node, repark_without_snapshot_evidence, republish_under_new_key,
-                   held_failed_by_relay)
+                   held_failed_by_relay, terminal_fence_of_a_live_hop)
 }
 
 
@@ -354,7 +364,8 @@ BEHAVIOURAL_TESTS: dict[str, list[str]] = {
     "recovery": ["tests/test_recovery_table.py::test_every_verdict_keeps_the_recovery_rules",
                  "tests/test_recovery_table.py::test_an_orphan_is_fenced_then_reparked_on_exact_checkpoint_evidence_else_contained_then_failed_lost",
                  "tests/test_recovery_table.py::test_another_nodes_hop_and_this_boots_hop_are_left_and_a_relay_never_fails_held",
-                 "tests/test_recovery_table.py::test_a_queued_hop_is_published_republished_rotated_or_fenced_by_what_the_broker_says"],
+                 "tests/test_recovery_table.py::test_a_queued_hop_is_published_republished_rotated_or_fenced_by_what_the_broker_says",
+                 "tests/test_recovery_table.py::test_only_a_dead_processs_hop_is_fenced_terminally"],
 }
 """The tests of behaviour each machine's mutants must fail (never the spec comparison,
 which would catch every table edit without saying which guarantee broke)."""

@@ -53,7 +53,7 @@ class TableBroker:
         return BrokerProbe(state, row["started_at"] if state is BrokerJobState.ACTIVE else None,
                            queue=row["queue"], wire_priority=row["wire_priority"])
 
-    async def abort(self, key: str) -> bool:
+    async def abort(self, key: str, *, terminal: bool = False) -> bool:
         await self.connection.execute(
             "UPDATE test_broker_jobs SET state = 'aborted' WHERE key = $1 AND state IN ('queued', 'active')", key)
         return True

@@ -355,8 +355,8 @@ async def test_a_cancellation_is_finished_after_its_hop_is_fenced_or_stays_unpro
         assert await runs.ledger.begin_cancel(run_id) is not None
 
     class StuckAbort(InMemoryBroker):
-        async def abort(self, key: str) -> bool:
-            return False if key == hop_key(unproven, 0) else await super().abort(key)
+        async def abort(self, key: str, *, terminal: bool = False) -> bool:
+            return False if key == hop_key(unproven, 0) else await super().abort(key, terminal=terminal)
 
     broker = StuckAbort()
     broker.jobs = runs.broker.jobs

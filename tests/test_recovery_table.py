@@ -1,5 +1,5 @@
 """The recovery table: total, the same as specs/recovery.md both ways, and every verdict
-keeps the recovery rules (REC-1 ... REC-8) over generated situations."""
+keeps the recovery rules (REC-1 ... REC-9) over generated situations."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_every_case_and_pass_has_rules_ending_in_always_and_every_guard_is_named
     spec = SPEC.read_text()
     for guard in table.GUARDS:
         assert re.search(rf"`{guard}`", spec), guard
-    for rule_name in ("REC-1", "REC-2", "REC-3", "REC-4", "REC-5", "REC-6", "REC-7", "REC-8"):
+    for rule_name in ("REC-1", "REC-2", "REC-3", "REC-4", "REC-5", "REC-6", "REC-7", "REC-8", "REC-9"):
         assert f"**{rule_name}**" in spec
 
 
@@ -114,7 +114,7 @@ def _orphan(**changes: object) -> Situation:
 
 
 def test_an_orphan_is_fenced_then_reparked_on_exact_checkpoint_evidence_else_contained_then_failed_lost() -> None:
-    assert decide(_orphan()).action is Action.FENCE
+    assert decide(_orphan()) == table.Verdict(Action.FENCE, f"run:{_orphan().run.run_id}:0", terminal=True)
     fenced = _orphan(fenced=True, probe=Probe(BrokerJobState.ABORTED))
     assert decide(dataclasses.replace(fenced, fenced=True, probe=Probe(BrokerJobState.ACTIVE, 1))).reason \
         is Reason.ORPHAN_UNFENCED
@@ -162,6 +162,18 @@ def test_a_queued_hop_is_published_republished_rotated_or_fenced_by_what_the_bro
     assert decide(dataclasses.replace(published, probe=Probe(None))).reason is Reason.BROKER_UNPROBEABLE
     relay = dataclasses.replace(published, phase=Pass.RELAY, node=None, cutoff_us=None, probe=stale)
     assert decide(relay).action is Action.KEEP
+    assert decide(dataclasses.replace(published, probe=stale)).terminal  # a dead process's broker job
+
+
+def test_only_a_dead_processs_hop_is_fenced_terminally() -> None:
+    mine = _orphan()
+    cancelling = dataclasses.replace(mine, run=dataclasses.replace(mine.run, status=RunStatus.CANCELLING))
+    assert decide(cancelling) == table.Verdict(Action.FENCE, f"run:{mine.run.run_id}:0", terminal=True)
+    for live in (dataclasses.replace(cancelling, node=NODES[1]),  # another node's hop
+                 dataclasses.replace(cancelling, delivery=dataclasses.replace(mine.delivery, claimed_at_us=CUTOFF + 1))):
+        verdict = decide(live)
+        assert verdict.action is Action.FENCE and not verdict.terminal
+    assert verdict_violations(live, dataclasses.replace(verdict, terminal=True)) == ["REC-9"]
 
 
 # --- the admitting node, stored by the ledger (what reconcile's held rule reads) ----------

@@ -211,9 +211,9 @@ class DyingBroker(InMemoryBroker):
         await self._strike("probe" if self._probes == 1 else "probe_again")
         return await super().probe(key)
 
-    async def abort(self, key: str) -> bool:
+    async def abort(self, key: str, *, terminal: bool = False) -> bool:
         await self._strike("abort")
-        return await super().abort(key)
+        return await super().abort(key, terminal=terminal)
 
 
 # --- the operations ----------------------------------------------------------------------------
@@ -543,8 +543,8 @@ class RoutingBroker(InMemoryBroker):
     async def probe(self, key: str) -> Any:
         return await self._of(key).probe(key)
 
-    async def abort(self, key: str) -> bool:
-        return await self._of(key).abort(key)
+    async def abort(self, key: str, *, terminal: bool = False) -> bool:
+        return await self._of(key).abort(key, terminal=terminal)
 
 
 RECOVERED_OUTCOMES: dict[str, int] = {}

@@ -73,6 +73,9 @@ async def test_abort_stops_a_queued_job_at_once_and_answers_false_while_an_activ
     assert await broker.abort(active) is False
     assert (await broker.probe(active)).state is BrokerJobState.ACTIVE
     assert await broker.abort(key()) is True  # nothing held: nothing live
+    # A dead process's hop: startup's terminal fence finishes it without an acknowledgement.
+    assert await broker.abort(active, terminal=True) is True
+    assert (await broker.probe(active)).state is BrokerJobState.ABORTED
     assert [state_of(status) for status in Status] == [
         BrokerJobState.QUEUED, BrokerJobState.QUEUED, BrokerJobState.ACTIVE, BrokerJobState.ACTIVE,
         BrokerJobState.ABORTED, BrokerJobState.FAILED, BrokerJobState.COMPLETE,
@@ -128,3 +131,30 @@ async def test_a_bad_key_or_priority_is_refused_before_saq_is_asked(broker: SaqB
     for hop, priority in (("job-7", 5), (key(), 101), (key(), True)):
         with pytest.raises(ConfigValidationError):
             await broker.publish(hop, queue="runs", wire_priority=priority)  # type: ignore[arg-type]
+
+
+async def test_reconcile_fences_this_nodes_dead_hop_terminally_and_another_nodes_only_by_asking(
+    db_url: str, broker: SaqBroker,
+) -> None:
+    async with RunLedger(db_url) as ledger:
+        runs = Runs(ledger, db_url)
+        hops = {}
+        for name, node in (("orphan", "node-a"), ("elsewhere", "node-b")):
+            run_id = (await runs.admit(name, queue="runs")).run.run_id
+            assert await ledger.publish(run_id, 0, broker)
+            assert (await broker.queue("runs").dequeue(timeout=5)).key == hop_key(run_id, 0)  # a worker took it
+            assert await ledger.claim(run_id, 0, node=node) is not None
+            hops[name] = run_id
+        assert await ledger.begin_cancel(hops["elsewhere"]) is not None  # node-b's hop is still live
+        await asyncio.sleep(0.01)
+        report = await ledger.reconcile(RecoveryPorts(broker), node="node-a",
+                                        boot_cutoff=dt.datetime.now(dt.timezone.utc))
+        orphan = await ledger.get(hops["orphan"])
+        assert orphan is not None and (orphan.status, orphan.error) == (RunStatus.FAILED, "lost")
+        assert (await broker.probe(hop_key(hops["orphan"], 0))).state is BrokerJobState.ABORTED
+        # The other node's worker is asked to stop (aborting), and nobody here pretends it did.
+        elsewhere = await ledger.get(hops["elsewhere"])
+        assert elsewhere is not None and elsewhere.status is RunStatus.CANCELLING
+        assert (await broker.queue("runs").job(hop_key(hops["elsewhere"], 0))).status is Status.ABORTING
+        assert {(issue.run_id, issue.reason) for issue in report.issues} == {(hops["elsewhere"], "containment_unproven")}
+        assert report.counts["orphans_failed"] == 1

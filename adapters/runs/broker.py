@@ -45,19 +45,21 @@ class Broker(Protocol):
     async def probe(self, key: str) -> BrokerProbe:
         """The job's state (``absent`` when the broker holds no job under the key)."""
 
-    async def abort(self, key: str) -> bool:
-        """Abort the job if it is live; True when it is not live any more."""
+    async def abort(self, key: str, *, terminal: bool = False) -> bool:
+        """Abort the job if it is live; True when it is not live any more. With
+        ``terminal`` (startup recovery, only for a hop proven to belong to a dead
+        process) finish it as aborted without waiting for its worker to acknowledge."""
 
 
-async def fence_hop(broker: Broker, key: str) -> BrokerProbe | None:
-    """What the broker says of ``key`` after aborting its job if it was live, probed
-    again; None when the broker could not say (an unreachable broker proves nothing; a
-    failed abort is judged by the probe after it)."""
+async def fence_hop(broker: Broker, key: str, *, terminal: bool = False) -> BrokerProbe | None:
+    """What the broker says of ``key`` after aborting its job if it was live (terminally
+    with ``terminal``), probed again; None when the broker could not say (an unreachable
+    broker proves nothing; a failed abort is judged by the probe after it)."""
     try:
         probe = await broker.probe(key)
         if probe.state in LIVE_STATES:
             try:
-                await broker.abort(key)
+                await (broker.abort(key, terminal=True) if terminal else broker.abort(key))
             except Exception:  # noqa: BLE001 - the probe below says whether the job stopped
                 pass
             probe = await broker.probe(key)
@@ -121,7 +123,9 @@ class InMemoryBroker:
         return BrokerProbe(job.state, job.started_at if job.state is BrokerJobState.ACTIVE else None,
                            queue=job.queue, wire_priority=job.wire_priority)
 
-    async def abort(self, key: str) -> bool:
+    async def abort(self, key: str, *, terminal: bool = False) -> bool:
+        # In memory every abort takes at once (``terminal`` changes nothing here); an
+        # injected failure leaves the job live either way.
         job = self.jobs.get(key)
         if job is None or job.state not in LIVE_STATES:
             return True

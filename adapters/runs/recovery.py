@@ -344,7 +344,8 @@ class _Visits:
             return dataclasses.replace(s, probe=await self._probe(verdict.key))
         if action is Action.FENCE:
             assert verdict.key is not None
-            return dataclasses.replace(s, probe=await self._fence(verdict.key), fenced=True)
+            probe = _probe_of(await fence_hop(self.ports.broker, verdict.key, terminal=verdict.terminal))
+            return dataclasses.replace(s, probe=probe, fenced=True)
         if action is Action.ASK_CHECKPOINT:
             port = self.ports.checkpoint_owner
             owner = None if port is None else await _port(port(run_id))
@@ -367,10 +368,6 @@ class _Visits:
             raise
         except Exception:  # noqa: BLE001 - an unreachable broker says nothing
             return Probe(None)
-
-    async def _fence(self, key: str) -> Probe:
-        """The hop's state after aborting it if live, probed again (None: unknown)."""
-        return _probe_of(await fence_hop(self.ports.broker, key))
 
     async def _containment(self, run_id: str) -> Containment:
         async def body(tx: Transaction) -> Containment:

@@ -23,7 +23,9 @@ nothing. (A job that finishes between that lookup and the enqueue is re-queued b
 its delivery is then a stale hop whose claim the ledger refuses.) And SAQ aborts an
 active job by marking it ``aborting`` for its worker to notice (about once a second):
 ``abort`` waits up to ``abort_wait_s`` for the job to stop being live and answers
-whether it did; ``aborting`` counts as live.
+whether it did; ``aborting`` counts as live. Startup recovery fences a hop that
+provably belongs to a dead process with ``abort(key, terminal=True)``, which finishes
+the job as aborted at once (SAQ's sweep would only after the heartbeat ran out).
 """
 
 from __future__ import annotations
@@ -193,11 +195,18 @@ class SaqBroker:
         started = _instant_ms(job.started) if state is BrokerJobState.ACTIVE else None
         return BrokerProbe(state, started, queue=job.queue.name, wire_priority=job.priority)
 
-    async def abort(self, key: str) -> bool:
+    async def abort(self, key: str, *, terminal: bool = False) -> bool:
         job = await self._find(key)
         if job is None or _status(job) not in _LIVE:
             return True
-        await job.queue.abort(job, error="fenced by tenure")
+        if terminal:
+            # Startup's authority over a dead process's hop: nobody will acknowledge an
+            # abort, so the job is finished aborted here (SAQ's own sweep would, minutes later).
+            from saq.job import Status
+
+            await job.queue.finish(job, Status.ABORTED, error="fenced by tenure: the hop's process is gone")
+        else:
+            await job.queue.abort(job, error="fenced by tenure")
         deadline = asyncio.get_running_loop().time() + self._abort_wait_s
         while True:
             job = await self._find(key)

@@ -179,6 +179,9 @@ class Verdict:
     key: str | None = None
     owner: tuple[WaitKind, str] | None = None
     reason: Reason | None = None
+    terminal: bool = False
+    """A fence with startup's authority to finish the broker job without its worker's
+    acknowledgement: only for a hop proven to belong to a dead process (REC-9)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -401,13 +404,18 @@ def _verdict(situation: Situation, rule: RecoveryRule) -> Verdict:
         return Verdict(Action.REPORT, reason=rule.reason)
     if rule.action is Action.REPARK:
         return Verdict(Action.REPARK, owner=situation.latest_owner)
-    if rule.action in (Action.PROBE, Action.FENCE, Action.PUBLISH, Action.REPUBLISH):
+    if rule.action is Action.FENCE:
+        # This node's hop claimed before its boot, or a broker job that started long
+        # before it, belongs to a dead process: nobody is left to acknowledge an abort.
+        return Verdict(Action.FENCE, key=key_of(run.run_id, run.enqueue_seq),
+                       terminal=_orphan(situation) or _stale_active(situation))
+    if rule.action in (Action.PROBE, Action.PUBLISH, Action.REPUBLISH):
         # Every broker call names the stored hop's own key: a republication reuses it.
         return Verdict(rule.action, key=key_of(run.run_id, run.enqueue_seq))
     return Verdict(rule.action)
 
 
-# --- the rules every verdict keeps (REC-1 ... REC-8 in specs/recovery.md) -----------------
+# --- the rules every verdict keeps (REC-1 ... REC-9 in specs/recovery.md) -----------------
 
 
 def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
@@ -456,6 +464,12 @@ def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
         broken.append("REC-8")  # rotation only after the broker finished the hop
     if v.action is Action.MARK_PUBLISHED and not (p is not None and p.state in _LIVE):
         broken.append("REC-8")
+    stale_active = (
+        reconcile and p is not None and p.state is BrokerJobState.ACTIVE and p.started_at_us is not None
+        and s.cutoff_us is not None and p.started_at_us < s.cutoff_us - s.stale_after_us
+    )
+    if v.terminal and not (v.action is Action.FENCE and (this_nodes_old_hop or stale_active)):
+        broken.append("REC-9")  # a terminal fence only for a hop proven to belong to a dead process
     if v.action is Action.FENCE and run.status is RunStatus.QUEUED and not (
         reconcile and p is not None and p.state is BrokerJobState.ACTIVE and p.started_at_us is not None
         and s.cutoff_us is not None and p.started_at_us < s.cutoff_us - s.stale_after_us
