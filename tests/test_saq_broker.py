@@ -15,6 +15,7 @@ from saq.job import Status
 from adapter_support import raw
 from run_support import Runs
 from tenure.adapters import RecoveryPorts, RunLedger
+from tenure.adapters.runs import saq_broker
 from tenure.adapters.runs.saq_broker import HOP_FUNCTION, HOP_HEARTBEAT_S, SaqBroker, state_of
 from tenure.model import BrokerJobState, ConfigValidationError, DeliveryState, ErrorCode, RunStatus, TenureError, hop_key
 
@@ -158,3 +159,56 @@ async def test_reconcile_fences_this_nodes_dead_hop_terminally_and_another_nodes
         assert (await broker.queue("runs").job(hop_key(hops["elsewhere"], 0))).status is Status.ABORTING
         assert {(issue.run_id, issue.reason) for issue in report.issues} == {(hops["elsewhere"], "containment_unproven")}
         assert report.counts["orphans_failed"] == 1
+
+
+async def test_a_publish_cancelled_in_flight_fences_its_exact_job_before_the_cancellation_propagates(
+    broker: SaqBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(saq_broker, "ENQUEUE_SETTLE_S", 0.2)
+    queue = broker.queue("runs")
+    real_enqueue = queue.enqueue
+    stored = asyncio.Event()
+
+    async def acknowledgement_lost(*args: Any, **kwargs: Any) -> Any:
+        await real_enqueue(*args, **kwargs)
+        stored.set()
+        await asyncio.sleep(3600)  # the answer never arrives
+
+    monkeypatch.setattr(queue, "enqueue", acknowledgement_lost)
+    hop = key()
+    publishing = asyncio.create_task(broker.publish(hop, queue="runs", wire_priority=50))
+    await asyncio.wait_for(stored.wait(), 10)
+    publishing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await publishing
+    assert (await broker.probe(hop)).state is BrokerJobState.ABORTED  # nobody recorded it: fenced
+
+
+async def test_a_cancelled_publish_whose_fence_keeps_failing_says_so_after_three_aborts(
+    broker: SaqBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(saq_broker, "ENQUEUE_SETTLE_S", 0.2)
+    queue = broker.queue("runs")
+    real_enqueue = queue.enqueue
+    stored = asyncio.Event()
+    aborts: list[str] = []
+
+    async def acknowledgement_lost(*args: Any, **kwargs: Any) -> Any:
+        await real_enqueue(*args, **kwargs)
+        stored.set()
+        await asyncio.sleep(3600)
+
+    async def refused(hop: str, *, terminal: bool = False) -> bool:
+        aborts.append(hop)
+        return False
+
+    monkeypatch.setattr(queue, "enqueue", acknowledgement_lost)
+    monkeypatch.setattr(broker, "abort", refused)
+    hop = key()
+    publishing = asyncio.create_task(broker.publish(hop, queue="runs", wire_priority=50))
+    await asyncio.wait_for(stored.wait(), 10)
+    publishing.cancel()
+    with pytest.raises(saq_broker.BrokerFenceFailed):
+        await publishing
+    assert aborts == [hop] * saq_broker.PUBLISH_FENCE_TRIES
+    assert (await broker.probe(hop)).state is BrokerJobState.QUEUED  # not misreported as contained

@@ -23,7 +23,10 @@ nothing. (A job that finishes between that lookup and the enqueue is re-queued b
 its delivery is then a stale hop whose claim the ledger refuses.) And SAQ aborts an
 active job by marking it ``aborting`` for its worker to notice (about once a second):
 ``abort`` waits up to ``abort_wait_s`` for the job to stop being live and answers
-whether it did; ``aborting`` counts as live. Startup recovery fences a hop that
+whether it did; ``aborting`` counts as live. A publish cancelled while its enqueue is in
+flight fences that exact key (abort, re-probe, up to three times) before the
+cancellation propagates, so no job is left that nobody recorded; if it cannot,
+:class:`BrokerFenceFailed` surfaces instead. Startup recovery fences a hop that
 provably belongs to a dead process with ``abort(key, terminal=True)``, which finishes
 the job as aborted at once (SAQ's sweep would only after the heartbeat ran out).
 """
@@ -40,7 +43,7 @@ from tenure.model import BrokerJobState, ConfigValidationError, bounds
 
 from .broker import BrokerProbe
 
-__all__ = ["SaqBroker", "HOP_FUNCTION", "HOP_HEARTBEAT_S", "HOP_TOUCH_EVERY_S", "HOP_TTL_S", "state_of"]
+__all__ = ["SaqBroker", "BrokerFenceFailed", "PUBLISH_FENCE_TRIES", "HOP_FUNCTION", "HOP_HEARTBEAT_S", "HOP_TOUCH_EVERY_S", "HOP_TTL_S", "state_of"]
 
 HOP_FUNCTION = "tenure_run_hop"
 """The SAQ function name every hop job is enqueued under."""
@@ -53,6 +56,32 @@ HOP_TOUCH_EVERY_S = 30
 
 HOP_TTL_S = 86_400
 """How long SAQ keeps a finished hop job (seconds), so recovery can see it finished."""
+
+ENQUEUE_SETTLE_S = 10.0
+"""How long a cancelled publish lets its in-flight enqueue finish before cancelling it."""
+
+PUBLISH_FENCE_TRIES = 3
+"""Aborts (each re-probed) a cancelled publish makes before it reports the fence failed."""
+
+
+class BrokerFenceFailed(Exception):
+    """A cancelled publish could not prove its job stopped after three aborts: the job may
+    still run, fenced by the ledger's claim (a stale or duplicate hop is skipped), and
+    explicit cancellation or startup recovery retries the abort."""
+
+
+async def _shielded(fence: Any) -> None:
+    """Run ``fence`` to its end even if the caller is cancelled meanwhile (then re-cancel)."""
+    task = asyncio.ensure_future(fence)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError()
+    task.result()
 
 _KEY = re.compile(r"run:(.{1,36}):([0-9]{1,10})")
 
@@ -180,10 +209,34 @@ class SaqBroker:
         target = self.queue(queue)
         if await self._find(key) is not None:
             return  # held already (queued, live or finished): publishing again changes nothing
-        await target.enqueue(
+        enqueue = asyncio.ensure_future(target.enqueue(
             HOP_FUNCTION, key=key, priority=wire_priority, retries=0, timeout=0, heartbeat=HOP_HEARTBEAT_S,
             ttl=HOP_TTL_S, run_id=match.group(1), enqueue_seq=int(match.group(2)),
-        )
+        ))
+        try:
+            await asyncio.shield(enqueue)
+        except asyncio.CancelledError:
+            # The caller went away while the enqueue was in flight: SAQ may hold the job
+            # with nobody to record it. Fence that exact key before the cancellation
+            # propagates (the fence itself is shielded from it).
+            await _shielded(self._fence_unacknowledged(enqueue, key))
+            raise
+
+    async def _fence_unacknowledged(self, enqueue: asyncio.Future[Any], key: str) -> None:
+        """Let the enqueue end (cancelling it after ENQUEUE_SETTLE_S), then abort the key,
+        re-probing, up to three times."""
+        done, _ = await asyncio.wait([enqueue], timeout=ENQUEUE_SETTLE_S)
+        if not done:
+            enqueue.cancel()
+            await asyncio.wait([enqueue])
+        for _ in range(PUBLISH_FENCE_TRIES):
+            try:
+                if await self.abort(key) and (await self.probe(key)).state not in (
+                        BrokerJobState.QUEUED, BrokerJobState.ACTIVE):
+                    return
+            except Exception:  # noqa: BLE001 - tried again; the last failure surfaces below
+                pass
+        raise BrokerFenceFailed()
 
     async def probe(self, key: str) -> BrokerProbe:
         job = await self._find(key)
