@@ -8,12 +8,15 @@ import dataclasses
 
 from .attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
 from .queue.table import QUEUE_BINDINGS, QUEUE_TABLES
+from .runs.checkpoints import CHECKPOINTS_TABLE
 from .runs.table import RUN_BINDINGS, RUN_TABLES, RUNS_TABLE
 from .tables import Binding, Step, TableSpec
 
 __all__ = ["TABLES", "BINDINGS", "RetirementGuard", "RETIREMENT_GUARDS"]
 
-TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES)
+TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES, CHECKPOINTS_TABLE)
+# The checkpoints table has a binding but no machine (it is evidence the Run machine's
+# callers write under the Run's lock), so it is migrated here and not in BINDINGS.
 BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, *RUN_BINDINGS)
 
 
@@ -48,6 +51,10 @@ RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
         # Runs are canonical workflow truth (and their owners the evidence a resume
         # reads): removing the step would lose them.
         RetirementGuard(RUNS_TABLE.name, "run_id", "no recorded runs", "TRUE", "runs_remain"),
+    ),
+    Step.WORKERS: (
+        # A checkpoint is what a parked Run resumes from: dropping one strands its Run.
+        RetirementGuard(CHECKPOINTS_TABLE.name, "run_id", "no saved checkpoints", "TRUE", "checkpoints_remain"),
     ),
     # Step.RECOVERY needs no guard of its own: its column lives on tenure_runs, and
     # runs_v1's guard already refuses the downgrade while any Run exists.

@@ -101,6 +101,7 @@ class Step(enum.Enum):
     ATTEMPTS = "attempts_v1"
     RUNS = "runs_v1"
     RECOVERY = "runs_v2"
+    WORKERS = "runs_v3"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import pytest
 from adapter_support import kind_of, raw, stored_instant
 from run_support import Runs, runs_db, succeeded  # noqa: F401 (runs_db: fixture)
 from tenure.adapters import RunLedger, downgrade, upgrade
+from tenure.adapters.runs.checkpoints import CHECKPOINTS_TABLE
 from tenure.adapters.runs.table import RUN_TABLES
 from tenure.model import ConfigValidationError, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind, hop_key
 
@@ -205,8 +206,11 @@ async def test_the_ledger_answers_a_raw_second_delivery_with_its_own_error(runs:
 # --- the migration step ------------------------------------------------------------------------
 
 
+RUN_TABLE_NAMES = {spec.name for spec in RUN_TABLES} | {CHECKPOINTS_TABLE.name}
+
+
 def tables_present(db_url: str) -> set[str]:
-    names = {spec.name for spec in RUN_TABLES}
+    names = RUN_TABLE_NAMES
     if kind_of(db_url) == "sqlite":
         found = raw(db_url, "SELECT name FROM sqlite_master WHERE type = 'table'")
     else:
@@ -214,26 +218,31 @@ def tables_present(db_url: str) -> set[str]:
     return {name for (name,) in found} & names
 
 
-async def test_downgrade_is_refused_while_runs_exist_and_removes_the_run_tables_once_none_do(db_url: str) -> None:
+async def test_downgrade_is_refused_while_runs_or_checkpoints_exist_and_removes_the_run_tables_once_none_do(db_url: str) -> None:
     async with RunLedger(db_url) as ledger:
         runs = Runs(ledger, db_url)
         run_id = await runs.running("run-1")
         consent_id = await runs.consent(run_id)
+        assert await ledger.checkpoints.save(run_id, 0, state={"step": 1}, owner_kind=WaitKind.CONSENT, owner_id=consent_id)
         assert await ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent_id)
         with pytest.raises(ConfigValidationError) as caught:
             await downgrade(db_url)
+        assert set(caught.value.problems) == {"runs_remain", "checkpoints_remain"}
+        raw(db_url, "DELETE FROM tenure_run_checkpoints")
+        with pytest.raises(ConfigValidationError) as caught:
+            await downgrade(db_url)
         assert caught.value.problems == ("runs_remain",)
-        assert tables_present(db_url) == {spec.name for spec in RUN_TABLES}
+        assert tables_present(db_url) == RUN_TABLE_NAMES
         assert (await ledger.get(run_id)).status is RunStatus.AWAITING_CONSENT  # type: ignore[union-attr]
         with pytest.raises(ConfigValidationError):
             await downgrade(db_url, dry_run=True)
     raw(db_url, "DELETE FROM tenure_runs")
     report = await downgrade(db_url)
-    assert report.changed[:2] == ("runs_v2", "runs_v1")
+    assert report.changed[:3] == ("runs_v3", "runs_v2", "runs_v1")
     assert tables_present(db_url) == set()
     report = await upgrade(db_url)
     assert "runs_v1" in report.applied and all(check.passed for check in report.checks)
-    assert tables_present(db_url) == {spec.name for spec in RUN_TABLES}
+    assert tables_present(db_url) == RUN_TABLE_NAMES
     async with RunLedger(db_url) as ledger:
         again = Runs(ledger, db_url)
         assert (await again.admit("run-1")).created is True

@@ -105,6 +105,7 @@ from ..failures import persistence_failed
 from ..store import Transaction
 from . import recovery as _recovery
 from .broker import Broker, fence_hop
+from .checkpoints import Checkpoints
 from .recovery import RecoveryPorts, RecoveryReport
 
 if TYPE_CHECKING:
@@ -300,6 +301,11 @@ class RunLedger:
         from ..attempts.ledger import AttemptLedger  # the attempt ledger imports the Run tables
 
         return AttemptLedger.on_engine(self._engine)
+
+    @functools.cached_property
+    def checkpoints(self) -> Checkpoints:
+        """The workflow checkpoints of this database, on this ledger's connections."""
+        return Checkpoints(self)
 
     async def close(self) -> None:
         """Close the ledger's connections. Final: later calls raise ``source_closed``."""

@@ -1,0 +1,195 @@
+"""Workflow checkpoints: the snapshot a hop leaves for the hop that resumes it.
+
+A Run's hop ends when it parks (the kernel's resume clears the Run's owner), so the
+hop that resumes it must learn from somewhere durable what it was waiting for and
+where its workflow stood. That is the checkpoint: one row per Run in
+``tenure_run_checkpoints`` (schema step ``runs_v3``), holding the workflow's JSON state,
+the sequence of the hop that wrote it and the owner (consent, delegated job or service
+attempt) it parks on, if any. The worker writes it before it parks, the resumed hop
+reads it, and the same row is the evidence startup recovery asks for
+(``checkpoint_owner``: an orphan whose checkpoint names the Run's latest owner is
+re-parked instead of failed) and the debt it clears (``delete_checkpoint`` once the Run
+is terminal).
+
+Fences: a save is one transaction that locks the Run row first (the ledger's lock
+order) and writes only while the Run is RUNNING or AWAITING_HARDWARE at the saving
+hop's sequence, so a hop that lost its Run (cancelled, failed by recovery, superseded)
+cannot overwrite the snapshot of the hop after it. A delete writes only once the Run
+is terminal. A checkpoint is not a state machine: it is evidence the Run machine's
+callers read, stored next to the Run's rows and written under the Run's lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import DateTime, Integer, String, Text
+
+from tenure.kernel.runs import finders
+from tenure.model import (
+    TERMINAL_RUN_STATUSES,
+    ConfigValidationError,
+    RunStatus,
+    WaitKind,
+    canonical_json,
+)
+from tenure.model.runs import MAX_RUN_DOCUMENT_BYTES, check_document, check_text
+
+from ..store import Transaction
+from ..tables import Binding, Codec, ColumnSpec, Step, TableSpec
+from .table import RUNS_BINDING
+
+if TYPE_CHECKING:
+    from .ledger import RunLedger
+
+__all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "OWNER_KINDS"]
+
+_STEP = Step.WORKERS
+
+OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE})
+"""The owners a checkpoint may name (a hardware wait is left by the same hop)."""
+
+_SAVING_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE})
+"""A hop holds its Run in these states, and only then may it write the snapshot."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    run_id: str
+    enqueue_seq: int
+    owner_kind: WaitKind | None
+    owner_id: str | None
+    state_json: str
+    saved_at_us: int
+
+
+def _column(name: str, codec: Codec, sql_type: Any, *, mutable: bool, field: str | None = None, **more: Any) -> ColumnSpec:
+    return ColumnSpec(name, field or name, codec, sql_type, codec.optional, mutable, step=_STEP, **more)
+
+
+CHECKPOINTS_TABLE = TableSpec(
+    "tenure_run_checkpoints",
+    (
+        _column("run_id", Codec.TEXT, String(36), mutable=False, primary_key=True),
+        _column("enqueue_seq", Codec.INT, Integer(), mutable=True),
+        _column("owner_kind", Codec.OPTIONAL_ENUM, String(20), mutable=True, choices=WaitKind),
+        _column("owner_id", Codec.OPTIONAL_TEXT, String(128), mutable=True),
+        _column("state_json", Codec.TEXT, Text(), mutable=True),
+        _column("saved_at", Codec.INSTANT, DateTime(timezone=True), mutable=True, field="saved_at_us"),
+    ),
+    created_by=_STEP,
+    checks=(
+        ("ck_tenure_run_checkpoints_seq", "enqueue_seq >= 0"),
+        ("ck_tenure_run_checkpoints_owner",
+         "(owner_kind IS NULL AND owner_id IS NULL) OR "
+         "(owner_kind IN ('consent', 'delegate', 'service') AND owner_id IS NOT NULL)"),
+    ),
+)
+
+CHECKPOINTS_BINDING = Binding("run_checkpoints", None, CHECKPOINTS_TABLE, CheckpointRow, {}, "run_id")
+"""Stored through the shared store primitives; no machine decides a checkpoint."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A Run's snapshot: the workflow ``state`` (any JSON value) the hop ``enqueue_seq``
+    saved, and the owner it parked on (None for a plain checkpoint)."""
+
+    run_id: str
+    enqueue_seq: int
+    owner_kind: WaitKind | None
+    owner_id: str | None
+    state: Any
+    saved_at: dt.datetime
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError("invalid_checkpoint", fields=(field,), problems=(problem,))
+
+
+def _public(row: CheckpointRow) -> Checkpoint:
+    saved = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=row.saved_at_us)
+    return Checkpoint(row.run_id, row.enqueue_seq, row.owner_kind, row.owner_id, json.loads(row.state_json), saved)
+
+
+class Checkpoints:
+    """The checkpoints of one Run ledger's database, on the ledger's connections
+    (``RunLedger.checkpoints``). Its :meth:`owner` and :meth:`delete` are the recovery
+    ports ``checkpoint_owner`` and ``delete_checkpoint``."""
+
+    def __init__(self, ledger: RunLedger) -> None:
+        self._ledger = ledger
+
+    async def save(self, run_id: str, enqueue_seq: int, *, state: Any, owner_kind: WaitKind | None = None,
+                   owner_id: str | None = None) -> bool:
+        """Write the Run's snapshot for the hop ``enqueue_seq``, replacing any earlier one.
+        True when written; False when that hop does not hold the Run any more (the Run is
+        not RUNNING or AWAITING_HARDWARE at that sequence): nothing changed."""
+        from .ledger import _run_id, _seq  # the ledger's own input checks
+
+        key = _run_id(run_id)
+        seq = _seq(enqueue_seq)
+        if owner_kind is None:
+            if owner_id is not None:
+                raise _refuse("owner_kind", "owner_kind_required")
+        elif type(owner_kind) is not WaitKind or owner_kind not in OWNER_KINDS:
+            raise _refuse("owner_kind", "owner_kind_required")
+        else:
+            owner_id = check_text(owner_id, "owner_id")
+        text = canonical_json(check_document(state, "state"))
+        if len(text.encode()) > MAX_RUN_DOCUMENT_BYTES:
+            raise _refuse("state", "document_too_large")
+
+        async def body(tx: Transaction) -> bool:
+            runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
+            if not runs or runs[0].status not in _SAVING_STATUSES or runs[0].enqueue_seq != seq:
+                return False
+            now = await tx.now_us()
+            row = CheckpointRow(key, seq, owner_kind, owner_id, text, now)
+            stored = await tx.read(CHECKPOINTS_BINDING, [key])
+            if stored:
+                await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], row)], read_back=False)
+            else:
+                await tx.insert(CHECKPOINTS_BINDING, row)
+            return True
+
+        return bool(await self._ledger._in_transaction(body))
+
+    async def load(self, run_id: str) -> Checkpoint | None:
+        from .ledger import _run_id
+
+        key = _run_id(run_id)
+
+        async def body(tx: Transaction) -> list[CheckpointRow]:
+            return await tx.read(CHECKPOINTS_BINDING, [key])
+
+        found = await self._ledger._in_transaction(body, write=False)
+        return _public(found[0]) if found else None
+
+    async def owner(self, run_id: str) -> str | None:
+        """The owner the Run's snapshot parks on (recovery's ``checkpoint_owner``)."""
+        checkpoint = await self.load(run_id)
+        return None if checkpoint is None else checkpoint.owner_id
+
+    async def delete(self, run_id: str) -> None:
+        """Remove a terminal Run's snapshot (recovery's ``delete_checkpoint``; idempotent).
+        A Run that is not terminal keeps it: raises ``ConfigValidationError``
+        (``run_not_terminal``) and deletes nothing."""
+        from .ledger import _run_id
+
+        key = _run_id(run_id)
+
+        async def body(tx: Transaction) -> bool:
+            runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
+            if runs and runs[0].status not in TERMINAL_RUN_STATUSES:
+                return False
+            stored = await tx.read(CHECKPOINTS_BINDING, [key])
+            if stored:
+                await tx.delete(CHECKPOINTS_BINDING, stored[0])
+            return True
+
+        if not await self._ledger._in_transaction(body):
+            raise _refuse("run_id", "run_not_terminal")
