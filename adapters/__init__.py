@@ -7,7 +7,10 @@ with a compare-and-set. They never decide a transition themselves.
 from __future__ import annotations
 
 from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
-from .runs import Broker, BrokerJobState, BrokerProbe, InMemoryBroker, RecoveryIssue, RecoveryPorts, RecoveryReport, RunLedger, SaqBroker, run_relays
+from .runs import (
+    Broker, BrokerJobState, BrokerProbe, Checkpoint, InMemoryBroker, RecoveryIssue, RecoveryPorts, RecoveryReport,
+    RunContext, RunLedger, RunWorker, SaqBroker, WorkerStopFailed, Workflows, resume_and_publish, run_relays,
+)
 from .migrations import MigrationReport, downgrade, upgrade
 from .queue.owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
@@ -25,6 +28,12 @@ __all__ = [
     "RecoveryIssue",
     "run_relays",
     "SaqBroker",
+    "Checkpoint",
+    "Workflows",
+    "RunContext",
+    "RunWorker",
+    "WorkerStopFailed",
+    "resume_and_publish",
     "AttemptRunner",
     "ProviderDriver",
     "EgressPolicy",

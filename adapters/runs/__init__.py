@@ -7,6 +7,11 @@ from .broker import Broker, BrokerJobState, BrokerProbe, BrokerUnavailable, InMe
 from .ledger import RunLedger
 from .recovery import RecoveryIssue, RecoveryPorts, RecoveryReport, run_relays
 from .saq_broker import SaqBroker  # imports SAQ only when it connects (extra tenure[saq])
+from .checkpoints import Checkpoint, Checkpoints
+from .workflows import HopLost, HopParked, RunContext, Workflows, resume_and_publish
+from .worker import RunWorker, WorkerStopFailed
 
 __all__ = ["Broker", "BrokerJobState", "BrokerProbe", "BrokerUnavailable", "InMemoryBroker", "RunLedger",
-           "RecoveryPorts", "RecoveryReport", "RecoveryIssue", "run_relays", "SaqBroker"]
+           "RecoveryPorts", "RecoveryReport", "RecoveryIssue", "run_relays", "SaqBroker",
+           "Checkpoint", "Checkpoints", "Workflows", "RunContext", "HopParked", "HopLost", "resume_and_publish",
+           "RunWorker", "WorkerStopFailed"]

@@ -10,14 +10,17 @@ decides whether that hop may run.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
+from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from tenure.model import LIVE_BROKER_STATES, BrokerJobState
 
 __all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES",
-           "fence_hop"]
+           "fence_hop", "HopSource", "PerformHop", "Touch"]
 
 LIVE_STATES = LIVE_BROKER_STATES
 """A job in these states may still start or is executing (the model's set)."""
@@ -49,6 +52,23 @@ class Broker(Protocol):
         """Abort the job if it is live; True when it is not live any more. With
         ``terminal`` (startup recovery, only for a hop proven to belong to a dead
         process) finish it as aborted without waiting for its worker to acknowledge."""
+
+
+Touch = Callable[[], Awaitable[None]]
+"""Refreshes the broker's liveness of one running hop (SAQ's ``touched``)."""
+
+PerformHop = Callable[[str, int, "Touch | None"], Awaitable[str]]
+"""A worker's handler of one delivered hop: ``(run_id, enqueue_seq, touch)`` -> outcome."""
+
+
+@runtime_checkable
+class HopSource(Protocol):
+    async def serve(self, queues: frozenset[str], perform: PerformHop, *, concurrency: int,
+                    stopping: asyncio.Event) -> None:
+        """Hand each hop of ``queues`` to ``perform`` (at most ``concurrency`` at once per
+        queue) until ``stopping`` is set; then cancel the hops still running and return.
+        An aborted job's running hop is cancelled (that is the abort's acknowledgement).
+        The run ID and sequence are all a broker passes on."""
 
 
 async def fence_hop(broker: Broker, key: str, *, terminal: bool = False) -> BrokerProbe | None:
@@ -134,6 +154,40 @@ class InMemoryBroker:
             return False
         job.state = BrokerJobState.ABORTED
         return True
+
+    async def serve(self, queues: frozenset[str], perform: PerformHop, *, concurrency: int,
+                    stopping: asyncio.Event, poll_s: float = 0.005) -> None:
+        """Deliver this broker's queued jobs to ``perform`` in :meth:`take` order, marking
+        each complete (or failed when ``perform`` raised) when it returns; a job aborted
+        while its hop runs has that hop cancelled, as a real broker's worker would."""
+        running: dict[str, asyncio.Task[str]] = {}
+        try:
+            while not stopping.is_set():
+                for key, task in list(running.items()):
+                    if task.done():
+                        del running[key]
+                        if self.jobs[key].state is BrokerJobState.ACTIVE:
+                            failed = task.cancelled() or task.exception() is not None
+                            self.finish(key, failed=failed)
+                    elif self.jobs[key].state is BrokerJobState.ABORTED:
+                        task.cancel()
+                started = False
+                for queue in sorted(queues):
+                    while sum(1 for k in running if self.jobs[k].queue == queue) < concurrency:
+                        key = self.take(queue)
+                        if key is None:
+                            break
+                        run_id, seq = key.removeprefix("run:").rsplit(":", 1)
+                        running[key] = asyncio.ensure_future(perform(run_id, int(seq), None))
+                        started = True
+                if not started:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), poll_s)
+        finally:
+            for task in running.values():
+                task.cancel()
+            if running:
+                await asyncio.wait(running.values())
 
     def take(self, queue: str) -> str | None:
         """The next queued job of ``queue`` (now active), or None."""

@@ -34,6 +34,7 @@ the job as aborted at once (SAQ's sweep would only after the heartbeat ran out).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import re
 from collections.abc import Sequence
@@ -41,7 +42,7 @@ from typing import Any
 
 from tenure.model import BrokerJobState, ConfigValidationError, bounds
 
-from .broker import BrokerProbe
+from .broker import BrokerProbe, PerformHop
 
 __all__ = ["SaqBroker", "BrokerFenceFailed", "PUBLISH_FENCE_TRIES", "HOP_FUNCTION", "HOP_HEARTBEAT_S", "HOP_TOUCH_EVERY_S", "HOP_TTL_S", "state_of"]
 
@@ -268,6 +269,37 @@ class SaqBroker:
             if asyncio.get_running_loop().time() >= deadline:
                 return False
             await asyncio.sleep(0.2)
+
+    # --- delivery ------------------------------------------------------------------------
+
+    async def serve(self, queues: frozenset[str], perform: PerformHop, *, concurrency: int,
+                    stopping: asyncio.Event) -> None:
+        """Run one SAQ worker per queue in this event loop, each handing the hops it
+        dequeues to ``perform`` with the job's ``update`` as the touch, until
+        ``stopping`` is set; then stop every worker (SAQ cancels the running hops and
+        re-queues their jobs, which the ledger's claim then refuses as stale). SAQ's
+        workers install no signal handlers here: the process's owner keeps those."""
+        from saq import Worker
+
+        async def hop(ctx: dict[str, Any], *, run_id: str, enqueue_seq: int) -> str:
+            job = ctx["job"]
+            return await perform(run_id, enqueue_seq, job.update)
+
+        workers = []
+        for name in sorted(queues):
+            worker = Worker(self.queue(name), functions=[(HOP_FUNCTION, hop)], concurrency=concurrency)
+            worker.SIGNALS = []  # type: ignore[misc]
+            workers.append(worker)
+        launchers = [asyncio.ensure_future(worker.start()) for worker in workers]
+        try:
+            await stopping.wait()
+        finally:
+            for worker in workers:
+                with contextlib.suppress(Exception):
+                    await worker.stop()
+            for launcher in launchers:
+                launcher.cancel()
+            await asyncio.gather(*launchers, return_exceptions=True)
 
     async def _find(self, key: str) -> Any:
         """The job under ``key`` in any configured queue, fresh from the database."""

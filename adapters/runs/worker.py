@@ -1,0 +1,272 @@
+"""The Run worker: executes the hops a broker delivers, fenced by the Run ledger.
+
+A broker hands the worker a run ID and a sequence, nothing else. The worker waits at its
+claim gate (:meth:`RunWorker.pause` closes it for every hop not yet claimed), claims that
+exact hop in the ledger (a stale or duplicate delivery is ``skipped``), finds the pinned
+workflow in its registry, and on a resumed hop loads the checkpoint and its decided
+owner. It runs the workflow in a task of its own and, beside it, a watch: every
+``watch_interval_s`` it re-reads the Run, and when the hop does not hold it any more
+(CANCELLING, or anything but RUNNING or AWAITING_HARDWARE at this sequence) it cancels
+the workflow and leaves the Run to whoever holds it now: a cancellation's election is
+never raced with FAILED. The watch also refreshes the broker's liveness of the job
+(SAQ's heartbeat) every :data:`TOUCH_EVERY_S`.
+
+Outcomes of one hop (counted in :attr:`RunWorker.outcomes`): ``skipped`` (not claimed),
+``done`` (settled DONE, checkpoint deleted), ``failed`` (settled FAILED:
+``workflow_unavailable``, ``checkpoint_invalid`` or ``workflow_error:<Type>``),
+``parked`` (waits for an owner), ``lost`` (the Run moved on without this hop: cancelled,
+or failed by recovery), ``unsettled`` (the ledger refused the settle because an effect
+is not contained: the Run stays RUNNING for recovery). A hop cancelled from outside (its
+broker job aborted, or the worker stopping) cancels its workflow and propagates the
+cancellation, so the broker sees the abort acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from tenure.model import (
+    ConfigValidationError,
+    ErrorCode,
+    RunClaim,
+    RunStatus,
+    TenureError,
+    WaitKind,
+)
+
+from .broker import Broker, HopSource, Touch
+from .ledger import RunLedger
+from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decided
+
+__all__ = ["RunWorker", "WorkerStopFailed", "OUTCOMES", "TOUCH_EVERY_S"]
+
+log = logging.getLogger("tenure.runs.worker")
+
+OUTCOMES = ("skipped", "done", "failed", "parked", "lost", "unsettled")
+
+TOUCH_EVERY_S = 30.0
+"""How often a running hop refreshes its broker job's liveness (the seed's 30 s)."""
+
+_HELD = frozenset({RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE})
+
+
+class WorkerStopFailed(Exception):
+    """Some hop tasks did not end by the stop deadline: they may still write, so nothing
+    they use may be closed. Carries only the count."""
+
+    def __init__(self, live_tasks: int) -> None:
+        super().__init__(f"{live_tasks} hop task(s) still running after the stop deadline")
+        self.live_tasks = live_tasks
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError("invalid_worker", fields=(field,), problems=(problem,))
+
+
+class RunWorker:
+    """Executes hops of ``queues`` delivered by ``broker`` (which must be a
+    :class:`~tenure.adapters.runs.broker.HopSource` to :meth:`start`; :meth:`perform`
+    alone works with any broker)."""
+
+    def __init__(
+        self, ledger: RunLedger, broker: Broker, workflows: Workflows, *, node: str, concurrency: int = 4,
+        queues: Iterable[str] = ("runs",), watch_interval_s: float = 1.0,
+    ) -> None:
+        if not isinstance(ledger, RunLedger):
+            raise _refuse("ledger", "run_ledger_required")
+        if not isinstance(broker, Broker):
+            raise _refuse("broker", "broker_required")
+        if not isinstance(workflows, Workflows):
+            raise _refuse("workflows", "workflows_required")
+        if type(node) is not str or not node or len(node) > 128:
+            raise _refuse("node", "node_required")
+        if type(concurrency) is not int or not 1 <= concurrency <= 1024:
+            raise _refuse("concurrency", "integer_out_of_range")
+        names = frozenset(queues) if not isinstance(queues, str) else frozenset()
+        if not names or not all(type(q) is str and q for q in names):
+            raise _refuse("queues", "queue_names_required")
+        if type(watch_interval_s) not in (int, float) or not 0 < watch_interval_s <= 60:
+            raise _refuse("watch_interval_s", "number_out_of_range")
+        self.ledger = ledger
+        self.broker = broker
+        self.workflows = workflows
+        self.node = node
+        self.concurrency = concurrency
+        self.queues = names
+        self.watch_interval_s = float(watch_interval_s)
+        self.outcomes: Counter[str] = Counter({name: 0 for name in OUTCOMES})
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._hops: set[asyncio.Task[Any]] = set()
+        self._stopping = asyncio.Event()
+        self._serving: asyncio.Task[None] | None = None
+
+    # --- the claim gate ----------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Close the claim gate: delivered hops wait before claiming (running hops go on)."""
+        self._gate.clear()
+
+    def resume(self) -> None:
+        """Open the claim gate again."""
+        self._gate.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._gate.is_set()
+
+    # --- one hop -----------------------------------------------------------------------
+
+    async def perform(self, run_id: str, enqueue_seq: int, touch: Touch | None = None) -> str:
+        """Execute one delivered hop; returns its outcome (one of :data:`OUTCOMES`)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._hops.add(task)
+        try:
+            outcome = await self._perform(run_id, enqueue_seq, touch)
+        finally:
+            if task is not None:
+                self._hops.discard(task)
+        self.outcomes[outcome] += 1
+        return outcome
+
+    async def _perform(self, run_id: str, enqueue_seq: int, touch: Touch | None) -> str:
+        await self._gate.wait()
+        claim = await self.ledger.claim(run_id, enqueue_seq, node=self.node)
+        if claim is None:
+            return "skipped"
+        workflow = self.workflows.resolve(claim.workflow)
+        if workflow is None:
+            return await self._fail(claim, "workflow_unavailable")
+        context = await self._context(claim)
+        if context is None:
+            return await self._fail(claim, "checkpoint_invalid")
+        body = asyncio.ensure_future(workflow(context))
+        watch = asyncio.ensure_future(self._watch(claim, context, touch))
+        try:
+            await asyncio.wait({body, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # Aborted at the broker, or the worker is stopping: stop the workflow, then
+            # let the cancellation through (the broker records the abort).
+            body.cancel()
+            watch.cancel()
+            await asyncio.wait({body, watch})
+            raise
+        if not body.done():  # the watch saw the Run move on without this hop
+            body.cancel()
+            await asyncio.wait({body})
+            return "lost"
+        watch.cancel()
+        await asyncio.wait({watch})
+        return await self._finish(claim, context, body)
+
+    async def _context(self, claim: RunClaim) -> RunContext | None:
+        run_id = claim.run.run_id
+        checkpoint = consent = job = attempt = None
+        if claim.resume:
+            checkpoint = await self.ledger.checkpoints.load(run_id)
+            if checkpoint is None or checkpoint.owner_kind is None or checkpoint.owner_id is None:
+                return None
+            owner: Any
+            if checkpoint.owner_kind is WaitKind.CONSENT:
+                owner = consent = await self.ledger.get_consent(checkpoint.owner_id)
+            elif checkpoint.owner_kind is WaitKind.DELEGATE:
+                owner = job = await self.ledger.get_job(checkpoint.owner_id)
+            else:
+                owner = attempt = await self.ledger.attempts.get(checkpoint.owner_id)
+            if not owner_is_decided(checkpoint.owner_kind, owner) or owner.run_id != run_id:
+                return None
+        return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, consent, job, attempt,
+                          self.ledger, self.broker)
+
+    async def _watch(self, claim: RunClaim, context: RunContext, touch: Touch | None) -> None:
+        """Returns when the hop does not hold its Run any more (never while it does)."""
+        touched = time.monotonic()
+        while True:
+            await asyncio.sleep(self.watch_interval_s)
+            if context.parked:
+                continue  # the park settled the delivery; the workflow is finishing up
+            if touch is not None and time.monotonic() - touched >= TOUCH_EVERY_S:
+                with contextlib.suppress(Exception):  # a missed touch is retried next round
+                    await touch()
+                touched = time.monotonic()
+            try:
+                run = await self.ledger.get(claim.run.run_id)
+            except TenureError:
+                continue  # the database is unreachable: nothing proves the hop lost its Run
+            if run is None or run.status not in _HELD or run.enqueue_seq != claim.enqueue_seq:
+                return
+
+    async def _finish(self, claim: RunClaim, context: RunContext, body: asyncio.Future[None]) -> str:
+        run_id, seq = claim.run.run_id, claim.enqueue_seq
+        error = body.exception() if not body.cancelled() else None
+        if body.cancelled() or isinstance(error, HopLost):
+            return "lost"
+        if isinstance(error, HopParked):
+            return "parked"
+        try:
+            if error is None:
+                settled = await self.ledger.settle(run_id, seq, RunStatus.DONE)
+            else:
+                log.info("workflow raised %s", type(error).__name__)
+                settled = await self.ledger.settle(run_id, seq, RunStatus.FAILED,
+                                                   error=f"workflow_error:{type(error).__name__}")
+        except TenureError as failure:
+            if failure.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
+                return "unsettled"
+            raise
+        if not settled:
+            return "lost"  # cancelling, or failed by recovery: the holder finishes it
+        with contextlib.suppress(TenureError, ConfigValidationError):  # recovery retries the cleanup
+            await self.ledger.checkpoints.delete(run_id)
+        return "done" if error is None else "failed"
+
+    async def _fail(self, claim: RunClaim, reason: str) -> str:
+        settled = await self.ledger.settle(claim.run.run_id, claim.enqueue_seq, RunStatus.FAILED, error=reason)
+        if settled:
+            with contextlib.suppress(TenureError, ConfigValidationError):
+                await self.ledger.checkpoints.delete(claim.run.run_id)
+        return "failed" if settled else "lost"
+
+    # --- serving -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start taking hops from the broker (returns at once)."""
+        if not isinstance(self.broker, HopSource):
+            raise _refuse("broker", "hop_source_required")
+        if self._serving is not None:
+            raise _refuse("worker", "already_started")
+        self._stopping.clear()
+        self._serving = asyncio.ensure_future(
+            self.broker.serve(self.queues, self.perform, concurrency=self.concurrency, stopping=self._stopping))
+
+    @property
+    def running_hops(self) -> int:
+        return sum(1 for task in self._hops if not task.done())
+
+    async def stop(self, deadline_s: float = 30.0) -> None:
+        """Stop taking hops, cancel the running ones and prove, within ``deadline_s``,
+        that every hop task and the broker's serving task ended. Raises
+        :class:`WorkerStopFailed` when some did not (they may still write)."""
+        self._stopping.set()
+        serving = self._serving
+        tasks: set[asyncio.Future[Any]] = {task for task in self._hops if not task.done()}
+        if serving is not None:
+            tasks.add(serving)
+        for task in list(self._hops):
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=deadline_s)
+            # Hop tasks the broker started after the snapshot above are in _hops too.
+            pending |= {task for task in self._hops if not task.done()}
+            if pending:
+                raise WorkerStopFailed(len(pending))
+        if serving is not None and serving.done() and not serving.cancelled() and serving.exception() is not None:
+            log.warning("broker serving ended with %s", type(serving.exception()).__name__)
+        self._serving = None

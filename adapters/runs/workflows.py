@@ -1,0 +1,267 @@
+"""Workflows a Run worker executes, and the context a hop gives them.
+
+A workflow is an async function ``fn(ctx: RunContext) -> None`` registered under a name
+and a revision. Its pin (name, revision and a content digest) is what a Run is admitted
+with (:meth:`Workflows.pin`), and a worker runs a claimed hop only when its registry holds
+the exact pin: a worker whose code changed since admission fails the Run
+(``workflow_unavailable``) instead of guessing. The digest is a SHA-256 over the name,
+the revision and the function's source text (its qualified name when the source cannot
+be read), so an edit without a new revision is caught too; pass ``digest=`` to pin
+something else (a package version, a build ID).
+
+A hop is one call of the function. Returning settles the Run DONE; raising settles it
+FAILED with ``workflow_error:<ExceptionType>`` (never the message, which may carry
+payload). To wait, the workflow saves a checkpoint and parks through the context:
+:meth:`RunContext.request_consent`, :meth:`RunContext.delegate` and
+:meth:`RunContext.call_service` end the hop (they raise :class:`HopParked`, which a
+workflow must let through: it derives from ``BaseException`` so that ``except
+Exception`` does not swallow it), and the hop that resumes the Run later gets
+``ctx.resumed``, the checkpoint's ``ctx.state`` and the decided owner (``ctx.consent``,
+``ctx.job`` or ``ctx.attempt``). :meth:`RunContext.wait_for_hardware` waits within the same
+hop. A hop that lost its Run (cancelled, superseded) gets :class:`HopLost` from any of
+these calls and from nothing else: the worker notices the loss on its own and cancels
+the hop's task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from tenure.model import (
+    DECIDED_CONSENT_STATUSES,
+    TERMINAL_AGENT_JOB_STATUSES,
+    TERMINAL_ATTEMPT_STATES,
+    AgentJobRecord,
+    ConfigValidationError,
+    ConsentRecord,
+    ErrorCode,
+    RunRecord,
+    TenureError,
+    WaitKind,
+    WorkflowPin,
+)
+from tenure.model.attempts import AttemptRecord, AttemptSpec
+
+from .checkpoints import Checkpoint
+
+if TYPE_CHECKING:
+    from ..attempts.runner import AttemptRunner
+    from .broker import Broker
+    from .ledger import RunLedger
+
+__all__ = ["Workflows", "RunContext", "HopParked", "HopLost", "Workflow", "resume_and_publish"]
+
+Workflow = Callable[["RunContext"], Awaitable[None]]
+F = TypeVar("F", bound=Workflow)
+
+
+class HopParked(BaseException):
+    """The hop parked its Run on an owner: the hop is over, the Run waits."""
+
+
+class HopLost(BaseException):
+    """The hop does not hold its Run any more (cancelled, failed by recovery, or a later
+    hop holds it): nothing it writes would apply, so it stops."""
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError("invalid_workflow", fields=(field,), problems=(problem,))
+
+
+def _digest(name: str, revision: str, fn: Callable[..., Any]) -> str:
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        text = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+    return "sha256:" + hashlib.sha256(f"{name}\n{revision}\n{text}".encode()).hexdigest()
+
+
+class Workflows:
+    """A registry of workflow functions by name and revision."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], tuple[WorkflowPin, Workflow]] = {}
+
+    def register(self, name: str, revision: str, fn: Workflow, *, digest: str | None = None) -> WorkflowPin:
+        """Register ``fn`` (an ``async def``) under ``name`` and ``revision``; returns its
+        pin. Registering the same pair twice raises (``workflow_registered``)."""
+        if not inspect.iscoroutinefunction(fn):
+            raise _refuse("fn", "async_function_required")
+        pin = WorkflowPin(name, revision, digest if digest is not None else _digest(name, revision, fn))
+        if (pin.name, pin.revision) in self._entries:
+            raise _refuse("name", "workflow_registered")
+        self._entries[(pin.name, pin.revision)] = (pin, fn)
+        return pin
+
+    def workflow(self, name: str, revision: str, *, digest: str | None = None) -> Callable[[F], F]:
+        """Decorator form of :meth:`register`."""
+        def decorate(fn: F) -> F:
+            self.register(name, revision, fn, digest=digest)
+            return fn
+        return decorate
+
+    def pin(self, name: str, revision: str) -> WorkflowPin:
+        """The pin to admit a Run with (``workflow_unknown`` when not registered)."""
+        entry = self._entries.get((name, revision))
+        if entry is None:
+            raise _refuse("name", "workflow_unknown")
+        return entry[0]
+
+    def resolve(self, pin: WorkflowPin) -> Workflow | None:
+        """The function of exactly this pin, or None (unknown, or its digest differs)."""
+        entry = self._entries.get((pin.name, pin.revision))
+        if entry is None or entry[0] != pin:
+            return None
+        return entry[1]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+async def resume_and_publish(ledger: RunLedger, broker: Broker, run_id: str, *, owner_id: str) -> int | None:
+    """Resume a waiting Run from its decided owner and publish the new hop; the sequence
+    (publish failures are left to the relay, which republishes under the same key), or
+    None when the Run did not resume (not waiting on that owner, or not decided yet)."""
+    seq = await ledger.resume(run_id, owner_id=owner_id)
+    if seq is not None:
+        try:
+            await ledger.publish(run_id, seq, broker)
+        except TenureError as error:
+            if error.code is not ErrorCode.RUN_BROKER_FAILED:
+                raise
+    return seq
+
+
+@dataclasses.dataclass(eq=False)
+class RunContext:
+    """What one hop of a Run's workflow sees. ``run`` is the Run as claimed;
+    ``resumed`` says whether this hop resumes a wait; ``checkpoint`` is the Run's
+    snapshot on a resumed hop (``state`` its workflow state) and exactly one of
+    ``consent``, ``job`` or ``attempt`` is the decided owner it resumed from."""
+
+    run: RunRecord
+    enqueue_seq: int
+    resumed: bool
+    checkpoint: Checkpoint | None
+    consent: ConsentRecord | None
+    job: AgentJobRecord | None
+    attempt: AttemptRecord | None
+    _ledger: RunLedger
+    _broker: Broker
+    parked: bool = False
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def payload(self) -> Any:
+        return self.run.payload
+
+    @property
+    def state(self) -> Any:
+        return None if self.checkpoint is None else self.checkpoint.state
+
+    async def save(self, state: Any) -> None:
+        """Write a plain checkpoint (no owner) for this hop."""
+        if not await self._ledger.checkpoints.save(self.run_id, self.enqueue_seq, state=state):
+            raise HopLost()
+
+    async def _park(self, kind: WaitKind, owner_id: str, state: Any) -> None:
+        # The seed's order: owner row, checkpoint naming it, then the park that makes it
+        # authoritative. A crash between checkpoint and park is re-parked by recovery
+        # because the checkpoint binds the Run's latest owner.
+        if not await self._ledger.checkpoints.save(self.run_id, self.enqueue_seq, state=state, owner_kind=kind,
+                                                   owner_id=owner_id):
+            raise HopLost()
+        if not await self._ledger.park(self.run_id, self.enqueue_seq, kind=kind, owner_id=owner_id):
+            raise HopLost()
+        self.parked = True
+
+    async def _refire(self, owner_id: str) -> NoReturn:
+        # An owner decided before the park (a preauthorized consent, a job that ended
+        # at once) resumes the Run now; otherwise its decider or the relay does.
+        await resume_and_publish(self._ledger, self._broker, self.run_id, owner_id=owner_id)
+        raise HopParked()
+
+    async def request_consent(self, *, tool_name: str, tool_call_id: str, payload: Any, state: Any,
+                              preauthorized_by: str | None = None) -> NoReturn:
+        """Ask for consent to one tool call and park AWAITING_CONSENT; the hop ends. The
+        hop resumed by the verdict sees it as ``ctx.consent`` (granted, denied or expired)."""
+        try:
+            consent = await self._ledger.create_consent(self.run_id, tool_name=tool_name, tool_call_id=tool_call_id,
+                                                        payload=payload, preauthorized_by=preauthorized_by)
+        except TenureError as error:
+            if error.code is ErrorCode.RUN_OWNER_MISMATCH:  # the Run is not RUNNING any more
+                raise HopLost() from None
+            raise
+        await self._park(WaitKind.CONSENT, consent.consent_id, state)
+        await self._refire(consent.consent_id)
+
+    async def delegate(self, *, request_id: str, runtime: str, profile: str, request: Any, state: Any) -> NoReturn:
+        """Record a delegated job and park AWAITING_DELEGATE; the hop ends. Whoever runs
+        the job adopts its result (``RunLedger.adopt_job_result``) and resumes the Run
+        (:func:`resume_and_publish`, or the relay); the resumed hop sees ``ctx.job``."""
+        try:
+            job = await self._ledger.submit_job(self.run_id, request_id=request_id, runtime=runtime, profile=profile,
+                                                request=request)
+        except TenureError as error:
+            if error.code is ErrorCode.RUN_OWNER_MISMATCH:
+                raise HopLost() from None
+            raise
+        await self._park(WaitKind.DELEGATE, job.job_id, state)
+        await self._refire(job.job_id)
+
+    async def call_service(self, runner: AttemptRunner, spec: AttemptSpec, *, state: Any) -> NoReturn:
+        """Prepare a service attempt of this Run, park AWAITING_SERVICE and run the attempt
+        (still in this worker task, which the park released from the Run); once it is
+        terminal the Run resumes and the next hop sees ``ctx.attempt``. An attempt the
+        provider cannot settle yet (INDETERMINATE) is left to the relay's
+        ``observe_attempt``. ``spec.run_id`` must be this Run."""
+        if type(spec) is not AttemptSpec or spec.run_id != self.run_id:
+            raise _refuse("spec", "attempt_of_this_run_required")
+        attempt_id = await runner.ledger.prepare(spec)
+        await self._park(WaitKind.SERVICE, attempt_id, state)
+        record = await runner.run(attempt_id)
+        if record.state in TERMINAL_ATTEMPT_STATES:
+            await self._refire(attempt_id)
+        raise HopParked()
+
+    async def wait_for_hardware(self, ready: Callable[[], Awaitable[bool]], *, state: Any, timeout_s: float = 60.0,
+                                poll_s: float = 0.5) -> bool:
+        """Checkpoint, mark AWAITING_HARDWARE, poll ``ready()`` until it answers True or
+        ``timeout_s`` passes, then return to RUNNING in the same hop: True when ready."""
+        await self.save(state)
+        if not await self._ledger.enter_hardware_wait(self.run_id, self.enqueue_seq):
+            raise HopLost()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        became_ready = False
+        try:
+            while True:
+                if await ready():
+                    became_ready = True
+                    break
+                if asyncio.get_running_loop().time() >= deadline:
+                    break
+                await asyncio.sleep(poll_s)
+        finally:
+            left = await asyncio.shield(self._ledger.leave_hardware_wait(self.run_id, self.enqueue_seq))
+        if not left:
+            raise HopLost()
+        return became_ready
+
+
+def owner_is_decided(kind: WaitKind | None, owner: Any) -> bool:
+    """Whether a resumed hop's owner record is one a resume may rest on."""
+    if kind is WaitKind.CONSENT:
+        return isinstance(owner, ConsentRecord) and owner.status in DECIDED_CONSENT_STATUSES
+    if kind is WaitKind.DELEGATE:
+        return isinstance(owner, AgentJobRecord) and owner.status in TERMINAL_AGENT_JOB_STATUSES
+    if kind is WaitKind.SERVICE:
+        return isinstance(owner, AttemptRecord) and owner.state in TERMINAL_ATTEMPT_STATES
+    return False
