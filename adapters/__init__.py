@@ -9,7 +9,7 @@ from __future__ import annotations
 from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
 from .runs import (
     Broker, BrokerJobState, BrokerProbe, Checkpoint, InMemoryBroker, RecoveryIssue, RecoveryPorts, RecoveryReport,
-    RunContext, RunLedger, RunWorker, SaqBroker, WorkerStopFailed, Workflows, resume_and_publish, run_relays,
+    RunContext, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, WorkerStopFailed, Workflows, resume_and_publish, run_relays,
 )
 from .migrations import MigrationReport, downgrade, upgrade
 from .queue.owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
@@ -33,6 +33,9 @@ __all__ = [
     "RunContext",
     "RunWorker",
     "WorkerStopFailed",
+    "RunRuntime",
+    "StartupDegraded",
+    "ShutdownIncomplete",
     "resume_and_publish",
     "AttemptRunner",
     "ProviderDriver",

@@ -10,8 +10,9 @@ from .saq_broker import SaqBroker  # imports SAQ only when it connects (extra te
 from .checkpoints import Checkpoint, Checkpoints
 from .workflows import HopLost, HopParked, RunContext, Workflows, resume_and_publish
 from .worker import RunWorker, WorkerStopFailed
+from .runtime import RunRuntime, ShutdownIncomplete, StartupDegraded
 
 __all__ = ["Broker", "BrokerJobState", "BrokerProbe", "BrokerUnavailable", "InMemoryBroker", "RunLedger",
            "RecoveryPorts", "RecoveryReport", "RecoveryIssue", "run_relays", "SaqBroker",
            "Checkpoint", "Checkpoints", "Workflows", "RunContext", "HopParked", "HopLost", "resume_and_publish",
-           "RunWorker", "WorkerStopFailed"]
+           "RunWorker", "WorkerStopFailed", "RunRuntime", "StartupDegraded", "ShutdownIncomplete"]

@@ -119,7 +119,9 @@ class InMemoryBroker:
         self.fail_aborts = 0
         self.fail_probes = 0
         self.publish_calls = 0
+        self.abort_wait_s = 5.0
         self._order = 0
+        self._served: dict[str, asyncio.Task[str]] = {}
 
     async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
         self.publish_calls += 1
@@ -144,14 +146,22 @@ class InMemoryBroker:
                            queue=job.queue, wire_priority=job.wire_priority)
 
     async def abort(self, key: str, *, terminal: bool = False) -> bool:
-        # In memory every abort takes at once (``terminal`` changes nothing here); an
-        # injected failure leaves the job live either way.
+        # A job nobody runs here stops at once (``terminal`` changes nothing); a job
+        # whose hop :meth:`serve` runs stops once that hop's task ended (its cancellation
+        # is the acknowledgement), waited for up to ``abort_wait_s``. An injected failure
+        # leaves the job live either way.
         job = self.jobs.get(key)
         if job is None or job.state not in LIVE_STATES:
             return True
         if self.fail_aborts > 0:
             self.fail_aborts -= 1
             return False
+        hop = self._served.get(key)
+        if hop is not None and not hop.done():
+            hop.cancel()
+            await asyncio.wait({hop}, timeout=self.abort_wait_s)
+            if not hop.done():
+                return False
         job.state = BrokerJobState.ABORTED
         return True
 
@@ -160,7 +170,7 @@ class InMemoryBroker:
         """Deliver this broker's queued jobs to ``perform`` in :meth:`take` order, marking
         each complete (or failed when ``perform`` raised) when it returns; a job aborted
         while its hop runs has that hop cancelled, as a real broker's worker would."""
-        running: dict[str, asyncio.Task[str]] = {}
+        running = self._served
         try:
             while not stopping.is_set():
                 for key, task in list(running.items()):
@@ -169,8 +179,6 @@ class InMemoryBroker:
                         if self.jobs[key].state is BrokerJobState.ACTIVE:
                             failed = task.cancelled() or task.exception() is not None
                             self.finish(key, failed=failed)
-                    elif self.jobs[key].state is BrokerJobState.ABORTED:
-                        task.cancel()
                 started = False
                 for queue in sorted(queues):
                     while sum(1 for k in running if self.jobs[k].queue == queue) < concurrency:

@@ -100,6 +100,7 @@ from tenure.model.runs import MAX_ERROR_CHARS, MAX_QUEUE_CHARS, MAX_RUN_DOCUMENT
 
 from ..attempts.table import ATTEMPTS_BINDING
 from ..dialects import open_store
+from ..urls import parse_db_url
 from ..engine import Engine, raise_if_conflict
 from ..failures import persistence_failed
 from ..store import Transaction
@@ -294,6 +295,8 @@ class RunLedger:
             raise _refuse("timeout_seconds", "number_out_of_range")
         self._engine = Engine(open_store(db_url, timeout_seconds=float(timeout_seconds), schema=db_schema))
         self.store = self._engine.store
+        self.database = parse_db_url(db_url).kind.value
+        """``sqlite`` or ``postgresql``."""
 
     @functools.cached_property
     def attempts(self) -> AttemptLedger:
@@ -659,6 +662,15 @@ class RunLedger:
         return await _recovery.relay(self, ports, cursor=cursor, page_size=page_size)
 
     # --- reads -------------------------------------------------------------------------
+
+    async def database_now(self) -> dt.datetime:
+        """The database's clock (the clock every Run timestamp is taken from): the boot
+        cutoff a lifespan captures before reconciling."""
+        async def body(tx: Transaction) -> int:
+            return await tx.now_us()
+
+        micros = await self._in_transaction(body, write=False)
+        return _EPOCH + dt.timedelta(microseconds=micros)
 
     async def get(self, run_id: str) -> RunRecord | None:
         key = _run_id(run_id)

@@ -154,9 +154,13 @@ class RunWorker:
         except asyncio.CancelledError:
             # Aborted at the broker, or the worker is stopping: stop the workflow, then
             # let the cancellation through (the broker records the abort).
+            # The hop's task never ends before its workflow did: a later cancellation
+            # is absorbed here, so a stop deadline sees a stuck workflow as still live.
             body.cancel()
             watch.cancel()
-            await asyncio.wait({body, watch})
+            while not (body.done() and watch.done()):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({body, watch})
             raise
         if not body.done():  # the watch saw the Run move on without this hop
             body.cancel()

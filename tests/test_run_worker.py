@@ -1,0 +1,524 @@
+"""The Run worker and lifespan end to end: hops delivered by a broker (in memory on both
+databases, SAQ on a real PostgreSQL), claimed in the ledger, run by a registered
+workflow, parked on an owner, resumed by its verdict and settled; duplicate and stale
+deliveries skipped; priority order; relay recovery of a failed publish; cancellation
+of a running hop with an acknowledged and with a failed abort; the lifespan's startup
+and shutdown order."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from run_support import result_of
+from tenure.adapters import (
+    InMemoryBroker,
+    RunLedger,
+    RunRuntime,
+    RunWorker,
+    SaqBroker,
+    ShutdownIncomplete,
+    StartupDegraded,
+    Workflows,
+    resume_and_publish,
+)
+from tenure.adapters.runs.broker import BrokerUnavailable
+from tenure.model import (
+    AgentJobStatus,
+    BrokerJobState,
+    ConfigValidationError,
+    ConsentStatus,
+    DeliveryState,
+    ErrorCode,
+    RunIntent,
+    RunStatus,
+    TenureError,
+    WorkflowPin,
+    hop_key,
+)
+
+pytestmark = pytest.mark.parametrize(
+    ("database", "broker_kind"), [("sqlite", "memory"), ("postgresql", "memory"), ("postgresql", "saq")])
+
+WATCH_S = 0.05
+
+
+@dataclasses.dataclass
+class Faulty:
+    """A broker (and hop source) in front of another, refusing the next ``fail_publishes``
+    publishes and answering the next ``fail_aborts`` aborts False without aborting."""
+
+    inner: Any
+    fail_publishes: int = 0
+    fail_aborts: int = 0
+
+    async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
+        if self.fail_publishes > 0:
+            self.fail_publishes -= 1
+            raise BrokerUnavailable("publish refused")
+        await self.inner.publish(key, queue=queue, wire_priority=wire_priority)
+
+    async def probe(self, key: str) -> Any:
+        return await self.inner.probe(key)
+
+    async def abort(self, key: str, *, terminal: bool = False) -> bool:
+        if self.fail_aborts > 0:
+            self.fail_aborts -= 1
+            return False
+        return bool(await self.inner.abort(key, terminal=terminal))
+
+    async def serve(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.serve(*args, **kwargs)
+
+    async def connect(self) -> None:
+        if hasattr(self.inner, "connect"):
+            await self.inner.connect()
+
+    async def disconnect(self) -> None:
+        if hasattr(self.inner, "disconnect"):
+            await self.inner.disconnect()
+
+
+@pytest.fixture
+async def ledger(db_url: str) -> AsyncIterator[RunLedger]:
+    async with RunLedger(db_url) as made:
+        yield made
+
+
+@pytest.fixture
+async def broker(broker_kind: str, db_url: str) -> AsyncIterator[Faulty]:
+    if broker_kind == "memory":
+        yield Faulty(InMemoryBroker())
+        return
+    made = SaqBroker(db_url, queues=["runs"], abort_wait_s=3.0)
+    await made.connect()
+    try:
+        yield Faulty(made)
+    finally:
+        await made.disconnect()
+
+
+async def until(check: Callable[[], Awaitable[Any]], timeout_s: float = 15.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+async def status_of(ledger: RunLedger, run_id: str, *wanted: RunStatus) -> Any:
+    async def check() -> Any:
+        run = await ledger.get(run_id)
+        return run if run is not None and run.status in wanted else None
+    return await until(check)
+
+
+async def admit(ledger: RunLedger, pin: WorkflowPin, payload: Any = None, *, priority: int = 50) -> str:
+    admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), payload if payload is not None else {}),
+                                   workflow=pin, queue="runs", priority=priority)
+    return admission.run.run_id
+
+
+def worker(ledger: RunLedger, broker: Any, flows: Workflows, **more: Any) -> RunWorker:
+    return RunWorker(ledger, broker, flows, node="node-a", watch_interval_s=WATCH_S, **more)
+
+
+# --- the two-hop workflow ----------------------------------------------------------------
+
+
+def consent_flow(seen: list[Any]) -> tuple[Workflows, WorkflowPin]:
+    flows = Workflows()
+
+    @flows.workflow("send-report", "1")
+    async def send_report(ctx: Any) -> None:
+        if not ctx.resumed:
+            seen.append(("first", ctx.enqueue_seq))
+            await ctx.request_consent(tool_name="email", tool_call_id="call-1", payload={"to": ctx.payload["to"]},
+                                      state={"drafted": True})
+        seen.append(("resumed", ctx.enqueue_seq, ctx.state, ctx.consent.status))
+        if ctx.consent.status is not ConsentStatus.GRANTED:
+            raise PermissionError()
+
+    return flows, flows.pin("send-report", "1")
+
+
+async def test_a_run_parks_on_consent_and_its_resumed_hop_finishes_it(ledger: RunLedger, broker: Faulty) -> None:
+    seen: list[Any] = []
+    flows, pin = consent_flow(seen)
+    runner = worker(ledger, broker, flows)
+    await runner.start()
+    try:
+        run_id = await admit(ledger, pin, {"to": "ops"})
+        assert await ledger.publish(run_id, 0, broker)
+        parked = await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
+        checkpoint = await ledger.checkpoints.load(run_id)
+        assert checkpoint is not None and (checkpoint.owner_id, checkpoint.state) == (parked.owner_id, {"drafted": True})
+        assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) is None  # not decided yet
+        assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="bob")
+        assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) == 1
+        done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
+        assert done.status is RunStatus.DONE
+        assert seen == [("first", 0), ("resumed", 1, {"drafted": True}, ConsentStatus.GRANTED)]
+        # The worker deletes the terminal Run's snapshot just after its settle.
+        await until(lambda: _true(runner.outcomes["done"] == 1))
+        assert await ledger.checkpoints.load(run_id) is None
+        assert (await until(lambda: broker.probe(hop_key(run_id, 1)))).state in (
+            BrokerJobState.ACTIVE, BrokerJobState.COMPLETE)
+        assert (runner.outcomes["parked"], runner.outcomes["done"]) == (1, 1)
+    finally:
+        await runner.stop(5)
+
+
+async def test_a_denied_consent_fails_the_run_with_the_exception_type_only(ledger: RunLedger, broker: Faulty) -> None:
+    flows, pin = consent_flow([])
+    runner = worker(ledger, broker, flows)
+    await runner.start()
+    try:
+        run_id = await admit(ledger, pin, {"to": "ops"})
+        await ledger.publish(run_id, 0, broker)
+        parked = await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
+        await ledger.decide_consent(parked.owner_id, ConsentStatus.DENIED, decided_by="bob")
+        await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id)
+        failed = await status_of(ledger, run_id, RunStatus.FAILED)
+        assert failed.error == "workflow_error:PermissionError"
+    finally:
+        await runner.stop(5)
+
+
+async def test_duplicate_and_stale_deliveries_are_skipped(ledger: RunLedger, broker: Faulty) -> None:
+    calls: list[int] = []
+    flows = Workflows()
+
+    @flows.workflow("count", "1")
+    async def count(ctx: Any) -> None:
+        calls.append(ctx.enqueue_seq)
+
+    run_id = await admit(ledger, flows.pin("count", "1"))
+    runner = worker(ledger, broker, flows)
+    assert await runner.perform(run_id, 1) == "skipped"  # a sequence that was never published
+    assert await runner.perform(run_id, 0) == "done"
+    assert await runner.perform(run_id, 0) == "skipped"  # the same hop delivered twice
+    assert calls == [0] and runner.outcomes["skipped"] == 2
+
+
+async def test_a_changed_or_unknown_workflow_fails_the_run_instead_of_running_other_code(
+    ledger: RunLedger, broker: Faulty,
+) -> None:
+    flows = Workflows()
+
+    @flows.workflow("count", "1")
+    async def count(ctx: Any) -> None:
+        raise AssertionError("must not run")
+
+    changed = await admit(ledger, WorkflowPin("count", "1", "sha256:" + "0" * 64))
+    unknown = await admit(ledger, WorkflowPin("other", "1", "sha256:" + "0" * 64))
+    runner = worker(ledger, broker, flows)
+    assert await runner.perform(changed, 0) == "failed"
+    assert await runner.perform(unknown, 0) == "failed"
+    for run_id in (changed, unknown):
+        assert (await ledger.get(run_id)).error == "workflow_unavailable"  # type: ignore[union-attr]
+
+
+async def test_the_broker_delivers_higher_priorities_first(ledger: RunLedger, broker: Faulty) -> None:
+    order: list[int] = []
+    flows = Workflows()
+
+    @flows.workflow("note", "1")
+    async def note(ctx: Any) -> None:
+        order.append(ctx.payload["priority"])
+
+    pin = flows.pin("note", "1")
+    run_ids = []
+    for priority in (10, 90, 50):
+        run_id = await admit(ledger, pin, {"priority": priority}, priority=priority)
+        await ledger.publish(run_id, 0, broker)
+        run_ids.append(run_id)
+    runner = worker(ledger, broker, flows, concurrency=1)
+    await runner.start()
+    try:
+        for run_id in run_ids:
+            await status_of(ledger, run_id, RunStatus.DONE)
+    finally:
+        await runner.stop(5)
+    assert order == [90, 50, 10]
+
+
+async def test_a_paused_claim_gate_holds_delivered_hops_until_resumed(ledger: RunLedger, broker: Faulty) -> None:
+    flows = Workflows()
+
+    @flows.workflow("noop", "1")
+    async def noop(ctx: Any) -> None:
+        return None
+
+    runner = worker(ledger, broker, flows)
+    runner.pause()
+    await runner.start()
+    try:
+        run_id = await admit(ledger, flows.pin("noop", "1"))
+        await ledger.publish(run_id, 0, broker)
+        await until(lambda: _active(broker, run_id))
+        await asyncio.sleep(0.3)
+        assert (await ledger.get(run_id)).status is RunStatus.QUEUED  # type: ignore[union-attr]
+        runner.resume()
+        await status_of(ledger, run_id, RunStatus.DONE)
+    finally:
+        await runner.stop(5)
+
+
+async def _active(broker: Faulty, run_id: str) -> bool:
+    return (await broker.probe(hop_key(run_id, 0))).state is BrokerJobState.ACTIVE
+
+
+async def test_a_failed_publish_is_recovered_by_the_relay_under_the_same_key(ledger: RunLedger, broker: Faulty) -> None:
+    flows = Workflows()
+
+    @flows.workflow("noop", "1")
+    async def noop(ctx: Any) -> None:
+        return None
+
+    run_id = await admit(ledger, flows.pin("noop", "1"))
+    broker.fail_publishes = 1
+    with pytest.raises(TenureError) as caught:
+        await ledger.publish(run_id, 0, broker)
+    assert caught.value.code is ErrorCode.RUN_BROKER_FAILED
+    assert (await broker.probe(hop_key(run_id, 0))).state is BrokerJobState.ABSENT
+    runtime = RunRuntime(ledger, brokers=[broker], workers=[worker(ledger, broker, flows)], node="node-a",
+                         relay_interval_s=0.05, shutdown_deadline_s=10)
+    async with runtime:
+        await status_of(ledger, run_id, RunStatus.DONE)
+    delivery = await ledger.get_delivery(run_id, 0)
+    assert delivery is not None and delivery.state is DeliveryState.SETTLED and delivery.publish_attempts >= 2
+
+
+# --- cancellation ------------------------------------------------------------------------------
+
+
+def blocking_flow(started: asyncio.Event, cancelled: list[bool]) -> tuple[Workflows, WorkflowPin]:
+    flows = Workflows()
+
+    @flows.workflow("block", "1")
+    async def block(ctx: Any) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    return flows, flows.pin("block", "1")
+
+
+async def test_cancelling_a_running_hop_aborts_it_and_reaches_cancelled(ledger: RunLedger, broker: Faulty) -> None:
+    started, cancelled = asyncio.Event(), []  # type: ignore[var-annotated]
+    flows, pin = blocking_flow(started, cancelled)
+    runner = worker(ledger, broker, flows)
+    await runner.start()
+    try:
+        run_id = await admit(ledger, pin)
+        await ledger.publish(run_id, 0, broker)
+        await asyncio.wait_for(started.wait(), 15)
+        ticket = await ledger.begin_cancel(run_id)
+        assert ticket is not None and ticket.enqueue_seq == 0
+        assert await until(lambda: _finish(ledger, run_id, broker))
+        assert (await ledger.get(run_id)).status is RunStatus.CANCELLED  # type: ignore[union-attr]
+        assert cancelled == [True]
+        assert (await broker.probe(hop_key(run_id, 0))).state not in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE)
+        assert runner.outcomes["done"] == runner.outcomes["failed"] == 0
+    finally:
+        await runner.stop(5)
+
+
+async def _finish(ledger: RunLedger, run_id: str, broker: Any) -> bool:
+    try:
+        return await ledger.finish_cancel(run_id, 0, broker)
+    except TenureError as error:
+        assert error.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN
+        return False
+
+
+async def test_a_failed_abort_leaves_the_run_cancelling_until_a_later_fence(ledger: RunLedger, broker: Faulty) -> None:
+    started, cancelled = asyncio.Event(), []  # type: ignore[var-annotated]
+    flows, pin = blocking_flow(started, cancelled)
+    runner = worker(ledger, broker, flows)
+    await runner.start()
+    try:
+        run_id = await admit(ledger, pin)
+        await ledger.publish(run_id, 0, broker)
+        await asyncio.wait_for(started.wait(), 15)
+        assert await ledger.begin_cancel(run_id) is not None
+        broker.fail_aborts = 1
+        first = await _finish(ledger, run_id, broker)
+        # The hop itself saw CANCELLING and stopped its workflow without settling.
+        await until(lambda: _true(bool(cancelled)))
+        if not first:
+            assert (await ledger.get(run_id)).status is RunStatus.CANCELLING  # type: ignore[union-attr]
+        assert await until(lambda: _finish(ledger, run_id, broker)) or first
+        assert (await ledger.get(run_id)).status is RunStatus.CANCELLED  # type: ignore[union-attr]
+        assert runner.outcomes["failed"] == 0
+    finally:
+        await runner.stop(5)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+# --- the other waits ---------------------------------------------------------------------------
+
+
+async def test_a_delegated_job_parks_the_run_and_its_adopted_result_resumes_it(ledger: RunLedger, broker: Faulty) -> None:
+    seen: list[Any] = []
+    flows = Workflows()
+
+    @flows.workflow("delegate", "1")
+    async def delegate(ctx: Any) -> None:
+        if not ctx.resumed:
+            await ctx.delegate(request_id=f"req-{ctx.run_id}", runtime="agents", profile="small",
+                               request={"task": "summarise"}, state={"asked": 1})
+        seen.append((ctx.job.status, ctx.state))
+
+    runner = worker(ledger, broker, flows)
+    await runner.start()
+    try:
+        run_id = await admit(ledger, flows.pin("delegate", "1"))
+        await ledger.publish(run_id, 0, broker)
+        parked = await status_of(ledger, run_id, RunStatus.AWAITING_DELEGATE)
+        assert await ledger.adopt_job_result(parked.owner_id, result_of(parked.owner_id, AgentJobStatus.SUCCEEDED))
+        assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) == 1
+        await status_of(ledger, run_id, RunStatus.DONE)
+        assert seen == [(AgentJobStatus.SUCCEEDED, {"asked": 1})]
+    finally:
+        await runner.stop(5)
+
+
+async def test_a_hardware_wait_returns_to_running_in_the_same_hop(ledger: RunLedger, broker: Faulty) -> None:
+    polls: list[str] = []
+    flows = Workflows()
+
+    @flows.workflow("gpu", "1")
+    async def gpu(ctx: Any) -> None:
+        async def ready() -> bool:
+            polls.append((await ledger.get(ctx.run_id)).status.value)  # type: ignore[union-attr]
+            return len(polls) >= 3
+        assert await ctx.wait_for_hardware(ready, state={"phase": "load"}, poll_s=0.01)
+        polls.append((await ledger.get(ctx.run_id)).status.value)  # type: ignore[union-attr]
+
+    runner = worker(ledger, broker, flows)
+    run_id = await admit(ledger, flows.pin("gpu", "1"))
+    assert await runner.perform(run_id, 0) == "done"
+    assert polls == ["awaiting_hardware"] * 3 + ["running"]
+
+
+# --- the lifespan ------------------------------------------------------------------------------
+
+
+async def test_shutdown_with_a_stuck_workflow_raises_and_leaves_the_brokers_connected(
+    ledger: RunLedger, broker: Faulty,
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+    flows = Workflows()
+
+    @flows.workflow("stuck", "1")
+    async def stuck(ctx: Any) -> None:
+        started.set()
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue  # ignores cancellation: a stuck hop
+
+    runner = worker(ledger, broker, flows)
+    runtime = RunRuntime(ledger, brokers=[broker], workers=[runner], node="node-a", shutdown_deadline_s=0.5)
+    disconnected: list[bool] = []
+    original = broker.disconnect
+
+    async def tracked() -> None:
+        disconnected.append(True)
+        await original()
+
+    broker.disconnect = tracked  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ShutdownIncomplete) as caught:
+            async with runtime:
+                run_id = await admit(ledger, flows.pin("stuck", "1"))
+                await ledger.publish(run_id, 0, broker)
+                await asyncio.wait_for(started.wait(), 15)
+        assert caught.value.live_tasks >= 1 and disconnected == []
+        assert runner.running_hops == 1
+        assert (await broker.probe(hop_key(run_id, 0))).state is BrokerJobState.ACTIVE  # still connected, still live
+    finally:
+        release.set()
+    await runner.stop(5)  # once the workflow ends, the stop is proved
+    assert runner.running_hops == 0
+
+
+async def test_startup_reconciles_before_workers_start_and_a_degraded_start_is_refused_on_postgresql(
+    ledger: RunLedger, broker: Faulty, database: str,
+) -> None:
+    flows = Workflows()
+
+    @flows.workflow("noop", "1")
+    async def noop(ctx: Any) -> None:
+        return None
+
+    run_id = await admit(ledger, flows.pin("noop", "1"))
+    await ledger.publish(run_id, 0, broker)
+    # A hop claimed by this node before the boot: an orphan startup fails as lost.
+    assert await ledger.claim(run_id, 0, node="node-a") is not None
+    stranded = await admit(ledger, flows.pin("noop", "1"))
+    await ledger.publish(stranded, 0, broker)
+    runner = worker(ledger, broker, flows)
+    async with RunRuntime(ledger, brokers=[broker], workers=[runner], node="node-a", shutdown_deadline_s=10) as runtime:
+        assert runtime.startup is not None and not runtime.startup.degraded
+        assert runtime.startup.counts["orphans_failed"] == 1
+        await status_of(ledger, stranded, RunStatus.DONE)
+    assert (await ledger.get(run_id)).status is RunStatus.FAILED  # type: ignore[union-attr]
+    # A queue nobody serves makes recovery degraded: refused on PostgreSQL, reported on SQLite.
+    other = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {}), workflow=flows.pin("noop", "1"),
+                               queue="elsewhere", priority=50)
+    await ledger.publish(other.run.run_id, 0, InMemoryBroker())
+    runtime = RunRuntime(ledger, brokers=[broker], workers=[worker(ledger, broker, flows)], node="node-a",
+                         shutdown_deadline_s=10)
+    if database == "postgresql":
+        with pytest.raises(StartupDegraded) as caught:
+            async with runtime:
+                raise AssertionError("must not start")
+        assert caught.value.report.degraded
+    else:
+        async with runtime:
+            assert runtime.startup is not None and runtime.startup.degraded
+
+
+async def test_bad_configuration_is_refused(ledger: RunLedger, broker: Faulty) -> None:
+    flows = Workflows()
+    with pytest.raises(ConfigValidationError):
+        flows.register("x", "1", lambda ctx: None)  # type: ignore[arg-type,return-value]
+
+    async def fn(ctx: Any) -> None:
+        return None
+
+    flows.register("x", "1", fn)
+    with pytest.raises(ConfigValidationError):
+        flows.register("x", "1", fn)
+    with pytest.raises(ConfigValidationError):
+        flows.pin("x", "2")
+    for bad in ({"node": ""}, {"concurrency": 0}, {"queues": "runs"}, {"watch_interval_s": 0}):
+        with pytest.raises(ConfigValidationError):
+            RunWorker(ledger, broker, flows, **{"node": "n", **bad})  # type: ignore[arg-type]
+    with pytest.raises(ConfigValidationError):
+        RunRuntime(ledger, brokers=[], workers=[], node="n")
+    with pytest.raises(ConfigValidationError):
+        await RunWorker(ledger, _NoSource(), flows, node="n").start()  # type: ignore[arg-type]
+
+
+class _NoSource:
+    async def publish(self, key: str, *, queue: str, wire_priority: int) -> None: ...
+    async def probe(self, key: str) -> Any: ...
+    async def abort(self, key: str, *, terminal: bool = False) -> bool: return True
