@@ -25,6 +25,7 @@ from tenure.model import ConfigValidationError, TenureError
 from .demo import DEMO_LIMITS, DemoSettings, check_demo_settings, run_demo
 from .migrations import downgrade, upgrade
 from .worker_cli import add_worker_parser, run_worker
+from .runs_cli import add_runs_parser, run_runs
 
 __all__ = ["main", "run_command", "report_refusal", "report_failure"]
 
@@ -116,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="print the statements the migration runs, then roll back (changes nothing)")
     migrate.add_argument("--verbose", action="store_true", help="list every admission check")
     add_worker_parser(commands)
+    add_runs_parser(commands)
     return parser
 
 
@@ -151,7 +153,9 @@ def _worker(arguments: argparse.Namespace) -> int:
     return asyncio.run(run_worker(arguments))
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"demo": _demo, "migrate": _migrate, "worker": _worker}
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "demo": _demo, "migrate": _migrate, "worker": _worker, "runs": run_runs,
+}
 """Each subcommand's body; :func:`main` runs it through :func:`run_command`."""
 
 

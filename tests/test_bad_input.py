@@ -420,7 +420,43 @@ def test_every_public_run_ledger_method_has_a_bad_input_case() -> None:
     from tenure.adapters import RunLedger
 
     public = {name for name in vars(RunLedger) if not name.startswith("_") and callable(getattr(RunLedger, name))}
-    assert public - {method for method, _, _ in RUN_LEDGER_CASES} == {"close"}
+    assert public - {method for method, _, _ in RUN_LEDGER_CASES} == {"close", "database_now"}  # no input
+
+
+def _checkpoint_cases() -> list[tuple[str, Any]]:
+    from tenure.model import WaitKind
+
+    m = RUN_MARKER
+    return [
+        ("run_id", lambda c: c.save(m * 3, 0, state={})),
+        ("enqueue_seq", lambda c: c.save(RUN_ID, -1, state={})),
+        ("state", lambda c: c.save(RUN_ID, 0, state={m: float("nan")})),
+        ("state", lambda c: c.save(RUN_ID, 0, state={m: "x" * (1024 * 1024)})),
+        ("owner_kind", lambda c: c.save(RUN_ID, 0, state={}, owner_kind=WaitKind.HARDWARE, owner_id=m)),
+        ("owner_kind", lambda c: c.save(RUN_ID, 0, state={}, owner_id=m)),
+        ("owner_kind", lambda c: c.save(RUN_ID, 0, state={}, owner_kind=m, owner_id=m)),
+        ("owner_id", lambda c: c.save(RUN_ID, 0, state={}, owner_kind=WaitKind.CONSENT, owner_id=m * 20)),
+        ("run_id", lambda c: c.load(m * 3)),
+        ("run_id", lambda c: c.delete(7)),
+    ]
+
+
+@pytest.mark.parametrize("field, call", _checkpoint_cases())
+async def test_checkpoint_writes_refuse_bad_input_before_any_database_work_without_echo(
+    tmp_path: Any, field: str, call: Any
+) -> None:
+    from tenure.adapters import RunLedger
+
+    ledger = RunLedger(f"sqlite:///{tmp_path}/missing/runs.db")
+    try:
+        with pytest.raises(ConfigValidationError) as caught:
+            await call(ledger.checkpoints)
+    finally:
+        await ledger.close()
+    error = caught.value
+    assert error.fields == (field,), error
+    rendered = "\n".join([str(error), repr(error), *map(str, error.args), *traceback.format_exception_only(error)])
+    assert RUN_MARKER not in rendered and error.__context__ is None and error.__cause__ is None
 
 
 @pytest.mark.parametrize("timeout", [0, -1, float("nan"), True, "30", 10**9])

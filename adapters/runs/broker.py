@@ -182,11 +182,11 @@ class InMemoryBroker:
                 started = False
                 for queue in sorted(queues):
                     while sum(1 for k in running if self.jobs[k].queue == queue) < concurrency:
-                        key = self.take(queue)
-                        if key is None:
+                        taken = self.take(queue)
+                        if taken is None:
                             break
-                        run_id, seq = key.removeprefix("run:").rsplit(":", 1)
-                        running[key] = asyncio.ensure_future(perform(run_id, int(seq), None))
+                        run_id, seq = taken.removeprefix("run:").rsplit(":", 1)
+                        running[taken] = asyncio.ensure_future(perform(run_id, int(seq), None))
                         started = True
                 if not started:
                     with contextlib.suppress(asyncio.TimeoutError):

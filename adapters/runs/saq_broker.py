@@ -281,14 +281,14 @@ class SaqBroker:
         workers install no signal handlers here: the process's owner keeps those."""
         from saq import Worker
 
-        async def hop(ctx: dict[str, Any], *, run_id: str, enqueue_seq: int) -> str:
+        async def hop(ctx: Any, *, run_id: str, enqueue_seq: int) -> str:
             job = ctx["job"]
             return await perform(run_id, enqueue_seq, job.update)
 
         workers = []
         for name in sorted(queues):
-            worker = Worker(self.queue(name), functions=[(HOP_FUNCTION, hop)], concurrency=concurrency)
-            worker.SIGNALS = []  # type: ignore[misc]
+            worker: Any = Worker(self.queue(name), functions=[(HOP_FUNCTION, hop)], concurrency=concurrency)
+            worker.SIGNALS = []
             workers.append(worker)
         launchers = [asyncio.ensure_future(worker.start()) for worker in workers]
         try:

@@ -1,0 +1,272 @@
+"""``tenure runs``: run workflow Runs and operate on them.
+
+    tenure runs worker  --db URL --broker saq --workflows package.module:registry [--node NAME]
+    tenure runs admit   --db URL --workflows package.module:registry --workflow NAME --revision REV
+                        [--payload JSON] [--queue runs] [--priority 50] [--key KEY] [--broker saq]
+    tenure runs list    --db URL [--status STATUS] [--limit N]
+    tenure runs show    --db URL RUN_ID
+    tenure runs cancel  --db URL RUN_ID [--broker saq]
+    tenure runs consent --db URL CONSENT_ID grant|deny|expire --by PRINCIPAL [--broker saq]
+
+``worker`` runs a :class:`~tenure.adapters.RunRuntime` (startup reconciliation, relays
+and one :class:`~tenure.adapters.RunWorker`) until SIGTERM or SIGINT; the broker is SAQ
+on PostgreSQL (``--saq-dsn``, default the ``--db`` URL). The operator commands work
+without a broker: what they leave to publish (an admission, a resumed Run) is published
+by the relays of any running worker; ``cancel`` elects the cancellation and, given a
+broker, fences the hop and finishes it (otherwise the next startup reconciliation
+does). Output is a plain table; nothing printed echoes a payload.
+
+Exit status: 0 on success; 2 for bad arguments or a refused request; 1 for a database
+or broker failure, a degraded PostgreSQL startup, or a shutdown that could not prove
+every hop ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tenure.model import ConfigValidationError, ConsentStatus, ErrorCode, RunIntent, RunStatus, TenureError
+
+from .runs import RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
+from .runs.workflows import resume_and_publish
+from .worker_cli import load_handler
+
+__all__ = ["add_runs_parser", "run_runs", "run_table"]
+
+VERDICTS = {"grant": ConsentStatus.GRANTED, "deny": ConsentStatus.DENIED, "expire": ConsentStatus.EXPIRED}
+
+
+def add_runs_parser(commands: Any) -> None:
+    runs = commands.add_parser("runs", help="run workflow Runs (worker) and operate on them")
+    actions = runs.add_subparsers(dest="action", required=True)
+
+    def with_db(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument("--db", required=True, help="database URL (already migrated: see `tenure migrate`)")
+        return parser
+
+    def with_broker(parser: argparse.ArgumentParser, *, required: bool) -> None:
+        parser.add_argument("--broker", choices=["saq"], required=required,
+                            help="the broker hops are delivered through (SAQ on PostgreSQL)")
+        parser.add_argument("--saq-dsn", help="SAQ's PostgreSQL URL (default: the --db URL)")
+        parser.add_argument("--queue", dest="queues", action="append",
+                            help="a Run queue to serve or publish to (repeatable; default: runs)")
+
+    worker = with_db(actions.add_parser("worker", help="run Runs until SIGTERM or SIGINT"))
+    with_broker(worker, required=True)
+    worker.add_argument("--workflows", required=True, help="the Workflows registry, as package.module:name")
+    worker.add_argument("--node", help="this node's name (default: the host name)")
+    worker.add_argument("--concurrency", type=int, default=4, help="hops in flight per queue (default 4)")
+    worker.add_argument("--shutdown-seconds", type=float, default=30.0, help="shutdown deadline (default 30)")
+    worker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    admit = with_db(actions.add_parser("admit", help="admit a Run (published now with --broker, else by a relay)"))
+    with_broker(admit, required=False)
+    admit.add_argument("--workflows", required=True, help="the Workflows registry, as package.module:name")
+    admit.add_argument("--workflow", required=True, help="the workflow's registered name")
+    admit.add_argument("--revision", required=True, help="the workflow's registered revision")
+    admit.add_argument("--payload", default="{}", help="the intent's payload, as JSON (default {})")
+    admit.add_argument("--priority", type=int, default=50, help="0 to 100, higher first (default 50)")
+    admit.add_argument("--key", help="an idempotency key (a repeat returns the same Run)")
+    admit.add_argument("--principal", default="operator", help="who asks (default operator)")
+
+    listing = with_db(actions.add_parser("list", help="list Runs, oldest first"))
+    listing.add_argument("--status", choices=[status.value for status in RunStatus])
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+
+    show = with_db(actions.add_parser("show", help="one Run and its current delivery"))
+    show.add_argument("run_id")
+
+    cancel = with_db(actions.add_parser("cancel", help="cancel a Run (finished now with --broker)"))
+    with_broker(cancel, required=False)
+    cancel.add_argument("run_id")
+
+    consent = with_db(actions.add_parser("consent", help="decide a consent and resume its Run"))
+    with_broker(consent, required=False)
+    consent.add_argument("consent_id")
+    consent.add_argument("verdict", choices=sorted(VERDICTS))
+    consent.add_argument("--by", required=True, help="the deciding principal")
+
+
+def run_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain left-aligned table (every cell as text; empty cells as ``-``)."""
+    cells = [[("-" if value is None else str(value)) for value in row] for row in rows]
+    widths = [max(len(header), *(len(row[i]) for row in cells)) for i, header in enumerate(headers)]
+    lines = ["  ".join(header.ljust(widths[i]) for i, header in enumerate(headers)).rstrip()]
+    lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _when(value: Any) -> str | None:
+    return None if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _registry(path: str) -> Workflows:
+    if sys.path[0] != "":
+        sys.path.insert(0, "")  # the registry's package may live in the current folder
+    try:
+        registry = load_handler(path)
+    except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
+        raise ConfigValidationError("invalid_workflows", fields=("workflows",),
+                                    problems=("does_not_import",)) from None
+    if not isinstance(registry, Workflows):
+        raise ConfigValidationError("invalid_workflows", fields=("workflows",), problems=("workflows_required",))
+    return registry
+
+
+def _broker(arguments: argparse.Namespace) -> SaqBroker | None:
+    if getattr(arguments, "broker", None) is None:
+        return None
+    return SaqBroker(arguments.saq_dsn or arguments.db, queues=arguments.queues or ["runs"])
+
+
+async def _worker(ledger: RunLedger, arguments: argparse.Namespace) -> int:
+    logging.basicConfig(level=arguments.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    workflows = _registry(arguments.workflows)
+    broker = _broker(arguments)
+    assert broker is not None
+    node = arguments.node or socket.gethostname()
+    worker = RunWorker(ledger, broker, workflows, node=node, concurrency=arguments.concurrency,
+                       queues=arguments.queues or ["runs"])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        runtime = RunRuntime(ledger, brokers=[broker], workers=[worker], node=node,
+                             shutdown_deadline_s=arguments.shutdown_seconds)
+        async with runtime:
+            report = runtime.startup
+            assert report is not None
+            counts = ", ".join(f"{name} {count}" for name, count in report.counts.items() if count)
+            print(f"runs worker {node}: {len(workflows)} workflow(s), queues {', '.join(sorted(worker.queues))}; "
+                  f"startup: {counts or 'nothing to repair'}" + (" (degraded)" if report.degraded else ""), flush=True)
+            await stop.wait()
+    except StartupDegraded as error:
+        print(f"failed: {error}")
+        return 1
+    except ShutdownIncomplete as error:
+        print(f"failed: {error}")
+        return 1
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    outcomes = ", ".join(f"{name} {count}" for name, count in worker.outcomes.items())
+    print(f"stopped: {outcomes}", flush=True)
+    return 0
+
+
+async def _admit(ledger: RunLedger, arguments: argparse.Namespace) -> int:
+    workflows = _registry(arguments.workflows)
+    try:
+        payload = json.loads(arguments.payload)
+    except ValueError:
+        raise ConfigValidationError("invalid_payload", fields=("payload",), problems=("json_required",)) from None
+    queue = (arguments.queues or ["runs"])[0]
+    intent = RunIntent(None, "cli", arguments.principal, frozenset(), payload)
+    admission = await ledger.admit(intent, workflow=workflows.pin(arguments.workflow, arguments.revision),
+                                   queue=queue, priority=arguments.priority, idempotency_key=arguments.key)
+    run = admission.run
+    published = "left to the relays"
+    broker = _broker(arguments)
+    if broker is not None:
+        async with broker:
+            published = "published" if await ledger.publish(run.run_id, 0, broker) else "not publishable"
+    print(run_table(["run", "status", "workflow", "queue", "priority", "new", "delivery"],
+                    [[run.run_id, run.status.value, f"{run.workflow.name}@{run.workflow.revision}", run.queue,
+                      run.priority, "yes" if admission.created else "no (replay)", published]]))
+    return 0
+
+
+async def _list(ledger: RunLedger, arguments: argparse.Namespace) -> int:
+    status = None if arguments.status is None else RunStatus(arguments.status)
+    page = await ledger.list_runs(status=status, limit=arguments.limit)
+    rows = [[run.run_id, run.status.value, f"{run.workflow.name}@{run.workflow.revision}", run.queue, run.priority,
+             run.enqueue_seq, run.node, _when(run.created_at)] for run in page.items]
+    print(run_table(["run", "status", "workflow", "queue", "priority", "seq", "node", "created"], rows))
+    if page.next_cursor is not None:
+        print(f"(more: raise --limit above {arguments.limit})")
+    return 0
+
+
+async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
+    run = await ledger.get(arguments.run_id)
+    if run is None:
+        print("no such Run")
+        return 2
+    delivery = await ledger.get_delivery(run.run_id, run.enqueue_seq)
+    rows: list[list[object]] = [
+        ["status", run.status.value], ["workflow", f"{run.workflow.name}@{run.workflow.revision}"],
+        ["queue", run.queue], ["priority", run.priority], ["sequence", run.enqueue_seq], ["node", run.node],
+        ["owner", None if run.owner_kind is None else f"{run.owner_kind.value} {run.owner_id}"],
+        ["error", run.error], ["started", _when(run.started_at)], ["updated", _when(run.updated_at)],
+        ["delivery", None if delivery is None else
+         f"{delivery.state.value} ({'resume' if delivery.resume else 'fresh'}, {delivery.publish_attempts} publish calls)"],
+    ]
+    print(run_table(["run", run.run_id], rows))
+    return 0
+
+
+async def _cancel(ledger: RunLedger, arguments: argparse.Namespace) -> int:
+    ticket = await ledger.begin_cancel(arguments.run_id)
+    if ticket is None:
+        print("not cancelled: the Run finished first, or does not exist")
+        return 2
+    broker = _broker(arguments)
+    state = "cancelling (finished by the next startup reconciliation, or again with --broker)"
+    if broker is not None:
+        async with broker:
+            try:
+                await ledger.finish_cancel(ticket.run_id, ticket.enqueue_seq, broker)
+                state = "cancelled"
+            except TenureError as error:
+                if error.code is not ErrorCode.RUN_CONTAINMENT_UNPROVEN:
+                    raise
+                state = "cancelling (containment not proven yet: repeat the command)"
+    elif ticket.already_cancelled:
+        state = "cancelled"
+    print(run_table(["run", "state"], [[ticket.run_id, state]]))
+    return 0
+
+
+async def _consent(ledger: RunLedger, arguments: argparse.Namespace) -> int:
+    consent = await ledger.get_consent(arguments.consent_id)
+    if consent is None:
+        print("no such consent")
+        return 2
+    decided = await ledger.decide_consent(consent.consent_id, VERDICTS[arguments.verdict], decided_by=arguments.by)
+    broker = _broker(arguments)
+    if broker is not None:
+        async with broker:
+            seq = await resume_and_publish(ledger, broker, consent.run_id, owner_id=consent.consent_id)
+    else:
+        seq = await ledger.resume(consent.run_id, owner_id=consent.consent_id)
+    now = await ledger.get_consent(consent.consent_id)
+    run = await ledger.get(consent.run_id)
+    assert now is not None and run is not None
+    # A relay of a running worker may resume the Run first: the Run's state says where it is.
+    resumed = "no" if seq is None else f"yes, hop {seq}" + ("" if broker is not None else " (published by the relays)")
+    print(run_table(["consent", "verdict", "decided by", "this call decided", "this call resumed", "run now"],
+                    [[now.consent_id, now.status.value, now.decided_by, "yes" if decided else "no", resumed,
+                      f"{run.status.value} at hop {run.enqueue_seq}"]]))
+    return 0
+
+
+ACTIONS = {"worker": _worker, "admit": _admit, "list": _list, "show": _show, "cancel": _cancel, "consent": _consent}
+
+
+async def _run(arguments: argparse.Namespace) -> int:
+    async with RunLedger(arguments.db) as ledger:
+        return await ACTIONS[arguments.action](ledger, arguments)
+
+
+def run_runs(arguments: argparse.Namespace) -> int:
+    return asyncio.run(_run(arguments))

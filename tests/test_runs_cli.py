@@ -1,0 +1,116 @@
+"""`tenure runs`: a worker process on SAQ runs a Run that an operator admitted, decided and
+watched from the command line; the operator commands work without a broker and refuse
+bad input with exit status 2."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tenure.adapters import RunLedger
+from tenure.model import RunStatus
+
+FLOWS = '''
+from tenure.adapters import Workflows
+
+registry = Workflows()
+
+
+@registry.workflow("hello", "1")
+async def hello(ctx):
+    if not ctx.resumed:
+        await ctx.request_consent(tool_name="greet", tool_call_id="call-1", payload={}, state={"n": 1})
+    if ctx.consent.verdict is not True:
+        raise PermissionError()
+'''
+
+
+def tenure(folder: pathlib.Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.cli", "runs", *arguments], cwd=folder,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def folder(tmp_path: pathlib.Path) -> pathlib.Path:
+    (tmp_path / "flows.py").write_text(FLOWS, encoding="utf-8")
+    return tmp_path
+
+
+async def wait_for(db_url: str, run_id: str, status: RunStatus) -> Any:
+    async with RunLedger(db_url) as ledger:
+        for _ in range(600):
+            run = await ledger.get(run_id)
+            if run is not None and run.status is status:
+                return run
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"the Run did not reach {status.value}")
+
+
+@pytest.mark.parametrize("database", ["postgresql"])
+async def test_a_worker_process_runs_what_the_operator_admits_and_decides(db_url: str, folder: pathlib.Path) -> None:
+    admitted = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
+                                       "--workflow", "hello", "--revision", "1", "--key", "k-1", "--broker", "saq")
+    assert admitted.returncode == 0, admitted.stdout + admitted.stderr
+    run_id = admitted.stdout.splitlines()[1].split()[0]
+    assert "published" in admitted.stdout
+    worker = subprocess.Popen(
+        [sys.executable, "-P", "-m", "tenure.adapters.cli", "runs", "worker", "--db", db_url, "--broker", "saq",
+         "--workflows", "flows:registry", "--node", "node-a"],
+        cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        parked = await wait_for(db_url, run_id, RunStatus.AWAITING_CONSENT)
+        shown = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, run_id)
+        assert "awaiting_consent" in shown.stdout and parked.owner_id in shown.stdout
+        decided = await asyncio.to_thread(tenure, folder, "consent", "--db", db_url, parked.owner_id, "grant",
+                                          "--by", "bob", "--broker", "saq")
+        # This call or the worker's relay resumed it: either way the Run is at hop 1 now.
+        assert decided.returncode == 0 and "granted" in decided.stdout, decided.stdout + decided.stderr
+        assert "at hop 1" in decided.stdout
+        await wait_for(db_url, run_id, RunStatus.DONE)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(worker.communicate, timeout=60)
+    assert worker.returncode == 0, out + err
+    assert "startup: nothing to repair" in out
+    assert "done 1" in out and "parked 1" in out
+    again = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
+                                    "--workflow", "hello", "--revision", "1", "--key", "k-1")
+    assert "no (replay)" in again.stdout and run_id in again.stdout
+
+
+@pytest.mark.parametrize("database", ["sqlite"])
+async def test_operator_commands_work_without_a_broker_and_refuse_bad_input(db_url: str, folder: pathlib.Path) -> None:
+    admitted = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
+                                       "--workflow", "hello", "--revision", "1", "--payload", '{"secret": "s3cr3t"}')
+    assert admitted.returncode == 0 and "left to the relays" in admitted.stdout, admitted.stdout + admitted.stderr
+    assert "s3cr3t" not in admitted.stdout
+    run_id = admitted.stdout.splitlines()[1].split()[0]
+    listed = await asyncio.to_thread(tenure, folder, "list", "--db", db_url)
+    assert run_id in listed.stdout and "queued" in listed.stdout
+    shown = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, run_id)
+    assert "pending (fresh, 0 publish calls)" in shown.stdout
+    cancelled = await asyncio.to_thread(tenure, folder, "cancel", "--db", db_url, run_id)
+    assert cancelled.returncode == 0 and "cancelling" in cancelled.stdout
+    listed = await asyncio.to_thread(tenure, folder, "list", "--db", db_url, "--status", "cancelling")
+    assert run_id in listed.stdout
+    refusals = [
+        ("admit", "--db", db_url, "--workflows", "flows:registry", "--workflow", "hello", "--revision", "1",
+         "--payload", "{not json"),
+        ("admit", "--db", db_url, "--workflows", "nowhere:registry", "--workflow", "hello", "--revision", "1"),
+        ("admit", "--db", db_url, "--workflows", "flows:registry", "--workflow", "hello", "--revision", "2"),
+        ("admit", "--db", db_url, "--workflows", "flows:registry", "--workflow", "hello", "--revision", "1",
+         "--priority", "101"),
+        ("consent", "--db", db_url, "0" * 36, "grant", "--by", "bob"),
+        ("show", "--db", db_url, "0" * 36),
+    ]
+    for arguments in refusals:
+        done = await asyncio.to_thread(tenure, folder, *arguments)
+        assert done.returncode == 2, (arguments, done.stdout, done.stderr)
+    assert "refused: invalid_payload" in (await asyncio.to_thread(tenure, folder, *refusals[0])).stdout
