@@ -1,0 +1,48 @@
+"""A Run worker process on SAQ for the kill -9 test: ``python run_worker_process.py DB_URL``
+runs a :class:`RunRuntime` as node ``node-a`` until it is killed. Its registry (imported by
+the test for the second boot) has two workflows whose first hop never finishes:
+``hang`` saves a plain checkpoint and waits; ``pre-park`` creates a consent and saves the
+checkpoint naming it, then waits where its park would be (the seed's crash window between
+checkpoint and park). A resumed ``pre-park`` hop finishes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from tenure.adapters import RunLedger, RunRuntime, RunWorker, SaqBroker, Workflows
+from tenure.model import ConsentStatus, WaitKind
+
+NODE = "node-a"
+registry = Workflows()
+
+
+@registry.workflow("hang", "1")
+async def hang(ctx: Any) -> None:
+    await ctx.save({"step": "working"})
+    await asyncio.Event().wait()
+
+
+@registry.workflow("pre-park", "1")
+async def pre_park(ctx: Any) -> None:
+    if ctx.resumed:
+        assert ctx.consent.status is ConsentStatus.GRANTED and ctx.state == {"step": "asked"}
+        return
+    consent = await ctx._ledger.create_consent(ctx.run_id, tool_name="send", tool_call_id="call-1", payload={})
+    assert await ctx._ledger.checkpoints.save(ctx.run_id, ctx.enqueue_seq, state={"step": "asked"},
+                                              owner_kind=WaitKind.CONSENT, owner_id=consent.consent_id)
+    await asyncio.Event().wait()  # killed here: after checkpoint and consent, before the park
+
+
+async def main(db_url: str) -> None:
+    async with RunLedger(db_url) as ledger:
+        broker = SaqBroker(db_url, queues=["runs"])
+        worker = RunWorker(ledger, broker, registry, node=NODE, watch_interval_s=0.1)
+        async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=NODE):
+            print("ready", flush=True)
+            await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))

@@ -1,0 +1,90 @@
+"""``kill -9`` of a Run worker process on SAQ in the middle of two hops, then a new process
+for the same node: its lifespan's startup reconciliation fences both dead SAQ jobs
+terminally, fails the uncheckpointed-owner hop as lost, re-parks the hop whose checkpoint
+binds the Run's latest consent (the crash window between checkpoint and park), and its
+worker then finishes the re-parked Run once the consent is decided."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from run_worker_process import NODE, registry
+from tenure.adapters import RunLedger, RunRuntime, RunWorker, SaqBroker, resume_and_publish
+from tenure.model import BrokerJobState, ConsentStatus, RunIntent, RunStatus, WaitKind, hop_key
+
+pytestmark = pytest.mark.parametrize("database", ["postgresql"])
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+async def until(check, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (value := await check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+    return value
+
+
+async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_next_process(db_url: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-P", str(TESTS / "run_worker_process.py"), db_url,
+        env={**os.environ, "PYTHONPATH": str(TESTS)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    async with RunLedger(db_url) as ledger:
+        try:
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+            assert line == b"ready\n", (line, await process.stderr.read())
+            runs = {}
+            async with SaqBroker(db_url, queues=["runs"]) as publisher:
+                for name in ("hang", "pre-park"):
+                    intent = RunIntent(None, "api", "alice", frozenset(), {"flow": name})
+                    admission = await ledger.admit(intent, workflow=registry.pin(name, "1"), queue="runs", priority=50)
+                    runs[name] = admission.run.run_id
+                    assert await ledger.publish(runs[name], 0, publisher)
+
+                async def both_mid_hop() -> bool:
+                    hung = await ledger.checkpoints.load(runs["hang"])
+                    asked = await ledger.checkpoints.load(runs["pre-park"])
+                    return hung is not None and asked is not None and asked.owner_id is not None
+
+                await until(both_mid_hop)
+                for run_id in runs.values():
+                    assert (await publisher.probe(hop_key(run_id, 0))).state is BrokerJobState.ACTIVE
+        finally:
+            process.kill()  # SIGKILL: no shutdown, no abort, nothing settled
+            await process.wait()
+        assert process.returncode == -signal.SIGKILL
+        for run_id in runs.values():
+            assert (await ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
+
+        broker = SaqBroker(db_url, queues=["runs"])
+        worker = RunWorker(ledger, broker, registry, node=NODE, watch_interval_s=0.1)
+        async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=NODE, relay_interval_s=0.1) as runtime:
+            report = runtime.startup
+            assert report is not None and not report.degraded, report
+            assert (report.counts["orphans_failed"], report.counts["orphans_parked"]) == (1, 1), dict(report.counts)
+            for run_id in runs.values():  # both dead SAQ jobs finished by the terminal fence
+                assert (await broker.probe(hop_key(run_id, 0))).state is BrokerJobState.ABORTED
+            failed = await ledger.get(runs["hang"])
+            assert failed is not None and failed.status is RunStatus.FAILED and failed.error == "lost"
+            parked = await ledger.get(runs["pre-park"])
+            assert parked is not None and parked.status is RunStatus.AWAITING_CONSENT
+            assert parked.owner_kind is WaitKind.CONSENT
+            assert parked.owner_id == (await ledger.checkpoints.load(runs["pre-park"])).owner_id  # type: ignore[union-attr]
+            assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="bob")
+            await resume_and_publish(ledger, broker, runs["pre-park"], owner_id=parked.owner_id)
+
+            async def done() -> bool:
+                run = await ledger.get(runs["pre-park"])
+                return run is not None and run.status is RunStatus.DONE
+
+            await until(done)
+        assert worker.outcomes["done"] == 1
