@@ -227,8 +227,12 @@ class RunWorker:
             raise
         if not settled:
             return "lost"  # cancelling, or failed by recovery: the holder finishes it
-        with contextlib.suppress(TenureError, ConfigValidationError):  # recovery retries the cleanup
-            await self.ledger.checkpoints.delete(run_id)
+        # Only a resumed hop or one that saved a snapshot can leave one behind (a fresh hop
+        # never inherits one: a claimed hop that died is failed or re-parked, never rerun).
+        # Startup recovery deletes any a crash left.
+        if context.resumed or context.checkpointed:
+            with contextlib.suppress(TenureError, ConfigValidationError):
+                await self.ledger.checkpoints.delete(run_id)
         return "done" if error is None else "failed"
 
     async def _fail(self, claim: RunClaim, reason: str) -> str:

@@ -154,6 +154,8 @@ class RunContext:
     _ledger: RunLedger
     _broker: Broker
     parked: bool = False
+    checkpointed: bool = False
+    """This hop wrote a checkpoint (so a finished Run has one to delete)."""
 
     @property
     def run_id(self) -> str:
@@ -169,6 +171,7 @@ class RunContext:
 
     async def save(self, state: Any) -> None:
         """Write a plain checkpoint (no owner) for this hop."""
+        self.checkpointed = True
         if not await self._ledger.checkpoints.save(self.run_id, self.enqueue_seq, state=state):
             raise HopLost()
 
@@ -176,6 +179,7 @@ class RunContext:
         # The seed's order: owner row, checkpoint naming it, then the park that makes it
         # authoritative. A crash between checkpoint and park is re-parked by recovery
         # because the checkpoint binds the Run's latest owner.
+        self.checkpointed = True
         if not await self._ledger.checkpoints.save(self.run_id, self.enqueue_seq, state=state, owner_kind=kind,
                                                    owner_id=owner_id):
             raise HopLost()
