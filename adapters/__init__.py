@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
 from .runs import (
-    Broker, BrokerJobState, BrokerProbe, Checkpoint, InMemoryBroker, RecoveryIssue, RecoveryPorts, RecoveryReport,
+    Broker, BrokerJobState, BrokerProbe, Checkpoint, InMemoryBroker, QueueBroker, RecoveryIssue, RecoveryPorts, RecoveryReport,
     RunContext, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, WorkerStopFailed, Workflows, resume_and_publish, run_relays,
 )
 from .migrations import MigrationReport, downgrade, upgrade
@@ -28,6 +28,7 @@ __all__ = [
     "RecoveryIssue",
     "run_relays",
     "SaqBroker",
+    "QueueBroker",
     "Checkpoint",
     "Workflows",
     "RunContext",

@@ -9,15 +9,17 @@ import dataclasses
 from .attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
 from .queue.table import QUEUE_BINDINGS, QUEUE_TABLES
 from .runs.checkpoints import CHECKPOINTS_TABLE
+from .runs.queue_broker import HOPS_BINDING, HOPS_TABLE
 from .runs.table import RUN_BINDINGS, RUN_TABLES, RUNS_TABLE
 from .tables import Binding, Step, TableSpec
 
 __all__ = ["TABLES", "BINDINGS", "RetirementGuard", "RETIREMENT_GUARDS"]
 
-TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES, CHECKPOINTS_TABLE)
+TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES, CHECKPOINTS_TABLE, HOPS_TABLE)
 # The checkpoints table has a binding but no machine (it is evidence the Run machine's
-# callers write under the Run's lock), so it is migrated here and not in BINDINGS.
-BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, *RUN_BINDINGS)
+# callers write under the Run's lock), so it is migrated here and not in BINDINGS. The
+# Run hops' table is the queue machine's, in a table of the validation queue's shape.
+BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, *RUN_BINDINGS, HOPS_BINDING)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -55,6 +57,9 @@ RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
     Step.WORKERS: (
         # A checkpoint is what a parked Run resumes from: dropping one strands its Run.
         RetirementGuard(CHECKPOINTS_TABLE.name, "run_id", "no saved checkpoints", "TRUE", "checkpoints_remain"),
+        # A queued or running hop is a delivery some Run is waiting on.
+        RetirementGuard(HOPS_TABLE.name, "status", "no queued or running hops",
+                        "status IN ('pending', 'claimed')", "hops_remain"),
     ),
     # Step.RECOVERY needs no guard of its own: its column lives on tenure_runs, and
     # runs_v1's guard already refuses the downgrade while any Run exists.

@@ -18,6 +18,7 @@ from adapter_support import kind_of, raw, stored_instant
 from run_support import Runs, runs_db, succeeded  # noqa: F401 (runs_db: fixture)
 from tenure.adapters import RunLedger, downgrade, upgrade
 from tenure.adapters.runs.checkpoints import CHECKPOINTS_TABLE
+from tenure.adapters.runs.queue_broker import HOPS_TABLE
 from tenure.adapters.runs.table import RUN_TABLES
 from tenure.model import ConfigValidationError, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind, hop_key
 
@@ -206,7 +207,7 @@ async def test_the_ledger_answers_a_raw_second_delivery_with_its_own_error(runs:
 # --- the migration step ------------------------------------------------------------------------
 
 
-RUN_TABLE_NAMES = {spec.name for spec in RUN_TABLES} | {CHECKPOINTS_TABLE.name}
+RUN_TABLE_NAMES = {spec.name for spec in RUN_TABLES} | {CHECKPOINTS_TABLE.name, HOPS_TABLE.name}
 
 
 def tables_present(db_url: str) -> set[str]:

@@ -17,6 +17,7 @@ import pytest
 from run_support import result_of
 from tenure.adapters import (
     InMemoryBroker,
+    QueueBroker,
     RunLedger,
     RunRuntime,
     RunWorker,
@@ -42,7 +43,9 @@ from tenure.model import (
 )
 
 pytestmark = pytest.mark.parametrize(
-    ("database", "broker_kind"), [("sqlite", "memory"), ("postgresql", "memory"), ("postgresql", "saq")])
+    ("database", "broker_kind"),
+    [("sqlite", "memory"), ("sqlite", "queue"), ("postgresql", "memory"), ("postgresql", "queue"),
+     ("postgresql", "saq")])
 
 WATCH_S = 0.05
 
@@ -93,6 +96,13 @@ async def ledger(db_url: str) -> AsyncIterator[RunLedger]:
 async def broker(broker_kind: str, db_url: str) -> AsyncIterator[Faulty]:
     if broker_kind == "memory":
         yield Faulty(InMemoryBroker())
+        return
+    if broker_kind == "queue":
+        hops = QueueBroker(db_url, queues=["runs"], lease_seconds=1.0, heartbeat_seconds=0.2, poll_s=0.01)
+        try:
+            yield Faulty(hops)
+        finally:
+            await hops.close()
         return
     made = SaqBroker(db_url, queues=["runs"], abort_wait_s=3.0)
     await made.connect()

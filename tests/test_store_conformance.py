@@ -31,6 +31,7 @@ from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.runs.table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.dialects import open_store
 from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.adapters.runs.queue_broker import HOPS_BINDING
 from tenure.adapters.store import Probe
 from tenure.adapters.tables import Binding
 from tenure.kernel.attempts import finders as attempt_finders
@@ -209,6 +210,13 @@ CASES = {
         )
         for queue in QueueKind
     },
+    # The Run hops' table: the validation queue's rows in a table of its own.
+    "queue.tenure_run_hops": TableCase(
+        HOPS_BINDING,
+        st.lists(records(queue=QueueKind.VALIDATION).filter(lambda r: r is not None), max_size=6)
+        .map(_unique_queue_rows),
+        _queue_finders(QueueKind.VALIDATION),
+    ),
     "attempts": TableCase(
         ATTEMPTS_BINDING,
         st.lists(attempt_records().filter(lambda r: r is not None), max_size=6).map(_unique_attempt_rows),

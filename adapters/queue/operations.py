@@ -65,6 +65,7 @@ from tenure.model import (
 from ..engine import Engine, checked, raise_if_conflict, require
 from ..failures import persistence_failed
 from ..store import Probe, Store, Transaction
+from ..tables import Binding
 from .table import QUEUE_BINDINGS, stored_payload
 
 Presented = TypeVar("Presented")
@@ -100,11 +101,13 @@ class QueueOperations:
         new_job_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         # Twelve hex digits, as pycharter makes them (its run history column is 12 wide).
         new_run_id: Callable[[], str] = lambda: uuid.uuid4().hex[:12],
+        binding: Binding | None = None,
     ) -> None:
         self.store = store
         self.queue = queue
         self.config = config
-        self.binding = QUEUE_BINDINGS[queue]
+        # Another table of the same queue's shape (the Run hops' table) may stand in.
+        self.binding = QUEUE_BINDINGS[queue] if binding is None else binding
         self.engine = Engine(store)
         self._new_job_id = new_job_id
         self._new_run_id = new_run_id

@@ -1,0 +1,267 @@
+"""Run hops on tenure's own owned queue: the Broker port with no broker service at all.
+
+``QueueBroker(db_url, *, queues)`` keeps hop jobs in ``tenure_run_hops`` (schema step
+``runs_v3``), a table of the owned validation queue's shape in the Runs' own database,
+driven by the same queue kernel and store code as the three pycharter queues: a hop is
+an owned submission whose submission ID is the hop key (so publishing a held key is an
+exact replay and changes nothing, in any status), claimed with a fresh claim token,
+renewed by heartbeats, finished by its fence. Its own table keeps hops away from
+pycharter's and tenure's queue workers, which claim from the pycharter tables.
+
+Priority: the queue claims due jobs in ``(fires_at, id)`` order, so a hop is submitted
+due at a fixed instant in the past offset by its wire priority (``2000-01-01`` plus
+``wire_priority`` seconds) with a time-ordered job ID: a higher Run priority is always
+claimed first, and equal priorities in publication order. (The instant is part of the
+submission, so it must be the same on every replay: it cannot be the publication time.)
+
+One table holds every queue of a database: the queue name rides in the job (its
+``contract_version``) and a worker of this broker serves all of ``queues`` (its
+``RunWorker.queues`` must be the same set).
+
+Abort: a pending hop is cancelled at once. A hop this process serves is cancelled and
+waited for (``abort_wait_s``), then its job cancelled. A hop another process serves has
+its job cancelled, which voids that claim: the other process's next heartbeat fails and
+it cancels the hop. Nothing there acknowledges it to this process, so such a hop counts
+as live (probe ``active``, abort False) until one full lease has passed since the cancel;
+``terminal=True`` (startup recovery, for a hop of a dead process) counts it stopped at
+once. A hop that raised, was cancelled or was stopped with the worker is finished
+``failed`` (the ledger's claim fence makes every later delivery of it stale).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tenure.kernel.core import Condition, Finder, Param
+from tenure.kernel.queue.machine import QUEUE
+from tenure.kernel.queue.record import JobRecord
+from tenure.model import (
+    BrokerJobState,
+    ConfigValidationError,
+    JobStatus,
+    QueueClaimFence,
+    QueueKind,
+    ValidationJob,
+    WorkerConfig,
+    bounds,
+)
+from tenure.model.fingerprint import snapshot_submission
+
+from ..dialects import open_store
+from ..queue.operations import QueueOperations
+from ..queue.table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES
+from ..store import Transaction
+from ..tables import Binding, IndexSpec, Step, TableSpec
+from .broker import BrokerProbe, PerformHop
+
+__all__ = ["QueueBroker", "HOPS_TABLE", "HOPS_BINDING", "HOP_CONTRACT", "PRIORITY_EPOCH"]
+
+HOP_CONTRACT = "tenure.run_hop"
+"""The ``contract_name`` of every hop job (its ``data_source`` is the hop key)."""
+
+PRIORITY_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+"""A hop is due at this instant plus its wire priority in seconds (lower: claimed first)."""
+
+_NAME = "tenure_run_hops"
+_STEP = Step.WORKERS
+
+
+def _hops_table() -> TableSpec:
+    shape = QUEUE_TABLES[QueueKind.VALIDATION]
+    # The validation queue's columns, all created by this step (no admission: tenure
+    # creates the table, nobody else ever wrote it).
+    columns = tuple(dataclasses.replace(column, step=_STEP, admission="") for column in shape.columns)
+    indexes = (
+        *(IndexSpec(f"ux_{_NAME}_{column}", (column,), unique=True, step=_STEP) for column in OWNED_UNIQUE_COLUMNS),
+        IndexSpec(f"ix_{_NAME}_eligible", ("status", "fires_at", "id"), step=_STEP),
+        IndexSpec(f"ix_{_NAME}_lease", ("status", "lease_expires_at"), step=_STEP),
+    )
+    return TableSpec(_NAME, columns, indexes=indexes, unique_columns=shape.unique_columns, created_by=_STEP)
+
+
+HOPS_TABLE = _hops_table()
+
+
+def _became_pending(old: JobRecord | None, new: JobRecord) -> bool:
+    return new.status is JobStatus.PENDING and (old is None or old.status is not JobStatus.PENDING)
+
+
+HOPS_BINDING = Binding(
+    f"queue.{_NAME}", QUEUE, HOPS_TABLE, JobRecord,
+    {"queue": QueueKind.VALIDATION, "run_id": None, "cancel_requested": False, "pid": None, "active_key": None},
+    "job_id", announces=_became_pending,
+)
+
+_BY_KEY = Finder("hop_by_key", ((Condition("submission_id", "=", Param("key")),),), order=("job_id",), lock="none")
+
+_STATES = {
+    JobStatus.PENDING: BrokerJobState.QUEUED,
+    JobStatus.CLAIMED: BrokerJobState.ACTIVE,
+    JobStatus.COMPLETED: BrokerJobState.COMPLETE,
+    JobStatus.FAILED: BrokerJobState.FAILED,
+    JobStatus.CANCELLED: BrokerJobState.ABORTED,
+}
+
+
+def _time_ordered_id() -> str:
+    """A UUID-shaped job ID whose first 48 bits are the milliseconds since the epoch, so
+    equal priorities are claimed in publication order."""
+    value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def _refuse(field: str, problem: str) -> ConfigValidationError:
+    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+def _instant(micros: int | None) -> dt.datetime | None:
+    return None if micros is None else dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
+
+
+class QueueBroker:
+    """The Broker port (and hop source) on the owned queue in ``db_url``'s database."""
+
+    def __init__(self, db_url: str, *, queues: Sequence[str], lease_seconds: float = 120.0,
+                 heartbeat_seconds: float = 30.0, poll_s: float = 0.05, abort_wait_s: float = 5.0) -> None:
+        if isinstance(queues, str) or not queues or not all(bounds.is_bounded_text(q, 50) for q in queues) \
+                or len(set(queues)) != len(queues):
+            raise _refuse("queues", "distinct_queue_names_required")
+        for name, value, top in (("poll_s", poll_s, 60), ("abort_wait_s", abort_wait_s, 300)):
+            if type(value) not in (int, float) or not 0 < value <= top:
+                raise _refuse(name, "number_out_of_range")
+        config = WorkerConfig(db_url, lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds,
+                              max_attempts=1)
+        self._queues = frozenset(queues)
+        self._config = config
+        self._poll_s = float(poll_s)
+        self._abort_wait_s = float(abort_wait_s)
+        self._ops = QueueOperations(open_store(db_url, timeout_seconds=config.timeout_seconds,
+                                               schema=config.db_schema),
+                                    QueueKind.VALIDATION, config, new_job_id=_time_ordered_id, binding=HOPS_BINDING)
+        self._owner = f"tenure-hops:{os.getpid()}:{secrets.token_hex(4)}"
+        self._served: dict[str, asyncio.Task[Any]] = {}
+
+    async def close(self) -> None:
+        await self._ops.store.close()
+
+    async def disconnect(self) -> None:
+        """Close the broker's connections (the lifespan's disconnect)."""
+        await self.close()
+
+    # --- the port --------------------------------------------------------------------------
+
+    async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
+        if queue not in self._queues:
+            raise _refuse("queue", "queue_not_configured")
+        if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
+            raise _refuse("wire_priority", "integer_out_of_range")
+        job = ValidationJob(HOP_CONTRACT, queue, key, fires_at=PRIORITY_EPOCH + dt.timedelta(seconds=wire_priority),
+                            max_attempts=1)
+        await self._ops.submit_owned(snapshot_submission(QueueKind.VALIDATION, job, key))
+
+    async def _row(self, key: str) -> tuple[JobRecord | None, int]:
+        async def body(tx: Transaction) -> tuple[JobRecord | None, int]:
+            rows = await tx.find(HOPS_BINDING, _BY_KEY, {"key": key}, 1)
+            return (rows[0] if rows else None), await tx.now_us()
+
+        result: tuple[JobRecord | None, int] = await self._ops.store.run(body, write=False)
+        return result
+
+    def _still_running_elsewhere(self, row: JobRecord, now_us: int) -> bool:
+        """A cancelled hop that was claimed by another process within the last lease."""
+        return (row.status is JobStatus.CANCELLED and row.claim_token is not None and row.owner_id != self._owner
+                and row.completed_at_us is not None and now_us < row.completed_at_us + self._config.lease_us)
+
+    async def probe(self, key: str) -> BrokerProbe:
+        row, now = await self._row(key)
+        if row is None:
+            return BrokerProbe(BrokerJobState.ABSENT)
+        state = BrokerJobState.ACTIVE if self._still_running_elsewhere(row, now) else _STATES[row.status]
+        started = _instant(row.claimed_at_us) if state is BrokerJobState.ACTIVE else None
+        queue, wire = row.payload[1], int((row.fires_at_us - int(PRIORITY_EPOCH.timestamp() * 1_000_000)) // 1_000_000)
+        return BrokerProbe(state, started, queue=queue, wire_priority=wire)
+
+    async def abort(self, key: str, *, terminal: bool = False) -> bool:
+        served = self._served.get(key)
+        if served is not None and not served.done():
+            served.cancel()
+            await asyncio.wait({served}, timeout=self._abort_wait_s)
+            if not served.done():
+                return False
+        for _ in range(3):  # a claim may win the race with a pending hop's cancel: look again
+            row, now = await self._row(key)
+            if row is None:
+                return True
+            if row.status in (JobStatus.PENDING, JobStatus.CLAIMED):
+                if await self._ops.cancel_admin(row.job_id):
+                    row, now = await self._row(key)
+                continue
+            break
+        if row is None or row.status in (JobStatus.PENDING, JobStatus.CLAIMED):
+            return False
+        return terminal or not self._still_running_elsewhere(row, now)
+
+    # --- delivery ------------------------------------------------------------------------
+
+    async def serve(self, queues: frozenset[str], perform: PerformHop, *, concurrency: int,
+                    stopping: asyncio.Event) -> None:
+        """Claim hops (up to ``concurrency`` at once), run each through ``perform``,
+        heartbeat the running ones every ``heartbeat_seconds`` (a refused heartbeat means
+        the hop was aborted: it is cancelled) and finish each by its fence."""
+        if frozenset(queues) != self._queues:
+            raise _refuse("queues", "a_queue_broker_worker_serves_all_its_queues")
+        fences: dict[str, QueueClaimFence] = {}
+        heartbeat_every = float(self._config.heartbeat_seconds)
+        last_beat = time.monotonic()
+        try:
+            while not stopping.is_set():
+                for key, task in list(self._served.items()):
+                    if task.done():
+                        del self._served[key]
+                        await self._finish(fences.pop(key), task)
+                free = concurrency - len(self._served)
+                claimed: list[JobRecord] = []
+                if free > 0:
+                    tokens = [secrets.token_hex(16) for _ in range(free)]
+                    claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record)
+                for record in claimed:
+                    hop = str(record.submission_id)  # the hop key
+                    run_id, seq = hop.removeprefix("run:").rsplit(":", 1)
+                    fences[hop] = QueueClaimFence(QueueKind.VALIDATION, record.job_id, self._owner,
+                                                  record.generation, str(record.claim_token))
+                    self._served[hop] = asyncio.ensure_future(perform(run_id, int(seq), None))
+                if self._served and time.monotonic() - last_beat >= heartbeat_every:
+                    last_beat = time.monotonic()
+                    keys = list(fences)
+                    answers = await self._ops.heartbeat_owned([fences[key] for key in keys])
+                    for key, alive in zip(keys, answers, strict=True):
+                        if not alive and key in self._served:
+                            self._served[key].cancel()  # aborted elsewhere: the claim is void
+                if not claimed:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), self._poll_s)
+        finally:
+            running = list(self._served.items())
+            for _, task in running:
+                task.cancel()
+            if running:
+                await asyncio.wait([task for _, task in running])
+            for key, task in running:
+                self._served.pop(key, None)
+                with contextlib.suppress(Exception):
+                    await self._finish(fences.pop(key), task)
+
+    async def _finish(self, fence: QueueClaimFence, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            await self._ops.fail_owned(fence, "hop_did_not_return", retry=False, dlq_record_id=None)
+        else:
+            await self._ops.complete_owned([(fence, None)])
