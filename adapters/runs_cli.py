@@ -1,6 +1,6 @@
 """``tenure runs``: run workflow Runs and operate on them.
 
-    tenure runs worker  --db URL --broker saq --workflows package.module:registry [--node NAME]
+    tenure runs worker  --db URL --broker saq|queue --workflows package.module:registry [--node NAME]
     tenure runs admit   --db URL --workflows package.module:registry --workflow NAME --revision REV
                         [--payload JSON] [--queue runs] [--priority 50] [--key KEY] [--broker saq]
     tenure runs list    --db URL [--status STATUS] [--limit N]
@@ -10,7 +10,8 @@
 
 ``worker`` runs a :class:`~tenure.adapters.RunRuntime` (startup reconciliation, relays
 and one :class:`~tenure.adapters.RunWorker`) until SIGTERM or SIGINT; the broker is SAQ
-on PostgreSQL (``--saq-dsn``, default the ``--db`` URL). The operator commands work
+on PostgreSQL (``--saq-dsn``, default the ``--db`` URL) or tenure's owned queue in the
+``--db`` database (``queue``: no broker service, SQLite too). The operator commands work
 without a broker: what they leave to publish (an admission, a resumed Run) is published
 by the relays of any running worker; ``cancel`` elects the cancellation and, given a
 broker, fences the hop and finishes it (otherwise the next startup reconciliation
@@ -35,7 +36,7 @@ from typing import Any
 
 from tenure.model import ConfigValidationError, ConsentStatus, ErrorCode, RunIntent, RunStatus, TenureError
 
-from .runs import RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
+from .runs import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
 from .runs.workflows import resume_and_publish
 from .worker_cli import load_handler
 
@@ -53,8 +54,9 @@ def add_runs_parser(commands: Any) -> None:
         return parser
 
     def with_broker(parser: argparse.ArgumentParser, *, required: bool) -> None:
-        parser.add_argument("--broker", choices=["saq"], required=required,
-                            help="the broker hops are delivered through (SAQ on PostgreSQL)")
+        parser.add_argument("--broker", choices=["saq", "queue"], required=required,
+                            help="the broker hops are delivered through: saq (SAQ on PostgreSQL) or queue "
+                                 "(tenure's owned queue in the --db database, SQLite or PostgreSQL)")
         parser.add_argument("--saq-dsn", help="SAQ's PostgreSQL URL (default: the --db URL)")
         parser.add_argument("--queue", dest="queues", action="append",
                             help="a Run queue to serve or publish to (repeatable; default: runs)")
@@ -121,10 +123,30 @@ def _registry(path: str) -> Workflows:
     return registry
 
 
-def _broker(arguments: argparse.Namespace) -> SaqBroker | None:
-    if getattr(arguments, "broker", None) is None:
+class _Closing:
+    """A broker as an async context (SaqBroker connects; QueueBroker only closes)."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    async def __aenter__(self) -> Any:
+        connect = getattr(self.broker, "connect", None)
+        if connect is not None:
+            await connect()
+        return self.broker
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.broker.disconnect()
+
+
+def _broker(arguments: argparse.Namespace) -> Any:
+    kind = getattr(arguments, "broker", None)
+    queues = arguments.queues or ["runs"]
+    if kind is None:
         return None
-    return SaqBroker(arguments.saq_dsn or arguments.db, queues=arguments.queues or ["runs"])
+    if kind == "queue":
+        return QueueBroker(arguments.db, queues=queues)
+    return SaqBroker(arguments.saq_dsn or arguments.db, queues=queues)
 
 
 async def _worker(ledger: RunLedger, arguments: argparse.Namespace) -> int:
@@ -178,7 +200,7 @@ async def _admit(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     published = "left to the relays"
     broker = _broker(arguments)
     if broker is not None:
-        async with broker:
+        async with _Closing(broker):
             published = "published" if await ledger.publish(run.run_id, 0, broker) else "not publishable"
     print(run_table(["run", "status", "workflow", "queue", "priority", "new", "delivery"],
                     [[run.run_id, run.status.value, f"{run.workflow.name}@{run.workflow.revision}", run.queue,
@@ -223,7 +245,7 @@ async def _cancel(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     broker = _broker(arguments)
     state = "cancelling (finished by the next startup reconciliation, or again with --broker)"
     if broker is not None:
-        async with broker:
+        async with _Closing(broker):
             try:
                 await ledger.finish_cancel(ticket.run_id, ticket.enqueue_seq, broker)
                 state = "cancelled"
@@ -245,7 +267,7 @@ async def _consent(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     decided = await ledger.decide_consent(consent.consent_id, VERDICTS[arguments.verdict], decided_by=arguments.by)
     broker = _broker(arguments)
     if broker is not None:
-        async with broker:
+        async with _Closing(broker):
             seq = await resume_and_publish(ledger, broker, consent.run_id, owner_id=consent.consent_id)
     else:
         seq = await ledger.resume(consent.run_id, owner_id=consent.consent_id)

@@ -1,5 +1,5 @@
-"""A Run worker process on SAQ for the kill -9 test: ``python run_worker_process.py DB_URL``
-runs a :class:`RunRuntime` as node ``node-a`` until it is killed. Its registry (imported by
+"""A Run worker process for the kill -9 test: ``python run_worker_process.py DB_URL BROKER``
+(``saq`` or ``queue``) runs a :class:`RunRuntime` as node ``node-a`` until it is killed. Its registry (imported by
 the test for the second boot) has two workflows whose first hop never finishes:
 ``hang`` saves a plain checkpoint and waits; ``pre-park`` creates a consent and saves the
 checkpoint naming it, then waits where its park would be (the seed's crash window between
@@ -11,7 +11,7 @@ import asyncio
 import sys
 from typing import Any
 
-from tenure.adapters import RunLedger, RunRuntime, RunWorker, SaqBroker, Workflows
+from tenure.adapters import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, Workflows
 from tenure.model import ConsentStatus, WaitKind
 
 NODE = "node-a"
@@ -35,9 +35,13 @@ async def pre_park(ctx: Any) -> None:
     await asyncio.Event().wait()  # killed here: after checkpoint and consent, before the park
 
 
-async def main(db_url: str) -> None:
+def broker_of(kind: str, db_url: str) -> Any:
+    return SaqBroker(db_url, queues=["runs"]) if kind == "saq" else QueueBroker(db_url, queues=["runs"])
+
+
+async def main(db_url: str, kind: str) -> None:
     async with RunLedger(db_url) as ledger:
-        broker = SaqBroker(db_url, queues=["runs"])
+        broker = broker_of(kind, db_url)
         worker = RunWorker(ledger, broker, registry, node=NODE, watch_interval_s=0.1)
         async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=NODE):
             print("ready", flush=True)
@@ -45,4 +49,4 @@ async def main(db_url: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -1,6 +1,6 @@
-"""``kill -9`` of a Run worker process on SAQ in the middle of two hops, then a new process
-for the same node: its lifespan's startup reconciliation fences both dead SAQ jobs
-terminally, fails the uncheckpointed-owner hop as lost, re-parks the hop whose checkpoint
+"""``kill -9`` of a Run worker process (on SAQ, and on tenure's owned queue on both
+databases) in the middle of two hops, then a new process for the same node: its
+lifespan's startup reconciliation fences both dead broker jobs terminally, fails the uncheckpointed-owner hop as lost, re-parks the hop whose checkpoint
 binds the Run's latest consent (the crash window between checkpoint and park), and its
 worker then finishes the re-parked Run once the consent is decided."""
 
@@ -15,11 +15,12 @@ import sys
 
 import pytest
 
-from run_worker_process import NODE, registry
-from tenure.adapters import RunLedger, RunRuntime, RunWorker, SaqBroker, resume_and_publish
+from run_worker_process import NODE, broker_of, registry
+from tenure.adapters import RunLedger, RunRuntime, RunWorker, resume_and_publish
 from tenure.model import BrokerJobState, ConsentStatus, RunIntent, RunStatus, WaitKind, hop_key
 
-pytestmark = pytest.mark.parametrize("database", ["postgresql"])
+pytestmark = pytest.mark.parametrize(("database", "broker"), [("postgresql", "saq"), ("postgresql", "queue"),
+                                                               ("sqlite", "queue")])
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
@@ -33,9 +34,12 @@ async def until(check, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
     return value
 
 
-async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_next_process(db_url: str) -> None:
+async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_next_process(
+    db_url: str, broker: str,
+) -> None:
+    kind = broker
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", str(TESTS / "run_worker_process.py"), db_url,
+        sys.executable, "-P", str(TESTS / "run_worker_process.py"), db_url, kind,
         env={**os.environ, "PYTHONPATH": str(TESTS)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
     async with RunLedger(db_url) as ledger:
@@ -43,7 +47,10 @@ async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_
             line = await asyncio.wait_for(process.stdout.readline(), 60)
             assert line == b"ready\n", (line, await process.stderr.read())
             runs = {}
-            async with SaqBroker(db_url, queues=["runs"]) as publisher:
+            publisher = broker_of(kind, db_url)
+            if hasattr(publisher, "connect"):
+                await publisher.connect()
+            try:
                 for name in ("hang", "pre-park"):
                     intent = RunIntent(None, "api", "alice", frozenset(), {"flow": name})
                     admission = await ledger.admit(intent, workflow=registry.pin(name, "1"), queue="runs", priority=50)
@@ -58,6 +65,8 @@ async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_
                 await until(both_mid_hop)
                 for run_id in runs.values():
                     assert (await publisher.probe(hop_key(run_id, 0))).state is BrokerJobState.ACTIVE
+            finally:
+                await publisher.disconnect()
         finally:
             process.kill()  # SIGKILL: no shutdown, no abort, nothing settled
             await process.wait()
@@ -65,7 +74,7 @@ async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_
         for run_id in runs.values():
             assert (await ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
 
-        broker = SaqBroker(db_url, queues=["runs"])
+        broker = broker_of(kind, db_url)
         worker = RunWorker(ledger, broker, registry, node=NODE, watch_interval_s=0.1)
         async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=NODE, relay_interval_s=0.1) as runtime:
             report = runtime.startup
@@ -84,7 +93,6 @@ async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_
 
             async def done() -> bool:
                 run = await ledger.get(runs["pre-park"])
-                return run is not None and run.status is RunStatus.DONE
+                return run is not None and run.status is RunStatus.DONE and worker.outcomes["done"] == 1
 
             await until(done)
-        assert worker.outcomes["done"] == 1

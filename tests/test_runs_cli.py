@@ -53,15 +53,17 @@ async def wait_for(db_url: str, run_id: str, status: RunStatus) -> Any:
     raise AssertionError(f"the Run did not reach {status.value}")
 
 
-@pytest.mark.parametrize("database", ["postgresql"])
-async def test_a_worker_process_runs_what_the_operator_admits_and_decides(db_url: str, folder: pathlib.Path) -> None:
+@pytest.mark.parametrize(("database", "broker"), [("postgresql", "saq"), ("postgresql", "queue"), ("sqlite", "queue")])
+async def test_a_worker_process_runs_what_the_operator_admits_and_decides(
+    db_url: str, folder: pathlib.Path, broker: str,
+) -> None:
     admitted = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
-                                       "--workflow", "hello", "--revision", "1", "--key", "k-1", "--broker", "saq")
+                                       "--workflow", "hello", "--revision", "1", "--key", "k-1", "--broker", broker)
     assert admitted.returncode == 0, admitted.stdout + admitted.stderr
     run_id = admitted.stdout.splitlines()[1].split()[0]
     assert "published" in admitted.stdout
     worker = subprocess.Popen(
-        [sys.executable, "-P", "-m", "tenure.adapters.cli", "runs", "worker", "--db", db_url, "--broker", "saq",
+        [sys.executable, "-P", "-m", "tenure.adapters.cli", "runs", "worker", "--db", db_url, "--broker", broker,
          "--workflows", "flows:registry", "--node", "node-a"],
         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
@@ -69,7 +71,7 @@ async def test_a_worker_process_runs_what_the_operator_admits_and_decides(db_url
         shown = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, run_id)
         assert "awaiting_consent" in shown.stdout and parked.owner_id in shown.stdout
         decided = await asyncio.to_thread(tenure, folder, "consent", "--db", db_url, parked.owner_id, "grant",
-                                          "--by", "bob", "--broker", "saq")
+                                          "--by", "bob", "--broker", broker)
         # This call or the worker's relay resumed it: either way the Run is at hop 1 now.
         assert decided.returncode == 0 and "granted" in decided.stdout, decided.stdout + decided.stderr
         assert "at hop 1" in decided.stdout

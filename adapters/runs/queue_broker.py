@@ -149,6 +149,8 @@ class QueueBroker:
                                     QueueKind.VALIDATION, config, new_job_id=_time_ordered_id, binding=HOPS_BINDING)
         self._owner = f"tenure-hops:{os.getpid()}:{secrets.token_hex(4)}"
         self._served: dict[str, asyncio.Task[Any]] = {}
+        self._fenced_terminally: set[str] = set()
+        """Keys this process fenced with startup's authority: stopped, whoever claimed them."""
 
     async def close(self) -> None:
         await self._ops.store.close()
@@ -179,6 +181,7 @@ class QueueBroker:
     def _still_running_elsewhere(self, row: JobRecord, now_us: int) -> bool:
         """A cancelled hop that was claimed by another process within the last lease."""
         return (row.status is JobStatus.CANCELLED and row.claim_token is not None and row.owner_id != self._owner
+                and row.submission_id not in self._fenced_terminally
                 and row.completed_at_us is not None and now_us < row.completed_at_us + self._config.lease_us)
 
     async def probe(self, key: str) -> BrokerProbe:
@@ -208,7 +211,9 @@ class QueueBroker:
             break
         if row is None or row.status in (JobStatus.PENDING, JobStatus.CLAIMED):
             return False
-        return terminal or not self._still_running_elsewhere(row, now)
+        if terminal:
+            self._fenced_terminally.add(key)
+        return not self._still_running_elsewhere(row, now)
 
     # --- delivery ------------------------------------------------------------------------
 
