@@ -12,12 +12,14 @@ items (default 400):
 * ``runs on saq``: tenure Runs admitted and published before the clock starts, one
   :class:`RunWorker` on :class:`SaqBroker` until every Run is DONE (each hop: claim,
   workflow, settle, checkpoint cleanup, and SAQ's own job bookkeeping);
+* ``runs on queue``: the same with :class:`QueueBroker` (tenure's owned queue in the same
+  database as the broker: no broker service);
 * ``runs, in-memory broker``: the same with the broker in memory on the same database
-  (the ledger's cost alone, and the ceiling a broker inside the database could reach).
+  (the ledger's cost alone).
 
 Prints one line per case (items per second) and the ratio of ``runs on saq`` to ``saq``
-at each concurrency (the issue's target is at least 0.5). A SQLite URL runs only the
-in-memory case.
+at each concurrency (the issue's target is at least 0.5). A SQLite URL runs the queue and
+in-memory cases.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 import uuid
 from typing import Any
 
-from tenure.adapters import InMemoryBroker, RunLedger, RunWorker, SaqBroker, Workflows, upgrade
+from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, RunWorker, SaqBroker, Workflows, upgrade
 from tenure.model import RunIntent, RunStatus
 
 CONCURRENCIES = (1, 4, 16)
@@ -104,7 +106,14 @@ async def main(db_url: str, items: int) -> None:
     print(f"{items} no-op items per case, one process, this machine")
     for concurrency in CONCURRENCIES:
         memory = await tenure_runs(db_url, InMemoryBroker(), items, concurrency, "runs")
-        line = f"concurrency {concurrency:>2}: runs, in-memory broker {memory:8.1f}/s"
+        queue = f"hops-{uuid.uuid4().hex[:8]}"
+        hops = QueueBroker(db_url, queues=[queue], poll_s=0.01)
+        try:
+            on_queue = await tenure_runs(db_url, hops, items, concurrency, queue)
+        finally:
+            await hops.close()
+        line = (f"concurrency {concurrency:>2}: runs, in-memory broker {memory:8.1f}/s   "
+                f"runs on queue {on_queue:8.1f}/s")
         if postgres:
             saq = await plain_saq(db_url, items, concurrency)
             queue = f"runs-{uuid.uuid4().hex[:8]}"
