@@ -532,3 +532,66 @@ class _NoSource:
     async def publish(self, key: str, *, queue: str, wire_priority: int) -> None: ...
     async def probe(self, key: str) -> Any: ...
     async def abort(self, key: str, *, terminal: bool = False) -> bool: return True
+
+
+async def test_a_service_call_parks_the_run_runs_the_attempt_and_the_terminal_attempt_resumes_it(
+    ledger: RunLedger, broker: Faulty,
+) -> None:
+    from attempt_fakes import FakeProvider, spec
+    from tenure.adapters import AttemptRunner
+    from tenure.model import AttemptState
+
+    provider = FakeProvider("replay")
+    attempts = AttemptRunner(ledger.attempts, provider, poll_interval_s=0)
+    seen: list[Any] = []
+    statuses: list[RunStatus] = []
+    flows = Workflows()
+
+    @flows.workflow("render", "1")
+    async def render(ctx: Any) -> None:
+        if not ctx.resumed:
+            await ctx.call_service(attempts, spec(owner=f"render-{ctx.run_id}", run_id=ctx.run_id),
+                                   state={"asked": "thumbnail"})
+        seen.append((ctx.attempt.state, ctx.state))
+
+    runner = worker(ledger, broker, flows)
+    original = provider.poll
+
+    async def poll(provider_job_id: str) -> Any:
+        statuses.append((await ledger.get(run_id)).status)  # type: ignore[union-attr]
+        return await original(provider_job_id)
+
+    provider.poll = poll  # type: ignore[method-assign]
+    await runner.start()
+    try:
+        run_id = await admit(ledger, flows.pin("render", "1"))
+        await ledger.publish(run_id, 0, broker)
+        await status_of(ledger, run_id, RunStatus.DONE)
+        assert seen == [(AttemptState.SUCCEEDED, {"asked": "thumbnail"})]
+        assert statuses and set(statuses) == {RunStatus.AWAITING_SERVICE}  # the attempt ran while parked
+        assert sum(provider.effects.values()) == 1
+    finally:
+        await runner.stop(5)
+
+
+async def test_a_service_call_for_another_run_is_refused(ledger: RunLedger, broker: Faulty) -> None:
+    from attempt_fakes import FakeProvider, spec
+    from tenure.adapters import AttemptRunner
+
+    attempts = AttemptRunner(ledger.attempts, FakeProvider("replay"), poll_interval_s=0)
+    flows = Workflows()
+    refused: list[str] = []
+
+    @flows.workflow("render", "1")
+    async def render(ctx: Any) -> None:
+        try:
+            await ctx.call_service(attempts, spec(run_id="another-run"), state={})
+        except ConfigValidationError as error:
+            refused.append(error.problems[0])
+            raise
+
+    run_id = await admit(ledger, flows.pin("render", "1"))
+    assert await worker(ledger, broker, flows).perform(run_id, 0) == "failed"
+    assert refused == ["attempt_of_this_run_required"]
+    assert (await ledger.get(run_id)).error == "workflow_error:ConfigValidationError"  # type: ignore[union-attr]
+

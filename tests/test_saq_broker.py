@@ -212,3 +212,37 @@ async def test_a_cancelled_publish_whose_fence_keeps_failing_says_so_after_three
         await publishing
     assert aborts == [hop] * saq_broker.PUBLISH_FENCE_TRIES
     assert (await broker.probe(hop)).state is BrokerJobState.QUEUED  # not misreported as contained
+
+
+async def test_a_running_hop_refreshes_its_saq_heartbeat(broker: SaqBroker, db_url: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from tenure.adapters import RunWorker, Workflows
+    from tenure.adapters.runs import worker as run_worker
+    from tenure.model import RunIntent
+
+    monkeypatch.setattr(run_worker, "TOUCH_EVERY_S", 0.1)
+    touched: list[int] = []
+    flows = Workflows()
+
+    @flows.workflow("slow", "1")
+    async def slow(ctx: Any) -> None:
+        for _ in range(8):
+            job = await broker.queue("runs").job(hop_key(ctx.run_id, 0))
+            touched.append(job.touched)
+            await asyncio.sleep(0.1)
+
+    async with RunLedger(db_url) as ledger:
+        admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {}), workflow=flows.pin("slow", "1"),
+                                       queue="runs", priority=50)
+        assert await ledger.publish(admission.run.run_id, 0, broker)
+        runner = RunWorker(ledger, broker, flows, node="node-a", watch_interval_s=0.05)
+        await runner.start()
+        try:
+            for _ in range(300):
+                if runner.outcomes["done"]:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await runner.stop(5)
+    assert runner.outcomes["done"] == 1
+    assert len(set(touched)) >= 3  # SAQ's touched time moved while the hop ran
