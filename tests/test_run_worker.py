@@ -140,6 +140,17 @@ def worker(ledger: RunLedger, broker: Any, flows: Workflows, **more: Any) -> Run
     return RunWorker(ledger, broker, flows, node="node-a", watch_interval_s=WATCH_S, **more)
 
 
+def noop_flows() -> Workflows:
+    """A registry with one workflow, ``noop`` revision 1, that returns at once."""
+    flows = Workflows()
+
+    @flows.workflow("noop", "1")
+    async def noop(ctx: Any) -> None:
+        return None
+
+    return flows
+
+
 # --- the two-hop workflow ----------------------------------------------------------------
 
 
@@ -261,11 +272,7 @@ async def test_the_broker_delivers_higher_priorities_first(ledger: RunLedger, br
 
 
 async def test_a_paused_claim_gate_holds_delivered_hops_until_resumed(ledger: RunLedger, broker: Faulty) -> None:
-    flows = Workflows()
-
-    @flows.workflow("noop", "1")
-    async def noop(ctx: Any) -> None:
-        return None
+    flows = noop_flows()
 
     runner = worker(ledger, broker, flows)
     runner.pause()
@@ -287,11 +294,7 @@ async def _active(broker: Faulty, run_id: str) -> bool:
 
 
 async def test_a_failed_publish_is_recovered_by_the_relay_under_the_same_key(ledger: RunLedger, broker: Faulty) -> None:
-    flows = Workflows()
-
-    @flows.workflow("noop", "1")
-    async def noop(ctx: Any) -> None:
-        return None
+    flows = noop_flows()
 
     run_id = await admit(ledger, flows.pin("noop", "1"))
     broker.fail_publishes = 1
@@ -472,11 +475,7 @@ async def test_shutdown_with_a_stuck_workflow_raises_and_leaves_the_brokers_conn
 async def test_startup_reconciles_before_workers_start_and_a_degraded_start_is_refused_on_postgresql(
     ledger: RunLedger, broker: Faulty, database: str,
 ) -> None:
-    flows = Workflows()
-
-    @flows.workflow("noop", "1")
-    async def noop(ctx: Any) -> None:
-        return None
+    flows = noop_flows()
 
     run_id = await admit(ledger, flows.pin("noop", "1"))
     await ledger.publish(run_id, 0, broker)
