@@ -107,7 +107,7 @@ async def main(db_url: str, items: int) -> None:
     for concurrency in CONCURRENCIES:
         memory = await tenure_runs(db_url, InMemoryBroker(), items, concurrency, "runs")
         queue = f"hops-{uuid.uuid4().hex[:8]}"
-        hops = QueueBroker(db_url, queues=[queue], poll_s=0.01)
+        hops = QueueBroker(db_url, queues=[queue])
         try:
             on_queue = await tenure_runs(db_url, hops, items, concurrency, queue)
         finally:

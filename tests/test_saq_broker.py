@@ -161,9 +161,10 @@ async def test_reconcile_fences_this_nodes_dead_hop_terminally_and_another_nodes
         assert report.counts["orphans_failed"] == 1
 
 
-async def test_a_publish_cancelled_in_flight_fences_its_exact_job_before_the_cancellation_propagates(
-    broker: SaqBroker, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def cancelled_mid_publish(broker: SaqBroker, monkeypatch: pytest.MonkeyPatch) -> tuple[str, asyncio.Task[None]]:
+    """Publish a hop whose enqueue stores the job but never answers (a lost
+    acknowledgement), and cancel the publish once the job is stored: the hop key and the
+    cancelled publish, still to be awaited."""
     monkeypatch.setattr(saq_broker, "ENQUEUE_SETTLE_S", 0.2)
     queue = broker.queue("runs")
     real_enqueue = queue.enqueue
@@ -179,6 +180,13 @@ async def test_a_publish_cancelled_in_flight_fences_its_exact_job_before_the_can
     publishing = asyncio.create_task(broker.publish(hop, queue="runs", wire_priority=50))
     await asyncio.wait_for(stored.wait(), 10)
     publishing.cancel()
+    return hop, publishing
+
+
+async def test_a_publish_cancelled_in_flight_fences_its_exact_job_before_the_cancellation_propagates(
+    broker: SaqBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hop, publishing = await cancelled_mid_publish(broker, monkeypatch)
     with pytest.raises(asyncio.CancelledError):
         await publishing
     assert (await broker.probe(hop)).state is BrokerJobState.ABORTED  # nobody recorded it: fenced
@@ -187,27 +195,14 @@ async def test_a_publish_cancelled_in_flight_fences_its_exact_job_before_the_can
 async def test_a_cancelled_publish_whose_fence_keeps_failing_says_so_after_three_aborts(
     broker: SaqBroker, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(saq_broker, "ENQUEUE_SETTLE_S", 0.2)
-    queue = broker.queue("runs")
-    real_enqueue = queue.enqueue
-    stored = asyncio.Event()
     aborts: list[str] = []
-
-    async def acknowledgement_lost(*args: Any, **kwargs: Any) -> Any:
-        await real_enqueue(*args, **kwargs)
-        stored.set()
-        await asyncio.sleep(3600)
 
     async def refused(hop: str, *, terminal: bool = False) -> bool:
         aborts.append(hop)
         return False
 
-    monkeypatch.setattr(queue, "enqueue", acknowledgement_lost)
     monkeypatch.setattr(broker, "abort", refused)
-    hop = key()
-    publishing = asyncio.create_task(broker.publish(hop, queue="runs", wire_priority=50))
-    await asyncio.wait_for(stored.wait(), 10)
-    publishing.cancel()
+    hop, publishing = await cancelled_mid_publish(broker, monkeypatch)
     with pytest.raises(saq_broker.BrokerFenceFailed):
         await publishing
     assert aborts == [hop] * saq_broker.PUBLISH_FENCE_TRIES

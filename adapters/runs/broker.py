@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 from tenure.model import LIVE_BROKER_STATES, BrokerJobState
 
 __all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES",
-           "fence_hop", "HopSource", "PerformHop", "Touch"]
+           "fence_hop", "probe_or_none", "HopSource", "PerformHop", "Touch"]
 
 LIVE_STATES = LIVE_BROKER_STATES
 """A job in these states may still start or is executing (the model's set)."""
@@ -71,21 +71,27 @@ class HopSource(Protocol):
         The run ID and sequence are all a broker passes on."""
 
 
+async def probe_or_none(broker: Broker, key: str) -> BrokerProbe | None:
+    """What the broker says of ``key``, or None when it could not say (any failure: an
+    unreachable broker proves nothing)."""
+    try:
+        return await broker.probe(key)
+    except Exception:  # noqa: BLE001 - nothing learned (a cancellation still propagates)
+        return None
+
+
 async def fence_hop(broker: Broker, key: str, *, terminal: bool = False) -> BrokerProbe | None:
     """What the broker says of ``key`` after aborting its job if it was live (terminally
-    with ``terminal``), probed again; None when the broker could not say (an unreachable
-    broker proves nothing; a failed abort is judged by the probe after it)."""
+    with ``terminal``), probed again; None when the broker could not say. A failed abort
+    is judged by the probe after it."""
+    probe = await probe_or_none(broker, key)
+    if probe is None or probe.state not in LIVE_STATES:
+        return probe
     try:
-        probe = await broker.probe(key)
-        if probe.state in LIVE_STATES:
-            try:
-                await (broker.abort(key, terminal=True) if terminal else broker.abort(key))
-            except Exception:  # noqa: BLE001 - the probe below says whether the job stopped
-                pass
-            probe = await broker.probe(key)
-    except Exception:  # noqa: BLE001 - nothing learned
-        return None
-    return probe
+        await (broker.abort(key, terminal=True) if terminal else broker.abort(key))
+    except Exception:  # noqa: BLE001 - the probe below says whether the job stopped
+        pass
+    return await probe_or_none(broker, key)
 
 
 class BrokerUnavailable(Exception):

@@ -225,6 +225,7 @@ class QueueBroker:
         if frozenset(queues) != self._queues:
             raise _refuse("queues", "a_queue_broker_worker_serves_all_its_queues")
         fences: dict[str, QueueClaimFence] = {}
+        wake = asyncio.Event()
         heartbeat_every = float(self._config.heartbeat_seconds)
         last_beat = time.monotonic()
         try:
@@ -243,7 +244,9 @@ class QueueBroker:
                     run_id, seq = hop.removeprefix("run:").rsplit(":", 1)
                     fences[hop] = QueueClaimFence(QueueKind.VALIDATION, record.job_id, self._owner,
                                                   record.generation, str(record.claim_token))
-                    self._served[hop] = asyncio.ensure_future(perform(run_id, int(seq), None))
+                    task = asyncio.ensure_future(perform(run_id, int(seq), None))
+                    task.add_done_callback(lambda _: wake.set())  # finish it and claim again at once
+                    self._served[hop] = task
                 if self._served and time.monotonic() - last_beat >= heartbeat_every:
                     last_beat = time.monotonic()
                     keys = list(fences)
@@ -252,8 +255,12 @@ class QueueBroker:
                         if not alive and key in self._served:
                             self._served[key].cancel()  # aborted elsewhere: the claim is void
                 if not claimed:
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(stopping.wait(), self._poll_s)
+                    # Idle or full: wait for a hop to end, the stop, or the poll interval.
+                    waits = {asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopping.wait())}
+                    _, pending = await asyncio.wait(waits, timeout=self._poll_s, return_when=asyncio.FIRST_COMPLETED)
+                    for waiting in pending:
+                        waiting.cancel()
+                    wake.clear()
         finally:
             running = list(self._served.items())
             for _, task in running:

@@ -78,7 +78,7 @@ from tenure.model.runs import check_text
 
 from ..attempts.table import ATTEMPTS_BINDING
 from ..failures import persistence_failed
-from .broker import Broker, BrokerProbe, fence_hop
+from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 
 if TYPE_CHECKING:
@@ -362,12 +362,7 @@ class _Visits:
         return None if fresh is None else dataclasses.replace(fresh, observed=True)
 
     async def _probe(self, key: str) -> Probe:
-        try:
-            return _probe_of(await self.ports.broker.probe(key))
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - an unreachable broker says nothing
-            return Probe(None)
+        return _probe_of(await probe_or_none(self.ports.broker, key))
 
     async def _containment(self, run_id: str) -> Containment:
         async def body(tx: Transaction) -> Containment:
