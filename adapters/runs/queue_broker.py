@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
+from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.machine import QUEUE
 from tenure.kernel.queue.record import JobRecord
 from tenure.model import (
@@ -101,6 +102,9 @@ HOPS_BINDING = Binding(
 )
 
 _BY_KEY = Finder("hop_by_key", ((Condition("submission_id", "=", Param("key")),),), order=("job_id",), lock="none")
+_DUE = Finder("hop_due", queue_finders.eligible.any_of, order=queue_finders.eligible.order, lock="none")
+"""The rows a claim would take, read without locking: an idle worker looks before it
+claims, so polling an empty queue takes no write lock (SQLite has one for the file)."""
 
 _STATES = {
     JobStatus.PENDING: BrokerJobState.QUEUED,
@@ -236,7 +240,7 @@ class QueueBroker:
                         await self._finish(fences.pop(key), task)
                 free = concurrency - len(self._served)
                 claimed: list[JobRecord] = []
-                if free > 0:
+                if free > 0 and await self._any_due():
                     tokens = [secrets.token_hex(16) for _ in range(free)]
                     claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record)
                 for record in claimed:
@@ -271,6 +275,13 @@ class QueueBroker:
                 self._served.pop(key, None)
                 with contextlib.suppress(Exception):
                     await self._finish(fences.pop(key), task)
+
+    async def _any_due(self) -> bool:
+        async def body(tx: Transaction) -> bool:
+            return bool(await tx.find(HOPS_BINDING, _DUE, {"now": await tx.now_us()}, 1))
+
+        due: bool = await self._ops.store.run(body, write=False)
+        return due
 
     async def _finish(self, fence: QueueClaimFence, task: asyncio.Task[Any]) -> None:
         if task.cancelled() or task.exception() is not None:
