@@ -54,7 +54,7 @@ from .fingerprint import (
     snapshot_submission,
     submission_fingerprint,
 )
-from .json_values import canonical_json, json_problem, text_problem
+from .json_values import MAX_JSON_DEPTH, JsonProblem, canonical_json, json_problem, load_json, text_problem
 from .runs import (
     RunStatus,
     DeliveryState,
@@ -133,6 +133,9 @@ __all__ = [
     "submission_fingerprint",
     "canonical_json",
     "json_problem",
+    "load_json",
+    "JsonProblem",
+    "MAX_JSON_DEPTH",
     "text_problem",
     "TERMINAL_STATUSES",
     "JobStatus",

@@ -6,9 +6,13 @@ accepted values. Tuples, sets, bytes and other types are refused. A subclass of 
 these types (``IntEnum``, ``OrderedDict``) is kept as the plain value it encodes to: the
 copy that is stored is always made of plain built-in types. Text may not contain NUL (PostgreSQL text
 cannot hold it) or unpaired surrogates (they have no UTF-8 encoding), so every accepted
-value encodes and stores on every database. Nesting is bounded by the interpreter's
-recursion limit (about 1,000 levels by default): deeper values are refused, never
-allowed to exhaust the stack.
+value encodes and stores on every database.
+
+Nesting is bounded by :data:`MAX_JSON_DEPTH`, a fixed number well below the interpreter's
+recursion limit: deeper values are refused (``json_too_deep``) on the way in, and a
+stored text nested deeper (written by another client) is refused by :func:`load_json` on
+the way out, so no read can exhaust the stack and tenure never writes a value that a
+deeper call stack could not read back.
 
 Canonical text: UTF-8, keys sorted, compact separators, arrays in order, explicit
 nulls, no Unicode normalization and no ASCII escaping.
@@ -22,8 +26,10 @@ definition, which names the problem. A property test holds the two to the same a
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 from typing import Any
 
 __all__ = [
@@ -33,6 +39,8 @@ __all__ = [
     "canonical_json",
     "freeze_json",
     "JsonProblem",
+    "MAX_JSON_DEPTH",
+    "load_json",
 ]
 
 JsonValue = Any
@@ -40,6 +48,12 @@ JsonValue = Any
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
+
+MAX_JSON_DEPTH = 256
+"""The deepest nesting of arrays and objects accepted, written or read (``[[1]]`` is 2).
+Fixed, so the answer never depends on how deep the caller's stack is; a quarter of the
+interpreter's default recursion limit, so decoding, comparing and encoding a value this
+deep leaves room for any caller's frames."""
 
 
 def text_problem(text: str) -> str | None:
@@ -56,12 +70,16 @@ def text_problem(text: str) -> str | None:
 def json_problem(value: object) -> str | None:
     """The first reason ``value`` is not a finite built-in JSON value, or None."""
     try:
-        return _problem(value)
+        return _problem(value, 0)
     except RecursionError:
         return "json_too_deep"
 
 
-def _problem(value: object) -> str | None:
+def _problem(value: object, depth: int) -> str | None:
+    if isinstance(value, (list, dict)):
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            return "json_too_deep"
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -72,7 +90,7 @@ def _problem(value: object) -> str | None:
         return text_problem(value)
     if isinstance(value, list):
         for item in value:
-            problem = _problem(item)
+            problem = _problem(item, depth)
             if problem is not None:
                 return problem
         return None
@@ -80,7 +98,7 @@ def _problem(value: object) -> str | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return "json_key_not_string"
-            problem = text_problem(key) or _problem(item)
+            problem = text_problem(key) or _problem(item, depth)
             if problem is not None:
                 return problem
         return None
@@ -97,6 +115,38 @@ def canonical_json(value: JsonValue) -> str:
         allow_nan=False,
     )
 
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def depth_problem(text: str) -> str | None:
+    """``json_too_deep`` when JSON ``text`` nests deeper than :data:`MAX_JSON_DEPTH`, else
+    None. Linear and without recursion; a text with no more brackets than the bound is
+    settled by counting them (C speed), which is every text tenure itself writes unless
+    it holds many containers."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return None
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    depth = max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+    return "json_too_deep" if depth > MAX_JSON_DEPTH else None
+
+
+def load_json(text: str) -> JsonValue:
+    """The value a stored JSON text holds. Raises :class:`JsonProblem` (a ``ValueError``)
+    when the text is not JSON or nests deeper than :data:`MAX_JSON_DEPTH`: a reader turns
+    that into its ``corrupt_row`` refusal, never a ``RecursionError``."""
+    problem = depth_problem(text)
+    if problem is not None:
+        raise JsonProblem(problem)
+    try:
+        return json.loads(text)
+    except RecursionError:  # only under a caller already near the interpreter's limit
+        raise JsonProblem("json_too_deep") from None
+    except ValueError:
+        raise JsonProblem("json_invalid") from None
 
 
 class JsonProblem(ValueError):
@@ -137,6 +187,8 @@ def freeze_json(value: object) -> tuple[JsonValue, str]:
         raise JsonProblem("json_too_deep") from None
     except (TypeError, ValueError):
         raise JsonProblem(json_problem(value) or "json_type_not_allowed") from None
+    if depth_problem(text) is not None:
+        raise JsonProblem("json_too_deep")
     decoded: object = _UNDECODED
     try:
         text.encode("utf-8")  # unpaired surrogates cannot be encoded
