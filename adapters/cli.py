@@ -8,7 +8,9 @@ applies and qualifies the owned migration and summarizes its admission checks
 Every subcommand runs through :func:`run_command`, so every one answers alike: a refused
 request or configuration (``ConfigValidationError``) exits 2 and names each field and its
 problem; a database failure (any other ``TenureError``) exits 1 with its reason and what
-to do next. Neither ever prints a URL, an ID, a token or a payload.
+to do next. Neither ever prints a URL, an ID, a token or a payload. Arguments the parser
+rejects are refused the same way (``refused: invalid_arguments``) by
+:class:`CommandParser`, which names the option and what it takes but never the value.
 """
 
 from __future__ import annotations
@@ -18,16 +20,18 @@ import asyncio
 import importlib.metadata
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 from tenure.model import ConfigValidationError, TenureError
+from tenure.model.errors import is_authored_word
 
 from .demo import DEMO_LIMITS, DemoSettings, check_demo_settings, run_demo
 from .migrations import downgrade, upgrade
 from .worker_cli import add_worker_parser, run_worker
 from .runs_cli import add_runs_parser, run_runs
 
-__all__ = ["main", "run_command", "report_refusal", "report_failure"]
+__all__ = ["main", "run_command", "report_refusal", "report_failure", "CommandParser", "ArgumentsRefused"]
 
 HINTS = {
     "schema_missing": "the queue tables are missing or not migrated: run `tenure migrate --db URL`",
@@ -44,6 +48,7 @@ HINTS = {
 REFUSAL_HINTS = {
     "queue_tables_elsewhere": "the queue tables live in another schema: name it with ?schema=NAME in the URL or --schema NAME",
     "demo_database_not_empty": "the demo needs a database without jobs: name a new one, or leave --db out",
+    "invalid_arguments": "`tenure COMMAND --help` lists what each option takes",
 }
 """What to do next, printed under a refusal's reason."""
 
@@ -57,12 +62,109 @@ FIELD_HINTS = {
 """What a field accepts, printed beside its problem (the field names are the library's)."""
 
 
+class ArgumentsRefused(ConfigValidationError):
+    """Command-line arguments the parser rejected, with what each named option takes
+    (the hints depend on the option's declaration, so they travel with the refusal)."""
+
+    def __init__(self, *, fields: tuple[str, ...] = (), problems: tuple[str, ...],
+                 hints: Mapping[str, str] | None = None) -> None:
+        super().__init__("invalid_arguments", fields=fields, problems=problems)
+        self.hints = dict(hints or {})
+
+
+TYPE_PROBLEMS: dict[object, str] = {int: "integer_required", float: "number_required"}
+"""The problem of a value its option's ``type=`` could not convert, by that type."""
+
+TYPE_HINTS: dict[object, str] = {int: "an integer", float: "a number"}
+
+MESSAGE_PROBLEMS = {"unrecognized arguments": "unrecognized_arguments", "ambiguous option": "ambiguous_option"}
+"""The problem of an argparse message about no one option, by the message's opening words."""
+
+
+def _option_field(action: argparse.Action) -> str:
+    """A snake_case field for an option (``--lease-seconds``: ``lease_seconds``); the
+    option's own spelling, not its ``dest``, since ``--queue`` stores into ``queues``."""
+    if action.option_strings:
+        return max(action.option_strings, key=len).lstrip("-").replace("-", "_")
+    return action.dest
+
+
+def _option_spelling(action: argparse.Action) -> str:
+    return max(action.option_strings, key=len) if action.option_strings else action.dest
+
+
+def _one_of(choices: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return choices[-1] if len(choices) == 1 else ", ".join(choices[:-1]) + " or " + choices[-1]
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that never prints what it rejects.
+
+    argparse's messages quote the rejected text (``invalid int value: 'S3cr3t'``,
+    ``invalid choice``, ``unrecognized arguments``, an ambiguous ``--opt=VALUE``), and a
+    mistyped command line can carry a password or a token. So :meth:`error` never prints
+    the message: it only reads which of this parser's own options it is about, and raises
+    :class:`ArgumentsRefused` naming that option and what it takes, which :func:`main`
+    reports like any refusal (exit 2). A message it cannot attribute is refused without
+    detail rather than echoed. Subparsers are made of this class too (argparse creates
+    them as ``type(parent)``).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)  # the usage is the parser's own text: no value in it
+        raise self._refusal(message)
+
+    def _options(self) -> dict[str, argparse.Action]:
+        # argparse names an option in its messages by ``ArgumentError.argument_name``.
+        return {str(argparse.ArgumentError(action, "").argument_name): action for action in self._actions}
+
+    def _refusal(self, message: str) -> ArgumentsRefused:
+        options = self._options()
+        name, separator, problem = message.removeprefix("argument ").partition(": ")
+        if message.startswith("argument ") and separator and name in options:
+            return self._option_refusal(options[name], problem)
+        required = "the following arguments are required: "
+        if message.startswith(required):
+            names = message.removeprefix(required).split(", ")
+            fields = tuple(_option_field(options[name]) for name in names if name in options)
+            if len(fields) == len(names) and all(is_authored_word(field) for field in fields):
+                return ArgumentsRefused(fields=fields, problems=("argument_required",) * len(fields))
+        problem = next((code for opening, code in MESSAGE_PROBLEMS.items() if message.startswith(opening)),
+                       "arguments_not_understood")
+        return ArgumentsRefused(problems=(problem,))
+
+    @staticmethod
+    def _option_refusal(action: argparse.Action, message: str) -> ArgumentsRefused:
+        """What one option's value lacks, judged from the option's declaration; only the
+        fixed openings of argparse's messages are read, never the quoted value."""
+        field, spelling = _option_field(action), _option_spelling(action)
+        hint = None
+        if message.startswith("expected"):  # "expected one argument": the value is missing
+            problem = "value_required"
+        elif message.startswith("ignored explicit argument"):
+            problem = "takes_no_value"
+            hint = f"{spelling} is a flag: give it without =VALUE"
+        elif action.choices is not None:
+            problem = "invalid_choice"
+            hint = f"{spelling} takes {_one_of([str(choice) for choice in action.choices])}"
+        elif action.type in TYPE_PROBLEMS:
+            problem = TYPE_PROBLEMS[action.type]
+            hint = f"{spelling} takes {TYPE_HINTS[action.type]}"
+        else:
+            problem = "invalid_value"
+        if not is_authored_word(field):  # a field is printed, so it must be a word we wrote
+            return ArgumentsRefused(problems=(problem,))
+        return ArgumentsRefused(fields=(field,), problems=(problem,), hints={} if hint is None else {field: hint})
+
+
 def report_refusal(error: ConfigValidationError) -> None:
     """``refused: REASON``, then one line per field: its problem and what it accepts."""
     print(f"refused: {error.reason}")
+    hints = error.hints if isinstance(error, ArgumentsRefused) else FIELD_HINTS
     named = error.fields or ("",) * len(error.problems)
     for field, problem in zip(named, error.problems, strict=True):
-        hint = FIELD_HINTS.get(field)
+        hint = hints.get(field)
         shown = f"{field}: {problem}" if field else problem
         print(f"  {shown}" + (f" ({hint})" if hint else ""))
     hint = REFUSAL_HINTS.get(error.reason)
@@ -99,7 +201,7 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tenure", description="Durable work with a provable owner.")
+    parser = CommandParser(prog="tenure", description="Durable work with a provable owner.")
     parser.add_argument("--version", action="version", version=f"tenure {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the owned queue under stress and check every invariant")
@@ -160,9 +262,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = _parser().parse_args(argv)
-    command = COMMANDS[arguments.command]
-    return run_command(lambda: command(arguments))
+    def parsed_and_run() -> int:
+        # Parsed inside run_command: rejected arguments are a refusal like any other.
+        arguments = _parser().parse_args(argv)
+        return COMMANDS[arguments.command](arguments)
+
+    return run_command(parsed_and_run)
 
 
 if __name__ == "__main__":

@@ -17,16 +17,16 @@ by the relays of any running worker; ``cancel`` elects the cancellation and, giv
 broker, fences the hop and finishes it (otherwise the next startup reconciliation
 does). Output is a plain table; nothing printed echoes a payload.
 
-Exit status: 0 on success; 2 for bad arguments or a refused request; 1 for a database
-or broker failure, a degraded PostgreSQL startup, or a shutdown that could not prove
-every hop ended.
+Exit status: 0 on success; 2 for bad arguments, a refused request, or a database that
+was never migrated (checked before the action does anything, as ``tenure worker`` does);
+1 for a database or broker failure, a degraded PostgreSQL startup, or a shutdown that
+could not prove every hop ended.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import signal
 import socket
@@ -34,11 +34,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tenure.model import ConfigValidationError, ConsentStatus, ErrorCode, RunIntent, RunStatus, TenureError
+from tenure.model import (
+    ConfigValidationError, ConsentStatus, ErrorCode, JsonProblem, RunIntent, RunStatus, TenureError, load_json,
+)
 
 from .runs import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
 from .runs.workflows import resume_and_publish
-from .worker_cli import load_handler
+from .worker_cli import NEVER_MIGRATED, load_handler, refuse_never_migrated
 
 __all__ = ["add_runs_parser", "run_runs", "run_table"]
 
@@ -100,7 +102,8 @@ def add_runs_parser(commands: Any) -> None:
 def run_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain left-aligned table (every cell as text; empty cells as ``-``)."""
     cells = [[("-" if value is None else str(value)) for value in row] for row in rows]
-    widths = [max(len(header), *(len(row[i]) for row in cells)) for i, header in enumerate(headers)]
+    # A list, not unpacked arguments: with no rows ``max`` would get the header's width alone.
+    widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
     lines = ["  ".join(header.ljust(widths[i]) for i, header in enumerate(headers)).rstrip()]
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells]
     return "\n".join(lines)
@@ -189,9 +192,10 @@ async def _worker(ledger: RunLedger, arguments: argparse.Namespace) -> int:
 async def _admit(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     workflows = _registry(arguments.workflows)
     try:
-        payload = json.loads(arguments.payload)
-    except ValueError:
-        raise ConfigValidationError("invalid_payload", fields=("payload",), problems=("json_required",)) from None
+        # load_json bounds the nesting: json.loads would raise RecursionError on '[' * 5000.
+        payload = load_json(arguments.payload)
+    except JsonProblem as problem:
+        raise ConfigValidationError("invalid_payload", fields=("payload",), problems=(problem.code,)) from None
     queue = (arguments.queues or ["runs"])[0]
     intent = RunIntent(None, "cli", arguments.principal, frozenset(), payload)
     admission = await ledger.admit(intent, workflow=workflows.pin(arguments.workflow, arguments.revision),
@@ -287,6 +291,14 @@ ACTIONS = {"worker": _worker, "admit": _admit, "list": _list, "show": _show, "ca
 
 async def _run(arguments: argparse.Namespace) -> int:
     async with RunLedger(arguments.db) as ledger:
+        # Probed before the action does anything, as `tenure worker` does: a database never
+        # migrated is a refusal (exit 2) for every action, and nothing has been written yet.
+        try:
+            await ledger.list_runs(limit=1)
+        except TenureError as error:
+            if error.reason not in NEVER_MIGRATED:
+                raise
+            return refuse_never_migrated(error.reason, "tenure runs")
         return await ACTIONS[arguments.action](ledger, arguments)
 
 

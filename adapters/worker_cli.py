@@ -28,7 +28,7 @@ from tenure.model import ConfigValidationError, ErrorCode, TenureError, WorkerCo
 from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from .worker import Worker, WorkerStats
 
-__all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line"]
+__all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line", "NEVER_MIGRATED", "refuse_never_migrated"]
 
 SOURCES: dict[str, type[JobSource[Any]]] = {
     "validation": ValidationJobSource,
@@ -75,6 +75,17 @@ def status_line(stats: WorkerStats, in_flight: int) -> str:
             f"lease losses {stats.lease_losses}, in flight {in_flight}")
 
 
+NEVER_MIGRATED = ("schema_missing", "database_missing")
+"""The persistence reasons of a database that was never migrated: a refusal (exit 2), not a
+failure, since no command but ``tenure migrate`` ever creates or migrates one."""
+
+
+def refuse_never_migrated(reason: str, command: str) -> int:
+    """Say that ``command`` needs ``tenure migrate`` first; the exit status 2."""
+    print(f"refused: {reason}: run `tenure migrate --db URL` first ({command} never migrates)")
+    return 2
+
+
 def _refused(error: ConfigValidationError) -> int:
     from .cli import report_refusal  # the one refusal format of every subcommand
 
@@ -96,7 +107,8 @@ async def run_worker(arguments: argparse.Namespace) -> int:
     try:
         handler = load_handler(arguments.handler)
     except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
-        print(f"refused: the handler {arguments.handler!r} does not import ({type(error).__name__})")
+        # The path is not printed: nothing printed echoes a rejected value.
+        print(f"refused: the handler does not import ({type(error).__name__})")
         return 2
     if not (arguments.status_seconds > 0):
         print("refused: --status-seconds must be positive")
@@ -117,9 +129,8 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         try:
             await source.list_jobs(limit=1)  # the schema is there and readable
         except TenureError as error:
-            if error.reason in ("schema_missing", "database_missing"):
-                print(f"refused: {error.reason}: run `tenure migrate --db URL` first (a worker never migrates)")
-                return 2
+            if error.reason in NEVER_MIGRATED:
+                return refuse_never_migrated(error.reason, "a worker")
             print(f"failed: {error.code.value}: {error.reason}")
             return 1
         stop = asyncio.Event()

@@ -3,12 +3,16 @@ field and problem before it creates anything, and migrate reports what it checke
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
+import itertools
+import os
 import pathlib
 import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 
@@ -313,3 +317,114 @@ def test_a_migration_report_is_short_unless_verbose_and_always_shows_failed_chec
     ]
     verbose = report.lines(verbose=True)
     assert len(verbose) == 2 + 201 and "  validation_jobs.column_0: present: ok" in verbose
+
+
+# --- rejected arguments: refused by option and type, never echoed ---------------------------
+
+SECRET = "S3cr3tPW-9f2c"
+"""A value that must never be printed back, whatever position it is rejected in."""
+
+PLAIN_VALUES = {"broker": "queue", "workflows": "flows:registry", "workflow": "hello", "revision": "1",
+                "handler": "asyncio:sleep", "by": "bob", "run_id": "0" * 36, "consent_id": "0" * 36}
+"""A plausible value for each required argument without choices (besides --db)."""
+
+
+def _leaf_parsers(
+    parser: argparse.ArgumentParser, words: list[str],
+) -> Iterator[tuple[list[str], argparse.ArgumentParser]]:
+    """Every command the parser wires (``demo``, ``runs list``, ...) and its parser."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, subparser in action.choices.items():
+                yield from _leaf_parsers(subparser, [*words, name])
+            return
+    yield words, parser
+
+
+def secret_command_lines(missing_db_url: str) -> Iterator[list[str]]:
+    """The secret in every position of every command: the command word, each option's
+    value (``--opt VALUE`` and ``--opt=VALUE``), each flag (``--flag=VALUE``), each
+    positional, an unrecognized argument and option, and every ambiguous option prefix.
+    The other arguments are valid; the database is a file in a missing folder, so any
+    command that gets past its arguments is refused before it runs."""
+    from tenure.adapters import cli
+
+    yield [SECRET]
+    yield ["runs", SECRET]
+    for words, parser in _leaf_parsers(cli._parser(), []):
+        actions = [action for action in parser._actions
+                   if not isinstance(action, (argparse._HelpAction, argparse._VersionAction))]
+
+        def plain(action: argparse.Action) -> str:
+            if action.dest == "db":
+                return missing_db_url
+            return str(next(iter(action.choices))) if action.choices else PLAIN_VALUES[action.dest]
+
+        def command_line(secret_in: argparse.Action | None = None) -> list[str]:
+            options = [part for action in actions if action.option_strings and action.required
+                       and action is not secret_in for part in (action.option_strings[-1], plain(action))]
+            positionals = [SECRET if action is secret_in else plain(action)
+                           for action in actions if not action.option_strings]
+            return [*words, *options, *positionals]
+
+        for action in actions:
+            if not action.option_strings:
+                yield command_line(secret_in=action)
+            elif action.nargs == 0:
+                yield [*command_line(), f"{action.option_strings[-1]}={SECRET}"]
+            else:
+                yield [*command_line(secret_in=action), action.option_strings[-1], SECRET]
+                yield [*command_line(secret_in=action), f"{action.option_strings[-1]}={SECRET}"]
+        yield [*command_line(), SECRET]
+        yield [*command_line(), f"--{SECRET}={SECRET}"]
+        spellings = [spelling for action in actions for spelling in action.option_strings if spelling.startswith("--")]
+        for first, second in itertools.combinations(spellings, 2):
+            prefix = os.path.commonprefix([first, second])
+            if len(prefix) > 2 and prefix not in spellings:
+                yield [*command_line(), f"{prefix}={SECRET}"]
+
+
+def test_no_command_prints_a_value_it_rejects_in_any_position_and_each_exits_two(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "no-such-folder" / "tenure.db"
+    command_lines = list(secret_command_lines(f"sqlite:///{missing}"))
+    assert len(command_lines) > 100
+    for command_line in command_lines:
+        try:
+            status: object = main(command_line)
+        except SystemExit as exited:  # argparse's own way out: must not happen either
+            status = exited.code
+        captured = capsys.readouterr()
+        printed = captured.out + captured.err
+        assert SECRET not in printed, (command_line, printed)
+        assert status == 2, (command_line, printed)
+        assert captured.out.startswith("refused: "), (command_line, printed)
+    assert not missing.parent.exists()
+
+
+@pytest.mark.parametrize(("arguments", "lines"), [
+    (["runs", "list", "--limit", SECRET], ["  limit: integer_required (--limit takes an integer)"]),
+    (["demo", "--lease-seconds", SECRET], ["  lease_seconds: number_required (--lease-seconds takes a number)"]),
+    (["runs", "list", "--status", SECRET], [
+        "  status: invalid_choice (--status takes queued, running, awaiting_hardware, awaiting_consent, "
+        "awaiting_delegate, awaiting_service, cancelling, done, failed or cancelled)"]),
+    (["runs", "admit", "--db", "sqlite:///x.db", "--broker", SECRET],
+     ["  broker: invalid_choice (--broker takes saq or queue)"]),
+    ([SECRET], ["  command: invalid_choice (command takes demo, migrate, worker or runs)"]),
+    (["runs", "list", "--db", "sqlite:///x.db", SECRET], ["  unrecognized_arguments"]),
+    (["migrate", "--db", "sqlite:///x.db", f"--verbose={SECRET}"],
+     ["  verbose: takes_no_value (--verbose is a flag: give it without =VALUE)"]),
+    (["runs", "list", "--limit"], ["  limit: value_required"]),
+    (["runs", "show"], ["  db: argument_required", "  run_id: argument_required"]),
+])
+def test_a_rejected_argument_is_refused_naming_its_option_and_what_it_takes(
+    arguments: list[str], lines: list[str], capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(arguments) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        "refused: invalid_arguments", *lines, "  `tenure COMMAND --help` lists what each option takes",
+    ]
+    assert captured.err.startswith("usage: tenure") and SECRET not in captured.err

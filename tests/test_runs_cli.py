@@ -116,3 +116,68 @@ async def test_operator_commands_work_without_a_broker_and_refuse_bad_input(db_u
         done = await asyncio.to_thread(tenure, folder, *arguments)
         assert done.returncode == 2, (arguments, done.stdout, done.stderr)
     assert "refused: invalid_payload" in (await asyncio.to_thread(tenure, folder, *refusals[0])).stdout
+
+
+def test_a_table_without_rows_is_its_header_line() -> None:
+    from tenure.adapters.runs_cli import run_table
+
+    assert run_table(["run", "status"], []) == "run  status"
+
+
+@pytest.mark.parametrize("database", ["sqlite"])
+async def test_list_with_no_matching_run_prints_the_header_and_exits_zero(db_url: str, folder: pathlib.Path) -> None:
+    header = "run  status  workflow  queue  priority  seq  node  created"
+    empty = await asyncio.to_thread(tenure, folder, "list", "--db", db_url)
+    assert (empty.returncode, empty.stdout, empty.stderr) == (0, header + "\n", "")
+    admitted = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
+                                       "--workflow", "hello", "--revision", "1")
+    assert admitted.returncode == 0, admitted.stdout + admitted.stderr
+    none_done = await asyncio.to_thread(tenure, folder, "list", "--db", db_url, "--status", "done")
+    assert (none_done.returncode, none_done.stdout, none_done.stderr) == (0, header + "\n", "")
+
+
+@pytest.mark.parametrize("database", ["sqlite"])
+async def test_a_payload_nested_too_deep_is_refused_without_a_traceback_and_nothing_is_written(
+    db_url: str, folder: pathlib.Path,
+) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    done = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
+                                   "--workflow", "hello", "--revision", "1", "--payload", deep)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["refused: invalid_payload", "  payload: json_too_deep"]
+    assert done.stderr == ""
+    async with RunLedger(db_url) as ledger:
+        assert (await ledger.list_runs()).items == ()
+
+
+NEVER_MIGRATED_COMMANDS = [
+    (["runs", "worker"], ["--broker", "queue", "--workflows", "flows:registry"]),
+    (["runs", "admit"], ["--workflows", "flows:registry", "--workflow", "hello", "--revision", "1"]),
+    (["runs", "list"], []),
+    (["runs", "show"], ["0" * 36]),
+    (["runs", "cancel"], ["0" * 36]),
+    (["runs", "consent"], ["0" * 36, "grant", "--by", "bob"]),
+    (["worker"], ["--queue", "validation", "--handler", "asyncio:sleep"]),
+]
+
+
+@pytest.mark.parametrize(("prepared", "reason"), [("missing", "database_missing"), ("empty", "schema_missing")])
+@pytest.mark.parametrize(("command", "arguments"), NEVER_MIGRATED_COMMANDS,
+                         ids=[" ".join(command) for command, _ in NEVER_MIGRATED_COMMANDS])
+def test_every_runs_action_refuses_a_database_never_migrated_with_exit_status_two_as_tenure_worker_does(
+    prepared: str, reason: str, command: list[str], arguments: list[str], folder: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import sqlite3
+
+    from tenure.adapters.cli import main
+
+    path = folder / "runs.db"
+    if prepared == "empty":
+        sqlite3.connect(path).close()
+    status = main([*command, "--db", f"sqlite:///{path}", *arguments])
+    out = capsys.readouterr().out
+    assert status == 2, out
+    assert out.startswith(f"refused: {reason}: run `tenure migrate --db URL` first ("), out
+    assert str(folder) not in out
+    assert path.exists() is (prepared == "empty")  # nothing was created
