@@ -61,6 +61,7 @@ RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
         RetirementGuard(HOPS_TABLE.name, "status", "no queued or running hops",
                         "status IN ('pending', 'claimed')", "hops_remain"),
     ),
-    # Step.RECOVERY needs no guard of its own: its column lives on tenure_runs, and
-    # runs_v1's guard already refuses the downgrade while any Run exists.
+    # Step.RECOVERY and Step.ADMISSION_KEYS need no guard of their own: their column and
+    # index live on tenure_runs, and runs_v1's guard already refuses the downgrade while
+    # any Run exists.
 }

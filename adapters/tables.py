@@ -102,6 +102,7 @@ class Step(enum.Enum):
     RUNS = "runs_v1"
     RECOVERY = "runs_v2"
     WORKERS = "runs_v3"
+    ADMISSION_KEYS = "runs_v4"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

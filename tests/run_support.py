@@ -2,9 +2,10 @@
 kind, and a small driver that brings one test's Runs to the state a test starts from.
 
 Migrating a fresh PostgreSQL database costs most of a second, so the Run tests share one
-per module: every test admits under its own admitting surface (``source``), which scopes
-idempotency keys, so its Run IDs (and the request IDs and attempt owners derived from
-them) are its own. Checks that count rows count only that test's rows.
+per module: every test admits under its own admitting surface (``source``) and its own
+idempotency keys (a test's key ``run-1`` is stored with the test's own prefix), so its
+Run IDs (and the request IDs and attempt owners derived from them) are its own. Checks
+that count rows count only that test's rows.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Runs:
         self.ledger = ledger
         self.db_url = db_url
         self.source = unique("api")
+        self.keyspace = unique("keys")
         self.broker = InMemoryBroker()
 
     def intent(self, **changes: Any) -> RunIntent:
@@ -81,13 +83,17 @@ class Runs:
         fields.update(changes)
         return RunIntent(**fields)
 
+    def key(self, key: str) -> str:
+        """The idempotency key this test's ``key`` is stored as (its own, in a shared database)."""
+        return f"{self.keyspace}:{key}"
+
     def run_id(self, key: str) -> str:
-        return run_id_for(self.source, key)
+        return run_id_for(self.key(key))
 
     async def admit(self, key: str | None = "run-1", *, intent: RunIntent | None = None, queue: str = "agents",
                     priority: int = 50, workflow: WorkflowPin = PIN, **options: Any) -> Admission:
         return await self.ledger.admit(intent or self.intent(), workflow=workflow, queue=queue, priority=priority,
-                                       idempotency_key=key, **options)
+                                       idempotency_key=None if key is None else self.key(key), **options)
 
     async def published(self, key: str = "run-1", **options: Any) -> str:
         admission = await self.admit(key, **options)
@@ -128,6 +134,10 @@ class Runs:
 
     def count(self, table: str, run_id: str) -> int:
         return int(raw(self.db_url, f"SELECT count(*) FROM {table} WHERE run_id = ?", (run_id,))[0][0])
+
+    def runs_holding(self, key: str) -> int:
+        """How many Runs hold this test's idempotency key ``key``."""
+        return int(raw(self.db_url, "SELECT count(*) FROM tenure_runs WHERE idempotency_key = ?", (self.key(key),))[0][0])
 
     def runs_of_source(self) -> int:
         return int(raw(self.db_url, "SELECT count(*) FROM tenure_runs WHERE source = ?", (self.source,))[0][0])

@@ -156,7 +156,7 @@ class RunModel:
 
     def admit(self, intent: RunIntent, queue: str, priority: int, key: str | None, hold: bool, fence: bool,
               fresh_id: str | None, now: int) -> Any:
-        run_id = run_id_for(intent.source, key) if key is not None else (fresh_id or "run-never-stored")
+        run_id = run_id_for(key) if key is not None else (fresh_id or "run-never-stored")
         row, template = admission_rows(intent, WORKFLOW, queue, priority, key, run_id)
         pair = self.pair(run_id)
         busy = fence and pair is None and any(

@@ -244,7 +244,7 @@ async def _admit_setup(runs: Runs, broker: DyingBroker) -> Scenario:
 
 async def _admit_call(ledger: RunLedger, scenario: Scenario) -> Any:
     intent = scenario.runs.intent(session_id=scenario.extra["session"])
-    return await ledger.admit(intent, workflow=PIN, queue="agents", priority=50, idempotency_key="run-1",
+    return await ledger.admit(intent, workflow=PIN, queue="agents", priority=50, idempotency_key=scenario.runs.key("run-1"),
                               session_fence=True)
 
 
@@ -355,7 +355,7 @@ async def stored_state(checker: RunLedger, scenario: Scenario) -> Any:
         assert consent_violations(consent) == [], consent
     for job in jobs:
         assert job_violations(job) == [], job
-    names = {run_id: "RUN", scenario.runs.source: "SOURCE"}
+    names = {run_id: "RUN", scenario.runs.source: "SOURCE", scenario.runs.key("run-1"): "KEY"}
     if scenario.owner_id is not None:
         names[scenario.owner_id] = "OWNER"
     names.update({value: name.upper() for name, value in scenario.extra.items()})

@@ -92,11 +92,11 @@ async def test_admission_makes_a_queued_run_with_a_pending_delivery_zero_and_pub
     admission = await runs.admit("run-1", queue="agents", priority=30)
     run, delivery = admission.run, admission.delivery
     assert admission.created is True
-    assert run.run_id == run_id_for(runs.source, "run-1")
+    assert run.run_id == run_id_for(runs.key("run-1")) == runs.run_id("run-1")
     assert (run.status, run.enqueue_seq, run.queue, run.priority, run.workflow) == (
         RunStatus.QUEUED, 0, "agents", 30, PIN)
     assert (run.started_at, run.node, run.owner_kind, run.owner_id, run.error) == (None, None, None, None, None)
-    assert run.intent == runs.intent() and run.idempotency_key == "run-1"
+    assert run.intent == runs.intent() and run.idempotency_key == runs.key("run-1")
     assert (delivery.run_id, delivery.enqueue_seq, delivery.state, delivery.queue, delivery.priority,
             delivery.resume, delivery.publish_attempts) == (run.run_id, 0, DeliveryState.PENDING, "agents", 30, False, 0)
     assert delivery.key == hop_key(run.run_id, 0) == f"run:{run.run_id}:0"
@@ -203,13 +203,14 @@ async def test_the_order_of_scopes_and_keys_is_not_a_change(runs: Runs) -> None:
     assert again.created is False and again.run.run_id == first.run.run_id
 
 
-async def test_keys_are_scoped_by_source_so_another_source_admits_another_run(runs: Runs) -> None:
+async def test_a_key_reused_from_another_source_is_refused_and_stores_nothing(runs: Runs) -> None:
     first = await runs.admit("run-1")
     other_source = unique("cli")
-    other = await runs.admit("run-1", intent=runs.intent(source=other_source))
-    assert other.created is True
-    assert other.run.run_id == run_id_for(other_source, "run-1") != first.run.run_id
-    assert other.run.source == other_source
+    error = await raises(ErrorCode.RUN_ADMISSION_CONFLICT, runs.admit("run-1", intent=runs.intent(source=other_source)))
+    assert error.reason == "intent_changed"
+    assert runs.runs_holding("run-1") == 1 and runs.count("tenure_run_deliveries", first.run.run_id) == 1
+    again = await runs.admit("run-1")
+    assert again.created is False and again.run == first.run
 
 
 async def test_a_derived_run_id_held_under_another_key_conflicts(runs: Runs, runs_db: str) -> None:
@@ -236,7 +237,7 @@ async def test_ten_concurrent_same_key_admissions_converge_to_one_run_created_on
     intent = runs.intent()
 
     async def call(ledger: RunLedger, number: int) -> Any:
-        return await ledger.admit(intent, workflow=PIN, queue="agents", priority=50, idempotency_key="run-1")
+        return await ledger.admit(intent, workflow=PIN, queue="agents", priority=50, idempotency_key=runs.key("run-1"))
 
     admissions = await on_ledgers(runs_db, 10, call)
     assert [admission.created for admission in admissions].count(True) == 1

@@ -14,9 +14,13 @@ the job sources' reason words; invalid input raises ``ConfigValidationError`` be
 database work. No message echoes an ID, a key or a payload.
 
 Derived identities: an admission with an idempotency key gets the Run ID
-``uuid5(RUN_ADMISSION_NAMESPACE, f"{intent.source}\\n{key}")`` (keys are scoped by the
-admitting surface, the intent's ``source``); a delegated job gets
-``uuid5(AGENT_JOB_NAMESPACE, request_id)``.
+``uuid5(RUN_KEY_NAMESPACE, key)``: the key alone names the admission, so reusing a key
+for different work (another source included) is a conflict, never a second Run. Runs
+admitted before schema step ``runs_v4`` have the ID ``uuid5(RUN_ADMISSION_NAMESPACE,
+f"{source}\\n{key}")``, which they keep: an admission that meets no Run at its derived
+ID looks its key up (indexed by ``runs_v4``) and meets the stored Run holding it, so a
+replay finds the old Run and a reuse from another source is refused. A delegated job
+gets ``uuid5(AGENT_JOB_NAMESPACE, request_id)``.
 """
 
 from __future__ import annotations
@@ -113,17 +117,26 @@ if TYPE_CHECKING:
     from ..attempts.ledger import AttemptLedger
 from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 
-__all__ = ["RunLedger", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for", "job_id_for",
+__all__ = ["RunLedger", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for",
+           "legacy_run_id_for", "job_id_for",
            "admission_rows", "consent_evidence", "job_evidence", "attempt_evidence", "cancelled_result"]
 
+RUN_KEY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:run-key")
 RUN_ADMISSION_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:run-admission")
+"""The namespace of the source-scoped IDs Runs were admitted under before ``runs_v4``."""
 AGENT_JOB_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:agent-job")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
-def run_id_for(scope: str, idempotency_key: str) -> str:
-    """The Run ID an admission under ``idempotency_key`` from surface ``scope`` gets."""
-    return str(uuid.uuid5(RUN_ADMISSION_NAMESPACE, f"{scope}\n{idempotency_key}"))
+def run_id_for(idempotency_key: str) -> str:
+    """The Run ID an admission under ``idempotency_key`` gets (from any source)."""
+    return str(uuid.uuid5(RUN_KEY_NAMESPACE, idempotency_key))
+
+
+def legacy_run_id_for(source: str, idempotency_key: str) -> str:
+    """The ID a Run admitted under ``idempotency_key`` from ``source`` got before
+    ``runs_v4`` (it keeps it; see the module docstring)."""
+    return str(uuid.uuid5(RUN_ADMISSION_NAMESPACE, f"{source}\n{idempotency_key}"))
 
 
 def job_id_for(request_id: str) -> str:
@@ -439,7 +452,7 @@ class RunLedger:
             raise _refuse("session_fence", "session_required")
         if node is not None:
             check_text(node, "node")
-        run_id = run_id_for(intent.source, idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
+        run_id = run_id_for(idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
         row, template = admission_rows(intent, workflow, queue, priority, idempotency_key, run_id, node)
 
         async def body(tx: Transaction) -> Admission:
@@ -450,6 +463,8 @@ class RunLedger:
             if session_fence:
                 await tx.lock_name(f"tenure:run-session:{intent.session_id}")
             pair = await self._locked_pair(tx, run_id)
+            if pair is None and idempotency_key is not None:
+                pair = await self._pair_holding_key(tx, idempotency_key, intent.source)
             busy = False
             if session_fence and pair is None:
                 open_runs = await tx.find(RUNS_BINDING, finders.session_open, {"session_id": intent.session_id}, 1)
@@ -463,6 +478,17 @@ class RunLedger:
             return Admission(_public_run(stored.run), _public_delivery(stored.current), decision.reply.created)  # type: ignore[union-attr]
 
         return await self._in_transaction(body)  # type: ignore[no-any-return]
+
+    async def _pair_holding_key(self, tx: Transaction, idempotency_key: str, source: str) -> RunPair | None:
+        """The stored Run an admission under this key meets when none holds its derived
+        ID: a Run admitted before ``runs_v4`` (source-scoped ID), or one another writer
+        stored. Of several (the same key once admitted from several sources), the one from
+        this source, else the oldest: the kernel then replays it or refuses the reuse."""
+        holders = await tx.find(RUNS_BINDING, finders.runs_by_admission_key, {"key": idempotency_key}, 16)
+        if not holders:
+            return None
+        chosen = next((run for run in holders if run.source == source), holders[0])
+        return await self._locked_pair(tx, chosen.run_id)
 
     async def release(self, run_id: str, enqueue_seq: int) -> bool:
         """HELD -> PENDING for exactly this admission's delivery (then publish it)."""

@@ -1,6 +1,7 @@
 """The Run ledger's tables, created by the ``runs_v1`` step in the queues' database.
 
-``tenure_runs`` (one row per Run; the ``runs_v2`` step adds ``admitted_node``),
+``tenure_runs`` (one row per Run; the ``runs_v2`` step adds ``admitted_node``, ``runs_v4``
+an index on ``idempotency_key``),
 ``tenure_run_deliveries`` (one row per hop, keyed by its hop key; at most one unsettled per Run, enforced by a partial unique index on both
 databases), ``tenure_consents`` and ``tenure_agent_jobs`` (the Run's owners). CHECK
 constraints hold the stored values to the machines' states and bounds even against a
@@ -76,6 +77,9 @@ RUNS_TABLE = TableSpec(
         IndexSpec("ix_tenure_runs_status_updated", ("status", "updated_at", "run_id"), step=_STEP),
         IndexSpec("ix_tenure_runs_session", ("session_id", "status"), step=_STEP),
         IndexSpec("ix_tenure_runs_created", ("created_at", "run_id"), step=_STEP),
+        # runs_v4: an admission that meets no Run at its key's derived ID looks the key up
+        # (Runs admitted before runs_v4 keep their source-scoped IDs).
+        IndexSpec("ix_tenure_runs_idempotency_key", ("idempotency_key",), step=Step.ADMISSION_KEYS),
     ),
     created_by=_STEP,
     checks=(

@@ -33,6 +33,7 @@ __all__ = [
     "jobs_by_keys",
     "attempts_by_keys",
     "session_open",
+    "runs_by_admission_key",
     "pending_consents_of_run",
     "open_jobs_of_run",
     "open_attempts_of_run",
@@ -71,6 +72,15 @@ session_open = Finder(
     lock="none",
 )
 """Nonterminal Runs of a session (read under the session's lock: the session fence)."""
+
+runs_by_admission_key = Finder(
+    "runs_by_admission_key",
+    ((Condition("idempotency_key", "=", Param("key")),),),
+    order=("created_at_us", "run_id"),
+    lock="none",
+)
+"""Runs holding an idempotency key, oldest first (read under the key's named lock; the
+Run met is then locked as usual)."""
 
 pending_consents_of_run = Finder(
     "pending_consents_of_run",
