@@ -44,6 +44,8 @@ from .worker_cli import NEVER_MIGRATED, load_handler, refuse_never_migrated
 
 __all__ = ["add_runs_parser", "run_runs", "run_table"]
 
+_PROBE_RUN_ID = "00000000-0000-0000-0000-000000000000"
+
 VERDICTS = {"grant": ConsentStatus.GRANTED, "deny": ConsentStatus.DENIED, "expire": ConsentStatus.EXPIRED}
 
 
@@ -293,8 +295,10 @@ async def _run(arguments: argparse.Namespace) -> int:
     async with RunLedger(arguments.db) as ledger:
         # Probed before the action does anything, as `tenure worker` does: a database never
         # migrated is a refusal (exit 2) for every action, and nothing has been written yet.
+        # A read by an ID no Run has: it meets the tables but no stored document, so one
+        # unreadable Run (corrupt_row) cannot stop the commands that would mend it.
         try:
-            await ledger.list_runs(limit=1)
+            await ledger.get(_PROBE_RUN_ID)
         except TenureError as error:
             if error.reason not in NEVER_MIGRATED:
                 raise

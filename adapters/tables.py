@@ -39,6 +39,7 @@ from sqlalchemy.types import TypeEngine
 
 from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model import ErrorCode, TenureError
+from tenure.model.json_values import load_json
 
 __all__ = [
     "Binding",
@@ -375,8 +376,8 @@ def _texts_from_stored(value: object) -> tuple[str, ...]:
     parsed: Any = None
     if type(value) is str:
         try:
-            parsed = json.loads(value)
-        except ValueError:
+            parsed = load_json(value)
+        except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
             parsed = None  # raised below, outside the handler
     if type(parsed) is not list or not all(type(item) is str for item in parsed):
         raise corrupt()

@@ -17,6 +17,7 @@ import pytest
 
 from adapter_support import kind_of, raw, row, stored_instant
 from tenure.adapters import ValidationJobSource, downgrade, upgrade
+from tenure.adapters.queue.operations import UNREADABLE_ERROR
 from tenure.adapters.queue.table import TABLE_NAMES
 from tenure.kernel.queue import machine as queue_machine
 from tenure.model import ConfigValidationError, ErrorCode, JobStatus, QueueKind, TenureError, ValidationJob, WorkerConfig
@@ -118,19 +119,25 @@ async def test_a_decision_breaking_the_record_invariants_raises_and_writes_nothi
 
 
 @pytest.mark.parametrize("data_json", ['{"options": {}}', "[1, 2]", '{"data_source": 7}', '"text"'])
-async def test_a_row_whose_payload_is_not_an_envelope_is_corrupt_and_its_claim_rolls_back(
+async def test_a_row_whose_payload_is_not_an_envelope_is_corrupt_and_a_claim_fails_it_and_goes_on(
     db_url: str, data_json: str
 ) -> None:
     insert_pycharter_row(db_url, "odd-1", data_json=data_json)
+    insert_pycharter_row(db_url, "odd-2", data_json=data_json)
     async with ValidationJobSource(db_url) as source:
-        for call in (lambda: source.get_job("odd-1"), lambda: source.list_jobs(),
-                     lambda: source.claim_next_owned("worker-a", claim_token="token-1"),
-                     lambda: source.claim_next("worker-a")):
+        for call in (lambda: source.get_job("odd-1"), lambda: source.list_jobs()):
             with pytest.raises(TenureError) as caught:
                 await call()
             assert caught.value.reason == "corrupt_row"
-        stored = row(db_url, QueueKind.VALIDATION, "odd-1")
-        assert stored["status"] == "pending" and stored["generation"] == 0 and stored["claim_token"] is None
+        # Left pending, the row would be met first by every claim: each claim fails the
+        # one it meets (its own nonce, not the caller's) and claims on; none is left.
+        assert await source.claim_next_owned("worker-a", claim_token="token-1") is None
+        assert await source.claim_next("worker-a") is None
+        for job_id in ("odd-1", "odd-2"):
+            stored = row(db_url, QueueKind.VALIDATION, job_id)
+            assert (stored["status"], stored["error_message"], stored["generation"]) == (
+                "failed", UNREADABLE_ERROR, 1)
+            assert stored["claim_token"] not in (None, "token-1")
 
 
 async def test_a_row_whose_time_cannot_be_read_is_corrupt(db_url: str) -> None:

@@ -10,7 +10,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tenure.model.json_values import JsonProblem, canonical_json, freeze_json, json_problem
+import pytest
+
+from tenure.model.json_values import MAX_JSON_DEPTH, JsonProblem, canonical_json, freeze_json, json_problem, load_json
 
 # Values JSON accepts, values it must refuse, and near misses mixed together.
 leaves = (
@@ -79,3 +81,53 @@ def test_refusals_name_the_problem() -> None:
 def test_a_literal_backslash_u0000_is_text_not_nul() -> None:
     copy, text = freeze_json({"k": "a\\u0000b"})
     assert copy == {"k": "a\\u0000b"} and text == '{"k":"a\\\\u0000b"}'
+
+
+# --- the nesting bound: the same answer written and read, whatever the stack --------
+
+
+def nested(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def at_stack_depth(frames: int, call: Any) -> Any:
+    """``call()`` run ``frames`` Python frames deeper than here."""
+    return call() if frames == 0 else at_stack_depth(frames - 1, call)
+
+
+def test_values_as_deep_as_the_bound_are_accepted_and_one_level_deeper_refused() -> None:
+    assert json_problem(nested(MAX_JSON_DEPTH)) is None
+    assert freeze_json(nested(MAX_JSON_DEPTH))[0] == nested(MAX_JSON_DEPTH)
+    assert json_problem(nested(MAX_JSON_DEPTH + 1)) == "json_too_deep"
+    with pytest.raises(JsonProblem) as caught:
+        freeze_json(nested(MAX_JSON_DEPTH + 1))
+    assert caught.value.code == "json_too_deep"
+
+
+def test_a_value_written_at_the_bound_reads_back_under_a_deep_call_stack() -> None:
+    _, text = freeze_json(nested(MAX_JSON_DEPTH))
+    assert at_stack_depth(400, lambda: load_json(text)) == nested(MAX_JSON_DEPTH)
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 990, 5_000, 100_000])
+def test_stored_text_nested_past_the_bound_is_refused_without_recursion_error(depth: int) -> None:
+    text = '{"x": ' + "[" * depth + "]" * depth + "}"
+    for frames in (0, 600):
+        with pytest.raises(JsonProblem) as caught:
+            at_stack_depth(frames, lambda: load_json(text))
+        assert caught.value.code == "json_too_deep" and isinstance(caught.value, ValueError)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    text = canonical_json({"s": "[" * 1000 + '\\"{' * 500, "t": ["]]]"]})
+    assert load_json(text) == {"s": "[" * 1000 + '\\"{' * 500, "t": ["]]]"]}
+
+
+@pytest.mark.parametrize("text", ["", "{", "nope", '{"a": 1,}'])
+def test_text_that_is_not_json_is_refused_as_json_invalid(text: str) -> None:
+    with pytest.raises(JsonProblem) as caught:
+        load_json(text)
+    assert caught.value.code == "json_invalid"

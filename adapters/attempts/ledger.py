@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import re
 import uuid
@@ -76,6 +75,7 @@ from tenure.model import (
     bounds,
     canonical_json,
     json_problem,
+    load_json,
 )
 from tenure.model.attempts import MAX_REFS, check_reason, check_refs
 
@@ -196,8 +196,8 @@ def _parsed(text: str | None) -> Any:
         return None
     value: Any = _UNREADABLE
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = load_json(text)
+    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
         pass  # raised below, outside the handler
     if value is _UNREADABLE:
         raise persistence_failed("corrupt_row")

@@ -70,7 +70,23 @@ from .table import QUEUE_BINDINGS, stored_payload
 
 Presented = TypeVar("Presented")
 
-__all__ = ["QueueOperations", "SWEEP_LIMIT", "PURGE_LIMIT", "SUBMIT_ATTEMPTS"]
+__all__ = ["QueueOperations", "SWEEP_LIMIT", "PURGE_LIMIT", "SUBMIT_ATTEMPTS", "UNREADABLE_ERROR", "UNREADABLE_ROUNDS"]
+
+UNREADABLE_ERROR = "corrupt_row: the stored payload could not be read"
+"""The error stored on a row a claim met but could not read (see ``_fail_unreadable``)."""
+
+UNREADABLE_ROUNDS = 8
+"""How many times one claim call fails the unreadable rows it met and claims again; past
+that it raises ``corrupt_row`` (the next call goes on failing them)."""
+
+
+class UnreadableRows(TenureError):
+    """A claim met rows whose payload cannot be read; it rolls back, naming them (only
+    inside this module: past :data:`UNREADABLE_ROUNDS` it escapes as ``corrupt_row``)."""
+
+    def __init__(self, job_ids: Sequence[str]) -> None:
+        super().__init__(ErrorCode.QUEUE_PERSISTENCE_FAILED, "corrupt_row")
+        self.job_ids = list(job_ids)
 
 SWEEP_LIMIT = 64
 """Expired claims settled per claim transaction (earliest lease first)."""
@@ -253,8 +269,15 @@ class QueueOperations:
         """Claim up to ``len(claim_tokens)`` jobs, token ``i`` for the ``i``-th eligible row,
         each decided by the kernel exactly as a single claim. ``present`` turns each
         claimed record into what the caller returns, inside the transaction: a row whose
-        envelope cannot be read (``corrupt_row``) rolls the claim back."""
+        envelope cannot be read (``corrupt_row``) rolls the claim back, is failed on its
+        own without a retry (``_fail_unreadable``), and the claim runs again with the same
+        nonces, so the jobs behind it are claimed."""
         try:
+            for _ in range(UNREADABLE_ROUNDS):
+                try:
+                    return await self._claim(owner_id, claim_tokens, present, owned=True)
+                except UnreadableRows as met:
+                    await self._fail_unreadable(owner_id, met.job_ids)
             return await self._claim(owner_id, claim_tokens, present, owned=True)
         except TenureError as error:
             if error.reason != "constraint_violated":
@@ -264,6 +287,12 @@ class QueueOperations:
         raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
 
     async def claim_legacy(self, owner_id: str, present: Callable[[JobRecord], Presented]) -> Presented | None:
+        for _ in range(UNREADABLE_ROUNDS):
+            try:
+                claimed = await self._claim(owner_id, [""], present, owned=False)
+                return claimed[0] if claimed else None
+            except UnreadableRows as met:
+                await self._fail_unreadable(owner_id, met.job_ids)
         claimed = await self._claim(owner_id, [""], present, owned=False)
         return claimed[0] if claimed else None
 
@@ -305,7 +334,17 @@ class QueueOperations:
                     raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
                 if found != decided:
                     raise persistence_failed("read_back_mismatch")
-            presented = [present(record) for record in stored]
+            presented: list[Presented] = []
+            unreadable: list[str] = []
+            for record in stored:
+                try:
+                    presented.append(present(record))
+                except TenureError as error:
+                    if error.reason != "corrupt_row":
+                        raise
+                    unreadable.append(record.job_id)
+            if unreadable:
+                raise UnreadableRows(unreadable)  # rolls this claim back; see claim_owned
             claimed_rows.extend(stored)
             return presented
 
@@ -352,6 +391,37 @@ class QueueOperations:
         result = await self.store.run(body, write=True)
         self.engine.remember(binding, claimed_rows)  # the fenced writes to follow decide ahead from these
         return result
+
+    async def _fail_unreadable(self, owner_id: str, job_ids: Sequence[str]) -> None:
+        """Finish rows a claim met but could not read (written outside tenure: not an
+        envelope, or JSON nested deeper than tenure reads) as failed, without a retry:
+        no worker can run them, and left pending they would be met first by every claim
+        and stop the queue behind them. One transaction claims each with a nonce of its
+        own (the caller's nonces stay unused for the claim that follows) and fails it
+        through that fence; the kernel decides both, as for any job. A row that is no
+        longer claimable (another claim took it) is left alone."""
+        binding = self.binding
+
+        async def body(tx: Transaction) -> None:
+            rows = await tx.locked(binding, finders.by_keys, {"keys": sorted(set(job_ids))})
+            now = await tx.now_us()
+            changes: list[tuple[JobRecord, JobRecord]] = []
+            for row in rows:
+                claim = decide(row, ClaimOwned(owner_id=owner_id, claim_token=uuid.uuid4().hex,
+                                               nonce_already_stored=False, lease_us=self.config.lease_us), now)
+                if not isinstance(claim, Applied):
+                    continue
+                claimed: JobRecord = checked(binding, row, claim)
+                fence = ClaimFence(queue=claimed.queue, job_id=claimed.job_id, owner_id=owner_id,
+                                   generation=claimed.generation, claim_token=claimed.claim_token)  # type: ignore[arg-type]
+                failure = decide(claimed, FailOwned(fence=fence, error_message=UNREADABLE_ERROR, retry=False,
+                                                    dlq_record_id=None, backoff_base_ms=self.config.backoff_base_ms,
+                                                    backoff_max_ms=self.config.backoff_max_ms), now)
+                require(isinstance(failure, Applied))
+                changes.append((row, checked(binding, claimed, failure)))  # type: ignore[arg-type]
+            await self.engine.persist(tx, binding, changes)
+
+        await self.store.run(body, write=True)
 
     async def recover_owned(self, owner_id: str, claim_token: str) -> JobRecord | None:
         async def body(tx: Transaction) -> Decision:

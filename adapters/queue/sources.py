@@ -14,7 +14,6 @@ Constructing a source neither connects to nor migrates the database (see
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -37,6 +36,7 @@ from tenure.model import (
     json_problem,
     snapshot_submission,
     text_problem,
+    load_json,
 )
 
 from ..dialects import open_store
@@ -331,8 +331,8 @@ def _stored_result(text: str | None) -> Any:
         return None
     value: Any = _UNREADABLE
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = load_json(text)
+    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
         pass  # raised below, outside the handler: the parser's error quotes the text
     if value is _UNREADABLE:
         raise persistence_failed("corrupt_row")

@@ -42,6 +42,7 @@ from tenure.model import (
     JobStatus,
     QueueKind,
     SubmissionEnvelope,
+    load_json,
 )
 
 from ..tables import (
@@ -319,8 +320,8 @@ def stored_payload(queue: QueueKind, field_texts: Mapping[str, str]) -> tuple[st
 
 def _parsed_object(text: object) -> dict[str, Any]:
     try:
-        value = json.loads(text) if type(text) is str else None
-    except ValueError:
+        value = load_json(text) if type(text) is str else None
+    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
         value = None
     if type(value) is not dict:
         raise corrupt()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import DateTime, Integer, String, Text
@@ -32,9 +31,12 @@ from tenure.kernel.runs import finders
 from tenure.model import (
     TERMINAL_RUN_STATUSES,
     ConfigValidationError,
+    ErrorCode,
     RunStatus,
+    TenureError,
     WaitKind,
     canonical_json,
+    load_json,
 )
 from tenure.model.runs import MAX_RUN_DOCUMENT_BYTES, check_document, check_text
 
@@ -112,7 +114,17 @@ def _refuse(field: str, problem: str) -> ConfigValidationError:
 
 def _public(row: CheckpointRow) -> Checkpoint:
     saved = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=row.saved_at_us)
-    return Checkpoint(row.run_id, row.enqueue_seq, row.owner_kind, row.owner_id, json.loads(row.state_json), saved)
+    state: Any = _UNREADABLE
+    try:
+        state = load_json(row.state_json)
+    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
+        pass  # raised below, outside the handler: nothing of the row rides along
+    if state is _UNREADABLE:
+        raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "corrupt_row")
+    return Checkpoint(row.run_id, row.enqueue_seq, row.owner_kind, row.owner_id, state, saved)
+
+
+_UNREADABLE = object()
 
 
 class Checkpoints:

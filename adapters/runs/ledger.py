@@ -29,7 +29,6 @@ import contextlib
 import functools
 import datetime as dt
 import hashlib
-import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -99,6 +98,7 @@ from tenure.model import (
     broker_priority,
     canonical_json,
     hop_key,
+    load_json,
 )
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_QUEUE_CHARS, MAX_RUN_DOCUMENT_BYTES, check_document, check_priority, check_text
 
@@ -174,9 +174,10 @@ def _parsed(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
-    except ValueError:
-        raise persistence_failed("corrupt_row") from None
+        return load_json(text)
+    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
+        # The Run ledger's own code: public records are built outside the transaction.
+        raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "corrupt_row") from None
 
 
 def _digest(document: Any) -> str:
@@ -275,7 +276,7 @@ def _job_complete(row: AgentJobRow) -> bool:
     if row.status not in TERMINAL_AGENT_JOB_STATUSES or row.result_json is None:
         return False
     try:
-        result = json.loads(row.result_json)
+        result = load_json(row.result_json)
     except ValueError:
         return False
     return result_problem(result, row.job_id, row.status) is None
@@ -538,13 +539,25 @@ class RunLedger:
 
     async def claim(self, run_id: str, enqueue_seq: int, *, node: str) -> RunClaim | None:
         """Claim exactly this hop: QUEUED at ``enqueue_seq`` with a pending or published
-        delivery becomes RUNNING with a CLAIMED delivery. None: a stale or duplicate hop."""
+        delivery becomes RUNNING with a CLAIMED delivery. None: a stale or duplicate hop.
+        A claimed Run whose stored intent cannot be read is settled FAILED ``corrupt_row``
+        and the claim raises ``RUN_PERSISTENCE_FAILED`` ``corrupt_row``."""
         command = Claim(enqueue_seq=_seq(enqueue_seq), node=check_text(node, "node"))
         decision = await self._decide(_run_id(run_id), command)
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None
         pair: RunPair = decision.new_record  # type: ignore[assignment]
-        run = _public_run(pair.run)
+        try:
+            run = _public_run(pair.run)
+        except TenureError as error:
+            if error.reason != "corrupt_row":
+                raise
+            # The hop holds a Run whose stored intent cannot be read (written outside
+            # tenure): no workflow can run it, and a redelivery would meet it again, so
+            # the hop ends it (a fenced settle, like any) and reports the row.
+            with contextlib.suppress(TenureError):
+                await self.settle(pair.run.run_id, pair.run.enqueue_seq, RunStatus.FAILED, error="corrupt_row")
+            raise
         return RunClaim(run, decision.reply.enqueue_seq, decision.reply.resume, run.workflow)
 
     async def enter_hardware_wait(self, run_id: str, enqueue_seq: int) -> bool:

@@ -73,6 +73,7 @@ from tenure.model import (
     TenureError,
     WaitKind,
     bounds,
+    load_json,
 )
 from tenure.model.runs import check_text
 
@@ -560,7 +561,7 @@ def _read_cursor(cursor: object) -> dict[str, Any]:
         raise _refuse("cursor", "relay_cursor_required")
     document: Any = None
     try:
-        document = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8"))
+        document = load_json(base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8"))
     except (ValueError, UnicodeError, binascii.Error):
         pass  # refused below, outside the handler: the decoder's error never rides along
     kinds = document.get("kinds") if type(document) is dict and document.get("v") == 1 else None

@@ -13,7 +13,8 @@ never raced with FAILED. The watch also refreshes the broker's liveness of the j
 
 Outcomes of one hop (counted in :attr:`RunWorker.outcomes`): ``skipped`` (not claimed),
 ``done`` (settled DONE, checkpoint deleted), ``failed`` (settled FAILED:
-``workflow_unavailable``, ``checkpoint_invalid`` or ``workflow_error:<Type>``),
+``workflow_unavailable``, ``checkpoint_invalid``, ``workflow_error:<Type>``, or
+``corrupt_row`` when the claimed Run's stored intent cannot be read),
 ``parked`` (waits for an owner), ``lost`` (the Run moved on without this hop: cancelled,
 or failed by recovery), ``unsettled`` (the ledger refused the settle because an effect
 is not contained: the Run stays RUNNING for recovery). A hop cancelled from outside (its
@@ -138,7 +139,13 @@ class RunWorker:
 
     async def _perform(self, run_id: str, enqueue_seq: int, touch: Touch | None) -> str:
         await self._gate.wait()
-        claim = await self.ledger.claim(run_id, enqueue_seq, node=self.node)
+        try:
+            claim = await self.ledger.claim(run_id, enqueue_seq, node=self.node)
+        except TenureError as error:
+            if error.reason != "corrupt_row":
+                raise
+            log.warning("a claimed Run could not be read (written outside tenure): failed corrupt_row")
+            return "failed"  # the claim settled it FAILED: the other hops go on
         if claim is None:
             return "skipped"
         workflow = self.workflows.resolve(claim.workflow)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 from typing import Any, ClassVar
 
 from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus, bounds
+from tenure.model.json_values import load_json
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_TEXT_CHARS
 
 from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
@@ -106,7 +106,7 @@ def _stored_result_problem(record: AgentJobRow) -> str | None:
     if record.result_json is None:
         return "result_missing"
     try:
-        result = json.loads(record.result_json)
+        result = load_json(record.result_json)
     except ValueError:
         return "result_unreadable"
     return result_problem(result, record.job_id, record.status)
