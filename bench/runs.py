@@ -31,6 +31,7 @@ import uuid
 from typing import Any
 
 from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, RunWorker, SaqBroker, Workflows, upgrade
+from tenure.adapters.runs.saq_broker import stop_saq_worker
 from tenure.model import RunIntent, RunStatus
 
 CONCURRENCIES = (1, 4, 16)
@@ -72,9 +73,9 @@ async def plain_saq(dsn: str, items: int, concurrency: int) -> float:
         launcher = asyncio.ensure_future(worker.start())
         await done.wait()
         elapsed = time.perf_counter() - started
-        await worker.stop()
-        launcher.cancel()
-        await asyncio.gather(launcher, return_exceptions=True)
+        # Not worker.stop(): an idle worker can absorb its one cancellation and never stop.
+        await stop_saq_worker(worker)
+        await launcher
     return items / elapsed
 
 

@@ -100,3 +100,15 @@ async def db_url(fresh_db_url: str) -> str:
 
     await upgrade(fresh_db_url)
     return fresh_db_url
+
+
+# --- In CI a skipped test is a failure: it would hide a missing dependency. ------------
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter is not None else 0
+    if os.environ.get("CI") and skipped and exitstatus == 0:
+        if reporter is not None:
+            reporter.write_line(f"CI: {skipped} test(s) skipped; a skip hides what it was meant to test", red=True)
+        session.exitstatus = 1

@@ -127,18 +127,26 @@ async def test_a_parked_run_gets_no_new_attempt_but_resumes_on_the_one_it_waits_
     assert runs.count("tenure_attempts", run_id) == 1
 
 
+INTERLEAVING_DATABASES = pytest.mark.parametrize("runs_db", ["postgresql"], indirect=True)
+"""The race tests run where two transactions can interleave. On SQLite they cannot: a
+transaction runs in one hop to its connection's thread and writers are serialized
+(BEGIN IMMEDIATE), so a prepare and a settlement only ever run one after the other, which
+the sequential tests above cover on every database (a prepare after the settlement is
+refused, a settlement after the prepare is RUN_CONTAINMENT_UNPROVEN)."""
+
+
 def _contained(status: RunStatus, attempt: Any) -> bool:
     """No Run ended with an attempt of it still open."""
     return not (status is RunStatus.DONE and attempt is not None and attempt.state not in TERMINAL_ATTEMPT_STATES)
 
 
+@INTERLEAVING_DATABASES
 async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_is_refused(
     runs: Runs, runs_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The race's exact interleaving, made certain: another process prepares an attempt for
     the Run after the settlement counted the Run's open attempts and before it commits."""
-    if kind_of(runs_db) == "sqlite":
-        pytest.skip("a SQLite transaction runs in one hop to its connection's thread: nothing interleaves")
+    assert kind_of(runs_db) == "postgresql"
     run_id = await runs.running("run-1")
     request = spec(unique("owner"), run_id=run_id)
     counted = RunLedger._containment
@@ -171,13 +179,13 @@ async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_i
 RACE_ROUNDS = 40
 
 
+@INTERLEAVING_DATABASES
 async def test_a_prepare_racing_a_settlement_either_holds_the_settlement_or_is_refused(
     runs: Runs, runs_db: str
 ) -> None:
     """Settle and prepare at once, on their own connections, round after round (each order
     of starting them): never a DONE Run with an open attempt, and exactly one of them wins."""
-    if kind_of(runs_db) == "sqlite":
-        pytest.skip("SQLite serializes writers (BEGIN IMMEDIATE); the sequential cases cover it")
+    assert kind_of(runs_db) == "postgresql"
     async with RunLedger(runs_db) as settler, AttemptLedger(runs_db) as preparer:
         for round_number in range(RACE_ROUNDS):
             run_id = await runs.running(f"race-{round_number}")

@@ -29,6 +29,10 @@ cancellation propagates, so no job is left that nobody recorded; if it cannot,
 :class:`BrokerFenceFailed` surfaces instead. Startup recovery fences a hop that
 provably belongs to a dead process with ``abort(key, terminal=True)``, which finishes
 the job as aborted at once (SAQ's sweep would only after the heartbeat ran out).
+
+``serve`` stops its SAQ workers itself rather than through ``Worker.stop``, whose single
+cancellation an idle worker can absorb (the stop then never returns) and which warns of
+a missed grace period on every stop (see :func:`stop_saq_worker`).
 """
 
 from __future__ import annotations
@@ -37,14 +41,14 @@ import asyncio
 import contextlib
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tenure.model import BrokerJobState, ConfigValidationError, bounds
 
 from .broker import BrokerProbe, PerformHop
 
-__all__ = ["SaqBroker", "BrokerFenceFailed", "PUBLISH_FENCE_TRIES", "HOP_FUNCTION", "HOP_HEARTBEAT_S", "HOP_TOUCH_EVERY_S", "HOP_TTL_S", "state_of"]
+__all__ = ["SaqBroker", "BrokerFenceFailed", "stop_saq_worker", "PUBLISH_FENCE_TRIES", "HOP_FUNCTION", "HOP_HEARTBEAT_S", "HOP_TOUCH_EVERY_S", "HOP_TTL_S", "state_of"]
 
 HOP_FUNCTION = "tenure_run_hop"
 """The SAQ function name every hop job is enqueued under."""
@@ -63,6 +67,12 @@ ENQUEUE_SETTLE_S = 10.0
 
 PUBLISH_FENCE_TRIES = 3
 """Aborts (each re-probed) a cancelled publish makes before it reports the fence failed."""
+
+STOP_SETTLE_S = 5.0
+"""How long a stopping worker lets jobs whose hop already ended finish their SAQ bookkeeping."""
+
+STOP_RECANCEL_S = 0.05
+"""How often a stopping worker cancels again a SAQ task holding no job that still runs."""
 
 
 class BrokerFenceFailed(Exception):
@@ -276,30 +286,41 @@ class SaqBroker:
                     stopping: asyncio.Event) -> None:
         """Run one SAQ worker per queue in this event loop, each handing the hops it
         dequeues to ``perform`` with the job's ``update`` as the touch, until
-        ``stopping`` is set; then stop every worker (SAQ cancels the running hops and
-        re-queues their jobs, which the ledger's claim then refuses as stale). SAQ's
-        workers install no signal handlers here: the process's owner keeps those."""
+        ``stopping`` is set; then stop every worker with :func:`stop_saq_worker` (a hop
+        still running is cancelled and its job re-queued, which the ledger's claim then
+        refuses as stale). SAQ's workers install no signal handlers here: the process's
+        owner keeps those. The stop runs to its end even if this task is cancelled
+        meanwhile (the cancellation then propagates)."""
         from saq import Worker
+
+        holding: dict[asyncio.Task[Any], Any] = {}
 
         async def hop(ctx: Any, *, run_id: str, enqueue_seq: int) -> str:
             job = ctx["job"]
             return await perform(run_id, enqueue_seq, job.update)
 
+        # SAQ runs these in the process task that dequeued the job, around the job's hop.
+        async def took(ctx: Any) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                holding[task] = ctx["job"]
+
+        async def released(ctx: Any) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                holding.pop(task, None)
+
         workers = []
         for name in sorted(queues):
-            worker: Any = Worker(self.queue(name), functions=[(HOP_FUNCTION, hop)], concurrency=concurrency)
+            worker: Any = Worker(self.queue(name), functions=[(HOP_FUNCTION, hop)], concurrency=concurrency,
+                                 before_process=took, after_process=released)
             worker.SIGNALS = []
             workers.append(worker)
         launchers = [asyncio.ensure_future(worker.start()) for worker in workers]
         try:
             await stopping.wait()
         finally:
-            for worker in workers:
-                with contextlib.suppress(Exception):
-                    await worker.stop()
-            for launcher in launchers:
-                launcher.cancel()
-            await asyncio.gather(*launchers, return_exceptions=True)
+            await _shielded(_stop_workers(workers, launchers, holding))
 
     async def _find(self, key: str) -> Any:
         """The job under ``key`` in any configured queue, fresh from the database."""
@@ -310,3 +331,62 @@ class SaqBroker:
         if not self._queues:
             raise _refuse("broker", "not_connected")
         return None
+
+
+async def _stop_workers(workers: Sequence[Any], launchers: Sequence[asyncio.Future[None]],
+                        holding: dict[asyncio.Task[Any], Any]) -> None:
+    """Stop every SAQ worker (each attempted) and wait for its ``start`` to return."""
+    for worker, launcher in zip(workers, launchers):
+        if not worker.tasks and not launcher.done():
+            # start() has not run its first step (it reaches its wait in one step and
+            # adds its upkeep tasks on the way): cancelled now, it never starts.
+            launcher.cancel()
+        with contextlib.suppress(Exception):
+            await stop_saq_worker(worker, holding)
+    await asyncio.gather(*launchers, return_exceptions=True)
+
+
+async def stop_saq_worker(worker: Any, holding: Mapping[asyncio.Task[Any], Any] | None = None) -> None:
+    """Stop a SAQ ``Worker`` whose ``start`` runs in this event loop, without
+    ``Worker.stop``'s own handling of its tasks. ``holding``: the job each process task
+    holds, by task (kept by ``before_process`` and ``after_process`` hooks); without it
+    every task counts as holding none.
+
+    ``Worker.stop`` cancels its tasks once, through ``wait_for(gather(...), grace)``. With
+    no grace period that always logs "did not finish within the shutdown grace period"
+    (the upkeep loops are asleep), and on Python 3.11 ``wait_for`` with a timeout of 0
+    cancels the gather and then waits for it with no limit. A process task idle in
+    ``PostgresQueue.dequeue`` can absorb that one cancellation: its listen loop's
+    ``wait_for(queue.get(), 1.0)`` returns a notification that arrived in the same step
+    instead of raising (bpo-42130), and the loop then waits for notifications as long as
+    the queue is connected; the stop never returns.
+
+    So the worker's tasks are taken from it and its event is set: no new process task,
+    and ``start`` returns through ``Worker.stop``, which finds nothing left to wait for.
+    Tasks holding no job (idle in ``dequeue``, or upkeep loops) are cancelled, again
+    every :data:`STOP_RECANCEL_S` while they run on. A task holding a job whose hop
+    already ended is left to record the job's end in SAQ (cancelled, it would leave the
+    job active although its Run settled) for up to :data:`STOP_SETTLE_S`; one whose hop
+    still runs is cancelled once, as SAQ would (SAQ then cancels the hop, waits for it
+    and re-queues the job).
+    """
+    holding = holding if holding is not None else {}
+    tasks: set[asyncio.Task[Any]] = set(worker.tasks)
+    worker.tasks.clear()
+    worker.event.set()
+    loop = asyncio.get_running_loop()
+    settle_until = loop.time() + STOP_SETTLE_S
+    cancelled: set[asyncio.Task[Any]] = set()
+    while tasks:
+        for task in tasks:
+            job = holding.get(task)
+            if job is None:
+                task.cancel()
+                continue
+            context = worker.job_task_contexts.get(job)
+            recording = context is not None and context["task"].done() and loop.time() < settle_until
+            if task not in cancelled and not recording:
+                task.cancel()
+                cancelled.add(task)
+        _, tasks = await asyncio.wait(tasks, timeout=STOP_RECANCEL_S)
+    await worker.stop()
