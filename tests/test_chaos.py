@@ -42,6 +42,7 @@ class Workers:
     def __init__(self, db_url: str, log_path: pathlib.Path, count: int, lease_s: float, rng: random.Random) -> None:
         self.db_url, self.log_path, self.lease_s, self.rng = db_url, log_path, lease_s, rng
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.names: dict[str, str] = {}
         self.kills = 0
         self.exit_codes: list[int] = []
         self._serial = 0
@@ -51,19 +52,22 @@ class Workers:
     def _start(self, slot: str) -> None:
         self._serial += 1
         name = f"{slot}-{self._serial}"
+        self.names[slot] = name
         self.processes[slot] = subprocess.Popen(
             [sys.executable, "-P", str(WORKER), self.db_url, str(self.log_path), name, str(self._serial), str(self.lease_s)],
             stdout=subprocess.DEVNULL, stderr=(self.log_path.parent / f"{name}.stderr").open("wb"),
         )
 
     def _working(self) -> list[str]:
-        """Slots whose current process has started working (logged ``started``, after its
-        imports): killing a process still importing would test nothing, and on a loaded
-        machine (CrossHair runs beside the suite in CI) a worker could then be killed
-        before every claim, so that no job ever finishes."""
-        started = {event.get("pid") for event in read_log(self.log_path) if event["event"] == "started"} \
-            if self.log_path.exists() else set()
-        return [slot for slot, process in sorted(self.processes.items()) if process.pid in started]
+        """Slots whose current process has finished at least one job (logged a completion,
+        accepted or refused, after its imports and its first claim). Killing a process
+        before that would test nothing, and on a loaded machine (CrossHair and other
+        suites run beside this one in CI) processes could then be killed faster than they
+        start and claim, so that no job ever finishes: with this rule every process life
+        ends at least one job, so the run always progresses, however slow the machine."""
+        finished = {event["worker"] for event in read_log(self.log_path)
+                    if event["event"] in ("completed", "refused")} if self.log_path.exists() else set()
+        return [slot for slot in sorted(self.processes) if self.names[slot] in finished]
 
     def kill_one(self) -> None:
         working = self._working()
