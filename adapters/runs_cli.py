@@ -4,7 +4,8 @@
     tenure runs admit   --db URL --workflows package.module:registry --workflow NAME --revision REV
                         [--payload JSON] [--queue runs] [--priority 50] [--key KEY] [--broker saq]
     tenure runs list    --db URL [--status STATUS] [--limit N]
-    tenure runs show    --db URL RUN_ID
+    tenure runs show    --db URL RUN_ID [--result]
+    tenure runs retry   --db URL RUN_ID [--broker saq]
     tenure runs cancel  --db URL RUN_ID [--broker saq]
     tenure runs consent --db URL CONSENT_ID grant|deny|expire --by PRINCIPAL [--broker saq]
 
@@ -15,7 +16,9 @@ on PostgreSQL (``--saq-dsn``, default the ``--db`` URL) or tenure's owned queue 
 without a broker: what they leave to publish (an admission, a resumed Run) is published
 by the relays of any running worker; ``cancel`` elects the cancellation and, given a
 broker, fences the hop and finishes it (otherwise the next startup reconciliation
-does). Output is a plain table; nothing printed echoes a payload.
+does); ``retry`` re-admits a Run that failed ``lost`` as a new Run linked to it. Output
+is a plain table; nothing printed echoes a payload or a result (``show --result`` prints
+a DONE Run's result when asked).
 
 Exit status: 0 on success; 2 for bad arguments, a refused request, or a database that
 was never migrated (checked before the action does anything, as ``tenure worker`` does);
@@ -35,7 +38,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tenure.model import (
-    ConfigValidationError, ConsentStatus, ErrorCode, JsonProblem, RunIntent, RunStatus, TenureError, load_json,
+    ConfigValidationError, ConsentStatus, ErrorCode, JsonProblem, RunIntent, RunStatus, TenureError, canonical_json,
+    load_json,
 )
 
 from .runs import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
@@ -89,6 +93,12 @@ def add_runs_parser(commands: Any) -> None:
 
     show = with_db(actions.add_parser("show", help="one Run and its current delivery"))
     show.add_argument("run_id")
+    show.add_argument("--result", action="store_true",
+                      help="also print a DONE Run's result as JSON (never printed otherwise: it may carry data)")
+
+    retry = with_db(actions.add_parser("retry", help="re-admit a Run that failed lost as a new Run linked to it"))
+    with_broker(retry, required=False)
+    retry.add_argument("run_id")
 
     cancel = with_db(actions.add_parser("cancel", help="cancel a Run (finished now with --broker)"))
     with_broker(cancel, required=False)
@@ -236,10 +246,33 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
         ["queue", run.queue], ["priority", run.priority], ["sequence", run.enqueue_seq], ["node", run.node],
         ["owner", None if run.owner_kind is None else f"{run.owner_kind.value} {run.owner_id}"],
         ["error", run.error], ["started", _when(run.started_at)], ["updated", _when(run.updated_at)],
+        ["result", None if run.result is None else f"{len(canonical_json(run.result).encode())} bytes of JSON"
+         + ("" if arguments.result else " (--result prints it)")],
+        ["lost hops retried", f"{run.hop_retries} of {run.workflow.max_hop_retries}"],
+        ["retry of", run.retry_of],
         ["delivery", None if delivery is None else
          f"{delivery.state.value} ({'resume' if delivery.resume else 'fresh'}, {delivery.publish_attempts} publish calls)"],
     ]
     print(run_table(["run", run.run_id], rows))
+    if arguments.result and run.result is not None:
+        print(canonical_json(run.result))
+    return 0
+
+
+async def _retry(ledger: RunLedger, arguments: argparse.Namespace) -> int:
+    admission = await ledger.retry(arguments.run_id)
+    if admission is None:
+        print("no such Run")
+        return 2
+    run = admission.run
+    published = "left to the relays"
+    broker = _broker(arguments)
+    if broker is not None:
+        async with _Closing(broker):
+            published = "published" if await ledger.publish(run.run_id, 0, broker) else "not publishable"
+    print(run_table(["run", "retry of", "status", "new", "delivery"],
+                    [[run.run_id, run.retry_of, run.status.value, "yes" if admission.created else "no (replay)",
+                      published]]))
     return 0
 
 
@@ -288,7 +321,7 @@ async def _consent(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     return 0
 
 
-ACTIONS = {"worker": _worker, "admit": _admit, "list": _list, "show": _show, "cancel": _cancel, "consent": _consent}
+ACTIONS = {"retry": _retry, "worker": _worker, "admit": _admit, "list": _list, "show": _show, "cancel": _cancel, "consent": _consent}
 
 
 async def _run(arguments: argparse.Namespace) -> int:

@@ -104,6 +104,7 @@ class Step(enum.Enum):
     RECOVERY = "runs_v2"
     WORKERS = "runs_v3"
     ADMISSION_KEYS = "runs_v4"
+    LIVENESS = "runs_v5"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

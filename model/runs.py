@@ -53,6 +53,7 @@ __all__ = [
     "MAX_RUN_DOCUMENT_BYTES",
     "MAX_ERROR_CHARS",
     "MAX_SCOPES",
+    "MAX_HOP_RETRIES",
     "MAX_QUEUE_CHARS",
 ]
 
@@ -64,6 +65,8 @@ MAX_RUN_DOCUMENT_BYTES = 1024 * 1024
 """A payload, a request or a result: at most 1 MiB of canonical UTF-8 JSON."""
 MAX_ERROR_CHARS = 16 * 1024
 MAX_SCOPES = 256
+MAX_HOP_RETRIES = 100
+"""How many times a workflow may let recovery run a lost hop again (``on_lost="retry"``)."""
 
 
 class RunStatus(enum.Enum):
@@ -228,11 +231,16 @@ class WorkflowPin:
     name: str
     revision: str
     digest: str
+    max_hop_retries: int = 0
+    """How many times recovery may run a hop lost with its process again instead of
+    failing the Run ``lost`` (the workflow's ``on_lost="retry"`` policy; 0: never)."""
 
     def __post_init__(self) -> None:
         check_text(self.name, "workflow_name", 100)
         check_text(self.revision, "workflow_revision", 64)
         check_text(self.digest, "workflow_digest")
+        if not bounds.is_strict_int(self.max_hop_retries) or not 0 <= self.max_hop_retries <= MAX_HOP_RETRIES:
+            raise _refuse("max_hop_retries", "integer_out_of_range")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -264,6 +272,12 @@ class RunRecord:
     updated_at: dt.datetime
     admitted_node: str | None = None
     """The node that admitted the Run (``admit(..., node=...)``; None: any node)."""
+    result: Any = None
+    """A DONE Run's result: the JSON object its workflow returned (None: it returned None)."""
+    hop_retries: int = 0
+    """How many lost hops recovery ran again (at most ``workflow.max_hop_retries``)."""
+    retry_of: str | None = None
+    """The Run (failed ``lost``) an operator re-admitted this one for (``RunLedger.retry``)."""
 
     @property
     def intent(self) -> RunIntent:

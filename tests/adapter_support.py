@@ -440,3 +440,46 @@ def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faul
     monkeypatch.setattr(asyncpg.Connection, "fetch", fetch)
     monkeypatch.setattr(asyncpg.Connection, "execute", execute)
     yield faults
+
+
+# --- a PostgreSQL server of a test's own, to stop and restart ---------------------------
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def private_pg_server() -> Iterator[dict[str, str]]:
+    """A throwaway server only this test uses (``.ci/pg-start.sh``): its ``PGTMP``,
+    ``PGBIN``, ``PGPORT`` and ``TEST_PG_DSN``. Stopped afterwards, whatever happened."""
+    import os
+    import subprocess
+
+    started = subprocess.run(["bash", str(_ROOT / ".ci" / "pg-start.sh")], capture_output=True, text=True, check=False)
+    assert started.returncode == 0, "no PostgreSQL server: install Debian's postgresql package"
+    exports = dict(
+        part.split("=", 1) for line in started.stdout.splitlines() for part in line.removeprefix("export ").split()
+    )
+    try:
+        yield exports
+    finally:
+        subprocess.run(
+            ["bash", str(_ROOT / ".ci" / "pg-stop.sh")],
+            env={**os.environ, "PGTMP": exports["PGTMP"], "PGBIN": exports["PGBIN"]}, check=False,
+        )
+
+
+def pg_ctl(server: dict[str, str], action: str) -> None:
+    """``pg_ctl stop|start|restart`` on a private server (fast shutdown; a start listens
+    where the server did). The server logs to its own file: it must not inherit this
+    process's pipes, or waiting for pg_ctl would wait for the server to exit."""
+    import os
+    import subprocess
+
+    owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    options = (["-o", f"-p {server['PGPORT']} -k {server['PGTMP']} -c listen_addresses=127.0.0.1 -c fsync=off"]
+               if action == "start" else ["-m", "fast"])
+    subprocess.run(
+        [*owner, f"{server['PGBIN']}/pg_ctl", "-D", f"{server['PGTMP']}/data", "-l", f"{server['PGTMP']}/server.log",
+         *options, "-w", "-t", "60", action],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=90,
+    )

@@ -245,9 +245,28 @@ def replay_reroutes() -> None:
     runs.EFFECTS["replay"] = replay
 
 
+def retry_without_retries_left() -> None:
+    # A lost hop is retried whatever its workflow allows.
+    for state in (RS.RUNNING, RS.AWAITING_HARDWARE):
+        _run_rules(state, RC.RETRY_LOST, lambda rules: tuple(rule for rule in rules if rule.guard != "no_retries_left"))
+
+
+def result_kept_with_failure() -> None:
+    settle = runs.EFFECTS["settle_failed"]
+
+    def keeps(record: Any, command: Any, now_us: int) -> Any:
+        decided = settle(record, command, now_us)
+        kept = replace_run(decided.new_record.run, result_json='{"kept":true}')
+        return runs.Applied(RunPair(kept, decided.new_record.deliveries), decided.reply)
+
+    runs.EFFECTS["settle_failed"] = keeps
+
+
 RUN_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (
+        retry_without_retries_left,
+        result_kept_with_failure,
         resume_without_owner_check,
         claim_ignores_sequence,
         settle_over_cancelling,
@@ -338,10 +357,56 @@ def held_failed_by_relay() -> None:
     recovery.TABLE[(RK.HELD, RP.RELAY)] = (recovery.RecoveryRule("always", recovery.Action.FAIL_HELD),)
 
 
+def settle_recorded_from_an_earlier_hop() -> None:
+    # Any recorded outcome counts, whichever hop recorded it.
+    recovery.GUARDS["outcome_recorded"] = lambda s: s.checkpoint_asked and s.outcome is not None
+
+
+def lost_hop_retried_without_allowance() -> None:
+    recovery.GUARDS["retry_left"] = lambda s: True
+
+
 RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (reconcile_touches_other_node, repark_without_snapshot_evidence, republish_under_new_key,
-                   held_failed_by_relay, terminal_fence_of_a_live_hop)
+                   held_failed_by_relay, terminal_fence_of_a_live_hop, settle_recorded_from_an_earlier_hop,
+                   lost_hop_retried_without_allowance)
+}
+
+
+from tenure.kernel.nodes import machine as nodes  # noqa: E402
+from tenure.kernel.nodes.record import NodeCommandType as NC, NodeStep as NS  # noqa: E402
+
+
+def _node_rules(state: NS, command: NC, guard: str) -> None:
+    nodes.TABLE[(state, command)] = tuple(rule for rule in nodes.TABLE[(state, command)] if rule.guard != guard)
+
+
+def takeover_of_a_live_node() -> None:
+    _node_rules(NS.LIVE, NC.TAKE_OVER, "lease_live")
+
+
+def takeover_before_expiry() -> None:
+    # Off by a second: a lease is counted as run out one second before its end.
+    nodes.GUARDS["lease_live"] = lambda record, command, now_us: now_us + 1_000_000 < record.lease_expires_at_us
+
+
+def renewal_after_expiry() -> None:
+    _node_rules(NS.LIVE, NC.RENEW, "lease_expired")
+
+
+def stale_incarnation_renews() -> None:
+    _node_rules(NS.LIVE, NC.RENEW, "epoch_differs")
+
+
+def takeover_claim_stolen() -> None:
+    _node_rules(NS.TAKING_OVER, NC.TAKE_OVER, "claim_live")
+
+
+NODE_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (takeover_of_a_live_node, takeover_before_expiry, renewal_after_expiry, stale_incarnation_renews,
+                   takeover_claim_stolen)
 }
 
 
@@ -352,6 +417,7 @@ MUTANTS: dict[str, dict[str, Callable[[], None]]] = {
     "consent": CONSENT_MUTANTS,
     "agent_jobs": AGENT_JOB_MUTANTS,
     "recovery": RECOVERY_MUTANTS,
+    "nodes": NODE_MUTANTS,
 }
 """Mutants by machine; ``TENURE_KERNEL_MUTANT=<machine>:<mutant>`` applies one."""
 
@@ -365,7 +431,10 @@ BEHAVIOURAL_TESTS: dict[str, list[str]] = {
                  "tests/test_recovery_table.py::test_an_orphan_is_fenced_then_reparked_on_exact_checkpoint_evidence_else_contained_then_failed_lost",
                  "tests/test_recovery_table.py::test_another_nodes_hop_and_this_boots_hop_are_left_and_a_relay_never_fails_held",
                  "tests/test_recovery_table.py::test_a_queued_hop_is_published_republished_rotated_or_fenced_by_what_the_broker_says",
-                 "tests/test_recovery_table.py::test_only_a_dead_processs_hop_is_fenced_terminally"],
+                 "tests/test_recovery_table.py::test_only_a_dead_processs_hop_is_fenced_terminally",
+                 "tests/test_recovery_table.py::test_a_dead_hop_that_recorded_its_outcome_is_settled_with_it_after_fence_and_containment",
+                 "tests/test_recovery_table.py::test_a_lost_hop_of_a_workflow_that_allows_retries_runs_again_until_none_is_left"],
+    "nodes": ["tests/test_node_properties.py"],
 }
 """The tests of behaviour each machine's mutants must fail (never the spec comparison,
 which would catch every table edit without saying which guarantee broke)."""

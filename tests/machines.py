@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from agent_job_strategies import job_situations
 from attempt_strategies import attempt_situations
 from consent_strategies import consent_situations
+from node_strategies import node_situations
 from queue_strategies import situations as queue_situations
 from run_strategies import run_situations
 from tenure.kernel.agent_jobs.machine import AGENT_JOBS
@@ -23,6 +24,8 @@ from tenure.kernel.attempts.record import AttemptStep
 from tenure.kernel.consents.machine import CONSENTS
 from tenure.kernel.consents.record import ConsentStep
 from tenure.kernel.core import Machine, Rule
+from tenure.kernel.nodes.machine import NODES
+from tenure.kernel.nodes.record import NodeCommandType, NodeStep
 from tenure.kernel.queue.commands import CommandType
 from tenure.kernel.queue.machine import QUEUE
 from tenure.kernel.queue.record import QueueState
@@ -217,6 +220,23 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "settles_done": lambda r, c, n: c.status.value == "done",
     "hop_live": lambda r, c, n: c.hop is None or c.hop.value in ("queued", "active"),
     "hop_unfinished": lambda r, c, n: c.hop is None or c.hop.value not in ("complete", "failed", "aborted"),
+    "no_retries_left": lambda r, c, n: not r.run.hop_retries < r.run.max_hop_retries,
+}
+
+
+# --- the node lease machine's guards, from specs/nodes.md's glossary ------------------------
+
+NODE_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
+    "always": lambda r, c, n: True,
+    "lease_out_of_range": lambda r, c, n: type(c.lease_us) is not int or c.lease_us < 1
+    or c.lease_us > 3_600_000_000 or n + c.lease_us > 253402300799999999,
+    "epoch_exhausted": lambda r, c, n: r.epoch == INT64_MAX,
+    "epoch_differs": lambda r, c, n: c.epoch != r.epoch,
+    "lease_expired": lambda r, c, n: not n < r.lease_expires_at_us,
+    "lease_live": lambda r, c, n: r.lease_expires_at_us > n,
+    "own_node": lambda r, c, n: c.taker == r.node,
+    "claim_live": lambda r, c, n: r.takeover_until_us is not None and r.takeover_until_us > n,
+    "other_taker": lambda r, c, n: c.taker != r.taker,
 }
 
 
@@ -274,6 +294,10 @@ def _attempt_state(record: Any) -> enum.Enum:
 
 def _run_state(record: Any) -> enum.Enum:
     return RunStep.ABSENT if record is None else RunStep(record.run.status.value)
+
+
+def _node_state(record: Any) -> enum.Enum:
+    return NodeStep.ABSENT if record is None else NodeStep(record.status.value)
 
 
 def _consent_state(record: Any) -> enum.Enum:
@@ -342,5 +366,17 @@ MACHINES: dict[str, MachineUnderTest] = {
         and command is AgentJobCommandType.RECORD_CANCELLED and rule.target is AgentJobStep.CANCELLED,
         state_of_record=_job_state,
         oracle_guards=AGENT_JOB_ORACLE_GUARDS,
+    ),
+    "nodes": MachineUnderTest(
+        name="nodes",
+        machine=NODES,
+        situations=lambda state=None, kind=None: node_situations(state, kind),
+        # A taken-over incarnation is finished; only a new boot under the name leaves it.
+        terminal=frozenset({NodeStep.TAKEN_OVER}),
+        live=frozenset({NodeStep.LIVE, NodeStep.TAKING_OVER}),
+        terminal_exit_allowed=lambda state, command, rule: command is NodeCommandType.BOOT
+        and rule.target is NodeStep.LIVE,
+        state_of_record=_node_state,
+        oracle_guards=NODE_ORACLE_GUARDS,
     ),
 }

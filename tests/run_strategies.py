@@ -23,6 +23,7 @@ from tenure.kernel.runs.commands import (
     FailHeld,
     FinishCancel,
     Rotate,
+    RetryLost,
     LeaveHardwareWait,
     OwnerEvidence,
     Park,
@@ -117,6 +118,7 @@ def _identity(draw: st.DrawFn) -> dict[str, object]:
         requested_priority=draw(st.none() | st.just(priority)), priority=priority,
         intent_digest=DIGESTS[0], idempotency_key=draw(st.none() | st.just("key-1")),
         created_at_us=created, updated_at_us=created + draw(st.integers(0, 10)),
+        max_hop_retries=draw(st.sampled_from([0, 0, 1, 2])),
     )
 
 
@@ -176,6 +178,7 @@ def run_records(draw: st.DrawFn, step: RunStep | None = None) -> RunPair | None:
         return None
     status = RunStatus(step.value)
     run = base_run(**_identity(draw))
+    run = _with(run, hop_retries=draw(st.integers(0, run.max_hop_retries)))
     seq = draw(st.sampled_from([0, 0, 1, 2]))
     if status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
         run, delivery = _before_cancel(draw, run, seq)
@@ -189,7 +192,9 @@ def run_records(draw: st.DrawFn, step: RunStep | None = None) -> RunPair | None:
             run = _with(run, status=status, error="retention_failed")
             delivery = delivery_for(run, DeliveryState.SETTLED)
         else:
-            run = _with(_ran(run, seq), status=status, error="boom" if status is RunStatus.FAILED else None)
+            result = draw(st.sampled_from([None, '{"answer":42}'])) if status is RunStatus.DONE else None
+            run = _with(_ran(run, seq), status=status, error="boom" if status is RunStatus.FAILED else None,
+                        result_json=result)
             delivery = delivery_for(run, DeliveryState.SETTLED, was_claimed=True)
     else:
         run, delivery = _in_status(draw, run, status, seq)
@@ -277,10 +282,13 @@ def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) 
     if kind is C.SETTLE:
         status = draw(st.sampled_from([RunStatus.DONE, RunStatus.FAILED]))
         error = "boom" if status is RunStatus.FAILED else None
-        return Settle(enqueue_seq=seq, status=status, error=error, containment=_containment(draw))
+        result = draw(st.sampled_from([None, '{"answer":42}'])) if status is RunStatus.DONE else None
+        return Settle(enqueue_seq=seq, status=status, error=error, containment=_containment(draw), result_json=result)
     hop = draw(st.none() | st.sampled_from(BrokerJobState))
     if kind is C.ROTATE:
         return Rotate(enqueue_seq=seq, hop=hop)
+    if kind is C.RETRY_LOST:
+        return RetryLost(enqueue_seq=seq, hop=hop, containment=_containment(draw))
     return FinishCancel(enqueue_seq=seq, hop=hop, containment=_containment(draw))
 
 

@@ -1,5 +1,6 @@
 """A Run worker process for the kill -9 test: ``python run_worker_process.py DB_URL BROKER``
-(``saq`` or ``queue``) runs a :class:`RunRuntime` as node ``node-a`` until it is killed. Its registry (imported by
+(``saq`` or ``queue``) runs a :class:`RunRuntime` as node ``node-a`` (``TENURE_TEST_NODE``
+names another, ``TENURE_TEST_NODE_LEASE_S`` sets its lease) until it is killed. Its registry (imported by
 the test for the second boot) has two workflows whose first hop never finishes:
 ``hang`` saves a plain checkpoint and waits; ``pre-park`` creates a consent and saves the
 checkpoint naming it, then waits where its park would be (the seed's crash window between
@@ -8,14 +9,24 @@ checkpoint and park). A resumed ``pre-park`` hop finishes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Any
 
 from tenure.adapters import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, Workflows
 from tenure.model import ConsentStatus, WaitKind
 
-NODE = "node-a"
+NODE = os.environ.get("TENURE_TEST_NODE", "node-a")
+NODE_LEASE_S = float(os.environ.get("TENURE_TEST_NODE_LEASE_S", "30"))
 registry = Workflows()
+
+
+@registry.workflow("repeatable", "1", on_lost="retry", max_hop_retries=2)
+async def repeatable(ctx: Any) -> dict[str, Any]:
+    """Safe to repeat: its first hop never finishes; a hop run again finishes."""
+    if ctx.enqueue_seq == 0:
+        await asyncio.Event().wait()
+    return {"finished_by_hop": ctx.enqueue_seq}
 
 
 @registry.workflow("hang", "1")
@@ -43,7 +54,8 @@ async def main(db_url: str, kind: str) -> None:
     async with RunLedger(db_url) as ledger:
         broker = broker_of(kind, db_url)
         worker = RunWorker(ledger, broker, registry, node=NODE, watch_interval_s=0.1)
-        async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=NODE):
+        async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=NODE, relay_interval_s=0.2,
+                              node_lease_s=NODE_LEASE_S):
             print("ready", flush=True)
             await asyncio.Event().wait()
 

@@ -162,6 +162,11 @@ MACHINES = {
         "absent",
         "delegated job",
     ),
+    "nodes": (
+        ["absent", "live", "taking_over", "taken_over"],
+        "absent",
+        "node lease",
+    ),
 }
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from adapter_support import pg_ctl, private_pg_server
 from tenure.adapters import ValidationJobSource, upgrade
 from tenure.model import ValidationJob, WorkerConfig
 
@@ -195,22 +196,8 @@ def test_sqlite_workers_killed_at_random_finish_every_job_exactly_once(tmp_path:
 
 @pytest.fixture
 def private_server() -> Iterator[dict[str, str]]:
-    started = subprocess.run(["bash", str(ROOT / ".ci" / "pg-start.sh")], capture_output=True, text=True, check=False)
-    assert started.returncode == 0, "no PostgreSQL server: install Debian's postgresql package"
-    exports = dict(
-        part.split("=", 1) for line in started.stdout.splitlines() for part in line.removeprefix("export ").split()
-    )
-    try:
-        yield exports
-    finally:
-        subprocess.run(
-            ["bash", str(ROOT / ".ci" / "pg-stop.sh")],
-            env={**os.environ, "PGTMP": exports["PGTMP"], "PGBIN": exports["PGBIN"]}, check=False,
-        )
-
-
-def _as_server_owner() -> list[str]:
-    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    with private_pg_server() as server:
+        yield server
 
 
 class ServerFaults:
@@ -224,14 +211,7 @@ class ServerFaults:
     def __call__(self, elapsed: float, faults: dict[str, int]) -> None:
         if self.restarts_at and elapsed >= self.restarts_at[0]:
             self.restarts_at.pop(0)
-            # The restarted server keeps its command line (postmaster.opts) and logs to the
-            # server log: it must not inherit this process's pipes, or waiting for pg_ctl
-            # would wait for the server to exit.
-            subprocess.run(
-                [*_as_server_owner(), f"{self.server['PGBIN']}/pg_ctl", "-D", f"{self.server['PGTMP']}/data",
-                 "-l", f"{self.server['PGTMP']}/server.log", "-m", "fast", "-w", "-t", "60", "restart"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=90,
-            )
+            pg_ctl(self.server, "restart")
             faults["server_restarts"] = faults.get("server_restarts", 0) + 1
         if 2.0 <= elapsed < 5.0 or 9.0 <= elapsed < 12.0:
             faults["backends_terminated"] = faults.get("backends_terminated", 0) + asyncio.run(self._terminate_for(0.4))

@@ -1,5 +1,5 @@
 """The recovery table: total, the same as specs/recovery.md both ways, and every verdict
-keeps the recovery rules (REC-1 ... REC-9) over generated situations."""
+keeps the recovery rules (REC-1 ... REC-11) over generated situations."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_every_case_and_pass_has_rules_ending_in_always_and_every_guard_is_named
     spec = SPEC.read_text()
     for guard in table.GUARDS:
         assert re.search(rf"`{guard}`", spec), guard
-    for rule_name in ("REC-1", "REC-2", "REC-3", "REC-4", "REC-5", "REC-6", "REC-7", "REC-8", "REC-9"):
+    for rule_name in ("REC-1", "REC-2", "REC-3", "REC-4", "REC-5", "REC-6", "REC-7", "REC-8", "REC-9", "REC-10", "REC-11"):
         assert f"**{rule_name}**" in spec
 
 
@@ -66,6 +66,8 @@ def situations(draw: st.DrawFn) -> Situation:
     run = base_run(status=status, enqueue_seq=seq, started_at_us=NOW - 500 if seq or status is not RunStatus.QUEUED
                    else None, node=node if seq or status is not RunStatus.QUEUED else None,
                    admitted_node=draw(st.sampled_from([None, *NODES])))
+    allowed = draw(st.sampled_from([0, 0, 1, 2]))
+    run = dataclasses.replace(run, max_hop_retries=allowed, hop_retries=draw(st.integers(0, allowed)))
     if status in (RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE):
         kind = {RunStatus.AWAITING_CONSENT: WaitKind.CONSENT, RunStatus.AWAITING_DELEGATE: WaitKind.DELEGATE,
                 RunStatus.AWAITING_SERVICE: WaitKind.SERVICE}[status]
@@ -93,6 +95,8 @@ def situations(draw: st.DrawFn) -> Situation:
         checkpoint_owner=draw(st.none() | st.sampled_from(["owner-1", "owner-2"])), latest_owner=latest, owner=owner,
         containment=Containment(draw(st.integers(0, 1)), draw(st.integers(0, 1))), contained=draw(st.booleans()),
         observed=draw(st.booleans()),
+        outcome=draw(st.none() | st.tuples(st.sampled_from([RunStatus.DONE, RunStatus.FAILED, RunStatus.RUNNING]),
+                                           st.sampled_from([seq, seq + 1, max(0, seq - 1)]))),
     )
 
 
@@ -174,6 +178,38 @@ def test_only_a_dead_processs_hop_is_fenced_terminally() -> None:
         verdict = decide(live)
         assert verdict.action is Action.FENCE and not verdict.terminal
     assert verdict_violations(live, dataclasses.replace(verdict, terminal=True)) == ["REC-9"]
+
+
+def test_a_dead_hop_that_recorded_its_outcome_is_settled_with_it_after_fence_and_containment() -> None:
+    fenced = _orphan(fenced=True, probe=Probe(BrokerJobState.ABORTED), checkpoint_asked=True,
+                     checkpoint_owner="c-1", latest_owner=(WaitKind.CONSENT, "c-1"),
+                     outcome=(RunStatus.DONE, 0))
+    assert decide(fenced).action is Action.SETTLE_RECORDED  # before the re-park: the workflow finished
+    opened = dataclasses.replace(fenced, containment=Containment(0, 1))
+    assert decide(opened).action is Action.CONTAIN
+    assert decide(dataclasses.replace(opened, contained=True)).reason is Reason.CONTAINMENT_UNPROVEN
+    older = dataclasses.replace(fenced, outcome=(RunStatus.DONE, 1))  # another hop's outcome
+    assert decide(older).action is Action.REPARK
+    live = dataclasses.replace(fenced, probe=Probe(BrokerJobState.ACTIVE, 1))
+    assert decide(live).reason is Reason.ORPHAN_UNFENCED
+    assert verdict_violations(older, table.Verdict(Action.SETTLE_RECORDED)) == ["REC-10"]
+    assert verdict_violations(fenced, table.Verdict(Action.FAIL_LOST)) == ["REC-10"]
+    relay = dataclasses.replace(fenced, phase=Pass.RELAY, node=None, cutoff_us=None)
+    assert decide(relay).action is Action.LEAVE
+
+
+def test_a_lost_hop_of_a_workflow_that_allows_retries_runs_again_until_none_is_left() -> None:
+    run = dataclasses.replace(_orphan().run, max_hop_retries=2, hop_retries=1)
+    fenced = _orphan(run=run, fenced=True, probe=Probe(BrokerJobState.ABORTED), checkpoint_asked=True)
+    assert decide(fenced).action is Action.RETRY_LOST
+    spent = dataclasses.replace(fenced, run=dataclasses.replace(run, hop_retries=2))
+    assert decide(spent).action is Action.FAIL_LOST
+    assert verdict_violations(spent, table.Verdict(Action.RETRY_LOST)) == ["REC-11"]
+    assert verdict_violations(fenced, table.Verdict(Action.FAIL_LOST)) == ["REC-11"]
+    opened = dataclasses.replace(fenced, containment=Containment(1, 0))
+    assert decide(opened).action is Action.CONTAIN
+    unfenced = dataclasses.replace(fenced, fenced=False)
+    assert "REC-4" in verdict_violations(unfenced, table.Verdict(Action.RETRY_LOST))
 
 
 # --- the admitting node, stored by the ledger (what reconcile's held rule reads) ----------

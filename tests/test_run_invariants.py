@@ -170,6 +170,9 @@ BROKEN_RUN_RULES: dict[str, tuple[RunPair | None, Any, RunPair | None]] = {
     "TR-R8": (None, _admit(busy=True), _QUEUED),
     # a rotation of a fresh hop that opens a resumed one (the mode guessed, not kept)
     "TR-R9": (_QUEUED, Rotate(enqueue_seq=0, hop=BrokerJobState.COMPLETE), _two(_pair(), D.SETTLED)),
+    # a claim that counts a retry of a lost hop
+    "TR-R10": (_with_run(_QUEUED, max_hop_retries=1), Claim(enqueue_seq=0, node="node-a"),
+               _with_run(_pair(RunStatus.RUNNING, D.CLAIMED), max_hop_retries=1, hop_retries=1)),
 }
 
 

@@ -407,6 +407,32 @@ def test_settle_needs_the_claimed_sequence_and_proven_containment() -> None:
     assert decision.reply == Settled(SETTLED_BY)  # type: ignore[union-attr]
 
 
+def test_a_done_settlement_keeps_its_result_and_a_failed_one_keeps_none() -> None:
+    pair = claimed()
+    done = applied(decide(RUNS, pair, dataclasses.replace(settle(), result_json='{"answer":42}'), NOW))
+    assert (done.run.status, done.run.result_json) == (RunStatus.DONE, '{"answer":42}')
+    failed = applied(decide(RUNS, pair, settle(status=RunStatus.FAILED), NOW))
+    assert (failed.run.status, failed.run.result_json) == (RunStatus.FAILED, None)
+
+
+def test_a_lost_hop_is_retried_only_fenced_contained_and_with_a_retry_left() -> None:
+    from tenure.kernel.runs.commands import RetryLost
+
+    pair = claimed()
+    allowed = RunPair(dataclasses.replace(pair.run, max_hop_retries=1), pair.deliveries)
+    retry = RetryLost(enqueue_seq=0, hop=BrokerJobState.ABORTED, containment=Containment(0, 0))
+    assert refused(decide(RUNS, pair, retry, NOW), RunRefusal.NO_RETRIES_LEFT)  # the default allows none
+    assert refused(decide(RUNS, allowed, dataclasses.replace(retry, hop=BrokerJobState.ACTIVE), NOW),
+                   RunRefusal.HOP_LIVE)
+    assert refused(decide(RUNS, allowed, dataclasses.replace(retry, containment=Containment(1, 0)), NOW),
+                   RunRefusal.CONTAINMENT_UNPROVEN)
+    again = applied(decide(RUNS, allowed, retry, NOW))
+    assert (again.run.status, again.run.enqueue_seq, again.run.hop_retries, again.current.state) == (
+        RunStatus.QUEUED, 1, 1, DeliveryState.PENDING)
+    spent = RunPair(again.run, (again.current,))
+    assert refused(decide(RUNS, spent, dataclasses.replace(retry, enqueue_seq=1), NOW), RunRefusal.NOT_RUNNING)
+
+
 def test_an_old_hop_cannot_settle_a_later_one() -> None:
     later = claimed(seq=1)
     assert later.run.enqueue_seq == 1

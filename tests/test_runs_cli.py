@@ -181,3 +181,35 @@ def test_every_runs_action_refuses_a_database_never_migrated_with_exit_status_tw
     assert out.startswith(f"refused: {reason}: run `tenure migrate --db URL` first ("), out
     assert str(folder) not in out
     assert path.exists() is (prepared == "empty")  # nothing was created
+
+
+async def test_retry_readmits_a_lost_run_and_show_prints_a_result_only_when_asked(
+    db_url: str, folder: pathlib.Path,
+) -> None:
+    from tenure.adapters import InMemoryBroker, RecoveryPorts
+    from tenure.model import RunIntent, WorkflowPin
+
+    pin = WorkflowPin("hello", "1", "sha256:" + "a" * 64)
+    broker = InMemoryBroker()
+    async with RunLedger(db_url) as ledger:
+        lost = (await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {}), workflow=pin, queue="runs",
+                                   priority=50)).run.run_id
+        done = (await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {"n": 2}), workflow=pin,
+                                   queue="runs", priority=50)).run.run_id
+        for run_id in (lost, done):
+            await ledger.publish(run_id, 0, broker)
+            assert await ledger.claim(run_id, 0, node="node-a") is not None
+        assert await ledger.settle(done, 0, RunStatus.DONE, result={"secret": "r3sult"})
+        await ledger.reconcile(RecoveryPorts(broker), node="node-a", boot_cutoff=await ledger.database_now())
+    retried = await asyncio.to_thread(tenure, folder, "retry", "--db", db_url, lost)
+    assert retried.returncode == 0 and lost in retried.stdout and "yes" in retried.stdout, retried.stdout
+    again = await asyncio.to_thread(tenure, folder, "retry", "--db", db_url, lost)
+    assert again.returncode == 0 and "no (replay)" in again.stdout
+    refused = await asyncio.to_thread(tenure, folder, "retry", "--db", db_url, done)
+    assert refused.returncode == 2 and "run_not_lost" in refused.stdout
+    missing = await asyncio.to_thread(tenure, folder, "retry", "--db", db_url, "0" * 36)
+    assert missing.returncode == 2
+    shown = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, done)
+    assert shown.returncode == 0 and "bytes of JSON" in shown.stdout and "r3sult" not in shown.stdout
+    printed = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, done, "--result")
+    assert printed.returncode == 0 and '{"secret":"r3sult"}' in printed.stdout

@@ -24,6 +24,8 @@ from adapter_support import raw
 from agent_job_strategies import job_records
 from attempt_strategies import attempt_records
 from consent_strategies import consent_records
+from node_strategies import NOW as NODE_NOW
+from node_strategies import node_records
 from queue_strategies import NOW, TOKENS, records
 from run_strategies import run_records
 from tenure.adapters import upgrade
@@ -31,6 +33,8 @@ from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.runs.table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.dialects import open_store
 from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.adapters.runs.nodes import NODES_BINDING
+from tenure.kernel.nodes import finders as node_finders
 from tenure.adapters.runs.queue_broker import HOPS_BINDING
 from tenure.adapters.store import Probe
 from tenure.adapters.tables import Binding
@@ -201,6 +205,10 @@ def _owner_finders(by_keys: Finder, of_run: Finder, prefix: str) -> Callable[[li
     )
 
 
+def _unique_nodes(rows: list[Any]) -> list[Any]:
+    return [dataclasses.replace(row, node=f"node-{index}") for index, row in enumerate(rows)]
+
+
 CASES = {
     **{
         f"queue.{queue.value}": TableCase(
@@ -236,6 +244,17 @@ CASES = {
         CONSENTS_BINDING,
         st.lists(consent_records().filter(lambda r: r is not None), max_size=6).map(_unique_consents),
         _owner_finders(run_finders.consents_by_keys, run_finders.pending_consents_of_run, "consent"),
+    ),
+    "run_nodes": TableCase(
+        NODES_BINDING,
+        st.lists(node_records().filter(lambda r: r is not None), max_size=6).map(_unique_nodes),
+        lambda rows: st.one_of(
+            st.tuples(st.just(node_finders.nodes_by_keys),
+                      st.lists(st.sampled_from(["node-0", "node-1", "node-3", "NODE-0"]), max_size=3)
+                      .map(lambda chosen: {"keys": chosen})),
+            st.tuples(st.just(node_finders.expired_nodes),
+                      st.sampled_from([NODE_NOW - 10**9, NODE_NOW, NODE_NOW + 10**9]).map(lambda now: {"now": now})),
+        ),
     ),
     "agent_jobs": TableCase(
         AGENT_JOBS_BINDING,

@@ -17,6 +17,15 @@ hop's sequence, so a hop that lost its Run (cancelled, failed by recovery, super
 cannot overwrite the snapshot of the hop after it. A delete writes only once the Run
 is terminal. A checkpoint is not a state machine: it is evidence the Run machine's
 callers read, stored next to the Run's rows and written under the Run's lock.
+
+Outcomes (schema step ``runs_v5``): when a hop's workflow has finished, the worker
+records its outcome in the same row, under the same fence as a save
+(:meth:`Checkpoints.record_outcome`: DONE with the workflow's result, or FAILED with
+its error, for the hop's sequence), before it settles. A settlement that then meets a
+database outage is retried; a process that dies first leaves the outcome as evidence,
+and recovery settles the Run with it instead of failing it ``lost``
+(``specs/recovery.md``, ``outcome_recorded``). Settling a Run deletes its checkpoint in
+the same transaction.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from tenure.model import (
     canonical_json,
     load_json,
 )
-from tenure.model.runs import MAX_RUN_DOCUMENT_BYTES, check_document, check_text
+from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_document, check_text
 
 from ..store import Transaction
 from ..tables import Binding, Codec, ColumnSpec, Step, TableSpec
@@ -47,7 +56,8 @@ from .table import RUNS_BINDING
 if TYPE_CHECKING:
     from .ledger import RunLedger
 
-__all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "OWNER_KINDS"]
+__all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "OWNER_KINDS", "RecordedOutcome",
+           "recorded_outcome", "delete_in", "clear_outcome_in"]
 
 _STEP = Step.WORKERS
 
@@ -66,6 +76,10 @@ class CheckpointRow:
     owner_id: str | None
     state_json: str
     saved_at_us: int
+    outcome_seq: int | None = None
+    outcome_status: RunStatus | None = None
+    outcome_json: str | None = None
+    outcome_error: str | None = None
 
 
 def _column(name: str, codec: Codec, sql_type: Any, *, mutable: bool, field: str | None = None, **more: Any) -> ColumnSpec:
@@ -81,6 +95,12 @@ CHECKPOINTS_TABLE = TableSpec(
         _column("owner_id", Codec.OPTIONAL_TEXT, String(128), mutable=True),
         _column("state_json", Codec.TEXT, Text(), mutable=True),
         _column("saved_at", Codec.INSTANT, DateTime(timezone=True), mutable=True, field="saved_at_us"),
+        # runs_v5: the outcome a finished hop recorded before it settles.
+        ColumnSpec("outcome_seq", "outcome_seq", Codec.OPTIONAL_INT, Integer(), True, True, step=Step.LIVENESS),
+        ColumnSpec("outcome_status", "outcome_status", Codec.OPTIONAL_ENUM, String(20), True, True,
+                   step=Step.LIVENESS, choices=RunStatus),
+        ColumnSpec("outcome_json", "outcome_json", Codec.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
+        ColumnSpec("outcome_error", "outcome_error", Codec.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
     ),
     created_by=_STEP,
     checks=(
@@ -108,8 +128,48 @@ class Checkpoint:
     saved_at: dt.datetime
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordedOutcome:
+    """What a finished hop recorded before settling: the hop's sequence, DONE or FAILED,
+    the result (canonical JSON text, or None) or the error."""
+
+    enqueue_seq: int
+    status: RunStatus
+    result_json: str | None
+    error: str | None
+
+
 def _refuse(field: str, problem: str) -> ConfigValidationError:
     return ConfigValidationError("invalid_checkpoint", fields=(field,), problems=(problem,))
+
+
+def recorded_outcome(row: CheckpointRow) -> RecordedOutcome | None:
+    """The outcome a stored row holds, or None (also when its parts do not agree: a row
+    written outside tenure is no evidence)."""
+    status = row.outcome_status
+    if row.outcome_seq is None or status not in (RunStatus.DONE, RunStatus.FAILED):
+        return None
+    failed = status is RunStatus.FAILED
+    if failed != (row.outcome_error is not None) or (failed and row.outcome_json is not None):
+        return None
+    return RecordedOutcome(row.outcome_seq, status, row.outcome_json, row.outcome_error)
+
+
+async def clear_outcome_in(tx: Transaction, run_id: str) -> None:
+    """Forget a recorded outcome inside the caller's transaction (a retried hop's)."""
+    stored = await tx.read(CHECKPOINTS_BINDING, [run_id])
+    if stored and stored[0].outcome_seq is not None:
+        cleared = dataclasses.replace(stored[0], outcome_seq=None, outcome_status=None, outcome_json=None,
+                                      outcome_error=None)
+        await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], cleared)], read_back=False)
+
+
+async def delete_in(tx: Transaction, run_id: str) -> None:
+    """Delete the Run's checkpoint inside the caller's transaction (which holds the Run's
+    lock and has just made it terminal)."""
+    stored = await tx.read(CHECKPOINTS_BINDING, [run_id])
+    if stored:
+        await tx.delete(CHECKPOINTS_BINDING, stored[0])
 
 
 def _public(row: CheckpointRow) -> Checkpoint:
@@ -169,6 +229,56 @@ class Checkpoints:
             return True
 
         return bool(await self._ledger._in_transaction(body))
+
+    async def record_outcome(self, run_id: str, enqueue_seq: int, status: RunStatus, *,
+                             result_json: str | None = None, error: str | None = None) -> bool:
+        """Record the finished hop ``enqueue_seq``'s outcome (DONE with its result, the
+        canonical JSON text the settlement will keep, or FAILED with its error) in the
+        Run's checkpoint row, keeping the snapshot. The same fence as :meth:`save`: True
+        when written, False when that hop does not hold the Run any more."""
+        from .ledger import _run_id, _seq
+
+        key = _run_id(run_id)
+        seq = _seq(enqueue_seq)
+        if status not in (RunStatus.DONE, RunStatus.FAILED):
+            raise _refuse("status", "done_or_failed_required")
+        failed = status is RunStatus.FAILED
+        if failed != (error is not None) or (failed and result_json is not None):
+            raise _refuse("error", "failed_needs_error_done_has_none")
+        if error is not None:
+            error = check_text(error, "error", MAX_ERROR_CHARS)
+        if result_json is not None and (type(result_json) is not str
+                                        or len(result_json.encode()) > MAX_RUN_DOCUMENT_BYTES):
+            raise _refuse("result_json", "document_too_large")
+
+        async def body(tx: Transaction) -> bool:
+            runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
+            if not runs or runs[0].status not in _SAVING_STATUSES or runs[0].enqueue_seq != seq:
+                return False
+            now = await tx.now_us()
+            stored = await tx.read(CHECKPOINTS_BINDING, [key])
+            base = stored[0] if stored else CheckpointRow(key, seq, None, None, "null", now)
+            row = dataclasses.replace(base, saved_at_us=now, outcome_seq=seq, outcome_status=status,
+                                      outcome_json=result_json, outcome_error=error)
+            if stored:
+                await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], row)], read_back=False)
+            else:
+                await tx.insert(CHECKPOINTS_BINDING, row)
+            return True
+
+        return bool(await self._ledger._in_transaction(body))
+
+    async def outcome(self, run_id: str) -> RecordedOutcome | None:
+        """The outcome the Run's checkpoint records (recovery's ``checkpoint_outcome``)."""
+        from .ledger import _run_id
+
+        key = _run_id(run_id)
+
+        async def body(tx: Transaction) -> list[CheckpointRow]:
+            return await tx.read(CHECKPOINTS_BINDING, [key])
+
+        found = await self._ledger._in_transaction(body, write=False)
+        return recorded_outcome(found[0]) if found else None
 
     async def load(self, run_id: str) -> Checkpoint | None:
         from .ledger import _run_id

@@ -45,6 +45,7 @@ from tenure.kernel.agent_jobs.record import (
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.consents.record import CancelPending, ConsentRow, CreateConsent, DecideConsent
 from tenure.kernel.core import Applied, Decision, Refused, decide
+from tenure.kernel.recovery.table import LOST_ERROR
 from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (
@@ -65,6 +66,8 @@ from tenure.kernel.runs.commands import (
     Release,
     Resume,
     Resumed,
+    RetryLost,
+    Rotated,
     RunCommand,
     Settle,
     Settled,
@@ -110,14 +113,17 @@ from ..failures import persistence_failed
 from ..store import Transaction
 from . import recovery as _recovery
 from .broker import Broker, fence_hop
-from .checkpoints import Checkpoints
+from .checkpoints import Checkpoints, RecordedOutcome
+from .checkpoints import clear_outcome_in
+from .nodes import NodeLeases
+from .checkpoints import delete_in as delete_checkpoint_in
 from .recovery import RecoveryPorts, RecoveryReport
 
 if TYPE_CHECKING:
     from ..attempts.ledger import AttemptLedger
 from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 
-__all__ = ["RunLedger", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for",
+__all__ = ["RunLedger", "result_text", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for",
            "legacy_run_id_for", "job_id_for",
            "admission_rows", "consent_evidence", "job_evidence", "attempt_evidence", "cancelled_result"]
 
@@ -184,9 +190,21 @@ def _digest(document: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(document).encode("utf-8")).hexdigest()
 
 
+def result_text(status: RunStatus, result: Any) -> str | None:
+    """The canonical text a DONE Run keeps of its workflow's result: a JSON object of at
+    most 1 MiB, or None (a FAILED Run keeps none)."""
+    if result is None:
+        return None
+    if status is not RunStatus.DONE:
+        raise _refuse("result", "failed_has_no_result")
+    if type(result) is not dict:
+        raise _refuse("result", "json_object_required")
+    return _json_text(result, "result")
+
+
 def admission_rows(
     intent: RunIntent, workflow: WorkflowPin, queue: str, priority: int, idempotency_key: str | None, run_id: str,
-    node: str | None = None,
+    node: str | None = None, retry_of: str | None = None,
 ) -> tuple[RunRow, DeliveryRow]:
     """The Run and delivery 0 an admission asks the kernel to store (checked arguments;
     where they stand and their times are the kernel's)."""
@@ -204,6 +222,7 @@ def admission_rows(
         queue=queue, priority=doctrine, workflow_name=workflow.name, workflow_revision=workflow.revision,
         workflow_digest=workflow.digest, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
         owner_id=None, error=None, created_at_us=0, updated_at_us=0, admitted_node=node,
+        max_hop_retries=workflow.max_hop_retries, retry_of=retry_of,
     )
     template = DeliveryRow(
         delivery_id=key_of(run_id, 0), run_id=run_id, enqueue_seq=0, state=DeliveryState.PENDING, queue=queue,
@@ -236,11 +255,12 @@ def _public_run(row: RunRow) -> RunRecord:
         run_id=row.run_id, status=row.status, session_id=row.session_id, source=row.source,
         principal=row.principal, scopes=frozenset(row.scopes), payload=_parsed(row.payload_json),
         requested_priority=row.requested_priority, queue=row.queue, priority=row.priority,
-        workflow=WorkflowPin(row.workflow_name, row.workflow_revision, row.workflow_digest),
+        workflow=WorkflowPin(row.workflow_name, row.workflow_revision, row.workflow_digest, row.max_hop_retries),
         idempotency_key=row.idempotency_key, enqueue_seq=row.enqueue_seq, started_at=_instant(row.started_at_us),
         node=row.node, owner_kind=row.owner_kind, owner_id=row.owner_id, error=row.error,
         created_at=_instant(row.created_at_us), updated_at=_instant(row.updated_at_us),  # type: ignore[arg-type]
-        admitted_node=row.admitted_node,
+        admitted_node=row.admitted_node, result=_parsed(row.result_json), hop_retries=row.hop_retries,
+        retry_of=row.retry_of,
     )
 
 
@@ -318,6 +338,11 @@ class RunLedger:
         from ..attempts.ledger import AttemptLedger  # the attempt ledger imports the Run tables
 
         return AttemptLedger.on_engine(self._engine)
+
+    @functools.cached_property
+    def nodes(self) -> NodeLeases:
+        """The node leases of this database, on this ledger's connections."""
+        return NodeLeases(self)
 
     @functools.cached_property
     def checkpoints(self) -> Checkpoints:
@@ -453,8 +478,15 @@ class RunLedger:
             raise _refuse("session_fence", "session_required")
         if node is not None:
             check_text(node, "node")
+        return await self._admit(intent, workflow=workflow, queue=queue, priority=priority,
+                                 idempotency_key=idempotency_key, hold=hold, session_fence=session_fence, node=node)
+
+    async def _admit(
+        self, intent: RunIntent, *, workflow: WorkflowPin, queue: str, priority: int, idempotency_key: str | None,
+        hold: bool, session_fence: bool, node: str | None, retry_of: str | None = None,
+    ) -> Admission:
         run_id = run_id_for(idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
-        row, template = admission_rows(intent, workflow, queue, priority, idempotency_key, run_id, node)
+        row, template = admission_rows(intent, workflow, queue, priority, idempotency_key, run_id, node, retry_of)
 
         async def body(tx: Transaction) -> Admission:
             # Named locks first, always in this order: same-key admissions and one
@@ -479,6 +511,24 @@ class RunLedger:
             return Admission(_public_run(stored.run), _public_delivery(stored.current), decision.reply.created)  # type: ignore[union-attr]
 
         return await self._in_transaction(body)  # type: ignore[no-any-return]
+
+    async def retry(self, run_id: str, *, node: str | None = None) -> Admission | None:
+        """Re-admit a Run that failed ``lost`` (its hop died with its process) as a new
+        Run with the same intent, workflow pin, queue and priority, linked to it by
+        ``retry_of``; the failed Run stays as it is. Idempotent: its key is
+        ``retry:<run_id>``, so asking again answers the same new Run (``created=False``).
+        None when no such Run exists; a Run that did not fail ``lost`` is refused
+        (``ConfigValidationError`` ``run_not_lost``). Publish the returned delivery (or
+        leave it to the relays), as after :meth:`admit`."""
+        old = await self.get(_run_id(run_id))
+        if old is None:
+            return None
+        if old.status is not RunStatus.FAILED or old.error != LOST_ERROR:
+            raise _refuse("run_id", "run_not_lost")
+        key = f"retry:{old.run_id}"
+        return await self._admit(old.intent, workflow=old.workflow, queue=old.queue, priority=old.priority,
+                                 idempotency_key=key, hold=False, session_fence=False, node=node,
+                                 retry_of=old.run_id)
 
     async def _pair_holding_key(self, tx: Transaction, idempotency_key: str, source: str) -> RunPair | None:
         """The stored Run an admission under this key meets when none holds its derived
@@ -602,12 +652,18 @@ class RunLedger:
             return decision.reply.enqueue_seq
         return None
 
-    async def settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None = None) -> bool:
-        """Settle the claimed hop ``enqueue_seq`` DONE or FAILED (FAILED needs ``error``),
-        cancelling the Run's pending consents in the same transaction. False: a stale hop,
+    async def settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None = None,
+                     result: Any = None) -> bool:
+        """Settle the claimed hop ``enqueue_seq`` DONE (with ``result``, a JSON object the
+        Run keeps, or None) or FAILED (with ``error``), cancelling the Run's pending
+        consents and deleting its checkpoint in the same transaction. False: a stale hop,
         a Run that is not executing, or one being cancelled. While a delegated job is open
         or LOST, or a service attempt of this Run is not terminal, raises
         RUN_CONTAINMENT_UNPROVEN: contain them first."""
+        return await self._settle(run_id, enqueue_seq, status, error=error, result_json=result_text(status, result))
+
+    async def _settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None,
+                      result_json: str | None) -> bool:
         if status not in (RunStatus.DONE, RunStatus.FAILED):
             raise _refuse("status", "done_or_failed_required")
         if status is RunStatus.FAILED:
@@ -620,11 +676,22 @@ class RunLedger:
         async def body(tx: Transaction) -> Decision:
             pair = await self._locked_pair(tx, key)
             containment = Containment(0, 0) if pair is None else await self._containment(tx, key)
-            return await self._run_command(
-                tx, pair, Settle(enqueue_seq=seq, status=status, error=error, containment=containment)
-            )
+            command = Settle(enqueue_seq=seq, status=status, error=error, containment=containment,
+                             result_json=result_json)
+            decision = await self._run_command(tx, pair, command)
+            if isinstance(decision, Applied):
+                await delete_checkpoint_in(tx, key)  # terminal now: the snapshot's debt is paid
+            return decision
 
         return isinstance(await self._in_transaction(body), Applied)
+
+    async def settle_recorded(self, run_id: str, outcome: RecordedOutcome) -> bool:
+        """Settle the Run's hop from the outcome its checkpoint records (recovery's
+        ``settle_recorded``: the hop finished, then died before it settled)."""
+        if not isinstance(outcome, RecordedOutcome):
+            raise _refuse("outcome", "recorded_outcome_required")
+        return await self._settle(run_id, outcome.enqueue_seq, outcome.status, error=outcome.error,
+                                  result_json=outcome.result_json)
 
     # --- cancellation ------------------------------------------------------------------
 
@@ -671,6 +738,24 @@ class RunLedger:
 
         decision = await self._in_transaction(body)
         return isinstance(decision, Applied) and isinstance(decision.reply, Settled)
+
+    async def _retry_lost_on(self, run_id: str, enqueue_seq: int, hop: BrokerJobState | None) -> int | None:
+        """Recovery's retry of a lost hop (the Run machine's ``retry_lost``), on the hop
+        state its fence observed: the new sequence, or None when refused."""
+        async def body(tx: Transaction) -> Decision:
+            pair = await self._locked_pair(tx, run_id)
+            containment = Containment(0, 0) if pair is None else await self._containment(tx, run_id)
+            decision = await self._run_command(tx, pair, RetryLost(enqueue_seq=enqueue_seq, hop=hop,
+                                                                   containment=containment))
+            if isinstance(decision, Applied):
+                # The lost hop's recorded outcome, if any, belongs to it: the retry starts clean.
+                await clear_outcome_in(tx, run_id)
+            return decision
+
+        decision = await self._in_transaction(body)
+        if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
+            return decision.reply.enqueue_seq
+        return None
 
     # --- recovery ----------------------------------------------------------------------
 

@@ -20,8 +20,9 @@ One table holds every queue of a database: the queue name rides in the job (its
 
 Abort: a pending hop is cancelled at once. A hop this process serves is cancelled and
 waited for (``abort_wait_s``), then its job cancelled. A hop another process serves has
-its job cancelled, which voids that claim: the other process's next heartbeat fails and
-it cancels the hop. Nothing there acknowledges it to this process, so such a hop counts
+its job cancelled, which voids that claim; that process's worker stops the hop once the
+Run ledger shows the hop lost its Run (a cancellation makes it CANCELLING first), never
+on the queue's word alone. Nothing there acknowledges it to this process, so such a hop counts
 as live (probe ``active``, abort False) until one full lease has passed since the cancel;
 ``terminal=True`` (startup recovery, for a hop of a dead process) counts it stopped at
 once. A hop that raised, was cancelled or was stopped with the worker is finished
@@ -34,6 +35,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import logging
 import os
 import secrets
 import time
@@ -50,6 +52,7 @@ from tenure.model import (
     JobStatus,
     QueueClaimFence,
     QueueKind,
+    TenureError,
     ValidationJob,
     WorkerConfig,
     bounds,
@@ -64,6 +67,8 @@ from ..tables import Binding, IndexSpec, Step, TableSpec
 from .broker import BrokerProbe, PerformHop
 
 __all__ = ["QueueBroker", "HOPS_TABLE", "HOPS_BINDING", "HOP_CONTRACT", "PRIORITY_EPOCH"]
+
+log = logging.getLogger("tenure.runs.queue_broker")
 
 HOP_CONTRACT = "tenure.run_hop"
 """The ``contract_name`` of every hop job (its ``data_source`` is the hop key)."""
@@ -113,6 +118,20 @@ _STATES = {
     JobStatus.FAILED: BrokerJobState.FAILED,
     JobStatus.CANCELLED: BrokerJobState.ABORTED,
 }
+
+
+SERVE_BACKOFF_MAX_S = 2.0
+"""The longest pause of a serving loop after database failures in a row."""
+
+
+async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event | None, timeout: float) -> None:
+    """Wait until ``stopping`` (or ``wake``) is set, or ``timeout`` passed."""
+    waits = {asyncio.ensure_future(stopping.wait())}
+    if wake is not None:
+        waits.add(asyncio.ensure_future(wake.wait()))
+    _, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    for waiting in pending:
+        waiting.cancel()
 
 
 def _time_ordered_id() -> str:
@@ -224,46 +243,39 @@ class QueueBroker:
     async def serve(self, queues: frozenset[str], perform: PerformHop, *, concurrency: int,
                     stopping: asyncio.Event) -> None:
         """Claim hops (up to ``concurrency`` at once), run each through ``perform``,
-        heartbeat the running ones every ``heartbeat_seconds`` (a refused heartbeat means
-        the hop was aborted: it is cancelled) and finish each by its fence."""
+        heartbeat the running ones every ``heartbeat_seconds`` and finish each by its
+        fence. A refused heartbeat (the claim lapsed or was cancelled) is logged and
+        nothing more: the Run ledger's fence decides whether the hop still holds its Run
+        (the worker's watch stops it when it does not), so a hop that stalled past its
+        queue lease but still holds its Run finishes and settles it."""
         if frozenset(queues) != self._queues:
             raise _refuse("queues", "a_queue_broker_worker_serves_all_its_queues")
         fences: dict[str, QueueClaimFence] = {}
+        lapsed: set[str] = set()
         wake = asyncio.Event()
         heartbeat_every = float(self._config.heartbeat_seconds)
         last_beat = time.monotonic()
+        failures = 0
         try:
             while not stopping.is_set():
-                for key, task in list(self._served.items()):
-                    if task.done():
-                        del self._served[key]
-                        await self._finish(fences.pop(key), task)
-                free = concurrency - len(self._served)
-                claimed: list[JobRecord] = []
-                if free > 0 and await self._any_due():
-                    tokens = [secrets.token_hex(16) for _ in range(free)]
-                    claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record)
-                for record in claimed:
-                    hop = str(record.submission_id)  # the hop key
-                    run_id, seq = hop.removeprefix("run:").rsplit(":", 1)
-                    fences[hop] = QueueClaimFence(QueueKind.VALIDATION, record.job_id, self._owner,
-                                                  record.generation, str(record.claim_token))
-                    task = asyncio.ensure_future(perform(run_id, int(seq), None))
-                    task.add_done_callback(lambda _: wake.set())  # finish it and claim again at once
-                    self._served[hop] = task
-                if self._served and time.monotonic() - last_beat >= heartbeat_every:
-                    last_beat = time.monotonic()
-                    keys = list(fences)
-                    answers = await self._ops.heartbeat_owned([fences[key] for key in keys])
-                    for key, alive in zip(keys, answers, strict=True):
-                        if not alive and key in self._served:
-                            self._served[key].cancel()  # aborted elsewhere: the claim is void
+                try:
+                    claimed = await self._serve_round(perform, concurrency, fences, lapsed, wake)
+                    if self._served and time.monotonic() - last_beat >= heartbeat_every:
+                        last_beat = time.monotonic()
+                        await self._heartbeat(fences, lapsed)
+                    failures = 0
+                except TenureError as error:
+                    # The database failed this round (an outage, a busy SQLite file): the
+                    # hops already running go on, and serving resumes after a backoff.
+                    failures += 1
+                    if failures == 1:
+                        log.warning("serving hops met a database failure (%s); retrying", error.reason)
+                    claimed = []
+                    await _wait_any(stopping, None, min(SERVE_BACKOFF_MAX_S, self._poll_s * 2 ** failures))
+                    continue
                 if not claimed:
                     # Idle or full: wait for a hop to end, the stop, or the poll interval.
-                    waits = {asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopping.wait())}
-                    _, pending = await asyncio.wait(waits, timeout=self._poll_s, return_when=asyncio.FIRST_COMPLETED)
-                    for waiting in pending:
-                        waiting.cancel()
+                    await _wait_any(stopping, wake, self._poll_s)
                     wake.clear()
         finally:
             running = list(self._served.items())
@@ -275,6 +287,43 @@ class QueueBroker:
                 self._served.pop(key, None)
                 with contextlib.suppress(Exception):
                     await self._finish(fences.pop(key), task)
+
+    async def _serve_round(self, perform: PerformHop, concurrency: int, fences: dict[str, QueueClaimFence],
+                           lapsed: set[str], wake: asyncio.Event) -> list[JobRecord]:
+        """Finish the hops that ended (a finish that fails is retried next round), then
+        claim up to the free slots and start each claimed hop."""
+        for key, task in list(self._served.items()):
+            if task.done():
+                await self._finish(fences[key], task)
+                del self._served[key]
+                del fences[key]
+                lapsed.discard(key)
+        free = concurrency - len(self._served)
+        claimed: list[JobRecord] = []
+        if free > 0 and await self._any_due():
+            tokens = [secrets.token_hex(16) for _ in range(free)]
+            claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record)
+        for record in claimed:
+            hop = str(record.submission_id)  # the hop key
+            run_id, seq = hop.removeprefix("run:").rsplit(":", 1)
+            fences[hop] = QueueClaimFence(QueueKind.VALIDATION, record.job_id, self._owner,
+                                          record.generation, str(record.claim_token))
+            task = asyncio.ensure_future(perform(run_id, int(seq), None))
+            task.add_done_callback(lambda _: wake.set())  # finish it and claim again at once
+            self._served[hop] = task
+        return claimed
+
+    async def _heartbeat(self, fences: dict[str, QueueClaimFence], lapsed: set[str]) -> None:
+        keys = [key for key in fences if key in self._served and not self._served[key].done()]
+        answers = await self._ops.heartbeat_owned([fences[key] for key in keys])
+        for key, alive in zip(keys, answers, strict=True):
+            if not alive and key not in lapsed:
+                # The queue no longer counts this claim (its lease lapsed while the process
+                # stalled, or another process cancelled the job). The ledger, not the
+                # queue, says whether the hop still holds its Run: the worker's watch stops
+                # the hop when it does not, and a hop that does settles it.
+                lapsed.add(key)
+                log.warning("a hop's queue claim lapsed; the Run ledger decides whether it goes on")
 
     async def _any_due(self) -> bool:
         async def body(tx: Transaction) -> bool:

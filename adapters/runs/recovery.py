@@ -80,6 +80,7 @@ from tenure.model.runs import check_text
 from ..attempts.table import ATTEMPTS_BINDING
 from ..failures import persistence_failed
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
+from .checkpoints import RecordedOutcome
 from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ __all__ = ["RecoveryPorts", "RecoveryIssue", "RecoveryReport", "COUNT_NAMES", "I
 log = logging.getLogger("tenure.adapters.runs.recovery")
 
 COUNT_NAMES = ("published", "republished", "rotated", "held_failed", "orphans_parked", "orphans_failed",
-               "resumed", "cancels_finished")
+               "resumed", "cancels_finished", "outcomes_settled", "hops_retried")
 """The report's counts, each the number of writes of that kind that applied."""
 
 ISSUE_REASONS = (
@@ -124,6 +125,7 @@ CheckpointOwner = Callable[[str], Awaitable["str | None"]]
 ContainJob = Callable[[AgentJobRecord], Awaitable[bool]]
 ObserveAttempt = Callable[..., Awaitable["Found | NotFound | LookupFailed"]]
 DeleteCheckpoint = Callable[[str], Awaitable[None]]
+CheckpointOutcome = Callable[[str], Awaitable["RecordedOutcome | None"]]
 
 
 def _refuse(field: str, problem: str) -> ConfigValidationError:
@@ -143,6 +145,9 @@ class RecoveryPorts:
     (with ``cancel=True`` after asking it to stop). ``delete_checkpoint(run_id)``:
     idempotent cleanup of a terminal Run's snapshots, retried by every reconciliation.
     ``known_queues``: the queues this process serves (None: every queue is known).
+    ``checkpoint_outcome(run_id)``: the outcome a finished hop recorded in the Run's
+    checkpoint before it settled (no port: no outcome evidence, so such a hop is failed
+    ``lost`` as before).
     """
 
     broker: Broker
@@ -151,11 +156,12 @@ class RecoveryPorts:
     observe_attempt: ObserveAttempt | None = None
     delete_checkpoint: DeleteCheckpoint | None = None
     known_queues: frozenset[str] | None = None
+    checkpoint_outcome: CheckpointOutcome | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.broker, Broker):
             raise _refuse("broker", "broker_required")
-        for name in ("checkpoint_owner", "contain_job", "observe_attempt", "delete_checkpoint"):
+        for name in ("checkpoint_owner", "contain_job", "observe_attempt", "delete_checkpoint", "checkpoint_outcome"):
             port = getattr(self, name)
             if port is not None and not callable(port):
                 raise _refuse(name, "callable_required")
@@ -352,7 +358,9 @@ class _Visits:
             owner = None if port is None else await _port(port(run_id))
             if owner is not None and type(owner) is not str:
                 raise _PortFailed()
-            return dataclasses.replace(s, checkpoint_asked=True, checkpoint_owner=owner)
+            outcome = await self._outcome(run_id)
+            seen = None if outcome is None else (outcome.status, outcome.enqueue_seq)
+            return dataclasses.replace(s, checkpoint_asked=True, checkpoint_owner=owner, outcome=seen)
         if action is Action.CONTAIN:
             await self._contain(run_id)
             return dataclasses.replace(s, containment=await self._containment(run_id), contained=True)
@@ -361,6 +369,13 @@ class _Visits:
             await self._observe(s.run.owner_id, cancel=False)
         fresh = await self._situation(run_id)  # the owner's evidence after the observation
         return None if fresh is None else dataclasses.replace(fresh, observed=True)
+
+    async def _outcome(self, run_id: str) -> RecordedOutcome | None:
+        port = self.ports.checkpoint_outcome
+        outcome = None if port is None else await _port(port(run_id))
+        if outcome is not None and not isinstance(outcome, RecordedOutcome):
+            raise _PortFailed()
+        return outcome
 
     async def _probe(self, key: str) -> Probe:
         return _probe_of(await probe_or_none(self.ports.broker, key))
@@ -426,6 +441,14 @@ class _Visits:
             kind, owner_id = verdict.owner
             if await ledger.park(run_id, seq, kind=kind, owner_id=owner_id):
                 self.counts["orphans_parked"] += 1
+        elif action is Action.SETTLE_RECORDED:
+            outcome = await self._outcome(run_id)
+            if outcome is not None and outcome.enqueue_seq == seq and await ledger.settle_recorded(run_id, outcome):
+                self.counts["outcomes_settled"] += 1
+        elif action is Action.RETRY_LOST:
+            assert s.probe is not None
+            if await ledger._retry_lost_on(run_id, seq, s.probe.state) is not None:
+                self.counts["hops_retried"] += 1
         elif action is Action.FAIL_LOST:
             if await ledger.settle(run_id, seq, RunStatus.FAILED, error=LOST_ERROR):
                 self.counts["orphans_failed"] += 1

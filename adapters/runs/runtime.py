@@ -1,11 +1,21 @@
 """The lifespan of a process that runs workflow Runs, in the seed's order.
 
 Entering a :class:`RunRuntime`: connect every broker (a failure disconnects those already
-connected, in reverse, and raises); capture the boot cutoff from the database's clock;
-reconcile once with it (startup recovery, ``specs/recovery.md``), and when the report is
+connected, in reverse, and raises); boot the node's lease (``specs/nodes.md``: a new
+incarnation, whose database time is the boot cutoff); reconcile once with it (startup recovery, ``specs/recovery.md``), and when the report is
 degraded and a clean start is required (by default on PostgreSQL; an embedded SQLite
 file starts best-effort, its report kept in :attr:`RunRuntime.startup`) disconnect and
-raise :class:`StartupDegraded`; then start the relays and the workers.
+raise :class:`StartupDegraded`; then start the relays, the lease keeper and the workers.
+
+The lease keeper, every ``relay_interval_s``: renews the node's lease; when a renewal is
+refused (the lease ran out, or another boot or a takeover replaced this incarnation) or
+has not succeeded within the lease (measured on this process's monotonic clock from
+before the last successful renewal was sent, less one interval), it fences this process
+itself (closes every worker's claim gate, cancels the running hops) and boots again: a
+new cutoff, a reconciliation of its own orphans, the gates open. It also takes over every
+other node whose lease ran out: claims it, reconciles it as that node with the
+takeover's cutoff, and records the takeover finished when the report is clean (a
+degraded one is retried once the claim runs out).
 
 Leaving it: stop the relays and every worker under one deadline (``shutdown_deadline_s``,
 30 s by default), proving that the relay task and every hop task ended. When something
@@ -17,14 +27,17 @@ attempting every one, and raise an ``ExceptionGroup`` of the failures, if any.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from tenure.model import ConfigValidationError
+from tenure.model import ConfigValidationError, TenureError
 
 from .broker import Broker
 from .ledger import RunLedger
+from .nodes import DEFAULT_NODE_LEASE_S, NodeLease
 from .recovery import RecoveryPorts, RecoveryReport, run_relays
 from .worker import RunWorker, WorkerStopFailed
 
@@ -65,7 +78,7 @@ class RunRuntime:
     def __init__(
         self, ledger: RunLedger, *, brokers: Sequence[Broker], workers: Sequence[RunWorker], node: str,
         ports: RecoveryPorts | None = None, require_clean: bool | None = None, relay_interval_s: float = 1.0,
-        shutdown_deadline_s: float = 30.0,
+        shutdown_deadline_s: float = 30.0, node_lease_s: float = DEFAULT_NODE_LEASE_S,
     ) -> None:
         if not isinstance(ledger, RunLedger):
             raise _refuse("ledger", "run_ledger_required")
@@ -79,6 +92,10 @@ class RunRuntime:
             raise _refuse("require_clean", "boolean_required")
         if type(shutdown_deadline_s) not in (int, float) or not 0 < shutdown_deadline_s <= 3600:
             raise _refuse("shutdown_deadline_s", "number_out_of_range")
+        if type(relay_interval_s) not in (int, float) or not 0 < relay_interval_s <= 60:
+            raise _refuse("relay_interval_s", "number_out_of_range")
+        if type(node_lease_s) not in (int, float) or not 2 * relay_interval_s < node_lease_s <= 3600:
+            raise _refuse("node_lease_s", "more_than_two_relay_intervals_required")
         self.ledger = ledger
         self.brokers = tuple(brokers)
         self.workers = tuple(workers)
@@ -86,13 +103,23 @@ class RunRuntime:
         queues = frozenset(q for worker in workers for q in worker.queues) or None
         self.ports = ports if ports is not None else RecoveryPorts(
             broker=self.brokers[0], checkpoint_owner=ledger.checkpoints.owner,
-            delete_checkpoint=ledger.checkpoints.delete, known_queues=queues)
+            delete_checkpoint=ledger.checkpoints.delete, known_queues=queues,
+            checkpoint_outcome=ledger.checkpoints.outcome)
         if not isinstance(self.ports, RecoveryPorts):
             raise _refuse("ports", "recovery_ports_required")
         self.require_clean = require_clean if require_clean is not None else ledger.database == "postgresql"
         self.relay_interval_s = relay_interval_s
         self.shutdown_deadline_s = float(shutdown_deadline_s)
+        self.node_lease_s = float(node_lease_s)
         self.startup: RecoveryReport | None = None
+        self.lease: NodeLease | None = None
+        """This process's incarnation of its node (a new one after each self-fence)."""
+        self.reboots = 0
+        """How many times this process fenced itself and booted again."""
+        self.takeovers: list[tuple[str, RecoveryReport]] = []
+        """The nodes this process took over, each with its reconciliation's report."""
+        self._valid_until = 0.0
+        self._keeper: asyncio.Task[None] | None = None
         self._relay_stop = asyncio.Event()
         self._relays: asyncio.Task[None] | None = None
         self._connected: list[Any] = []
@@ -108,8 +135,7 @@ class RunRuntime:
                 raise
             self._connected.append(broker)
         try:
-            cutoff = await self.ledger.database_now()
-            report = await self.ledger.reconcile(self.ports, node=self.node, boot_cutoff=cutoff)
+            report = await self._boot()
             self.startup = report
             if report.degraded:
                 log.warning("startup reconciliation degraded: %d Run(s)", len(report.issues))
@@ -118,6 +144,7 @@ class RunRuntime:
             self._relay_stop.clear()
             self._relays = asyncio.ensure_future(run_relays(self.ledger, self.ports, node=self.node,
                                                             stop=self._relay_stop, interval_s=self.relay_interval_s))
+            self._keeper = asyncio.ensure_future(self._keep_lease())
             for worker in self.workers:
                 await worker.start()
         except BaseException:
@@ -137,11 +164,13 @@ class RunRuntime:
         deadline = loop.time() + self.shutdown_deadline_s
         live = 0
         self._relay_stop.set()
-        relays, self._relays = self._relays, None
-        if relays is not None:
-            relays.cancel()
-            done, _ = await asyncio.wait({relays}, timeout=max(0.0, deadline - loop.time()))
-            live += 0 if done else 1
+        for name in ("_relays", "_keeper"):
+            task = getattr(self, name)
+            setattr(self, name, None)
+            if task is not None:
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - loop.time()))
+                live += 0 if done else 1
         stops = [asyncio.ensure_future(worker.stop(max(0.001, deadline - loop.time()))) for worker in self.workers]
         if stops:
             await asyncio.wait(stops)
@@ -153,6 +182,67 @@ class RunRuntime:
                 raise error
         if live:
             raise ShutdownIncomplete(live)
+
+    # --- the node's lease ----------------------------------------------------------------
+
+    async def _boot(self) -> RecoveryReport:
+        """Boot a new incarnation and reconcile this node's orphans with its cutoff."""
+        sent = time.monotonic()
+        self.lease = await self.ledger.nodes.boot(self.node, lease_s=self.node_lease_s)
+        self._valid_until = sent + self.node_lease_s - self.relay_interval_s
+        return await self.ledger.reconcile(self.ports, node=self.node, boot_cutoff=self.lease.cutoff)
+
+    async def _keep_lease(self) -> None:
+        """Renew, fence this process when the lease is lost, take over dead nodes (the
+        module docstring); every database failure is retried the next round."""
+        while not self._relay_stop.is_set():
+            try:
+                await self._renew_or_reboot()
+                if time.monotonic() < self._valid_until:
+                    await self._take_over_dead_nodes()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the next round may succeed
+                log.warning("node %s: lease round failed with %s", self.node, type(error).__name__)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._relay_stop.wait(), timeout=self.relay_interval_s)
+
+    async def _renew_or_reboot(self) -> None:
+        assert self.lease is not None
+        sent = time.monotonic()
+        renewed: bool | None = None
+        with contextlib.suppress(TenureError):  # a database failure: judged by the local clock below
+            renewed = await self.ledger.nodes.renew(self.lease, lease_s=self.node_lease_s)
+        if renewed:
+            self._valid_until = sent + self.node_lease_s - self.relay_interval_s
+            return
+        if renewed is None and time.monotonic() < self._valid_until:
+            return  # not renewed this round, but the lease still holds
+        # The lease is lost, or may be: no hop of this incarnation may go on.
+        log.warning("node %s: lease %s; fencing this process and booting again", self.node,
+                    "lost" if renewed is False else "not renewed in time")
+        for worker in self.workers:
+            await worker.fence_hops(self.shutdown_deadline_s)
+        report = await self._boot()
+        self.reboots += 1
+        if report.degraded:
+            log.warning("node %s: reconciliation after the reboot degraded: %d Run(s)", self.node, len(report.issues))
+        for worker in self.workers:
+            worker.resume()
+
+    async def _take_over_dead_nodes(self) -> None:
+        nodes = self.ledger.nodes
+        for row in await nodes.expired():
+            if row.node == self.node:
+                continue
+            takeover = await nodes.take_over(self.node, row, lease_s=self.node_lease_s)
+            if takeover is None:
+                continue
+            log.warning("node %s: taking over node %s (its lease ran out)", self.node, row.node)
+            report = await self.ledger.reconcile(self.ports, node=takeover.node, boot_cutoff=takeover.cutoff)
+            self.takeovers.append((takeover.node, report))
+            if not report.degraded:
+                await nodes.finish(self.node, takeover)
 
     async def _disconnect(self) -> None:
         connected, self._connected = self._connected, []

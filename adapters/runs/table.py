@@ -1,7 +1,7 @@
 """The Run ledger's tables, created by the ``runs_v1`` step in the queues' database.
 
 ``tenure_runs`` (one row per Run; the ``runs_v2`` step adds ``admitted_node``, ``runs_v4``
-an index on ``idempotency_key``),
+an index on ``idempotency_key``, ``runs_v5`` the result and the lost-hop retries),
 ``tenure_run_deliveries`` (one row per hop, keyed by its hop key; at most one unsettled per Run, enforced by a partial unique index on both
 databases), ``tenure_consents`` and ``tenure_agent_jobs`` (the Run's owners). CHECK
 constraints hold the stored values to the machines' states and bounds even against a
@@ -72,6 +72,13 @@ RUNS_TABLE = TableSpec(
         # runs_v2 (recovery): the admitting node, so startup fails only its own node's
         # unreleased HELD admissions (NULL: every node's, as in one process).
         ColumnSpec("admitted_node", "admitted_node", C.OPTIONAL_TEXT, String(128), True, False, step=Step.RECOVERY),
+        # runs_v5 (liveness): a DONE Run's result, the lost-hop retries its workflow allows
+        # and has used, and the lost Run an operator re-admitted this one for.
+        ColumnSpec("result_json", "result_json", C.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
+        ColumnSpec("max_hop_retries", "max_hop_retries", C.INT, Integer(), False, False, step=Step.LIVENESS,
+                   default_sql="0"),
+        ColumnSpec("hop_retries", "hop_retries", C.INT, Integer(), False, True, step=Step.LIVENESS, default_sql="0"),
+        ColumnSpec("retry_of", "retry_of", C.OPTIONAL_TEXT, String(36), True, False, step=Step.LIVENESS),
     ),
     indexes=(
         IndexSpec("ix_tenure_runs_status_updated", ("status", "updated_at", "run_id"), step=_STEP),

@@ -29,20 +29,21 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
     RunClaim,
+    RunRecord,
     RunStatus,
     TenureError,
     WaitKind,
 )
 
 from .broker import Broker, HopSource, Touch
-from .ledger import RunLedger
+from .ledger import RunLedger, result_text
 from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decided
 
 __all__ = ["RunWorker", "WorkerStopFailed", "OUTCOMES", "TOUCH_EVERY_S"]
@@ -50,6 +51,10 @@ __all__ = ["RunWorker", "WorkerStopFailed", "OUTCOMES", "TOUCH_EVERY_S"]
 log = logging.getLogger("tenure.runs.worker")
 
 OUTCOMES = ("skipped", "done", "failed", "parked", "lost", "unsettled")
+
+PERSIST_BACKOFF_FIRST_S = 0.05
+PERSIST_BACKOFF_MAX_S = 2.0
+"""A hop's outcome is retried through a database outage: 50 ms, doubling to 2 s."""
 
 TOUCH_EVERY_S = 30.0
 """How often a running hop refreshes its broker job's liveness (the seed's 30 s)."""
@@ -102,6 +107,8 @@ class RunWorker:
         self.queues = names
         self.watch_interval_s = float(watch_interval_s)
         self.outcomes: Counter[str] = Counter({name: 0 for name in OUTCOMES})
+        self.persist_retries = 0
+        """Database failures a hop's outcome met and retried through (an operator's signal)."""
         self._gate = asyncio.Event()
         self._gate.set()
         self._hops: set[asyncio.Task[Any]] = set()
@@ -214,40 +221,78 @@ class RunWorker:
             if run is None or run.status not in _HELD or run.enqueue_seq != claim.enqueue_seq:
                 return
 
-    async def _finish(self, claim: RunClaim, context: RunContext, body: asyncio.Future[None]) -> str:
-        run_id, seq = claim.run.run_id, claim.enqueue_seq
+    async def _finish(self, claim: RunClaim, context: RunContext, body: asyncio.Future[Any]) -> str:
         error = body.exception() if not body.cancelled() else None
         if body.cancelled() or isinstance(error, HopLost):
             return "lost"
         if isinstance(error, HopParked):
             return "parked"
-        try:
-            if error is None:
-                settled = await self.ledger.settle(run_id, seq, RunStatus.DONE)
-            else:
-                log.info("workflow raised %s", type(error).__name__)
-                settled = await self.ledger.settle(run_id, seq, RunStatus.FAILED,
-                                                   error=f"workflow_error:{type(error).__name__}")
-        except TenureError as failure:
-            if failure.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
-                return "unsettled"
-            raise
-        if not settled:
-            return "lost"  # cancelling, or failed by recovery: the holder finishes it
-        # Only a resumed hop or one that saved a snapshot can leave one behind (a fresh hop
-        # never inherits one: a claimed hop that died is failed or re-parked, never rerun).
-        # Startup recovery deletes any a crash left.
-        if context.resumed or context.checkpointed:
-            with contextlib.suppress(TenureError, ConfigValidationError):
-                await self.ledger.checkpoints.delete(run_id)
-        return "done" if error is None else "failed"
+        result_json: str | None = None
+        if error is None:
+            try:
+                result_json = result_text(RunStatus.DONE, body.result())
+            except ConfigValidationError as refused:
+                log.info("run %s: workflow returned an unusable result (%s)", claim.run.run_id,
+                         ", ".join(refused.problems))
+                return await self._outcome(claim, RunStatus.FAILED, error="workflow_result_invalid")
+            return await self._outcome(claim, RunStatus.DONE, result_json=result_json)
+        log.info("run %s: workflow raised %s", claim.run.run_id, type(error).__name__)
+        return await self._outcome(claim, RunStatus.FAILED, error=f"workflow_error:{type(error).__name__}")
 
     async def _fail(self, claim: RunClaim, reason: str) -> str:
-        settled = await self.ledger.settle(claim.run.run_id, claim.enqueue_seq, RunStatus.FAILED, error=reason)
-        if settled:
-            with contextlib.suppress(TenureError, ConfigValidationError):
-                await self.ledger.checkpoints.delete(claim.run.run_id)
-        return "failed" if settled else "lost"
+        return await self._outcome(claim, RunStatus.FAILED, error=reason)
+
+    async def _outcome(self, claim: RunClaim, status: RunStatus, *, result_json: str | None = None,
+                       error: str | None = None) -> str:
+        """Make the hop's outcome durable, then settle it (the settlement deletes the
+        checkpoint), each retried through database failures for as long as this process
+        lives and the ledger still assigns the Run to this hop. A process that dies after
+        the record leaves evidence recovery settles the Run with (``outcome_recorded``)."""
+        run_id, seq = claim.run.run_id, claim.enqueue_seq
+        record = self.ledger.checkpoints.record_outcome
+        if not await self._persist(run_id, lambda: record(run_id, seq, status, result_json=result_json, error=error)):
+            return "lost"  # the Run moved on without this hop: whoever holds it finishes it
+        try:
+            settled = await self._persist(
+                run_id, lambda: self.ledger._settle(run_id, seq, status, error=error, result_json=result_json))
+        except TenureError as failure:
+            if failure.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
+                return "unsettled"  # the outcome stays recorded; recovery settles it once contained
+            raise
+        if not settled:
+            # A retried settlement whose first COMMIT applied but went unacknowledged finds
+            # its own result; anything else means the Run moved on (cancelling, recovered).
+            run = await self._persist_read(run_id)
+            if run is None or run.status is not status or run.enqueue_seq != seq or run.error != error:
+                return "lost"
+        return "done" if status is RunStatus.DONE else "failed"
+
+    async def _persist_read(self, run_id: str) -> RunRecord | None:
+        found: list[RunRecord | None] = []
+
+        async def read() -> bool:
+            found.append(await self.ledger.get(run_id))
+            return True
+
+        await self._persist(run_id, read)
+        return found[-1]
+
+    async def _persist(self, run_id: str, write: Callable[[], Awaitable[bool]]) -> bool:
+        """``write()``, repeated after each database failure (backoff up to
+        :data:`PERSIST_BACKOFF_MAX_S`) until it answers; other errors propagate."""
+        failures = 0
+        while True:
+            try:
+                return await write()
+            except TenureError as failure:
+                if failure.code is not ErrorCode.RUN_PERSISTENCE_FAILED:
+                    raise
+                if failures == 0:
+                    log.warning("run %s: the hop's outcome could not be saved (%s); retrying", run_id,
+                                failure.reason)
+                failures += 1
+                self.persist_retries += 1
+                await asyncio.sleep(min(PERSIST_BACKOFF_MAX_S, PERSIST_BACKOFF_FIRST_S * 2 ** (failures - 1)))
 
     # --- serving -----------------------------------------------------------------------
 
@@ -260,6 +305,19 @@ class RunWorker:
         self._stopping.clear()
         self._serving = asyncio.ensure_future(
             self.broker.serve(self.queues, self.perform, concurrency=self.concurrency, stopping=self._stopping))
+
+    async def fence_hops(self, deadline_s: float = 30.0) -> int:
+        """Close the claim gate and cancel every running hop, waiting up to ``deadline_s``
+        for them to end (the node's lease could not be renewed: another node may take its
+        Runs over). Serving goes on; :meth:`resume` opens the gate again. Returns how
+        many hop tasks were cancelled."""
+        self.pause()
+        hops = [task for task in self._hops if not task.done()]
+        for task in hops:
+            task.cancel()
+        if hops:
+            await asyncio.wait(hops, timeout=deadline_s)
+        return len(hops)
 
     @property
     def running_hops(self) -> int:

@@ -9,9 +9,16 @@ the revision and the function's source text (its qualified name when the source 
 be read), so an edit without a new revision is caught too; pass ``digest=`` to pin
 something else (a package version, a build ID).
 
-A hop is one call of the function. Returning settles the Run DONE; raising settles it
-FAILED with ``workflow_error:<ExceptionType>`` (never the message, which may carry
-payload). To wait, the workflow saves a checkpoint and parks through the context:
+A hop is one call of the function. Returning settles the Run DONE, keeping what it
+returned (a JSON object of at most 1 MiB, or None; anything else settles it FAILED
+``workflow_result_invalid``) as the Run's ``result``; raising settles it FAILED with
+``workflow_error:<ExceptionType>`` (never the message, which may carry payload).
+
+A hop that dies with its process is failed ``lost`` by recovery, unless the workflow
+declares its hops safe to repeat: ``register(..., on_lost="retry", max_hop_retries=N)``
+(N from 1 to 100, default 3) lets recovery run such a hop again, at most N times per
+Run, before it fails the Run ``lost``. The allowance is part of the pin, so it is
+admitted with the Run and a worker whose declaration changed does not run it. To wait, the workflow saves a checkpoint and parks through the context:
 :meth:`RunContext.request_consent`, :meth:`RunContext.delegate` and
 :meth:`RunContext.call_service` end the hop (they raise :class:`HopParked`, which a
 workflow must let through: it derives from ``BaseException`` so that ``except
@@ -46,6 +53,7 @@ from tenure.model import (
     WorkflowPin,
 )
 from tenure.model.attempts import AttemptRecord, AttemptSpec
+from tenure.model.runs import MAX_HOP_RETRIES
 
 from .checkpoints import Checkpoint
 
@@ -56,7 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Workflows", "RunContext", "HopParked", "HopLost", "Workflow", "resume_and_publish"]
 
-Workflow = Callable[["RunContext"], Awaitable[None]]
+Workflow = Callable[["RunContext"], Awaitable[Any]]
 F = TypeVar("F", bound=Workflow)
 
 
@@ -73,6 +81,24 @@ def _refuse(field: str, problem: str) -> ConfigValidationError:
     return ConfigValidationError("invalid_workflow", fields=(field,), problems=(problem,))
 
 
+DEFAULT_HOP_RETRIES = 3
+
+
+def _retries(on_lost: object, max_hop_retries: object) -> int:
+    """The pin's retry allowance for an ``on_lost`` policy."""
+    if on_lost == "fail" and type(on_lost) is str:
+        if max_hop_retries is not None:
+            raise _refuse("max_hop_retries", "retries_need_on_lost_retry")
+        return 0
+    if on_lost != "retry" or type(on_lost) is not str:
+        raise _refuse("on_lost", "fail_or_retry_required")
+    if max_hop_retries is None:
+        return DEFAULT_HOP_RETRIES
+    if type(max_hop_retries) is not int or not 1 <= max_hop_retries <= MAX_HOP_RETRIES:
+        raise _refuse("max_hop_retries", "integer_out_of_range")
+    return max_hop_retries
+
+
 def _digest(name: str, revision: str, fn: Callable[..., Any]) -> str:
     try:
         text = inspect.getsource(fn)
@@ -87,21 +113,26 @@ class Workflows:
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], tuple[WorkflowPin, Workflow]] = {}
 
-    def register(self, name: str, revision: str, fn: Workflow, *, digest: str | None = None) -> WorkflowPin:
+    def register(self, name: str, revision: str, fn: Workflow, *, digest: str | None = None,
+                 on_lost: str = "fail", max_hop_retries: int | None = None) -> WorkflowPin:
         """Register ``fn`` (an ``async def``) under ``name`` and ``revision``; returns its
-        pin. Registering the same pair twice raises (``workflow_registered``)."""
+        pin. ``on_lost``: ``"fail"`` (a hop lost with its process fails the Run ``lost``)
+        or ``"retry"`` (recovery runs it again, up to ``max_hop_retries`` times, default
+        3). Registering the same pair twice raises (``workflow_registered``)."""
         if not inspect.iscoroutinefunction(fn):
             raise _refuse("fn", "async_function_required")
-        pin = WorkflowPin(name, revision, digest if digest is not None else _digest(name, revision, fn))
+        retries = _retries(on_lost, max_hop_retries)
+        pin = WorkflowPin(name, revision, digest if digest is not None else _digest(name, revision, fn), retries)
         if (pin.name, pin.revision) in self._entries:
             raise _refuse("name", "workflow_registered")
         self._entries[(pin.name, pin.revision)] = (pin, fn)
         return pin
 
-    def workflow(self, name: str, revision: str, *, digest: str | None = None) -> Callable[[F], F]:
+    def workflow(self, name: str, revision: str, *, digest: str | None = None, on_lost: str = "fail",
+                 max_hop_retries: int | None = None) -> Callable[[F], F]:
         """Decorator form of :meth:`register`."""
         def decorate(fn: F) -> F:
-            self.register(name, revision, fn, digest=digest)
+            self.register(name, revision, fn, digest=digest, on_lost=on_lost, max_hop_retries=max_hop_retries)
             return fn
         return decorate
 

@@ -104,6 +104,8 @@ class Action(enum.Enum):
     FAIL_HELD = "fail_held"
     REPARK = "repark"
     FAIL_LOST = "fail_lost"
+    SETTLE_RECORDED = "settle_recorded"
+    RETRY_LOST = "retry_lost"
     RESUME = "resume"
     FINISH_CANCEL = "finish_cancel"
     CLEANUP = "cleanup"
@@ -159,6 +161,9 @@ class Situation:
     checkpoint_asked: bool = False
     checkpoint_owner: str | None = None
     """The owner bound by the Run's first resumable checkpoint (None: none)."""
+    outcome: tuple[RunStatus, int] | None = None
+    """The outcome (DONE or FAILED, and the hop's sequence) the Run's checkpoint records:
+    a hop that finished and died before it settled (asked with the checkpoint)."""
     latest_owner: tuple[WaitKind, str] | None = None
     """The Run's newest consent, delegated job or service attempt that is not cancelled."""
     owner: OwnerEvidence | None = None
@@ -279,6 +284,12 @@ def _stale_active(s: Situation) -> bool:
     )
 
 
+def _outcome_of_this_hop(s: Situation) -> bool:
+    # Only an outcome the current hop recorded: an older hop's is no evidence for this one.
+    return s.checkpoint_asked and s.outcome is not None and s.outcome[1] == s.run.enqueue_seq \
+        and s.outcome[0] in (RunStatus.DONE, RunStatus.FAILED)
+
+
 def _checkpoint_binds_latest(s: Situation) -> bool:
     # Only the exact pre-park window: the checkpoint names this Run's newest
     # non-cancelled owner (a consent, a delegated job or a service attempt).
@@ -295,6 +306,10 @@ GUARDS: dict[str, Callable[[Situation], bool]] = {
     "hop_still_live": lambda s: not _fenced_dead(s),
     "checkpoint_unasked": lambda s: not s.checkpoint_asked,
     "checkpoint_binds_latest": _checkpoint_binds_latest,
+    "outcome_uncontained": lambda s: _outcome_of_this_hop(s) and not s.containment.proven and not s.contained,
+    "outcome_open": lambda s: _outcome_of_this_hop(s) and not s.containment.proven,
+    "outcome_recorded": _outcome_of_this_hop,
+    "retry_left": lambda s: s.run.hop_retries < s.run.max_hop_retries,
     "uncontained": lambda s: not s.containment.proven and not s.contained,
     "containment_open": lambda s: not s.containment.proven,
     "held_here_before_cutoff": _held_here_before_cutoff,
@@ -358,9 +373,13 @@ ROWS: tuple[tuple[Case, tuple[Pass, ...], tuple[RecoveryRule, ...]], ...] = (
         ("unfenced", A.FENCE),
         ("hop_still_live", A.REPORT, Rs.ORPHAN_UNFENCED),
         ("checkpoint_unasked", A.ASK_CHECKPOINT),
+        ("outcome_uncontained", A.CONTAIN),
+        ("outcome_open", A.REPORT, Rs.CONTAINMENT_UNPROVEN),
+        ("outcome_recorded", A.SETTLE_RECORDED),
         ("checkpoint_binds_latest", A.REPARK),
         ("uncontained", A.CONTAIN),
         ("containment_open", A.REPORT, Rs.CONTAINMENT_UNPROVEN),
+        ("retry_left", A.RETRY_LOST),
         ("always", A.FAIL_LOST),
     )),
     (K.HOP, (P.RELAY,), _rules(("always", A.LEAVE))),
@@ -435,18 +454,19 @@ def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
     if run.status in _HOPS and v.action is not Action.LEAVE and v.action is not Action.REPORT \
             and not this_nodes_old_hop:
         broken.append("REC-2")  # another node's hop, or one of this boot, is never touched
-    if v.action in (Action.FAIL_HELD, Action.FAIL_LOST, Action.REPARK, Action.FINISH_CANCEL, Action.CLEANUP) \
-            and not reconcile:
+    if v.action in (Action.FAIL_HELD, Action.FAIL_LOST, Action.REPARK, Action.FINISH_CANCEL, Action.CLEANUP,
+                    Action.SETTLE_RECORDED, Action.RETRY_LOST) and not reconcile:
         broken.append("REC-3")  # a relay has no boot boundary: it never fails, re-parks or finishes
     dead_after_fence = s.fenced and p is not None and p.state in _FINISHED | {BrokerJobState.ABSENT}
-    if v.action in (Action.FAIL_LOST, Action.REPARK, Action.FINISH_CANCEL) and not dead_after_fence:
+    if v.action in (Action.FAIL_LOST, Action.REPARK, Action.FINISH_CANCEL, Action.SETTLE_RECORDED,
+                    Action.RETRY_LOST) and not dead_after_fence:
         broken.append("REC-4")  # nothing is decided over a hop that may still be live
     if v.action is Action.REPARK and not (
         s.checkpoint_owner is not None and v.owner is not None and v.owner == s.latest_owner
         and v.owner[1] == s.checkpoint_owner
     ):
         broken.append("REC-5")  # a re-park needs the checkpoint to bind the exact latest owner
-    if v.action in (Action.FAIL_LOST, Action.FINISH_CANCEL) and not (
+    if v.action in (Action.FAIL_LOST, Action.FINISH_CANCEL, Action.SETTLE_RECORDED, Action.RETRY_LOST) and not (
         s.containment.open_jobs == 0 and s.containment.open_attempts == 0
     ):
         broken.append("REC-6")  # terminal truth only with every correlated effect contained
@@ -470,6 +490,16 @@ def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
     )
     if v.terminal and not (v.action is Action.FENCE and (this_nodes_old_hop or stale_active)):
         broken.append("REC-9")  # a terminal fence only for a hop proven to belong to a dead process
+    recorded_here = (s.checkpoint_asked and s.outcome is not None and s.outcome[1] == run.enqueue_seq
+                     and s.outcome[0] in (RunStatus.DONE, RunStatus.FAILED))
+    if v.action is Action.SETTLE_RECORDED and not recorded_here:
+        broken.append("REC-10")  # a Run is settled from an outcome only its current hop recorded
+    if v.action in (Action.FAIL_LOST, Action.REPARK, Action.RETRY_LOST) and recorded_here:
+        broken.append("REC-10")  # a hop that recorded its outcome finished: it is settled with it
+    if v.action is Action.RETRY_LOST and not run.hop_retries < run.max_hop_retries:
+        broken.append("REC-11")  # a lost hop runs again only if its workflow allows one more retry
+    if v.action is Action.FAIL_LOST and run.hop_retries < run.max_hop_retries:
+        broken.append("REC-11")  # a workflow that allows a retry is not failed lost
     if v.action is Action.FENCE and run.status is RunStatus.QUEUED and not (
         reconcile and p is not None and p.state is BrokerJobState.ACTIVE and p.started_at_us is not None
         and s.cutoff_us is not None and p.started_at_us < s.cutoff_us - s.stale_after_us

@@ -36,6 +36,7 @@ __all__ = [
     "BeginCancel",
     "FinishCancel",
     "Rotate",
+    "RetryLost",
     "RunCommand",
     "Admitted",
     "Claimed",
@@ -66,6 +67,7 @@ class RunCommandType(enum.Enum):
     BEGIN_CANCEL = "begin_cancel"
     FINISH_CANCEL = "finish_cancel"
     ROTATE = "rotate"
+    RETRY_LOST = "retry_lost"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -184,6 +186,8 @@ class Settle:
     """DONE or FAILED."""
     error: str | None
     containment: Containment
+    result_json: str | None = None
+    """A DONE Run's result (canonical JSON text), kept with it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,9 +215,22 @@ class Rotate:
     hop: BrokerJobState | None
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RetryLost:
+    """Recovery: the hop ``enqueue_seq`` died with its process (fenced, ``hop`` is what the
+    broker said after the fence) and its workflow declared hops safe to repeat: open the
+    next hop in the same resume mode instead of failing the Run ``lost``, counting the
+    retry. Needs every correlated effect contained and a retry left."""
+
+    kind: ClassVar[RunCommandType] = RunCommandType.RETRY_LOST
+    enqueue_seq: int
+    hop: BrokerJobState | None
+    containment: Containment
+
+
 RunCommand = (
     Admit | Release | FailHeld | RecordPublished | RecordPublishError | Claim | EnterHardwareWait
-    | LeaveHardwareWait | Park | Resume | Settle | BeginCancel | FinishCancel | Rotate
+    | LeaveHardwareWait | Park | Resume | Settle | BeginCancel | FinishCancel | Rotate | RetryLost
 )
 
 

@@ -3,7 +3,7 @@ contract (checked by CrossHair: ``.ci/crosshair_kernel.py check --analysis_kind=
 --per_condition_timeout=...``; see :mod:`tenure.kernel.queue.contracts` for why one per
 command).
 
-The shared postcondition is the list of transition rules (TR-R1 ... TR-R9 in
+The shared postcondition is the list of transition rules (TR-R1 ... TR-R10 in
 ``specs/runs.md``). The commands add what the rules leave to the guards: a command that
 names a hop applies only to the Run's current sequence (nothing an old hop does touches
 a later one); a replay never changes the stored pair (nor its route); a park records an
@@ -38,6 +38,7 @@ from .commands import (
     BeginCancel,
     FinishCancel,
     Rotate,
+    RetryLost,
 )
 from .machine import decide, transition_violations  # noqa: F401
 from .record import RunPair
@@ -57,6 +58,7 @@ __all__ = [
     "decide_begin_cancel",
     "decide_finish_cancel",
     "decide_rotate",
+    "decide_retry_lost",
 ]
 
 
@@ -182,5 +184,14 @@ def decide_rotate(record: RunPair | None, command: Rotate, now_us: int) -> Decis
     pre: record is None or len(record.deliveries) == 1
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and __return__.new_record.current.resume == record.current.resume and command.hop in (BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED))
+    """
+    return decide(record, command, now_us)
+
+
+def decide_retry_lost(record: RunPair | None, command: RetryLost, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    pre: record is None or len(record.deliveries) == 1
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and command.containment.proven and command.hop is not None and command.hop not in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE) and record.run.hop_retries < record.run.max_hop_retries and __return__.new_record.run.hop_retries == record.run.hop_retries + 1)
     """
     return decide(record, command, now_us)

@@ -115,6 +115,7 @@ class RunRefusal(enum.Enum):
     FINISHED = "finished"
     NOT_CANCELLING = "not_cancelling"
     HOP_UNFINISHED = "hop_unfinished"
+    NO_RETRIES_LEFT = "no_retries_left"
 
 
 R = RunRefusal
@@ -202,6 +203,7 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "hop_live": lambda record, command, now_us: command.hop is None or command.hop in _LIVE_HOP,
     # recovery: only a hop the broker finished with (not live, not absent, known) rotates
     "hop_unfinished": lambda record, command, now_us: command.hop not in _FINISHED_HOP,
+    "no_retries_left": lambda record, command, now_us: record.run.hop_retries >= record.run.max_hop_retries,
 }
 
 
@@ -292,10 +294,27 @@ def _rotate(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
 
 def _settle(status: RunStatus) -> Callable[[Any, Any, int], Applied[RunPair]]:
     def effect(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
+        done = status is RunStatus.DONE
         return _move(record, now_us, Settled(SETTLED_BY), delivery=_settled(now_us), status=status,
-                     error=command.error if status is RunStatus.FAILED else None)
+                     error=None if done else command.error, result_json=command.result_json if done else None)
 
     return effect
+
+
+def _retry_lost(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
+    # The hop died with its process and its workflow declared hops safe to repeat: the
+    # same Run goes on at the next sequence, in the hop's own mode (a resumed hop resumes
+    # again from the same checkpoint and owner), and the retry is counted.
+    current = record.current
+    seq = record.run.enqueue_seq + 1
+    opened = DeliveryRow(
+        delivery_id=key_of(record.run.run_id, seq), run_id=record.run.run_id, enqueue_seq=seq,
+        state=DeliveryState.PENDING, queue=current.queue, priority=current.priority, resume=current.resume,
+        publish_attempts=0, last_error=None, claimed_by=None, published_at_us=None, claimed_at_us=None,
+        settled_at_us=None, created_at_us=now_us,
+    )
+    return _move(record, now_us, Rotated(seq), delivery=_settled(now_us), opened=opened, status=RunStatus.QUEUED,
+                 enqueue_seq=seq, hop_retries=record.run.hop_retries + 1)
 
 
 def _unchanged(reply: Callable[[RunPair], Any]) -> Callable[[Any, Any, int], Applied[RunPair]]:
@@ -324,6 +343,7 @@ EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
     "park_service": _park(RunStatus.AWAITING_SERVICE),
     "resume": _resume,
     "rotate": _rotate,
+    "retry_lost": _retry_lost,
     "settle_done": _settle(RunStatus.DONE),
     "settle_failed": _settle(RunStatus.FAILED),
     "begin_cancel": lambda record, command, now_us: _move(
@@ -451,6 +471,14 @@ ROWS: tuple[Row, ...] = (
     Row((S.QUEUED,), C.ROTATE, "hop_unfinished", SAME, R.HOP_UNFINISHED),
     Row((S.QUEUED,), C.ROTATE, "always", SAME, "rotate"),
     Row(_NOT_QUEUED, C.ROTATE, "always", SAME, R.NOT_QUEUED),
+
+    Row((S.ABSENT,), C.RETRY_LOST, "always", SAME, R.NOT_FOUND),
+    Row(_HOPS, C.RETRY_LOST, "seq_differs", SAME, R.STALE_HOP),
+    Row(_HOPS, C.RETRY_LOST, "hop_live", SAME, R.HOP_LIVE),
+    Row(_HOPS, C.RETRY_LOST, "containment_unproven", SAME, R.CONTAINMENT_UNPROVEN),
+    Row(_HOPS, C.RETRY_LOST, "no_retries_left", SAME, R.NO_RETRIES_LEFT),
+    Row(_HOPS, C.RETRY_LOST, "always", S.QUEUED, "retry_lost"),
+    Row(_NOT_HOPS, C.RETRY_LOST, "always", SAME, R.NOT_RUNNING),
 )
 
 TABLE: dict[tuple[RunStep, RunCommandType], tuple[Rule, ...]] = table_from_rows(  # type: ignore[assignment]
@@ -463,7 +491,7 @@ TABLE: dict[tuple[RunStep, RunCommandType], tuple[Rule, ...]] = table_from_rows(
 _IDENTITY_FIELDS = (
     "run_id", "session_id", "source", "principal", "scopes", "payload_json", "requested_priority",
     "intent_digest", "idempotency_key", "queue", "priority", "workflow_name", "workflow_revision",
-    "workflow_digest", "created_at_us", "admitted_node",
+    "workflow_digest", "created_at_us", "admitted_node", "max_hop_retries", "retry_of",
 )
 _DELIVERY_RANK = {
     DeliveryState.HELD: 0, DeliveryState.PENDING: 1, DeliveryState.PUBLISHED: 2, DeliveryState.CLAIMED: 3,
@@ -496,6 +524,11 @@ def _status_rules(record: RunPair, new: RunPair, command: Any) -> list[str]:
     broken = []
     if old_status in TERMINAL_RUN_STATUSES:
         broken.append("TR-R3")  # terminal truth is absorbing
+    if new_status is RunStatus.QUEUED and old_status is not RunStatus.QUEUED and not (
+        (kind is RunCommandType.RESUME and old_status in WAIT_STATUSES)
+        or (kind is RunCommandType.RETRY_LOST and old_status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE))
+    ):
+        broken.append("TR-R10")  # a Run queues again only by a resume or a retry of a lost hop
     if new_status is RunStatus.RUNNING and not (
         (kind is RunCommandType.CLAIM and old_status is RunStatus.QUEUED)
         or (kind is RunCommandType.LEAVE_HARDWARE_WAIT and old_status is RunStatus.AWAITING_HARDWARE)
@@ -512,6 +545,10 @@ def _status_rules(record: RunPair, new: RunPair, command: Any) -> list[str]:
         and command.hop is not None and command.hop not in _LIVE_HOP
     ):
         broken.append("TR-R7")  # CANCELLED only with the hop fenced and every effect contained
+    if new.run.result_json is not None and new.run.result_json != record.run.result_json and not (
+        kind is RunCommandType.SETTLE and new_status is RunStatus.DONE
+    ):
+        broken.append("TR-R7")  # a result is kept only by the settlement that makes the Run DONE
     if new_status in (RunStatus.DONE, RunStatus.FAILED) and not (
         (kind is RunCommandType.SETTLE and old_status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE)
          and _contained(command))
@@ -522,7 +559,7 @@ def _status_rules(record: RunPair, new: RunPair, command: Any) -> list[str]:
 
 
 def transition_violations(record: RunPair | None, command: RunCommand, now_us: int, decision: Decision) -> list[str]:
-    """The transition rules (TR-R1 ... TR-R9 in specs/runs.md) a decision breaks."""
+    """The transition rules (TR-R1 ... TR-R10 in specs/runs.md) a decision breaks."""
     if isinstance(decision, Refused):
         return []
     new = decision.new_record
@@ -534,8 +571,19 @@ def transition_violations(record: RunPair | None, command: RunCommand, now_us: i
     if any(getattr(new.run, name) != getattr(record.run, name) for name in _IDENTITY_FIELDS):
         broken.append("TR-R1")  # a Run's identity, intent and route never change
     grew = new.run.enqueue_seq - record.run.enqueue_seq
-    if grew not in (0, 1) or (grew == 1 and command.kind not in (RunCommandType.RESUME, RunCommandType.ROTATE)):
-        broken.append("TR-R2")  # a new hop only by a resume or a rotation, one at a time
+    if grew not in (0, 1) or (grew == 1 and command.kind not in (
+            RunCommandType.RESUME, RunCommandType.ROTATE, RunCommandType.RETRY_LOST)):
+        broken.append("TR-R2")  # a new hop only by a resume, a rotation or a retry, one at a time
+    retried = new.run.hop_retries - record.run.hop_retries
+    if retried not in (0, 1) or (retried == 1) != (command.kind is RunCommandType.RETRY_LOST and grew == 1):
+        broken.append("TR-R10")  # a retry is counted exactly when a lost hop is retried
+    if command.kind is RunCommandType.RETRY_LOST and grew == 1 and not (
+        record.run.status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE) and _contained(command)
+        and getattr(command, "hop", None) is not None and getattr(command, "hop", None) not in _LIVE_HOP
+        and record.run.hop_retries < record.run.max_hop_retries
+        and new.current.resume == record.current.resume and new.current.state is DeliveryState.PENDING
+    ):
+        broken.append("TR-R10")  # only a fenced, contained hop with a retry left, in its own mode
     if command.kind is RunCommandType.ROTATE and grew == 1 and not (
         new.current.resume == record.current.resume and new.current.state is DeliveryState.PENDING
         and new.run.status is RunStatus.QUEUED and getattr(command, "hop", None) in (

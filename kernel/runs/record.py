@@ -21,7 +21,7 @@ from tenure.model import (
     WaitKind,
     bounds,
 )
-from tenure.model.runs import MAX_ERROR_CHARS, MAX_QUEUE_CHARS, MAX_RUN_TEXT_CHARS, MAX_SCOPES
+from tenure.model.runs import MAX_ERROR_CHARS, MAX_HOP_RETRIES, MAX_QUEUE_CHARS, MAX_RUN_TEXT_CHARS, MAX_SCOPES
 
 from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 
@@ -75,7 +75,11 @@ class RunRow:
     ``enqueue_seq`` names the current hop; ``node`` the node of the latest claim;
     ``owner_kind``/``owner_id`` the owner of the current (or last) wait;
     ``admitted_node`` the node that admitted it (recovery fails only its own node's
-    unreleased HELD admissions; None: every node's, as in one process)."""
+    unreleased HELD admissions; None: every node's, as in one process). ``result_json``
+    is a DONE Run's result (canonical JSON, or None); ``max_hop_retries`` how many times
+    recovery may run a lost hop again instead of failing the Run (admitted with its
+    workflow's policy; 0: never), ``hop_retries`` how many times it did; ``retry_of``
+    the Run (failed ``lost``) an operator re-admitted this one for."""
 
     run_id: str
     status: RunStatus
@@ -101,6 +105,10 @@ class RunRow:
     created_at_us: int
     updated_at_us: int
     admitted_node: str | None = None
+    result_json: str | None = None
+    max_hop_retries: int = 0
+    hop_retries: int = 0
+    retry_of: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +222,10 @@ def _run_types(run: RunRow) -> list[str]:
         "error": _optional_text(run.error, MAX_ERROR_CHARS),
         "created_at_us": _instant(run.created_at_us),
         "updated_at_us": _instant(run.updated_at_us),
+        "result_json": run.result_json is None or type(run.result_json) is str,
+        "hop_retries": bounds.is_strict_int(run.max_hop_retries) and bounds.is_strict_int(run.hop_retries)
+        and 0 <= run.hop_retries <= run.max_hop_retries <= MAX_HOP_RETRIES,
+        "retry_of": _optional_text(run.retry_of, 36),
     }
     return [f"INV-R1.run.{name}" for name, ok in checks.items() if not ok]
 
@@ -301,9 +313,11 @@ def record_violations(record: RunPair) -> list[str]:
                                                                     and run.node is not None))
         and (not current.resume or run.started_at_us is not None)
         and (run.started_at_us is None) == (run.node is None),
-        # INV-R6: a failed Run says why; a done one carries no error.
+        # INV-R6: a failed Run says why; a done one carries no error; only a done one
+        # carries a result.
         "INV-R6": (status is not RunStatus.FAILED or run.error is not None)
-        and (status is not RunStatus.DONE or run.error is None),
+        and (status is not RunStatus.DONE or run.error is None)
+        and (status is RunStatus.DONE or run.result_json is None),
         # INV-R9: the deliveries carry the Run's route; time runs forward.
         "INV-R9": all(delivery.queue == run.queue and delivery.priority == run.priority
                       for delivery in record.deliveries)

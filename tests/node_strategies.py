@@ -1,0 +1,86 @@
+"""Hypothesis strategies for node leases and their commands (see attempt_strategies.py).
+
+Records keep INV-N1 ... INV-N3. Times are drawn around each record's lease and
+takeover claim, so every guard (before, at and after an expiry) is met; commands name
+the stored epoch or a neighbouring one, the node itself or another taker.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from tenure.kernel.nodes.record import (
+    MAX_LEASE_US,
+    Boot,
+    FinishTakeover,
+    NodeCommandType,
+    NodeRow,
+    NodeStatus,
+    NodeStep,
+    Renew,
+    TakeOver,
+)
+
+__all__ = ["NOW", "NODE", "node_row", "node_records", "node_commands", "node_situations"]
+
+NOW = 1_800_000_000_000_000
+NODE = "node-a"
+TAKERS = ["node-b", "node-c"]
+LEASE = 30_000_000
+
+
+def node_row(**changes: object) -> NodeRow:
+    """node-a live at epoch 1, booted 100 µs ago with a 30 s lease, with ``changes``."""
+    fields: dict[str, object] = dict(
+        node=NODE, status=NodeStatus.LIVE, epoch=1, booted_at_us=NOW - 100, lease_expires_at_us=NOW - 100 + LEASE,
+        taker=None, takeover_until_us=None, updated_at_us=NOW - 100,
+    )
+    fields.update(changes)
+    return NodeRow(**fields)  # type: ignore[arg-type]
+
+
+@st.composite
+def node_records(draw: st.DrawFn, step: NodeStep | None = None) -> NodeRow | None:
+    if step is None:
+        step = draw(st.sampled_from(NodeStep))
+    if step is NodeStep.ABSENT:
+        return None
+    booted = NOW - draw(st.integers(0, 2 * LEASE))
+    row = node_row(epoch=draw(st.integers(1, 5)), booted_at_us=booted, lease_expires_at_us=booted + LEASE,
+                   updated_at_us=booted + draw(st.integers(0, LEASE)))
+    if step is NodeStep.LIVE:
+        return row
+    taken = row.lease_expires_at_us + draw(st.integers(0, LEASE))
+    return node_row(**{**{name: getattr(row, name) for name in NodeRow.__dataclass_fields__},
+                       "status": NodeStatus(step.value), "taker": draw(st.sampled_from(TAKERS)),
+                       "takeover_until_us": taken + LEASE, "updated_at_us": max(row.updated_at_us, taken)})
+
+
+@st.composite
+def node_commands(draw: st.DrawFn, kind: NodeCommandType, record: NodeRow | None) -> object:
+    epoch = (record.epoch if record is not None else 1) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+    lease = draw(st.sampled_from([LEASE, 1, MAX_LEASE_US, 0, -1, MAX_LEASE_US + 1]))
+    if kind is NodeCommandType.BOOT:
+        return Boot(node=NODE, lease_us=lease)
+    if kind is NodeCommandType.RENEW:
+        return Renew(epoch=epoch, lease_us=lease)
+    taker = draw(st.sampled_from([*TAKERS, NODE]))
+    if kind is NodeCommandType.TAKE_OVER:
+        return TakeOver(taker=taker, epoch=epoch, lease_us=lease)
+    return FinishTakeover(taker=taker, epoch=epoch)
+
+
+@st.composite
+def node_situations(
+    draw: st.DrawFn, step: NodeStep | None = None, kind: NodeCommandType | None = None
+) -> tuple[NodeRow | None, object, int]:
+    record = draw(node_records(step))
+    command = draw(node_commands(kind or draw(st.sampled_from(NodeCommandType)), record))
+    if record is None:
+        now = NOW + draw(st.integers(-LEASE, LEASE))
+    else:
+        marks = [record.lease_expires_at_us, record.updated_at_us]
+        if record.takeover_until_us is not None:
+            marks.append(record.takeover_until_us)
+        now = draw(st.sampled_from(marks)) + draw(st.sampled_from([-1, 0, 1, -LEASE // 2, LEASE // 2]))
+    return record, command, now
