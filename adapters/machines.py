@@ -10,6 +10,7 @@ from .attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
 from .queue.table import QUEUE_BINDINGS, QUEUE_TABLES
 from .runs.checkpoints import CHECKPOINTS_TABLE
 from .runs.nodes import NODES_BINDING, NODES_TABLE
+from .runs.steps import STEPS_TABLE
 from .runs.queue_broker import HOPS_BINDING, HOPS_TABLE
 from .runs.table import RUN_BINDINGS, RUN_TABLES, RUNS_TABLE
 from .tables import Binding, Step, TableSpec
@@ -17,10 +18,11 @@ from .tables import Binding, Step, TableSpec
 __all__ = ["TABLES", "BINDINGS", "RetirementGuard", "RETIREMENT_GUARDS"]
 
 TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES, CHECKPOINTS_TABLE, HOPS_TABLE,
-                                 NODES_TABLE)
+                                 NODES_TABLE, STEPS_TABLE)
 # The checkpoints table has a binding but no machine (it is evidence the Run machine's
 # callers write under the Run's lock), so it is migrated here and not in BINDINGS. The
-# Run hops' table is the queue machine's, in a table of the validation queue's shape.
+# Run hops' table is the queue machine's, in a table of the validation queue's shape. The
+# step journal, like the checkpoints, is evidence without a machine.
 BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, *RUN_BINDINGS, HOPS_BINDING,
                                  NODES_BINDING)
 

@@ -302,3 +302,57 @@ async def test_an_operator_readmits_a_lost_run_as_a_new_linked_run_once(ledger: 
         await ledger.retry(retried.run.run_id)  # not lost
     assert caught.value.problems == ("run_not_lost",)
     assert await ledger.retry("00000000-0000-0000-0000-000000000000") is None
+
+
+# --- the step journal ---------------------------------------------------------------------
+
+
+async def test_a_step_runs_once_per_run_and_a_retried_hop_replays_its_result(ledger: RunLedger) -> None:
+    flows, broker = Workflows(), InMemoryBroker()
+    calls: list[str] = []
+
+    def charge(amount: int) -> dict[str, Any]:
+        calls.append("charge")
+        return {"charged": amount}
+
+    async def fetch() -> list[int]:
+        calls.append("fetch")
+        return [1, 2, 3]
+
+    @flows.workflow("steps", "1", on_lost="retry")
+    async def steps(ctx: Any) -> dict[str, Any]:
+        charged = await ctx.step("charge", charge, 5)
+        fetched = await ctx.step("fetch", fetch)
+        if ctx.enqueue_seq == 0:
+            await asyncio.Event().wait()  # the first hop dies here, after both steps
+        return {"charged": charged, "fetched": fetched}
+
+    run_id = await admit(ledger, flows.pin("steps", "1"))
+    await ledger.publish(run_id, 0, broker)
+    runner = worker(ledger, broker, flows)
+    async with serving(runner):
+        await until(lambda: _true(calls == ["charge", "fetch"]))
+    assert (await ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]  # its process stopped
+    assert (await reconcile(ledger, broker)).counts["hops_retried"] == 1
+    async with serving(worker(ledger, broker, flows)):
+        done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
+    assert (done.status, done.result) == (RunStatus.DONE, {"charged": {"charged": 5}, "fetched": [1, 2, 3]})
+    assert calls == ["charge", "fetch"]  # replayed, not run again
+    assert await ledger.steps.recorded(run_id) == {"charge": {"charged": 5}, "fetch": [1, 2, 3]}
+
+
+async def test_a_hop_that_lost_its_run_records_no_step_and_runs_none(ledger: RunLedger) -> None:
+    broker = InMemoryBroker()
+    run_id = await admit(ledger, WorkflowPin("answer", "1", "sha256:" + "a" * 64))
+    await ledger.publish(run_id, 0, broker)
+    assert await ledger.claim(run_id, 0, node="node-a") is not None
+    assert await ledger.steps.record(run_id, 0, "first", {"n": 1}) == (True, {"n": 1})
+    assert await ledger.steps.record(run_id, 0, "first", {"n": 2}) == (True, {"n": 1})  # the first record wins
+    assert await ledger.begin_cancel(run_id) is not None  # the hop no longer holds the Run
+    assert await ledger.steps.record(run_id, 0, "second", {"n": 3}) == (False, None)
+    assert not await ledger.steps.holds(run_id, 0)
+    assert await ledger.steps.recorded(run_id) == {"first": {"n": 1}}
+    for bad in ({"name": ""}, {"result": (1, 2)}, {"result": float("nan")}):
+        arguments: dict[str, Any] = {"name": "x", "result": 1, **bad}
+        with pytest.raises(ConfigValidationError):
+            await ledger.steps.record(run_id, 0, arguments["name"], arguments["result"])

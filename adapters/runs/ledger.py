@@ -116,6 +116,7 @@ from .broker import Broker, fence_hop
 from .checkpoints import Checkpoints, RecordedOutcome
 from .checkpoints import clear_outcome_in
 from .nodes import NodeLeases
+from .steps import Steps
 from .checkpoints import delete_in as delete_checkpoint_in
 from .recovery import RecoveryPorts, RecoveryReport
 
@@ -343,6 +344,11 @@ class RunLedger:
     def nodes(self) -> NodeLeases:
         """The node leases of this database, on this ledger's connections."""
         return NodeLeases(self)
+
+    @functools.cached_property
+    def steps(self) -> Steps:
+        """The step journal of this database, on this ledger's connections."""
+        return Steps(self)
 
     @functools.cached_property
     def checkpoints(self) -> Checkpoints:

@@ -187,6 +187,8 @@ class RunContext:
     parked: bool = False
     checkpointed: bool = False
     """This hop wrote a checkpoint (so a finished Run has one to delete)."""
+    _steps: dict[str, Any] | None = None
+    """The step journal as this hop read it first, with what it recorded since."""
 
     @property
     def run_id(self) -> str:
@@ -199,6 +201,30 @@ class RunContext:
     @property
     def state(self) -> Any:
         return None if self.checkpoint is None else self.checkpoint.state
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` (a function or an ``async`` one) once per Run under ``name`` and
+        return its JSON result. The result is recorded in the step journal, fenced by this
+        hop's sequence (a hop that lost its Run gets :class:`HopLost` and records nothing);
+        a hop that runs the workflow again (a retry of a lost hop, a resume) gets the
+        recorded result back without running ``fn``. Before ``fn`` runs, the hop checks
+        that it still holds the Run, so a hop that already lost it runs no step. An
+        external effect belongs in a service attempt (``call_service``): a step whose
+        process dies between its body and its record runs again in the next hop."""
+        if self._steps is None:
+            self._steps = await self._ledger.steps.recorded(self.run_id)
+        if name in self._steps:
+            return self._steps[name]
+        if not await self._ledger.steps.holds(self.run_id, self.enqueue_seq):
+            raise HopLost()
+        value = fn(*args)
+        if inspect.isawaitable(value):
+            value = await value
+        held, kept = await self._ledger.steps.record(self.run_id, self.enqueue_seq, name, value)
+        if not held:
+            raise HopLost()
+        self._steps[name] = kept
+        return kept
 
     async def save(self, state: Any) -> None:
         """Write a plain checkpoint (no owner) for this hop."""
