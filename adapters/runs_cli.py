@@ -16,9 +16,10 @@ on PostgreSQL (``--saq-dsn``, default the ``--db`` URL) or tenure's owned queue 
 without a broker: what they leave to publish (an admission, a resumed Run) is published
 by the relays of any running worker; ``cancel`` elects the cancellation and, given a
 broker, fences the hop and finishes it (otherwise the next startup reconciliation
-does); ``retry`` re-admits a Run that failed ``lost`` as a new Run linked to it. Output
-is a plain table; nothing printed echoes a payload or a result (``show --result`` prints
-a DONE Run's result when asked).
+does); ``retry`` re-admits a Run that failed ``lost`` as a new Run linked to it; ``show``
+of a Run parked on a consent prints the consent's status and deadline (the relays expire
+it once the deadline passed). Output is a plain table; nothing printed echoes a payload
+or a result (``show --result`` prints a DONE Run's result when asked).
 
 Exit status: 0 on success; 2 for bad arguments, a refused request, or a database that
 was never migrated (checked before the action does anything, as ``tenure worker`` does);
@@ -38,8 +39,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tenure.model import (
-    ConfigValidationError, ConsentStatus, ErrorCode, JsonProblem, RunIntent, RunStatus, TenureError, canonical_json,
-    load_json,
+    ConfigValidationError, ConsentStatus, ErrorCode, JsonProblem, RunIntent, RunStatus, TenureError, WaitKind,
+    canonical_json, load_json,
 )
 
 from .runs import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
@@ -75,6 +76,11 @@ def add_runs_parser(commands: Any) -> None:
     worker.add_argument("--node", help="this node's name (default: the host name)")
     worker.add_argument("--concurrency", type=int, default=4, help="hops in flight per queue (default 4)")
     worker.add_argument("--shutdown-seconds", type=float, default=30.0, help="shutdown deadline (default 30)")
+    worker.add_argument("--relay-seconds", type=float, default=1.0,
+                        help="how often the relays publish, resume due timers and decided waits (default 1)")
+    worker.add_argument("--node-lease-seconds", type=float, default=30.0,
+                        help="this node's lease: another node takes its Runs over once it lapses; more than two "
+                             "relay intervals (default 30)")
     worker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     admit = with_db(actions.add_parser("admit", help="admit a Run (published now with --broker, else by a relay)"))
@@ -179,7 +185,8 @@ async def _worker(ledger: RunLedger, arguments: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     try:
         runtime = RunRuntime(ledger, brokers=[broker], workers=[worker], node=node,
-                             shutdown_deadline_s=arguments.shutdown_seconds)
+                             shutdown_deadline_s=arguments.shutdown_seconds, relay_interval_s=arguments.relay_seconds,
+                             node_lease_s=arguments.node_lease_seconds)
         async with runtime:
             report = runtime.startup
             assert report is not None
@@ -241,10 +248,19 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
         print("no such Run")
         return 2
     delivery = await ledger.get_delivery(run.run_id, run.enqueue_seq)
+    # A Run parked on a consent: its verdict so far and its deadline (the relays apply it).
+    waits_on: list[list[object]] = []
+    if run.owner_kind is WaitKind.CONSENT and run.owner_id is not None:
+        consent = await ledger.get_consent(run.owner_id)
+        if consent is not None:
+            waits_on.append(["consent", f"{consent.status.value}, deadline {_when(consent.expires_at) or 'none'}"])
+    wakes: list[list[object]] = [] if run.wake_at is None else [["wakes at", _when(run.wake_at)]]
     rows: list[list[object]] = [
         ["status", run.status.value], ["workflow", f"{run.workflow.name}@{run.workflow.revision}"],
         ["queue", run.queue], ["priority", run.priority], ["sequence", run.enqueue_seq], ["node", run.node],
         ["owner", None if run.owner_kind is None else f"{run.owner_kind.value} {run.owner_id}"],
+        *waits_on,
+        *wakes,
         ["error", run.error], ["started", _when(run.started_at)], ["updated", _when(run.updated_at)],
         ["result", None if run.result is None else f"{len(canonical_json(run.result).encode())} bytes of JSON"
          + ("" if arguments.result else " (--result prints it)")],
@@ -315,9 +331,10 @@ async def _consent(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     assert now is not None and run is not None
     # A relay of a running worker may resume the Run first: the Run's state says where it is.
     resumed = "no" if seq is None else f"yes, hop {seq}" + ("" if broker is not None else " (published by the relays)")
-    print(run_table(["consent", "verdict", "decided by", "this call decided", "this call resumed", "run now"],
-                    [[now.consent_id, now.status.value, now.decided_by, "yes" if decided else "no", resumed,
-                      f"{run.status.value} at hop {run.enqueue_seq}"]]))
+    print(run_table(["consent", "verdict", "decided by", "deadline", "this call decided", "this call resumed",
+                     "run now"],
+                    [[now.consent_id, now.status.value, now.decided_by, _when(now.expires_at),
+                      "yes" if decided else "no", resumed, f"{run.status.value} at hop {run.enqueue_seq}"]]))
     return 0
 
 

@@ -156,6 +156,10 @@ class TableSpec:
     (checked by the migration's admission)."""
     checks: tuple[tuple[str, str], ...] = ()
     """Named CHECK constraints created with the table: ``(name, condition)``."""
+    checks_replaced_by: Step | None = None
+    """The step that re-creates the checks of a table created before it (a check that
+    grew: a new status the old condition refuses). PostgreSQL replaces each constraint;
+    SQLite, which cannot alter a constraint, rebuilds the table."""
 
     @functools.cached_property
     def column_names(self) -> tuple[str, ...]:

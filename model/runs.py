@@ -78,6 +78,7 @@ class RunStatus(enum.Enum):
     AWAITING_CONSENT = "awaiting_consent"
     AWAITING_DELEGATE = "awaiting_delegate"
     AWAITING_SERVICE = "awaiting_service"
+    AWAITING_TIMER = "awaiting_timer"
     CANCELLING = "cancelling"
     DONE = "done"
     FAILED = "failed"
@@ -85,8 +86,10 @@ class RunStatus(enum.Enum):
 
 
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED})
-WAIT_STATUSES = frozenset({RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE})
-"""The waits an owner ends (hardware waits are left by the same hop)."""
+WAIT_STATUSES = frozenset({RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE,
+                           RunStatus.AWAITING_TIMER})
+"""The waits an owner ends (hardware waits are left by the same hop); a timer's owner is
+its due time on the database clock."""
 
 
 class DeliveryState(enum.Enum):
@@ -106,6 +109,7 @@ class WaitKind(enum.Enum):
     CONSENT = "consent"
     DELEGATE = "delegate"
     SERVICE = "service"
+    TIMER = "timer"
 
 
 class ConsentStatus(enum.Enum):
@@ -278,6 +282,8 @@ class RunRecord:
     """How many lost hops recovery ran again (at most ``workflow.max_hop_retries``)."""
     retry_of: str | None = None
     """The Run (failed ``lost``) an operator re-admitted this one for (``RunLedger.retry``)."""
+    wake_at: dt.datetime | None = None
+    """When a timer wait is due (database clock); kept with the timer as its owner is."""
 
     @property
     def intent(self) -> RunIntent:
@@ -345,6 +351,8 @@ class ConsentRecord:
     decided_at: dt.datetime | None
     preauthorized_by: str | None
     created_at: dt.datetime
+    expires_at: dt.datetime | None = None
+    """The deadline tenure's relays apply (``expired`` once it passed), or None."""
 
     @property
     def verdict(self) -> bool | None:

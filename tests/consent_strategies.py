@@ -2,17 +2,20 @@
 
 Records keep INV-C1 ... INV-C3: a pending consent has no decision, a decided one its
 principal and a time no earlier than its creation, a preauthorized one was granted at
-creation. Commands carry every verdict (the three real ones and the two that are not
-verdicts), a creation for a Run that is or is not RUNNING, with or without a
-preauthorization, and the sweep of a settled or cancelled Run.
+creation; any of them may carry a deadline (``expires_at_us``, before or after its
+creation). Commands carry every verdict (the three real ones and the two that are not
+verdicts), from a principal or from the deadline owner, a creation for a Run that is or
+is not RUNNING, with or without a preauthorization, and the sweep of a settled or
+cancelled Run; the time is often at a deadline's edge.
 """
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from tenure.kernel.consents.machine import PREAUTHORIZED_BY
+from tenure.kernel.consents.machine import DEADLINE_OWNER, PREAUTHORIZED_BY
 from tenure.kernel.consents.record import (
+    MAX_DEADLINE_US,
     CancelPending,
     ConsentCommandType,
     ConsentRow,
@@ -26,7 +29,7 @@ from tenure.model import ConsentStatus
 __all__ = ["NOW", "consent_row", "consent_records", "consent_commands", "consent_situations"]
 
 NOW = 1_800_000_000_000_000
-DECIDERS = ["alice", "deadline-keeper"]
+DECIDERS = ["alice", "deadline-keeper", DEADLINE_OWNER]
 
 instants = st.integers(NOW - 3, NOW + 3) | st.integers(NOW - 10**12, NOW + 10**12)
 
@@ -51,15 +54,16 @@ def consent_records(draw: st.DrawFn, step: ConsentStep | None = None) -> Consent
         return None
     status = ConsentStatus(step.value)
     created = draw(instants)
+    expires = draw(st.none() | st.integers(-3, 3).map(lambda offset: created + offset) | instants)
     if status is ConsentStatus.PENDING:
-        return consent_row(created_at_us=created)
+        return consent_row(created_at_us=created, expires_at_us=expires)
     if status is ConsentStatus.GRANTED and draw(st.booleans()):
         return consent_row(status=status, decided_by=PREAUTHORIZED_BY, decided_at_us=created,
-                           preauthorized_by="policy-7", created_at_us=created)
+                           preauthorized_by="policy-7", created_at_us=created, expires_at_us=expires)
     decided_by = draw(st.sampled_from([SETTLED_BY, CANCELLED_BY])) if status is ConsentStatus.CANCELLED else (
         draw(st.sampled_from(DECIDERS)))
     return consent_row(status=status, decided_by=decided_by, decided_at_us=created + draw(st.integers(0, 10)),
-                       created_at_us=created)
+                       created_at_us=created, expires_at_us=expires)
 
 
 @st.composite
@@ -67,9 +71,12 @@ def consent_commands(draw: st.DrawFn, kind: ConsentCommandType, record: ConsentR
     if kind is ConsentCommandType.CREATE:
         preauthorized = draw(st.none() | st.just("policy-7"))
         return CreateConsent(row=consent_row(preauthorized_by=preauthorized, created_at_us=0),
-                             run_running=draw(st.booleans()))
+                             run_running=draw(st.booleans()),
+                             expires_in_us=draw(st.none() | st.integers(1, MAX_DEADLINE_US)))
     if kind is ConsentCommandType.DECIDE:
-        return DecideConsent(verdict=draw(st.sampled_from(ConsentStatus)), decided_by=draw(st.sampled_from(DECIDERS)))
+        # Expiry half the time: the deadline owner's rule is about nothing else.
+        verdict = draw(st.just(ConsentStatus.EXPIRED) | st.sampled_from(ConsentStatus))
+        return DecideConsent(verdict=verdict, decided_by=draw(st.sampled_from(DECIDERS)))
     return CancelPending(decided_by=draw(st.sampled_from([SETTLED_BY, CANCELLED_BY])))
 
 
@@ -79,8 +86,11 @@ def consent_situations(
 ) -> tuple[ConsentRow | None, object, int]:
     record = draw(consent_records(step))
     command = draw(consent_commands(kind or draw(st.sampled_from(ConsentCommandType)), record))
-    if record is not None and draw(st.booleans()):
+    edge = draw(st.integers(0, 2))
+    if record is not None and edge == 0:
         now = record.created_at_us + draw(st.integers(-1, 1))  # a verdict is never dated before creation
+    elif record is not None and record.expires_at_us is not None and edge == 1:
+        now = record.expires_at_us + draw(st.integers(-1, 1))  # the deadline owner's expiry is due only from it
     else:
         now = draw(instants)
     return record, command, now

@@ -206,6 +206,7 @@ from tenure.kernel.agent_jobs.record import AgentJobStep as JS  # noqa: E402
 from tenure.kernel.consents import machine as consents  # noqa: E402
 from tenure.kernel.consents.record import ConsentCommandType as CC  # noqa: E402
 from tenure.kernel.consents.record import ConsentStep as CS  # noqa: E402
+from tenure.model import ConsentStatus  # noqa: E402
 from tenure.kernel.runs import machine as runs  # noqa: E402
 from tenure.kernel.runs.commands import Admitted, RunCommandType as RC  # noqa: E402
 from tenure.kernel.runs.record import RunPair, RunStep as RS, replace_delivery, replace_run  # noqa: E402
@@ -262,9 +263,28 @@ def result_kept_with_failure() -> None:
     runs.EFFECTS["settle_failed"] = keeps
 
 
+def timer_resumed_before_due() -> None:
+    # A timer wait resumes as soon as its name is given, whatever the database clock says.
+    _run_rules(RS.AWAITING_TIMER, RC.RESUME, lambda rules: tuple(rule for rule in rules if rule.guard != "timer_not_due"))
+
+
+def timer_due_time_moved_by_resume() -> None:
+    # The resume keeps the timer's due time: a queued Run carrying a wake time.
+    resume = runs.EFFECTS["resume"]
+
+    def keeps(record: Any, command: Any, now_us: int) -> Any:
+        decided = resume(record, command, now_us)
+        kept = replace_run(decided.new_record.run, wake_at_us=record.run.wake_at_us)
+        return runs.Applied(RunPair(kept, decided.new_record.deliveries), decided.reply)
+
+    runs.EFFECTS["resume"] = keeps
+
+
 RUN_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (
+        timer_resumed_before_due,
+        timer_due_time_moved_by_resume,
         retry_without_retries_left,
         result_kept_with_failure,
         resume_without_owner_check,
@@ -286,7 +306,32 @@ def second_verdict_wins() -> None:
         )
 
 
-CONSENT_MUTANTS: dict[str, Callable[[], None]] = {mutant.__name__: mutant for mutant in (second_verdict_wins,)}
+def expire_before_the_deadline() -> None:
+    # The deadline owner's expiry is taken whenever it is sent.
+    consents.TABLE[(CS.PENDING, CC.DECIDE)] = tuple(
+        rule for rule in consents.TABLE[(CS.PENDING, CC.DECIDE)] if rule.guard != "deadline_not_due")
+
+
+def expire_a_second_early() -> None:
+    # Off by a second: a deadline counts as passed one second before it.
+    consents.GUARDS["deadline_not_due"] = lambda record, command, now_us: (
+        command.decided_by == consents.DEADLINE_OWNER and not (
+            command.verdict is ConsentStatus.EXPIRED and record.expires_at_us is not None
+            and now_us + 1_000_000 >= record.expires_at_us))
+
+
+def expire_without_a_deadline() -> None:
+    # A consent without a deadline counts as due.
+    consents.GUARDS["deadline_not_due"] = lambda record, command, now_us: (
+        command.decided_by == consents.DEADLINE_OWNER and not (
+            command.verdict is ConsentStatus.EXPIRED
+            and (record.expires_at_us is None or now_us >= record.expires_at_us)))
+
+
+CONSENT_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (second_verdict_wins, expire_before_the_deadline, expire_a_second_early, expire_without_a_deadline)
+}
 
 
 def result_adopted_twice() -> None:
@@ -366,11 +411,15 @@ def lost_hop_retried_without_allowance() -> None:
     recovery.GUARDS["retry_left"] = lambda s: True
 
 
+def timer_resumed_by_a_relay_before_due() -> None:
+    recovery.GUARDS["timer_due"] = lambda s: s.run.status.value == "awaiting_timer"
+
+
 RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (reconcile_touches_other_node, repark_without_snapshot_evidence, republish_under_new_key,
                    held_failed_by_relay, terminal_fence_of_a_live_hop, settle_recorded_from_an_earlier_hop,
-                   lost_hop_retried_without_allowance)
+                   lost_hop_retried_without_allowance, timer_resumed_by_a_relay_before_due)
 }
 
 
@@ -433,7 +482,8 @@ BEHAVIOURAL_TESTS: dict[str, list[str]] = {
                  "tests/test_recovery_table.py::test_a_queued_hop_is_published_republished_rotated_or_fenced_by_what_the_broker_says",
                  "tests/test_recovery_table.py::test_only_a_dead_processs_hop_is_fenced_terminally",
                  "tests/test_recovery_table.py::test_a_dead_hop_that_recorded_its_outcome_is_settled_with_it_after_fence_and_containment",
-                 "tests/test_recovery_table.py::test_a_lost_hop_of_a_workflow_that_allows_retries_runs_again_until_none_is_left"],
+                 "tests/test_recovery_table.py::test_a_lost_hop_of_a_workflow_that_allows_retries_runs_again_until_none_is_left",
+                 "tests/test_recovery_table.py::test_a_timer_wait_resumes_exactly_once_its_due_time_is_reached"],
     "nodes": ["tests/test_node_properties.py"],
 }
 """The tests of behaviour each machine's mutants must fail (never the spec comparison,

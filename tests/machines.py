@@ -207,13 +207,17 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "seq_differs": lambda r, c, n: c.enqueue_seq != r.run.enqueue_seq,
     "not_held": lambda r, c, n: _current(r).state.value != "held",
     "unpublishable": lambda r, c, n: _current(r).state.value not in ("pending", "published"),
-    "owner_foreign": lambda r, c, n: c.wait.value != "hardware" and not (
+    "owner_foreign": lambda r, c, n: c.wait.value not in ("hardware", "timer") and not (
         c.owner is not None and c.owner.kind == c.wait and c.owner.owner_id == c.owner_id
         and c.owner.run_id == r.run.run_id
     ),
     "waits_for_consent": lambda r, c, n: c.wait.value == "consent",
     "waits_for_delegate": lambda r, c, n: c.wait.value == "delegate",
     "waits_for_service": lambda r, c, n: c.wait.value == "service",
+    "waits_for_timer": lambda r, c, n: c.wait.value == "timer",
+    "wake_invalid": lambda r, c, n: (c.wake_at_us is not None) if c.wait.value != "timer" else not (
+        type(c.wake_at_us) is int and -62_135_596_800_000_000 <= c.wake_at_us <= 253_402_300_799_999_999),
+    "timer_not_due": lambda r, c, n: not n >= r.run.wake_at_us,
     "not_current_owner": lambda r, c, n: c.owner_id != r.run.owner_id,
     "owner_unresolved": lambda r, c, n: not (
         _the_runs_owner(r, c.owner) and c.owner.complete is True
@@ -252,6 +256,8 @@ CONSENT_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "verdict_granted": lambda r, c, n: c.verdict.value == "granted",
     "verdict_denied": lambda r, c, n: c.verdict.value == "denied",
     "verdict_expired": lambda r, c, n: c.verdict.value == "expired",
+    "deadline_not_due": lambda r, c, n: c.decided_by == "tenure:deadline" and not (
+        c.verdict.value == "expired" and r.expires_at_us is not None and r.expires_at_us <= n),
 }
 
 
@@ -340,7 +346,8 @@ MACHINES: dict[str, MachineUnderTest] = {
         situations=lambda state=None, kind=None: run_situations(state, kind),
         terminal=frozenset({RunStep.DONE, RunStep.FAILED, RunStep.CANCELLED}),
         live=frozenset({RunStep.QUEUED, RunStep.RUNNING, RunStep.AWAITING_HARDWARE, RunStep.AWAITING_CONSENT,
-                        RunStep.AWAITING_DELEGATE, RunStep.AWAITING_SERVICE, RunStep.CANCELLING}),
+                        RunStep.AWAITING_DELEGATE, RunStep.AWAITING_SERVICE, RunStep.AWAITING_TIMER,
+                        RunStep.CANCELLING}),
         terminal_exit_allowed=lambda state, command, rule: False,
         state_of_record=_run_state,
         oracle_guards=RUN_ORACLE_GUARDS,

@@ -61,7 +61,8 @@ NOW = 1_800_000_000_000_000
 RUN_ID = "run-1"
 OTHER_RUN_ID = "run-2"
 NODES = ["node-a", "node-b"]
-OWNER_IDS = {WaitKind.CONSENT: "consent-1", WaitKind.DELEGATE: "job-1", WaitKind.SERVICE: "attempt-1"}
+OWNER_IDS = {WaitKind.CONSENT: "consent-1", WaitKind.DELEGATE: "job-1", WaitKind.SERVICE: "attempt-1",
+             WaitKind.TIMER: "timer-1"}
 OTHER_OWNER = "owner-9"
 DIGESTS = ["sha256:" + hashlib.sha256(name.encode()).hexdigest() for name in ("intent-1", "intent-2")]
 OWNER_STATUSES: dict[WaitKind, list[str]] = {
@@ -70,7 +71,8 @@ OWNER_STATUSES: dict[WaitKind, list[str]] = {
     WaitKind.SERVICE: [state.value for state in AttemptState],
     WaitKind.HARDWARE: ["busy"],
 }
-"""Every status an owner row of each kind can report (hardware has no owner rows)."""
+"""Every status an owner row of each kind can report (hardware and timers have no owner rows)."""
+_OWNED_KINDS = [WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE]
 
 instants = st.integers(NOW - 3, NOW + 3) | st.integers(NOW - 10**12, NOW + 10**12)
 
@@ -78,6 +80,7 @@ _WAIT_OF_STATUS = {
     RunStatus.AWAITING_CONSENT: WaitKind.CONSENT,
     RunStatus.AWAITING_DELEGATE: WaitKind.DELEGATE,
     RunStatus.AWAITING_SERVICE: WaitKind.SERVICE,
+    RunStatus.AWAITING_TIMER: WaitKind.TIMER,
 }
 
 
@@ -151,7 +154,7 @@ def _before_cancel(draw: st.DrawFn, run: RunRow, seq: int) -> tuple[RunRow, Deli
     """What a CANCELLING or CANCELLED Run froze: a queued, executing or waiting hop."""
     frozen = draw(st.sampled_from([RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE,
                                    RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE,
-                                   RunStatus.AWAITING_SERVICE]))
+                                   RunStatus.AWAITING_SERVICE, RunStatus.AWAITING_TIMER]))
     return _in_status(draw, run, frozen, seq)
 
 
@@ -163,7 +166,8 @@ def _in_status(draw: st.DrawFn, run: RunRow, status: RunStatus, seq: int) -> tup
     if status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE):
         return run, delivery_for(run, DeliveryState.CLAIMED, publish_attempts=draw(st.integers(0, 2)))
     kind = _WAIT_OF_STATUS[status]
-    run = _with(run, owner_kind=kind, owner_id=OWNER_IDS[kind])
+    run = _with(run, owner_kind=kind, owner_id=OWNER_IDS[kind],
+                wake_at_us=draw(instants) if kind is WaitKind.TIMER else None)
     return run, delivery_for(run, DeliveryState.SETTLED, was_claimed=True)
 
 
@@ -208,8 +212,8 @@ def owner_evidence(draw: st.DrawFn, run_id: str, kind: WaitKind | None, owner_id
     miss = draw(st.sampled_from(["none", "exact", "exact", "exact", "kind", "id", "run"]))
     if miss == "none":
         return None
-    if kind is None or kind is WaitKind.HARDWARE or miss == "kind":
-        kind = draw(st.sampled_from([WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE]))
+    if kind is None or kind not in _OWNED_KINDS or miss == "kind":
+        kind = draw(st.sampled_from(_OWNED_KINDS))
     if owner_id is None or miss == "id":
         owner_id = draw(st.sampled_from([OWNER_IDS[kind], OTHER_OWNER]))
     run = draw(st.sampled_from([OTHER_RUN_ID, None])) if miss == "run" else run_id
@@ -278,7 +282,13 @@ def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) 
     if kind is C.PARK:
         wait = draw(st.sampled_from(WaitKind))
         owner_id = OWNER_IDS.get(wait, "gpu-0") if draw(st.integers(0, 3)) else OTHER_OWNER
-        return Park(enqueue_seq=seq, wait=wait, owner_id=owner_id, owner=owner_evidence(draw, RUN_ID, wait, owner_id))
+        # A timer names its due time (now and then none, or one no record can hold);
+        # another kind names none (now and then one it must not carry).
+        wake = draw(st.one_of(instants, instants, st.none(), st.sampled_from([-(2**62), 2**62])))
+        if wait is not WaitKind.TIMER and draw(st.integers(0, 4)):
+            wake = None
+        return Park(enqueue_seq=seq, wait=wait, owner_id=owner_id, owner=owner_evidence(draw, RUN_ID, wait, owner_id),
+                    wake_at_us=wake)
     if kind is C.SETTLE:
         status = draw(st.sampled_from([RunStatus.DONE, RunStatus.FAILED]))
         error = "boom" if status is RunStatus.FAILED else None
@@ -298,7 +308,9 @@ def run_situations(
 ) -> tuple[RunPair | None, object, int]:
     record = draw(run_records(step))
     command = draw(run_commands(kind or draw(st.sampled_from(RunCommandType)), record))
-    if record is not None and draw(st.booleans()):
+    if record is not None and record.run.wake_at_us is not None and draw(st.booleans()):
+        now = record.run.wake_at_us + draw(st.integers(-1, 1))  # where a timer falls due
+    elif record is not None and draw(st.booleans()):
         now = record.run.updated_at_us + draw(st.integers(-1, 1))  # where updated_at stops moving
     else:
         now = draw(instants)

@@ -286,6 +286,20 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
         ("park", "kind", lambda ledger: ledger.park(RUN_ID, 0, kind=m, owner_id="consent-1")),
         ("park", "kind", lambda ledger: ledger.park(RUN_ID, 0, kind=WaitKind.HARDWARE, owner_id="consent-1")),
         ("park", "owner_id", lambda ledger: ledger.park(RUN_ID, 0, kind=WaitKind.CONSENT, owner_id=m * 9)),
+        ("park", "kind", lambda ledger: ledger.park(RUN_ID, 0, kind=WaitKind.TIMER, owner_id="sleep:0")),
+        ("park_timer", "name", lambda ledger: ledger.park_timer(RUN_ID, 0, name=m * 9, delay_s=1)),
+        ("park_timer", "name", lambda ledger: ledger.park_timer(RUN_ID, 0, name="", delay_s=1)),
+        ("park_timer", "state", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t", delay_s=1, state={m: {1}})),
+        ("park_timer", "wake_at", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t")),
+        ("park_timer", "wake_at", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t", delay_s=1, wake_at=_aware())),
+        ("park_timer", "wake_at", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t",
+                                                                   wake_at=_aware().replace(tzinfo=None))),
+        ("park_timer", "wake_at", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t", wake_at=m)),
+        ("park_timer", "delay_s", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t", delay_s=-1)),
+        ("park_timer", "delay_s", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t", delay_s=float("nan"))),
+        ("park_timer", "delay_s", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t", delay_s=True)),
+        ("park_timer", "delay_s", lambda ledger: ledger.park_timer(RUN_ID, 0, name="t", delay_s=10**9)),
+        ("park_timer", "run_id", lambda ledger: ledger.park_timer(m * 3, 0, name="t", delay_s=1)),
         ("resume", "owner_id", lambda ledger: ledger.resume(RUN_ID, owner_id="")),
         ("resume", "run_id", lambda ledger: ledger.resume(m * 3, owner_id="consent-1")),
         ("settle", "status", lambda ledger: ledger.settle(RUN_ID, 0, m)),
@@ -317,6 +331,17 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
             RUN_ID, tool_name="mail", tool_call_id="call-1", payload={m: float("nan")})),
         ("create_consent", "preauthorized_by", lambda ledger: ledger.create_consent(
             RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, preauthorized_by=m * 9)),
+        ("create_consent", "expires_in_s", lambda ledger: ledger.create_consent(
+            RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, expires_in_s=m)),
+        ("create_consent", "expires_in_s", lambda ledger: ledger.create_consent(
+            RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, expires_in_s=0)),
+        ("create_consent", "expires_in_s", lambda ledger: ledger.create_consent(
+            RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, expires_in_s=float("nan"))),
+        ("create_consent", "expires_in_s", lambda ledger: ledger.create_consent(
+            RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, expires_in_s=30 * 24 * 3600 + 1)),
+        ("expire_due_consents", "limit", lambda ledger: ledger.expire_due_consents(limit=0)),
+        ("expire_due_consents", "limit", lambda ledger: ledger.expire_due_consents(limit=True)),
+        ("expire_due_consents", "broker", lambda ledger: ledger.expire_due_consents(broker=m)),
         ("decide_consent", "verdict", lambda ledger: ledger.decide_consent("consent-1", m, decided_by="bob")),
         ("decide_consent", "verdict", lambda ledger: ledger.decide_consent(
             "consent-1", ConsentStatus.CANCELLED, decided_by="bob")),
@@ -361,8 +386,8 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
         ("relay", "cursor", lambda ledger: ledger.relay(_ports(), cursor="eyJ2IjoyfQ==")),
         ("relay", "page_size", lambda ledger: ledger.relay(_ports(), page_size=1001)),
     ]
-    for name in ("release", "publish", "claim", "enter_hardware_wait", "leave_hardware_wait", "park", "settle",
-                 "finish_cancel", "get_delivery"):
+    for name in ("release", "publish", "claim", "enter_hardware_wait", "leave_hardware_wait", "park", "park_timer",
+                 "settle", "finish_cancel", "get_delivery"):
         for seq in seqs:
             cases.append((name, "enqueue_seq", lambda ledger, name=name, seq=seq: _with_seq(ledger, name, seq)))
     return cases
@@ -391,6 +416,7 @@ def _with_seq(ledger: Any, name: str, seq: Any) -> Any:
         "enter_hardware_wait": lambda: ledger.enter_hardware_wait(RUN_ID, seq),
         "leave_hardware_wait": lambda: ledger.leave_hardware_wait(RUN_ID, seq),
         "park": lambda: ledger.park(RUN_ID, seq, kind=WaitKind.CONSENT, owner_id="consent-1"),
+        "park_timer": lambda: ledger.park_timer(RUN_ID, seq, name="sleep:0", delay_s=1),
         "settle": lambda: ledger.settle(RUN_ID, seq, RunStatus.DONE),
         "finish_cancel": lambda: ledger.finish_cancel(RUN_ID, seq, InMemoryBroker()),
         "get_delivery": lambda: ledger.get_delivery(RUN_ID, seq),

@@ -68,6 +68,7 @@ def test_every_machine_contracts_module_of_the_kernel_is_checked_here() -> None:
         ("runs:claim_ignores_sequence", "runs.contracts.decide_claim"),
         ("runs:resume_without_owner_check", "runs.contracts.decide_resume"),
         ("consent:second_verdict_wins", "consents.contracts.decide_decide_consent"),
+        ("consent:expire_before_the_deadline", "consents.contracts.decide_decide_consent"),
         ("agent_jobs:result_adopted_twice", "agent_jobs.contracts.decide_adopt_result"),
     ],
 )

@@ -1,5 +1,5 @@
 """The recovery table: total, the same as specs/recovery.md both ways, and every verdict
-keeps the recovery rules (REC-1 ... REC-11) over generated situations."""
+keeps the recovery rules (REC-1 ... REC-12) over generated situations."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_every_case_and_pass_has_rules_ending_in_always_and_every_guard_is_named
     spec = SPEC.read_text()
     for guard in table.GUARDS:
         assert re.search(rf"`{guard}`", spec), guard
-    for rule_name in ("REC-1", "REC-2", "REC-3", "REC-4", "REC-5", "REC-6", "REC-7", "REC-8", "REC-9", "REC-10", "REC-11"):
+    for rule_name in ("REC-1", "REC-2", "REC-3", "REC-4", "REC-5", "REC-6", "REC-7", "REC-8", "REC-9", "REC-10", "REC-11", "REC-12"):
         assert f"**{rule_name}**" in spec
 
 
@@ -72,6 +72,8 @@ def situations(draw: st.DrawFn) -> Situation:
         kind = {RunStatus.AWAITING_CONSENT: WaitKind.CONSENT, RunStatus.AWAITING_DELEGATE: WaitKind.DELEGATE,
                 RunStatus.AWAITING_SERVICE: WaitKind.SERVICE}[status]
         run = dataclasses.replace(run, owner_kind=kind, owner_id="owner-1")
+    if status is RunStatus.AWAITING_TIMER:
+        run = dataclasses.replace(run, owner_kind=WaitKind.TIMER, owner_id="sleep:0", wake_at_us=NOW)
     state = draw(st.sampled_from(DeliveryState))
     delivery = None if draw(st.integers(0, 15)) == 0 else delivery_for(
         run, state, claimed_by=draw(st.sampled_from(NODES)) if state is DeliveryState.CLAIMED else None,
@@ -97,6 +99,7 @@ def situations(draw: st.DrawFn) -> Situation:
         observed=draw(st.booleans()),
         outcome=draw(st.none() | st.tuples(st.sampled_from([RunStatus.DONE, RunStatus.FAILED, RunStatus.RUNNING]),
                                            st.sampled_from([seq, seq + 1, max(0, seq - 1)]))),
+        now_us=draw(st.none() | st.sampled_from([NOW - 1, NOW, NOW + 1])),
     )
 
 
@@ -106,6 +109,20 @@ def test_every_verdict_keeps_the_recovery_rules(situation: Situation) -> None:
     verdict = decide(situation)
     assert verdict_violations(situation, verdict) == []
     assert (verdict.action is Action.REPORT) == (verdict.reason is not None)
+
+
+def test_a_timer_wait_resumes_exactly_once_its_due_time_is_reached() -> None:
+    run = base_run(status=RunStatus.AWAITING_TIMER, started_at_us=NOW - 500, node=NODES[0],
+                   owner_kind=WaitKind.TIMER, owner_id="sleep:0", wake_at_us=NOW)
+    delivery = delivery_for(run, DeliveryState.SETTLED, was_claimed=True)
+    for phase in Pass:
+        waiting = Situation(phase=phase, run=run, delivery=delivery, node=NODES[0] if phase is Pass.RECONCILE
+                            else None, cutoff_us=CUTOFF if phase is Pass.RECONCILE else None,
+                            stale_after_us=STALE, queue_known=True)
+        assert decide(waiting).action is Action.KEEP  # the clock was not read: nothing is due
+        assert decide(dataclasses.replace(waiting, now_us=NOW - 1)).action is Action.KEEP
+        assert decide(dataclasses.replace(waiting, now_us=NOW)).action is Action.RESUME
+        assert decide(dataclasses.replace(waiting, now_us=NOW + 10**9)).action is Action.RESUME
 
 
 def _orphan(**changes: object) -> Situation:

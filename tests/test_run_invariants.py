@@ -27,6 +27,7 @@ from tenure.kernel.agent_jobs import machine as job_machine
 from tenure.kernel.agent_jobs.record import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
 from tenure.kernel.agent_jobs.record import record_violations as job_violations
 from tenure.kernel.consents import machine as consent_machine
+from tenure.kernel.consents.machine import DEADLINE_OWNER
 from tenure.kernel.consents.record import CancelPending, CreateConsent, DecideConsent
 from tenure.kernel.consents.record import record_violations as consent_violations
 from tenure.kernel.core import Applied
@@ -204,6 +205,11 @@ BROKEN_CONSENT_RULES: dict[str, tuple[Any, Any, Any]] = {
     "TR-C3": (_PENDING_CONSENT, DecideConsent(verdict=ConsentStatus.DENIED, decided_by="bob"),
               dataclasses.replace(_PENDING_CONSENT, status=ConsentStatus.CANCELLED, decided_by="bob",
                                   decided_at_us=CONSENT_NOW)),
+    # the deadline owner's expiry a microsecond before the consent's deadline
+    "TR-C4": (dataclasses.replace(_PENDING_CONSENT, expires_at_us=CONSENT_NOW + 1),
+              DecideConsent(verdict=ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER),
+              dataclasses.replace(_PENDING_CONSENT, status=ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER,
+                                  decided_at_us=CONSENT_NOW, expires_at_us=CONSENT_NOW + 1)),
 }
 
 _RUNNING_JOB = job_row(status=AgentJobStatus.RUNNING, runtime_job_id="runtime-1")

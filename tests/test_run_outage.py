@@ -1,6 +1,8 @@
 """A PostgreSQL server that stops while a hop records and settles its outcome: the hop
 retries through the outage, and the Run ends DONE with its result once the server is
-back (issue 27). The SQLite counterpart (a busy file) is in tests/test_run_liveness.py."""
+back (issue 27), whether its broker keeps its jobs in memory, in tenure's own queue or
+in SAQ (both on the server that stopped: their heartbeats fail too). The SQLite
+counterpart (a busy file) is in tests/test_run_liveness.py."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 
 from adapter_support import pg_ctl, private_pg_server
+from run_worker_process import broker_of
 from tenure.adapters import InMemoryBroker, RunLedger, RunWorker, Workflows, upgrade
 from tenure.model import RunIntent, RunStatus
 
@@ -32,10 +35,16 @@ async def until(check: Any, timeout_s: float = 60.0) -> Any:
     return value
 
 
-async def test_a_settlement_across_a_server_stop_is_retried_and_the_run_ends_done(server: dict[str, str]) -> None:
+@pytest.mark.parametrize("broker_kind", ["memory", "queue", "saq"])
+async def test_a_settlement_across_a_server_stop_is_retried_and_the_run_ends_done(
+    server: dict[str, str], broker_kind: str,
+) -> None:
     db_url = server["TEST_PG_DSN"]
     await upgrade(db_url)
-    flows, broker = Workflows(), InMemoryBroker()
+    flows = Workflows()
+    broker: Any = InMemoryBroker() if broker_kind == "memory" else broker_of(broker_kind, db_url)
+    if hasattr(broker, "connect"):
+        await broker.connect()
     finish = asyncio.Event()
 
     @flows.workflow("answer", "1")
@@ -67,5 +76,7 @@ async def test_a_settlement_across_a_server_stop_is_retried_and_the_run_ends_don
             run = await ledger.get(run_id)
         finally:
             await runner.stop(10)
+            if hasattr(broker, "disconnect"):
+                await broker.disconnect()
     assert run is not None and (run.status, run.result) == (RunStatus.DONE, {"answer": 42})
     assert runner.outcomes["done"] == 1

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_job_strategies import job_row, job_situations, result_for
-from consent_strategies import consent_row, consent_situations
+from consent_strategies import consent_records, consent_row, consent_situations
 from run_strategies import RUN_ID, base_run, delivery_for, run_commands, run_situations
 from tenure.kernel.agent_jobs.machine import AGENT_JOBS, AgentJobRefusal
 from tenure.kernel.agent_jobs.record import (
@@ -25,11 +25,12 @@ from tenure.kernel.agent_jobs.record import (
     SubmitJob,
     Submitted,
 )
-from tenure.kernel.consents.machine import CONSENTS, PREAUTHORIZED_BY, ConsentRefusal
+from tenure.kernel.consents.machine import CONSENTS, DEADLINE_OWNER, PREAUTHORIZED_BY, ConsentRefusal
 from tenure.kernel.consents.record import (
     CancelPending,
     ConsentCommandType,
     ConsentRow,
+    ConsentStep,
     CreateConsent,
     DecideConsent,
 )
@@ -346,6 +347,38 @@ def test_resume_opens_the_next_sequence_with_a_pending_resume_delivery() -> None
     assert pair.current.delivery_id == key_of(RUN_ID, 1)
 
 
+def test_a_timer_parks_with_its_due_time_and_only_the_database_clock_at_that_time_resumes_it() -> None:
+    due = NOW + 5_000_000
+    park = Park(enqueue_seq=0, wait=WaitKind.TIMER, owner_id="sleep:0", owner=None, wake_at_us=due)
+    sleeping = applied(decide(RUNS, claimed(), park, NOW))
+    assert (sleeping.run.status, sleeping.run.owner_kind, sleeping.run.owner_id, sleeping.run.wake_at_us) == (
+        RunStatus.AWAITING_TIMER, WaitKind.TIMER, "sleep:0", due)
+    assert sleeping.current.state is DeliveryState.SETTLED
+    stored = RunPair(sleeping.run, (sleeping.current,))
+    for early in (NOW, due - 1):
+        assert refused(decide(RUNS, stored, Resume(owner_id="sleep:0", owner=None), early), RunRefusal.TIMER_NOT_DUE)
+    assert refused(decide(RUNS, stored, Resume(owner_id="sleep:1", owner=None), due), RunRefusal.NOT_CURRENT_OWNER)
+    for due_or_later in (due, due + 10**9):
+        decision = decide(RUNS, stored, Resume(owner_id="sleep:0", owner=None), due_or_later)
+        woke = applied(decision)
+        assert decision.reply == Resumed(enqueue_seq=1)  # type: ignore[union-attr]
+        assert (woke.run.status, woke.run.owner_kind, woke.run.wake_at_us) == (RunStatus.QUEUED, None, None)
+        assert RUNS.record_violations(RunPair(woke.run, (woke.current,))) == []
+    assert OUTCOMES[RunRefusal.TIMER_NOT_DUE] is None
+
+
+@pytest.mark.parametrize("wake", [None, 2**62, -(2**62), True, 1.5])
+def test_a_timer_park_without_a_due_time_a_record_can_hold_is_refused(wake: Any) -> None:
+    park = Park(enqueue_seq=0, wait=WaitKind.TIMER, owner_id="sleep:0", owner=None, wake_at_us=wake)
+    assert refused(decide(RUNS, claimed(), park, NOW), RunRefusal.WAKE_INVALID)
+
+
+def test_another_park_naming_a_due_time_is_refused() -> None:
+    owner = OwnerEvidence(WaitKind.CONSENT, "owner-1", RUN_ID, "pending", False)
+    park = Park(enqueue_seq=0, wait=WaitKind.CONSENT, owner_id="owner-1", owner=owner, wake_at_us=NOW)
+    assert refused(decide(RUNS, claimed(), park, NOW), RunRefusal.WAKE_INVALID)
+
+
 RESUME_REFUSALS = {
     "another owner": (Resume(owner_id="consent-2", owner=None), RunRefusal.NOT_CURRENT_OWNER),
     "the owner row missing": (Resume(owner_id="consent-1", owner=None), RunRefusal.OWNER_UNDECIDED),
@@ -569,6 +602,64 @@ def test_a_verdict_is_never_dated_before_the_consent_was_created() -> None:
     row = applied(decide(CONSENTS, consent_row(created_at_us=NOW),
                          DecideConsent(verdict=ConsentStatus.EXPIRED, decided_by="deadline-keeper"), NOW - 10))
     assert row.decided_at_us == NOW
+
+
+def test_a_consent_created_with_a_deadline_keeps_it_counted_from_its_creation() -> None:
+    create = CreateConsent(row=consent_row(created_at_us=0), run_running=True, expires_in_us=5_000_000)
+    row: ConsentRow = applied(decide(CONSENTS, None, create, NOW))
+    assert (row.status, row.created_at_us, row.expires_at_us) == (ConsentStatus.PENDING, NOW, NOW + 5_000_000)
+    without = applied(decide(CONSENTS, None, dataclasses.replace(create, expires_in_us=None), NOW))
+    assert without.expires_at_us is None
+
+
+EXPIRE = DecideConsent(verdict=ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER)
+
+
+def test_the_deadline_owner_expires_a_pending_consent_only_once_its_deadline_has_come() -> None:
+    deadline = NOW + 5_000_000
+    pending = consent_row(expires_at_us=deadline)
+    for early in (deadline - 1, deadline - 1_000_000, pending.created_at_us):
+        assert refused(decide(CONSENTS, pending, EXPIRE, early), ConsentRefusal.NOT_DUE)
+    assert CONSENTS.outcomes[ConsentRefusal.NOT_DUE] is None  # the ledger answers False
+    for due in (deadline, deadline + 1):
+        row: ConsentRow = applied(decide(CONSENTS, pending, EXPIRE, due))
+        assert (row.status, row.decided_by, row.decided_at_us, row.expires_at_us) == (
+            ConsentStatus.EXPIRED, DEADLINE_OWNER, due, deadline)
+
+
+@settings(max_examples=300)
+@given(record=consent_records(ConsentStep.PENDING) | consent_records(),
+       offset=st.integers(-1_500_000, 1_500_000) | st.integers(-2, 2),
+       verdict=st.just(ConsentStatus.EXPIRED) | st.sampled_from(ConsentStatus))
+def test_the_deadline_owners_verdict_applies_exactly_to_a_pending_consent_whose_deadline_came(
+    record: ConsentRow | None, offset: int, verdict: ConsentStatus,
+) -> None:
+    deadline = None if record is None else record.expires_at_us
+    now = (deadline if deadline is not None else NOW) + offset
+    decision = decide(CONSENTS, record, DecideConsent(verdict=verdict, decided_by=DEADLINE_OWNER), now)
+    due = deadline is not None and now >= deadline
+    pending = record is not None and record.status is ConsentStatus.PENDING
+    assert isinstance(decision, Applied) == (pending and due and verdict is ConsentStatus.EXPIRED)
+    if pending and not isinstance(decision, Applied):
+        assert decision.reason is ConsentRefusal.NOT_DUE  # type: ignore[union-attr]
+
+
+def test_the_deadline_owner_never_expires_a_consent_without_a_deadline_and_sends_no_other_verdict() -> None:
+    assert refused(decide(CONSENTS, consent_row(), EXPIRE, NOW + 10**12), ConsentRefusal.NOT_DUE)
+    pending = consent_row(expires_at_us=NOW)
+    for verdict in (ConsentStatus.GRANTED, ConsentStatus.DENIED):
+        sent = DecideConsent(verdict=verdict, decided_by=DEADLINE_OWNER)
+        assert refused(decide(CONSENTS, pending, sent, NOW + 1), ConsentRefusal.NOT_DUE)
+
+
+def test_a_verdict_before_the_deadline_stands_and_other_principals_may_expire_at_any_time() -> None:
+    deadline = NOW + 5_000_000
+    pending = consent_row(expires_at_us=deadline)
+    granted = applied(decide(CONSENTS, pending, DecideConsent(verdict=ConsentStatus.GRANTED, decided_by="alice"),
+                             deadline - 1))
+    assert refused(decide(CONSENTS, granted, EXPIRE, deadline + 1), ConsentRefusal.ALREADY_DECIDED)
+    early = applied(decide(CONSENTS, pending, DecideConsent(verdict=ConsentStatus.EXPIRED, decided_by="bob"), NOW))
+    assert (early.status, early.decided_by) == (ConsentStatus.EXPIRED, "bob")
 
 
 # --- delegated jobs -------------------------------------------------------------------------

@@ -64,7 +64,7 @@ async def test_a_worker_process_runs_what_the_operator_admits_and_decides(
     assert "published" in admitted.stdout
     worker = subprocess.Popen(
         [sys.executable, "-P", "-m", "tenure.adapters.cli", "runs", "worker", "--db", db_url, "--broker", broker,
-         "--workflows", "flows:registry", "--node", "node-a"],
+         "--workflows", "flows:registry", "--node", "node-a", "--relay-seconds", "0.5", "--node-lease-seconds", "10"],
         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
         parked = await wait_for(db_url, run_id, RunStatus.AWAITING_CONSENT)
@@ -111,6 +111,9 @@ async def test_operator_commands_work_without_a_broker_and_refuse_bad_input(db_u
          "--priority", "101"),
         ("consent", "--db", db_url, "0" * 36, "grant", "--by", "bob"),
         ("show", "--db", db_url, "0" * 36),
+        ("worker", "--db", db_url, "--broker", "queue", "--workflows", "flows:registry", "--node-lease-seconds", "1.5",
+         "--relay-seconds", "1"),  # a lease must outlast two relay intervals
+        ("worker", "--db", db_url, "--broker", "queue", "--workflows", "flows:registry", "--relay-seconds", "0"),
     ]
     for arguments in refusals:
         done = await asyncio.to_thread(tenure, folder, *arguments)

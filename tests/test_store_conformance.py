@@ -39,6 +39,7 @@ from tenure.adapters.runs.queue_broker import HOPS_BINDING
 from tenure.adapters.store import Probe
 from tenure.adapters.tables import Binding
 from tenure.kernel.attempts import finders as attempt_finders
+from tenure.kernel.consents import finders as consent_finders
 from tenure.kernel.core import Finder
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.record import dedupe_key_of
@@ -205,6 +206,17 @@ def _owner_finders(by_keys: Finder, of_run: Finder, prefix: str) -> Callable[[li
     )
 
 
+def _consent_finders(rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[str, Any]]]:
+    deadlines = [row.expires_at_us for row in rows if row.expires_at_us is not None] or [NOW]
+    return st.one_of(
+        _owner_finders(run_finders.consents_by_keys, run_finders.pending_consents_of_run, "consent")(rows),
+        # The deadline owner's page: at, just before and just after a stored deadline, or anywhere.
+        st.tuples(st.just(consent_finders.due_consents),
+                  (st.sampled_from(deadlines).flatmap(lambda at: st.integers(at - 1, at + 1)) | times).map(
+                      lambda now: {"now": now})),
+    )
+
+
 def _unique_nodes(rows: list[Any]) -> list[Any]:
     return [dataclasses.replace(row, node=f"node-{index}") for index, row in enumerate(rows)]
 
@@ -243,7 +255,7 @@ CASES = {
     "consents": TableCase(
         CONSENTS_BINDING,
         st.lists(consent_records().filter(lambda r: r is not None), max_size=6).map(_unique_consents),
-        _owner_finders(run_finders.consents_by_keys, run_finders.pending_consents_of_run, "consent"),
+        _consent_finders,
     ),
     "run_nodes": TableCase(
         NODES_BINDING,

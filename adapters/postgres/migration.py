@@ -166,6 +166,12 @@ class PostgresMigration:
         tables = ", ".join(qualified(schema, name) for name in present)
         await tx.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
 
+    async def replace_checks(self, tx: Executor, spec: TableSpec, schema: str | None) -> None:
+        table = qualified(schema, spec.name)
+        for name, condition in spec.checks:
+            await tx.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}")
+            await tx.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} CHECK ({condition})")
+
     def now_sql(self) -> str:
         return "clock_timestamp()::text"
 

@@ -62,6 +62,8 @@ __all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDIN
 _STEP = Step.WORKERS
 
 OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE})
+"""The owners ``save`` binds (a timer's checkpoint is written by ``RunLedger.park_timer``,
+in the same transaction as its park)."""
 """The owners a checkpoint may name (a hardware wait is left by the same hop)."""
 
 _SAVING_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE})
@@ -107,8 +109,9 @@ CHECKPOINTS_TABLE = TableSpec(
         ("ck_tenure_run_checkpoints_seq", "enqueue_seq >= 0"),
         ("ck_tenure_run_checkpoints_owner",
          "(owner_kind IS NULL AND owner_id IS NULL) OR "
-         "(owner_kind IN ('consent', 'delegate', 'service') AND owner_id IS NOT NULL)"),
+         "(owner_kind IN ('consent', 'delegate', 'service', 'timer') AND owner_id IS NOT NULL)"),
     ),
+    checks_replaced_by=Step.LIVENESS,  # runs_v5: a checkpoint may bind a timer
 )
 
 CHECKPOINTS_BINDING = Binding("run_checkpoints", None, CHECKPOINTS_TABLE, CheckpointRow, {}, "run_id")
@@ -164,6 +167,24 @@ async def clear_outcome_in(tx: Transaction, run_id: str) -> None:
         await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], cleared)], read_back=False)
 
 
+def state_text(state: Any) -> str:
+    """A workflow state as the checkpoint stores it (canonical JSON, bounded)."""
+    text = canonical_json(check_document(state, "state"))
+    if len(text.encode()) > MAX_RUN_DOCUMENT_BYTES:
+        raise _refuse("state", "document_too_large")
+    return text
+
+
+async def put_in(tx: Transaction, row: CheckpointRow) -> None:
+    """Write the Run's checkpoint inside the caller's transaction (which holds the Run's
+    lock and has checked the hop's fence), replacing any earlier one."""
+    stored = await tx.read(CHECKPOINTS_BINDING, [row.run_id])
+    if stored:
+        await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], row)], read_back=False)
+    else:
+        await tx.insert(CHECKPOINTS_BINDING, row)
+
+
 async def delete_in(tx: Transaction, run_id: str) -> None:
     """Delete the Run's checkpoint inside the caller's transaction (which holds the Run's
     lock and has just made it terminal)."""
@@ -211,21 +232,13 @@ class Checkpoints:
             raise _refuse("owner_kind", "owner_kind_required")
         else:
             owner_id = check_text(owner_id, "owner_id")
-        text = canonical_json(check_document(state, "state"))
-        if len(text.encode()) > MAX_RUN_DOCUMENT_BYTES:
-            raise _refuse("state", "document_too_large")
+        text = state_text(state)
 
         async def body(tx: Transaction) -> bool:
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
             if not runs or runs[0].status not in _SAVING_STATUSES or runs[0].enqueue_seq != seq:
                 return False
-            now = await tx.now_us()
-            row = CheckpointRow(key, seq, owner_kind, owner_id, text, now)
-            stored = await tx.read(CHECKPOINTS_BINDING, [key])
-            if stored:
-                await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], row)], read_back=False)
-            else:
-                await tx.insert(CHECKPOINTS_BINDING, row)
+            await put_in(tx, CheckpointRow(key, seq, owner_kind, owner_id, text, await tx.now_us()))
             return True
 
         return bool(await self._ledger._in_transaction(body))

@@ -29,6 +29,7 @@ import contextlib
 import functools
 import datetime as dt
 import hashlib
+import logging
 import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -43,7 +44,9 @@ from tenure.kernel.agent_jobs.record import (
     result_problem,
 )
 from tenure.kernel.attempts.record import AttemptRow
-from tenure.kernel.consents.record import CancelPending, ConsentRow, CreateConsent, DecideConsent
+from tenure.kernel.consents import finders as consent_finders
+from tenure.kernel.consents.machine import DEADLINE_OWNER
+from tenure.kernel.consents.record import MAX_DEADLINE_US, CancelPending, ConsentRow, CreateConsent, DecideConsent
 from tenure.kernel.core import Applied, Decision, Refused, decide
 from tenure.kernel.recovery.table import LOST_ERROR
 from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
@@ -114,7 +117,7 @@ from ..store import Transaction
 from . import recovery as _recovery
 from .broker import Broker, fence_hop
 from .checkpoints import Checkpoints, RecordedOutcome
-from .checkpoints import clear_outcome_in
+from .checkpoints import CheckpointRow, clear_outcome_in, put_in, state_text
 from .nodes import NodeLeases
 from .steps import Steps
 from .checkpoints import delete_in as delete_checkpoint_in
@@ -128,11 +131,17 @@ __all__ = ["RunLedger", "result_text", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMES
            "legacy_run_id_for", "job_id_for",
            "admission_rows", "consent_evidence", "job_evidence", "attempt_evidence", "cancelled_result"]
 
+log = logging.getLogger("tenure.runs.ledger")
+
 RUN_KEY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:run-key")
 RUN_ADMISSION_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:run-admission")
 """The namespace of the source-scoped IDs Runs were admitted under before ``runs_v4``."""
 AGENT_JOB_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:agent-job")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+MAX_TIMER_DELAY_S = 366 * 86_400
+"""The longest delay a durable timer takes (a due time may be given for any instant)."""
 
 
 def run_id_for(idempotency_key: str) -> str:
@@ -153,6 +162,15 @@ def job_id_for(request_id: str) -> str:
 
 def _refuse(field: str, problem: str) -> ConfigValidationError:
     return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+def _deadline_us(seconds: object) -> int | None:
+    """A consent's deadline in microseconds from its creation (None: no deadline)."""
+    if seconds is None:
+        return None
+    if type(seconds) not in (int, float) or not 0 < seconds <= MAX_DEADLINE_US / 1_000_000:  # type: ignore[operator]
+        raise _refuse("expires_in_s", "number_out_of_range")
+    return max(1, round(seconds * 1_000_000))  # type: ignore[operator]
 
 
 def _seq(value: object) -> int:
@@ -261,7 +279,7 @@ def _public_run(row: RunRow) -> RunRecord:
         node=row.node, owner_kind=row.owner_kind, owner_id=row.owner_id, error=row.error,
         created_at=_instant(row.created_at_us), updated_at=_instant(row.updated_at_us),  # type: ignore[arg-type]
         admitted_node=row.admitted_node, result=_parsed(row.result_json), hop_retries=row.hop_retries,
-        retry_of=row.retry_of,
+        retry_of=row.retry_of, wake_at=_instant(row.wake_at_us),
     )
 
 
@@ -276,6 +294,7 @@ def _public_consent(row: ConsentRow) -> ConsentRecord:
         payload=_parsed(row.payload_json), status=row.status, decided_by=row.decided_by,
         decided_at=_instant(row.decided_at_us), preauthorized_by=row.preauthorized_by,
         created_at=_instant(row.created_at_us),  # type: ignore[arg-type]
+        expires_at=_instant(row.expires_at_us),
     )
 
 
@@ -627,7 +646,7 @@ class RunLedger:
         delegated job, a service attempt), settling its delivery. An owner that does not
         belong to this Run raises RUN_OWNER_MISMATCH. Hardware waits use
         :meth:`enter_hardware_wait`."""
-        if type(kind) is not WaitKind or kind is WaitKind.HARDWARE:
+        if type(kind) is not WaitKind or kind in (WaitKind.HARDWARE, WaitKind.TIMER):
             raise _refuse("kind", "owner_kind_required")
         owner = check_text(owner_id, "owner_id")
         key = _run_id(run_id)
@@ -637,6 +656,44 @@ class RunLedger:
             pair = await self._locked_pair(tx, key)
             evidence = await self._owner(tx, kind, owner)
             return await self._run_command(tx, pair, Park(enqueue_seq=seq, wait=kind, owner_id=owner, owner=evidence))
+
+        return isinstance(await self._in_transaction(body), Applied)
+
+    async def park_timer(self, run_id: str, enqueue_seq: int, *, name: str, state: Any = None,
+                         wake_at: dt.datetime | None = None, delay_s: float | None = None) -> bool:
+        """Park the RUNNING hop ``enqueue_seq`` on a durable timer named ``name`` (the
+        owner ID its resume names), due at ``wake_at`` (an aware datetime) or ``delay_s``
+        seconds after the database clock read under the Run's lock (exactly one of them).
+        One transaction writes the Run's checkpoint (``state``, bound to the timer) and
+        the park, so no crash leaves one without the other. The Run resumes once the
+        database clock reaches the due time: a relay does it (a timer already due when it
+        is set is resumed by :func:`~tenure.adapters.runs.workflows.resume_and_publish`).
+        False: the hop does not hold the Run any more."""
+        owner = check_text(name, "name")
+        key = _run_id(run_id)
+        seq = _seq(enqueue_seq)
+        text = state_text(state)
+        if (wake_at is None) == (delay_s is None):
+            raise _refuse("wake_at", "wake_at_or_delay_required")
+        due_us = None
+        if wake_at is not None:
+            if type(wake_at) is not dt.datetime or wake_at.utcoffset() is None:
+                raise _refuse("wake_at", "aware_datetime_required")
+            due_us = (wake_at - _EPOCH) // dt.timedelta(microseconds=1)
+            if not MIN_INSTANT_US <= due_us <= MAX_INSTANT_US:
+                raise _refuse("wake_at", "instant_out_of_range")
+        elif type(delay_s) not in (int, float) or not 0 <= delay_s <= MAX_TIMER_DELAY_S:  # type: ignore[operator]
+            raise _refuse("delay_s", "number_out_of_range")
+
+        async def body(tx: Transaction) -> Decision:
+            pair = await self._locked_pair(tx, key)
+            now = await tx.now_us()
+            wake = due_us if due_us is not None else now + round(delay_s * 1_000_000)  # type: ignore[operator]
+            command = Park(enqueue_seq=seq, wait=WaitKind.TIMER, owner_id=owner, owner=None, wake_at_us=wake)
+            decision = await self._run_command(tx, pair, command)
+            if isinstance(decision, Applied):
+                await put_in(tx, CheckpointRow(key, seq, WaitKind.TIMER, owner, text, now))
+            return decision
 
         return isinstance(await self._in_transaction(body), Applied)
 
@@ -785,11 +842,19 @@ class RunLedger:
     async def relay(self, ports: RecoveryPorts, *, cursor: str | None = None, page_size: int = 32) -> RecoveryReport:
         """One relay round: at most one page each of QUEUED deliveries (published,
         republished under the same key, or rotated once the broker finished them) and of
-        consent, delegated-job and service waits (resumed once their owner decided).
-        Relays never fail, re-park or finish a Run (only reconciliation has a boot
-        cutoff). Pass the report's ``cursor`` to the next call; safe to run from several
-        processes at once (every write is the kernel's compare-and-set)."""
-        return await _recovery.relay(self, ports, cursor=cursor, page_size=page_size)
+        consent, delegated-job and service waits (resumed once their owner decided);
+        then one page of consent deadlines that passed (:meth:`expire_due_consents`,
+        publishing through ``ports.broker``; a failure there is logged and retried the
+        next round, never raised). Relays never fail, re-park or finish a Run (only
+        reconciliation has a boot cutoff). Pass the report's ``cursor`` to the next
+        call; safe to run from several processes at once (every write is the kernel's
+        compare-and-set)."""
+        report = await _recovery.relay(self, ports, cursor=cursor, page_size=page_size)
+        try:
+            await self.expire_due_consents(limit=page_size, broker=ports.broker)
+        except Exception as error:  # noqa: BLE001 - the deadlines stay due; the next round applies them
+            log.warning("relay: applying consent deadlines failed with %s", type(error).__name__)
+        return report
 
     # --- reads -------------------------------------------------------------------------
 
@@ -852,10 +917,14 @@ class RunLedger:
 
     async def create_consent(
         self, run_id: str, *, tool_name: str, tool_call_id: str, payload: Any, preauthorized_by: str | None = None,
+        expires_in_s: float | None = None,
     ) -> ConsentRecord:
         """A pending consent for one tool call of a RUNNING Run (granted at once with
         ``preauthorized_by``). A Run that is missing or not RUNNING raises
-        RUN_OWNER_MISMATCH."""
+        RUN_OWNER_MISMATCH. ``expires_in_s`` (more than 0, at most 30 days) gives it a
+        deadline, ``created_at + expires_in_s`` on the database clock, which the relays
+        apply: once it passed, :meth:`expire_due_consents` decides it EXPIRED."""
+        expires_in_us = _deadline_us(expires_in_s)
         key = _run_id(run_id)
         row = ConsentRow(
             consent_id=str(uuid.uuid4()), run_id=key, tool_name=check_text(tool_name, "tool_name"),
@@ -868,8 +937,8 @@ class RunLedger:
         async def body(tx: Transaction) -> ConsentRow:
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
             running = bool(runs) and runs[0].status is RunStatus.RUNNING
-            decision = await self._engine.decide_one(tx, CONSENTS_BINDING, None,
-                                                     CreateConsent(row=row, run_running=running))
+            decision = await self._engine.decide_one(
+                tx, CONSENTS_BINDING, None, CreateConsent(row=row, run_running=running, expires_in_us=expires_in_us))
             raise_if_conflict(CONSENTS_BINDING, decision)
             if not isinstance(decision, Applied) or not isinstance(decision.new_record, ConsentRow):
                 raise persistence_failed("invariant_broken")
@@ -888,6 +957,38 @@ class RunLedger:
             decisions = await self._engine.on_keys(CONSENTS_BINDING, [(key, command)], finders.consents_by_keys,
                                                    raise_conflicts=True)
         return isinstance(decisions[0], Applied)
+
+    async def expire_due_consents(self, *, limit: int = 32, broker: Broker | None = None) -> int:
+        """The deadline owner's round: every pending consent whose deadline passed (at most
+        ``limit``, oldest deadline first) is decided EXPIRED by ``tenure:deadline``, one
+        consent per transaction on the same path as :meth:`decide_consent`, and its Run
+        resumed and, given a ``broker``, published, as a principal's verdict resumes it
+        (without one, the relays publish it). Returns how many consents this call expired;
+        a consent decided meanwhile is left as it was. The relays call it every round."""
+        if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
+            raise _refuse("limit", "integer_out_of_range")
+        if broker is not None and not isinstance(broker, Broker):
+            raise _refuse("broker", "broker_required")
+        from .workflows import resume_and_publish  # the workflows module names this ledger
+
+        async def body(tx: Transaction) -> list[ConsentRow]:
+            return await tx.find(CONSENTS_BINDING, consent_finders.due_consents, {"now": await tx.now_us()}, limit)
+
+        due = await self._in_transaction(body, write=False)
+        expire = DecideConsent(verdict=ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER)
+        expired = 0
+        for row in due:
+            async with self._run_errors():
+                decisions = await self._engine.on_keys(CONSENTS_BINDING, [(row.consent_id, expire)],
+                                                       finders.consents_by_keys, raise_conflicts=True)
+            if not isinstance(decisions[0], Applied):
+                continue  # decided (or not due, on this clock) since the page was read
+            expired += 1
+            if broker is not None:
+                await resume_and_publish(self, broker, row.run_id, owner_id=row.consent_id)
+            else:
+                await self.resume(row.run_id, owner_id=row.consent_id)
+        return expired
 
     async def get_consent(self, consent_id: str) -> ConsentRecord | None:
         key = check_text(consent_id, "consent_id", 36)

@@ -110,13 +110,15 @@ needs more is kept for the next pass."""
 _MAX_STEPS = 24  # decisions per visit, evidence included: a bound, never reached by the table
 _MAX_REVISITS = 64  # page starts a relay cursor keeps per kind (forward wrapping reaches the rest)
 _HOPS = (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE)
-_WAITS = (RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE)
+_WAITS = (RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE,
+          RunStatus.AWAITING_TIMER)
 _TERMINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED)
 _RELAY_KINDS: tuple[tuple[str, tuple[RunStatus, ...]], ...] = (
     ("deliveries", (RunStatus.QUEUED,)),
     ("consents", (RunStatus.AWAITING_CONSENT,)),
     ("delegated_jobs", (RunStatus.AWAITING_DELEGATE,)),
     ("service_waits", (RunStatus.AWAITING_SERVICE,)),
+    ("timers", (RunStatus.AWAITING_TIMER,)),
 )
 _EVIDENCE = frozenset({Action.PROBE, Action.FENCE, Action.ASK_CHECKPOINT, Action.CONTAIN, Action.OBSERVE})
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -331,12 +333,14 @@ class _Visits:
             examined = run.status in _HOPS or run.status is RunStatus.CANCELLING
             containment = await ledger._containment(tx, run_id) if examined else Containment(0, 0)
             latest = await _latest_owner(tx, run_id) if run.status in _HOPS else None
+            # A timer's owner is the database clock: read it in the same visit.
+            now = await tx.now_us() if run.status is RunStatus.AWAITING_TIMER else None
             known = self.ports.known_queues
             return Situation(
                 phase=self.phase, run=run, delivery=delivery, node=self.node,
                 cutoff_us=self.cutoff_us, stale_after_us=self.stale_after_us,
                 queue_known=known is None or run.queue in known, owner=owner, containment=containment,
-                latest_owner=latest,
+                latest_owner=latest, now_us=now,
             )
 
         found: Situation | None = await ledger._in_transaction(body, write=False)

@@ -3,7 +3,8 @@
 ``tenure_runs`` (one row per Run; the ``runs_v2`` step adds ``admitted_node``, ``runs_v4``
 an index on ``idempotency_key``, ``runs_v5`` the result and the lost-hop retries),
 ``tenure_run_deliveries`` (one row per hop, keyed by its hop key; at most one unsettled per Run, enforced by a partial unique index on both
-databases), ``tenure_consents`` and ``tenure_agent_jobs`` (the Run's owners). CHECK
+databases), ``tenure_consents`` (``runs_v5`` adds a consent's deadline, ``expires_at``, and an
+index on it) and ``tenure_agent_jobs`` (the Run's owners). CHECK
 constraints hold the stored values to the machines' states and bounds even against a
 writer that is not tenure. Intents, payloads, requests and results are canonical JSON
 text; instants follow the dialect, like every tenure table.
@@ -79,6 +80,8 @@ RUNS_TABLE = TableSpec(
                    default_sql="0"),
         ColumnSpec("hop_retries", "hop_retries", C.INT, Integer(), False, True, step=Step.LIVENESS, default_sql="0"),
         ColumnSpec("retry_of", "retry_of", C.OPTIONAL_TEXT, String(36), True, False, step=Step.LIVENESS),
+        # runs_v5: a timer wait's due time (its owner is the database clock).
+        ColumnSpec("wake_at", "wake_at_us", C.OPTIONAL_INSTANT, _INSTANT, True, True, step=Step.LIVENESS),
     ),
     indexes=(
         IndexSpec("ix_tenure_runs_status_updated", ("status", "updated_at", "run_id"), step=_STEP),
@@ -89,6 +92,9 @@ RUNS_TABLE = TableSpec(
         IndexSpec("ix_tenure_runs_idempotency_key", ("idempotency_key",), step=Step.ADMISSION_KEYS),
     ),
     created_by=_STEP,
+    # runs_v5 added the status awaiting_timer and the owner kind timer: a table created
+    # earlier has its status and owner checks re-created with the wider lists.
+    checks_replaced_by=Step.LIVENESS,
     checks=(
         ("ck_tenure_runs_status", _one_of("status", RunStatus)),
         ("ck_tenure_runs_priority", "priority >= 0 AND priority <= 100"),
@@ -145,8 +151,14 @@ CONSENTS_TABLE = TableSpec(
         _column("decided_at", C.OPTIONAL_INSTANT, _INSTANT, mutable=True, field="decided_at_us"),
         _column("preauthorized_by", C.OPTIONAL_TEXT, String(128), mutable=False),
         _column("created_at", C.INSTANT, _INSTANT, mutable=False, field="created_at_us"),
+        # runs_v5 (liveness): the consent's deadline, which the relays apply (NULL: none).
+        ColumnSpec("expires_at", "expires_at_us", C.OPTIONAL_INSTANT, _INSTANT, True, False, step=Step.LIVENESS),
     ),
-    indexes=(IndexSpec("ix_tenure_consents_run", ("run_id", "status"), step=_STEP),),
+    indexes=(
+        IndexSpec("ix_tenure_consents_run", ("run_id", "status"), step=_STEP),
+        # runs_v5: the relays' page of pending consents whose deadline came.
+        IndexSpec("ix_tenure_consents_status_expires", ("status", "expires_at", "consent_id"), step=Step.LIVENESS),
+    ),
     created_by=_STEP,
     checks=(
         ("ck_tenure_consents_status", _one_of("status", ConsentStatus)),

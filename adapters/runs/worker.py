@@ -192,6 +192,10 @@ class RunWorker:
             if checkpoint is None or checkpoint.owner_kind is None or checkpoint.owner_id is None:
                 return None
             owner: Any
+            if checkpoint.owner_kind is WaitKind.TIMER:
+                # A timer has no owner row: the Run resumed from it only once it was due.
+                return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, None, None, None,
+                                  self.ledger, self.broker)
             if checkpoint.owner_kind is WaitKind.CONSENT:
                 owner = consent = await self.ledger.get_consent(checkpoint.owner_id)
             elif checkpoint.owner_kind is WaitKind.DELEGATE:

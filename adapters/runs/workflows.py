@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import hashlib
 import inspect
 from collections.abc import Awaitable, Callable
@@ -251,12 +252,16 @@ class RunContext:
         raise HopParked()
 
     async def request_consent(self, *, tool_name: str, tool_call_id: str, payload: Any, state: Any,
-                              preauthorized_by: str | None = None) -> NoReturn:
+                              preauthorized_by: str | None = None, expires_in_s: float | None = None) -> NoReturn:
         """Ask for consent to one tool call and park AWAITING_CONSENT; the hop ends. The
-        hop resumed by the verdict sees it as ``ctx.consent`` (granted, denied or expired)."""
+        hop resumed by the verdict sees it as ``ctx.consent`` (granted, denied or expired).
+        With ``expires_in_s`` (more than 0, at most 30 days) the consent has a deadline:
+        a relay round after it passed decides it expired (``tenure:deadline``) unless a
+        verdict came first, and resumes the Run."""
         try:
             consent = await self._ledger.create_consent(self.run_id, tool_name=tool_name, tool_call_id=tool_call_id,
-                                                        payload=payload, preauthorized_by=preauthorized_by)
+                                                        payload=payload, preauthorized_by=preauthorized_by,
+                                                        expires_in_s=expires_in_s)
         except TenureError as error:
             if error.code is ErrorCode.RUN_OWNER_MISMATCH:  # the Run is not RUNNING any more
                 raise HopLost() from None
@@ -292,6 +297,36 @@ class RunContext:
         if record.state in TERMINAL_ATTEMPT_STATES:
             await self._refire(attempt_id)
         raise HopParked()
+
+    async def sleep_until(self, when: dt.datetime, *, state: Any = None, name: str | None = None) -> NoReturn:
+        """Park the Run on a durable timer due at ``when`` (an aware datetime, compared
+        with the database clock); the hop ends. The checkpoint (``state``) and the park
+        are one transaction. A relay resumes the Run once the database clock reaches
+        ``when`` (across restarts: nothing is held in memory), and the next hop sees
+        ``ctx.timer`` (the timer's name) and ``ctx.state``. ``name`` defaults to
+        ``sleep:<sequence>``."""
+        await self._sleep(name, state, wake_at=when)
+
+    async def sleep(self, seconds: float, *, state: Any = None, name: str | None = None) -> NoReturn:
+        """Park the Run on a durable timer due ``seconds`` after the database clock
+        (0 to 366 days); see :meth:`sleep_until`."""
+        await self._sleep(name, state, delay_s=seconds)
+
+    async def _sleep(self, name: str | None, state: Any, **due: Any) -> NoReturn:
+        timer = f"sleep:{self.enqueue_seq}" if name is None else name
+        self.checkpointed = True
+        if not await self._ledger.park_timer(self.run_id, self.enqueue_seq, name=timer, state=state, **due):
+            raise HopLost()
+        self.parked = True
+        await self._refire(timer)  # a timer already due resumes now
+
+    @property
+    def timer(self) -> str | None:
+        """The name of the timer this hop woke from (None: it did not wake from one)."""
+        checkpoint = self.checkpoint
+        if self.resumed and checkpoint is not None and checkpoint.owner_kind is WaitKind.TIMER:
+            return checkpoint.owner_id
+        return None
 
     async def wait_for_hardware(self, ready: Callable[[], Awaitable[bool]], *, state: Any, timeout_s: float = 60.0,
                                 poll_s: float = 0.5) -> bool:

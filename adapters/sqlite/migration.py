@@ -26,11 +26,13 @@ import re
 
 from tenure.model import TenureError
 
-from ..migration_report import Check
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from ..migration_report import Check, refuse_if_failed
 from ..migrations import CatalogColumn, CatalogIndex, Executor
 from ..queue.table import OWNED_UNIQUE_COLUMNS, TABLE_NAMES, probe_record, queue_codec
 from ..schema import CLOCK_TABLE, clock_ddl
-from ..tables import SQLITE_DIALECT, ColumnSpec, TableSpec, instant_to_sqlite_text, sql_dialect
+from ..tables import SQLITE_DIALECT, ColumnSpec, Step, TableSpec, instant_to_sqlite_text, sql_dialect
 from .store import wall_clock_us
 
 __all__ = ["SQLITE_MIGRATION", "SqliteMigration"]
@@ -156,6 +158,28 @@ class SqliteMigration:
 
     async def lock_tables(self, tx: Executor, schema: str | None) -> None:
         """The write transaction already excludes every other writer."""
+
+    async def replace_checks(self, tx: Executor, spec: TableSpec, schema: str | None) -> None:
+        """SQLite cannot alter a constraint: the table is rebuilt in the migration's
+        transaction (sqlite.org/lang_altertable.html, "other kinds of table schema
+        changes"): renamed aside, created again as the spec declares it (every column
+        and index), its rows copied, the old one dropped. A column the spec does not
+        declare would be lost, so it refuses instead."""
+        found = list(await self.columns(tx, spec.name, schema))
+        foreign = [name for name in found if name not in spec.column_names]
+        refuse_if_failed([Check(spec.name, name, "declared by tenure", False, "unknown_column") for name in foreign])
+        aside = f"{spec.name}__before_rebuild"
+        await tx.execute(f"ALTER TABLE {spec.name} RENAME TO {aside}")
+        for (index,) in await tx.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", [aside]):
+            await tx.execute(f"DROP INDEX {index}")  # the new table's indexes take their names
+        table = spec.sqlalchemy_table(schema, steps=frozenset(Step))
+        await tx.execute(str(CreateTable(table).compile(dialect=self.sql_dialect)).strip())
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            await tx.execute(str(CreateIndex(index).compile(dialect=self.sql_dialect)).strip())
+        columns = ", ".join(found)
+        await tx.execute(f"INSERT INTO {spec.name} ({columns}) SELECT {columns} FROM {aside}")
+        await tx.execute(f"DROP TABLE {aside}")
 
     def now_sql(self) -> str:
         return f"'{instant_to_sqlite_text(wall_clock_us())}'"

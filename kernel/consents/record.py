@@ -2,9 +2,10 @@
 
 A consent asks a principal to allow one tool call of one Run. It is created pending (or
 granted at once by a preauthorization), and the first verdict wins: granted, denied or
-expired (expiry is a verdict someone sends, never derived from a clock). A pending
-consent is cancelled when its Run reaches terminal truth. Instants are integer
-microseconds on the database clock.
+expired (expiry is a verdict someone sends, never derived from a clock; a consent
+may carry a deadline, ``expires_at_us``, which only lets the deadline owner send that
+verdict once it has come). A pending consent is cancelled when its Run reaches terminal
+truth. Instants are integer microseconds on the database clock.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ __all__ = [
     "CancelPending",
     "ConsentCommand",
     "Ack",
+    "MAX_DEADLINE_US",
 ]
+
+MAX_DEADLINE_US = 30 * 24 * 3600 * 1_000_000
+"""The longest deadline a consent may be created with: 30 days."""
 
 
 class ConsentStep(enum.Enum):
@@ -53,6 +58,9 @@ class ConsentRow:
     decided_at_us: int | None
     preauthorized_by: str | None
     created_at_us: int
+    expires_at_us: int | None = None
+    """The deadline the deadline owner applies (``expired`` once due), or None: no
+    deadline. Set at creation and never changed."""
 
 
 _STEP_OF_STATUS = {status: ConsentStep(status.value) for status in ConsentStatus}
@@ -83,6 +91,7 @@ def record_violations(record: ConsentRow) -> list[str]:
         "decided_at_us": record.decided_at_us is None or _instant(record.decided_at_us),
         "preauthorized_by": record.preauthorized_by is None or _text(record.preauthorized_by),
         "created_at_us": _instant(record.created_at_us),
+        "expires_at_us": record.expires_at_us is None or _instant(record.expires_at_us),
     }
     broken = [f"INV-C1.{name}" for name, ok in types.items() if not ok]
     if broken:
@@ -114,6 +123,8 @@ class CreateConsent:
     row: ConsentRow
     run_running: bool
     """Observed under the Run's lock: the Run exists and is RUNNING (its hop creates owners)."""
+    expires_in_us: int | None = None
+    """The deadline, counted from the creation time (1 .. MAX_DEADLINE_US), or None."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

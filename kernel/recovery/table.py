@@ -173,6 +173,8 @@ class Situation:
     """The containment ports were called in this visit (``containment`` is after them)."""
     observed: bool = False
     """A waiting service attempt was observed in this visit."""
+    now_us: int | None = None
+    """The database time read in this visit (read for timer waits only; None: not read)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -284,6 +286,11 @@ def _stale_active(s: Situation) -> bool:
     )
 
 
+def _timer_due(s: Situation) -> bool:
+    return (s.run.status is RunStatus.AWAITING_TIMER and s.run.wake_at_us is not None and s.now_us is not None
+            and s.now_us >= s.run.wake_at_us)
+
+
 def _outcome_of_this_hop(s: Situation) -> bool:
     # Only an outcome the current hop recorded: an older hop's is no evidence for this one.
     return s.checkpoint_asked and s.outcome is not None and s.outcome[1] == s.run.enqueue_seq \
@@ -329,6 +336,8 @@ GUARDS: dict[str, Callable[[Situation], bool]] = {
     # the Run machine's own resume guard: recovery resumes exactly what resume accepts
     "owner_resolved": lambda s: owner_resolves(s.run, s.owner),
     "service_unobserved": lambda s: s.run.status is RunStatus.AWAITING_SERVICE and not s.observed,
+    # the Run machine's own timer guard, negated: a timer is due at its instant
+    "timer_due": lambda s: _timer_due(s),
 }
 
 
@@ -399,6 +408,7 @@ ROWS: tuple[tuple[Case, tuple[Pass, ...], tuple[RecoveryRule, ...]], ...] = (
     )),
     (K.WAITING, _BOTH, _rules(
         ("owner_resolved", A.RESUME),
+        ("timer_due", A.RESUME),
         ("service_unobserved", A.OBSERVE),
         ("always", A.KEEP),
     )),
@@ -434,7 +444,7 @@ def _verdict(situation: Situation, rule: RecoveryRule) -> Verdict:
     return Verdict(rule.action)
 
 
-# --- the rules every verdict keeps (REC-1 ... REC-9 in specs/recovery.md) -----------------
+# --- the rules every verdict keeps (REC-1 ... REC-12 in specs/recovery.md) -----------------
 
 
 def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
@@ -500,6 +510,10 @@ def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
         broken.append("REC-11")  # a lost hop runs again only if its workflow allows one more retry
     if v.action is Action.FAIL_LOST and run.hop_retries < run.max_hop_retries:
         broken.append("REC-11")  # a workflow that allows a retry is not failed lost
+    timer_due = (run.status is RunStatus.AWAITING_TIMER and run.wake_at_us is not None and s.now_us is not None
+                 and s.now_us >= run.wake_at_us)
+    if v.action is Action.RESUME and not (owner_resolves(run, s.owner) or timer_due):
+        broken.append("REC-12")  # a wait resumes only once its owner decided (a timer: once due)
     if v.action is Action.FENCE and run.status is RunStatus.QUEUED and not (
         reconcile and p is not None and p.state is BrokerJobState.ACTIVE and p.started_at_us is not None
         and s.cutoff_us is not None and p.started_at_us < s.cutoff_us - s.stale_after_us

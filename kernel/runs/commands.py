@@ -167,7 +167,9 @@ class Park:
     wait: WaitKind
     owner_id: str
     owner: OwnerEvidence | None
-    """The owner row of that kind and ID, or None when there is none."""
+    """The owner row of that kind and ID, or None when there is none (always for a timer)."""
+    wake_at_us: int | None = None
+    """A timer wait's due time on the database clock; None for every other wait."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

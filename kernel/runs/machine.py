@@ -42,6 +42,7 @@ from tenure.model import (
     ErrorCode,
     RunStatus,
     WaitKind,
+    bounds,
 )
 
 from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule, table_from_rows
@@ -59,6 +60,7 @@ from .commands import (
     Swept,
     Ticket,
 )
+from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from .record import (
     WAIT_FOR_KIND,
     DeliveryRow,
@@ -116,6 +118,8 @@ class RunRefusal(enum.Enum):
     NOT_CANCELLING = "not_cancelling"
     HOP_UNFINISHED = "hop_unfinished"
     NO_RETRIES_LEFT = "no_retries_left"
+    WAKE_INVALID = "wake_invalid"
+    TIMER_NOT_DUE = "timer_not_due"
 
 
 R = RunRefusal
@@ -140,7 +144,8 @@ RESOLVED_OWNER_STATUSES: dict[WaitKind, frozenset[str]] = {
     WaitKind.SERVICE: frozenset(state.value for state in TERMINAL_ATTEMPT_STATES),
 }
 """The owner statuses that resume a Run: a verdict (never a cancellation), a terminal
-delegated job, a terminal service attempt."""
+delegated job, a terminal service attempt. A timer has no owner row: its due time on the
+database clock resumes it (``timer_not_due``)."""
 
 SETTLED_BY = "tenure:run-settled"
 CANCELLED_BY = "tenure:run-cancelled"
@@ -175,6 +180,14 @@ def _owner_resolved(record: RunPair, command: Any) -> bool:
     return owner_resolves(record.run, command.owner)
 
 
+def _wake_invalid(command: Any) -> bool:
+    # Exactly a timer wait names a due time, an instant the records can hold.
+    wake = command.wake_at_us
+    if command.wait is not WaitKind.TIMER:
+        return wake is not None
+    return not (bounds.is_strict_int(wake) and MIN_INSTANT_US <= wake <= MAX_INSTANT_US)
+
+
 GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "always": lambda record, command, now_us: True,
     # admission
@@ -190,11 +203,15 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
         DeliveryState.PENDING, DeliveryState.PUBLISHED
     ),
     # owners
-    "owner_foreign": lambda record, command, now_us: command.wait in WAIT_FOR_KIND
+    "owner_foreign": lambda record, command, now_us: command.wait in RESOLVED_OWNER_STATUSES
     and not _owner_matches(record.run, command.owner, command.wait, command.owner_id),
+    "wake_invalid": lambda record, command, now_us: _wake_invalid(command),
     "waits_for_consent": lambda record, command, now_us: command.wait is WaitKind.CONSENT,
     "waits_for_delegate": lambda record, command, now_us: command.wait is WaitKind.DELEGATE,
     "waits_for_service": lambda record, command, now_us: command.wait is WaitKind.SERVICE,
+    "waits_for_timer": lambda record, command, now_us: command.wait is WaitKind.TIMER,
+    # a timer is due at its instant (the database clock), not a microsecond before
+    "timer_not_due": lambda record, command, now_us: now_us < record.run.wake_at_us,
     "not_current_owner": lambda record, command, now_us: command.owner_id != record.run.owner_id,
     "owner_unresolved": lambda record, command, now_us: not _owner_resolved(record, command),
     # settlement and cancellation
@@ -258,7 +275,7 @@ def _claim(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
 def _park(status: RunStatus) -> Callable[[Any, Any, int], Applied[RunPair]]:
     def effect(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
         return _move(record, now_us, delivery=_settled(now_us), status=status, owner_kind=command.wait,
-                     owner_id=command.owner_id)
+                     owner_id=command.owner_id, wake_at_us=command.wake_at_us)
 
     return effect
 
@@ -274,7 +291,7 @@ def _resume(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
     )
     # The current delivery was settled by the park; a resume opens the next one.
     return _move(record, now_us, Resumed(seq), opened=opened, status=RunStatus.QUEUED, enqueue_seq=seq,
-                 owner_kind=None, owner_id=None)
+                 owner_kind=None, owner_id=None, wake_at_us=None)
 
 
 def _rotate(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
@@ -341,6 +358,7 @@ EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
     "park_consent": _park(RunStatus.AWAITING_CONSENT),
     "park_delegate": _park(RunStatus.AWAITING_DELEGATE),
     "park_service": _park(RunStatus.AWAITING_SERVICE),
+    "park_timer": _park(RunStatus.AWAITING_TIMER),
     "resume": _resume,
     "rotate": _rotate,
     "retry_lost": _retry_lost,
@@ -366,8 +384,9 @@ S = RunStep
 C = RunCommandType
 _ALL = tuple(step for step in RunStep if step is not S.ABSENT)
 _NONTERMINAL = (S.QUEUED, S.RUNNING, S.AWAITING_HARDWARE, S.AWAITING_CONSENT, S.AWAITING_DELEGATE,
-                S.AWAITING_SERVICE)
-_WAITS = (S.AWAITING_CONSENT, S.AWAITING_DELEGATE, S.AWAITING_SERVICE)
+                S.AWAITING_SERVICE, S.AWAITING_TIMER)
+_OWNED_WAITS = (S.AWAITING_CONSENT, S.AWAITING_DELEGATE, S.AWAITING_SERVICE)
+_WAITS = (*_OWNED_WAITS, S.AWAITING_TIMER)
 _HOPS = (S.RUNNING, S.AWAITING_HARDWARE)
 _FINISHED = (S.DONE, S.FAILED)
 _TERMINAL = (S.DONE, S.FAILED, S.CANCELLED)
@@ -430,15 +449,18 @@ ROWS: tuple[Row, ...] = (
     Row((S.ABSENT,), C.PARK, "always", SAME, R.NOT_FOUND),
     Row(_HOPS, C.PARK, "seq_differs", SAME, R.STALE_HOP),
     Row(_HOPS, C.PARK, "owner_foreign", SAME, R.OWNER_MISMATCH),
+    Row(_HOPS, C.PARK, "wake_invalid", SAME, R.WAKE_INVALID),
     Row(_HOPS, C.PARK, "waits_for_consent", S.AWAITING_CONSENT, "park_consent"),
     Row(_HOPS, C.PARK, "waits_for_delegate", S.AWAITING_DELEGATE, "park_delegate"),
     Row(_HOPS, C.PARK, "waits_for_service", S.AWAITING_SERVICE, "park_service"),
+    Row(_HOPS, C.PARK, "waits_for_timer", S.AWAITING_TIMER, "park_timer"),
     Row(_HOPS, C.PARK, "always", SAME, R.NOT_AN_OWNER_KIND),
     Row(_NOT_HOPS, C.PARK, "always", SAME, R.NOT_RUNNING),
 
     Row((S.ABSENT,), C.RESUME, "always", SAME, R.NOT_FOUND),
     Row(_WAITS, C.RESUME, "not_current_owner", SAME, R.NOT_CURRENT_OWNER),
-    Row(_WAITS, C.RESUME, "owner_unresolved", SAME, R.OWNER_UNDECIDED),
+    Row(_OWNED_WAITS, C.RESUME, "owner_unresolved", SAME, R.OWNER_UNDECIDED),
+    Row((S.AWAITING_TIMER,), C.RESUME, "timer_not_due", SAME, R.TIMER_NOT_DUE),
     Row(_WAITS, C.RESUME, "always", S.QUEUED, "resume"),
     Row((S.QUEUED, S.RUNNING, S.AWAITING_HARDWARE, S.CANCELLING, *_TERMINAL), C.RESUME, "always", SAME,
         R.NOT_WAITING),
@@ -516,7 +538,18 @@ def _admission_rules(new: RunPair, command: Any) -> list[str]:
     return broken
 
 
-def _status_rules(record: RunPair, new: RunPair, command: Any) -> list[str]:
+def _wait_ended_by_its_owner(record: RunPair, command: Any, now_us: int) -> bool:
+    # Written independently of the guards: an owner row of the Run's exact owner, decided
+    # and complete; or, for a timer, the database clock at or past its due time.
+    run = record.run
+    if command.kind is not RunCommandType.RESUME or command.owner_id != run.owner_id:
+        return False
+    if run.status is RunStatus.AWAITING_TIMER:
+        return run.wake_at_us is not None and now_us >= run.wake_at_us
+    return command.owner is not None and command.owner.owner_id == run.owner_id and command.owner.complete
+
+
+def _status_rules(record: RunPair, new: RunPair, command: Any, now_us: int) -> list[str]:
     kind = command.kind
     old_status, new_status = record.run.status, new.run.status
     if old_status is new_status:
@@ -535,11 +568,10 @@ def _status_rules(record: RunPair, new: RunPair, command: Any) -> list[str]:
     ):
         broken.append("TR-R4")  # only a claim of the exact hop starts it running
     if old_status in WAIT_STATUSES and not (
-        (kind is RunCommandType.RESUME and new_status is RunStatus.QUEUED and command.owner is not None
-         and command.owner.owner_id == record.run.owner_id and command.owner.complete)
+        (new_status is RunStatus.QUEUED and _wait_ended_by_its_owner(record, command, now_us))
         or (kind is RunCommandType.BEGIN_CANCEL and new_status is RunStatus.CANCELLING)
     ):
-        broken.append("TR-R6")  # a wait ends only by its exact, decided owner, or a cancellation
+        broken.append("TR-R6")  # a wait ends only by its exact, decided owner (a timer: when due), or a cancellation
     if new_status is RunStatus.CANCELLED and not (
         kind is RunCommandType.FINISH_CANCEL and old_status is RunStatus.CANCELLING and _contained(command)
         and command.hop is not None and command.hop not in _LIVE_HOP
@@ -590,6 +622,12 @@ def transition_violations(record: RunPair | None, command: RunCommand, now_us: i
             BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED)
     ):
         broken.append("TR-R9")  # a rotation keeps the hop's mode, only after the broker finished it
+    if new.run.wake_at_us != record.run.wake_at_us and not (
+        (command.kind is RunCommandType.PARK and new.run.status is RunStatus.AWAITING_TIMER
+         and new.run.wake_at_us == getattr(command, "wake_at_us", None))
+        or (command.kind is RunCommandType.RESUME and new.run.wake_at_us is None)
+    ):
+        broken.append("TR-R6")  # a due time is set by a timer's park, cleared by its resume, never moved
     if record.run.started_at_us is not None and new.run.started_at_us != record.run.started_at_us:
         broken.append("TR-R5")  # the first start is kept across hops
     old_current = record.current
@@ -599,7 +637,7 @@ def transition_violations(record: RunPair | None, command: RunCommand, now_us: i
     if kept is not None and kept.state is DeliveryState.CLAIMED and old_current.state is not DeliveryState.CLAIMED \
             and command.kind is not RunCommandType.CLAIM:
         broken.append("TR-R4")
-    broken += _status_rules(record, new, command)
+    broken += _status_rules(record, new, command, now_us)
     return broken
 
 

@@ -50,6 +50,7 @@ class RunStep(enum.Enum):
     AWAITING_CONSENT = "awaiting_consent"
     AWAITING_DELEGATE = "awaiting_delegate"
     AWAITING_SERVICE = "awaiting_service"
+    AWAITING_TIMER = "awaiting_timer"
     CANCELLING = "cancelling"
     DONE = "done"
     FAILED = "failed"
@@ -60,6 +61,7 @@ WAIT_FOR_KIND = {
     WaitKind.CONSENT: RunStatus.AWAITING_CONSENT,
     WaitKind.DELEGATE: RunStatus.AWAITING_DELEGATE,
     WaitKind.SERVICE: RunStatus.AWAITING_SERVICE,
+    WaitKind.TIMER: RunStatus.AWAITING_TIMER,
 }
 """The wait status each owner kind parks a Run in."""
 
@@ -79,7 +81,9 @@ class RunRow:
     is a DONE Run's result (canonical JSON, or None); ``max_hop_retries`` how many times
     recovery may run a lost hop again instead of failing the Run (admitted with its
     workflow's policy; 0: never), ``hop_retries`` how many times it did; ``retry_of``
-    the Run (failed ``lost``) an operator re-admitted this one for."""
+    the Run (failed ``lost``) an operator re-admitted this one for; ``wake_at_us`` the
+    due time of a timer wait (the timer's owner is the database clock), kept with the
+    timer as its owner is."""
 
     run_id: str
     status: RunStatus
@@ -109,6 +113,7 @@ class RunRow:
     max_hop_retries: int = 0
     hop_retries: int = 0
     retry_of: str | None = None
+    wake_at_us: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -226,6 +231,7 @@ def _run_types(run: RunRow) -> list[str]:
         "hop_retries": bounds.is_strict_int(run.max_hop_retries) and bounds.is_strict_int(run.hop_retries)
         and 0 <= run.hop_retries <= run.max_hop_retries <= MAX_HOP_RETRIES,
         "retry_of": _optional_text(run.retry_of, 36),
+        "wake_at_us": _optional_instant(run.wake_at_us),
     }
     return [f"INV-R1.run.{name}" for name, ok in checks.items() if not ok]
 
@@ -256,6 +262,7 @@ _DELIVERY_FOR_STATUS: dict[RunStatus, frozenset[DeliveryState]] = {
     RunStatus.AWAITING_CONSENT: frozenset({DeliveryState.SETTLED}),
     RunStatus.AWAITING_DELEGATE: frozenset({DeliveryState.SETTLED}),
     RunStatus.AWAITING_SERVICE: frozenset({DeliveryState.SETTLED}),
+    RunStatus.AWAITING_TIMER: frozenset({DeliveryState.SETTLED}),
     RunStatus.CANCELLING: frozenset(DeliveryState),
     RunStatus.DONE: frozenset({DeliveryState.SETTLED}),
     RunStatus.FAILED: frozenset({DeliveryState.SETTLED}),
@@ -301,11 +308,13 @@ def record_violations(record: RunPair) -> list[str]:
                 for earlier, later in zip(record.deliveries, record.deliveries[1:])),
         # INV-R3: the Run's status and its current delivery's state agree.
         "INV-R3": current.state in _DELIVERY_FOR_STATUS[status],
-        # INV-R4: a wait has an owner of its kind; a queued or executing Run has none.
+        # INV-R4: a wait has an owner of its kind; a queued or executing Run has none;
+        # exactly a timer owner carries a due time.
         "INV-R4": (status not in WAIT_STATUSES or (run.owner_kind is not None
-                                                   and WAIT_FOR_KIND[run.owner_kind] is status))
+                                                   and WAIT_FOR_KIND.get(run.owner_kind) is status))
         and (status not in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE)
-             or run.owner_kind is None),
+             or run.owner_kind is None)
+        and (run.wake_at_us is not None) == (run.owner_kind is WaitKind.TIMER),
         # INV-R5: a Run that ever ran records its first start and the node of its latest
         # claim; a resumed hop exists only after a first claim (a rotated fresh hop may
         # follow hops nobody claimed).
