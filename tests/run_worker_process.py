@@ -1,7 +1,8 @@
 """A Run worker process for the kill -9 test: ``python run_worker_process.py DB_URL BROKER``
 (``saq`` or ``queue``) runs a :class:`RunRuntime` as node ``node-a`` (``TENURE_TEST_NODE``
-names another, ``TENURE_TEST_NODE_LEASE_S`` sets its lease) until it is killed. Its registry (imported by
-the test for the second boot) has two workflows whose first hop never finishes:
+names another, ``TENURE_TEST_NODE_LEASE_S`` sets its lease) until it is killed (tests start it
+with ``node_support.start_node``; ``serve_node`` is the lifespan every node script runs). Its
+registry (imported by the test for the second boot) has two workflows whose first hop never finishes:
 ``hang`` saves a plain checkpoint and waits; ``pre-park`` creates a consent and saves the
 checkpoint naming it, then waits where its park would be (the seed's crash window between
 checkpoint and park). A resumed ``pre-park`` hop finishes."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tenure.adapters import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, Workflows
@@ -46,19 +48,27 @@ async def pre_park(ctx: Any) -> None:
     await asyncio.Event().wait()  # killed here: after checkpoint and consent, before the park
 
 
-def broker_of(kind: str, db_url: str) -> Any:
-    return SaqBroker(db_url, queues=["runs"]) if kind == "saq" else QueueBroker(db_url, queues=["runs"])
+def broker_of(kind: str, db_url: str, **options: Any) -> Any:
+    """The hop broker of ``kind``; ``options`` go to :class:`QueueBroker` (its queue lease)."""
+    return SaqBroker(db_url, queues=["runs"]) if kind == "saq" else QueueBroker(db_url, queues=["runs"], **options)
 
 
-async def main(db_url: str, kind: str) -> None:
+async def serve_node(db_url: str, kind: str, workflows: Workflows, *, node: str = NODE,
+                     lease_s: float = NODE_LEASE_S, relay_interval_s: float = 0.2,
+                     broker_options: dict[str, Any] | None = None,
+                     prepare: Callable[[RunLedger], None] | None = None) -> None:
+    """Run ``workflows`` as ``node`` until the process is killed: print ``ready`` once the
+    runtime started (its startup reconciliation done). ``prepare`` sees the ledger first."""
     async with RunLedger(db_url) as ledger:
-        broker = broker_of(kind, db_url)
-        worker = RunWorker(ledger, broker, registry, node=NODE, watch_interval_s=0.1)
-        async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=NODE, relay_interval_s=0.2,
-                              node_lease_s=NODE_LEASE_S):
+        if prepare is not None:
+            prepare(ledger)
+        broker = broker_of(kind, db_url, **(broker_options or {}))
+        worker = RunWorker(ledger, broker, workflows, node=node, watch_interval_s=0.1)
+        async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=node,
+                              relay_interval_s=relay_interval_s, node_lease_s=lease_s):
             print("ready", flush=True)
             await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(serve_node(sys.argv[1], sys.argv[2], registry))

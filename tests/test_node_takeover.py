@@ -5,21 +5,17 @@ with ``kill -9`` on tenure's owned queue (SQLite, PostgreSQL) and on SAQ."""
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
 import signal
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
+from node_support import start_node
 from run_worker_process import broker_of, registry
 from tenure.adapters import InMemoryBroker, RunLedger, RunRuntime, RunWorker
 from tenure.kernel.nodes.record import NodeStatus
 from tenure.model import BrokerJobState, ConfigValidationError, RunIntent, RunStatus, hop_key
-
-TESTS = pathlib.Path(__file__).resolve().parent
 
 
 async def until(check: Any, timeout_s: float = 60.0) -> Any:
@@ -99,20 +95,101 @@ async def _run_moved(ledger: RunLedger, run_id: str) -> Any:
     return run if run is not None and run.enqueue_seq >= 1 else None
 
 
+def _quick_flows() -> Any:
+    from tenure.adapters import Workflows
+
+    flows = Workflows()
+
+    @flows.workflow("quick", "1")
+    async def quick(ctx: Any) -> dict[str, Any]:
+        return {"ok": True}
+
+    return flows
+
+
+async def _runs_to_done(ledger: RunLedger, broker: Any, flows: Any) -> None:
+    admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {}), workflow=flows.pin("quick", "1"),
+                                   queue="runs", priority=50)
+    await ledger.publish(admission.run.run_id, 0, broker)
+
+    async def done() -> bool:
+        run = await ledger.get(admission.run.run_id)
+        return run is not None and run.status is RunStatus.DONE
+    await until(done)
+
+
+async def test_a_reboot_cut_short_by_a_database_failure_is_finished_and_the_workers_serve_again(
+    ledger: RunLedger,
+) -> None:
+    """Found by the chaos test: a reboot whose reconciliation failed (the server
+    restarting) kept the lease it booted, renewed it, and never reopened the workers'
+    gate, so the node claimed hops it would never run. Every round now reboots until a
+    reboot finished."""
+    from tenure.model import ErrorCode, TenureError
+
+    flows, broker = _quick_flows(), InMemoryBroker()
+    worker = RunWorker(ledger, broker, flows, node="node-a", watch_interval_s=0.05)
+    async with RunRuntime(ledger, brokers=[broker], workers=[worker], node="node-a", relay_interval_s=0.1,
+                          node_lease_s=2.0) as runtime:
+        original, failures = ledger.reconcile, [1]
+
+        async def failing_once(*args: Any, **kwargs: Any) -> Any:
+            if failures:
+                failures.pop()
+                raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "connection_lost")
+            return await original(*args, **kwargs)
+
+        ledger.reconcile = failing_once  # type: ignore[method-assign]
+        assert runtime.lease is not None
+        first = runtime.lease.epoch
+        await ledger.nodes.boot("node-a", lease_s=2.0)  # another incarnation: this one's lease is lost
+        await until(lambda: _true(runtime.reboots >= 1 and not worker.paused))
+        assert not failures and runtime.lease.epoch >= first + 3  # the failed reboot's lease, then a fresh one
+        await _runs_to_done(ledger, broker, flows)
+
+
+async def test_a_reboot_whose_reconciliation_outlasts_the_lease_keeps_the_lease_it_booted(
+    ledger: RunLedger,
+) -> None:
+    """Found by the chaos test: a reconciliation longer than the node lease (a long
+    history) let the lease it had just booted run out, so the node rebooted for ever.
+    The lease is now renewed beside every reconciliation."""
+    flows, broker = _quick_flows(), InMemoryBroker()
+    worker = RunWorker(ledger, broker, flows, node="node-a", watch_interval_s=0.05)
+    async with RunRuntime(ledger, brokers=[broker], workers=[worker], node="node-a", relay_interval_s=0.2,
+                          node_lease_s=2.0) as runtime:
+        original = ledger.reconcile
+
+        async def long(*args: Any, **kwargs: Any) -> Any:
+            report = await original(*args, **kwargs)
+            await asyncio.sleep(3.0)  # longer than the lease
+            return report
+
+        ledger.reconcile = long  # type: ignore[method-assign]
+        await ledger.nodes.boot("node-a", lease_s=2.0)
+        await until(lambda: _true(runtime.reboots >= 1 and not worker.paused))
+        assert runtime.lease is not None
+        rebooted = runtime.lease.epoch
+        await _runs_to_done(ledger, broker, flows)
+        await asyncio.sleep(3 * 2.0)  # three leases: a lost lease would have rebooted by now
+        assert (runtime.reboots, runtime.lease.epoch) == (1, rebooted)
+        row = await ledger.nodes.get("node-a")
+        assert row is not None and row.status is NodeStatus.LIVE and row.epoch == rebooted
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 @pytest.mark.parametrize(("database", "broker"), [("sqlite", "queue"), ("postgresql", "queue"),
                                                    ("postgresql", "saq")])
-async def test_a_node_killed_for_good_is_taken_over_by_a_live_node(db_url: str, broker: str) -> None:
-    environment = {**os.environ, "PYTHONPATH": str(TESTS), "TENURE_TEST_NODE": "dead-node",
-                   "TENURE_TEST_NODE_LEASE_S": "1.5"}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", str(TESTS / "run_worker_process.py"), db_url, broker,
-        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout is not None and process.stderr is not None
+async def test_a_node_killed_for_good_is_taken_over_by_a_live_node(db_url: str, broker: str,
+                                                                   tmp_path: pathlib.Path) -> None:
+    process = await start_node("run_worker_process.py", db_url, broker, node="dead-node", lease_s=1.5,
+                               log_dir=tmp_path)
     async with RunLedger(db_url) as ledger:
         runs: dict[str, str] = {}
         try:
-            line = await asyncio.wait_for(process.stdout.readline(), 60)
-            assert line == b"ready\n", (line, await process.stderr.read())
             publisher = broker_of(broker, db_url)
             if hasattr(publisher, "connect"):
                 await publisher.connect()
@@ -132,8 +209,7 @@ async def test_a_node_killed_for_good_is_taken_over_by_a_live_node(db_url: str, 
             finally:
                 await publisher.disconnect()
         finally:
-            process.kill()  # SIGKILL, and it never comes back
-            await process.wait()
+            await process.kill()  # SIGKILL, and it never comes back
         live_broker = broker_of(broker, db_url)
         worker = RunWorker(ledger, live_broker, registry, node="live-node", watch_interval_s=0.05)
         async with RunRuntime(ledger, brokers=[live_broker], workers=[worker], node="live-node",

@@ -7,23 +7,18 @@ worker then finishes the re-parked Run once the consent is decided."""
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from run_worker_process import NODE, broker_of, registry
+from node_support import start_node
+from run_worker_process import NODE, NODE_LEASE_S, broker_of, registry
 from tenure.adapters import RunLedger, RunRuntime, RunWorker, resume_and_publish
 from tenure.model import BrokerJobState, ConsentStatus, RunIntent, RunStatus, WaitKind, hop_key
 
 pytestmark = pytest.mark.parametrize(("database", "broker"), [("postgresql", "saq"), ("postgresql", "queue"),
                                                                ("sqlite", "queue")])
-
-TESTS = pathlib.Path(__file__).resolve().parent
-
 
 async def until(check, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
     deadline = asyncio.get_running_loop().time() + timeout_s
@@ -35,17 +30,13 @@ async def until(check, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
 
 
 async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_next_process(
-    db_url: str, broker: str,
+    db_url: str, broker: str, tmp_path: pathlib.Path,
 ) -> None:
     kind = broker
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", str(TESTS / "run_worker_process.py"), db_url, kind,
-        env={**os.environ, "PYTHONPATH": str(TESTS)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout is not None and process.stderr is not None
+    process = await start_node("run_worker_process.py", db_url, kind, node=NODE, lease_s=NODE_LEASE_S,
+                               log_dir=tmp_path)
     async with RunLedger(db_url) as ledger:
         try:
-            line = await asyncio.wait_for(process.stdout.readline(), 60)
-            assert line == b"ready\n", (line, await process.stderr.read())
             runs = {}
             publisher = broker_of(kind, db_url)
             if hasattr(publisher, "connect"):
@@ -68,8 +59,7 @@ async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_
             finally:
                 await publisher.disconnect()
         finally:
-            process.kill()  # SIGKILL: no shutdown, no abort, nothing settled
-            await process.wait()
+            await process.kill()  # SIGKILL: no shutdown, no abort, nothing settled
         assert process.returncode == -signal.SIGKILL
         for run_id in runs.values():
             assert (await ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]

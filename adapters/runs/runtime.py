@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from tenure.model import ConfigValidationError, TenureError
@@ -119,6 +119,7 @@ class RunRuntime:
         self.takeovers: list[tuple[str, RecoveryReport]] = []
         """The nodes this process took over, each with its reconciliation's report."""
         self._valid_until = 0.0
+        self._rebooting = False
         self._keeper: asyncio.Task[None] | None = None
         self._relay_stop = asyncio.Event()
         self._relays: asyncio.Task[None] | None = None
@@ -190,7 +191,33 @@ class RunRuntime:
         sent = time.monotonic()
         self.lease = await self.ledger.nodes.boot(self.node, lease_s=self.node_lease_s)
         self._valid_until = sent + self.node_lease_s - self.relay_interval_s
-        return await self.ledger.reconcile(self.ports, node=self.node, boot_cutoff=self.lease.cutoff)
+        async with self._renewing():
+            return await self.ledger.reconcile(self.ports, node=self.node, boot_cutoff=self.lease.cutoff)
+
+    @contextlib.asynccontextmanager
+    async def _renewing(self) -> AsyncIterator[None]:
+        """Renew the lease beside a reconciliation, which may take longer than the lease
+        (it visits every Run it must repair): without this, a node whose reconciliation
+        outlasts its lease would lose the lease it just booted and boot again forever. A
+        refused renewal is left to the keeper's next round, which fences and reboots."""
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.relay_interval_s)
+                lease = self.lease
+                if lease is None:
+                    continue
+                sent = time.monotonic()
+                with contextlib.suppress(TenureError):
+                    if await self.ledger.nodes.renew(lease, lease_s=self.node_lease_s):
+                        self._valid_until = sent + self.node_lease_s - self.relay_interval_s
+
+        task = asyncio.ensure_future(renew())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _keep_lease(self) -> None:
         """Renew, fence this process when the lease is lost, take over dead nodes (the
@@ -209,21 +236,27 @@ class RunRuntime:
 
     async def _renew_or_reboot(self) -> None:
         assert self.lease is not None
-        sent = time.monotonic()
-        renewed: bool | None = None
-        with contextlib.suppress(TenureError):  # a database failure: judged by the local clock below
-            renewed = await self.ledger.nodes.renew(self.lease, lease_s=self.node_lease_s)
-        if renewed:
-            self._valid_until = sent + self.node_lease_s - self.relay_interval_s
-            return
-        if renewed is None and time.monotonic() < self._valid_until:
-            return  # not renewed this round, but the lease still holds
-        # The lease is lost, or may be: no hop of this incarnation may go on.
-        log.warning("node %s: lease %s; fencing this process and booting again", self.node,
-                    "lost" if renewed is False else "not renewed in time")
-        for worker in self.workers:
-            await worker.fence_hops(self.shutdown_deadline_s)
+        if not self._rebooting:
+            sent = time.monotonic()
+            renewed: bool | None = None
+            with contextlib.suppress(TenureError):  # a database failure: judged by the local clock below
+                renewed = await self.ledger.nodes.renew(self.lease, lease_s=self.node_lease_s)
+            if renewed:
+                self._valid_until = sent + self.node_lease_s - self.relay_interval_s
+                return
+            if renewed is None and time.monotonic() < self._valid_until:
+                return  # not renewed this round, but the lease still holds
+            # The lease is lost, or may be: no hop of this incarnation may go on.
+            log.warning("node %s: lease %s; fencing this process and booting again", self.node,
+                        "lost" if renewed is False else "not renewed in time")
+            # Until the reboot finished (boot, reconcile, workers resumed) every round
+            # reboots again: a reboot cut short by a database failure must not leave the
+            # workers' gate closed under a lease that renews.
+            self._rebooting = True
+            for worker in self.workers:
+                await worker.fence_hops(self.shutdown_deadline_s)
         report = await self._boot()
+        self._rebooting = False
         self.reboots += 1
         if report.degraded:
             log.warning("node %s: reconciliation after the reboot degraded: %d Run(s)", self.node, len(report.issues))
@@ -239,7 +272,8 @@ class RunRuntime:
             if takeover is None:
                 continue
             log.warning("node %s: taking over node %s (its lease ran out)", self.node, row.node)
-            report = await self.ledger.reconcile(self.ports, node=takeover.node, boot_cutoff=takeover.cutoff)
+            async with self._renewing():
+                report = await self.ledger.reconcile(self.ports, node=takeover.node, boot_cutoff=takeover.cutoff)
             self.takeovers.append((takeover.node, report))
             if not report.degraded:
                 await nodes.finish(self.node, takeover)
