@@ -207,9 +207,10 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "seq_differs": lambda r, c, n: c.enqueue_seq != r.run.enqueue_seq,
     "not_held": lambda r, c, n: _current(r).state.value != "held",
     "unpublishable": lambda r, c, n: _current(r).state.value not in ("pending", "published"),
-    "owner_foreign": lambda r, c, n: c.wait.value not in ("hardware", "timer") and not (
-        c.owner is not None and c.owner.kind == c.wait and c.owner.owner_id == c.owner_id
-        and c.owner.run_id == r.run.run_id
+    "owner_foreign": lambda r, c, n: (c.owner is not None) if c.wait.value == "timer" else (
+        c.wait.value != "hardware" and not (
+            c.owner is not None and c.owner.kind == c.wait and c.owner.owner_id == c.owner_id
+            and c.owner.run_id == r.run.run_id)
     ),
     "waits_for_consent": lambda r, c, n: c.wait.value == "consent",
     "waits_for_delegate": lambda r, c, n: c.wait.value == "delegate",

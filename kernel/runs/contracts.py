@@ -7,18 +7,19 @@ The shared postcondition is the list of transition rules (TR-R1 ... TR-R10 in
 ``specs/runs.md``). The commands add what the rules leave to the guards: a command that
 names a hop applies only to the Run's current sequence (nothing an old hop does touches
 a later one); a replay never changes the stored pair (nor its route); a park records an
-owner row of this Run; a resume comes from the current, complete owner; a settlement
-needs proven containment and never happens over CANCELLING; CANCELLED needs the hop
-fenced and containment proven. The precondition on the record is the pair a command
-meets: the Run and its current delivery (two deliveries exist only in a resume's
-decision). Record validity (INV-R1 ... INV-R9) is asserted by the property tests.
+owner row of this Run (a timer's park carries none); a resume comes from the current,
+complete owner; a settlement needs proven containment and never happens over CANCELLING;
+CANCELLED needs the hop fenced and containment proven. The precondition on the record is
+the pair a command meets: the Run and its current delivery (two deliveries exist only in
+a resume's decision). Record validity (INV-R1 ... INV-R9) is asserted by the property
+tests.
 """
 
 from __future__ import annotations
 
 # Names used only inside the pre/post lines below: CrossHair evaluates those lines in
 # this module's namespace (tests/test_contracts.py fails if one goes missing).
-from tenure.model import BrokerJobState, RunStatus  # noqa: F401
+from tenure.model import BrokerJobState, RunStatus, WaitKind  # noqa: F401
 
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
@@ -138,7 +139,7 @@ def decide_park(record: RunPair | None, command: Park, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     pre: record is None or len(record.deliveries) == 1
     post: not transition_violations(record, command, now_us, __return__)
-    post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and command.owner is not None and command.owner.run_id == record.run.run_id and __return__.new_record.run.owner_id == command.owner_id)
+    post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and __return__.new_record.run.owner_id == command.owner_id and ((command.owner is None) if command.wait is WaitKind.TIMER else (command.owner is not None and command.owner.run_id == record.run.run_id)))
     """
     return decide(record, command, now_us)
 

@@ -203,8 +203,12 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
         DeliveryState.PENDING, DeliveryState.PUBLISHED
     ),
     # owners
-    "owner_foreign": lambda record, command, now_us: command.wait in RESOLVED_OWNER_STATUSES
-    and not _owner_matches(record.run, command.owner, command.wait, command.owner_id),
+    # an owned wait names its owner row, read under the lock; a timer has none to name
+    "owner_foreign": lambda record, command, now_us: (
+        command.owner is not None if command.wait is WaitKind.TIMER
+        else command.wait in RESOLVED_OWNER_STATUSES
+        and not _owner_matches(record.run, command.owner, command.wait, command.owner_id)
+    ),
     "wake_invalid": lambda record, command, now_us: _wake_invalid(command),
     "waits_for_consent": lambda record, command, now_us: command.wait is WaitKind.CONSENT,
     "waits_for_delegate": lambda record, command, now_us: command.wait is WaitKind.DELEGATE,
