@@ -433,10 +433,20 @@ async def settle(ledger: RunLedger, cluster: Cluster, count: int) -> None:
     if not await until(settled, SETTLE_DEADLINE_S, "", required=False):
         stranded = [(run.run_id, run.workflow.name, run.status.value, run.node, run.enqueue_seq)
                     for run in (await every_run(ledger)).values() if run.status not in TERMINAL]
+        # Each stranded Run's delivery and what the queue says of its hop (why nothing moved it).
+        probe = QueueBroker(cluster.db_url, queues=["runs"])
+        try:
+            hops = {}
+            for run_id, _, _, _, seq in stranded[:10]:
+                delivery = await ledger.get_delivery(run_id, seq)
+                hops[run_id[:8]] = (delivery.state.value if delivery else None,
+                                    (await probe.probe(f"run:{run_id}:{seq}")).state.value)
+        finally:
+            await probe.close()
         nodes = {node.node: await ledger.nodes.get(node.node) for node in cluster.everyone}
         warnings = {f"{node.node} (pid {node.pid})": node.stderr().splitlines()[-6:] for node in cluster.everyone}
         raise AssertionError(f"{len(stranded)} Runs stranded after {SETTLE_DEADLINE_S:.0f} s (seed {SEED}): "
-                             f"{stranded[:10]}; nodes {nodes}; node logs {warnings}; "
+                             f"{stranded[:10]}; (delivery, hop) {hops}; nodes {nodes}; node logs {warnings}; "
                              f"side-effect logs in {cluster.effects}")
 
     async def taken_over() -> bool:

@@ -18,9 +18,18 @@ from typing import Any
 import pytest
 
 from adapter_support import sqlite_path
-from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, RunWorker, Workflows
-from tenure.adapters.runs.recovery import RecoveryPorts
-from tenure.model import BrokerJobState, ConfigValidationError, RunIntent, RunStatus, WorkflowPin
+from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, RunWorker, Workflows, resume_and_publish
+from tenure.adapters.runs.recovery import RecoveryPorts, run_relays
+from tenure.model import (
+    BrokerJobState,
+    ConfigValidationError,
+    ConsentStatus,
+    ErrorCode,
+    RunIntent,
+    RunStatus,
+    TenureError,
+    WorkflowPin,
+)
 
 WATCH_S = 0.05
 
@@ -146,6 +155,41 @@ async def test_a_settlement_that_meets_a_busy_database_is_retried_and_the_run_en
         assert runner.outcomes["done"] == 1
 
 
+async def test_a_resumed_hop_whose_checkpoint_read_meets_a_database_failure_retries_it_and_ends_done(
+    ledger: RunLedger,
+) -> None:
+    """The hop already holds its Run when it reads its checkpoint: a database failure there
+    is retried (had the hop given up, the Run would stay RUNNING on a live node, which no
+    relay touches)."""
+    flows, broker = Workflows(), InMemoryBroker()
+
+    @flows.workflow("ask", "1")
+    async def ask(ctx: Any) -> dict[str, Any]:
+        if not ctx.resumed:
+            await ctx.request_consent(tool_name="mail.send", tool_call_id="call-1", payload={}, state={"asked": 1})
+        return {"granted": ctx.consent.status.value, "state": ctx.state}
+
+    load, failures = ledger.checkpoints.load, []
+
+    async def failing_load(run_id: str) -> Any:
+        if len(failures) < 2:
+            failures.append(run_id)
+            raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "timeout")
+        return await load(run_id)
+
+    runner = worker(ledger, broker, flows)
+    async with serving(runner):
+        run_id = await admit(ledger, flows.pin("ask", "1"))
+        await ledger.publish(run_id, 0, broker)
+        parked = await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
+        ledger.checkpoints.load = failing_load  # type: ignore[method-assign]
+        assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="ops")
+        assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) == 1
+        done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
+    assert (done.status, done.result) == (RunStatus.DONE, {"granted": "granted", "state": {"asked": 1}})
+    assert failures == [run_id, run_id] and runner.persist_retries == 2
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -217,6 +261,42 @@ async def test_a_hop_frozen_past_its_queue_lease_keeps_its_run_and_settles_it(
     finally:
         await hops.close()
         await sweeper.close()
+
+
+async def test_a_hop_claimed_from_the_queue_by_a_process_that_died_before_its_run_claim_runs_elsewhere(
+    db_url: str,
+) -> None:
+    """A process claims a hop from the queue and dies before it claims the Run (kill -9
+    between the two): the queue still calls the hop active, so the relay keeps the Run
+    QUEUED. Nothing else is ever published, so only the lapsed claim itself can wake a
+    live worker's claim, which sweeps it (no attempts left: the hop's queue row fails);
+    the relay then rotates the delivery and the Run runs on the live worker."""
+    flows = Workflows()
+
+    @flows.workflow("quick", "1")
+    async def quick(ctx: Any) -> dict[str, Any]:
+        return {"ran": True}
+
+    dead = QueueBroker(db_url, queues=["runs"], lease_seconds=0.3, heartbeat_seconds=0.1)
+    live = QueueBroker(db_url, queues=["runs"], lease_seconds=5.0, heartbeat_seconds=1.0, poll_s=0.01)
+    stop = asyncio.Event()
+    try:
+        async with RunLedger(db_url) as ledger:
+            run_id = await admit(ledger, flows.pin("quick", "1"))
+            await ledger.publish(run_id, 0, live)
+            assert len(await dead._ops.claim_owned("dead", ["dead-token"], lambda record: record)) == 1
+            relays = asyncio.ensure_future(run_relays(ledger, ports(ledger, live), node="node-a", stop=stop,
+                                                      interval_s=0.05))
+            try:
+                async with serving(worker(ledger, live, flows)):
+                    done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
+            finally:
+                stop.set()
+                await relays
+        assert (done.status, done.result, done.enqueue_seq) == (RunStatus.DONE, {"ran": True}, 1)
+    finally:
+        await dead.close()
+        await live.close()
 
 
 # --- lost hops may run again by choice ------------------------------------------------------

@@ -107,9 +107,13 @@ HOPS_BINDING = Binding(
 )
 
 _BY_KEY = Finder("hop_by_key", ((Condition("submission_id", "=", Param("key")),),), order=("job_id",), lock="none")
-_DUE = Finder("hop_due", queue_finders.eligible.any_of, order=queue_finders.eligible.order, lock="none")
-"""The rows a claim would take, read without locking: an idle worker looks before it
-claims, so polling an empty queue takes no write lock (SQLite has one for the file)."""
+_DUE = Finder("hop_due", queue_finders.eligible.any_of + queue_finders.expired.any_of,
+              order=queue_finders.eligible.order, lock="none")
+"""The rows a claim would take or settle first, read without locking: pending hops that
+are due, and claims whose lease ran out (their process died between its queue claim and
+its Run claim; only a claim sweeps them, and the relay keeps their Run QUEUED while the
+queue still calls them active). An idle worker looks before it claims, so polling an
+empty queue takes no write lock (SQLite has one for the file)."""
 
 _STATES = {
     JobStatus.PENDING: BrokerJobState.QUEUED,

@@ -30,7 +30,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from tenure.model import (
     ConfigValidationError,
@@ -49,6 +49,7 @@ from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decid
 __all__ = ["RunWorker", "WorkerStopFailed", "OUTCOMES", "TOUCH_EVERY_S"]
 
 log = logging.getLogger("tenure.runs.worker")
+T = TypeVar("T")
 
 OUTCOMES = ("skipped", "done", "failed", "parked", "lost", "unsettled")
 
@@ -158,7 +159,10 @@ class RunWorker:
         workflow = self.workflows.resolve(claim.workflow)
         if workflow is None:
             return await self._fail(claim, "workflow_unavailable")
-        context = await self._context(claim)
+        # The hop holds its Run from here: a database failure while reading its checkpoint
+        # is retried (the Run would otherwise stay RUNNING on this live node, which no
+        # relay touches), like its outcome and settlement.
+        context = await self._durably(claim.run.run_id, "checkpoint", lambda: self._context(claim))
         if context is None:
             return await self._fail(claim, "checkpoint_invalid")
         body = asyncio.ensure_future(workflow(context))
@@ -272,27 +276,25 @@ class RunWorker:
         return "done" if status is RunStatus.DONE else "failed"
 
     async def _persist_read(self, run_id: str) -> RunRecord | None:
-        found: list[RunRecord | None] = []
-
-        async def read() -> bool:
-            found.append(await self.ledger.get(run_id))
-            return True
-
-        await self._persist(run_id, read)
-        return found[-1]
+        return await self._durably(run_id, "outcome", lambda: self.ledger.get(run_id))
 
     async def _persist(self, run_id: str, write: Callable[[], Awaitable[bool]]) -> bool:
-        """``write()``, repeated after each database failure (backoff up to
-        :data:`PERSIST_BACKOFF_MAX_S`) until it answers; other errors propagate."""
+        """``write()`` of the hop's outcome or settlement, retried through database failures."""
+        return await self._durably(run_id, "outcome", write)
+
+    async def _durably(self, run_id: str, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, repeated after each database failure (backoff up to
+        :data:`PERSIST_BACKOFF_MAX_S`) until it answers; other errors propagate. ``what``
+        names the hop's data in the one warning per run of failures."""
         failures = 0
         while True:
             try:
-                return await write()
+                return await call()
             except TenureError as failure:
                 if failure.code is not ErrorCode.RUN_PERSISTENCE_FAILED:
                     raise
                 if failures == 0:
-                    log.warning("run %s: the hop's outcome could not be saved (%s); retrying", run_id,
+                    log.warning("run %s: the hop's %s met a database failure (%s); retrying", run_id, what,
                                 failure.reason)
                 failures += 1
                 self.persist_retries += 1
