@@ -280,11 +280,30 @@ def timer_due_time_moved_by_resume() -> None:
     runs.EFFECTS["resume"] = keeps
 
 
+def claim_replayed_to_any_claimant() -> None:
+    # A claim of a running Run is answered whoever sends it: a duplicate delivery runs
+    # the hop a second time beside the first.
+    runs.GUARDS["claimed_by_claimant"] = lambda record, command, now_us: (
+        command.enqueue_seq == record.run.enqueue_seq and record.current.state.value == "claimed")
+
+
+def claim_records_the_node_not_the_claimant() -> None:
+    # The claim keeps the node, not the hop's token: its repeat is never recognised.
+    claim = runs.EFFECTS["claim"]
+
+    def by_node(record: Any, command: Any, now_us: int) -> Any:
+        return claim(record, dataclasses.replace(command, claimant=None), now_us)
+
+    runs.EFFECTS["claim"] = by_node
+
+
 RUN_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (
         timer_resumed_before_due,
         timer_due_time_moved_by_resume,
+        claim_replayed_to_any_claimant,
+        claim_records_the_node_not_the_claimant,
         retry_without_retries_left,
         result_kept_with_failure,
         resume_without_owner_check,

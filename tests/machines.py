@@ -229,6 +229,8 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "hop_live": lambda r, c, n: c.hop is None or c.hop.value in ("queued", "active"),
     "hop_unfinished": lambda r, c, n: c.hop is None or c.hop.value not in ("complete", "failed", "aborted"),
     "no_retries_left": lambda r, c, n: not r.run.hop_retries < r.run.max_hop_retries,
+    "claimed_by_claimant": lambda r, c, n: c.claimant is not None and c.enqueue_seq == r.run.enqueue_seq
+    and _current(r).state.value == "claimed" and _current(r).claimed_by == c.claimant,
 }
 
 

@@ -164,7 +164,9 @@ def _in_status(draw: st.DrawFn, run: RunRow, status: RunStatus, seq: int) -> tup
         return _with(run, status=status), delivery
     run = _with(_ran(run, seq, draw(st.sampled_from(NODES))), status=status)
     if status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE):
-        return run, delivery_for(run, DeliveryState.CLAIMED, publish_attempts=draw(st.integers(0, 2)))
+        # Claimed by the node, or by a hop's claimant token (what a worker sends).
+        return run, delivery_for(run, DeliveryState.CLAIMED, publish_attempts=draw(st.integers(0, 2)),
+                                 claimed_by=draw(st.sampled_from([run.node, "claimant-1"])))
     kind = _WAIT_OF_STATUS[status]
     run = _with(run, owner_kind=kind, owner_id=OWNER_IDS[kind],
                 wake_at_us=draw(instants) if kind is WaitKind.TIMER else None)
@@ -274,7 +276,9 @@ def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) 
     if kind is C.RECORD_PUBLISH_ERROR:
         return RecordPublishError(enqueue_seq=seq, error="publish_failed:Timeout")
     if kind is C.CLAIM:
-        return Claim(enqueue_seq=seq, node=draw(st.sampled_from(NODES)))
+        # No claimant, the one the record's claim holds (its repeat), or another.
+        claimant = draw(st.sampled_from([None, "claimant-1", "claimant-2"]))
+        return Claim(enqueue_seq=seq, node=draw(st.sampled_from(NODES)), claimant=claimant)
     if kind is C.ENTER_HARDWARE_WAIT:
         return EnterHardwareWait(enqueue_seq=seq)
     if kind is C.LEAVE_HARDWARE_WAIT:

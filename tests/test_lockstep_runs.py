@@ -171,8 +171,8 @@ class RunModel:
     def changed(self, run_id: str, command: Any, now: int) -> bool:
         return isinstance(self.run_command(run_id, command, now), Applied)
 
-    def claim(self, run_id: str, seq: int, node: str, now: int) -> RunClaim | None:
-        decision = self.run_command(run_id, Claim(enqueue_seq=seq, node=node), now)
+    def claim(self, run_id: str, seq: int, node: str, now: int, claimant: str | None = None) -> RunClaim | None:
+        decision = self.run_command(run_id, Claim(enqueue_seq=seq, node=node, claimant=claimant), now)
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None
         run = _public_run(decision.new_record.run)
@@ -360,12 +360,13 @@ class RunLockstep(LockstepBase):
         if fault == "lose_acknowledgement" or fault == "none":
             assert self.broker.jobs[hop_key(run_id, seq)].queue == pair.current.queue
 
-    @rule(data=st.data(), node=st.sampled_from(NODES))
-    def claim(self, data: st.DataObject, node: str) -> None:
+    @rule(data=st.data(), node=st.sampled_from(NODES), claimant=st.sampled_from([None, "claimant-1", "claimant-2"]))
+    def claim(self, data: st.DataObject, node: str, claimant: str | None) -> None:
+        # A claimant repeated on a running Run is a claim sent again after its lost answer.
         run_id = self.pick_run(data)
         seq = self.pick_seq(data, run_id)
-        self.check(lambda: self.ledgers[0].claim(run_id, seq, node=node),
-                   lambda now: self.model.claim(run_id, seq, node, now))
+        self.check(lambda: self.ledgers[0].claim(run_id, seq, node=node, claimant=claimant),
+                   lambda now: self.model.claim(run_id, seq, node, now, claimant))
 
     @rule(data=st.data(), enter=st.booleans())
     def hardware_wait(self, data: st.DataObject, enter: bool) -> None:

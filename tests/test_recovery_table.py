@@ -127,7 +127,8 @@ def test_a_timer_wait_resumes_exactly_once_its_due_time_is_reached() -> None:
 
 def _orphan(**changes: object) -> Situation:
     run = base_run(status=RunStatus.RUNNING, started_at_us=CUTOFF - 100, node=NODES[0])
-    delivery = delivery_for(run, DeliveryState.CLAIMED, claimed_by=NODES[0], claimed_at_us=CUTOFF - 50)
+    # Claimed by a hop's claimant token: the Run's node says whose hop it is.
+    delivery = delivery_for(run, DeliveryState.CLAIMED, claimed_by="hop-token-1", claimed_at_us=CUTOFF - 50)
     fields: dict[str, object] = dict(phase=Pass.RECONCILE, run=run, delivery=delivery, node=NODES[0],
                                      cutoff_us=CUTOFF, stale_after_us=STALE, queue_known=True)
     fields.update(changes)

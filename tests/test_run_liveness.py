@@ -190,6 +190,37 @@ async def test_a_resumed_hop_whose_checkpoint_read_meets_a_database_failure_retr
     assert failures == [run_id, run_id] and runner.persist_retries == 2
 
 
+async def test_a_claim_whose_commit_applied_unacknowledged_is_sent_again_and_answered(ledger: RunLedger) -> None:
+    """The hop's claim is written but its acknowledgement is lost (the database failed
+    after COMMIT): the worker sends the same claim again with the same claimant token,
+    is answered with the claim it made, and runs the hop (had it given up, the Run would
+    stay RUNNING on this live node, which no relay touches)."""
+    flows, broker = Workflows(), InMemoryBroker()
+
+    @flows.workflow("answer", "1")
+    async def answer(ctx: Any) -> dict[str, Any]:
+        return {"answer": 42}
+
+    claim, sent = ledger.claim, []
+
+    async def unacknowledged(run_id: str, enqueue_seq: int, **more: Any) -> Any:
+        sent.append(more["claimant"])
+        made = await claim(run_id, enqueue_seq, **more)
+        if len(sent) == 1:
+            assert made is not None  # written; the answer is what gets lost
+            raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "connection_lost")
+        return made
+
+    ledger.claim = unacknowledged  # type: ignore[method-assign]
+    runner = worker(ledger, broker, flows)
+    async with serving(runner):
+        run_id = await admit(ledger, flows.pin("answer", "1"))
+        await ledger.publish(run_id, 0, broker)
+        done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
+    assert (done.status, done.result) == (RunStatus.DONE, {"answer": 42})
+    assert len(sent) == 2 and sent[0] == sent[1] and runner.outcomes["done"] == 1
+
+
 async def _true(value: bool) -> bool:
     return value
 

@@ -282,6 +282,29 @@ def test_a_duplicate_claim_of_the_same_hop_finds_nothing_to_claim() -> None:
     assert refused(decide(RUNS, pair, Claim(enqueue_seq=0, node="node-b"), NOW + 1), RunRefusal.NOT_QUEUED)
 
 
+def test_a_claim_sent_again_by_its_claimant_is_answered_with_the_claim_it_made_and_nobody_else_is() -> None:
+    """A claim whose COMMIT applied but went unacknowledged is sent again with the same
+    claimant token: it gets the claim it made, unchanged; another claimant, a claim
+    without a token, the same token for another sequence, or a Run no longer running
+    (hardware wait, parked, cancelling) get nothing."""
+    pair = admitted()
+    first = decide(RUNS, pair, Claim(enqueue_seq=0, node="node-a", claimant="hop-1"), NOW)
+    held = applied(first)
+    assert (held.current.claimed_by, held.run.node) == ("hop-1", "node-a")
+    again = decide(RUNS, held, Claim(enqueue_seq=0, node="node-a", claimant="hop-1"), NOW + 5)
+    assert applied(again) == held and again.reply == first.reply == Claimed(enqueue_seq=0, resume=False)  # type: ignore[union-attr]
+    for other in (Claim(enqueue_seq=0, node="node-a", claimant="hop-2"), Claim(enqueue_seq=0, node="node-a"),
+                  Claim(enqueue_seq=0, node="node-b", claimant="node-a")):
+        assert refused(decide(RUNS, held, other, NOW + 5), RunRefusal.NOT_QUEUED)
+    hardware = applied(decide(RUNS, held, EnterHardwareWait(enqueue_seq=0), NOW + 5))
+    for moved in (hardware, parked(held), cancelling(held)):
+        assert refused(decide(RUNS, moved, Claim(enqueue_seq=0, node="node-a", claimant="hop-1"), NOW + 9),
+                       RunRefusal.NOT_QUEUED)
+    later = applied(decide(RUNS, resumed(parked(held)), Claim(enqueue_seq=1, node="node-a", claimant="hop-3"), NOW))
+    assert refused(decide(RUNS, later, Claim(enqueue_seq=0, node="node-a", claimant="hop-3"), NOW + 9),
+                   RunRefusal.NOT_QUEUED)
+
+
 def test_a_claim_keeps_the_first_start_across_hops_and_takes_resume_from_the_delivery() -> None:
     first = claimed()
     decision = decide(RUNS, first, Claim(enqueue_seq=0, node="node-a"), NOW)

@@ -612,12 +612,17 @@ class RunLedger:
             raise TenureError(ErrorCode.RUN_BROKER_FAILED, "publish_failed")
         return await self._changed(key, RecordPublished(enqueue_seq=seq))
 
-    async def claim(self, run_id: str, enqueue_seq: int, *, node: str) -> RunClaim | None:
+    async def claim(self, run_id: str, enqueue_seq: int, *, node: str, claimant: str | None = None) -> RunClaim | None:
         """Claim exactly this hop: QUEUED at ``enqueue_seq`` with a pending or published
         delivery becomes RUNNING with a CLAIMED delivery. None: a stale or duplicate hop.
-        A claimed Run whose stored intent cannot be read is settled FAILED ``corrupt_row``
-        and the claim raises ``RUN_PERSISTENCE_FAILED`` ``corrupt_row``."""
-        command = Claim(enqueue_seq=_seq(enqueue_seq), node=check_text(node, "node"))
+        ``claimant``: a token the hop draws once and sends with every try of this claim
+        (the delivery records it): after a ``RUN_PERSISTENCE_FAILED`` whose COMMIT applied
+        unacknowledged, the same call answers the claim it made (without one, it answers
+        None and the Run waits for this node's next start). A claimed Run whose stored
+        intent cannot be read is settled FAILED ``corrupt_row`` and the claim raises
+        ``RUN_PERSISTENCE_FAILED`` ``corrupt_row``."""
+        command = Claim(enqueue_seq=_seq(enqueue_seq), node=check_text(node, "node"),
+                        claimant=None if claimant is None else check_text(claimant, "claimant"))
         decision = await self._decide(_run_id(run_id), command)
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -147,8 +148,13 @@ class RunWorker:
 
     async def _perform(self, run_id: str, enqueue_seq: int, touch: Touch | None) -> str:
         await self._gate.wait()
+        # The same claim, with the same token, is sent again after a database failure: a
+        # COMMIT that applied unacknowledged is answered with the claim it made (the Run
+        # would otherwise stay RUNNING on this live node, which no relay touches).
+        claimant = secrets.token_hex(16)
         try:
-            claim = await self.ledger.claim(run_id, enqueue_seq, node=self.node)
+            claim = await self._durably(run_id, "claim", lambda: self.ledger.claim(
+                run_id, enqueue_seq, node=self.node, claimant=claimant))
         except TenureError as error:
             if error.reason != "corrupt_row":
                 raise
@@ -291,8 +297,8 @@ class RunWorker:
             try:
                 return await call()
             except TenureError as failure:
-                if failure.code is not ErrorCode.RUN_PERSISTENCE_FAILED:
-                    raise
+                if failure.code is not ErrorCode.RUN_PERSISTENCE_FAILED or failure.reason == "corrupt_row":
+                    raise  # a row no read can fix is not a passing failure
                 if failures == 0:
                     log.warning("run %s: the hop's %s met a database failure (%s); retrying", run_id, what,
                                 failure.reason)

@@ -245,12 +245,13 @@ _FINISHED = FINISHED_BROKER_STATES
 
 
 def _orphan(s: Situation) -> bool:
-    # This node's hop, claimed before this boot: the delivery's claim time and claimer,
-    # never the Run's started_at (a later hop of an old Run is claimed after it).
+    # This node's hop, claimed before this boot: the node the claim recorded on the Run and
+    # the delivery's claim time, never the Run's started_at (a later hop of an old Run is
+    # claimed after it). The delivery's claimed_by is the hop's claimant token.
     d = s.delivery
     return (
         s.phase is Pass.RECONCILE and s.node is not None and s.cutoff_us is not None and d is not None
-        and d.claimed_by == s.node and d.claimed_at_us is not None and d.claimed_at_us < s.cutoff_us
+        and s.run.node == s.node and d.claimed_at_us is not None and d.claimed_at_us < s.cutoff_us
     )
 
 
@@ -459,7 +460,7 @@ def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
         broken.append("REC-1")  # a Run with missing or mismatched delivery truth is only reported
     this_nodes_old_hop = (
         reconcile and d is not None and s.node is not None and s.cutoff_us is not None
-        and d.claimed_by == s.node and d.claimed_at_us is not None and d.claimed_at_us < s.cutoff_us
+        and run.node == s.node and d.claimed_at_us is not None and d.claimed_at_us < s.cutoff_us
     )
     if run.status in _HOPS and v.action is not Action.LEAVE and v.action is not Action.REPORT \
             and not this_nodes_old_hop:

@@ -146,6 +146,11 @@ class Claim:
     kind: ClassVar[RunCommandType] = RunCommandType.CLAIM
     enqueue_seq: int
     node: str
+    claimant: str | None = None
+    """The claiming hop's own token (drawn once per hop attempt), recorded as the
+    delivery's ``claimed_by``; the same claim sent again (its first COMMIT applied but
+    went unacknowledged) is answered with the claim it made. None: ``claimed_by`` is the
+    node, and nothing answers a repeat."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,8 +6,9 @@ command).
 The shared postcondition is the list of transition rules (TR-R1 ... TR-R10 in
 ``specs/runs.md``). The commands add what the rules leave to the guards: a command that
 names a hop applies only to the Run's current sequence (nothing an old hop does touches
-a later one); a replay never changes the stored pair (nor its route); a park records an
-owner row of this Run (a timer's park carries none); a resume comes from the current,
+a later one); a replay never changes the stored pair (nor its route); a claim of a Run
+already running is only the same claimant's repeat, and changes nothing; a park records
+an owner row of this Run (a timer's park carries none); a resume comes from the current,
 complete owner; a settlement needs proven containment and never happens over CANCELLING;
 CANCELLED needs the hop fenced and containment proven. The precondition on the record is
 the pair a command meets: the Run and its current delivery (two deliveries exist only in
@@ -113,6 +114,7 @@ def decide_claim(record: RunPair | None, command: Claim, now_us: int) -> Decisio
     pre: record is None or len(record.deliveries) == 1
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or command.enqueue_seq == record.run.enqueue_seq
+    post: isinstance(__return__, Refused) or record.run.status is RunStatus.QUEUED or (command.claimant is not None and record.current.claimed_by == command.claimant and __return__.new_record == record)
     """
     return decide(record, command, now_us)
 

@@ -217,6 +217,10 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     # a timer is due at its instant (the database clock), not a microsecond before
     "timer_not_due": lambda record, command, now_us: now_us < record.run.wake_at_us,
     "not_current_owner": lambda record, command, now_us: command.owner_id != record.run.owner_id,
+    # a claim sent again by the hop that made it (its acknowledgement was lost)
+    "claimed_by_claimant": lambda record, command, now_us: command.claimant is not None
+    and command.enqueue_seq == record.run.enqueue_seq and record.current.state is DeliveryState.CLAIMED
+    and record.current.claimed_by == command.claimant,
     "owner_unresolved": lambda record, command, now_us: not _owner_resolved(record, command),
     # settlement and cancellation
     "containment_unproven": lambda record, command, now_us: not command.containment.proven,
@@ -271,7 +275,8 @@ def _claim(record: RunPair, command: Any, now_us: int) -> Applied[RunPair]:
     started = record.run.started_at_us if record.run.started_at_us is not None else now_us
     return _move(
         record, now_us, Claimed(record.run.enqueue_seq, record.current.resume),
-        delivery={"state": DeliveryState.CLAIMED, "claimed_by": command.node, "claimed_at_us": now_us},
+        delivery={"state": DeliveryState.CLAIMED, "claimed_at_us": now_us,
+                  "claimed_by": command.claimant if command.claimant is not None else command.node},
         status=RunStatus.RUNNING, started_at_us=started, node=command.node,
     )
 
@@ -379,6 +384,7 @@ EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
         status=RunStatus.CANCELLED,
     ),
     "sweep_again": _unchanged(lambda record: Swept(CANCELLED_BY)),
+    "claim_replay": _unchanged(lambda record: Claimed(record.run.enqueue_seq, record.current.resume)),
 }
 
 
@@ -437,6 +443,7 @@ ROWS: tuple[Row, ...] = (
     Row((S.QUEUED,), C.CLAIM, "seq_differs", SAME, R.STALE_HOP),
     Row((S.QUEUED,), C.CLAIM, "unpublishable", SAME, R.NOT_PUBLISHABLE),
     Row((S.QUEUED,), C.CLAIM, "always", S.RUNNING, "claim"),
+    Row((S.RUNNING,), C.CLAIM, "claimed_by_claimant", SAME, "claim_replay"),
     Row(_NOT_QUEUED, C.CLAIM, "always", SAME, R.NOT_QUEUED),
 
     Row((S.ABSENT,), C.ENTER_HARDWARE_WAIT, "always", SAME, R.NOT_FOUND),
