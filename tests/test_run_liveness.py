@@ -294,6 +294,45 @@ async def test_a_hop_frozen_past_its_queue_lease_keeps_its_run_and_settles_it(
         await sweeper.close()
 
 
+@pytest.mark.parametrize("database", ["postgresql"])
+async def test_a_hop_frozen_past_its_saq_heartbeat_keeps_its_run_and_settles_it(
+    db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SAQ's counterpart: the process stalls past the hop job's SAQ heartbeat, SAQ's sweep
+    aborts the job and its worker cancels the job's function; the hop still holds its
+    Run in the ledger, so it goes on and settles it (the job stays aborted in SAQ)."""
+    from tenure.adapters.runs import saq_broker
+
+    monkeypatch.setattr(saq_broker, "HOP_HEARTBEAT_S", 1)  # read at publish: this hop's job only
+    flows = Workflows()
+    thawed, finish = asyncio.Event(), asyncio.Event()
+
+    @flows.workflow("stall", "1")
+    async def stall(ctx: Any) -> dict[str, Any]:
+        time.sleep(2.0)  # frozen: nothing else in this process runs, no touch
+        thawed.set()
+        await finish.wait()
+        return {"survived": True}
+
+    hops = saq_broker.SaqBroker(db_url, queues=["runs"], abort_wait_s=3.0)
+    await hops.connect()
+    caplog.set_level(logging.WARNING, logger="tenure.runs.saq_broker")
+    try:
+        async with RunLedger(db_url) as ledger, serving(worker(ledger, hops, flows)):
+            run_id = await admit(ledger, flows.pin("stall", "1"))
+            await ledger.publish(run_id, 0, hops)
+            await asyncio.wait_for(thawed.wait(), 20)
+            assert await hops.queue("runs").sweep(abort=0.5) == [f"run:{run_id}:0"]  # SAQ let go
+            await until(lambda: _true(any("aborted" in r.getMessage() for r in caplog.records)))
+            assert (await ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
+            finish.set()
+            done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
+            assert (await hops.probe(f"run:{run_id}:0")).state is BrokerJobState.ABORTED
+        assert (done.status, done.result) == (RunStatus.DONE, {"survived": True})
+    finally:
+        await hops.disconnect()
+
+
 async def test_a_hop_claimed_from_the_queue_by_a_process_that_died_before_its_run_claim_runs_elsewhere(
     db_url: str,
 ) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -49,6 +50,8 @@ from tenure.model import BrokerJobState, ConfigValidationError, bounds
 from .broker import BrokerProbe, PerformHop
 
 __all__ = ["SaqBroker", "BrokerFenceFailed", "stop_saq_worker", "PUBLISH_FENCE_TRIES", "HOP_FUNCTION", "HOP_HEARTBEAT_S", "HOP_TOUCH_EVERY_S", "HOP_TTL_S", "state_of"]
+
+log = logging.getLogger("tenure.runs.saq_broker")
 
 HOP_FUNCTION = "tenure_run_hop"
 """The SAQ function name every hop job is enqueued under."""
@@ -288,16 +291,38 @@ class SaqBroker:
         dequeues to ``perform`` with the job's ``update`` as the touch, until
         ``stopping`` is set; then stop every worker with :func:`stop_saq_worker` (a hop
         still running is cancelled and its job re-queued, which the ledger's claim then
-        refuses as stale). SAQ's workers install no signal handlers here: the process's
+        refuses as stale). A job SAQ aborts before that stop (its sweep found the
+        heartbeat missed, or an abort) is logged, and its hop goes on as long as the Run
+        ledger assigns it the Run (the worker's watch decides); the job itself ends
+        aborted in SAQ. SAQ's workers install no signal handlers here: the process's
         owner keeps those. The stop runs to its end even if this task is cancelled
         meanwhile (the cancellation then propagates)."""
         from saq import Worker
 
         holding: dict[asyncio.Task[Any], Any] = {}
+        closing = asyncio.Event()
+        """Set before the SAQ workers are stopped: their cancellations then stop the hops."""
 
         async def hop(ctx: Any, *, run_id: str, enqueue_seq: int) -> str:
+            # The hop runs in a task of its own: SAQ cancels this one when its job is
+            # aborted (its sweep after a missed heartbeat, or an abort), but only the
+            # Run ledger says whether the hop still holds its Run. The worker's watch
+            # stops the hop when it does not (an operator's cancel, a newer sequence);
+            # the worker's own stop and fence cancel the hop's task directly.
             job = ctx["job"]
-            return await perform(run_id, enqueue_seq, job.update)
+            running = asyncio.ensure_future(perform(run_id, enqueue_seq, job.update))
+            while True:
+                try:
+                    return await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    if closing.is_set() or running.done():
+                        running.cancel()
+                        await asyncio.wait({running})
+                        raise
+                    current = asyncio.current_task()
+                    if current is not None:
+                        current.uncancel()
+                    log.warning("a hop's SAQ job was aborted (swept or fenced); the Run ledger decides whether it goes on")
 
         # SAQ runs these in the process task that dequeued the job, around the job's hop.
         async def took(ctx: Any) -> None:
@@ -320,6 +345,7 @@ class SaqBroker:
         try:
             await stopping.wait()
         finally:
+            closing.set()
             await _shielded(_stop_workers(workers, launchers, holding))
 
     async def _find(self, key: str) -> Any:
