@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import pathlib
+import sqlite3
 import threading
 from typing import Any
 
@@ -187,3 +188,32 @@ async def test_a_body_that_awaits_elsewhere_is_refused_and_rolled_back(sqlite_ur
         assert await store.run(high_water, write=False) == 0  # never migrated-then-used: still 0
     finally:
         await store.close()
+
+
+
+def test_connections_that_open_a_file_at_once_all_switch_it_to_wal(tmp_path: pathlib.Path) -> None:
+    """A migration leaves the journal mode alone, so the first connections to a migrated
+    file switch it to WAL; two switching at once made SQLite answer one SQLITE_BUSY at
+    once, without waiting (a ledger's first admission beside a polling worker failed
+    ``timeout`` in CI). Four connections open each of 120 fresh files at the same
+    instant (a barrier): every one opens, and every file ends in WAL mode."""
+    failures: list[str] = []
+    for index in range(120):
+        path = str(tmp_path / f"open-{index}.db")
+        sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.close()
+        barrier = threading.Barrier(4)
+
+        def open_at_once(path: str = path, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            try:
+                sqlite_store._connect(path, create=False, busy_timeout_ms=5000, wal=True).close()  # noqa: SLF001
+            except sqlite3.Error as error:
+                failures.append(str(getattr(error, "sqlite_errorname", type(error).__name__)))
+
+        threads = [threading.Thread(target=open_at_once) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert raw(f"sqlite:///{path}", "PRAGMA journal_mode") == [("wal",)]
+    assert failures == []

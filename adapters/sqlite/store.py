@@ -169,6 +169,10 @@ def _drive(body: Awaitable[T]) -> T:
     raise AssertionError("a transaction body awaited something other than its transaction")
 
 
+WAL_SWITCH_PAUSE_S = 0.01
+"""The pause between two tries to switch a file to WAL mode (see :func:`_switch_to_wal`)."""
+
+
 def _connect(path: str, *, create: bool, busy_timeout_ms: int, wal: bool) -> sqlite3.Connection:
     """Open the file (runs in a worker thread). ``mode=rw`` never creates a file."""
     uri = f"file:{urllib.parse.quote(path)}?mode={'rwc' if create else 'rw'}"
@@ -176,11 +180,31 @@ def _connect(path: str, *, create: bool, busy_timeout_ms: int, wal: bool) -> sql
     try:
         connection.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         if wal:
-            connection.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(connection, busy_timeout_ms / 1000)
     except BaseException:
         connection.close()
         raise
     return connection
+
+
+def _switch_to_wal(connection: sqlite3.Connection, timeout_s: float) -> None:
+    """Put the file in WAL mode (a no-op once it is: the mode is stored in the file).
+    A migration leaves the journal mode alone, so the first connections to a migrated
+    file switch it; two of them switching at once each hold the shared lock the other's
+    switch must wait out, and SQLite answers one SQLITE_BUSY at once, without waiting
+    for the busy timeout (about one pair in sixteen here; it failed a ledger's first
+    admission beside a polling worker). The switch is tried again until the busy
+    timeout ran out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            busy = str(getattr(error, "sqlite_errorname", "")).startswith("SQLITE_BUSY")
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(WAL_SWITCH_PAUSE_S)
 
 
 class SqliteTransaction(SharedPrimitives):
