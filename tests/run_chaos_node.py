@@ -21,9 +21,10 @@ whose hop recorded its outcome has finished, and recovery must settle it with th
 outcome, never fail it ``lost``.
 
 Workflows: ``one`` returns its result in one hop; ``two`` asks for a consent and parks,
-and the hop that resumes from the granted consent returns. Both are declared
-``on_lost="retry"``; ``one-fail`` and ``two-fail`` are the same bodies with the default
-``fail``. Database failures inside a body (the server restarting) are retried, as a
+and the hop that resumes from the granted consent returns; ``nap`` sleeps on a durable
+timer (``ctx.sleep``) and the hop the relays resume once it is due returns. All three are
+declared ``on_lost="retry"``; ``one-fail``, ``two-fail`` and ``nap-fail`` are the same
+bodies with the default ``fail``. Database failures inside a body (the server restarting) are retried, as a
 workflow author would; every other error fails the Run and the test.
 """
 
@@ -142,11 +143,25 @@ async def two(ctx: Any) -> dict[str, Any]:
     return _result(ctx, consent=ctx.consent.consent_id)
 
 
-FLOWS = {"one": "retry", "two": "retry", "one-fail": "fail", "two-fail": "fail"}
+async def nap(ctx: Any) -> dict[str, Any]:
+    await _hop(ctx)
+    if not ctx.resumed:
+        # Parks the Run on a durable timer and ends the hop; a relay resumes it when due.
+        await _durably(lambda: ctx.sleep(NAP_SECONDS, state={"slept_at": ctx.enqueue_seq}))
+    if ctx.timer is None:
+        raise RuntimeError("resumed without its timer")
+    return _result(ctx, timer=ctx.timer)
+
+
+NAP_SECONDS = 0.5
+"""How long ``nap`` sleeps on its durable timer."""
+
+BODIES = {"one": one, "two": two, "nap": nap}
+FLOWS = {"one": "retry", "two": "retry", "nap": "retry", "one-fail": "fail", "two-fail": "fail", "nap-fail": "fail"}
 """Each workflow and its declared ``on_lost`` policy."""
 
 for _name, _policy in FLOWS.items():
-    registry.register(_name, "1", one if _name.startswith("one") else two, on_lost=_policy,
+    registry.register(_name, "1", BODIES[_name.removesuffix("-fail")], on_lost=_policy,
                       max_hop_retries=MAX_HOP_RETRIES if _policy == "retry" else None)
 
 

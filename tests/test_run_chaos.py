@@ -1,5 +1,6 @@
 """Chaos for Runs across three nodes (issue 27): node processes run a mix of one-hop and
-two-hop Runs (the second hop resumes from a consent this test grants) on tenure's owned
+two-hop Runs (the second hop resumes from a consent this test grants, or from a durable
+timer the relays fire when due) on tenure's owned
 queue in a PostgreSQL server of the test's own, while the test kills a node with
 ``kill -9`` and restarts it under the same name, kills another for good and starts a
 replacement under a new name (the dead node must be taken over through its node lease),
@@ -255,9 +256,8 @@ class Planned:
 
 
 def plan(rng: random.Random) -> list[Planned]:
-    fails = max(2, round(RUNS * FAIL_SHARE))
-    flows = ["one-fail", "two-fail"] * (fails // 2) + ["one", "two"] * ((RUNS - fails) // 2 + 1)
-    chosen = flows[:RUNS]
+    fails = max(3, round(RUNS * FAIL_SHARE))
+    chosen = (["one-fail", "two-fail", "nap-fail"] * fails)[:fails] + (["one", "two", "nap"] * RUNS)[:RUNS - fails]
     rng.shuffle(chosen)
     return [Planned(n, flow) for n, flow in enumerate(chosen)]
 
@@ -351,6 +351,8 @@ def check_results(runs: dict[str, RunRecord], admitted: dict[str, Planned], even
             result = run.result
             assert result is not None and (result["flow"], result["n"]) == (planned.flow, planned.n), (run_id, result)
             assert (run_id, result["seq"], result["pid"]) in ends, f"run {run_id}: DONE by a hop with no accepted write"
+            if planned.flow.startswith("nap"):  # resumed by its own timer, not by a hop that never slept
+                assert str(result.get("timer", "")).startswith("sleep:"), (run_id, result)
             if planned.flow.startswith("two"):
                 consent = consents[run_id]
                 assert consent is not None and consent.run_id == run_id and consent.status is ConsentStatus.GRANTED
