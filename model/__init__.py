@@ -79,6 +79,7 @@ from .runs import (
     AgentJobRecord,
     RunPage,
     hop_key,
+    parse_hop_key,
     broker_priority,
 )
 from .states import TERMINAL_STATUSES, JobStatus, QueueKind
@@ -164,5 +165,6 @@ __all__ = [
     "AgentJobRecord",
     "RunPage",
     "hop_key",
+    "parse_hop_key",
     "broker_priority",
 ]

@@ -14,6 +14,7 @@ Everything here is a frozen value checked on construction: invalid input raises
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import enum
@@ -194,6 +195,19 @@ def hop_key(run_id: str, enqueue_seq: int) -> str:
     if not bounds.is_strict_int(enqueue_seq) or not 0 <= enqueue_seq <= bounds.INT32_MAX:
         raise _refuse("enqueue_seq", "integer_out_of_range")
     return f"run:{run_id}:{enqueue_seq}"
+
+
+def parse_hop_key(key: object) -> tuple[str, int]:
+    """The Run ID and sequence a broker key names: the exact inverse of :func:`hop_key`
+    (any text ``hop_key`` would not make, such as a sequence with a leading zero, is
+    refused ``hop_key_required``)."""
+    if type(key) is str and key.startswith("run:"):
+        run_id, _, seq = key.removeprefix("run:").rpartition(":")
+        if seq.isascii() and seq.isdigit() and len(seq) <= len(str(bounds.INT32_MAX)):
+            with contextlib.suppress(ConfigValidationError):
+                if hop_key(run_id, int(seq)) == key:
+                    return run_id, int(seq)
+    raise _refuse("key", "hop_key_required")
 
 
 def broker_priority(priority: int) -> int:

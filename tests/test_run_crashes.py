@@ -59,6 +59,7 @@ from tenure.model import (
     RunStatus,
     TenureError,
     WaitKind,
+    parse_hop_key,
 )
 
 SQLITE_MODES = ["fail", "lost", "cancel"]
@@ -598,7 +599,7 @@ async def _recovered(checker: RunLedger, scenario: Scenario, issues: set[str]) -
     # Never two hops executing one Run: a broker job of an older sequence still live at
     # the broker is a stale delivery whose claim the ledger refuses.
     for key, job in jobs.items():
-        seq = int(key.rsplit(":", 1)[1])
+        _, seq = parse_hop_key(key)
         if job.state in LIVE_STATES and seq != run.enqueue_seq:
             assert await checker.claim(run.run_id, seq, node="late-worker") is None, key
     if run.run_id in issues:

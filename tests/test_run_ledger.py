@@ -40,6 +40,7 @@ from tenure.model import (
     WaitKind,
     broker_priority,
     hop_key,
+    parse_hop_key,
 )
 
 
@@ -103,6 +104,16 @@ async def test_admission_makes_a_queued_run_with_a_pending_delivery_zero_and_pub
     assert await runs.ledger.get(run.run_id) == run
     assert await runs.ledger.get_delivery(run.run_id, 0) == delivery
     assert (runs.count("tenure_runs", run.run_id), runs.count("tenure_run_deliveries", run.run_id)) == (1, 1)
+
+
+def test_a_hop_key_is_parsed_back_exactly_and_nothing_else_is() -> None:
+    for run_id, seq in (("a", 0), ("0f5c-uuid", 7), ("with:colons", 2_147_483_647)):
+        assert parse_hop_key(hop_key(run_id, seq)) == (run_id, seq)
+    for key in (None, 7, "", "run:", "run:x", "run::1", "job:x:1", "run:x:", "run:x:-1", "run:x:+1",
+                "run:x:01", "run:x: 1", "run:x:2147483648", "run:x:\u0661", "run:x\x00:1"):
+        with pytest.raises(ConfigValidationError) as refused:
+            parse_hop_key(key)
+        assert refused.value.problems == ("hop_key_required",) and "run:" not in str(refused.value)
 
 
 async def test_a_held_admission_is_released_to_pending_exactly_once(runs: Runs) -> None:

@@ -15,9 +15,9 @@ import contextlib
 import dataclasses
 import datetime as dt
 from collections.abc import Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from tenure.model import LIVE_BROKER_STATES, BrokerJobState
+from tenure.model import LIVE_BROKER_STATES, BrokerJobState, parse_hop_key
 
 __all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES",
            "fence_hop", "probe_or_none", "HopSource", "PerformHop", "Touch"]
@@ -67,8 +67,21 @@ class HopSource(Protocol):
                     stopping: asyncio.Event) -> None:
         """Hand each hop of ``queues`` to ``perform`` (at most ``concurrency`` at once per
         queue) until ``stopping`` is set; then cancel the hops still running and return.
-        An aborted job's running hop is cancelled (that is the abort's acknowledgement).
-        The run ID and sequence are all a broker passes on."""
+        A running hop whose job this broker object's ``abort`` aborted is cancelled
+        (that is the abort's acknowledgement); a job aborted otherwise (SAQ's sweep,
+        another process) leaves its hop to the worker's watch, which stops it once the
+        Run ledger says it lost its Run. The run ID and sequence are all a broker passes on."""
+
+
+async def stop_served_hop(hop: asyncio.Task[Any] | None, wait_s: float) -> bool:
+    """Cancel a hop this process serves and wait up to ``wait_s`` for its task to end
+    (its cancellation is the abort's acknowledgement); True when no such hop is running
+    any more."""
+    if hop is None or hop.done():
+        return True
+    hop.cancel()
+    await asyncio.wait({hop}, timeout=wait_s)
+    return hop.done()
 
 
 async def probe_or_none(broker: Broker, key: str) -> BrokerProbe | None:
@@ -162,12 +175,8 @@ class InMemoryBroker:
         if self.fail_aborts > 0:
             self.fail_aborts -= 1
             return False
-        hop = self._served.get(key)
-        if hop is not None and not hop.done():
-            hop.cancel()
-            await asyncio.wait({hop}, timeout=self.abort_wait_s)
-            if not hop.done():
-                return False
+        if not await stop_served_hop(self._served.get(key), self.abort_wait_s):
+            return False
         job.state = BrokerJobState.ABORTED
         return True
 
@@ -191,8 +200,8 @@ class InMemoryBroker:
                         taken = self.take(queue)
                         if taken is None:
                             break
-                        run_id, seq = taken.removeprefix("run:").rsplit(":", 1)
-                        running[taken] = asyncio.ensure_future(perform(run_id, int(seq), None))
+                        run_id, seq = parse_hop_key(taken)
+                        running[taken] = asyncio.ensure_future(perform(run_id, seq, None))
                         started = True
                 if not started:
                     with contextlib.suppress(asyncio.TimeoutError):

@@ -56,6 +56,7 @@ from tenure.model import (
     ValidationJob,
     WorkerConfig,
     bounds,
+    parse_hop_key,
 )
 from tenure.model.fingerprint import snapshot_submission
 
@@ -64,7 +65,7 @@ from ..queue.operations import QueueOperations
 from ..queue.table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES
 from ..store import Transaction
 from ..tables import Binding, IndexSpec, Step, TableSpec
-from .broker import BrokerProbe, PerformHop
+from .broker import BrokerProbe, PerformHop, stop_served_hop
 
 __all__ = ["QueueBroker", "HOPS_TABLE", "HOPS_BINDING", "HOP_CONTRACT", "PRIORITY_EPOCH"]
 
@@ -221,12 +222,8 @@ class QueueBroker:
         return BrokerProbe(state, started, queue=queue, wire_priority=wire)
 
     async def abort(self, key: str, *, terminal: bool = False) -> bool:
-        served = self._served.get(key)
-        if served is not None and not served.done():
-            served.cancel()
-            await asyncio.wait({served}, timeout=self._abort_wait_s)
-            if not served.done():
-                return False
+        if not await stop_served_hop(self._served.get(key), self._abort_wait_s):
+            return False
         for _ in range(3):  # a claim may win the race with a pending hop's cancel: look again
             row, now = await self._row(key)
             if row is None:
@@ -309,10 +306,10 @@ class QueueBroker:
             claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record)
         for record in claimed:
             hop = str(record.submission_id)  # the hop key
-            run_id, seq = hop.removeprefix("run:").rsplit(":", 1)
+            run_id, seq = parse_hop_key(hop)
             fences[hop] = QueueClaimFence(QueueKind.VALIDATION, record.job_id, self._owner,
                                           record.generation, str(record.claim_token))
-            task = asyncio.ensure_future(perform(run_id, int(seq), None))
+            task = asyncio.ensure_future(perform(run_id, seq, None))
             task.add_done_callback(lambda _: wake.set())  # finish it and claim again at once
             self._served[hop] = task
         return claimed

@@ -41,11 +41,10 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tenure.model import BrokerJobState, ConfigValidationError, bounds
+from tenure.model import BrokerJobState, ConfigValidationError, bounds, parse_hop_key
 
 from .broker import BrokerProbe, PerformHop
 
@@ -96,8 +95,6 @@ async def _shielded(fence: Any) -> None:
     if cancelled:
         raise asyncio.CancelledError()
     task.result()
-
-_KEY = re.compile(r"run:(.{1,36}):([0-9]{1,10})")
 
 _STATES = {
     "new": BrokerJobState.QUEUED,
@@ -152,6 +149,10 @@ class SaqBroker:
         self._abort_wait_s = float(abort_wait_s)
         self._pool: Any = None
         self._queues: dict[str, Any] = {}
+        self._served_here: set[str] = set()
+        """The keys of the hops this process's SAQ workers run now."""
+        self._aborted_here: set[str] = set()
+        """Those of them this broker's own :meth:`abort` aborted: SAQ's cancellation stops them."""
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -215,9 +216,7 @@ class SaqBroker:
     # --- the port --------------------------------------------------------------------------
 
     async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
-        match = _KEY.fullmatch(key) if type(key) is str else None
-        if match is None:
-            raise _refuse("key", "hop_key_required")
+        run_id, enqueue_seq = parse_hop_key(key)
         if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
             raise _refuse("wire_priority", "integer_out_of_range")
         target = self.queue(queue)
@@ -225,7 +224,7 @@ class SaqBroker:
             return  # held already (queued, live or finished): publishing again changes nothing
         enqueue = asyncio.ensure_future(target.enqueue(
             HOP_FUNCTION, key=key, priority=wire_priority, retries=0, timeout=0, heartbeat=HOP_HEARTBEAT_S,
-            ttl=HOP_TTL_S, run_id=match.group(1), enqueue_seq=int(match.group(2)),
+            ttl=HOP_TTL_S, run_id=run_id, enqueue_seq=enqueue_seq,
         ))
         try:
             await asyncio.shield(enqueue)
@@ -266,6 +265,8 @@ class SaqBroker:
         job = await self._find(key)
         if job is None or _status(job) not in _LIVE:
             return True
+        if key in self._served_here:
+            self._aborted_here.add(key)
         if terminal:
             # Startup's authority over a dead process's hop: nobody will acknowledge an
             # abort, so the job is finished aborted here (SAQ's own sweep would, minutes later).
@@ -291,10 +292,10 @@ class SaqBroker:
         dequeues to ``perform`` with the job's ``update`` as the touch, until
         ``stopping`` is set; then stop every worker with :func:`stop_saq_worker` (a hop
         still running is cancelled and its job re-queued, which the ledger's claim then
-        refuses as stale). A job SAQ aborts before that stop (its sweep found the
-        heartbeat missed, or an abort) is logged, and its hop goes on as long as the Run
-        ledger assigns it the Run (the worker's watch decides); the job itself ends
-        aborted in SAQ. SAQ's workers install no signal handlers here: the process's
+        refuses as stale). A hop whose job :meth:`abort` aborted here is cancelled; a
+        job SAQ aborts by itself (its sweep found the heartbeat missed) or another
+        process aborted is logged, and its hop goes on as long as the Run ledger assigns
+        it the Run (the worker's watch decides); the job itself ends aborted in SAQ. SAQ's workers install no signal handlers here: the process's
         owner keeps those. The stop runs to its end even if this task is cancelled
         meanwhile (the cancellation then propagates)."""
         from saq import Worker
@@ -305,24 +306,31 @@ class SaqBroker:
 
         async def hop(ctx: Any, *, run_id: str, enqueue_seq: int) -> str:
             # The hop runs in a task of its own: SAQ cancels this one when its job is
-            # aborted (its sweep after a missed heartbeat, or an abort), but only the
-            # Run ledger says whether the hop still holds its Run. The worker's watch
-            # stops the hop when it does not (an operator's cancel, a newer sequence);
-            # the worker's own stop and fence cancel the hop's task directly.
+            # aborted. An abort this broker sent stops the hop; one SAQ made by itself
+            # (its sweep after a missed heartbeat) or another process sent does not,
+            # since only the Run ledger says whether the hop still holds its Run: the
+            # worker's watch stops the hop when it does not (an operator's cancel, a
+            # newer sequence). The worker's own stop and fence cancel the hop's task.
             job = ctx["job"]
             running = asyncio.ensure_future(perform(run_id, enqueue_seq, job.update))
-            while True:
-                try:
-                    return await asyncio.shield(running)
-                except asyncio.CancelledError:
-                    if closing.is_set() or running.done():
-                        running.cancel()
-                        await asyncio.wait({running})
-                        raise
-                    current = asyncio.current_task()
-                    if current is not None:
-                        current.uncancel()
-                    log.warning("a hop's SAQ job was aborted (swept or fenced); the Run ledger decides whether it goes on")
+            self._served_here.add(job.key)
+            try:
+                while True:
+                    try:
+                        return await asyncio.shield(running)
+                    except asyncio.CancelledError:
+                        if closing.is_set() or job.key in self._aborted_here or running.done():
+                            running.cancel()
+                            await asyncio.wait({running})
+                            raise
+                        current = asyncio.current_task()
+                        if current is not None:
+                            current.uncancel()
+                        log.warning("a hop's SAQ job was aborted elsewhere (swept, or fenced by another "
+                                    "process); the Run ledger decides whether it goes on")
+            finally:
+                self._served_here.discard(job.key)
+                self._aborted_here.discard(job.key)
 
         # SAQ runs these in the process task that dequeued the job, around the job's hop.
         async def took(ctx: Any) -> None:
