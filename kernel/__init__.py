@@ -1,9 +1,14 @@
 """tenure.kernel: pure, total decision functions. No I/O, no clock, no randomness.
 
 ``tenure.kernel.core`` holds what every machine shares (rows, rules, decisions,
-finders, ``decide``); each machine has its own folder: ``queue/`` (the owned queue),
-``attempts/`` (service job attempts). See ``specs/`` for the tables reviewers read and
-the invariants every decision keeps. The queue's names are re-exported here.
+finders, ``decide``) and ``tenure.kernel.ahead`` the decisions made ahead of a write.
+Each machine has its own folder: ``queue/`` (the owned queue), ``attempts/`` (service
+job attempts), ``runs/`` (workflow Runs and their deliveries), ``consents/`` and
+``agent_jobs/`` (the owners a Run waits for), ``nodes/`` (node leases), and
+``recovery/`` (the decision table startup reconciliation and relays follow). See
+``specs/`` for the tables reviewers read and the invariants every decision keeps. Only
+the queue's names are re-exported here (the other machines are imported from their
+folders).
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ the decision with a compare-and-set. ``decide`` is total: every ``(state, comman
 pair has an ordered list of rules in :data:`TABLE`; the first rule whose guard holds
 decides, and the last guard of every list is ``always``. A rule either applies a named
 effect (a pure function producing the new record and a reply) or refuses with a named
-reason; a refusal changes nothing. :data:`REFUSAL_OUTCOMES` says what each refusal
+reason; a refusal changes nothing. :data:`OUTCOMES` says what each refusal
 means to a caller (a negative answer, or a conflict error).
 
-Invariants kept: the record invariants of :mod:`tenure.kernel.queue_record` on every
+Invariants kept: the record invariants of :mod:`tenure.kernel.queue.record` on every
 output, and the transition rules of :func:`transition_violations` (generation never
 decreases and grows by exactly one per claim; identity never changes; an applied fenced
 command had a matching fence and a live lease; a terminal row never becomes live again;
