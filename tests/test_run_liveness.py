@@ -259,12 +259,9 @@ async def test_an_outcome_recorded_by_an_earlier_hop_is_no_evidence_for_the_curr
 # --- the ledger's fence decides, not the broker's lease -------------------------------------
 
 
-async def test_a_hop_frozen_past_its_queue_lease_keeps_its_run_and_settles_it(
-    db_url: str, caplog: pytest.LogCaptureFixture,
-) -> None:
-    """The whole process stalls (a blocking call in the workflow: no heartbeat runs) past
-    the queue lease; a claim elsewhere sweeps the lapsed claim (the hop's queue row fails
-    with no attempts left); the thawed hop still holds its Run in the ledger and settles it."""
+def stalling_flow() -> tuple[Workflows, asyncio.Event, asyncio.Event]:
+    """Workflow ``stall``: its hop freezes the whole process for 2 s (a blocking call: no
+    heartbeat or touch runs), sets ``thawed``, then waits for ``finish`` and returns."""
     flows = Workflows()
     thawed, finish = asyncio.Event(), asyncio.Event()
 
@@ -275,6 +272,16 @@ async def test_a_hop_frozen_past_its_queue_lease_keeps_its_run_and_settles_it(
         await finish.wait()
         return {"survived": True}
 
+    return flows, thawed, finish
+
+
+async def test_a_hop_frozen_past_its_queue_lease_keeps_its_run_and_settles_it(
+    db_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The whole process stalls (a blocking call in the workflow: no heartbeat runs) past
+    the queue lease; a claim elsewhere sweeps the lapsed claim (the hop's queue row fails
+    with no attempts left); the thawed hop still holds its Run in the ledger and settles it."""
+    flows, thawed, finish = stalling_flow()
     hops = QueueBroker(db_url, queues=["runs"], lease_seconds=0.5, heartbeat_seconds=0.1, poll_s=0.01)
     sweeper = QueueBroker(db_url, queues=["runs"], lease_seconds=0.5, heartbeat_seconds=0.1, poll_s=0.01)
     caplog.set_level(logging.WARNING, logger="tenure.runs.queue_broker")
@@ -304,16 +311,7 @@ async def test_a_hop_frozen_past_its_saq_heartbeat_keeps_its_run_and_settles_it(
     from tenure.adapters.runs import saq_broker
 
     monkeypatch.setattr(saq_broker, "HOP_HEARTBEAT_S", 1)  # read at publish: this hop's job only
-    flows = Workflows()
-    thawed, finish = asyncio.Event(), asyncio.Event()
-
-    @flows.workflow("stall", "1")
-    async def stall(ctx: Any) -> dict[str, Any]:
-        time.sleep(2.0)  # frozen: nothing else in this process runs, no touch
-        thawed.set()
-        await finish.wait()
-        return {"survived": True}
-
+    flows, thawed, finish = stalling_flow()
     hops = saq_broker.SaqBroker(db_url, queues=["runs"], abort_wait_s=3.0)
     await hops.connect()
     caplog.set_level(logging.WARNING, logger="tenure.runs.saq_broker")

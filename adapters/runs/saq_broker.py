@@ -295,9 +295,10 @@ class SaqBroker:
         refuses as stale). A hop whose job :meth:`abort` aborted here is cancelled; a
         job SAQ aborts by itself (its sweep found the heartbeat missed) or another
         process aborted is logged, and its hop goes on as long as the Run ledger assigns
-        it the Run (the worker's watch decides); the job itself ends aborted in SAQ. SAQ's workers install no signal handlers here: the process's
-        owner keeps those. The stop runs to its end even if this task is cancelled
-        meanwhile (the cancellation then propagates)."""
+        it the Run (the worker's watch decides); the job itself ends aborted in SAQ.
+        SAQ's workers install no signal handlers here: the process's owner keeps those.
+        The stop runs to its end even if this task is cancelled meanwhile (the
+        cancellation then propagates)."""
         from saq import Worker
 
         holding: dict[asyncio.Task[Any], Any] = {}
