@@ -2,19 +2,31 @@
 
 Adapters lock a row, sample the database clock, ask the kernel and persist its decision
 with a compare-and-set. They never decide a transition themselves.
+
+The names below are imported on first use (``core/lazy.py``), so ``import
+tenure.adapters`` (and the ``tenure`` command's start) pays only for what it uses.
 """
 
 from __future__ import annotations
 
-from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
-from .runs import (
-    Broker, BrokerJobState, BrokerProbe, Checkpoint, InMemoryBroker, QueueBroker, RecoveryIssue, RecoveryPorts, RecoveryReport,
-    RunContext, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, WorkerStopFailed, Workflows, resume_and_publish, run_relays,
-)
-from .migrations import MigrationReport, downgrade, upgrade
-from .queue.owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
-from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
-from .worker import FailJob, JobContext, Worker, WorkerStats
+from typing import TYPE_CHECKING
+
+from .core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
+    from .runs import (
+        Broker, BrokerJobState, BrokerProbe, Checkpoint, InMemoryBroker, QueueBroker, RecoveryIssue,
+        RecoveryPorts, RecoveryReport, RunContext, RunLedger, RunRuntime, RunWorker, SaqBroker,
+        ShutdownIncomplete, StartupDegraded, WorkerStopFailed, Workflows, resume_and_publish,
+        run_relays,
+    )
+    from .core.migrations import MigrationReport, downgrade, upgrade
+    from .queue import (
+        FailJob, JobContext, JobSource, OwnedPipelineJobSource, OwnedStreamingJobSource,
+        OwnedValidationJobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource,
+        Worker, WorkerStats,
+    )
 
 __all__ = [
     "AttemptLedger",
@@ -56,3 +68,44 @@ __all__ = [
     "downgrade",
     "MigrationReport",
 ]
+
+__getattr__ = lazy_exports(__name__, {
+    "AttemptLedger": ".attempts",
+    "AttemptRunner": ".attempts",
+    "EgressPolicy": ".attempts",
+    "ProviderDriver": ".attempts",
+    "Broker": ".runs",
+    "BrokerJobState": ".runs",
+    "BrokerProbe": ".runs",
+    "Checkpoint": ".runs",
+    "InMemoryBroker": ".runs",
+    "QueueBroker": ".runs",
+    "RecoveryIssue": ".runs",
+    "RecoveryPorts": ".runs",
+    "RecoveryReport": ".runs",
+    "RunContext": ".runs",
+    "RunLedger": ".runs",
+    "RunRuntime": ".runs",
+    "RunWorker": ".runs",
+    "SaqBroker": ".runs",
+    "ShutdownIncomplete": ".runs",
+    "StartupDegraded": ".runs",
+    "WorkerStopFailed": ".runs",
+    "Workflows": ".runs",
+    "resume_and_publish": ".runs",
+    "run_relays": ".runs",
+    "MigrationReport": ".core.migrations",
+    "downgrade": ".core.migrations",
+    "upgrade": ".core.migrations",
+    "OwnedPipelineJobSource": ".queue",
+    "OwnedStreamingJobSource": ".queue",
+    "OwnedValidationJobSource": ".queue",
+    "JobSource": ".queue",
+    "PipelineJobSource": ".queue",
+    "StreamingJobSource": ".queue",
+    "ValidationJobSource": ".queue",
+    "FailJob": ".queue",
+    "JobContext": ".queue",
+    "Worker": ".queue",
+    "WorkerStats": ".queue",
+})

@@ -25,6 +25,8 @@ from .errors import ConfigValidationError
 from .json_values import json_problem, text_problem
 
 __all__ = [
+    "check_run_id",
+    "check_seq",
     "RunStatus",
     "DeliveryState",
     "WaitKind",
@@ -171,6 +173,18 @@ def check_text(value: object, field: str, max_chars: int = MAX_RUN_TEXT_CHARS) -
         raise _refuse(field, "text_required")
     if text_problem(value) is not None:  # type: ignore[arg-type]
         raise _refuse(field, "text_not_storable")
+    return value  # type: ignore[return-value]
+
+
+def check_run_id(value: object) -> str:
+    """A Run ID as every Run operation takes it (a nonempty text of at most 36 characters)."""
+    return check_text(value, "run_id", 36)
+
+
+def check_seq(value: object) -> int:
+    """A hop's sequence: an ``int`` (never a bool) from 0 to 2**31 - 1."""
+    if not bounds.is_strict_int(value) or not 0 <= value <= bounds.INT32_MAX:  # type: ignore[operator]
+        raise _refuse("enqueue_seq", "integer_out_of_range")
     return value  # type: ignore[return-value]
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
-from tenure.adapters.tables import instant_from_sqlite_text, instant_to_sqlite_text
+from tenure.adapters.core.tables import instant_from_sqlite_text, instant_to_sqlite_text
 from tenure.model import QueueKind
 
 AVAILABLE_DATABASES = ["sqlite", "postgresql"]
@@ -335,7 +335,7 @@ class RowHolder:
         return await task
 
     async def _sqlite(self, call: Any) -> Any:
-        from tenure.adapters.schema import CLOCK_TABLE
+        from tenure.adapters.core.schema import CLOCK_TABLE
         from tenure.adapters.sqlite.store import wall_clock_us
 
         name = table(self.queue)

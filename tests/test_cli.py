@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tenure.adapters.cli import main, run_command
+from tenure.adapters.apps.cli import main, run_command
 from tenure.kernel.queue import machine as queue_machine
 
 
@@ -35,7 +35,7 @@ def test_the_demo_runs_and_every_invariant_holds(tmp_path: pathlib.Path, capsys:
 
 @pytest.mark.parametrize("database", ["postgresql"])
 async def test_the_demo_runs_on_postgresql(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from tenure.adapters.demo import DemoSettings, run_demo
+    from tenure.adapters.apps.demo import DemoSettings, run_demo
 
     status = await run_demo(DemoSettings(db_url=db_url, jobs=80, workers=3, lease_seconds=0.4))
     out = capsys.readouterr().out
@@ -128,7 +128,7 @@ def test_version_prints_the_installed_version_and_exits_zero(capsys: pytest.Capt
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out == f"tenure {importlib.metadata.version('tenure')}\n"
-    done = subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.cli", "--version"],
+    done = subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "--version"],
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout) == (0, f"tenure {importlib.metadata.version('tenure')}\n")
 
@@ -226,7 +226,7 @@ def _table(out: str, title: str) -> dict[str, int]:
 async def test_demo_reports_progress_while_it_submits_and_explains_its_counts(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tenure.adapters.demo import DemoSettings, run_demo
+    from tenure.adapters.apps.demo import DemoSettings, run_demo
 
     settings = DemoSettings(db_url=f"sqlite:///{tmp_path}/demo.db", jobs=85, workers=3, lease_seconds=0.3,
                             progress_every=20)
@@ -262,7 +262,7 @@ def test_demo_removes_its_temporary_folder_when_it_finishes(
 def test_demo_removes_its_temporary_folder_when_it_fails(
     failure: str, temporary_root: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tenure.adapters import cli
+    from tenure.adapters.apps import cli
     from tenure.model import ErrorCode, TenureError
 
     seen: list[pathlib.Path] = []
@@ -289,7 +289,7 @@ def test_a_demo_that_fails_midway_closes_its_sources_and_exits(tmp_path: pathlib
     # An SQLite source left open keeps a thread that stops the process from exiting.
     script = (
         "import sys\n"
-        "from tenure.adapters import cli, demo\n"
+        "from tenure.adapters.apps import cli, demo\n"
         "from tenure.model import ErrorCode, TenureError\n"
         "async def drill(self):\n"
         "    raise TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, 'connection_lost')\n"
@@ -305,7 +305,7 @@ def test_a_demo_that_fails_midway_closes_its_sources_and_exits(tmp_path: pathlib
 
 
 def test_a_migration_report_is_short_unless_verbose_and_always_shows_failed_checks() -> None:
-    from tenure.adapters.migration_report import Check, MigrationReport
+    from tenure.adapters.core.migration_report import Check, MigrationReport
 
     checks = tuple(Check("validation_jobs", f"column_{n}", "present", True) for n in range(200))
     failed = Check("validation_jobs", "status", "present", False, "missing_legacy_column")
@@ -347,7 +347,7 @@ def secret_command_lines(missing_db_url: str) -> Iterator[list[str]]:
     positional, an unrecognized argument and option, and every ambiguous option prefix.
     The other arguments are valid; the database is a file in a missing folder, so any
     command that gets past its arguments is refused before it runs."""
-    from tenure.adapters import cli
+    from tenure.adapters.apps import cli
 
     yield [SECRET]
     yield ["runs", SECRET]

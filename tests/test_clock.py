@@ -19,7 +19,7 @@ import pytest
 from adapter_support import row
 from tenure.adapters import ValidationJobSource
 from tenure.adapters.sqlite import store as sqlite_store
-from tenure.adapters.tables import instant_from_sqlite_text
+from tenure.adapters.core.tables import instant_from_sqlite_text
 from tenure.model import QueueKind, ValidationJob, WorkerConfig
 
 SECOND_US = 1_000_000

@@ -24,7 +24,7 @@ from adapter_support import raw
 from consent_strategies import DECIDERS, consent_records
 from test_run_liveness import admit, ports, serving, status_of, until, worker
 from tenure.adapters import InMemoryBroker, RunLedger, RunRuntime, RunWorker, Workflows
-from tenure.adapters.runs_cli import _show
+from tenure.adapters.apps.runs_cli import _show
 from tenure.kernel.consents.finders import due_consents
 from tenure.kernel.consents.machine import CONSENTS, DEADLINE_OWNER
 from tenure.kernel.consents.record import ConsentRow, DecideConsent

@@ -417,7 +417,7 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
     make the lockstep fail: the racing-write rule exposes the lost update."""
     import re
 
-    from tenure.adapters import store as shared_store
+    from tenure.adapters.core import store as shared_store
 
     adapter_support.prepare_machine_databases(database, request)
     module = shared_store  # every store takes its statements through SharedFinders

@@ -336,7 +336,7 @@ def test_the_lockstep_catches_a_ledger_that_decides_without_locking_the_attempt(
     # path's window is a few microseconds inside one statement, too narrow to race
     # reliably; its lock is held to account by tests/test_ahead_postgres.py instead (the
     # same unlocked finder writes after a lease ran out behind a lock wait).
-    from tenure.adapters.engine import Engine
+    from tenure.adapters.core.engine import Engine
 
     async def no_statement_ahead(*arguments: Any, **keywords: Any) -> None:
         return None

@@ -23,19 +23,13 @@ from hypothesis.stateful import invariant, precondition, rule
 import adapter_support
 from lockstep_harness import LockstepBase, budget, machine_for, outcome, run_lockstep
 from tenure.adapters import InMemoryBroker, RunLedger
-from tenure.adapters.runs.ledger import (
-    _public_consent,
-    _public_delivery,
-    _public_job,
-    _public_run,
-    admission_rows,
-    cancelled_result,
-    consent_evidence,
-    job_evidence,
-    job_id_for,
-    run_id_for,
-)
-from tenure.adapters.runs.table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
+from tenure.adapters.agent_jobs.facade import cancelled_result, job_id_for, public_job
+from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
+from tenure.adapters.consents.facade import public_consent
+from tenure.adapters.consents.table import CONSENTS_BINDING
+from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, run_id_for
+from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
+from tenure.adapters.runs.transactions import consent_evidence, job_evidence
 from tenure.kernel.agent_jobs import machine as job_machine
 from tenure.kernel.agent_jobs.record import AdoptResult, AdvanceJob, AgentJobRow, RecordCancelled, SubmitJob
 from tenure.kernel.consents import machine as consent_machine
@@ -166,7 +160,7 @@ class RunModel:
         decision = self.run_command(run_id, Admit(run=row, delivery=template, hold=hold, session_busy=busy), now, pair)
         stored = decision.new_record
         assert isinstance(decision.reply, Admitted)
-        return (_public_run(stored.run), _public_delivery(stored.current), decision.reply.created)
+        return (public_run(stored.run), public_delivery(stored.current), decision.reply.created)
 
     def changed(self, run_id: str, command: Any, now: int) -> bool:
         return isinstance(self.run_command(run_id, command, now), Applied)
@@ -175,7 +169,7 @@ class RunModel:
         decision = self.run_command(run_id, Claim(enqueue_seq=seq, node=node, claimant=claimant), now)
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None
-        run = _public_run(decision.new_record.run)
+        run = public_run(decision.new_record.run)
         return RunClaim(run, decision.reply.enqueue_seq, decision.reply.resume, run.workflow)
 
     def park(self, run_id: str, seq: int, kind: WaitKind, owner_id: str, now: int) -> bool:
@@ -214,7 +208,7 @@ class RunModel:
                                                               and run.status is RunStatus.RUNNING), now)
         _raise_if_coded(consent_machine.CONSENTS, decision)
         self.consents[row.consent_id] = decision.new_record
-        return _public_consent(decision.new_record)
+        return public_consent(decision.new_record)
 
     def decide_consent(self, consent_id: str, verdict: ConsentStatus, now: int) -> bool:
         decision = consent_machine.decide(self.consents.get(consent_id),
@@ -229,7 +223,7 @@ class RunModel:
         decision = job_machine.decide(self.jobs.get(row.job_id), command, now)
         _raise_if_coded(job_machine.AGENT_JOBS, decision)
         self.jobs[row.job_id] = decision.new_record
-        return _public_job(decision.new_record)
+        return public_job(decision.new_record)
 
     def job_command(self, job_id: str, command: Any, now: int) -> bool:
         decision = job_machine.decide(self.jobs.get(job_id), command, now)

@@ -18,8 +18,8 @@ import pytest
 from adapter_support import raw, row
 from tenure.adapters import StreamingJobSource, ValidationJobSource, downgrade, upgrade
 from tenure.adapters.queue.table import QUEUE_TABLES
-from tenure.adapters.schema import legacy_ddl, owned_column_ddl
-from tenure.adapters.tables import Step, sql_dialect
+from tenure.adapters.core.schema import legacy_ddl, owned_column_ddl
+from tenure.adapters.core.tables import Step, sql_dialect
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -380,7 +380,7 @@ async def test_the_claim_query_is_served_by_the_eligibility_index_not_a_table_sc
     raw(db_url, "ANALYZE validation_jobs")
     from tenure.adapters.postgres.store import _compiled
     from tenure.adapters.queue.table import QUEUE_BINDINGS
-    from tenure.adapters.sql import POSTGRESQL, compile_finder
+    from tenure.adapters.core.sql import POSTGRESQL, compile_finder
     from tenure.kernel.queue import finders
 
     finder = compile_finder(QUEUE_BINDINGS[QueueKind.VALIDATION], finders.eligible, POSTGRESQL, None, limited=True)

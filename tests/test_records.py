@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from queue_strategies import records
 from tenure.adapters.queue.table import QUEUE_TABLES, envelope_of, queue_codec
-from tenure.adapters.tables import (
+from tenure.adapters.core.tables import (
     POSTGRESQL_DIALECT,
     SQLITE_DIALECT,
     Dialect,

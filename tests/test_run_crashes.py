@@ -44,8 +44,10 @@ from attempt_fakes import ProcessDied
 from run_support import PIN, Runs, runs_db, succeeded, unique  # noqa: F401 (runs_db: fixture)
 from tenure.adapters import InMemoryBroker, RecoveryPorts, RunLedger
 from tenure.adapters.runs.broker import LIVE_STATES
-from tenure.adapters.failures import REASONS
-from tenure.adapters.runs.table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
+from tenure.adapters.core.failures import REASONS
+from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
+from tenure.adapters.consents.table import CONSENTS_BINDING
+from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.agent_jobs.record import record_violations as job_violations
 from tenure.kernel.consents.record import record_violations as consent_violations
 from tenure.kernel.core import Condition, Finder, Param

@@ -1017,7 +1017,7 @@ async def test_finish_cancel_racing_the_election_never_cancels_a_hop_it_did_not_
     run_id = await runs.published("run-1")
     key = hop_key(run_id, 0)
     ledger = runs.ledger
-    original = ledger._in_transaction
+    original = ledger.transactions.run
     elected: list[CancelTicket | None] = []
 
     async def elect_after_the_read(body: Any, *, write: bool = True) -> Any:
@@ -1027,7 +1027,7 @@ async def test_finish_cancel_racing_the_election_never_cancels_a_hop_it_did_not_
                 elected.append(await operator.begin_cancel(run_id))
         return result
 
-    ledger._in_transaction = elect_after_the_read  # type: ignore[method-assign]
+    ledger.transactions.run = elect_after_the_read  # type: ignore[method-assign]
     try:
         outcome: Any
         try:
@@ -1035,7 +1035,7 @@ async def test_finish_cancel_racing_the_election_never_cancels_a_hop_it_did_not_
         except TenureError as error:
             outcome = error.code
     finally:
-        del ledger._in_transaction
+        del ledger.transactions.run
     assert elected == [CancelTicket(run_id, 0, False)]
     status = (await ledger.get(run_id)).status  # type: ignore[union-attr]
     # The hop is still queued at the broker: a CANCELLED Run here would be unproven.

@@ -17,9 +17,9 @@ import pytest
 from adapter_support import kind_of, raw, stored_instant
 from run_support import Runs, runs_db, succeeded  # noqa: F401 (runs_db: fixture)
 from tenure.adapters import RunLedger, downgrade, upgrade
-from tenure.adapters.runs.checkpoints import CHECKPOINTS_TABLE
-from tenure.adapters.runs.queue_broker import HOPS_TABLE
-from tenure.adapters.runs.table import RUN_TABLES
+from tenure.adapters.core.registry import RUN_TABLES
+from tenure.adapters.queue.table import HOPS_TABLE
+from tenure.adapters.runs.table import CHECKPOINTS_TABLE
 from tenure.model import ConfigValidationError, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind, hop_key
 
 NOW_US = 1_800_000_000_000_000

@@ -33,7 +33,7 @@ async def hello(ctx):
 
 
 def tenure(folder: pathlib.Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.cli", "runs", *arguments], cwd=folder,
+    return subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", *arguments], cwd=folder,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -63,7 +63,7 @@ async def test_a_worker_process_runs_what_the_operator_admits_and_decides(
     run_id = admitted.stdout.splitlines()[1].split()[0]
     assert "published" in admitted.stdout
     worker = subprocess.Popen(
-        [sys.executable, "-P", "-m", "tenure.adapters.cli", "runs", "worker", "--db", db_url, "--broker", broker,
+        [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", "worker", "--db", db_url, "--broker", broker,
          "--workflows", "flows:registry", "--node", "node-a", "--relay-seconds", "0.5", "--node-lease-seconds", "10"],
         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
@@ -122,7 +122,7 @@ async def test_operator_commands_work_without_a_broker_and_refuse_bad_input(db_u
 
 
 def test_a_table_without_rows_is_its_header_line() -> None:
-    from tenure.adapters.runs_cli import run_table
+    from tenure.adapters.apps.runs_cli import run_table
 
     assert run_table(["run", "status"], []) == "run  status"
 
@@ -173,7 +173,7 @@ def test_every_runs_action_refuses_a_database_never_migrated_with_exit_status_tw
 ) -> None:
     import sqlite3
 
-    from tenure.adapters.cli import main
+    from tenure.adapters.apps.cli import main
 
     path = folder / "runs.db"
     if prepared == "empty":

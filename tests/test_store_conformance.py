@@ -30,14 +30,16 @@ from queue_strategies import NOW, TOKENS, records
 from run_strategies import run_records
 from tenure.adapters import upgrade
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
-from tenure.adapters.runs.table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
-from tenure.adapters.dialects import open_store
+from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
+from tenure.adapters.consents.table import CONSENTS_BINDING
+from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
+from tenure.adapters.core.dialects import open_store
 from tenure.adapters.queue.table import QUEUE_BINDINGS
-from tenure.adapters.runs.nodes import NODES_BINDING
+from tenure.adapters.nodes.table import NODES_BINDING
 from tenure.kernel.nodes import finders as node_finders
-from tenure.adapters.runs.queue_broker import HOPS_BINDING
-from tenure.adapters.store import Probe
-from tenure.adapters.tables import Binding
+from tenure.adapters.queue.table import HOPS_BINDING
+from tenure.adapters.core.store import Probe
+from tenure.adapters.core.tables import Binding
 from tenure.kernel.attempts import finders as attempt_finders
 from tenure.kernel.consents import finders as consent_finders
 from tenure.kernel.core import Finder
@@ -413,6 +415,6 @@ def test_a_compare_and_set_writes_only_over_the_row_it_decided_on(harness: Harne
 
 
 def test_the_suite_covers_every_registered_table() -> None:
-    from tenure.adapters.machines import BINDINGS
+    from tenure.adapters.core.registry import BINDINGS
 
     assert {case.binding.name for case in CASES.values()} == {binding.name for binding in BINDINGS}

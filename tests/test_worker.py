@@ -25,7 +25,7 @@ from tenure.adapters import (
     ValidationJobSource,
     Worker,
 )
-from tenure.adapters import worker as worker_module
+from tenure.adapters.queue import worker as worker_module
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -106,7 +106,7 @@ async def test_a_retry_written_while_a_claim_is_under_way_is_not_mistaken_for_id
         attempts: list[int] = []
         retry_written = asyncio.Event()
         delayed: list[bool] = []
-        real_claim, real_fail = source.claim_next_owned, source._fail_owned_status
+        real_claim, real_fail = source.claim_next_owned, source.fail_owned_status
 
         async def fail_then_signal(*args: Any, **kwargs: Any) -> Any:
             await asyncio.sleep(0.05)  # the next claim runs while the retry is unwritten
@@ -123,7 +123,7 @@ async def test_a_retry_written_while_a_claim_is_under_way_is_not_mistaken_for_id
             return claimed
 
         source.claim_next_owned = claim_with_an_old_snapshot  # type: ignore[method-assign]
-        source._fail_owned_status = fail_then_signal  # type: ignore[method-assign]
+        source.fail_owned_status = fail_then_signal  # type: ignore[method-assign]
 
         async def always_fails(claimed: Any, context: JobContext) -> None:
             attempts.append(context.attempt)

@@ -23,7 +23,7 @@ TESTS = pathlib.Path(__file__).resolve().parent
 
 
 def worker_command(db_url: str, handler: str, *extra: str) -> list[str]:
-    return [sys.executable, "-P", "-m", "tenure.adapters.cli", "worker", "--db", db_url, "--queue", "validation",
+    return [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "worker", "--db", db_url, "--queue", "validation",
             "--handler", f"worker_handlers:{handler}", *extra]
 
 

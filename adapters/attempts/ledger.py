@@ -79,11 +79,11 @@ from tenure.model import (
 )
 from tenure.model.attempts import MAX_REFS, check_reason, check_refs
 
-from ..dialects import open_store
-from ..engine import Engine, raise_if_conflict
-from ..failures import persistence_failed
+from ..core.dialects import open_store
+from ..core.engine import Engine, raise_if_conflict
+from ..core.failures import persistence_failed
 from ..runs.table import RUNS_BINDING, RUNS_TABLE
-from ..store import Transaction
+from ..core.store import Transaction
 from .table import ATTEMPTS_BINDING
 
 __all__ = ["AttemptLedger", "ATTEMPT_NAMESPACE", "attempt_id_for", "DEFAULT_SUBMIT_LEASE_SECONDS", "MAX_DOCUMENT_BYTES"]

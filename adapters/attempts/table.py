@@ -10,15 +10,14 @@ SQLite, ``timestamptz`` on PostgreSQL), like every tenure table. Unique indexes:
 
 from __future__ import annotations
 
-from typing import Any
-
+import functools
 from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text
 
 from tenure.kernel.attempts.machine import ATTEMPTS
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.model import AttemptState
 
-from ..tables import Binding, Codec, ColumnSpec, IndexSpec, Step, TableSpec
+from ..core.tables import Binding, Codec, IndexSpec, Step, TableSpec, column
 
 __all__ = ["ATTEMPTS_TABLE", "ATTEMPTS_BINDING"]
 
@@ -27,8 +26,7 @@ _STEP = Step.ATTEMPTS
 _INSTANT = DateTime(timezone=True)
 
 
-def _column(name: str, codec: Codec, sql_type: Any, *, mutable: bool, field: str | None = None, **more: Any) -> ColumnSpec:
-    return ColumnSpec(name, field or name, codec, sql_type, codec.optional, mutable, step=_STEP, **more)
+_column = functools.partial(column, step=_STEP)
 
 
 ATTEMPTS_TABLE = TableSpec(

@@ -1,4 +1,4 @@
-"""What PostgreSQL contributes to the migration runner (see :mod:`tenure.adapters.migrations`).
+"""What PostgreSQL contributes to the migration runner (see :mod:`tenure.adapters.core.migrations`).
 
 One transaction (PostgreSQL DDL is transactional), serialized against concurrent
 migrations by an advisory lock; the catalog comes from ``pg_attribute``, ``pg_index``
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from tenure.model.errors import is_authored_word
 
-from ..migration_report import Check
-from ..migrations import CatalogColumn, CatalogIndex, Executor
-from ..machines import TABLES
+from ..core.migration_report import Check
+from ..core.catalog import CatalogColumn, CatalogIndex, Executor
+from ..core.registry import TABLES
 from ..queue.table import TABLE_NAMES
-from ..tables import ColumnSpec, TableSpec, qualified, sql_dialect
+from ..core.tables import ColumnSpec, TableSpec, qualified, sql_dialect
 
 __all__ = ["POSTGRESQL_MIGRATION", "PostgresMigration"]
 

@@ -16,7 +16,7 @@ Every call into asyncpg passes one boundary (:meth:`PostgresTransaction.call` an
 counted from the start of the call: the wait for a pooled connection, connecting, BEGIN,
 every statement and COMMIT share it) and turns whatever the driver, the socket, the pool
 or the timer raised into ``QUEUE_PERSISTENCE_FAILED`` with a reason from
-:data:`_REASONS_BY_CLASS` (see :mod:`tenure.adapters.failures`). A connection that
+:data:`_REASONS_BY_CLASS` (see :mod:`tenure.adapters.core.failures`). A connection that
 failed once is never used again (terminated, not rolled back: the server rolls back a
 transaction whose connection is gone).
 
@@ -42,10 +42,10 @@ import asyncpg
 from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, SetValue
 from tenure.model import ConfigValidationError, TenureError
 
-from ..failures import Stage, persistence_failed, reason_by_class, translate
-from ..sql import POSTGRESQL, compile_finder
-from ..store import AheadAnswer, Body, Expected, Probe, SharedPrimitives, TimeObserver
-from ..tables import POSTGRESQL_DIALECT, Binding, RowCodec, announce_channel, qualified
+from ..core.failures import Stage, persistence_failed, reason_by_class, translate
+from ..core.sql import POSTGRESQL, compile_finder
+from ..core.store import AheadAnswer, Body, Expected, Probe, SharedPrimitives, TimeObserver
+from ..core.tables import POSTGRESQL_DIALECT, Binding, RowCodec, announce_channel, qualified
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
 
@@ -513,7 +513,7 @@ def _pick_sql(
 
 
 class PostgresTransaction(SharedPrimitives):
-    """A transaction on one pooled connection (see :class:`tenure.adapters.store.Transaction`)."""
+    """A transaction on one pooled connection (see :class:`tenure.adapters.core.store.Transaction`)."""
 
     capabilities = POSTGRESQL
     dialect = POSTGRESQL_DIALECT
@@ -877,7 +877,7 @@ class PostgresStore:
 
     async def listen(self, binding: Binding, wake: Callable[[], None]) -> _Listener:
         """A dedicated connection that calls ``wake`` on every notification of
-        ``binding``'s channel (:func:`~tenure.adapters.tables.announce_channel`).
+        ``binding``'s channel (:func:`~tenure.adapters.core.tables.announce_channel`).
         Connecting and LISTEN run under the store's timeout; failures raise
         ``QUEUE_PERSISTENCE_FAILED`` like any call."""
         self._refuse_if_closed()
@@ -910,7 +910,7 @@ class PostgresStore:
     ) -> AheadAnswer | None:
         """One autocommit statement that locks, reads the clock after the locks, checks
         every item's expected row and the window, and writes all or nothing (see
-        :func:`_ahead_sql` and :class:`tenure.adapters.store.AheadWriter`)."""
+        :func:`_ahead_sql` and :class:`tenure.adapters.core.store.AheadWriter`)."""
         self._refuse_if_closed()
         deadline = self._deadline()
         pool = await self._open(deadline)

@@ -1,8 +1,24 @@
 """The owned queue's adapters: its tables (pycharter's, plus tenure's additions), its
-operations on the shared engine, and the public job sources."""
+operations on the shared engine, the public job sources and the fenced worker."""
 
 from __future__ import annotations
 
-from .sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from typing import TYPE_CHECKING
 
-__all__ = ["JobSource", "ValidationJobSource", "PipelineJobSource", "StreamingJobSource"]
+from ..core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
+    from .sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+    from .worker import FailJob, JobContext, Worker, WorkerStats
+
+__all__ = ["JobSource", "ValidationJobSource", "PipelineJobSource", "StreamingJobSource",
+           "OwnedValidationJobSource", "OwnedPipelineJobSource", "OwnedStreamingJobSource",
+           "Worker", "JobContext", "WorkerStats", "FailJob"]
+
+__getattr__ = lazy_exports(__name__, {
+    "JobSource": ".sources", "ValidationJobSource": ".sources", "PipelineJobSource": ".sources",
+    "StreamingJobSource": ".sources",
+    "OwnedValidationJobSource": ".owned", "OwnedPipelineJobSource": ".owned", "OwnedStreamingJobSource": ".owned",
+    "Worker": ".worker", "JobContext": ".worker", "WorkerStats": ".worker", "FailJob": ".worker",
+})

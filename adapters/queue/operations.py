@@ -3,7 +3,7 @@ commands it sends.
 
 Every operation is one transaction on one store. The rows a command meets come from the
 kernel's queue finders (:mod:`tenure.kernel.queue.finders`), located and locked by the
-store; the engine (:mod:`tenure.adapters.engine`) reads the database time after the
+store; the engine (:mod:`tenure.adapters.core.engine`) reads the database time after the
 locks, asks the kernel, checks and persists. A claim whose stored owner, token or
 generation read back differently rolls back whole. Nothing here decides a transition.
 
@@ -62,10 +62,10 @@ from tenure.model import (
     WorkerConfig,
 )
 
-from ..engine import Engine, checked, raise_if_conflict, require
-from ..failures import persistence_failed
-from ..store import Probe, Store, Transaction
-from ..tables import Binding
+from ..core.engine import Engine, checked, raise_if_conflict, require
+from ..core.failures import persistence_failed
+from ..core.store import Probe, Store, Transaction
+from ..core.tables import Binding
 from .table import QUEUE_BINDINGS, stored_payload
 
 Presented = TypeVar("Presented")

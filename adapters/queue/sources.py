@@ -39,8 +39,8 @@ from tenure.model import (
     load_json,
 )
 
-from ..dialects import open_store
-from ..failures import persistence_failed
+from ..core.dialects import open_store
+from ..core.failures import persistence_failed
 from .operations import QueueOperations
 from .table import envelope_of
 
@@ -96,7 +96,7 @@ def _within(text: str, max_bytes: int, field: str) -> str:
     return text
 
 
-def _result_json(result: object, max_bytes: int) -> str | None:
+def result_json(result: object, max_bytes: int) -> str | None:
     """A result is a JSON object of finite built-in values (pycharter's ``dict``); None
     stores no result."""
     if result is None:
@@ -163,6 +163,11 @@ class JobSource(Generic[Claimed]):
         self.config = config
         store = open_store(db_url, timeout_seconds=config.timeout_seconds, schema=config.db_schema)
         self._engine = QueueOperations(store, self.queue, config)
+
+    @property
+    def operations(self) -> QueueOperations:
+        """The queue operations this source runs on (the worker listens on their store)."""
+        return self._engine
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -246,7 +251,7 @@ class JobSource(Generic[Claimed]):
     async def complete_owned(self, fence: QueueClaimFence, result: Any = None) -> bool:
         """Complete the exact current live claim with a JSON ``result``. A repeat returns False."""
         checked = _fence(fence)
-        return (await self._engine.complete_owned([(checked, _result_json(result, self.config.max_payload_bytes))]))[0]
+        return (await self._engine.complete_owned([(checked, result_json(result, self.config.max_payload_bytes))]))[0]
 
     async def heartbeat_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
         """``heartbeat_owned`` for each fence, in one transaction: one answer per fence,
@@ -262,14 +267,15 @@ class JobSource(Generic[Claimed]):
         for item in _batch(items, "items", allow_empty=True):
             if type(item) is not tuple or len(item) != 2:
                 raise _refuse("items", "fence_result_pair_required")
-            checked.append((_fence(item[0]), _result_json(item[1], self.config.max_payload_bytes)))
+            checked.append((_fence(item[0]), result_json(item[1], self.config.max_payload_bytes)))
         return await self._engine.complete_owned(checked) if checked else []
 
-    async def _fail_owned_status(
+    async def fail_owned_status(
         self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
     ) -> JobStatus | None:
         """``fail_owned``, answering the job's status after it (pending: sent back for a
-        retry; failed: finished) or None when refused. The worker counts retries by it."""
+        retry; failed: finished) or None when refused. The worker counts retries by it
+        (the boolean ``fail_owned`` is what applications call)."""
         checked = _fence(fence)
         return await self._engine.fail_owned(
             checked, _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"),
@@ -296,7 +302,7 @@ class JobSource(Generic[Claimed]):
     async def complete(self, job_id: str, result: Any = None) -> bool:
         """Legacy completion by ID; never touches protected or owned work."""
         checked = _job_id(job_id)
-        return await self._engine.complete_legacy(checked, _result_json(result, self.config.max_payload_bytes))
+        return await self._engine.complete_legacy(checked, result_json(result, self.config.max_payload_bytes))
 
     async def get_job(self, job_id: str) -> JobInfo | None:
         """The job's current state (never its claim token), or None."""
@@ -396,7 +402,7 @@ class _FiniteQueueSource(JobSource[Claimed]):
         """Fail the exact current live claim: back to pending after the configured backoff
         when ``retry`` and attempts remain, else finished as failed. ``dlq_record_id`` is
         kept as correlation only (no DLQ write happens here)."""
-        return await self._fail_owned_status(fence, error, retry=retry, dlq_record_id=dlq_record_id) is not None
+        return await self.fail_owned_status(fence, error, retry=retry, dlq_record_id=dlq_record_id) is not None
 
     async def claim_next(self, worker_id: str) -> Claimed | None:
         """Legacy claim (no fence); never takes a protected submission."""
@@ -459,7 +465,7 @@ class StreamingJobSource(JobSource[ClaimedStreamingJob]):
 
     async def fail_owned(self, fence: QueueClaimFence, error: str, *, retry: bool) -> bool:
         """Fail the exact current live claim (refused while a cancel request stands)."""
-        return await self._fail_owned_status(fence, error, retry=retry) is not None
+        return await self.fail_owned_status(fence, error, retry=retry) is not None
 
     async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
         """Record the launched process ID (refused while a cancel request stands)."""

@@ -21,12 +21,13 @@ The envelope lives in pycharter's domain columns, in pycharter's shapes:
 ``fires_at`` and ``max_attempts`` the submitter wrote, and as what (JSON ``null`` when it
 left them out), so a claimed envelope equals the submitted one. Rows other clients wrote
 have none; their envelope shows the stored ID and attempt budget and no ``fires_at``.
-Record fields are filled from the columns by :mod:`tenure.adapters.tables`; the
+Record fields are filled from the columns by :mod:`tenure.adapters.core.tables`; the
 kernel's ``payload`` tuple holds the domain columns' stored values in this order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ from tenure.model import (
     load_json,
 )
 
-from ..tables import (
+from ..core.tables import (
     Binding,
     Codec,
     ColumnSpec,
@@ -63,6 +64,8 @@ __all__ = [
     "QUEUE_BINDINGS",
     "PAYLOAD_COLUMNS",
     "OWNED_UNIQUE_COLUMNS",
+    "HOPS_TABLE",
+    "HOPS_BINDING",
     "queue_codec",
     "stored_payload",
     "envelope_of",
@@ -79,70 +82,66 @@ _INSTANT = DateTime(timezone=True)
 C = Codec
 
 
-def _column(name: str, field: str, codec: Codec, sql_type: Any, *, nullable: bool, mutable: bool, **more: Any) -> ColumnSpec:
-    return ColumnSpec(name, field, codec, sql_type, nullable, mutable, **more)
-
-
 def _queue_head() -> tuple[ColumnSpec, ...]:
-    return (_column("id", "job_id", C.TEXT, String(36), nullable=False, mutable=False, primary_key=True),)
+    return (ColumnSpec("id", "job_id", C.TEXT, String(36), nullable=False, mutable=False, primary_key=True),)
 
 
 def _status() -> ColumnSpec:
-    return _column("status", "status", C.ENUM, String(20), nullable=False, mutable=True, choices=JobStatus)
+    return ColumnSpec("status", "status", C.ENUM, String(20), nullable=False, mutable=True, choices=JobStatus)
 
 
 def _claim_columns() -> tuple[ColumnSpec, ...]:
     return (
-        _column("fires_at", "fires_at_us", C.INSTANT, _INSTANT, nullable=False, mutable=True),
-        _column("claimed_by", "owner_id", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=True),
-        _column("claimed_at", "claimed_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
-        _column("lease_expires_at", "lease_expires_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
+        ColumnSpec("fires_at", "fires_at_us", C.INSTANT, _INSTANT, nullable=False, mutable=True),
+        ColumnSpec("claimed_by", "owner_id", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=True),
+        ColumnSpec("claimed_at", "claimed_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
+        ColumnSpec("lease_expires_at", "lease_expires_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
     )
 
 
 def _dlq() -> ColumnSpec:
-    return _column("dlq_record_id", "dlq_record_id", C.OPTIONAL_TEXT, String(32), nullable=True, mutable=True)
+    return ColumnSpec("dlq_record_id", "dlq_record_id", C.OPTIONAL_TEXT, String(32), nullable=True, mutable=True)
 
 
 def _attempts() -> tuple[ColumnSpec, ...]:
     return (
-        _column("attempt", "attempts", C.INT, Integer(), nullable=False, mutable=True),
-        _column("max_attempts", "max_attempts", C.INT, Integer(), nullable=False, mutable=False),
+        ColumnSpec("attempt", "attempts", C.INT, Integer(), nullable=False, mutable=True),
+        ColumnSpec("max_attempts", "max_attempts", C.INT, Integer(), nullable=False, mutable=False),
     )
 
 
 def _error() -> ColumnSpec:
-    return _column("error_message", "error_message", C.OPTIONAL_TEXT, Text(), nullable=True, mutable=True)
+    return ColumnSpec("error_message", "error_message", C.OPTIONAL_TEXT, Text(), nullable=True, mutable=True)
 
 
 def _idempotency_key(field: str, *, mutable: bool) -> ColumnSpec:
-    return _column("idempotency_key", field, C.OPTIONAL_TEXT, String(255), nullable=True, mutable=mutable)
+    return ColumnSpec("idempotency_key", field, C.OPTIONAL_TEXT, String(255), nullable=True, mutable=mutable)
 
 
 def _tail() -> tuple[ColumnSpec, ...]:
     # created_at is nullable in pycharter's DDL, but every client fills it: a row without
     # one reads as corrupt.
     return (
-        _column("created_at", "created_at_us", C.INSTANT, _INSTANT, nullable=True, mutable=False),
-        _column("completed_at", "completed_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
-        _column("result_json", "result_json", C.OPTIONAL_JSON, JSON(), nullable=True, mutable=True),
+        ColumnSpec("created_at", "created_at_us", C.INSTANT, _INSTANT, nullable=True, mutable=False),
+        ColumnSpec("completed_at", "completed_at_us", C.OPTIONAL_INSTANT, _INSTANT, nullable=True, mutable=True),
+        ColumnSpec("result_json", "result_json", C.OPTIONAL_JSON, JSON(), nullable=True, mutable=True),
     )
 
 
 def _owned(authored_part: int) -> tuple[ColumnSpec, ...]:
     owned = Step.OWNED
     return (
-        _column("generation", "generation", C.INT, BigInteger(), nullable=False, mutable=True, step=owned,
+        ColumnSpec("generation", "generation", C.INT, BigInteger(), nullable=False, mutable=True, step=owned,
                 default_sql="0", admission="generation"),
-        _column("claim_token", "claim_token", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=True, step=owned,
+        ColumnSpec("claim_token", "claim_token", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=True, step=owned,
                 admission="identity"),
-        _column("submission_id", "submission_id", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=False,
+        ColumnSpec("submission_id", "submission_id", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=False,
                 step=owned, admission="identity"),
-        _column("fingerprint", "fingerprint", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=False, step=owned,
+        ColumnSpec("fingerprint", "fingerprint", C.OPTIONAL_TEXT, String(255), nullable=True, mutable=False, step=owned,
                 admission="text"),
-        _column("fence_required", "fence_required", C.FLAG, Boolean(), nullable=False, mutable=False, step=owned,
+        ColumnSpec("fence_required", "fence_required", C.FLAG, Boolean(), nullable=False, mutable=False, step=owned,
                 default_sql="false", admission="flag"),
-        _column("authored_json", "payload", C.OPTIONAL_TEXT, Text(), nullable=True, mutable=False, step=owned,
+        ColumnSpec("authored_json", "payload", C.OPTIONAL_TEXT, Text(), nullable=True, mutable=False, step=owned,
                 admission="document", part=authored_part),
     )
 
@@ -162,7 +161,7 @@ def _owned_indexes(table: str) -> tuple[IndexSpec, ...]:
 
 
 def _payload(name: str, part: int, codec: Codec, sql_type: Any, **more: Any) -> ColumnSpec:
-    return _column(name, "payload", codec, sql_type, nullable=False, mutable=False, part=part, **more)
+    return ColumnSpec(name, "payload", codec, sql_type, nullable=False, mutable=False, part=part, **more)
 
 
 VALIDATION_TABLE = TableSpec(
@@ -190,7 +189,7 @@ PIPELINE_TABLE = TableSpec(
     "pipeline_jobs",
     (
         *_queue_head(),
-        _column("run_id", "run_id", C.TEXT, String(32), nullable=False, mutable=False),
+        ColumnSpec("run_id", "run_id", C.TEXT, String(32), nullable=False, mutable=False),
         _status(),
         _payload("payload_json", 0, C.JSON, JSON()),
         *_claim_columns(),
@@ -220,8 +219,8 @@ STREAMING_TABLE = TableSpec(
         _status(),
         _payload("payload_json", 2, C.JSON, JSON()),
         *_claim_columns(),
-        _column("cancel_requested", "cancel_requested", C.FLAG, Boolean(), nullable=False, mutable=True),
-        _column("pid", "pid", C.OPTIONAL_INT, Integer(), nullable=True, mutable=True),
+        ColumnSpec("cancel_requested", "cancel_requested", C.FLAG, Boolean(), nullable=False, mutable=True),
+        ColumnSpec("pid", "pid", C.OPTIONAL_INT, Integer(), nullable=True, mutable=True),
         *_attempts(),
         # pycharter's idempotency key is the streaming active key, released on finishing.
         _idempotency_key("active_key", mutable=True),
@@ -278,6 +277,35 @@ QUEUE_BINDINGS: dict[QueueKind, Binding] = {
     for queue, spec in QUEUE_TABLES.items()
 }
 """The queue machine's records in each of its three tables."""
+
+
+_HOPS_NAME = "tenure_run_hops"
+_HOPS_STEP = Step.WORKERS
+
+
+def _hops_table() -> TableSpec:
+    shape = QUEUE_TABLES[QueueKind.VALIDATION]
+    # The validation queue's columns, all created by this step (no admission: tenure
+    # creates the table, nobody else ever wrote it).
+    columns = tuple(dataclasses.replace(column, step=_HOPS_STEP, admission="") for column in shape.columns)
+    indexes = (
+        *(IndexSpec(f"ux_{_HOPS_NAME}_{column}", (column,), unique=True, step=_HOPS_STEP) for column in OWNED_UNIQUE_COLUMNS),
+        IndexSpec(f"ix_{_HOPS_NAME}_eligible", ("status", "fires_at", "id"), step=_HOPS_STEP),
+        IndexSpec(f"ix_{_HOPS_NAME}_lease", ("status", "lease_expires_at"), step=_HOPS_STEP),
+    )
+    return TableSpec(_HOPS_NAME, columns, indexes=indexes, unique_columns=shape.unique_columns, created_by=_HOPS_STEP)
+
+
+HOPS_TABLE = _hops_table()
+"""Run hops on tenure's own queue (``QueueBroker``): the validation queue's shape, driven by
+the same queue machine and store code (schema step ``runs_v3``)."""
+
+
+HOPS_BINDING = Binding(
+    f"queue.{_HOPS_NAME}", QUEUE, HOPS_TABLE, JobRecord,
+    {"queue": QueueKind.VALIDATION, "run_id": None, "cancel_requested": False, "pid": None, "active_key": None},
+    "job_id", announces=_became_pending,
+)
 
 
 def queue_codec(queue: QueueKind, dialect: Dialect, *, uuid_ids: bool = False) -> RowCodec:

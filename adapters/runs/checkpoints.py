@@ -34,7 +34,6 @@ import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import DateTime, Integer, String, Text
 
 from tenure.kernel.runs import finders
 from tenure.model import (
@@ -47,19 +46,16 @@ from tenure.model import (
     canonical_json,
     load_json,
 )
-from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_document, check_text
+from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_document, check_run_id, check_seq, check_text
 
-from ..store import Transaction
-from ..tables import Binding, Codec, ColumnSpec, Step, TableSpec
-from .table import RUNS_BINDING
+from ..core.store import Transaction
+from .table import CHECKPOINTS_BINDING, CHECKPOINTS_TABLE, RUNS_BINDING, CheckpointRow
 
 if TYPE_CHECKING:
-    from .ledger import RunLedger
+    from .transactions import RunTransactions
 
 __all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "OWNER_KINDS", "RecordedOutcome",
            "recorded_outcome", "delete_in", "clear_outcome_in"]
-
-_STEP = Step.WORKERS
 
 OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE})
 """The owners ``save`` binds (a timer's checkpoint is written by ``RunLedger.park_timer``,
@@ -68,54 +64,6 @@ in the same transaction as its park)."""
 
 _SAVING_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE})
 """A hop holds its Run in these states, and only then may it write the snapshot."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CheckpointRow:
-    run_id: str
-    enqueue_seq: int
-    owner_kind: WaitKind | None
-    owner_id: str | None
-    state_json: str
-    saved_at_us: int
-    outcome_seq: int | None = None
-    outcome_status: RunStatus | None = None
-    outcome_json: str | None = None
-    outcome_error: str | None = None
-
-
-def _column(name: str, codec: Codec, sql_type: Any, *, mutable: bool, field: str | None = None, **more: Any) -> ColumnSpec:
-    return ColumnSpec(name, field or name, codec, sql_type, codec.optional, mutable, step=_STEP, **more)
-
-
-CHECKPOINTS_TABLE = TableSpec(
-    "tenure_run_checkpoints",
-    (
-        _column("run_id", Codec.TEXT, String(36), mutable=False, primary_key=True),
-        _column("enqueue_seq", Codec.INT, Integer(), mutable=True),
-        _column("owner_kind", Codec.OPTIONAL_ENUM, String(20), mutable=True, choices=WaitKind),
-        _column("owner_id", Codec.OPTIONAL_TEXT, String(128), mutable=True),
-        _column("state_json", Codec.TEXT, Text(), mutable=True),
-        _column("saved_at", Codec.INSTANT, DateTime(timezone=True), mutable=True, field="saved_at_us"),
-        # runs_v5: the outcome a finished hop recorded before it settles.
-        ColumnSpec("outcome_seq", "outcome_seq", Codec.OPTIONAL_INT, Integer(), True, True, step=Step.LIVENESS),
-        ColumnSpec("outcome_status", "outcome_status", Codec.OPTIONAL_ENUM, String(20), True, True,
-                   step=Step.LIVENESS, choices=RunStatus),
-        ColumnSpec("outcome_json", "outcome_json", Codec.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
-        ColumnSpec("outcome_error", "outcome_error", Codec.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
-    ),
-    created_by=_STEP,
-    checks=(
-        ("ck_tenure_run_checkpoints_seq", "enqueue_seq >= 0"),
-        ("ck_tenure_run_checkpoints_owner",
-         "(owner_kind IS NULL AND owner_id IS NULL) OR "
-         "(owner_kind IN ('consent', 'delegate', 'service', 'timer') AND owner_id IS NOT NULL)"),
-    ),
-    checks_replaced_by=Step.LIVENESS,  # runs_v5: a checkpoint may bind a timer
-)
-
-CHECKPOINTS_BINDING = Binding("run_checkpoints", None, CHECKPOINTS_TABLE, CheckpointRow, {}, "run_id")
-"""Stored through the shared store primitives; no machine decides a checkpoint."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -213,18 +161,16 @@ class Checkpoints:
     (``RunLedger.checkpoints``). Its :meth:`owner` and :meth:`delete` are the recovery
     ports ``checkpoint_owner`` and ``delete_checkpoint``."""
 
-    def __init__(self, ledger: RunLedger) -> None:
-        self._ledger = ledger
+    def __init__(self, transactions: RunTransactions) -> None:
+        self._tx = transactions
 
     async def save(self, run_id: str, enqueue_seq: int, *, state: Any, owner_kind: WaitKind | None = None,
                    owner_id: str | None = None) -> bool:
         """Write the Run's snapshot for the hop ``enqueue_seq``, replacing any earlier one.
         True when written; False when that hop does not hold the Run any more (the Run is
         not RUNNING or AWAITING_HARDWARE at that sequence): nothing changed."""
-        from .ledger import _run_id, _seq  # the ledger's own input checks
-
-        key = _run_id(run_id)
-        seq = _seq(enqueue_seq)
+        key = check_run_id(run_id)
+        seq = check_seq(enqueue_seq)
         if owner_kind is None:
             if owner_id is not None:
                 raise _refuse("owner_kind", "owner_kind_required")
@@ -241,7 +187,7 @@ class Checkpoints:
             await put_in(tx, CheckpointRow(key, seq, owner_kind, owner_id, text, await tx.now_us()))
             return True
 
-        return bool(await self._ledger._in_transaction(body))
+        return bool(await self._tx.run(body))
 
     async def record_outcome(self, run_id: str, enqueue_seq: int, status: RunStatus, *,
                              result_json: str | None = None, error: str | None = None) -> bool:
@@ -249,10 +195,8 @@ class Checkpoints:
         canonical JSON text the settlement will keep, or FAILED with its error) in the
         Run's checkpoint row, keeping the snapshot. The same fence as :meth:`save`: True
         when written, False when that hop does not hold the Run any more."""
-        from .ledger import _run_id, _seq
-
-        key = _run_id(run_id)
-        seq = _seq(enqueue_seq)
+        key = check_run_id(run_id)
+        seq = check_seq(enqueue_seq)
         if status not in (RunStatus.DONE, RunStatus.FAILED):
             raise _refuse("status", "done_or_failed_required")
         failed = status is RunStatus.FAILED
@@ -279,29 +223,25 @@ class Checkpoints:
                 await tx.insert(CHECKPOINTS_BINDING, row)
             return True
 
-        return bool(await self._ledger._in_transaction(body))
+        return bool(await self._tx.run(body))
 
     async def outcome(self, run_id: str) -> RecordedOutcome | None:
         """The outcome the Run's checkpoint records (recovery's ``checkpoint_outcome``)."""
-        from .ledger import _run_id
-
-        key = _run_id(run_id)
+        key = check_run_id(run_id)
 
         async def body(tx: Transaction) -> list[CheckpointRow]:
             return await tx.read(CHECKPOINTS_BINDING, [key])
 
-        found = await self._ledger._in_transaction(body, write=False)
+        found = await self._tx.run(body, write=False)
         return recorded_outcome(found[0]) if found else None
 
     async def load(self, run_id: str) -> Checkpoint | None:
-        from .ledger import _run_id
-
-        key = _run_id(run_id)
+        key = check_run_id(run_id)
 
         async def body(tx: Transaction) -> list[CheckpointRow]:
             return await tx.read(CHECKPOINTS_BINDING, [key])
 
-        found = await self._ledger._in_transaction(body, write=False)
+        found = await self._tx.run(body, write=False)
         return _public(found[0]) if found else None
 
     async def owner(self, run_id: str) -> str | None:
@@ -313,9 +253,7 @@ class Checkpoints:
         """Remove a terminal Run's snapshot (recovery's ``delete_checkpoint``; idempotent).
         A Run that is not terminal keeps it: raises ``ConfigValidationError``
         (``run_not_terminal``) and deletes nothing."""
-        from .ledger import _run_id
-
-        key = _run_id(run_id)
+        key = check_run_id(run_id)
 
         async def body(tx: Transaction) -> bool:
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
@@ -326,5 +264,5 @@ class Checkpoints:
                 await tx.delete(CHECKPOINTS_BINDING, stored[0])
             return True
 
-        if not await self._ledger._in_transaction(body):
+        if not await self._tx.run(body):
             raise _refuse("run_id", "run_not_terminal")

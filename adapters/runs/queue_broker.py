@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 import logging
 import os
@@ -44,7 +43,6 @@ from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.queue import finders as queue_finders
-from tenure.kernel.queue.machine import QUEUE
 from tenure.kernel.queue.record import JobRecord
 from tenure.model import (
     BrokerJobState,
@@ -60,14 +58,13 @@ from tenure.model import (
 )
 from tenure.model.fingerprint import snapshot_submission
 
-from ..dialects import open_store
+from ..core.dialects import open_store
 from ..queue.operations import QueueOperations
-from ..queue.table import OWNED_UNIQUE_COLUMNS, QUEUE_TABLES
-from ..store import Transaction
-from ..tables import Binding, IndexSpec, Step, TableSpec
+from ..queue.table import HOPS_BINDING
+from ..core.store import Transaction
 from .broker import BrokerProbe, PerformHop, stop_served_hop
 
-__all__ = ["QueueBroker", "HOPS_TABLE", "HOPS_BINDING", "HOP_CONTRACT", "PRIORITY_EPOCH"]
+__all__ = ["QueueBroker", "HOP_CONTRACT", "PRIORITY_EPOCH"]
 
 log = logging.getLogger("tenure.runs.queue_broker")
 
@@ -76,36 +73,6 @@ HOP_CONTRACT = "tenure.run_hop"
 
 PRIORITY_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
 """A hop is due at this instant plus its wire priority in seconds (lower: claimed first)."""
-
-_NAME = "tenure_run_hops"
-_STEP = Step.WORKERS
-
-
-def _hops_table() -> TableSpec:
-    shape = QUEUE_TABLES[QueueKind.VALIDATION]
-    # The validation queue's columns, all created by this step (no admission: tenure
-    # creates the table, nobody else ever wrote it).
-    columns = tuple(dataclasses.replace(column, step=_STEP, admission="") for column in shape.columns)
-    indexes = (
-        *(IndexSpec(f"ux_{_NAME}_{column}", (column,), unique=True, step=_STEP) for column in OWNED_UNIQUE_COLUMNS),
-        IndexSpec(f"ix_{_NAME}_eligible", ("status", "fires_at", "id"), step=_STEP),
-        IndexSpec(f"ix_{_NAME}_lease", ("status", "lease_expires_at"), step=_STEP),
-    )
-    return TableSpec(_NAME, columns, indexes=indexes, unique_columns=shape.unique_columns, created_by=_STEP)
-
-
-HOPS_TABLE = _hops_table()
-
-
-def _became_pending(old: JobRecord | None, new: JobRecord) -> bool:
-    return new.status is JobStatus.PENDING and (old is None or old.status is not JobStatus.PENDING)
-
-
-HOPS_BINDING = Binding(
-    f"queue.{_NAME}", QUEUE, HOPS_TABLE, JobRecord,
-    {"queue": QueueKind.VALIDATION, "run_id": None, "cancel_requested": False, "pid": None, "active_key": None},
-    "job_id", announces=_became_pending,
-)
 
 _BY_KEY = Finder("hop_by_key", ((Condition("submission_id", "=", Param("key")),),), order=("job_id",), lock="none")
 _DUE = Finder("hop_due", queue_finders.eligible.any_of + queue_finders.expired.any_of,

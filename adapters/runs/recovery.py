@@ -78,13 +78,15 @@ from tenure.model import (
 from tenure.model.runs import check_text
 
 from ..attempts.table import ATTEMPTS_BINDING
-from ..failures import persistence_failed
+from ..core.failures import persistence_failed
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
-from .table import AGENT_JOBS_BINDING, CONSENTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING
+from ..agent_jobs.table import AGENT_JOBS_BINDING
+from ..consents.table import CONSENTS_BINDING
+from .table import DELIVERIES_BINDING, RUNS_BINDING
 
 if TYPE_CHECKING:
-    from ..store import Transaction
+    from ..core.store import Transaction
     from .ledger import RunLedger
 
 __all__ = ["RecoveryPorts", "RecoveryIssue", "RecoveryReport", "COUNT_NAMES", "ISSUE_REASONS",
@@ -247,7 +249,7 @@ class _Visits:
         async def body(tx: Transaction) -> list[RunRow]:
             return await tx.find(RUNS_BINDING, finder, parameters, limit)
 
-        rows: list[RunRow] = await self.ledger._in_transaction(body, write=False)
+        rows: list[RunRow] = await self.ledger.transactions.run(body, write=False)
         return rows
 
     async def scan(self, statuses: Sequence[RunStatus], page_size: int) -> None:
@@ -329,9 +331,9 @@ class _Visits:
                 return None
             run, delivery = pair
             # Only the evidence the Run's state is decided on is read.
-            owner = await ledger._owner(tx, run.owner_kind, run.owner_id) if run.status in _WAITS else None
+            owner = await ledger.transactions.owner(tx, run.owner_kind, run.owner_id) if run.status in _WAITS else None
             examined = run.status in _HOPS or run.status is RunStatus.CANCELLING
-            containment = await ledger._containment(tx, run_id) if examined else Containment(0, 0)
+            containment = await ledger.transactions.containment(tx, run_id) if examined else Containment(0, 0)
             latest = await _latest_owner(tx, run_id) if run.status in _HOPS else None
             # A timer's owner is the database clock: read it in the same visit.
             now = await tx.now_us() if run.status is RunStatus.AWAITING_TIMER else None
@@ -343,7 +345,7 @@ class _Visits:
                 latest_owner=latest, now_us=now,
             )
 
-        found: Situation | None = await ledger._in_transaction(body, write=False)
+        found: Situation | None = await ledger.transactions.run(body, write=False)
         return found
 
     # --- evidence ------------------------------------------------------------------------
@@ -386,9 +388,9 @@ class _Visits:
 
     async def _containment(self, run_id: str) -> Containment:
         async def body(tx: Transaction) -> Containment:
-            return await self.ledger._containment(tx, run_id)
+            return await self.ledger.transactions.containment(tx, run_id)
 
-        counts: Containment = await self.ledger._in_transaction(body, write=False)
+        counts: Containment = await self.ledger.transactions.run(body, write=False)
         return counts
 
     async def _contain(self, run_id: str) -> None:
@@ -400,7 +402,7 @@ class _Visits:
             attempts = await tx.find(ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id})
             return jobs, attempts
 
-        jobs, attempts = await self.ledger._in_transaction(body, write=False)
+        jobs, attempts = await self.ledger.transactions.run(body, write=False)
         for job in jobs:
             record = await self.ledger.get_job(job.job_id)
             if record is None or self.ports.contain_job is None:
@@ -430,11 +432,11 @@ class _Visits:
             if await ledger.publish(run_id, seq, self.ports.broker):
                 self.counts["published" if action is Action.PUBLISH else "republished"] += 1
         elif action is Action.MARK_PUBLISHED:
-            if await ledger._changed(run_id, RecordPublished(enqueue_seq=seq)):
+            if await ledger.transactions.changed(run_id, RecordPublished(enqueue_seq=seq)):
                 self.counts["published"] += 1
         elif action is Action.ROTATE:
             assert s.probe is not None
-            decision = await ledger._decide(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
+            decision = await ledger.transactions.decide(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
             if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
                 self.counts["rotated"] += 1
         elif action is Action.FAIL_HELD:
@@ -451,7 +453,7 @@ class _Visits:
                 self.counts["outcomes_settled"] += 1
         elif action is Action.RETRY_LOST:
             assert s.probe is not None
-            if await ledger._retry_lost_on(run_id, seq, s.probe.state) is not None:
+            if await ledger.transactions.retry_lost_on(run_id, seq, s.probe.state) is not None:
                 self.counts["hops_retried"] += 1
         elif action is Action.FAIL_LOST:
             if await ledger.settle(run_id, seq, RunStatus.FAILED, error=LOST_ERROR):
@@ -462,7 +464,7 @@ class _Visits:
                 self.counts["resumed"] += 1
         elif action is Action.FINISH_CANCEL:
             assert s.probe is not None
-            if await ledger._finish_cancel_on(run_id, seq, s.probe.state):
+            if await ledger.transactions.finish_cancel_on(run_id, seq, s.probe.state):
                 self.counts["cancels_finished"] += 1
         else:  # pragma: no cover - every write action is listed above
             raise AssertionError(action)

@@ -37,7 +37,7 @@ from tenure.model import ConfigValidationError, TenureError
 
 from .broker import Broker
 from .ledger import RunLedger
-from .nodes import DEFAULT_NODE_LEASE_S, NodeLease
+from ..nodes.leases import DEFAULT_NODE_LEASE_S, NodeLease
 from .recovery import RecoveryPorts, RecoveryReport, run_relays
 from .worker import RunWorker, WorkerStopFailed
 

@@ -13,61 +13,24 @@ machine of its own.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import DateTime, Integer, String, Text
 
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.runs import finders
 from tenure.model import ConfigValidationError, ErrorCode, RunStatus, TenureError, canonical_json, load_json
-from tenure.model.runs import MAX_RUN_DOCUMENT_BYTES, check_document, check_text
+from tenure.model.runs import MAX_RUN_DOCUMENT_BYTES, check_document, check_run_id, check_seq, check_text
 
-from ..store import Transaction
-from ..tables import Binding, Codec, ColumnSpec, IndexSpec, Step, TableSpec
-from .table import RUNS_BINDING
+from ..core.store import Transaction
+from .table import MAX_STEP_NAME_CHARS, RUNS_BINDING, STEPS_BINDING, STEPS_TABLE, StepRow
 
 if TYPE_CHECKING:
     from .ledger import RunLedger
 
 __all__ = ["Steps", "STEPS_TABLE", "STEPS_BINDING", "MAX_STEP_NAME_CHARS"]
 
-MAX_STEP_NAME_CHARS = 128
-_STEP = Step.LIVENESS
 _HOLDING = frozenset({RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE})
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StepRow:
-    step_id: str
-    run_id: str
-    name: str
-    enqueue_seq: int
-    result_json: str
-    recorded_at_us: int
-
-
-def _column(name: str, codec: Codec, sql_type: Any, *, field: str | None = None, **more: Any) -> ColumnSpec:
-    return ColumnSpec(name, field or name, codec, sql_type, codec.optional, False, step=_STEP, **more)
-
-
-STEPS_TABLE = TableSpec(
-    "tenure_run_steps",
-    (
-        _column("step_id", Codec.TEXT, String(200), primary_key=True),
-        _column("run_id", Codec.TEXT, String(36)),
-        _column("name", Codec.TEXT, String(MAX_STEP_NAME_CHARS)),
-        _column("enqueue_seq", Codec.INT, Integer()),
-        _column("result_json", Codec.TEXT, Text()),
-        _column("recorded_at", Codec.INSTANT, DateTime(timezone=True), field="recorded_at_us"),
-    ),
-    indexes=(IndexSpec("ix_tenure_run_steps_run", ("run_id", "name"), step=_STEP),),
-    created_by=_STEP,
-    checks=(("ck_tenure_run_steps_seq", "enqueue_seq >= 0"),),
-)
-
-STEPS_BINDING = Binding("run_steps", None, STEPS_TABLE, StepRow, {}, "step_id")
-"""Stored through the shared store primitives; no machine decides a step."""
 
 _OF_RUN = Finder("steps_of_run", ((Condition("run_id", "=", Param("run_id")),),), order=("name",), lock="none")
 
@@ -91,42 +54,38 @@ class Steps:
 
     async def recorded(self, run_id: str) -> dict[str, Any]:
         """Every step the Run recorded, by name."""
-        from .ledger import _run_id
-
-        key = _run_id(run_id)
+        key = check_run_id(run_id)
 
         async def body(tx: Transaction) -> list[StepRow]:
             return await tx.find(STEPS_BINDING, _OF_RUN, {"run_id": key})
 
-        rows: list[StepRow] = await self._ledger._in_transaction(body, write=False)
+        rows: list[StepRow] = await self._ledger.transactions.run(body, write=False)
         return {row.name: _value(row) for row in rows}
 
     async def record(self, run_id: str, enqueue_seq: int, name: str, result: Any) -> tuple[bool, Any]:
         """Record step ``name``'s result for the hop ``enqueue_seq``: ``(True, value)``
         with the value every hop of the Run replays (an earlier record of the same name
         wins), or ``(False, None)`` when that hop does not hold the Run any more."""
-        from .ledger import _run_id, _seq
-
-        key = _run_id(run_id)
-        seq = _seq(enqueue_seq)
+        key = check_run_id(run_id)
+        seq = check_seq(enqueue_seq)
         name = check_text(name, "step_name", MAX_STEP_NAME_CHARS)
         text = canonical_json(check_document(result, "step_result"))
         if len(text.encode()) > MAX_RUN_DOCUMENT_BYTES:
             raise ConfigValidationError("invalid_step", fields=("step_result",), problems=("document_too_large",))
 
-        async def body(tx: Transaction) -> tuple[bool, str | None]:
+        async def body(tx: Transaction) -> str | None:  # None: the hop does not hold the Run
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
             if not runs or runs[0].status not in _HOLDING or runs[0].enqueue_seq != seq:
-                return False, None
-            stored = await tx.read(STEPS_BINDING, [_step_id(key, name)])
+                return None
+            stored: list[StepRow] = await tx.read(STEPS_BINDING, [_step_id(key, name)])
             if stored:
-                return True, stored[0].result_json
+                return stored[0].result_json
             row = StepRow(_step_id(key, name), key, name, seq, text, await tx.now_us())
             await tx.insert(STEPS_BINDING, row)
-            return True, text
+            return text
 
-        held, kept = await self._ledger._in_transaction(body)
-        return (True, load_json(kept)) if held else (False, None)
+        kept = await self._ledger.transactions.run(body)
+        return (False, None) if kept is None else (True, load_json(kept))
 
     async def holds(self, run_id: str, enqueue_seq: int) -> bool:
         """Whether the hop ``enqueue_seq`` still holds the Run (read, not locked): checked

@@ -1,34 +1,34 @@
-"""The Run ledger's tables, created by the ``runs_v1`` step in the queues' database.
+"""The Run machine's tables, in the queues' database.
 
-``tenure_runs`` (one row per Run; the ``runs_v2`` step adds ``admitted_node``, ``runs_v4``
-an index on ``idempotency_key``, ``runs_v5`` the result and the lost-hop retries),
-``tenure_run_deliveries`` (one row per hop, keyed by its hop key; at most one unsettled per Run, enforced by a partial unique index on both
-databases), ``tenure_consents`` (``runs_v5`` adds a consent's deadline, ``expires_at``, and an
-index on it) and ``tenure_agent_jobs`` (the Run's owners). CHECK
-constraints hold the stored values to the machines' states and bounds even against a
-writer that is not tenure. Intents, payloads, requests and results are canonical JSON
-text; instants follow the dialect, like every tenure table.
+``tenure_runs`` (one row per Run, step ``runs_v1``; ``runs_v2`` adds ``admitted_node``,
+``runs_v4`` an index on ``idempotency_key``, ``runs_v5`` the result and the lost-hop
+retries) and ``tenure_run_deliveries`` (one row per hop, keyed by its hop key; at most one
+unsettled per Run, enforced by a partial unique index on both databases): the two halves
+of the Run machine's pair. Beside them, two tables no machine decides, written under the
+Run's lock: ``tenure_run_checkpoints`` (``runs_v3``) and the step journal
+``tenure_run_steps`` (``runs_v5``). The Run's owners have their machines' tables
+(``adapters/consents/table.py``, ``adapters/agent_jobs/table.py``). CHECK constraints hold
+the stored values to the machines' states and bounds even against a writer that is not
+tenure. Intents, payloads and results are canonical JSON text; instants follow the
+dialect, like every tenure table.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import functools
 
 from sqlalchemy import Boolean, DateTime, Integer, String, Text
 
-from tenure.kernel.agent_jobs.machine import AGENT_JOBS
-from tenure.kernel.agent_jobs.record import AgentJobRow
-from tenure.kernel.consents.machine import CONSENTS
-from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.runs.machine import RUNS
 from tenure.kernel.runs.record import DeliveryRow, RunRow
-from tenure.model import AgentJobStatus, ConsentStatus, DeliveryState, RunStatus, WaitKind
+from tenure.model import DeliveryState, RunStatus, WaitKind
 
-from ..tables import Binding, Codec, ColumnSpec, IndexSpec, Step, TableSpec
+from ..core.tables import Binding, Codec, ColumnSpec, IndexSpec, Step, TableSpec, column, one_of
 
 __all__ = [
-    "RUNS_TABLE", "DELIVERIES_TABLE", "CONSENTS_TABLE", "AGENT_JOBS_TABLE", "RUN_TABLES",
-    "RUNS_BINDING", "DELIVERIES_BINDING", "CONSENTS_BINDING", "AGENT_JOBS_BINDING", "RUN_BINDINGS",
+    "RUNS_TABLE", "DELIVERIES_TABLE", "RUNS_BINDING", "DELIVERIES_BINDING",
+    "CheckpointRow", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "StepRow", "STEPS_TABLE", "STEPS_BINDING", "MAX_STEP_NAME_CHARS",
 ]
 
 C = Codec
@@ -36,12 +36,8 @@ _STEP = Step.RUNS
 _INSTANT = DateTime(timezone=True)
 
 
-def _column(name: str, codec: Codec, sql_type: Any, *, mutable: bool, field: str | None = None, **more: Any) -> ColumnSpec:
-    return ColumnSpec(name, field or name, codec, sql_type, codec.optional, mutable, step=_STEP, **more)
+_column = functools.partial(column, step=_STEP)
 
-
-def _one_of(column: str, values: type[Any]) -> str:
-    return f"{column} IN ({', '.join(repr(member.value) for member in values)})"
 
 
 RUNS_TABLE = TableSpec(
@@ -96,12 +92,12 @@ RUNS_TABLE = TableSpec(
     # earlier has its status and owner checks re-created with the wider lists.
     checks_replaced_by=Step.LIVENESS,
     checks=(
-        ("ck_tenure_runs_status", _one_of("status", RunStatus)),
+        ("ck_tenure_runs_status", one_of("status", RunStatus)),
         ("ck_tenure_runs_priority", "priority >= 0 AND priority <= 100"),
         ("ck_tenure_runs_enqueue_seq", "enqueue_seq >= 0"),
         ("ck_tenure_runs_wait_owner",
          "status NOT IN ('awaiting_consent', 'awaiting_delegate', 'awaiting_service') OR owner_id IS NOT NULL"),
-        ("ck_tenure_runs_owner_kind", "owner_kind IS NULL OR " + _one_of("owner_kind", WaitKind)),
+        ("ck_tenure_runs_owner_kind", "owner_kind IS NULL OR " + one_of("owner_kind", WaitKind)),
     ),
 )
 
@@ -131,77 +127,97 @@ DELIVERIES_TABLE = TableSpec(
     ),
     created_by=_STEP,
     checks=(
-        ("ck_tenure_run_deliveries_state", _one_of("state", DeliveryState)),
+        ("ck_tenure_run_deliveries_state", one_of("state", DeliveryState)),
         ("ck_tenure_run_deliveries_attempts", "publish_attempts >= 0"),
         ("ck_tenure_run_deliveries_seq", "enqueue_seq >= 0"),
         ("ck_tenure_run_deliveries_priority", "priority >= 0 AND priority <= 100"),
     ),
 )
 
-CONSENTS_TABLE = TableSpec(
-    "tenure_consents",
-    (
-        _column("consent_id", C.TEXT, String(36), mutable=False, primary_key=True),
-        _column("run_id", C.TEXT, String(36), mutable=False),
-        _column("tool_name", C.TEXT, String(128), mutable=False),
-        _column("tool_call_id", C.TEXT, String(128), mutable=False),
-        _column("payload_json", C.TEXT, Text(), mutable=False),
-        _column("status", C.ENUM, String(10), mutable=True, choices=ConsentStatus),
-        _column("decided_by", C.OPTIONAL_TEXT, String(255), mutable=True),
-        _column("decided_at", C.OPTIONAL_INSTANT, _INSTANT, mutable=True, field="decided_at_us"),
-        _column("preauthorized_by", C.OPTIONAL_TEXT, String(128), mutable=False),
-        _column("created_at", C.INSTANT, _INSTANT, mutable=False, field="created_at_us"),
-        # runs_v5 (liveness): the consent's deadline, which the relays apply (NULL: none).
-        ColumnSpec("expires_at", "expires_at_us", C.OPTIONAL_INSTANT, _INSTANT, True, False, step=Step.LIVENESS),
-    ),
-    indexes=(
-        IndexSpec("ix_tenure_consents_run", ("run_id", "status"), step=_STEP),
-        # runs_v5: the relays' page of pending consents whose deadline came.
-        IndexSpec("ix_tenure_consents_status_expires", ("status", "expires_at", "consent_id"), step=Step.LIVENESS),
-    ),
-    created_by=_STEP,
-    checks=(
-        ("ck_tenure_consents_status", _one_of("status", ConsentStatus)),
-        ("ck_tenure_consents_decision",
-         "(status = 'pending' AND decided_by IS NULL AND decided_at IS NULL) OR "
-         "(status <> 'pending' AND decided_by IS NOT NULL AND decided_at IS NOT NULL)"),
-    ),
-)
-
-_OPEN_JOB = "status IN ('queued', 'admitted', 'preparing', 'running')"
-
-AGENT_JOBS_TABLE = TableSpec(
-    "tenure_agent_jobs",
-    (
-        _column("job_id", C.TEXT, String(36), mutable=False, primary_key=True),
-        _column("request_id", C.TEXT, String(128), mutable=False),
-        _column("run_id", C.TEXT, String(36), mutable=False),
-        _column("runtime", C.TEXT, String(128), mutable=False),
-        _column("profile", C.TEXT, String(128), mutable=False),
-        _column("request_json", C.TEXT, Text(), mutable=False),
-        _column("status", C.ENUM, String(32), mutable=True, choices=AgentJobStatus),
-        _column("result_json", C.OPTIONAL_TEXT, Text(), mutable=True),
-        _column("runtime_job_id", C.OPTIONAL_TEXT, String(128), mutable=True),
-        _column("created_at", C.INSTANT, _INSTANT, mutable=False, field="created_at_us"),
-        _column("updated_at", C.INSTANT, _INSTANT, mutable=True, field="updated_at_us"),
-    ),
-    indexes=(
-        IndexSpec("ux_tenure_agent_jobs_request", ("request_id",), unique=True, step=_STEP),
-        IndexSpec("ix_tenure_agent_jobs_run", ("run_id", "status"), step=_STEP),
-    ),
-    created_by=_STEP,
-    checks=(
-        ("ck_tenure_agent_jobs_status", _one_of("status", AgentJobStatus)),
-        ("ck_tenure_agent_jobs_result", f"({_OPEN_JOB} AND result_json IS NULL) OR "
-                                        f"(NOT {_OPEN_JOB} AND result_json IS NOT NULL)"),
-    ),
-)
-
-RUN_TABLES = (RUNS_TABLE, DELIVERIES_TABLE, CONSENTS_TABLE, AGENT_JOBS_TABLE)
-
 RUNS_BINDING = Binding("runs", RUNS, RUNS_TABLE, RunRow, {}, "run_id")
 DELIVERIES_BINDING = Binding("run_deliveries", RUNS, DELIVERIES_TABLE, DeliveryRow, {}, "delivery_id")
 """The two halves of the Run machine's pair (the machine checks the pair, not a half)."""
-CONSENTS_BINDING = Binding("consents", CONSENTS, CONSENTS_TABLE, ConsentRow, {}, "consent_id")
-AGENT_JOBS_BINDING = Binding("agent_jobs", AGENT_JOBS, AGENT_JOBS_TABLE, AgentJobRow, {}, "job_id")
-RUN_BINDINGS = (RUNS_BINDING, DELIVERIES_BINDING, CONSENTS_BINDING, AGENT_JOBS_BINDING)
+
+
+# --- The Run's own side tables: written through the shared store primitives, decided by no machine. ---
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    run_id: str
+    enqueue_seq: int
+    owner_kind: WaitKind | None
+    owner_id: str | None
+    state_json: str
+    saved_at_us: int
+    outcome_seq: int | None = None
+    outcome_status: RunStatus | None = None
+    outcome_json: str | None = None
+    outcome_error: str | None = None
+
+
+_checkpoint_column = functools.partial(column, step=Step.WORKERS)
+
+
+CHECKPOINTS_TABLE = TableSpec(
+    "tenure_run_checkpoints",
+    (
+        _checkpoint_column("run_id", Codec.TEXT, String(36), mutable=False, primary_key=True),
+        _checkpoint_column("enqueue_seq", Codec.INT, Integer(), mutable=True),
+        _checkpoint_column("owner_kind", Codec.OPTIONAL_ENUM, String(20), mutable=True, choices=WaitKind),
+        _checkpoint_column("owner_id", Codec.OPTIONAL_TEXT, String(128), mutable=True),
+        _checkpoint_column("state_json", Codec.TEXT, Text(), mutable=True),
+        _checkpoint_column("saved_at", Codec.INSTANT, DateTime(timezone=True), mutable=True, field="saved_at_us"),
+        # runs_v5: the outcome a finished hop recorded before it settles.
+        ColumnSpec("outcome_seq", "outcome_seq", Codec.OPTIONAL_INT, Integer(), True, True, step=Step.LIVENESS),
+        ColumnSpec("outcome_status", "outcome_status", Codec.OPTIONAL_ENUM, String(20), True, True,
+                   step=Step.LIVENESS, choices=RunStatus),
+        ColumnSpec("outcome_json", "outcome_json", Codec.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
+        ColumnSpec("outcome_error", "outcome_error", Codec.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
+    ),
+    created_by=Step.WORKERS,
+    checks=(
+        ("ck_tenure_run_checkpoints_seq", "enqueue_seq >= 0"),
+        ("ck_tenure_run_checkpoints_owner",
+         "(owner_kind IS NULL AND owner_id IS NULL) OR "
+         "(owner_kind IN ('consent', 'delegate', 'service', 'timer') AND owner_id IS NOT NULL)"),
+    ),
+    checks_replaced_by=Step.LIVENESS,  # runs_v5: a checkpoint may bind a timer
+)
+
+CHECKPOINTS_BINDING = Binding("run_checkpoints", None, CHECKPOINTS_TABLE, CheckpointRow, {}, "run_id")
+"""Stored through the shared store primitives; no machine decides a checkpoint."""
+
+
+MAX_STEP_NAME_CHARS = 128
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepRow:
+    step_id: str
+    run_id: str
+    name: str
+    enqueue_seq: int
+    result_json: str
+    recorded_at_us: int
+
+
+_step_column = functools.partial(column, step=Step.LIVENESS)
+
+
+STEPS_TABLE = TableSpec(
+    "tenure_run_steps",
+    (
+        _step_column("step_id", Codec.TEXT, String(200), primary_key=True),
+        _step_column("run_id", Codec.TEXT, String(36)),
+        _step_column("name", Codec.TEXT, String(MAX_STEP_NAME_CHARS)),
+        _step_column("enqueue_seq", Codec.INT, Integer()),
+        _step_column("result_json", Codec.TEXT, Text()),
+        _step_column("recorded_at", Codec.INSTANT, DateTime(timezone=True), field="recorded_at_us"),
+    ),
+    indexes=(IndexSpec("ix_tenure_run_steps_run", ("run_id", "name"), step=Step.LIVENESS),),
+    created_by=Step.LIVENESS,
+    checks=(("ck_tenure_run_steps_seq", "enqueue_seq >= 0"),),
+)
+
+STEPS_BINDING = Binding("run_steps", None, STEPS_TABLE, StepRow, {}, "step_id")
+"""Stored through the shared store primitives; no machine decides a step."""

@@ -268,7 +268,7 @@ class RunWorker:
             return "lost"  # the Run moved on without this hop: whoever holds it finishes it
         try:
             settled = await self._persist(
-                run_id, lambda: self.ledger._settle(run_id, seq, status, error=error, result_json=result_json))
+                run_id, lambda: self.ledger.transactions.settle(run_id, seq, status, error=error, result_json=result_json))
         except TenureError as failure:
             if failure.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
                 return "unsettled"  # the outcome stays recorded; recovery settles it once contained

@@ -1,4 +1,4 @@
-"""What SQLite contributes to the migration runner (see :mod:`tenure.adapters.migrations`).
+"""What SQLite contributes to the migration runner (see :mod:`tenure.adapters.core.migrations`).
 
 The whole migration runs in one ``BEGIN IMMEDIATE`` transaction. The catalog comes from
 ``PRAGMA table_info``/``index_list``/``index_xinfo``. SQLite-specific rules:
@@ -28,11 +28,11 @@ from tenure.model import TenureError
 
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ..migration_report import Check, refuse_if_failed
-from ..migrations import CatalogColumn, CatalogIndex, Executor
+from ..core.migration_report import Check, refuse_if_failed
+from ..core.catalog import CatalogColumn, CatalogIndex, Executor
 from ..queue.table import OWNED_UNIQUE_COLUMNS, TABLE_NAMES, probe_record, queue_codec
-from ..schema import CLOCK_TABLE, clock_ddl
-from ..tables import SQLITE_DIALECT, ColumnSpec, Step, TableSpec, instant_to_sqlite_text, sql_dialect
+from ..core.schema import CLOCK_TABLE, clock_ddl
+from ..core.tables import SQLITE_DIALECT, ColumnSpec, Step, TableSpec, instant_to_sqlite_text, sql_dialect
 from .store import wall_clock_us
 
 __all__ = ["SQLITE_MIGRATION", "SqliteMigration"]

@@ -51,11 +51,11 @@ import aiosqlite
 from tenure.kernel.core import Finder
 from tenure.model import ConfigValidationError, TenureError
 
-from ..failures import Stage, persistence_failed, translate
-from ..schema import CLOCK_TABLE
-from ..sql import SQLITE
-from ..store import Body, Probe, SharedPrimitives, TimeObserver
-from ..tables import SQLITE_DIALECT, Binding
+from ..core.failures import Stage, persistence_failed, translate
+from ..core.schema import CLOCK_TABLE
+from ..core.sql import SQLITE
+from ..core.store import Body, Probe, SharedPrimitives, TimeObserver
+from ..core.tables import SQLITE_DIALECT, Binding
 
 __all__ = ["SqliteStore", "SqliteTransaction", "DEFAULT_TIMEOUT_SECONDS", "wall_clock_us"]
 
@@ -208,7 +208,7 @@ def _switch_to_wal(connection: sqlite3.Connection, timeout_s: float) -> None:
 
 
 class SqliteTransaction(SharedPrimitives):
-    """A transaction on the store's connection (see :class:`tenure.adapters.store.Transaction`)."""
+    """A transaction on the store's connection (see :class:`tenure.adapters.core.store.Transaction`)."""
 
     capabilities = SQLITE
     dialect = SQLITE_DIALECT

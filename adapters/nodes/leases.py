@@ -14,18 +14,14 @@ import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import BigInteger, DateTime, String
-
 from tenure.kernel.core import Applied
 from tenure.kernel.nodes import finders
-from tenure.kernel.nodes.machine import NODES
 from tenure.kernel.nodes.record import (
     MAX_LEASE_US,
     Boot,
     Booted,
     FinishTakeover,
     NodeRow,
-    NodeStatus,
     Renew,
     TakeOver,
     TakingOver,
@@ -33,49 +29,19 @@ from tenure.kernel.nodes.record import (
 from tenure.model import ConfigValidationError
 from tenure.model.runs import check_text
 
-from ..store import Transaction
-from ..tables import Binding, Codec, ColumnSpec, Step, TableSpec
+from ..core.store import Transaction
+from .table import NODES_BINDING
 
 if TYPE_CHECKING:
-    from .ledger import RunLedger
+    from ..runs.transactions import RunTransactions
 
-__all__ = ["NodeLease", "Takeover", "NodeLeases", "NODES_TABLE", "NODES_BINDING", "DEFAULT_NODE_LEASE_S"]
+__all__ = ["NodeLease", "Takeover", "NodeLeases", "DEFAULT_NODE_LEASE_S"]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 DEFAULT_NODE_LEASE_S = 30.0
 """How long a node's lease runs after each renewal unless the runtime says otherwise."""
 
-_STEP = Step.LIVENESS
-_INSTANT = DateTime(timezone=True)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-
-
-def _column(name: str, codec: Codec, sql_type: Any, *, mutable: bool, field: str | None = None, **more: Any) -> ColumnSpec:
-    return ColumnSpec(name, field or name, codec, sql_type, codec.optional, mutable, step=_STEP, **more)
-
-
-NODES_TABLE = TableSpec(
-    "tenure_run_nodes",
-    (
-        _column("node", Codec.TEXT, String(128), mutable=False, primary_key=True),
-        _column("status", Codec.ENUM, String(20), mutable=True, choices=NodeStatus),
-        _column("epoch", Codec.INT, BigInteger(), mutable=True),
-        _column("booted_at", Codec.INSTANT, _INSTANT, mutable=True, field="booted_at_us"),
-        _column("lease_expires_at", Codec.INSTANT, _INSTANT, mutable=True, field="lease_expires_at_us"),
-        _column("taker", Codec.OPTIONAL_TEXT, String(128), mutable=True),
-        _column("takeover_until", Codec.OPTIONAL_INSTANT, _INSTANT, mutable=True, field="takeover_until_us"),
-        _column("updated_at", Codec.INSTANT, _INSTANT, mutable=True, field="updated_at_us"),
-    ),
-    created_by=_STEP,
-    checks=(
-        ("ck_tenure_run_nodes_status", "status IN ('live', 'taking_over', 'taken_over')"),
-        ("ck_tenure_run_nodes_epoch", "epoch >= 1"),
-        ("ck_tenure_run_nodes_taker",
-         "(status = 'live' AND taker IS NULL AND takeover_until IS NULL) OR "
-         "(status <> 'live' AND taker IS NOT NULL AND takeover_until IS NOT NULL)"),
-    ),
-)
-
-NODES_BINDING = Binding("run_nodes", NODES, NODES_TABLE, NodeRow, {}, "node")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -115,17 +81,17 @@ def _instant(micros: int) -> dt.datetime:
 class NodeLeases:
     """The node leases of one Run ledger's database, on its connections (``RunLedger.nodes``)."""
 
-    def __init__(self, ledger: RunLedger) -> None:
-        self._ledger = ledger
+    def __init__(self, transactions: RunTransactions) -> None:
+        self._tx = transactions
 
     async def _decide(self, node: str, command: Any) -> Any:
-        engine = self._ledger._engine
+        engine = self._tx.engine
 
         async def body(tx: Transaction) -> Any:
             found = await tx.locked(NODES_BINDING, finders.nodes_by_keys, {"keys": [node]})
             return await engine.decide_one(tx, NODES_BINDING, found[0] if found else None, command)
 
-        return await self._ledger._in_transaction(body)
+        return await self._tx.run(body)
 
     async def boot(self, node: str, *, lease_s: float = DEFAULT_NODE_LEASE_S) -> NodeLease:
         """A new incarnation of ``node`` holding the lease for ``lease_s`` from now."""
@@ -146,7 +112,7 @@ class NodeLeases:
         async def body(tx: Transaction) -> list[NodeRow]:
             return await tx.find(NODES_BINDING, finders.expired_nodes, {"now": await tx.now_us()}, limit)
 
-        rows: list[NodeRow] = await self._ledger._in_transaction(body, write=False)
+        rows: list[NodeRow] = await self._tx.run(body, write=False)
         return rows
 
     async def take_over(self, taker: str, row: NodeRow, *, lease_s: float = DEFAULT_NODE_LEASE_S) -> Takeover | None:
@@ -170,5 +136,5 @@ class NodeLeases:
         async def body(tx: Transaction) -> list[NodeRow]:
             return await tx.read(NODES_BINDING, [name])
 
-        found: list[NodeRow] = await self._ledger._in_transaction(body, write=False)
+        found: list[NodeRow] = await self._tx.run(body, write=False)
         return found[0] if found else None

@@ -43,8 +43,8 @@ from tenure.model import (
     canonical_json, load_json,
 )
 
-from .runs import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
-from .runs.workflows import resume_and_publish
+from ..runs import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
+from ..runs.workflows import resume_and_publish
 from .worker_cli import NEVER_MIGRATED, load_handler, refuse_never_migrated
 
 __all__ = ["add_runs_parser", "run_runs", "run_table"]

@@ -16,7 +16,7 @@ from .store import Store
 from .urls import DatabaseKind, DatabaseTarget, check_schema_name, parse_db_url
 
 if TYPE_CHECKING:
-    from .migrations import MigrationDialect
+    from .catalog import MigrationDialect
 
 __all__ = ["open_store", "open_migration_target", "resolve_schema", "MigrationTarget"]
 
@@ -35,10 +35,10 @@ def resolve_schema(target: DatabaseTarget, configured: str | None) -> str | None
 def _store(target: DatabaseTarget, schema: str | None, *, timeout_seconds: float | None, create: bool, wal: bool) -> Any:
     extra: dict[str, Any] = {} if timeout_seconds is None else {"timeout_seconds": timeout_seconds}
     if target.kind is DatabaseKind.SQLITE:
-        from .sqlite.store import SqliteStore
+        from ..sqlite.store import SqliteStore
 
         return SqliteStore(target.location, create=create, wal=wal, **extra)
-    from .postgres.store import PostgresStore
+    from ..postgres.store import PostgresStore
 
     return PostgresStore(target.location, schema=schema, **extra)
 
@@ -71,11 +71,11 @@ def open_migration_target(db_url: str, schema: str | None, *, create: bool) -> M
     store = _store(target, chosen, timeout_seconds=None, create=create, wal=False)
     dialect: MigrationDialect
     if target.kind is DatabaseKind.SQLITE:
-        from .sqlite.migration import SQLITE_MIGRATION
+        from ..sqlite.migration import SQLITE_MIGRATION
 
         dialect = SQLITE_MIGRATION
     else:
-        from .postgres.migration import POSTGRESQL_MIGRATION
+        from ..postgres.migration import POSTGRESQL_MIGRATION
 
         dialect = POSTGRESQL_MIGRATION
     return MigrationTarget(store, dialect, chosen, chosen is not None)

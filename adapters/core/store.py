@@ -5,12 +5,12 @@ locks of :meth:`Transaction.locked` (so a lock wait that outlasts a lease cannot
 authorize a stale write), or first, for a :meth:`Transaction.snapshot` whose probes never
 wait. It writes records with compare-and-set statements whose result is read back.
 Every database failure surfaces as ``TenureError(..._PERSISTENCE_FAILED, reason)`` with
-an authored reason (see :mod:`tenure.adapters.failures`); driver text never travels
+an authored reason (see :mod:`tenure.adapters.core.failures`); driver text never travels
 further than the store. A closed store refuses every further transaction; closing it
 again does nothing.
 
 Rows are found by kernel :class:`~tenure.kernel.core.Finder` values compiled by
-:mod:`tenure.adapters.sql`; a :class:`~tenure.adapters.tables.Binding` says which table
+:mod:`tenure.adapters.core.sql`; a :class:`~tenure.adapters.core.tables.Binding` says which table
 and codec. Several steps are combined into one statement where a database allows it
 (the row locks and the clock; the probes of a snapshot), because round trips are what
 an owned operation costs.

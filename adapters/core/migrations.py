@@ -25,19 +25,16 @@ creates them. It never changes SQLite's journal mode.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
-
-from sqlalchemy.engine import Dialect as SqlDialect
-
+from typing import Any
 
 from .dialects import open_migration_target
 from .migration_report import Check, MigrationReport, refuse_if_failed
-from .machines import RETIREMENT_GUARDS, TABLES
+from .registry import RETIREMENT_GUARDS, TABLES
 from .schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl
-from .tables import ColumnSpec, Step, TableSpec, qualified
+from .tables import Step, TableSpec, qualified
+from .catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
 
 __all__ = [
     "upgrade",
@@ -51,71 +48,6 @@ __all__ = [
 ]
 
 OWNED_MIGRATION = Step.OWNED.value
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CatalogColumn:
-    """A column as the database's catalog describes it."""
-
-    name: str
-    type_key: str
-    """Normalized type: varchar, char, text, integer, bigint, boolean, datetime,
-    timestamptz, timestamp, json, jsonb, uuid, or the declared name lowercased."""
-    length: int | None
-    notnull: bool
-    default: str | None
-    deterministic: bool = True
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CatalogIndex:
-    name: str
-    unique: bool
-    partial: bool
-    columns: tuple[str, ...]
-    expression_sql: str | None
-    """The index's definition when a key is an expression, else None."""
-    exact: bool
-    """Every key compares exactly (SQLite BINARY; PostgreSQL a deterministic collation)."""
-
-
-class Executor(Protocol):
-    async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]: ...
-
-
-class MigrationDialect(Protocol):
-    """What one database contributes to the migration runner."""
-
-    name: str
-    sql_dialect: SqlDialect
-    placeholder: str
-    """The first positional parameter's spelling (``?`` or ``$1``)."""
-
-    async def begin(self, tx: Executor) -> None: ...
-
-    async def schema_checks(self, tx: Executor, schema: str | None, *, explicit: bool) -> list[Check]: ...
-
-    async def columns(self, tx: Executor, table: str, schema: str | None) -> dict[str, CatalogColumn]: ...
-
-    async def indexes(self, tx: Executor, table: str, schema: str | None) -> list[CatalogIndex]: ...
-
-    def type_check(self, column: ColumnSpec, found: CatalogColumn) -> tuple[str, str | None]: ...
-
-    def default_check(self, column: ColumnSpec, default: str | None) -> tuple[str, str | None]: ...
-
-    async def probe(self, tx: Executor, spec: TableSpec, schema: str | None) -> list[Check]: ...
-
-    def bookkeeping_ddl(self, schema: str | None) -> list[str]: ...
-
-    def bookkeeping_tables(self) -> tuple[str, ...]: ...
-
-    async def lock_tables(self, tx: Executor, schema: str | None) -> None: ...
-
-    async def replace_checks(self, tx: Executor, spec: TableSpec, schema: str | None) -> None:
-        """Re-create the table's CHECK constraints as its spec declares them now."""
-        ...
-
-    def now_sql(self) -> str: ...
 
 
 class Recorder:

@@ -1,21 +1,25 @@
 """The registry of machines' tables: what the migration runner creates, checks and
 removes, and what the store conformance suite runs against. A new machine adds its
-binding here (and its table's step to :class:`tenure.adapters.tables.Step`)."""
+table module's names here (and its table's step to
+:class:`tenure.adapters.core.tables.Step`); it imports table modules only."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from .attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
-from .queue.table import QUEUE_BINDINGS, QUEUE_TABLES
-from .runs.checkpoints import CHECKPOINTS_TABLE
-from .runs.nodes import NODES_BINDING, NODES_TABLE
-from .runs.steps import STEPS_TABLE
-from .runs.queue_broker import HOPS_BINDING, HOPS_TABLE
-from .runs.table import RUN_BINDINGS, RUN_TABLES, RUNS_TABLE
+# Table modules only: each imports nothing but the core, so the registry closes no circle.
+from ..agent_jobs.table import AGENT_JOBS_BINDING, AGENT_JOBS_TABLE
+from ..attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
+from ..consents.table import CONSENTS_BINDING, CONSENTS_TABLE
+from ..nodes.table import NODES_BINDING, NODES_TABLE
+from ..queue.table import HOPS_BINDING, HOPS_TABLE, QUEUE_BINDINGS, QUEUE_TABLES
+from ..runs.table import CHECKPOINTS_TABLE, DELIVERIES_BINDING, DELIVERIES_TABLE, RUNS_BINDING, RUNS_TABLE, STEPS_TABLE
 from .tables import Binding, Step, TableSpec
 
-__all__ = ["TABLES", "BINDINGS", "RetirementGuard", "RETIREMENT_GUARDS"]
+__all__ = ["TABLES", "BINDINGS", "RUN_TABLES", "RetirementGuard", "RETIREMENT_GUARDS"]
+
+RUN_TABLES: tuple[TableSpec, ...] = (RUNS_TABLE, DELIVERIES_TABLE, CONSENTS_TABLE, AGENT_JOBS_TABLE)
+"""The tables step ``runs_v1`` creates, in its order: the Run machine's pair and its owners'."""
 
 TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES, CHECKPOINTS_TABLE, HOPS_TABLE,
                                  NODES_TABLE, STEPS_TABLE)
@@ -23,8 +27,8 @@ TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TA
 # callers write under the Run's lock), so it is migrated here and not in BINDINGS. The
 # Run hops' table is the queue machine's, in a table of the validation queue's shape. The
 # step journal, like the checkpoints, is evidence without a machine.
-BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, *RUN_BINDINGS, HOPS_BINDING,
-                                 NODES_BINDING)
+BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, RUNS_BINDING, DELIVERIES_BINDING,
+                                 CONSENTS_BINDING, AGENT_JOBS_BINDING, HOPS_BINDING, NODES_BINDING)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy import String, Text
 from sqlalchemy.engine import Dialect as SqlDialect
 
-from .queue.table import QUEUE_TABLES
+from ..queue.table import QUEUE_TABLES
 from .tables import Codec, ColumnSpec, IndexSpec, TableSpec, qualified
 
 __all__ = [

@@ -7,7 +7,7 @@ workers then try to write, and every such stale write must be refused. It replay
 submissions (same ID back), submits changed content under old IDs (refused), forces a
 streaming rerun, and finally reads every job back to check that each one ended exactly
 once and none was lost. Then it runs service attempts against a simulated provider with
-injected timeouts, disconnects, rejections and crashes (:mod:`tenure.adapters.demo_attempts`).
+injected timeouts, disconnects, rejections and crashes (:mod:`tenure.adapters.apps.demo_attempts`).
 Any broken invariant makes the exit status non-zero.
 
 :func:`check_demo_settings` refuses settings the demo cannot run (before anything is
@@ -44,9 +44,9 @@ from tenure.model import (
 
 from .demo_attempts import run_attempts_demo
 from .demo_runs import run_runs_demo
-from .migrations import upgrade
-from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
-from .urls import parse_db_url
+from ..core.migrations import upgrade
+from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from ..core.urls import parse_db_url
 
 __all__ = ["DemoSettings", "DEMO_LIMITS", "check_demo_settings", "queue_counts", "run_demo"]
 

@@ -25,8 +25,9 @@ from typing import Any
 
 from tenure.model import ConfigValidationError, ErrorCode, TenureError, WorkerConfig
 
-from .queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
-from .worker import Worker, WorkerStats
+from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from ..queue.worker import Worker, WorkerStats
+from .reporting import report_refusal  # the one refusal format of every subcommand
 
 __all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line", "NEVER_MIGRATED", "refuse_never_migrated"]
 
@@ -36,7 +37,7 @@ SOURCES: dict[str, type[JobSource[Any]]] = {
     "streaming": StreamingJobSource,
 }
 
-log = logging.getLogger("tenure.adapters.worker")
+log = logging.getLogger("tenure.adapters.queue.worker")
 
 
 def add_worker_parser(commands: Any) -> None:
@@ -87,8 +88,6 @@ def refuse_never_migrated(reason: str, command: str) -> int:
 
 
 def _refused(error: ConfigValidationError) -> int:
-    from .cli import report_refusal  # the one refusal format of every subcommand
-
     report_refusal(error)
     return 2
 

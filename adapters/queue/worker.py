@@ -74,12 +74,12 @@ from tenure.model import (
     check_pid,
 )
 
-from .queue.sources import MAX_BATCH, JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource, _result_json
-from .store import Listener
+from .sources import MAX_BATCH, JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource, result_json
+from ..core.store import Listener
 
 __all__ = ["Worker", "JobContext", "WorkerStats", "FailJob", "CANCEL_WAIT_S", "MAX_CONCURRENCY"]
 
-log = logging.getLogger("tenure.adapters.worker")
+log = logging.getLogger("tenure.adapters.queue.worker")
 
 MAX_CONCURRENCY = 1000
 """The most handlers one Worker runs at once."""
@@ -539,7 +539,7 @@ class Worker:
         """Open (or reopen, after its connection was lost) the notification listener."""
         if not self._listens or self.listening:
             return
-        source_engine = self.source._engine
+        source_engine = self.source.operations
         try:
             listener = await source_engine.store.listen(source_engine.binding, self._wake.set)
         except ConfigValidationError:
@@ -661,7 +661,7 @@ class Worker:
         if error is None:
             result = handler.result()
             try:
-                _result_json(result, max_bytes)
+                result_json(result, max_bytes)
             except ConfigValidationError as invalid:
                 log.warning("a handler returned a result that is not a JSON object (%s); the job is failed",
                             invalid.problems[0] if invalid.problems else invalid.reason)
@@ -694,7 +694,7 @@ class Worker:
             dlq = {} if streaming else {"dlq_record_id": outcome.dlq_record_id}
 
             async def fail() -> JobStatus | None:
-                return await source._fail_owned_status(fence, error_text(outcome.error, source.config.max_payload_bytes),
+                return await source.fail_owned_status(fence, error_text(outcome.error, source.config.max_payload_bytes),
                                                        retry=outcome.retry, **dlq)
 
             status = await self._fenced(job, fail, {JobStatus.FAILED, JobStatus.PENDING})

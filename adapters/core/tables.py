@@ -42,6 +42,8 @@ from tenure.model import ErrorCode, TenureError
 from tenure.model.json_values import load_json
 
 __all__ = [
+    "column",
+    "one_of",
     "Binding",
     "Codec",
     "Step",
@@ -128,6 +130,21 @@ class ColumnSpec:
     ``flag``, ``text``, ``document``)."""
     choices: type[enum.Enum] | None = None
     """For ENUM columns: the enum whose values the column stores."""
+
+
+def column(
+    name: str, codec: Codec, sql_type: Any, *, step: Step, mutable: bool = False, field: str | None = None, **more: Any
+) -> ColumnSpec:
+    """The one column constructor of the machines' table modules: the record field is the
+    column's name unless ``field`` says otherwise, and the column is nullable exactly when
+    its codec is optional. A table module binds its schema step once
+    (``functools.partial(column, step=...)``)."""
+    return ColumnSpec(name, field or name, codec, sql_type, codec.optional, mutable, step=step, **more)
+
+
+def one_of(name: str, values: type[enum.Enum]) -> str:
+    """A CHECK condition holding column ``name`` to the values of an enum."""
+    return f"{name} IN ({', '.join(repr(member.value) for member in values)})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

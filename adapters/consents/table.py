@@ -1,0 +1,55 @@
+"""The consents table, ``tenure_consents`` (schema step ``runs_v1``; ``runs_v5`` adds a
+consent's deadline, ``expires_at``, and an index on it): one row per consent a Run asked
+for. CHECK constraints hold a decision's parts together even against another writer."""
+
+from __future__ import annotations
+
+import functools
+
+from sqlalchemy import DateTime, String, Text
+
+from tenure.kernel.consents.machine import CONSENTS
+from tenure.kernel.consents.record import ConsentRow
+from tenure.model import ConsentStatus
+
+from ..core.tables import Binding, Codec, ColumnSpec, IndexSpec, Step, TableSpec, column, one_of
+
+__all__ = ["CONSENTS_TABLE", "CONSENTS_BINDING"]
+
+C = Codec
+_STEP = Step.RUNS
+_INSTANT = DateTime(timezone=True)
+_column = functools.partial(column, step=_STEP)
+
+
+CONSENTS_TABLE = TableSpec(
+    "tenure_consents",
+    (
+        _column("consent_id", C.TEXT, String(36), mutable=False, primary_key=True),
+        _column("run_id", C.TEXT, String(36), mutable=False),
+        _column("tool_name", C.TEXT, String(128), mutable=False),
+        _column("tool_call_id", C.TEXT, String(128), mutable=False),
+        _column("payload_json", C.TEXT, Text(), mutable=False),
+        _column("status", C.ENUM, String(10), mutable=True, choices=ConsentStatus),
+        _column("decided_by", C.OPTIONAL_TEXT, String(255), mutable=True),
+        _column("decided_at", C.OPTIONAL_INSTANT, _INSTANT, mutable=True, field="decided_at_us"),
+        _column("preauthorized_by", C.OPTIONAL_TEXT, String(128), mutable=False),
+        _column("created_at", C.INSTANT, _INSTANT, mutable=False, field="created_at_us"),
+        # runs_v5 (liveness): the consent's deadline, which the relays apply (NULL: none).
+        ColumnSpec("expires_at", "expires_at_us", C.OPTIONAL_INSTANT, _INSTANT, True, False, step=Step.LIVENESS),
+    ),
+    indexes=(
+        IndexSpec("ix_tenure_consents_run", ("run_id", "status"), step=_STEP),
+        # runs_v5: the relays' page of pending consents whose deadline came.
+        IndexSpec("ix_tenure_consents_status_expires", ("status", "expires_at", "consent_id"), step=Step.LIVENESS),
+    ),
+    created_by=_STEP,
+    checks=(
+        ("ck_tenure_consents_status", one_of("status", ConsentStatus)),
+        ("ck_tenure_consents_decision",
+         "(status = 'pending' AND decided_by IS NULL AND decided_at IS NULL) OR "
+         "(status <> 'pending' AND decided_by IS NOT NULL AND decided_at IS NOT NULL)"),
+    ),
+)
+
+CONSENTS_BINDING = Binding("consents", CONSENTS, CONSENTS_TABLE, ConsentRow, {}, "consent_id")

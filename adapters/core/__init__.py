@@ -1,0 +1,11 @@
+"""The persistence core every machine's adapter stands on: table descriptions
+(``tables``), the SQL compiled from them and from kernel finders (``sql``), the store
+protocols (``store``), the engine loop (``engine``), persistence failures
+(``failures``), database URLs (``urls``), the backend registry (``dialects``), the
+schema and its migrations (``schema``, ``migrations``, ``migration_report``) and the
+registry of every machine's tables (``registry``).
+
+Nothing here imports a machine's behaviour: only ``registry`` imports the machines'
+table modules, and those import only this package."""
+
+__all__: list[str] = []

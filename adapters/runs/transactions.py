@@ -1,0 +1,291 @@
+"""The Run machine's transactions: what the Run ledger and its sibling facades share.
+
+``RunLedger`` is the Run API; its consents, delegated jobs, checkpoints, steps and node
+leases are facades of their own, and recovery and the Run worker drive Runs through
+the same kernel. They all need the same few things inside one transaction: the error
+boundary that makes a persistence failure ``RUN_PERSISTENCE_FAILED``, the Run and its
+current delivery locked in the ledger's lock order, the owner rows and containment
+counts the kernel takes as evidence, and a Run command decided and persisted with the
+engine's compare-and-set. ``RunTransactions`` is that toolkit, one per ledger
+(``RunLedger.transactions``); everything here is named openly because those modules use
+it, and none of it is meant for an application (use the facades).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from tenure.kernel.agent_jobs.record import AgentJobRow, result_problem
+from tenure.kernel.attempts.record import AttemptRow
+from tenure.kernel.consents.record import CancelPending, ConsentRow
+from tenure.kernel.core import Applied, Decision, decide
+from tenure.kernel.runs import finders
+from tenure.kernel.runs.commands import (
+    Containment,
+    FinishCancel,
+    OwnerEvidence,
+    RetryLost,
+    Rotated,
+    RunCommand,
+    Settle,
+    Settled,
+    Swept,
+)
+from tenure.kernel.runs.machine import RUNS
+from tenure.kernel.runs.record import RunPair, key_of
+from tenure.model import (
+    TERMINAL_AGENT_JOB_STATUSES,
+    BrokerJobState,
+    ConfigValidationError,
+    ErrorCode,
+    RunStatus,
+    TenureError,
+    WaitKind,
+    canonical_json,
+    load_json,
+)
+from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_document, check_run_id, check_seq, check_text
+
+from ..attempts.table import ATTEMPTS_BINDING
+from ..core.engine import Engine, raise_if_conflict
+from ..core.failures import persistence_failed
+from ..core.store import Transaction
+from .checkpoints import clear_outcome_in, delete_in
+from ..agent_jobs.table import AGENT_JOBS_BINDING
+from ..consents.table import CONSENTS_BINDING
+from .table import DELIVERIES_BINDING, RUNS_BINDING
+
+__all__ = ["RunTransactions", "consent_evidence", "job_evidence", "attempt_evidence", "job_complete", "parsed_json",
+           "instant", "json_text", "EPOCH"]
+
+T = TypeVar("T")
+
+
+def consent_evidence(row: ConsentRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.CONSENT, row.consent_id, row.run_id, row.status.value,
+                         row.decided_by is not None and row.decided_at_us is not None)
+
+
+def job_complete(row: AgentJobRow) -> bool:
+    """A delegated job whose stored result is one the kernel accepts as its end."""
+    if row.status not in TERMINAL_AGENT_JOB_STATUSES or row.result_json is None:
+        return False
+    try:
+        result = load_json(row.result_json)
+    except ValueError:
+        return False
+    return result_problem(result, row.job_id, row.status) is None
+
+
+def job_evidence(row: AgentJobRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.DELEGATE, row.job_id, row.run_id, row.status.value, job_complete(row))
+
+
+def attempt_evidence(row: AttemptRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.SERVICE, row.attempt_id, row.run_id, row.state.value, True)
+
+
+def parsed_json(text: str | None) -> Any:
+    """A JSON column of a Run-side table as a value (None stays None). A stored text that
+    is not JSON, or nests deeper than tenure reads, raises ``RUN_PERSISTENCE_FAILED``
+    ``corrupt_row`` (public records are built outside the transaction)."""
+    if text is None:
+        return None
+    try:
+        return load_json(text)
+    except ValueError:  # JsonProblem
+        pass  # raised below, outside the handler: nothing of the row rides along
+    raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "corrupt_row")
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def instant(micros: int | None) -> dt.datetime | None:
+    """A stored instant (microseconds since the epoch) as an aware datetime."""
+    return None if micros is None else EPOCH + dt.timedelta(microseconds=micros)
+
+
+def json_text(value: Any, field: str) -> str:
+    """A document as the Run-side tables store it: canonical JSON of at most 1 MiB."""
+    check_document(value, field)
+    text = canonical_json(value)
+    if len(text.encode("utf-8")) > MAX_RUN_DOCUMENT_BYTES:
+        raise ConfigValidationError(f"invalid_{field}", fields=(field,), problems=("payload_too_large",))
+    return text
+
+
+def _parts(pair: RunPair) -> list[tuple[Any, Any]]:
+    """The rows of a pair, in the lock order (the Run, then its deliveries)."""
+    return [(RUNS_BINDING, pair.run), *((DELIVERIES_BINDING, delivery) for delivery in pair.deliveries)]
+
+
+class RunTransactions:
+    """The Run machine's transaction toolkit on one engine (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # --- the one boundary --------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def errors(self) -> AsyncIterator[None]:
+        """A persistence failure of the shared stores becomes the Run ledger's code."""
+        try:
+            yield
+        except TenureError as error:
+            if error.code is not ErrorCode.QUEUE_PERSISTENCE_FAILED:
+                raise
+            reason = error.reason
+        else:
+            return
+        # Ours replaces the shared store's error: a traceback shows one error, not two.
+        raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, reason) from None
+
+    async def run(self, body: Callable[[Transaction], Awaitable[T]], *, write: bool = True) -> T:
+        """``body`` in one transaction, behind :meth:`errors`."""
+        async with self.errors():
+            return await self.engine.store.run(body, write=write)
+
+    # --- reading under the Run's lock ----------------------------------------------------
+
+    @staticmethod
+    async def locked_pair(tx: Transaction, run_id: str) -> RunPair | None:
+        """The Run and its current delivery, locked in that order (None: no such Run)."""
+        runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [run_id]})
+        if not runs:
+            return None
+        run = runs[0]
+        deliveries = await tx.locked(DELIVERIES_BINDING, finders.deliveries_by_keys,
+                                     {"keys": [key_of(run_id, run.enqueue_seq)]})
+        if not deliveries:
+            raise persistence_failed("delivery_missing")
+        return RunPair(run, (deliveries[0],))
+
+    @staticmethod
+    async def read_pair(tx: Transaction, run_id: str) -> RunPair | None:
+        """The Run and its current delivery, read without a lock (None: no such Run)."""
+        runs = await tx.read(RUNS_BINDING, [run_id])
+        if not runs:
+            return None
+        deliveries = await tx.read(DELIVERIES_BINDING, [key_of(run_id, runs[0].enqueue_seq)])
+        if not deliveries:
+            raise persistence_failed("delivery_missing")
+        return RunPair(runs[0], (deliveries[0],))
+
+    @staticmethod
+    async def containment(tx: Transaction, run_id: str) -> Containment:
+        """How many delegated jobs and service attempts of the Run are still open."""
+        jobs = await tx.find(AGENT_JOBS_BINDING, finders.open_jobs_of_run, {"run_id": run_id})
+        attempts = await tx.find(ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id})
+        return Containment(open_jobs=len(jobs), open_attempts=len(attempts))
+
+    @staticmethod
+    async def owner(tx: Transaction, kind: WaitKind | None, owner_id: str | None) -> OwnerEvidence | None:
+        """The owner row of ``kind`` and ``owner_id`` as evidence (None: none such)."""
+        if kind is None or owner_id is None:
+            return None
+        if kind is WaitKind.CONSENT:
+            consents: list[ConsentRow] = await tx.read(CONSENTS_BINDING, [owner_id])
+            return consent_evidence(consents[0]) if consents else None
+        if kind is WaitKind.DELEGATE:
+            jobs: list[AgentJobRow] = await tx.read(AGENT_JOBS_BINDING, [owner_id])
+            return job_evidence(jobs[0]) if jobs else None
+        if kind is WaitKind.SERVICE:
+            attempts: list[AttemptRow] = await tx.find(ATTEMPTS_BINDING, finders.attempts_by_keys, {"keys": [owner_id]})
+            return attempt_evidence(attempts[0]) if attempts else None
+        return None
+
+    # --- deciding -------------------------------------------------------------------------
+
+    async def sweep_consents(self, tx: Transaction, run_id: str, decided_by: str) -> None:
+        """Cancel the Run's pending consents (in the Run's own transaction)."""
+        pending = await tx.locked(CONSENTS_BINDING, finders.pending_consents_of_run, {"run_id": run_id})
+        if not pending:
+            return
+        now = await tx.now_us()
+        changes = []
+        for consent in pending:
+            decision = decide(CONSENTS_BINDING.machine, consent, CancelPending(decided_by=decided_by), now)
+            if isinstance(decision, Applied):
+                changes.append((consent, decision.new_record))
+        await self.engine.persist(tx, CONSENTS_BINDING, changes)
+
+    async def run_command(self, tx: Transaction, pair: RunPair | None, command: RunCommand) -> Decision:
+        """Decide ``command`` on the locked pair and persist it; a reply that made the Run
+        terminal (``Settled``) or swept a terminal one (``Swept``) cancels its pending
+        consents in the same transaction."""
+        decision = await self.engine.decide_composite(tx, RUNS, _parts, pair, command)
+        raise_if_conflict(RUNS_BINDING, decision)
+        if isinstance(decision, Applied) and isinstance(decision.reply, Settled | Swept) and pair is not None:
+            await self.sweep_consents(tx, pair.run.run_id, decision.reply.decided_by)
+        return decision
+
+    async def decide(self, run_id: str, command: RunCommand) -> Decision:
+        """``command`` on the Run, in a transaction of its own."""
+        async def body(tx: Transaction) -> Decision:
+            return await self.run_command(tx, await self.locked_pair(tx, run_id), command)
+
+        return await self.run(body)
+
+    async def changed(self, run_id: object, command: RunCommand) -> bool:
+        """Whether ``command`` applied to the Run (after checking its ID)."""
+        return isinstance(await self.decide(check_run_id(run_id), command), Applied)
+
+    async def settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None,
+                     result_json: str | None) -> bool:
+        """Settle the hop DONE (with the canonical text of its result) or FAILED (with its
+        error), deleting the Run's checkpoint in the same transaction."""
+        if status not in (RunStatus.DONE, RunStatus.FAILED):
+            raise ConfigValidationError("invalid_status", fields=("status",), problems=("done_or_failed_required",))
+        if status is RunStatus.FAILED:
+            error = check_text(error, "error", MAX_ERROR_CHARS)
+        elif error is not None:
+            raise ConfigValidationError("invalid_error", fields=("error",), problems=("done_has_no_error",))
+        key = check_run_id(run_id)
+        seq = check_seq(enqueue_seq)
+
+        async def body(tx: Transaction) -> Decision:
+            pair = await self.locked_pair(tx, key)
+            containment = Containment(0, 0) if pair is None else await self.containment(tx, key)
+            command = Settle(enqueue_seq=seq, status=status, error=error, containment=containment,
+                             result_json=result_json)
+            decision = await self.run_command(tx, pair, command)
+            if isinstance(decision, Applied):
+                await delete_in(tx, key)  # terminal now: the snapshot's debt is paid
+            return decision
+
+        return isinstance(await self.run(body), Applied)
+
+    async def finish_cancel_on(self, run_id: str, enqueue_seq: int, hop: BrokerJobState | None) -> bool:
+        """The transaction that finishes a cancellation, on the hop state the caller's
+        fence observed (None: not observed)."""
+        async def body(tx: Transaction) -> Decision:
+            pair = await self.locked_pair(tx, run_id)
+            containment = Containment(0, 0) if pair is None else await self.containment(tx, run_id)
+            return await self.run_command(tx, pair, FinishCancel(enqueue_seq=enqueue_seq, hop=hop,
+                                                                 containment=containment))
+
+        decision = await self.run(body)
+        return isinstance(decision, Applied) and isinstance(decision.reply, Settled)
+
+    async def retry_lost_on(self, run_id: str, enqueue_seq: int, hop: BrokerJobState | None) -> int | None:
+        """Recovery's retry of a lost hop (the Run machine's ``retry_lost``), on the hop
+        state its fence observed: the new sequence, or None when refused."""
+        async def body(tx: Transaction) -> Decision:
+            pair = await self.locked_pair(tx, run_id)
+            containment = Containment(0, 0) if pair is None else await self.containment(tx, run_id)
+            decision = await self.run_command(tx, pair, RetryLost(enqueue_seq=enqueue_seq, hop=hop,
+                                                                  containment=containment))
+            if isinstance(decision, Applied):
+                # The lost hop's recorded outcome, if any, belongs to it: the retry starts clean.
+                await clear_outcome_in(tx, run_id)
+            return decision
+
+        decision = await self.run(body)
+        if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
+            return decision.reply.enqueue_seq
+        return None
