@@ -181,14 +181,14 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def _private_uses(path: pathlib.Path) -> list[str]:
+def _private_uses(path: pathlib.Path, root: pathlib.Path = ADAPTERS) -> list[str]:
     """Private names of other modules that ``path`` imports or reaches through an object.
 
     An attribute ``x._name`` is the module's own when ``x`` is ``self`` or ``cls``, or when
     the module itself defines ``_name`` (a class reaching into another instance of itself)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     own = _defined_names(tree)
-    where = path.relative_to(ADAPTERS).as_posix()
+    where = path.relative_to(root).as_posix()
     uses = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").startswith("tenure")):
@@ -207,12 +207,9 @@ def test_no_module_uses_another_modules_private_names() -> None:
 
 
 def test_the_private_name_check_sees_a_reach_into_another_module(tmp_path: pathlib.Path) -> None:
-    planted = ADAPTERS / "planted_for_test.py"
-    try:
-        planted.write_text("from .runs.ledger import _hidden\n\n\ndef f(ledger):\n    return ledger._engine\n")
-        assert [use.split(" ", 1)[1] for use in _private_uses(planted)] == ["imports _hidden", "ledger._engine"]
-    finally:
-        planted.unlink()
+    planted = tmp_path / "planted.py"
+    planted.write_text("from .runs.ledger import _hidden\n\n\ndef f(ledger):\n    return ledger._engine\n")
+    assert [use.split(" ", 1)[1] for use in _private_uses(planted, tmp_path)] == ["imports _hidden", "ledger._engine"]
 
 
 # --- lazy exports ----------------------------------------------------------------------------
@@ -252,3 +249,69 @@ def test_lazy_exports_name_what_the_type_checker_imports() -> None:
                         if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__")
         assert sorted(exported) == sorted(mapping), name
     assert packages >= 5
+
+
+# --- state enums -----------------------------------------------------------------------------
+
+STATE_ENUMS = {"JobStatus", "RunStatus", "DeliveryState", "ConsentStatus", "AgentJobStatus", "AttemptState",
+               "NodeStatus", "BrokerJobState"}
+
+ENUM_COMPARISONS_ALLOWED = {
+    "apps/": "the demos and the command line report the states they read back; they decide nothing",
+    "attempts/runner.py": "the attempt machine's client: it picks which command to send next from the state it "
+                          "read, and the kernel decides whether that command applies",
+    "attempts/ledger.py": "an argument check: only a lookup that found the provider's job cancelled is evidence "
+                          "of containment",
+    "queue/table.py": "which writes wake an idle worker (NOTIFY): a choice of notification, not a transition",
+    "runs/broker.py": "a broker's own job states (BrokerJobState): the in-memory broker is a broker, and no "
+                      "kernel machine owns those states",
+    "runs/saq_broker.py": "a broker's own job states, as SAQ reports them",
+    "runs/queue_broker.py": "QueueBroker maps its queue rows to broker states; a later issue gives its hops a "
+                            "table of their own (issue 28 leaves it as it is)",
+}
+
+
+def _state_comparisons(path: pathlib.Path, root: pathlib.Path = ADAPTERS) -> list[str]:
+    """Comparisons of a record's ``status``/``state`` against a state enum's members or a
+    module-level set of them. A comparison of a plain argument (``status is
+    RunStatus.FAILED`` where ``status`` is a parameter) is input checking, not a decision
+    on stored state, and is not counted."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    state_sets = {
+        target.id
+        for node in tree.body if isinstance(node, ast.Assign)
+        for target in node.targets if isinstance(target, ast.Name)
+        if any(isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id in STATE_ENUMS
+               for part in ast.walk(node.value))
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        parts = [part for operand in (node.left, *node.comparators) for part in ast.walk(operand)]
+        reads_record = any(isinstance(part, ast.Attribute) and part.attr in ("status", "state") for part in parts)
+        names_states = any(
+            (isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id in STATE_ENUMS)
+            or (isinstance(part, ast.Name) and (part.id in state_sets or part.id.startswith(("TERMINAL_", "LIVE_"))))
+            for part in parts
+        )
+        if reads_record and names_states:
+            found.append(f"{path.relative_to(root).as_posix()}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_adapters_compare_no_record_state_outside_the_allow_list() -> None:
+    found = [
+        comparison
+        for path in sorted(ADAPTERS.rglob("*.py"))
+        if not any(path.relative_to(ADAPTERS).as_posix().startswith(allowed) for allowed in ENUM_COMPARISONS_ALLOWED)
+        for comparison in _state_comparisons(path)
+    ]
+    assert found == []
+
+
+def test_the_state_comparison_check_sees_one(tmp_path: pathlib.Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("HOLDING = frozenset({RunStatus.RUNNING})\n\n\ndef f(run, status):\n"
+                       "    return run.status in HOLDING or status is RunStatus.DONE\n")
+    assert [line.split(": ", 1)[1] for line in _state_comparisons(planted, tmp_path)] == ["run.status in HOLDING"]

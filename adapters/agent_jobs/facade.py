@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from tenure.kernel.agent_jobs.record import AdoptResult, AdvanceJob, AgentJobRow, RecordCancelled, SubmitJob, result_problem
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import finders
+from tenure.kernel.runs.record import opens_owners
 from tenure.model import (
     TERMINAL_AGENT_JOB_STATUSES,
     AgentJobRecord,
     AgentJobStatus,
     ConfigValidationError,
-    RunStatus,
     canonical_json,
 )
 from tenure.model.runs import check_run_id, check_text
@@ -88,7 +88,7 @@ class AgentJobs:
         async def body(tx: Transaction) -> AgentJobRow:
             await tx.lock_name(f"tenure:agent-job:{job_id}")
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
-            running = bool(runs) and runs[0].status is RunStatus.RUNNING
+            running = bool(runs) and opens_owners(runs[0])
             jobs = await tx.locked(AGENT_JOBS_BINDING, finders.jobs_by_keys, {"keys": [job_id]})
             met = jobs[0] if jobs else None
             decision = await engine.decide_one(tx, AGENT_JOBS_BINDING, met, SubmitJob(row=row, run_running=running))

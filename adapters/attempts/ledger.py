@@ -51,6 +51,7 @@ from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied, Decision
 from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.kernel.runs.finders import runs_by_keys
+from tenure.kernel.runs.record import opens_owners
 from tenure.model import (
     ENVELOPE_TAG,
     AttemptPage,
@@ -68,7 +69,6 @@ from tenure.model import (
     ProviderFailed,
     ProviderGuarantees,
     RejectedBeforeEffect,
-    RunStatus,
     TenureError,
     ToolBinding,
     Transmission,
@@ -188,7 +188,7 @@ async def _run_closed(tx: Transaction, run_id: str | None) -> bool:
     if run_id is None or len(run_id) > _RUN_ID_CHARS:
         return False
     runs = await tx.locked(RUNS_BINDING, runs_by_keys, {"keys": [run_id]})
-    return bool(runs) and runs[0].status is not RunStatus.RUNNING
+    return bool(runs) and not opens_owners(runs[0])
 
 
 def _parsed(text: str | None) -> Any:

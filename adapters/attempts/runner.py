@@ -25,8 +25,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
+from tenure.kernel.attempts.record import is_terminal
 from tenure.model import (
-    TERMINAL_ATTEMPT_STATES,
     AttemptRecord,
     AttemptState,
     CancelConfirmed,
@@ -240,7 +240,7 @@ class AttemptRunner:
             moved = False
         tally.moved += int(moved)
         now = await self.ledger.get(record.attempt_id)
-        if now is not None and now.state not in TERMINAL_ATTEMPT_STATES:
+        if now is not None and not is_terminal(now):
             tally.unresolved += 1
 
 

@@ -18,7 +18,8 @@ from tenure.kernel.consents.machine import DEADLINE_OWNER
 from tenure.kernel.consents.record import MAX_DEADLINE_US, ConsentRow, CreateConsent, DecideConsent
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import finders
-from tenure.model import ConfigValidationError, ConsentRecord, ConsentStatus, RunStatus, bounds
+from tenure.kernel.runs.record import opens_owners
+from tenure.model import ConfigValidationError, ConsentRecord, ConsentStatus, bounds
 from tenure.model.runs import check_run_id, check_text
 
 from ..core.engine import raise_if_conflict
@@ -88,7 +89,7 @@ class Consents:
 
         async def body(tx: Transaction) -> ConsentRow:
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
-            running = bool(runs) and runs[0].status is RunStatus.RUNNING
+            running = bool(runs) and opens_owners(runs[0])
             decision = await engine.decide_one(
                 tx, CONSENTS_BINDING, None, CreateConsent(row=row, run_running=running, expires_in_us=expires_in_us))
             raise_if_conflict(CONSENTS_BINDING, decision)

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 
 from tenure.kernel.runs import finders
+from tenure.kernel.runs.record import hop_holds, is_terminal
 from tenure.model import (
-    TERMINAL_RUN_STATUSES,
     ConfigValidationError,
     ErrorCode,
     RunStatus,
@@ -62,8 +62,6 @@ OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE})
 in the same transaction as its park)."""
 """The owners a checkpoint may name (a hardware wait is left by the same hop)."""
 
-_SAVING_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE})
-"""A hop holds its Run in these states, and only then may it write the snapshot."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -182,7 +180,7 @@ class Checkpoints:
 
         async def body(tx: Transaction) -> bool:
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
-            if not runs or runs[0].status not in _SAVING_STATUSES or runs[0].enqueue_seq != seq:
+            if not runs or not hop_holds(runs[0], seq):  # the kernel's fence: only a hop holding its Run writes
                 return False
             await put_in(tx, CheckpointRow(key, seq, owner_kind, owner_id, text, await tx.now_us()))
             return True
@@ -210,7 +208,7 @@ class Checkpoints:
 
         async def body(tx: Transaction) -> bool:
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
-            if not runs or runs[0].status not in _SAVING_STATUSES or runs[0].enqueue_seq != seq:
+            if not runs or not hop_holds(runs[0], seq):  # the kernel's fence: only a hop holding its Run writes
                 return False
             now = await tx.now_us()
             stored = await tx.read(CHECKPOINTS_BINDING, [key])
@@ -257,7 +255,7 @@ class Checkpoints:
 
         async def body(tx: Transaction) -> bool:
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
-            if runs and runs[0].status not in TERMINAL_RUN_STATUSES:
+            if runs and not is_terminal(runs[0]):
                 return False
             stored = await tx.read(CHECKPOINTS_BINDING, [key])
             if stored:

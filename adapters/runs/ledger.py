@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Applied, Decision, Refused, decide
 from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
-from tenure.kernel.recovery.table import LOST_ERROR
+from tenure.kernel.recovery.table import lost_and_retryable
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (
     Admit,
@@ -57,7 +57,7 @@ from tenure.kernel.runs.commands import (
     Ticket,
 )
 from tenure.kernel.runs.machine import RUNS
-from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of
+from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, cancel_frozen_at, key_of
 from tenure.model import (
     AgentJobRecord,
     AgentJobStatus,
@@ -346,7 +346,7 @@ class RunLedger:
         old = await self.get(check_run_id(run_id))
         if old is None:
             return None
-        if old.status is not RunStatus.FAILED or old.error != LOST_ERROR:
+        if not lost_and_retryable(old):
             raise _refuse("run_id", "run_not_lost")
         key = f"retry:{old.run_id}"
         return await self._admit(old.intent, workflow=old.workflow, queue=old.queue, priority=old.priority,
@@ -561,7 +561,7 @@ class RunLedger:
         # Unprobed is unknown (None), never "absent": a cancellation elected after this
         # read must not reach CANCELLED on a broker answer nobody asked for.
         hop: BrokerJobState | None = None
-        if seen is not None and seen.run.status is RunStatus.CANCELLING and seen.run.enqueue_seq == seq:
+        if seen is not None and cancel_frozen_at(seen.run, seq):
             # Only a frozen generation is fenced: nothing can claim it any more.
             fenced = await fence_hop(broker, hop_key(key, seq))
             hop = None if fenced is None or type(fenced.state) is not BrokerJobState else fenced.state

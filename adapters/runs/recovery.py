@@ -42,10 +42,14 @@ import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tenure.kernel.attempts.record import is_terminal as attempt_is_terminal
 from tenure.kernel.core import Applied
 from tenure.kernel.recovery.table import (
     HELD_ERROR,
     LOST_ERROR,
+    Evidence,
+    evidence_for,
+    latest_owner,
     Action,
     Pass,
     Probe,
@@ -56,15 +60,11 @@ from tenure.kernel.recovery.table import (
 )
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import Containment, RecordPublished, Rotate, Rotated
-from tenure.kernel.runs.record import DeliveryRow, RunRow, key_of
+from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunRow, key_of
 from tenure.model import (
-    TERMINAL_ATTEMPT_STATES,
     AgentJobRecord,
-    AgentJobStatus,
-    AttemptState,
     BrokerJobState,
     ConfigValidationError,
-    ConsentStatus,
     ErrorCode,
     Found,
     LookupFailed,
@@ -111,7 +111,7 @@ needs more is kept for the next pass."""
 
 _MAX_STEPS = 24  # decisions per visit, evidence included: a bound, never reached by the table
 _MAX_REVISITS = 64  # page starts a relay cursor keeps per kind (forward wrapping reaches the rest)
-_HOPS = (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE)
+_HOPS = tuple(sorted(HOP_STATUSES, key=lambda status: status.value))  # the kernel's hop statuses
 _WAITS = (RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE,
           RunStatus.AWAITING_TIMER)
 _TERMINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -330,13 +330,15 @@ class _Visits:
             if pair is None:
                 return None
             run, delivery = pair
-            # Only the evidence the Run's state is decided on is read.
-            owner = await ledger.transactions.owner(tx, run.owner_kind, run.owner_id) if run.status in _WAITS else None
-            examined = run.status in _HOPS or run.status is RunStatus.CANCELLING
-            containment = await ledger.transactions.containment(tx, run_id) if examined else Containment(0, 0)
-            latest = await _latest_owner(tx, run_id) if run.status in _HOPS else None
+            # Only the evidence the recovery table decides this status on is read.
+            needs = evidence_for(run.status)
+            toolkit = ledger.transactions
+            owner = await toolkit.owner(tx, run.owner_kind, run.owner_id) if Evidence.OWNER in needs else None
+            examined = Evidence.CONTAINMENT in needs
+            containment = await toolkit.containment(tx, run_id) if examined else Containment(0, 0)
+            latest = await _latest_owner(tx, run_id) if Evidence.LATEST_OWNER in needs else None
             # A timer's owner is the database clock: read it in the same visit.
-            now = await tx.now_us() if run.status is RunStatus.AWAITING_TIMER else None
+            now = await tx.now_us() if Evidence.CLOCK in needs else None
             known = self.ports.known_queues
             return Situation(
                 phase=self.phase, run=run, delivery=delivery, node=self.node,
@@ -416,7 +418,7 @@ class _Visits:
     async def _observe(self, attempt_id: str, *, cancel: bool) -> None:
         port = self.ports.observe_attempt
         record = await self.ledger.attempts.get(attempt_id)
-        if port is None or record is None or record.state in TERMINAL_ATTEMPT_STATES:
+        if port is None or record is None or attempt_is_terminal(record):
             return
         seen = await _port(port(record, cancel=cancel))
         if type(seen) not in (Found, NotFound, LookupFailed):
@@ -491,22 +493,13 @@ async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, Delive
 
 
 async def _latest_owner(tx: Transaction, run_id: str) -> tuple[WaitKind, str] | None:
-    """The Run's newest consent, delegated job or service attempt that is not cancelled
-    (ties: consent, then job, then attempt, then the larger ID)."""
-    candidates: list[tuple[int, int, str, WaitKind]] = []
-    for consent in await tx.find(CONSENTS_BINDING, finders.consents_of_run, {"run_id": run_id}):
-        if consent.status is not ConsentStatus.CANCELLED:
-            candidates.append((consent.created_at_us, 0, consent.consent_id, WaitKind.CONSENT))
-    for job in await tx.find(AGENT_JOBS_BINDING, finders.jobs_of_run, {"run_id": run_id}):
-        if job.status is not AgentJobStatus.CANCELLED:
-            candidates.append((job.created_at_us, 1, job.job_id, WaitKind.DELEGATE))
-    for attempt in await tx.find(ATTEMPTS_BINDING, finders.attempts_of_run, {"run_id": run_id}):
-        if attempt.state is not AttemptState.CANCELLED:
-            candidates.append((attempt.created_at_us, 2, attempt.attempt_id, WaitKind.SERVICE))
-    if not candidates:
-        return None
-    _, _, owner_id, kind = max(candidates)
-    return kind, owner_id
+    """The Run's newest owner that is not cancelled: the recovery kernel's
+    :func:`latest_owner` over every consent, delegated job and service attempt of the Run."""
+    return latest_owner(
+        await tx.find(CONSENTS_BINDING, finders.consents_of_run, {"run_id": run_id}),
+        await tx.find(AGENT_JOBS_BINDING, finders.jobs_of_run, {"run_id": run_id}),
+        await tx.find(ATTEMPTS_BINDING, finders.attempts_of_run, {"run_id": run_id}),
+    )
 
 
 # --- the passes ------------------------------------------------------------------------

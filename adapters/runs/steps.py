@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.runs import finders
-from tenure.model import ConfigValidationError, ErrorCode, RunStatus, TenureError, canonical_json, load_json
+from tenure.kernel.runs.record import hop_holds
+from tenure.model import ConfigValidationError, ErrorCode, TenureError, canonical_json, load_json
 from tenure.model.runs import MAX_RUN_DOCUMENT_BYTES, check_document, check_run_id, check_seq, check_text
 
 from ..core.store import Transaction
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Steps", "STEPS_TABLE", "STEPS_BINDING", "MAX_STEP_NAME_CHARS"]
 
-_HOLDING = frozenset({RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE})
 
 
 _OF_RUN = Finder("steps_of_run", ((Condition("run_id", "=", Param("run_id")),),), order=("name",), lock="none")
@@ -75,7 +75,7 @@ class Steps:
 
         async def body(tx: Transaction) -> str | None:  # None: the hop does not hold the Run
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
-            if not runs or runs[0].status not in _HOLDING or runs[0].enqueue_seq != seq:
+            if not runs or not hop_holds(runs[0], seq):
                 return None
             stored: list[StepRow] = await tx.read(STEPS_BINDING, [_step_id(key, name)])
             if stored:
@@ -91,4 +91,4 @@ class Steps:
         """Whether the hop ``enqueue_seq`` still holds the Run (read, not locked): checked
         before a step's body runs, so a hop that already lost its Run runs none."""
         run = await self._ledger.get(run_id)
-        return run is not None and run.status in _HOLDING and run.enqueue_seq == enqueue_seq
+        return run is not None and hop_holds(run, enqueue_seq)

@@ -18,7 +18,7 @@ import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from tenure.kernel.agent_jobs.record import AgentJobRow, result_problem
+from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.consents.record import CancelPending, ConsentRow
 from tenure.kernel.core import Applied, Decision, decide
@@ -32,12 +32,10 @@ from tenure.kernel.runs.commands import (
     RunCommand,
     Settle,
     Settled,
-    Swept,
 )
-from tenure.kernel.runs.machine import RUNS
+from tenure.kernel.runs.machine import RUNS, consent_sweep
 from tenure.kernel.runs.record import RunPair, key_of
 from tenure.model import (
-    TERMINAL_AGENT_JOB_STATUSES,
     BrokerJobState,
     ConfigValidationError,
     ErrorCode,
@@ -58,7 +56,7 @@ from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..consents.table import CONSENTS_BINDING
 from .table import DELIVERIES_BINDING, RUNS_BINDING
 
-__all__ = ["RunTransactions", "consent_evidence", "job_evidence", "attempt_evidence", "job_complete", "parsed_json",
+__all__ = ["RunTransactions", "consent_evidence", "job_evidence", "attempt_evidence", "parsed_json",
            "instant", "json_text", "EPOCH"]
 
 T = TypeVar("T")
@@ -67,17 +65,6 @@ T = TypeVar("T")
 def consent_evidence(row: ConsentRow) -> OwnerEvidence:
     return OwnerEvidence(WaitKind.CONSENT, row.consent_id, row.run_id, row.status.value,
                          row.decided_by is not None and row.decided_at_us is not None)
-
-
-def job_complete(row: AgentJobRow) -> bool:
-    """A delegated job whose stored result is one the kernel accepts as its end."""
-    if row.status not in TERMINAL_AGENT_JOB_STATUSES or row.result_json is None:
-        return False
-    try:
-        result = load_json(row.result_json)
-    except ValueError:
-        return False
-    return result_problem(result, row.job_id, row.status) is None
 
 
 def job_evidence(row: AgentJobRow) -> OwnerEvidence:
@@ -215,13 +202,14 @@ class RunTransactions:
         await self.engine.persist(tx, CONSENTS_BINDING, changes)
 
     async def run_command(self, tx: Transaction, pair: RunPair | None, command: RunCommand) -> Decision:
-        """Decide ``command`` on the locked pair and persist it; a reply that made the Run
-        terminal (``Settled``) or swept a terminal one (``Swept``) cancels its pending
-        consents in the same transaction."""
+        """Decide ``command`` on the locked pair and persist it; when the kernel's
+        :func:`~tenure.kernel.runs.machine.consent_sweep` names a sweep for the decision,
+        the Run's pending consents are cancelled in the same transaction."""
         decision = await self.engine.decide_composite(tx, RUNS, _parts, pair, command)
         raise_if_conflict(RUNS_BINDING, decision)
-        if isinstance(decision, Applied) and isinstance(decision.reply, Settled | Swept) and pair is not None:
-            await self.sweep_consents(tx, pair.run.run_id, decision.reply.decided_by)
+        swept_by = consent_sweep(decision.reply) if isinstance(decision, Applied) else None
+        if swept_by is not None and pair is not None:
+            await self.sweep_consents(tx, pair.run.run_id, swept_by)
         return decision
 
     async def decide(self, run_id: str, command: RunCommand) -> Decision:

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from tenure.kernel.runs.record import hop_holds
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -61,7 +62,6 @@ PERSIST_BACKOFF_MAX_S = 2.0
 TOUCH_EVERY_S = 30.0
 """How often a running hop refreshes its broker job's liveness (the seed's 30 s)."""
 
-_HELD = frozenset({RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE})
 
 
 class WorkerStopFailed(Exception):
@@ -232,7 +232,7 @@ class RunWorker:
                 run = await self.ledger.get(claim.run.run_id)
             except TenureError:
                 continue  # the database is unreachable: nothing proves the hop lost its Run
-            if run is None or run.status not in _HELD or run.enqueue_seq != claim.enqueue_seq:
+            if run is None or not hop_holds(run, claim.enqueue_seq):
                 return
 
     async def _finish(self, claim: RunClaim, context: RunContext, body: asyncio.Future[Any]) -> str:

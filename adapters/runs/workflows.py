@@ -40,10 +40,9 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from tenure.kernel.attempts.record import is_terminal as attempt_is_terminal
+from tenure.kernel.runs.machine import owner_decided
 from tenure.model import (
-    DECIDED_CONSENT_STATUSES,
-    TERMINAL_AGENT_JOB_STATUSES,
-    TERMINAL_ATTEMPT_STATES,
     AgentJobRecord,
     ConfigValidationError,
     ConsentRecord,
@@ -294,7 +293,7 @@ class RunContext:
         attempt_id = await runner.ledger.prepare(spec)
         await self._park(WaitKind.SERVICE, attempt_id, state)
         record = await runner.run(attempt_id)
-        if record.state in TERMINAL_ATTEMPT_STATES:
+        if attempt_is_terminal(record):
             await self._refire(attempt_id)
         raise HopParked()
 
@@ -352,12 +351,16 @@ class RunContext:
         return became_ready
 
 
+_RECORD_OF_KIND: dict[WaitKind, type[Any]] = {
+    WaitKind.CONSENT: ConsentRecord, WaitKind.DELEGATE: AgentJobRecord, WaitKind.SERVICE: AttemptRecord,
+}
+
+
 def owner_is_decided(kind: WaitKind | None, owner: Any) -> bool:
-    """Whether a resumed hop's owner record is one a resume may rest on."""
-    if kind is WaitKind.CONSENT:
-        return isinstance(owner, ConsentRecord) and owner.status in DECIDED_CONSENT_STATUSES
-    if kind is WaitKind.DELEGATE:
-        return isinstance(owner, AgentJobRecord) and owner.status in TERMINAL_AGENT_JOB_STATUSES
-    if kind is WaitKind.SERVICE:
-        return isinstance(owner, AttemptRecord) and owner.state in TERMINAL_ATTEMPT_STATES
-    return False
+    """Whether a resumed hop's owner record is one a resume may rest on (the Run
+    kernel's :func:`owner_decided`, on the record of the owner's kind)."""
+    record_type = _RECORD_OF_KIND.get(kind) if kind is not None else None
+    if record_type is None or not isinstance(owner, record_type):
+        return False
+    state = owner.state if isinstance(owner, AttemptRecord) else owner.status
+    return owner_decided(kind, state.value)

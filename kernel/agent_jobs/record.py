@@ -26,6 +26,7 @@ __all__ = [
     "step_of",
     "record_violations",
     "result_problem",
+    "job_complete",
     "AgentJobCommandType",
     "SubmitJob",
     "AdvanceJob",
@@ -74,6 +75,18 @@ _STEP_OF_STATUS = {status: AgentJobStep(status.value) for status in AgentJobStat
 
 def step_of(record: AgentJobRow | None) -> AgentJobStep:
     return AgentJobStep.ABSENT if record is None else _STEP_OF_STATUS[record.status]
+
+
+def job_complete(row: AgentJobRow) -> bool:
+    """Whether a job ended with a result the machine accepts as its end (the evidence a
+    Run waiting on it is resumed by): a terminal status and a valid stored result."""
+    if row.status not in TERMINAL_AGENT_JOB_STATUSES or row.result_json is None:
+        return False
+    try:
+        result = load_json(row.result_json)
+    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
+        return False
+    return result_problem(result, row.job_id, row.status) is None
 
 
 def result_problem(result: Any, job_id: str, status: AgentJobStatus) -> str | None:

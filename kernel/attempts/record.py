@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+from typing import Protocol
 
 from tenure.model import ENVELOPE_TAG, TERMINAL_ATTEMPT_STATES, AttemptState, bounds
 from tenure.model.attempts import MAX_REASON_CHARS, MAX_REFS
@@ -19,6 +20,7 @@ from tenure.model.attempts import MAX_REASON_CHARS, MAX_REFS
 from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 
 __all__ = [
+    "is_terminal",
     "AttemptRow",
     "AttemptStep",
     "step_of",
@@ -236,3 +238,14 @@ def record_violations(record: AttemptRow) -> list[str]:
 
 def is_valid_record(record: AttemptRow) -> bool:
     return not record_violations(record)
+
+
+class _HasAttemptState(Protocol):
+    @property
+    def state(self) -> AttemptState: ...
+
+
+def is_terminal(attempt: _HasAttemptState) -> bool:
+    """Whether an attempt (its stored row or its public record) reached a terminal state:
+    nothing will move it again, so a Run waiting on it may resume and a cancel is proven."""
+    return attempt.state in TERMINAL_ATTEMPT_STATES

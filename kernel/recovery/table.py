@@ -33,11 +33,25 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tenure.model import FINISHED_BROKER_STATES, LIVE_BROKER_STATES, BrokerJobState, DeliveryState, RunStatus, WaitKind
+from tenure.model import (
+    FINISHED_BROKER_STATES,
+    LIVE_BROKER_STATES,
+    AgentJobStatus,
+    AttemptState,
+    BrokerJobState,
+    ConsentStatus,
+    DeliveryState,
+    RunRecord,
+    RunStatus,
+    WaitKind,
+)
 
+from ..agent_jobs.record import AgentJobRow
+from ..attempts.record import AttemptRow
+from ..consents.record import ConsentRow
 from ..runs.commands import Containment, OwnerEvidence
 from ..runs.machine import owner_resolves
 from ..runs.record import WAIT_FOR_KIND, DeliveryRow, RunRow, key_of
@@ -55,6 +69,11 @@ __all__ = [
     "ROWS",
     "TABLE",
     "LOST_ERROR",
+    "Evidence",
+    "EVIDENCE_FOR",
+    "evidence_for",
+    "lost_and_retryable",
+    "latest_owner",
     "HELD_ERROR",
     "case_of",
     "decide",
@@ -236,6 +255,61 @@ def case_of(situation: Situation) -> Case:
     if delivery.state is DeliveryState.HELD:
         return Case.HELD
     return Case.QUEUED
+
+
+# --- the evidence a visit reads, and the latest owner --------------------------------------
+
+
+class Evidence(enum.Enum):
+    """What a visit reads beside the Run and its delivery."""
+
+    OWNER = "owner"
+    """The Run's persisted owner row (a wait resumes only from its owner)."""
+    CONTAINMENT = "containment"
+    """The Run's open delegated jobs and service attempts."""
+    LATEST_OWNER = "latest_owner"
+    """The Run's newest owner that is not cancelled (a re-park binds it)."""
+    CLOCK = "clock"
+    """The database time (a timer's owner is the clock)."""
+
+
+EVIDENCE_FOR: dict[RunStatus, frozenset[Evidence]] = {
+    **{status: frozenset({Evidence.OWNER}) for status in _WAITS - {RunStatus.AWAITING_TIMER}},
+    RunStatus.AWAITING_TIMER: frozenset({Evidence.OWNER, Evidence.CLOCK}),
+    **{status: frozenset({Evidence.CONTAINMENT, Evidence.LATEST_OWNER}) for status in _HOPS},
+    RunStatus.CANCELLING: frozenset({Evidence.CONTAINMENT}),
+}
+"""The evidence each status is decided on; a status not listed needs none. Only this is
+read, so a visit never waits on a row its decision does not use."""
+
+
+def evidence_for(status: RunStatus) -> frozenset[Evidence]:
+    return EVIDENCE_FOR.get(status, frozenset())
+
+
+def lost_and_retryable(run: RunRow | RunRecord) -> bool:
+    """Whether the Run failed ``lost`` (its hop died with its process), the one failure
+    ``RunLedger.retry`` re-admits."""
+    return run.status is RunStatus.FAILED and run.error == LOST_ERROR
+
+
+def latest_owner(consents: Sequence[ConsentRow], jobs: Sequence[AgentJobRow],
+                 attempts: Sequence[AttemptRow]) -> tuple[WaitKind, str] | None:
+    """The Run's newest owner that is not cancelled, among its consents, delegated jobs and
+    service attempts (ties: consent, then job, then attempt, then the larger ID). None:
+    no such owner."""
+    kept = [
+        *((row.created_at_us, 0, row.consent_id, WaitKind.CONSENT)
+          for row in consents if row.status is not ConsentStatus.CANCELLED),
+        *((row.created_at_us, 1, row.job_id, WaitKind.DELEGATE)
+          for row in jobs if row.status is not AgentJobStatus.CANCELLED),
+        *((row.created_at_us, 2, row.attempt_id, WaitKind.SERVICE)
+          for row in attempts if row.state is not AttemptState.CANCELLED),
+    ]
+    if not kept:
+        return None
+    _, _, owner_id, kind = max(kept)
+    return kind, owner_id
 
 
 # --- guards: named predicates over a situation ------------------------------------------

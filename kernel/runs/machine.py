@@ -62,7 +62,6 @@ from .commands import (
 )
 from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from .record import (
-    WAIT_FOR_KIND,
     DeliveryRow,
     RunPair,
     RunRow,
@@ -84,6 +83,8 @@ __all__ = [
     "RUNS",
     "RESOLVED_OWNER_STATUSES",
     "owner_resolves",
+    "owner_decided",
+    "consent_sweep",
     "SETTLED_BY",
     "CANCELLED_BY",
     "decide",
@@ -163,6 +164,20 @@ def _owner_matches(run: RunRow, owner: Any, kind: Any, owner_id: str) -> bool:
         owner is not None and owner.kind is kind and owner.owner_id == owner_id
         and owner.run_id == run.run_id
     )
+
+
+def consent_sweep(reply: object) -> str | None:
+    """The ``decided_by`` a Run decision's reply cancels the Run's pending consents with,
+    in the same transaction, or None. Every decision that gives the Run terminal truth
+    (``Settled``) sweeps them, and so does a cancellation repeated on a CANCELLED Run
+    (``Swept``): a consent must never stay pending on a Run that will not resume."""
+    return reply.decided_by if isinstance(reply, Settled | Swept) else None
+
+
+def owner_decided(kind: WaitKind | None, status: str) -> bool:
+    """Whether an owner of ``kind`` in ``status`` (its stored value) has decided: the state
+    a resume may rest on (a consent's verdict, a job's end, an attempt's end)."""
+    return kind is not None and status in RESOLVED_OWNER_STATUSES.get(kind, frozenset())
 
 
 def owner_resolves(run: RunRow, owner: Any) -> bool:

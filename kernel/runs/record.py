@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+from typing import Protocol
 
 from tenure.model import (
     TERMINAL_RUN_STATUSES,
@@ -37,6 +38,11 @@ __all__ = [
     "key_of",
     "WAIT_FOR_KIND",
     "HOP_STATUSES",
+    "RunState",
+    "hop_holds",
+    "opens_owners",
+    "is_terminal",
+    "cancel_frozen_at",
 ]
 
 
@@ -339,3 +345,41 @@ def record_violations(record: RunPair) -> list[str]:
     if status in TERMINAL_RUN_STATUSES and current.state is not DeliveryState.SETTLED:
         rules["INV-R3"] = False
     return [name for name, ok in rules.items() if not ok]
+
+
+# --- What a Run's row, as read, allows: the rules adapters ask instead of comparing states. ---
+
+
+class RunState(Protocol):
+    """What the rules below read of a Run: its stored row or its public record."""
+
+    @property
+    def status(self) -> RunStatus: ...
+
+    @property
+    def enqueue_seq(self) -> int: ...
+
+
+def hop_holds(run: RunState, enqueue_seq: int) -> bool:
+    """Whether the hop ``enqueue_seq`` holds its Run: RUNNING or AWAITING_HARDWARE at that
+    sequence. A checkpoint, a step's result and a finished hop's outcome are written only
+    then, and a hop that no longer holds its Run stops."""
+    return run.status in HOP_STATUSES and run.enqueue_seq == enqueue_seq
+
+
+def opens_owners(run: RunState) -> bool:
+    """Whether the Run may open an owner (a consent, a delegated job, a service attempt):
+    only while a hop runs it. Any other Run's new owner would never be waited for."""
+    return run.status is RunStatus.RUNNING
+
+
+def is_terminal(run: RunState) -> bool:
+    """Whether the Run ended (DONE, FAILED or CANCELLED): its checkpoint may go."""
+    return run.status in TERMINAL_RUN_STATUSES
+
+
+def cancel_frozen_at(run: RunState, enqueue_seq: int) -> bool:
+    """Whether a cancellation froze the Run at hop ``enqueue_seq`` (CANCELLING there):
+    nothing can claim that hop any more, so it alone may be fenced at the broker before
+    the cancellation finishes."""
+    return run.status is RunStatus.CANCELLING and run.enqueue_seq == enqueue_seq
