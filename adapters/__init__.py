@@ -15,17 +15,41 @@ from .core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
-    from .runs import (
-        Broker, BrokerJobState, BrokerProbe, Checkpoint, InMemoryBroker, QueueBroker, RecoveryIssue,
-        RecoveryPorts, RecoveryReport, RunContext, RunLedger, RunRuntime, RunWorker, SaqBroker,
-        ShutdownIncomplete, StartupDegraded, WorkerStopFailed, Workflows, resume_and_publish,
-        run_relays,
-    )
     from .core.migrations import MigrationReport, downgrade, upgrade
     from .queue import (
-        FailJob, JobContext, JobSource, OwnedPipelineJobSource, OwnedStreamingJobSource,
-        OwnedValidationJobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource,
-        Worker, WorkerStats,
+        FailJob,
+        JobContext,
+        JobSource,
+        OwnedPipelineJobSource,
+        OwnedStreamingJobSource,
+        OwnedValidationJobSource,
+        PipelineJobSource,
+        StreamingJobSource,
+        ValidationJobSource,
+        Worker,
+        WorkerStats,
+    )
+    from .runs import (
+        Broker,
+        BrokerJobState,
+        BrokerProbe,
+        Checkpoint,
+        InMemoryBroker,
+        QueueBroker,
+        RecoveryIssue,
+        RecoveryPorts,
+        RecoveryReport,
+        RunContext,
+        RunLedger,
+        RunRuntime,
+        RunWorker,
+        SaqBroker,
+        ShutdownIncomplete,
+        StartupDegraded,
+        WorkerStopFailed,
+        Workflows,
+        resume_and_publish,
+        run_relays,
     )
 
 __all__ = [

@@ -23,6 +23,7 @@ from typing import Any
 from . import bounds
 from .errors import ConfigValidationError
 from .json_values import json_problem, text_problem
+from .validation import refuse
 
 __all__ = [
     "check_run_id",
@@ -163,16 +164,13 @@ FINISHED_BROKER_STATES = frozenset({BrokerJobState.COMPLETE, BrokerJobState.FAIL
 """The broker is done with a job in these states (``absent`` is not finished: it holds nothing)."""
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 def check_text(value: object, field: str, max_chars: int = MAX_RUN_TEXT_CHARS) -> str:
     """A nonempty string of at most ``max_chars`` characters that can be stored exactly."""
     if not bounds.is_bounded_text(value, max_chars):
-        raise _refuse(field, "text_required")
+        raise refuse(field, "text_required")
     if text_problem(value) is not None:  # type: ignore[arg-type]
-        raise _refuse(field, "text_not_storable")
+        raise refuse(field, "text_not_storable")
     return value  # type: ignore[return-value]
 
 
@@ -184,14 +182,14 @@ def check_run_id(value: object) -> str:
 def check_seq(value: object) -> int:
     """A hop's sequence: an ``int`` (never a bool) from 0 to 2**31 - 1."""
     if not bounds.is_strict_int(value) or not 0 <= value <= bounds.INT32_MAX:  # type: ignore[operator]
-        raise _refuse("enqueue_seq", "integer_out_of_range")
+        raise refuse("enqueue_seq", "integer_out_of_range")
     return value  # type: ignore[return-value]
 
 
 def check_priority(value: object, field: str = "priority") -> int:
     """Doctrine priority: an ``int`` (never a bool) from 0 to 100, higher first."""
     if not bounds.is_strict_int(value) or not 0 <= value <= 100:  # type: ignore[operator]
-        raise _refuse(field, "priority_out_of_range")
+        raise refuse(field, "priority_out_of_range")
     return value  # type: ignore[return-value]
 
 
@@ -199,7 +197,7 @@ def check_document(value: object, field: str) -> Any:
     """A finite built-in JSON value (its size is checked where it is stored)."""
     problem = json_problem(value)
     if problem is not None:
-        raise _refuse(field, problem)
+        raise refuse(field, problem)
     return value
 
 
@@ -207,7 +205,7 @@ def hop_key(run_id: str, enqueue_seq: int) -> str:
     """The broker key of one hop: ``run:<run_id>:<enqueue_seq>``."""
     check_text(run_id, "run_id")
     if not bounds.is_strict_int(enqueue_seq) or not 0 <= enqueue_seq <= bounds.INT32_MAX:
-        raise _refuse("enqueue_seq", "integer_out_of_range")
+        raise refuse("enqueue_seq", "integer_out_of_range")
     return f"run:{run_id}:{enqueue_seq}"
 
 
@@ -221,7 +219,7 @@ def parse_hop_key(key: object) -> tuple[str, int]:
             with contextlib.suppress(ConfigValidationError):
                 if hop_key(run_id, int(seq)) == key:
                     return run_id, int(seq)
-    raise _refuse("key", "hop_key_required")
+    raise refuse("key", "hop_key_required")
 
 
 def broker_priority(priority: int) -> int:
@@ -248,7 +246,7 @@ class RunIntent:
         check_text(self.source, "source", 64)
         check_text(self.principal, "principal", bounds.MAX_IDENTITY_CHARS)
         if type(self.scopes) is not frozenset or len(self.scopes) > MAX_SCOPES:
-            raise _refuse("scopes", "frozenset_required")
+            raise refuse("scopes", "frozenset_required")
         for scope in self.scopes:
             check_text(scope, "scopes")
         check_document(self.payload, "payload")
@@ -272,7 +270,7 @@ class WorkflowPin:
         check_text(self.revision, "workflow_revision", 64)
         check_text(self.digest, "workflow_digest")
         if not bounds.is_strict_int(self.max_hop_retries) or not 0 <= self.max_hop_retries <= MAX_HOP_RETRIES:
-            raise _refuse("max_hop_retries", "integer_out_of_range")
+            raise refuse("max_hop_retries", "integer_out_of_range")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,7 @@ from .errors import ConfigValidationError
 from .json_values import JsonProblem, freeze_json, text_problem
 
 __all__ = [
+    "refuse",
     "IdentityText",
     "JobIdText",
     "RunIdText",
@@ -46,6 +47,13 @@ __all__ = [
     "config_error_from",
     "datetime_to_micros",
 ]
+
+
+def refuse(field: str, problem: str, *, reason: str | None = None) -> ConfigValidationError:
+    """The refusal of one field's value: ``ConfigValidationError`` naming the field and its
+    problem code, with the reason ``invalid_<field>`` unless one is given. Every facade
+    raises its input refusals through here, so they read alike."""
+    return ConfigValidationError(reason or f"invalid_{field}", fields=(field,), problems=(problem,))
 
 
 def _refuse(problem: str) -> PydanticCustomError:

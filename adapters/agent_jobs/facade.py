@@ -14,7 +14,14 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tenure.kernel.agent_jobs.record import AdoptResult, AdvanceJob, AgentJobRow, RecordCancelled, SubmitJob, result_problem
+from tenure.kernel.agent_jobs.record import (
+    AdoptResult,
+    AdvanceJob,
+    AgentJobRow,
+    RecordCancelled,
+    SubmitJob,
+    result_problem,
+)
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import opens_owners
@@ -22,10 +29,10 @@ from tenure.model import (
     TERMINAL_AGENT_JOB_STATUSES,
     AgentJobRecord,
     AgentJobStatus,
-    ConfigValidationError,
     canonical_json,
 )
 from tenure.model.runs import check_run_id, check_text
+from tenure.model.validation import refuse
 
 from ..core.engine import raise_if_conflict
 from ..core.failures import persistence_failed
@@ -51,9 +58,6 @@ def cancelled_result(job_id: str) -> str:
     """The result ``record_cancelled`` stores: containment returned."""
     return canonical_json({"job_id": job_id, "status": AgentJobStatus.CANCELLED.value, "contained": True})
 
-
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
 
 
 def public_job(row: AgentJobRow) -> AgentJobRecord:
@@ -110,7 +114,7 @@ class AgentJobs:
         """Move an open job one step on (ADMITTED, PREPARING, RUNNING), recording the
         runtime's job identity once (a different one raises JOB_REQUEST_CONFLICT)."""
         if status not in (AgentJobStatus.ADMITTED, AgentJobStatus.PREPARING, AgentJobStatus.RUNNING):
-            raise _refuse("status", "open_status_required")
+            raise refuse("status", "open_status_required")
         identity = None if runtime_job_id is None else check_text(runtime_job_id, "runtime_job_id")
         return await self._command(job_id, AdvanceJob(status=status, runtime_job_id=identity))
 
@@ -131,7 +135,7 @@ class AgentJobs:
         else:
             problem = "result_status_mismatch" if status is None else result_problem(result, key, status)
         if problem is not None:
-            raise _refuse("result", problem)
+            raise refuse("result", problem)
         return await self._command(key, AdoptResult(status=status, result_json=text))  # type: ignore[arg-type]
 
     async def record_cancelled(self, job_id: str) -> bool:

@@ -42,11 +42,11 @@ from tenure.model import (
     bounds,
 )
 
+from ..core.migrations import upgrade
+from ..core.urls import parse_db_url
+from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from .demo_attempts import run_attempts_demo
 from .demo_runs import run_runs_demo
-from ..core.migrations import upgrade
-from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
-from ..core.urls import parse_db_url
 
 __all__ = ["DemoSettings", "DEMO_LIMITS", "check_demo_settings", "queue_counts", "run_demo"]
 

@@ -39,11 +39,28 @@ from collections.abc import Sequence
 from typing import Any
 
 from tenure.model import (
-    ConfigValidationError, ConsentStatus, ErrorCode, JsonProblem, RunIntent, RunStatus, TenureError, WaitKind,
-    canonical_json, load_json,
+    ConfigValidationError,
+    ConsentStatus,
+    ErrorCode,
+    JsonProblem,
+    RunIntent,
+    RunStatus,
+    TenureError,
+    WaitKind,
+    canonical_json,
+    load_json,
 )
 
-from ..runs import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, ShutdownIncomplete, StartupDegraded, Workflows
+from ..runs import (
+    QueueBroker,
+    RunLedger,
+    RunRuntime,
+    RunWorker,
+    SaqBroker,
+    ShutdownIncomplete,
+    StartupDegraded,
+    Workflows,
+)
 from ..runs.workflows import resume_and_publish
 from .worker_cli import NEVER_MIGRATED, load_handler, refuse_never_migrated
 

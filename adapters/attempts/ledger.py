@@ -17,12 +17,10 @@ so a repeated ``prepare`` of the same spec, from any process, names the same att
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
-import re
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tenure.kernel.attempts import finders
@@ -49,7 +47,6 @@ from tenure.kernel.attempts.commands import (
 )
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied, Decision
-from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.kernel.runs.finders import runs_by_keys
 from tenure.kernel.runs.record import opens_owners
 from tenure.model import (
@@ -69,7 +66,6 @@ from tenure.model import (
     ProviderFailed,
     ProviderGuarantees,
     RejectedBeforeEffect,
-    TenureError,
     ToolBinding,
     Transmission,
     bounds,
@@ -78,12 +74,13 @@ from tenure.model import (
     load_json,
 )
 from tenure.model.attempts import MAX_REFS, check_reason, check_refs
+from tenure.model.validation import refuse
 
-from ..core.dialects import open_store
-from ..core.engine import Engine, raise_if_conflict
+from ..core.engine import raise_if_conflict
+from ..core.facade import Cursor, Facade
 from ..core.failures import persistence_failed
-from ..runs.table import RUNS_BINDING, RUNS_TABLE
 from ..core.store import Transaction
+from ..runs.table import RUNS_BINDING, RUNS_TABLE
 from .table import ATTEMPTS_BINDING
 
 __all__ = ["AttemptLedger", "ATTEMPT_NAMESPACE", "attempt_id_for", "DEFAULT_SUBMIT_LEASE_SECONDS", "MAX_DOCUMENT_BYTES"]
@@ -101,13 +98,10 @@ def attempt_id_for(owner_job_id: str, generation: int) -> str:
     return str(uuid.uuid5(ATTEMPT_NAMESPACE, f"{owner_job_id}\n{generation}"))
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 def _identity(value: object, field: str) -> str:
     if not bounds.is_identity(value):
-        raise _refuse(field, "identity_required")
+        raise refuse(field, "identity_required")
     return value  # type: ignore[return-value]
 
 
@@ -116,29 +110,29 @@ def _document(value: object, field: str) -> str | None:
     if value is None:
         return None
     if type(value) is not dict:
-        raise _refuse(field, "json_object_required")
+        raise refuse(field, "json_object_required")
     problem = json_problem(value)
     if problem is not None:
-        raise _refuse(field, problem)
+        raise refuse(field, problem)
     text = canonical_json(value)
     if len(text.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
-        raise _refuse(field, "payload_too_large")
+        raise refuse(field, "payload_too_large")
     return text
 
 
 def _warnings(value: object) -> tuple[str, ...]:
     if type(value) not in (tuple, list) or len(value) > MAX_REFS:  # type: ignore[arg-type]
-        raise _refuse("warnings", "list_required")
+        raise refuse("warnings", "list_required")
     return tuple(check_reason(item, "warnings") for item in value)  # type: ignore[attr-defined]
 
 
 def _lease_us(seconds: object) -> int:
     if not isinstance(seconds, (int, float)) or type(seconds) is bool:
-        raise _refuse("lease_seconds", "number_required")
+        raise refuse("lease_seconds", "number_required")
     # An int is compared as an int: a huge one cannot become a float.
     finite = type(seconds) is int or math.isfinite(seconds)
     if not finite or not 0 < seconds <= bounds.MAX_LEASE_SECONDS:
-        raise _refuse("lease_seconds", "number_out_of_range")
+        raise refuse("lease_seconds", "number_out_of_range")
     return max(1, round(seconds * 1_000_000))
 
 
@@ -237,70 +231,17 @@ def _public(row: AttemptRow) -> AttemptRecord:
 
 
 def _cursor_of(row: AttemptRow) -> str:
-    return f"{row.created_at_us}:{row.attempt_id}"
+    return Cursor.encode(row.created_at_us, row.attempt_id)
 
 
-_CURSOR_INSTANT = re.compile(r"-?[0-9]{1,19}")
-
-
-def _parse_cursor(cursor: object) -> tuple[int, str]:
-    if type(cursor) is str and ":" in cursor:
-        created, _, attempt_id = cursor.partition(":")
-        # ASCII digits only ("²".isdigit() is True, int() refuses it), within the instants
-        # a row can hold (a larger one overflows the database's timestamp).
-        if _CURSOR_INSTANT.fullmatch(created) and bounds.is_identity(attempt_id):
-            instant = int(created)
-            if MIN_INSTANT_US <= instant <= MAX_INSTANT_US:
-                return instant, attempt_id
-    raise _refuse("after", "cursor_required")
-
-
-class AttemptLedger:
+class AttemptLedger(Facade):
     """Attempts in one database (SQLite file or PostgreSQL), migrated by ``upgrade``."""
 
-    def __init__(self, db_url: str, *, timeout_seconds: float = 30.0, db_schema: str | None = None) -> None:
-        if type(timeout_seconds) not in (int, float) or not 0 < timeout_seconds <= bounds.MAX_TIMEOUT_SECONDS:
-            raise _refuse("timeout_seconds", "number_out_of_range")
-        self._engine = Engine(open_store(db_url, timeout_seconds=float(timeout_seconds), schema=db_schema))
-        self.store = self._engine.store
-
-    @classmethod
-    def on_engine(cls, engine: Engine) -> AttemptLedger:
-        """An attempt ledger on another ledger's engine (the same database and
-        connections; closing that ledger closes this one's store)."""
-        ledger = cls.__new__(cls)
-        ledger._engine = engine
-        ledger.store = engine.store
-        return ledger
-
-    async def close(self) -> None:
-        """Close the ledger's connections. Final: later calls raise ``source_closed``."""
-        await self.store.close()
-
-    async def __aenter__(self) -> AttemptLedger:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    # --- the one boundary --------------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _attempt_errors(self) -> AsyncIterator[None]:
-        """A persistence failure of the shared stores becomes this ledger's code."""
-        try:
-            yield
-        except TenureError as error:
-            if error.code is not ErrorCode.QUEUE_PERSISTENCE_FAILED:
-                raise
-            reason = error.reason
-        else:
-            return
-        raise TenureError(ErrorCode.ATTEMPT_PERSISTENCE_FAILED, reason)
+    persistence_code = ErrorCode.ATTEMPT_PERSISTENCE_FAILED
 
     async def _decide(self, attempt_id: object, command: AttemptCommand, *, write: bool = True) -> Decision:
         key = _identity(attempt_id, "attempt_id")
-        async with self._attempt_errors():
+        async with self.errors():
             decisions = await self._engine.on_keys(
                 ATTEMPTS_BINDING, [(key, command)], finders.by_keys, write=write, raise_conflicts=True
             )
@@ -318,7 +259,7 @@ class AttemptLedger:
         ATTEMPT_PREDECESSOR_UNRESOLVED; a new attempt naming a Run of this database that
         is not RUNNING raises RUN_OWNER_MISMATCH. Nothing is stored on a refusal."""
         if type(spec) is not AttemptSpec:
-            raise _refuse("spec", "attempt_spec_required")
+            raise refuse("spec", "attempt_spec_required")
         row = _row_of(spec)
         binding = ATTEMPTS_BINDING
 
@@ -336,7 +277,7 @@ class AttemptLedger:
             raise_if_conflict(binding, decision)
             return decision
 
-        async with self._attempt_errors():
+        async with self.errors():
             decision = await self.store.run(body, write=True)
         reply = decision.reply if isinstance(decision, Applied) else None
         if not isinstance(reply, Prepared):
@@ -352,9 +293,9 @@ class AttemptLedger:
         when the egress decision refused it (recorded) or the attempt is past sending.
         An unproven resubmission raises ATTEMPT_RESUBMIT_UNPROVEN."""
         if type(egress) is not EgressDecision:
-            raise _refuse("egress", "egress_decision_required")
+            raise refuse("egress", "egress_decision_required")
         if proof is not None and type(proof) is not NotFound:
-            raise _refuse("proof", "not_found_required")
+            raise refuse("proof", "not_found_required")
         command = BeginSubmit(
             egress_decision_id=egress.decision_id, egress_allowed=egress.allowed,
             proof_no_effect=proof is not None and proof.proves_no_effect, lease_us=_lease_us(lease_seconds),
@@ -402,7 +343,7 @@ class AttemptLedger:
         elif type(evidence) is ProviderFailed:
             command = RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason=evidence.reason)
         else:
-            raise _refuse("evidence", "failure_evidence_required")
+            raise refuse("evidence", "failure_evidence_required")
         return await self._applied(attempt_id, command)
 
     async def record_ambiguous(self, attempt_id: str, *, reason: str) -> bool:
@@ -422,7 +363,7 @@ class AttemptLedger:
             return await self._applied(attempt_id, RecordCancelled(provider_job_id=evidence.provider_job_id))
         if type(evidence) is Found and evidence.state is AttemptState.CANCELLED:
             return await self.reconcile(attempt_id, evidence)
-        raise _refuse("evidence", "containment_evidence_required")
+        raise refuse("evidence", "containment_evidence_required")
 
     async def reconcile(self, attempt_id: str, lookup: Found | NotFound | LookupFailed) -> bool:
         """Move on what a lookup of the same provider and key saw: Found moves to its state
@@ -436,7 +377,7 @@ class AttemptLedger:
         elif type(lookup) is LookupFailed:
             command = Reconcile(lookup=LookupKind.FAILED)
         else:
-            raise _refuse("lookup", "lookup_result_required")
+            raise refuse("lookup", "lookup_result_required")
         return await self._applied(attempt_id, command)
 
     async def expire_submit_lease(self, attempt_id: str) -> bool:
@@ -454,16 +395,16 @@ class AttemptLedger:
         async def body(tx: Transaction) -> list[AttemptRow]:
             return await tx.read(ATTEMPTS_BINDING, [key])
 
-        async with self._attempt_errors():
+        async with self.errors():
             found = await self.store.run(body, write=False)
         return _public(found[0]) if found else None
 
     async def list_unresolved(self, *, after: str | None = None, limit: int = 100) -> AttemptPage:
         """SUBMITTING, ACCEPTED, RUNNING and INDETERMINATE attempts, oldest created first."""
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
-            raise _refuse("limit", "integer_out_of_range")
+            raise refuse("limit", "integer_out_of_range")
         binding = ATTEMPTS_BINDING
-        cursor = None if after is None else _parse_cursor(after)
+        cursor = None if after is None else Cursor.parse(after, bounds.is_identity)
 
         async def body(tx: Transaction) -> list[AttemptRow]:
             if cursor is None:
@@ -471,7 +412,7 @@ class AttemptLedger:
             return await tx.find(binding, finders.unresolved_after,
                                  {"after_created": cursor[0], "after_id": cursor[1]}, limit + 1)
 
-        async with self._attempt_errors():
+        async with self.errors():
             rows = await self.store.run(body, write=False)
         items = tuple(_public(row) for row in rows[:limit])
         next_cursor = _cursor_of(rows[limit - 1]) if len(rows) > limit else None

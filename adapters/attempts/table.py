@@ -11,6 +11,7 @@ SQLite, ``timestamptz`` on PostgreSQL), like every tenure table. Unique indexes:
 from __future__ import annotations
 
 import functools
+
 from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text
 
 from tenure.kernel.attempts.machine import ATTEMPTS

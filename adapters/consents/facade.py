@@ -19,8 +19,9 @@ from tenure.kernel.consents.record import MAX_DEADLINE_US, ConsentRow, CreateCon
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import opens_owners
-from tenure.model import ConfigValidationError, ConsentRecord, ConsentStatus, bounds
+from tenure.model import ConsentRecord, ConsentStatus, bounds
 from tenure.model.runs import check_run_id, check_text
+from tenure.model.validation import refuse
 
 from ..core.engine import raise_if_conflict
 from ..core.failures import persistence_failed
@@ -37,16 +38,13 @@ if TYPE_CHECKING:
 __all__ = ["Consents", "public_consent"]
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 def _deadline_us(seconds: object) -> int | None:
     """A consent's deadline in microseconds from its creation (None: no deadline)."""
     if seconds is None:
         return None
     if type(seconds) not in (int, float) or not 0 < seconds <= MAX_DEADLINE_US / 1_000_000:  # type: ignore[operator]
-        raise _refuse("expires_in_s", "number_out_of_range")
+        raise refuse("expires_in_s", "number_out_of_range")
     return max(1, round(seconds * 1_000_000))  # type: ignore[operator]
 
 
@@ -103,7 +101,7 @@ class Consents:
         """Record a verdict (GRANTED, DENIED or EXPIRED); the first verdict wins (False
         for any later one). Expiry is a verdict like the others, never derived from a clock."""
         if verdict not in (ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED):
-            raise _refuse("verdict", "verdict_required")
+            raise refuse("verdict", "verdict_required")
         command = DecideConsent(verdict=verdict, decided_by=check_text(decided_by, "decided_by", bounds.MAX_IDENTITY_CHARS))
         key = check_text(consent_id, "consent_id", 36)
         async with self._tx.errors():
@@ -119,9 +117,9 @@ class Consents:
         one, the relays publish it). Returns how many consents this call expired; a
         consent decided meanwhile is left as it was. The relays call it every round."""
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
-            raise _refuse("limit", "integer_out_of_range")
+            raise refuse("limit", "integer_out_of_range")
         if broker is not None and not isinstance(broker, Broker):
-            raise _refuse("broker", "broker_required")
+            raise refuse("broker", "broker_required")
 
         async def body(tx: Transaction) -> list[ConsentRow]:
             return await tx.find(CONSENTS_BINDING, consent_finders.due_consents, {"now": await tx.now_us()}, limit)

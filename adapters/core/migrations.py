@@ -29,12 +29,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from .catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
 from .dialects import open_migration_target
 from .migration_report import Check, MigrationReport, refuse_if_failed
 from .registry import RETIREMENT_GUARDS, TABLES
 from .schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl
 from .tables import Step, TableSpec, qualified
-from .catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
 
 __all__ = [
     "upgrade",

@@ -21,7 +21,7 @@ from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
 
-from .tables import Binding, Dialect, POSTGRESQL_DIALECT, SQLITE_DIALECT, qualified
+from .tables import POSTGRESQL_DIALECT, SQLITE_DIALECT, Binding, Dialect, qualified
 
 __all__ = [
     "Capabilities",

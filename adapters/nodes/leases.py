@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Applied
@@ -26,8 +27,8 @@ from tenure.kernel.nodes.record import (
     TakeOver,
     TakingOver,
 )
-from tenure.model import ConfigValidationError
 from tenure.model.runs import check_text
+from tenure.model.validation import refuse
 
 from ..core.store import Transaction
 from .table import NODES_BINDING
@@ -64,8 +65,7 @@ class Takeover:
     cutoff: dt.datetime
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError("invalid_node_lease", fields=(field,), problems=(problem,))
+_refuse = functools.partial(refuse, reason="invalid_node_lease")
 
 
 def _lease_us(lease_s: object) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+
 from sqlalchemy import BigInteger, DateTime, String
 
 from tenure.kernel.nodes.machine import NODES

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from tenure.model.errors import is_authored_word
 
-from ..core.migration_report import Check
 from ..core.catalog import CatalogColumn, CatalogIndex, Executor
+from ..core.migration_report import Check
 from ..core.registry import TABLES
-from ..queue.table import TABLE_NAMES
 from ..core.tables import ColumnSpec, TableSpec, qualified, sql_dialect
+from ..queue.table import TABLE_NAMES
 
 __all__ = ["POSTGRESQL_MIGRATION", "PostgresMigration"]
 

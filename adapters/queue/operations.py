@@ -45,8 +45,8 @@ from tenure.kernel.queue.commands import (
     SetPidOwned,
     StreamingStateReply,
     SubmitLegacy,
-    Submitted,
     SubmitOwned,
+    Submitted,
 )
 from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE, claim_identity_problem, decide
 from tenure.kernel.queue.record import JobRecord

@@ -22,7 +22,6 @@ from tenure.model import (
     ClaimedJob,
     ClaimedPipelineJob,
     ClaimedStreamingJob,
-    ConfigValidationError,
     JobInfo,
     JobStatus,
     OwnedStreamingState,
@@ -34,10 +33,11 @@ from tenure.model import (
     check_pid,
     freeze_envelope,
     json_problem,
+    load_json,
     snapshot_submission,
     text_problem,
-    load_json,
 )
+from tenure.model.validation import refuse
 
 from ..core.dialects import open_store
 from ..core.failures import persistence_failed
@@ -51,20 +51,17 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 Claimed = TypeVar("Claimed", ClaimedJob, ClaimedPipelineJob, ClaimedStreamingJob)
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 def _text(value: object, field: str, max_chars: int) -> str:
     if type(value) is not str:
-        raise _refuse(field, "string_required")
+        raise refuse(field, "string_required")
     if not value:
-        raise _refuse(field, "string_empty")
+        raise refuse(field, "string_empty")
     if len(value) > max_chars:
-        raise _refuse(field, "string_too_long")
+        raise refuse(field, "string_too_long")
     problem = text_problem(value)
     if problem is not None:
-        raise _refuse(field, problem)
+        raise refuse(field, problem)
     return value
 
 
@@ -78,13 +75,13 @@ def _job_id(value: object) -> str:
 
 def _fence(value: object) -> QueueClaimFence:
     if type(value) is not QueueClaimFence:
-        raise _refuse("fence", "queue_claim_fence_required")
+        raise refuse("fence", "queue_claim_fence_required")
     return value
 
 
 def _bool(value: object, field: str) -> bool:
     if type(value) is not bool:
-        raise _refuse(field, "boolean_required")
+        raise refuse(field, "boolean_required")
     return value
 
 
@@ -92,7 +89,7 @@ def _within(text: str, max_bytes: int, field: str) -> str:
     """``text`` if its UTF-8 encoding fits ``max_bytes`` (WorkerConfig.max_payload_bytes)."""
     # A character takes at most 4 bytes: most texts are cleared without encoding them.
     if len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise _refuse(field, "payload_too_large")
+        raise refuse(field, "payload_too_large")
     return text
 
 
@@ -104,19 +101,19 @@ def result_json(result: object, max_bytes: int) -> str | None:
     if type(result) is not dict:
         # Also why: SQLite's JSON columns have numeric affinity, so a bare number would
         # not be stored as the text written.
-        raise _refuse("result", "json_object_required")
+        raise refuse("result", "json_object_required")
     problem = json_problem(result)
     if problem is not None:
-        raise _refuse("result", problem)
+        raise refuse("result", problem)
     return _within(canonical_json(result), max_bytes, "result")
 
 
 def _error_text(error: object, max_bytes: int) -> str:
     if type(error) is not str:
-        raise _refuse("error", "string_required")
+        raise refuse("error", "string_required")
     problem = text_problem(error)
     if problem is not None:
-        raise _refuse("error", problem)
+        raise refuse("error", problem)
     return _within(error, max_bytes, "error")
 
 
@@ -135,11 +132,11 @@ MAX_RETENTION = dt.timedelta(days=100 * 366)
 
 def _batch(items: object, field: str, *, allow_empty: bool = False) -> list[Any]:
     if not isinstance(items, (list, tuple)) or type(items) not in (list, tuple):
-        raise _refuse(field, "list_required")
+        raise refuse(field, "list_required")
     if not allow_empty and not items:
-        raise _refuse(field, "list_empty")
+        raise refuse(field, "list_empty")
     if len(items) > MAX_BATCH:
-        raise _refuse(field, "list_too_long")
+        raise refuse(field, "list_too_long")
     return list(items)
 
 
@@ -157,9 +154,9 @@ class JobSource(Generic[Claimed]):
         if config is None:
             config = WorkerConfig(db_url)
         elif type(config) is not WorkerConfig:
-            raise _refuse("config", "worker_config_required")
+            raise refuse("config", "worker_config_required")
         elif config.db_url != db_url:
-            raise _refuse("config", "db_url_mismatch")
+            raise refuse("config", "db_url_mismatch")
         self.config = config
         store = open_store(db_url, timeout_seconds=config.timeout_seconds, schema=config.db_schema)
         self._engine = QueueOperations(store, self.queue, config)
@@ -215,7 +212,7 @@ class JobSource(Generic[Claimed]):
         tokens = _batch(claim_tokens, "claim_tokens")
         checked = [_identity(token, "claim_tokens") for token in tokens]
         if len(set(checked)) != len(checked):
-            raise _refuse("claim_tokens", "duplicate_claim_token")
+            raise refuse("claim_tokens", "duplicate_claim_token")
         return await self._engine.claim_owned(owner, checked, self._claimed)
 
     async def _recover_owned_claim(self, owner_id: object, claim_token: object) -> Claimed | None:
@@ -266,7 +263,7 @@ class JobSource(Generic[Claimed]):
         checked = []
         for item in _batch(items, "items", allow_empty=True):
             if type(item) is not tuple or len(item) != 2:
-                raise _refuse("items", "fence_result_pair_required")
+                raise refuse("items", "fence_result_pair_required")
             checked.append((_fence(item[0]), result_json(item[1], self.config.max_payload_bytes)))
         return await self._engine.complete_owned(checked) if checked else []
 
@@ -312,18 +309,18 @@ class JobSource(Generic[Claimed]):
     async def list_jobs(self, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
         """Jobs in creation order, optionally of one status (never their claim tokens)."""
         if status is not None and type(status) is not JobStatus:
-            raise _refuse("status", "job_status_required")
+            raise refuse("status", "job_status_required")
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 10_000:
-            raise _refuse("limit", "integer_out_of_range")
+            raise refuse("limit", "integer_out_of_range")
         return [_info(record) for record in await self._engine.list(status, limit)]
 
     async def purge_finished(self, older_than: dt.timedelta) -> int:
         """Retention: delete unprotected finished jobs that finished longer ago than
         ``older_than`` (database time); protected submissions are kept. Returns the count."""
         if type(older_than) is not dt.timedelta or older_than < dt.timedelta(0):
-            raise _refuse("older_than", "non_negative_timedelta_required")
+            raise refuse("older_than", "non_negative_timedelta_required")
         if older_than > MAX_RETENTION:
-            raise _refuse("older_than", "timedelta_out_of_range")
+            raise refuse("older_than", "timedelta_out_of_range")
         micros = (older_than.days * 86_400 + older_than.seconds) * 1_000_000 + older_than.microseconds
         return await self._engine.purge_finished(micros)
 

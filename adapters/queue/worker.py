@@ -73,9 +73,10 @@ from tenure.model import (
     bounds,
     check_pid,
 )
+from tenure.model.validation import refuse
 
-from .sources import MAX_BATCH, JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource, result_json
 from ..core.store import Listener
+from .sources import MAX_BATCH, JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource, result_json
 
 __all__ = ["Worker", "JobContext", "WorkerStats", "FailJob", "CANCEL_WAIT_S", "MAX_CONCURRENCY"]
 
@@ -303,22 +304,19 @@ def _is_async_callable(handler: object) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 def _seconds(value: object, field: str, *, minimum: float, maximum: float, inclusive: bool) -> float:
     if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
-        raise _refuse(field, "finite_number_required")
+        raise refuse(field, "finite_number_required")
     number = float(value)  # type: ignore[arg-type]
     if number > maximum or number < minimum or (not inclusive and number == minimum):
-        raise _refuse(field, "number_out_of_range")
+        raise refuse(field, "number_out_of_range")
     return number
 
 
 def _count(value: object, field: str, maximum: int) -> int:
     if not bounds.is_strict_int(value) or not 1 <= value <= maximum:  # type: ignore[operator]
-        raise _refuse(field, "integer_out_of_range")
+        raise refuse(field, "integer_out_of_range")
     return value  # type: ignore[return-value]
 
 
@@ -382,13 +380,13 @@ class Worker:
         shutdown_grace_s: float = 30,
     ) -> None:
         if not isinstance(source, (ValidationJobSource, PipelineJobSource, StreamingJobSource)):
-            raise _refuse("source", "job_source_required")
+            raise refuse("source", "job_source_required")
         if not _is_async_callable(handler):
-            raise _refuse("handler", "async_callable_required")
+            raise refuse("handler", "async_callable_required")
         if worker_id is None:
             worker_id = f"{socket.gethostname()[:64]}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         elif type(worker_id) is not str or not bounds.is_identity(worker_id):
-            raise _refuse("worker_id", "identity_required")
+            raise refuse("worker_id", "identity_required")
         self.source = source
         self.handler = handler
         self.worker_id: str = worker_id
@@ -436,9 +434,9 @@ class Worker:
 
     async def _run(self, stop: asyncio.Event, *, until_idle: bool) -> WorkerStats:
         if type(stop) is not asyncio.Event:
-            raise _refuse("stop", "asyncio_event_required")
+            raise refuse("stop", "asyncio_event_required")
         if self._ran:
-            raise _refuse("worker", "already_ran")
+            raise refuse("worker", "already_ran")
         self._ran = True
         log.info("worker started on the %s queue (concurrency %d, batch %d)",
                  self.source.queue.value, self.concurrency, self.batch_size)

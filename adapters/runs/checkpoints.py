@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from typing import TYPE_CHECKING, Any
-
 
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import hop_holds, is_terminal
 from tenure.model import (
-    ConfigValidationError,
     ErrorCode,
     RunStatus,
     TenureError,
@@ -46,7 +45,15 @@ from tenure.model import (
     canonical_json,
     load_json,
 )
-from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_document, check_run_id, check_seq, check_text
+from tenure.model.runs import (
+    MAX_ERROR_CHARS,
+    MAX_RUN_DOCUMENT_BYTES,
+    check_document,
+    check_run_id,
+    check_seq,
+    check_text,
+)
+from tenure.model.validation import refuse
 
 from ..core.store import Transaction
 from .table import CHECKPOINTS_BINDING, CHECKPOINTS_TABLE, RUNS_BINDING, CheckpointRow
@@ -88,8 +95,7 @@ class RecordedOutcome:
     error: str | None
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError("invalid_checkpoint", fields=(field,), problems=(problem,))
+_refuse = functools.partial(refuse, reason="invalid_checkpoint")
 
 
 def recorded_outcome(row: CheckpointRow) -> RecordedOutcome | None:

@@ -30,7 +30,6 @@ import datetime as dt
 import functools
 import hashlib
 import logging
-import re
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -59,12 +58,11 @@ from tenure.kernel.runs.commands import (
 from tenure.kernel.runs.machine import RUNS
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, cancel_frozen_at, key_of
 from tenure.model import (
+    Admission,
     AgentJobRecord,
     AgentJobStatus,
-    Admission,
     BrokerJobState,
     CancelTicket,
-    ConfigValidationError,
     ConsentRecord,
     ConsentStatus,
     DeliveryRecord,
@@ -84,11 +82,12 @@ from tenure.model import (
     hop_key,
 )
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_QUEUE_CHARS, check_priority, check_run_id, check_seq, check_text
+from tenure.model.validation import refuse
 
 from ..agent_jobs.facade import AGENT_JOB_NAMESPACE, AgentJobs, cancelled_result, job_id_for
 from ..consents.facade import Consents
-from ..core.dialects import open_store
 from ..core.engine import Engine
+from ..core.facade import Cursor, Facade
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
 from ..core.urls import parse_db_url
@@ -140,9 +139,6 @@ def legacy_run_id_for(source: str, idempotency_key: str) -> str:
     return str(uuid.uuid5(RUN_ADMISSION_NAMESPACE, f"{source}\n{idempotency_key}"))
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 def _digest(document: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(document).encode("utf-8")).hexdigest()
@@ -154,9 +150,9 @@ def result_text(status: RunStatus, result: Any) -> str | None:
     if result is None:
         return None
     if status is not RunStatus.DONE:
-        raise _refuse("result", "failed_has_no_result")
+        raise refuse("result", "failed_has_no_result")
     if type(result) is not dict:
-        raise _refuse("result", "json_object_required")
+        raise refuse("result", "json_object_required")
     return json_text(result, "result")
 
 
@@ -210,37 +206,24 @@ def public_delivery(row: DeliveryRow) -> DeliveryRecord:
 
 
 def _cursor_of(row: RunRow) -> str:
-    return f"{row.created_at_us}:{row.run_id}"
+    return Cursor.encode(row.created_at_us, row.run_id)
 
 
-_CURSOR_INSTANT = re.compile(r"-?[0-9]{1,19}")
-
-
-def _parse_cursor(cursor: object) -> tuple[int, str]:
-    if type(cursor) is str and ":" in cursor:
-        created, _, run_id = cursor.partition(":")
-        # ASCII digits only ("²".isdigit() is True, int() refuses it), within the instants
-        # a row can hold (a larger one overflows the database's timestamp).
-        if _CURSOR_INSTANT.fullmatch(created) and bounds.is_bounded_text(run_id, 36):
-            instant = int(created)
-            if MIN_INSTANT_US <= instant <= MAX_INSTANT_US:
-                return instant, run_id
-    raise _refuse("after", "cursor_required")
-
-
-class RunLedger:
+class RunLedger(Facade):
     """Runs in one database (SQLite file or PostgreSQL), migrated by ``upgrade``."""
 
+    persistence_code = ErrorCode.RUN_PERSISTENCE_FAILED
+
     def __init__(self, db_url: str, *, timeout_seconds: float = 30.0, db_schema: str | None = None) -> None:
-        if type(timeout_seconds) not in (int, float) or not 0 < timeout_seconds <= bounds.MAX_TIMEOUT_SECONDS:
-            raise _refuse("timeout_seconds", "number_out_of_range")
-        self._engine = Engine(open_store(db_url, timeout_seconds=float(timeout_seconds), schema=db_schema))
-        self.store = self._engine.store
-        self.transactions = RunTransactions(self._engine)
-        """The Run machine's transaction toolkit its sibling facades, recovery and the Run
-        worker share (:mod:`tenure.adapters.runs.transactions`); not an application API."""
+        super().__init__(db_url, timeout_seconds=timeout_seconds, db_schema=db_schema)
         self.database = parse_db_url(db_url).kind.value
         """``sqlite`` or ``postgresql``."""
+
+    def _on(self, engine: Engine) -> None:
+        super()._on(engine)
+        self.transactions = RunTransactions(engine)
+        """The Run machine's transaction toolkit its sibling facades, recovery and the Run
+        worker share (:mod:`tenure.adapters.runs.transactions`); not an application API."""
 
     @functools.cached_property
     def attempts(self) -> AttemptLedger:
@@ -264,16 +247,6 @@ class RunLedger:
         """The workflow checkpoints of this database, on this ledger's connections."""
         return Checkpoints(self.transactions)
 
-    async def close(self) -> None:
-        """Close the ledger's connections. Final: later calls raise ``source_closed``."""
-        await self.store.close()
-
-    async def __aenter__(self) -> RunLedger:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     # --- admission -----------------------------------------------------------------------
 
     async def admit(
@@ -288,17 +261,17 @@ class RunLedger:
         admissions (without one, an admission belongs to every node, as in one
         process). A replay keeps the stored node."""
         if type(intent) is not RunIntent:
-            raise _refuse("intent", "run_intent_required")
+            raise refuse("intent", "run_intent_required")
         if type(workflow) is not WorkflowPin:
-            raise _refuse("workflow", "workflow_pin_required")
+            raise refuse("workflow", "workflow_pin_required")
         queue = check_text(queue, "queue", MAX_QUEUE_CHARS)
         priority = check_priority(priority)
         if idempotency_key is not None:
             check_text(idempotency_key, "idempotency_key", bounds.MAX_IDENTITY_CHARS)
         if type(hold) is not bool or type(session_fence) is not bool:
-            raise _refuse("hold" if type(hold) is not bool else "session_fence", "boolean_required")
+            raise refuse("hold" if type(hold) is not bool else "session_fence", "boolean_required")
         if session_fence and intent.session_id is None:
-            raise _refuse("session_fence", "session_required")
+            raise refuse("session_fence", "session_required")
         if node is not None:
             check_text(node, "node")
         return await self._admit(intent, workflow=workflow, queue=queue, priority=priority,
@@ -347,7 +320,7 @@ class RunLedger:
         if old is None:
             return None
         if not lost_and_retryable(old):
-            raise _refuse("run_id", "run_not_lost")
+            raise refuse("run_id", "run_not_lost")
         key = f"retry:{old.run_id}"
         return await self._admit(old.intent, workflow=old.workflow, queue=old.queue, priority=old.priority,
                                  idempotency_key=key, hold=False, session_fence=False, node=node,
@@ -446,7 +419,7 @@ class RunLedger:
         belong to this Run raises RUN_OWNER_MISMATCH. Hardware waits use
         :meth:`enter_hardware_wait`."""
         if type(kind) is not WaitKind or kind in (WaitKind.HARDWARE, WaitKind.TIMER):
-            raise _refuse("kind", "owner_kind_required")
+            raise refuse("kind", "owner_kind_required")
         owner = check_text(owner_id, "owner_id")
         key = check_run_id(run_id)
         seq = check_seq(enqueue_seq)
@@ -473,16 +446,16 @@ class RunLedger:
         seq = check_seq(enqueue_seq)
         text = state_text(state)
         if (wake_at is None) == (delay_s is None):
-            raise _refuse("wake_at", "wake_at_or_delay_required")
+            raise refuse("wake_at", "wake_at_or_delay_required")
         due_us = None
         if wake_at is not None:
             if type(wake_at) is not dt.datetime or wake_at.utcoffset() is None:
-                raise _refuse("wake_at", "aware_datetime_required")
+                raise refuse("wake_at", "aware_datetime_required")
             due_us = (wake_at - EPOCH) // dt.timedelta(microseconds=1)
             if not MIN_INSTANT_US <= due_us <= MAX_INSTANT_US:
-                raise _refuse("wake_at", "instant_out_of_range")
+                raise refuse("wake_at", "instant_out_of_range")
         elif type(delay_s) not in (int, float) or not 0 <= delay_s <= MAX_TIMER_DELAY_S:  # type: ignore[operator]
-            raise _refuse("delay_s", "number_out_of_range")
+            raise refuse("delay_s", "number_out_of_range")
 
         async def body(tx: Transaction) -> Decision:
             pair = await self.transactions.locked_pair(tx, key)
@@ -528,7 +501,7 @@ class RunLedger:
         """Settle the Run's hop from the outcome its checkpoint records (recovery's
         ``settle_recorded``: the hop finished, then died before it settled)."""
         if not isinstance(outcome, RecordedOutcome):
-            raise _refuse("outcome", "recorded_outcome_required")
+            raise refuse("outcome", "recorded_outcome_required")
         return await self.transactions.settle(run_id, outcome.enqueue_seq, outcome.status, error=outcome.error,
                                   result_json=outcome.result_json)
 
@@ -638,12 +611,12 @@ class RunLedger:
     ) -> RunPage:
         """Runs oldest created first, optionally of one status and one session."""
         if status is not None and type(status) is not RunStatus:
-            raise _refuse("status", "run_status_required")
+            raise refuse("status", "run_status_required")
         if session_id is not None:
             check_text(session_id, "session_id")
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
-            raise _refuse("limit", "integer_out_of_range")
-        cursor = None if after is None else _parse_cursor(after)
+            raise refuse("limit", "integer_out_of_range")
+        cursor = None if after is None else Cursor.parse(after, lambda key: bounds.is_bounded_text(key, 36))
         finder = finders.runs_page(status=status is not None, session=session_id is not None, after=cursor is not None)
         parameters: dict[str, Any] = {}
         if status is not None:

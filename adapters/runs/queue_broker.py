@@ -46,7 +46,6 @@ from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.record import JobRecord
 from tenure.model import (
     BrokerJobState,
-    ConfigValidationError,
     JobStatus,
     QueueClaimFence,
     QueueKind,
@@ -57,11 +56,12 @@ from tenure.model import (
     parse_hop_key,
 )
 from tenure.model.fingerprint import snapshot_submission
+from tenure.model.validation import refuse
 
 from ..core.dialects import open_store
+from ..core.store import Transaction
 from ..queue.operations import QueueOperations
 from ..queue.table import HOPS_BINDING
-from ..core.store import Transaction
 from .broker import BrokerProbe, PerformHop, stop_served_hop
 
 __all__ = ["QueueBroker", "HOP_CONTRACT", "PRIORITY_EPOCH"]
@@ -114,9 +114,6 @@ def _time_ordered_id() -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 def _instant(micros: int | None) -> dt.datetime | None:
     return None if micros is None else dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
@@ -129,10 +126,10 @@ class QueueBroker:
                  heartbeat_seconds: float = 30.0, poll_s: float = 0.05, abort_wait_s: float = 5.0) -> None:
         if isinstance(queues, str) or not queues or not all(bounds.is_bounded_text(q, 50) for q in queues) \
                 or len(set(queues)) != len(queues):
-            raise _refuse("queues", "distinct_queue_names_required")
+            raise refuse("queues", "distinct_queue_names_required")
         for name, value, top in (("poll_s", poll_s, 60), ("abort_wait_s", abort_wait_s, 300)):
             if type(value) not in (int, float) or not 0 < value <= top:
-                raise _refuse(name, "number_out_of_range")
+                raise refuse(name, "number_out_of_range")
         config = WorkerConfig(db_url, lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds,
                               max_attempts=1)
         self._queues = frozenset(queues)
@@ -158,9 +155,9 @@ class QueueBroker:
 
     async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
         if queue not in self._queues:
-            raise _refuse("queue", "queue_not_configured")
+            raise refuse("queue", "queue_not_configured")
         if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
-            raise _refuse("wire_priority", "integer_out_of_range")
+            raise refuse("wire_priority", "integer_out_of_range")
         job = ValidationJob(HOP_CONTRACT, queue, key, fires_at=PRIORITY_EPOCH + dt.timedelta(seconds=wire_priority),
                             max_attempts=1)
         await self._ops.submit_owned(snapshot_submission(QueueKind.VALIDATION, job, key))
@@ -217,7 +214,7 @@ class QueueBroker:
         (the worker's watch stops it when it does not), so a hop that stalled past its
         queue lease but still holds its Run finishes and settles it."""
         if frozenset(queues) != self._queues:
-            raise _refuse("queues", "a_queue_broker_worker_serves_all_its_queues")
+            raise refuse("queues", "a_queue_broker_worker_serves_all_its_queues")
         fences: dict[str, QueueClaimFence] = {}
         lapsed: set[str] = set()
         wake = asyncio.Event()

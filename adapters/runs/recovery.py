@@ -47,15 +47,15 @@ from tenure.kernel.core import Applied
 from tenure.kernel.recovery.table import (
     HELD_ERROR,
     LOST_ERROR,
-    Evidence,
-    evidence_for,
-    latest_owner,
     Action,
+    Evidence,
     Pass,
     Probe,
     Situation,
     Verdict,
     decide,
+    evidence_for,
+    latest_owner,
     verdict_violations,
 )
 from tenure.kernel.runs import finders
@@ -64,7 +64,6 @@ from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunRow, key_of
 from tenure.model import (
     AgentJobRecord,
     BrokerJobState,
-    ConfigValidationError,
     ErrorCode,
     Found,
     LookupFailed,
@@ -76,13 +75,14 @@ from tenure.model import (
     load_json,
 )
 from tenure.model.runs import check_text
+from tenure.model.validation import refuse
 
+from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
+from ..consents.table import CONSENTS_BINDING
 from ..core.failures import persistence_failed
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
-from ..agent_jobs.table import AGENT_JOBS_BINDING
-from ..consents.table import CONSENTS_BINDING
 from .table import DELIVERIES_BINDING, RUNS_BINDING
 
 if TYPE_CHECKING:
@@ -132,9 +132,6 @@ DeleteCheckpoint = Callable[[str], Awaitable[None]]
 CheckpointOutcome = Callable[[str], Awaitable["RecordedOutcome | None"]]
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecoveryPorts:
@@ -164,14 +161,14 @@ class RecoveryPorts:
 
     def __post_init__(self) -> None:
         if not isinstance(self.broker, Broker):
-            raise _refuse("broker", "broker_required")
+            raise refuse("broker", "broker_required")
         for name in ("checkpoint_owner", "contain_job", "observe_attempt", "delete_checkpoint", "checkpoint_outcome"):
             port = getattr(self, name)
             if port is not None and not callable(port):
-                raise _refuse(name, "callable_required")
+                raise refuse(name, "callable_required")
         if self.known_queues is not None:
             if isinstance(self.known_queues, str) or not all(type(q) is str for q in self.known_queues):
-                raise _refuse("known_queues", "queue_names_required")
+                raise refuse("known_queues", "queue_names_required")
             object.__setattr__(self, "known_queues", frozenset(self.known_queues))
 
 
@@ -507,7 +504,7 @@ async def _latest_owner(tx: Transaction, run_id: str) -> tuple[WaitKind, str] | 
 
 def _page_size(value: object) -> int:
     if not bounds.is_strict_int(value) or not 1 <= value <= 1000:  # type: ignore[operator]
-        raise _refuse("page_size", "integer_out_of_range")
+        raise refuse("page_size", "integer_out_of_range")
     return value  # type: ignore[return-value]
 
 
@@ -515,14 +512,14 @@ async def reconcile(ledger: RunLedger, ports: RecoveryPorts, *, node: str, boot_
                     page_size: int, stale_after_s: float) -> RecoveryReport:
     """Startup reconciliation (see :meth:`RunLedger.reconcile`)."""
     if type(ports) is not RecoveryPorts:
-        raise _refuse("ports", "recovery_ports_required")
+        raise refuse("ports", "recovery_ports_required")
     node = check_text(node, "node")
     cutoff_us = _micros(boot_cutoff)
     if cutoff_us is None:
-        raise _refuse("boot_cutoff", "aware_datetime_required")
+        raise refuse("boot_cutoff", "aware_datetime_required")
     size = _page_size(page_size)
     if type(stale_after_s) not in (int, float) or not math.isfinite(stale_after_s) or not 0 <= stale_after_s <= 86400:
-        raise _refuse("stale_after_s", "number_out_of_range")
+        raise refuse("stale_after_s", "number_out_of_range")
     visits = _Visits(ledger, ports, Pass.RECONCILE, node=node, cutoff_us=cutoff_us,
                      stale_after_us=int(stale_after_s * 1_000_000))
     # The seed's order: finish cancellations, clean up after terminal Runs, fence this
@@ -541,7 +538,7 @@ async def reconcile(ledger: RunLedger, ports: RecoveryPorts, *, node: str, boot_
 async def relay(ledger: RunLedger, ports: RecoveryPorts, *, cursor: str | None, page_size: int) -> RecoveryReport:
     """One relay round (see :meth:`RunLedger.relay`)."""
     if type(ports) is not RecoveryPorts:
-        raise _refuse("ports", "recovery_ports_required")
+        raise refuse("ports", "recovery_ports_required")
     size = _page_size(page_size)
     state = _read_cursor(cursor)
     visits = _Visits(ledger, ports, Pass.RELAY, node=None, cutoff_us=None, stale_after_us=0)
@@ -580,7 +577,7 @@ def _read_cursor(cursor: object) -> dict[str, Any]:
     if cursor is None:
         return {}
     if type(cursor) is not str or len(cursor) > 65536:
-        raise _refuse("cursor", "relay_cursor_required")
+        raise refuse("cursor", "relay_cursor_required")
     document: Any = None
     try:
         document = load_json(base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8"))
@@ -589,13 +586,13 @@ def _read_cursor(cursor: object) -> dict[str, Any]:
     kinds = document.get("kinds") if type(document) is dict and document.get("v") == 1 else None
     names = {kind for kind, _ in _RELAY_KINDS}
     if type(kinds) is not dict or not set(kinds) <= names:
-        raise _refuse("cursor", "relay_cursor_required")
+        raise refuse("cursor", "relay_cursor_required")
     for position in kinds.values():
         if not (type(position) is dict and set(position) == {"f", "r", "t"} and _position(position["f"])
                 and type(position["r"]) is list and len(position["r"]) <= _MAX_REVISITS
                 and all(_position(start) for start in position["r"]) and position["t"] in (0, 1)
                 and type(position["t"]) is int):
-            raise _refuse("cursor", "relay_cursor_required")
+            raise refuse("cursor", "relay_cursor_required")
     return kinds
 
 
@@ -605,10 +602,10 @@ async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop
     waiting ``interval_s`` between rounds. A round that raises is restarted after a
     deterministic backoff, ``min(5, 0.1 * 2**failures)`` seconds (failures in a row)."""
     if type(stop) is not asyncio.Event:
-        raise _refuse("stop", "asyncio_event_required")
+        raise refuse("stop", "asyncio_event_required")
     node = check_text(node, "node")
     if type(interval_s) not in (int, float) or not math.isfinite(interval_s) or not 0 <= interval_s <= 3600:
-        raise _refuse("interval_s", "number_out_of_range")
+        raise refuse("interval_s", "number_out_of_range")
     _page_size(page_size)
     cursor: str | None = None
     failures = 0

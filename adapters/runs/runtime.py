@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from tenure.model import ConfigValidationError, TenureError
+from tenure.model import TenureError
+from tenure.model.validation import refuse
 
+from ..nodes.leases import DEFAULT_NODE_LEASE_S, NodeLease
 from .broker import Broker
 from .ledger import RunLedger
-from ..nodes.leases import DEFAULT_NODE_LEASE_S, NodeLease
 from .recovery import RecoveryPorts, RecoveryReport, run_relays
 from .worker import RunWorker, WorkerStopFailed
 
@@ -63,8 +65,7 @@ class ShutdownIncomplete(Exception):
         self.live_tasks = live_tasks
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError("invalid_runtime", fields=(field,), problems=(problem,))
+_refuse = functools.partial(refuse, reason="invalid_runtime")
 
 
 class RunRuntime:

@@ -44,7 +44,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tenure.model import BrokerJobState, ConfigValidationError, bounds, parse_hop_key
+from tenure.model import BrokerJobState, bounds, parse_hop_key
+from tenure.model.validation import refuse
 
 from .broker import BrokerProbe, PerformHop
 
@@ -108,9 +109,6 @@ _STATES = {
 _LIVE = frozenset({"new", "queued", "active", "aborting"})
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError(f"invalid_{field}", fields=(field,), problems=(problem,))
-
 
 def state_of(status: object) -> BrokerJobState | None:
     """The port's state for a SAQ status (None: a status this adapter does not know)."""
@@ -135,14 +133,14 @@ class SaqBroker:
     def __init__(self, dsn: str, *, queues: Sequence[str], min_size: int = 1, max_size: int = 8,
                  abort_wait_s: float = 5.0) -> None:
         if type(dsn) is not str or not dsn.startswith(("postgresql://", "postgres://")):
-            raise _refuse("dsn", "postgresql_url_required")
+            raise refuse("dsn", "postgresql_url_required")
         if isinstance(queues, str) or not queues or not all(bounds.is_bounded_text(q, 200) for q in queues) \
                 or len(set(queues)) != len(queues):
-            raise _refuse("queues", "distinct_queue_names_required")
+            raise refuse("queues", "distinct_queue_names_required")
         if not (bounds.is_strict_int(min_size) and bounds.is_strict_int(max_size) and 1 <= min_size <= max_size <= 100):
-            raise _refuse("pool_size", "integer_out_of_range")
+            raise refuse("pool_size", "integer_out_of_range")
         if type(abort_wait_s) not in (int, float) or not 0 <= abort_wait_s <= 300:
-            raise _refuse("abort_wait_s", "number_out_of_range")
+            raise refuse("abort_wait_s", "number_out_of_range")
         self._dsn = dsn
         self._names = tuple(queues)
         self._sizes = (min_size, max_size)
@@ -164,7 +162,7 @@ class SaqBroker:
             from psycopg_pool import AsyncConnectionPool
             from saq.queue.postgres import PostgresQueue
         except ImportError:
-            raise _refuse("broker", "saq_extra_required") from None
+            raise refuse("broker", "saq_extra_required") from None
         min_size, max_size = self._sizes
         pool = AsyncConnectionPool(self._dsn, kwargs={"autocommit": True}, min_size=min_size, max_size=max_size,
                                    open=False)
@@ -210,7 +208,7 @@ class SaqBroker:
     def queue(self, name: str) -> Any:
         """The connected SAQ queue ``name`` (for a SAQ worker)."""
         if name not in self._queues:
-            raise _refuse("queue", "queue_not_configured")
+            raise refuse("queue", "queue_not_configured")
         return self._queues[name]
 
     # --- the port --------------------------------------------------------------------------
@@ -218,7 +216,7 @@ class SaqBroker:
     async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
         run_id, enqueue_seq = parse_hop_key(key)
         if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
-            raise _refuse("wire_priority", "integer_out_of_range")
+            raise refuse("wire_priority", "integer_out_of_range")
         target = self.queue(queue)
         if await self._find(key) is not None:
             return  # held already (queued, live or finished): publishing again changes nothing
@@ -364,7 +362,7 @@ class SaqBroker:
             if job is not None:
                 return job
         if not self._queues:
-            raise _refuse("broker", "not_connected")
+            raise refuse("broker", "not_connected")
         return None
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import hop_holds

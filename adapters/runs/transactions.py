@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
@@ -45,15 +45,23 @@ from tenure.model import (
     canonical_json,
     load_json,
 )
-from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_document, check_run_id, check_seq, check_text
+from tenure.model.runs import (
+    MAX_ERROR_CHARS,
+    MAX_RUN_DOCUMENT_BYTES,
+    check_document,
+    check_run_id,
+    check_seq,
+    check_text,
+)
 
+from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
+from ..consents.table import CONSENTS_BINDING
 from ..core.engine import Engine, raise_if_conflict
+from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
 from .checkpoints import clear_outcome_in, delete_in
-from ..agent_jobs.table import AGENT_JOBS_BINDING
-from ..consents.table import CONSENTS_BINDING
 from .table import DELIVERIES_BINDING, RUNS_BINDING
 
 __all__ = ["RunTransactions", "consent_evidence", "job_evidence", "attempt_evidence", "parsed_json",
@@ -118,19 +126,9 @@ class RunTransactions:
 
     # --- the one boundary --------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def errors(self) -> AsyncIterator[None]:
+    def errors(self) -> contextlib.AbstractAsyncContextManager[None]:
         """A persistence failure of the shared stores becomes the Run ledger's code."""
-        try:
-            yield
-        except TenureError as error:
-            if error.code is not ErrorCode.QUEUE_PERSISTENCE_FAILED:
-                raise
-            reason = error.reason
-        else:
-            return
-        # Ours replaces the shared store's error: a traceback shows one error, not two.
-        raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, reason) from None
+        return persistence_as(ErrorCode.RUN_PERSISTENCE_FAILED)
 
     async def run(self, body: Callable[[Transaction], Awaitable[T]], *, write: bool = True) -> T:
         """``body`` in one transaction, behind :meth:`errors`."""

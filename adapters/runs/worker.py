@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -43,6 +44,7 @@ from tenure.model import (
     TenureError,
     WaitKind,
 )
+from tenure.model.validation import refuse
 
 from .broker import Broker, HopSource, Touch
 from .ledger import RunLedger, result_text
@@ -73,8 +75,7 @@ class WorkerStopFailed(Exception):
         self.live_tasks = live_tasks
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError("invalid_worker", fields=(field,), problems=(problem,))
+_refuse = functools.partial(refuse, reason="invalid_worker")
 
 
 class RunWorker:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import inspect
 from collections.abc import Awaitable, Callable
@@ -44,7 +45,6 @@ from tenure.kernel.attempts.record import is_terminal as attempt_is_terminal
 from tenure.kernel.runs.machine import owner_decided
 from tenure.model import (
     AgentJobRecord,
-    ConfigValidationError,
     ConsentRecord,
     ErrorCode,
     RunRecord,
@@ -54,6 +54,7 @@ from tenure.model import (
 )
 from tenure.model.attempts import AttemptRecord, AttemptSpec
 from tenure.model.runs import MAX_HOP_RETRIES
+from tenure.model.validation import refuse
 
 from .checkpoints import Checkpoint
 
@@ -77,8 +78,7 @@ class HopLost(BaseException):
     hop holds it): nothing it writes would apply, so it stops."""
 
 
-def _refuse(field: str, problem: str) -> ConfigValidationError:
-    return ConfigValidationError("invalid_workflow", fields=(field,), problems=(problem,))
+_refuse = functools.partial(refuse, reason="invalid_workflow")
 
 
 DEFAULT_HOP_RETRIES = 3

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import re
 
-from tenure.model import TenureError
-
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ..core.migration_report import Check, refuse_if_failed
+from tenure.model import TenureError
+
 from ..core.catalog import CatalogColumn, CatalogIndex, Executor
-from ..queue.table import OWNED_UNIQUE_COLUMNS, TABLE_NAMES, probe_record, queue_codec
+from ..core.migration_report import Check, refuse_if_failed
 from ..core.schema import CLOCK_TABLE, clock_ddl
 from ..core.tables import SQLITE_DIALECT, ColumnSpec, Step, TableSpec, instant_to_sqlite_text, sql_dialect
+from ..queue.table import OWNED_UNIQUE_COLUMNS, TABLE_NAMES, probe_record, queue_codec
 from .store import wall_clock_us
 
 __all__ = ["SQLITE_MIGRATION", "SqliteMigration"]

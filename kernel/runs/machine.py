@@ -48,19 +48,19 @@ from tenure.model import (
 from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule, table_from_rows
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
+from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from .commands import (
     Ack,
     Admitted,
     Claimed,
-    RunCommand,
-    RunCommandType,
     Resumed,
     Rotated,
+    RunCommand,
+    RunCommandType,
     Settled,
     Swept,
     Ticket,
 )
-from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 from .record import (
     DeliveryRow,
     RunPair,

@@ -1,0 +1,116 @@
+"""The shell every facade shares: a ledger's URL, timeout and schema checks, its engine,
+``close`` and ``async with``, one error boundary, and the cursor of its paged listings.
+
+A facade (``AttemptLedger``, ``RunLedger``) owns one engine on one database and answers
+in its own error code: a persistence failure of the shared store
+(``QUEUE_PERSISTENCE_FAILED``) becomes the facade's code with the same reason word,
+raised ``from None`` so a traceback shows one error, not two. Sibling facades reached
+from a ledger (``ledger.attempts``, ``ledger.consents``) run on the same engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import ClassVar, TypeVar
+
+from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
+from tenure.model import ConfigValidationError, ErrorCode, TenureError, bounds
+
+from .dialects import open_store
+from .engine import Engine
+from .store import Store, Transaction
+
+__all__ = ["Facade", "Cursor", "persistence_as"]
+
+T = TypeVar("T")
+F = TypeVar("F", bound="Facade")
+
+
+@contextlib.asynccontextmanager
+async def persistence_as(code: ErrorCode) -> AsyncIterator[None]:
+    """Inside: a persistence failure of the shared stores becomes ``code``, same reason."""
+    try:
+        yield
+    except TenureError as error:
+        if error.code is not ErrorCode.QUEUE_PERSISTENCE_FAILED:
+            raise
+        reason = error.reason
+    else:
+        return
+    # Outside the handler: the store's error never rides along as the context of ours.
+    raise TenureError(code, reason) from None
+
+
+class Facade:
+    """A ledger on one database (SQLite file or PostgreSQL), migrated by ``upgrade``."""
+
+    persistence_code: ClassVar[ErrorCode]
+    """The code this facade's persistence failures carry."""
+
+    _engine: Engine
+    store: Store
+
+    def __init__(self, db_url: str, *, timeout_seconds: float = 30.0, db_schema: str | None = None) -> None:
+        if type(timeout_seconds) not in (int, float) or not 0 < timeout_seconds <= bounds.MAX_TIMEOUT_SECONDS:
+            raise ConfigValidationError("invalid_timeout_seconds", fields=("timeout_seconds",),
+                                        problems=("number_out_of_range",))
+        self._on(Engine(open_store(db_url, timeout_seconds=float(timeout_seconds), schema=db_schema)))
+
+    def _on(self, engine: Engine) -> None:
+        self._engine = engine
+        self.store = engine.store
+
+    @classmethod
+    def on_engine(cls: type[F], engine: Engine) -> F:
+        """This facade on another facade's engine (the same database and connections;
+        closing that facade closes this one's store)."""
+        facade = cls.__new__(cls)
+        facade._on(engine)
+        return facade
+
+    async def close(self) -> None:
+        """Close the connections. Final: later calls raise ``source_closed``."""
+        await self.store.close()
+
+    async def __aenter__(self: F) -> F:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def errors(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """The one boundary: persistence failures inside become :attr:`persistence_code`."""
+        return persistence_as(self.persistence_code)
+
+    async def run(self, body: Callable[[Transaction], Awaitable[T]], *, write: bool = True) -> T:
+        """``body`` in one transaction, behind :meth:`errors`."""
+        async with self.errors():
+            return await self.store.run(body, write=write)
+
+
+_CURSOR_INSTANT = re.compile(r"-?[0-9]{1,19}")
+
+
+class Cursor:
+    """The position after a listing's last item: ``<created_at_us>:<id>`` (oldest first,
+    ties by ID). A cursor that does not parse is refused ``after`` ``cursor_required``."""
+
+    @staticmethod
+    def encode(created_at_us: int, key: str) -> str:
+        return f"{created_at_us}:{key}"
+
+    @staticmethod
+    def parse(cursor: object, key_is_valid: Callable[[str], bool]) -> tuple[int, str]:
+        if type(cursor) is str and ":" in cursor:
+            created, _, key = cursor.partition(":")
+            # ASCII digits only ("²".isdigit() is True, int() refuses it), within the
+            # instants a row can hold (a larger one overflows the database's timestamp).
+            if _CURSOR_INSTANT.fullmatch(created) and key_is_valid(key):
+                instant = int(created)
+                if MIN_INSTANT_US <= instant <= MAX_INSTANT_US:
+                    return instant, key
+        raise ConfigValidationError("invalid_after", fields=("after",), problems=("cursor_required",))
+
+
