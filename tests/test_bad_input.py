@@ -451,7 +451,7 @@ async def test_run_ledger_methods_refuse_bad_input_before_any_database_work_with
 def test_every_public_run_ledger_method_has_a_bad_input_case() -> None:
     from tenure.adapters import RunLedger
 
-    public = {name for name in vars(RunLedger) if not name.startswith("_") and callable(getattr(RunLedger, name))}
+    public = {name for name in dir(RunLedger) if not name.startswith("_") and callable(getattr(RunLedger, name))}
     assert public - {method for method, _, _ in RUN_LEDGER_CASES} == {"close", "database_now"}  # no input
 
 

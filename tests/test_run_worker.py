@@ -197,6 +197,37 @@ async def test_a_run_parks_on_consent_and_its_resumed_hop_finishes_it(ledger: Ru
         await runner.stop(5)
 
 
+async def test_a_hop_whose_park_commits_before_it_hears_back_is_counted_parked_not_lost(
+    ledger: RunLedger, broker: Faulty, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The park commits, then its answer is slow to come back (a loaded machine): the
+    worker's watch reads the Run as AWAITING_CONSENT meanwhile. That Run was parked by
+    this very hop, so the hop must not be cancelled as lost (it was, once, under load)."""
+    seen: list[Any] = []
+    flows, pin = consent_flow(seen)
+    original = RunLedger.park
+    committed = asyncio.Event()
+
+    async def park_then_stall(self: RunLedger, *args: Any, **kwargs: Any) -> bool:
+        parked = await original(self, *args, **kwargs)
+        committed.set()
+        await asyncio.sleep(WATCH_S * 10)  # several watch rounds see the parked Run
+        return parked
+
+    monkeypatch.setattr(RunLedger, "park", park_then_stall)
+    runner = worker(ledger, broker, flows)
+    await runner.start()
+    try:
+        run_id = await admit(ledger, pin, {"to": "ops"})
+        assert await ledger.publish(run_id, 0, broker)
+        await asyncio.wait_for(committed.wait(), 15)
+        await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
+        await until(lambda: _true(runner.outcomes["parked"] + runner.outcomes["lost"] == 1))
+        assert (runner.outcomes["parked"], runner.outcomes["lost"]) == (1, 0)
+    finally:
+        await runner.stop(5)
+
+
 async def test_a_denied_consent_fails_the_run_with_the_exception_type_only(ledger: RunLedger, broker: Faulty) -> None:
     flows, pin = consent_flow([])
     runner = worker(ledger, broker, flows)

@@ -71,15 +71,15 @@ from tenure.model import (
     bounds,
     canonical_json,
     json_problem,
-    load_json,
 )
 from tenure.model.attempts import MAX_REFS, check_reason, check_refs
 from tenure.model.validation import refuse
 
-from ..core.engine import raise_if_conflict
+from ..core.engine import Engine, raise_if_conflict
 from ..core.facade import Cursor, Facade
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
+from ..core.tables import json_column
 from ..runs.table import RUNS_BINDING, RUNS_TABLE
 from .table import ATTEMPTS_BINDING
 
@@ -185,25 +185,9 @@ async def _run_closed(tx: Transaction, run_id: str | None) -> bool:
     return bool(runs) and not opens_owners(runs[0])
 
 
-def _parsed(text: str | None) -> Any:
-    if text is None:
-        return None
-    value: Any = _UNREADABLE
-    try:
-        value = load_json(text)
-    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
-        pass  # raised below, outside the handler
-    if value is _UNREADABLE:
-        raise persistence_failed("corrupt_row")
-    return value
-
-
-_UNREADABLE = object()
-
-
 def _public(row: AttemptRow) -> AttemptRecord:
-    binding_fields = _parsed(row.binding_json)
-    revisions = _parsed(row.policy_revisions_json)
+    binding_fields = json_column(row.binding_json)
+    revisions = json_column(row.policy_revisions_json)
     binding: CapabilityBinding | ToolBinding | None = None
     try:
         if type(binding_fields) is dict and binding_fields.get("kind") == "tool":
@@ -223,7 +207,7 @@ def _public(row: AttemptRow) -> AttemptRecord:
         purpose=row.purpose, consent_decision=row.consent_decision, policy_revisions=revisions,
         reservation=row.reservation, state=row.state, provider_job_id=row.provider_job_id,
         transmissions=row.transmissions, progress_cursor=row.progress_cursor, result_refs=row.result_refs,
-        diagnostic_refs=row.diagnostic_refs, usage=_parsed(row.usage_json), cost=_parsed(row.cost_json),
+        diagnostic_refs=row.diagnostic_refs, usage=json_column(row.usage_json), cost=json_column(row.cost_json),
         warnings=row.warnings, cancel_requested=row.cancel_requested, evidence=row.evidence,
         reservation_released=row.reservation_released, created_at_us=row.created_at_us,
         updated_at_us=row.updated_at_us,
@@ -239,9 +223,15 @@ class AttemptLedger(Facade):
 
     persistence_code = ErrorCode.ATTEMPT_PERSISTENCE_FAILED
 
+    @classmethod
+    def on_engine(cls, engine: Engine) -> AttemptLedger:
+        """An attempt ledger on another ledger's engine (the same database and
+        connections; closing that ledger closes this one's store)."""
+        return cls._on_engine(engine)
+
     async def _decide(self, attempt_id: object, command: AttemptCommand, *, write: bool = True) -> Decision:
         key = _identity(attempt_id, "attempt_id")
-        async with self.errors():
+        async with self._errors():
             decisions = await self._engine.on_keys(
                 ATTEMPTS_BINDING, [(key, command)], finders.by_keys, write=write, raise_conflicts=True
             )
@@ -277,7 +267,7 @@ class AttemptLedger(Facade):
             raise_if_conflict(binding, decision)
             return decision
 
-        async with self.errors():
+        async with self._errors():
             decision = await self.store.run(body, write=True)
         reply = decision.reply if isinstance(decision, Applied) else None
         if not isinstance(reply, Prepared):
@@ -395,7 +385,7 @@ class AttemptLedger(Facade):
         async def body(tx: Transaction) -> list[AttemptRow]:
             return await tx.read(ATTEMPTS_BINDING, [key])
 
-        async with self.errors():
+        async with self._errors():
             found = await self.store.run(body, write=False)
         return _public(found[0]) if found else None
 
@@ -412,7 +402,7 @@ class AttemptLedger(Facade):
             return await tx.find(binding, finders.unresolved_after,
                                  {"after_created": cursor[0], "after_id": cursor[1]}, limit + 1)
 
-        async with self.errors():
+        async with self._errors():
             rows = await self.store.run(body, write=False)
         items = tuple(_public(row) for row in rows[:limit])
         next_cursor = _cursor_of(rows[limit - 1]) if len(rows) > limit else None

@@ -63,7 +63,7 @@ class Facade:
         self.store = engine.store
 
     @classmethod
-    def on_engine(cls: type[F], engine: Engine) -> F:
+    def _on_engine(cls: type[F], engine: Engine) -> F:
         """This facade on another facade's engine (the same database and connections;
         closing that facade closes this one's store)."""
         facade = cls.__new__(cls)
@@ -80,13 +80,13 @@ class Facade:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def errors(self) -> contextlib.AbstractAsyncContextManager[None]:
+    def _errors(self) -> contextlib.AbstractAsyncContextManager[None]:
         """The one boundary: persistence failures inside become :attr:`persistence_code`."""
         return persistence_as(self.persistence_code)
 
-    async def run(self, body: Callable[[Transaction], Awaitable[T]], *, write: bool = True) -> T:
-        """``body`` in one transaction, behind :meth:`errors`."""
-        async with self.errors():
+    async def _run(self, body: Callable[[Transaction], Awaitable[T]], *, write: bool = True) -> T:
+        """``body`` in one transaction, behind :meth:`_errors`."""
+        async with self._errors():
             return await self.store.run(body, write=write)
 
 

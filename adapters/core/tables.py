@@ -42,6 +42,7 @@ from tenure.model import ErrorCode, TenureError
 from tenure.model.json_values import load_json
 
 __all__ = [
+    "json_column",
     "column",
     "one_of",
     "Binding",
@@ -61,6 +62,27 @@ __all__ = [
     "qualified",
     "sql_dialect",
 ]
+
+
+def json_column(text: str | None, code: ErrorCode = ErrorCode.QUEUE_PERSISTENCE_FAILED) -> Any:
+    """A stored JSON column as a value (None stays None): the one reader of every JSON
+    text column. Text that is not JSON, or nests deeper than tenure reads, is a row
+    written outside tenure: ``TenureError(code, "corrupt_row")``, raised outside the
+    parser's handler (its message would quote the text). ``code`` is the reading
+    facade's, for records built outside its error boundary."""
+    if text is None:
+        return None
+    value: Any = _UNREADABLE
+    try:
+        value = load_json(text)
+    except ValueError:  # JsonProblem
+        pass
+    if value is _UNREADABLE:
+        raise TenureError(code, "corrupt_row")
+    return value
+
+
+_UNREADABLE = object()
 
 
 def corrupt() -> TenureError:

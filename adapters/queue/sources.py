@@ -33,7 +33,6 @@ from tenure.model import (
     check_pid,
     freeze_envelope,
     json_problem,
-    load_json,
     snapshot_submission,
     text_problem,
 )
@@ -41,6 +40,7 @@ from tenure.model.validation import refuse
 
 from ..core.dialects import open_store
 from ..core.failures import persistence_failed
+from ..core.tables import json_column
 from .operations import QueueOperations
 from .table import envelope_of
 
@@ -325,23 +325,6 @@ class JobSource(Generic[Claimed]):
         return await self._engine.purge_finished(micros)
 
 
-_UNREADABLE = object()
-
-
-def _stored_result(text: str | None) -> Any:
-    """The stored result (pycharter stores a missing one as JSON ``null``)."""
-    if text is None:
-        return None
-    value: Any = _UNREADABLE
-    try:
-        value = load_json(text)
-    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
-        pass  # raised below, outside the handler: the parser's error quotes the text
-    if value is _UNREADABLE:
-        raise persistence_failed("corrupt_row")
-    return value
-
-
 def _info(record: JobRecord) -> JobInfo:
     fires_at = _instant(record.fires_at_us)
     created_at = _instant(record.created_at_us)
@@ -365,7 +348,7 @@ def _info(record: JobRecord) -> JobInfo:
         cancel_requested=record.cancel_requested,
         pid=record.pid,
         error=record.error_message,
-        result=_stored_result(record.result_json),
+        result=json_column(record.result_json),  # pycharter stores a missing result as JSON null
         dlq_record_id=record.dlq_record_id,
         job=envelope_of(record),
     )

@@ -40,10 +40,8 @@ from tenure.kernel.runs.record import hop_holds, is_terminal
 from tenure.model import (
     ErrorCode,
     RunStatus,
-    TenureError,
     WaitKind,
     canonical_json,
-    load_json,
 )
 from tenure.model.runs import (
     MAX_ERROR_CHARS,
@@ -56,6 +54,7 @@ from tenure.model.runs import (
 from tenure.model.validation import refuse
 
 from ..core.store import Transaction
+from ..core.tables import json_column
 from .table import CHECKPOINTS_BINDING, CHECKPOINTS_TABLE, RUNS_BINDING, CheckpointRow
 
 if TYPE_CHECKING:
@@ -147,17 +146,9 @@ async def delete_in(tx: Transaction, run_id: str) -> None:
 
 def _public(row: CheckpointRow) -> Checkpoint:
     saved = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=row.saved_at_us)
-    state: Any = _UNREADABLE
-    try:
-        state = load_json(row.state_json)
-    except ValueError:  # JsonProblem: not JSON, or nested deeper than tenure reads
-        pass  # raised below, outside the handler: nothing of the row rides along
-    if state is _UNREADABLE:
-        raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "corrupt_row")
+    state = json_column(row.state_json, ErrorCode.RUN_PERSISTENCE_FAILED)
     return Checkpoint(row.run_id, row.enqueue_seq, row.owner_kind, row.owner_id, state, saved)
 
-
-_UNREADABLE = object()
 
 
 class Checkpoints:

@@ -40,10 +40,8 @@ from tenure.model import (
     ConfigValidationError,
     ErrorCode,
     RunStatus,
-    TenureError,
     WaitKind,
     canonical_json,
-    load_json,
 )
 from tenure.model.runs import (
     MAX_ERROR_CHARS,
@@ -61,6 +59,7 @@ from ..core.engine import Engine, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
+from ..core.tables import json_column
 from .checkpoints import clear_outcome_in, delete_in
 from .table import DELIVERIES_BINDING, RUNS_BINDING
 
@@ -84,16 +83,9 @@ def attempt_evidence(row: AttemptRow) -> OwnerEvidence:
 
 
 def parsed_json(text: str | None) -> Any:
-    """A JSON column of a Run-side table as a value (None stays None). A stored text that
-    is not JSON, or nests deeper than tenure reads, raises ``RUN_PERSISTENCE_FAILED``
-    ``corrupt_row`` (public records are built outside the transaction)."""
-    if text is None:
-        return None
-    try:
-        return load_json(text)
-    except ValueError:  # JsonProblem
-        pass  # raised below, outside the handler: nothing of the row rides along
-    raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "corrupt_row")
+    """A JSON column of a Run-side table as a value (the core's :func:`json_column`, in
+    the Run ledger's code: public records are built outside the transaction)."""
+    return json_column(text, ErrorCode.RUN_PERSISTENCE_FAILED)
 
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

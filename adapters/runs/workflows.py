@@ -185,6 +185,9 @@ class RunContext:
     _ledger: RunLedger
     _broker: Broker
     parked: bool = False
+    """Set as this hop starts to park, before the park commits: from then on the worker's
+    watch leaves the hop alone (a Run that no longer holds its hop because the hop itself
+    parked it is no lost hop). A park the ledger refuses ends the hop with ``HopLost``."""
     checkpointed: bool = False
     """This hop wrote a checkpoint (so a finished Run has one to delete)."""
     _steps: dict[str, Any] | None = None
@@ -240,9 +243,9 @@ class RunContext:
         if not await self._ledger.checkpoints.save(self.run_id, self.enqueue_seq, state=state, owner_kind=kind,
                                                    owner_id=owner_id):
             raise HopLost()
+        self.parked = True  # before the commit: the watch must not read the parked Run as lost
         if not await self._ledger.park(self.run_id, self.enqueue_seq, kind=kind, owner_id=owner_id):
             raise HopLost()
-        self.parked = True
 
     async def _refire(self, owner_id: str) -> NoReturn:
         # An owner decided before the park (a preauthorized consent, a job that ended
@@ -314,9 +317,9 @@ class RunContext:
     async def _sleep(self, name: str | None, state: Any, **due: Any) -> NoReturn:
         timer = f"sleep:{self.enqueue_seq}" if name is None else name
         self.checkpointed = True
+        self.parked = True  # before the commit: the watch must not read the parked Run as lost
         if not await self._ledger.park_timer(self.run_id, self.enqueue_seq, name=timer, state=state, **due):
             raise HopLost()
-        self.parked = True
         await self._refire(timer)  # a timer already due resumes now
 
     @property
