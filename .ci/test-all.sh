@@ -5,7 +5,7 @@
 # 2. pycharter 0.0.67 in .venv-pycharter (tests/test_pycharter.py drives it as a real client);
 #    PostgreSQL from Debian's packages if missing, and a throwaway server on a free
 #    loopback port (stopped on exit; a missing server is a failure, never a skip);
-# 3. the pytest suite (python -P: see tests/test_layout.py) and, alongside it,
+# 3. the pytest suite in four processes (python -P: see tests/test_layout.py) and, alongside it,
 #    CrossHair over the kernel contracts (a counterexample fails the run);
 # 4. the wheel, built once, installed into a clean environment, every module imported.
 set -euo pipefail
@@ -27,6 +27,7 @@ if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 step "pycharter 0.0.67 in its own environment (the real-client adoption test)"
 if [ ! -x .venv-pycharter/bin/python ]; then "$PYTHON" -m venv .venv-pycharter; fi
 .venv-pycharter/bin/python -m pip install -q 'pycharter==0.0.67' 'psycopg[binary]' 2> >(grep -v "is ignored" >&2)
+touch .venv-pycharter/ready  # tests/test_pycharter.py builds it only when this is missing
 
 step "postgresql"
 eval "$(bash .ci/pg-start.sh)"
@@ -43,9 +44,12 @@ CROSSHAIR_LOG=$(mktemp)
     --per_condition_timeout=3 --report_all "$ROOT/kernel" ) >"$CROSSHAIR_LOG" 2>&1 &
 CROSSHAIR_PID=$!
 
-step "pytest"
+step "pytest (four worker processes; each test's databases are its own)"
 export CI=${CI:-true}
-.venv/bin/python -P -m pytest -q
+# Four processes on two cores: much of the suite waits (on PostgreSQL, on subprocesses,
+# on leases running out), so more workers than cores keep both busy. worksteal hands
+# the long tail (lockstep runs, mutants, chaos) to whichever worker is free.
+.venv/bin/python -P -m pytest -q -n "${PYTEST_WORKERS:-4}" --dist worksteal --durations=30
 
 step "crosshair result"
 # A condition CrossHair could not even start (a precondition it cannot meet, or one that

@@ -13,6 +13,7 @@ protected rows exist and, once none do, leaves exactly pycharter's schema.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pathlib
@@ -38,10 +39,15 @@ def pycharter_python() -> pathlib.Path:
     """pycharter's interpreter, installed into its own environment when missing (it has
     dependencies of its own that must not enter tenure's test environment)."""
     python = PYCHARTER_VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(PYCHARTER_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PYCHARTER_REQUIREMENTS], check=True,
-                       stdout=subprocess.DEVNULL)
+    # Test processes run in parallel (pytest-xdist): one builds the environment, the
+    # others wait on the lock and find it built.
+    with open(ROOT / ".venv-pycharter.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (PYCHARTER_VENV / "ready").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(PYCHARTER_VENV)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *PYCHARTER_REQUIREMENTS], check=True,
+                           stdout=subprocess.DEVNULL)
+            (PYCHARTER_VENV / "ready").touch()
     return python
 
 
