@@ -109,15 +109,19 @@ Guard = Callable[[Any, Any, int], bool]
 Effect = Callable[[Any, Any, int], Applied[Any]]
 
 
+StateT = TypeVar("StateT", bound=enum.Enum)
+CommandT = TypeVar("CommandT", bound=enum.Enum)
+
+
 def table_from_rows(
-    rows: Sequence[Row], states: type[enum.Enum], commands: type[enum.Enum]
-) -> dict[tuple[enum.Enum, enum.Enum], tuple[Rule, ...]]:
+    rows: Sequence[Row], states: type[StateT], commands: type[CommandT]
+) -> dict[tuple[StateT, CommandT], tuple[Rule, ...]]:
     """The lookup table of ``rows``, each ``(state, command)`` list in row order.
 
     Raises ValueError (at import: a programmer error) unless every pair of a state and
     a command is present and every list ends with an ``always`` guard.
     """
-    table: dict[tuple[enum.Enum, enum.Enum], list[Rule]] = {}
+    table: dict[tuple[Any, Any], list[Rule]] = {}
     for row in rows:
         for source in row.sources:
             target = source if row.target is SAME else row.target
@@ -195,19 +199,22 @@ class Rewrite:
 class Machine:
     """Everything the shared engine, the spec checker and the tests need of a machine.
 
-    ``table``, ``guards`` and ``effects`` are the machine module's own dictionaries (a
-    deliberately broken kernel in the tests patches them in place). ``outcomes`` maps
-    each refusal to the error code a caller gets, or None for a negative answer.
+    A machine module declares its rows, guards, effects, outcomes and invariant checks
+    and builds the machine with :meth:`define`, which derives the table from the rows
+    and refuses an incomplete declaration at import. ``table``, ``guards`` and
+    ``effects`` are the machine module's own dictionaries (a deliberately broken kernel
+    in the tests patches them in place). ``outcomes`` maps each refusal to the error
+    code a caller gets, or None for a negative answer.
     """
 
     name: str
     states: type[enum.Enum]
     commands: type[enum.Enum]
     rows: tuple[Row, ...]
-    table: Mapping[tuple[enum.Enum, enum.Enum], tuple[Rule, ...]]
+    table: dict[tuple[Any, Any], tuple[Rule, ...]]
     guards: Mapping[str, Guard]
     effects: Mapping[str, Effect]
-    outcomes: Mapping[enum.Enum, ErrorCode | None]
+    outcomes: Mapping[Any, ErrorCode | None]
     state_of: Callable[[Any], enum.Enum]
     record_violations: Callable[[Any], list[str]]
     transition_violations: Callable[[Any, Any, int, Decision], list[str]]
@@ -217,6 +224,42 @@ class Machine:
     """Effects that are a fixed change of fields (:class:`Rewrite`), by effect name: a
     store may apply one to rows the kernel has not seen yet (a claim in one statement),
     and the effect itself is defined by the same data, so the two cannot differ."""
+
+    @classmethod
+    def define(
+        cls, *, name: str, states: type[enum.Enum], commands: type[enum.Enum], rows: tuple[Row, ...],
+        guards: Mapping[str, Guard], effects: Mapping[str, Effect], outcomes: Mapping[Any, ErrorCode | None],
+        state_of: Callable[[Any], enum.Enum], record_violations: Callable[[Any], list[str]],
+        transition_violations: Callable[[Any, Any, int, Decision], list[str]], initial: enum.Enum,
+        rewrites: Mapping[str, Rewrite] | None = None,
+    ) -> Machine:
+        """The machine of these declarations. Raises ValueError (at import: a programmer
+        error) unless the rows make a total table (:func:`table_from_rows`), every guard
+        and effect a row names is declared, every refusal a row gives has an outcome,
+        and every rewrite is the effect of the same name."""
+        table = table_from_rows(rows, states, commands)
+        named_guards = {row.guard for row in rows}
+        named_effects = {row.outcome for row in rows if isinstance(row.outcome, str)}
+        refusals = {row.outcome for row in rows if not isinstance(row.outcome, str)}
+        problems = [
+            *(f"guard {guard!r} is not declared" for guard in sorted(named_guards - set(guards))),
+            *(f"effect {effect!r} is not declared" for effect in sorted(named_effects - set(effects))),
+            *(f"refusal {refusal} has no outcome" for refusal in refusals if refusal not in outcomes),
+            *(f"rewrite {effect!r} is no effect" for effect in sorted(set(rewrites or {}) - set(effects))),
+        ]
+        if problems:
+            raise ValueError(f"machine {name}: " + "; ".join(problems))
+        return cls(name=name, states=states, commands=commands, rows=rows, table=table, guards=guards,
+                   effects=effects, outcomes=outcomes, state_of=state_of, record_violations=record_violations,
+                   transition_violations=transition_violations, initial=initial, rewrites=rewrites or {})
+
+    def select_rule(self, record: Any, command: Any, now_us: int) -> Rule:
+        """:func:`select_rule` on this machine."""
+        return select_rule(self, record, command, now_us)
+
+    def decide(self, record: Any, command: Any, now_us: int) -> Decision:
+        """:func:`decide` on this machine."""
+        return decide(self, record, command, now_us)
 
 
 def select_rule(machine: Machine, record: Any, command: Any, now_us: int) -> Rule:

@@ -110,3 +110,26 @@ def test_a_job_is_complete_only_with_a_terminal_status_and_its_own_result() -> N
     assert not job_complete(_job("j", 1, AgentJobStatus.SUCCEEDED, {"job_id": "other", "status": "succeeded"}))
     broken = dataclasses.replace(_job("j", 1, AgentJobStatus.SUCCEEDED), result_json="{not json")
     assert not job_complete(broken)
+
+
+def test_a_machine_is_refused_at_definition_when_a_row_names_what_is_not_declared() -> None:
+    import dataclasses as dc
+
+    from tenure.kernel.consents import machine as consents
+
+    declared = {field.name: getattr(consents.CONSENTS, field.name) for field in dc.fields(consents.CONSENTS)}
+    declared.pop("table")
+    assert consents.CONSENTS.table is consents.TABLE  # mutants patch the module's table in place
+    rebuilt = type(consents.CONSENTS).define(**declared)
+    assert rebuilt.table == consents.TABLE
+    guard = consents.ROWS[0].guard
+    with pytest.raises(ValueError, match="is not declared"):
+        type(consents.CONSENTS).define(**{**declared, "guards": {k: v for k, v in declared["guards"].items() if k != guard}})
+    command = consents.ROWS[0].command
+    with pytest.raises(ValueError, match="not total"):  # one command's rows left out
+        type(consents.CONSENTS).define(**{**declared, "rows": tuple(row for row in declared["rows"]
+                                                                    if row.command is not command)})
+    refusal = next(row.outcome for row in consents.ROWS if not isinstance(row.outcome, str))
+    with pytest.raises(ValueError, match="has no outcome"):
+        type(consents.CONSENTS).define(**{**declared, "outcomes": {k: v for k, v in declared["outcomes"].items()
+                                                                    if k != refusal}})

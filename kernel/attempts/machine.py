@@ -40,7 +40,7 @@ from typing import Any
 
 from tenure.model import TERMINAL_ATTEMPT_STATES, AttemptState, ErrorCode
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule, table_from_rows
+from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
 from .commands import (
@@ -435,9 +435,6 @@ ROWS: tuple[Row, ...] = (
     Row(_TERMINAL, C.RELEASE_RESERVATION, "always", SAME, "release"),
 )
 
-TABLE: dict[tuple[AttemptStep, AttemptCommandType], tuple[Rule, ...]] = table_from_rows(  # type: ignore[assignment]
-    ROWS, AttemptStep, AttemptCommandType
-)
 
 
 # --- transition rules (checked by the contracts and by the tests) -----------------------
@@ -537,20 +534,22 @@ def _transition_violations(record: Any, command: Any, now_us: int, decision: Dec
     return transition_violations(record, command, now_us, decision)
 
 
-ATTEMPTS = Machine(
+ATTEMPTS = Machine.define(
     name="attempts",
     states=AttemptStep,
     commands=AttemptCommandType,
     rows=ROWS,
-    table=TABLE,  # type: ignore[arg-type]
     guards=GUARDS,
     effects=EFFECTS,
-    outcomes=OUTCOMES,  # type: ignore[arg-type]
+    outcomes=OUTCOMES,
     state_of=step_of,
     record_violations=record_violations,
     transition_violations=_transition_violations,
     initial=AttemptStep.ABSENT,
 )
+
+TABLE: dict[tuple[AttemptStep, AttemptCommandType], tuple[Rule, ...]] = ATTEMPTS.table
+"""The machine's lookup table, built from ``ROWS`` (a broken kernel in the tests patches it in place)."""
 """The service-attempt machine, as the shared engine and the table tests see it."""
 
 
