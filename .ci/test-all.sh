@@ -2,10 +2,10 @@
 # The whole test suite, from a fresh clone on a fresh machine:
 #   bash .ci/test-all.sh
 # 1. a virtual environment (.venv) with tenure and its test dependencies;
-# 2. pycharter 0.0.67 in .venv-pycharter (tests/test_pycharter.py drives it as a real client);
+# 2. pycharter 0.0.67 in .venv-pycharter (tests/adapters/core/test_pycharter.py drives it as a real client);
 #    PostgreSQL from Debian's packages if missing, and a throwaway server on a free
 #    loopback port (stopped on exit; a missing server is a failure, never a skip);
-# 3. the pytest suite in four processes (python -P: see tests/test_layout.py) and, alongside it,
+# 3. the pytest suite in four processes (python -P: see tests/adapters/core/test_layout.py) and, alongside it,
 #    CrossHair over the kernel contracts (a counterexample fails the run);
 # 4. the wheel, built once, installed into a clean environment, every module imported.
 set -euo pipefail
@@ -27,7 +27,7 @@ if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 step "pycharter 0.0.67 in its own environment (the real-client adoption test)"
 if [ ! -x .venv-pycharter/bin/python ]; then "$PYTHON" -m venv .venv-pycharter; fi
 .venv-pycharter/bin/python -m pip install -q 'pycharter==0.0.67' 'psycopg[binary]' 2> >(grep -v "is ignored" >&2)
-touch .venv-pycharter/ready  # tests/test_pycharter.py builds it only when this is missing
+touch .venv-pycharter/ready  # tests/adapters/core/test_pycharter.py builds it only when this is missing
 
 step "postgresql"
 eval "$(bash .ci/pg-start.sh)"

@@ -22,7 +22,7 @@ the reference time means the decision rests on ``now < x``: the window's end bec
 ``x``; one that failed means ``now >= x``: the window's start becomes ``x``. Adding a
 constant keeps the dependency (``now + lease`` is a Moment with an offset); anything else
 that would hide it (multiplying, formatting, subtracting the time from a constant) is
-refused, and the caller decides the ordinary way instead. ``tests/test_ahead.py`` holds
+refused, and the caller decides the ordinary way instead. ``tests/kernel/test_ahead.py`` holds
 every machine to this: at every instant of the window the ordinary decision equals the
 window's decision, and at the edges of the guards' window the guards flip.
 

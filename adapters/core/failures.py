@@ -56,7 +56,7 @@ REASONS: dict[str, str] = {
     "invariant_broken": "a decision would have stored a record breaking the kernel's invariants (a bug: nothing was written)",
 }
 """Every reason a ``QUEUE_PERSISTENCE_FAILED`` error can carry, and what it means.
-README.md's reason table lists exactly these (tests/test_failures.py holds them equal)."""
+README.md's reason table lists exactly these (tests/adapters/core/test_failures.py holds them equal)."""
 
 RETRY_SAFE: frozenset[str] = frozenset(
     {"connection_refused", "timeout", "connection_lost", "unavailable", "constraint_violated", "deadlock"}

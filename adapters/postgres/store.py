@@ -235,7 +235,7 @@ def _instant(expression: str) -> str:
 
 _CLOCK_AFTER_LOCKS = "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked)"
 """The clock, read in an aggregate over the locked rows: only once every lock is held
-(tests/test_ahead_postgres.py replaces it with a clock read first and sees stale writes)."""
+(tests/adapters/core/test_ahead_postgres.py replaces it with a clock read first and sees stale writes)."""
 
 
 def _as_text(binding: Binding, udt: Mapping[str, str], column: str) -> bool:
@@ -708,7 +708,7 @@ class _Connections:
     to keep): a connection is only handed out again when its transaction ended cleanly
     (committed or rolled back) and it is still open; any other connection is terminated
     and replaced by a fresh one on demand. Idle connections stay open until the store is
-    closed (there is no idle timeout). tests/test_postgres.py holds these rules.
+    closed (there is no idle timeout). tests/adapters/core/test_postgres.py holds these rules.
 
     Waiting for a free slot and connecting run under the caller's deadline.
     """

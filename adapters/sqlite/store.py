@@ -129,7 +129,7 @@ async def _run(
     failure: Exception | None = None
     try:
         # aiosqlite's own way of running a function in its thread (every public method
-        # goes through it); tests/test_sqlite_store.py pins that it exists.
+        # goes through it); tests/adapters/core/test_sqlite_store.py pins that it exists.
         return await connection._execute(lambda: _statement(connection._conn, sql, parameters))  # type: ignore[no-any-return, no-untyped-call]  # noqa: SLF001
     except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass
         failure = error

@@ -12,7 +12,7 @@ is kept, a reservation is never released while INDETERMINATE.
 from __future__ import annotations
 
 # Names used only inside the pre/post lines below: CrossHair evaluates those lines in
-# this module's namespace (tests/test_contracts.py fails if one goes missing).
+# this module's namespace (tests/kernel/test_contracts.py fails if one goes missing).
 from tenure.model import AttemptState  # noqa: F401
 
 from ..core import Decision, Refused  # noqa: F401

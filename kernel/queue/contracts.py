@@ -19,7 +19,7 @@ from __future__ import annotations
 
 # Names used only inside the pre/post lines below: CrossHair evaluates those lines in
 # this module's namespace, so they must be imported here even though no code uses them
-# (tests/test_contracts.py fails if one goes missing).
+# (tests/kernel/test_contracts.py fails if one goes missing).
 from tenure.model import JobStatus  # noqa: F401
 
 from .commands import (

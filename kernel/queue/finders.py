@@ -1,7 +1,7 @@
 """Which stored rows a queue command meets, as data.
 
 Each :class:`~tenure.kernel.core.Finder` here is a predicate over queue records that the
-adapters compile to SQL; ``tests/test_finders.py`` holds each to exactly the rows its
+adapters compile to SQL; ``tests/kernel/test_finders.py`` holds each to exactly the rows its
 kernel guard accepts (for example, ``eligible`` selects a row exactly when a claim of it
 is not refused as ineligible). The ``meets`` functions say which of the located rows a
 submission meets; the engine and the lockstep model both use them, so which row a

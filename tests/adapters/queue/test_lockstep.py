@@ -1,0 +1,504 @@
+"""Kernel-backed model and real databases in lockstep.
+
+One Hypothesis ``RuleBasedStateMachine`` drives the same operations through the public
+job sources of a real store and through the model in ``lockstep_model.py``; after every
+step the replies must agree and every persisted row must equal the model's record. The
+machine takes a store factory, so every database runs the same suite. The database
+time each transaction sampled is observed and handed to the model, so the model
+decides with exactly the clock the database used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, invariant, multiple, rule, run_state_machine_as_test
+
+import adapter_support
+from lockstep_harness import COUNTERS, Counter, LockstepBase, budget, run_lockstep
+from lockstep_harness import machine_for as harness_machine_for
+from lockstep_model import Model
+from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource
+from tenure.adapters.queue.operations import QueueOperations
+from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.kernel.queue import finders
+from tenure.model import (
+    PipelineJob,
+    QueueClaimFence,
+    QueueKind,
+    StreamingJob,
+    ValidationJob,
+    WorkerConfig,
+    canonical_json,
+    freeze_envelope,
+    snapshot_submission,
+)
+
+SOURCES = {
+    QueueKind.VALIDATION: ValidationJobSource,
+    QueueKind.PIPELINE: PipelineJobSource,
+    QueueKind.STREAMING: StreamingJobSource,
+}
+OWNERS = ["worker-a", "worker-b", "Worker-A"]
+TOKENS = [f"token-{n}" for n in range(10)]
+SUBMISSIONS = [f"sub-{n}" for n in range(6)]
+LEASE_SHIFT_US = 7_200_000_000
+CONTENTION_STEPS_PER_RUN = 2
+"""Lock-contention steps per run: each waits tens of milliseconds for a real lock."""
+
+
+def envelope(queue: QueueKind, variant: int, authored_id: str | None, key: str | None, force: bool) -> Any:
+    """A small family of requests: equal arguments give equal content."""
+    if queue is QueueKind.VALIDATION:
+        return ValidationJob("orders", "1", f"source-{variant}", options={"v": variant}, job_id=authored_id,
+                             idempotency_key=key, max_attempts=2 + variant % 2)
+    if queue is QueueKind.PIPELINE:
+        return PipelineJob({"steps": [variant]}, {"v": str(variant)}, job_id=authored_id, idempotency_key=key,
+                           run_id=None if authored_id is None else f"run-{authored_id}", max_attempts=2)
+    return StreamingJob("orders", str(variant % 2), {"v": str(variant)}, force=force, job_id=authored_id, max_attempts=2)
+
+
+class LockstepMachine(LockstepBase):
+    """The owned queue's lockstep; subclassed per database (see ``machine_for``)."""
+
+    machine_name = "queue"
+    fences = Bundle("fences")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = WorkerConfig(self.db_url, lease_seconds=60, heartbeat_seconds=20, backoff_base_ms=0, backoff_max_ms=0)
+        self.model = Model(self.config)
+        self.contention_steps = 0
+        self.ids = itertools.count(1)
+        self.next_job_id = ""
+        self.next_run_id = ""
+        self.sources: dict[QueueKind, Any] = {}
+        for queue, source_type in SOURCES.items():
+            source = source_type(self.db_url, self.config)
+            engine: QueueOperations = source._engine
+            engine._new_job_id = lambda: self.next_job_id
+            engine._new_run_id = lambda: self.next_run_id
+            engine.store.observe_time = self.clock.seen.append
+            self.sources[queue] = source
+
+    def close_resources(self) -> None:
+        for source in self.sources.values():
+            self.runner.run(source.close())
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def fresh_ids(self) -> None:
+        n = next(self.ids)
+        self.next_job_id = f"job-{n:05d}"
+        self.next_run_id = f"run{n:05d}"
+
+    def claimed_view(self, record: Any) -> Any:
+        return None if record is None else self.sources[record.queue]._claimed(record)
+
+    def known_ids(self, queue: QueueKind) -> list[str]:
+        return sorted(self.model.rows[queue]) + ["job-missing"]
+
+    # --- submissions ----------------------------------------------------------------------
+
+    @rule(
+        queue=st.sampled_from(QueueKind), submission=st.sampled_from(SUBMISSIONS), variant=st.integers(0, 2),
+        authored_id=st.none() | st.sampled_from(["a-1", "a-2"]), key=st.none() | st.sampled_from(["k-1", "k-2"]),
+        force=st.booleans(),
+    )
+    def submit_owned(self, queue: QueueKind, submission: str, variant: int, authored_id: str | None, key: str | None, force: bool) -> None:
+        request = envelope(queue, variant, authored_id, key, force)
+        self.fresh_ids()
+        actual = self.run(self.sources[queue].submit_owned(request, submission_id=submission))
+        snap = snapshot_submission(queue, request, submission)
+        expected = self.model.submit_owned(snap, self.next_job_id, self.next_run_id, self.clock.take())
+        self.expect(actual, expected)
+
+    @rule(
+        queue=st.sampled_from(QueueKind), variant=st.integers(0, 2),
+        authored_id=st.none() | st.sampled_from(["a-1", "a-3"]), key=st.none() | st.sampled_from(["k-1", "k-3"]),
+        force=st.booleans(),
+    )
+    def submit_legacy(self, queue: QueueKind, variant: int, authored_id: str | None, key: str | None, force: bool) -> None:
+        request = envelope(queue, variant, authored_id, key, force)
+        self.fresh_ids()
+        actual = self.run(self.sources[queue].submit(request))
+        frozen = freeze_envelope(queue, request)
+        expected = self.model.submit_legacy(frozen, self.next_job_id, self.next_run_id, self.clock.take())
+        self.expect(actual, expected)
+
+    # --- claims ---------------------------------------------------------------------------
+
+    @rule(target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS), token=st.sampled_from(TOKENS))
+    def claim_owned(self, queue: QueueKind, owner: str, token: str) -> Any:
+        actual = self.run(self.sources[queue].claim_next_owned(owner, claim_token=token))
+        expected = self.model.claim_owned(queue, owner, [token], self.clock.take())
+        if expected[0] == "ok":
+            expected = ("ok", self.claimed_view(expected[1][0]) if expected[1] else None)
+        self.expect(actual, expected)
+        return actual[1].claim_fence if actual[0] == "ok" and actual[1] is not None else QueueClaimFence(
+            queue, "job-missing", owner, 1, token
+        )
+
+    @rule(
+        target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS),
+        tokens=st.lists(st.sampled_from(TOKENS), min_size=1, max_size=3, unique=True),
+    )
+    def claim_batch(self, queue: QueueKind, owner: str, tokens: list[str]) -> Any:
+        actual = self.run(self.sources[queue].claim_batch_owned(owner, claim_tokens=tokens))
+        expected = self.model.claim_owned(queue, owner, tokens, self.clock.take())
+        if expected[0] == "ok":
+            expected = ("ok", [self.claimed_view(record) for record in expected[1]])
+        self.expect(actual, expected)
+        if actual[0] == "ok" and actual[1]:
+            return multiple(*(claimed.claim_fence for claimed in actual[1]))
+        return multiple()
+
+    @rule(batch=st.lists(fences, min_size=1, max_size=3), data=st.data())
+    def fenced_batch(self, batch: list[QueueClaimFence], data: st.DataObject) -> None:
+        """complete_many_owned / heartbeat_many_owned on one queue's source, whatever the
+        fences' own queues (a fence of another queue must simply refuse itself)."""
+        queue = batch[0].queue
+        source = self.sources[queue]
+        if data.draw(st.booleans(), label="complete (else heartbeat)"):
+            results = [data.draw(st.sampled_from([None, {"n": index}]), label="result") for index in range(len(batch))]
+            actual = self.run(source.complete_many_owned(list(zip(batch, results))))
+            items = [(fence, {"result_json": None if r is None else canonical_json(r)}) for fence, r in zip(batch, results)]
+            expected = self.model.fenced_many(queue, "complete", items, self.clock.take())
+        else:
+            actual = self.run(source.heartbeat_many_owned(batch))
+            expected = self.model.fenced_many(queue, "heartbeat", [(fence, {}) for fence in batch], self.clock.take())
+        self.expect(actual, expected)
+
+    @rule(data=st.data())
+    def batch_waits_for_a_row_locked_elsewhere(self, data: st.DataObject) -> None:
+        """Another session holds one row of a batch locked while the batch runs: a
+        lock-only holder, or an updating one that moves the row's lease to end during
+        the hold. The batch waits for the lock and must then decide every row with a
+        database time read after its last lock: the time the model is handed may not be
+        earlier than the moment the lock was released. The batch is the fences of rows
+        that were claimed with a token (current or stale), so it meets real rows."""
+        with_tokens = {
+            queue: sorted((r for r in self.model.rows[queue].values() if r.claim_token is not None), key=lambda r: r.job_id)
+            for queue in QueueKind
+        }
+        # Two rows at least: a single row's lock wait is tests/adapters/core/test_postgres.py's; the
+        # batch is where a clock read between two locks hides.
+        queues = [queue for queue in QueueKind if len(with_tokens[queue]) >= 2]
+        if not queues or self.contention_steps >= CONTENTION_STEPS_PER_RUN:
+            return
+        queue = data.draw(st.sampled_from(queues), label="queue")
+        claimed = with_tokens[queue]
+        chosen = data.draw(
+            st.lists(st.sampled_from(claimed), min_size=2, max_size=3, unique_by=lambda r: r.job_id), label="rows"
+        )
+        batch = [QueueClaimFence(queue, r.job_id, r.owner_id or "", r.generation, r.claim_token or "") for r in chosen]
+        held = data.draw(st.sampled_from(sorted(fence.job_id for fence in batch)), label="row held elsewhere")
+        updating = data.draw(st.booleans(), label="the holder moves the lease")
+        complete = data.draw(st.booleans(), label="complete (else heartbeat)")
+        self.contention_steps += 1
+        source = self.sources[queue]
+        if complete:
+            items = [(fence, {"n": index}) for index, fence in enumerate(batch)]
+            call: Callable[[], Any] = lambda: source.complete_many_owned(items)
+        else:
+            call = lambda: source.heartbeat_many_owned(batch)
+        holder = adapter_support.RowHolder(self.database, self.db_url, queue, held, lease_ends_in_us=10_000 if updating else None)
+        actual = self.run(holder.while_held(call))
+        now = self.clock.take()
+        assert holder.released_at_us is not None
+        assert now >= holder.released_at_us, "the database time was read before the batch's last row lock"
+        if holder.new_lease_us is not None:
+            self.model.set_lease(queue, held, holder.new_lease_us)
+        if complete:
+            model_items = [(fence, {"result_json": canonical_json({"n": index})}) for index, fence in enumerate(batch)]
+            expected = self.model.fenced_many(queue, "complete", model_items, now)
+        else:
+            expected = self.model.fenced_many(queue, "heartbeat", [(fence, {}) for fence in batch], now)
+        self.expect(actual, expected)
+
+    @rule(queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS))
+    def claim_legacy(self, queue: QueueKind, owner: str) -> None:
+        actual = self.run(self.sources[queue].claim_next(owner))
+        expected = self.model.claim_legacy(queue, owner, self.clock.take())
+        if expected[0] == "ok":
+            expected = ("ok", self.claimed_view(expected[1]))
+        self.expect(actual, expected)
+
+    @rule(target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS), token=st.sampled_from(TOKENS))
+    def recover(self, queue: QueueKind, owner: str, token: str) -> Any:
+        actual = self.run(self.sources[queue].recover_owned_claim(owner, claim_token=token))
+        expected = self.model.recover(queue, owner, token, self.clock.take())
+        expected = ("ok", self.claimed_view(expected[1]))
+        self.expect(actual, expected)
+        return actual[1].claim_fence if actual[1] is not None else QueueClaimFence(queue, "job-missing", owner, 1, token)
+
+    # --- fenced writes ----------------------------------------------------------------------
+
+    @rule(fence=fences, data=st.data())
+    def fenced_write(self, fence: QueueClaimFence, data: st.DataObject) -> None:
+        queue = fence.queue
+        if data.draw(st.booleans(), label="near-miss fence"):
+            fence = data.draw(st.sampled_from([
+                dataclasses.replace(fence, owner_id=fence.owner_id.upper()),
+                dataclasses.replace(fence, generation=fence.generation + 1),
+                dataclasses.replace(fence, claim_token=fence.claim_token + " "),
+            ]), label="changed fence")
+        kinds = ["heartbeat", "complete", "fail"]
+        if queue is QueueKind.STREAMING:
+            kinds += ["set_pid", "read_state", "acknowledge_cancel"]
+        kind = data.draw(st.sampled_from(kinds), label="operation")
+        source = self.sources[queue]
+        arguments: dict[str, Any] = {}
+        if kind == "heartbeat":
+            actual = self.run(source.heartbeat_owned(fence))
+        elif kind == "complete":
+            result = data.draw(st.sampled_from([None, {"rows": 3}, {"nested": [1, "two"]}]), label="result")
+            arguments["result_json"] = None if result is None else canonical_json(result)
+            actual = self.run(source.complete_owned(fence, result))
+        elif kind == "fail":
+            arguments.update(error="boom", retry=data.draw(st.booleans(), label="retry"))
+            if queue is not QueueKind.STREAMING:
+                arguments["dlq_record_id"] = data.draw(st.none() | st.just("dlq-1"), label="dlq")
+                actual = self.run(source.fail_owned(fence, "boom", retry=arguments["retry"], dlq_record_id=arguments["dlq_record_id"]))
+            else:
+                actual = self.run(source.fail_owned(fence, "boom", retry=arguments["retry"]))
+        elif kind == "set_pid":
+            arguments["pid"] = data.draw(st.integers(1, 9), label="pid")
+            actual = self.run(source.set_pid_owned(fence, arguments["pid"]))
+        elif kind == "read_state":
+            actual = self.run(source.get_owned_state(fence))
+        else:
+            actual = self.run(source.acknowledge_cancel_owned(fence))
+        expected = self.model.fenced(queue, fence, kind, self.clock.take(), **arguments)
+        self.expect(actual, self._as_reply(kind, expected))
+
+    def _as_reply(self, kind: str, expected: tuple[Any, ...]) -> tuple[Any, ...]:
+        from tenure.kernel import Applied, StreamingStateReply
+        from tenure.model import OwnedStreamingState
+
+        if expected[0] != "ok":
+            return expected
+        decision = expected[1]
+        if kind == "read_state":
+            if isinstance(decision, Applied) and isinstance(decision.reply, StreamingStateReply):
+                return ("ok", OwnedStreamingState(decision.reply.cancel_requested, decision.reply.pid))
+            return ("ok", None)
+        return ("ok", isinstance(decision, Applied))
+
+    # --- administrative and legacy by-ID operations ------------------------------------------
+
+    @rule(queue=st.sampled_from(QueueKind), data=st.data())
+    def by_id(self, queue: QueueKind, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from(self.known_ids(queue)), label="job")
+        kinds = ["heartbeat", "complete", "fail", "delete", "cancel"]
+        if queue is QueueKind.STREAMING:
+            kinds.append("set_pid")
+        kind = data.draw(st.sampled_from(kinds), label="operation")
+        source = self.sources[queue]
+        owner = data.draw(st.sampled_from(OWNERS), label="owner")
+        retry = data.draw(st.booleans(), label="retry")
+        calls = {
+            "heartbeat": lambda: source.heartbeat(job_id, owner),
+            "complete": lambda: source.complete(job_id, {"legacy": True}),
+            "fail": lambda: source.fail(job_id, "legacy", retry=retry),
+            "delete": lambda: source.delete_job(job_id),
+            "cancel": lambda: source.cancel(job_id),
+            "set_pid": lambda: source.set_pid(job_id, 7),
+        }
+        actual = self.run(calls[kind]())
+        model_kind = {"cancel": "request_cancel" if queue is QueueKind.STREAMING else "cancel_admin"}.get(kind, kind)
+        expected = self.model.legacy(
+            queue, job_id, model_kind, self.clock.take(), owner=owner, retry=retry, error="legacy",
+            result_json='{"legacy":true}', pid=7,
+        )
+        self.expect(actual, self._as_reply(kind, expected))
+
+    @rule(queue=st.sampled_from(QueueKind), older_than_s=st.sampled_from([0, 3600]))
+    def purge(self, queue: QueueKind, older_than_s: int) -> None:
+        import datetime as dt
+
+        actual = self.run(self.sources[queue].purge_finished(dt.timedelta(seconds=older_than_s)))
+        expected = self.model.purge(queue, older_than_s * 1_000_000, self.clock.take())
+        self.expect(actual, expected)
+
+    # --- the clock and the adversary ----------------------------------------------------------
+
+    @rule(queue=st.sampled_from(QueueKind), data=st.data())
+    def lease_runs_out(self, queue: QueueKind, data: st.DataObject) -> None:
+        """The worker stalls: move a live lease two hours into the past in both worlds."""
+        claimed = sorted(job_id for job_id, r in self.model.rows[queue].items() if r.lease_expires_at_us is not None)
+        if not claimed:
+            return
+        job_id = data.draw(st.sampled_from(claimed), label="stalled job")
+        adapter_support.expire_lease(self.db_url, queue, job_id, LEASE_SHIFT_US)
+        self.model.move_lease(queue, job_id, LEASE_SHIFT_US)
+        self.counter.steps += 1
+
+    @rule(fence=fences)
+    def heartbeat_racing_a_privileged_write(self, fence: QueueClaimFence) -> None:
+        """Another writer changes the row after the engine read it: the compare-and-set must
+        refuse to overwrite it with a decision made on the old row.
+
+        On PostgreSQL a heartbeat is one decided-ahead statement, with no moment between
+        its read and its write; the other writer's change lands just before it, after the
+        row was last seen. The statement must then decide on the row as changed (one
+        serial order: the other write, then the heartbeat), never write a decision made
+        on the row it remembered."""
+        queue = fence.queue
+        if fence.job_id not in self.model.rows[queue]:
+            return
+        before_interference = self.model.rows[queue][fence.job_id]
+        marker = f"interfered-{next(self.ids)}"
+        with adapter_support.interfering_after_load(self.database, queue, marker):
+            actual = self.run(self.sources[queue].heartbeat_owned(fence))
+        if self.database == "postgresql":
+            self.model.interfere(queue, fence.job_id, marker)
+            self.expect(actual, self._as_reply("heartbeat", self.model.fenced(queue, fence, "heartbeat", self.clock.take())))
+            return
+        now = self.clock.take()
+        from tenure.kernel import Applied, ClaimFence, HeartbeatOwned, decide
+
+        decision = decide(before_interference, HeartbeatOwned(fence=ClaimFence.of(fence), lease_us=self.config.lease_us), now)
+        if isinstance(decision, Applied) and decision.new_record != before_interference:
+            expected: tuple[Any, ...] = ("error", "queue_persistence_failed", "row_changed")
+        else:
+            self.model.interfere(queue, fence.job_id, marker)
+            expected = ("ok", isinstance(decision, Applied))
+        self.expect(actual, expected)
+
+    # --- after every step -----------------------------------------------------------------------
+
+    @invariant()
+    def every_row_equals_the_model(self) -> None:
+        async def dump() -> dict[QueueKind, dict[str, Any]]:
+            store = self.sources[QueueKind.VALIDATION]._engine.store
+            async with store.transaction(write=False) as tx:
+                return {
+                    queue: {record.job_id: record
+                            for record in await tx.find(QUEUE_BINDINGS[queue], finders.all_rows, {}, 10_000)}
+                    for queue in QueueKind
+                }
+
+        stored = self.runner.run(dump())
+        for queue in QueueKind:
+            assert stored[queue] == self.model.rows[queue], queue
+
+
+def machine_for(database: str, *, only: frozenset[str] | None = None) -> type[LockstepBase]:
+    return harness_machine_for(LockstepMachine, database, only=only)
+
+
+LOCKSTEP_STEPS = budget({"sqlite": 20_000, "postgresql": 10_000})
+"""Steps CI runs per database (``TENURE_LOCKSTEP_STEPS=N`` overrides; see README)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
+def test_kernel_model_and_database_stay_in_lockstep(
+    database: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    adapter_support.prepare_machine_databases(database, request)
+    summary = run_lockstep(machine_for(database), LOCKSTEP_STEPS[database])
+    with capsys.disabled():
+        print("\n" + summary)
+
+
+@pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
+def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
+    database: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A mutant store whose UPDATE matches the row by ID alone (no compare-and-set) must
+    make the lockstep fail: the racing-write rule exposes the lost update."""
+    import re
+
+    from tenure.adapters.core import store as shared_store
+
+    adapter_support.prepare_machine_databases(database, request)
+    module = shared_store  # every store takes its statements through SharedFinders
+    original = module.statements_for
+
+    def without_compare_and_set(binding: Any, caps: Any, schema: str | None = None) -> Any:
+        statements = original(binding, caps, schema)
+        update = re.sub(r"WHERE id = :old_key AND .* RETURNING", "WHERE id = :old_key RETURNING", statements.update)
+        assert update != statements.update
+        return dataclasses.replace(statements, update=update)
+
+    monkeypatch.setattr(module, "statements_for", without_compare_and_set)
+    expected = "row_changed"
+    if database == "postgresql":
+        # A heartbeat is one decided-ahead statement there: its compare-and-set is the
+        # pre-image comparison, which the mutant drops too. The racing write is then
+        # overwritten by a decision made on the row last seen, and the stored row (or
+        # the reply) departs from the model.
+        from tenure.adapters.postgres import store as postgres_store
+
+        original_ahead = postgres_store._ahead_sql.__wrapped__
+        original_one = postgres_store._ahead_one_sql.__wrapped__
+
+        def without_pre_image(*arguments: Any) -> str:
+            sql = original_ahead(*arguments)
+            blind = re.sub(r"WHEN w\.present THEN l\.(\w+) IS NOT NULL AND .*? ELSE", r"WHEN w.present THEN l.\1 IS NOT NULL ELSE", sql)
+            assert blind != sql
+            return blind
+
+        def one_without_pre_image(*arguments: Any) -> str:
+            sql = original_one(*arguments)
+            blind = re.sub(r"EXISTS \(SELECT 1 FROM locked l WHERE .*?\) ELSE", "EXISTS (SELECT 1 FROM locked l) ELSE", sql)
+            assert blind != sql
+            return blind
+
+        monkeypatch.setattr(postgres_store, "_ahead_sql", without_pre_image)
+        monkeypatch.setattr(postgres_store, "_ahead_one_sql", one_without_pre_image)
+        expected = "QueueKind|adapter"
+    COUNTERS[f"queue:{database}"] = Counter()
+    with pytest.raises(AssertionError, match=expected):
+        run_state_machine_as_test(
+            machine_for(database),
+            settings=settings(
+                max_examples=300, stateful_step_count=30, deadline=None,
+                suppress_health_check=list(HealthCheck), database=None, derandomize=True,
+                phases=[Phase.generate], report_multiple_bugs=False,
+            ),
+        )
+
+
+@pytest.mark.parametrize("database", ["postgresql"])
+def test_the_lockstep_catches_a_batch_that_reads_the_clock_before_its_last_row_lock(
+    database: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A mutant store that reads the clock as soon as the first row is locked (the shape
+    tenure shipped before: the clock in the projection over the locked rows) must make
+    the lockstep fail: the lock-contention rule sees a database time from before the
+    batch's last lock was released. (SQLite has no such mutant: its write lock covers
+    every row at once, before the clock is read.)"""
+    adapter_support.prepare_machine_databases(database, request)
+    module = adapter_support.store_module(database)
+
+    def clock_at_the_first_lock(locking_select: str) -> str:
+        return (
+            f"WITH locked AS MATERIALIZED ({locking_select}) "
+            "SELECT clock_timestamp() AS now, locked.* FROM (SELECT 1) AS one LEFT JOIN locked ON true"
+        )
+
+    monkeypatch.setattr(module, "_with_clock", clock_at_the_first_lock)
+    # Batches are decided-ahead statements: their clock read before the locks, too.
+    monkeypatch.setattr(module, "_CLOCK_AFTER_LOCKS", "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
+    module.clear_statement_cache()  # statements built with the clock are cached
+    request.addfinalizer(module.clear_statement_cache)
+    COUNTERS[f"queue:{database}"] = Counter()
+    focused = machine_for(database, only=frozenset({"submit_owned", "claim_owned", "batch_waits_for_a_row_locked_elsewhere"}))
+    with pytest.raises(AssertionError, match="read before the batch's last row lock"):
+        run_state_machine_as_test(
+            focused,
+            settings=settings(
+                max_examples=200, stateful_step_count=40, deadline=None,
+                suppress_health_check=list(HealthCheck), database=None, derandomize=True,
+                phases=[Phase.generate], report_multiple_bugs=False,
+            ),
+        )

@@ -1,0 +1,184 @@
+"""Deciding ahead (tenure.kernel.ahead), for every registered machine: the window a
+decision made ahead carries is exactly where its guards hold, the decision at every
+instant inside it equals the ordinary decision, and its record keeps the invariants
+throughout. One suite, parameterized by machine (tests/support/machines.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from machines import MACHINES, MachineUnderTest
+from tenure.kernel.ahead import DEFAULT_SPAN_US, Ahead, AheadUnsupported, Moment, Window, decide_ahead
+from tenure.kernel.core import Applied, decide, select_rule
+
+MACHINE_NAMES = sorted(MACHINES)
+
+
+def _situation(under_test: MachineUnderTest, data: st.DataObject) -> tuple[Any, Any, int]:
+    """A situation whose time is often right at one of the record's instants (where a
+    guard flips), not only where the machine's strategy put it."""
+    record, command, now = data.draw(under_test.situations())
+    if record is not None:
+        instants = sorted({value for field, value in vars_of(record).items() if field.endswith("_us") and type(value) is int})
+        if instants:
+            edge = data.draw(st.sampled_from(instants), label="edge")
+            now = data.draw(st.sampled_from([now, edge - 1, edge, edge + 1]), label="now")
+    return record, command, now
+
+
+def vars_of(record: Any) -> dict[str, Any]:
+    return {field: getattr(record, field) for field in record.__dataclass_fields__}
+
+
+def _violations(under_test: MachineUnderTest, record: Any) -> set[str]:
+    return set(under_test.machine.record_violations(record)) if record is not None else set()
+
+
+def _made_ahead(under_test: MachineUnderTest, record: Any, command: Any, now: int) -> Ahead | None:
+    """The decision made ahead, or None where the machine may decline: a machine whose
+    record nests rows makes only the decisions that leave its record unchanged ahead."""
+    ahead = decide_ahead(under_test.machine, record, command, now)
+    if ahead is None and not under_test.decides_every_change_ahead:
+        ordinary = decide(under_test.machine, record, command, now)
+        assert isinstance(ordinary, Applied) and ordinary.new_record != record, "only a change may be declined"
+        return None
+    assert ahead is not None, "every decision of this machine can be made ahead"
+    return ahead
+
+
+@pytest.mark.parametrize("name", MACHINE_NAMES)
+@settings(max_examples=400)
+@given(data=st.data())
+def test_a_decision_made_ahead_equals_the_ordinary_decision_everywhere_in_its_window(
+    name: str, data: st.DataObject
+) -> None:
+    under_test = MACHINES[name]
+    machine = under_test.machine
+    record, command, now = _situation(under_test, data)
+    ahead = _made_ahead(under_test, record, command, now)
+    if ahead is None:
+        return
+    start, end = ahead.not_before_us, ahead.not_after_us
+    assert start <= now < end
+    assert now - DEFAULT_SPAN_US <= start and end <= now + DEFAULT_SPAN_US
+    assert ahead.rule_not_before_us <= start and end <= ahead.rule_not_after_us
+    inside = data.draw(st.integers(start, end - 1), label="inside")
+    allowed = _violations(under_test, record)
+    for instant in {start, end - 1, inside, now}:
+        assert ahead.at(instant) == decide(machine, record, command, instant), instant
+        decided = ahead.at(instant)
+        if isinstance(decided, Applied) and decided.new_record is not None:
+            assert _violations(under_test, decided.new_record) <= allowed, instant
+
+
+@pytest.mark.parametrize("name", MACHINE_NAMES)
+@settings(max_examples=400)
+@given(data=st.data())
+def test_the_guards_flip_at_the_edges_of_the_window_they_imply(name: str, data: st.DataObject) -> None:
+    under_test = MACHINES[name]
+    machine = under_test.machine
+    record, command, now = _situation(under_test, data)
+    ahead = _made_ahead(under_test, record, command, now)
+    if ahead is None:
+        return
+    rule = select_rule(machine, record, command, now)
+    if ahead.rule_not_before_us > now - DEFAULT_SPAN_US:
+        assert select_rule(machine, record, command, ahead.rule_not_before_us - 1) != rule
+    if ahead.rule_not_after_us < now + DEFAULT_SPAN_US:
+        assert select_rule(machine, record, command, ahead.rule_not_after_us) != rule
+
+
+@pytest.mark.parametrize("name", MACHINE_NAMES)
+@settings(max_examples=200)
+@given(data=st.data())
+def test_the_time_dependent_fields_of_a_decision_made_ahead_move_with_the_time(
+    name: str, data: st.DataObject
+) -> None:
+    under_test = MACHINES[name]
+    record, command, now = _situation(under_test, data)
+    ahead = _made_ahead(under_test, record, command, now)
+    if ahead is None or not ahead.relative:
+        return
+    later = data.draw(st.integers(now, ahead.not_after_us - 1), label="later")
+    at_now, at_later = ahead.at(now), ahead.at(later)
+    assert isinstance(at_now, Applied) and isinstance(at_later, Applied)
+    for field, offset in ahead.relative.items():
+        assert getattr(at_now.new_record, field) == now + offset
+        assert getattr(at_later.new_record, field) == later + offset
+
+
+def test_a_change_to_a_record_that_nests_rows_is_declined_rather_than_made_with_the_time_frozen() -> None:
+    # The Run pair nests its rows: a claim's times sit inside the Run and its delivery,
+    # where a window's offsets cannot reach them, so the decision is made the ordinary way.
+    from run_strategies import NOW, base_run, delivery_for
+    from tenure.kernel.runs.commands import Claim, Release
+    from tenure.kernel.runs.machine import RUNS
+    from tenure.kernel.runs.record import RunPair
+    from tenure.model import DeliveryState
+
+    run = base_run()
+    pair = RunPair(run, (delivery_for(run, DeliveryState.PUBLISHED),))
+    assert decide_ahead(RUNS, pair, Claim(enqueue_seq=0, node="node-a"), NOW) is None
+    refused = decide_ahead(RUNS, pair, Release(enqueue_seq=0), NOW)  # not held: a refusal, made ahead
+    assert refused is not None and refused.decision == decide(RUNS, pair, Release(enqueue_seq=0), NOW)
+
+
+# --- the Moment itself ---------------------------------------------------------------------
+
+
+def _moment(reference: int = 1_000, offset: int = 0) -> tuple[Moment, Window]:
+    window = Window(0, 10_000)
+    return Moment(reference + offset, offset, window), window
+
+
+@pytest.mark.parametrize(
+    ("compare", "holds", "window"),
+    [
+        (lambda m: m < 1_500, True, (0, 1_500)),
+        (lambda m: m < 900, False, (900, 10_000)),
+        (lambda m: m <= 1_500, True, (0, 1_501)),
+        (lambda m: m <= 900, False, (901, 10_000)),
+        (lambda m: m > 900, True, (901, 10_000)),
+        (lambda m: m > 1_500, False, (0, 1_501)),
+        (lambda m: m >= 900, True, (900, 10_000)),
+        (lambda m: m >= 1_500, False, (0, 1_500)),
+        (lambda m: 1_500 > m, True, (0, 1_500)),
+        (lambda m: 900 <= m, True, (900, 10_000)),
+        (lambda m: m == 1_000, True, (1_000, 1_001)),
+        (lambda m: m == 900, False, (901, 10_000)),
+        (lambda m: m == 1_500, False, (0, 1_500)),
+        (lambda m: m + 100 < 1_050, False, (950, 10_000)),
+        (lambda m: m - 100 >= 950, False, (0, 1_050)),
+        (lambda m: max(800, m) == m, True, (801, 10_000)),
+    ],
+)
+def test_each_comparison_with_the_time_narrows_the_window_to_where_it_holds(
+    compare: Any, holds: bool, window: tuple[int, int]
+) -> None:
+    moment, recorded = _moment()
+    assert compare(moment) is holds
+    assert (recorded.start, recorded.end) == window
+
+
+def test_adding_a_duration_keeps_the_dependency_and_subtracting_two_times_drops_it() -> None:
+    moment, window = _moment()
+    lease = moment + 60
+    assert isinstance(lease, Moment) and lease.offset == 60 and int(lease) == 1_060
+    assert type(lease - moment) is int and lease - moment == 60
+    assert (lease - 10).offset == 50
+    assert (lease < moment + 61) is True and (window.start, window.end) == (0, 10_000)
+
+
+@pytest.mark.parametrize(
+    "use",
+    [lambda m: m * 2, lambda m: m // 1000, lambda m: 5 - m, lambda m: -m, lambda m: str(m), lambda m: f"{m}",
+     lambda m: float(m), lambda m: m + 1.5, lambda m: bool(m)],
+)
+def test_any_other_use_of_the_time_is_refused_rather_than_hidden(use: Any) -> None:
+    moment, _ = _moment()
+    with pytest.raises(AheadUnsupported):
+        use(moment)

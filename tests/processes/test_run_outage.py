@@ -1,0 +1,82 @@
+"""A PostgreSQL server that stops while a hop records and settles its outcome: the hop
+retries through the outage, and the Run ends DONE with its result once the server is
+back (issue 27), whether its broker keeps its jobs in memory, in tenure's own queue or
+in SAQ (both on the server that stopped: their heartbeats fail too). The SQLite
+counterpart (a busy file) is in tests/adapters/runs/test_run_liveness.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from adapter_support import pg_ctl, private_pg_server
+from run_worker_process import broker_of
+from tenure.adapters import InMemoryBroker, RunLedger, RunWorker, Workflows, upgrade
+from tenure.model import RunIntent, RunStatus
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def server() -> Iterator[dict[str, str]]:
+    with private_pg_server() as made:
+        yield made
+
+
+async def until(check: Any, timeout_s: float = 60.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (value := check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+    return value
+
+
+@pytest.mark.parametrize("broker_kind", ["memory", "queue", "saq"])
+async def test_a_settlement_across_a_server_stop_is_retried_and_the_run_ends_done(
+    server: dict[str, str], broker_kind: str,
+) -> None:
+    db_url = server["TEST_PG_DSN"]
+    await upgrade(db_url)
+    flows = Workflows()
+    broker: Any = InMemoryBroker() if broker_kind == "memory" else broker_of(broker_kind, db_url)
+    if hasattr(broker, "connect"):
+        await broker.connect()
+    finish = asyncio.Event()
+
+    @flows.workflow("answer", "1")
+    async def answer(ctx: Any) -> dict[str, Any]:
+        await finish.wait()
+        return {"answer": 42}
+
+    async with RunLedger(db_url, timeout_seconds=2) as ledger:
+        runner = RunWorker(ledger, broker, flows, node="node-a", watch_interval_s=0.05)
+        await runner.start()
+        try:
+            admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {}),
+                                           workflow=flows.pin("answer", "1"), queue="runs", priority=50)
+            run_id = admission.run.run_id
+            await ledger.publish(run_id, 0, broker)
+            for _ in range(600):  # hang guard: the hop claims within a minute
+                run = await ledger.get(run_id)
+                if run is not None and run.status is RunStatus.RUNNING:
+                    break
+                await asyncio.sleep(0.1)
+            assert run is not None and run.status is RunStatus.RUNNING
+            pg_ctl(server, "stop")
+            try:
+                finish.set()
+                await until(lambda: runner.persist_retries >= 2, 20)
+            finally:
+                pg_ctl(server, "start")
+            await until(lambda: runner.outcomes["done"] == 1 or runner.outcomes["lost"] == 1)
+            run = await ledger.get(run_id)
+        finally:
+            await runner.stop(10)
+            if hasattr(broker, "disconnect"):
+                await broker.disconnect()
+    assert run is not None and (run.status, run.result) == (RunStatus.DONE, {"answer": 42})
+    assert runner.outcomes["done"] == 1

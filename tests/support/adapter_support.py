@@ -1,0 +1,485 @@
+"""Helpers for the shared adapter suite: fresh databases and raw SQL the API cannot express.
+
+Raw SQL here plays the part of an operator, a clock or a misbehaving neighbour: moving a
+lease into the past, reading a row exactly as stored, installing a trigger, failing a
+commit. Tests use it to set up situations and to check results, never to bypass what
+they test. Statements are written with ``?`` placeholders; PostgreSQL gets ``$n``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import pathlib
+import shutil
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.core.tables import instant_from_sqlite_text, instant_to_sqlite_text
+from tenure.model import QueueKind
+
+AVAILABLE_DATABASES = ["sqlite", "postgresql"]
+"""Every database with a store; the shared suites run against each."""
+
+_SERVER_DSN: list[str] = []
+"""The throwaway server's DSN once a test asked for it (PostgreSQL databases live there)."""
+
+
+def kind_of(db_url: str) -> str:
+    return "sqlite" if db_url.startswith("sqlite") else "postgresql"
+
+
+# --- PostgreSQL plumbing ----------------------------------------------------------------
+
+
+def _run_async(coroutine: Any) -> Any:
+    """Run a coroutine to completion from sync or async code (in a worker thread)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def _with_database(dsn: str, name: str) -> str:
+    return dsn.rsplit("/", 1)[0] + "/" + name
+
+
+async def _pg(dsn: str, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    import asyncpg
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        numbered, count = [], 0
+        for piece in sql.split("?"):
+            numbered.append(piece)
+            count += 1
+            numbered.append(f"${count}")
+        text = "".join(numbered[:-1])
+        return [tuple(row) for row in await connection.fetch(text, *parameters)]
+    finally:
+        await connection.close()
+
+
+def bind_server(request: pytest.FixtureRequest) -> str:
+    if not _SERVER_DSN:
+        _SERVER_DSN.append(request.getfixturevalue("pg_dsn"))
+    return _SERVER_DSN[0]
+
+
+def create_pg_database(server_dsn: str) -> str:
+    name = "tenure_" + uuid.uuid4().hex[:16]
+    _run_async(_pg(server_dsn, f"CREATE DATABASE {name}", ()))
+    return _with_database(server_dsn, name)
+
+
+def drop_pg_database(db_url: str) -> None:
+    name = db_url.rsplit("/", 1)[1]
+    server = _with_database(db_url, "postgres")
+    _run_async(_pg(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", ()))
+
+
+# --- fresh databases ----------------------------------------------------------------------
+
+
+def new_database(kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path}/queue.db"
+    url = create_pg_database(bind_server(request))
+    request.addfinalizer(lambda: drop_pg_database(url))
+    return url
+
+
+def prepare_machine_databases(kind: str, request: pytest.FixtureRequest) -> None:
+    """Make ``new_database_for_machine`` work for ``kind`` (PostgreSQL needs its server)."""
+    assert kind in AVAILABLE_DATABASES
+    if kind == "postgresql":
+        bind_server(request)
+
+
+def new_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
+    """A fresh, empty database for one state-machine run."""
+    if kind == "sqlite":
+        return f"sqlite:///{workdir}/lockstep.db"
+    return create_pg_database(_SERVER_DSN[0])
+
+
+_TEMPLATES: dict[str, str] = {}
+"""A migrated database per kind (and server), made once per process: lockstep runs copy it."""
+
+
+def migrated_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
+    """A fresh database holding exactly what ``upgrade`` creates, copied from a template
+    migrated once per process (a state-machine run starts hundreds of them; migrating
+    each would cost most of the run)."""
+    from tenure.adapters import upgrade
+
+    template_key = kind if kind == "sqlite" else f"{kind}:{_SERVER_DSN[0]}"
+    if template_key not in _TEMPLATES:
+        if kind == "sqlite":
+            folder = pathlib.Path(tempfile.mkdtemp(prefix="tenure-template-"))
+            template = f"sqlite:///{folder}/template.db"
+        else:
+            template = create_pg_database(_SERVER_DSN[0])
+        _run_async(upgrade(template))
+        _TEMPLATES[template_key] = template
+    template = _TEMPLATES[template_key]
+    if kind == "sqlite":
+        target = workdir / "lockstep.db"
+        shutil.copyfile(sqlite_path(template), target)
+        return f"sqlite:///{target}"
+    name = "tenure_" + uuid.uuid4().hex[:16]
+    _run_async(_pg(_SERVER_DSN[0], f"CREATE DATABASE {name} TEMPLATE {template.rsplit('/', 1)[1]}", ()))
+    return _with_database(_SERVER_DSN[0], name)
+
+
+def drop_database_for_machine(kind: str, db_url: str) -> None:
+    if kind == "postgresql":
+        drop_pg_database(db_url)
+
+
+def store_module(kind: str) -> Any:
+    if kind == "sqlite":
+        from tenure.adapters.sqlite import store as sqlite_store
+
+        return sqlite_store
+    from tenure.adapters.postgres import store as postgres_store
+
+    return postgres_store
+
+
+# --- raw SQL ------------------------------------------------------------------------------
+
+
+def sqlite_path(db_url: str) -> str:
+    return db_url.split(":///", 1)[1]
+
+
+def raw(db_url: str, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement outside the library and commit it."""
+    if kind_of(db_url) == "sqlite":
+        connection = sqlite3.connect(sqlite_path(db_url))
+        try:
+            rows = connection.execute(sql, parameters).fetchall()
+            connection.commit()
+            return rows
+        finally:
+            connection.close()
+    return _run_async(_pg(db_url, sql, parameters))  # type: ignore[no-any-return]
+
+
+def table(queue: QueueKind) -> str:
+    return TABLE_NAMES[queue]
+
+
+def shift_instants(db_url: str, queue: QueueKind, column: str, by_us: int, job_id: str | None = None) -> None:
+    """Move a stored instant column back by ``by_us`` (one row, or every row that has one).
+    SQLite keeps SQLAlchemy's DATETIME text, so the arithmetic happens here."""
+    where = "" if job_id is None else " AND id = ?"
+    selector = () if job_id is None else (job_id,)
+    if kind_of(db_url) == "sqlite":
+        for row_id, value in raw(db_url, f"SELECT id, {column} FROM {table(queue)} WHERE {column} IS NOT NULL{where}", selector):
+            moved = instant_to_sqlite_text(instant_from_sqlite_text(value) - by_us)
+            raw(db_url, f"UPDATE {table(queue)} SET {column} = ? WHERE id = ?", (moved, row_id))
+        return
+    sql = (f"UPDATE {table(queue)} SET {column} = {column} - make_interval(secs => ?::bigint / 1e6) "
+           f"WHERE {column} IS NOT NULL{where}")
+    raw(db_url, sql, (by_us, *selector))
+
+
+def expire_lease(db_url: str, queue: QueueKind, job_id: str, by_us: int = 3_600_000_000) -> None:
+    """Move a claim's lease into the past (the clock ran on while the worker stalled)."""
+    shift_instants(db_url, queue, "lease_expires_at", by_us, job_id)
+
+
+def age_finished_rows(db_url: str, queue: QueueKind, *, hours: int) -> None:
+    """Pretend every finished row finished ``hours`` earlier (retention tests)."""
+    shift_instants(db_url, queue, "completed_at", hours * 3_600_000_000)
+
+
+def stored_instant(db_url: str, micros: int) -> Any:
+    """An instant as a raw statement must pass it (SQLite: DATETIME text)."""
+    if kind_of(db_url) == "sqlite":
+        return instant_to_sqlite_text(micros)
+    import datetime as dt
+
+    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
+
+
+def row(db_url: str, queue: QueueKind, job_id: str) -> dict[str, Any] | None:
+    columns = QUEUE_TABLES[queue].column_names
+    found = raw(db_url, f"SELECT {', '.join(columns)} FROM {table(queue)} WHERE id = ?", (job_id,))
+    return dict(zip(columns, found[0])) if found else None
+
+
+def all_rows(db_url: str, queue: QueueKind) -> list[tuple[Any, ...]]:
+    return raw(db_url, f"SELECT * FROM {table(queue)} ORDER BY id")
+
+
+def install_owner_folding_trigger(db_url: str, queue: QueueKind) -> None:
+    """A trigger that lower-cases the owner of every claimed row (a coercion the claim's
+    read-back must notice)."""
+    name = table(queue)
+    if kind_of(db_url) == "sqlite":
+        raw(db_url, f"""CREATE TRIGGER fold_owner AFTER UPDATE OF claimed_by ON {name}
+                        BEGIN UPDATE {name} SET claimed_by = lower(NEW.claimed_by) WHERE id = NEW.id; END""")
+        return
+    raw(db_url, """CREATE FUNCTION fold_owner() RETURNS trigger LANGUAGE plpgsql AS
+                   $$ BEGIN NEW.claimed_by := lower(NEW.claimed_by); RETURN NEW; END $$""")
+    raw(db_url, f"CREATE TRIGGER fold_owner BEFORE UPDATE ON {name} FOR EACH ROW EXECUTE FUNCTION fold_owner()")
+
+
+# --- interference and faults ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator[None]:
+    """While active, every row the engine loads is changed by another writer right after
+    the read (in the same transaction, as a trigger or a privileged session would): its
+    error message becomes ``marker``."""
+    module = store_module(kind)
+    if kind == "sqlite":
+        transaction_type: Any = module.SqliteTransaction
+        sql = f"UPDATE {table(queue)} SET error_message = ? WHERE id = ?"
+    else:
+        transaction_type = module.PostgresTransaction
+        sql = f"UPDATE {table(queue)} SET error_message = $1 WHERE id = $2"
+    original = transaction_type.locked
+
+    async def lock_then_interfere(self: Any, binding: Any, finder: Any, parameters: Any) -> Any:
+        records = await original(self, binding, finder, parameters)
+        if finder.name == "by_keys":
+            for record in records:
+                await self.execute(sql, [marker, record.job_id])
+        return records
+
+    transaction_type.locked = lock_then_interfere
+    # A one-statement write has no moment between its read and its write; the nearest
+    # interference is a write committed after the row was last seen, just before it.
+    store_type = getattr(module, "PostgresStore", None)
+    original_ahead = None if store_type is None else store_type.write_ahead
+
+    async def interfere_then_write_ahead(self: Any, binding: Any, finder: Any, items: Any, *args: Any, **kwargs: Any) -> Any:
+        for item in items:
+            raw(self._dsn, f"UPDATE {table(queue)} SET error_message = ? WHERE id = ?", (marker, item.key))
+        return await original_ahead(self, binding, finder, items, *args, **kwargs)  # type: ignore[misc]
+
+    if store_type is not None:
+        store_type.write_ahead = interfere_then_write_ahead
+    try:
+        yield
+    finally:
+        transaction_type.locked = original
+        if store_type is not None:
+            store_type.write_ahead = original_ahead
+
+
+class RowHolder:
+    """Another session holding one row's lock while a call runs (PostgreSQL: the row
+    lock; SQLite: the write lock, which covers every row), optionally moving the row's
+    lease (if it has one) to end ``lease_ends_in_us`` after the holder's database time.
+
+    ``while_held(call)`` takes the lock, starts the call, waits until it is blocked on
+    the lock (PostgreSQL: ``pg_blocking_pids``; SQLite: a short pause), holds on past the
+    moved lease, reads the database time it releases at (``released_at_us``), commits,
+    and returns the call's outcome."""
+
+    HOLD_PAST_THE_LEASE_S = 0.015
+
+    def __init__(self, kind: str, db_url: str, queue: QueueKind, job_id: str, *, lease_ends_in_us: int | None) -> None:
+        self.kind, self.db_url, self.queue, self.job_id = kind, db_url, queue, job_id
+        self.lease_ends_in_us = lease_ends_in_us
+        self.new_lease_us: int | None = None
+        self.released_at_us: int | None = None
+
+    async def while_held(self, call: Any) -> Any:
+        if self.kind == "sqlite":
+            return await self._sqlite(call)
+        return await self._postgresql(call)
+
+    async def _postgresql(self, call: Any) -> Any:
+        import asyncpg
+
+        from tenure.model import datetime_to_micros
+
+        name = table(self.queue)
+        connection = await asyncpg.connect(self.db_url)
+        try:
+            await connection.execute("BEGIN")
+            await connection.fetch(f"SELECT id FROM {name} WHERE id = $1 FOR UPDATE", self.job_id)
+            if self.lease_ends_in_us is not None:
+                moved = await connection.fetchval(
+                    f"UPDATE {name} SET lease_expires_at = clock_timestamp() + make_interval(secs => $2::float8 / 1e6) "
+                    "WHERE id = $1 AND lease_expires_at IS NOT NULL RETURNING lease_expires_at",
+                    self.job_id, self.lease_ends_in_us,
+                )
+                self.new_lease_us = None if moved is None else datetime_to_micros(moved)
+            task = asyncio.ensure_future(call())
+            holder_pid = await connection.fetchval("SELECT pg_backend_pid()")
+            for _ in range(1000):  # at most about two seconds
+                blocked = await connection.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", holder_pid
+                )
+                if blocked or task.done():
+                    break
+                await asyncio.sleep(0.002)
+            await asyncio.sleep(self.HOLD_PAST_THE_LEASE_S)
+            self.released_at_us = datetime_to_micros(await connection.fetchval("SELECT clock_timestamp()"))
+            await connection.execute("COMMIT")
+        finally:
+            await connection.close()
+        return await task
+
+    async def _sqlite(self, call: Any) -> Any:
+        from tenure.adapters.core.schema import CLOCK_TABLE
+        from tenure.adapters.sqlite.store import wall_clock_us
+
+        name = table(self.queue)
+        connection = sqlite3.connect(sqlite_path(self.db_url), isolation_level=None, check_same_thread=False)
+
+        def lock_and_move() -> int | None:
+            connection.execute("BEGIN IMMEDIATE")
+            if self.lease_ends_in_us is None:
+                return None
+            (mark,) = connection.execute(f"SELECT high_water_us FROM {CLOCK_TABLE}").fetchone()
+            moved = connection.execute(
+                f"UPDATE {name} SET lease_expires_at = ? WHERE id = ? AND lease_expires_at IS NOT NULL RETURNING lease_expires_at",
+                (instant_to_sqlite_text(max(mark, wall_clock_us()) + self.lease_ends_in_us), self.job_id),
+            ).fetchone()
+            return None if moved is None else instant_from_sqlite_text(moved[0])
+
+        try:
+            self.new_lease_us = await asyncio.to_thread(lock_and_move)
+            task = asyncio.ensure_future(call())
+            await asyncio.sleep(0.01 + self.HOLD_PAST_THE_LEASE_S)
+            self.released_at_us = wall_clock_us()  # the waiting call's time is at least this
+            await asyncio.to_thread(connection.execute, "COMMIT")
+        finally:
+            connection.close()
+        return await task
+
+
+class Faults:
+    """Driver-level faults, armed one at a time; each fires once.
+
+    ``arm("COMMIT", "after")``: the commit happens but its acknowledgement is lost (on
+    PostgreSQL, ``arm("WITH locked", "after")`` does the same to a one-statement write).
+    ``arm("COMMIT", "before")``: the commit fails; nothing is written.
+    ``arm(prefix, "before")``: the next statement starting with ``prefix`` fails.
+    ``arm(prefix, "kill")`` (PostgreSQL): the server ends the session just before it.
+    """
+
+    def __init__(self) -> None:
+        self.plan: tuple[str, str] | None = None
+
+    def arm(self, prefix: str, when: str) -> None:
+        self.plan = (prefix.upper(), when)
+
+    def take(self, sql: str) -> str | None:
+        # A COMMIT that carries notifications is sent as "SELECT pg_notify(...); COMMIT":
+        # the statement's last command counts too.
+        commands = [sql.lstrip().upper(), sql.rstrip().rstrip(";").rsplit(";", 1)[-1].lstrip().upper()]
+        if self.plan is not None and any(command.startswith(self.plan[0]) for command in commands):
+            when = self.plan[1]
+            self.plan = None
+            return when
+        return None
+
+
+@contextlib.contextmanager
+def injected_faults(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faults]:
+    faults = Faults()
+    if kind == "sqlite":
+        from tenure.adapters.sqlite import store as sqlite_store
+
+        original_statement = sqlite_store._statement
+
+        def execute(connection: Any, sql: str, parameters: Any) -> Any:
+            when = faults.take(sql)
+            if when == "before":
+                raise sqlite3.OperationalError("disk I/O error (injected)")
+            result = original_statement(connection, sql, parameters)
+            if when == "after":
+                raise sqlite3.OperationalError("connection reset before the acknowledgement (injected)")
+            return result
+
+        monkeypatch.setattr(sqlite_store, "_statement", execute)
+        yield faults
+        return
+    import asyncpg
+
+    original_fetch = asyncpg.Connection.fetch
+    original_execute = asyncpg.Connection.execute
+
+    async def fetch(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        when = faults.take(query)
+        if when == "before":
+            raise asyncpg.exceptions.InternalServerError("statement failed (injected)")
+        if when == "kill":
+            with contextlib.suppress(Exception):
+                await original_fetch(self, "SELECT pg_terminate_backend(pg_backend_pid())")
+        result = await original_fetch(self, query, *args, **kwargs)
+        if when == "after":  # a one-statement write committed; its answer is lost
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost after the statement (injected)")
+        return result
+
+    async def execute(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        # BEGIN, COMMIT and ROLLBACK travel through execute.
+        when = faults.take(query)
+        if when == "before":
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost before the statement (injected)")
+        result = await original_execute(self, query, *args, **kwargs)
+        if when == "after":
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost after the statement (injected)")
+        return result
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", fetch)
+    monkeypatch.setattr(asyncpg.Connection, "execute", execute)
+    yield faults
+
+
+# --- a PostgreSQL server of a test's own, to stop and restart ---------------------------
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def private_pg_server() -> Iterator[dict[str, str]]:
+    """A throwaway server only this test uses (``.ci/pg-start.sh``): its ``PGTMP``,
+    ``PGBIN``, ``PGPORT`` and ``TEST_PG_DSN``. Stopped afterwards, whatever happened."""
+    import os
+    import subprocess
+
+    started = subprocess.run(["bash", str(_ROOT / ".ci" / "pg-start.sh")], capture_output=True, text=True, check=False)
+    assert started.returncode == 0, "no PostgreSQL server: install Debian's postgresql package"
+    exports = dict(
+        part.split("=", 1) for line in started.stdout.splitlines() for part in line.removeprefix("export ").split()
+    )
+    try:
+        yield exports
+    finally:
+        subprocess.run(
+            ["bash", str(_ROOT / ".ci" / "pg-stop.sh")],
+            env={**os.environ, "PGTMP": exports["PGTMP"], "PGBIN": exports["PGBIN"]}, check=False,
+        )
+
+
+def pg_ctl(server: dict[str, str], action: str) -> None:
+    """``pg_ctl stop|start|restart`` on a private server (fast shutdown; a start listens
+    where the server did). The server logs to its own file: it must not inherit this
+    process's pipes, or waiting for pg_ctl would wait for the server to exit."""
+    import os
+    import subprocess
+
+    owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    options = (["-o", f"-p {server['PGPORT']} -k {server['PGTMP']} -c listen_addresses=127.0.0.1 -c fsync=off"]
+               if action == "start" else ["-m", "fast"])
+    subprocess.run(
+        [*owner, f"{server['PGBIN']}/pg_ctl", "-D", f"{server['PGTMP']}/data", "-l", f"{server['PGTMP']}/server.log",
+         *options, "-w", "-t", "60", action],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=90,
+    )

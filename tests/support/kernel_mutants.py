@@ -1,0 +1,514 @@
+"""Deliberately broken kernels, per machine. The suite must fail for every one (test_mutants.py).
+
+Each mutant patches the kernel's tables in place, the way a plausible bug would look:
+one comparison dropped, one rule missing, one effect off by one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from tenure.kernel.queue import machine
+from tenure.kernel.queue.commands import CommandType as C
+from tenure.kernel.queue.record import QueueState as S
+
+
+def _fence_mismatch_without(part: str) -> Callable[[Any, Any, int], bool]:
+    def guard(record: Any, command: Any, now_us: int) -> bool:
+        fence = command.fence
+        checks = {
+            "queue": fence.queue is record.queue,
+            "job_id": fence.job_id == record.job_id,
+            "owner_id": fence.owner_id == record.owner_id,
+            "generation": fence.generation == record.generation,
+            "claim_token": record.claim_token is not None and fence.claim_token == record.claim_token,
+        }
+        if part == "older_generation":
+            checks["generation"] = fence.generation <= record.generation
+        else:
+            checks.pop(part)
+        return not all(checks.values())
+
+    return guard
+
+
+def _drop_rule(state: S, command: C, guard: str) -> None:
+    machine.TABLE[(state, command)] = tuple(
+        rule for rule in machine.TABLE[(state, command)] if rule.guard != guard
+    )
+
+
+def _replace_outcome(state: S, command: C, guard: str, target: S, outcome: str) -> None:
+    machine.TABLE[(state, command)] = tuple(
+        machine.Rule(guard, target, outcome) if rule.guard == guard else rule
+        for rule in machine.TABLE[(state, command)]
+    )
+
+
+def skip_owner_check() -> None:
+    machine.GUARDS["fence_mismatch"] = _fence_mismatch_without("owner_id")
+
+
+def accept_older_generation() -> None:
+    machine.GUARDS["fence_mismatch"] = _fence_mismatch_without("older_generation")
+
+
+def accept_lease_ending_now() -> None:
+    machine.GUARDS["lease_not_live"] = lambda record, command, now_us: (
+        record.lease_expires_at_us is None or record.lease_expires_at_us < now_us
+    )
+
+
+def complete_cancel_requested_stream() -> None:
+    _drop_rule(S.CLAIMED, C.COMPLETE_OWNED, "cancel_requested")
+
+
+def promote_legacy_row() -> None:
+    def promote(record: Any, command: Any, now_us: int) -> Any:
+        promoted = dataclasses.replace(
+            record, fence_required=True, submission_id=command.submission_id, fingerprint=command.fingerprint
+        )
+        return machine.Applied(promoted, machine.Submitted(record.job_id, record.run_id, replayed=True))
+
+    machine.EFFECTS["promote"] = promote
+    for state in (S.PENDING, S.CLAIMED, S.COMPLETED, S.FAILED, S.CANCELLED):
+        _replace_outcome(state, C.SUBMIT_OWNED, "legacy_row", state, "promote")
+
+
+def reuse_generation() -> None:
+    original = machine.EFFECTS["claim_owned"]
+
+    def claim(record: Any, command: Any, now_us: int) -> Any:
+        decision = original(record, command, now_us)
+        return machine.Applied(
+            dataclasses.replace(decision.new_record, generation=record.generation), decision.reply
+        )
+
+    machine.EFFECTS["claim_owned"] = claim
+
+
+def ignore_stored_nonce() -> None:
+    machine.GUARDS["nonce_stored"] = lambda record, command, now_us: False
+
+
+def replay_changed_content() -> None:
+    machine.GUARDS["fingerprint_differs"] = lambda record, command, now_us: False
+
+
+def legacy_write_on_owned_claim() -> None:
+    for command in (C.HEARTBEAT_LEGACY, C.COMPLETE_LEGACY, C.FAIL_LEGACY, C.SET_PID_LEGACY):
+        _drop_rule(S.CLAIMED, command, "protected_or_owned")
+
+
+def requeue_expired_cancel_request() -> None:
+    _drop_rule(S.CLAIMED, C.EXPIRE_LEASE, "cancel_requested")
+
+
+def claim_before_due() -> None:
+    machine.GUARDS["not_due"] = lambda record, command, now_us: False
+
+
+QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (
+        skip_owner_check,
+        accept_older_generation,
+        accept_lease_ending_now,
+        complete_cancel_requested_stream,
+        promote_legacy_row,
+        reuse_generation,
+        ignore_stored_nonce,
+        replay_changed_content,
+        legacy_write_on_owned_claim,
+        requeue_expired_cancel_request,
+        claim_before_due,
+    )
+}
+
+
+# --- the attempt machine -------------------------------------------------------------------
+
+from tenure.kernel.attempts import machine as attempts  # noqa: E402
+from tenure.kernel.attempts.commands import AttemptCommandType as AC  # noqa: E402
+from tenure.kernel.attempts.record import AttemptStep as AS  # noqa: E402
+from tenure.model import AttemptState  # noqa: E402
+
+
+def _attempt_rules(state: AS, command: AC, replace: Callable[[Any], Any]) -> None:
+    attempts.TABLE[(state, command)] = tuple(replace(rule) for rule in attempts.TABLE[(state, command)])
+
+
+def fabricate_failure_on_timeout() -> None:
+    def fail(record: Any, command: Any, now_us: int) -> Any:
+        return attempts.Applied(attempts.replace_fields(record, state=AttemptState.FAILED, updated_at_us=now_us),
+                                attempts.Ack())
+
+    attempts.EFFECTS["fail_on_timeout"] = fail
+    for state in (AS.SUBMITTING, AS.ACCEPTED, AS.RUNNING):
+        _attempt_rules(state, AC.RECORD_AMBIGUOUS, lambda rule: dataclasses.replace(
+            rule, target=AS.FAILED, outcome="fail_on_timeout"))
+
+
+def resubmit_without_proof() -> None:
+    attempts.GUARDS["resubmit_unproven"] = lambda record, command, now_us: False
+
+
+def accept_second_identity() -> None:
+    attempts.GUARDS["identity_differs"] = lambda record, command, now_us: False
+
+
+def release_while_indeterminate() -> None:
+    _attempt_rules(AS.INDETERMINATE, AC.RELEASE_RESERVATION, lambda rule: dataclasses.replace(rule, outcome="release"))
+
+
+def new_generation_over_open_one() -> None:
+    attempts.GUARDS["predecessor_unresolved"] = lambda record, command, now_us: False
+
+
+def not_found_during_lease_proves_no_effect() -> None:
+    attempts.GUARDS["not_found_during_submit_lease"] = lambda record, command, now_us: False
+
+
+def prepare_ignores_closed_run() -> None:
+    # A new attempt lands for a Run that is settled or being cancelled: an effect behind
+    # the Run's containment check.
+    key = (AS.ABSENT, AC.PREPARE)
+    attempts.TABLE[key] = tuple(rule for rule in attempts.TABLE[key] if rule.guard != "run_closed")
+
+
+def cancelled_on_request() -> None:
+    for state in (AS.SUBMITTING, AS.ACCEPTED, AS.RUNNING, AS.INDETERMINATE):
+        _attempt_rules(state, AC.REQUEST_CANCEL, lambda rule: dataclasses.replace(
+            rule, target=AS.CANCELLED, outcome="cancel_unsent") if rule.guard == "always" else rule)
+
+
+ATTEMPT_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (
+        fabricate_failure_on_timeout,
+        resubmit_without_proof,
+        accept_second_identity,
+        release_while_indeterminate,
+        new_generation_over_open_one,
+        not_found_during_lease_proves_no_effect,
+        cancelled_on_request,
+        prepare_ignores_closed_run,
+    )
+}
+
+# --- the Run machine, the consent machine, the delegated-job machine -----------------------
+
+from tenure.kernel.agent_jobs import machine as agent_jobs  # noqa: E402
+from tenure.kernel.agent_jobs.record import AgentJobCommandType as JC  # noqa: E402
+from tenure.kernel.agent_jobs.record import AgentJobStep as JS  # noqa: E402
+from tenure.kernel.consents import machine as consents  # noqa: E402
+from tenure.kernel.consents.record import ConsentCommandType as CC  # noqa: E402
+from tenure.kernel.consents.record import ConsentStep as CS  # noqa: E402
+from tenure.model import ConsentStatus  # noqa: E402
+from tenure.kernel.runs import machine as runs  # noqa: E402
+from tenure.kernel.runs.commands import Admitted, RunCommandType as RC  # noqa: E402
+from tenure.kernel.runs.record import RunPair, RunStep as RS, replace_delivery, replace_run  # noqa: E402
+
+
+def _run_rules(state: RS, command: RC, replace: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
+    runs.TABLE[(state, command)] = replace(runs.TABLE[(state, command)])
+
+
+def resume_without_owner_check() -> None:
+    # The resume trusts whoever names the current owner: the owner row's status, its
+    # completeness and its Run are never looked at.
+    runs.GUARDS["owner_unresolved"] = lambda record, command, now_us: False
+
+
+def claim_ignores_sequence() -> None:
+    _run_rules(RS.QUEUED, RC.CLAIM, lambda rules: tuple(rule for rule in rules if rule.guard != "seq_differs"))
+
+
+def settle_over_cancelling() -> None:
+    _run_rules(RS.CANCELLING, RC.SETTLE, lambda rules: (
+        runs.Rule("settles_done", RS.DONE, "settle_done"), runs.Rule("always", RS.FAILED, "settle_failed")))
+
+
+def cancelled_without_containment() -> None:
+    _run_rules(RS.CANCELLING, RC.FINISH_CANCEL,
+               lambda rules: tuple(rule for rule in rules if rule.guard != "containment_unproven"))
+
+
+def replay_reroutes() -> None:
+    def replay(record: Any, command: Any, now_us: int) -> Any:
+        route = {"queue": command.run.queue, "priority": command.run.priority}
+        rerouted = RunPair(replace_run(record.run, **route),
+                           tuple(replace_delivery(delivery, **route) for delivery in record.deliveries))
+        return runs.Applied(rerouted, Admitted(created=False))
+
+    runs.EFFECTS["replay"] = replay
+
+
+def retry_without_retries_left() -> None:
+    # A lost hop is retried whatever its workflow allows.
+    for state in (RS.RUNNING, RS.AWAITING_HARDWARE):
+        _run_rules(state, RC.RETRY_LOST, lambda rules: tuple(rule for rule in rules if rule.guard != "no_retries_left"))
+
+
+def result_kept_with_failure() -> None:
+    settle = runs.EFFECTS["settle_failed"]
+
+    def keeps(record: Any, command: Any, now_us: int) -> Any:
+        decided = settle(record, command, now_us)
+        kept = replace_run(decided.new_record.run, result_json='{"kept":true}')
+        return runs.Applied(RunPair(kept, decided.new_record.deliveries), decided.reply)
+
+    runs.EFFECTS["settle_failed"] = keeps
+
+
+def timer_resumed_before_due() -> None:
+    # A timer wait resumes as soon as its name is given, whatever the database clock says.
+    _run_rules(RS.AWAITING_TIMER, RC.RESUME, lambda rules: tuple(rule for rule in rules if rule.guard != "timer_not_due"))
+
+
+def timer_due_time_moved_by_resume() -> None:
+    # The resume keeps the timer's due time: a queued Run carrying a wake time.
+    resume = runs.EFFECTS["resume"]
+
+    def keeps(record: Any, command: Any, now_us: int) -> Any:
+        decided = resume(record, command, now_us)
+        kept = replace_run(decided.new_record.run, wake_at_us=record.run.wake_at_us)
+        return runs.Applied(RunPair(kept, decided.new_record.deliveries), decided.reply)
+
+    runs.EFFECTS["resume"] = keeps
+
+
+def claim_replayed_to_any_claimant() -> None:
+    # A claim of a running Run is answered whoever sends it: a duplicate delivery runs
+    # the hop a second time beside the first.
+    runs.GUARDS["claimed_by_claimant"] = lambda record, command, now_us: (
+        command.enqueue_seq == record.run.enqueue_seq and record.current.state.value == "claimed")
+
+
+def claim_records_the_node_not_the_claimant() -> None:
+    # The claim keeps the node, not the hop's token: its repeat is never recognised.
+    claim = runs.EFFECTS["claim"]
+
+    def by_node(record: Any, command: Any, now_us: int) -> Any:
+        return claim(record, dataclasses.replace(command, claimant=None), now_us)
+
+    runs.EFFECTS["claim"] = by_node
+
+
+RUN_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (
+        timer_resumed_before_due,
+        timer_due_time_moved_by_resume,
+        claim_replayed_to_any_claimant,
+        claim_records_the_node_not_the_claimant,
+        retry_without_retries_left,
+        result_kept_with_failure,
+        resume_without_owner_check,
+        claim_ignores_sequence,
+        settle_over_cancelling,
+        cancelled_without_containment,
+        replay_reroutes,
+    )
+}
+
+
+def second_verdict_wins() -> None:
+    for state in (CS.GRANTED, CS.DENIED, CS.EXPIRED):
+        consents.TABLE[(state, CC.DECIDE)] = (
+            consents.Rule("verdict_granted", CS.GRANTED, "grant"),
+            consents.Rule("verdict_denied", CS.DENIED, "deny"),
+            consents.Rule("verdict_expired", CS.EXPIRED, "expire"),
+            *consents.TABLE[(state, CC.DECIDE)],
+        )
+
+
+def expire_before_the_deadline() -> None:
+    # The deadline owner's expiry is taken whenever it is sent.
+    consents.TABLE[(CS.PENDING, CC.DECIDE)] = tuple(
+        rule for rule in consents.TABLE[(CS.PENDING, CC.DECIDE)] if rule.guard != "deadline_not_due")
+
+
+def expire_a_second_early() -> None:
+    # Off by a second: a deadline counts as passed one second before it.
+    consents.GUARDS["deadline_not_due"] = lambda record, command, now_us: (
+        command.decided_by == consents.DEADLINE_OWNER and not (
+            command.verdict is ConsentStatus.EXPIRED and record.expires_at_us is not None
+            and now_us + 1_000_000 >= record.expires_at_us))
+
+
+def expire_without_a_deadline() -> None:
+    # A consent without a deadline counts as due.
+    consents.GUARDS["deadline_not_due"] = lambda record, command, now_us: (
+        command.decided_by == consents.DEADLINE_OWNER and not (
+            command.verdict is ConsentStatus.EXPIRED
+            and (record.expires_at_us is None or now_us >= record.expires_at_us)))
+
+
+CONSENT_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (second_verdict_wins, expire_before_the_deadline, expire_a_second_early, expire_without_a_deadline)
+}
+
+
+def result_adopted_twice() -> None:
+    open_rules = agent_jobs.TABLE[(JS.RUNNING, JC.ADOPT_RESULT)]
+    for state in (JS.SUCCEEDED, JS.FAILED, JS.CANCELLED, JS.TIMED_OUT, JS.LOST):
+        agent_jobs.TABLE[(state, JC.ADOPT_RESULT)] = open_rules
+
+
+AGENT_JOB_MUTANTS: dict[str, Callable[[], None]] = {mutant.__name__: mutant for mutant in (result_adopted_twice,)}
+
+
+def rotation_loses_resume_mode() -> None:
+    rotate = runs.EFFECTS["rotate"]
+
+    def effect(record: Any, command: Any, now_us: int) -> Any:
+        decided = rotate(record, command, now_us)
+        pair = decided.new_record
+        fresh = replace_delivery(pair.deliveries[-1], resume=False)  # the mode guessed, not kept
+        return runs.Applied(RunPair(pair.run, (*pair.deliveries[:-1], fresh)), decided.reply)
+
+    runs.EFFECTS["rotate"] = effect
+
+
+RUN_MUTANTS[rotation_loses_resume_mode.__name__] = rotation_loses_resume_mode
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+from tenure.kernel.recovery import table as recovery  # noqa: E402
+from tenure.kernel.recovery.table import Case as RK, Pass as RP  # noqa: E402
+
+
+def reconcile_touches_other_node() -> None:
+    # An orphan is any hop claimed before the cutoff, whoever claimed it.
+    recovery.GUARDS["not_orphan"] = lambda s: not (
+        s.phase is RP.RECONCILE and s.cutoff_us is not None and s.delivery is not None
+        and s.delivery.claimed_at_us is not None and s.delivery.claimed_at_us < s.cutoff_us
+    )
+
+
+def repark_without_snapshot_evidence() -> None:
+    recovery.GUARDS["checkpoint_binds_latest"] = lambda s: s.latest_owner is not None
+
+
+def republish_under_new_key() -> None:
+    verdict = recovery._verdict
+
+    def fresh_key(situation: Any, rule: Any) -> Any:
+        decided = verdict(situation, rule)
+        if decided.action is recovery.Action.REPUBLISH:
+            return dataclasses.replace(decided, key=f"{decided.key}:retry")
+        return decided
+
+    recovery._verdict = fresh_key
+
+
+def terminal_fence_of_a_live_hop() -> None:
+    verdict = recovery._verdict
+
+    def always_terminal(situation: Any, rule: Any) -> Any:
+        decided = verdict(situation, rule)
+        return dataclasses.replace(decided, terminal=True) if decided.action is recovery.Action.FENCE else decided
+
+    recovery._verdict = always_terminal
+
+
+def held_failed_by_relay() -> None:
+    recovery.TABLE[(RK.HELD, RP.RELAY)] = (recovery.RecoveryRule("always", recovery.Action.FAIL_HELD),)
+
+
+def settle_recorded_from_an_earlier_hop() -> None:
+    # Any recorded outcome counts, whichever hop recorded it.
+    recovery.GUARDS["outcome_recorded"] = lambda s: s.checkpoint_asked and s.outcome is not None
+
+
+def lost_hop_retried_without_allowance() -> None:
+    recovery.GUARDS["retry_left"] = lambda s: True
+
+
+def timer_resumed_by_a_relay_before_due() -> None:
+    recovery.GUARDS["timer_due"] = lambda s: s.run.status.value == "awaiting_timer"
+
+
+RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (reconcile_touches_other_node, repark_without_snapshot_evidence, republish_under_new_key,
+                   held_failed_by_relay, terminal_fence_of_a_live_hop, settle_recorded_from_an_earlier_hop,
+                   lost_hop_retried_without_allowance, timer_resumed_by_a_relay_before_due)
+}
+
+
+from tenure.kernel.nodes import machine as nodes  # noqa: E402
+from tenure.kernel.nodes.record import NodeCommandType as NC, NodeStep as NS  # noqa: E402
+
+
+def _node_rules(state: NS, command: NC, guard: str) -> None:
+    nodes.TABLE[(state, command)] = tuple(rule for rule in nodes.TABLE[(state, command)] if rule.guard != guard)
+
+
+def takeover_of_a_live_node() -> None:
+    _node_rules(NS.LIVE, NC.TAKE_OVER, "lease_live")
+
+
+def takeover_before_expiry() -> None:
+    # Off by a second: a lease is counted as run out one second before its end.
+    nodes.GUARDS["lease_live"] = lambda record, command, now_us: now_us + 1_000_000 < record.lease_expires_at_us
+
+
+def renewal_after_expiry() -> None:
+    _node_rules(NS.LIVE, NC.RENEW, "lease_expired")
+
+
+def stale_incarnation_renews() -> None:
+    _node_rules(NS.LIVE, NC.RENEW, "epoch_differs")
+
+
+def takeover_claim_stolen() -> None:
+    _node_rules(NS.TAKING_OVER, NC.TAKE_OVER, "claim_live")
+
+
+NODE_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (takeover_of_a_live_node, takeover_before_expiry, renewal_after_expiry, stale_incarnation_renews,
+                   takeover_claim_stolen)
+}
+
+
+MUTANTS: dict[str, dict[str, Callable[[], None]]] = {
+    "queue": QUEUE_MUTANTS,
+    "attempts": ATTEMPT_MUTANTS,
+    "runs": RUN_MUTANTS,
+    "consent": CONSENT_MUTANTS,
+    "agent_jobs": AGENT_JOB_MUTANTS,
+    "recovery": RECOVERY_MUTANTS,
+    "nodes": NODE_MUTANTS,
+}
+"""Mutants by machine; ``TENURE_KERNEL_MUTANT=<machine>:<mutant>`` applies one."""
+
+BEHAVIOURAL_TESTS: dict[str, list[str]] = {
+    "queue": ["tests/kernel/test_queue_guarantees.py", "tests/kernel/test_queue_properties.py"],
+    "attempts": ["tests/kernel/test_attempt_guarantees.py"],
+    "runs": ["tests/kernel/test_run_properties.py"],
+    "consent": ["tests/kernel/test_run_properties.py"],
+    "agent_jobs": ["tests/kernel/test_run_properties.py"],
+    "recovery": ["tests/kernel/test_recovery_table.py::test_every_verdict_keeps_the_recovery_rules",
+                 "tests/kernel/test_recovery_table.py::test_an_orphan_is_fenced_then_reparked_on_exact_checkpoint_evidence_else_contained_then_failed_lost",
+                 "tests/kernel/test_recovery_table.py::test_another_nodes_hop_and_this_boots_hop_are_left_and_a_relay_never_fails_held",
+                 "tests/kernel/test_recovery_table.py::test_a_queued_hop_is_published_republished_rotated_or_fenced_by_what_the_broker_says",
+                 "tests/kernel/test_recovery_table.py::test_only_a_dead_processs_hop_is_fenced_terminally",
+                 "tests/kernel/test_recovery_table.py::test_a_dead_hop_that_recorded_its_outcome_is_settled_with_it_after_fence_and_containment",
+                 "tests/kernel/test_recovery_table.py::test_a_lost_hop_of_a_workflow_that_allows_retries_runs_again_until_none_is_left",
+                 "tests/kernel/test_recovery_table.py::test_a_timer_wait_resumes_exactly_once_its_due_time_is_reached"],
+    "nodes": ["tests/kernel/test_node_properties.py"],
+}
+"""The tests of behaviour each machine's mutants must fail (never the spec comparison,
+which would catch every table edit without saying which guarantee broke)."""
+
+
+def apply(name: str) -> None:
+    machine, _, mutant = name.partition(":")
+    MUTANTS[machine][mutant]()
