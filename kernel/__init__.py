@@ -6,9 +6,14 @@ Each machine has its own folder: ``queue/`` (the owned queue), ``attempts/`` (se
 job attempts), ``runs/`` (workflow Runs and their deliveries), ``consents/`` and
 ``agent_jobs/`` (the owners a Run waits for), ``nodes/`` (node leases), and
 ``recovery/`` (the decision table startup reconciliation and relays follow). See
-``specs/`` for the tables reviewers read and the invariants every decision keeps. Only
-the queue's names are re-exported here (the other machines are imported from their
-folders).
+``specs/`` for the tables reviewers read and the invariants every decision keeps.
+
+Exported here: the core (``Machine``, ``Row``, ``Rule``, ``Applied``, ``Refused``,
+``Decision``) and every machine by name (``QUEUE``, ``ATTEMPTS``, ``RUNS``,
+``CONSENTS``, ``AGENT_JOBS``, ``NODES``; ``machine.decide(record, command, now_us)``),
+and, for the callers that grew up with them, the queue's own names (``decide`` and
+``select_rule`` here are the queue's). A machine's records, commands and rules are
+imported from its folder.
 """
 
 from __future__ import annotations
@@ -78,6 +83,13 @@ from .queue.record import (
     state_of,
 )
 
+from .agent_jobs.machine import AGENT_JOBS
+from .attempts.machine import ATTEMPTS
+from .consents.machine import CONSENTS
+from .core import Machine, Row
+from .nodes.machine import NODES
+from .runs.machine import RUNS
+
 __all__ = [
     "FENCED_COMMANDS",
     "AcknowledgeCancelOwned",
@@ -137,4 +149,12 @@ __all__ = [
     "is_valid_record",
     "record_violations",
     "state_of",
+    "Machine",
+    "Row",
+    "ATTEMPTS",
+    "RUNS",
+    "CONSENTS",
+    "AGENT_JOBS",
+    "NODES",
 ]
+
