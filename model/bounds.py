@@ -7,6 +7,9 @@ bool never satisfies an integer bound (``True`` is an ``int`` in Python, not her
 from __future__ import annotations
 
 __all__ = [
+    "MIN_INSTANT_US",
+    "MAX_INSTANT_US",
+    "is_instant",
     "MAX_IDENTITY_CHARS",
     "MAX_JOB_ID_CHARS",
     "MAX_RUN_ID_CHARS",
@@ -63,6 +66,19 @@ it slow (a 50 MiB SQLite claim outlasted a 1 s lease)."""
 
 MAX_PAYLOAD_BYTES_LIMIT = 256 * 1024 * 1024
 """The largest bound a WorkerConfig may set (far below PostgreSQL's 1 GB per value)."""
+
+
+MIN_INSTANT_US = -62_135_596_800_000_000
+"""0001-01-01T00:00:00Z in microseconds since the epoch: the earliest datetime."""
+
+MAX_INSTANT_US = 253_402_300_799_999_999
+"""9999-12-31T23:59:59.999999Z: the latest datetime."""
+
+
+def is_instant(value: object) -> bool:
+    """An instant every machine and database can hold: an ``int`` (never a bool) of
+    microseconds since the epoch, from :data:`MIN_INSTANT_US` to :data:`MAX_INSTANT_US`."""
+    return is_strict_int(value) and MIN_INSTANT_US <= value <= MAX_INSTANT_US  # type: ignore[operator]
 
 
 def is_strict_int(value: object) -> bool:

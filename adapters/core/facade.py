@@ -15,7 +15,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import ClassVar, TypeVar
 
-from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
+from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model import ConfigValidationError, ErrorCode, TenureError, bounds
 
 from .dialects import open_store

@@ -37,7 +37,7 @@ from sqlalchemy.engine import Dialect as SqlDialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.types import TypeEngine
 
-from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US
+from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model import ErrorCode, TenureError
 from tenure.model.json_values import load_json
 

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Applied, Decision, Refused, decide
-from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US
+from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.kernel.recovery.table import lost_and_retryable
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (

@@ -17,7 +17,7 @@ from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus  # noqa: F4
 
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
-from ..queue.record import MIN_INSTANT_US  # noqa: F401
+from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 from .machine import NEXT_STATUS, decide, transition_violations  # noqa: F401
 from .record import AdoptResult, AdvanceJob, AgentJobRow, RecordCancelled, SubmitJob
 

@@ -18,7 +18,6 @@ from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus, bounds
 from tenure.model.json_values import load_json
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_TEXT_CHARS
 
-from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 
 __all__ = [
     "AgentJobRow",
@@ -111,8 +110,7 @@ def _text(value: object, max_chars: int = MAX_RUN_TEXT_CHARS) -> bool:
     return bounds.is_bounded_text(value, max_chars)
 
 
-def _instant(value: object) -> bool:
-    return bounds.is_strict_int(value) and MIN_INSTANT_US <= value <= MAX_INSTANT_US  # type: ignore[operator]
+_instant = bounds.is_instant
 
 
 def _stored_result_problem(record: AgentJobRow) -> str | None:

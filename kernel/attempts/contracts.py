@@ -17,7 +17,7 @@ from tenure.model import AttemptState  # noqa: F401
 
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_LEASE_US, MAX_NOW_US  # noqa: F401
-from ..queue.record import MIN_INSTANT_US  # noqa: F401
+from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 from .commands import (
     Prepare,
     BeginSubmit,

@@ -18,7 +18,7 @@ from tenure.model import ConsentStatus  # noqa: F401
 
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
-from ..queue.record import MIN_INSTANT_US  # noqa: F401
+from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 from .machine import DEADLINE_OWNER, decide, transition_violations  # noqa: F401
 from .record import MAX_DEADLINE_US, CancelPending, ConsentRow, CreateConsent, DecideConsent  # noqa: F401
 

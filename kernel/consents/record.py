@@ -17,7 +17,6 @@ from typing import ClassVar
 from tenure.model import ConsentStatus, bounds
 from tenure.model.runs import MAX_RUN_TEXT_CHARS
 
-from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 
 __all__ = [
     "ConsentRow",
@@ -74,8 +73,7 @@ def _text(value: object, max_chars: int = MAX_RUN_TEXT_CHARS) -> bool:
     return bounds.is_bounded_text(value, max_chars)
 
 
-def _instant(value: object) -> bool:
-    return bounds.is_strict_int(value) and MIN_INSTANT_US <= value <= MAX_INSTANT_US  # type: ignore[operator]
+_instant = bounds.is_instant
 
 
 def record_violations(record: ConsentRow) -> list[str]:

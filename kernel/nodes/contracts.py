@@ -11,7 +11,7 @@ from __future__ import annotations
 # this module's namespace.
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
-from ..queue.record import MIN_INSTANT_US  # noqa: F401
+from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 from .machine import decide, transition_violations  # noqa: F401
 from .record import Boot, FinishTakeover, NodeRow, NodeStatus, Renew, TakeOver  # noqa: F401
 

@@ -29,7 +29,7 @@ from tenure.model import ErrorCode, bounds
 from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
-from ..queue.record import MAX_INSTANT_US
+from tenure.model.bounds import MAX_INSTANT_US
 from .record import (
     MAX_LEASE_US,
     Ack,

@@ -16,7 +16,6 @@ from typing import ClassVar
 from tenure.model import bounds
 from tenure.model.runs import MAX_RUN_TEXT_CHARS
 
-from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 
 __all__ = [
     "NodeStatus",
@@ -153,8 +152,7 @@ def step_of(record: NodeRow | None) -> NodeStep:
     return NodeStep.ABSENT if record is None else _STEP_OF_STATUS[record.status]
 
 
-def _instant(value: object) -> bool:
-    return bounds.is_strict_int(value) and MIN_INSTANT_US <= value <= MAX_INSTANT_US  # type: ignore[operator]
+_instant = bounds.is_instant
 
 
 def record_violations(record: NodeRow) -> list[str]:

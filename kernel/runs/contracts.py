@@ -24,7 +24,7 @@ from tenure.model import BrokerJobState, RunStatus, WaitKind  # noqa: F401
 
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
-from ..queue.record import MIN_INSTANT_US  # noqa: F401
+from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 from .commands import (
     Admit,
     Release,

@@ -48,7 +48,7 @@ from tenure.model import (
 from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
-from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
+from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from .commands import (
     Ack,
     Admitted,

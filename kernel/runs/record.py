@@ -24,7 +24,6 @@ from tenure.model import (
 )
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_HOP_RETRIES, MAX_QUEUE_CHARS, MAX_RUN_TEXT_CHARS, MAX_SCOPES
 
-from ..queue.record import MAX_INSTANT_US, MIN_INSTANT_US
 
 __all__ = [
     "RunRow",
@@ -191,8 +190,7 @@ def _optional_text(value: object, max_chars: int = MAX_RUN_TEXT_CHARS) -> bool:
     return value is None or _text(value, max_chars)
 
 
-def _instant(value: object) -> bool:
-    return bounds.is_strict_int(value) and MIN_INSTANT_US <= value <= MAX_INSTANT_US  # type: ignore[operator]
+_instant = bounds.is_instant
 
 
 def _optional_instant(value: object) -> bool:
