@@ -48,7 +48,7 @@ import asyncpg
 
 from tenure.adapters import ValidationJobSource, Worker, upgrade
 from tenure.adapters.queue.table import stored_payload
-from tenure.kernel import ClaimFence, ClaimOwned, CompleteOwned, HeartbeatOwned, JobRecord, decide
+from tenure.kernel import ClaimFence, ClaimOwned, CompleteOwned, HeartbeatOwned, QueueRow, decide
 from tenure.model import JobStatus, QueueKind, ValidationJob, WorkerConfig, snapshot_submission
 
 LEASE_SECONDS = 60
@@ -743,7 +743,7 @@ async def sqlite_cycle(jobs: int) -> None:
 
 
 def kernel_decisions(repeat: int) -> None:
-    claimed = JobRecord(
+    claimed = QueueRow(
         queue=QueueKind.VALIDATION, job_id="job-1", run_id=None, status=JobStatus.CLAIMED, attempts=1,
         max_attempts=5, generation=1, owner_id="worker", claim_token="token", claimed_at_us=10,
         lease_expires_at_us=10**15, fires_at_us=0, created_at_us=0, completed_at_us=None,
@@ -751,7 +751,7 @@ def kernel_decisions(repeat: int) -> None:
         idempotency_key=None, active_key=None, dlq_record_id=None, error_message=None, result_json=None,
         payload=("orders", "1.0.0", '{"data_source":"s","options":null}', None),
     )
-    pending = JobRecord(**{**{f: getattr(claimed, f) for f in claimed.__dataclass_fields__},
+    pending = QueueRow(**{**{f: getattr(claimed, f) for f in claimed.__dataclass_fields__},
                            "status": JobStatus.PENDING, "attempts": 0, "generation": 0, "owner_id": None,
                            "claim_token": None, "claimed_at_us": None, "lease_expires_at_us": None})
     fence = ClaimFence(queue=QueueKind.VALIDATION, job_id="job-1", owner_id="worker", generation=1, claim_token="token")

@@ -14,6 +14,12 @@ Exported here: the core (``Machine``, ``Row``, ``Rule``, ``Applied``, ``Refused`
 and, for the callers that grew up with them, the queue's own names (``decide`` and
 ``select_rule`` here are the queue's). A machine's records, commands and rules are
 imported from its folder.
+
+Every machine names its parts alike: ``<Machine>Step`` (the states of its table),
+``<Machine>Row`` (its record), ``<Machine>CommandType`` and ``<Machine>Refusal``. The
+queue's names before that scheme (``QueueState``, ``JobRecord``, ``CommandType``,
+``Refusal``) remain here as aliases for one release; new code uses ``QueueStep``,
+``QueueRow``, ``QueueCommandType`` and ``QueueRefusal``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from .queue.commands import (
     ClaimLegacy,
     ClaimOwned,
     Command,
-    CommandType,
+    QueueCommandType,
     CompleteLegacy,
     CompleteOwned,
     DeleteLegacy,
@@ -61,7 +67,7 @@ from .queue.machine import (
     TABLE,
     Applied,
     Decision,
-    Refusal,
+    QueueRefusal,
     Refused,
     Rule,
     backoff_delay_us,
@@ -74,8 +80,8 @@ from .queue.machine import (
 from .queue.record import (
     MAX_INSTANT_US,
     MIN_INSTANT_US,
-    JobRecord,
-    QueueState,
+    QueueRow,
+    QueueStep,
     dedupe_key_of,
     is_currently_owned,
     is_valid_record,
@@ -91,6 +97,10 @@ from .nodes.machine import NODES
 from .runs.machine import RUNS
 
 __all__ = [
+    "QueueState",
+    "JobRecord",
+    "CommandType",
+    "Refusal",
     "FENCED_COMMANDS",
     "AcknowledgeCancelOwned",
     "Ack",
@@ -100,7 +110,7 @@ __all__ = [
     "ClaimLegacy",
     "ClaimOwned",
     "Command",
-    "CommandType",
+    "QueueCommandType",
     "CompleteLegacy",
     "CompleteOwned",
     "DeleteLegacy",
@@ -131,7 +141,7 @@ __all__ = [
     "TABLE",
     "Applied",
     "Decision",
-    "Refusal",
+    "QueueRefusal",
     "Refused",
     "Rule",
     "backoff_delay_us",
@@ -142,8 +152,8 @@ __all__ = [
     "transition_violations",
     "MAX_INSTANT_US",
     "MIN_INSTANT_US",
-    "JobRecord",
-    "QueueState",
+    "QueueRow",
+    "QueueStep",
     "dedupe_key_of",
     "is_currently_owned",
     "is_valid_record",
@@ -158,3 +168,9 @@ __all__ = [
     "NODES",
 ]
 
+# The queue's names before every machine was named alike (deprecated; removed in the next
+# release).
+QueueState = QueueStep
+JobRecord = QueueRow
+CommandType = QueueCommandType
+Refusal = QueueRefusal

@@ -49,7 +49,7 @@ from tenure.kernel.queue.commands import (
     Submitted,
 )
 from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE, claim_identity_problem, decide
-from tenure.kernel.queue.record import JobRecord
+from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     DEFAULT_MAX_ATTEMPTS,
     ErrorCode,
@@ -163,7 +163,7 @@ class QueueOperations:
             chosen_run_id = run_id if run_id is not None else self._new_run_id()
         return chosen_job_id, chosen_run_id
 
-    async def _locate(self, tx: Transaction, submission_id: str | None, job_id: str, run_id: str | None, key: str | None) -> list[JobRecord]:
+    async def _locate(self, tx: Transaction, submission_id: str | None, job_id: str, run_id: str | None, key: str | None) -> list[QueueRow]:
         # Every row sharing an identity with the request, locked at once; the clock is read
         # after the locks (so also after a predecessor's lock wait).
         parameters = {"submission_id": submission_id, "job_id": job_id, "run_id": run_id, "key": key}
@@ -188,7 +188,7 @@ class QueueOperations:
                 payload=stored_payload(self.queue, snapshot.field_texts),
             )
 
-        def meets(rows: Sequence[JobRecord], job_id: str) -> JobRecord | None:
+        def meets(rows: Sequence[QueueRow], job_id: str) -> QueueRow | None:
             return finders.submission_meets(
                 rows, submission_id=snapshot.submission_id, job_id=job_id, run_id=run_id, key=snapshot.idempotency_key
             )
@@ -264,7 +264,7 @@ class QueueOperations:
     # --- claims -----------------------------------------------------------------------
 
     async def claim_owned(
-        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[JobRecord], Presented]
+        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[QueueRow], Presented]
     ) -> list[Presented]:
         """Claim up to ``len(claim_tokens)`` jobs, token ``i`` for the ``i``-th eligible row,
         each decided by the kernel exactly as a single claim. ``present`` turns each
@@ -286,7 +286,7 @@ class QueueOperations:
         # claim stored the same nonce first.
         raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
 
-    async def claim_legacy(self, owner_id: str, present: Callable[[JobRecord], Presented]) -> Presented | None:
+    async def claim_legacy(self, owner_id: str, present: Callable[[QueueRow], Presented]) -> Presented | None:
         for _ in range(UNREADABLE_ROUNDS):
             try:
                 claimed = await self._claim(owner_id, [""], present, owned=False)
@@ -297,7 +297,7 @@ class QueueOperations:
         return claimed[0] if claimed else None
 
     async def _claim(
-        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[JobRecord], Presented], *, owned: bool
+        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[QueueRow], Presented], *, owned: bool
     ) -> list[Presented]:
         limit = len(claim_tokens)
         lease_us = self.config.lease_us
@@ -310,9 +310,9 @@ class QueueOperations:
                                   nonce_already_stored=token in stored_tokens, lease_us=lease_us)
             return ClaimLegacy(owner_id=owner_id, lease_us=lease_us)
 
-        def claims_of(candidates: Sequence[JobRecord], stored_tokens: Sequence[str | None], now: int) -> list[tuple[JobRecord, JobRecord]]:
+        def claims_of(candidates: Sequence[QueueRow], stored_tokens: Sequence[str | None], now: int) -> list[tuple[QueueRow, QueueRow]]:
             """The kernel's claim of the ``i``-th candidate with the ``i``-th token."""
-            claims: list[tuple[JobRecord, JobRecord]] = []
+            claims: list[tuple[QueueRow, QueueRow]] = []
             for index, token in enumerate(claim_tokens):
                 met = candidates[index] if index < len(candidates) else None
                 decision = decide(met, command_for(token, stored_tokens), now)
@@ -324,7 +324,7 @@ class QueueOperations:
                 claims.append((met, claimed))  # type: ignore[arg-type]
             return claims
 
-        def verified(claims: Sequence[tuple[JobRecord, JobRecord]], stored: Sequence[JobRecord]) -> list[Presented]:
+        def verified(claims: Sequence[tuple[QueueRow, QueueRow]], stored: Sequence[QueueRow]) -> list[Presented]:
             if len(stored) != len(claims):
                 raise persistence_failed("read_back_mismatch")
             for (_, decided), found in zip(claims, stored, strict=True):
@@ -387,7 +387,7 @@ class QueueOperations:
             claims = claims_of(candidates, stored_tokens, now)
             return verified(claims, await tx.update_many(binding, claims, read_back=True))
 
-        claimed_rows: list[JobRecord] = []
+        claimed_rows: list[QueueRow] = []
         result = await self.store.run(body, write=True)
         self.engine.remember(binding, claimed_rows)  # the fenced writes to follow decide ahead from these
         return result
@@ -405,13 +405,13 @@ class QueueOperations:
         async def body(tx: Transaction) -> None:
             rows = await tx.locked(binding, finders.by_keys, {"keys": sorted(set(job_ids))})
             now = await tx.now_us()
-            changes: list[tuple[JobRecord, JobRecord]] = []
+            changes: list[tuple[QueueRow, QueueRow]] = []
             for row in rows:
                 claim = decide(row, ClaimOwned(owner_id=owner_id, claim_token=uuid.uuid4().hex,
                                                nonce_already_stored=False, lease_us=self.config.lease_us), now)
                 if not isinstance(claim, Applied):
                     continue
-                claimed: JobRecord = checked(binding, row, claim)
+                claimed: QueueRow = checked(binding, row, claim)
                 fence = ClaimFence(queue=claimed.queue, job_id=claimed.job_id, owner_id=owner_id,
                                    generation=claimed.generation, claim_token=claimed.claim_token)  # type: ignore[arg-type]
                 failure = decide(claimed, FailOwned(fence=fence, error_message=UNREADABLE_ERROR, retry=False,
@@ -423,7 +423,7 @@ class QueueOperations:
 
         await self.store.run(body, write=True)
 
-    async def recover_owned(self, owner_id: str, claim_token: str) -> JobRecord | None:
+    async def recover_owned(self, owner_id: str, claim_token: str) -> QueueRow | None:
         async def body(tx: Transaction) -> Decision:
             found = await tx.locked(self.binding, finders.by_token, {"claim_token": claim_token})
             met = found[0] if found else None
@@ -535,15 +535,15 @@ class QueueOperations:
 
     # --- reads ------------------------------------------------------------------------
 
-    async def get(self, job_id: str) -> JobRecord | None:
-        async def body(tx: Transaction) -> list[JobRecord]:
+    async def get(self, job_id: str) -> QueueRow | None:
+        async def body(tx: Transaction) -> list[QueueRow]:
             return await tx.read(self.binding, [job_id])
 
         found = await self.store.run(body, write=False)
         return found[0] if found else None
 
-    async def list(self, status: JobStatus | None, limit: int) -> list[JobRecord]:
-        async def body(tx: Transaction) -> list[JobRecord]:
+    async def list(self, status: JobStatus | None, limit: int) -> list[QueueRow]:
+        async def body(tx: Transaction) -> list[QueueRow]:
             if status is None:
                 return await tx.find(self.binding, finders.all_rows, {}, limit)
             return await tx.find(self.binding, finders.with_status, {"status": status}, limit)

@@ -17,7 +17,7 @@ import datetime as dt
 from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from tenure.kernel.queue.record import JobRecord
+from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     ClaimedJob,
     ClaimedPipelineJob,
@@ -221,7 +221,7 @@ class JobSource(Generic[Claimed]):
         record = await self._engine.recover_owned(owner, token)
         return None if record is None else self._claimed(record)
 
-    def _claimed(self, record: JobRecord) -> Claimed:
+    def _claimed(self, record: QueueRow) -> Claimed:
         fence = None
         if record.claim_token is not None:
             if record.owner_id is None:  # INV-Q7: only a row written outside tenure
@@ -325,7 +325,7 @@ class JobSource(Generic[Claimed]):
         return await self._engine.purge_finished(micros)
 
 
-def _info(record: JobRecord) -> JobInfo:
+def _info(record: QueueRow) -> JobInfo:
     fires_at = _instant(record.fires_at_us)
     created_at = _instant(record.created_at_us)
     assert fires_at is not None and created_at is not None  # the codec reads both as required

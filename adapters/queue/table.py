@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
 
 from tenure.kernel.queue.machine import QUEUE
-from tenure.kernel.queue.record import JobRecord
+from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     ENVELOPE_FOR_QUEUE,
     ConfigValidationError,
@@ -265,14 +265,14 @@ _CONSTANTS: dict[QueueKind, dict[str, Any]] = {
 }
 
 
-def _became_pending(old: JobRecord | None, new: JobRecord) -> bool:
+def _became_pending(old: QueueRow | None, new: QueueRow) -> bool:
     """A submission, a retry sent back and an expired claim made claimable again: the
     changes an idle worker is woken for (a retry's backoff may still hold it a while)."""
     return new.status is JobStatus.PENDING and (old is None or old.status is not JobStatus.PENDING)
 
 
 QUEUE_BINDINGS: dict[QueueKind, Binding] = {
-    queue: Binding(f"queue.{spec.name}", QUEUE, spec, JobRecord, _CONSTANTS[queue], "job_id",
+    queue: Binding(f"queue.{spec.name}", QUEUE, spec, QueueRow, _CONSTANTS[queue], "job_id",
                    announces=_became_pending)
     for queue, spec in QUEUE_TABLES.items()
 }
@@ -302,7 +302,7 @@ the same queue machine and store code (schema step ``runs_v3``)."""
 
 
 HOPS_BINDING = Binding(
-    f"queue.{_HOPS_NAME}", QUEUE, HOPS_TABLE, JobRecord,
+    f"queue.{_HOPS_NAME}", QUEUE, HOPS_TABLE, QueueRow,
     {"queue": QueueKind.VALIDATION, "run_id": None, "cancel_requested": False, "pid": None, "active_key": None},
     "job_id", announces=_became_pending,
 )
@@ -356,7 +356,7 @@ def _parsed_object(text: object) -> dict[str, Any]:
     return value
 
 
-def envelope_of(record: JobRecord) -> SubmissionEnvelope:
+def envelope_of(record: QueueRow) -> SubmissionEnvelope:
     """The envelope a stored row holds; ``corrupt_row`` when its shape or values are not
     an envelope's (a row written outside tenure)."""
     queue = record.queue
@@ -391,7 +391,7 @@ def envelope_of(record: JobRecord) -> SubmissionEnvelope:
     return envelope
 
 
-def probe_record(queue: QueueKind, suffix: str, identity: str, now_us: int) -> JobRecord:
+def probe_record(queue: QueueKind, suffix: str, identity: str, now_us: int) -> QueueRow:
     """A finished, owned-looking row for the migration's collation probe: every NOT NULL
     column filled, the two identity columns set to ``identity``."""
     texts = {
@@ -400,7 +400,7 @@ def probe_record(queue: QueueKind, suffix: str, identity: str, now_us: int) -> J
         "config_name": '"probe"', "config_version": f'"{suffix}"', "force": "false",
         "fires_at": "null", "job_id": "null", "max_attempts": "null", "run_id": "null",
     }
-    return JobRecord(
+    return QueueRow(
         queue=queue,
         job_id="tenure-probe-" + suffix,
         run_id=("probe" + suffix) if queue is QueueKind.PIPELINE else None,

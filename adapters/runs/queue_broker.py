@@ -43,7 +43,7 @@ from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.queue import finders as queue_finders
-from tenure.kernel.queue.record import JobRecord
+from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     BrokerJobState,
     JobStatus,
@@ -162,15 +162,15 @@ class QueueBroker:
                             max_attempts=1)
         await self._ops.submit_owned(snapshot_submission(QueueKind.VALIDATION, job, key))
 
-    async def _row(self, key: str) -> tuple[JobRecord | None, int]:
-        async def body(tx: Transaction) -> tuple[JobRecord | None, int]:
+    async def _row(self, key: str) -> tuple[QueueRow | None, int]:
+        async def body(tx: Transaction) -> tuple[QueueRow | None, int]:
             rows = await tx.find(HOPS_BINDING, _BY_KEY, {"key": key}, 1)
             return (rows[0] if rows else None), await tx.now_us()
 
-        result: tuple[JobRecord | None, int] = await self._ops.store.run(body, write=False)
+        result: tuple[QueueRow | None, int] = await self._ops.store.run(body, write=False)
         return result
 
-    def _still_running_elsewhere(self, row: JobRecord, now_us: int) -> bool:
+    def _still_running_elsewhere(self, row: QueueRow, now_us: int) -> bool:
         """A cancelled hop that was claimed by another process within the last lease."""
         return (row.status is JobStatus.CANCELLED and row.claim_token is not None and row.owner_id != self._owner
                 and row.submission_id not in self._fenced_terminally
@@ -254,7 +254,7 @@ class QueueBroker:
                     await self._finish(fences.pop(key), task)
 
     async def _serve_round(self, perform: PerformHop, concurrency: int, fences: dict[str, QueueClaimFence],
-                           lapsed: set[str], wake: asyncio.Event) -> list[JobRecord]:
+                           lapsed: set[str], wake: asyncio.Event) -> list[QueueRow]:
         """Finish the hops that ended (a finish that fails is retried next round), then
         claim up to the free slots and start each claimed hop."""
         for key, task in list(self._served.items()):
@@ -264,7 +264,7 @@ class QueueBroker:
                 del fences[key]
                 lapsed.discard(key)
         free = concurrency - len(self._served)
-        claimed: list[JobRecord] = []
+        claimed: list[QueueRow] = []
         if free > 0 and await self._any_due():
             tokens = [secrets.token_hex(16) for _ in range(free)]
             claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record)

@@ -18,7 +18,7 @@ from tenure.model.bounds import MAX_INSTANT_US
 
 __all__ = [
     "ClaimFence",
-    "CommandType",
+    "QueueCommandType",
     "SubmitOwned",
     "SubmitLegacy",
     "ReleaseKeyForOwned",
@@ -61,7 +61,7 @@ MAX_NOW_US = MAX_INSTANT_US - MAX_LEASE_US - bounds.MAX_BACKOFF_MS * 1000
 backoff added to it is still a representable instant."""
 
 
-class CommandType(enum.Enum):
+class QueueCommandType(enum.Enum):
     """Every command of the queue machine; values are the names the spec table uses."""
 
     SUBMIT_OWNED = "submit_owned"
@@ -119,7 +119,7 @@ class SubmitOwned:
     """Insert an owned submission, or replay it. Met with the row that shares an identity
     with the request (its submission ID first, else its job ID, run ID or idempotency key)."""
 
-    kind: ClassVar[CommandType] = CommandType.SUBMIT_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.SUBMIT_OWNED
     queue: QueueKind
     submission_id: str
     fingerprint: str
@@ -136,7 +136,7 @@ class SubmitOwned:
 class SubmitLegacy:
     """Insert an unprotected submission, or return the row already holding its key."""
 
-    kind: ClassVar[CommandType] = CommandType.SUBMIT_LEGACY
+    kind: ClassVar[QueueCommandType] = QueueCommandType.SUBMIT_LEGACY
     queue: QueueKind
     job_id: str
     run_id: str | None
@@ -151,7 +151,7 @@ class SubmitLegacy:
 class ReleaseKeyForOwned:
     """An owned streaming submission meets the row holding its config's active key."""
 
-    kind: ClassVar[CommandType] = CommandType.RELEASE_KEY_FOR_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.RELEASE_KEY_FOR_OWNED
     force: bool
 
 
@@ -159,14 +159,14 @@ class ReleaseKeyForOwned:
 class ReleaseKeyForLegacy:
     """A legacy forced streaming submission meets the row holding the active key."""
 
-    kind: ClassVar[CommandType] = CommandType.RELEASE_KEY_FOR_LEGACY
+    kind: ClassVar[QueueCommandType] = QueueCommandType.RELEASE_KEY_FOR_LEGACY
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimOwned:
     """Claim the met row (the next eligible candidate, or none) with a fresh nonce."""
 
-    kind: ClassVar[CommandType] = CommandType.CLAIM_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.CLAIM_OWNED
     owner_id: str
     claim_token: str
     nonce_already_stored: bool
@@ -178,7 +178,7 @@ class ClaimOwned:
 class ClaimLegacy:
     """Claim the met row without a token (legacy workers; never a protected row)."""
 
-    kind: ClassVar[CommandType] = CommandType.CLAIM_LEGACY
+    kind: ClassVar[QueueCommandType] = QueueCommandType.CLAIM_LEGACY
     owner_id: str
     lease_us: int
 
@@ -187,7 +187,7 @@ class ClaimLegacy:
 class RecoverOwned:
     """Read back the live claim made with this owner and nonce (read-only)."""
 
-    kind: ClassVar[CommandType] = CommandType.RECOVER_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.RECOVER_OWNED
     owner_id: str
     claim_token: str
 
@@ -196,26 +196,26 @@ class RecoverOwned:
 class ExpireLease:
     """Settle a claim whose lease has run out (the sweep before every claim)."""
 
-    kind: ClassVar[CommandType] = CommandType.EXPIRE_LEASE
+    kind: ClassVar[QueueCommandType] = QueueCommandType.EXPIRE_LEASE
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatOwned:
-    kind: ClassVar[CommandType] = CommandType.HEARTBEAT_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.HEARTBEAT_OWNED
     fence: ClaimFence
     lease_us: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteOwned:
-    kind: ClassVar[CommandType] = CommandType.COMPLETE_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.COMPLETE_OWNED
     fence: ClaimFence
     result_json: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class FailOwned:
-    kind: ClassVar[CommandType] = CommandType.FAIL_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.FAIL_OWNED
     fence: ClaimFence
     error_message: str
     retry: bool
@@ -226,20 +226,20 @@ class FailOwned:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SetPidOwned:
-    kind: ClassVar[CommandType] = CommandType.SET_PID_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.SET_PID_OWNED
     fence: ClaimFence
     pid: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ReadStateOwned:
-    kind: ClassVar[CommandType] = CommandType.READ_STATE_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.READ_STATE_OWNED
     fence: ClaimFence
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AcknowledgeCancelOwned:
-    kind: ClassVar[CommandType] = CommandType.ACKNOWLEDGE_CANCEL_OWNED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.ACKNOWLEDGE_CANCEL_OWNED
     fence: ClaimFence
 
 
@@ -247,32 +247,32 @@ class AcknowledgeCancelOwned:
 class RequestCancel:
     """Administrative cancel of a stream: pending ends at once, claimed gets a request."""
 
-    kind: ClassVar[CommandType] = CommandType.REQUEST_CANCEL
+    kind: ClassVar[QueueCommandType] = QueueCommandType.REQUEST_CANCEL
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CancelAdmin:
     """Administrative cancel of a validation or pipeline job; voids any live fence."""
 
-    kind: ClassVar[CommandType] = CommandType.CANCEL_ADMIN
+    kind: ClassVar[QueueCommandType] = QueueCommandType.CANCEL_ADMIN
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatLegacy:
-    kind: ClassVar[CommandType] = CommandType.HEARTBEAT_LEGACY
+    kind: ClassVar[QueueCommandType] = QueueCommandType.HEARTBEAT_LEGACY
     owner_id: str
     lease_us: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteLegacy:
-    kind: ClassVar[CommandType] = CommandType.COMPLETE_LEGACY
+    kind: ClassVar[QueueCommandType] = QueueCommandType.COMPLETE_LEGACY
     result_json: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class FailLegacy:
-    kind: ClassVar[CommandType] = CommandType.FAIL_LEGACY
+    kind: ClassVar[QueueCommandType] = QueueCommandType.FAIL_LEGACY
     error_message: str
     retry: bool
     dlq_record_id: str | None
@@ -282,20 +282,20 @@ class FailLegacy:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SetPidLegacy:
-    kind: ClassVar[CommandType] = CommandType.SET_PID_LEGACY
+    kind: ClassVar[QueueCommandType] = QueueCommandType.SET_PID_LEGACY
     pid: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteLegacy:
-    kind: ClassVar[CommandType] = CommandType.DELETE_LEGACY
+    kind: ClassVar[QueueCommandType] = QueueCommandType.DELETE_LEGACY
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PurgeFinished:
     """Retention: delete a finished, unprotected row that finished before the cutoff."""
 
-    kind: ClassVar[CommandType] = CommandType.PURGE_FINISHED
+    kind: ClassVar[QueueCommandType] = QueueCommandType.PURGE_FINISHED
     older_than_us: int
 
 
@@ -307,12 +307,12 @@ Command = (
 )
 
 FENCED_COMMANDS = frozenset({
-    CommandType.HEARTBEAT_OWNED,
-    CommandType.COMPLETE_OWNED,
-    CommandType.FAIL_OWNED,
-    CommandType.SET_PID_OWNED,
-    CommandType.READ_STATE_OWNED,
-    CommandType.ACKNOWLEDGE_CANCEL_OWNED,
+    QueueCommandType.HEARTBEAT_OWNED,
+    QueueCommandType.COMPLETE_OWNED,
+    QueueCommandType.FAIL_OWNED,
+    QueueCommandType.SET_PID_OWNED,
+    QueueCommandType.READ_STATE_OWNED,
+    QueueCommandType.ACKNOWLEDGE_CANCEL_OWNED,
 })
 """Commands that present a fence and may apply only while it matches a live claim."""
 

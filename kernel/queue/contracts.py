@@ -48,7 +48,7 @@ from .commands import (
     PurgeFinished,
 )
 from .machine import Decision, Refused, decide, transition_violations  # noqa: F401
-from .record import MIN_INSTANT_US, JobRecord  # noqa: F401
+from .record import MIN_INSTANT_US, QueueRow  # noqa: F401
 
 __all__ = [
     "decide_submit_owned",
@@ -76,35 +76,35 @@ __all__ = [
 ]
 
 
-def decide_submit_owned(record: JobRecord | None, command: SubmitOwned, now_us: int) -> Decision:
+def decide_submit_owned(record: QueueRow | None, command: SubmitOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_submit_legacy(record: JobRecord | None, command: SubmitLegacy, now_us: int) -> Decision:
+def decide_submit_legacy(record: QueueRow | None, command: SubmitLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_release_key_for_owned(record: JobRecord | None, command: ReleaseKeyForOwned, now_us: int) -> Decision:
+def decide_release_key_for_owned(record: QueueRow | None, command: ReleaseKeyForOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_release_key_for_legacy(record: JobRecord | None, command: ReleaseKeyForLegacy, now_us: int) -> Decision:
+def decide_release_key_for_legacy(record: QueueRow | None, command: ReleaseKeyForLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_claim_owned(record: JobRecord | None, command: ClaimOwned, now_us: int) -> Decision:
+def decide_claim_owned(record: QueueRow | None, command: ClaimOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     pre: 1 <= command.lease_us
     post: not transition_violations(record, command, now_us, __return__)
@@ -113,7 +113,7 @@ def decide_claim_owned(record: JobRecord | None, command: ClaimOwned, now_us: in
     return decide(record, command, now_us)
 
 
-def decide_claim_legacy(record: JobRecord | None, command: ClaimLegacy, now_us: int) -> Decision:
+def decide_claim_legacy(record: QueueRow | None, command: ClaimLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     pre: 1 <= command.lease_us
     post: not transition_violations(record, command, now_us, __return__)
@@ -122,7 +122,7 @@ def decide_claim_legacy(record: JobRecord | None, command: ClaimLegacy, now_us: 
     return decide(record, command, now_us)
 
 
-def decide_recover_owned(record: JobRecord | None, command: RecoverOwned, now_us: int) -> Decision:
+def decide_recover_owned(record: QueueRow | None, command: RecoverOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record == record
@@ -130,14 +130,14 @@ def decide_recover_owned(record: JobRecord | None, command: RecoverOwned, now_us
     return decide(record, command, now_us)
 
 
-def decide_expire_lease(record: JobRecord | None, command: ExpireLease, now_us: int) -> Decision:
+def decide_expire_lease(record: QueueRow | None, command: ExpireLease, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_heartbeat_owned(record: JobRecord | None, command: HeartbeatOwned, now_us: int) -> Decision:
+def decide_heartbeat_owned(record: QueueRow | None, command: HeartbeatOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     pre: 1 <= command.lease_us
     post: not transition_violations(record, command, now_us, __return__)
@@ -146,7 +146,7 @@ def decide_heartbeat_owned(record: JobRecord | None, command: HeartbeatOwned, no
     return decide(record, command, now_us)
 
 
-def decide_complete_owned(record: JobRecord | None, command: CompleteOwned, now_us: int) -> Decision:
+def decide_complete_owned(record: QueueRow | None, command: CompleteOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.status is JobStatus.COMPLETED and __return__.new_record.result_json == command.result_json)
@@ -154,7 +154,7 @@ def decide_complete_owned(record: JobRecord | None, command: CompleteOwned, now_
     return decide(record, command, now_us)
 
 
-def decide_fail_owned(record: JobRecord | None, command: FailOwned, now_us: int) -> Decision:
+def decide_fail_owned(record: QueueRow | None, command: FailOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.status in (JobStatus.PENDING, JobStatus.FAILED))
@@ -162,14 +162,14 @@ def decide_fail_owned(record: JobRecord | None, command: FailOwned, now_us: int)
     return decide(record, command, now_us)
 
 
-def decide_set_pid_owned(record: JobRecord | None, command: SetPidOwned, now_us: int) -> Decision:
+def decide_set_pid_owned(record: QueueRow | None, command: SetPidOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_read_state_owned(record: JobRecord | None, command: ReadStateOwned, now_us: int) -> Decision:
+def decide_read_state_owned(record: QueueRow | None, command: ReadStateOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record == record
@@ -177,63 +177,63 @@ def decide_read_state_owned(record: JobRecord | None, command: ReadStateOwned, n
     return decide(record, command, now_us)
 
 
-def decide_acknowledge_cancel_owned(record: JobRecord | None, command: AcknowledgeCancelOwned, now_us: int) -> Decision:
+def decide_acknowledge_cancel_owned(record: QueueRow | None, command: AcknowledgeCancelOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_request_cancel(record: JobRecord | None, command: RequestCancel, now_us: int) -> Decision:
+def decide_request_cancel(record: QueueRow | None, command: RequestCancel, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_cancel_admin(record: JobRecord | None, command: CancelAdmin, now_us: int) -> Decision:
+def decide_cancel_admin(record: QueueRow | None, command: CancelAdmin, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_heartbeat_legacy(record: JobRecord | None, command: HeartbeatLegacy, now_us: int) -> Decision:
+def decide_heartbeat_legacy(record: QueueRow | None, command: HeartbeatLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_complete_legacy(record: JobRecord | None, command: CompleteLegacy, now_us: int) -> Decision:
+def decide_complete_legacy(record: QueueRow | None, command: CompleteLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_fail_legacy(record: JobRecord | None, command: FailLegacy, now_us: int) -> Decision:
+def decide_fail_legacy(record: QueueRow | None, command: FailLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_set_pid_legacy(record: JobRecord | None, command: SetPidLegacy, now_us: int) -> Decision:
+def decide_set_pid_legacy(record: QueueRow | None, command: SetPidLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_delete_legacy(record: JobRecord | None, command: DeleteLegacy, now_us: int) -> Decision:
+def decide_delete_legacy(record: QueueRow | None, command: DeleteLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 
 
-def decide_purge_finished(record: JobRecord | None, command: PurgeFinished, now_us: int) -> Decision:
+def decide_purge_finished(record: QueueRow | None, command: PurgeFinished, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """

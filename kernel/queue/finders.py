@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from tenure.model import JobStatus, QueueKind, bounds
 
 from ..core import Condition, Finder, Param
-from .record import JobRecord
+from .record import QueueRow
 
 __all__ = [
     "by_keys",
@@ -122,8 +122,8 @@ def locate(queue: QueueKind) -> Finder:
 
 
 def submission_meets(
-    rows: Sequence[JobRecord], *, submission_id: str | None, job_id: str, run_id: str | None, key: str | None
-) -> JobRecord | None:
+    rows: Sequence[QueueRow], *, submission_id: str | None, job_id: str, run_id: str | None, key: str | None
+) -> QueueRow | None:
     """The located row a submission meets: its own submission first (an existing original
     answers before any key is touched), else the row (smallest job ID first) sharing its
     job ID, run ID or idempotency key, else none."""
@@ -139,7 +139,7 @@ def submission_meets(
     return None
 
 
-def key_holder(rows: Sequence[JobRecord], active_key: str | None) -> JobRecord | None:
+def key_holder(rows: Sequence[QueueRow], active_key: str | None) -> QueueRow | None:
     """The located row holding a streaming config's active key, if any."""
     if active_key is None:
         return None

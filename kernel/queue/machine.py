@@ -59,15 +59,15 @@ from .commands import (
     Ack,
     ClaimGranted,
     Command,
-    CommandType,
+    QueueCommandType,
     Reply,
     StreamingStateReply,
     Submitted,
 )
 from .record import (
-    JobRecord,
+    QueueRow,
     record_violations,
-    QueueState,
+    QueueStep,
     dedupe_key_of,
     is_currently_owned,
     replace_fields,
@@ -75,7 +75,7 @@ from .record import (
 )
 
 __all__ = [
-    "Refusal",
+    "QueueRefusal",
     "CLAIM_OWNED_REWRITE",
     "CLAIM_LEGACY_REWRITE",
     "OUTCOMES",
@@ -98,7 +98,7 @@ __all__ = [
 ]
 
 
-class Refusal(enum.Enum):
+class QueueRefusal(enum.Enum):
     """Why a command changed nothing. Values are the names the spec table uses."""
 
     INCONSISTENT_PROTECTION = "inconsistent_protection"
@@ -132,38 +132,38 @@ class Refusal(enum.Enum):
 
 
 _CONFLICTS_ON_SUBMIT = {
-    Refusal.INCONSISTENT_PROTECTION,
-    Refusal.LEGACY_ROW_COLLISION,
-    Refusal.IDENTITY_COLLISION,
-    Refusal.FINGERPRINT_MISMATCH,
-    Refusal.PROTECTED_KEY_COLLISION,
-    Refusal.ACTIVE_KEY_HELD,
-    Refusal.LEGACY_PREDECESSOR,
-    Refusal.PROTECTED_PREDECESSOR,
-    Refusal.NO_PREDECESSOR,
+    QueueRefusal.INCONSISTENT_PROTECTION,
+    QueueRefusal.LEGACY_ROW_COLLISION,
+    QueueRefusal.IDENTITY_COLLISION,
+    QueueRefusal.FINGERPRINT_MISMATCH,
+    QueueRefusal.PROTECTED_KEY_COLLISION,
+    QueueRefusal.ACTIVE_KEY_HELD,
+    QueueRefusal.LEGACY_PREDECESSOR,
+    QueueRefusal.PROTECTED_PREDECESSOR,
+    QueueRefusal.NO_PREDECESSOR,
 }
-_CONFLICTS_ON_CLAIM = {Refusal.NONCE_REUSED, Refusal.GENERATION_EXHAUSTED}
+_CONFLICTS_ON_CLAIM = {QueueRefusal.NONCE_REUSED, QueueRefusal.GENERATION_EXHAUSTED}
 
-OUTCOMES: dict[Refusal, ErrorCode | None] = {
+OUTCOMES: dict[QueueRefusal, ErrorCode | None] = {
     reason: (
         ErrorCode.QUEUE_SUBMISSION_CONFLICT if reason in _CONFLICTS_ON_SUBMIT
         else ErrorCode.QUEUE_CLAIM_CONFLICT if reason in _CONFLICTS_ON_CLAIM
         else None
     )
-    for reason in Refusal
+    for reason in QueueRefusal
 }
 """What each refusal means to a caller: the error code it raises, or None for a known
 negative answer (False, or None where the operation returns a value)."""
 
 
 Guard = Callable[[Any, Any, int], bool]
-Effect = Callable[[Any, Any, int], "Applied[JobRecord]"]
+Effect = Callable[[Any, Any, int], "Applied[QueueRow]"]
 
 
 # --- Guards: named predicates over (record, command, now_us). ------------------------
 
 
-def fence_matches(record: JobRecord, fence: Any) -> bool:
+def fence_matches(record: QueueRow, fence: Any) -> bool:
     """Exact comparison of all five fence parts with the row.
 
     Strings are compared as exact ``str`` values (no case folding, trimming or padding);
@@ -185,7 +185,7 @@ def fence_matches(record: JobRecord, fence: Any) -> bool:
     )
 
 
-def _lease_live(record: JobRecord, now_us: int) -> bool:
+def _lease_live(record: QueueRow, now_us: int) -> bool:
     return record.lease_expires_at_us is not None and record.lease_expires_at_us > now_us
 
 
@@ -257,7 +257,7 @@ def backoff_delay_us(attempts: int, base_ms: int, max_ms: int) -> int:
     return (delay_ms if delay_ms > 0 else 0) * 1000
 
 
-def _finish(record: JobRecord, status: JobStatus, now_us: int, **changes: Any) -> JobRecord:
+def _finish(record: QueueRow, status: JobStatus, now_us: int, **changes: Any) -> QueueRow:
     """Leave the claim for a terminal status: no lease, PID or cancel request remain and
     the active key is released; owner and token stay as the last claim's identity."""
     return replace_fields(
@@ -272,7 +272,7 @@ def _finish(record: JobRecord, status: JobStatus, now_us: int, **changes: Any) -
     )
 
 
-def _requeue(record: JobRecord, fires_at_us: int, **changes: Any) -> JobRecord:
+def _requeue(record: QueueRow, fires_at_us: int, **changes: Any) -> QueueRow:
     """Leave the claim for ``pending``; the job becomes eligible at ``fires_at_us``."""
     return replace_fields(
         record,
@@ -285,8 +285,8 @@ def _requeue(record: JobRecord, fires_at_us: int, **changes: Any) -> JobRecord:
     )
 
 
-def _insert(command: Any, now_us: int, *, owned: bool) -> Applied[JobRecord]:
-    record = JobRecord(
+def _insert(command: Any, now_us: int, *, owned: bool) -> Applied[QueueRow]:
+    record = QueueRow(
         queue=command.queue,
         job_id=command.job_id,
         run_id=command.run_id,
@@ -316,7 +316,7 @@ def _insert(command: Any, now_us: int, *, owned: bool) -> Applied[JobRecord]:
     return Applied(record, Submitted(record.job_id, record.run_id, replayed=False))
 
 
-def _unchanged(record: JobRecord, reply: Reply) -> Applied[JobRecord]:
+def _unchanged(record: QueueRow, reply: Reply) -> Applied[QueueRow]:
     return Applied(record, reply)
 
 
@@ -341,11 +341,11 @@ CLAIM_LEGACY_REWRITE = _claim_rewrite("claim_legacy", SetValue(None))
 """A legacy claim: the same, storing no token."""
 
 
-def _claim(rewrite: Rewrite, record: JobRecord, command: Any, now_us: int) -> Applied[JobRecord]:
+def _claim(rewrite: Rewrite, record: QueueRow, command: Any, now_us: int) -> Applied[QueueRow]:
     return Applied(rewrite.apply(record, command, now_us, replace_fields), ClaimGranted())
 
 
-def _fail(record: JobRecord, command: Any, now_us: int, *, retry: bool) -> Applied[JobRecord]:
+def _fail(record: QueueRow, command: Any, now_us: int, *, retry: bool) -> Applied[QueueRow]:
     if retry:
         delay_us = backoff_delay_us(record.attempts, command.backoff_base_ms, command.backoff_max_ms)
         return Applied(_requeue(record, now_us + delay_us, error_message=command.error_message), Ack())
@@ -418,9 +418,9 @@ EFFECTS: dict[str, Effect] = {
 # --- The table. ----------------------------------------------------------------------
 
 
-S = QueueState
-C = CommandType
-R = Refusal
+S = QueueStep
+C = QueueCommandType
+R = QueueRefusal
 _PRESENT = (S.PENDING, S.CLAIMED, S.COMPLETED, S.FAILED, S.CANCELLED)
 _LIVE = (S.PENDING, S.CLAIMED)
 _TERMINAL = (S.COMPLETED, S.FAILED, S.CANCELLED)
@@ -564,14 +564,14 @@ ROWS: tuple[Row, ...] = (
 
 
 
-def _transition_violations(record: JobRecord | None, command: Command, now_us: int, decision: Decision) -> list[str]:
+def _transition_violations(record: QueueRow | None, command: Command, now_us: int, decision: Decision) -> list[str]:
     return transition_violations(record, command, now_us, decision)
 
 
 QUEUE = Machine.define(
     name="queue",
-    states=QueueState,
-    commands=CommandType,
+    states=QueueStep,
+    commands=QueueCommandType,
     rows=ROWS,
     guards=GUARDS,
     effects=EFFECTS,
@@ -579,21 +579,21 @@ QUEUE = Machine.define(
     state_of=state_of,
     record_violations=record_violations,
     transition_violations=_transition_violations,
-    initial=QueueState.ABSENT,
+    initial=QueueStep.ABSENT,
     rewrites={"claim_owned": CLAIM_OWNED_REWRITE, "claim_legacy": CLAIM_LEGACY_REWRITE},
 )
 
-TABLE: dict[tuple[QueueState, CommandType], tuple[Rule, ...]] = QUEUE.table
+TABLE: dict[tuple[QueueStep, QueueCommandType], tuple[Rule, ...]] = QUEUE.table
 """The machine's lookup table, built from ``ROWS`` (a broken kernel in the tests patches it in place)."""
 """The owned-queue machine, as the shared engine and the table tests see it."""
 
 
-def select_rule(record: JobRecord | None, command: Command, now_us: int) -> Rule:
+def select_rule(record: QueueRow | None, command: Command, now_us: int) -> Rule:
     """The first rule of the ``(state, command)`` list whose guard holds."""
     return select_rule_on(QUEUE, record, command, now_us)
 
 
-def decide(record: JobRecord | None, command: Command, now_us: int) -> Decision:
+def decide(record: QueueRow | None, command: Command, now_us: int) -> Decision:
     """The decision for ``command`` meeting ``record`` at database time ``now_us``.
 
     The contract (checked by CrossHair through the typed entry points in
@@ -608,7 +608,7 @@ def decide(record: JobRecord | None, command: Command, now_us: int) -> Decision:
 
 
 def claim_identity_problem(
-    expected: JobRecord, stored_owner_id: object, stored_claim_token: object, stored_generation: object
+    expected: QueueRow, stored_owner_id: object, stored_claim_token: object, stored_generation: object
 ) -> str | None:
     """After persisting a claim, compare what the database reads back with what was decided.
 
@@ -633,7 +633,7 @@ _IDENTITY_FIELDS = (
 )
 
 
-def _presents_exact_live_fence(record: JobRecord, fence: Any, now_us: int) -> bool:
+def _presents_exact_live_fence(record: QueueRow, fence: Any, now_us: int) -> bool:
     # Written independently of fence_matches on purpose: a rule must not trust the code
     # it checks.
     parts_equal = (
@@ -652,7 +652,7 @@ def _presents_exact_live_fence(record: JobRecord, fence: Any, now_us: int) -> bo
 
 
 def transition_violations(
-    record: JobRecord | None, command: Command, now_us: int, decision: Decision
+    record: QueueRow | None, command: Command, now_us: int, decision: Decision
 ) -> list[str]:
     """The transition rules (TR-Q1 ... TR-Q9 in specs/queue.md) a decision breaks."""
     if isinstance(decision, Refused):
@@ -665,12 +665,12 @@ def transition_violations(
             broken.append("TR-Q1")  # a new row starts pending with generation 0
         return broken
     if new is None:
-        if kind in (CommandType.DELETE_LEGACY, CommandType.PURGE_FINISHED) and (
+        if kind in (QueueCommandType.DELETE_LEGACY, QueueCommandType.PURGE_FINISHED) and (
             record.fence_required or is_currently_owned(record)
         ):
             broken.append("TR-Q9")  # deletion never removes protected or owned rows
         return broken
-    claimed_now = kind in (CommandType.CLAIM_OWNED, CommandType.CLAIM_LEGACY)
+    claimed_now = kind in (QueueCommandType.CLAIM_OWNED, QueueCommandType.CLAIM_LEGACY)
     if new.generation != record.generation + (1 if claimed_now else 0) or (
         claimed_now and new.generation > bounds.INT64_MAX
     ):
@@ -696,17 +696,17 @@ def transition_violations(
         record.status is JobStatus.PENDING
         and record.fires_at_us <= now_us
         and record.attempts < record.max_attempts
-        and not (kind is CommandType.CLAIM_OWNED and command.nonce_already_stored)  # type: ignore[union-attr]
-        and not (kind is CommandType.CLAIM_LEGACY and record.fence_required)
+        and not (kind is QueueCommandType.CLAIM_OWNED and command.nonce_already_stored)  # type: ignore[union-attr]
+        and not (kind is QueueCommandType.CLAIM_LEGACY and record.fence_required)
     ):
         broken.append("TR-Q8")  # a claim takes only a due, eligible row with a fresh nonce
-    if kind is CommandType.SUBMIT_OWNED and not (
+    if kind is QueueCommandType.SUBMIT_OWNED and not (
         record.fence_required
         and record.submission_id == command.submission_id  # type: ignore[union-attr]
         and record.fingerprint == command.fingerprint  # type: ignore[union-attr]
     ):
         broken.append("TR-Q2")  # only the exact original is replayed
-    if kind is CommandType.SUBMIT_LEGACY and record.fence_required:
+    if kind is QueueCommandType.SUBMIT_LEGACY and record.fence_required:
         broken.append("TR-Q9")  # legacy paths never answer for a protected submission
     if kind in _LEGACY_WRITES and (record.fence_required or is_currently_owned(record)):
         broken.append("TR-Q9")  # legacy writes never touch protected or owned incarnations
@@ -714,10 +714,10 @@ def transition_violations(
 
 
 _LEGACY_WRITES = frozenset({
-    CommandType.HEARTBEAT_LEGACY,
-    CommandType.COMPLETE_LEGACY,
-    CommandType.FAIL_LEGACY,
-    CommandType.SET_PID_LEGACY,
-    CommandType.CLAIM_LEGACY,
-    CommandType.RELEASE_KEY_FOR_LEGACY,
+    QueueCommandType.HEARTBEAT_LEGACY,
+    QueueCommandType.COMPLETE_LEGACY,
+    QueueCommandType.FAIL_LEGACY,
+    QueueCommandType.SET_PID_LEGACY,
+    QueueCommandType.CLAIM_LEGACY,
+    QueueCommandType.RELEASE_KEY_FOR_LEGACY,
 })

@@ -15,8 +15,8 @@ from tenure.model import JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 
 __all__ = [
-    "JobRecord",
-    "QueueState",
+    "QueueRow",
+    "QueueStep",
     "state_of",
     "replace_fields",
     "record_violations",
@@ -32,7 +32,7 @@ MIN_INSTANT_US = bounds.MIN_INSTANT_US
 MAX_INSTANT_US = bounds.MAX_INSTANT_US
 
 
-class QueueState(enum.Enum):
+class QueueStep(enum.Enum):
     """The state a command meets: the record's status, or ``absent`` when there is no row."""
 
     ABSENT = "absent"
@@ -44,7 +44,7 @@ class QueueState(enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class JobRecord:
+class QueueRow:
     """One queue row.
 
     Identity (fixed at insert): ``queue``, ``job_id``, ``run_id`` (pipeline only),
@@ -89,35 +89,35 @@ class JobRecord:
     payload: tuple[str | None, ...]
 
 
-_STATE_OF_STATUS = {status: QueueState(status.value) for status in JobStatus}
+_STATE_OF_STATUS = {status: QueueStep(status.value) for status in JobStatus}
 
 
-def state_of(record: JobRecord | None) -> QueueState:
+def state_of(record: QueueRow | None) -> QueueStep:
     """The table key for a record: its status, or ABSENT."""
     if record is None:
-        return QueueState.ABSENT
+        return QueueStep.ABSENT
     return _STATE_OF_STATUS[record.status]
 
 
-_SLOTS = tuple((field.name, getattr(JobRecord, field.name)) for field in dataclasses.fields(JobRecord))
+_SLOTS = tuple((field.name, getattr(QueueRow, field.name)) for field in dataclasses.fields(QueueRow))
 
 
-def replace_fields(record: JobRecord, **changes: object) -> JobRecord:
+def replace_fields(record: QueueRow, **changes: object) -> QueueRow:
     """``dataclasses.replace`` for the decision's hot path: it copies the record slot by
     slot through the slots' own descriptors, skipping replace's per-call introspection
     and the frozen ``__setattr__`` guard (the new record is not shared until returned)."""
-    new = object.__new__(JobRecord)
+    new = object.__new__(QueueRow)
     for name, slot in _SLOTS:
         slot.__set__(new, changes[name] if name in changes else slot.__get__(record))
     return new
 
 
-def is_currently_owned(record: JobRecord) -> bool:
+def is_currently_owned(record: QueueRow) -> bool:
     """Claimed by an owned claim (a token is stored): legacy writes must not touch it."""
     return record.status is JobStatus.CLAIMED and record.claim_token is not None
 
 
-def dedupe_key_of(record: JobRecord) -> str | None:
+def dedupe_key_of(record: QueueRow) -> str | None:
     """The key a legacy submission deduplicates on: the active key for streaming."""
     if record.queue is QueueKind.STREAMING:
         return record.active_key
@@ -135,7 +135,7 @@ def _optional_instant(value: object) -> bool:
 _instant = bounds.is_instant
 
 
-def _types_and_bounds(record: JobRecord) -> list[str]:
+def _types_and_bounds(record: QueueRow) -> list[str]:
     """INV-Q1: every field has its type and bound."""
     checks = {
         "queue": type(record.queue) is QueueKind,
@@ -171,7 +171,7 @@ def _types_and_bounds(record: JobRecord) -> list[str]:
     return [f"INV-Q1.{name}" for name, ok in checks.items() if not ok]
 
 
-def record_violations(record: JobRecord) -> list[str]:
+def record_violations(record: QueueRow) -> list[str]:
     """The invariants (``INV-Q1`` ... ``INV-Q9`` in specs/queue.md) this record breaks."""
     broken = _types_and_bounds(record)
     if broken:
@@ -211,6 +211,6 @@ def record_violations(record: JobRecord) -> list[str]:
     return [name for name, ok in rules.items() if not ok]
 
 
-def is_valid_record(record: JobRecord) -> bool:
+def is_valid_record(record: QueueRow) -> bool:
     """True when the record keeps every invariant."""
     return not record_violations(record)

@@ -15,33 +15,33 @@ from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied
 from tenure.kernel.queue import finders
 from tenure.kernel.queue.commands import ClaimLegacy, ClaimOwned, ExpireLease, PurgeFinished
-from tenure.kernel.queue.machine import Refusal, decide, select_rule
-from tenure.kernel.queue.record import JobRecord, dedupe_key_of
+from tenure.kernel.queue.machine import QueueRefusal, decide, select_rule
+from tenure.kernel.queue.record import QueueRow, dedupe_key_of
 from tenure.model import UNRESOLVED_STATES
 
 times = st.integers(NOW - 10**12, NOW + 10**12) | st.integers(NOW - 3, NOW + 3)
 
 
-def _claimable(record: JobRecord, command: object, now: int) -> bool:
+def _claimable(record: QueueRow, command: object, now: int) -> bool:
     """The kernel would take the row: a claim, or the overflow conflict (which it raises
     rather than skip); never a refusal as ineligible."""
     rule = select_rule(record, command, now)  # type: ignore[arg-type]
-    return not rule.refusal or rule.outcome is Refusal.GENERATION_EXHAUSTED
+    return not rule.refusal or rule.outcome is QueueRefusal.GENERATION_EXHAUSTED
 
 
 @given(record=records().filter(lambda r: r is not None), now=times)
-def test_eligible_selects_exactly_what_an_owned_claim_with_a_fresh_nonce_takes(record: JobRecord, now: int) -> None:
+def test_eligible_selects_exactly_what_an_owned_claim_with_a_fresh_nonce_takes(record: QueueRow, now: int) -> None:
     fresh = ClaimOwned(owner_id="w", claim_token="fresh", nonce_already_stored=False, lease_us=1)
     assert finders.eligible.matches(record, {"now": now}) == _claimable(record, fresh, now)
 
 
 @given(record=records().filter(lambda r: r is not None), now=times)
-def test_eligible_legacy_selects_exactly_what_a_legacy_claim_takes(record: JobRecord, now: int) -> None:
+def test_eligible_legacy_selects_exactly_what_a_legacy_claim_takes(record: QueueRow, now: int) -> None:
     assert finders.eligible_legacy.matches(record, {"now": now}) == _claimable(record, ClaimLegacy(owner_id="w", lease_us=1), now)
 
 
 @given(record=records().filter(lambda r: r is not None), now=times)
-def test_claimable_selects_exactly_what_a_claim_with_a_fresh_nonce_applies_to(record: JobRecord, now: int) -> None:
+def test_claimable_selects_exactly_what_a_claim_with_a_fresh_nonce_applies_to(record: QueueRow, now: int) -> None:
     fresh = ClaimOwned(owner_id="w", claim_token="fresh", nonce_already_stored=False, lease_us=1)
     assert finders.claimable.matches(record, {"now": now}) == isinstance(decide(record, fresh, now), Applied)
     legacy = ClaimLegacy(owner_id="w", lease_us=1)
@@ -49,24 +49,24 @@ def test_claimable_selects_exactly_what_a_claim_with_a_fresh_nonce_applies_to(re
 
 
 @given(record=records().filter(lambda r: r is not None), now=times)
-def test_expired_selects_exactly_what_the_sweep_settles(record: JobRecord, now: int) -> None:
+def test_expired_selects_exactly_what_the_sweep_settles(record: QueueRow, now: int) -> None:
     assert finders.expired.matches(record, {"now": now}) == isinstance(decide(record, ExpireLease(), now), Applied)
 
 
 @given(record=records().filter(lambda r: r is not None), cutoff=times)
-def test_finished_before_selects_exactly_what_retention_deletes(record: JobRecord, cutoff: int) -> None:
+def test_finished_before_selects_exactly_what_retention_deletes(record: QueueRow, cutoff: int) -> None:
     applied = isinstance(decide(record, PurgeFinished(older_than_us=cutoff), NOW), Applied)
     assert finders.finished_before.matches(record, {"cutoff": cutoff}) == applied
 
 
 @given(record=records().filter(lambda r: r is not None), token=st.sampled_from(TOKENS))
-def test_by_token_and_tokens_stored_select_the_rows_storing_the_token(record: JobRecord, token: str) -> None:
+def test_by_token_and_tokens_stored_select_the_rows_storing_the_token(record: QueueRow, token: str) -> None:
     assert finders.by_token.matches(record, {"claim_token": token}) == (record.claim_token == token)
     assert finders.tokens_stored.matches(record, {"tokens": [token, "other"]}) == (record.claim_token == token)
 
 
 @given(record=records().filter(lambda r: r is not None), data=st.data())
-def test_locate_selects_every_row_sharing_an_identity_and_meets_follow_the_spec(record: JobRecord, data: st.DataObject) -> None:
+def test_locate_selects_every_row_sharing_an_identity_and_meets_follow_the_spec(record: QueueRow, data: st.DataObject) -> None:
     keys = {
         "submission_id": data.draw(st.sampled_from([record.submission_id, "sub-other", None])),
         "job_id": data.draw(st.sampled_from([record.job_id, "job-other"])),
@@ -93,7 +93,7 @@ def test_unresolved_selects_exactly_the_unresolved_attempts_after_the_cursor(rec
 
 
 @given(record=records().filter(lambda r: r is not None and r.status.value == "pending"))
-def test_the_eligibility_properties_have_teeth_a_due_row_matches_and_a_future_one_does_not(record: JobRecord) -> None:
+def test_the_eligibility_properties_have_teeth_a_due_row_matches_and_a_future_one_does_not(record: QueueRow) -> None:
     if record.attempts < record.max_attempts:
         assert finders.eligible.matches(record, {"now": record.fires_at_us})
     assert not finders.eligible.matches(record, {"now": record.fires_at_us - 1})

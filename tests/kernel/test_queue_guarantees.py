@@ -24,11 +24,11 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
-    JobRecord,
+    QueueRow,
     PurgeFinished,
     ReadStateOwned,
     RecoverOwned,
-    Refusal,
+    QueueRefusal,
     Refused,
     ReleaseKeyForLegacy,
     ReleaseKeyForOwned,
@@ -50,9 +50,9 @@ NOW = 1_800_000_000_000_000
 LEASE = 30_000_000
 
 
-def pending(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> JobRecord:
+def pending(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> QueueRow:
     """An owned submission waiting to be claimed."""
-    record = JobRecord(
+    record = QueueRow(
         queue=queue,
         job_id="job-1",
         run_id="run-1" if queue is QueueKind.PIPELINE else None,
@@ -84,7 +84,7 @@ def pending(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> JobRe
     return record
 
 
-def claimed(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> JobRecord:
+def claimed(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> QueueRow:
     """An owned, live claim by worker-a with token-1 at generation 1."""
     base = pending(queue)
     record = dataclasses.replace(
@@ -102,7 +102,7 @@ def claimed(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> JobRe
     return record
 
 
-def fence_of(record: JobRecord, **changes: object) -> ClaimFence:
+def fence_of(record: QueueRow, **changes: object) -> ClaimFence:
     assert record.owner_id is not None and record.claim_token is not None
     parts = dict(
         queue=record.queue,
@@ -126,7 +126,7 @@ def fail(fence: ClaimFence, *, retry: bool) -> FailOwned:
     )
 
 
-def refused(decision: object, reason: Refusal) -> bool:
+def refused(decision: object, reason: QueueRefusal) -> bool:
     return isinstance(decision, Refused) and decision.reason is reason
 
 
@@ -159,19 +159,19 @@ def test_complete_with_the_exact_live_fence_applies_and_stores_the_result() -> N
 )
 def test_complete_with_any_fence_part_changed_is_refused_as_stale(change: dict[str, object]) -> None:
     record = claimed()
-    assert refused(decide(record, complete(fence_of(record, **change)), NOW), Refusal.STALE_FENCE)
+    assert refused(decide(record, complete(fence_of(record, **change)), NOW), QueueRefusal.STALE_FENCE)
 
 
 def test_complete_with_an_older_generation_and_the_same_token_is_refused() -> None:
     # A token can legitimately come back after a legacy claim cleared it; only the
     # generation then tells the incarnations apart.
     record = claimed(generation=5, attempts=1)
-    assert refused(decide(record, complete(fence_of(record, generation=4)), NOW), Refusal.STALE_FENCE)
+    assert refused(decide(record, complete(fence_of(record, generation=4)), NOW), QueueRefusal.STALE_FENCE)
 
 
 def test_a_fence_whose_generation_is_a_bool_never_matches() -> None:
     record = claimed()
-    assert refused(decide(record, complete(fence_of(record, generation=True)), NOW), Refusal.STALE_FENCE)
+    assert refused(decide(record, complete(fence_of(record, generation=True)), NOW), QueueRefusal.STALE_FENCE)
 
 
 def test_the_kernel_fence_carries_the_public_fence_parts_unchanged() -> None:
@@ -190,7 +190,7 @@ def test_the_fence_constructor_refuses_a_bool_generation() -> None:
 
 def test_complete_when_the_lease_ends_exactly_now_is_refused() -> None:
     record = claimed(lease_expires_at_us=NOW)
-    assert refused(decide(record, complete(fence_of(record)), NOW), Refusal.LEASE_EXPIRED)
+    assert refused(decide(record, complete(fence_of(record)), NOW), QueueRefusal.LEASE_EXPIRED)
 
 
 def test_complete_one_microsecond_before_the_lease_ends_applies() -> None:
@@ -202,13 +202,13 @@ def test_a_repeated_completion_returns_false() -> None:
     record = claimed()
     first = decide(record, complete(fence_of(record)), NOW)
     assert isinstance(first, Applied) and first.new_record is not None
-    assert refused(decide(first.new_record, complete(fence_of(record)), NOW), Refusal.NOT_CLAIMED)
+    assert refused(decide(first.new_record, complete(fence_of(record)), NOW), QueueRefusal.NOT_CLAIMED)
 
 
 def test_a_row_claimed_by_a_legacy_worker_matches_no_fence() -> None:
     record = claimed(claim_token=None)
     forged = ClaimFence(queue=QueueKind.VALIDATION, job_id="job-1", owner_id="worker-a", generation=1, claim_token="token-1")
-    assert refused(decide(record, complete(forged), NOW), Refusal.STALE_FENCE)
+    assert refused(decide(record, complete(forged), NOW), QueueRefusal.STALE_FENCE)
 
 
 def test_heartbeat_renews_the_lease_from_database_time() -> None:
@@ -254,7 +254,7 @@ def test_a_cancel_requested_stream_cannot_complete_fail_or_change_its_pid() -> N
         FailOwned(fence=fence, error_message="x", retry=False, dlq_record_id=None, backoff_base_ms=0, backoff_max_ms=0),
         SetPidOwned(fence=fence, pid=43),
     ):
-        assert refused(decide(record, command, NOW), Refusal.CANCEL_REQUESTED)
+        assert refused(decide(record, command, NOW), QueueRefusal.CANCEL_REQUESTED)
 
 
 def test_a_cancel_requested_stream_can_still_heartbeat_and_read_its_state() -> None:
@@ -266,7 +266,7 @@ def test_a_cancel_requested_stream_can_still_heartbeat_and_read_its_state() -> N
 
 def test_cancel_acknowledgement_needs_a_request_and_then_cancels_clears_and_releases_the_key() -> None:
     record = claimed(QueueKind.STREAMING, pid=42)
-    assert refused(decide(record, AcknowledgeCancelOwned(fence=fence_of(record)), NOW), Refusal.NO_CANCEL_REQUEST)
+    assert refused(decide(record, AcknowledgeCancelOwned(fence=fence_of(record)), NOW), QueueRefusal.NO_CANCEL_REQUEST)
     requested = decide(record, RequestCancel(), NOW)
     assert isinstance(requested, Applied) and requested.new_record is not None
     acked = decide(requested.new_record, AcknowledgeCancelOwned(fence=fence_of(record)), NOW)
@@ -286,7 +286,7 @@ def test_request_cancel_ends_a_pending_stream_at_once_and_refuses_a_finished_one
     decision = decide(pending(QueueKind.STREAMING), RequestCancel(), NOW)
     assert isinstance(decision, Applied) and decision.new_record is not None
     assert decision.new_record.status is JobStatus.CANCELLED
-    assert refused(decide(decision.new_record, RequestCancel(), NOW), Refusal.ALREADY_FINISHED)
+    assert refused(decide(decision.new_record, RequestCancel(), NOW), QueueRefusal.ALREADY_FINISHED)
 
 
 # --- Lease expiry --------------------------------------------------------------------
@@ -307,7 +307,7 @@ def test_an_expired_claim_without_attempts_left_fails() -> None:
 
 
 def test_a_live_lease_is_not_expired() -> None:
-    assert refused(decide(claimed(lease_expires_at_us=NOW + 1), ExpireLease(), NOW), Refusal.LEASE_STILL_LIVE)
+    assert refused(decide(claimed(lease_expires_at_us=NOW + 1), ExpireLease(), NOW), QueueRefusal.LEASE_STILL_LIVE)
 
 
 # --- Claims and recovery -------------------------------------------------------------
@@ -318,15 +318,15 @@ def claim(token: str = "token-9", *, stored: bool = False) -> ClaimOwned:
 
 
 def test_a_claim_with_a_stored_nonce_is_a_conflict_even_when_nothing_is_eligible() -> None:
-    assert refused(decide(pending(), claim(stored=True), NOW), Refusal.NONCE_REUSED)
-    assert refused(decide(None, claim(stored=True), NOW), Refusal.NONCE_REUSED)
-    assert OUTCOMES[Refusal.NONCE_REUSED] is ErrorCode.QUEUE_CLAIM_CONFLICT
+    assert refused(decide(pending(), claim(stored=True), NOW), QueueRefusal.NONCE_REUSED)
+    assert refused(decide(None, claim(stored=True), NOW), QueueRefusal.NONCE_REUSED)
+    assert OUTCOMES[QueueRefusal.NONCE_REUSED] is ErrorCode.QUEUE_CLAIM_CONFLICT
 
 
 def test_a_claim_at_the_last_generation_is_refused_instead_of_overflowing() -> None:
     record = pending(generation=bounds.INT64_MAX, owner_id="worker-a")
-    assert refused(decide(record, claim(), NOW), Refusal.GENERATION_EXHAUSTED)
-    assert OUTCOMES[Refusal.GENERATION_EXHAUSTED] is ErrorCode.QUEUE_CLAIM_CONFLICT
+    assert refused(decide(record, claim(), NOW), QueueRefusal.GENERATION_EXHAUSTED)
+    assert OUTCOMES[QueueRefusal.GENERATION_EXHAUSTED] is ErrorCode.QUEUE_CLAIM_CONFLICT
 
 
 def test_the_generation_advances_on_every_claim_independently_of_attempts() -> None:
@@ -337,13 +337,13 @@ def test_the_generation_advances_on_every_claim_independently_of_attempts() -> N
 
 
 def test_a_job_that_is_not_yet_due_is_not_claimed() -> None:
-    assert refused(decide(pending(fires_at_us=NOW + 1), claim(), NOW), Refusal.NOT_ELIGIBLE)
+    assert refused(decide(pending(fires_at_us=NOW + 1), claim(), NOW), QueueRefusal.NOT_ELIGIBLE)
     assert isinstance(decide(pending(fires_at_us=NOW), claim(), NOW), Applied)
 
 
 def test_a_legacy_claim_never_takes_a_protected_submission() -> None:
     command = ClaimLegacy(owner_id="worker-b", lease_us=LEASE)
-    assert refused(decide(pending(), command, NOW), Refusal.NOT_ELIGIBLE)
+    assert refused(decide(pending(), command, NOW), QueueRefusal.NOT_ELIGIBLE)
     legacy = pending(fence_required=False, submission_id=None, fingerprint=None)
     decision = decide(legacy, command, NOW)
     assert isinstance(decision, Applied) and decision.new_record is not None
@@ -356,7 +356,7 @@ def test_an_owned_claim_of_a_legacy_row_protects_the_claim_but_does_not_make_it_
     assert isinstance(decision, Applied) and decision.new_record is not None
     new = decision.new_record
     assert new.claim_token == "token-9" and not new.fence_required and new.submission_id is None
-    assert refused(decide(new, CompleteLegacy(result_json=None), NOW), Refusal.OWNED_INCARNATION)
+    assert refused(decide(new, CompleteLegacy(result_json=None), NOW), QueueRefusal.OWNED_INCARNATION)
 
 
 def test_recovery_returns_the_live_claim_and_changes_nothing() -> None:
@@ -373,7 +373,7 @@ def test_recovery_returns_the_live_claim_and_changes_nothing() -> None:
 )
 def test_recovery_of_another_owner_or_an_expired_claim_observes_nothing(record_changes: dict[str, object], owner: str) -> None:
     record = claimed(**record_changes)
-    assert refused(decide(record, RecoverOwned(owner_id=owner, claim_token="token-1"), NOW), Refusal.NO_LIVE_CLAIM)
+    assert refused(decide(record, RecoverOwned(owner_id=owner, claim_token="token-1"), NOW), QueueRefusal.NO_LIVE_CLAIM)
 
 
 def test_claim_identity_read_back_must_be_exact() -> None:
@@ -417,18 +417,18 @@ def test_an_exact_replay_returns_the_original_id_in_every_status(status: JobStat
 
 def test_changed_content_under_the_same_submission_id_conflicts() -> None:
     decision = decide(pending(), submit_owned(fingerprint="v1:bbbb"), NOW)
-    assert refused(decision, Refusal.FINGERPRINT_MISMATCH)
-    assert OUTCOMES[Refusal.FINGERPRINT_MISMATCH] is ErrorCode.QUEUE_SUBMISSION_CONFLICT
+    assert refused(decision, QueueRefusal.FINGERPRINT_MISMATCH)
+    assert OUTCOMES[QueueRefusal.FINGERPRINT_MISMATCH] is ErrorCode.QUEUE_SUBMISSION_CONFLICT
 
 
 def test_a_legacy_row_is_never_promoted_by_an_owned_submission() -> None:
     legacy = pending(fence_required=False, submission_id=None, fingerprint=None, idempotency_key="key-1")
     decision = decide(legacy, submit_owned(idempotency_key="key-1"), NOW)
-    assert refused(decision, Refusal.LEGACY_ROW_COLLISION)
+    assert refused(decision, QueueRefusal.LEGACY_ROW_COLLISION)
 
 
 def test_another_submission_with_the_same_job_id_conflicts() -> None:
-    assert refused(decide(pending(submission_id="sub-2"), submit_owned(), NOW), Refusal.IDENTITY_COLLISION)
+    assert refused(decide(pending(submission_id="sub-2"), submit_owned(), NOW), QueueRefusal.IDENTITY_COLLISION)
 
 
 def test_a_new_owned_submission_is_protected_with_generation_zero_and_no_token() -> None:
@@ -446,7 +446,7 @@ def test_a_legacy_submission_returns_an_unprotected_row_holding_its_key_but_refu
     legacy = pending(fence_required=False, submission_id=None, fingerprint=None, idempotency_key="key-1")
     decision = decide(legacy, command, NOW)
     assert isinstance(decision, Applied) and decision.reply == Submitted("job-1", None, replayed=True)
-    assert refused(decide(pending(idempotency_key="key-1"), command, NOW), Refusal.PROTECTED_KEY_COLLISION)
+    assert refused(decide(pending(idempotency_key="key-1"), command, NOW), QueueRefusal.PROTECTED_KEY_COLLISION)
 
 
 # --- Forced streaming rerun ----------------------------------------------------------
@@ -460,20 +460,20 @@ def test_a_forced_rerun_cancels_an_active_owned_predecessor_and_releases_its_key
 
 
 def test_an_unforced_owned_submission_conflicts_with_an_active_owned_predecessor() -> None:
-    assert refused(decide(claimed(QueueKind.STREAMING), ReleaseKeyForOwned(force=False), NOW), Refusal.ACTIVE_KEY_HELD)
+    assert refused(decide(claimed(QueueKind.STREAMING), ReleaseKeyForOwned(force=False), NOW), QueueRefusal.ACTIVE_KEY_HELD)
 
 
 def test_a_legacy_predecessor_refuses_an_owned_rerun() -> None:
     legacy = pending(QueueKind.STREAMING, fence_required=False, submission_id=None, fingerprint=None)
-    assert refused(decide(legacy, ReleaseKeyForOwned(force=True), NOW), Refusal.LEGACY_PREDECESSOR)
+    assert refused(decide(legacy, ReleaseKeyForOwned(force=True), NOW), QueueRefusal.LEGACY_PREDECESSOR)
 
 
 def test_a_legacy_force_cannot_cancel_protected_or_owned_work() -> None:
-    assert refused(decide(pending(QueueKind.STREAMING), ReleaseKeyForLegacy(), NOW), Refusal.PROTECTED_PREDECESSOR)
+    assert refused(decide(pending(QueueKind.STREAMING), ReleaseKeyForLegacy(), NOW), QueueRefusal.PROTECTED_PREDECESSOR)
     owned_claim_of_legacy_row = claimed(
         QueueKind.STREAMING, fence_required=False, submission_id=None, fingerprint=None
     )
-    assert refused(decide(owned_claim_of_legacy_row, ReleaseKeyForLegacy(), NOW), Refusal.PROTECTED_PREDECESSOR)
+    assert refused(decide(owned_claim_of_legacy_row, ReleaseKeyForLegacy(), NOW), QueueRefusal.PROTECTED_PREDECESSOR)
 
 
 def test_a_terminal_owned_predecessor_still_holding_a_key_releases_it_without_force() -> None:
@@ -497,13 +497,13 @@ LEGACY_WRITES = [
 @pytest.mark.parametrize("command", LEGACY_WRITES, ids=lambda c: c.kind.value)
 def test_legacy_writes_never_change_a_protected_submission(command: object) -> None:
     record = claimed(QueueKind.STREAMING, claim_token=None)
-    assert refused(decide(record, command, NOW), Refusal.PROTECTED_ROW)  # type: ignore[arg-type]
+    assert refused(decide(record, command, NOW), QueueRefusal.PROTECTED_ROW)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("command", LEGACY_WRITES, ids=lambda c: c.kind.value)
 def test_legacy_writes_never_change_a_currently_owned_incarnation(command: object) -> None:
     record = claimed(QueueKind.STREAMING, fence_required=False, submission_id=None, fingerprint=None)
-    assert refused(decide(record, command, NOW), Refusal.OWNED_INCARNATION)  # type: ignore[arg-type]
+    assert refused(decide(record, command, NOW), QueueRefusal.OWNED_INCARNATION)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("command", LEGACY_WRITES, ids=lambda c: c.kind.value)
@@ -514,11 +514,11 @@ def test_legacy_writes_still_work_on_legacy_claims(command: object) -> None:
 
 def test_delete_and_retention_skip_protected_rows() -> None:
     finished = dataclasses.replace(pending(), status=JobStatus.COMPLETED, completed_at_us=NOW - 100)
-    assert refused(decide(finished, DeleteLegacy(), NOW), Refusal.PROTECTED_ROW)
-    assert refused(decide(finished, PurgeFinished(older_than_us=NOW), NOW), Refusal.PROTECTED_ROW)
+    assert refused(decide(finished, DeleteLegacy(), NOW), QueueRefusal.PROTECTED_ROW)
+    assert refused(decide(finished, PurgeFinished(older_than_us=NOW), NOW), QueueRefusal.PROTECTED_ROW)
     legacy = dataclasses.replace(finished, fence_required=False, submission_id=None, fingerprint=None)
     assert decide(legacy, PurgeFinished(older_than_us=NOW), NOW) == Applied(None, Ack())
-    assert refused(decide(legacy, PurgeFinished(older_than_us=NOW - 100), NOW), Refusal.RETAINED)
+    assert refused(decide(legacy, PurgeFinished(older_than_us=NOW - 100), NOW), QueueRefusal.RETAINED)
 
 
 def test_administrative_cancel_voids_a_live_owned_fence_but_keeps_the_submission_identity() -> None:
@@ -527,11 +527,11 @@ def test_administrative_cancel_voids_a_live_owned_fence_but_keeps_the_submission
     assert isinstance(decision, Applied) and decision.new_record is not None
     cancelled = decision.new_record
     assert (cancelled.status, cancelled.submission_id, cancelled.fingerprint) == (JobStatus.CANCELLED, "sub-1", "v1:aaaa")
-    assert refused(decide(cancelled, complete(fence_of(record)), NOW), Refusal.NOT_CLAIMED)
+    assert refused(decide(cancelled, complete(fence_of(record)), NOW), QueueRefusal.NOT_CLAIMED)
 
 
 def test_every_refusal_has_an_outcome_and_only_submission_and_claim_conflicts_raise() -> None:
-    assert set(OUTCOMES) == set(Refusal)
+    assert set(OUTCOMES) == set(QueueRefusal)
     raising = {reason for reason, outcome in OUTCOMES.items() if outcome is not None}
-    assert {Refusal.NONCE_REUSED, Refusal.GENERATION_EXHAUSTED, Refusal.FINGERPRINT_MISMATCH} <= raising
-    assert Refusal.STALE_FENCE not in raising and Refusal.LEASE_EXPIRED not in raising
+    assert {QueueRefusal.NONCE_REUSED, QueueRefusal.GENERATION_EXHAUSTED, QueueRefusal.FINGERPRINT_MISMATCH} <= raising
+    assert QueueRefusal.STALE_FENCE not in raising and QueueRefusal.LEASE_EXPIRED not in raising

@@ -12,8 +12,8 @@ from queue_strategies import NOW, records, situations
 from tenure.kernel import (
     Applied,
     ClaimGranted,
-    CommandType,
-    QueueState,
+    QueueCommandType,
+    QueueStep,
     Refused,
     Submitted,
     decide,
@@ -22,22 +22,22 @@ from tenure.kernel import (
     transition_violations,
 )
 from tenure.kernel.queue.commands import command_violations
-from tenure.kernel.queue.record import JobRecord
+from tenure.kernel.queue.record import QueueRow
 
 
 @settings(max_examples=300)
 @given(record=records())
-def test_generated_records_keep_every_invariant(record: JobRecord | None) -> None:
+def test_generated_records_keep_every_invariant(record: QueueRow | None) -> None:
     if record is not None:
         assert record_violations(record) == []
 
 
-@pytest.mark.parametrize("state", list(QueueState), ids=lambda s: s.value)
-@pytest.mark.parametrize("kind", list(CommandType), ids=lambda c: c.value)
+@pytest.mark.parametrize("state", list(QueueStep), ids=lambda s: s.value)
+@pytest.mark.parametrize("kind", list(QueueCommandType), ids=lambda c: c.value)
 @settings(max_examples=100)
 @given(data=st.data())
 def test_every_decision_keeps_the_record_invariants_and_the_transition_rules(
-    state: QueueState, kind: CommandType, data: st.DataObject
+    state: QueueStep, kind: QueueCommandType, data: st.DataObject
 ) -> None:
     record, command, now_us = data.draw(situations(state, kind))
     assert command_violations(command) == []  # type: ignore[arg-type]
@@ -52,13 +52,13 @@ def test_every_decision_keeps_the_record_invariants_and_the_transition_rules(
 def test_read_only_commands_never_change_the_record(situation: tuple[Any, Any, int]) -> None:
     record, command, now_us = situation
     decision = decide(record, command, now_us)
-    read_only = {CommandType.RECOVER_OWNED, CommandType.READ_STATE_OWNED}
+    read_only = {QueueCommandType.RECOVER_OWNED, QueueCommandType.READ_STATE_OWNED}
     if command.kind in read_only and isinstance(decision, Applied):
         assert decision.new_record == record
 
 
 @settings(max_examples=1500)
-@given(situation=situations(kind=CommandType.SUBMIT_OWNED))
+@given(situation=situations(kind=QueueCommandType.SUBMIT_OWNED))
 def test_a_replayed_submission_returns_the_original_ids_and_changes_nothing(
     situation: tuple[Any, Any, int],
 ) -> None:
@@ -71,7 +71,7 @@ def test_a_replayed_submission_returns_the_original_ids_and_changes_nothing(
 
 
 @settings(max_examples=2000)
-@given(situation=situations(state=QueueState.PENDING, kind=CommandType.CLAIM_OWNED))
+@given(situation=situations(state=QueueStep.PENDING, kind=QueueCommandType.CLAIM_OWNED))
 def test_an_owned_claim_stores_exactly_the_requested_owner_and_nonce_with_a_fresh_generation(
     situation: tuple[Any, Any, int],
 ) -> None:
@@ -89,6 +89,6 @@ def test_an_owned_claim_stores_exactly_the_requested_owner_and_nonce_with_a_fres
 
 
 @given(record=records(), now_us=st.integers(NOW - 5, NOW + 5))
-def test_is_valid_record_agrees_with_record_violations(record: JobRecord | None, now_us: int) -> None:
+def test_is_valid_record_agrees_with_record_violations(record: QueueRow | None, now_us: int) -> None:
     if record is not None:
         assert is_valid_record(record) == (record_violations(record) == [])

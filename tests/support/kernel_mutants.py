@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tenure.kernel.queue import machine
-from tenure.kernel.queue.commands import CommandType as C
-from tenure.kernel.queue.record import QueueState as S
+from tenure.kernel.queue.commands import QueueCommandType as C
+from tenure.kernel.queue.record import QueueStep as S
 
 
 def _fence_mismatch_without(part: str) -> Callable[[Any, Any, int], bool]:

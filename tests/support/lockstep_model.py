@@ -29,7 +29,7 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
-    JobRecord,
+    QueueRow,
     PurgeFinished,
     ReadStateOwned,
     RecoverOwned,
@@ -71,11 +71,11 @@ def _raise_if_conflict(decision: Any) -> None:
 class Model:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.rows: dict[QueueKind, dict[str, JobRecord]] = {queue: {} for queue in QueueKind}
+        self.rows: dict[QueueKind, dict[str, QueueRow]] = {queue: {} for queue in QueueKind}
 
     # --- transactions over staged copies --------------------------------------------
 
-    def _transaction(self, queue: QueueKind, body: Callable[[dict[str, JobRecord]], Any]) -> Result:
+    def _transaction(self, queue: QueueKind, body: Callable[[dict[str, QueueRow]], Any]) -> Result:
         staged = dict(self.rows[queue])
         try:
             value = body(staged)
@@ -85,7 +85,7 @@ class Model:
         return ("ok", value)
 
     @staticmethod
-    def _apply(staged: dict[str, JobRecord], old: JobRecord | None, decision: Any) -> None:
+    def _apply(staged: dict[str, QueueRow], old: QueueRow | None, decision: Any) -> None:
         if not isinstance(decision, Applied):
             return
         new = decision.new_record
@@ -95,7 +95,7 @@ class Model:
         else:
             staged[new.job_id] = new
 
-    def _decide(self, staged: dict[str, JobRecord], met: JobRecord | None, command: Any, now: int) -> Any:
+    def _decide(self, staged: dict[str, QueueRow], met: QueueRow | None, command: Any, now: int) -> Any:
         decision = decide(met, command, now)
         self._apply(staged, met, decision)
         return decision
@@ -108,11 +108,11 @@ class Model:
     # --- finding the met row ------------------------------------------------------------
 
     @staticmethod
-    def _first(rows: Any) -> JobRecord | None:
+    def _first(rows: Any) -> QueueRow | None:
         ordered = sorted(rows, key=lambda record: record.job_id)
         return ordered[0] if ordered else None
 
-    def _colliding(self, staged: dict[str, JobRecord], job_id: str, run_id: str | None, key: str | None) -> JobRecord | None:
+    def _colliding(self, staged: dict[str, QueueRow], job_id: str, run_id: str | None, key: str | None) -> QueueRow | None:
         return self._first(
             record
             for record in staged.values()
@@ -122,7 +122,7 @@ class Model:
         )
 
     @staticmethod
-    def _by(staged: dict[str, JobRecord], **wanted: Any) -> JobRecord | None:
+    def _by(staged: dict[str, QueueRow], **wanted: Any) -> QueueRow | None:
         found = [r for r in staged.values() if all(getattr(r, name) == value for name, value in wanted.items())]
         assert len(found) <= 1
         return found[0] if found else None
@@ -139,7 +139,7 @@ class Model:
             idempotency_key=snap.idempotency_key, active_key=snap.active_key, payload=stored_payload(queue, snap.field_texts),
         )
 
-        def body(staged: dict[str, JobRecord]) -> str:
+        def body(staged: dict[str, QueueRow]) -> str:
             met = self._by(staged, submission_id=snap.submission_id)
             if met is None:
                 met = self._colliding(staged, job_id, run_id, snap.idempotency_key)
@@ -164,7 +164,7 @@ class Model:
             active_key=frozen.active_key, payload=stored_payload(queue, frozen.field_texts),
         )
 
-        def body(staged: dict[str, JobRecord]) -> str:
+        def body(staged: dict[str, QueueRow]) -> str:
             met = None
             if frozen.active_key is not None:
                 holder = self._by(staged, active_key=frozen.active_key)
@@ -181,7 +181,7 @@ class Model:
 
         return self._transaction(queue, body)
 
-    def _sweep(self, staged: dict[str, JobRecord], now: int) -> None:
+    def _sweep(self, staged: dict[str, QueueRow], now: int) -> None:
         expired = sorted(
             (r for r in staged.values() if r.status is JobStatus.CLAIMED and r.lease_expires_at_us is not None and r.lease_expires_at_us <= now),
             key=lambda r: (r.lease_expires_at_us, r.job_id),
@@ -190,7 +190,7 @@ class Model:
             self._decide(staged, record, ExpireLease(), now)
 
     @staticmethod
-    def _next_eligible(staged: dict[str, JobRecord], now: int, *, owned: bool) -> JobRecord | None:
+    def _next_eligible(staged: dict[str, QueueRow], now: int, *, owned: bool) -> QueueRow | None:
         eligible = [
             r for r in staged.values()
             if r.status is JobStatus.PENDING and r.fires_at_us <= now and r.attempts < r.max_attempts
@@ -200,7 +200,7 @@ class Model:
 
     def claim_owned(self, queue: QueueKind, owner: str, tokens: list[str], now: int) -> Result:
         """Claim with each token in turn: token i meets the i-th eligible row (or none)."""
-        def body(staged: dict[str, JobRecord]) -> list[JobRecord]:
+        def body(staged: dict[str, QueueRow]) -> list[QueueRow]:
             self._sweep(staged, now)
             stored = {r.claim_token for r in staged.values()}
             eligible = sorted(
@@ -222,7 +222,7 @@ class Model:
         return self._transaction(queue, body)
 
     def claim_legacy(self, queue: QueueKind, owner: str, now: int) -> Result:
-        def body(staged: dict[str, JobRecord]) -> JobRecord | None:
+        def body(staged: dict[str, QueueRow]) -> QueueRow | None:
             self._sweep(staged, now)
             candidate = self._next_eligible(staged, now, owned=False)
             decision = self._decide(staged, candidate, ClaimLegacy(owner_id=owner, lease_us=self.config.lease_us), now)
@@ -237,7 +237,7 @@ class Model:
         return ("ok", decision.new_record if isinstance(decision, Applied) else None)
 
     def on_row(self, queue: QueueKind, job_id: str, command: Any, now: int) -> Result:
-        def body(staged: dict[str, JobRecord]) -> Any:
+        def body(staged: dict[str, QueueRow]) -> Any:
             return self._decide(staged, staged.get(job_id), command, now)
 
         return self._transaction(queue, body)
@@ -264,7 +264,7 @@ class Model:
 
     def fenced_many(self, queue: QueueKind, kind: str, items: list[tuple[Any, dict[str, Any]]], now: int) -> Result:
         """One transaction, items in order; each sees what earlier items did to its row."""
-        def body(staged: dict[str, JobRecord]) -> list[bool]:
+        def body(staged: dict[str, QueueRow]) -> list[bool]:
             answers = []
             for fence, arguments in items:
                 command = self._fenced_command(fence, kind, arguments)
@@ -290,7 +290,7 @@ class Model:
         return self.on_row(queue, job_id, commands[kind](), now)
 
     def purge(self, queue: QueueKind, older_than_us: int, now: int) -> Result:
-        def body(staged: dict[str, JobRecord]) -> int:
+        def body(staged: dict[str, QueueRow]) -> int:
             command = PurgeFinished(older_than_us=now - older_than_us)
             finished = sorted(
                 (r for r in staged.values() if r.status in TERMINAL and r.completed_at_us is not None

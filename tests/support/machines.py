@@ -26,9 +26,9 @@ from tenure.kernel.consents.record import ConsentStep
 from tenure.kernel.core import Machine, Rule
 from tenure.kernel.nodes.machine import NODES
 from tenure.kernel.nodes.record import NodeCommandType, NodeStep
-from tenure.kernel.queue.commands import CommandType
+from tenure.kernel.queue.commands import QueueCommandType
 from tenure.kernel.queue.machine import QUEUE
-from tenure.kernel.queue.record import QueueState
+from tenure.kernel.queue.record import QueueStep
 from tenure.kernel.runs.machine import RUNS
 from tenure.kernel.runs.record import RunStep
 from tenure.model import JobStatus, QueueKind
@@ -297,7 +297,7 @@ AGENT_JOB_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
 
 
 def _queue_state(record: Any) -> enum.Enum:
-    return QueueState.ABSENT if record is None else QueueState(record.status.value)
+    return QueueStep.ABSENT if record is None else QueueStep(record.status.value)
 
 
 def _attempt_state(record: Any) -> enum.Enum:
@@ -325,10 +325,10 @@ MACHINES: dict[str, MachineUnderTest] = {
         name="queue",
         machine=QUEUE,
         situations=lambda state=None, kind=None: queue_situations(state, kind),
-        terminal=frozenset({QueueState.COMPLETED, QueueState.FAILED, QueueState.CANCELLED}),
-        live=frozenset({QueueState.PENDING, QueueState.CLAIMED}),
-        terminal_exit_allowed=lambda state, command, rule: rule.target is QueueState.ABSENT
-        and command in (CommandType.DELETE_LEGACY, CommandType.PURGE_FINISHED),
+        terminal=frozenset({QueueStep.COMPLETED, QueueStep.FAILED, QueueStep.CANCELLED}),
+        live=frozenset({QueueStep.PENDING, QueueStep.CLAIMED}),
+        terminal_exit_allowed=lambda state, command, rule: rule.target is QueueStep.ABSENT
+        and command in (QueueCommandType.DELETE_LEGACY, QueueCommandType.PURGE_FINISHED),
         state_of_record=_queue_state,
         oracle_guards=QUEUE_ORACLE_GUARDS,
     ),

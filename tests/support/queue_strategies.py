@@ -15,7 +15,7 @@ from tenure.kernel import (
     CancelAdmin,
     ClaimLegacy,
     ClaimOwned,
-    CommandType,
+    QueueCommandType,
     CompleteLegacy,
     CompleteOwned,
     DeleteLegacy,
@@ -24,9 +24,9 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
-    JobRecord,
+    QueueRow,
     PurgeFinished,
-    QueueState,
+    QueueStep,
     ReadStateOwned,
     RecoverOwned,
     ReleaseKeyForLegacy,
@@ -71,13 +71,13 @@ PAYLOADS: dict[QueueKind, tuple[str | None, ...]] = {
 @st.composite
 def records(
     draw: st.DrawFn,
-    state: QueueState | None = None,
+    state: QueueStep | None = None,
     queue: QueueKind | None = None,
-) -> JobRecord | None:
+) -> QueueRow | None:
     """A record keeping every invariant (INV-Q1 ... INV-Q9), or None for ``absent``."""
     if state is None:
-        state = draw(st.sampled_from(QueueState))
-    if state is QueueState.ABSENT:
+        state = draw(st.sampled_from(QueueStep))
+    if state is QueueStep.ABSENT:
         return None
     status = JobStatus(state.value)
     queue = queue or draw(st.sampled_from(QueueKind))
@@ -99,7 +99,7 @@ def records(
         # generation 0 is a legacy claim from before it.
         generation = max(generation, 1)
     owned = draw(st.booleans())
-    return JobRecord(
+    return QueueRow(
         queue=queue,
         job_id=draw(st.sampled_from(JOB_IDS)),
         run_id=draw(st.sampled_from(RUN_IDS)) if queue is QueueKind.PIPELINE else None,
@@ -129,7 +129,7 @@ def records(
 
 
 @st.composite
-def fences(draw: st.DrawFn, record: JobRecord | None) -> ClaimFence:
+def fences(draw: st.DrawFn, record: QueueRow | None) -> ClaimFence:
     """The record's exact fence, or one that differs in exactly one part, or a random one."""
     exact = (
         record is not None
@@ -176,7 +176,7 @@ backoff = st.tuples(st.integers(0, 3), st.integers(3, 10))
 
 
 @st.composite
-def submissions(draw: st.DrawFn, record: JobRecord | None, owned: bool) -> SubmitOwned | SubmitLegacy:
+def submissions(draw: st.DrawFn, record: QueueRow | None, owned: bool) -> SubmitOwned | SubmitLegacy:
     queue = record.queue if record is not None and draw(st.booleans()) else draw(st.sampled_from(QueueKind))
     streaming = queue is QueueKind.STREAMING
     fields = dict(
@@ -201,47 +201,47 @@ def submissions(draw: st.DrawFn, record: JobRecord | None, owned: bool) -> Submi
     return SubmitOwned(submission_id=submission_id, fingerprint=fingerprint, **fields)  # type: ignore[arg-type]
 
 
-def _owner_for(draw: st.DrawFn, record: JobRecord | None) -> str:
+def _owner_for(draw: st.DrawFn, record: QueueRow | None) -> str:
     if record is not None and record.owner_id is not None and draw(st.booleans()):
         return record.owner_id
     return draw(st.sampled_from(OWNERS))
 
 
-def _token_for(draw: st.DrawFn, record: JobRecord | None) -> str:
+def _token_for(draw: st.DrawFn, record: QueueRow | None) -> str:
     if record is not None and record.claim_token is not None and draw(st.booleans()):
         return record.claim_token
     return draw(st.sampled_from(TOKENS))
 
 
 @st.composite
-def commands(draw: st.DrawFn, kind: CommandType, record: JobRecord | None) -> object:
+def commands(draw: st.DrawFn, kind: QueueCommandType, record: QueueRow | None) -> object:
     """A well-formed command of ``kind``, often aimed at ``record``."""
-    if kind is CommandType.SUBMIT_OWNED:
+    if kind is QueueCommandType.SUBMIT_OWNED:
         return draw(submissions(record, owned=True))
-    if kind is CommandType.SUBMIT_LEGACY:
+    if kind is QueueCommandType.SUBMIT_LEGACY:
         return draw(submissions(record, owned=False))
-    if kind is CommandType.RELEASE_KEY_FOR_OWNED:
+    if kind is QueueCommandType.RELEASE_KEY_FOR_OWNED:
         return ReleaseKeyForOwned(force=draw(st.booleans()))
-    if kind is CommandType.RELEASE_KEY_FOR_LEGACY:
+    if kind is QueueCommandType.RELEASE_KEY_FOR_LEGACY:
         return ReleaseKeyForLegacy()
-    if kind is CommandType.CLAIM_OWNED:
+    if kind is QueueCommandType.CLAIM_OWNED:
         return ClaimOwned(
             owner_id=_owner_for(draw, record),
             claim_token=draw(st.sampled_from(TOKENS)),
             nonce_already_stored=draw(st.booleans()),
             lease_us=draw(leases),
         )
-    if kind is CommandType.CLAIM_LEGACY:
+    if kind is QueueCommandType.CLAIM_LEGACY:
         return ClaimLegacy(owner_id=_owner_for(draw, record), lease_us=draw(leases))
-    if kind is CommandType.RECOVER_OWNED:
+    if kind is QueueCommandType.RECOVER_OWNED:
         return RecoverOwned(owner_id=_owner_for(draw, record), claim_token=_token_for(draw, record))
-    if kind is CommandType.EXPIRE_LEASE:
+    if kind is QueueCommandType.EXPIRE_LEASE:
         return ExpireLease()
-    if kind is CommandType.HEARTBEAT_OWNED:
+    if kind is QueueCommandType.HEARTBEAT_OWNED:
         return HeartbeatOwned(fence=draw(fences(record)), lease_us=draw(leases))
-    if kind is CommandType.COMPLETE_OWNED:
+    if kind is QueueCommandType.COMPLETE_OWNED:
         return CompleteOwned(fence=draw(fences(record)), result_json=draw(st.none() | st.just('{"ok":1}')))
-    if kind in (CommandType.FAIL_OWNED, CommandType.FAIL_LEGACY):
+    if kind in (QueueCommandType.FAIL_OWNED, QueueCommandType.FAIL_LEGACY):
         base, ceiling = draw(backoff)
         failure = dict(
             error_message="worker error",
@@ -250,28 +250,28 @@ def commands(draw: st.DrawFn, kind: CommandType, record: JobRecord | None) -> ob
             backoff_base_ms=base,
             backoff_max_ms=ceiling,
         )
-        if kind is CommandType.FAIL_LEGACY:
+        if kind is QueueCommandType.FAIL_LEGACY:
             return FailLegacy(**failure)  # type: ignore[arg-type]
         return FailOwned(fence=draw(fences(record)), **failure)  # type: ignore[arg-type]
-    if kind is CommandType.SET_PID_OWNED:
+    if kind is QueueCommandType.SET_PID_OWNED:
         return SetPidOwned(fence=draw(fences(record)), pid=draw(st.integers(1, 5)))
-    if kind is CommandType.READ_STATE_OWNED:
+    if kind is QueueCommandType.READ_STATE_OWNED:
         return ReadStateOwned(fence=draw(fences(record)))
-    if kind is CommandType.ACKNOWLEDGE_CANCEL_OWNED:
+    if kind is QueueCommandType.ACKNOWLEDGE_CANCEL_OWNED:
         return AcknowledgeCancelOwned(fence=draw(fences(record)))
-    if kind is CommandType.REQUEST_CANCEL:
+    if kind is QueueCommandType.REQUEST_CANCEL:
         return RequestCancel()
-    if kind is CommandType.CANCEL_ADMIN:
+    if kind is QueueCommandType.CANCEL_ADMIN:
         return CancelAdmin()
-    if kind is CommandType.HEARTBEAT_LEGACY:
+    if kind is QueueCommandType.HEARTBEAT_LEGACY:
         return HeartbeatLegacy(owner_id=_owner_for(draw, record), lease_us=draw(leases))
-    if kind is CommandType.COMPLETE_LEGACY:
+    if kind is QueueCommandType.COMPLETE_LEGACY:
         return CompleteLegacy(result_json=draw(st.none() | st.just('{"ok":1}')))
-    if kind is CommandType.SET_PID_LEGACY:
+    if kind is QueueCommandType.SET_PID_LEGACY:
         return SetPidLegacy(pid=draw(st.integers(1, 5)))
-    if kind is CommandType.DELETE_LEGACY:
+    if kind is QueueCommandType.DELETE_LEGACY:
         return DeleteLegacy()
-    if kind is CommandType.PURGE_FINISHED:
+    if kind is QueueCommandType.PURGE_FINISHED:
         return PurgeFinished(older_than_us=draw(instants))
     raise AssertionError(f"no strategy for {kind}")
 
@@ -281,16 +281,16 @@ now_values = st.integers(NOW - 3, NOW + 3) | instants
 
 @st.composite
 def situations(
-    draw: st.DrawFn, state: QueueState | None = None, kind: CommandType | None = None
-) -> tuple[JobRecord | None, object, int]:
+    draw: st.DrawFn, state: QueueStep | None = None, kind: QueueCommandType | None = None
+) -> tuple[QueueRow | None, object, int]:
     """A (record, command, now) triple; all three generated together so they often meet."""
     record = draw(records(state))
-    kind = kind or draw(st.sampled_from(CommandType))
+    kind = kind or draw(st.sampled_from(QueueCommandType))
     command = draw(commands(kind, record))
     return record, command, draw(_now_near(record))
 
 
-def _now_near(record: JobRecord | None) -> st.SearchStrategy[int]:
+def _now_near(record: QueueRow | None) -> st.SearchStrategy[int]:
     """Database times at the record's boundaries (one microsecond either side), or anywhere."""
     anchors = [NOW]
     if record is not None:

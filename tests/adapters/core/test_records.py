@@ -20,7 +20,7 @@ from tenure.adapters.core.tables import (
     instant_from_sqlite_text,
     instant_to_sqlite_text,
 )
-from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US, JobRecord
+from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US, QueueRow
 from tenure.model import ErrorCode, JobStatus, QueueKind, TenureError
 
 DIALECTS = [SQLITE_DIALECT, POSTGRESQL_DIALECT]
@@ -28,7 +28,7 @@ WRONG_VALUES = [None, "text", 7, 1.5, True, b"bytes", ["list"]]
 EPOCH = dt.datetime(1970, 1, 1)
 
 
-def outcome(read: Any) -> JobRecord | str:
+def outcome(read: Any) -> QueueRow | str:
     try:
         return read()  # type: ignore[no-any-return]
     except TenureError as error:
@@ -36,7 +36,7 @@ def outcome(read: Any) -> JobRecord | str:
         return error.reason
 
 
-def stored_values(record: JobRecord, dialect: Dialect) -> list[Any]:
+def stored_values(record: QueueRow, dialect: Dialect) -> list[Any]:
     codec = queue_codec(record.queue, dialect)
     row = codec.write(record)
     return [row[column] for column in codec.spec.column_names]
@@ -44,7 +44,7 @@ def stored_values(record: JobRecord, dialect: Dialect) -> list[Any]:
 
 @pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
 @given(record=records().filter(lambda r: r is not None), offset=st.integers(0, 3))
-def test_a_stored_record_reads_back_as_itself(dialect: Dialect, record: JobRecord, offset: int) -> None:
+def test_a_stored_record_reads_back_as_itself(dialect: Dialect, record: QueueRow, offset: int) -> None:
     values = ["before"] * offset + stored_values(record, dialect)
     assert queue_codec(record.queue, dialect).read(values, offset) == record
 
@@ -70,7 +70,7 @@ def acceptable(column: Any, value: object, dialect: Dialect) -> bool:
 @pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
 @given(record=records().filter(lambda r: r is not None), data=st.data())
 def test_a_value_of_another_type_is_refused_exactly_when_the_column_cannot_hold_it(
-    dialect: Dialect, record: JobRecord, data: st.DataObject
+    dialect: Dialect, record: QueueRow, data: st.DataObject
 ) -> None:
     values = stored_values(record, dialect)
     index = data.draw(st.integers(0, len(values) - 1))
@@ -120,8 +120,8 @@ def test_sqlite_datetime_text_orders_as_its_instants(first: int, second: int) ->
     assert (instant_to_sqlite_text(first) < instant_to_sqlite_text(second)) == (first < second)
 
 
-def _validation_record(payload: tuple[str | None, ...]) -> JobRecord:
-    return JobRecord(
+def _validation_record(payload: tuple[str | None, ...]) -> QueueRow:
+    return QueueRow(
         queue=QueueKind.VALIDATION, job_id="job-1", run_id=None, status=JobStatus.PENDING, attempts=0,
         max_attempts=5, generation=0, owner_id=None, claim_token=None, claimed_at_us=None,
         lease_expires_at_us=None, fires_at_us=0, created_at_us=0, completed_at_us=None, cancel_requested=False,
