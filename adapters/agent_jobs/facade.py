@@ -14,14 +14,8 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tenure.kernel.agent_jobs.record import (
-    AdoptResult,
-    AdvanceJob,
-    AgentJobRow,
-    RecordCancelled,
-    SubmitJob,
-    result_problem,
-)
+from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
+from tenure.kernel.agent_jobs.record import AgentJobRow, result_problem
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import opens_owners

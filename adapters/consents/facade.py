@@ -14,8 +14,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.consents import finders as consent_finders
+from tenure.kernel.consents.commands import CreateConsent, DecideConsent
 from tenure.kernel.consents.machine import DEADLINE_OWNER
-from tenure.kernel.consents.record import MAX_DEADLINE_US, ConsentRow, CreateConsent, DecideConsent
+from tenure.kernel.consents.record import MAX_DEADLINE_US, ConsentRow
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import opens_owners

@@ -17,16 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Applied
 from tenure.kernel.nodes import finders
-from tenure.kernel.nodes.record import (
-    MAX_LEASE_US,
-    Boot,
-    Booted,
-    FinishTakeover,
-    NodeRow,
-    Renew,
-    TakeOver,
-    TakingOver,
-)
+from tenure.kernel.nodes.commands import Boot, Booted, FinishTakeover, Renew, TakeOver, TakingOver
+from tenure.kernel.nodes.record import MAX_LEASE_US, NodeRow
 from tenure.model.runs import check_text
 from tenure.model.validation import refuse
 

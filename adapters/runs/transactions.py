@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 
 from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
 from tenure.kernel.attempts.record import AttemptRow
-from tenure.kernel.consents.record import CancelPending, ConsentRow
+from tenure.kernel.consents.commands import CancelPending
+from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.core import Applied, Decision, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (

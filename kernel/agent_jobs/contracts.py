@@ -14,12 +14,13 @@ from __future__ import annotations
 # Names used only inside the pre/post lines below: CrossHair evaluates those lines in
 # this module's namespace (tests/kernel/test_contracts.py fails if one goes missing).
 from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus  # noqa: F401
+from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
-from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
+from .commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
 from .machine import NEXT_STATUS, decide, transition_violations  # noqa: F401
-from .record import AdoptResult, AdvanceJob, AgentJobRow, RecordCancelled, SubmitJob
+from .record import AgentJobRow
 
 __all__ = ["decide_submit_job", "decide_advance_job", "decide_adopt_result", "decide_record_cancelled"]
 

@@ -25,16 +25,8 @@ from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus, ErrorCode
 from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
-from .record import (
-    Ack,
-    AgentJobCommand,
-    AgentJobCommandType,
-    AgentJobRow,
-    AgentJobStep,
-    Submitted,
-    record_violations,
-    step_of,
-)
+from .commands import Ack, AgentJobCommand, AgentJobCommandType, Submitted
+from .record import AgentJobRow, AgentJobStep, record_violations, step_of
 
 __all__ = ["AgentJobRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "TABLE", "AGENT_JOBS", "decide",
            "select_rule", "transition_violations", "NEXT_STATUS"]

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, ClassVar
+from typing import Any
 
 from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus, bounds
 from tenure.model.json_values import load_json
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_TEXT_CHARS
-
 
 __all__ = [
     "AgentJobRow",
@@ -26,14 +25,6 @@ __all__ = [
     "record_violations",
     "result_problem",
     "job_complete",
-    "AgentJobCommandType",
-    "SubmitJob",
-    "AdvanceJob",
-    "AdoptResult",
-    "RecordCancelled",
-    "AgentJobCommand",
-    "Submitted",
-    "Ack",
     "ERROR_REQUIRED",
 ]
 
@@ -150,54 +141,3 @@ def record_violations(record: AgentJobRow) -> list[str]:
     return [name for name, ok in rules.items() if not ok]
 
 
-class AgentJobCommandType(enum.Enum):
-    SUBMIT = "submit"
-    ADVANCE = "advance"
-    ADOPT_RESULT = "adopt_result"
-    RECORD_CANCELLED = "record_cancelled"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class SubmitJob:
-    kind: ClassVar[AgentJobCommandType] = AgentJobCommandType.SUBMIT
-    row: AgentJobRow
-    run_running: bool
-    """Observed under the Run's lock: the Run exists and is RUNNING."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class AdvanceJob:
-    kind: ClassVar[AgentJobCommandType] = AgentJobCommandType.ADVANCE
-    status: AgentJobStatus
-    """ADMITTED, PREPARING or RUNNING."""
-    runtime_job_id: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class AdoptResult:
-    kind: ClassVar[AgentJobCommandType] = AgentJobCommandType.ADOPT_RESULT
-    status: AgentJobStatus
-    """The result's terminal status (checked against the result at the ledger)."""
-    result_json: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RecordCancelled:
-    """The runtime's containment of this job returned."""
-
-    kind: ClassVar[AgentJobCommandType] = AgentJobCommandType.RECORD_CANCELLED
-    result_json: str
-    """The synthetic cancelled result the ledger wrote for this job."""
-
-
-AgentJobCommand = SubmitJob | AdvanceJob | AdoptResult | RecordCancelled
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Submitted:
-    replayed: bool
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Ack:
-    """The exact change applied."""

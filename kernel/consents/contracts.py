@@ -15,12 +15,13 @@ from __future__ import annotations
 # Names used only inside the pre/post lines below: CrossHair evaluates those lines in
 # this module's namespace (tests/kernel/test_contracts.py fails if one goes missing).
 from tenure.model import ConsentStatus  # noqa: F401
+from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
-from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
+from .commands import CancelPending, CreateConsent, DecideConsent  # noqa: F401
 from .machine import DEADLINE_OWNER, decide, transition_violations  # noqa: F401
-from .record import MAX_DEADLINE_US, CancelPending, ConsentRow, CreateConsent, DecideConsent  # noqa: F401
+from .record import MAX_DEADLINE_US, ConsentRow  # noqa: F401
 
 __all__ = ["decide_create_consent", "decide_decide_consent", "decide_cancel_pending"]
 

@@ -29,16 +29,8 @@ from tenure.model import ConsentStatus, ErrorCode
 from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
-from .record import (
-    Ack,
-    ConsentCommand,
-    ConsentCommandType,
-    ConsentRow,
-    ConsentStep,
-    DecideConsent,
-    record_violations,
-    step_of,
-)
+from .commands import Ack, ConsentCommand, ConsentCommandType, DecideConsent
+from .record import ConsentRow, ConsentStep, record_violations, step_of
 
 __all__ = ["ConsentRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "TABLE", "CONSENTS", "decide",
            "select_rule", "transition_violations", "PREAUTHORIZED_BY", "DEADLINE_OWNER"]

@@ -12,23 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import ClassVar
 
 from tenure.model import ConsentStatus, bounds
 from tenure.model.runs import MAX_RUN_TEXT_CHARS
-
 
 __all__ = [
     "ConsentRow",
     "ConsentStep",
     "step_of",
     "record_violations",
-    "ConsentCommandType",
-    "CreateConsent",
-    "DecideConsent",
-    "CancelPending",
-    "ConsentCommand",
-    "Ack",
     "MAX_DEADLINE_US",
 ]
 
@@ -109,41 +101,3 @@ def record_violations(record: ConsentRow) -> list[str]:
     return [name for name, ok in rules.items() if not ok]
 
 
-class ConsentCommandType(enum.Enum):
-    CREATE = "create"
-    DECIDE = "decide"
-    CANCEL_PENDING = "cancel_pending"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class CreateConsent:
-    kind: ClassVar[ConsentCommandType] = ConsentCommandType.CREATE
-    row: ConsentRow
-    run_running: bool
-    """Observed under the Run's lock: the Run exists and is RUNNING (its hop creates owners)."""
-    expires_in_us: int | None = None
-    """The deadline, counted from the creation time (1 .. MAX_DEADLINE_US), or None."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class DecideConsent:
-    kind: ClassVar[ConsentCommandType] = ConsentCommandType.DECIDE
-    verdict: ConsentStatus
-    """GRANTED, DENIED or EXPIRED."""
-    decided_by: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class CancelPending:
-    """The Run reached terminal truth (sent in the Run's own transaction)."""
-
-    kind: ClassVar[ConsentCommandType] = ConsentCommandType.CANCEL_PENDING
-    decided_by: str
-
-
-ConsentCommand = CreateConsent | DecideConsent | CancelPending
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Ack:
-    """The exact change applied."""

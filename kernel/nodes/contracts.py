@@ -7,13 +7,15 @@ lease ran out, a takeover only of the exact incarnation whose lease ran out.
 
 from __future__ import annotations
 
+from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
+
 # Names used only inside the pre/post lines below: CrossHair evaluates those lines in
 # this module's namespace.
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
-from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
+from .commands import Boot, FinishTakeover, Renew, TakeOver  # noqa: F401
 from .machine import decide, transition_violations  # noqa: F401
-from .record import Boot, FinishTakeover, NodeRow, NodeStatus, Renew, TakeOver  # noqa: F401
+from .record import NodeRow, NodeStatus  # noqa: F401
 
 __all__ = ["decide_boot", "decide_renew", "decide_take_over", "decide_finish_takeover"]
 

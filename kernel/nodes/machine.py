@@ -25,24 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 from tenure.model import ErrorCode, bounds
+from tenure.model.bounds import MAX_INSTANT_US
 
 from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
-from tenure.model.bounds import MAX_INSTANT_US
-from .record import (
-    MAX_LEASE_US,
-    Ack,
-    Booted,
-    NodeCommand,
-    NodeCommandType,
-    NodeRow,
-    NodeStatus,
-    NodeStep,
-    TakingOver,
-    record_violations,
-    step_of,
-)
+from .commands import Ack, Booted, NodeCommand, NodeCommandType, TakingOver
+from .record import MAX_LEASE_US, NodeRow, NodeStatus, NodeStep, record_violations, step_of
 
 __all__ = ["NodeRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "TABLE", "NODES", "decide", "select_rule",
            "transition_violations"]

@@ -5,20 +5,12 @@ mutants in kernel_mutants.py must make this file fail."""
 from __future__ import annotations
 
 from hypothesis import given, settings
-
 from node_strategies import LEASE, NOW, node_row, node_situations
+
 from tenure.kernel.core import Applied, Refused
+from tenure.kernel.nodes.commands import Boot, Booted, FinishTakeover, Renew, TakeOver, TakingOver
 from tenure.kernel.nodes.machine import NodeRefusal, decide, transition_violations
-from tenure.kernel.nodes.record import (
-    Boot,
-    Booted,
-    FinishTakeover,
-    NodeStatus,
-    Renew,
-    TakeOver,
-    TakingOver,
-    record_violations,
-)
+from tenure.kernel.nodes.record import NodeStatus, record_violations
 
 EXPIRES = NOW - 100 + LEASE  # node_row's lease end
 

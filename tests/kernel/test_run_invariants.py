@@ -16,19 +16,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from agent_job_strategies import NOW as JOB_NOW
 from agent_job_strategies import job_row, result_for
 from consent_strategies import NOW as CONSENT_NOW
 from consent_strategies import consent_row
 from run_strategies import NOW, base_run, delivery_for
 from spec_tables import read_spec
+
 from tenure.kernel.agent_jobs import machine as job_machine
-from tenure.kernel.agent_jobs.record import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
+from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
 from tenure.kernel.agent_jobs.record import record_violations as job_violations
 from tenure.kernel.consents import machine as consent_machine
+from tenure.kernel.consents.commands import CancelPending, CreateConsent, DecideConsent
 from tenure.kernel.consents.machine import DEADLINE_OWNER
-from tenure.kernel.consents.record import CancelPending, CreateConsent, DecideConsent
 from tenure.kernel.consents.record import record_violations as consent_violations
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import machine as run_machine

@@ -9,31 +9,25 @@ import dataclasses
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from agent_job_strategies import job_row, job_situations, result_for
 from consent_strategies import consent_records, consent_row, consent_situations
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from run_strategies import RUN_ID, base_run, delivery_for, run_commands, run_situations
-from tenure.kernel.agent_jobs.machine import AGENT_JOBS, AgentJobRefusal
-from tenure.kernel.agent_jobs.record import (
+
+from tenure.kernel.agent_jobs.commands import (
     AdoptResult,
     AdvanceJob,
     AgentJobCommandType,
-    AgentJobRow,
     RecordCancelled,
     SubmitJob,
     Submitted,
 )
+from tenure.kernel.agent_jobs.machine import AGENT_JOBS, AgentJobRefusal
+from tenure.kernel.agent_jobs.record import AgentJobRow
+from tenure.kernel.consents.commands import CancelPending, ConsentCommandType, CreateConsent, DecideConsent
 from tenure.kernel.consents.machine import CONSENTS, DEADLINE_OWNER, PREAUTHORIZED_BY, ConsentRefusal
-from tenure.kernel.consents.record import (
-    CancelPending,
-    ConsentCommandType,
-    ConsentRow,
-    ConsentStep,
-    CreateConsent,
-    DecideConsent,
-)
+from tenure.kernel.consents.record import ConsentRow, ConsentStep
 from tenure.kernel.core import Applied, Decision, Machine, Refused, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (
@@ -751,11 +745,14 @@ def test_containment_of_an_open_job_cancels_it_before_any_result() -> None:
 
 def test_a_rotation_keeps_the_resume_mode_of_the_hop_it_replaces() -> None:
     from run_strategies import base_run, delivery_for
+
     from tenure.kernel.core import Applied as Done
     from tenure.kernel.runs.commands import Rotate
     from tenure.kernel.runs.machine import decide as decide_run
     from tenure.kernel.runs.record import RunPair as Pair
-    from tenure.model import BrokerJobState as Hop, DeliveryState as State, RunStatus as Status
+    from tenure.model import BrokerJobState as Hop
+    from tenure.model import DeliveryState as State
+    from tenure.model import RunStatus as Status
 
     for seq in (0, 1):
         run = base_run(status=Status.QUEUED, enqueue_seq=seq, started_at_us=1 if seq else None,

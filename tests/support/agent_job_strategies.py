@@ -14,16 +14,8 @@ import json
 
 from hypothesis import strategies as st
 
-from tenure.kernel.agent_jobs.record import (
-    ERROR_REQUIRED,
-    AdoptResult,
-    AdvanceJob,
-    AgentJobCommandType,
-    AgentJobRow,
-    AgentJobStep,
-    RecordCancelled,
-    SubmitJob,
-)
+from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, AgentJobCommandType, RecordCancelled, SubmitJob
+from tenure.kernel.agent_jobs.record import ERROR_REQUIRED, AgentJobRow, AgentJobStep
 from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus
 
 __all__ = ["NOW", "JOB_ID", "job_row", "result_for", "job_records", "job_commands", "job_situations"]

@@ -13,16 +13,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from tenure.kernel.consents.commands import CancelPending, ConsentCommandType, CreateConsent, DecideConsent
 from tenure.kernel.consents.machine import DEADLINE_OWNER, PREAUTHORIZED_BY
-from tenure.kernel.consents.record import (
-    MAX_DEADLINE_US,
-    CancelPending,
-    ConsentCommandType,
-    ConsentRow,
-    ConsentStep,
-    CreateConsent,
-    DecideConsent,
-)
+from tenure.kernel.consents.record import MAX_DEADLINE_US, ConsentRow, ConsentStep
 from tenure.kernel.runs.machine import CANCELLED_BY, SETTLED_BY
 from tenure.model import ConsentStatus
 

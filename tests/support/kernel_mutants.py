@@ -201,15 +201,17 @@ ATTEMPT_MUTANTS: dict[str, Callable[[], None]] = {
 # --- the Run machine, the consent machine, the delegated-job machine -----------------------
 
 from tenure.kernel.agent_jobs import machine as agent_jobs  # noqa: E402
-from tenure.kernel.agent_jobs.record import AgentJobCommandType as JC  # noqa: E402
+from tenure.kernel.agent_jobs.commands import AgentJobCommandType as JC  # noqa: E402
 from tenure.kernel.agent_jobs.record import AgentJobStep as JS  # noqa: E402
 from tenure.kernel.consents import machine as consents  # noqa: E402
-from tenure.kernel.consents.record import ConsentCommandType as CC  # noqa: E402
+from tenure.kernel.consents.commands import ConsentCommandType as CC  # noqa: E402
 from tenure.kernel.consents.record import ConsentStep as CS  # noqa: E402
-from tenure.model import ConsentStatus  # noqa: E402
 from tenure.kernel.runs import machine as runs  # noqa: E402
-from tenure.kernel.runs.commands import Admitted, RunCommandType as RC  # noqa: E402
-from tenure.kernel.runs.record import RunPair, RunStep as RS, replace_delivery, replace_run  # noqa: E402
+from tenure.kernel.runs.commands import Admitted  # noqa: E402
+from tenure.kernel.runs.commands import RunCommandType as RC
+from tenure.kernel.runs.record import RunPair, replace_delivery, replace_run  # noqa: E402
+from tenure.kernel.runs.record import RunStep as RS
+from tenure.model import ConsentStatus  # noqa: E402
 
 
 def _run_rules(state: RS, command: RC, replace: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
@@ -380,7 +382,8 @@ RUN_MUTANTS[rotation_loses_resume_mode.__name__] = rotation_loses_resume_mode
 # --- recovery ---------------------------------------------------------------------------------
 
 from tenure.kernel.recovery import table as recovery  # noqa: E402
-from tenure.kernel.recovery.table import Case as RK, Pass as RP  # noqa: E402
+from tenure.kernel.recovery.table import Case as RK  # noqa: E402
+from tenure.kernel.recovery.table import Pass as RP
 
 
 def reconcile_touches_other_node() -> None:
@@ -443,7 +446,8 @@ RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
 
 
 from tenure.kernel.nodes import machine as nodes  # noqa: E402
-from tenure.kernel.nodes.record import NodeCommandType as NC, NodeStep as NS  # noqa: E402
+from tenure.kernel.nodes.commands import NodeCommandType as NC  # noqa: E402
+from tenure.kernel.nodes.record import NodeStep as NS  # noqa: E402
 
 
 def _node_rules(state: NS, command: NC, guard: str) -> None:

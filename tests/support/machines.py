@@ -9,23 +9,25 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hypothesis import strategies as st
-
 from agent_job_strategies import job_situations
 from attempt_strategies import attempt_situations
 from consent_strategies import consent_situations
+from hypothesis import strategies as st
 from node_strategies import node_situations
 from queue_strategies import situations as queue_situations
 from run_strategies import run_situations
+
+from tenure.kernel.agent_jobs.commands import AgentJobCommandType
 from tenure.kernel.agent_jobs.machine import AGENT_JOBS
-from tenure.kernel.agent_jobs.record import AgentJobCommandType, AgentJobStep
+from tenure.kernel.agent_jobs.record import AgentJobStep
 from tenure.kernel.attempts.machine import ATTEMPTS
 from tenure.kernel.attempts.record import AttemptStep
 from tenure.kernel.consents.machine import CONSENTS
 from tenure.kernel.consents.record import ConsentStep
 from tenure.kernel.core import Machine, Rule
+from tenure.kernel.nodes.commands import NodeCommandType
 from tenure.kernel.nodes.machine import NODES
-from tenure.kernel.nodes.record import NodeCommandType, NodeStep
+from tenure.kernel.nodes.record import NodeStep
 from tenure.kernel.queue.commands import QueueCommandType
 from tenure.kernel.queue.machine import QUEUE
 from tenure.kernel.queue.record import QueueStep

@@ -9,17 +9,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from tenure.kernel.nodes.record import (
-    MAX_LEASE_US,
-    Boot,
-    FinishTakeover,
-    NodeCommandType,
-    NodeRow,
-    NodeStatus,
-    NodeStep,
-    Renew,
-    TakeOver,
-)
+from tenure.kernel.nodes.commands import Boot, FinishTakeover, NodeCommandType, Renew, TakeOver
+from tenure.kernel.nodes.record import MAX_LEASE_US, NodeRow, NodeStatus, NodeStep
 
 __all__ = ["NOW", "NODE", "node_row", "node_records", "node_commands", "node_situations"]
 

@@ -16,12 +16,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import adapter_support
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
-
-import adapter_support
 from lockstep_harness import LockstepBase, budget, machine_for, outcome, run_lockstep
+
 from tenure.adapters import InMemoryBroker, RunLedger
 from tenure.adapters.agent_jobs.facade import cancelled_result, job_id_for, public_job
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
@@ -31,9 +31,11 @@ from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.runs.transactions import consent_evidence, job_evidence
 from tenure.kernel.agent_jobs import machine as job_machine
-from tenure.kernel.agent_jobs.record import AdoptResult, AdvanceJob, AgentJobRow, RecordCancelled, SubmitJob
+from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
+from tenure.kernel.agent_jobs.record import AgentJobRow
 from tenure.kernel.consents import machine as consent_machine
-from tenure.kernel.consents.record import CancelPending, ConsentRow, CreateConsent, DecideConsent
+from tenure.kernel.consents.commands import CancelPending, CreateConsent, DecideConsent
+from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.core import Applied, Condition, Finder, Refused
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (
