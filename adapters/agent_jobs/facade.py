@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
 from tenure.kernel.agent_jobs.record import AgentJobRow, result_problem
+from tenure.kernel.agent_jobs import finders as job_finders
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import opens_owners
@@ -87,7 +88,7 @@ class AgentJobs:
             await tx.lock_name(f"tenure:agent-job:{job_id}")
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
             running = bool(runs) and opens_owners(runs[0])
-            jobs = await tx.locked(AGENT_JOBS_BINDING, finders.jobs_by_keys, {"keys": [job_id]})
+            jobs = await tx.locked(AGENT_JOBS_BINDING, job_finders.jobs_by_keys, {"keys": [job_id]})
             met = jobs[0] if jobs else None
             decision = await engine.decide_one(tx, AGENT_JOBS_BINDING, met, SubmitJob(row=row, run_running=running))
             raise_if_conflict(AGENT_JOBS_BINDING, decision)
@@ -100,7 +101,7 @@ class AgentJobs:
     async def _command(self, job_id: object, command: Any) -> bool:
         key = check_text(job_id, "job_id", 36)
         async with self._tx.errors():
-            decisions = await self._tx.engine.on_keys(AGENT_JOBS_BINDING, [(key, command)], finders.jobs_by_keys,
+            decisions = await self._tx.engine.on_keys(AGENT_JOBS_BINDING, [(key, command)], job_finders.jobs_by_keys,
                                                       raise_conflicts=True)
         return isinstance(decisions[0], Applied)
 

@@ -103,10 +103,12 @@ class Consents:
         for any later one). Expiry is a verdict like the others, never derived from a clock."""
         if verdict not in (ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED):
             raise refuse("verdict", "verdict_required")
-        command = DecideConsent(verdict=verdict, decided_by=check_text(decided_by, "decided_by", bounds.MAX_IDENTITY_CHARS))
+        decider = check_text(decided_by, "decided_by", bounds.MAX_IDENTITY_CHARS)
+        command = DecideConsent(verdict=verdict, decided_by=decider)
         key = check_text(consent_id, "consent_id", 36)
         async with self._tx.errors():
-            decisions = await self._tx.engine.on_keys(CONSENTS_BINDING, [(key, command)], finders.consents_by_keys,
+            decisions = await self._tx.engine.on_keys(CONSENTS_BINDING, [(key, command)],
+                                                      consent_finders.consents_by_keys,
                                                       raise_conflicts=True)
         return isinstance(decisions[0], Applied)
 
@@ -131,7 +133,7 @@ class Consents:
         for row in due:
             async with self._tx.errors():
                 decisions = await self._tx.engine.on_keys(CONSENTS_BINDING, [(row.consent_id, expire)],
-                                                          finders.consents_by_keys, raise_conflicts=True)
+                                                          consent_finders.consents_by_keys, raise_conflicts=True)
             if not isinstance(decisions[0], Applied):
                 continue  # decided (or not due, on this clock) since the page was read
             expired += 1

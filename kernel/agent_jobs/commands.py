@@ -10,7 +10,8 @@ from tenure.model import AgentJobStatus
 
 from .record import AgentJobRow
 
-__all__ = ["Ack", "AdoptResult", "AdvanceJob", "AgentJobCommand", "AgentJobCommandType", "RecordCancelled", "SubmitJob", "Submitted"]
+__all__ = ["Ack", "AdoptResult", "AdvanceJob", "AgentJobCommand",
+           "AgentJobCommandType", "RecordCancelled", "SubmitJob", "Submitted"]
 
 
 class AgentJobCommandType(enum.Enum):

@@ -1,8 +1,6 @@
-"""Which stored consents the deadline owner's commands meet, as data (see :mod:`tenure.kernel.core`).
-
-The other consent commands meet their rows through the Run ledger's finders
-(:mod:`tenure.kernel.runs.finders`: by key, and the pending consents of one Run).
-"""
+"""Which stored consents the consent commands meet, as data (see :mod:`tenure.kernel.core`):
+by key, and the deadline owner's due consents. The consents of one Run (pending, or
+every one) are the Run's lookups (:mod:`tenure.kernel.runs.finders`)."""
 
 from __future__ import annotations
 
@@ -10,7 +8,11 @@ from tenure.model import ConsentStatus
 
 from ..core import Condition, Finder, Param
 
-__all__ = ["due_consents"]
+__all__ = ["consents_by_keys", "due_consents"]
+
+consents_by_keys = Finder("consents_by_keys", ((Condition("consent_id", "in", Param("keys")),),),
+                          order=("consent_id",), lock="wait")
+"""The consents a command names, locked (a verdict decides on the locked row)."""
 
 due_consents = Finder(
     "due_consents",

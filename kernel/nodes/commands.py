@@ -6,7 +6,8 @@ import dataclasses
 import enum
 from typing import ClassVar
 
-__all__ = ["Ack", "Boot", "Booted", "FinishTakeover", "NodeCommand", "NodeCommandType", "Renew", "TakeOver", "TakingOver"]
+__all__ = ["Ack", "Boot", "Booted", "FinishTakeover", "NodeCommand",
+           "NodeCommandType", "Renew", "TakeOver", "TakingOver"]
 
 
 class NodeCommandType(enum.Enum):

@@ -29,8 +29,6 @@ from ..core import Condition, Finder, Param
 __all__ = [
     "runs_by_keys",
     "deliveries_by_keys",
-    "consents_by_keys",
-    "jobs_by_keys",
     "attempts_by_keys",
     "session_open",
     "runs_by_admission_key",
@@ -57,8 +55,6 @@ def _by_keys(name: str, field: str) -> Finder:
 
 runs_by_keys = _by_keys("runs_by_keys", "run_id")
 deliveries_by_keys = _by_keys("deliveries_by_keys", "delivery_id")
-consents_by_keys = _by_keys("consents_by_keys", "consent_id")
-jobs_by_keys = _by_keys("jobs_by_keys", "job_id")
 attempts_by_keys = Finder("attempts_by_run_owner", ((Condition("attempt_id", "in", Param("keys")),),),
                           order=("attempt_id",), lock="none")
 """A service-attempt owner, read (not locked) after the Run's lock."""

@@ -79,3 +79,17 @@ def test_the_kernel_imports_only_the_model_and_the_standard_library() -> None:
             else:
                 continue
             assert roots <= allowed_roots, f"{path.name} imports {roots}"
+
+
+def test_every_kernel_machine_folder_has_the_same_files() -> None:
+    import pathlib
+
+    kernel_dir = pathlib.Path(tenure.kernel.__file__).parent
+    machines = sorted(path.parent.name for path in kernel_dir.glob("*/machine.py"))
+    assert machines == ["agent_jobs", "attempts", "consents", "nodes", "queue", "runs"]
+    for name in machines:
+        files = {path.name for path in (kernel_dir / name).glob("*.py")}
+        assert files == {"__init__.py", "record.py", "commands.py", "machine.py", "contracts.py", "finders.py"}, name
+    exported = {machine.name for machine in (tenure.kernel.QUEUE, tenure.kernel.ATTEMPTS, tenure.kernel.RUNS,
+                                             tenure.kernel.CONSENTS, tenure.kernel.AGENT_JOBS, tenure.kernel.NODES)}
+    assert len(exported) == len(machines)  # every machine exported from tenure.kernel

@@ -41,6 +41,7 @@ from tenure.adapters.queue.table import HOPS_BINDING
 from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import Binding
 from tenure.kernel.attempts import finders as attempt_finders
+from tenure.kernel.agent_jobs import finders as job_finders
 from tenure.kernel.consents import finders as consent_finders
 from tenure.kernel.core import Finder
 from tenure.kernel.queue import finders as queue_finders
@@ -211,7 +212,7 @@ def _owner_finders(by_keys: Finder, of_run: Finder, prefix: str) -> Callable[[li
 def _consent_finders(rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[str, Any]]]:
     deadlines = [row.expires_at_us for row in rows if row.expires_at_us is not None] or [NOW]
     return st.one_of(
-        _owner_finders(run_finders.consents_by_keys, run_finders.pending_consents_of_run, "consent")(rows),
+        _owner_finders(consent_finders.consents_by_keys, run_finders.pending_consents_of_run, "consent")(rows),
         # The deadline owner's page: at, just before and just after a stored deadline, or anywhere.
         st.tuples(st.just(consent_finders.due_consents),
                   (st.sampled_from(deadlines).flatmap(lambda at: st.integers(at - 1, at + 1)) | times).map(
@@ -273,7 +274,7 @@ CASES = {
     "agent_jobs": TableCase(
         AGENT_JOBS_BINDING,
         st.lists(job_records().filter(lambda r: r is not None), max_size=6).map(_unique_jobs),
-        _owner_finders(run_finders.jobs_by_keys, run_finders.open_jobs_of_run, "job"),
+        _owner_finders(job_finders.jobs_by_keys, run_finders.open_jobs_of_run, "job"),
     ),
 }
 
