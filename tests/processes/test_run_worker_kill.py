@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from node_support import start_node
+from node_support import publish_to_a_live_worker, start_node
 from run_worker_process import NODE, NODE_LEASE_S, broker_of, registry
 from tenure.adapters import RunLedger, RunRuntime, RunWorker, resume_and_publish
 from tenure.model import BrokerJobState, ConsentStatus, RunIntent, RunStatus, WaitKind, hop_key
@@ -46,7 +46,7 @@ async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_
                     intent = RunIntent(None, "api", "alice", frozenset(), {"flow": name})
                     admission = await ledger.admit(intent, workflow=registry.pin(name, "1"), queue="runs", priority=50)
                     runs[name] = admission.run.run_id
-                    assert await ledger.publish(runs[name], 0, publisher)
+                    await publish_to_a_live_worker(ledger, runs[name], publisher)
 
                 async def both_mid_hop() -> bool:
                     hung = await ledger.checkpoints.load(runs["hang"])

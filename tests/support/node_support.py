@@ -19,8 +19,11 @@ import pathlib
 import signal
 import subprocess
 import sys
+from typing import Any
 
-__all__ = ["TESTS", "NodeProcess", "start_node"]
+from tenure.model import RunStatus
+
+__all__ = ["TESTS", "NodeProcess", "start_node", "publish_to_a_live_worker"]
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
@@ -81,3 +84,14 @@ async def start_node(script: str, *args: str, node: str, lease_s: float, log_dir
         await started.kill()
         raise AssertionError(f"node {node} did not start: {line!r}\n{started.stderr()}")
     return started
+
+
+async def publish_to_a_live_worker(ledger: Any, run_id: str, broker: Any) -> None:
+    """Publish hop 0 of ``run_id`` while a worker process serves the queue. ``publish``
+    answers False when the hop moved on before its acknowledgement was recorded: a fast
+    worker may claim the hop in between (its documented answer, seen under load), and
+    then the Run has left QUEUED at sequence 0. Anything else is a failure."""
+    if await ledger.publish(run_id, 0, broker):
+        return
+    run = await ledger.get(run_id)
+    assert run is not None and (run.status is not RunStatus.QUEUED or run.enqueue_seq != 0), "hop 0 not published"

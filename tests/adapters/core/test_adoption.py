@@ -76,6 +76,7 @@ def test_a_legacy_claim_is_completed_under_python_optimizations_too(tmp_path: pa
     script = f"""
 import asyncio, sqlite3, sys
 sys.path.insert(0, {str(paths.SUPPORT)!r})
+sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parent)!r})
 from adapter_support import raw
 from tenure.adapters import ValidationJobSource, upgrade
 from test_adoption import create_legacy_tables, insert_pycharter_row, FAR_FUTURE_US

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from node_support import start_node
+from node_support import publish_to_a_live_worker, start_node
 from run_worker_process import broker_of, registry
 from tenure.adapters import InMemoryBroker, RunLedger, RunRuntime, RunWorker
 from tenure.kernel.nodes.record import NodeStatus
@@ -199,7 +199,7 @@ async def test_a_node_killed_for_good_is_taken_over_by_a_live_node(db_url: str, 
                     admission = await ledger.admit(intent, workflow=registry.pin(name, "1"), queue="runs",
                                                    priority=50)
                     runs[name] = admission.run.run_id
-                    assert await ledger.publish(runs[name], 0, publisher)
+                    await publish_to_a_live_worker(ledger, runs[name], publisher)
 
                 async def both_running() -> bool:
                     found = [await ledger.get(run_id) for run_id in runs.values()]
