@@ -112,12 +112,3 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter is not None:
             reporter.write_line(f"CI: {skipped} test(s) skipped; a skip hides what it was meant to test", red=True)
         session.exitstatus = 1
-
-
-# --- The long runs first: with several test processes, the suite ends when its longest
-# test does, so those start while every process is still free (longest first keeps the
-# tail short). Test order carries no meaning: every test makes its own databases.
-
-
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
