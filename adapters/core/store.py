@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from tenure.kernel.core import Finder
+from tenure.kernel.core import Finder, Rewrite
 
 from .failures import persistence_failed
 from .sql import Capabilities, CompiledFinder, TableStatements, compile_finder, statements_for
@@ -31,7 +31,7 @@ from .tables import Binding, Dialect, RowCodec
 
 __all__ = [
     "Store", "Transaction", "Body", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver",
-    "Expected", "AheadAnswer", "AheadWriter",
+    "Expected", "AheadAnswer", "AheadWriter", "Picked", "Picker",
 ]
 
 T = TypeVar("T")
@@ -116,8 +116,38 @@ class AheadWriter(Protocol):
         nothing was sent (the caller uses a transaction)."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Picked:
+    """What :meth:`Picker.pick_and_rewrite` saw and did: its clock, whether it wrote, the
+    picked rows in pick order as they were, and as written."""
+
+    now_us: int
+    went: bool
+    picked: list[Any]
+    written: list[Any]
+
+
+class Picker(Protocol):
+    """A transaction that can claim in one statement (PostgreSQL): the claim fast path,
+    declared beside :attr:`Store.ahead` as :attr:`Transaction.picker`."""
+
+    async def pick_and_rewrite(
+        self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
+        commands: Sequence[Any],
+    ) -> Picked:
+        """One statement that reads the clock, picks rows (``pick``, a SKIP LOCKED finder,
+        which never waits), and applies ``rewrite`` (kernel data) to the ``i``-th picked
+        row with the ``i``-th command, only if no blocker finds a row and every picked
+        row satisfies ``check``. Nothing is written otherwise, and the clock is then not
+        this transaction's (the caller carries on the ordinary way)."""
+
+
 class Transaction(Protocol):
     """One database transaction."""
+
+    picker: Picker | None
+    """This transaction's claim fast path (:class:`Picker`), or None (SQLite: the ordinary
+    claim is already one hop there)."""
 
     async def now_us(self) -> int:
         """Database time, read once per transaction (after the locks taken so far)."""
@@ -211,6 +241,7 @@ class SharedPrimitives:
     capabilities: ClassVar[Capabilities]
     dialect: ClassVar[Dialect]
     schema: str | None = None
+    picker: Picker | None = None
 
     async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         raise NotImplementedError

@@ -349,14 +349,13 @@ class QueueOperations:
             return presented
 
         async def body(tx: Transaction) -> list[Presented]:
-            pick_and_rewrite = getattr(tx, "pick_and_rewrite", None)
-            if pick_and_rewrite is not None:
+            if tx.picker is not None:
                 # One statement: the clock, the pick (SKIP LOCKED) and the kernel's claim
                 # rewrite, written only when no expired claim waits to be settled, no token
                 # is stored already and every picked row is one the claim rule takes
                 # (``claimable``); the kernel then decides the same claims on the picked
                 # rows and they must equal what was written, or all of it rolls back.
-                picked = await pick_and_rewrite(
+                picked = await tx.picker.pick_and_rewrite(
                     binding, Probe(eligible, {}, "rows", limit=limit),
                     finders.claimable if owned else finders.claimable_legacy,
                     [Probe(finders.expired, {}, "exists", limit=1)]

@@ -22,8 +22,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-
 from adapter_support import raw, row
+
 from tenure.adapters import ValidationJobSource
 from tenure.model import ErrorCode, QueueKind, TenureError, ValidationJob, WorkerConfig
 
@@ -263,15 +263,15 @@ async def test_a_statement_without_its_lock_first_order_would_accept_the_stale_w
     after the lease ran out."""
     import dataclasses
 
-    from tenure.adapters.postgres import store as postgres_store
+    from tenure.adapters.postgres import statements as postgres_statements
     from tenure.kernel.queue import finders
 
     if MUTANTS[mutant] == "clock":
-        monkeypatch.setattr(postgres_store, "_CLOCK_AFTER_LOCKS",
+        monkeypatch.setattr(postgres_statements, "CLOCK_AFTER_LOCKS",
                             "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
     else:
         monkeypatch.setattr(finders, "by_keys", dataclasses.replace(finders.by_keys, lock="none"))
-    postgres_store.clear_statement_cache()
+    postgres_statements.clear_statement_cache()
     try:
         source, fence = await claimed_source(db_url, 0.6)
         try:
@@ -282,5 +282,5 @@ async def test_a_statement_without_its_lock_first_order_would_accept_the_stale_w
         finally:
             await source.close()
     finally:
-        postgres_store.clear_statement_cache()
+        postgres_statements.clear_statement_cache()
     assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"

@@ -14,12 +14,12 @@ from typing import Any
 
 import asyncpg
 import pytest
-
 from adapter_support import raw, row
+
 from tenure.adapters import StreamingJobSource, ValidationJobSource, downgrade, upgrade
-from tenure.adapters.queue.table import QUEUE_TABLES
 from tenure.adapters.core.schema import legacy_ddl, owned_column_ddl
 from tenure.adapters.core.tables import Step, sql_dialect
+from tenure.adapters.queue.table import QUEUE_TABLES
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -378,13 +378,13 @@ async def test_the_claim_query_is_served_by_the_eligibility_index_not_a_table_sc
         " now() - make_interval(secs => n), now(), 0, 5, 0, false FROM generate_series(1, 20000) n",
     )
     raw(db_url, "ANALYZE validation_jobs")
-    from tenure.adapters.postgres.store import _compiled
-    from tenure.adapters.queue.table import QUEUE_BINDINGS
     from tenure.adapters.core.sql import POSTGRESQL, compile_finder
+    from tenure.adapters.postgres.statements import numbered
+    from tenure.adapters.queue.table import QUEUE_BINDINGS
     from tenure.kernel.queue import finders
 
     finder = compile_finder(QUEUE_BINDINGS[QueueKind.VALIDATION], finders.eligible, POSTGRESQL, None, limited=True)
-    compiled = _compiled(finder.sql)
+    compiled = numbered(finder.sql)
     sql = compiled.sql
     literals = {"now": "now()", "limit": "1"}
     literals.update({name: f"'{value}'" for name, value in finder.constants.items()})
@@ -515,9 +515,9 @@ async def test_a_call_cancelled_during_a_lock_wait_leaves_no_lock_and_the_source
 
 
 async def test_the_connection_pool_hands_out_only_connections_whose_transaction_ended_cleanly(db_url: str) -> None:
-    from tenure.adapters.postgres.store import _Connections
+    from tenure.adapters.postgres.connections import Connections
 
-    pool = _Connections(db_url, 2)
+    pool = Connections(db_url, 2)
     deadline = asyncio.get_running_loop().time() + 30
 
     async def take() -> Any:

@@ -15,15 +15,15 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import adapter_support
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, invariant, multiple, rule, run_state_machine_as_test
-
-import adapter_support
 from lockstep_harness import COUNTERS, Counter, LockstepBase, budget, run_lockstep
 from lockstep_harness import machine_for as harness_machine_for
 from lockstep_model import Model
+
 from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource
 from tenure.adapters.queue.operations import QueueOperations
 from tenure.adapters.queue.table import QUEUE_BINDINGS
@@ -436,10 +436,10 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
         # pre-image comparison, which the mutant drops too. The racing write is then
         # overwritten by a decision made on the row last seen, and the stored row (or
         # the reply) departs from the model.
-        from tenure.adapters.postgres import store as postgres_store
+        from tenure.adapters.postgres import statements
 
-        original_ahead = postgres_store._ahead_sql.__wrapped__
-        original_one = postgres_store._ahead_one_sql.__wrapped__
+        original_ahead = statements.ahead_sql.__wrapped__
+        original_one = statements.ahead_one_sql.__wrapped__
 
         def without_pre_image(*arguments: Any) -> str:
             sql = original_ahead(*arguments)
@@ -453,8 +453,8 @@ def test_the_lockstep_catches_an_adapter_that_skips_the_compare_and_set(
             assert blind != sql
             return blind
 
-        monkeypatch.setattr(postgres_store, "_ahead_sql", without_pre_image)
-        monkeypatch.setattr(postgres_store, "_ahead_one_sql", one_without_pre_image)
+        monkeypatch.setattr(statements, "ahead_sql", without_pre_image)
+        monkeypatch.setattr(statements, "ahead_one_sql", one_without_pre_image)
         expected = "QueueKind|adapter"
     COUNTERS[f"queue:{database}"] = Counter()
     with pytest.raises(AssertionError, match=expected):
@@ -478,7 +478,7 @@ def test_the_lockstep_catches_a_batch_that_reads_the_clock_before_its_last_row_l
     batch's last lock was released. (SQLite has no such mutant: its write lock covers
     every row at once, before the clock is read.)"""
     adapter_support.prepare_machine_databases(database, request)
-    module = adapter_support.store_module(database)
+    from tenure.adapters.postgres import statements as module
 
     def clock_at_the_first_lock(locking_select: str) -> str:
         return (
@@ -486,9 +486,9 @@ def test_the_lockstep_catches_a_batch_that_reads_the_clock_before_its_last_row_l
             "SELECT clock_timestamp() AS now, locked.* FROM (SELECT 1) AS one LEFT JOIN locked ON true"
         )
 
-    monkeypatch.setattr(module, "_with_clock", clock_at_the_first_lock)
+    monkeypatch.setattr(module, "with_clock", clock_at_the_first_lock)
     # Batches are decided-ahead statements: their clock read before the locks, too.
-    monkeypatch.setattr(module, "_CLOCK_AFTER_LOCKS", "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
+    monkeypatch.setattr(module, "CLOCK_AFTER_LOCKS", "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, (SELECT count(*) FROM locked) AS locked_rows)")
     module.clear_statement_cache()  # statements built with the clock are cached
     request.addfinalizer(module.clear_statement_cache)
     COUNTERS[f"queue:{database}"] = Counter()

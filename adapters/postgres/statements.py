@@ -1,0 +1,451 @@
+"""The PostgreSQL store's statements: every SQL text it sends, built from kernel data and
+table descriptions, with the parameters each one takes.
+
+Nothing about a machine is spelled here: a statement is generic over a binding's
+columns, and a finder (kernel data) is compiled by :mod:`tenure.adapters.core.sql`.
+``specs/sql/postgresql.sql`` holds every statement as rendered for every binding
+(``tests/adapters/core/test_sql_renderings.py`` fails when a change here is not
+rendered there): what SQL runs for a heartbeat is a grep.
+
+The statements, one line each:
+
+- :func:`with_clock`: a locking finder, then the clock, read once every row lock is held;
+- :func:`snapshot_sql`: the clock first, then several probes (none waits for a lock);
+- :func:`decided_write`: the spine of the three decided-ahead statements (lock, clock
+  after the locks, verdict, write, verified RETURNING, the row as locked or as written);
+- :func:`ahead_sql` / :func:`ahead_one_sql`: a decided-ahead compare-and-set of many
+  rows (arrays) or of one (scalars);
+- :func:`insert_sql`: a decided-ahead insert;
+- :func:`pick_sql`: the claim fast path (clock, SKIP LOCKED pick, the kernel's rewrite);
+- ``:name`` parameters become asyncpg's ``$n`` once (:func:`numbered`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tenure.kernel.core import AtTime, FromCommand, Increment, Rewrite, SetValue
+
+from ..core.store import Expected
+from ..core.tables import Binding, RowCodec, qualified
+
+__all__ = [
+    "PARAMETER", "Numbered", "numbered", "with_clock", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
+    "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
+    "ahead_parameters", "ahead_one_parameters",
+]
+
+PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+"""A ``:name`` parameter (not a ``::type`` cast)."""
+
+class Numbered:
+    """A ``:name`` statement rewritten to asyncpg's ``$n`` with its parameter order."""
+
+    __slots__ = ("sql", "names")
+
+    def __init__(self, sql: str) -> None:
+        names: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in names:
+                names.append(name)
+            return f"${names.index(name) + 1}"
+
+        self.sql = PARAMETER.sub(number, sql)
+        self.names = tuple(names)
+
+    def arguments(self, parameters: Mapping[str, Any]) -> list[Any]:
+        return [parameters[name] for name in self.names]
+
+
+_NUMBERED: dict[str, Numbered] = {}
+
+
+def numbered(sql: str) -> Numbered:
+    found = _NUMBERED.get(sql)
+    if found is None:
+        found = _NUMBERED[sql] = Numbered(sql)
+    return found
+
+
+
+def with_clock(locking_select: str) -> str:
+    """One statement that takes every row lock, then reads the clock.
+
+    The locking query runs as a materialized CTE. The clock is read by a second
+    materialized CTE that aggregates over the first: an aggregate's output (and with it
+    ``clock_timestamp()`` in the same target list) is computed only once its input is
+    exhausted, that is once every row is locked, however long each lock waited. (Reading
+    the clock in the projection over the locked rows instead would read it when the
+    first row arrives, before the later rows' lock waits: a batch would then decide a
+    later row with a time from before its lock.) The outer join keeps one row (with NULL
+    columns) when nothing matched, so the clock is read even then.
+    """
+    return (
+        f"WITH locked AS MATERIALIZED ({locking_select}), "
+        "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) "
+        "SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true"
+    )
+
+
+def snapshot_sql(parts: Sequence[tuple[str, str, str | None]]) -> str:
+    """One statement answering every probe after reading the clock first: ``parts`` are
+    (kind, finder SQL with ``:now`` meaning the clock, field column). The rows probe (at
+    most one, last) is a materialized CTE joined so that the statement returns one row
+    even when it selects nothing."""
+    clock = "(SELECT now FROM clock)"
+    ctes = ["clock AS MATERIALIZED (SELECT clock_timestamp() AS now)"]
+    columns = [f"{clock} AS now"]
+    rows_cte = None
+    for number, (kind, sql, column) in enumerate(parts):
+        sql = sql.replace(":now", clock)
+        if kind == "rows":
+            rows_cte = f"probe{number}"
+            ctes.append(f"{rows_cte} AS MATERIALIZED ({sql})")
+        elif kind == "exists":
+            columns.append(f"EXISTS ({sql})")
+        else:
+            columns.append(f"ARRAY(SELECT {column} FROM ({sql}) AS probe_values{number})")
+    tail = f"{rows_cte}.* FROM (SELECT 1) AS one LEFT JOIN {rows_cte} ON true" if rows_cte else "1"
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(columns)}, {tail}"
+
+
+ARRAY_TYPES = {"text": "text", "enum": "text", "texts": "text", "json": "text", "int": "bigint",
+                "flag": "boolean", "instant": "bigint"}
+"""How each codec's values travel in a decided-ahead statement's arrays (instants as
+integer microseconds since the Unix epoch, JSON as its exact text)."""
+
+
+def _instant(expression: str) -> str:
+    """Integer microseconds since the epoch as a ``timestamptz`` (exact: whole microseconds
+    stay whole through the interval arithmetic)."""
+    return f"(timestamptz 'epoch' + ({expression}) * interval '1 microsecond')"
+
+
+CLOCK_AFTER_LOCKS = "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked)"
+"""The clock, read in an aggregate over the locked rows: only once every lock is held
+(tests/adapters/core/test_ahead_postgres.py replaces it with a clock read first and sees stale writes)."""
+
+
+def _as_text(binding: Binding, udt: Mapping[str, str], column: str) -> bool:
+    """Whether a column is compared as its text: JSON (``json`` has no ``=``; its text is
+    what was written) and genuine ``uuid`` columns (records hold their canonical text)."""
+    return binding.spec.column(column).codec.base == "json" or udt.get(column) == "uuid"
+
+
+def _compared(binding: Binding, udt: Mapping[str, str], alias: str, column: str) -> str:
+    """A stored column as the decided-ahead statements compare it."""
+    return f"{alias}.{column}::text" if _as_text(binding, udt, column) else f"{alias}.{column}"
+
+
+def keeps_unwritten_columns(binding: Binding, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether a new row differs from the old one only in the mutable columns (the only
+    ones a decided-ahead UPDATE writes)."""
+    mutable = binding.spec.mutable_names
+    return all(new[c] == old.get(c) for c in binding.spec.column_names if c not in mutable)
+
+
+ANNOUNCED = ", (SELECT count(*) FROM (SELECT pg_notify(:channel, '') FROM written LIMIT 1) AS sent) AS announced"
+"""The last column of a decided-ahead statement that announces: it notifies the table's
+channel exactly when the statement wrote (an uncorrelated subquery runs once), in the
+statement's own transaction."""
+
+
+WINDOW = "clock.now >= :not_before AND clock.now < :not_after"
+"""The verdict's time check: the clock read after the locks lies in the decision's window."""
+
+
+def decided_write(
+    *, before: str = "", locking_select: str, go: str, write: str, key: str, checks: Sequence[str], announce: bool,
+) -> str:
+    """The spine every decided-ahead statement shares: a chain of CTEs, each depending on
+    the one before, so that no plan can read the clock before the locks or write before
+    the checks. ``before`` (CTEs ending in ``, ``) come first; ``locked`` (MATERIALIZED)
+    takes the row locks; ``clock`` reads ``clock_timestamp()`` in an aggregate over
+    ``locked`` (:data:`CLOCK_AFTER_LOCKS`); ``verdict`` evaluates ``go``; ``written``
+    (``write``, an UPDATE or INSERT that writes only when the verdict says go) returns
+    ``key`` and divides by zero unless every one of ``checks`` holds for the row as
+    written (aborting the whole statement). The answer: the clock, the verdict, the rows
+    as locked when nothing was written, the rows' keys as written otherwise."""
+    return (
+        f"WITH {before}locked AS MATERIALIZED ({locking_select}), "
+        f"{CLOCK_AFTER_LOCKS}, "
+        f"verdict AS MATERIALIZED (SELECT clock.now, ({go}) AS go FROM clock), "
+        f"written AS ({write} "
+        f"RETURNING {key} AS key, "
+        f"1 / (CASE WHEN {' AND '.join(checks)} THEN 1 ELSE 0 END) AS verified) "
+        # Rows as locked only when nothing was written (the kernel decides again on them);
+        # rows as written otherwise: a statement's answer carries one of the two.
+        "SELECT verdict.now, verdict.go, locked.*, NULL AS split, written.*" + (ANNOUNCED if announce else "")
+        + " FROM verdict LEFT JOIN locked ON NOT verdict.go LEFT JOIN written ON verdict.go"
+    )
+
+
+@functools.cache
+def ahead_sql(
+    binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+) -> str:
+    """The decided-ahead compare-and-set of several rows (see
+    :meth:`~tenure.adapters.postgres.store.PostgresStore.write_ahead`), on the
+    :func:`decided_write` spine: ``want`` unnests the items; the verdict compares every
+    locked row with its expected record column by column (generic over the table's
+    mutable columns: nothing about a machine is spelled here) and the clock with the
+    window; the UPDATE takes relative times from the verdict's clock."""
+    spec = binding.spec
+    udt = dict(types)
+    key = binding.key_column
+    mutable = spec.mutable_names
+    instants = [c for c in mutable if spec.column(c).codec.base == "instant"]
+
+    def array_type(column: str) -> str:
+        return ARRAY_TYPES[spec.column(column).codec.base]
+
+    def stored(alias: str, column: str) -> str:
+        return _compared(binding, udt, alias, column)
+
+    def given(prefix: str, column: str) -> str:
+        if spec.column(column).codec.base == "instant":
+            return _instant(f"w.{prefix}{column}")
+        return f"w.{prefix}{column}"
+
+    def intended(column: str) -> str:
+        if column in instants:
+            return (f"CASE WHEN w.rel_{column} IS NULL THEN {given('new_', column)} "
+                    f"ELSE verdict.now + w.rel_{column} * interval '1 microsecond' END")
+        return f"(w.new_{column})::{udt[column]}"
+
+    def verified(column: str) -> str:
+        if column in instants:
+            return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
+        return f"{stored('t', column)} IS NOT DISTINCT FROM {given('new_', column)}"
+
+    inputs = [("key", "text"), ("present", "boolean")]
+    inputs += [(f"old_{c}", array_type(c)) for c in mutable]
+    inputs += [("write", "boolean")]
+    inputs += [(f"new_{c}", array_type(c)) for c in mutable]
+    inputs += [(f"rel_{c}", "bigint") for c in instants]
+    unnest = ", ".join(f":w_{name}::{kind}[]" for name, kind in inputs)
+    names = ", ".join(name for name, _ in inputs)
+    same = " AND ".join(f"{stored('l', c)} IS NOT DISTINCT FROM {given('old_', c)}" for c in mutable)
+    matched = (f"CASE WHEN w.present IS NULL THEN false WHEN w.present THEN l.{key} IS NOT NULL AND {same} "
+               f"ELSE l.{key} IS NULL END")
+    table = qualified(schema, spec.name)
+    key_cast = f"::{udt[key]}" if key in udt else ""
+    return decided_write(
+        before=f"want AS MATERIALIZED (SELECT * FROM unnest({unnest}) AS w({names})), ",
+        locking_select=locking_select,
+        go=f"{WINDOW} AND (SELECT bool_and({matched}) FROM want w LEFT JOIN locked l ON {stored('l', key)} = w.key)",
+        # ``= ANY(:keys)`` as well as the join: the planner cannot see that ``want`` is as
+        # small as the key list, and a generic plan would otherwise scan the whole table.
+        write=(f"UPDATE {table} AS t SET {', '.join(f'{c} = {intended(c)}' for c in mutable)} "
+               f"FROM want w, verdict WHERE verdict.go AND w.write AND t.{key} = ANY(:keys) AND t.{key} = w.key{key_cast}"),
+        key=stored("t", key), checks=[verified(c) for c in mutable], announce=announce,
+    )
+
+
+@functools.cache
+def ahead_one_sql(
+    binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+) -> str:
+    """:func:`ahead_sql` for one row, with scalar parameters: the same chain of CTEs
+    (lock, clock after the locks, verdict, write, verified RETURNING) without unnesting
+    arrays, which costs the server about as much again as the rest of the statement."""
+    spec = binding.spec
+    udt = dict(types)
+    key = binding.key_column
+    mutable = spec.mutable_names
+    instants = [c for c in mutable if c in spec.instant_names]
+
+    def stored(alias: str, column: str) -> str:
+        return _compared(binding, udt, alias, column)
+
+    def intended(column: str) -> str:
+        if column in instants:
+            return (f"CASE WHEN (:rel_{column})::bigint IS NULL THEN (:new_{column})::timestamptz "
+                    f"ELSE verdict.now + (:rel_{column})::bigint * interval '1 microsecond' END")
+        return f"(:new_{column})::{udt[column]}"
+
+    def verified(column: str) -> str:
+        if column in instants:
+            return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
+        if _as_text(binding, udt, column):
+            return f"t.{column}::text IS NOT DISTINCT FROM (:check_{column})::text"
+        return f"t.{column} IS NOT DISTINCT FROM (:new_{column})::{udt[column]}"
+
+    def expected(column: str) -> str:
+        if column in instants:
+            return f"l.{column} IS NOT DISTINCT FROM (:old_{column})::timestamptz"
+        if _as_text(binding, udt, column):
+            return f"l.{column}::text IS NOT DISTINCT FROM (:old_{column})::text"
+        return f"l.{column} IS NOT DISTINCT FROM (:old_{column})::{udt[column]}"
+
+    same = " AND ".join(expected(c) for c in mutable)
+    table = qualified(schema, spec.name)
+    return decided_write(
+        locking_select=locking_select,
+        go=(f"{WINDOW} AND CASE WHEN (:present)::boolean IS NULL THEN false "
+            f"WHEN (:present)::boolean THEN EXISTS (SELECT 1 FROM locked l WHERE {same}) "
+            "ELSE clock.locked_rows = 0 END"),
+        write=(f"UPDATE {table} AS t SET {', '.join(f'{c} = {intended(c)}' for c in mutable)} "
+               f"FROM verdict WHERE verdict.go AND (:write)::boolean AND t.{key} = ANY(:keys)"),
+        key=stored("t", key), checks=[verified(c) for c in mutable], announce=announce,
+    )
+
+
+@functools.cache
+def insert_sql(
+    binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+) -> str:
+    """The decided-ahead insert (see :meth:`~tenure.adapters.postgres.store.PostgresStore.insert_ahead`): the same chain
+    as :func:`ahead_sql`, its verdict being that the locking finder met no row and the
+    clock lies in the window; the row's time fields that move with the clock are taken
+    from it, and every inserted value is verified in the RETURNING list."""
+    spec = binding.spec
+    udt = dict(types)
+    columns = spec.column_names
+
+    def intended(column: str) -> str:
+        if spec.column(column).codec.base == "instant":
+            # The clock as a scalar subquery: the RETURNING list sees the CTEs, not the FROM list.
+            return (f"CASE WHEN (:rel_{column})::bigint IS NULL THEN {_instant(f'(:v_{column})::bigint')} "
+                    f"ELSE (SELECT now FROM verdict) + (:rel_{column})::bigint * interval '1 microsecond' END")
+        return f"(:v_{column})::{udt[column]}"
+
+    def verified(column: str) -> str:
+        if _as_text(binding, udt, column):
+            return f"t.{column}::text IS NOT DISTINCT FROM (:v_{column})::text"
+        return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
+
+    table = qualified(schema, spec.name)
+    return decided_write(
+        locking_select=locking_select,
+        go=f"clock.locked_rows = 0 AND {WINDOW}",
+        write=(f"INSERT INTO {table} AS t ({', '.join(columns)}) "
+               f"SELECT {', '.join(intended(c) for c in columns)} FROM verdict WHERE verdict.go"),
+        key=f"t.{binding.key_column}::text", checks=[verified(c) for c in columns], announce=announce,
+    )
+
+
+def ahead_one_parameters(binding: Binding, codec: RowCodec, item: Expected) -> dict[str, Any] | None:
+    """:func:`ahead_one_sql`'s parameters (None: the item changes a column the
+    statement does not write)."""
+    spec = binding.spec
+    old = codec.write(item.record) if item.known and item.record is not None else {}
+    new = codec.write(item.new) if item.new is not None else {}
+    if new and not keeps_unwritten_columns(binding, old, new):
+        return None
+    relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}
+    parameters: dict[str, Any] = {
+        "present": None if not item.known else item.record is not None, "write": item.new is not None,
+    }
+    for c in spec.mutable_names:
+        parameters[f"old_{c}"] = old.get(c)
+        parameters[f"new_{c}"] = new.get(c)
+        if c in spec.instant_names:
+            parameters[f"rel_{c}"] = relative.get(c)
+        else:
+            parameters[f"check_{c}"] = new.get(c)
+    return parameters
+
+def ahead_parameters(binding: Binding, codec: RowCodec, items: Sequence[Expected]) -> dict[str, Any] | None:
+    """The statement's arrays: one element per item, for every input column (None:
+    an item changes a column the statement does not write)."""
+    spec = binding.spec
+    mutable = spec.mutable_names
+    instants = [c for c in mutable if c in spec.instant_names]
+    columns: dict[str, list[Any]] = {"w_key": [], "w_present": [], "w_write": []}
+    for c in mutable:
+        columns[f"w_old_{c}"], columns[f"w_new_{c}"] = [], []
+    for c in instants:
+        columns[f"w_rel_{c}"] = []
+    for item in items:
+        columns["w_key"].append(item.key)
+        columns["w_present"].append(None if not item.known else item.record is not None)
+        old = codec.write(item.record) if item.known and item.record is not None else {}
+        new = codec.write(item.new) if item.new is not None else {}
+        if new and not keeps_unwritten_columns(binding, old, new):
+            return None  # the statement writes mutable columns only: a transaction must
+        columns["w_write"].append(item.new is not None)
+        relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}
+        for c in mutable:
+            columns[f"w_old_{c}"].append(old.get(c))
+            columns[f"w_new_{c}"].append(new.get(c))
+        for c in instants:
+            columns[f"w_rel_{c}"].append(relative.get(c))
+    return columns
+
+
+def literal(text: str) -> str:
+    """``text`` as an SQL string literal (standard_conforming_strings is on since
+    PostgreSQL 9.1: only the quote needs doubling)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def clear_statement_cache() -> None:
+    """Forget the decided-ahead statements built so far (tests that replace a part of
+    their SQL, such as :data:`CLOCK_AFTER_LOCKS`, rebuild them)."""
+    for built in (ahead_sql, ahead_one_sql, insert_sql):
+        built.cache_clear()
+
+
+
+@functools.cache
+def pick_sql(
+    binding: Binding, schema: str | None, pick_sql: str, order: str, blocker_sql: tuple[str, ...], check_where: str,
+    rewrite: Rewrite, types: tuple[tuple[str, str], ...],
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The pick-and-rewrite statement and the command attributes it reads (with their
+    array types). The clock comes first (nothing here waits for a lock: the pick skips
+    locked rows); ``ready`` says whether to write: no blocker found a row and every
+    picked row satisfies the check finder; ``written`` applies the rewrite, each change
+    spelled from its kind (a constant, a command attribute, an increment, the clock)."""
+    spec = binding.spec
+    udt = dict(types)
+    key = binding.key_column
+    attributes: dict[str, str] = {}
+    assignments = []
+    for field, change in rewrite.changes:
+        if field in binding.constants:
+            continue  # no column holds it (the kernel's pair check below still sees it)
+        column = binding.column_of(field)
+        name = column.name
+        if isinstance(change, SetValue):
+            value = f"(:set_{name})::{udt[name]}"
+        elif isinstance(change, FromCommand):
+            attributes[change.attribute] = ARRAY_TYPES[column.codec.base]
+            value = f"(w.{change.attribute})::{udt[name]}"
+        elif isinstance(change, Increment):
+            value = f"t.{name} + {int(change.by)}"
+        else:
+            assert isinstance(change, AtTime)
+            value = "clock.now"
+            if change.plus is not None:
+                attributes[change.plus] = "bigint"
+                value = f"clock.now + w.{change.plus} * interval '1 microsecond'"
+        assignments.append(f"{name} = {value}")
+    ordered = tuple(sorted(attributes.items()))
+    blocked = " OR ".join(f"EXISTS ({sql})" for sql in blocker_sql) or "false"
+    unnest = ", ".join(f":a_{attribute}::{kind}[]" for attribute, kind in ordered)
+    names = ", ".join(attribute for attribute, _ in ordered)
+    table = qualified(schema, spec.name)
+    sql = (
+        "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now), "
+        f"blocked AS MATERIALIZED (SELECT {blocked} AS any), "
+        f"picked AS MATERIALIZED ({pick_sql}), "
+        f"numbered AS MATERIALIZED (SELECT row_number() OVER (ORDER BY {order}) AS pick, picked.* FROM picked), "
+        "ready AS MATERIALIZED (SELECT NOT blocked.any AND "
+        f"coalesce((SELECT bool_and({check_where}) FROM numbered), true) AS go FROM blocked), "
+        f"want AS MATERIALIZED (SELECT * FROM unnest({unnest}) WITH ORDINALITY AS w({names}, pick)), "
+        f"written AS (UPDATE {table} AS t SET {', '.join(assignments)} "
+        f"FROM numbered n JOIN want w ON w.pick = n.pick, clock, ready WHERE ready.go AND t.{key} = n.{key} "
+        f"RETURNING {', '.join(f't.{c}' for c in spec.column_names)}) "
+        "SELECT clock.now, ready.go, numbered.*, written.* FROM clock CROSS JOIN ready "
+        f"LEFT JOIN numbered ON true LEFT JOIN written ON written.{key} = numbered.{key} ORDER BY numbered.pick"
+    )
+    return sql, ordered
+
+
