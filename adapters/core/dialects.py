@@ -1,8 +1,9 @@
-"""The dialect registry: which store and which migration steps a database URL selects.
+"""The backend registry: which :class:`~tenure.adapters.core.backend.Backend` a database
+URL selects, and with it which store and which migration rules.
 
-Each dialect folder (``adapters/sqlite``, ``adapters/postgres``) exports its store and
-its migration dialect; its driver is imported only when a URL selects it. Sources,
-``upgrade`` and ``downgrade`` all open databases here.
+Each database folder (``adapters/sqlite``, ``adapters/postgres``) declares its backend;
+its driver is imported only when a URL selects it. Sources, ``upgrade`` and
+``downgrade`` all open databases here.
 """
 
 from __future__ import annotations
@@ -12,35 +13,34 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.model import ConfigValidationError
 
+from ..postgres.backend import POSTGRESQL_BACKEND
+from ..sqlite.backend import SQLITE_BACKEND
+from .backend import Backend
 from .store import Store
 from .urls import DatabaseKind, DatabaseTarget, check_schema_name, parse_db_url
 
 if TYPE_CHECKING:
     from .catalog import MigrationDialect
 
-__all__ = ["open_store", "open_migration_target", "resolve_schema", "MigrationTarget"]
+__all__ = ["BACKENDS", "backend_for", "open_store", "open_migration_target", "resolve_schema", "MigrationTarget"]
+
+BACKENDS: dict[DatabaseKind, Backend] = {DatabaseKind.SQLITE: SQLITE_BACKEND, DatabaseKind.POSTGRESQL: POSTGRESQL_BACKEND}
+"""Every database kind a URL may select (:func:`tenure.adapters.core.urls.parse_db_url`), with its backend."""
+
+
+def backend_for(target: DatabaseTarget) -> Backend:
+    return BACKENDS[target.kind]
 
 
 def resolve_schema(target: DatabaseTarget, configured: str | None) -> str | None:
     """The schema the URL and the configuration agree on (PostgreSQL only)."""
     if configured is not None:
         check_schema_name(configured, "db_schema")
-    if target.kind is DatabaseKind.SQLITE and (configured is not None or target.schema is not None):
+    if not backend_for(target).schemas and (configured is not None or target.schema is not None):
         raise ConfigValidationError("invalid_db_schema", fields=("db_schema",), problems=("sqlite_has_no_schemas",))
     if configured is not None and target.schema is not None and configured != target.schema:
         raise ConfigValidationError("invalid_db_schema", fields=("db_schema",), problems=("schema_differs_from_url",))
     return configured if configured is not None else target.schema
-
-
-def _store(target: DatabaseTarget, schema: str | None, *, timeout_seconds: float | None, create: bool, wal: bool) -> Any:
-    extra: dict[str, Any] = {} if timeout_seconds is None else {"timeout_seconds": timeout_seconds}
-    if target.kind is DatabaseKind.SQLITE:
-        from ..sqlite.store import SqliteStore
-
-        return SqliteStore(target.location, create=create, wal=wal, **extra)
-    from ..postgres.store import PostgresStore
-
-    return PostgresStore(target.location, schema=schema, **extra)
 
 
 def open_store(db_url: str, *, timeout_seconds: float, schema: str | None = None) -> Store:
@@ -50,8 +50,7 @@ def open_store(db_url: str, *, timeout_seconds: float, schema: str | None = None
     naming two different ones, or one for SQLite, is refused."""
     target = parse_db_url(db_url)
     chosen = resolve_schema(target, schema)
-    store: Store = _store(target, chosen, timeout_seconds=timeout_seconds, create=False, wal=True)
-    return store
+    return backend_for(target).open_store(target, chosen, timeout_seconds=timeout_seconds, migrating=False, create=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,14 +67,6 @@ def open_migration_target(db_url: str, schema: str | None, *, create: bool) -> M
     SQLite file (``create``) and never changes its journal mode."""
     target = parse_db_url(db_url)
     chosen = resolve_schema(target, schema)
-    store = _store(target, chosen, timeout_seconds=None, create=create, wal=False)
-    dialect: MigrationDialect
-    if target.kind is DatabaseKind.SQLITE:
-        from ..sqlite.migration import SQLITE_MIGRATION
-
-        dialect = SQLITE_MIGRATION
-    else:
-        from ..postgres.migration import POSTGRESQL_MIGRATION
-
-        dialect = POSTGRESQL_MIGRATION
-    return MigrationTarget(store, dialect, chosen, chosen is not None)
+    backend = backend_for(target)
+    store = backend.open_store(target, chosen, timeout_seconds=None, migrating=True, create=create)
+    return MigrationTarget(store, backend.migration_rules(), chosen, chosen is not None)

@@ -145,9 +145,10 @@ class Picker(Protocol):
 class Transaction(Protocol):
     """One database transaction."""
 
-    picker: Picker | None
-    """This transaction's claim fast path (:class:`Picker`), or None (SQLite: the ordinary
-    claim is already one hop there)."""
+    @property
+    def picker(self) -> Picker | None:
+        """This transaction's claim fast path (:class:`Picker`), or None (SQLite: the
+        ordinary claim is already one hop there)."""
 
     async def now_us(self) -> int:
         """Database time, read once per transaction (after the locks taken so far)."""
@@ -216,9 +217,10 @@ class Store(Protocol):
         table, until the returned listener is closed. None: this store has no
         notifications (SQLite: workers poll)."""
 
-    ahead: AheadWriter | None
-    """This store's decided-ahead writer, or None (SQLite: a transaction is already one
-    hop there)."""
+    @property
+    def ahead(self) -> AheadWriter | None:
+        """This store's decided-ahead writer, or None (SQLite: a transaction is already one
+        hop there)."""
 
 
 class Listener(Protocol):
