@@ -16,26 +16,30 @@ The statements, one line each:
 - :func:`ahead_sql` / :func:`ahead_one_sql`: a decided-ahead compare-and-set of many
   rows (arrays) or of one (scalars);
 - :func:`insert_sql`: a decided-ahead insert;
-- :func:`pick_sql`: the claim fast path (clock, SKIP LOCKED pick, the kernel's rewrite);
+- :func:`pick_sql` / :func:`claim_statement`: the claim fast path (clock, SKIP LOCKED pick,
+  the kernel's rewrite);
+- :func:`probe_sql`: one probe of a snapshot or a claim, its parameters renamed;
 - ``:name`` parameters become asyncpg's ``$n`` once (:func:`numbered`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tenure.kernel.core import AtTime, FromCommand, Increment, Rewrite, SetValue
+from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, SetValue
 
-from ..core.store import Expected
+from ..core.sql import POSTGRESQL, compile_finder
+from ..core.store import Expected, Probe
 from ..core.tables import Binding, RowCodec, qualified
 
 __all__ = [
     "PARAMETER", "Numbered", "numbered", "with_clock", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
-    "ahead_parameters", "ahead_one_parameters",
+    "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW",
 ]
 
 PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -449,3 +453,36 @@ def pick_sql(
     return sql, ordered
 
 
+
+
+def probe_sql(binding: Binding, schema: str | None, probe: Probe, prefix: str, parameters: dict[str, Any]) -> str:
+    """A probe's SELECT with its parameters renamed under ``prefix`` (added to
+    ``parameters``) so that several probes share one statement; ``:now`` stays, for the
+    statement to spell as its clock."""
+    finder = probe.finder if probe.kind == "rows" else dataclasses.replace(probe.finder, lock="none")
+    compiled = compile_finder(binding, finder, POSTGRESQL, schema, limited=probe.limit is not None)
+    values = {**probe.parameters, "now": 0}  # :now is the clock, spelled in the SQL
+    bound = compiled.parameters(values if probe.limit is None else {**values, "limit": probe.limit})
+    bound.pop("now", None)
+    parameters.update({f"{prefix}_{name}": value for name, value in bound.items()})
+    return PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":{prefix}_{m.group(1)}", compiled.sql)
+
+
+def claim_statement(
+    binding: Binding, schema: str | None, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
+    types: tuple[tuple[str, str], ...], parameters: dict[str, Any],
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The claim fast path's statement (:func:`pick_sql`) for its probes and check (their
+    parameters added to ``parameters``), with ``:now`` spelled as its clock, and the
+    command attributes it reads."""
+    pick_select = probe_sql(binding, schema, pick, "pick", parameters)
+    blocker_sql = tuple(probe_sql(binding, schema, blocker, f"block{number}", parameters)
+                        for number, blocker in enumerate(blockers))
+    compiled_check = compile_finder(binding, check, POSTGRESQL, schema)
+    check_where = PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":check_{m.group(1)}", compiled_check.where)
+    check_values = compiled_check.parameters({"now": 0})
+    check_values.pop("now", None)
+    parameters.update({f"check_{name}": value for name, value in check_values.items()})
+    order = ", ".join(binding.column_of(field).name for field in pick.finder.order)
+    sql, attributes = pick_sql(binding, schema, pick_select, order, blocker_sql, check_where, rewrite, types)
+    return sql.replace(":now", "(SELECT now FROM clock)"), attributes

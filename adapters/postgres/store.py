@@ -26,7 +26,6 @@ need none of the engine's features. SQLAlchemy Core still declares the schema.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -43,7 +42,7 @@ from ..core.store import AheadAnswer, Body, Expected, Picked, Probe, SharedPrimi
 from ..core.tables import POSTGRESQL_DIALECT, Binding, RowCodec, announce_channel
 from . import statements
 from .connections import DEFAULT_TIMEOUT_SECONDS, POOL_SIZE, Connections, Listener, call, call_once, rollback
-from .statements import PARAMETER, numbered
+from .statements import numbered
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
 
@@ -126,23 +125,11 @@ class PostgresTransaction(SharedPrimitives):
         read = self.codec(binding).read
         return [read(row, 1) for row in rows if row[1] is not None]
 
-    def _probe_sql(self, binding: Binding, probe: Probe, prefix: str, parameters: dict[str, Any]) -> str:
-        """A probe's SELECT with its parameters renamed under ``prefix`` (added to
-        ``parameters``) so that several probes share one statement; ``:now`` stays, for
-        the statement to spell as its clock."""
-        finder = probe.finder if probe.kind == "rows" else dataclasses.replace(probe.finder, lock="none")
-        compiled = self.compiled(binding, finder, limited=probe.limit is not None)
-        values = {**probe.parameters, "now": 0}  # :now is the clock, spelled in the SQL
-        bound = compiled.parameters(values if probe.limit is None else {**values, "limit": probe.limit})
-        bound.pop("now", None)
-        parameters.update({f"{prefix}_{name}": value for name, value in bound.items()})
-        return PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":{prefix}_{m.group(1)}", compiled.sql)
-
     async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
         parts: list[tuple[str, str, str | None]] = []
         parameters: dict[str, Any] = {}
         for number, probe in enumerate(probes):
-            sql = self._probe_sql(binding, probe, f"p{number}", parameters)
+            sql = statements.probe_sql(binding, self.schema, probe, f"p{number}", parameters)
             column = None if probe.field is None else binding.column_of(probe.field).name
             parts.append((probe.kind, sql, column))
         assert [kind for kind, _, _ in parts].count("rows") <= 1 and all(kind != "rows" for kind, _, _ in parts[:-1])
@@ -169,23 +156,15 @@ class PostgresTransaction(SharedPrimitives):
         if not set(binding.spec.column_names) <= set(types):
             return Picked(0, False, [], [])  # the table was not (or not yet) seen whole
         parameters: dict[str, Any] = {}
-        pick_sql = self._probe_sql(binding, pick, "pick", parameters)
-        blocker_sql = [self._probe_sql(binding, blocker, f"block{number}", parameters) for number, blocker in enumerate(blockers)]
-        compiled_check = self.compiled(binding, check)
-        check_where = PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":check_{m.group(1)}", compiled_check.where)
-        check_values = compiled_check.parameters({"now": 0})
-        check_values.pop("now", None)
-        parameters.update({f"check_{name}": value for name, value in check_values.items()})
-        order = ", ".join(binding.column_of(field).name for field in pick.finder.order)
-        sql, attributes = statements.pick_sql(binding, self.schema, pick_sql, order, tuple(blocker_sql), check_where, rewrite,
-                                    tuple(sorted(types.items())))
+        sql, attributes = statements.claim_statement(binding, self.schema, pick, check, blockers, rewrite,
+                                                     tuple(sorted(types.items())), parameters)
         for attribute, _ in attributes:
             parameters[f"a_{attribute}"] = [getattr(command, attribute) for command in commands]
         for field, change in rewrite.changes:
             if isinstance(change, SetValue) and field not in binding.constants:
                 column = binding.column_of(field)
                 parameters[f"set_{column.name}"] = self.dialect.value_writer(column)(change.value)
-        rows = await self._fetch(sql.replace(":now", "(SELECT now FROM clock)"), parameters)
+        rows = await self._fetch(sql, parameters)
         now, went = rows[0][0], bool(rows[0][1])
         width = len(binding.spec.columns)
         read = self.codec(binding).read

@@ -1,0 +1,359 @@
+-- Every statement tenure's SQLite store sends, for every binding (table).
+-- Rendered by tests/support/sql_renderings.py; do not edit by hand:
+--   .venv/bin/python -P tests/support/sql_renderings.py --write
+-- Locking: a write transaction (BEGIN IMMEDIATE) holds the database's write lock; the clock is the tenure_clock high-water mark, read after it.
+-- Parameters are :name; :now is the transaction's clock.
+
+
+-- ==== queue.validation_jobs (table validation_jobs) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO validation_jobs (id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json) VALUES (:id, :contract_name, :contract_version, :data_json, :status, :fires_at, :claimed_by, :claimed_at, :lease_expires_at, :dlq_record_id, :attempt, :max_attempts, :error_message, :idempotency_key, :created_at, :completed_at, :result_json, :generation, :claim_token, :submission_id, :fingerprint, :fence_required, :authored_json) RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE validation_jobs SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, dlq_record_id = :dlq_record_id, attempt = :attempt, error_message = :error_message, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM validation_jobs WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
+
+-- find queue.by_keys: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
+-- find queue.by_token: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (claim_token = :claim_token);
+
+-- find queue.tokens_stored: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (claim_token IN (SELECT value FROM json_each(:tokens)));
+
+-- find queue.eligible: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.eligible_legacy: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND generation < :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable_legacy: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND generation < :c5) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.expired: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.finished_before: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
+
+-- find queue.all_rows: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs ORDER BY created_at, id;
+
+-- find queue.with_status: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :status) ORDER BY created_at, id;
+
+-- find queue.locate(VALIDATION): lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (submission_id = :submission_id) OR (id = :job_id) OR (idempotency_key = :key) ORDER BY id;
+
+
+-- ==== queue.pipeline_jobs (table pipeline_jobs) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO pipeline_jobs (id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json) VALUES (:id, :run_id, :status, :payload_json, :fires_at, :claimed_by, :claimed_at, :lease_expires_at, :dlq_record_id, :attempt, :max_attempts, :idempotency_key, :error_message, :created_at, :completed_at, :result_json, :generation, :claim_token, :submission_id, :fingerprint, :fence_required, :authored_json) RETURNING id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE pipeline_jobs SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, dlq_record_id = :dlq_record_id, attempt = :attempt, error_message = :error_message, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM pipeline_jobs WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
+
+-- find queue.by_keys: lock wait
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
+-- find queue.by_token: lock wait
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (claim_token = :claim_token);
+
+-- find queue.tokens_stored: lock none
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (claim_token IN (SELECT value FROM json_each(:tokens)));
+
+-- find queue.eligible: lock skip
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.eligible_legacy: lock skip
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable: lock skip
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND generation < :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable_legacy: lock skip
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND generation < :c5) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.expired: lock skip
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.finished_before: lock skip
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
+
+-- find queue.all_rows: lock none
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs ORDER BY created_at, id;
+
+-- find queue.with_status: lock none
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :status) ORDER BY created_at, id;
+
+-- find queue.locate(PIPELINE): lock wait
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (submission_id = :submission_id) OR (id = :job_id) OR (run_id = :run_id) OR (idempotency_key = :key) ORDER BY id;
+
+
+-- ==== queue.streaming_jobs (table streaming_jobs) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO streaming_jobs (id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json) VALUES (:id, :config_name, :config_version, :status, :payload_json, :fires_at, :claimed_by, :claimed_at, :lease_expires_at, :cancel_requested, :pid, :attempt, :max_attempts, :idempotency_key, :error_message, :created_at, :completed_at, :result_json, :generation, :claim_token, :submission_id, :fingerprint, :fence_required, :authored_json) RETURNING id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE streaming_jobs SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, cancel_requested = :cancel_requested, pid = :pid, attempt = :attempt, idempotency_key = :idempotency_key, error_message = :error_message, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND cancel_requested IS :old_cancel_requested AND pid IS :old_pid AND attempt IS :old_attempt AND idempotency_key IS :old_idempotency_key AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM streaming_jobs WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND cancel_requested IS :old_cancel_requested AND pid IS :old_pid AND attempt IS :old_attempt AND idempotency_key IS :old_idempotency_key AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
+
+-- find queue.by_keys: lock wait
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
+-- find queue.by_token: lock wait
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (claim_token = :claim_token);
+
+-- find queue.tokens_stored: lock none
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (claim_token IN (SELECT value FROM json_each(:tokens)));
+
+-- find queue.eligible: lock skip
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.eligible_legacy: lock skip
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable: lock skip
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND generation < :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable_legacy: lock skip
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND generation < :c5) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.expired: lock skip
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.finished_before: lock skip
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
+
+-- find queue.all_rows: lock none
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs ORDER BY created_at, id;
+
+-- find queue.with_status: lock none
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :status) ORDER BY created_at, id;
+
+-- find queue.locate(STREAMING): lock wait
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (submission_id = :submission_id) OR (id = :job_id) OR (idempotency_key = :key) ORDER BY id;
+
+
+-- ==== attempts (table tenure_attempts) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_attempts (attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at) VALUES (:attempt_id, :envelope, :owner_job_id, :run_id, :station_attempt_id, :generation, :request_digest, :idempotency_key, :binding_json, :same_key_replay, :lookup, :target, :source_refs, :working_refs, :destination, :purpose, :consent_decision, :policy_revisions_json, :reservation, :spec_digest, :state, :provider_job_id, :transmissions, :transmission_egress, :denied_egress, :submit_lease_expires_at, :no_effect_proof_for, :progress_cursor, :result_refs, :diagnostic_refs, :usage_json, :cost_json, :warnings, :cancel_requested, :evidence, :reservation_released, :created_at, :updated_at) RETURNING attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_attempts SET state = :state, provider_job_id = :provider_job_id, transmissions = :transmissions, transmission_egress = :transmission_egress, denied_egress = :denied_egress, submit_lease_expires_at = :submit_lease_expires_at, no_effect_proof_for = :no_effect_proof_for, progress_cursor = :progress_cursor, result_refs = :result_refs, diagnostic_refs = :diagnostic_refs, usage_json = :usage_json, cost_json = :cost_json, warnings = :warnings, cancel_requested = :cancel_requested, evidence = :evidence, reservation_released = :reservation_released, updated_at = :updated_at WHERE attempt_id = :old_key AND state IS :old_state AND provider_job_id IS :old_provider_job_id AND transmissions IS :old_transmissions AND transmission_egress IS :old_transmission_egress AND denied_egress IS :old_denied_egress AND submit_lease_expires_at IS :old_submit_lease_expires_at AND no_effect_proof_for IS :old_no_effect_proof_for AND progress_cursor IS :old_progress_cursor AND result_refs IS :old_result_refs AND diagnostic_refs IS :old_diagnostic_refs AND usage_json IS :old_usage_json AND cost_json IS :old_cost_json AND warnings IS :old_warnings AND cancel_requested IS :old_cancel_requested AND evidence IS :old_evidence AND reservation_released IS :old_reservation_released AND updated_at IS :old_updated_at RETURNING attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_attempts WHERE attempt_id = :old_key AND state IS :old_state AND provider_job_id IS :old_provider_job_id AND transmissions IS :old_transmissions AND transmission_egress IS :old_transmission_egress AND denied_egress IS :old_denied_egress AND submit_lease_expires_at IS :old_submit_lease_expires_at AND no_effect_proof_for IS :old_no_effect_proof_for AND progress_cursor IS :old_progress_cursor AND result_refs IS :old_result_refs AND diagnostic_refs IS :old_diagnostic_refs AND usage_json IS :old_usage_json AND cost_json IS :old_cost_json AND warnings IS :old_warnings AND cancel_requested IS :old_cancel_requested AND evidence IS :old_evidence AND reservation_released IS :old_reservation_released AND updated_at IS :old_updated_at RETURNING attempt_id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE attempt_id IN (SELECT value FROM json_each(:keys)) ORDER BY attempt_id;
+
+-- find attempts.by_keys: lock wait
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (attempt_id IN (SELECT value FROM json_each(:keys))) ORDER BY attempt_id;
+
+-- find attempts.of_owner_or_key: lock wait
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (owner_job_id = :owner_job_id) OR (idempotency_key = :key) ORDER BY attempt_id;
+
+-- find attempts.all_attempts: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts ORDER BY attempt_id;
+
+-- find attempts.unresolved: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (state IN (SELECT value FROM json_each(:c1))) ORDER BY created_at, attempt_id;
+
+-- find attempts.unresolved_after: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (state IN (SELECT value FROM json_each(:c1)) AND created_at > :after_created) OR (state IN (SELECT value FROM json_each(:c3)) AND created_at = :after_created AND attempt_id > :after_id) ORDER BY created_at, attempt_id;
+
+-- find runs.attempts_by_keys: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (attempt_id IN (SELECT value FROM json_each(:keys))) ORDER BY attempt_id;
+
+-- find runs.open_attempts_of_run: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (run_id = :run_id AND state IN (SELECT value FROM json_each(:c2))) ORDER BY attempt_id;
+
+-- find runs.attempts_of_run: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (run_id = :run_id) ORDER BY attempt_id;
+
+
+-- ==== runs (table tenure_runs) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_runs (run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at) VALUES (:run_id, :status, :session_id, :source, :principal, :scopes, :payload_json, :requested_priority, :intent_digest, :idempotency_key, :queue_name, :priority, :workflow_name, :workflow_revision, :workflow_digest, :enqueue_seq, :started_at, :node, :owner_kind, :owner_id, :error, :created_at, :updated_at, :admitted_node, :result_json, :max_hop_retries, :hop_retries, :retry_of, :wake_at) RETURNING run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_runs SET status = :status, enqueue_seq = :enqueue_seq, started_at = :started_at, node = :node, owner_kind = :owner_kind, owner_id = :owner_id, error = :error, updated_at = :updated_at, result_json = :result_json, hop_retries = :hop_retries, wake_at = :wake_at WHERE run_id = :old_key AND status IS :old_status AND enqueue_seq IS :old_enqueue_seq AND started_at IS :old_started_at AND node IS :old_node AND owner_kind IS :old_owner_kind AND owner_id IS :old_owner_id AND error IS :old_error AND updated_at IS :old_updated_at AND result_json IS :old_result_json AND hop_retries IS :old_hop_retries AND wake_at IS :old_wake_at RETURNING run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_runs WHERE run_id = :old_key AND status IS :old_status AND enqueue_seq IS :old_enqueue_seq AND started_at IS :old_started_at AND node IS :old_node AND owner_kind IS :old_owner_kind AND owner_id IS :old_owner_id AND error IS :old_error AND updated_at IS :old_updated_at AND result_json IS :old_result_json AND hop_retries IS :old_hop_retries AND wake_at IS :old_wake_at RETURNING run_id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at FROM tenure_runs WHERE run_id IN (SELECT value FROM json_each(:keys)) ORDER BY run_id;
+
+-- find runs.runs_by_keys: lock wait
+SELECT run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at FROM tenure_runs WHERE (run_id IN (SELECT value FROM json_each(:keys))) ORDER BY run_id;
+
+-- find runs.session_open: lock none
+SELECT run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at FROM tenure_runs WHERE (session_id = :session_id AND status IN (SELECT value FROM json_each(:c2))) ORDER BY run_id;
+
+-- find runs.runs_by_admission_key: lock none
+SELECT run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at FROM tenure_runs WHERE (idempotency_key = :key) ORDER BY created_at, run_id;
+
+
+-- ==== run_deliveries (table tenure_run_deliveries) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_run_deliveries (delivery_id, run_id, enqueue_seq, state, queue_name, priority, resume, publish_attempts, last_error, claimed_by, published_at, claimed_at, settled_at, created_at) VALUES (:delivery_id, :run_id, :enqueue_seq, :state, :queue_name, :priority, :resume, :publish_attempts, :last_error, :claimed_by, :published_at, :claimed_at, :settled_at, :created_at) RETURNING delivery_id, run_id, enqueue_seq, state, queue_name, priority, resume, publish_attempts, last_error, claimed_by, published_at, claimed_at, settled_at, created_at;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_run_deliveries SET state = :state, publish_attempts = :publish_attempts, last_error = :last_error, claimed_by = :claimed_by, published_at = :published_at, claimed_at = :claimed_at, settled_at = :settled_at WHERE delivery_id = :old_key AND state IS :old_state AND publish_attempts IS :old_publish_attempts AND last_error IS :old_last_error AND claimed_by IS :old_claimed_by AND published_at IS :old_published_at AND claimed_at IS :old_claimed_at AND settled_at IS :old_settled_at RETURNING delivery_id, run_id, enqueue_seq, state, queue_name, priority, resume, publish_attempts, last_error, claimed_by, published_at, claimed_at, settled_at, created_at;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_run_deliveries WHERE delivery_id = :old_key AND state IS :old_state AND publish_attempts IS :old_publish_attempts AND last_error IS :old_last_error AND claimed_by IS :old_claimed_by AND published_at IS :old_published_at AND claimed_at IS :old_claimed_at AND settled_at IS :old_settled_at RETURNING delivery_id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT delivery_id, run_id, enqueue_seq, state, queue_name, priority, resume, publish_attempts, last_error, claimed_by, published_at, claimed_at, settled_at, created_at FROM tenure_run_deliveries WHERE delivery_id IN (SELECT value FROM json_each(:keys)) ORDER BY delivery_id;
+
+-- find runs.deliveries_by_keys: lock wait
+SELECT delivery_id, run_id, enqueue_seq, state, queue_name, priority, resume, publish_attempts, last_error, claimed_by, published_at, claimed_at, settled_at, created_at FROM tenure_run_deliveries WHERE (delivery_id IN (SELECT value FROM json_each(:keys))) ORDER BY delivery_id;
+
+
+-- ==== consents (table tenure_consents) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_consents (consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at) VALUES (:consent_id, :run_id, :tool_name, :tool_call_id, :payload_json, :status, :decided_by, :decided_at, :preauthorized_by, :created_at, :expires_at) RETURNING consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_consents SET status = :status, decided_by = :decided_by, decided_at = :decided_at WHERE consent_id = :old_key AND status IS :old_status AND decided_by IS :old_decided_by AND decided_at IS :old_decided_at RETURNING consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_consents WHERE consent_id = :old_key AND status IS :old_status AND decided_by IS :old_decided_by AND decided_at IS :old_decided_at RETURNING consent_id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE consent_id IN (SELECT value FROM json_each(:keys)) ORDER BY consent_id;
+
+-- find runs.pending_consents_of_run: lock wait
+SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (run_id = :run_id AND status = :c2) ORDER BY consent_id;
+
+-- find runs.consents_of_run: lock none
+SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (run_id = :run_id) ORDER BY consent_id;
+
+-- find consents.consents_by_keys: lock wait
+SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (consent_id IN (SELECT value FROM json_each(:keys))) ORDER BY consent_id;
+
+-- find consents.due_consents: lock none
+SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (status = :c1 AND expires_at <= :now) ORDER BY expires_at, consent_id;
+
+
+-- ==== agent_jobs (table tenure_agent_jobs) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_agent_jobs (job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at) VALUES (:job_id, :request_id, :run_id, :runtime, :profile, :request_json, :status, :result_json, :runtime_job_id, :created_at, :updated_at) RETURNING job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_agent_jobs SET status = :status, result_json = :result_json, runtime_job_id = :runtime_job_id, updated_at = :updated_at WHERE job_id = :old_key AND status IS :old_status AND result_json IS :old_result_json AND runtime_job_id IS :old_runtime_job_id AND updated_at IS :old_updated_at RETURNING job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_agent_jobs WHERE job_id = :old_key AND status IS :old_status AND result_json IS :old_result_json AND runtime_job_id IS :old_runtime_job_id AND updated_at IS :old_updated_at RETURNING job_id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE job_id IN (SELECT value FROM json_each(:keys)) ORDER BY job_id;
+
+-- find runs.open_jobs_of_run: lock none
+SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (run_id = :run_id AND status IN (SELECT value FROM json_each(:c2))) ORDER BY job_id;
+
+-- find runs.jobs_of_run: lock none
+SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (run_id = :run_id) ORDER BY job_id;
+
+-- find agent_jobs.jobs_by_keys: lock wait
+SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (job_id IN (SELECT value FROM json_each(:keys))) ORDER BY job_id;
+
+
+-- ==== queue.tenure_run_hops (table tenure_run_hops) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_run_hops (id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json) VALUES (:id, :contract_name, :contract_version, :data_json, :status, :fires_at, :claimed_by, :claimed_at, :lease_expires_at, :dlq_record_id, :attempt, :max_attempts, :error_message, :idempotency_key, :created_at, :completed_at, :result_json, :generation, :claim_token, :submission_id, :fingerprint, :fence_required, :authored_json) RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_run_hops SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, dlq_record_id = :dlq_record_id, attempt = :attempt, error_message = :error_message, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_run_hops WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
+
+-- find queue.by_keys: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
+-- find queue.by_token: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (claim_token = :claim_token);
+
+-- find queue.tokens_stored: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (claim_token IN (SELECT value FROM json_each(:tokens)));
+
+-- find queue.eligible: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.eligible_legacy: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND generation < :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable_legacy: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND generation < :c5) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.expired: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.finished_before: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
+
+-- find queue.all_rows: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops ORDER BY created_at, id;
+
+-- find queue.with_status: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :status) ORDER BY created_at, id;
+
+
+-- ==== run_nodes (table tenure_run_nodes) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_run_nodes (node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, updated_at) VALUES (:node, :status, :epoch, :booted_at, :lease_expires_at, :taker, :takeover_until, :updated_at) RETURNING node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, updated_at;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_run_nodes SET status = :status, epoch = :epoch, booted_at = :booted_at, lease_expires_at = :lease_expires_at, taker = :taker, takeover_until = :takeover_until, updated_at = :updated_at WHERE node = :old_key AND status IS :old_status AND epoch IS :old_epoch AND booted_at IS :old_booted_at AND lease_expires_at IS :old_lease_expires_at AND taker IS :old_taker AND takeover_until IS :old_takeover_until AND updated_at IS :old_updated_at RETURNING node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, updated_at;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_run_nodes WHERE node = :old_key AND status IS :old_status AND epoch IS :old_epoch AND booted_at IS :old_booted_at AND lease_expires_at IS :old_lease_expires_at AND taker IS :old_taker AND takeover_until IS :old_takeover_until AND updated_at IS :old_updated_at RETURNING node;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, updated_at FROM tenure_run_nodes WHERE node IN (SELECT value FROM json_each(:keys)) ORDER BY node;
+
+-- find nodes.nodes_by_keys: lock wait
+SELECT node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, updated_at FROM tenure_run_nodes WHERE (node IN (SELECT value FROM json_each(:keys))) ORDER BY node;
+
+-- find nodes.expired_nodes: lock none
+SELECT node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, updated_at FROM tenure_run_nodes WHERE (status = :c1 AND lease_expires_at <= :now) OR (status = :c3 AND takeover_until <= :now) ORDER BY lease_expires_at, node;

@@ -1,0 +1,184 @@
+"""Render every statement each store sends, for every binding, into ``specs/sql/``.
+
+``specs/sql/postgresql.sql`` and ``specs/sql/sqlite.sql`` are checked in, so what SQL
+runs for an operation is a grep (a heartbeat of one job is the ``ahead_one`` statement
+of its queue's binding; a claim on PostgreSQL is ``claim``). A test
+(tests/adapters/core/test_sql_renderings.py) renders them again and fails when a file
+is stale; after changing a statement run::
+
+    .venv/bin/python -P tests/support/sql_renderings.py --write
+
+Statements are rendered with ``:name`` parameters (the PostgreSQL store numbers them
+``$n`` once), for tables in the connection's current schema. The column types the
+PostgreSQL statements cast to are the ones tenure's migration creates; the test also
+holds them equal to a migrated database's catalog.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import sys
+from collections.abc import Iterator
+
+from tenure.adapters.core.registry import BINDINGS
+from tenure.adapters.core.sql import POSTGRESQL, SQLITE, Capabilities, compile_finder, statements_for
+from tenure.adapters.core.store import Probe
+from tenure.adapters.core.tables import Binding, sql_dialect
+from tenure.adapters.postgres import statements
+from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.kernel.core import Finder
+from tenure.kernel.queue import finders as queue_finders
+from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE
+
+SQL_DIR = pathlib.Path(__file__).resolve().parents[2] / "specs" / "sql"
+
+FINDER_MODULES = ("queue", "attempts", "runs", "consents", "agent_jobs", "nodes")
+"""The kernel machines whose ``finders`` modules are rendered."""
+
+MACHINE_BINDINGS = {
+    "queue": tuple(binding.name for binding in BINDINGS if binding.name.startswith("queue.")),
+    "attempts": ("attempts",), "runs": ("runs",), "consents": ("consents",), "agent_jobs": ("agent_jobs",),
+    "nodes": ("run_nodes",),
+}
+"""The bindings a machine's finders run against."""
+
+RUN_OWNER_FINDERS = {
+    "deliveries_by_keys": "run_deliveries", "attempts_by_keys": "attempts", "pending_consents_of_run": "consents",
+    "open_jobs_of_run": "agent_jobs", "open_attempts_of_run": "attempts", "consents_of_run": "consents",
+    "jobs_of_run": "agent_jobs", "attempts_of_run": "attempts",
+}
+"""The Run machine's finders over its owners' tables (a Run reads its consents, jobs,
+attempts and deliveries), by the binding each runs against."""
+
+_UDT = {"BIGINT": "int8", "INTEGER": "int4", "BOOLEAN": "bool", "JSON": "json", "TEXT": "text",
+        "TIMESTAMP WITH TIME ZONE": "timestamptz"}
+
+
+def postgres_types(binding: Binding) -> tuple[tuple[str, str], ...]:
+    """Each column with the type name PostgreSQL's catalog reports for it (``udt_name``)
+    once tenure's migration created the table."""
+    dialect = sql_dialect("postgresql")
+    types = []
+    for column in binding.spec.columns:
+        declared = column.sql_type.compile(dialect=dialect)
+        types.append((column.name, "varchar" if declared.startswith("VARCHAR") else _UDT[declared]))
+    return tuple(types)
+
+
+def finders_of(binding: Binding) -> Iterator[tuple[str, Finder]]:
+    """Every kernel finder that runs against ``binding``, named ``machine.finder``."""
+    for machine in FINDER_MODULES:
+        module = importlib.import_module(f"tenure.kernel.{machine}.finders")
+        for name, finder in vars(module).items():
+            if not isinstance(finder, Finder):
+                continue
+            targets = MACHINE_BINDINGS[machine]
+            if machine == "runs":
+                targets = (RUN_OWNER_FINDERS.get(name, "runs"),)
+            if binding.name in targets:
+                yield f"{machine}.{name}", finder
+    for kind, queue_binding in QUEUE_BINDINGS.items():
+        if queue_binding is binding:
+            yield f"queue.locate({kind.name})", queue_finders.locate(kind)
+
+
+def _statement(name: str, description: str, sql: str) -> str:
+    return f"-- {name}: {description}\n{sql};\n"
+
+
+def _table_statements(binding: Binding, capabilities: Capabilities) -> Iterator[str]:
+    table = statements_for(binding, capabilities)
+    yield _statement("insert", "a new row, returned as stored", table.insert)
+    yield _statement("update", "compare-and-set of one row (every mutable column as decided on), returned as written",
+                     table.update)
+    yield _statement("delete", "compare-and-set delete of one row", table.delete)
+    yield _statement("read_keys", "the rows with these keys as they are (no lock, no clock)", table.read_keys)
+
+
+def render_sqlite() -> str:
+    lines = [_header("SQLite", "a write transaction (BEGIN IMMEDIATE) holds the database's write lock; "
+                     "the clock is the tenure_clock high-water mark, read after it")]
+    for binding in BINDINGS:
+        lines.append(f"\n-- ==== {binding.name} (table {binding.spec.name}) ====\n")
+        lines.extend(_table_statements(binding, SQLITE))
+        for name, finder in finders_of(binding):
+            compiled = compile_finder(binding, finder, SQLITE, None, limited=finder.lock == "skip")
+            lines.append(_statement(f"find {name}", f"lock {finder.lock}", compiled.sql))
+    return "\n".join(lines)
+
+
+def render_postgresql() -> str:
+    lines = [_header("PostgreSQL", "row locks (FOR UPDATE; claims and sweeps SKIP LOCKED); the clock is "
+                     "clock_timestamp(), read after the locks")]
+    for binding in BINDINGS:
+        types = postgres_types(binding)
+        lines.append(f"\n-- ==== {binding.name} (table {binding.spec.name}) ====\n")
+        lines.extend(_table_statements(binding, POSTGRESQL))
+        for name, finder in finders_of(binding):
+            compiled = compile_finder(binding, finder, POSTGRESQL, None, limited=finder.lock == "skip")
+            if finder.lock == "wait":
+                lines.append(_statement(f"locked {name}", "the rows locked, then the clock read once every lock "
+                                        "is held (Transaction.locked)", statements.with_clock(compiled.sql)))
+            else:
+                lines.append(_statement(f"find {name}", f"lock {finder.lock}", compiled.sql))
+            if finder.lock == "wait" and name.endswith("by_keys") and binding.key_field in str(finder.any_of):
+                announce = binding.announces is not None
+                jobs = " (a heartbeat, complete, fail or cancel of one job)" if binding.name.startswith("queue.") else ""
+                lines.append(_statement(f"ahead_one {name}", "one row decided ahead: lock, clock, verdict, "
+                                        f"compare-and-set, verified{jobs}",
+                                        statements.ahead_one_sql(binding, None, compiled.sql, types, announce)))
+                lines.append(_statement(f"ahead {name}", "several rows decided ahead, all or nothing (batches)",
+                                        statements.ahead_sql(binding, None, compiled.sql, types, announce)))
+            if name.startswith("queue.locate("):
+                lines.append(_statement(f"insert_ahead {name}", "a submission decided ahead: inserted only if "
+                                        "no row shares its identity and the clock lies in the window",
+                                        statements.insert_sql(binding, None, compiled.sql, types, True)))
+        if binding.name.startswith("queue."):
+            for label, eligible, check, rewrite, blockers in (
+                ("claim", queue_finders.eligible, queue_finders.claimable, CLAIM_OWNED_REWRITE,
+                 [Probe(queue_finders.expired, {}, "exists", limit=1),
+                  Probe(queue_finders.tokens_stored, {"tokens": []}, "exists", limit=1)]),
+                ("claim_legacy", queue_finders.eligible_legacy, queue_finders.claimable_legacy, CLAIM_LEGACY_REWRITE,
+                 [Probe(queue_finders.expired, {}, "exists", limit=1)]),
+            ):
+                sql, _ = statements.claim_statement(binding, None, Probe(eligible, {}, "rows", limit=1), check,
+                                                    blockers, rewrite, types, {})
+                lines.append(_statement(label, "the claim fast path: clock, pick (SKIP LOCKED), the kernel's claim "
+                                        "rewrite unless a blocker or the check says no (Transaction.picker)", sql))
+    return "\n".join(lines)
+
+
+def _header(database: str, locking: str) -> str:
+    return (
+        f"-- Every statement tenure's {database} store sends, for every binding (table).\n"
+        "-- Rendered by tests/support/sql_renderings.py; do not edit by hand:\n"
+        "--   .venv/bin/python -P tests/support/sql_renderings.py --write\n"
+        f"-- Locking: {locking}.\n"
+        "-- Parameters are :name; :now is the transaction's clock.\n"
+    )
+
+
+RENDERINGS = {"postgresql.sql": render_postgresql, "sqlite.sql": render_sqlite}
+
+
+def stale() -> list[str]:
+    """The rendered files whose checked-in text differs from a fresh rendering."""
+    return [name for name, render in RENDERINGS.items()
+            if not (SQL_DIR / name).exists() or (SQL_DIR / name).read_text() != render()]
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] != ["--write"]:
+        print(__doc__)
+        print("stale:", ", ".join(stale()) or "none")
+        return 0
+    SQL_DIR.mkdir(exist_ok=True)
+    for name, render in RENDERINGS.items():
+        (SQL_DIR / name).write_text(render())
+        print(f"wrote specs/sql/{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
