@@ -1,7 +1,7 @@
 """The shell every facade shares: a ledger's URL, timeout and schema checks, its engine,
 ``close`` and ``async with``, one error boundary, and the cursor of its paged listings.
 
-A facade (``AttemptLedger``, ``RunLedger``) owns one engine on one database and answers
+A facade (``AttemptLedger``, ``RunLedger``, the job sources) owns one engine on one database and answers
 in its own error code: a persistence failure of the shared store
 (``QUEUE_PERSISTENCE_FAILED``) becomes the facade's code with the same reason word,
 raised ``from None`` so a traceback shows one error, not two. Sibling facades reached

@@ -22,6 +22,7 @@ from tenure.model import (
     ClaimedJob,
     ClaimedPipelineJob,
     ClaimedStreamingJob,
+    ErrorCode,
     JobInfo,
     JobStatus,
     OwnedStreamingState,
@@ -39,6 +40,7 @@ from tenure.model import (
 from tenure.model.validation import refuse
 
 from ..core.dialects import open_store
+from ..core.facade import Facade
 from ..core.failures import persistence_failed
 from ..core.tables import json_column
 from .operations import QueueOperations
@@ -144,9 +146,14 @@ def _instant(micros: int | None) -> dt.datetime | None:
     return None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
 
 
-class JobSource(Generic[Claimed]):
-    """What the three sources share. Use the concrete classes."""
+class JobSource(Facade, Generic[Claimed]):
+    """What the three sources share. Use the concrete classes.
 
+    A source is a facade on the shared shell (:class:`~tenure.adapters.core.facade.Facade`:
+    ``close``, ``async with``, the store); its own code is the store's
+    (``QUEUE_PERSISTENCE_FAILED``), so its error boundary changes nothing."""
+
+    persistence_code = ErrorCode.QUEUE_PERSISTENCE_FAILED
     queue: ClassVar[QueueKind]
     _claimed_type: ClassVar[type[Any]]
 
@@ -159,24 +166,13 @@ class JobSource(Generic[Claimed]):
             raise refuse("config", "db_url_mismatch")
         self.config = config
         store = open_store(db_url, timeout_seconds=config.timeout_seconds, schema=config.db_schema)
-        self._engine = QueueOperations(store, self.queue, config)
+        self._operations = QueueOperations(store, self.queue, config)
+        self._on(self._operations.engine)
 
     @property
     def operations(self) -> QueueOperations:
         """The queue operations this source runs on (the worker listens on their store)."""
-        return self._engine
-
-    # --- lifecycle ----------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close the source's database connection."""
-        await self._engine.store.close()
-
-    async def __aenter__(self) -> JobSource[Claimed]:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        return self._operations
 
     # --- owned submission ---------------------------------------------------------------
 
@@ -193,7 +189,7 @@ class JobSource(Generic[Claimed]):
         return self._submit_owned(snapshot)
 
     async def _submit_owned(self, snapshot: Any) -> str:
-        submitted = await self._engine.submit_owned(snapshot)
+        submitted = await self._operations.submit_owned(snapshot)
         return self._returned_id(submitted.job_id, submitted.run_id)
 
     def _returned_id(self, job_id: str, run_id: str | None) -> str:
@@ -204,7 +200,7 @@ class JobSource(Generic[Claimed]):
     async def _claim_next_owned(self, owner_id: object, claim_token: object) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
         token = _identity(claim_token, "claim_token")
-        claimed = await self._engine.claim_owned(owner, [token], self._claimed)
+        claimed = await self._operations.claim_owned(owner, [token], self._claimed)
         return claimed[0] if claimed else None
 
     async def _claim_batch_owned(self, owner_id: object, claim_tokens: object) -> list[Claimed]:
@@ -213,12 +209,12 @@ class JobSource(Generic[Claimed]):
         checked = [_identity(token, "claim_tokens") for token in tokens]
         if len(set(checked)) != len(checked):
             raise refuse("claim_tokens", "duplicate_claim_token")
-        return await self._engine.claim_owned(owner, checked, self._claimed)
+        return await self._operations.claim_owned(owner, checked, self._claimed)
 
     async def _recover_owned_claim(self, owner_id: object, claim_token: object) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
         token = _identity(claim_token, "claim_token")
-        record = await self._engine.recover_owned(owner, token)
+        record = await self._operations.recover_owned(owner, token)
         return None if record is None else self._claimed(record)
 
     def _claimed(self, record: QueueRow) -> Claimed:
@@ -243,19 +239,19 @@ class JobSource(Generic[Claimed]):
 
     async def heartbeat_owned(self, fence: QueueClaimFence) -> bool:
         """Renew the exact current live claim. False: missing, stale, expired or finished."""
-        return (await self._engine.heartbeat_owned([_fence(fence)]))[0]
+        return (await self._operations.heartbeat_owned([_fence(fence)]))[0]
 
     async def complete_owned(self, fence: QueueClaimFence, result: Any = None) -> bool:
         """Complete the exact current live claim with a JSON ``result``. A repeat returns False."""
         checked = _fence(fence)
-        return (await self._engine.complete_owned([(checked, result_json(result, self.config.max_payload_bytes))]))[0]
+        return (await self._operations.complete_owned([(checked, result_json(result, self.config.max_payload_bytes))]))[0]
 
     async def heartbeat_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
         """``heartbeat_owned`` for each fence, in one transaction: one answer per fence,
         in order, each exactly what the single call would answer (a stale fence refuses
         only itself)."""
         checked = [_fence(fence) for fence in _batch(fences, "fences", allow_empty=True)]
-        return await self._engine.heartbeat_owned(checked) if checked else []
+        return await self._operations.heartbeat_owned(checked) if checked else []
 
     async def complete_many_owned(self, items: Sequence[tuple[QueueClaimFence, Any]]) -> list[bool]:
         """``complete_owned`` for each ``(fence, result)``, in one transaction and in order:
@@ -265,7 +261,7 @@ class JobSource(Generic[Claimed]):
             if type(item) is not tuple or len(item) != 2:
                 raise refuse("items", "fence_result_pair_required")
             checked.append((_fence(item[0]), result_json(item[1], self.config.max_payload_bytes)))
-        return await self._engine.complete_owned(checked) if checked else []
+        return await self._operations.complete_owned(checked) if checked else []
 
     async def fail_owned_status(
         self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
@@ -274,7 +270,7 @@ class JobSource(Generic[Claimed]):
         retry; failed: finished) or None when refused. The worker counts retries by it
         (the boolean ``fail_owned`` is what applications call)."""
         checked = _fence(fence)
-        return await self._engine.fail_owned(
+        return await self._operations.fail_owned(
             checked, _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"),
             dlq_record_id=_dlq_record_id(dlq_record_id),
         )
@@ -286,24 +282,24 @@ class JobSource(Generic[Claimed]):
         returns the existing ID without comparing content (legacy semantics)."""
         frozen = freeze_envelope(self.queue, job)
         _within(frozen.authored_json, self.config.max_payload_bytes, "job")
-        submitted = await self._engine.submit_legacy(frozen)
+        submitted = await self._operations.submit_legacy(frozen)
         return self._returned_id(submitted.job_id, submitted.run_id)
 
     async def _claim_next(self, owner_id: object) -> Claimed | None:
-        return await self._engine.claim_legacy(_identity(owner_id, "owner_id"), self._claimed)
+        return await self._operations.claim_legacy(_identity(owner_id, "owner_id"), self._claimed)
 
     async def heartbeat(self, job_id: str, worker_id: str) -> bool:
         """Legacy heartbeat by ID and owner; never touches protected or owned work."""
-        return await self._engine.heartbeat_legacy(_job_id(job_id), _identity(worker_id, "worker_id"))
+        return await self._operations.heartbeat_legacy(_job_id(job_id), _identity(worker_id, "worker_id"))
 
     async def complete(self, job_id: str, result: Any = None) -> bool:
         """Legacy completion by ID; never touches protected or owned work."""
         checked = _job_id(job_id)
-        return await self._engine.complete_legacy(checked, result_json(result, self.config.max_payload_bytes))
+        return await self._operations.complete_legacy(checked, result_json(result, self.config.max_payload_bytes))
 
     async def get_job(self, job_id: str) -> JobInfo | None:
         """The job's current state (never its claim token), or None."""
-        record = await self._engine.get(_job_id(job_id))
+        record = await self._operations.get(_job_id(job_id))
         return None if record is None else _info(record)
 
     async def list_jobs(self, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
@@ -312,7 +308,7 @@ class JobSource(Generic[Claimed]):
             raise refuse("status", "job_status_required")
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 10_000:
             raise refuse("limit", "integer_out_of_range")
-        return [_info(record) for record in await self._engine.list(status, limit)]
+        return [_info(record) for record in await self._operations.list(status, limit)]
 
     async def purge_finished(self, older_than: dt.timedelta) -> int:
         """Retention: delete unprotected finished jobs that finished longer ago than
@@ -322,7 +318,7 @@ class JobSource(Generic[Claimed]):
         if older_than > MAX_RETENTION:
             raise refuse("older_than", "timedelta_out_of_range")
         micros = (older_than.days * 86_400 + older_than.seconds) * 1_000_000 + older_than.microseconds
-        return await self._engine.purge_finished(micros)
+        return await self._operations.purge_finished(micros)
 
 
 def _info(record: QueueRow) -> JobInfo:
@@ -392,18 +388,18 @@ class _FiniteQueueSource(JobSource[Claimed]):
         self, job_id: str, error: str, *, retry: bool, dlq_record_id: str | None = None
     ) -> bool:
         """Legacy failure by ID; never touches protected or owned work."""
-        return await self._engine.fail_legacy(
+        return await self._operations.fail_legacy(
             _job_id(job_id), _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"), dlq_record_id=_dlq_record_id(dlq_record_id)
         )
 
     async def cancel(self, job_id: str) -> bool:
         """Administrative cancel of a pending or claimed job. It voids any live fence
         (the claim's next write returns False) and keeps the submission identity."""
-        return await self._engine.cancel_admin(_job_id(job_id))
+        return await self._operations.cancel_admin(_job_id(job_id))
 
     async def delete_job(self, job_id: str) -> bool:
         """Delete a job by ID. Protected submissions and owned claims are kept (False)."""
-        return await self._engine.delete(_job_id(job_id))
+        return await self._operations.delete(_job_id(job_id))
 
 
 class ValidationJobSource(_FiniteQueueSource[ClaimedJob]):
@@ -450,23 +446,23 @@ class StreamingJobSource(JobSource[ClaimedStreamingJob]):
     async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
         """Record the launched process ID (refused while a cancel request stands)."""
         checked = _fence(fence)
-        return await self._engine.set_pid_owned(checked, check_pid(pid))
+        return await self._operations.set_pid_owned(checked, check_pid(pid))
 
     async def get_owned_state(self, fence: QueueClaimFence) -> OwnedStreamingState | None:
         """A snapshot of the live claim's cancel request and PID, or None when the fence
         is not the current live claim. Not authority for any later action."""
-        reply = await self._engine.read_state_owned(_fence(fence))
+        reply = await self._operations.read_state_owned(_fence(fence))
         return None if reply is None else OwnedStreamingState(reply.cancel_requested, reply.pid)
 
     async def acknowledge_cancel_owned(self, fence: QueueClaimFence) -> bool:
         """Record that the launch stopped after a cancel request: cancelled, lease and PID
         cleared, active key released. It does not prove the process stopped."""
-        return await self._engine.acknowledge_cancel_owned(_fence(fence))
+        return await self._operations.acknowledge_cancel_owned(_fence(fence))
 
     async def request_cancel(self, job_id: str) -> bool:
         """Administrative: a pending launch is cancelled at once; a claimed one gets a
         cancel request its launcher must acknowledge. False when missing or finished."""
-        return await self._engine.request_cancel(_job_id(job_id))
+        return await self._operations.request_cancel(_job_id(job_id))
 
     async def cancel(self, job_id: str) -> bool:
         """The same as :meth:`request_cancel`: a running launch must acknowledge."""
@@ -478,15 +474,15 @@ class StreamingJobSource(JobSource[ClaimedStreamingJob]):
 
     async def fail(self, job_id: str, error: str, *, retry: bool) -> bool:
         """Legacy failure by ID; never touches protected or owned work."""
-        return await self._engine.fail_legacy(
+        return await self._operations.fail_legacy(
             _job_id(job_id), _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"), dlq_record_id=None
         )
 
     async def set_pid(self, job_id: str, pid: int) -> bool:
         """Legacy PID write by ID; never touches protected or owned work."""
-        return await self._engine.set_pid_legacy(_job_id(job_id), check_pid(pid))
+        return await self._operations.set_pid_legacy(_job_id(job_id), check_pid(pid))
 
     async def delete_job(self, job_id: str) -> bool:
         """Delete a launch by ID. Protected submissions and owned claims are kept (False)."""
-        return await self._engine.delete(_job_id(job_id))
+        return await self._operations.delete(_job_id(job_id))
 

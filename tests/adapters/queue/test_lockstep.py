@@ -81,7 +81,7 @@ class LockstepMachine(LockstepBase):
         self.sources: dict[QueueKind, Any] = {}
         for queue, source_type in SOURCES.items():
             source = source_type(self.db_url, self.config)
-            engine: QueueOperations = source._engine
+            engine: QueueOperations = source.operations
             engine._new_job_id = lambda: self.next_job_id
             engine._new_run_id = lambda: self.next_run_id
             engine.store.observe_time = self.clock.seen.append
