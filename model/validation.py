@@ -14,7 +14,7 @@ import datetime as dt
 import math
 import threading
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, overload
 
 from pydantic import BaseModel, PlainValidator, ValidationError
 from pydantic_core import PydanticCustomError
@@ -46,6 +46,8 @@ __all__ = [
     "StrictModel",
     "config_error_from",
     "datetime_to_micros",
+    "micros_to_datetime",
+    "EPOCH",
 ]
 
 
@@ -99,10 +101,24 @@ def _check_positive_int32(value: object) -> int:
 PositiveInt32 = Annotated[int, PlainValidator(_check_positive_int32)]
 
 
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+"""The Unix epoch: every stored instant counts microseconds from it."""
+
+
 def datetime_to_micros(value: dt.datetime) -> int:
     """Microseconds since the Unix epoch of an aware datetime."""
-    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    delta = value - EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+@overload
+def micros_to_datetime(micros: int) -> dt.datetime: ...
+@overload
+def micros_to_datetime(micros: int | None) -> dt.datetime | None: ...
+def micros_to_datetime(micros: int | None) -> dt.datetime | None:
+    """A stored instant (microseconds since the Unix epoch) as an aware UTC datetime
+    (None stays None)."""
+    return None if micros is None else EPOCH + dt.timedelta(microseconds=micros)
 
 
 def _check_aware_datetime(value: object) -> dt.datetime:

@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tenure.kernel.agent_jobs import finders as job_finders
 from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
 from tenure.kernel.agent_jobs.record import AgentJobRow, result_problem
-from tenure.kernel.agent_jobs import finders as job_finders
 from tenure.kernel.core import Applied
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import opens_owners
@@ -27,13 +27,13 @@ from tenure.model import (
     canonical_json,
 )
 from tenure.model.runs import check_run_id, check_text
-from tenure.model.validation import refuse
+from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.engine import raise_if_conflict
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
 from ..runs.table import RUNS_BINDING
-from ..runs.transactions import instant, json_text, parsed_json
+from ..runs.transactions import json_text, parsed_json
 from .table import AGENT_JOBS_BINDING
 
 if TYPE_CHECKING:
@@ -59,8 +59,8 @@ def public_job(row: AgentJobRow) -> AgentJobRecord:
     return AgentJobRecord(
         job_id=row.job_id, request_id=row.request_id, run_id=row.run_id, runtime=row.runtime, profile=row.profile,
         status=row.status, request=parsed_json(row.request_json), result=parsed_json(row.result_json),
-        runtime_job_id=row.runtime_job_id, created_at=instant(row.created_at_us),  # type: ignore[arg-type]
-        updated_at=instant(row.updated_at_us),  # type: ignore[arg-type]
+        runtime_job_id=row.runtime_job_id, created_at=micros_to_datetime(row.created_at_us),
+        updated_at=micros_to_datetime(row.updated_at_us),
     )
 
 

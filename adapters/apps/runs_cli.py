@@ -153,7 +153,7 @@ def _registry(path: str) -> Workflows:
         sys.path.insert(0, "")  # the registry's package may live in the current folder
     try:
         registry = load_handler(path)
-    except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
+    except Exception:  # noqa: BLE001 - any import failure is a bad argument
         raise ConfigValidationError("invalid_workflows", fields=("workflows",),
                                     problems=("does_not_import",)) from None
     if not isinstance(registry, Workflows):

@@ -22,14 +22,14 @@ from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import opens_owners
 from tenure.model import ConsentRecord, ConsentStatus, bounds
 from tenure.model.runs import check_run_id, check_text
-from tenure.model.validation import refuse
+from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.engine import raise_if_conflict
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
 from ..runs.broker import Broker
 from ..runs.table import RUNS_BINDING
-from ..runs.transactions import instant, json_text, parsed_json
+from ..runs.transactions import json_text, parsed_json
 from ..runs.workflows import resume_and_publish
 from .table import CONSENTS_BINDING
 
@@ -53,9 +53,9 @@ def public_consent(row: ConsentRow) -> ConsentRecord:
     return ConsentRecord(
         consent_id=row.consent_id, run_id=row.run_id, tool_name=row.tool_name, tool_call_id=row.tool_call_id,
         payload=parsed_json(row.payload_json), status=row.status, decided_by=row.decided_by,
-        decided_at=instant(row.decided_at_us), preauthorized_by=row.preauthorized_by,
-        created_at=instant(row.created_at_us),  # type: ignore[arg-type]
-        expires_at=instant(row.expires_at_us),
+        decided_at=micros_to_datetime(row.decided_at_us), preauthorized_by=row.preauthorized_by,
+        created_at=micros_to_datetime(row.created_at_us),
+        expires_at=micros_to_datetime(row.expires_at_us),
     )
 
 

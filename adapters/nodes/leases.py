@@ -20,7 +20,7 @@ from tenure.kernel.nodes import finders
 from tenure.kernel.nodes.commands import Boot, Booted, FinishTakeover, Renew, TakeOver, TakingOver
 from tenure.kernel.nodes.record import MAX_LEASE_US, NodeRow
 from tenure.model.runs import check_text
-from tenure.model.validation import refuse
+from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.store import Transaction
 from .table import NODES_BINDING
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NodeLease", "Takeover", "NodeLeases", "DEFAULT_NODE_LEASE_S"]
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 DEFAULT_NODE_LEASE_S = 30.0
 """How long a node's lease runs after each renewal unless the runtime says otherwise."""
@@ -66,8 +65,6 @@ def _lease_us(lease_s: object) -> int:
     return max(1, int(lease_s * 1_000_000))  # type: ignore[operator]
 
 
-def _instant(micros: int) -> dt.datetime:
-    return _EPOCH + dt.timedelta(microseconds=micros)
 
 
 class NodeLeases:
@@ -91,7 +88,7 @@ class NodeLeases:
         decision = await self._decide(name, Boot(node=name, lease_us=_lease_us(lease_s)))
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Booted):
             raise _refuse("node", "node_cannot_boot")  # epoch exhausted: unreachable in practice
-        return NodeLease(name, decision.reply.epoch, _instant(decision.reply.cutoff_us))
+        return NodeLease(name, decision.reply.epoch, micros_to_datetime(decision.reply.cutoff_us))
 
     async def renew(self, lease: NodeLease, *, lease_s: float = DEFAULT_NODE_LEASE_S) -> bool:
         """Extend this incarnation's lease by ``lease_s`` from now. False: it ran out, or
@@ -114,7 +111,7 @@ class NodeLeases:
         decision = await self._decide(row.node, TakeOver(taker=name, epoch=row.epoch, lease_us=_lease_us(lease_s)))
         if not isinstance(decision, Applied) or not isinstance(decision.reply, TakingOver):
             return None
-        return Takeover(row.node, decision.reply.epoch, _instant(decision.reply.cutoff_us))
+        return Takeover(row.node, decision.reply.epoch, micros_to_datetime(decision.reply.cutoff_us))
 
     async def finish(self, taker: str, takeover: Takeover) -> bool:
         """Record that ``taker`` reconciled every orphan of the takeover's incarnation."""

@@ -37,7 +37,7 @@ from tenure.model import (
     snapshot_submission,
     text_problem,
 )
-from tenure.model.validation import refuse
+from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.dialects import open_store
 from ..core.facade import Facade
@@ -48,7 +48,6 @@ from .table import envelope_of
 
 __all__ = ["ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "JobSource"]
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 Claimed = TypeVar("Claimed", ClaimedJob, ClaimedPipelineJob, ClaimedStreamingJob)
 
@@ -142,8 +141,6 @@ def _batch(items: object, field: str, *, allow_empty: bool = False) -> list[Any]
     return list(items)
 
 
-def _instant(micros: int | None) -> dt.datetime | None:
-    return None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
 
 
 class JobSource(Facade, Generic[Claimed]):
@@ -322,8 +319,8 @@ class JobSource(Facade, Generic[Claimed]):
 
 
 def _info(record: QueueRow) -> JobInfo:
-    fires_at = _instant(record.fires_at_us)
-    created_at = _instant(record.created_at_us)
+    fires_at = micros_to_datetime(record.fires_at_us)
+    created_at = micros_to_datetime(record.created_at_us)
     assert fires_at is not None and created_at is not None  # the codec reads both as required
     return JobInfo(
         queue=record.queue,
@@ -338,9 +335,9 @@ def _info(record: QueueRow) -> JobInfo:
         submission_id=record.submission_id,
         fires_at=fires_at,
         created_at=created_at,
-        claimed_at=_instant(record.claimed_at_us),
-        lease_expires_at=_instant(record.lease_expires_at_us),
-        completed_at=_instant(record.completed_at_us),
+        claimed_at=micros_to_datetime(record.claimed_at_us),
+        lease_expires_at=micros_to_datetime(record.lease_expires_at_us),
+        completed_at=micros_to_datetime(record.completed_at_us),
         cancel_requested=record.cancel_requested,
         pid=record.pid,
         error=record.error_message,

@@ -51,7 +51,7 @@ from tenure.model.runs import (
     check_seq,
     check_text,
 )
-from tenure.model.validation import refuse
+from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.store import Transaction
 from ..core.tables import json_column
@@ -145,7 +145,7 @@ async def delete_in(tx: Transaction, run_id: str) -> None:
 
 
 def _public(row: CheckpointRow) -> Checkpoint:
-    saved = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=row.saved_at_us)
+    saved = micros_to_datetime(row.saved_at_us)
     state = json_column(row.state_json, ErrorCode.RUN_PERSISTENCE_FAILED)
     return Checkpoint(row.run_id, row.enqueue_seq, row.owner_kind, row.owner_id, state, saved)
 

@@ -35,7 +35,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Applied, Decision, Refused, decide
-from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.kernel.recovery.table import lost_and_retryable
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (
@@ -81,8 +80,9 @@ from tenure.model import (
     canonical_json,
     hop_key,
 )
+from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_QUEUE_CHARS, check_priority, check_run_id, check_seq, check_text
-from tenure.model.validation import refuse
+from tenure.model.validation import datetime_to_micros, micros_to_datetime, refuse
 
 from ..agent_jobs.facade import AGENT_JOB_NAMESPACE, AgentJobs, cancelled_result, job_id_for
 from ..consents.facade import Consents
@@ -99,11 +99,9 @@ from .recovery import RecoveryPorts, RecoveryReport
 from .steps import Steps
 from .table import DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 from .transactions import (
-    EPOCH,
     RunTransactions,
     attempt_evidence,
     consent_evidence,
-    instant,
     job_evidence,
     json_text,
     parsed_json,
@@ -192,11 +190,11 @@ def public_run(row: RunRow) -> RunRecord:
         principal=row.principal, scopes=frozenset(row.scopes), payload=parsed_json(row.payload_json),
         requested_priority=row.requested_priority, queue=row.queue, priority=row.priority,
         workflow=WorkflowPin(row.workflow_name, row.workflow_revision, row.workflow_digest, row.max_hop_retries),
-        idempotency_key=row.idempotency_key, enqueue_seq=row.enqueue_seq, started_at=instant(row.started_at_us),
+        idempotency_key=row.idempotency_key, enqueue_seq=row.enqueue_seq, started_at=micros_to_datetime(row.started_at_us),
         node=row.node, owner_kind=row.owner_kind, owner_id=row.owner_id, error=row.error,
-        created_at=instant(row.created_at_us), updated_at=instant(row.updated_at_us),  # type: ignore[arg-type]
+        created_at=micros_to_datetime(row.created_at_us), updated_at=micros_to_datetime(row.updated_at_us),
         admitted_node=row.admitted_node, result=parsed_json(row.result_json), hop_retries=row.hop_retries,
-        retry_of=row.retry_of, wake_at=instant(row.wake_at_us),
+        retry_of=row.retry_of, wake_at=micros_to_datetime(row.wake_at_us),
     )
 
 
@@ -451,7 +449,7 @@ class RunLedger(Facade):
         if wake_at is not None:
             if type(wake_at) is not dt.datetime or wake_at.utcoffset() is None:
                 raise refuse("wake_at", "aware_datetime_required")
-            due_us = (wake_at - EPOCH) // dt.timedelta(microseconds=1)
+            due_us = datetime_to_micros(wake_at)
             if not MIN_INSTANT_US <= due_us <= MAX_INSTANT_US:
                 raise refuse("wake_at", "instant_out_of_range")
         elif type(delay_s) not in (int, float) or not 0 <= delay_s <= MAX_TIMER_DELAY_S:  # type: ignore[operator]
@@ -585,7 +583,7 @@ class RunLedger(Facade):
             return await tx.now_us()
 
         micros = await self.transactions.run(body, write=False)
-        return EPOCH + dt.timedelta(microseconds=micros)
+        return micros_to_datetime(micros)
 
     async def get(self, run_id: str) -> RunRecord | None:
         key = check_run_id(run_id)

@@ -56,7 +56,7 @@ from tenure.model import (
     parse_hop_key,
 )
 from tenure.model.fingerprint import snapshot_submission
-from tenure.model.validation import refuse
+from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.dialects import open_store
 from ..core.store import Transaction
@@ -115,8 +115,6 @@ def _time_ordered_id() -> str:
 
 
 
-def _instant(micros: int | None) -> dt.datetime | None:
-    return None if micros is None else dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
 
 
 class QueueBroker:
@@ -181,7 +179,7 @@ class QueueBroker:
         if row is None:
             return BrokerProbe(BrokerJobState.ABSENT)
         state = BrokerJobState.ACTIVE if self._still_running_elsewhere(row, now) else _STATES[row.status]
-        started = _instant(row.claimed_at_us) if state is BrokerJobState.ACTIVE else None
+        started = micros_to_datetime(row.claimed_at_us) if state is BrokerJobState.ACTIVE else None
         queue, wire = row.payload[1], int((row.fires_at_us - int(PRIORITY_EPOCH.timestamp() * 1_000_000)) // 1_000_000)
         return BrokerProbe(state, started, queue=queue, wire_priority=wire)
 

@@ -75,7 +75,7 @@ from tenure.model import (
     load_json,
 )
 from tenure.model.runs import check_text
-from tenure.model.validation import refuse
+from tenure.model.validation import datetime_to_micros, refuse
 
 from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
@@ -123,7 +123,6 @@ _RELAY_KINDS: tuple[tuple[str, tuple[RunStatus, ...]], ...] = (
     ("timers", (RunStatus.AWAITING_TIMER,)),
 )
 _EVIDENCE = frozenset({Action.PROBE, Action.FENCE, Action.ASK_CHECKPOINT, Action.CONTAIN, Action.OBSERVE})
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 CheckpointOwner = Callable[[str], Awaitable["str | None"]]
 ContainJob = Callable[[AgentJobRecord], Awaitable[bool]]
@@ -207,7 +206,7 @@ async def _port(call: Awaitable[Any]) -> Any:
 def _micros(instant: dt.datetime | None) -> int | None:
     if type(instant) is not dt.datetime or instant.utcoffset() is None:
         return None
-    return (instant - _EPOCH) // dt.timedelta(microseconds=1)
+    return datetime_to_micros(instant)
 
 
 def _probe_of(answer: object) -> Probe:

@@ -14,7 +14,6 @@ it, and none of it is meant for an application (use the facades).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -65,7 +64,7 @@ from .checkpoints import clear_outcome_in, delete_in
 from .table import DELIVERIES_BINDING, RUNS_BINDING
 
 __all__ = ["RunTransactions", "consent_evidence", "job_evidence", "attempt_evidence", "parsed_json",
-           "instant", "json_text", "EPOCH"]
+           "json_text"]
 
 T = TypeVar("T")
 
@@ -89,12 +88,6 @@ def parsed_json(text: str | None) -> Any:
     return json_column(text, ErrorCode.RUN_PERSISTENCE_FAILED)
 
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-
-
-def instant(micros: int | None) -> dt.datetime | None:
-    """A stored instant (microseconds since the epoch) as an aware datetime."""
-    return None if micros is None else EPOCH + dt.timedelta(microseconds=micros)
 
 
 def json_text(value: Any, field: str) -> str:
