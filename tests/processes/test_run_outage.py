@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from adapter_support import pg_ctl, private_pg_server
+from polling import until
 from run_worker_process import broker_of
+
 from tenure.adapters import InMemoryBroker, RunLedger, RunWorker, Workflows, upgrade
 from tenure.model import RunIntent, RunStatus
 
@@ -24,15 +25,6 @@ pytestmark = pytest.mark.slow
 def server() -> Iterator[dict[str, str]]:
     with private_pg_server() as made:
         yield made
-
-
-async def until(check: Any, timeout_s: float = 60.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not (value := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-    return value
 
 
 @pytest.mark.parametrize("broker_kind", ["memory", "queue", "saq"])

@@ -6,28 +6,19 @@ worker then finishes the re-parked Run once the consent is decided."""
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 import signal
 
 import pytest
-
 from node_support import publish_to_a_live_worker, start_node
+from polling import until
 from run_worker_process import NODE, NODE_LEASE_S, broker_of, registry
+
 from tenure.adapters import RunLedger, RunRuntime, RunWorker, resume_and_publish
 from tenure.model import BrokerJobState, ConsentStatus, RunIntent, RunStatus, WaitKind, hop_key
 
 pytestmark = pytest.mark.parametrize(("database", "broker"), [("postgresql", "saq"), ("postgresql", "queue"),
                                                                ("sqlite", "queue")])
-
-async def until(check, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not (value := await check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-    return value
-
 
 async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_next_process(
     db_url: str, broker: str, tmp_path: pathlib.Path,

@@ -16,21 +16,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from adapter_support import AVAILABLE_DATABASES, _run_async, bind_server, create_pg_database, drop_pg_database, raw
 from attempt_fakes import spec
+from polling import until
+
 from tenure.adapters import AttemptLedger, InMemoryBroker, RunLedger, upgrade
 from tenure.adapters.runs.ledger import run_id_for
 from tenure.model import (
-    AgentJobStatus,
     Admission,
+    AgentJobStatus,
     ConsentStatus,
     RunIntent,
+    RunStatus,
     WaitKind,
     WorkflowPin,
 )
 
-__all__ = ["PIN", "runs_db", "Runs", "unique", "succeeded", "result_of"]
+__all__ = ["PIN", "runs_db", "Runs", "unique", "succeeded", "result_of", "status_of"]
 
 PIN = WorkflowPin("review", "rev-1", "sha256:" + "a" * 64)
 OTHER_PIN = WorkflowPin("review", "rev-2", "sha256:" + "b" * 64)
@@ -141,3 +143,11 @@ class Runs:
 
     def runs_of_source(self) -> int:
         return int(raw(self.db_url, "SELECT count(*) FROM tenure_runs WHERE source = ?", (self.source,))[0][0])
+
+
+async def status_of(ledger: RunLedger, run_id: str, *wanted: RunStatus, timeout_s: float = 20.0) -> Any:
+    """The Run once it is in one of the ``wanted`` states (a hang guard, not a timing)."""
+    async def check() -> Any:
+        run = await ledger.get(run_id)
+        return run if run is not None and run.status in wanted else None
+    return await until(check, timeout_s, what="run status")

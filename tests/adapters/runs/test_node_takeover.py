@@ -10,22 +10,13 @@ import signal
 from typing import Any
 
 import pytest
-
 from node_support import publish_to_a_live_worker, start_node
+from polling import until
 from run_worker_process import broker_of, registry
+
 from tenure.adapters import InMemoryBroker, RunLedger, RunRuntime, RunWorker
 from tenure.kernel.nodes.record import NodeStatus
 from tenure.model import BrokerJobState, ConfigValidationError, RunIntent, RunStatus, hop_key
-
-
-async def until(check: Any, timeout_s: float = 60.0) -> Any:
-    """A hang guard, not a timing."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not (value := await check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-    return value
 
 
 @pytest.fixture

@@ -12,12 +12,14 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-
 from adapter_support import sqlite_path
+from polling import until
+from run_support import status_of
+
 from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, RunWorker, Workflows, resume_and_publish
 from tenure.adapters.runs.recovery import RecoveryPorts, run_relays
 from tenure.model import (
@@ -38,25 +40,6 @@ WATCH_S = 0.05
 async def ledger(db_url: str) -> AsyncIterator[RunLedger]:
     async with RunLedger(db_url) as made:
         yield made
-
-
-async def until(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0) -> Any:
-    """A hang guard, not a timing: fails only when the condition never comes."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
-async def status_of(ledger: RunLedger, run_id: str, *wanted: RunStatus) -> Any:
-    async def check() -> Any:
-        run = await ledger.get(run_id)
-        return run if run is not None and run.status in wanted else None
-    return await until(check)
 
 
 async def admit(ledger: RunLedger, pin: WorkflowPin) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from polling import until
+from run_support import result_of, status_of
 
-from run_support import result_of
 from tenure.adapters import (
     InMemoryBroker,
     QueueBroker,
@@ -110,24 +111,6 @@ async def broker(broker_kind: str, db_url: str) -> AsyncIterator[Faulty]:
         yield Faulty(made)
     finally:
         await made.disconnect()
-
-
-async def until(check: Callable[[], Awaitable[Any]], timeout_s: float = 15.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
-async def status_of(ledger: RunLedger, run_id: str, *wanted: RunStatus) -> Any:
-    async def check() -> Any:
-        run = await ledger.get(run_id)
-        return run if run is not None and run.status in wanted else None
-    return await until(check)
 
 
 async def admit(ledger: RunLedger, pin: WorkflowPin, payload: Any = None, *, priority: int = 50) -> str:
@@ -568,6 +551,7 @@ async def test_a_service_call_parks_the_run_runs_the_attempt_and_the_terminal_at
     ledger: RunLedger, broker: Faulty,
 ) -> None:
     from attempt_fakes import FakeProvider, spec
+
     from tenure.adapters import AttemptRunner
     from tenure.model import AttemptState
 
@@ -606,6 +590,7 @@ async def test_a_service_call_parks_the_run_runs_the_attempt_and_the_terminal_at
 
 async def test_a_service_call_for_another_run_is_refused(ledger: RunLedger, broker: Faulty) -> None:
     from attempt_fakes import FakeProvider, spec
+
     from tenure.adapters import AttemptRunner
 
     attempts = AttemptRunner(ledger.attempts, FakeProvider("replay"), poll_interval_s=0)
