@@ -108,8 +108,12 @@ class LockstepBase(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            self.close_resources()
-            adapter_support.drop_database_for_machine(self.database, self.db_url)
+            closed = False
+            try:
+                self.close_resources()
+                closed = True
+            finally:
+                adapter_support.release_database_for_machine(self.database, self.db_url, reuse=closed)
         finally:
             self.runner.close()
             self.workdir.cleanup()
