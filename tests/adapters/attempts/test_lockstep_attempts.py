@@ -290,11 +290,11 @@ class AttemptLockstep(LockstepBase):
     # --- after every step ------------------------------------------------------------------------
 
     def dump(self) -> dict[str, AttemptRow]:
-        async def read() -> dict[str, AttemptRow]:
-            async with self.ledgers[0].store.transaction(write=False) as tx:
-                return {row.attempt_id: row for row in await tx.find(ATTEMPTS_BINDING, finders.all_attempts, {}, 10_000)}
+        async def read(tx: Any) -> dict[str, AttemptRow]:
+            return {row.attempt_id: row for row in await tx.find(ATTEMPTS_BINDING, finders.all_attempts, {}, 10_000)}
 
-        return self.runner.run(read())
+        # One read transaction through store.run (SQLite: one hop to the connection's thread).
+        return self.runner.run(self.ledgers[0].store.run(read, write=False))
 
     @invariant()
     def every_attempt_equals_the_model(self) -> None:

@@ -582,15 +582,15 @@ class RunLockstep(LockstepBase):
     # --- after every step ------------------------------------------------------------------------
 
     def dump(self) -> tuple[dict[str, Any], ...]:
-        async def read() -> tuple[dict[str, Any], ...]:
-            async with self.ledgers[0].store.transaction(write=False) as tx:
-                tables = []
-                for binding in (RUNS_BINDING, DELIVERIES_BINDING, CONSENTS_BINDING, AGENT_JOBS_BINDING):
-                    rows = await tx.find(binding, _ALL, {}, 100_000)
-                    tables.append({getattr(row, binding.key_field): row for row in rows})
-                return tuple(tables)
+        async def read(tx: Any) -> tuple[dict[str, Any], ...]:
+            tables = []
+            for binding in (RUNS_BINDING, DELIVERIES_BINDING, CONSENTS_BINDING, AGENT_JOBS_BINDING):
+                rows = await tx.find(binding, _ALL, {}, 100_000)
+                tables.append({getattr(row, binding.key_field): row for row in rows})
+            return tuple(tables)
 
-        return self.runner.run(read())
+        # One read transaction through store.run (SQLite: one hop to the connection's thread).
+        return self.runner.run(self.ledgers[0].store.run(read, write=False))
 
     def model_rows(self) -> tuple[dict[str, Any], ...]:
         return self.model.snapshot()
