@@ -98,6 +98,9 @@ class LockstepBase(RuleBasedStateMachine):
         self.counter.examples += 1
         self.db_url = adapter_support.migrated_database_for_machine(self.database, pathlib.Path(self.workdir.name))
         self.clock = Clock()
+        self.step_dump: Any = None
+        """Every stored row, as a racing rule read them at the end of its step (see
+        :meth:`rows_after_step`); cleared when anything runs against the database."""
 
     @classmethod
     def key(cls) -> str:
@@ -123,7 +126,19 @@ class LockstepBase(RuleBasedStateMachine):
             return await coroutine
 
         self.clock.seen.clear()
+        self.step_dump = None
         return outcome(lambda: self.runner.run(call()))
+
+    def dump(self) -> Any:
+        """Every stored row (machines whose racing rules compare them define it)."""
+        raise NotImplementedError
+
+    def rows_after_step(self) -> Any:
+        """The stored rows for the after-every-step invariant: the ones a racing rule
+        already read as its step's last database call (nothing ran since, so a second
+        read would return the same), else a fresh :meth:`dump`."""
+        dumped, self.step_dump = self.step_dump, None
+        return self.dump() if dumped is None else dumped
 
     def expect(self, actual: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
         self.counter.steps += 1
