@@ -99,6 +99,7 @@ def prepare_machine_databases(kind: str, request: pytest.FixtureRequest) -> None
     assert kind in AVAILABLE_DATABASES
     if kind == "postgresql":
         bind_server(request)
+        request.addfinalizer(drop_spare_databases)
 
 
 def new_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
@@ -111,11 +112,86 @@ def new_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
 _TEMPLATES: dict[str, str] = {}
 """A migrated database per kind (and server), made once per process: lockstep runs copy it."""
 
+_TEMPLATE_ROWS: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
+"""Per PostgreSQL template: the rows of every table ``upgrade`` left non-empty (its
+migration ledger), which an emptied database must still hold unchanged."""
+
+_SPARE: dict[str, list[str]] = {}
+"""Per PostgreSQL template: databases a finished run handed back, emptied to equal it."""
+
+_TABLES_BY_SIZE = (
+    "SELECT c.relname, pg_relation_size(c.oid) > 0 FROM pg_class c"
+    " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' ORDER BY c.relname"
+)
+
+
+async def _pg_written_tables(connection: Any) -> tuple[list[str], list[str]]:
+    """(tables with storage, tables without): a table never written has no page."""
+    rows = await connection.fetch(_TABLES_BY_SIZE)
+    return [name for name, used in rows if used], [name for name, used in rows if not used]
+
+
+async def _pg_template_rows(db_url: str) -> dict[str, list[tuple[Any, ...]]]:
+    import asyncpg
+
+    connection = await asyncpg.connect(db_url)
+    try:
+        written, _ = await _pg_written_tables(connection)
+        return {name: sorted(tuple(r) for r in await connection.fetch(f"SELECT * FROM {name}")) for name in written}
+    finally:
+        await connection.close()
+
+
+async def _pg_empty(db_url: str, template_rows: dict[str, list[tuple[Any, ...]]]) -> bool:
+    """Return a used lockstep database to its template's state: TRUNCATE every table a run
+    wrote (new, empty files, as in a fresh copy), after checking that the template's own
+    rows are unchanged and that no statistics were gathered meanwhile (a fresh copy has
+    none). False (the caller drops it instead) when any check fails."""
+    import asyncpg
+
+    connection = await asyncpg.connect(db_url)
+    try:
+        await connection.execute("SET lock_timeout = '10s'")
+        for name, rows in template_rows.items():
+            if sorted(tuple(r) for r in await connection.fetch(f"SELECT * FROM {name}")) != rows:
+                return False
+        analyzed = await connection.fetchval(
+            "SELECT count(*) FROM pg_statistic s JOIN pg_class c ON c.oid = s.starelid"
+            " WHERE c.relnamespace = current_schema()::regnamespace"
+        )
+        if analyzed:
+            return False
+        written, _ = await _pg_written_tables(connection)
+        emptied = [name for name in written if name not in template_rows]
+        if emptied:
+            await connection.execute(f"TRUNCATE {', '.join(emptied)}")
+        return True
+    except (asyncpg.PostgresError, OSError):
+        return False
+    finally:
+        await connection.close()
+
+
+async def _pg_without_autovacuum(db_url: str) -> None:
+    """Autovacuum off on a database kept for reuse: a fresh copy lives under a second and
+    is never vacuumed or analyzed; a reused one lives as long as the test."""
+    import asyncpg
+
+    connection = await asyncpg.connect(db_url)
+    try:
+        written, unwritten = await _pg_written_tables(connection)
+        for name in written + unwritten:
+            await connection.execute(f"ALTER TABLE {name} SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)")
+    finally:
+        await connection.close()
+
 
 def migrated_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
     """A fresh database holding exactly what ``upgrade`` creates, copied from a template
     migrated once per process (a state-machine run starts hundreds of them; migrating
-    each would cost most of the run)."""
+    each would cost most of the run). On PostgreSQL a database an earlier run handed back
+    (``release_database_for_machine``), emptied to the same state, is taken first:
+    CREATE DATABASE copies the whole catalog and cost about half of a run's time."""
     from tenure.adapters import upgrade
 
     template_key = kind if kind == "sqlite" else f"{kind}:{_SERVER_DSN[0]}"
@@ -126,20 +202,50 @@ def migrated_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
         else:
             template = create_pg_database(_SERVER_DSN[0])
         _run_async(upgrade(template))
+        if kind == "postgresql":
+            _TEMPLATE_ROWS[template_key] = _run_async(_pg_template_rows(template))
         _TEMPLATES[template_key] = template
     template = _TEMPLATES[template_key]
     if kind == "sqlite":
         target = workdir / "lockstep.db"
         shutil.copyfile(sqlite_path(template), target)
         return f"sqlite:///{target}"
+    spare = _SPARE.setdefault(template_key, [])
+    if spare:
+        return spare.pop()
     name = "tenure_" + uuid.uuid4().hex[:16]
     _run_async(_pg(_SERVER_DSN[0], f"CREATE DATABASE {name} TEMPLATE {template.rsplit('/', 1)[1]}", ()))
     return _with_database(_SERVER_DSN[0], name)
 
 
-def drop_database_for_machine(kind: str, db_url: str) -> None:
-    if kind == "postgresql":
-        drop_pg_database(db_url)
+def release_database_for_machine(kind: str, db_url: str, *, reuse: bool) -> None:
+    """The end of a run's database. PostgreSQL: with ``reuse`` (the run closed everything
+    it opened), emptied and kept for the next run; otherwise, or if it cannot be emptied
+    to the template's state, dropped."""
+    if kind != "postgresql":
+        return
+    template_key = f"{kind}:{_SERVER_DSN[0]}"
+    if reuse and _run_async(_pg_empty(db_url, _TEMPLATE_ROWS[template_key])):
+        if db_url not in _REUSED:
+            _run_async(_pg_without_autovacuum(db_url))
+            _REUSED.add(db_url)
+        _SPARE.setdefault(template_key, []).append(db_url)
+        return
+    _REUSED.discard(db_url)
+    drop_pg_database(db_url)
+
+
+_REUSED: set[str] = set()
+"""Databases kept for reuse (their autovacuum is off)."""
+
+
+def drop_spare_databases() -> None:
+    """Drop the databases kept for reuse (after each lockstep test)."""
+    for spare in _SPARE.values():
+        while spare:
+            url = spare.pop()
+            _REUSED.discard(url)
+            drop_pg_database(url)
 
 
 def store_module(kind: str) -> Any:
