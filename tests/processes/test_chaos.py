@@ -14,28 +14,32 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import os
+import multiprocessing
 import pathlib
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from adapter_support import pg_ctl, private_pg_server
+import chaos_worker
 import paths
+import pytest
+from adapter_support import pg_ctl, private_pg_server
+
 from tenure.adapters import ValidationJobSource, upgrade
 from tenure.model import ValidationJob, WorkerConfig
 
 pytestmark = pytest.mark.slow
 
 ROOT = paths.ROOT
-WORKER = paths.SUPPORT / "chaos_worker.py"
 CHAOS_MAX_ATTEMPTS = 10_000
+
+
+FORK_SERVER = multiprocessing.get_context("forkserver")
+"""Worker processes are forked from a server that imported tenure once: a restarted
+worker starts working at once, instead of spending its first second importing (with a
+kill every 0.2-0.6 s, imports were most of every worker's life and most of the run)."""
+FORK_SERVER.set_forkserver_preload(["chaos_worker"])
 
 
 class Workers:
@@ -43,7 +47,7 @@ class Workers:
 
     def __init__(self, db_url: str, log_path: pathlib.Path, count: int, lease_s: float, rng: random.Random) -> None:
         self.db_url, self.log_path, self.lease_s, self.rng = db_url, log_path, lease_s, rng
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.processes: dict[str, multiprocessing.process.BaseProcess] = {}
         self.names: dict[str, str] = {}
         self.kills = 0
         self.exit_codes: list[int] = []
@@ -55,10 +59,11 @@ class Workers:
         self._serial += 1
         name = f"{slot}-{self._serial}"
         self.names[slot] = name
-        self.processes[slot] = subprocess.Popen(
-            [sys.executable, "-P", str(WORKER), self.db_url, str(self.log_path), name, str(self._serial), str(self.lease_s)],
-            stdout=subprocess.DEVNULL, stderr=(self.log_path.parent / f"{name}.stderr").open("wb"),
-        )
+        process = FORK_SERVER.Process(target=chaos_worker.run_process, args=(
+            self.db_url, str(self.log_path), name, self._serial, self.lease_s, str(self.log_path.parent / f"{name}.stderr"),
+        ))
+        process.start()
+        self.processes[slot] = process
 
     def _working(self) -> list[str]:
         """Slots whose current process has finished at least one job (logged a completion,
@@ -77,23 +82,23 @@ class Workers:
             return
         slot = self.rng.choice(working)
         process = self.processes[slot]
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        process.kill()  # SIGKILL
+        process.join()
         self.kills += 1
         self._start(slot)
 
     def reap_exited(self) -> None:
         """A worker that exited on its own is recorded (and replaced)."""
         for slot, process in list(self.processes.items()):
-            if process.poll() is not None:
-                self.exit_codes.append(process.returncode)
+            if process.exitcode is not None:
+                self.exit_codes.append(process.exitcode)
                 self._start(slot)
 
     def stop(self) -> None:
         for process in self.processes.values():
-            process.send_signal(signal.SIGKILL)
+            process.kill()
         for process in self.processes.values():
-            process.wait()
+            process.join()
 
 
 def read_log(path: pathlib.Path) -> list[dict[str, Any]]:

@@ -104,5 +104,14 @@ async def main(db_url: str, log_path: str, worker: str, seed: int, lease_s: floa
         raise SystemExit(RAW_EXCEPTION_EXIT) from None
 
 
+def run_process(db_url: str, log_path: str, worker: str, seed: int, lease_s: float, stderr_path: str) -> None:
+    """The worker process's body when a fork server starts it (test_chaos.py): its
+    output goes where a started interpreter's would, then :func:`main` runs."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+    asyncio.run(main(db_url, log_path, worker, seed, lease_s))
+
+
 if __name__ == "__main__":
     asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])))
