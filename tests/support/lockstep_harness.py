@@ -144,6 +144,57 @@ class LockstepBase(RuleBasedStateMachine):
         self.counter.steps += 1
         assert actual == expected, f"adapter {actual!r} != model {expected!r}"
 
+    # --- two calls at once ----------------------------------------------------------------
+    #
+    # A racing rule runs two calls concurrently and asks whether one serial order of the
+    # two kernel decisions explains what the database did. Every model takes part through
+    # one protocol: ``self.model.snapshot()`` / ``self.model.restore(saved)`` (its records
+    # as a value, and back) and :meth:`model_rows` (its records as :meth:`dump` reads the
+    # database's).
+
+    def model_rows(self) -> Any:
+        """The model's records, comparable with :meth:`dump`."""
+        raise NotImplementedError
+
+    def model_outcome(self, call: Callable[[], Any]) -> tuple[Any, ...]:
+        """A model step's answer as :meth:`run` reports the adapter's."""
+        return outcome(call)
+
+    def race(self, calls: list[Callable[[], Any]], model_steps: list[Callable[[int], Any]],
+             normalize: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda answer: answer) -> None:
+        """Run two adapter calls at once; the database must have done what one serial
+        order of the two kernel decisions does, at the times its transactions read. (The
+        serial order of two calls on one row follows their database times: the later
+        call's clock was read after the earlier one's lock ended; their times are
+        reported as each call's decision is made, which for one-statement writes need
+        not be in clock order, hence sorted.)"""
+        async def both() -> list[tuple[Any, ...]]:
+            async def one(call: Callable[[], Any]) -> tuple[Any, ...]:
+                try:
+                    return ("ok", await call())
+                except TenureError as error:
+                    return ("error", error.code.value, error.reason)
+
+            return list(await asyncio.gather(*(one(call) for call in calls)))
+
+        self.clock.seen.clear()
+        actual = [normalize(answer) for answer in self.runner.run(both())]
+        times = sorted(self.clock.take_all())
+        assert len(times) == 2, f"one transaction per call, saw {len(times)}"
+        stored = self.dump()
+        before = self.model.snapshot()
+        for order in ((0, 1), (1, 0)):
+            self.model.restore(before)
+            expected: list[tuple[Any, ...]] = [(), ()]
+            for position, index in enumerate(order):
+                expected[index] = normalize(self.model_outcome(
+                    lambda index=index, position=position: model_steps[index](times[position])))
+            if expected == actual and self.model_rows() == stored:
+                self.counter.steps += 1
+                self.step_dump = stored  # the invariant compares every row with the model next
+                return
+        raise AssertionError(f"no serial order explains {actual!r}")
+
 
 def machine_for(base: type[LockstepBase], database: str, *, only: frozenset[str] | None = None) -> type[LockstepBase]:
     """The lockstep machine of ``base`` for ``database``; with ``only``, every other rule

@@ -9,7 +9,6 @@ database must then have done what one of the two serial orders does.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from typing import Any
 
@@ -19,7 +18,7 @@ from hypothesis.stateful import invariant, rule
 
 import adapter_support
 from attempt_fakes import spec
-from lockstep_harness import LockstepBase, budget, machine_for, outcome, run_lockstep
+from lockstep_harness import LockstepBase, budget, machine_for, run_lockstep
 from tenure.adapters import AttemptLedger
 from tenure.adapters.attempts.ledger import _row_of
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
@@ -70,6 +69,12 @@ class AttemptModel:
 
     def __init__(self) -> None:
         self.rows: dict[str, AttemptRow] = {}
+
+    def snapshot(self) -> dict[str, AttemptRow]:
+        return dict(self.rows)
+
+    def restore(self, saved: dict[str, AttemptRow]) -> None:
+        self.rows = dict(saved)
 
     def _apply(self, attempt_id: str, command: Any, now: int) -> Any:
         decision = decide(self.rows.get(attempt_id), command, now)
@@ -157,8 +162,8 @@ class AttemptLockstep(LockstepBase):
     def fresh_egress(self, allowed: bool) -> EgressDecision:
         return EgressDecision(decision_id=f"egress-fresh-{next(self.egress_serial)}", allowed=allowed, policy_revision="p")
 
-    def model_outcome(self, call: Any) -> tuple[Any, ...]:
-        return outcome(call)
+    def model_rows(self) -> dict[str, AttemptRow]:
+        return self.model.rows
 
     # --- rules ----------------------------------------------------------------------------
 
@@ -231,44 +236,6 @@ class AttemptLockstep(LockstepBase):
 
     # --- two ledgers at once ------------------------------------------------------------------
 
-    def _race(self, attempt_id: str, calls: list[Any], model_steps: list[Any]) -> None:
-        """Run two ledger calls at once; the database must have done what one serial order
-        of the two kernel decisions does (at the times its transactions read)."""
-        async def both() -> list[tuple[Any, ...]]:
-            async def one(call: Any) -> tuple[Any, ...]:
-                try:
-                    return ("ok", await call())
-                except TenureError as error:
-                    return ("error", error.code.value, error.reason)
-
-            return list(await asyncio.gather(*(one(call) for call in calls)))
-
-        self.clock.seen.clear()
-        actual = self.runner.run(both())
-        # The serial order of two calls on one row follows their database times: the
-        # later call's clock was read after the earlier one's lock ended. (Their times
-        # are reported as each call's decision is made, which for one-statement writes
-        # need not be in clock order.)
-        times = sorted(self.clock.take_all())
-        assert len(times) == 2, f"one transaction per call, saw {len(times)}"
-        dumped = self.dump()
-        stored = dumped.get(attempt_id)
-        before = dict(self.model.rows)
-        explanations = []
-        for order in ((0, 1), (1, 0)):
-            self.model.rows = dict(before)
-            expected: list[tuple[Any, ...]] = [(), ()]
-            for position, index in enumerate(order):
-                expected[index] = self.model_outcome(lambda index=index, position=position: model_steps[index](times[position]))
-            explanations.append((expected, self.model.rows.get(attempt_id), dict(self.model.rows)))
-        for expected, row, rows in explanations:
-            if expected == actual and row == stored:
-                self.model.rows = rows
-                self.counter.steps += 1
-                self.step_dump = dumped  # the invariant compares every row with the model next
-                return
-        raise AssertionError(f"no serial order explains {actual!r} (stored {stored!r})")
-
     @rule(data=st.data(), lease=st.sampled_from(LEASES))
     def concurrent_first_submissions(self, data: st.DataObject, lease: float) -> None:
         attempt_id = data.draw(st.sampled_from(self.known()))
@@ -277,7 +244,7 @@ class AttemptLockstep(LockstepBase):
                  for ledger, egress in zip(self.ledgers, egresses, strict=True)]
         steps = [lambda now, egress=egress: self.model.begin_submit(attempt_id, egress, False, _lease_us(lease), now)
                  for egress in egresses]
-        self._race(attempt_id, calls, steps)
+        self.race(calls, steps)
 
     @rule(data=st.data(), first=lookups, second=lookups)
     def racing_observations(self, data: st.DataObject, first: Any, second: Any) -> None:
@@ -287,7 +254,7 @@ class AttemptLockstep(LockstepBase):
                  for ledger, lookup in zip(self.ledgers, lookups_, strict=True)]
         steps = [lambda now, lookup=lookup: self.model.command(attempt_id, _reconcile_command(lookup), now)
                  for lookup in lookups_]
-        self._race(attempt_id, calls, steps)
+        self.race(calls, steps)
 
     # --- after every step ------------------------------------------------------------------------
 

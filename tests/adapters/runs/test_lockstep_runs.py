@@ -11,15 +11,13 @@ key): the database must then have done what one serial order of the two does.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import adapter_support
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, precondition, rule
+from hypothesis.stateful import invariant, rule
 from lockstep_harness import LockstepBase, budget, machine_for, outcome, run_lockstep
 
 from tenure.adapters import InMemoryBroker, RunLedger
@@ -36,7 +34,7 @@ from tenure.kernel.agent_jobs.record import AgentJobRow
 from tenure.kernel.consents import machine as consent_machine
 from tenure.kernel.consents.commands import CancelPending, CreateConsent, DecideConsent
 from tenure.kernel.consents.record import ConsentRow
-from tenure.kernel.core import Applied, Condition, Finder, Refused
+from tenure.kernel.core import Applied, Finder, Refused
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import (
     Admit,
@@ -498,36 +496,6 @@ class RunLockstep(LockstepBase):
         self.expect(actual, outcome(lambda: self.model.finish_cancel(run_id, seq, hop, now)))
 
     # --- two ledgers at once ------------------------------------------------------------------
-
-    def race(self, calls: list[Callable[[], Any]], model_steps: list[Callable[[int], Any]],
-             normalize: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda answer: answer) -> None:
-        """Run two ledger calls at once; the database must have done what one serial order
-        of the two kernel decisions does (at the times its transactions read)."""
-        async def both() -> list[tuple[Any, ...]]:
-            async def one(call: Callable[[], Any]) -> tuple[Any, ...]:
-                try:
-                    return ("ok", await call())
-                except TenureError as error:
-                    return ("error", error.code.value, error.reason)
-
-            return list(await asyncio.gather(*(one(call) for call in calls)))
-
-        self.clock.seen.clear()
-        actual = [normalize(answer) for answer in self.runner.run(both())]
-        times = sorted(self.clock.take_all())
-        assert len(times) == 2, f"one transaction per call, saw {len(times)}"
-        stored = self.dump()
-        before = self.model.snapshot()
-        for order in ((0, 1), (1, 0)):
-            self.model.restore(before)
-            expected: list[tuple[Any, ...]] = [(), ()]
-            for position, index in enumerate(order):
-                expected[index] = normalize(outcome(lambda index=index, position=position: model_steps[index](times[position])))
-            if expected == actual and self.model_rows() == stored:
-                self.counter.steps += 1
-                self.step_dump = stored  # the invariant compares every row with the model next
-                return
-        raise AssertionError(f"no serial order explains {actual!r}")
 
     @rule(data=st.data())
     def two_claimers_of_one_hop(self, data: st.DataObject) -> None:
