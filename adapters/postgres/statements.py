@@ -32,7 +32,7 @@ from typing import Any
 
 from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, SetValue
 
-from ..core.sql import POSTGRESQL, compile_finder
+from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder
 from ..core.store import Expected, Probe
 from ..core.tables import Binding, RowCodec, qualified
 
@@ -96,7 +96,8 @@ def with_clock(locking_select: str) -> str:
     )
 
 
-def snapshot_sql(parts: Sequence[tuple[str, str, str | None]]) -> str:
+@functools.cache
+def snapshot_sql(parts: tuple[tuple[str, str, str | None], ...]) -> str:
     """One statement answering every probe after reading the clock first: ``parts`` are
     (kind, finder SQL with ``:now`` meaning the clock, field column). The rows probe (at
     most one, last) is a materialized CTE joined so that the statement returns one row
@@ -392,7 +393,7 @@ def literal(text: str) -> str:
 def clear_statement_cache() -> None:
     """Forget the decided-ahead statements built so far (tests that replace a part of
     their SQL, such as :data:`CLOCK_AFTER_LOCKS`, rebuild them)."""
-    for built in (ahead_sql, ahead_one_sql, insert_sql):
+    for built in (ahead_sql, ahead_one_sql, insert_sql, _probe_text, _claim_text, pick_sql, snapshot_sql):
         built.cache_clear()
 
 
@@ -455,17 +456,58 @@ def pick_sql(
 
 
 
+@functools.cache
+def _probe_text(binding: Binding, schema: str | None, finder: Finder, kind: str, limited: bool,
+                prefix: str) -> tuple[str, CompiledFinder]:
+    """A probe's SELECT with its parameters renamed under ``prefix`` (``:now`` stays, for
+    the statement to spell as its clock), and its compiled finder; built once per shape."""
+    finder = finder if kind == "rows" else dataclasses.replace(finder, lock="none")
+    compiled = compile_finder(binding, finder, POSTGRESQL, schema, limited=limited)
+    return PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":{prefix}_{m.group(1)}", compiled.sql), compiled
+
+
+def _bind(compiled: CompiledFinder, values: Mapping[str, Any], prefix: str, parameters: dict[str, Any]) -> None:
+    """``values`` as ``compiled``'s driver parameters renamed under ``prefix`` (added to
+    ``parameters``); ``:now`` is the statement's clock, spelled in its SQL."""
+    bound = compiled.parameters({**values, "now": 0})
+    bound.pop("now", None)
+    parameters.update({f"{prefix}_{name}": value for name, value in bound.items()})
+
+
 def probe_sql(binding: Binding, schema: str | None, probe: Probe, prefix: str, parameters: dict[str, Any]) -> str:
     """A probe's SELECT with its parameters renamed under ``prefix`` (added to
     ``parameters``) so that several probes share one statement; ``:now`` stays, for the
-    statement to spell as its clock."""
-    finder = probe.finder if probe.kind == "rows" else dataclasses.replace(probe.finder, lock="none")
-    compiled = compile_finder(binding, finder, POSTGRESQL, schema, limited=probe.limit is not None)
-    values = {**probe.parameters, "now": 0}  # :now is the clock, spelled in the SQL
-    bound = compiled.parameters(values if probe.limit is None else {**values, "limit": probe.limit})
-    bound.pop("now", None)
-    parameters.update({f"{prefix}_{name}": value for name, value in bound.items()})
-    return PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":{prefix}_{m.group(1)}", compiled.sql)
+    statement to spell as its clock. The text is built once per probe shape: a call only
+    binds the probe's values."""
+    text, compiled = _probe_text(binding, schema, probe.finder, probe.kind, probe.limit is not None, prefix)
+    _bind(compiled, probe.parameters if probe.limit is None else {**probe.parameters, "limit": probe.limit},
+          prefix, parameters)
+    return text
+
+
+ProbeShape = tuple[Finder, str, bool]
+"""What a probe's SQL depends on: its finder, its kind and whether it is limited."""
+
+
+def _shape(probe: Probe) -> ProbeShape:
+    return (probe.finder, probe.kind, probe.limit is not None)
+
+
+@functools.cache
+def _claim_text(
+    binding: Binding, schema: str | None, pick: ProbeShape, check: Finder, blockers: tuple[ProbeShape, ...],
+    rewrite: Rewrite, types: tuple[tuple[str, str], ...],
+) -> tuple[str, tuple[tuple[str, str], ...], CompiledFinder]:
+    """:func:`claim_statement`'s text, attributes and compiled check, built once per shape
+    (no regular expression or string assembly on a claim's hot path)."""
+    pick_select, _ = _probe_text(binding, schema, *pick, "pick")
+    blocker_sql = tuple(_probe_text(binding, schema, *blocker, f"block{number}")[0]
+                        for number, blocker in enumerate(blockers))
+    compiled_check = compile_finder(binding, check, POSTGRESQL, schema)
+    check_where = PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":check_{m.group(1)}", compiled_check.where)
+    order = ", ".join(binding.column_of(field).name for field in pick[0].order)
+    sql, attributes = pick_sql(binding, schema, pick_select, order, blocker_sql, check_where, rewrite, types)
+    return sql.replace(":now", "(SELECT now FROM clock)"), attributes, compiled_check
 
 
 def claim_statement(
@@ -475,14 +517,11 @@ def claim_statement(
     """The claim fast path's statement (:func:`pick_sql`) for its probes and check (their
     parameters added to ``parameters``), with ``:now`` spelled as its clock, and the
     command attributes it reads."""
-    pick_select = probe_sql(binding, schema, pick, "pick", parameters)
-    blocker_sql = tuple(probe_sql(binding, schema, blocker, f"block{number}", parameters)
-                        for number, blocker in enumerate(blockers))
-    compiled_check = compile_finder(binding, check, POSTGRESQL, schema)
-    check_where = PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":check_{m.group(1)}", compiled_check.where)
-    check_values = compiled_check.parameters({"now": 0})
-    check_values.pop("now", None)
-    parameters.update({f"check_{name}": value for name, value in check_values.items()})
-    order = ", ".join(binding.column_of(field).name for field in pick.finder.order)
-    sql, attributes = pick_sql(binding, schema, pick_select, order, blocker_sql, check_where, rewrite, types)
-    return sql.replace(":now", "(SELECT now FROM clock)"), attributes
+    sql, attributes, compiled_check = _claim_text(binding, schema, _shape(pick), check,
+                                                  tuple(_shape(blocker) for blocker in blockers), rewrite, types)
+    for prefix, probe in (("pick", pick), *((f"block{number}", blocker) for number, blocker in enumerate(blockers))):
+        compiled = _probe_text(binding, schema, *_shape(probe), prefix)[1]
+        _bind(compiled, probe.parameters if probe.limit is None else {**probe.parameters, "limit": probe.limit},
+              prefix, parameters)
+    _bind(compiled_check, {}, "check", parameters)
+    return sql, attributes

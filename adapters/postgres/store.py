@@ -133,7 +133,7 @@ class PostgresTransaction(SharedPrimitives):
             column = None if probe.field is None else binding.column_of(probe.field).name
             parts.append((probe.kind, sql, column))
         assert [kind for kind, _, _ in parts].count("rows") <= 1 and all(kind != "rows" for kind, _, _ in parts[:-1])
-        rows = await self._fetch(statements.snapshot_sql(parts), parameters)
+        rows = await self._fetch(statements.snapshot_sql(tuple(parts)), parameters)
         first = rows[0]
         self._observe(first[0])
         answers: list[Any] = []
