@@ -37,6 +37,7 @@ too).
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -187,13 +188,26 @@ class Moment(int):
         return f"Moment(now{self.offset:+d})"
 
 
+_SLOTS: dict[type, tuple[tuple[str, Any], ...]] = {}
+"""Per record type: each slot's name and descriptor, read once."""
+
+
+def _slots_of(kind: type) -> tuple[tuple[str, Any], ...]:
+    slots = _SLOTS.get(kind)
+    if slots is None:
+        slots = _SLOTS[kind] = tuple((name, getattr(kind, name)) for name in getattr(kind, "__slots__"))
+    return slots
+
+
 def _replaced(record: Any, changes: Mapping[str, Any]) -> Any:
     """``dataclasses.replace`` for a record (a slotted dataclass) on the hot path: the
-    slots copied directly, without replace's per-call introspection and ``__init__``."""
+    slots copied through their own descriptors, without replace's per-call introspection,
+    ``__init__`` or the frozen ``__setattr__`` guard (the new record is not shared until
+    returned)."""
     kind = type(record)
     new = object.__new__(kind)
-    for name in kind.__slots__:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(record, name))
+    for name, slot in _slots_of(kind):
+        slot.__set__(new, changes[name] if name in changes else slot.__get__(record))
     return new
 
 
@@ -224,6 +238,10 @@ class Ahead:
         return Applied(_replaced(decision.new_record, moved), decision.reply)
 
 
+_FLAT = frozenset({str, int, bool, float, type(None)})
+"""Types whose values hold no Moment inside (a Moment is its own type, never one of these)."""
+
+
 def _plain(value: Any, relative: dict[str, int]) -> Any:
     """``value`` (a decided record) with every Moment field replaced by its value at the
     reference time, noting its offset in ``relative``. Raises AheadUnsupported when a
@@ -232,14 +250,16 @@ def _plain(value: Any, relative: dict[str, int]) -> Any:
     if value is None or not dataclasses.is_dataclass(value):
         return value
     changes: dict[str, int] = {}
-    for field in dataclasses.fields(value):
-        item = getattr(value, field.name)
-        if isinstance(item, Moment):
-            relative[field.name] = item.offset
-            changes[field.name] = int(item)
-        elif isinstance(item, tuple) or (dataclasses.is_dataclass(item) and not isinstance(item, type)):
-            if _holds_moment(item):
-                raise AheadUnsupported
+    for name, slot in _slots_of(type(value)):
+        item = slot.__get__(value)
+        kind = type(item)
+        if kind is Moment:
+            relative[name] = item.offset
+            changes[name] = int(item)
+        elif kind in _FLAT or isinstance(item, enum.Enum):
+            continue
+        elif _holds_moment(item):
+            raise AheadUnsupported
     return _replaced(value, changes) if changes else value
 
 
