@@ -359,7 +359,10 @@ class Worker:
     - ``concurrency``: handlers running at once at most (1..1000); a claim whose handler
       has ended no longer counts while its outcome is written, so the next claim
       overlaps that write;
-    - ``batch_size``: jobs claimed per claim call, at most the free slots (1..1000);
+    - ``batch_size``: the most jobs one claim call asks for (1..1000), and never more
+      than the free slots. Claims start at one job and double while they come back full
+      (a backlog is drained in batches), back to one when a claim comes back short (a
+      trickle of jobs is spread over the workers instead of batched into one);
     - ``idle_wait_s``: the longest idle wait between claim attempts (SQLite: the polling
       bound; PostgreSQL: the fallback poll behind LISTEN/NOTIFY);
     - ``shutdown_grace_s``: how long in-flight handlers may run after ``stop``.
@@ -392,6 +395,9 @@ class Worker:
         self.worker_id: str = worker_id
         self.concurrency = _count(concurrency, "concurrency", MAX_CONCURRENCY)
         self.batch_size = _count(batch_size, "batch_size", MAX_BATCH)
+        self._claim_size = 1
+        """Jobs the next claim call asks for: 1 at first, doubled while claims come back
+        full (up to ``batch_size``), back to 1 when one comes back short."""
         self.idle_wait_s = _seconds(idle_wait_s, "idle_wait_s", minimum=0.0, maximum=MAX_IDLE_WAIT_S, inclusive=False)
         self.shutdown_grace_s = _seconds(shutdown_grace_s, "shutdown_grace_s", minimum=0.0, maximum=MAX_GRACE_S,
                                          inclusive=True)
@@ -492,17 +498,21 @@ class Worker:
             self._wake.clear()
             self._slot_freed.clear()
             settled_before = self._settled
-            # Up to MAX_PARALLEL_CLAIMS claim calls at once, each of at most batch_size.
-            sizes = [min(self.batch_size, free - start)
-                     for start in range(0, free, self.batch_size)][:MAX_PARALLEL_CLAIMS]
+            # Up to MAX_PARALLEL_CLAIMS claim calls at once, each of the current claim size.
+            size = self._claim_size
+            sizes = [min(size, free - start) for start in range(0, free, size)][:MAX_PARALLEL_CLAIMS]
             answers = await asyncio.gather(*(self._claim_and_start(size) for size in sizes))
             if None in answers:  # the database failed: pause, then try again
                 await self._wait_for(stop, [], poll)
                 poll = min(poll * 2, self.idle_wait_s)
                 continue
             if sum(answers) == sum(sizes):  # type: ignore[arg-type]
+                # Every claim came back full: a backlog. Claim more per round trip.
+                self._claim_size = min(size * 2, self.batch_size)
                 poll = FIRST_POLL_S
                 continue
+            # A claim came back short: a trickle, spread over the workers one job at a time.
+            self._claim_size = 1
             # Nothing more is claimable now.
             if until_idle:
                 # A job that settled while the claim was under way may have sent a retry

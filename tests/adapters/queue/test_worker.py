@@ -568,3 +568,38 @@ async def test_concurrency_bounds_the_handlers_running_at_once(db_url: str) -> N
 
         stats = await Worker(source, handler, concurrency=3, batch_size=2).run_until_idle()
         assert stats.completed == 24 and peak == 3
+
+
+async def test_claims_start_at_one_job_grow_while_they_come_back_full_and_shrink_when_one_comes_back_short(
+    db_url: str,
+) -> None:
+    """A backlog is drained in batches that double up to ``batch_size``; a trickle is
+    claimed one job at a time (a claim that came back short starts over at one)."""
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        await submit(source, 40)
+        asked: list[int] = []
+        one, many = source.claim_next_owned, source.claim_batch_owned
+
+        async def claim_one(owner: str, *, claim_token: str) -> Any:
+            asked.append(1)
+            return await one(owner, claim_token=claim_token)
+
+        async def claim_many(owner: str, *, claim_tokens: list[str]) -> Any:
+            asked.append(len(claim_tokens))
+            return await many(owner, claim_tokens=claim_tokens)
+
+        source.claim_next_owned = claim_one  # type: ignore[method-assign]
+        source.claim_batch_owned = claim_many  # type: ignore[method-assign]
+
+        async def handler(claimed: Any, context: JobContext) -> dict[str, Any]:
+            return {}
+
+        # Many free slots, so the claim sizes are not cut to the slots left.
+        worker = Worker(source, handler, concurrency=64, batch_size=8)
+        stats = await worker.run_until_idle()
+        assert stats.completed == 40
+        assert asked[0] == 1 and all(size <= 8 for size in asked), asked
+        firsts = [asked.index(size) for size in (1, 2, 4, 8)]
+        assert firsts == sorted(firsts), f"claims double while they come back full: {asked}"
+        # The run ended on a claim that came back short: the next claim asks for one job.
+        assert worker._claim_size == 1
