@@ -41,7 +41,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from .core import Applied, Decision, Machine, Refused, select_rule
+from .core import Applied, Decision, Machine, Refused, replaced, select_rule, slots_of
 
 __all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "DEFAULT_SPAN_US"]
 
@@ -188,29 +188,6 @@ class Moment(int):
         return f"Moment(now{self.offset:+d})"
 
 
-_SLOTS: dict[type, tuple[tuple[str, Any], ...]] = {}
-"""Per record type: each slot's name and descriptor, read once."""
-
-
-def _slots_of(kind: type) -> tuple[tuple[str, Any], ...]:
-    slots = _SLOTS.get(kind)
-    if slots is None:
-        slots = _SLOTS[kind] = tuple((name, getattr(kind, name)) for name in getattr(kind, "__slots__"))
-    return slots
-
-
-def _replaced(record: Any, changes: Mapping[str, Any]) -> Any:
-    """``dataclasses.replace`` for a record (a slotted dataclass) on the hot path: the
-    slots copied through their own descriptors, without replace's per-call introspection,
-    ``__init__`` or the frozen ``__setattr__`` guard (the new record is not shared until
-    returned)."""
-    kind = type(record)
-    new = object.__new__(kind)
-    for name, slot in _slots_of(kind):
-        slot.__set__(new, changes[name] if name in changes else slot.__get__(record))
-    return new
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ahead:
     """A decision that holds for every database time in ``[not_before_us, not_after_us)``.
@@ -235,7 +212,7 @@ class Ahead:
         if not self.relative or not isinstance(decision, Applied) or decision.new_record is None:
             return decision
         moved = {field: now_us + offset for field, offset in self.relative.items()}
-        return Applied(_replaced(decision.new_record, moved), decision.reply)
+        return Applied(replaced(decision.new_record, moved), decision.reply)
 
 
 _FLAT = frozenset({str, int, bool, float, type(None)})
@@ -250,7 +227,7 @@ def _plain(value: Any, relative: dict[str, int]) -> Any:
     if value is None or not dataclasses.is_dataclass(value):
         return value
     changes: dict[str, int] = {}
-    for name, slot in _slots_of(type(value)):
+    for name, slot in slots_of(type(value)):
         item = slot.__get__(value)
         kind = type(item)
         if kind is Moment:
@@ -260,7 +237,7 @@ def _plain(value: Any, relative: dict[str, int]) -> Any:
             continue
         elif _holds_moment(item):
             raise AheadUnsupported
-    return _replaced(value, changes) if changes else value
+    return replaced(value, changes) if changes else value
 
 
 def _holds_moment(value: Any) -> bool:

@@ -50,9 +50,34 @@ __all__ = [
     "FromCommand",
     "Increment",
     "AtTime",
+    "replaced",
+    "slots_of",
 ]
 
 R = TypeVar("R")
+
+
+_SLOTS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def slots_of(kind: type) -> tuple[tuple[str, Any], ...]:
+    """A slotted record type's slot names with their descriptors, read once per type."""
+    slots = _SLOTS.get(kind)
+    if slots is None:
+        slots = _SLOTS[kind] = tuple((name, getattr(kind, name)) for name in getattr(kind, "__slots__"))
+    return slots
+
+
+def replaced(record: R, changes: Mapping[str, Any]) -> R:
+    """``dataclasses.replace`` for a record (a slotted dataclass) on a decision's hot
+    path: the slots copied through their own descriptors, skipping replace's per-call
+    introspection, ``__init__`` and the frozen ``__setattr__`` guard (the new record is
+    not shared until returned)."""
+    kind = type(record)
+    new = object.__new__(kind)
+    for name, slot in slots_of(kind):
+        slot.__set__(new, changes[name] if name in changes else slot.__get__(record))
+    return new
 
 
 class _Same(enum.Enum):

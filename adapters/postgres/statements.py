@@ -519,9 +519,8 @@ def claim_statement(
     command attributes it reads."""
     sql, attributes, compiled_check = _claim_text(binding, schema, _shape(pick), check,
                                                   tuple(_shape(blocker) for blocker in blockers), rewrite, types)
-    for prefix, probe in (("pick", pick), *((f"block{number}", blocker) for number, blocker in enumerate(blockers))):
-        compiled = _probe_text(binding, schema, *_shape(probe), prefix)[1]
-        _bind(compiled, probe.parameters if probe.limit is None else {**probe.parameters, "limit": probe.limit},
-              prefix, parameters)
+    probe_sql(binding, schema, pick, "pick", parameters)  # binds its values (the text is in ``sql``)
+    for number, blocker in enumerate(blockers):
+        probe_sql(binding, schema, blocker, f"block{number}", parameters)
     _bind(compiled_check, {}, "check", parameters)
     return sql, attributes

@@ -17,6 +17,7 @@ from typing import Protocol
 from tenure.model import ENVELOPE_TAG, TERMINAL_ATTEMPT_STATES, AttemptState, bounds
 from tenure.model.attempts import MAX_REASON_CHARS, MAX_REFS
 
+from ..core import replaced
 
 __all__ = [
     "is_terminal",
@@ -117,15 +118,9 @@ def step_of(record: AttemptRow | None) -> AttemptStep:
     return _STEP_OF_STATE[record.state]
 
 
-_SLOTS = tuple((field.name, getattr(AttemptRow, field.name)) for field in dataclasses.fields(AttemptRow))
-
-
 def replace_fields(record: AttemptRow, **changes: object) -> AttemptRow:
-    """``dataclasses.replace`` without its per-call introspection (see the queue's)."""
-    new = object.__new__(AttemptRow)
-    for name, slot in _SLOTS:
-        slot.__set__(new, changes[name] if name in changes else slot.__get__(record))
-    return new
+    """``dataclasses.replace`` without its per-call introspection (see :func:`tenure.kernel.core.replaced`)."""
+    return replaced(record, changes)
 
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

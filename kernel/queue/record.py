@@ -14,6 +14,8 @@ import enum
 from tenure.model import JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 
+from ..core import replaced
+
 __all__ = [
     "QueueRow",
     "QueueStep",
@@ -99,17 +101,9 @@ def state_of(record: QueueRow | None) -> QueueStep:
     return _STATE_OF_STATUS[record.status]
 
 
-_SLOTS = tuple((field.name, getattr(QueueRow, field.name)) for field in dataclasses.fields(QueueRow))
-
-
 def replace_fields(record: QueueRow, **changes: object) -> QueueRow:
-    """``dataclasses.replace`` for the decision's hot path: it copies the record slot by
-    slot through the slots' own descriptors, skipping replace's per-call introspection
-    and the frozen ``__setattr__`` guard (the new record is not shared until returned)."""
-    new = object.__new__(QueueRow)
-    for name, slot in _SLOTS:
-        slot.__set__(new, changes[name] if name in changes else slot.__get__(record))
-    return new
+    """``dataclasses.replace`` for the decision's hot path (see :func:`tenure.kernel.core.replaced`)."""
+    return replaced(record, changes)
 
 
 def is_currently_owned(record: QueueRow) -> bool:
