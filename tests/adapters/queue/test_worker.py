@@ -11,9 +11,10 @@ import functools
 import time
 from typing import Any
 
-import pytest
-
 import adapter_support
+import pytest
+from polling import until
+
 from tenure.adapters import (
     FailJob,
     JobContext,
@@ -211,8 +212,14 @@ async def test_a_stalled_handler_is_cancelled_at_its_lease_and_another_worker_fi
         async def finishes(claimed: Any, context: JobContext) -> dict[str, Any]:
             return {"by": "b", "generation": context.generation}
 
-        await asyncio.sleep(0.1)  # the database's lease ends no earlier than the worker's deadline
-        stats_b = await Worker(source_b, finishes, worker_id="worker-b").run_until_idle()
+        # The database's lease ends no earlier than worker A's own deadline, a moment
+        # later on a loaded machine: worker B drains until the job has become claimable
+        # (a hang guard, not a timing).
+        async def drained_by_b() -> Any:
+            stats = await Worker(source_b, finishes, worker_id="worker-b").run_until_idle()
+            return stats if stats.completed else None
+
+        stats_b = await until(drained_by_b, 10, what="worker B finishes the job")
         stop_a.set()
         stats_a = await running_a
         assert (stats_a.claimed, stats_a.completed, stats_a.stale_writes_refused) == (1, 0, 0)
