@@ -83,3 +83,25 @@ class MigrationDialect(Protocol):
         ...
 
     def now_sql(self) -> str: ...
+
+    # --- the row version (step versions_v1; see tenure.adapters.core.tables.ROW_VERSION) ---
+
+    def row_version_setup(self, schema: str | None) -> list[str]:
+        """Statements run once before any table's trigger (a trigger function)."""
+        ...
+
+    def row_version_ddl(self, spec: TableSpec, schema: str | None) -> list[str]:
+        """(Re-)create the trigger that raises the table's row version on every UPDATE."""
+        ...
+
+    def row_version_drop(self, spec: TableSpec, schema: str | None) -> list[str]:
+        """Remove that trigger (before its column is dropped)."""
+        ...
+
+    def row_version_teardown(self, schema: str | None) -> list[str]:
+        """Remove what :meth:`row_version_setup` created (after every trigger is gone)."""
+        ...
+
+    async def row_version_kept(self, tx: Executor, spec: TableSpec, schema: str | None) -> bool:
+        """Whether the table's version trigger exists and is enabled."""
+        ...

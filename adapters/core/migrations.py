@@ -14,6 +14,10 @@ PostgreSQL, when the target schema holds no queue tables but another schema does
 (pycharter keeps them in ``pycharter``), the upgrade refuses and names that schema
 instead of creating empty tables beside them.
 
+Step ``versions_v1`` gives every table a ``row_version`` that an update trigger raises
+(see :data:`tenure.adapters.core.tables.ROW_VERSION`); the upgrade checks each trigger is
+in place and re-creates one that went missing.
+
 ``downgrade`` locks first, then refuses while protected submissions or live owned claims
 remain; otherwise it removes everything the owned step added (columns, indexes,
 ``tenure_migrations``, ``tenure_clock``), leaving pycharter's tables exactly as pycharter
@@ -33,8 +37,8 @@ from .catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
 from .dialects import open_migration_target
 from .migration_report import Check, MigrationReport, refuse_if_failed
 from .registry import RETIREMENT_GUARDS, TABLES
-from .schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl
-from .tables import Step, TableSpec, qualified
+from .schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl, row_version_column_ddl
+from .tables import ROW_VERSION, Step, TableSpec, qualified
 
 __all__ = [
     "upgrade",
@@ -190,6 +194,8 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
                     await recorder.execute(owned_column_ddl(spec, column, dialect.sql_dialect, schema))
             for index in spec.indexes_of(step):
                 await recorder.execute(owned_index_ddl(spec, index, schema))
+        if step is Step.VERSIONS:
+            await _keep_row_versions(dialect, recorder, reader, schema)
         for spec in TABLES:
             # A table created before this step keeps the checks it was created with
             # until the step that widened them replaces them (once: the step records).
@@ -202,6 +208,7 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
         table_checks = _type_checks(dialect, spec, found, later_steps)
         table_checks += _owned_column_checks(dialect, spec, found)
         table_checks += _unique_index_checks(spec, await dialect.indexes(reader, spec.name, schema))
+        table_checks.append(await _row_version_check(dialect, reader, spec, found, schema))
         if all(check.passed for check in table_checks):
             table_checks += await dialect.probe(recorder, spec, schema)
         checks += table_checks
@@ -216,6 +223,38 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
             )
             changed.append(step.value)
     return changed, checks, recorder.statements
+
+
+async def _keep_row_versions(dialect: MigrationDialect, recorder: Recorder, reader: Executor, schema: str | None) -> None:
+    """Step versions_v1: every table gets its row version column (existing rows at 0)
+    and the trigger that raises it; a table whose trigger went missing gets it again."""
+    missing = [spec for spec in TABLES
+               if ROW_VERSION not in await dialect.columns(reader, spec.name, schema)
+               or not await dialect.row_version_kept(reader, spec, schema)]
+    if not missing:
+        return
+    for statement in dialect.row_version_setup(schema):
+        await recorder.execute(statement)
+    for spec in missing:
+        if ROW_VERSION not in await dialect.columns(reader, spec.name, schema):
+            await recorder.execute(row_version_column_ddl(spec, dialect.sql_dialect, schema))
+        for statement in dialect.row_version_ddl(spec, schema):
+            await recorder.execute(statement)
+
+
+async def _row_version_check(
+    dialect: MigrationDialect, reader: Executor, spec: TableSpec, found: dict[str, CatalogColumn], schema: str | None,
+) -> Check:
+    column = found.get(ROW_VERSION)
+    if column is None:
+        problem = "missing_row_version"
+    elif not column.notnull or column.type_key not in ("bigint", "integer"):
+        problem = "row_version_not_a_bigint"
+    elif not await dialect.row_version_kept(reader, spec, schema):
+        problem = "row_version_trigger_missing"
+    else:
+        problem = ""
+    return Check(spec.name, ROW_VERSION, "raised on every update by a trigger", not problem, problem)
 
 
 async def run_downgrade(dialect: MigrationDialect, tx: Executor, schema: str | None) -> tuple[list[str], list[Check], list[str]]:
@@ -246,6 +285,14 @@ async def run_downgrade(dialect: MigrationDialect, tx: Executor, schema: str | N
     for step in reversed(RECORDED_STEPS):
         if step not in applied:
             continue
+        if step is Step.VERSIONS:
+            for spec in TABLES:
+                if ROW_VERSION in await dialect.columns(reader, spec.name, schema):
+                    for statement in dialect.row_version_drop(spec, schema):
+                        await recorder.execute(statement)
+                    await recorder.execute(f"ALTER TABLE {qualified(schema, spec.name)} DROP COLUMN {ROW_VERSION}")
+            for statement in dialect.row_version_teardown(schema):
+                await recorder.execute(statement)
         for spec in TABLES:
             table = qualified(schema, spec.name)
             if spec.created_by is step:

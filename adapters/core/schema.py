@@ -16,7 +16,7 @@ from sqlalchemy import String, Text
 from sqlalchemy.engine import Dialect as SqlDialect
 
 from ..queue.table import QUEUE_TABLES
-from .tables import Codec, ColumnSpec, IndexSpec, TableSpec, qualified
+from .tables import ROW_VERSION, Codec, ColumnSpec, IndexSpec, TableSpec, qualified
 
 __all__ = [
     "MIGRATIONS_TABLE",
@@ -26,6 +26,7 @@ __all__ = [
     "legacy_ddl",
     "owned_column_ddl",
     "owned_index_ddl",
+    "row_version_column_ddl",
     "migrations_ddl",
 ]
 
@@ -68,6 +69,11 @@ def owned_column_ddl(spec: TableSpec, column: ColumnSpec, dialect: SqlDialect, s
     if not column.nullable:
         sql += " NOT NULL"
     return sql
+
+
+def row_version_column_ddl(spec: TableSpec, dialect: SqlDialect, schema: str | None) -> str:
+    """``ALTER TABLE ... ADD COLUMN row_version``: every existing row starts at version 0."""
+    return f"ALTER TABLE {qualified(schema, spec.name)} ADD COLUMN {ROW_VERSION} BIGINT DEFAULT 0 NOT NULL"
 
 
 def owned_index_ddl(spec: TableSpec, index: IndexSpec, schema: str | None) -> str:

@@ -48,6 +48,7 @@ __all__ = [
     "Binding",
     "Codec",
     "Step",
+    "ROW_VERSION",
     "ColumnSpec",
     "IndexSpec",
     "TableSpec",
@@ -129,6 +130,18 @@ class Step(enum.Enum):
     WORKERS = "runs_v3"
     ADMISSION_KEYS = "runs_v4"
     LIVENESS = "runs_v5"
+    VERSIONS = "versions_v1"
+    """A ``row_version`` on every table, kept by the database (:data:`ROW_VERSION`)."""
+
+
+ROW_VERSION = "row_version"
+"""The column every machine table gets from step ``versions_v1``: a ``BIGINT NOT NULL
+DEFAULT 0`` that an update trigger raises on every UPDATE by any writer (tenure,
+pycharter's own code, a plain SQL statement), so that a row changed since it was read
+never shows the version it was read with. It is not part of any record (no
+``ColumnSpec``): the kernel never sees it; the decided-ahead statements compare it
+instead of the whole pre-image. Writers that disable triggers (``session_replication_role
+= replica``, ``ALTER TABLE ... DISABLE TRIGGER``) are outside the guarantee."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

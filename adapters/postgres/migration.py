@@ -27,7 +27,7 @@ from tenure.model.errors import is_authored_word
 from ..core.catalog import CatalogColumn, CatalogIndex, Executor
 from ..core.migration_report import Check
 from ..core.registry import TABLES
-from ..core.tables import ColumnSpec, TableSpec, qualified, sql_dialect
+from ..core.tables import ROW_VERSION, ColumnSpec, TableSpec, qualified, sql_dialect
 from ..queue.table import TABLE_NAMES
 
 __all__ = ["POSTGRESQL_MIGRATION", "PostgresMigration"]
@@ -38,6 +38,10 @@ _TYPE_KEYS = {
     "json": "json", "jsonb": "jsonb", "uuid": "uuid",
 }
 _SCHEMA = "coalesce($2::text, current_schema())"
+VERSION_FUNCTION = "tenure_row_version"
+"""The trigger function that raises :data:`~tenure.adapters.core.tables.ROW_VERSION`."""
+VERSION_TRIGGER = "tenure_row_version"
+"""Its trigger's name on each table (PostgreSQL names triggers per table)."""
 
 
 class PostgresMigration:
@@ -174,6 +178,40 @@ class PostgresMigration:
 
     def now_sql(self) -> str:
         return "clock_timestamp()::text"
+
+    # A BEFORE UPDATE trigger sets the new version from the old one, whatever the
+    # statement wrote to it: every UPDATE by any writer raises it by exactly one.
+
+    def row_version_setup(self, schema: str | None) -> list[str]:
+        return [
+            f"CREATE OR REPLACE FUNCTION {qualified(schema, VERSION_FUNCTION)}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$BEGIN NEW.{ROW_VERSION} := OLD.{ROW_VERSION} + 1; RETURN NEW; END$$"
+        ]
+
+    def row_version_ddl(self, spec: TableSpec, schema: str | None) -> list[str]:
+        return [
+            *self.row_version_drop(spec, schema),
+            f"CREATE TRIGGER {VERSION_TRIGGER} BEFORE UPDATE ON {qualified(schema, spec.name)} "
+            f"FOR EACH ROW EXECUTE FUNCTION {qualified(schema, VERSION_FUNCTION)}()",
+        ]
+
+    def row_version_drop(self, spec: TableSpec, schema: str | None) -> list[str]:
+        return [f"DROP TRIGGER IF EXISTS {VERSION_TRIGGER} ON {qualified(schema, spec.name)}"]
+
+    def row_version_teardown(self, schema: str | None) -> list[str]:
+        return [f"DROP FUNCTION IF EXISTS {qualified(schema, VERSION_FUNCTION)}()"]
+
+    async def row_version_kept(self, tx: Executor, spec: TableSpec, schema: str | None) -> bool:
+        rows = await tx.execute(
+            f"""SELECT count(*) FROM pg_trigger g
+                  JOIN pg_class r ON r.oid = g.tgrelid
+                  JOIN pg_namespace n ON n.oid = r.relnamespace
+                  JOIN pg_proc f ON f.oid = g.tgfoid
+                 WHERE r.relname = $1 AND n.nspname = {_SCHEMA} AND g.tgname = $3 AND f.proname = $4
+                   AND g.tgenabled <> 'D' AND g.tgtype & 19 = 19  -- per row (1), before (2), on update (16)""",
+            [spec.name, schema, VERSION_TRIGGER, VERSION_FUNCTION],
+        )
+        return bool(rows[0][0])
 
 
 POSTGRESQL_MIGRATION = PostgresMigration()

@@ -17,7 +17,8 @@ The whole migration runs in one ``BEGIN IMMEDIATE`` transaction. The catalog com
   is reported as such (``probe_insert_refused``), never as a collation problem.
 
 These checks run at migration time only; privileged schema changes made afterwards are
-outside their guarantee.
+outside their guarantee. Each table's row version is raised by an AFTER UPDATE trigger
+(SQLite's triggers cannot change ``NEW``); a rebuild keeps the versions and the trigger.
 """
 
 from __future__ import annotations
@@ -30,8 +31,16 @@ from tenure.model import TenureError
 
 from ..core.catalog import CatalogColumn, CatalogIndex, Executor
 from ..core.migration_report import Check, refuse_if_failed
-from ..core.schema import CLOCK_TABLE, clock_ddl
-from ..core.tables import SQLITE_DIALECT, ColumnSpec, Step, TableSpec, instant_to_sqlite_text, sql_dialect
+from ..core.schema import CLOCK_TABLE, clock_ddl, row_version_column_ddl
+from ..core.tables import (
+    ROW_VERSION,
+    SQLITE_DIALECT,
+    ColumnSpec,
+    Step,
+    TableSpec,
+    instant_to_sqlite_text,
+    sql_dialect,
+)
 from ..queue.table import OWNED_UNIQUE_COLUMNS, TABLE_NAMES, probe_record, queue_codec
 from .store import wall_clock_us
 
@@ -166,7 +175,7 @@ class SqliteMigration:
         and index), its rows copied, the old one dropped. A column the spec does not
         declare would be lost, so it refuses instead."""
         found = list(await self.columns(tx, spec.name, schema))
-        foreign = [name for name in found if name not in spec.column_names]
+        foreign = [name for name in found if name not in spec.column_names and name != ROW_VERSION]
         refuse_if_failed([Check(spec.name, name, "declared by tenure", False, "unknown_column") for name in foreign])
         aside = f"{spec.name}__before_rebuild"
         await tx.execute(f"ALTER TABLE {spec.name} RENAME TO {aside}")
@@ -177,12 +186,49 @@ class SqliteMigration:
         await tx.execute(str(CreateTable(table).compile(dialect=self.sql_dialect)).strip())
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
             await tx.execute(str(CreateIndex(index).compile(dialect=self.sql_dialect)).strip())
+        if ROW_VERSION in found:  # kept with the rows, and kept raised by a new trigger
+            await tx.execute(row_version_column_ddl(spec, self.sql_dialect, schema))
         columns = ", ".join(found)
         await tx.execute(f"INSERT INTO {spec.name} ({columns}) SELECT {columns} FROM {aside}")
         await tx.execute(f"DROP TABLE {aside}")
+        if ROW_VERSION in found:
+            for statement in self.row_version_ddl(spec, schema):
+                await tx.execute(statement)
 
     def now_sql(self) -> str:
         return f"'{instant_to_sqlite_text(wall_clock_us())}'"
+
+    # SQLite's triggers cannot change NEW: an AFTER UPDATE trigger raises the version in
+    # a second write when the statement did not raise it itself (recursive triggers are
+    # off by default; were they on, the WHEN clause stops after that one write).
+
+    def row_version_setup(self, schema: str | None) -> list[str]:
+        return []
+
+    def row_version_ddl(self, spec: TableSpec, schema: str | None) -> list[str]:
+        key = next(column.name for column in spec.columns if column.primary_key)
+        return [
+            *self.row_version_drop(spec, schema),
+            f"CREATE TRIGGER {_version_trigger(spec)} AFTER UPDATE ON {spec.name} FOR EACH ROW "
+            f"WHEN NEW.{ROW_VERSION} <= OLD.{ROW_VERSION} BEGIN "
+            f"UPDATE {spec.name} SET {ROW_VERSION} = OLD.{ROW_VERSION} + 1 WHERE {key} = NEW.{key}; END",
+        ]
+
+    def row_version_drop(self, spec: TableSpec, schema: str | None) -> list[str]:
+        return [f"DROP TRIGGER IF EXISTS {_version_trigger(spec)}"]
+
+    def row_version_teardown(self, schema: str | None) -> list[str]:
+        return []
+
+    async def row_version_kept(self, tx: Executor, spec: TableSpec, schema: str | None) -> bool:
+        rows = await tx.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = ? AND tbl_name = ?",
+                                [_version_trigger(spec), spec.name])
+        return bool(rows[0][0])
+
+
+def _version_trigger(spec: TableSpec) -> str:
+    """SQLite names triggers per database: one per table."""
+    return f"{spec.name}_{ROW_VERSION}"
 
 
 SQLITE_MIGRATION = SqliteMigration()

@@ -107,6 +107,12 @@ async def work(url: str) -> dict[str, Any]:
     }
 
 
+async def complete_by_id(url: str, job_id: str) -> dict[str, Any]:
+    """pycharter completes a validation job by its ID alone, as its own workers do."""
+    validation, _, _ = _sources(url)
+    return {"completed": await validation.complete(job_id, {"by": "pycharter"})}
+
+
 def schema(url: str) -> dict[str, Any]:
     from sqlalchemy import create_engine, inspect
 
@@ -138,6 +144,8 @@ def main() -> None:
         result = asyncio.run(populate(url))
     elif command == "work":
         result = asyncio.run(work(url))
+    elif command == "complete-by-id":
+        result = asyncio.run(complete_by_id(url, sys.argv[3]))
     else:
         result = schema(url)
     print(json.dumps(result, default=str))

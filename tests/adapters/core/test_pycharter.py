@@ -52,8 +52,8 @@ def pycharter_python() -> pathlib.Path:
     return python
 
 
-def pycharter(python: pathlib.Path, command: str, url: str, cwd: pathlib.Path) -> Any:
-    done = subprocess.run([str(python), str(CLIENT), command, url], capture_output=True, text=True, cwd=cwd,
+def pycharter(python: pathlib.Path, command: str, url: str, cwd: pathlib.Path, *arguments: str) -> Any:
+    done = subprocess.run([str(python), str(CLIENT), command, url, *arguments], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "PYTHONPATH": ""}, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -90,8 +90,8 @@ async def test_a_database_pycharter_created_is_adopted_and_both_libraries_keep_w
         assert raw(theirs, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'") == [(0,)]
         steps.append("tenure migrate on the plain URL: refused, naming schema pycharter; nothing created")
     report = await upgrade(ours)
-    assert report.changed == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5") and all(check.passed for check in report.checks)
-    steps.append(f"tenure migrate: applied owned_v2, attempts_v1, runs_v1, runs_v2, runs_v3, runs_v4 and runs_v5, {len(report.checks)} checks passed")
+    assert report.changed == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "versions_v1") and all(check.passed for check in report.checks)
+    steps.append(f"tenure migrate: applied owned_v2, attempts_v1, runs_v1, runs_v2, runs_v3, runs_v4, runs_v5 and versions_v1, {len(report.checks)} checks passed")
 
     config = WorkerConfig(ours, lease_seconds=60, heartbeat_seconds=10)
     async with ValidationJobSource(ours, config) as validation, PipelineJobSource(ours, config) as pipeline, \
@@ -170,7 +170,7 @@ async def test_a_database_pycharter_created_is_adopted_and_both_libraries_keep_w
     for name in ("validation_jobs", "pipeline_jobs", "streaming_jobs"):
         raw(theirs, f"DELETE FROM {prefix}{name} WHERE fence_required = ?", (True,))  # a reviewed retirement
     removed = await downgrade(ours)
-    assert removed.changed == ("runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2")
+    assert removed.changed == ("versions_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2")
     assert pycharter(pycharter_python, "schema", theirs, tmp_path) == pristine
     steps.append("downgrade refused while protected rows remained; after their retirement it restored pycharter's exact schema")
     again = await downgrade(ours)
@@ -179,3 +179,52 @@ async def test_a_database_pycharter_created_is_adopted_and_both_libraries_keep_w
         print(f"\npycharter adoption [{'postgresql' if postgres else 'sqlite'}]:")
         for number, step in enumerate(steps, 1):
             print(f"  {number}. {step}")
+
+
+# --- a foreign writer between tenure's read and its write -----------------------------------------
+
+
+async def test_a_row_changed_by_pycharter_or_plain_sql_after_tenure_read_it_is_never_written_on_the_stale_image(
+    pycharter_python: pathlib.Path, pycharter_database: tuple[str, str], tmp_path: pathlib.Path,
+) -> None:
+    """tenure remembers the rows it last read or wrote (on PostgreSQL it decides the next
+    command from them, in one statement that proves they are still current). Here other
+    writers change those rows behind its back: pycharter's own code completes a job by its
+    ID alone (its workers' way), and a plain SQL UPDATE makes a lease run out. Each raises
+    the row's version (the database's trigger, whoever writes), and tenure's next write
+    is decided again on the row as it is: refused, never applied on the stale image."""
+    theirs, ours = pycharter_database
+    table = "pycharter.validation_jobs" if theirs.startswith("postgresql") else "validation_jobs"
+    assert pycharter(pycharter_python, "init", theirs, tmp_path)["status"] == 0
+    await upgrade(ours)
+
+    def version(job_id: str) -> int:
+        return raw(theirs, f"SELECT row_version FROM {table} WHERE id = ?", (job_id,))[0][0]
+
+    config = WorkerConfig(ours, lease_seconds=60, heartbeat_seconds=10)
+    async with ValidationJobSource(ours, config) as validation:
+        first = await validation.submit_owned(ValidationJob("orders", "1.0", "a.jsonl"), submission_id="stale-1")
+        claim = await validation.claim_next_owned("tenure-worker", claim_token="stale-claim-1")
+        assert claim.job_id == first and await validation.heartbeat_owned(claim.claim_fence) is True
+        seen = version(first)
+        assert pycharter(pycharter_python, "complete-by-id", theirs, tmp_path, first)["completed"] is True
+        assert version(first) == seen + 1  # pycharter's ORM write raised it too
+        assert await validation.complete_owned(claim.claim_fence, {"by": "tenure"}) is False
+        info = await validation.get_job(first)
+        assert info.status is JobStatus.COMPLETED and info.result == {"by": "pycharter"}
+        assert version(first) == seen + 1  # tenure wrote nothing
+
+        second = await validation.submit_owned(ValidationJob("orders", "1.0", "b.jsonl"), submission_id="stale-2")
+        claim = await validation.claim_next_owned("tenure-worker", claim_token="stale-claim-2")
+        assert claim.job_id == second and await validation.heartbeat_owned(claim.claim_fence) is True
+        seen = version(second)
+        past = "now() - interval '1 hour'" if theirs.startswith("postgresql") else "'2000-01-01 00:00:00.000000'"
+        raw(theirs, f"UPDATE {table} SET lease_expires_at = {past} WHERE id = ?", (second,))
+        assert version(second) == seen + 1
+        assert await validation.heartbeat_owned(claim.claim_fence) is False  # decided on the expired lease
+        assert await validation.complete_owned(claim.claim_fence, {"late": True}) is False
+        assert (await validation.get_job(second)).status is JobStatus.CLAIMED
+        # An UPDATE that writes an old version itself is raised all the same: no writer
+        # can make a changed row look unchanged.
+        raw(theirs, f"UPDATE {table} SET row_version = ? WHERE id = ?", (seen, second))
+        assert version(second) == seen + 2

@@ -136,7 +136,7 @@ async def test_a_second_request_id_row_is_refused(runs: Runs) -> None:
     job_id = await runs.job(run_id, request_id="request-shared-" + runs.source)
     refused(runs.db_url, "ux_tenure_agent_jobs_request",
             "INSERT INTO tenure_agent_jobs SELECT 'another-job', request_id, run_id, runtime, profile, request_json, "
-            "status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE job_id = ?",
+            "status, result_json, runtime_job_id, created_at, updated_at, 0 FROM tenure_agent_jobs WHERE job_id = ?",
             (job_id,), sqlite_says="UNIQUE constraint failed: tenure_agent_jobs.request_id")
 
 
@@ -176,7 +176,7 @@ async def test_the_unsettled_index_names_the_constraint_and_a_settled_run_accept
     run_id = (await runs.admit("run-1")).run.run_id
     db = runs.db_url
     refused(db, sql="INSERT INTO tenure_run_deliveries SELECT ?, run_id, 5, 'pending', queue_name, priority, resume, "
-                    "publish_attempts, last_error, claimed_by, published_at, claimed_at, settled_at, created_at "
+                    "publish_attempts, last_error, claimed_by, published_at, claimed_at, settled_at, created_at, 0 "
                     "FROM tenure_run_deliveries WHERE delivery_id = ?",
             parameters=("run:x:5", hop_key(run_id, 0)), **UNSETTLED)
     # Moving a settled delivery back to unsettled beside another unsettled one is refused too.
@@ -239,7 +239,7 @@ async def test_downgrade_is_refused_while_runs_or_checkpoints_exist_and_removes_
             await downgrade(db_url, dry_run=True)
     raw(db_url, "DELETE FROM tenure_runs")
     report = await downgrade(db_url)
-    assert report.changed[:5] == ("runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1")
+    assert report.changed[:6] == ("versions_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1")
     assert tables_present(db_url) == set()
     report = await upgrade(db_url)
     assert "runs_v1" in report.applied and all(check.passed for check in report.checks)
