@@ -196,7 +196,10 @@ class Ahead:
     the new record that moves with the time, with its offset: at time ``t`` the field is
     ``t + offset``; every other field is as in ``decision``. ``rule_not_before_us`` /
     ``rule_not_after_us`` are the window the guards alone imply (the effect and the
-    invariants may narrow it further, never widen it).
+    invariants may narrow it further, never widen it). ``invariants_checked``: the new
+    record was held to the machine's record invariants at both ends of the window (so
+    throughout it; done whenever a field moves with the time): the caller need not check
+    it again.
     """
 
     decision: Decision
@@ -205,6 +208,7 @@ class Ahead:
     relative: Mapping[str, int]
     rule_not_before_us: int
     rule_not_after_us: int
+    invariants_checked: bool = False
 
     def at(self, now_us: int) -> Decision:
         """The decision at ``now_us`` (which must lie in the window)."""
@@ -281,6 +285,7 @@ def decide_ahead(
         return None
     ahead = Ahead(decided, window.start, window.end, relative, *rule_window)
     if isinstance(decided, Applied) and decided.new_record is not None and relative:
+        ahead = dataclasses.replace(ahead, invariants_checked=True)
         for edge in (window.start, window.end - 1):
             at_edge = ahead.at(edge)
             assert isinstance(at_edge, Applied)

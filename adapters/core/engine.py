@@ -14,7 +14,7 @@ branches here are on the kernel's decisions.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tenure.kernel.ahead import Ahead, decide_ahead
@@ -31,8 +31,9 @@ first decides from the row last seen (or only reads it), the next from the row t
 previous one returned; a third only when the row changed between the two."""
 
 SEEN_ROWS = 10_000
-"""Rows remembered per engine (the last version this process read or wrote of each),
-the records the kernel decides ahead from. A stale one costs one more round trip."""
+"""Rows remembered per engine (the last version this process read or wrote of each, with
+its row version when the store reported one), the records the kernel decides ahead from.
+A stale one costs one more round trip."""
 
 __all__ = ["Engine", "require", "raise_if_conflict", "checked", "checked_by", "Parts"]
 
@@ -78,27 +79,30 @@ class Engine:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._seen: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple[str, str], tuple[Any, int | None]] = collections.OrderedDict()
 
     # --- the rows last seen --------------------------------------------------------------
 
-    def remember(self, binding: Binding, records: Sequence[Any]) -> None:
-        """Keep these rows as the last versions seen (only where decisions are made ahead)."""
+    def remember(self, binding: Binding, records: Sequence[Any], versions: Mapping[str, int] | None = None) -> None:
+        """Keep these rows as the last versions seen (only where decisions are made ahead),
+        with the row versions the store reported for them (by key), if any."""
         if self.store.ahead is None:
             return
         seen = self._seen
         for record in records:
-            entry = (binding.name, getattr(record, binding.key_field))
-            seen[entry] = record
+            key = getattr(record, binding.key_field)
+            entry = (binding.name, key)
+            seen[entry] = (record, None if versions is None else versions.get(key))
             seen.move_to_end(entry)
         while len(seen) > SEEN_ROWS:
             seen.popitem(last=False)
 
-    def _last_seen(self, binding: Binding, key: str) -> tuple[bool, Any]:
-        entry = (binding.name, key)
-        if entry in self._seen:
-            return True, self._seen[entry]
-        return False, None
+    def _last_seen(self, binding: Binding, key: str) -> tuple[bool, Any, int | None]:
+        """(known, the row last seen, its row version if the store reported one)."""
+        found = self._seen.get((binding.name, key))
+        if found is None:
+            return False, None, None
+        return True, *found
 
     def _forget(self, binding: Binding, key: str) -> None:
         self._seen.pop((binding.name, key), None)
@@ -203,15 +207,15 @@ class Engine:
 
         return await self.store.run(body, write=write)
 
-    def _keep(self, binding: Binding, key: str, record: Any) -> None:
+    def _keep(self, binding: Binding, key: str, record: Any, versions: Mapping[str, int] | None = None) -> None:
         if record is None:
             self._forget(binding, key)
         else:
-            self.remember(binding, [record])
+            self.remember(binding, [record], versions)
 
     def _plan(
-        self, binding: Binding, key: str, command: Any, known: bool, record: Any, reference_us: int | None,
-        raise_conflicts: bool,
+        self, binding: Binding, key: str, command: Any, known: bool, record: Any, version: int | None,
+        reference_us: int | None, raise_conflicts: bool,
     ) -> tuple[Expected, Ahead | None]:
         """What one item asks of a decided-ahead statement: the kernel's decision from
         ``record`` with its window, or (nothing known, a decision that cannot be made
@@ -226,12 +230,14 @@ class Engine:
             if raise_conflicts and binding.machine.outcomes[decision.reason] is not None:
                 return Expected(key, known=False), None  # raised only on a row read now
             return Expected(key, record), ahead
-        new = checked(binding, record, decision)
+        # Invariants are checked once per decision: decide_ahead checked a record whose
+        # times move with the clock at both ends of its window already.
+        new = decision.new_record if ahead.invariants_checked else checked(binding, record, decision)
         if new == record and not ahead.relative:
             return Expected(key, record), ahead
         if record is None or new is None:
             return Expected(key, known=False), None  # inserts and deletes run in a transaction
-        return Expected(key, record, new=new, relative=ahead.relative), ahead
+        return Expected(key, record, new=new, relative=ahead.relative, version=version), ahead
 
     async def _on_keys_ahead(
         self, ahead: AheadWriter, binding: Binding, items: Sequence[tuple[str, Any]], by_keys: Finder, *,
@@ -273,14 +279,14 @@ class Engine:
                 binding, [(answer.locked.get(key), command) for key, command in items], answer.now_us
             )
             for key, _ in items:
-                self._keep(binding, key, answer.locked.get(key))
+                self._keep(binding, key, answer.locked.get(key), answer.versions)
             if not changes:
                 self._observe(answer.now_us)
                 if raise_conflicts:
                     for decision in decisions:
                         raise_if_conflict(binding, decision)
                 return decisions
-            known = {key: (True, answer.locked.get(key)) for key, _ in items}
+            known = {key: (True, answer.locked.get(key), answer.versions.get(key)) for key, _ in items}
             reference = answer.now_us
         return None
 
@@ -296,7 +302,7 @@ class Engine:
             if expected.new is not None:
                 if not isinstance(decision, Applied) or expected.key not in answer.written:
                     raise persistence_failed("read_back_mismatch")
-                self.remember(binding, [decision.new_record])
+                self.remember(binding, [decision.new_record], answer.versions)
             decisions.append(decision)
         self._observe(answer.now_us)
         return decisions
@@ -334,7 +340,7 @@ class Engine:
             decision = plan.at(answer.now_us)
             if not isinstance(decision, Applied) or len(answer.written) != 1:
                 raise persistence_failed("read_back_mismatch")
-            self.remember(binding, [decision.new_record])
+            self.remember(binding, [decision.new_record], answer.versions)
             self._observe(answer.now_us)
             return decision
         if not answer.locked:

@@ -15,8 +15,8 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import ClassVar, TypeVar
 
-from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model import ConfigValidationError, ErrorCode, TenureError, bounds
+from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 
 from .dialects import open_store
 from .engine import Engine

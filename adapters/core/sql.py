@@ -21,7 +21,7 @@ from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
 
-from .tables import POSTGRESQL_DIALECT, SQLITE_DIALECT, Binding, Dialect, qualified
+from .tables import POSTGRESQL_DIALECT, ROW_VERSION, SQLITE_DIALECT, Binding, Dialect, qualified
 
 __all__ = [
     "Capabilities",
@@ -128,9 +128,11 @@ def _condition_sql(
 
 @functools.cache
 def compile_finder(
-    binding: Binding, finder: Finder, caps: Capabilities, schema: str | None, *, limited: bool = False
+    binding: Binding, finder: Finder, caps: Capabilities, schema: str | None, *, limited: bool = False,
+    versioned: bool = False,
 ) -> CompiledFinder:
-    """The finder as one SELECT of every column of the binding's table."""
+    """The finder as one SELECT of every column of the binding's table (``versioned``: and
+    its row version last, :data:`~tenure.adapters.core.tables.ROW_VERSION`)."""
     encoders: dict[str, Callable[[Any], Any]] = {}
     constants: dict[str, Any] = {}
     clauses = []
@@ -143,7 +145,8 @@ def compile_finder(
         clauses.append("(" + " AND ".join(parts) + ")" if parts else "TRUE")
     where = " OR ".join(clauses) if len(clauses) > 1 else clauses[0]
     table = qualified(schema, binding.spec.name)
-    sql = f"SELECT {', '.join(binding.spec.column_names)} FROM {table}"
+    columns = (*binding.spec.column_names, ROW_VERSION) if versioned else binding.spec.column_names
+    sql = f"SELECT {', '.join(columns)} FROM {table}"
     if where != "TRUE":
         sql += f" WHERE {where}"
     if finder.order:

@@ -66,6 +66,10 @@ class Expected:
     known: bool = True
     new: Any = None
     relative: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    version: int | None = None
+    """The row version ``record`` was read or written with, when known: a store that keeps
+    versions then proves the row unchanged by comparing it alone (see
+    :data:`~tenure.adapters.core.tables.ROW_VERSION`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +84,9 @@ class AheadAnswer:
     went: bool
     locked: Mapping[str, Any]
     written: frozenset[str]
+    versions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """The row version of each locked row (when nothing was written) or written row, by
+    key, from a store that keeps versions."""
 
 
 class AheadWriter(Protocol):
@@ -125,6 +132,8 @@ class Picked:
     went: bool
     picked: list[Any]
     written: list[Any]
+    versions: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The row version of each written row, by key (a store that keeps versions)."""
 
 
 class Picker(Protocol):

@@ -37,8 +37,8 @@ from sqlalchemy.engine import Dialect as SqlDialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.types import TypeEngine
 
-from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model import ErrorCode, TenureError
+from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model.json_values import load_json
 
 __all__ = [
@@ -136,12 +136,17 @@ class Step(enum.Enum):
 
 ROW_VERSION = "row_version"
 """The column every machine table gets from step ``versions_v1``: a ``BIGINT NOT NULL
-DEFAULT 0`` that an update trigger raises on every UPDATE by any writer (tenure,
-pycharter's own code, a plain SQL statement), so that a row changed since it was read
-never shows the version it was read with. It is not part of any record (no
-``ColumnSpec``): the kernel never sees it; the decided-ahead statements compare it
-instead of the whole pre-image. Writers that disable triggers (``session_replication_role
-= replica``, ``ALTER TABLE ... DISABLE TRIGGER``) are outside the guarantee."""
+DEFAULT 0`` that a trigger changes on every write by any writer (tenure, pycharter's
+own code, a plain SQL statement), so that a row changed since it was read never shows
+the version it was read with. On PostgreSQL every INSERT and UPDATE takes the next value
+of one sequence per schema: a version names one state of one row for good (a key
+deleted and inserted again, or a write rolled back, never brings an old version back),
+which is what lets the decided-ahead statements compare it instead of the whole
+pre-image. On SQLite every UPDATE raises it (a per-row count; tenure decides every
+SQLite write inside its write transaction and never compares it). It is not part of any
+record (no ``ColumnSpec``): the kernel never sees it. Writers that disable triggers
+(``session_replication_role = replica``, ``ALTER TABLE ... DISABLE TRIGGER``) are outside
+the guarantee; the upgrade puts back a dropped or disabled trigger."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -469,6 +474,9 @@ class RowCodec:
     read: Callable[[Sequence[Any], int], Any]
     write: Callable[[Any], dict[str, Any]]
     stored_instant: Callable[[int], Any]
+    changes: Callable[[Any, Any], dict[str, Any]]
+    """``changes(old, new)``: the stored value of every column whose record value differs
+    between the two records (only those are encoded: a fenced write's hot path)."""
 
 
 def row_codec(
@@ -523,7 +531,19 @@ def row_codec(
             row[name] = writer(value if part is None else value[part])
         return row
 
-    return RowCodec(spec, read, write, dialect.instant_to_stored)
+    def changes(old: Any, new: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for name, field, part, writer in writers:
+            before, after = getattr(old, field), getattr(new, field)
+            if before is after:
+                continue
+            if part is not None:
+                before, after = before[part], after[part]
+            if before != after:
+                row[name] = writer(after)
+        return row
+
+    return RowCodec(spec, read, write, dialect.instant_to_stored, changes)
 
 
 # --- a machine's table -----------------------------------------------------------------

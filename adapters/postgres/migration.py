@@ -40,6 +40,8 @@ _TYPE_KEYS = {
 _SCHEMA = "coalesce($2::text, current_schema())"
 VERSION_FUNCTION = "tenure_row_version"
 """The trigger function that raises :data:`~tenure.adapters.core.tables.ROW_VERSION`."""
+VERSION_SEQUENCE = "tenure_row_versions"
+"""Where every version of the schema's rows comes from."""
 VERSION_TRIGGER = "tenure_row_version"
 """Its trigger's name on each table (PostgreSQL names triggers per table)."""
 
@@ -179,19 +181,24 @@ class PostgresMigration:
     def now_sql(self) -> str:
         return "clock_timestamp()::text"
 
-    # A BEFORE UPDATE trigger sets the new version from the old one, whatever the
-    # statement wrote to it: every UPDATE by any writer raises it by exactly one.
+    # A BEFORE INSERT OR UPDATE trigger takes the new version from one sequence per
+    # schema, whatever the statement wrote: every row state any writer makes gets a
+    # version no row of the schema ever had, even a row deleted and inserted again under
+    # its old key, or a write whose transaction rolled back (sequences never give a value
+    # twice). The sequence is found from the trigger's own table, not the search path.
 
     def row_version_setup(self, schema: str | None) -> list[str]:
         return [
+            f"CREATE SEQUENCE IF NOT EXISTS {qualified(schema, VERSION_SEQUENCE)}",
             f"CREATE OR REPLACE FUNCTION {qualified(schema, VERSION_FUNCTION)}() RETURNS trigger LANGUAGE plpgsql AS "
-            f"$$BEGIN NEW.{ROW_VERSION} := OLD.{ROW_VERSION} + 1; RETURN NEW; END$$"
+            f"$$BEGIN NEW.{ROW_VERSION} := nextval(quote_ident(TG_TABLE_SCHEMA) || '.{VERSION_SEQUENCE}'); "
+            "RETURN NEW; END$$",
         ]
 
     def row_version_ddl(self, spec: TableSpec, schema: str | None) -> list[str]:
         return [
             *self.row_version_drop(spec, schema),
-            f"CREATE TRIGGER {VERSION_TRIGGER} BEFORE UPDATE ON {qualified(schema, spec.name)} "
+            f"CREATE TRIGGER {VERSION_TRIGGER} BEFORE INSERT OR UPDATE ON {qualified(schema, spec.name)} "
             f"FOR EACH ROW EXECUTE FUNCTION {qualified(schema, VERSION_FUNCTION)}()",
         ]
 
@@ -199,7 +206,8 @@ class PostgresMigration:
         return [f"DROP TRIGGER IF EXISTS {VERSION_TRIGGER} ON {qualified(schema, spec.name)}"]
 
     def row_version_teardown(self, schema: str | None) -> list[str]:
-        return [f"DROP FUNCTION IF EXISTS {qualified(schema, VERSION_FUNCTION)}()"]
+        return [f"DROP FUNCTION IF EXISTS {qualified(schema, VERSION_FUNCTION)}()",
+                f"DROP SEQUENCE IF EXISTS {qualified(schema, VERSION_SEQUENCE)}"]
 
     async def row_version_kept(self, tx: Executor, spec: TableSpec, schema: str | None) -> bool:
         rows = await tx.execute(
@@ -208,7 +216,7 @@ class PostgresMigration:
                   JOIN pg_namespace n ON n.oid = r.relnamespace
                   JOIN pg_proc f ON f.oid = g.tgfoid
                  WHERE r.relname = $1 AND n.nspname = {_SCHEMA} AND g.tgname = $3 AND f.proname = $4
-                   AND g.tgenabled <> 'D' AND g.tgtype & 19 = 19  -- per row (1), before (2), on update (16)""",
+                   AND g.tgenabled <> 'D' AND g.tgtype & 23 = 23  -- per row (1), before (2), insert (4), update (16)""",
             [spec.name, schema, VERSION_TRIGGER, VERSION_FUNCTION],
         )
         return bool(rows[0][0])

@@ -14,7 +14,9 @@ The statements, one line each:
 - :func:`decided_write`: the spine of the three decided-ahead statements (lock, clock
   after the locks, verdict, write, verified RETURNING, the row as locked or as written);
 - :func:`ahead_sql` / :func:`ahead_one_sql`: a decided-ahead compare-and-set of many
-  rows (arrays) or of one (scalars);
+  rows (arrays) or of one (scalars), comparing every mutable column;
+- :func:`ahead_version_sql`: a decided-ahead write of one row known by its version
+  (compares the version alone; writes, verifies and sends only the changed columns);
 - :func:`insert_sql`: a decided-ahead insert;
 - :func:`pick_sql` / :func:`claim_statement`: the claim fast path (clock, SKIP LOCKED pick,
   the kernel's rewrite);
@@ -34,12 +36,13 @@ from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, 
 
 from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder
 from ..core.store import Expected, Probe
-from ..core.tables import Binding, RowCodec, qualified
+from ..core.tables import ROW_VERSION, Binding, RowCodec, qualified
 
 __all__ = [
     "PARAMETER", "Numbered", "numbered", "with_clock", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
-    "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW",
+    "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
+    "ahead_version_parameters",
 ]
 
 PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -164,8 +167,15 @@ WINDOW = "clock.now >= :not_before AND clock.now < :not_after"
 """The verdict's time check: the clock read after the locks lies in the decision's window."""
 
 
+VERSION_UNCHANGED = f"EXISTS (SELECT 1 FROM locked l WHERE l.{ROW_VERSION} = (:version)::bigint)"
+"""The verdict's proof that the locked row is the one decided on: it still has the version
+it was read or written with (tests/adapters/core/test_ahead_postgres.py replaces it with
+``true`` and sees a write on a stale row)."""
+
+
 def decided_write(
     *, before: str = "", locking_select: str, go: str, write: str, key: str, checks: Sequence[str], announce: bool,
+    versioned: bool = False,
 ) -> str:
     """The spine every decided-ahead statement shares: a chain of CTEs, each depending on
     the one before, so that no plan can read the clock before the locks or write before
@@ -175,13 +185,15 @@ def decided_write(
     (``write``, an UPDATE or INSERT that writes only when the verdict says go) returns
     ``key`` and divides by zero unless every one of ``checks`` holds for the row as
     written (aborting the whole statement). The answer: the clock, the verdict, the rows
-    as locked when nothing was written, the rows' keys as written otherwise."""
+    as locked when nothing was written, the rows' keys as written otherwise (``versioned``:
+    the locking select ends with the row version, and each written key comes with the
+    version the write gave it)."""
     return (
         f"WITH {before}locked AS MATERIALIZED ({locking_select}), "
         f"{CLOCK_AFTER_LOCKS}, "
         f"verdict AS MATERIALIZED (SELECT clock.now, ({go}) AS go FROM clock), "
         f"written AS ({write} "
-        f"RETURNING {key} AS key, "
+        f"RETURNING {key} AS key, " + (f"t.{ROW_VERSION} AS version, " if versioned else "") +
         f"1 / (CASE WHEN {' AND '.join(checks)} THEN 1 ELSE 0 END) AS verified) "
         # Rows as locked only when nothing was written (the kernel decides again on them);
         # rows as written otherwise: a statement's answer carries one of the two.
@@ -193,6 +205,7 @@ def decided_write(
 @functools.cache
 def ahead_sql(
     binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+    versioned: bool = False,
 ) -> str:
     """The decided-ahead compare-and-set of several rows (see
     :meth:`~tenure.adapters.postgres.store.PostgresStore.write_ahead`), on the
@@ -248,13 +261,14 @@ def ahead_sql(
         # small as the key list, and a generic plan would otherwise scan the whole table.
         write=(f"UPDATE {table} AS t SET {', '.join(f'{c} = {intended(c)}' for c in mutable)} "
                f"FROM want w, verdict WHERE verdict.go AND w.write AND t.{key} = ANY(:keys) AND t.{key} = w.key{key_cast}"),
-        key=stored("t", key), checks=[verified(c) for c in mutable], announce=announce,
+        key=stored("t", key), checks=[verified(c) for c in mutable], announce=announce, versioned=versioned,
     )
 
 
 @functools.cache
 def ahead_one_sql(
     binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+    versioned: bool = False,
 ) -> str:
     """:func:`ahead_sql` for one row, with scalar parameters: the same chain of CTEs
     (lock, clock after the locks, verdict, write, verified RETURNING) without unnesting
@@ -269,17 +283,10 @@ def ahead_one_sql(
         return _compared(binding, udt, alias, column)
 
     def intended(column: str) -> str:
-        if column in instants:
-            return (f"CASE WHEN (:rel_{column})::bigint IS NULL THEN (:new_{column})::timestamptz "
-                    f"ELSE verdict.now + (:rel_{column})::bigint * interval '1 microsecond' END")
-        return f"(:new_{column})::{udt[column]}"
+        return _one_intended(binding, udt, column)
 
     def verified(column: str) -> str:
-        if column in instants:
-            return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
-        if _as_text(binding, udt, column):
-            return f"t.{column}::text IS NOT DISTINCT FROM (:check_{column})::text"
-        return f"t.{column} IS NOT DISTINCT FROM (:new_{column})::{udt[column]}"
+        return _one_verified(binding, udt, column)
 
     def expected(column: str) -> str:
         if column in instants:
@@ -297,13 +304,82 @@ def ahead_one_sql(
             "ELSE clock.locked_rows = 0 END"),
         write=(f"UPDATE {table} AS t SET {', '.join(f'{c} = {intended(c)}' for c in mutable)} "
                f"FROM verdict WHERE verdict.go AND (:write)::boolean AND t.{key} = ANY(:keys)"),
-        key=stored("t", key), checks=[verified(c) for c in mutable], announce=announce,
+        key=stored("t", key), checks=[verified(c) for c in mutable], announce=announce, versioned=versioned,
     )
+
+
+def _one_intended(binding: Binding, udt: Mapping[str, str], column: str) -> str:
+    """The value a one-row decided-ahead UPDATE writes to ``column``: a time that moves
+    with the clock is the verdict's clock plus its offset."""
+    if column in binding.spec.instant_names:
+        return (f"CASE WHEN (:rel_{column})::bigint IS NULL THEN (:new_{column})::timestamptz "
+                f"ELSE verdict.now + (:rel_{column})::bigint * interval '1 microsecond' END")
+    return f"(:new_{column})::{udt[column]}"
+
+
+def _one_verified(binding: Binding, udt: Mapping[str, str], column: str) -> str:
+    """Whether the row as written holds the intended value in ``column``."""
+    if column in binding.spec.instant_names:
+        return f"t.{column} IS NOT DISTINCT FROM {_one_intended(binding, udt, column)}"
+    if _as_text(binding, udt, column):
+        return f"t.{column}::text IS NOT DISTINCT FROM (:check_{column})::text"
+    return f"t.{column} IS NOT DISTINCT FROM (:new_{column})::{udt[column]}"
+
+
+@functools.cache
+def ahead_version_sql(
+    binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...],
+    changed: tuple[str, ...], announce: bool = False,
+) -> str:
+    """The decided-ahead write of one row known by its version: the :func:`decided_write`
+    spine with ``locking_select`` ending in the row version, whose verdict is that the
+    locked row still has that version (no writer changed it since it was read: the
+    database's trigger gives every row state a version of its own) and the clock lies in
+    the window. It writes and verifies only the ``changed`` columns (the row's other
+    columns are the ones the version vouches for) and returns the new version. One
+    statement per set of changed columns, built once."""
+    udt = dict(types)
+    table = qualified(schema, binding.spec.name)
+    return decided_write(
+        locking_select=locking_select,
+        go=f"{WINDOW} AND {VERSION_UNCHANGED}",
+        write=(f"UPDATE {table} AS t SET {', '.join(f'{c} = {_one_intended(binding, udt, c)}' for c in changed)} "
+               f"FROM verdict WHERE verdict.go AND t.{binding.key_column} = ANY(:keys)"),
+        key=_compared(binding, udt, "t", binding.key_column),
+        checks=[_one_verified(binding, udt, c) for c in changed], announce=announce, versioned=True,
+    )
+
+
+def ahead_version_parameters(binding: Binding, codec: RowCodec, item: Expected) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """:func:`ahead_version_sql`'s changed columns and parameters for an item that writes
+    a row known by its version (None: the item does not, or changes a column the
+    statement does not write)."""
+    if item.version is None or not item.known or item.record is None or item.new is None:
+        return None
+    new = codec.changes(item.record, item.new)
+    mutable = binding.spec.mutable_names
+    if not new.keys() <= set(mutable):
+        return None  # the statement writes mutable columns only: a transaction must
+    relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}
+    changed = tuple(c for c in mutable if c in new or c in relative)
+    if not changed:
+        return None
+    if not relative.keys() <= new.keys():
+        new = codec.write(item.new)  # a time that moves with the clock but equals the old one now
+    parameters: dict[str, Any] = {"version": item.version}
+    for c in changed:
+        parameters[f"new_{c}"] = new[c]
+        if c in binding.spec.instant_names:
+            parameters[f"rel_{c}"] = relative.get(c)
+        else:
+            parameters[f"check_{c}"] = new[c]
+    return changed, parameters
 
 
 @functools.cache
 def insert_sql(
     binding: Binding, schema: str | None, locking_select: str, types: tuple[tuple[str, str], ...], announce: bool = False,
+    versioned: bool = False,
 ) -> str:
     """The decided-ahead insert (see :meth:`~tenure.adapters.postgres.store.PostgresStore.insert_ahead`): the same chain
     as :func:`ahead_sql`, its verdict being that the locking finder met no row and the
@@ -332,6 +408,7 @@ def insert_sql(
         write=(f"INSERT INTO {table} AS t ({', '.join(columns)}) "
                f"SELECT {', '.join(intended(c) for c in columns)} FROM verdict WHERE verdict.go"),
         key=f"t.{binding.key_column}::text", checks=[verified(c) for c in columns], announce=announce,
+        versioned=versioned,
     )
 
 
@@ -393,7 +470,7 @@ def literal(text: str) -> str:
 def clear_statement_cache() -> None:
     """Forget the decided-ahead statements built so far (tests that replace a part of
     their SQL, such as :data:`CLOCK_AFTER_LOCKS`, rebuild them)."""
-    for built in (ahead_sql, ahead_one_sql, insert_sql, _probe_text, _claim_text, pick_sql, snapshot_sql):
+    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, _probe_text, _claim_text, pick_sql, snapshot_sql):
         built.cache_clear()
 
 
@@ -433,6 +510,7 @@ def pick_sql(
                 value = f"clock.now + w.{change.plus} * interval '1 microsecond'"
         assignments.append(f"{name} = {value}")
     ordered = tuple(sorted(attributes.items()))
+    versioned = (ROW_VERSION,) if ROW_VERSION in udt else ()  # each written row's new version, last
     blocked = " OR ".join(f"EXISTS ({sql})" for sql in blocker_sql) or "false"
     unnest = ", ".join(f":a_{attribute}::{kind}[]" for attribute, kind in ordered)
     names = ", ".join(attribute for attribute, _ in ordered)
@@ -447,7 +525,7 @@ def pick_sql(
         f"want AS MATERIALIZED (SELECT * FROM unnest({unnest}) WITH ORDINALITY AS w({names}, pick)), "
         f"written AS (UPDATE {table} AS t SET {', '.join(assignments)} "
         f"FROM numbered n JOIN want w ON w.pick = n.pick, clock, ready WHERE ready.go AND t.{key} = n.{key} "
-        f"RETURNING {', '.join(f't.{c}' for c in spec.column_names)}) "
+        f"RETURNING {', '.join(f't.{c}' for c in (*spec.column_names, *versioned))}) "
         "SELECT clock.now, ready.go, numbered.*, written.* FROM clock CROSS JOIN ready "
         f"LEFT JOIN numbered ON true LEFT JOIN written ON written.{key} = numbered.{key} ORDER BY numbered.pick"
     )

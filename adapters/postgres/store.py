@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -39,7 +39,7 @@ from tenure.model import ConfigValidationError
 from ..core.failures import Stage, persistence_failed
 from ..core.sql import POSTGRESQL, compile_finder
 from ..core.store import AheadAnswer, Body, Expected, Picked, Probe, SharedPrimitives, TimeObserver
-from ..core.tables import POSTGRESQL_DIALECT, Binding, RowCodec, announce_channel
+from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel
 from . import statements
 from .connections import DEFAULT_TIMEOUT_SECONDS, POOL_SIZE, Connections, Listener, call, call_once, rollback
 from .statements import numbered
@@ -169,10 +169,13 @@ class PostgresTransaction(SharedPrimitives):
         width = len(binding.spec.columns)
         read = self.codec(binding).read
         picked = [read(row, 3) for row in rows if row[2] is not None]
-        written = [read(row, 3 + width) for row in rows if row[2] is not None and row[3 + width + binding.key_index] is not None]
+        at = 3 + width + binding.key_index
+        written_rows = [row for row in rows if row[2] is not None and row[at] is not None]
+        written = [read(row, 3 + width) for row in written_rows]
+        versions = {str(row[at]): row[3 + 2 * width] for row in written_rows} if _keeps_versions(types.items()) else {}
         if went:
             self._observe(now)
-        return Picked(now, went, picked, written)
+        return Picked(now, went, picked, written, versions)
 
     async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
         if not pairs:
@@ -209,6 +212,11 @@ class PostgresTransaction(SharedPrimitives):
 
     def announce(self, binding: Binding) -> None:
         self.announcements.add(announce_channel(self.schema, binding.spec.name))
+
+
+def _keeps_versions(types: Iterable[tuple[str, str]]) -> bool:
+    """Whether the table has its row version (a database migrated through versions_v1)."""
+    return any(column == ROW_VERSION for column, _ in types)
 
 
 class PostgresStore:
@@ -348,13 +356,20 @@ class PostgresStore:
         if not set(binding.spec.column_names) <= {column for column, _ in types}:
             return None  # the table was not (or not yet) seen whole: the transaction path
         codec = self.codec(binding)
-        compiled = compile_finder(binding, finder, POSTGRESQL, self.schema)
+        versioned = _keeps_versions(types)
+        compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
         keys = [item.key for item in items]
-        if len(items) == 1:
-            sql = statements.ahead_one_sql(binding, self.schema, compiled.sql, types, announce)
+        by_version = statements.ahead_version_parameters(binding, codec, items[0]) if (
+            versioned and len(items) == 1) else None
+        parameters: dict[str, Any] | None
+        if by_version is not None:
+            changed, parameters = by_version
+            sql = statements.ahead_version_sql(binding, self.schema, compiled.sql, types, changed, announce)
+        elif len(items) == 1:
+            sql = statements.ahead_one_sql(binding, self.schema, compiled.sql, types, announce, versioned)
             parameters = statements.ahead_one_parameters(binding, codec, items[0])
         else:
-            sql = statements.ahead_sql(binding, self.schema, compiled.sql, types, announce)
+            sql = statements.ahead_sql(binding, self.schema, compiled.sql, types, announce, versioned)
             parameters = statements.ahead_parameters(binding, codec, items)
         if parameters is None:
             return None
@@ -364,7 +379,7 @@ class PostgresStore:
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
         statement = numbered(sql)
         rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
-        return self._answer(binding, codec, rows)
+        return self._answer(binding, codec, rows, versioned)
 
     async def insert_ahead(
         self, binding: Binding, finder: Finder, finder_parameters: Mapping[str, Any], record: Any,
@@ -384,7 +399,8 @@ class PostgresStore:
         ):
             return None  # not seen whole, or keys the database canonicalizes: the transaction path
         codec = self.codec(binding)
-        compiled = compile_finder(binding, finder, POSTGRESQL, self.schema)
+        versioned = _keeps_versions(types)
+        compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
         parameters = dict(compiled.parameters(finder_parameters))
         relative_columns = {binding.column_of(field).name: offset for field, offset in relative.items()}
         for column, value in codec.write(record).items():
@@ -394,10 +410,10 @@ class PostgresStore:
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
         if announce:
             parameters["channel"] = announce_channel(self.schema, binding.spec.name)
-        statement = numbered(statements.insert_sql(binding, self.schema, compiled.sql, types, announce))
+        statement = numbered(statements.insert_sql(binding, self.schema, compiled.sql, types, announce, versioned))
         arguments = statement.arguments(parameters)
         rows = await self._fetch_once(pool, deadline, statement.sql, arguments)
-        return self._answer(binding, codec, rows)
+        return self._answer(binding, codec, rows, versioned)
 
     async def _fetch_once(self, pool: Connections, deadline: float, sql: str, arguments: list[Any]) -> list[Any]:
         connection = await pool.take(deadline)
@@ -409,15 +425,20 @@ class PostgresStore:
             pool.give_back(connection, clean=clean)
         return list(rows)
 
-    def _answer(self, binding: Binding, codec: RowCodec, rows: Sequence[Any]) -> AheadAnswer:
-        """A decided-ahead statement's rows: (clock, went, row as locked, split, row as written)."""
-        width = len(binding.spec.columns)
+    def _answer(self, binding: Binding, codec: RowCodec, rows: Sequence[Any], versioned: bool) -> AheadAnswer:
+        """A decided-ahead statement's rows: (clock, went, row as locked [its version],
+        split, key as written [its version], verified)."""
+        width = len(binding.spec.columns) + versioned
         now, went = rows[0][0], bool(rows[0][1])
         self.saw_clock(now)
-        key_index = binding.key_index
-        locked = {str(row[2 + key_index]): codec.read(row, 2) for row in rows if row[2 + key_index] is not None}
+        at = 2 + binding.key_index
+        locked = {str(row[at]): codec.read(row, 2) for row in rows if row[at] is not None}
         written = frozenset(str(row[3 + width]) for row in rows if row[3 + width] is not None)
-        return AheadAnswer(now, went, locked, written)
+        versions: dict[str, int] = {}
+        if versioned:
+            versions = {str(row[at]): row[1 + width] for row in rows if row[at] is not None}
+            versions.update((str(row[3 + width]), row[4 + width]) for row in rows if row[3 + width] is not None)
+        return AheadAnswer(now, went, locked, written, versions)
 
     def codec(self, binding: Binding) -> RowCodec:
         return binding.codec(POSTGRESQL_DIALECT, key_as_text=(binding.spec.name, binding.key_column) in self.uuid_columns)

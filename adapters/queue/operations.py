@@ -364,6 +364,7 @@ class QueueOperations:
                     [command_for(token, ()) for token in claim_tokens],
                 )
                 if picked.went:
+                    claimed_versions.update(picked.versions)
                     return verified(claims_of(picked.picked, (), picked.now_us), picked.written)
             # The clock is read first because eligibility depends on it; candidates are
             # locked with SKIP LOCKED, which never waits, so no lock wait separates reading
@@ -387,8 +388,11 @@ class QueueOperations:
             return verified(claims, await tx.update_many(binding, claims, read_back=True))
 
         claimed_rows: list[QueueRow] = []
+        claimed_versions: dict[str, int] = {}
         result = await self.store.run(body, write=True)
-        self.engine.remember(binding, claimed_rows)  # the fenced writes to follow decide ahead from these
+        # The fenced writes to follow decide ahead from these (remembered only once the
+        # claim committed: an uncommitted version would vouch for a row that never was).
+        self.engine.remember(binding, claimed_rows, claimed_versions)
         return result
 
     async def _fail_unreadable(self, owner_id: str, job_ids: Sequence[str]) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from tenure.adapters.core.registry import BINDINGS
 from tenure.adapters.core.sql import POSTGRESQL, SQLITE, Capabilities, compile_finder, statements_for
 from tenure.adapters.core.store import Probe
-from tenure.adapters.core.tables import Binding, sql_dialect
+from tenure.adapters.core.tables import ROW_VERSION, Binding, sql_dialect
 from tenure.adapters.postgres import statements
 from tenure.adapters.queue.table import QUEUE_BINDINGS
 from tenure.kernel.core import Finder
@@ -63,6 +63,7 @@ def postgres_types(binding: Binding) -> tuple[tuple[str, str], ...]:
     for column in binding.spec.columns:
         declared = column.sql_type.compile(dialect=dialect)
         types.append((column.name, "varchar" if declared.startswith("VARCHAR") else _UDT[declared]))
+    types.append((ROW_VERSION, "int8"))  # step versions_v1
     return tuple(types)
 
 
@@ -124,16 +125,24 @@ def render_postgresql() -> str:
                 lines.append(_statement(f"find {name}", f"lock {finder.lock}", compiled.sql))
             if finder.lock == "wait" and name.endswith("by_keys") and binding.key_field in str(finder.any_of):
                 announce = binding.announces is not None
+                compiled = compile_finder(binding, finder, POSTGRESQL, None, versioned=True)
+                lines.append(_statement(f"ahead_version {name}", "one row known by its row version, decided "
+                                        "ahead: lock, clock, verdict on the version and the window, write and verify "
+                                        "the changed columns (here every mutable one; each statement names only its "
+                                        "own), the new version returned",
+                                        statements.ahead_version_sql(binding, None, compiled.sql, types,
+                                                                     binding.spec.mutable_names, announce)))
                 jobs = " (a heartbeat, complete, fail or cancel of one job)" if binding.name.startswith("queue.") else ""
                 lines.append(_statement(f"ahead_one {name}", "one row decided ahead: lock, clock, verdict, "
                                         f"compare-and-set, verified{jobs}",
-                                        statements.ahead_one_sql(binding, None, compiled.sql, types, announce)))
+                                        statements.ahead_one_sql(binding, None, compiled.sql, types, announce, True)))
                 lines.append(_statement(f"ahead {name}", "several rows decided ahead, all or nothing (batches)",
-                                        statements.ahead_sql(binding, None, compiled.sql, types, announce)))
+                                        statements.ahead_sql(binding, None, compiled.sql, types, announce, True)))
             if name.startswith("queue.locate("):
+                compiled = compile_finder(binding, finder, POSTGRESQL, None, versioned=True)
                 lines.append(_statement(f"insert_ahead {name}", "a submission decided ahead: inserted only if "
                                         "no row shares its identity and the clock lies in the window",
-                                        statements.insert_sql(binding, None, compiled.sql, types, True)))
+                                        statements.insert_sql(binding, None, compiled.sql, types, True, True)))
         if binding.name.startswith("queue."):
             for label, eligible, check, rewrite, blockers in (
                 ("claim", queue_finders.eligible, queue_finders.claimable, CLAIM_OWNED_REWRITE,

@@ -284,3 +284,85 @@ async def test_a_statement_without_its_lock_first_order_would_accept_the_stale_w
     finally:
         postgres_statements.clear_statement_cache()
     assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"
+
+
+# --- the row version: one integer instead of the whole pre-image ---------------------------------
+
+
+class Statements:
+    """The SQL texts the source's decided-ahead statements sent, with their argument counts."""
+
+    def __init__(self, source: ValidationJobSource) -> None:
+        store = source._engine.store  # noqa: SLF001
+        self.sent: list[tuple[str, int]] = []
+        fetch_once = store._fetch_once  # noqa: SLF001
+
+        async def recorded(pool: Any, deadline: float, sql: str, arguments: list[Any]) -> list[Any]:
+            self.sent.append((sql, len(arguments)))
+            return await fetch_once(pool, deadline, sql, arguments)
+
+        store._fetch_once = recorded  # noqa: SLF001
+
+
+async def test_a_row_known_by_its_version_is_compared_by_it_alone_and_sends_only_what_changed(db_url: str) -> None:
+    source, fence = await claimed_source(db_url, 30)
+    sent = Statements(source)
+    try:
+        assert await source.heartbeat_owned(fence) is True  # the claim returned the version it wrote
+        assert await source.complete_owned(fence, {"n": 1}) is True
+    finally:
+        await source.close()
+    (heartbeat, heartbeat_arguments), (complete, _) = sent.sent[:2]
+    assert "l.row_version =" in heartbeat and "l.row_version =" in complete
+    assert heartbeat_arguments <= 8  # the version, the key, the window, the lease: not the whole row twice
+    assert "SET lease_expires_at =" in heartbeat and "status =" not in heartbeat
+    assert "status =" in complete and "result_json =" in complete
+    assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"
+
+
+async def test_a_foreign_change_to_a_column_no_write_compares_is_seen_by_the_version(db_url: str) -> None:
+    """The whole-pre-image comparison covers the columns a write may change; the version
+    covers every column: a row whose immutable payload another writer rewrote is not the
+    row the source remembers, and costs one more statement (decided again on the row as
+    it is now), never a write on the remembered image."""
+    source, fence = await claimed_source(db_url, 30)
+    spy = Spy(source)
+    try:
+        assert await source.heartbeat_owned(fence) is True
+        raw(db_url, "UPDATE validation_jobs SET data_json = '\"b.jsonl\"' WHERE id = 'job-a'")
+        spy.reset()
+        assert await source.heartbeat_owned(fence) is True
+        assert (spy.statements, spy.transactions) == (2, 0)
+    finally:
+        await source.close()
+
+
+async def expired_behind_the_sources_back(db_url: str) -> bool:
+    """A heartbeat after a plain UPDATE ran the remembered lease out: what it answers."""
+    source, fence = await claimed_source(db_url, 30)
+    try:
+        assert await source.heartbeat_owned(fence) is True  # remembered with its version
+        raw(db_url, "UPDATE validation_jobs SET lease_expires_at = clock_timestamp() - interval '1 second', "
+                    "claimed_at = claimed_at WHERE id = 'job-a'")
+        return await source.heartbeat_owned(fence)
+    finally:
+        await source.close()
+
+
+async def test_a_lease_run_out_by_another_writer_refuses_the_heartbeat(db_url: str) -> None:
+    assert await expired_behind_the_sources_back(db_url) is False
+
+
+async def test_the_mutant_that_does_not_compare_the_version_renews_the_expired_lease(
+    db_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mutant the test above exists to catch: a verdict that trusts the remembered row
+    without comparing its version writes on the stale image (renews a lease that ran out)."""
+    from tenure.adapters.postgres import statements as postgres_statements
+
+    monkeypatch.setattr(postgres_statements, "VERSION_UNCHANGED", "true")
+    postgres_statements.clear_statement_cache()
+    try:
+        assert await expired_behind_the_sources_back(db_url) is True, "the mutant writes on the stale row"
+    finally:
+        postgres_statements.clear_statement_cache()

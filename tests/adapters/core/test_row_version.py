@@ -8,8 +8,8 @@ between tenure's read and its write are in tests/adapters/core/test_pycharter.py
 from __future__ import annotations
 
 import pytest
-
 from adapter_support import kind_of, raw
+
 from tenure.adapters import ValidationJobSource, downgrade, upgrade
 from tenure.adapters.core.registry import TABLES
 from tenure.model import ValidationJob, WorkerConfig
@@ -22,27 +22,36 @@ def columns_of(db_url: str, table: str) -> set[str]:
                                             "WHERE table_schema = current_schema() AND table_name = ?", (table,))}
 
 
-async def test_every_table_gets_a_version_that_every_update_raises_by_one(db_url: str) -> None:
+async def test_every_table_gets_a_version_that_every_write_moves_to_one_never_seen_before(db_url: str) -> None:
     for spec in TABLES:
         assert "row_version" in columns_of(db_url, spec.name), spec.name
+    seen: list[int] = []
     async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=60, heartbeat_seconds=10)) as source:
         job_id = await source.submit_owned(ValidationJob("orders", "1.0", "a.jsonl"), submission_id="v-1")
 
-        def version() -> int:
-            return raw(db_url, "SELECT row_version FROM validation_jobs WHERE id = ?", (job_id,))[0][0]
+        def moved() -> None:
+            version = raw(db_url, "SELECT row_version FROM validation_jobs WHERE id = ?", (job_id,))[0][0]
+            assert not seen or version > seen[-1], (seen, version)  # never back, never equal
+            seen.append(version)
 
-        assert version() == 0  # as inserted
+        moved()  # as inserted
         claim = await source.claim_next_owned("worker", claim_token="token-1")
-        assert version() == 1
+        moved()
         assert await source.heartbeat_owned(claim.claim_fence)
-        assert version() == 2
-        raw(db_url, "UPDATE validation_jobs SET error_message = error_message WHERE id = ?", (job_id,))  # changes nothing: still counts
-        assert version() == 3
-        raw(db_url, "UPDATE validation_jobs SET row_version = 0 WHERE id = ?", (job_id,))  # cannot go back
-        assert version() == 4
-        raw(db_url, "UPDATE validation_jobs SET row_version = 100 WHERE id = ?", (job_id,))
-        assert version() > 4  # SQLite keeps a writer's own raise; PostgreSQL counts one: never back, never equal
+        moved()
+        raw(db_url, "UPDATE validation_jobs SET error_message = error_message WHERE id = ?", (job_id,))
+        moved()  # an UPDATE that changes nothing counts all the same
+        raw(db_url, "UPDATE validation_jobs SET row_version = 0 WHERE id = ?", (job_id,))
+        moved()  # a writer cannot set an old version
+        raw(db_url, "UPDATE validation_jobs SET row_version = ? WHERE id = ?", (seen[-1], job_id))
+        moved()
         assert await source.complete_owned(claim.claim_fence, {})
+        moved()
+    if kind_of(db_url) == "postgresql":
+        # A key deleted and inserted again starts from a version no row ever had.
+        raw(db_url, "WITH gone AS (DELETE FROM validation_jobs WHERE id = ? RETURNING *) "
+                    "INSERT INTO validation_jobs SELECT * FROM gone", (job_id,))
+        moved()
 
 
 async def test_the_upgrade_checks_every_trigger_and_puts_back_a_missing_or_disabled_one(db_url: str) -> None:
@@ -57,13 +66,14 @@ async def test_the_upgrade_checks_every_trigger_and_puts_back_a_missing_or_disab
         raw(db_url, "ALTER TABLE validation_jobs DISABLE TRIGGER tenure_row_version")
     async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=60, heartbeat_seconds=10)) as source:
         job_id = await source.submit_owned(ValidationJob("orders", "1.0", "a.jsonl"), submission_id="v-1")
+    before = raw(db_url, "SELECT row_version FROM validation_jobs")
     raw(db_url, "UPDATE validation_jobs SET error_message = 'unseen' WHERE id = ?", (job_id,))
-    assert raw(db_url, "SELECT row_version FROM validation_jobs") == [(0,)]  # the gap the check closes
+    assert raw(db_url, "SELECT row_version FROM validation_jobs") == before  # the gap the check closes
     repaired = await upgrade(db_url)
     assert repaired.changed == () and all(check.passed for check in repaired.checks)
     assert any("validation_jobs" in statement and "TRIGGER" in statement for statement in repaired.statements)
     raw(db_url, "UPDATE validation_jobs SET error_message = 'seen' WHERE id = ?", (job_id,))
-    assert raw(db_url, "SELECT row_version FROM validation_jobs") == [(1,)]
+    assert raw(db_url, "SELECT row_version FROM validation_jobs")[0][0] > before[0][0]
     kept = await upgrade(db_url)
     assert not [statement for statement in kept.statements if "row_version" in statement]
 
@@ -77,6 +87,7 @@ async def test_the_downgrade_removes_the_versions_and_their_triggers(db_url: str
     else:
         assert raw(db_url, "SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal") == [(0,)]
         assert raw(db_url, "SELECT count(*) FROM pg_proc WHERE proname = 'tenure_row_version'") == [(0,)]
+        assert raw(db_url, "SELECT count(*) FROM pg_class WHERE relname = 'tenure_row_versions'") == [(0,)]
 
 
 @pytest.mark.parametrize("database", ["postgresql"])
