@@ -55,8 +55,11 @@ class PostgresTransaction(SharedPrimitives):
     capabilities = POSTGRESQL
     dialect = POSTGRESQL_DIALECT
 
-    def __init__(self, store: PostgresStore, connection: asyncpg.Connection, deadline: float) -> None:
+    def __init__(self, store: PostgresStore, connection: asyncpg.Connection, deadline: float, *,
+                 writable: bool = True) -> None:
         self._store = store
+        self.writable = writable
+        """False: a read, whose statements run in autocommit (see :meth:`PostgresStore.transaction`)."""
         self.schema = store.schema
         self._connection = connection
         self._deadline = deadline
@@ -65,7 +68,7 @@ class PostgresTransaction(SharedPrimitives):
         """Channels to notify with the COMMIT (see :meth:`announce`)."""
         self.broken = False
         """A driver call of this transaction failed: its connection is not used again."""
-        self.picker = self
+        self.picker = self if writable else None
 
     async def call(self, operation: Callable[[asyncpg.Connection], Awaitable[T]], stage: Stage = Stage.STATEMENT) -> T:
         """One driver call on this transaction's connection, through the boundary."""
@@ -177,9 +180,18 @@ class PostgresTransaction(SharedPrimitives):
             self._observe(now)
         return Picked(now, went, picked, written, versions)
 
+    def _require_writable(self) -> None:
+        if not self.writable:  # a read's statements each commit alone: a write there would be unatomic
+            raise persistence_failed("invariant_broken")
+
+    async def insert(self, binding: Binding, record: Any) -> Any:
+        self._require_writable()
+        return await super().insert(binding, record)
+
     async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
         if not pairs:
             return []
+        self._require_writable()
         statements = self.statements(binding)
         key = binding.key_field
         keys = [getattr(new, key) for _, new in pairs]
@@ -204,9 +216,11 @@ class PostgresTransaction(SharedPrimitives):
         return [written[k] for k in keys]
 
     async def delete(self, binding: Binding, old: Any) -> bool:
+        self._require_writable()
         return bool(await self._fetch(self.statements(binding).delete, self.compare_parameters(binding, old)))
 
     async def lock_name(self, name: str) -> None:
+        self._require_writable()
         # A 64-bit hash of the name: two names sharing one only serialize more than needed.
         await self.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [name])
 
@@ -300,6 +314,22 @@ class PostgresStore:
         pool = await self._open(deadline)
         connection = await pool.take(deadline)
         clean = False  # the connection is reused only if its transaction ended cleanly
+        if not write:
+            # A read needs no BEGIN and COMMIT: under READ COMMITTED each statement of a
+            # transaction sees its own snapshot anyway, exactly as an autocommit statement
+            # does (a consistent read is one statement: see with_clock, snapshot_sql). Two
+            # round trips fewer; a row lock a read takes lasts for its statement, and a
+            # write refuses (``invariant_broken``).
+            try:
+                reader = PostgresTransaction(self, connection, deadline, writable=False)
+                yield reader
+                clean = not reader.broken
+            except BaseException:
+                clean = not reader.broken and not connection.is_in_transaction()
+                raise
+            finally:
+                pool.give_back(connection, clean=clean)
+            return
         try:
             transaction = PostgresTransaction(self, connection, deadline)
             await transaction.call(lambda c: c.execute("BEGIN"))
