@@ -223,16 +223,21 @@ _FLAT = frozenset({str, int, bool, float, type(None)})
 """Types whose values hold no Moment inside (a Moment is its own type, never one of these)."""
 
 
-def _plain(value: Any, relative: dict[str, int]) -> Any:
+def _plain(value: Any, relative: dict[str, int], old: Any = None) -> Any:
     """``value`` (a decided record) with every Moment field replaced by its value at the
     reference time, noting its offset in ``relative``. Raises AheadUnsupported when a
     Moment sits deeper (a record nesting rows, such as the Run pair): ``relative`` names
-    top-level fields only, so such a decision cannot be moved with the time."""
+    top-level fields only, so such a decision cannot be moved with the time. A field
+    that still holds the very object of ``old`` (the record decided on, read from the
+    database: it holds no Moment) is not looked into."""
     if value is None or not dataclasses.is_dataclass(value):
         return value
+    carried = old is not None and type(old) is type(value)
     changes: dict[str, int] = {}
     for name, slot in slots_of(type(value)):
         item = slot.__get__(value)
+        if carried and item is slot.__get__(old):
+            continue
         kind = type(item)
         if kind is Moment:
             relative[name] = item.offset
@@ -245,8 +250,11 @@ def _plain(value: Any, relative: dict[str, int]) -> Any:
 
 
 def _holds_moment(value: Any) -> bool:
-    if isinstance(value, Moment):
+    kind = type(value)
+    if kind is Moment:
         return True
+    if kind in _FLAT or isinstance(value, enum.Enum):
+        return False
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return any(_holds_moment(getattr(value, field.name)) for field in dataclasses.fields(value))
     if isinstance(value, tuple):
@@ -278,7 +286,7 @@ def decide_ahead(
         if _holds_moment(decided.reply):
             return None
         try:
-            decided = Applied(_plain(decided.new_record, relative), decided.reply)
+            decided = Applied(_plain(decided.new_record, relative, record), decided.reply)
         except AheadUnsupported:
             return None
     if window.start >= window.end:

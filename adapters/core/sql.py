@@ -157,6 +157,21 @@ def compile_finder(
     return CompiledFinder(sql, where, tuple(encoders.items()), constants)
 
 
+@functools.cache
+def joined_read_sql(
+    binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], caps: Capabilities, schema: str | None,
+) -> str:
+    """The rows of ``binding`` with these ``:keys``, each with the row of ``other`` whose
+    fields ``on[i][1]`` equal its fields ``on[i][0]`` (NULL columns when there is none),
+    in one statement: one snapshot of both tables on every database."""
+    columns = [f"a.{c}" for c in binding.spec.column_names] + [f"b.{c}" for c in other.spec.column_names]
+    joined = " AND ".join(f"b.{other.column_of(theirs).name} = a.{binding.column_of(ours).name}" for ours, theirs in on)
+    key = binding.key_column
+    return (f"SELECT {', '.join(columns)} FROM {qualified(schema, binding.spec.name)} AS a "
+            f"LEFT JOIN {qualified(schema, other.spec.name)} AS b ON {joined} "
+            f"WHERE a.{key} {caps.member_of.format('keys')} ORDER BY a.{key}")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TableStatements:
     """The writes every store runs against one table (compare-and-set, by its key)."""

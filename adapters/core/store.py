@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from tenure.kernel.core import Finder, Rewrite
 
 from .failures import persistence_failed
-from .sql import Capabilities, CompiledFinder, TableStatements, compile_finder, statements_for
+from .sql import Capabilities, CompiledFinder, TableStatements, compile_finder, joined_read_sql, statements_for
 from .tables import Binding, Dialect, RowCodec
 
 __all__ = [
@@ -189,6 +189,14 @@ class Transaction(Protocol):
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         """The rows with these keys as they are (no lock, no clock)."""
 
+    async def read_joined(
+        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
+    ) -> list[tuple[Any, Any]]:
+        """The rows of ``binding`` with these keys, each with the row of ``other`` whose
+        fields ``on[i][1]`` equal its fields ``on[i][0]`` (None when there is none; a row
+        met by several appears once with each), as of one snapshot (one statement: no
+        lock, no clock)."""
+
     async def lock_name(self, name: str) -> None:
         """Hold a lock on ``name`` (any text) until this transaction ends, waiting for
         another holder: what serializes decisions about rows that may not exist yet (an
@@ -294,6 +302,19 @@ class SharedPrimitives:
 
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         return await self._records(binding, self.statements(binding).read_keys, {"keys": self.key_list(keys)})
+
+    async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        raise NotImplementedError
+
+    async def read_joined(
+        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
+    ) -> list[tuple[Any, Any]]:
+        sql = joined_read_sql(binding, other, on, self.capabilities, self.schema)
+        rows = await self._rows(sql, {"keys": self.key_list(keys)})
+        left, right = self.codec(binding).read, self.codec(other).read
+        width = len(binding.spec.columns)
+        present = width + other.key_index
+        return [(left(row, 0), None if row[present] is None else right(row, width)) for row in rows]
 
     def announce(self, binding: Binding) -> None:
         """No notifications by default (SQLite's workers poll)."""

@@ -111,6 +111,9 @@ class PostgresTransaction(SharedPrimitives):
     def codec(self, binding: Binding) -> RowCodec:
         return self._store.codec(binding)
 
+    async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        return await self._fetch(sql, parameters)
+
     async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         read = self.codec(binding).read
         return [read(row, 0) for row in await self._fetch(sql, parameters)]

@@ -17,7 +17,10 @@ database failure ``persistence_failed``, a containment refusal raised by the ker
 ``containment_unproven``, and anything else ``internal_error`` (logged with its type
 only). The pass goes on with the next Run; the report is degraded.
 
-Pages are read in ``(updated_at, run_id)`` order per status group. Reconciliation
+Pages are read in ``(updated_at, run_id)`` order per status group, and the Runs of a
+page are visited concurrently (at most :data:`VISIT_CONCURRENCY` at once; the ports
+must accept calls for several Runs at once; issues are reported in the order visits
+end). Reconciliation
 visits each Run once per group (a written Run moves to the end of its group and is
 skipped there). A relay reads one page per kind (queued deliveries, consents,
 delegated jobs, service waits) and carries, in its opaque cursor, a forward position per
@@ -134,7 +137,8 @@ CheckpointOutcome = Callable[[str], Awaitable["RecordedOutcome | None"]]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecoveryPorts:
-    """What recovery asks outside the database, all async.
+    """What recovery asks outside the database, all async, and for up to
+    :data:`VISIT_CONCURRENCY` Runs at once (each call concerns one Run).
 
     ``broker``: the Run broker (probe, abort, publish). ``checkpoint_owner(run_id)``: the
     owner ID (consent, delegated job or service attempt) bound by the Run's first
@@ -218,6 +222,13 @@ def _probe_of(answer: object) -> Probe:
     return Probe(answer.state, _micros(answer.started_at), queue, priority)
 
 
+VISIT_CONCURRENCY = 8
+"""Runs of one page a pass visits at once. Runs are recovered independently: a visit
+reads its own Run, acts through the ledger's compare-and-set paths and the ports, and no
+Run appears twice in a page; a visit is mostly waiting (on the database, on the broker),
+so a page's visits overlap. The ports are called for several Runs at once."""
+
+
 class _Visits:
     """One pass (a reconciliation or one relay call): visits Runs and tallies the report."""
 
@@ -249,18 +260,31 @@ class _Visits:
         return rows
 
     async def scan(self, statuses: Sequence[RunStatus], page_size: int) -> None:
-        """Visit every Run of ``statuses`` once, oldest change first."""
+        """Visit every Run of ``statuses`` once, oldest change first (page by page; the
+        Runs of a page at once, see :meth:`visit_all`)."""
         seen: set[str] = set()
         after: tuple[int, str] | None = None
         while True:
             rows = await self.page(statuses, after, page_size)
-            for row in rows:
-                if row.run_id not in seen:
-                    seen.add(row.run_id)
-                    await self.visit(row.run_id)
+            fresh = [row.run_id for row in rows if row.run_id not in seen]
+            seen.update(fresh)
+            await self.visit_all(fresh)
             if len(rows) < page_size:
                 return
             after = (rows[-1].updated_at_us, rows[-1].run_id)
+
+    async def visit_all(self, run_ids: Sequence[str]) -> list[bool]:
+        """:meth:`visit` each Run, up to :data:`VISIT_CONCURRENCY` at once; the answers in
+        the order given."""
+        if len(run_ids) <= 1:
+            return [await self.visit(run_id) for run_id in run_ids]
+        slots = asyncio.Semaphore(VISIT_CONCURRENCY)
+
+        async def one(run_id: str) -> bool:
+            async with slots:
+                return await self.visit(run_id)
+
+        return list(await asyncio.gather(*(one(run_id) for run_id in run_ids)))
 
     # --- one Run -------------------------------------------------------------------------
 
@@ -468,14 +492,29 @@ class _Visits:
             raise AssertionError(action)
 
 
+CURRENT_DELIVERY = (("run_id", "run_id"), ("enqueue_seq", "enqueue_seq"))
+"""A Run's current delivery, as a join: the delivery of its Run at its ``enqueue_seq``."""
+
+
 async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, DeliveryRow | None] | None:
     """The Run and its current delivery as of one commit, without a lock.
 
-    A read transaction may see each statement at a later commit (PostgreSQL's read
-    committed), so a Run read before a concurrent rotation and its delivery read after
-    it would look corrupt. Every transition that touches a delivery also moves its
-    Run's ``updated_at``, so reading the Run again and finding it unchanged proves the
-    pair is one commit's; otherwise read again."""
+    One statement reads both (a join: one snapshot on every database). Only when that
+    does not give exactly one Run with the delivery its key names, or none (rows
+    another writer left out of shape), does the reading fall back to separate reads:
+    each statement of a read may see a later commit (PostgreSQL's read committed), so a
+    Run read before a concurrent rotation and its delivery read after it would look
+    corrupt. Every transition that touches a delivery also moves its Run's
+    ``updated_at``, so reading the Run again and finding it unchanged proves the pair
+    is one commit's; otherwise read again."""
+    joined: list[tuple[RunRow, DeliveryRow | None]] = await tx.read_joined(
+        RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
+    if not joined:
+        return None
+    if len(joined) == 1:
+        run, delivery = joined[0]
+        if delivery is not None and delivery.delivery_id == key_of(run_id, run.enqueue_seq):
+            return run, delivery
     for _ in range(8):
         runs: list[RunRow] = await tx.read(RUNS_BINDING, [run_id])
         if not runs:
@@ -547,9 +586,7 @@ async def relay(ledger: RunLedger, ports: RecoveryPorts, *, cursor: str | None, 
         start = position["r"].pop(0) if revisiting else position["f"]
         after = None if start is None else (start[0], start[1])
         rows = await visits.page(statuses, after, size)
-        kept = False
-        for row in rows:
-            kept = await visits.visit(row.run_id) or kept
+        kept = any(await visits.visit_all([row.run_id for row in rows]))
         if kept and start not in position["r"] and len(position["r"]) < _MAX_REVISITS:
             position["r"].append(start)
         if not revisiting:

@@ -238,6 +238,9 @@ class SqliteTransaction(SharedPrimitives):
                 self._store.observe_time(self._now)
         return self._now
 
+    async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        return list(await self._execute(sql, parameters))
+
     async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         read = self.codec(binding).read
         return [read(row, 0) for row in await self._execute(sql, parameters)]

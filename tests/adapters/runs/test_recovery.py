@@ -14,9 +14,9 @@ import datetime as dt
 from typing import Any
 
 import pytest
-
 from adapter_support import raw
 from run_support import Runs, succeeded
+
 from tenure.adapters import InMemoryBroker, RecoveryIssue, RecoveryPorts, RunLedger, run_relays
 from tenure.adapters.runs import recovery as recovery_module
 from tenure.model import (
@@ -477,3 +477,68 @@ async def test_relays_from_several_processes_at_once_rotate_and_publish_each_run
         assert delivery is not None and delivery.state is DeliveryState.PUBLISHED
         assert runs.broker.jobs[hop_key(run_id, 1)].state is BrokerJobState.QUEUED
     assert not any(hop_key(run_id, 2) in runs.broker.jobs for run_id in ids)
+
+
+# --- visits at once, and the one-statement read of a Run with its delivery ---------------------
+
+
+async def test_the_runs_of_a_page_are_visited_at_once_and_each_is_recovered_as_alone(runs: Runs) -> None:
+    """A page's visits overlap (at most VISIT_CONCURRENCY at a time): the broker sees
+    several probes in flight, and every Run ends exactly as a visit of its own leaves it."""
+    lost = [await runs.published(f"lost-{n}") for n in range(12)]
+    held = [await runs.published(f"held-{n}") for n in range(12)]
+    for run_id in lost:
+        del runs.broker.jobs[hop_key(run_id, 0)]
+    in_flight, most = 0, 0
+
+    class Slow(InMemoryBroker):
+        async def probe(self, key: str) -> Any:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            try:
+                await asyncio.sleep(0.01)  # a broker round trip: the other visits go on meanwhile
+                return await runs.broker.probe(key)
+            finally:
+                in_flight -= 1
+
+        async def publish(self, *args: Any, **kwargs: Any) -> Any:
+            return await runs.broker.publish(*args, **kwargs)
+
+    report = await runs.ledger.reconcile(RecoveryPorts(Slow()), node=NODE, boot_cutoff=await boot())
+    assert 1 < most <= recovery_module.VISIT_CONCURRENCY
+    assert nonzero(report) == {"republished": 12} and not report.degraded
+    assert set(runs.broker.jobs) == {hop_key(run_id, 0) for run_id in lost + held}
+
+
+async def test_a_run_and_its_delivery_are_read_in_one_statement_and_stray_rows_fall_back(
+    runs: Runs, db_url: str,
+) -> None:
+    """The pair comes from one join (one snapshot: the unique index on a Run's sequence
+    allows one row at most); a delivery row another writer left under a key that is not
+    the one its Run and sequence name makes the separate reads (with their re-read proof)
+    answer instead, and they find no delivery under the Run's key."""
+    run_id = await runs.published("paired")
+
+    async def pair() -> Any:
+        async def body(tx: Any) -> Any:
+            return await recovery_module._consistent_pair(tx, run_id)  # noqa: SLF001
+
+        return await runs.ledger.transactions.run(body, write=False)
+
+    async def joined() -> Any:
+        async def body(tx: Any) -> Any:
+            return await tx.read_joined(recovery_module.RUNS_BINDING, [run_id], recovery_module.DELIVERIES_BINDING,
+                                        recovery_module.CURRENT_DELIVERY)
+
+        return await runs.ledger.transactions.run(body, write=False)
+
+    [(run, delivery)] = await joined()
+    assert run.run_id == run_id and delivery.delivery_id == hop_key(run_id, 0)
+    assert await pair() == (run, delivery)
+    raw(db_url, "UPDATE tenure_run_deliveries SET delivery_id = 'stray' WHERE delivery_id = ?", (hop_key(run_id, 0),))
+    assert [found.delivery_id for _, found in await joined()] == ["stray"]
+    assert await pair() == (run, None)
+    assert await runs.ledger.transactions.run(
+        lambda tx: tx.read_joined(recovery_module.RUNS_BINDING, ["no-such-run"], recovery_module.DELIVERIES_BINDING,
+                                  recovery_module.CURRENT_DELIVERY), write=False) == []
