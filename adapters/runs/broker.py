@@ -53,6 +53,10 @@ class Broker(Protocol):
         ``terminal`` (startup recovery, only for a hop proven to belong to a dead
         process) finish it as aborted without waiting for its worker to acknowledge."""
 
+    # A broker may also declare ``concurrent_calls = True`` (a class attribute): its
+    # methods accept calls for several keys at once, so the runtime's recovery visits
+    # several Runs of a page at once (RecoveryPorts.concurrency).
+
 
 Touch = Callable[[], Awaitable[None]]
 """Refreshes the broker's liveness of one running hop (SAQ's ``touched``)."""
@@ -130,6 +134,9 @@ class InMemoryBroker:
     next queued job to a worker (highest priority, then oldest) and marks it active;
     ``finish(key)`` completes an active one.
     """
+
+    concurrent_calls = True
+    """Calls for several keys may run at once (see :class:`~tenure.adapters.runs.broker.Broker`)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, _Job] = {}

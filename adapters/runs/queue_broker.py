@@ -120,6 +120,9 @@ def _time_ordered_id() -> str:
 class QueueBroker:
     """The Broker port (and hop source) on the owned queue in ``db_url``'s database."""
 
+    concurrent_calls = True
+    """Calls for several keys may run at once (see :class:`~tenure.adapters.runs.broker.Broker`)."""
+
     def __init__(self, db_url: str, *, queues: Sequence[str], lease_seconds: float = 120.0,
                  heartbeat_seconds: float = 30.0, poll_s: float = 0.05, abort_wait_s: float = 5.0) -> None:
         if isinstance(queues, str) or not queues or not all(bounds.is_bounded_text(q, 50) for q in queues) \

@@ -17,10 +17,9 @@ database failure ``persistence_failed``, a containment refusal raised by the ker
 ``containment_unproven``, and anything else ``internal_error`` (logged with its type
 only). The pass goes on with the next Run; the report is degraded.
 
-Pages are read in ``(updated_at, run_id)`` order per status group, and the Runs of a
-page are visited concurrently (at most :data:`VISIT_CONCURRENCY` at once; the ports
-must accept calls for several Runs at once; issues are reported in the order visits
-end). Reconciliation
+Pages are read in ``(updated_at, run_id)`` order per status group; the Runs of a page
+are visited one at a time, or up to ``RecoveryPorts.concurrency`` at once (issues are
+then reported in the order visits end). Reconciliation
 visits each Run once per group (a written Run moves to the end of its group and is
 skipped there). A relay reads one page per kind (queued deliveries, consents,
 delegated jobs, service waits) and carries, in its opaque cursor, a forward position per
@@ -137,8 +136,7 @@ CheckpointOutcome = Callable[[str], Awaitable["RecordedOutcome | None"]]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecoveryPorts:
-    """What recovery asks outside the database, all async, and for up to
-    :data:`VISIT_CONCURRENCY` Runs at once (each call concerns one Run).
+    """What recovery asks outside the database, all async.
 
     ``broker``: the Run broker (probe, abort, publish). ``checkpoint_owner(run_id)``: the
     owner ID (consent, delegated job or service attempt) bound by the Run's first
@@ -151,7 +149,11 @@ class RecoveryPorts:
     ``known_queues``: the queues this process serves (None: every queue is known).
     ``checkpoint_outcome(run_id)``: the outcome a finished hop recorded in the Run's
     checkpoint before it settled (no port: no outcome evidence, so such a hop is failed
-    ``lost`` as before).
+    ``lost`` as before). ``concurrency``: how many Runs of a page a pass visits at once,
+    so how many Runs' port calls may be in flight together (each call concerns one Run);
+    1, the default, suits ports written for one caller at a time. The brokers tenure
+    ships, the Run ledger's checkpoint ports and the runtime's defaults accept
+    :data:`VISIT_CONCURRENCY`.
     """
 
     broker: Broker
@@ -161,8 +163,11 @@ class RecoveryPorts:
     delete_checkpoint: DeleteCheckpoint | None = None
     known_queues: frozenset[str] | None = None
     checkpoint_outcome: CheckpointOutcome | None = None
+    concurrency: int = 1
 
     def __post_init__(self) -> None:
+        if not bounds.is_strict_int(self.concurrency) or not 1 <= self.concurrency <= 64:
+            raise refuse("concurrency", "integer_out_of_range")
         if not isinstance(self.broker, Broker):
             raise refuse("broker", "broker_required")
         for name in ("checkpoint_owner", "contain_job", "observe_attempt", "delete_checkpoint", "checkpoint_outcome"):
@@ -223,10 +228,12 @@ def _probe_of(answer: object) -> Probe:
 
 
 VISIT_CONCURRENCY = 8
-"""Runs of one page a pass visits at once. Runs are recovered independently: a visit
-reads its own Run, acts through the ledger's compare-and-set paths and the ports, and no
-Run appears twice in a page; a visit is mostly waiting (on the database, on the broker),
-so a page's visits overlap. The ports are called for several Runs at once."""
+"""Runs of one page a pass visits at once when its ports allow it
+(``RecoveryPorts.concurrency``; the runtime's default with a broker that declares
+``concurrent_calls``). Runs are recovered independently: a visit reads its own Run, acts
+through the ledger's compare-and-set paths and the ports, and no Run appears twice in a
+page; a visit is mostly waiting (on the database, on the broker), so a page's visits
+overlap."""
 
 
 class _Visits:
@@ -274,11 +281,11 @@ class _Visits:
             after = (rows[-1].updated_at_us, rows[-1].run_id)
 
     async def visit_all(self, run_ids: Sequence[str]) -> list[bool]:
-        """:meth:`visit` each Run, up to :data:`VISIT_CONCURRENCY` at once; the answers in
+        """:meth:`visit` each Run, up to the ports' ``concurrency`` at once; the answers in
         the order given."""
-        if len(run_ids) <= 1:
+        if len(run_ids) <= 1 or self.ports.concurrency == 1:
             return [await self.visit(run_id) for run_id in run_ids]
-        slots = asyncio.Semaphore(VISIT_CONCURRENCY)
+        slots = asyncio.Semaphore(self.ports.concurrency)
 
         async def one(run_id: str) -> bool:
             async with slots:

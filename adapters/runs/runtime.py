@@ -40,7 +40,7 @@ from tenure.model.validation import refuse
 from ..nodes.leases import DEFAULT_NODE_LEASE_S, NodeLease
 from .broker import Broker
 from .ledger import RunLedger
-from .recovery import RecoveryPorts, RecoveryReport, run_relays
+from .recovery import VISIT_CONCURRENCY, RecoveryPorts, RecoveryReport, run_relays
 from .worker import RunWorker, WorkerStopFailed
 
 __all__ = ["RunRuntime", "StartupDegraded", "ShutdownIncomplete"]
@@ -102,10 +102,13 @@ class RunRuntime:
         self.workers = tuple(workers)
         self.node = node
         queues = frozenset(q for worker in workers for q in worker.queues) or None
+        # The ledger's checkpoint ports take any number of calls at once; the broker
+        # says whether it does (tenure's brokers do).
+        concurrent = getattr(self.brokers[0], "concurrent_calls", False) is True
         self.ports = ports if ports is not None else RecoveryPorts(
             broker=self.brokers[0], checkpoint_owner=ledger.checkpoints.owner,
             delete_checkpoint=ledger.checkpoints.delete, known_queues=queues,
-            checkpoint_outcome=ledger.checkpoints.outcome)
+            checkpoint_outcome=ledger.checkpoints.outcome, concurrency=VISIT_CONCURRENCY if concurrent else 1)
         if not isinstance(self.ports, RecoveryPorts):
             raise _refuse("ports", "recovery_ports_required")
         self.require_clean = require_clean if require_clean is not None else ledger.database == "postgresql"

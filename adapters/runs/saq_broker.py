@@ -130,6 +130,9 @@ def _instant_ms(value: object) -> dt.datetime | None:
 class SaqBroker:
     """The Broker port on SAQ's PostgreSQL queues ``queues`` at ``dsn``."""
 
+    concurrent_calls = True
+    """Calls for several keys may run at once (see :class:`~tenure.adapters.runs.broker.Broker`)."""
+
     def __init__(self, dsn: str, *, queues: Sequence[str], min_size: int = 1, max_size: int = 8,
                  abort_wait_s: float = 5.0) -> None:
         if type(dsn) is not str or not dsn.startswith(("postgresql://", "postgres://")):

@@ -482,9 +482,10 @@ async def test_relays_from_several_processes_at_once_rotate_and_publish_each_run
 # --- visits at once, and the one-statement read of a Run with its delivery ---------------------
 
 
-async def test_the_runs_of_a_page_are_visited_at_once_and_each_is_recovered_as_alone(runs: Runs) -> None:
-    """A page's visits overlap (at most VISIT_CONCURRENCY at a time): the broker sees
-    several probes in flight, and every Run ends exactly as a visit of its own leaves it."""
+async def test_the_runs_of_a_page_are_visited_at_once_when_the_ports_allow_and_each_is_recovered_as_alone(runs: Runs) -> None:
+    """With ports that accept it, a page's visits overlap (at most ``concurrency`` at a
+    time): the broker sees several probes in flight, and every Run ends exactly as a
+    visit of its own leaves it."""
     lost = [await runs.published(f"lost-{n}") for n in range(12)]
     held = [await runs.published(f"held-{n}") for n in range(12)]
     for run_id in lost:
@@ -505,10 +506,17 @@ async def test_the_runs_of_a_page_are_visited_at_once_and_each_is_recovered_as_a
         async def publish(self, *args: Any, **kwargs: Any) -> Any:
             return await runs.broker.publish(*args, **kwargs)
 
-    report = await runs.ledger.reconcile(RecoveryPorts(Slow()), node=NODE, boot_cutoff=await boot())
+    at_once = RecoveryPorts(Slow(), concurrency=recovery_module.VISIT_CONCURRENCY)
+    report = await runs.ledger.reconcile(at_once, node=NODE, boot_cutoff=await boot())
     assert 1 < most <= recovery_module.VISIT_CONCURRENCY
     assert nonzero(report) == {"republished": 12} and not report.degraded
     assert set(runs.broker.jobs) == {hop_key(run_id, 0) for run_id in lost + held}
+    # By default a pass calls the ports for one Run at a time (ports written for one caller).
+    most = 0
+    report = await runs.ledger.reconcile(RecoveryPorts(Slow()), node=NODE, boot_cutoff=await boot())
+    assert most == 1 and not report.degraded
+    with pytest.raises(ConfigValidationError):
+        RecoveryPorts(runs.broker, concurrency=0)
 
 
 async def test_a_run_and_its_delivery_are_read_in_one_statement_and_stray_rows_fall_back(

@@ -64,3 +64,15 @@ async def test_the_lifespan_disconnects_in_reverse_attempting_every_broker_and_g
         async with RunRuntime(ledger, brokers=brokers, workers=[], node="node-a"):
             raise AssertionError("must not start")
     assert log == ["connect a", "connect b", "connect c", "disconnect b", "disconnect a"]
+
+
+async def test_recovery_visits_runs_at_once_only_with_a_broker_that_says_it_takes_concurrent_calls(
+    ledger: RunLedger,
+) -> None:
+    from tenure.adapters import InMemoryBroker
+    from tenure.adapters.runs.recovery import VISIT_CONCURRENCY
+
+    one_caller = RunRuntime(ledger, brokers=[Recording("a", [])], workers=[], node="node-a")
+    assert one_caller.ports.concurrency == 1
+    shipped = RunRuntime(ledger, brokers=[InMemoryBroker()], workers=[], node="node-a")
+    assert shipped.ports.concurrency == VISIT_CONCURRENCY
