@@ -228,15 +228,17 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
 async def _keep_row_versions(dialect: MigrationDialect, recorder: Recorder, reader: Executor, schema: str | None) -> None:
     """Step versions_v1: every table gets its row version column (existing rows at 0)
     and the trigger that raises it; a table whose trigger went missing gets it again."""
-    missing = [spec for spec in TABLES
-               if ROW_VERSION not in await dialect.columns(reader, spec.name, schema)
-               or not await dialect.row_version_kept(reader, spec, schema)]
+    missing: list[tuple[TableSpec, bool]] = []  # (table, whether it has the column already)
+    for spec in TABLES:
+        has_column = ROW_VERSION in await dialect.columns(reader, spec.name, schema)
+        if not has_column or not await dialect.row_version_kept(reader, spec, schema):
+            missing.append((spec, has_column))
     if not missing:
         return
     for statement in dialect.row_version_setup(schema):
         await recorder.execute(statement)
-    for spec in missing:
-        if ROW_VERSION not in await dialect.columns(reader, spec.name, schema):
+    for spec, has_column in missing:
+        if not has_column:
             await recorder.execute(row_version_column_ddl(spec, dialect.sql_dialect, schema))
         for statement in dialect.row_version_ddl(spec, schema):
             await recorder.execute(statement)

@@ -253,7 +253,7 @@ class Listener(Protocol):
 class SharedPrimitives:
     """The primitives every store runs the same way: the statement comes from the store's
     dialect (``capabilities``, and the store's schema) and runs through the store's
-    ``_records``; values go through the binding's codec for the store's ``dialect``.
+    ``_rows``; values go through the binding's codec for the store's ``dialect``.
     Only what truly differs (locking with the clock, snapshots, pipelined writes) stays
     in each store."""
 
@@ -262,8 +262,13 @@ class SharedPrimitives:
     schema: str | None = None
     picker: Picker | None = None
 
-    async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+    async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        """One statement's rows, as the driver returns them (each store runs it its way)."""
         raise NotImplementedError
+
+    async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        read = self.codec(binding).read
+        return [read(row, 0) for row in await self._rows(sql, parameters)]
 
     def codec(self, binding: Binding) -> RowCodec:
         return binding.codec(self.dialect)
@@ -302,9 +307,6 @@ class SharedPrimitives:
 
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         return await self._records(binding, self.statements(binding).read_keys, {"keys": self.key_list(keys)})
-
-    async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
-        raise NotImplementedError
 
     async def read_joined(
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],

@@ -367,12 +367,7 @@ def ahead_version_parameters(binding: Binding, codec: RowCodec, item: Expected) 
     if not relative.keys() <= new.keys():
         new = codec.write(item.new)  # a time that moves with the clock but equals the old one now
     parameters: dict[str, Any] = {"version": item.version}
-    for c in changed:
-        parameters[f"new_{c}"] = new[c]
-        if c in binding.spec.instant_names:
-            parameters[f"rel_{c}"] = relative.get(c)
-        else:
-            parameters[f"check_{c}"] = new[c]
+    _bind_intended(binding, changed, new, relative, parameters)
     return changed, parameters
 
 
@@ -426,12 +421,22 @@ def ahead_one_parameters(binding: Binding, codec: RowCodec, item: Expected) -> d
     }
     for c in spec.mutable_names:
         parameters[f"old_{c}"] = old.get(c)
+    _bind_intended(binding, spec.mutable_names, new, relative, parameters)
+    return parameters
+
+
+def _bind_intended(
+    binding: Binding, columns: Sequence[str], new: Mapping[str, Any], relative: Mapping[str, int],
+    parameters: dict[str, Any],
+) -> None:
+    """The parameters :func:`_one_intended` and :func:`_one_verified` name for ``columns``:
+    each new value, and a time's offset from the clock or a text-compared value's check."""
+    for c in columns:
         parameters[f"new_{c}"] = new.get(c)
-        if c in spec.instant_names:
+        if c in binding.spec.instant_names:
             parameters[f"rel_{c}"] = relative.get(c)
         else:
             parameters[f"check_{c}"] = new.get(c)
-    return parameters
 
 def ahead_parameters(binding: Binding, codec: RowCodec, items: Sequence[Expected]) -> dict[str, Any] | None:
     """The statement's arrays: one element per item, for every input column (None:

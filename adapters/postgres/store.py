@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -114,10 +114,6 @@ class PostgresTransaction(SharedPrimitives):
     async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         return await self._fetch(sql, parameters)
 
-    async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
-        read = self.codec(binding).read
-        return [read(row, 0) for row in await self._fetch(sql, parameters)]
-
     async def canonical_key(self, binding: Binding, key: str) -> str:
         if (binding.spec.name, binding.key_column) not in self._store.uuid_columns:
             return key
@@ -178,7 +174,8 @@ class PostgresTransaction(SharedPrimitives):
         at = 3 + width + binding.key_index
         written_rows = [row for row in rows if row[2] is not None and row[at] is not None]
         written = [read(row, 3 + width) for row in written_rows]
-        versions = {str(row[at]): row[3 + 2 * width] for row in written_rows} if _keeps_versions(types.items()) else {}
+        versioned = binding.spec.name in self._store.versioned_tables
+        versions = {str(row[at]): row[3 + 2 * width] for row in written_rows} if versioned else {}
         if went:
             self._observe(now)
         return Picked(now, went, picked, written, versions)
@@ -231,11 +228,6 @@ class PostgresTransaction(SharedPrimitives):
         self.announcements.add(announce_channel(self.schema, binding.spec.name))
 
 
-def _keeps_versions(types: Iterable[tuple[str, str]]) -> bool:
-    """Whether the table has its row version (a database migrated through versions_v1)."""
-    return any(column == ROW_VERSION for column, _ in types)
-
-
 class PostgresStore:
     """A PostgreSQL database holding the queue tables, reached through a small pool.
 
@@ -265,6 +257,8 @@ class PostgresStore:
         """(table, column) of every genuine uuid column in the schema (read at first use):
         keys stored there are canonicalized by the database and read back as text."""
         self.column_types: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.versioned_tables: frozenset[str] = frozenset()
+        """Tables with their row version (migrated through versions_v1), read at open."""
         """Each table's columns with their PostgreSQL type names (read at first use)."""
         self._clock: tuple[int, float] | None = None
         """The last database time read, with this process's monotonic time then."""
@@ -304,6 +298,7 @@ class PostgresStore:
                 for table, column, kind in rows:
                     types.setdefault(table, []).append((column, kind))
                 self.column_types = {table: tuple(columns) for table, columns in types.items()}
+                self.versioned_tables = frozenset(table for table, column, _ in rows if column == ROW_VERSION)
                 self._pool = pool
         finally:
             self._opening.release()
@@ -389,7 +384,7 @@ class PostgresStore:
         if not set(binding.spec.column_names) <= {column for column, _ in types}:
             return None  # the table was not (or not yet) seen whole: the transaction path
         codec = self.codec(binding)
-        versioned = _keeps_versions(types)
+        versioned = binding.spec.name in self.versioned_tables
         compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
         keys = [item.key for item in items]
         by_version = statements.ahead_version_parameters(binding, codec, items[0]) if (
@@ -432,7 +427,7 @@ class PostgresStore:
         ):
             return None  # not seen whole, or keys the database canonicalizes: the transaction path
         codec = self.codec(binding)
-        versioned = _keeps_versions(types)
+        versioned = binding.spec.name in self.versioned_tables
         compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
         parameters = dict(compiled.parameters(finder_parameters))
         relative_columns = {binding.column_of(field).name: offset for field, offset in relative.items()}

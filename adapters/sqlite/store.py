@@ -241,10 +241,6 @@ class SqliteTransaction(SharedPrimitives):
     async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         return list(await self._execute(sql, parameters))
 
-    async def _records(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
-        read = self.codec(binding).read
-        return [read(row, 0) for row in await self._execute(sql, parameters)]
-
     async def canonical_key(self, binding: Binding, key: str) -> str:
         return key  # SQLite keeps text exactly as given
 

@@ -46,13 +46,15 @@ def config(db_url: str, lease_s: float) -> WorkerConfig:
 
 
 class Spy:
-    """Counts the store's decided-ahead statements and transactions."""
+    """Counts the store's decided-ahead statements and transactions, and keeps the SQL
+    text and argument count of each one-statement call it sent (``sent``)."""
 
     def __init__(self, source: ValidationJobSource) -> None:
         store = source._engine.store  # noqa: SLF001
         self.statements = 0
         self.transactions = 0
-        write_ahead, run = store.write_ahead, store.run
+        self.sent: list[tuple[str, int]] = []
+        write_ahead, run, fetch_once = store.write_ahead, store.run, store._fetch_once  # noqa: SLF001
 
         async def counted_write_ahead(*args: Any, **kwargs: Any) -> Any:
             self.statements += 1
@@ -62,7 +64,11 @@ class Spy:
             self.transactions += 1
             return await run(*args, **kwargs)
 
-        store.write_ahead, store.run = counted_write_ahead, counted_run
+        async def recorded(pool: Any, deadline: float, sql: str, arguments: list[Any]) -> list[Any]:
+            self.sent.append((sql, len(arguments)))
+            return await fetch_once(pool, deadline, sql, arguments)
+
+        store.write_ahead, store.run, store._fetch_once = counted_write_ahead, counted_run, recorded  # noqa: SLF001
 
     def reset(self) -> None:
         self.statements = self.transactions = 0
@@ -289,24 +295,9 @@ async def test_a_statement_without_its_lock_first_order_would_accept_the_stale_w
 # --- the row version: one integer instead of the whole pre-image ---------------------------------
 
 
-class Statements:
-    """The SQL texts the source's decided-ahead statements sent, with their argument counts."""
-
-    def __init__(self, source: ValidationJobSource) -> None:
-        store = source._engine.store  # noqa: SLF001
-        self.sent: list[tuple[str, int]] = []
-        fetch_once = store._fetch_once  # noqa: SLF001
-
-        async def recorded(pool: Any, deadline: float, sql: str, arguments: list[Any]) -> list[Any]:
-            self.sent.append((sql, len(arguments)))
-            return await fetch_once(pool, deadline, sql, arguments)
-
-        store._fetch_once = recorded  # noqa: SLF001
-
-
 async def test_a_row_known_by_its_version_is_compared_by_it_alone_and_sends_only_what_changed(db_url: str) -> None:
     source, fence = await claimed_source(db_url, 30)
-    sent = Statements(source)
+    sent = Spy(source)
     try:
         assert await source.heartbeat_owned(fence) is True  # the claim returned the version it wrote
         assert await source.complete_owned(fence, {"n": 1}) is True
