@@ -281,7 +281,7 @@ class Engine:
             for key, _ in items:
                 self._keep(binding, key, answer.locked.get(key), answer.versions)
             if not changes:
-                self._observe(answer.now_us)
+                self.observe(answer.now_us)
                 if raise_conflicts:
                     for decision in decisions:
                         raise_if_conflict(binding, decision)
@@ -304,7 +304,7 @@ class Engine:
                     raise persistence_failed("read_back_mismatch")
                 self.remember(binding, [decision.new_record], answer.versions)
             decisions.append(decision)
-        self._observe(answer.now_us)
+        self.observe(answer.now_us)
         return decisions
 
     async def insert_ahead(
@@ -341,21 +341,22 @@ class Engine:
             if not isinstance(decision, Applied) or len(answer.written) != 1:
                 raise persistence_failed("read_back_mismatch")
             self.remember(binding, [decision.new_record], answer.versions)
-            self._observe(answer.now_us)
+            self.observe(answer.now_us)
             return decision
         if not answer.locked:
             return None  # the window was missed: decide the ordinary way
         met = meets(list(answer.locked.values()))
         decision = decide(binding.machine, met, command, answer.now_us)
         if isinstance(decision, Refused):
-            self._observe(answer.now_us)
+            self.observe(answer.now_us)
             raise_if_conflict(binding, decision)
             return decision
         if met is not None and decision.new_record == met:
-            self._observe(answer.now_us)
+            self.observe(answer.now_us)
             return decision
         return None
 
-    def _observe(self, now_us: int) -> None:
+    def observe(self, now_us: int) -> None:
+        """Report ``now_us`` as a call's database time (the store's time observer)."""
         if self.store.observe_time is not None:
             self.store.observe_time(now_us)

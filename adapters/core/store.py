@@ -31,7 +31,7 @@ from .tables import Binding, Dialect, RowCodec
 
 __all__ = [
     "Store", "Transaction", "Body", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver",
-    "Expected", "AheadAnswer", "AheadWriter", "Picked", "Picker",
+    "Expected", "AheadAnswer", "AheadWriter", "Picked",
 ]
 
 T = TypeVar("T")
@@ -122,11 +122,27 @@ class AheadWriter(Protocol):
         in ``locked``. ``announce``: notify the table's channel when it inserts. None:
         nothing was sent (the caller uses a transaction)."""
 
+    async def claim_ahead(
+        self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
+        commands: Sequence[Any],
+    ) -> Picked | None:
+        """One autocommit statement (a claim in one round trip): read the clock, pick rows
+        (``pick``, a SKIP LOCKED finder, which never waits) and apply ``rewrite`` (the
+        kernel's claim effect as data) to the ``i``-th picked row with the ``i``-th
+        command, only if no blocker finds a row and every picked row satisfies ``check``
+        (the claim rule's guard as a finder). Every column of every written row is
+        verified in the same statement (the rewrite's value, or the value it was picked
+        with): anything else aborts it (``read_back_mismatch``, nothing kept). Nothing
+        is written when it does not go (``went`` False), and its clock then belongs to
+        no decision. A failure after the statement was sent is
+        ``commit_unacknowledged``. None: this store cannot spell the statement for the
+        table (nothing was sent)."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Picked:
-    """What :meth:`Picker.pick_and_rewrite` saw and did: its clock, whether it wrote, the
-    picked rows in pick order as they were, and as written."""
+    """What :meth:`AheadWriter.claim_ahead` saw and did: its clock, whether it wrote, the
+    picked rows in pick order as they were, and as written (committed)."""
 
     now_us: int
     went: bool
@@ -136,28 +152,8 @@ class Picked:
     """The row version of each written row, by key (a store that keeps versions)."""
 
 
-class Picker(Protocol):
-    """A transaction that can claim in one statement (PostgreSQL): the claim fast path,
-    declared beside :attr:`Store.ahead` as :attr:`Transaction.picker`."""
-
-    async def pick_and_rewrite(
-        self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
-        commands: Sequence[Any],
-    ) -> Picked:
-        """One statement that reads the clock, picks rows (``pick``, a SKIP LOCKED finder,
-        which never waits), and applies ``rewrite`` (kernel data) to the ``i``-th picked
-        row with the ``i``-th command, only if no blocker finds a row and every picked
-        row satisfies ``check``. Nothing is written otherwise, and the clock is then not
-        this transaction's (the caller carries on the ordinary way)."""
-
-
 class Transaction(Protocol):
     """One database transaction."""
-
-    @property
-    def picker(self) -> Picker | None:
-        """This transaction's claim fast path (:class:`Picker`), or None (SQLite: the
-        ordinary claim is already one hop there)."""
 
     async def now_us(self) -> int:
         """Database time, read once per transaction (after the locks taken so far)."""
@@ -260,7 +256,6 @@ class SharedPrimitives:
     capabilities: ClassVar[Capabilities]
     dialect: ClassVar[Dialect]
     schema: str | None = None
-    picker: Picker | None = None
 
     async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         """One statement's rows, as the driver returns them (each store runs it its way)."""

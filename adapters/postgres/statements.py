@@ -480,6 +480,20 @@ def clear_statement_cache() -> None:
 
 
 
+def _strictly_equal(udt: Mapping[str, str], stored: str, intended: str, column: str) -> str:
+    """Whether a stored value is exactly the intended one, as the driver would read it
+    back: texts compared byte for byte (``COLLATE "C"``: a case-insensitive collation
+    would let a folded value pass), a ``char(n)`` also by its padded length (``char``
+    equality ignores the padding the driver returns), JSON and uuids as their text."""
+    kind = udt[column]
+    if kind == "bpchar":
+        return (f"({stored})::text COLLATE \"C\" IS NOT DISTINCT FROM ({intended})::text COLLATE \"C\" "
+                f"AND octet_length({stored}) IS NOT DISTINCT FROM octet_length({intended})")
+    if kind in ("text", "varchar", "json", "jsonb", "uuid", "citext", "name"):
+        return f"({stored})::text COLLATE \"C\" IS NOT DISTINCT FROM ({intended})::text COLLATE \"C\""
+    return f"{stored} IS NOT DISTINCT FROM {intended}"
+
+
 @functools.cache
 def pick_sql(
     binding: Binding, schema: str | None, pick_sql: str, order: str, blocker_sql: tuple[str, ...], check_where: str,
@@ -495,6 +509,7 @@ def pick_sql(
     key = binding.key_column
     attributes: dict[str, str] = {}
     assignments = []
+    intended: dict[str, str] = {}
     for field, change in rewrite.changes:
         if field in binding.constants:
             continue  # no column holds it (the kernel's pair check below still sees it)
@@ -506,7 +521,7 @@ def pick_sql(
             attributes[change.attribute] = ARRAY_TYPES[column.codec.base]
             value = f"(w.{change.attribute})::{udt[name]}"
         elif isinstance(change, Increment):
-            value = f"t.{name} + {int(change.by)}"
+            value = f"n.{name} + {int(change.by)}"  # the row as picked (and locked since)
         else:
             assert isinstance(change, AtTime)
             value = "clock.now"
@@ -514,8 +529,14 @@ def pick_sql(
                 attributes[change.plus] = "bigint"
                 value = f"clock.now + w.{change.plus} * interval '1 microsecond'"
         assignments.append(f"{name} = {value}")
+        intended[name] = value
     ordered = tuple(sorted(attributes.items()))
     versioned = (ROW_VERSION,) if ROW_VERSION in udt else ()  # each written row's new version, last
+    # Every column of every written row is the rewrite's value or, untouched, the value it
+    # was picked with: a trigger or a coercion that changed anything (an owner padded by a
+    # CHAR column, folded by a trigger) aborts the whole statement, so the claim commits
+    # alone, with no read-back to roll back.
+    checks = " AND ".join(_strictly_equal(udt, f"t.{c}", intended.get(c, f"n.{c}"), c) for c in spec.column_names)
     blocked = " OR ".join(f"EXISTS ({sql})" for sql in blocker_sql) or "false"
     unnest = ", ".join(f":a_{attribute}::{kind}[]" for attribute, kind in ordered)
     names = ", ".join(attribute for attribute, _ in ordered)
@@ -530,7 +551,8 @@ def pick_sql(
         f"want AS MATERIALIZED (SELECT * FROM unnest({unnest}) WITH ORDINALITY AS w({names}, pick)), "
         f"written AS (UPDATE {table} AS t SET {', '.join(assignments)} "
         f"FROM numbered n JOIN want w ON w.pick = n.pick, clock, ready WHERE ready.go AND t.{key} = n.{key} "
-        f"RETURNING {', '.join(f't.{c}' for c in (*spec.column_names, *versioned))}) "
+        f"RETURNING {', '.join(f't.{c}' for c in (*spec.column_names, *versioned))}, "
+        f"1 / (CASE WHEN {checks} THEN 1 ELSE 0 END) AS verified) "
         "SELECT clock.now, ready.go, numbered.*, written.* FROM clock CROSS JOIN ready "
         f"LEFT JOIN numbered ON true LEFT JOIN written ON written.{key} = numbered.{key} ORDER BY numbered.pick"
     )

@@ -68,7 +68,6 @@ class PostgresTransaction(SharedPrimitives):
         """Channels to notify with the COMMIT (see :meth:`announce`)."""
         self.broken = False
         """A driver call of this transaction failed: its connection is not used again."""
-        self.picker = self if writable else None
 
     async def call(self, operation: Callable[[asyncpg.Connection], Awaitable[T]], stage: Stage = Stage.STATEMENT) -> T:
         """One driver call on this transaction's connection, through the boundary."""
@@ -148,37 +147,6 @@ class PostgresTransaction(SharedPrimitives):
                 answers.append(bool(first[offset]) if kind == "exists" else list(first[offset]))
                 offset += 1
         return answers
-
-    async def pick_and_rewrite(
-        self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
-        commands: Sequence[Any],
-    ) -> Picked:
-        """See :class:`tenure.adapters.core.store.Picker`."""
-        types = dict(self._store.column_types.get(binding.spec.name, ()))
-        if not set(binding.spec.column_names) <= set(types):
-            return Picked(0, False, [], [])  # the table was not (or not yet) seen whole
-        parameters: dict[str, Any] = {}
-        sql, attributes = statements.claim_statement(binding, self.schema, pick, check, blockers, rewrite,
-                                                     tuple(sorted(types.items())), parameters)
-        for attribute, _ in attributes:
-            parameters[f"a_{attribute}"] = [getattr(command, attribute) for command in commands]
-        for field, change in rewrite.changes:
-            if isinstance(change, SetValue) and field not in binding.constants:
-                column = binding.column_of(field)
-                parameters[f"set_{column.name}"] = self.dialect.value_writer(column)(change.value)
-        rows = await self._fetch(sql, parameters)
-        now, went = rows[0][0], bool(rows[0][1])
-        width = len(binding.spec.columns)
-        read = self.codec(binding).read
-        picked = [read(row, 3) for row in rows if row[2] is not None]
-        at = 3 + width + binding.key_index
-        written_rows = [row for row in rows if row[2] is not None and row[at] is not None]
-        written = [read(row, 3 + width) for row in written_rows]
-        versioned = binding.spec.name in self._store.versioned_tables
-        versions = {str(row[at]): row[3 + 2 * width] for row in written_rows} if versioned else {}
-        if went:
-            self._observe(now)
-        return Picked(now, went, picked, written, versions)
 
     def _require_writable(self) -> None:
         if not self.writable:  # a read's statements each commit alone: a write there would be unatomic
@@ -442,6 +410,42 @@ class PostgresStore:
         arguments = statement.arguments(parameters)
         rows = await self._fetch_once(pool, deadline, statement.sql, arguments)
         return self._answer(binding, codec, rows, versioned)
+
+    async def claim_ahead(
+        self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
+        commands: Sequence[Any],
+    ) -> Picked | None:
+        """See :meth:`tenure.adapters.core.store.AheadWriter.claim_ahead` (the statement:
+        :func:`.statements.pick_sql`)."""
+        self._refuse_if_closed()
+        deadline = self._deadline()
+        pool = await self._open(deadline)
+        types = self.column_types.get(binding.spec.name, ())
+        if not set(binding.spec.column_names) <= {column for column, _ in types}:
+            return None  # the table was not (or not yet) seen whole: the transaction path
+        parameters: dict[str, Any] = {}
+        sql, attributes = statements.claim_statement(binding, self.schema, pick, check, blockers, rewrite,
+                                                     types, parameters)
+        for attribute, _ in attributes:
+            parameters[f"a_{attribute}"] = [getattr(command, attribute) for command in commands]
+        udt = dict(types)
+        for field, change in rewrite.changes:
+            if isinstance(change, SetValue) and field not in binding.constants:
+                column = binding.column_of(field)
+                parameters[f"set_{column.name}"] = POSTGRESQL_DIALECT.value_writer(column)(change.value)
+        statement = numbered(sql)
+        rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
+        now, went = rows[0][0], bool(rows[0][1])
+        width = len(binding.spec.columns)
+        read = self.codec(binding).read
+        picked = [read(row, 3) for row in rows if row[2] is not None]
+        at = 3 + width + binding.key_index
+        written_rows = [row for row in rows if row[2] is not None and row[at] is not None]
+        written = [read(row, 3 + width) for row in written_rows]
+        versions = {str(row[at]): row[3 + 2 * width] for row in written_rows} if ROW_VERSION in udt else {}
+        if went:
+            self.saw_clock(now)
+        return Picked(now, went, picked, written, versions)
 
     async def _fetch_once(self, pool: Connections, deadline: float, sql: str, arguments: list[Any]) -> list[Any]:
         connection = await pool.take(deadline)

@@ -14,6 +14,8 @@ transaction: their only difference from single calls is fewer round trips.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -70,23 +72,16 @@ from .table import QUEUE_BINDINGS, stored_payload
 
 Presented = TypeVar("Presented")
 
+log = logging.getLogger("tenure.queue")
+
 __all__ = ["QueueOperations", "SWEEP_LIMIT", "PURGE_LIMIT", "SUBMIT_ATTEMPTS", "UNREADABLE_ERROR", "UNREADABLE_ROUNDS"]
 
 UNREADABLE_ERROR = "corrupt_row: the stored payload could not be read"
-"""The error stored on a row a claim met but could not read (see ``_fail_unreadable``)."""
+"""The error stored on a job a claim met but could not read (see ``claim_owned``)."""
 
 UNREADABLE_ROUNDS = 8
-"""How many times one claim call fails the unreadable rows it met and claims again; past
-that it raises ``corrupt_row`` (the next call goes on failing them)."""
-
-
-class UnreadableRows(TenureError):
-    """A claim met rows whose payload cannot be read; it rolls back, naming them (only
-    inside this module: past :data:`UNREADABLE_ROUNDS` it escapes as ``corrupt_row``)."""
-
-    def __init__(self, job_ids: Sequence[str]) -> None:
-        super().__init__(ErrorCode.QUEUE_PERSISTENCE_FAILED, "corrupt_row")
-        self.job_ids = list(job_ids)
+"""How many times one legacy claim call fails the unreadable jobs it claimed and claims
+again; past that it raises ``corrupt_row`` (the next call goes on failing them)."""
 
 SWEEP_LIMIT = 64
 """Expired claims settled per claim transaction (earliest lease first)."""
@@ -125,6 +120,9 @@ class QueueOperations:
         # Another table of the same queue's shape (the Run hops' table) may stand in.
         self.binding = QUEUE_BINDINGS[queue] if binding is None else binding
         self.engine = Engine(store)
+        self.unreadable_failed = 0
+        """Jobs a claim met but could not read and failed (see :meth:`claim_owned`), since
+        these operations were made: a Worker that sees it grow claims again at once."""
         self._new_job_id = new_job_id
         self._new_run_id = new_run_id
 
@@ -267,38 +265,59 @@ class QueueOperations:
         self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[QueueRow], Presented]
     ) -> list[Presented]:
         """Claim up to ``len(claim_tokens)`` jobs, token ``i`` for the ``i``-th eligible row,
-        each decided by the kernel exactly as a single claim. ``present`` turns each
-        claimed record into what the caller returns, inside the transaction: a row whose
-        envelope cannot be read (``corrupt_row``) rolls the claim back, is failed on its
-        own without a retry (``_fail_unreadable``), and the claim runs again with the same
-        nonces, so the jobs behind it are claimed."""
+        each decided by the kernel exactly as a single claim; ``present`` turns each
+        claimed (committed) record into what the caller gets. A job whose envelope cannot
+        be read (``corrupt_row``: written outside tenure) is never handed out: it is
+        failed at once through the claim just made (no retry, :data:`UNREADABLE_ERROR`),
+        counted in :attr:`unreadable_failed` and left out of the answer; the nonce it
+        took is spent. Left pending, such a job would be met first by every claim and
+        stop the queue behind it."""
         try:
-            for _ in range(UNREADABLE_ROUNDS):
-                try:
-                    return await self._claim(owner_id, claim_tokens, present, owned=True)
-                except UnreadableRows as met:
-                    await self._fail_unreadable(owner_id, met.job_ids)
-            return await self._claim(owner_id, claim_tokens, present, owned=True)
+            claimed = await self._claim(owner_id, claim_tokens, owned=True)
         except TenureError as error:
             if error.reason != "constraint_violated":
                 raise
-        # Only the claim token's unique index can refuse a claim's write: a concurrent
-        # claim stored the same nonce first.
-        raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
+            # Only the claim token's unique index can refuse a claim's write: a concurrent
+            # claim stored the same nonce first.
+            raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused") from None
+        presented, unreadable = _presented(claimed, present)
+        for record in unreadable:
+            fence = ClaimFence(queue=record.queue, job_id=record.job_id, owner_id=record.owner_id,  # type: ignore[arg-type]
+                               generation=record.generation, claim_token=record.claim_token)  # type: ignore[arg-type]
+            await self._fail_unreadable(record.job_id, FailOwned(
+                fence=fence, error_message=UNREADABLE_ERROR, retry=False, dlq_record_id=None,
+                backoff_base_ms=self.config.backoff_base_ms, backoff_max_ms=self.config.backoff_max_ms))
+        return presented
 
     async def claim_legacy(self, owner_id: str, present: Callable[[QueueRow], Presented]) -> Presented | None:
+        """The legacy claim (no nonce). A job it cannot read is failed by its ID at once
+        (legacy semantics, no retry) and the claim goes on to the next, up to
+        :data:`UNREADABLE_ROUNDS` times; past that it raises ``corrupt_row``."""
         for _ in range(UNREADABLE_ROUNDS):
-            try:
-                claimed = await self._claim(owner_id, [""], present, owned=False)
-                return claimed[0] if claimed else None
-            except UnreadableRows as met:
-                await self._fail_unreadable(owner_id, met.job_ids)
-        claimed = await self._claim(owner_id, [""], present, owned=False)
-        return claimed[0] if claimed else None
+            presented, unreadable = _presented(await self._claim(owner_id, [""], owned=False), present)
+            if presented:
+                return presented[0]
+            if not unreadable:
+                return None
+            for record in unreadable:
+                await self._fail_unreadable(record.job_id, FailLegacy(
+                    error_message=UNREADABLE_ERROR, retry=False, dlq_record_id=None,
+                    backoff_base_ms=self.config.backoff_base_ms, backoff_max_ms=self.config.backoff_max_ms))
+        raise persistence_failed("corrupt_row")
 
-    async def _claim(
-        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[QueueRow], Presented], *, owned: bool
-    ) -> list[Presented]:
+    async def _fail_unreadable(self, job_id: str, command: Command) -> None:
+        """Fail a job just claimed whose envelope cannot be read (the kernel decides it, as
+        any failure). It is best effort: when the write fails, the claim's lease runs out
+        and the next claim that meets the job fails it."""
+        log.warning("a claimed job could not be read (written outside tenure): failed %s", UNREADABLE_ERROR)
+        self.unreadable_failed += 1
+        with contextlib.suppress(TenureError):
+            await self._on_row(job_id, command)
+
+    async def _claim(self, owner_id: str, claim_tokens: Sequence[str], *, owned: bool) -> list[QueueRow]:
+        """The claimed records, committed: one autocommit statement on a store that can
+        claim ahead (verified in SQL), otherwise (or when that statement does not go) the
+        reference transaction below."""
         limit = len(claim_tokens)
         lease_us = self.config.lease_us
         binding = self.binding
@@ -316,7 +335,7 @@ class QueueOperations:
             for index, token in enumerate(claim_tokens):
                 met = candidates[index] if index < len(candidates) else None
                 decision = decide(met, command_for(token, stored_tokens), now)
-                raise_if_conflict(binding, decision)  # inside the transaction: nothing is kept
+                raise_if_conflict(binding, decision)
                 if isinstance(decision, Refused):
                     continue  # no eligible row for this token (its nonce stays unused)
                 claimed = checked(binding, met, decision)
@@ -324,7 +343,7 @@ class QueueOperations:
                 claims.append((met, claimed))  # type: ignore[arg-type]
             return claims
 
-        def verified(claims: Sequence[tuple[QueueRow, QueueRow]], stored: Sequence[QueueRow]) -> list[Presented]:
+        def verified(claims: Sequence[tuple[QueueRow, QueueRow]], stored: Sequence[QueueRow]) -> list[QueueRow]:
             if len(stored) != len(claims):
                 raise persistence_failed("read_back_mismatch")
             for (_, decided), found in zip(claims, stored, strict=True):
@@ -334,28 +353,18 @@ class QueueOperations:
                     raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
                 if found != decided:
                     raise persistence_failed("read_back_mismatch")
-            presented: list[Presented] = []
-            unreadable: list[str] = []
-            for record in stored:
-                try:
-                    presented.append(present(record))
-                except TenureError as error:
-                    if error.reason != "corrupt_row":
-                        raise
-                    unreadable.append(record.job_id)
-            if unreadable:
-                raise UnreadableRows(unreadable)  # rolls this claim back; see claim_owned
-            claimed_rows.extend(stored)
-            return presented
+            return list(stored)
 
-        async def body(tx: Transaction) -> list[Presented]:
-            if tx.picker is not None:
-                # One statement: the clock, the pick (SKIP LOCKED) and the kernel's claim
-                # rewrite, written only when no expired claim waits to be settled, no token
-                # is stored already and every picked row is one the claim rule takes
-                # (``claimable``); the kernel then decides the same claims on the picked
-                # rows and they must equal what was written, or all of it rolls back.
-                picked = await tx.picker.pick_and_rewrite(
+        ahead = self.store.ahead
+        if ahead is not None:
+            # One statement: the clock, the pick (SKIP LOCKED) and the kernel's claim
+            # rewrite, written only when no expired claim waits to be settled, no token is
+            # stored already and every picked row is one the claim rule takes
+            # (``claimable``), with every written value verified in SQL (anything else
+            # aborts it, and the transaction below explains why). The kernel then decides
+            # the same claims on the picked rows: the statement wrote exactly them.
+            try:
+                picked = await ahead.claim_ahead(
                     binding, Probe(eligible, {}, "rows", limit=limit),
                     finders.claimable if owned else finders.claimable_legacy,
                     [Probe(finders.expired, {}, "exists", limit=1)]
@@ -363,9 +372,17 @@ class QueueOperations:
                     CLAIM_OWNED_REWRITE if owned else CLAIM_LEGACY_REWRITE,
                     [command_for(token, ()) for token in claim_tokens],
                 )
-                if picked.went:
-                    claimed_versions.update(picked.versions)
-                    return verified(claims_of(picked.picked, (), picked.now_us), picked.written)
+            except TenureError as error:
+                if error.reason != "read_back_mismatch":
+                    raise
+                picked = None  # kept nothing
+            if picked is not None and picked.went:
+                stored = verified(claims_of(picked.picked, (), picked.now_us), picked.written)
+                self.engine.remember(binding, stored, picked.versions)
+                self.engine.observe(picked.now_us)
+                return stored
+
+        async def body(tx: Transaction) -> list[QueueRow]:
             # The clock is read first because eligibility depends on it; candidates are
             # locked with SKIP LOCKED, which never waits, so no lock wait separates reading
             # the clock from deciding.
@@ -387,44 +404,11 @@ class QueueOperations:
             claims = claims_of(candidates, stored_tokens, now)
             return verified(claims, await tx.update_many(binding, claims, read_back=True))
 
-        claimed_rows: list[QueueRow] = []
-        claimed_versions: dict[str, int] = {}
-        result = await self.store.run(body, write=True)
+        claimed = await self.store.run(body, write=True)
         # The fenced writes to follow decide ahead from these (remembered only once the
         # claim committed: an uncommitted version would vouch for a row that never was).
-        self.engine.remember(binding, claimed_rows, claimed_versions)
-        return result
-
-    async def _fail_unreadable(self, owner_id: str, job_ids: Sequence[str]) -> None:
-        """Finish rows a claim met but could not read (written outside tenure: not an
-        envelope, or JSON nested deeper than tenure reads) as failed, without a retry:
-        no worker can run them, and left pending they would be met first by every claim
-        and stop the queue behind them. One transaction claims each with a nonce of its
-        own (the caller's nonces stay unused for the claim that follows) and fails it
-        through that fence; the kernel decides both, as for any job. A row that is no
-        longer claimable (another claim took it) is left alone."""
-        binding = self.binding
-
-        async def body(tx: Transaction) -> None:
-            rows = await tx.locked(binding, finders.by_keys, {"keys": sorted(set(job_ids))})
-            now = await tx.now_us()
-            changes: list[tuple[QueueRow, QueueRow]] = []
-            for row in rows:
-                claim = decide(row, ClaimOwned(owner_id=owner_id, claim_token=uuid.uuid4().hex,
-                                               nonce_already_stored=False, lease_us=self.config.lease_us), now)
-                if not isinstance(claim, Applied):
-                    continue
-                claimed: QueueRow = checked(binding, row, claim)
-                fence = ClaimFence(queue=claimed.queue, job_id=claimed.job_id, owner_id=owner_id,
-                                   generation=claimed.generation, claim_token=claimed.claim_token)  # type: ignore[arg-type]
-                failure = decide(claimed, FailOwned(fence=fence, error_message=UNREADABLE_ERROR, retry=False,
-                                                    dlq_record_id=None, backoff_base_ms=self.config.backoff_base_ms,
-                                                    backoff_max_ms=self.config.backoff_max_ms), now)
-                require(isinstance(failure, Applied))
-                changes.append((row, checked(binding, claimed, failure)))  # type: ignore[arg-type]
-            await self.engine.persist(tx, binding, changes)
-
-        await self.store.run(body, write=True)
+        self.engine.remember(binding, claimed)
+        return claimed
 
     async def recover_owned(self, owner_id: str, claim_token: str) -> QueueRow | None:
         async def body(tx: Transaction) -> Decision:
@@ -552,3 +536,18 @@ class QueueOperations:
             return await tx.find(self.binding, finders.with_status, {"status": status}, limit)
 
         return await self.store.run(body, write=False)
+
+
+def _presented(claimed: Sequence[QueueRow], present: Callable[[QueueRow], Presented]) -> tuple[list[Presented], list[QueueRow]]:
+    """Each claimed record as the caller gets it, and the records whose envelope cannot be
+    read (``corrupt_row``), apart."""
+    presented: list[Presented] = []
+    unreadable: list[QueueRow] = []
+    for record in claimed:
+        try:
+            presented.append(present(record))
+        except TenureError as error:
+            if error.reason != "corrupt_row":
+                raise
+            unreadable.append(record)
+    return presented, unreadable

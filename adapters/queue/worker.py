@@ -498,6 +498,7 @@ class Worker:
             self._wake.clear()
             self._slot_freed.clear()
             settled_before = self._settled
+            unreadable_before = self.source.operations.unreadable_failed
             # Up to MAX_PARALLEL_CLAIMS claim calls at once, each of the current claim size.
             size = self._claim_size
             sizes = [min(size, free - start) for start in range(0, free, size)][:MAX_PARALLEL_CLAIMS]
@@ -513,6 +514,8 @@ class Worker:
                 continue
             # A claim came back short: a trickle, spread over the workers one job at a time.
             self._claim_size = 1
+            if self.source.operations.unreadable_failed != unreadable_before:
+                continue  # it met jobs it could not read (failed, their nonces spent): more may wait
             # Nothing more is claimable now.
             if until_idle:
                 # A job that settled while the claim was under way may have sent a retry

@@ -469,11 +469,18 @@ class RowHolder:
         return await task
 
 
+def claim_commit(kind: str) -> str:
+    """The statement whose completion commits a claim: SQLite's COMMIT; on PostgreSQL the
+    claim's own statement, which runs alone (``AheadWriter.claim_ahead``)."""
+    return "COMMIT" if kind == "sqlite" else "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now), blocked"
+
+
 class Faults:
     """Driver-level faults, armed one at a time; each fires once.
 
     ``arm("COMMIT", "after")``: the commit happens but its acknowledgement is lost (on
-    PostgreSQL, ``arm("WITH locked", "after")`` does the same to a one-statement write).
+    PostgreSQL, ``arm("WITH locked", "after")`` does the same to a one-statement write,
+    and ``arm(claim_commit(kind), "after")`` to a claim).
     ``arm("COMMIT", "before")``: the commit fails; nothing is written.
     ``arm(prefix, "before")``: the next statement starting with ``prefix`` fails.
     ``arm(prefix, "kill")`` (PostgreSQL): the server ends the session just before it.

@@ -154,7 +154,7 @@ def render_postgresql() -> str:
                 sql, _ = statements.claim_statement(binding, None, Probe(eligible, {}, "rows", limit=1), check,
                                                     blockers, rewrite, types, {})
                 lines.append(_statement(label, "the claim fast path: clock, pick (SKIP LOCKED), the kernel's claim "
-                                        "rewrite unless a blocker or the check says no (Transaction.picker)", sql))
+                                        "rewrite unless a blocker or the check says no, every written column verified (AheadWriter.claim_ahead)", sql))
     return "\n".join(lines)
 
 

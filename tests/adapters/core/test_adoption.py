@@ -121,7 +121,7 @@ async def test_a_decision_breaking_the_record_invariants_raises_and_writes_nothi
 
 
 @pytest.mark.parametrize("data_json", ['{"options": {}}', "[1, 2]", '{"data_source": 7}', '"text"'])
-async def test_a_row_whose_payload_is_not_an_envelope_is_corrupt_and_a_claim_fails_it_and_goes_on(
+async def test_a_row_whose_payload_is_not_an_envelope_is_corrupt_and_a_claim_fails_it(
     db_url: str, data_json: str
 ) -> None:
     insert_pycharter_row(db_url, "odd-1", data_json=data_json)
@@ -132,14 +132,14 @@ async def test_a_row_whose_payload_is_not_an_envelope_is_corrupt_and_a_claim_fai
                 await call()
             assert caught.value.reason == "corrupt_row"
         # Left pending, the row would be met first by every claim: each claim fails the
-        # one it meets (its own nonce, not the caller's) and claims on; none is left.
+        # one it meets and never hands it out (an owned claim spends its nonce on it; a
+        # legacy claim, which has none, claims on); none is left.
         assert await source.claim_next_owned("worker-a", claim_token="token-1") is None
         assert await source.claim_next("worker-a") is None
-        for job_id in ("odd-1", "odd-2"):
+        for job_id, token in (("odd-1", "token-1"), ("odd-2", None)):
             stored = row(db_url, QueueKind.VALIDATION, job_id)
-            assert (stored["status"], stored["error_message"], stored["generation"]) == (
-                "failed", UNREADABLE_ERROR, 1)
-            assert stored["claim_token"] not in (None, "token-1")
+            assert (stored["status"], stored["error_message"], stored["generation"], stored["claim_token"]) == (
+                "failed", UNREADABLE_ERROR, 1, token)
 
 
 async def test_a_row_whose_time_cannot_be_read_is_corrupt(db_url: str) -> None:

@@ -357,3 +357,67 @@ async def test_the_mutant_that_does_not_compare_the_version_renews_the_expired_l
         assert await expired_behind_the_sources_back(db_url) is True, "the mutant writes on the stale row"
     finally:
         postgres_statements.clear_statement_cache()
+
+
+# --- the claim: one statement, verified in SQL, committed alone -------------------------------
+
+
+async def test_a_claim_is_one_statement_and_no_transaction(db_url: str) -> None:
+    source = ValidationJobSource(db_url, config(db_url, 30))
+    try:
+        for n in range(3):
+            await source.submit_owned(ValidationJob("orders", "1", f"{n}.jsonl"), submission_id=f"s-{n}")
+        sent = Spy(source)
+        one = await source.claim_next_owned("worker-a", claim_token="t-1")
+        batch = await source.claim_batch_owned("worker-a", claim_tokens=["t-2", "t-3", "t-4"])
+        nothing = await source.claim_next_owned("worker-a", claim_token="t-5")
+        assert one is not None and len(batch) == 2 and nothing is None
+        assert sent.transactions == 0
+        assert [sql.startswith("WITH clock AS MATERIALIZED") for sql, _ in sent.sent] == [True] * 3
+        assert await source.complete_owned(one.claim_fence, {}) is True  # decided ahead from the claimed row
+        assert sent.transactions == 0
+    finally:
+        await source.close()
+
+
+async def test_an_expired_claim_to_settle_sends_the_claim_through_its_transaction(db_url: str) -> None:
+    source = ValidationJobSource(db_url, config(db_url, 0.2))
+    try:
+        await source.submit_owned(ValidationJob("orders", "1", "a.jsonl", job_id="job-a"), submission_id="s-a")
+        assert await source.claim_next_owned("worker-a", claim_token="t-1") is not None
+        await asyncio.sleep(0.3)  # the lease runs out: the one statement is blocked, the sweep must run
+        sent = Spy(source)
+        again = await source.claim_next_owned("worker-b", claim_token="t-2")
+        assert again is not None and again.job_id == "job-a" and again.claim_fence.generation == 2
+        assert (len(sent.sent), sent.transactions) == (1, 1)
+    finally:
+        await source.close()
+
+
+async def test_the_claim_without_its_verification_commits_a_changed_owner(
+    db_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mutant the claim's SQL verification exists to stop: with every check of the
+    written row replaced by ``true``, a claim whose owner a trigger folded commits before
+    anything can notice (tests/adapters/queue/test_sources.py holds the real statement to
+    keeping the row as it was)."""
+    from adapter_support import install_owner_folding_trigger
+
+    from tenure.adapters.postgres import statements as postgres_statements
+
+    monkeypatch.setattr(postgres_statements, "_strictly_equal", lambda *_: "true")
+    postgres_statements.clear_statement_cache()
+    try:
+        source = ValidationJobSource(db_url, config(db_url, 30))
+        try:
+            job_id = await source.submit_owned(ValidationJob("orders", "1", "a.jsonl"), submission_id="s-a")
+            install_owner_folding_trigger(db_url, QueueKind.VALIDATION)
+            with pytest.raises(TenureError) as caught:
+                await source.claim_next_owned("Worker-A", claim_token="t-1")
+            assert caught.value.reason == "claim_identity_changed"
+        finally:
+            await source.close()
+    finally:
+        postgres_statements.clear_statement_cache()
+    stored = row(db_url, QueueKind.VALIDATION, job_id)
+    assert (stored["status"], stored["claimed_by"]) == ("claimed", "worker-a"), "the mutant committed the folded owner"

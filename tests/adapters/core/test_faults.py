@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from adapter_support import all_rows, injected_faults, kind_of, row
+from adapter_support import all_rows, claim_commit, injected_faults, kind_of, row
 from tenure.adapters import StreamingJobSource, ValidationJobSource
 from tenure.model import ErrorCode, JobStatus, QueueKind, StreamingJob, TenureError, ValidationJob, WorkerConfig
 
@@ -60,7 +60,7 @@ async def test_a_failed_commit_on_submission_writes_nothing_and_a_retry_inserts_
 async def test_a_lost_commit_acknowledgement_on_a_claim_is_recovered_with_the_same_nonce(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async with faulty_source(ValidationJobSource, db_url, monkeypatch) as (source, faults):
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
-        faults.arm("COMMIT", "after")
+        faults.arm(claim_commit(kind_of(db_url)), "after")
         with pytest.raises(TenureError) as caught:
             await source.claim_next_owned("worker-a", claim_token="token-1")
         assert_persistence_failure(caught)
@@ -76,7 +76,7 @@ async def test_a_failed_commit_on_a_claim_leaves_the_job_pending_and_recovery_ob
     async with faulty_source(ValidationJobSource, db_url, monkeypatch) as (source, faults):
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
         before = row(db_url, QueueKind.VALIDATION, job_id)
-        faults.arm("COMMIT", "before")
+        faults.arm(claim_commit(kind_of(db_url)), "before")
         with pytest.raises(TenureError):
             await source.claim_next_owned("worker-a", claim_token="token-1")
         assert row(db_url, QueueKind.VALIDATION, job_id) == before

@@ -1,7 +1,8 @@
 """A stored row tenure cannot read (written by another client: JSON nested deeper than
 tenure reads, or text that is not JSON) gives the documented ``corrupt_row`` reason on
-every read, never a ``RecursionError``; a claim that meets one fails it and goes on to
-the jobs behind it, so one poison row never stops a queue or a Run worker.
+every read, never a ``RecursionError``; a claim that meets one never hands it out but
+fails it (an owned claim's nonce is spent on it), so one poison row never stops a queue
+or a Run worker.
 
 The nesting is the fault probe's: ``{"x": [[[...]]]}`` 1,000 levels deep, written with
 raw SQL on both databases.
@@ -18,7 +19,7 @@ from run_support import PIN, Runs, runs_db, unique  # noqa: F401 (runs_db: fixtu
 from tenure.adapters import InMemoryBroker, RunLedger, ValidationJobSource, Worker, Workflows
 from tenure.adapters.queue.operations import UNREADABLE_ERROR, UNREADABLE_ROUNDS
 from tenure.adapters.runs.worker import RunWorker
-from tenure.model import ErrorCode, JobStatus, RunStatus, TenureError, ValidationJob, WorkerConfig
+from tenure.model import ErrorCode, RunStatus, TenureError, ValidationJob, WorkerConfig
 
 DEEP = '{"data_source": "d", "options": {"x": ' + "[" * 1000 + "]" * 1000 + "}}"
 """A validation job's data_json nested 1,002 levels deep (tenure reads 256)."""
@@ -63,39 +64,49 @@ async def test_reading_an_unreadable_job_gives_corrupt_row(db_url: str, text: st
         assert corrupt_row(caught)
 
 
-async def test_a_claim_that_meets_an_unreadable_job_fails_it_and_claims_the_next(db_url: str) -> None:
+async def test_a_claim_that_meets_an_unreadable_job_fails_it_and_spends_its_nonce(db_url: str) -> None:
     async with ValidationJobSource(db_url, config(db_url)) as source:
         first = await submit(source, "first")
         second = await submit(source, "second")
         poison(db_url, first)
-        claimed = await source.claim_next_owned("worker-a", claim_token="token-1")
-        assert claimed is not None and claimed.job_id == second
-        assert claimed.claim_fence is not None and claimed.claim_fence.claim_token == "token-1"
+        assert await source.claim_next_owned("worker-a", claim_token="token-1") is None  # never handed out
         assert status_and_error(db_url, first) == ("failed", UNREADABLE_ERROR)
-        assert await source.claim_next_owned("worker-a", claim_token="token-2") is None
+        assert source.operations.unreadable_failed == 1
+        with pytest.raises(TenureError) as caught:  # the failed job holds it: spent
+            await source.claim_next_owned("worker-a", claim_token="token-1")
+        assert (caught.value.code, caught.value.reason) == (ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused")
+        claimed = await source.claim_next_owned("worker-a", claim_token="token-2")
+        assert claimed is not None and claimed.job_id == second
+        assert claimed.claim_fence is not None and claimed.claim_fence.claim_token == "token-2"
+        assert await source.claim_next_owned("worker-a", claim_token="token-3") is None
+        assert source.operations.unreadable_failed == 1
 
 
-async def test_a_batch_claim_skips_unreadable_jobs_and_keeps_its_tokens_for_the_rest(db_url: str) -> None:
+async def test_a_batch_claim_answers_the_readable_jobs_and_fails_the_rest(db_url: str) -> None:
     async with ValidationJobSource(db_url, config(db_url)) as source:
         ids = [await submit(source, f"job-{n}") for n in range(4)]
         poison(db_url, ids[0])
         poison(db_url, ids[2])
         claimed = await source.claim_batch_owned("worker-a", claim_tokens=["t-1", "t-2", "t-3"])
-        assert [job.job_id for job in claimed] == [ids[1], ids[3]]
-        assert [job.claim_fence.claim_token for job in claimed] == ["t-1", "t-2"]  # type: ignore[union-attr]
-        assert [status_and_error(db_url, ids[n])[0] for n in range(4)] == ["failed", "claimed", "failed", "claimed"]
+        assert [job.job_id for job in claimed] == [ids[1]]
+        assert [job.claim_fence.claim_token for job in claimed] == ["t-2"]  # type: ignore[union-attr]
+        assert [status_and_error(db_url, ids[n])[0] for n in range(4)] == ["failed", "claimed", "failed", "pending"]
+        assert status_and_error(db_url, ids[2]) == ("failed", UNREADABLE_ERROR)
+        assert source.operations.unreadable_failed == 2
 
 
-async def test_more_unreadable_jobs_than_one_claim_fails_are_refused_and_the_next_claim_goes_on(db_url: str) -> None:
+async def test_a_legacy_claim_fails_unreadable_jobs_and_claims_the_next_until_its_rounds_run_out(db_url: str) -> None:
     async with ValidationJobSource(db_url, config(db_url)) as source:
-        ids = [await submit(source, f"job-{n:02d}") for n in range(UNREADABLE_ROUNDS + 2)]
+        ids = [await source.submit(ValidationJob("orders", "1", f"job-{n:02d}.jsonl")) for n in range(UNREADABLE_ROUNDS + 2)]
         for job_id in ids[:-1]:
             poison(db_url, job_id)
         with pytest.raises(TenureError) as caught:
-            await source.claim_next_owned("worker-a", claim_token="token-1")
+            await source.claim_next("worker-a")
         assert corrupt_row(caught) and caught.value.code is ErrorCode.QUEUE_PERSISTENCE_FAILED
-        claimed = await source.claim_next_owned("worker-a", claim_token="token-1")  # never stored: free again
+        assert [status_and_error(db_url, job_id)[0] for job_id in ids[:UNREADABLE_ROUNDS]] == ["failed"] * UNREADABLE_ROUNDS
+        claimed = await source.claim_next("worker-a")  # fails the last unreadable one, then claims the readable
         assert claimed is not None and claimed.job_id == ids[-1]
+        assert status_and_error(db_url, ids[-2]) == ("failed", UNREADABLE_ERROR)
 
 
 async def test_a_worker_runs_the_jobs_behind_an_unreadable_one(db_url: str) -> None:

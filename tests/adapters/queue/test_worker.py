@@ -291,7 +291,7 @@ async def test_an_unacknowledged_claim_is_recovered_with_its_nonce_and_finished(
     async with ValidationJobSource(db_url, config(db_url)) as source:
         [job_id] = await submit(source, 1)
         with adapter_support.injected_faults(database, monkeypatch) as faults:
-            faults.arm("COMMIT", "after")  # the claim commits; its acknowledgement is lost
+            faults.arm(adapter_support.claim_commit(database), "after")  # the claim commits; its acknowledgement is lost
 
             async def handler(claimed: Any, context: JobContext) -> dict[str, Any]:
                 return {"generation": context.generation}
