@@ -26,6 +26,14 @@ refused, and the caller decides the ordinary way instead. ``tests/kernel/test_ah
 every machine to this: at every instant of the window the ordinary decision equals the
 window's decision, and at the edges of the guards' window the guards flip.
 
+A machine may also declare, as data, the guards that read the time
+(:class:`~tenure.kernel.core.TimeGuard`: each compares it with one instant of the record)
+and the fields each effect moves with it; :func:`decide_windowed` then makes the plain
+decision and reads its window from those declarations, with no Moment at all (the hot
+path: the queue declares them). The instrumented :func:`decide_ahead` stays the
+reference: tests/kernel/test_ahead.py holds every declaring machine's decisions,
+windows and offsets equal to it.
+
 Decisions are total and pure as ever: this module reads no clock. The window is also
 bounded to ``reference +- span_us`` (a decision made far ahead is not worth keeping) and
 the new record must keep the machine's record invariants at both ends of the window;
@@ -43,7 +51,7 @@ from typing import Any
 
 from .core import Applied, Decision, Machine, Refused, replaced, select_rule, slots_of
 
-__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "DEFAULT_SPAN_US"]
+__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "decide_windowed", "DEFAULT_SPAN_US"]
 
 DEFAULT_SPAN_US = 600_000_000
 """How far from the reference time a decision made ahead may be used: ten minutes."""
@@ -291,15 +299,72 @@ def decide_ahead(
             return None
     if window.start >= window.end:
         return None
-    ahead = Ahead(decided, window.start, window.end, relative, *rule_window)
-    if isinstance(decided, Applied) and decided.new_record is not None and relative:
-        ahead = dataclasses.replace(ahead, invariants_checked=True)
-        for edge in (window.start, window.end - 1):
-            at_edge = ahead.at(edge)
-            assert isinstance(at_edge, Applied)
-            broken = set(machine.record_violations(at_edge.new_record))
-            # Only a break the record it replaces did not already have counts (computed
-            # only when there is one: the common case has none).
-            if broken and not broken <= (set(machine.record_violations(record)) if record is not None else set()):
-                return None
-    return ahead
+    return _kept_throughout(machine, record, Ahead(decided, window.start, window.end, relative, *rule_window))
+
+
+def _kept_throughout(machine: Machine, record: Any, ahead: Ahead) -> Ahead | None:
+    """``ahead``, its new record held to the machine's record invariants at both ends of
+    its window when a field moves with the time (so throughout it: see the module
+    docstring); None when it breaks one there that ``record`` did not already break."""
+    decided = ahead.decision
+    if not (isinstance(decided, Applied) and decided.new_record is not None and ahead.relative):
+        return ahead
+    for edge in (ahead.not_before_us, ahead.not_after_us - 1):
+        at_edge = ahead.at(edge)
+        assert isinstance(at_edge, Applied)
+        broken = set(machine.record_violations(at_edge.new_record))
+        # Only a break the record it replaces did not already have counts (computed
+        # only when there is one: the common case has none).
+        if broken and not broken <= (set(machine.record_violations(record)) if record is not None else set()):
+            return None
+    return dataclasses.replace(ahead, invariants_checked=True)
+
+
+def decide_windowed(
+    machine: Machine, record: Any, command: Any, reference_us: int, *, span_us: int = DEFAULT_SPAN_US
+) -> Ahead | None:
+    """:func:`decide_ahead` read from declarations instead of instrumented comparisons,
+    for a machine that declares the guards that read the time
+    (:attr:`~tenure.kernel.core.Machine.time_guards`) and the fields its effects move
+    with the time (:attr:`~tenure.kernel.core.Machine.moving_fields`): the plain
+    decision at the reference time; its window, where every declared guard tried (those
+    that failed before the deciding one, and that one) keeps its answer, that is, where
+    the time stays on the same side of each guard's instant; and each moving field's
+    offset from the reference time. None: nothing is declared for this machine or for
+    the deciding effect, or the new record breaks an invariant at an edge of the window
+    (the caller decides ahead by instrumenting, which finds the same, or the ordinary
+    way). tests/kernel/test_ahead.py holds every declaring machine to
+    :func:`decide_ahead`: the same decision, window and offsets."""
+    time_guards, moving = machine.time_guards, machine.moving_fields
+    if time_guards is None or moving is None:
+        return None
+    start, end = reference_us - span_us, reference_us + span_us
+    guards = machine.guards
+    for rule in machine.table[(machine.state_of(record), command.kind)]:
+        declared = time_guards.get(rule.guard)
+        if declared is not None and record is not None:
+            instant = getattr(record, declared.field)
+            if instant is not None:
+                if reference_us < instant:
+                    end = min(end, instant)
+                else:
+                    start = max(start, instant)
+        if guards[rule.guard](record, command, reference_us):
+            break
+    else:
+        raise AssertionError("every rule list ends with an 'always' guard")
+    outcome = rule.outcome
+    if not isinstance(outcome, str):
+        return Ahead(Refused(outcome), start, end, {}, start, end)
+    fields = moving.get(outcome)
+    if fields is None:
+        return None
+    decided = machine.effects[outcome](record, command, reference_us)
+    relative: dict[str, int] = {}
+    if decided.new_record is not None:
+        for field in fields:
+            instant = getattr(decided.new_record, field)
+            if type(instant) is not int:
+                return None  # declared as moving, yet not a time here: decide by instrumenting
+            relative[field] = instant - reference_us
+    return _kept_throughout(machine, record, Ahead(decided, start, end, relative, start, end))

@@ -45,6 +45,7 @@ __all__ = [
     "Condition",
     "Finder",
     "Rewrite",
+    "TimeGuard",
     "Change",
     "SetValue",
     "FromCommand",
@@ -220,6 +221,20 @@ class Rewrite:
         })
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TimeGuard:
+    """A guard that reads the database time, as data: it compares the time with one
+    instant ``field`` of the record. ``holds_before`` True: the guard holds exactly when
+    the field is set and ``now < field``; False: exactly when it is unset or
+    ``now >= field``. A decision therefore keeps while the time stays on the same side
+    of the field: the window a decision holds for is read from these declarations (see
+    :func:`tenure.kernel.ahead.decide_windowed`); tests/kernel/test_ahead.py holds them
+    to the guards themselves."""
+
+    field: str
+    holds_before: bool = True
+
+
 @dataclasses.dataclass(frozen=True)
 class Machine:
     """Everything the shared engine, the spec checker and the tests need of a machine.
@@ -249,6 +264,14 @@ class Machine:
     """Effects that are a fixed change of fields (:class:`Rewrite`), by effect name: a
     store may apply one to rows the kernel has not seen yet (a claim in one statement),
     and the effect itself is defined by the same data, so the two cannot differ."""
+    time_guards: Mapping[str, TimeGuard] | None = None
+    """The guards that read the time (:class:`TimeGuard`), by name; every other guard
+    ignores it. None: not declared (decisions ahead are then made by instrumenting the
+    comparisons, :func:`tenure.kernel.ahead.decide_ahead`)."""
+    moving_fields: Mapping[str, tuple[str, ...]] | None = None
+    """For each effect whose new record holds times that move with the database time
+    (``now + offset``), those fields; an effect not listed is not declared (its
+    decisions ahead are made by instrumenting). Declared with ``time_guards``."""
 
     @classmethod
     def define(
@@ -256,7 +279,8 @@ class Machine:
         guards: Mapping[str, Guard], effects: Mapping[str, Effect], outcomes: Mapping[Any, ErrorCode | None],
         state_of: Callable[[Any], enum.Enum], record_violations: Callable[[Any], list[str]],
         transition_violations: Callable[[Any, Any, int, Decision], list[str]], initial: enum.Enum,
-        rewrites: Mapping[str, Rewrite] | None = None,
+        rewrites: Mapping[str, Rewrite] | None = None, time_guards: Mapping[str, TimeGuard] | None = None,
+        moving_fields: Mapping[str, tuple[str, ...]] | None = None,
     ) -> Machine:
         """The machine of these declarations. Raises ValueError (at import: a programmer
         error) unless the rows make a total table (:func:`table_from_rows`), every guard
@@ -271,12 +295,15 @@ class Machine:
             *(f"effect {effect!r} is not declared" for effect in sorted(named_effects - set(effects))),
             *(f"refusal {refusal} has no outcome" for refusal in refusals if refusal not in outcomes),
             *(f"rewrite {effect!r} is no effect" for effect in sorted(set(rewrites or {}) - set(effects))),
+            *(f"time guard {guard!r} is no guard" for guard in sorted(set(time_guards or {}) - set(guards))),
+            *(f"moving fields of {effect!r}: no such effect" for effect in sorted(set(moving_fields or {}) - set(effects))),
         ]
         if problems:
             raise ValueError(f"machine {name}: " + "; ".join(problems))
         return cls(name=name, states=states, commands=commands, rows=rows, table=table, guards=guards,
                    effects=effects, outcomes=outcomes, state_of=state_of, record_violations=record_violations,
-                   transition_violations=transition_violations, initial=initial, rewrites=rewrites or {})
+                   transition_violations=transition_violations, initial=initial, rewrites=rewrites or {},
+                   time_guards=time_guards, moving_fields=moving_fields)
 
     def select_rule(self, record: Any, command: Any, now_us: int) -> Rule:
         """:func:`select_rule` on this machine."""

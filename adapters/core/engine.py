@@ -17,7 +17,7 @@ import collections
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tenure.kernel.ahead import Ahead, decide_ahead
+from tenure.kernel.ahead import Ahead, decide_ahead, decide_windowed
 from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, decide
 from tenure.model import TenureError
 
@@ -222,7 +222,10 @@ class Engine:
         ahead, an insert or delete, a refusal that would raise) a read of the row."""
         if not known or reference_us is None:
             return Expected(key, known=False), None
-        ahead = decide_ahead(binding.machine, record, command, reference_us)
+        # A machine that declares its time guards is decided plainly, its window read
+        # from the declarations; any other decision by instrumenting its comparisons.
+        ahead = (decide_windowed(binding.machine, record, command, reference_us)
+                 or decide_ahead(binding.machine, record, command, reference_us))
         if ahead is None:
             return Expected(key, known=False), None
         decision = ahead.decision
@@ -230,7 +233,7 @@ class Engine:
             if raise_conflicts and binding.machine.outcomes[decision.reason] is not None:
                 return Expected(key, known=False), None  # raised only on a row read now
             return Expected(key, record), ahead
-        # Invariants are checked once per decision: decide_ahead checked a record whose
+        # Invariants are checked once per decision: deciding ahead checked a record whose
         # times move with the clock at both ends of its window already.
         new = decision.new_record if ahead.invariants_checked else checked(binding, record, decision)
         if new == record and not ahead.relative:

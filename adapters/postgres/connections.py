@@ -161,7 +161,13 @@ class Connections:
         self._closed = False
 
     async def take(self, deadline: float) -> asyncpg.Connection:
-        await call(self._slots.acquire, deadline, Stage.CONNECT)
+        if self._slots.locked():
+            await call(self._slots.acquire, deadline, Stage.CONNECT)
+        else:
+            # A free slot is taken without waiting (nothing to bound), and an idle
+            # connection without a driver call: the call's one deadline scope is then its
+            # statement's (no timer armed and cancelled around a wait that cannot happen).
+            await self._slots.acquire()
         try:
             while self._idle:
                 connection = self._idle.pop()

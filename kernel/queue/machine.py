@@ -51,6 +51,7 @@ from ..core import (
     Row,
     Rule,
     SetValue,
+    TimeGuard,
 )
 from ..core import decide as decide_on
 from ..core import select_rule as select_rule_on
@@ -66,10 +67,10 @@ from .commands import (
 )
 from .record import (
     QueueRow,
-    record_violations,
     QueueStep,
     dedupe_key_of,
     is_currently_owned,
+    record_violations,
     replace_fields,
     state_of,
 )
@@ -361,6 +362,29 @@ def _fail(record: QueueRow, command: Any, now_us: int, *, retry: bool) -> Applie
     )
 
 
+TIME_GUARDS: dict[str, TimeGuard] = {
+    "not_due": TimeGuard("fires_at_us"),
+    "lease_live": TimeGuard("lease_expires_at_us"),
+    "lease_not_live": TimeGuard("lease_expires_at_us", holds_before=False),
+}
+"""The guards that read the time, as data (every other guard ignores it): a decision
+made ahead holds while the time stays on the same side of each one's instant."""
+
+_FINISHING = ("cancel_for_rerun", "fail_expired", "cancel_expired", "complete", "fail", "acknowledge_cancel", "cancel")
+
+MOVING_FIELDS: dict[str, tuple[str, ...]] = {
+    **{effect: ("completed_at_us",) for effect in _FINISHING},
+    "renew_lease": ("lease_expires_at_us",),
+    "retry": ("fires_at_us",),
+    "claim_owned": ("claimed_at_us", "lease_expires_at_us"),
+    "claim_legacy": ("claimed_at_us", "lease_expires_at_us"),
+    **{effect: () for effect in ("replay", "release_key", "recover", "requeue_expired", "record_pid",
+                                 "read_state", "request_cancel", "delete")},
+}
+"""The fields each effect sets to the time plus an offset (the others keep or set fixed
+values). Submissions are not declared (whether ``fires_at`` moves depends on the
+command): they are decided ahead by instrumenting."""
+
 LEASE_EXPIRED_ERROR = "lease expired with no attempts left"
 """The error a job gets when its last attempt is lost to lease expiry."""
 
@@ -581,6 +605,8 @@ QUEUE = Machine.define(
     transition_violations=_transition_violations,
     initial=QueueStep.ABSENT,
     rewrites={"claim_owned": CLAIM_OWNED_REWRITE, "claim_legacy": CLAIM_LEGACY_REWRITE},
+    time_guards=TIME_GUARDS,
+    moving_fields=MOVING_FIELDS,
 )
 
 TABLE: dict[tuple[QueueStep, QueueCommandType], tuple[Rule, ...]] = QUEUE.table

@@ -12,10 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from machines import MACHINES, MachineUnderTest
-from tenure.kernel.ahead import DEFAULT_SPAN_US, Ahead, AheadUnsupported, Moment, Window, decide_ahead
+from tenure.kernel.ahead import DEFAULT_SPAN_US, Ahead, AheadUnsupported, Moment, Window, decide_ahead, decide_windowed
 from tenure.kernel.core import Applied, decide, select_rule
 
 MACHINE_NAMES = sorted(MACHINES)
+DECLARING = sorted(name for name, under_test in MACHINES.items() if under_test.machine.time_guards is not None)
+"""Machines that declare their time guards and moving fields (the fast path reads them)."""
 
 
 def _situation(under_test: MachineUnderTest, data: st.DataObject) -> tuple[Any, Any, int]:
@@ -73,6 +75,29 @@ def test_a_decision_made_ahead_equals_the_ordinary_decision_everywhere_in_its_wi
         decided = ahead.at(instant)
         if isinstance(decided, Applied) and decided.new_record is not None:
             assert _violations(under_test, decided.new_record) <= allowed, instant
+
+
+def test_the_queue_declares_its_time_guards() -> None:
+    assert "queue" in DECLARING  # the fast path's machine: the test below must not pass vacuously
+
+
+@pytest.mark.parametrize("name", DECLARING)
+@settings(max_examples=600)
+@given(data=st.data())
+def test_a_decision_read_from_the_declarations_equals_the_instrumented_one(name: str, data: st.DataObject) -> None:
+    """The declared time guards and moving fields say exactly what instrumenting every
+    comparison finds: the same decision, window, offsets and invariant check (a guard
+    or an effect that reads the time without a declaration narrows the instrumented
+    window and fails here)."""
+    machine = MACHINES[name].machine
+    record, command, now = _situation(MACHINES[name], data)
+    windowed = decide_windowed(machine, record, command, now)
+    instrumented = decide_ahead(machine, record, command, now)
+    if windowed is None:
+        outcome = select_rule(machine, record, command, now).outcome
+        assert instrumented is None or (isinstance(outcome, str) and outcome not in machine.moving_fields), outcome
+        return
+    assert windowed == instrumented
 
 
 @pytest.mark.parametrize("name", MACHINE_NAMES)
@@ -182,3 +207,55 @@ def test_any_other_use_of_the_time_is_refused_rather_than_hidden(use: Any) -> No
     moment, _ = _moment()
     with pytest.raises(AheadUnsupported):
         use(moment)
+
+
+# --- mutants of the declarations: the suite above must catch each -------------------------
+
+
+def _claimed_queue_row() -> tuple[Any, Any, int]:
+    from test_queue_guarantees import LEASE, NOW, claimed
+
+    from tenure.kernel.queue.commands import ClaimFence, HeartbeatOwned
+
+    record = claimed()
+    fence = ClaimFence(queue=record.queue, job_id=record.job_id, owner_id=record.owner_id,
+                       generation=record.generation, claim_token=record.claim_token)
+    return record, HeartbeatOwned(fence=fence, lease_us=LEASE), NOW
+
+
+@pytest.mark.parametrize("mutant", ["window from the wrong guard", "time guard undeclared", "moving field undeclared"])
+def test_a_wrong_declaration_is_caught_by_the_instrumented_reference(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tenure.kernel.core import TimeGuard
+    from tenure.kernel.queue import machine as queue_machine
+
+    if mutant == "window from the wrong guard":
+        monkeypatch.setitem(queue_machine.TIME_GUARDS, "lease_not_live", TimeGuard("claimed_at_us", holds_before=False))
+    elif mutant == "time guard undeclared":
+        monkeypatch.delitem(queue_machine.TIME_GUARDS, "lease_not_live")
+    else:
+        monkeypatch.setitem(queue_machine.MOVING_FIELDS, "renew_lease", ())
+    record, command, now = _claimed_queue_row()
+    windowed = decide_windowed(queue_machine.QUEUE, record, command, now)
+    assert windowed is not None
+    assert windowed != decide_ahead(queue_machine.QUEUE, record, command, now), "the mutant's window or offsets differ"
+    if mutant == "window from the wrong guard":
+        # What it would do: renew the lease at a time after it ran out.
+        assert windowed.not_after_us > record.lease_expires_at_us
+
+
+def test_a_decision_read_from_the_declarations_checks_the_invariants_at_both_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renewal whose lease is the last instant tenure can store at the reference time
+    lies past it later in the window: the declared path refuses to decide it ahead, as
+    the instrumented one does (a check at the reference time alone would pass it; the
+    mutant that skips the check hands the store a record it refuses with
+    ``invariant_broken``, tests/adapters/core/test_adoption.py)."""
+    from tenure.kernel.queue import machine as queue_machine
+    from tenure.model.bounds import MAX_INSTANT_US
+
+    record, command, now = _claimed_queue_row()
+    assert decide_windowed(queue_machine.QUEUE, record, command, now).invariants_checked  # type: ignore[union-attr]
+    monkeypatch.setitem(queue_machine.EFFECTS, "renew_lease", lambda record, command, now_us: Applied(
+        queue_machine.replace_fields(record, lease_expires_at_us=now_us + (MAX_INSTANT_US - now)), None))
+    assert decide(queue_machine.QUEUE, record, command, now).new_record.lease_expires_at_us == MAX_INSTANT_US  # type: ignore[union-attr]
+    assert decide_windowed(queue_machine.QUEUE, record, command, now) is None
+    assert decide_ahead(queue_machine.QUEUE, record, command, now) is None
