@@ -239,7 +239,7 @@ def ahead_sql(
     def verified(column: str) -> str:
         if column in instants:
             return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
-        return f"{stored('t', column)} IS NOT DISTINCT FROM {given('new_', column)}"
+        return _strictly_equal(udt, f"t.{column}", given("new_", column), column)
 
     inputs = [("key", "text"), ("present", "boolean")]
     inputs += [(f"old_{c}", array_type(c)) for c in mutable]
@@ -323,7 +323,7 @@ def _one_verified(binding: Binding, udt: Mapping[str, str], column: str) -> str:
         return f"t.{column} IS NOT DISTINCT FROM {_one_intended(binding, udt, column)}"
     if _as_text(binding, udt, column):
         return f"t.{column}::text IS NOT DISTINCT FROM (:check_{column})::text"
-    return f"t.{column} IS NOT DISTINCT FROM (:new_{column})::{udt[column]}"
+    return _strictly_equal(udt, f"t.{column}", f"(:new_{column})::{udt[column]}", column)
 
 
 @functools.cache
@@ -394,7 +394,9 @@ def insert_sql(
     def verified(column: str) -> str:
         if _as_text(binding, udt, column):
             return f"t.{column}::text IS NOT DISTINCT FROM (:v_{column})::text"
-        return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
+        if spec.column(column).codec.base == "instant":
+            return f"t.{column} IS NOT DISTINCT FROM {intended(column)}"
+        return _strictly_equal(udt, f"t.{column}", intended(column), column)
 
     table = qualified(schema, spec.name)
     return decided_write(

@@ -457,3 +457,23 @@ async def test_a_stale_fence_is_refused_on_the_fast_path_and_the_mutant_that_ski
         await source.close()
     renewed = row(db_url, QueueKind.VALIDATION, "job-a")["lease_expires_at"] != before["lease_expires_at"]
     assert renewed is mutant
+
+
+async def test_a_written_text_is_verified_byte_for_byte_even_under_a_case_blind_collation(db_url: str) -> None:
+    """Under a nondeterministic (case-insensitive) collation ``'Boom' = 'boom'`` holds, so
+    an equality check would pass a value a trigger folded; the statements compare texts
+    byte for byte (``COLLATE "C"``) and keep nothing."""
+    source, fence = await claimed_source(db_url, 30)
+    raw(db_url, "CREATE COLLATION case_blind (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
+    raw(db_url, "ALTER TABLE validation_jobs ALTER COLUMN error_message TYPE text COLLATE case_blind")
+    raw(db_url, """CREATE FUNCTION fold_error() RETURNS trigger LANGUAGE plpgsql AS
+                   $$ BEGIN NEW.error_message := lower(NEW.error_message); RETURN NEW; END $$""")
+    raw(db_url, "CREATE TRIGGER fold_error BEFORE UPDATE ON validation_jobs FOR EACH ROW EXECUTE FUNCTION fold_error()")
+    before = row(db_url, QueueKind.VALIDATION, "job-a")
+    try:
+        with pytest.raises(TenureError) as raised:
+            await source.fail_owned(fence, "Boom", retry=False)
+        assert (raised.value.code, raised.value.reason) == (ErrorCode.QUEUE_PERSISTENCE_FAILED, "read_back_mismatch")
+    finally:
+        await source.close()
+    assert row(db_url, QueueKind.VALIDATION, "job-a") == before
