@@ -49,6 +49,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from tenure.model.bounds import is_instant
+
 from .core import Applied, Decision, Machine, Refused, replaced, select_rule, slots_of
 
 __all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "decide_windowed", "DEFAULT_SPAN_US"]
@@ -361,10 +363,21 @@ def decide_windowed(
         return None
     decided = machine.effects[outcome](record, command, reference_us)
     relative: dict[str, int] = {}
-    if decided.new_record is not None:
+    new = decided.new_record
+    if new is not None:
         for field in fields:
-            instant = getattr(decided.new_record, field)
+            instant = getattr(new, field)
             if type(instant) is not int:
                 return None  # declared as moving, yet not a time here: decide by instrumenting
             relative[field] = instant - reference_us
-    return _kept_throughout(machine, record, Ahead(decided, start, end, relative, start, end))
+    ahead = Ahead(decided, start, end, relative, start, end)
+    if not relative or not machine.invariants_see_moving_fields_by_bounds:
+        return _kept_throughout(machine, record, ahead)
+    # The invariants see the moving fields only through their bounds: checked once, at
+    # the reference time, with each moving field's bounds at both edges of the window.
+    if any(not is_instant(edge + offset) for offset in relative.values() for edge in (start, end - 1)):
+        return None
+    broken = set(machine.record_violations(new))
+    if broken and not broken <= (set(machine.record_violations(record)) if record is not None else set()):
+        return None
+    return dataclasses.replace(ahead, invariants_checked=True)

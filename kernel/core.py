@@ -272,6 +272,12 @@ class Machine:
     """For each effect whose new record holds times that move with the database time
     (``now + offset``), those fields; an effect not listed is not declared (its
     decisions ahead are made by instrumenting). Declared with ``time_guards``."""
+    invariants_see_moving_fields_by_bounds: bool = False
+    """The record invariants read a field that moves with the time only through whether
+    it is set and whether it lies within the instant bounds: a decision made ahead then
+    needs its invariants checked once (at the reference time) and its moving fields'
+    bounds at the window's edges (tests/kernel/test_ahead.py holds a declaring machine
+    to it: shifting the moving fields never changes what the invariants say)."""
 
     @classmethod
     def define(
@@ -280,7 +286,7 @@ class Machine:
         state_of: Callable[[Any], enum.Enum], record_violations: Callable[[Any], list[str]],
         transition_violations: Callable[[Any, Any, int, Decision], list[str]], initial: enum.Enum,
         rewrites: Mapping[str, Rewrite] | None = None, time_guards: Mapping[str, TimeGuard] | None = None,
-        moving_fields: Mapping[str, tuple[str, ...]] | None = None,
+        moving_fields: Mapping[str, tuple[str, ...]] | None = None, invariants_see_moving_fields_by_bounds: bool = False,
     ) -> Machine:
         """The machine of these declarations. Raises ValueError (at import: a programmer
         error) unless the rows make a total table (:func:`table_from_rows`), every guard
@@ -303,7 +309,8 @@ class Machine:
         return cls(name=name, states=states, commands=commands, rows=rows, table=table, guards=guards,
                    effects=effects, outcomes=outcomes, state_of=state_of, record_violations=record_violations,
                    transition_violations=transition_violations, initial=initial, rewrites=rewrites or {},
-                   time_guards=time_guards, moving_fields=moving_fields)
+                   time_guards=time_guards, moving_fields=moving_fields,
+                   invariants_see_moving_fields_by_bounds=invariants_see_moving_fields_by_bounds)
 
     def select_rule(self, record: Any, command: Any, now_us: int) -> Rule:
         """:func:`select_rule` on this machine."""

@@ -607,6 +607,7 @@ QUEUE = Machine.define(
     rewrites={"claim_owned": CLAIM_OWNED_REWRITE, "claim_legacy": CLAIM_LEGACY_REWRITE},
     time_guards=TIME_GUARDS,
     moving_fields=MOVING_FIELDS,
+    invariants_see_moving_fields_by_bounds=True,  # INV-Q1 bounds them; INV-Q2 asks only whether they are set
 )
 
 TABLE: dict[tuple[QueueStep, QueueCommandType], tuple[Rule, ...]] = QUEUE.table

@@ -209,6 +209,36 @@ def test_any_other_use_of_the_time_is_refused_rather_than_hidden(use: Any) -> No
         use(moment)
 
 
+def _shifting_keeps_the_invariants(machine: Any, record: Any, command: Any, now: int, shift: int) -> bool:
+    """Whether the decision's new record breaks the same invariants with every field its
+    effect moves with the time shifted by ``shift`` (as far as the instant bounds allow)."""
+    from tenure.kernel.core import replaced
+    from tenure.model.bounds import is_instant
+
+    rule = select_rule(machine, record, command, now)
+    decided = decide(machine, record, command, now)
+    fields = machine.moving_fields.get(rule.outcome, ()) if isinstance(rule.outcome, str) else ()
+    if not isinstance(decided, Applied) or decided.new_record is None or not fields:
+        return True
+    new = decided.new_record
+    moved = {field: getattr(new, field) + shift for field in fields if type(getattr(new, field)) is int}
+    if not all(is_instant(value) for value in moved.values()):
+        return True  # past the bounds: the bounds check refuses it at the edge
+    return set(machine.record_violations(replaced(new, moved))) == set(machine.record_violations(new))
+
+
+@pytest.mark.parametrize("name", [name for name in DECLARING if MACHINES[name].machine.invariants_see_moving_fields_by_bounds])
+@settings(max_examples=400)
+@given(data=st.data())
+def test_the_invariants_see_the_moving_fields_only_through_their_bounds(name: str, data: st.DataObject) -> None:
+    """What lets the fast path check the invariants once per decision
+    (``Machine.invariants_see_moving_fields_by_bounds``)."""
+    machine = MACHINES[name].machine
+    record, command, now = _situation(MACHINES[name], data)
+    shift = data.draw(st.sampled_from([-DEFAULT_SPAN_US, -1, 1, DEFAULT_SPAN_US]) | st.integers(-DEFAULT_SPAN_US, DEFAULT_SPAN_US))
+    assert _shifting_keeps_the_invariants(machine, record, command, now, shift)
+
+
 # --- mutants of the declarations: the suite above must catch each -------------------------
 
 
@@ -259,3 +289,22 @@ def test_a_decision_read_from_the_declarations_checks_the_invariants_at_both_edg
     assert decide(queue_machine.QUEUE, record, command, now).new_record.lease_expires_at_us == MAX_INSTANT_US  # type: ignore[union-attr]
     assert decide_windowed(queue_machine.QUEUE, record, command, now) is None
     assert decide_ahead(queue_machine.QUEUE, record, command, now) is None
+
+
+def test_an_invariant_that_compares_a_moving_field_with_a_fixed_one_breaks_the_declaration() -> None:
+    """The mutant the test above exists to catch: an invariant ``lease at least 20 s after
+    created_at`` holds at the reference time and breaks earlier in the window, so one
+    check at the reference time would miss it."""
+    import dataclasses
+
+    from tenure.kernel.queue import machine as queue_machine
+
+    def stricter(record: Any) -> list[str]:
+        broken = queue_machine.record_violations(record)
+        lease = record.lease_expires_at_us
+        return broken + (["lease_too_early"] if lease is not None and lease < record.created_at_us + 20_000_000 else [])
+
+    mutant = dataclasses.replace(queue_machine.QUEUE, record_violations=stricter)
+    record, command, now = _claimed_queue_row()
+    assert _shifting_keeps_the_invariants(queue_machine.QUEUE, record, command, now, -command.lease_us)
+    assert not _shifting_keeps_the_invariants(mutant, record, command, now, -command.lease_us)
