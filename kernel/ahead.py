@@ -314,12 +314,17 @@ def _kept_throughout(machine: Machine, record: Any, ahead: Ahead) -> Ahead | Non
     for edge in (ahead.not_before_us, ahead.not_after_us - 1):
         at_edge = ahead.at(edge)
         assert isinstance(at_edge, Applied)
-        broken = set(machine.record_violations(at_edge.new_record))
-        # Only a break the record it replaces did not already have counts (computed
-        # only when there is one: the common case has none).
-        if broken and not broken <= (set(machine.record_violations(record)) if record is not None else set()):
+        if _breaks_anew(machine, record, at_edge.new_record):
             return None
     return dataclasses.replace(ahead, invariants_checked=True)
+
+
+def _breaks_anew(machine: Machine, record: Any, new: Any) -> bool:
+    """Whether ``new`` breaks a record invariant that ``record``, the record it replaces,
+    did not already break (computed only when ``new`` breaks one: the common case has
+    none)."""
+    broken = set(machine.record_violations(new))
+    return bool(broken) and not broken <= (set(machine.record_violations(record)) if record is not None else set())
 
 
 def decide_windowed(
@@ -377,7 +382,6 @@ def decide_windowed(
     # the reference time, with each moving field's bounds at both edges of the window.
     if any(not is_instant(edge + offset) for offset in relative.values() for edge in (start, end - 1)):
         return None
-    broken = set(machine.record_violations(new))
-    if broken and not broken <= (set(machine.record_violations(record)) if record is not None else set()):
+    if _breaks_anew(machine, record, new):
         return None
     return dataclasses.replace(ahead, invariants_checked=True)

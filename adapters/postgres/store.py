@@ -338,6 +338,18 @@ class PostgresStore:
         seen, at = self._clock
         return seen + round((time.monotonic() - at) * 1_000_000)
 
+    async def _one_statement(self, binding: Binding) -> tuple[Connections, float, tuple[tuple[str, str], ...]] | None:
+        """What a one-statement call needs: the pool, the call's deadline and the table's
+        column types; None when the table was not (or not yet) seen whole (the caller
+        takes the transaction path; nothing was sent)."""
+        self._refuse_if_closed()
+        deadline = self._deadline()
+        pool = await self._open(deadline)
+        types = self.column_types.get(binding.spec.name, ())
+        if not set(binding.spec.column_names) <= {column for column, _ in types}:
+            return None
+        return pool, deadline, types
+
     async def write_ahead(
         self, binding: Binding, finder: Finder, items: Sequence[Expected], not_before_us: int, not_after_us: int,
         *, announce: bool = False,
@@ -345,12 +357,10 @@ class PostgresStore:
         """One autocommit statement that locks, reads the clock after the locks, checks
         every item's expected row and the window, and writes all or nothing (see
         :func:`.statements.ahead_sql` and :class:`tenure.adapters.core.store.AheadWriter`)."""
-        self._refuse_if_closed()
-        deadline = self._deadline()
-        pool = await self._open(deadline)
-        types = self.column_types.get(binding.spec.name, ())
-        if not set(binding.spec.column_names) <= {column for column, _ in types}:
-            return None  # the table was not (or not yet) seen whole: the transaction path
+        opened = await self._one_statement(binding)
+        if opened is None:
+            return None
+        pool, deadline, types = opened
         codec = self.codec(binding)
         versioned = binding.spec.name in self.versioned_tables
         compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
@@ -386,14 +396,10 @@ class PostgresStore:
         clock plus their offsets) only if the finder met no row and the clock lies in the
         window. ``locked`` holds the rows met otherwise. None: this store cannot spell it
         for the table (nothing was sent)."""
-        self._refuse_if_closed()
-        deadline = self._deadline()
-        pool = await self._open(deadline)
-        types = self.column_types.get(binding.spec.name, ())
-        if not set(binding.spec.column_names) <= {column for column, _ in types} or (
-            (binding.spec.name, binding.key_column) in self.uuid_columns
-        ):
-            return None  # not seen whole, or keys the database canonicalizes: the transaction path
+        opened = await self._one_statement(binding)
+        if opened is None or (binding.spec.name, binding.key_column) in self.uuid_columns:
+            return None  # keys the database canonicalizes: the transaction path
+        pool, deadline, types = opened
         codec = self.codec(binding)
         versioned = binding.spec.name in self.versioned_tables
         compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
@@ -417,18 +423,15 @@ class PostgresStore:
     ) -> Picked | None:
         """See :meth:`tenure.adapters.core.store.AheadWriter.claim_ahead` (the statement:
         :func:`.statements.pick_sql`)."""
-        self._refuse_if_closed()
-        deadline = self._deadline()
-        pool = await self._open(deadline)
-        types = self.column_types.get(binding.spec.name, ())
-        if not set(binding.spec.column_names) <= {column for column, _ in types}:
-            return None  # the table was not (or not yet) seen whole: the transaction path
+        opened = await self._one_statement(binding)
+        if opened is None:
+            return None
+        pool, deadline, types = opened
         parameters: dict[str, Any] = {}
         sql, attributes = statements.claim_statement(binding, self.schema, pick, check, blockers, rewrite,
                                                      types, parameters)
         for attribute, _ in attributes:
             parameters[f"a_{attribute}"] = [getattr(command, attribute) for command in commands]
-        udt = dict(types)
         for field, change in rewrite.changes:
             if isinstance(change, SetValue) and field not in binding.constants:
                 column = binding.column_of(field)
@@ -442,7 +445,8 @@ class PostgresStore:
         at = 3 + width + binding.key_index
         written_rows = [row for row in rows if row[2] is not None and row[at] is not None]
         written = [read(row, 3 + width) for row in written_rows]
-        versions = {str(row[at]): row[3 + 2 * width] for row in written_rows} if ROW_VERSION in udt else {}
+        versioned = binding.spec.name in self.versioned_tables
+        versions = {str(row[at]): row[3 + 2 * width] for row in written_rows} if versioned else {}
         if went:
             self.saw_clock(now)
         return Picked(now, went, picked, written, versions)

@@ -282,11 +282,9 @@ class QueueOperations:
             raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "nonce_reused") from None
         presented, unreadable = _presented(claimed, present)
         for record in unreadable:
-            fence = ClaimFence(queue=record.queue, job_id=record.job_id, owner_id=record.owner_id,  # type: ignore[arg-type]
-                               generation=record.generation, claim_token=record.claim_token)  # type: ignore[arg-type]
-            await self._fail_unreadable(record.job_id, FailOwned(
-                fence=fence, error_message=UNREADABLE_ERROR, retry=False, dlq_record_id=None,
-                backoff_base_ms=self.config.backoff_base_ms, backoff_max_ms=self.config.backoff_max_ms))
+            fence = QueueClaimFence(record.queue, record.job_id, record.owner_id,  # type: ignore[arg-type]
+                                    record.generation, record.claim_token)  # type: ignore[arg-type]
+            await self._fail_unreadable(self.fail_owned(fence, UNREADABLE_ERROR, retry=False, dlq_record_id=None))
         return presented
 
     async def claim_legacy(self, owner_id: str, present: Callable[[QueueRow], Presented]) -> Presented | None:
@@ -300,19 +298,18 @@ class QueueOperations:
             if not unreadable:
                 return None
             for record in unreadable:
-                await self._fail_unreadable(record.job_id, FailLegacy(
-                    error_message=UNREADABLE_ERROR, retry=False, dlq_record_id=None,
-                    backoff_base_ms=self.config.backoff_base_ms, backoff_max_ms=self.config.backoff_max_ms))
+                await self._fail_unreadable(self.fail_legacy(record.job_id, UNREADABLE_ERROR, retry=False,
+                                                             dlq_record_id=None))
         raise persistence_failed("corrupt_row")
 
-    async def _fail_unreadable(self, job_id: str, command: Command) -> None:
-        """Fail a job just claimed whose envelope cannot be read (the kernel decides it, as
-        any failure). It is best effort: when the write fails, the claim's lease runs out
-        and the next claim that meets the job fails it."""
+    async def _fail_unreadable(self, failure: Awaitable[object]) -> None:
+        """Run ``failure``, the fail of a job just claimed whose envelope cannot be read
+        (the kernel decides it, as any failure). It is best effort: when the write fails,
+        the claim's lease runs out and the next claim that meets the job fails it."""
         log.warning("a claimed job could not be read (written outside tenure): failed %s", UNREADABLE_ERROR)
         self.unreadable_failed += 1
         with contextlib.suppress(TenureError):
-            await self._on_row(job_id, command)
+            await failure
 
     async def _claim(self, owner_id: str, claim_tokens: Sequence[str], *, owned: bool) -> list[QueueRow]:
         """The claimed records, committed: one autocommit statement on a store that can
