@@ -64,7 +64,11 @@ FAULT_GUARD_S = 60.0
 FAULTS_GUARD_S = 240.0 + 180.0 * math.ceil(RUNS / RUNS_PER_ROUND)
 """Hang guard for the whole phase of admissions and faults."""
 FREEZE_ATTEMPTS = 6
-"""Tries to freeze a node inside a hop and outside a writing transaction (then it freezes anyway)."""
+"""Tries to freeze a node inside a hop and outside a writing transaction (then it freezes
+outside a writing transaction, in a hop or not)."""
+LOCK_FREE_TRIES = 20
+"""Further tries, after the attempts to freeze a node inside a hop, to freeze it at least
+outside a transaction holding row locks (a thawed node ends its transaction at once)."""
 
 TERMINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED)
 FAULTS = ("kill_and_restart", "kill_and_replace", "freeze_past_lease", "restart_server")
@@ -195,17 +199,21 @@ class Cluster:
         """SIGSTOP until another node took this one over (and moved its hops' Runs on, or
         a while passed), then SIGCONT."""
         node = self.slots[slot]
-        for attempt in range(FREEZE_ATTEMPTS):
-            await self.busy(slot, FAULT_GUARD_S / FREEZE_ATTEMPTS)
+        for attempt in range(FREEZE_ATTEMPTS + LOCK_FREE_TRIES):
+            if attempt < FREEZE_ATTEMPTS:
+                await self.busy(slot, FAULT_GUARD_S / FREEZE_ATTEMPTS)
             row = await durably(lambda: self.ledger.nodes.get(node.node), "read the node")
             assert row is not None
             node.freeze()
-            # Frozen inside a hop (exact: a frozen process writes nothing), and not inside a
-            # transaction holding row locks: they would hold the takeover back until the thaw.
+            # Frozen inside a hop when it can be (exact: a frozen process writes nothing),
+            # and never inside a transaction holding row locks: they would hold the takeover
+            # back until the thaw (the last tries give up only the hop).
             hops = in_flight(read_effects(self.effects), node.pid)
-            if hops and not await self.row_locks_left_held() or attempt == FREEZE_ATTEMPTS - 1:
+            if (hops or attempt >= FREEZE_ATTEMPTS - 1) and not await self.row_locks_left_held():
                 break
             node.thaw()
+        else:
+            raise AssertionError(f"{node.node} never stood without row locks held to be frozen (seed {SEED})")
         try:
 
             async def taken_over() -> bool:
