@@ -84,10 +84,11 @@ class Engine:
     # --- the rows last seen --------------------------------------------------------------
 
     def remember(self, binding: Binding, records: Sequence[Any], versions: Mapping[str, int] | None = None) -> None:
-        """Keep these rows as the last versions seen (only where decisions are made ahead),
-        with the row versions the store reported for them (by key), if any."""
-        if self.store.ahead is None:
-            return
+        """Keep these rows as the last versions seen, with the row versions the store
+        reported for them (by key), if any: the records the next writes decide from
+        before reading (ahead of a statement on PostgreSQL, inside the write transaction
+        on SQLite). A row remembered that is no longer stored costs a read, never a
+        wrong write: every write from a row seen compares it with the row stored."""
         seen = self._seen
         for record in records:
             key = getattr(record, binding.key_field)
@@ -185,7 +186,13 @@ class Engine:
             if decided is not None:
                 return decided
 
+        from_seen = ahead is None and write and len({key for key, _ in items}) == len(items)
+
         async def body(tx: Transaction) -> list[Decision]:
+            if from_seen:
+                decided = await self._on_seen(tx, binding, items)
+                if decided is not None:
+                    return decided
             keys = sorted({key for key, _ in items})
             found = await tx.locked(binding, by_keys, {"keys": keys})
             now = await tx.now_us()
@@ -206,6 +213,39 @@ class Engine:
             return decisions
 
         return await self.store.run(body, write=write)
+
+    async def _on_seen(self, tx: Transaction, binding: Binding, items: Sequence[tuple[str, Any]]) -> list[Decision] | None:
+        """:meth:`on_keys` for distinct keys inside a write transaction (a store without
+        decided-ahead statements, where the transaction already holds the write lock and
+        its clock), deciding from the rows last seen instead of reading them: the kernel
+        decides each at the transaction's time, and every row is written only if it
+        still equals, column by column, the row decided on. None: a row was not seen,
+        a decision refuses or writes nothing new, or a row is no longer as seen; nothing
+        was written, and the caller reads the rows and decides again."""
+        now = await tx.now_us()
+        decisions: list[Decision] = []
+        pairs: list[tuple[Any, Any]] = []
+        for key, command in items:
+            known, record, _ = self._last_seen(binding, key)
+            if not known or record is None:
+                return None
+            decision = decide(binding.machine, record, command, now)
+            if not isinstance(decision, Applied) or decision.new_record is None:
+                return None  # a refusal is only ever answered from the row read now
+            new = checked(binding, record, decision)
+            if new == record:
+                return None
+            decisions.append(decision)
+            pairs.append((record, new))
+        stored = await tx.update_seen(binding, pairs)
+        if stored is None:
+            return None
+        if stored != [new for _, new in pairs]:
+            raise persistence_failed("read_back_mismatch")
+        if binding.announced(pairs):
+            tx.announce(binding)
+        self.remember(binding, stored)
+        return decisions
 
     def _keep(self, binding: Binding, key: str, record: Any, versions: Mapping[str, int] | None = None) -> None:
         if record is None:

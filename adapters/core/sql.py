@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
@@ -181,6 +181,10 @@ class TableStatements:
     columns: tuple[str, ...]
     insert: str
     update: str
+    update_seen: str
+    """The compare-and-set of a row the kernel decided on without reading it in this
+    transaction (the row last seen): every column is compared, not only the mutable
+    ones, so the row written is the very row decided on."""
     delete: str
     read_keys: str
 
@@ -195,7 +199,11 @@ def statements_for(binding: Binding, caps: Capabilities, schema: str | None = No
     def comparable(name: str) -> str:
         return caps.comparable_json.format(name) if name in spec.json_names else name
 
-    compare = " AND ".join(f"{comparable(column)} {caps.null_safe_equal} :old_{column}" for column in spec.mutable_names)
+    def compared(names: Sequence[str]) -> str:
+        return " AND ".join(f"{comparable(column)} {caps.null_safe_equal} :old_{column}" for column in names)
+
+    compare = compared(spec.mutable_names)
+    assignments = ', '.join(f'{c} = :{c}' for c in spec.mutable_names)
     return TableStatements(
         table=table,
         columns=columns,
@@ -203,9 +211,10 @@ def statements_for(binding: Binding, caps: Capabilities, schema: str | None = No
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)}) "
             f"RETURNING {', '.join(columns)}"
         ),
-        update=(
-            f"UPDATE {table} SET {', '.join(f'{c} = :{c}' for c in spec.mutable_names)} "
-            f"WHERE {key} = :old_key AND {compare} RETURNING {', '.join(columns)}"
+        update=f"UPDATE {table} SET {assignments} WHERE {key} = :old_key AND {compare} RETURNING {', '.join(columns)}",
+        update_seen=(
+            f"UPDATE {table} SET {assignments} WHERE {key} = :old_key AND "
+            f"{compared([c for c in columns if c != key])} RETURNING {', '.join(columns)}"
         ),
         delete=f"DELETE FROM {table} WHERE {key} = :old_key AND {compare} RETURNING {key}",
         read_keys=(

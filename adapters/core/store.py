@@ -179,6 +179,13 @@ class Transaction(Protocol):
         a row no longer matched. ``read_back`` reads them with a separate statement
         (which also sees what AFTER triggers did)."""
 
+    async def update_seen(self, binding: Binding, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
+        """Compare-and-set each ``(old, new)`` where ``old`` is a row last seen rather than
+        one read in this transaction: ``new`` is written only where the row still equals
+        ``old`` in every column. Returns the rows as stored, in order; None when any row
+        was not as seen, and then nothing was written (the caller reads the rows and
+        decides again, in the same transaction)."""
+
     async def delete(self, binding: Binding, old: Any) -> bool:
         """Compare-and-set delete; False when the row no longer matched."""
 
@@ -284,6 +291,38 @@ class SharedPrimitives:
 
     def write_parameters(self, binding: Binding, old: Any, new: Any) -> dict[str, Any]:
         return {**self.codec(binding).write(new), **self.compare_parameters(binding, old)}
+
+    def as_stored(self, binding: Binding, row: Sequence[Any], written: Mapping[str, Any], new: Any) -> Any:
+        """The record a write returned (``row``, every column in order): ``new`` itself
+        when every stored value is exactly the value written for it (``written``, by
+        column), so nothing needs decoding; otherwise the row decoded, which the caller
+        compares with ``new`` (a trigger or a coercion changed a value)."""
+        if tuple(row) == tuple(written.values()):
+            return new
+        return self.codec(binding).read(row, 0)
+
+    async def update_seen(self, binding: Binding, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
+        codec = self.codec(binding)
+        key_field = binding.key_field
+        statement = self.statements(binding).update_seen
+        several = len(pairs) > 1
+        if several:  # all or nothing: a later row not as seen undoes the earlier writes
+            await self._rows("SAVEPOINT tenure_seen", {})
+        stored: list[Any] = []
+        for old, new in pairs:
+            written = codec.write(new)
+            compared = {f"old_{column}": value for column, value in codec.write(old).items()}
+            compared["old_key"] = getattr(old, key_field)
+            rows = await self._rows(statement, {**written, **compared})
+            if not rows:
+                if several:
+                    await self._rows("ROLLBACK TO SAVEPOINT tenure_seen", {})
+                    await self._rows("RELEASE SAVEPOINT tenure_seen", {})
+                return None
+            stored.append(self.as_stored(binding, rows[0], written, new))
+        if several:
+            await self._rows("RELEASE SAVEPOINT tenure_seen", {})
+        return stored
 
     def key_list(self, keys: Sequence[str]) -> Any:
         return self.capabilities.list_parameter(list(keys))

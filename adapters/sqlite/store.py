@@ -25,7 +25,9 @@ costs more than most statements do. The body is the same coroutine the PostgreSQ
 store awaits statement by statement; here each of its awaits completes at once, so it
 is driven to its end without an event loop. A call cancelled during its hop rolls back
 unless COMMIT had begun. Migrations and tools use :meth:`SqliteStore.transaction`, one
-hop per statement.
+hop per statement. A fenced write whose row the engine has seen reads nothing first: it
+is decided from that row and written by :meth:`SharedPrimitives.update_seen`, which
+compares every column (see :meth:`tenure.adapters.core.engine.Engine.on_keys`).
 
 Every driver call passes one boundary (:func:`_run`, :func:`_run_here` in the
 connection's thread): any exception (sqlite3, aiosqlite, the binding, the deadline) becomes ``QUEUE_PERSISTENCE_FAILED`` with a reason from the
@@ -39,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
-import threading
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -207,6 +208,16 @@ def _switch_to_wal(connection: sqlite3.Connection, timeout_s: float) -> None:
         time.sleep(WAL_SWITCH_PAUSE_S)
 
 
+class _Flag:
+    """Raised by the event loop, read in the connection's thread (a plain attribute: one
+    store and one load, atomic under the interpreter lock)."""
+
+    __slots__ = ("raised",)
+
+    def __init__(self) -> None:
+        self.raised = False
+
+
 class SqliteTransaction(SharedPrimitives):
     """A transaction on the store's connection (see :class:`tenure.adapters.core.store.Transaction`)."""
 
@@ -269,11 +280,13 @@ class SqliteTransaction(SharedPrimitives):
     async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
         stored: list[Any] = []
         update = self.statements(binding).update
+        codec = self.codec(binding)
         for old, new in pairs:
-            written = await self._records(binding, update, self.write_parameters(binding, old, new))
-            if not written:
+            written = codec.write(new)
+            rows = await self._rows(update, {**written, **self.compare_parameters(binding, old)})
+            if not rows:
                 raise persistence_failed("row_changed")
-            stored.append(written[0])
+            stored.append(self.as_stored(binding, rows[0], written, new))
         if read_back and pairs:
             keys = [getattr(new, binding.key_field) for _, new in pairs]
             by_key = {getattr(r, binding.key_field): r for r in await self.read(binding, keys)}
@@ -310,7 +323,9 @@ class SqliteStore:
         self._raw: sqlite3.Connection | None = None
         """The connection aiosqlite runs; used directly only inside its thread."""
         self._broken = False
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Semaphore(1)
+        """One transaction at a time. A semaphore, not a Lock: its ``locked()`` says whether
+        it can be taken at once (a Lock just released may still owe a woken waiter)."""
         self._closed = False
         self.observe_time: TimeObserver | None = None
         self.ahead = None
@@ -346,13 +361,16 @@ class SqliteStore:
         if self._closed:
             raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
         failure: Exception | None = None
-        try:
-            async with asyncio.timeout(self._timeout_seconds):
-                await self._lock.acquire()
-        except TimeoutError as error:
-            failure = error
-        if failure is not None:
-            raise _failure(failure, Stage.CONNECT)
+        if self._lock.locked():  # a free connection is taken at once, without a timer
+            try:
+                async with asyncio.timeout(self._timeout_seconds):
+                    await self._lock.acquire()
+            except TimeoutError as error:
+                failure = error
+            if failure is not None:
+                raise _failure(failure, Stage.CONNECT)
+        else:
+            await self._lock.acquire()
         try:
             if self._closed:
                 raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
@@ -383,15 +401,15 @@ class SqliteStore:
         cancelled meanwhile rolls back unless its COMMIT had already begun (then, as for
         any interrupted COMMIT, the outcome is uncertain)."""
         async with self._turn() as connection:
-            abandoned = threading.Event()
+            abandoned = _Flag()
             try:
                 result: T = await connection._execute(self._whole, body, write, abandoned)  # type: ignore[no-untyped-call]  # noqa: SLF001
                 return result
             except asyncio.CancelledError:
-                abandoned.set()
+                abandoned.raised = True
                 raise
 
-    def _whole(self, body: Body[T], write: bool, abandoned: threading.Event) -> T:
+    def _whole(self, body: Body[T], write: bool, abandoned: _Flag) -> T:
         """:meth:`run`'s transaction, in the connection's thread."""
         raw = self._raw
         assert raw is not None
@@ -402,7 +420,7 @@ class SqliteStore:
         _run_here(raw, "BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             result = _drive(body(SqliteTransaction(self, execute, write=write)))
-            if abandoned.is_set():
+            if abandoned.raised:
                 raise asyncio.CancelledError
         except BaseException:
             self._rollback_here(raw)

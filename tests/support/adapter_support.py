@@ -345,8 +345,9 @@ def install_owner_folding_trigger(db_url: str, queue: QueueKind) -> None:
 @contextlib.contextmanager
 def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator[None]:
     """While active, every row the engine loads is changed by another writer right after
-    the read (in the same transaction, as a trigger or a privileged session would): its
-    error message becomes ``marker``."""
+    the read (in the same transaction, as a trigger or a privileged session would), and
+    every row it writes from the row last seen just before that write: its error message
+    becomes ``marker``."""
     module = store_module(kind)
     if kind == "sqlite":
         transaction_type: Any = module.SqliteTransaction
@@ -364,6 +365,16 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
         return records
 
     transaction_type.locked = lock_then_interfere
+    # A write from the row last seen has no read in its transaction (SQLite); the nearest
+    # interference is another writer's change just before it.
+    original_seen = transaction_type.update_seen
+
+    async def interfere_then_update_seen(self: Any, binding: Any, pairs: Any) -> Any:
+        for old, _ in pairs:
+            await self.execute(sql, [marker, old.job_id])
+        return await original_seen(self, binding, pairs)
+
+    transaction_type.update_seen = interfere_then_update_seen
     # A one-statement write has no moment between its read and its write; the nearest
     # interference is a write committed after the row was last seen, just before it.
     store_type = getattr(module, "PostgresStore", None)
@@ -380,6 +391,7 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator
         yield
     finally:
         transaction_type.locked = original
+        transaction_type.update_seen = original_seen
         if store_type is not None:
             store_type.write_ahead = original_ahead
 

@@ -93,6 +93,8 @@ def _table_statements(binding: Binding, capabilities: Capabilities) -> Iterator[
     yield _statement("insert", "a new row, returned as stored", table.insert)
     yield _statement("update", "compare-and-set of one row (every mutable column as decided on), returned as written",
                      table.update)
+    yield _statement("update_seen", "compare-and-set of one row decided on as last seen, not read in this "
+                     "transaction (every column), returned as written", table.update_seen)
     yield _statement("delete", "compare-and-set delete of one row", table.delete)
     yield _statement("read_keys", "the rows with these keys as they are (no lock, no clock)", table.read_keys)
 
