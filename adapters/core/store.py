@@ -192,6 +192,14 @@ class Transaction(Protocol):
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         """The rows with these keys as they are (no lock, no clock)."""
 
+    async def locked_joined(
+        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
+    ) -> list[tuple[Any, Any]]:
+        """:meth:`read_joined`, locked: the rows of ``binding`` with these keys first, then
+        the rows of ``other`` they meet (the lock order), and the clock read after the
+        last lock, in one statement where the database allows it (a Run and its current
+        delivery in one round trip)."""
+
     async def read_joined(
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
     ) -> list[tuple[Any, Any]]:

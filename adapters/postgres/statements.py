@@ -39,7 +39,7 @@ from ..core.store import Expected, Probe
 from ..core.tables import ROW_VERSION, Binding, RowCodec, qualified
 
 __all__ = [
-    "PARAMETER", "Numbered", "numbered", "with_clock", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
+    "PARAMETER", "Numbered", "numbered", "with_clock", "locked_joined_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
     "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
     "ahead_version_parameters",
@@ -97,6 +97,32 @@ def with_clock(locking_select: str) -> str:
         "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) "
         "SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true"
     )
+
+
+@functools.cache
+def locked_joined_sql(binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None) -> str:
+    """One statement that locks the rows of ``binding`` with the ``:keys`` (in key order),
+    then the rows of ``other`` whose fields ``on[i][1]`` equal theirs ``on[i][0]`` (in key
+    order: the lock order of every path that locks both), then reads the clock; its
+    rows are the clock, then each locked row of ``binding`` with its row of ``other``
+    (NULL columns when there is none; one row of NULLs when nothing was locked). The
+    second CTE reads the first, so it runs after it; the clock is an aggregate over both,
+    computed only once every lock of both is taken (see :func:`with_clock`)."""
+    ours = [binding.column_of(field).name for field, _ in on]
+    theirs = [other.column_of(field).name for _, field in on]
+    key, other_key = binding.key_column, other.key_column
+    mine, its = binding.spec.column_names, other.spec.column_names
+    locking = (f"SELECT {', '.join(mine)} FROM {qualified(schema, binding.spec.name)} "
+               f"WHERE {key} = ANY(:keys) ORDER BY {key} FOR UPDATE")
+    met = (f"SELECT {', '.join('b.' + column for column in its)} FROM {qualified(schema, other.spec.name)} AS b "
+           f"WHERE ({', '.join('b.' + column for column in theirs)}) IN (SELECT {', '.join(ours)} FROM locked) "
+           f"ORDER BY b.{other_key} FOR UPDATE OF b")
+    joined = " AND ".join(f"joined.{t} = locked.{o}" for o, t in zip(ours, theirs, strict=True))
+    return (f"WITH locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), "
+            "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows "
+            "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock) "
+            f"SELECT clock.now, {', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)} "
+            f"FROM clock LEFT JOIN locked ON true LEFT JOIN joined ON {joined} ORDER BY locked.{key}")
 
 
 @functools.cache

@@ -85,7 +85,7 @@ from ..consents.table import CONSENTS_BINDING
 from ..core.failures import persistence_failed
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
-from .table import DELIVERIES_BINDING, RUNS_BINDING
+from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 
 if TYPE_CHECKING:
     from ..core.store import Transaction
@@ -497,10 +497,6 @@ class _Visits:
                 self.counts["cancels_finished"] += 1
         else:  # pragma: no cover - every write action is listed above
             raise AssertionError(action)
-
-
-CURRENT_DELIVERY = (("run_id", "run_id"), ("enqueue_seq", "enqueue_seq"))
-"""A Run's current delivery, as a join: the delivery of its Run at its ``enqueue_seq``."""
 
 
 async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, DeliveryRow | None] | None:

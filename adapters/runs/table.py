@@ -27,7 +27,7 @@ from tenure.model import DeliveryState, RunStatus, WaitKind
 from ..core.tables import Binding, Codec, ColumnSpec, IndexSpec, Step, TableSpec, column, one_of
 
 __all__ = [
-    "RUNS_TABLE", "DELIVERIES_TABLE", "RUNS_BINDING", "DELIVERIES_BINDING",
+    "RUNS_TABLE", "DELIVERIES_TABLE", "RUNS_BINDING", "DELIVERIES_BINDING", "CURRENT_DELIVERY",
     "CheckpointRow", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "StepRow", "STEPS_TABLE", "STEPS_BINDING", "MAX_STEP_NAME_CHARS",
 ]
 
@@ -136,6 +136,9 @@ DELIVERIES_TABLE = TableSpec(
 
 RUNS_BINDING = Binding("runs", RUNS, RUNS_TABLE, RunRow, {}, "run_id")
 DELIVERIES_BINDING = Binding("run_deliveries", RUNS, DELIVERIES_TABLE, DeliveryRow, {}, "delivery_id")
+
+CURRENT_DELIVERY = (("run_id", "run_id"), ("enqueue_seq", "enqueue_seq"))
+"""A Run's current delivery, as a join: the delivery of its Run at its ``enqueue_seq``."""
 """The two halves of the Run machine's pair (the machine checks the pair, not a half)."""
 
 

@@ -34,7 +34,7 @@ from tenure.kernel.runs.commands import (
     Settled,
 )
 from tenure.kernel.runs.machine import RUNS, consent_sweep
-from tenure.kernel.runs.record import RunPair, key_of
+from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import (
     BrokerJobState,
     ConfigValidationError,
@@ -61,7 +61,7 @@ from ..core.failures import persistence_failed
 from ..core.store import Transaction
 from ..core.tables import json_column
 from .checkpoints import clear_outcome_in, delete_in
-from .table import DELIVERIES_BINDING, RUNS_BINDING
+from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 
 __all__ = ["RunTransactions", "consent_evidence", "job_evidence", "attempt_evidence", "parsed_json",
            "json_text"]
@@ -125,11 +125,18 @@ class RunTransactions:
 
     @staticmethod
     async def locked_pair(tx: Transaction, run_id: str) -> RunPair | None:
-        """The Run and its current delivery, locked in that order (None: no such Run)."""
-        runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [run_id]})
-        if not runs:
+        """The Run and its current delivery, locked in that order (None: no such Run): one
+        statement when the delivery the Run's sequence names is the one its columns join
+        (always, unless another writer left the rows out of shape)."""
+        joined: list[tuple[RunRow, DeliveryRow | None]] = await tx.locked_joined(
+            RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
+        if not joined:
             return None
-        run = runs[0]
+        run, delivery = joined[0]
+        if len(joined) == 1 and delivery is not None and delivery.delivery_id == key_of(run_id, run.enqueue_seq):
+            return RunPair(run, (delivery,))
+        # Out of shape: the current delivery is the one its key names. The Run is locked,
+        # and every path that locks a delivery locks its Run first.
         deliveries = await tx.locked(DELIVERIES_BINDING, finders.deliveries_by_keys,
                                      {"keys": [key_of(run_id, run.enqueue_seq)]})
         if not deliveries:

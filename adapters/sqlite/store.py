@@ -261,6 +261,13 @@ class SqliteTransaction(SharedPrimitives):
         await self.now_us()  # the whole database is already locked: any time now is after the lock
         return found
 
+    async def locked_joined(
+        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
+    ) -> list[tuple[Any, Any]]:
+        found = await self.read_joined(binding, keys, other, on)
+        await self.now_us()  # the whole database is already locked: any time now is after the lock
+        return found
+
     async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
         now = await self.now_us()
         answers: list[Any] = []

@@ -27,6 +27,7 @@ from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import ROW_VERSION, Binding, sql_dialect
 from tenure.adapters.postgres import statements
 from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.adapters.runs.table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.core import Finder
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE
@@ -157,6 +158,10 @@ def render_postgresql() -> str:
                                                     blockers, rewrite, types, {})
                 lines.append(_statement(label, "the claim fast path: clock, pick (SKIP LOCKED), the kernel's claim "
                                         "rewrite unless a blocker or the check says no, every written column verified (AheadWriter.claim_ahead)", sql))
+        if binding is RUNS_BINDING:
+            lines.append(_statement("locked_joined runs+run_deliveries", "a Run and its current delivery locked in "
+                                    "that order, then the clock once both locks are held (every Run write)",
+                                    statements.locked_joined_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None)))
     return "\n".join(lines)
 
 

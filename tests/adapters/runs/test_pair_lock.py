@@ -1,0 +1,79 @@
+"""A Run and its current delivery are locked in one statement, Run first, and the clock
+is read after both locks.
+
+Every Run write locks the pair (``RunTransactions.locked_pair``). On PostgreSQL that is
+one statement (``locked_joined_sql``): a lock wait on the delivery row must happen
+before the clock is read, or a decision could use a time from before the wait. Here a
+second session holds the delivery row (only) while a Run write waits for it; the clock
+the write decided at must not be earlier than the moment the holder let go. A mutant
+whose clock counts only the Run's lock reads its time first and is caught.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tenure.adapters import RunLedger
+from tenure.adapters.core.store import Transaction
+from tenure.adapters.postgres import statements
+from tenure.adapters.runs.transactions import RunTransactions
+from tenure.model import RunIntent, WorkflowPin
+
+pytestmark = pytest.mark.parametrize("database", ["postgresql"])
+
+PIN = WorkflowPin("pair", "1", "sha256:" + "a" * 64)
+
+
+async def decided_at_after_a_delivery_lock_wait(db_url: str) -> tuple[int, int, bool]:
+    """(the clock the pair was locked at, the holder's clock when it let go, whether the
+    pair read was the Run with its current delivery), in microseconds since the epoch."""
+    async with RunLedger(db_url) as ledger:
+        admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {}), workflow=PIN, queue="runs",
+                                       priority=50)
+        run_id = admission.run.run_id
+        holder = await asyncpg.connect(db_url)
+        try:
+            transaction = holder.transaction()
+            await transaction.start()
+            await holder.fetch("SELECT 1 FROM tenure_run_deliveries WHERE run_id = $1 FOR UPDATE", run_id)
+
+            async def body(tx: Transaction) -> tuple[Any, int]:
+                pair = await RunTransactions.locked_pair(tx, run_id)
+                return pair, await tx.now_us()
+
+            waiting = asyncio.create_task(ledger.transactions.run(body))
+            await asyncio.sleep(0.5)
+            assert not waiting.done(), "the pair's lock waits for the delivery row"
+            let_go = await holder.fetchval("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+            await transaction.commit()
+            pair, now = await waiting
+        finally:
+            await holder.close()
+    whole = pair is not None and pair.run.run_id == run_id and pair.current.enqueue_seq == pair.run.enqueue_seq
+    return now, let_go, whole
+
+
+async def test_the_clock_is_read_after_the_delivery_lock(db_url: str) -> None:
+    now, let_go, whole = await decided_at_after_a_delivery_lock_wait(db_url)
+    assert whole
+    assert now >= let_go, "the pair was decided at a time from before its delivery lock was granted"
+
+
+async def test_the_mutant_that_reads_the_clock_after_the_run_lock_only_is_caught(
+    db_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = statements.locked_joined_sql.__wrapped__
+
+    def clock_after_the_first_lock(*arguments: Any) -> str:
+        sql = original(*arguments)
+        mutant = sql.replace("FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock", "FROM locked")
+        assert mutant != sql
+        return mutant
+
+    monkeypatch.setattr(statements, "locked_joined_sql", clock_after_the_first_lock)
+    now, let_go, whole = await decided_at_after_a_delivery_lock_wait(db_url)
+    assert whole and now < let_go, "the mutant reads the clock before waiting for the delivery"
