@@ -190,6 +190,22 @@ class TableStatements:
 
 
 @functools.cache
+def update_sql(binding: Binding, caps: Capabilities, schema: str | None = None, prefix: str = "") -> str:
+    """The compare-and-set UPDATE of one row by its key (every mutable column compared with
+    ``:old_<column>``, written from ``:<column>``), returning every column; ``prefix``
+    goes before every parameter name (several UPDATEs in one statement)."""
+    spec = binding.spec
+
+    def comparable(name: str) -> str:
+        return caps.comparable_json.format(name) if name in spec.json_names else name
+
+    compare = " AND ".join(f"{comparable(c)} {caps.null_safe_equal} :{prefix}old_{c}" for c in spec.mutable_names)
+    assignments = ", ".join(f"{c} = :{prefix}{c}" for c in spec.mutable_names)
+    return (f"UPDATE {qualified(schema, spec.name)} SET {assignments} WHERE {binding.key_column} = :{prefix}old_key "
+            f"AND {compare} RETURNING {', '.join(spec.column_names)}")
+
+
+@functools.cache
 def statements_for(binding: Binding, caps: Capabilities, schema: str | None = None) -> TableStatements:
     spec = binding.spec
     table = qualified(schema, spec.name)
@@ -211,7 +227,7 @@ def statements_for(binding: Binding, caps: Capabilities, schema: str | None = No
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)}) "
             f"RETURNING {', '.join(columns)}"
         ),
-        update=f"UPDATE {table} SET {assignments} WHERE {key} = :old_key AND {compare} RETURNING {', '.join(columns)}",
+        update=update_sql(binding, caps, schema),
         update_seen=(
             f"UPDATE {table} SET {assignments} WHERE {key} = :old_key AND "
             f"{compared([c for c in columns if c != key])} RETURNING {', '.join(columns)}"

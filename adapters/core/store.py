@@ -179,6 +179,12 @@ class Transaction(Protocol):
         a row no longer matched. ``read_back`` reads them with a separate statement
         (which also sees what AFTER triggers did)."""
 
+    async def update_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
+        """Compare-and-set one row in each of several tables (``(binding, old, new)``, one
+        per binding): the rows as stored, in order. Raises ``row_changed`` when a row no
+        longer matched (the caller's transaction then rolls back whatever else was
+        written). One statement where the database allows it (a Run and its delivery)."""
+
     async def update_seen(self, binding: Binding, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
         """Compare-and-set each ``(old, new)`` where ``old`` is a row last seen rather than
         one read in this transaction: ``new`` is written only where the row still equals
@@ -308,6 +314,12 @@ class SharedPrimitives:
         if tuple(row) == tuple(written.values()):
             return new
         return self.codec(binding).read(row, 0)
+
+    async def update_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
+        stored: list[Any] = []
+        for binding, old, new in parts:
+            stored.extend(await self.update_many(binding, [(old, new)], read_back=False))  # type: ignore[attr-defined]
+        return stored
 
     async def update_seen(self, binding: Binding, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
         codec = self.codec(binding)

@@ -194,6 +194,25 @@ class PostgresTransaction(SharedPrimitives):
                 raise persistence_failed("row_changed")  # a compare-and-set found its row changed
         return [written[k] for k in keys]
 
+    async def update_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
+        bindings = tuple(binding for binding, _, _ in parts)
+        if len(parts) < 2 or len(set(bindings)) != len(bindings):
+            return await super().update_across(parts)
+        self._require_writable()
+        parameters: dict[str, Any] = {}
+        for index, (binding, old, new) in enumerate(parts):
+            prefix = f"u{index}_"
+            parameters.update((prefix + name, value) for name, value in self.write_parameters(binding, old, new).items())
+        row = (await self._fetch(statements.update_across_sql(bindings, self.schema), parameters))[0]
+        stored: list[Any] = []
+        offset = 0
+        for binding in bindings:
+            if row[offset + binding.key_index] is None:
+                raise persistence_failed("row_changed")  # its compare-and-set found the row changed
+            stored.append(self.codec(binding).read(row, offset))
+            offset += len(binding.spec.columns)
+        return stored
+
     async def delete(self, binding: Binding, old: Any) -> bool:
         self._require_writable()
         return bool(await self._fetch(self.statements(binding).delete, self.compare_parameters(binding, old)))

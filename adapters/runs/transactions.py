@@ -145,7 +145,15 @@ class RunTransactions:
 
     @staticmethod
     async def read_pair(tx: Transaction, run_id: str) -> RunPair | None:
-        """The Run and its current delivery, read without a lock (None: no such Run)."""
+        """The Run and its current delivery, read without a lock (None: no such Run): one
+        statement (one snapshot) when the rows are in shape, as :meth:`locked_pair`."""
+        joined: list[tuple[RunRow, DeliveryRow | None]] = await tx.read_joined(
+            RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
+        if not joined:
+            return None
+        run, delivery = joined[0]
+        if len(joined) == 1 and delivery is not None and delivery.delivery_id == key_of(run_id, run.enqueue_seq):
+            return RunPair(run, (delivery,))
         runs = await tx.read(RUNS_BINDING, [run_id])
         if not runs:
             return None

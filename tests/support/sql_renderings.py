@@ -162,6 +162,9 @@ def render_postgresql() -> str:
             lines.append(_statement("locked_joined runs+run_deliveries", "a Run and its current delivery locked in "
                                     "that order, then the clock once both locks are held (every Run write)",
                                     statements.locked_joined_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None)))
+            lines.append(_statement("update_across runs+run_deliveries", "a Run and its delivery compare-and-set in "
+                                    "one statement (both UPDATEs run; a missing row rolls the transaction back)",
+                                    statements.update_across_sql((RUNS_BINDING, DELIVERIES_BINDING), None)))
     return "\n".join(lines)
 
 

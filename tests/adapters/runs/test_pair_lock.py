@@ -1,5 +1,5 @@
 """A Run and its current delivery are locked in one statement, Run first, and the clock
-is read after both locks.
+is read after both locks; a write to both is all or nothing.
 
 Every Run write locks the pair (``RunTransactions.locked_pair``). On PostgreSQL that is
 one statement (``locked_joined_sql``): a lock wait on the delivery row must happen
@@ -12,6 +12,7 @@ whose clock counts only the Run's lock reads its time first and is caught.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import asyncpg
@@ -20,10 +21,9 @@ import pytest
 from tenure.adapters import RunLedger
 from tenure.adapters.core.store import Transaction
 from tenure.adapters.postgres import statements
+from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.runs.transactions import RunTransactions
-from tenure.model import RunIntent, WorkflowPin
-
-pytestmark = pytest.mark.parametrize("database", ["postgresql"])
+from tenure.model import RunIntent, TenureError, WorkflowPin
 
 PIN = WorkflowPin("pair", "1", "sha256:" + "a" * 64)
 
@@ -57,12 +57,14 @@ async def decided_at_after_a_delivery_lock_wait(db_url: str) -> tuple[int, int, 
     return now, let_go, whole
 
 
+@pytest.mark.parametrize("database", ["postgresql"])
 async def test_the_clock_is_read_after_the_delivery_lock(db_url: str) -> None:
     now, let_go, whole = await decided_at_after_a_delivery_lock_wait(db_url)
     assert whole
     assert now >= let_go, "the pair was decided at a time from before its delivery lock was granted"
 
 
+@pytest.mark.parametrize("database", ["postgresql"])
 async def test_the_mutant_that_reads_the_clock_after_the_run_lock_only_is_caught(
     db_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -77,3 +79,36 @@ async def test_the_mutant_that_reads_the_clock_after_the_run_lock_only_is_caught
     monkeypatch.setattr(statements, "locked_joined_sql", clock_after_the_first_lock)
     now, let_go, whole = await decided_at_after_a_delivery_lock_wait(db_url)
     assert whole and now < let_go, "the mutant reads the clock before waiting for the delivery"
+
+
+# --- a Run and its delivery written in one statement -------------------------------------
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+async def test_a_pair_written_across_its_tables_keeps_nothing_when_one_row_changed(db_url: str) -> None:
+    """``update_across`` writes the Run and its delivery (on PostgreSQL in one statement
+    of two UPDATEs, which both run): when the delivery is no longer the row decided on,
+    the call raises ``row_changed`` and the Run's write goes with the rolled-back
+    transaction."""
+    async with RunLedger(db_url) as ledger:
+        admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {}), workflow=PIN, queue="runs",
+                                       priority=50)
+        run_id = admission.run.run_id
+        before = await ledger.get(run_id)
+
+        async def body(tx: Transaction) -> None:
+            pair = await RunTransactions.locked_pair(tx, run_id)
+            assert pair is not None
+            run, delivery = pair.run, pair.current
+            stale = dataclasses.replace(delivery, last_error="not what is stored")
+            await tx.update_across([
+                (RUNS_BINDING, run, dataclasses.replace(run, node="written-then-undone")),
+                (DELIVERIES_BINDING, stale, dataclasses.replace(delivery, publish_attempts=7)),
+            ])
+
+        with pytest.raises(TenureError) as raised:
+            await ledger.transactions.run(body)
+        assert raised.value.reason == "row_changed"
+        after = await ledger.get(run_id)
+        assert after == before and after.node is None
+        assert (await ledger.get_delivery(run_id, 0)).publish_attempts == 0
