@@ -186,6 +186,9 @@ class TableStatements:
     transaction (the row last seen): every column is compared, not only the mutable
     ones, so the row written is the very row decided on."""
     delete: str
+    delete_keys: str
+    """Delete the rows with these ``:keys`` whatever they hold (for a caller whose lock
+    every writer of those rows holds), returning their keys."""
     read_keys: str
 
 
@@ -233,6 +236,7 @@ def statements_for(binding: Binding, caps: Capabilities, schema: str | None = No
             f"{compared([c for c in columns if c != key])} RETURNING {', '.join(columns)}"
         ),
         delete=f"DELETE FROM {table} WHERE {key} = :old_key AND {compare} RETURNING {key}",
+        delete_keys=f"DELETE FROM {table} WHERE {key} {caps.member_of.format('keys')} RETURNING {key}",
         read_keys=(
             f"SELECT {', '.join(columns)} FROM {table} WHERE {key} {caps.member_of.format('keys')} ORDER BY {key}"
         ),

@@ -195,6 +195,11 @@ class Transaction(Protocol):
     async def delete(self, binding: Binding, old: Any) -> bool:
         """Compare-and-set delete; False when the row no longer matched."""
 
+    async def delete_keys(self, binding: Binding, keys: Sequence[str]) -> int:
+        """Delete the rows with these keys whatever they hold, for a caller that holds a
+        lock every writer of those rows takes first (a Run's checkpoint under its Run's
+        lock); how many there were."""
+
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         """The rows with these keys as they are (no lock, no clock)."""
 
@@ -361,6 +366,9 @@ class SharedPrimitives:
 
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         return await self._records(binding, self.statements(binding).read_keys, {"keys": self.key_list(keys)})
+
+    async def delete_keys(self, binding: Binding, keys: Sequence[str]) -> int:
+        return len(await self._rows(self.statements(binding).delete_keys, {"keys": self.key_list(keys)}))
 
     async def read_joined(
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],

@@ -213,6 +213,10 @@ class PostgresTransaction(SharedPrimitives):
             offset += len(binding.spec.columns)
         return stored
 
+    async def delete_keys(self, binding: Binding, keys: Sequence[str]) -> int:
+        self._require_writable()
+        return await super().delete_keys(binding, keys)
+
     async def delete(self, binding: Binding, old: Any) -> bool:
         self._require_writable()
         return bool(await self._fetch(self.statements(binding).delete, self.compare_parameters(binding, old)))

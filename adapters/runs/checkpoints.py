@@ -36,7 +36,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.runs import finders
-from tenure.kernel.runs.record import hop_holds, is_terminal
+from tenure.kernel.runs.record import RunRow, hop_holds, is_terminal
 from tenure.model import (
     ErrorCode,
     RunStatus,
@@ -61,7 +61,8 @@ if TYPE_CHECKING:
     from .transactions import RunTransactions
 
 __all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "OWNER_KINDS", "RecordedOutcome",
-           "recorded_outcome", "delete_in", "clear_outcome_in"]
+           "recorded_outcome", "delete_in", "clear_outcome_in",
+           "stored_in", "locked_with_checkpoint"]
 
 OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE})
 """The owners ``save`` binds (a timer's checkpoint is written by ``RunLedger.park_timer``,
@@ -126,22 +127,40 @@ def state_text(state: Any) -> str:
     return text
 
 
-async def put_in(tx: Transaction, row: CheckpointRow) -> None:
+RUN_CHECKPOINT = (("run_id", "run_id"),)
+"""A Run's checkpoint, as a join."""
+
+
+async def locked_with_checkpoint(tx: Transaction, run_id: str) -> tuple[RunRow | None, CheckpointRow | None]:
+    """The Run, locked, with its checkpoint (locked after it: every checkpoint writer holds
+    the Run's lock first), in one statement; the clock is read after both."""
+    joined: list[tuple[RunRow, CheckpointRow | None]] = await tx.locked_joined(
+        RUNS_BINDING, [run_id], CHECKPOINTS_BINDING, RUN_CHECKPOINT)
+    return joined[0] if joined else (None, None)
+
+
+async def stored_in(tx: Transaction, run_id: str) -> CheckpointRow | None:
+    """The Run's checkpoint as stored, inside the caller's transaction (which holds the
+    Run's lock)."""
+    found: list[CheckpointRow] = await tx.read(CHECKPOINTS_BINDING, [run_id])
+    return found[0] if found else None
+
+
+async def put_in(tx: Transaction, row: CheckpointRow, stored: CheckpointRow | None) -> None:
     """Write the Run's checkpoint inside the caller's transaction (which holds the Run's
-    lock and has checked the hop's fence), replacing any earlier one."""
-    stored = await tx.read(CHECKPOINTS_BINDING, [row.run_id])
-    if stored:
-        await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], row)], read_back=False)
+    lock and has checked the hop's fence), replacing ``stored``, the one it read under
+    that lock (None: there was none)."""
+    if stored is not None:
+        await tx.update_many(CHECKPOINTS_BINDING, [(stored, row)], read_back=False)
     else:
         await tx.insert(CHECKPOINTS_BINDING, row)
 
 
 async def delete_in(tx: Transaction, run_id: str) -> None:
     """Delete the Run's checkpoint inside the caller's transaction (which holds the Run's
-    lock and has just made it terminal)."""
-    stored = await tx.read(CHECKPOINTS_BINDING, [run_id])
-    if stored:
-        await tx.delete(CHECKPOINTS_BINDING, stored[0])
+    lock and has just made it terminal): by its key, in one statement, since every
+    checkpoint writer holds that lock too (nothing can change it in between)."""
+    await tx.delete_keys(CHECKPOINTS_BINDING, [run_id])
 
 
 def _public(row: CheckpointRow) -> Checkpoint:
@@ -176,10 +195,10 @@ class Checkpoints:
         text = state_text(state)
 
         async def body(tx: Transaction) -> bool:
-            runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
-            if not runs or not hop_holds(runs[0], seq):  # the kernel's fence: only a hop holding its Run writes
+            run, stored = await locked_with_checkpoint(tx, key)
+            if run is None or not hop_holds(run, seq):  # the kernel's fence: only a hop holding its Run writes
                 return False
-            await put_in(tx, CheckpointRow(key, seq, owner_kind, owner_id, text, await tx.now_us()))
+            await put_in(tx, CheckpointRow(key, seq, owner_kind, owner_id, text, await tx.now_us()), stored)
             return True
 
         return bool(await self._tx.run(body))
@@ -204,18 +223,14 @@ class Checkpoints:
             raise _refuse("result_json", "document_too_large")
 
         async def body(tx: Transaction) -> bool:
-            runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
-            if not runs or not hop_holds(runs[0], seq):  # the kernel's fence: only a hop holding its Run writes
+            run, stored = await locked_with_checkpoint(tx, key)
+            if run is None or not hop_holds(run, seq):  # the kernel's fence: only a hop holding its Run writes
                 return False
             now = await tx.now_us()
-            stored = await tx.read(CHECKPOINTS_BINDING, [key])
-            base = stored[0] if stored else CheckpointRow(key, seq, None, None, "null", now)
+            base = stored if stored is not None else CheckpointRow(key, seq, None, None, "null", now)
             row = dataclasses.replace(base, saved_at_us=now, outcome_seq=seq, outcome_status=status,
                                       outcome_json=result_json, outcome_error=error)
-            if stored:
-                await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], row)], read_back=False)
-            else:
-                await tx.insert(CHECKPOINTS_BINDING, row)
+            await put_in(tx, row, stored)
             return True
 
         return bool(await self._tx.run(body))
@@ -254,9 +269,7 @@ class Checkpoints:
             runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
             if runs and not is_terminal(runs[0]):
                 return False
-            stored = await tx.read(CHECKPOINTS_BINDING, [key])
-            if stored:
-                await tx.delete(CHECKPOINTS_BINDING, stored[0])
+            await delete_in(tx, key)
             return True
 
         if not await self._tx.run(body):

@@ -94,7 +94,7 @@ from ..core.urls import parse_db_url
 from ..nodes.leases import NodeLeases
 from . import recovery as _recovery
 from .broker import Broker, fence_hop
-from .checkpoints import Checkpoints, RecordedOutcome, put_in, state_text
+from .checkpoints import Checkpoints, RecordedOutcome, put_in, state_text, stored_in
 from .recovery import RecoveryPorts, RecoveryReport
 from .steps import Steps
 from .table import DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
@@ -462,7 +462,7 @@ class RunLedger(Facade):
             command = Park(enqueue_seq=seq, wait=WaitKind.TIMER, owner_id=owner, owner=None, wake_at_us=wake)
             decision = await self.transactions.run_command(tx, pair, command)
             if isinstance(decision, Applied):
-                await put_in(tx, CheckpointRow(key, seq, WaitKind.TIMER, owner, text, now))
+                await put_in(tx, CheckpointRow(key, seq, WaitKind.TIMER, owner, text, now), await stored_in(tx, key))
             return decision
 
         return isinstance(await self.transactions.run(body), Applied)
