@@ -159,15 +159,15 @@ class Engine:
             new = new_rows[entry][1] if entry in new_rows else None
             if old != new:
                 changes.setdefault(binding.name, (binding, []))[1].append((old, new))
-        updates = [(binding, *pairs[0]) for binding, pairs in changes.values()
-                   if len(pairs) == 1 and pairs[0][0] is not None and pairs[0][1] is not None]
-        if len(updates) == len(changes) > 1:
-            # One changed row in each of several tables (a Run and its delivery): one
-            # statement where the store allows it; every stored row must equal the decided.
-            stored = await tx.update_across(updates)
-            if stored != [new for _, _, new in updates]:
+        writes = [(binding, *pairs[0]) for binding, pairs in changes.values() if len(pairs) == 1 and pairs[0][1] is not None]
+        if len(writes) == len(changes) > 1:
+            # One row inserted or changed in each of several tables (a Run and its
+            # delivery): one statement where the store allows it; every stored row must
+            # equal the decided one.
+            stored = await tx.write_across(writes)
+            if stored != [new for _, _, new in writes]:
                 raise persistence_failed("read_back_mismatch")
-            for binding, old, new in updates:
+            for binding, old, new in writes:
                 if binding.announced([(old, new)]):
                     tx.announce(binding)
             return

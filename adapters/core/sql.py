@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -157,6 +158,39 @@ def compile_finder(
     return CompiledFinder(sql, where, tuple(encoders.items()), constants)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompiledCounts:
+    """One SELECT of how many rows each of several finders selects (see :func:`counts_sql`)."""
+
+    sql: str
+    parts: tuple[tuple[str, CompiledFinder], ...]
+    """Each finder compiled, with the prefix its parameters carry in ``sql``."""
+
+    def parameters(self, values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        bound: dict[str, Any] = {}
+        for (prefix, compiled), given in zip(self.parts, values, strict=True):
+            bound.update((prefix + name, value) for name, value in compiled.parameters(given).items())
+        return bound
+
+
+_PLACEHOLDER = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@functools.cache
+def counts_sql(queries: tuple[tuple[Binding, Finder], ...], caps: Capabilities, schema: str | None) -> CompiledCounts:
+    """How many rows each ``(binding, finder)`` selects, in one statement (one snapshot):
+    a scalar subquery per finder, its parameters prefixed ``q<i>_`` (built once per shape)."""
+    selects, parts = [], []
+    for index, (binding, finder) in enumerate(queries):
+        compiled = compile_finder(binding, finder, caps, schema)
+        prefix = f"q{index}_"
+        names = {name for name, _ in compiled.encoders} | set(compiled.constants)
+        where = _PLACEHOLDER.sub(lambda m: f":{prefix}{m[1]}" if m[1] in names else m[0], compiled.where)
+        selects.append(f"(SELECT count(*) FROM {qualified(schema, binding.spec.name)} WHERE {where})")
+        parts.append((prefix, compiled))
+    return CompiledCounts("SELECT " + ", ".join(selects), tuple(parts))
+
+
 @functools.cache
 def joined_read_sql(
     binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], caps: Capabilities, schema: str | None,
@@ -209,6 +243,15 @@ def update_sql(binding: Binding, caps: Capabilities, schema: str | None = None, 
 
 
 @functools.cache
+def insert_sql(binding: Binding, schema: str | None = None, prefix: str = "") -> str:
+    """The INSERT of one row (every column from ``:<column>``), returning every column;
+    ``prefix`` goes before every parameter name (several writes in one statement)."""
+    columns = binding.spec.column_names
+    return (f"INSERT INTO {qualified(schema, binding.spec.name)} ({', '.join(columns)}) "
+            f"VALUES ({', '.join(f':{prefix}{c}' for c in columns)}) RETURNING {', '.join(columns)}")
+
+
+@functools.cache
 def statements_for(binding: Binding, caps: Capabilities, schema: str | None = None) -> TableStatements:
     spec = binding.spec
     table = qualified(schema, spec.name)
@@ -226,10 +269,7 @@ def statements_for(binding: Binding, caps: Capabilities, schema: str | None = No
     return TableStatements(
         table=table,
         columns=columns,
-        insert=(
-            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)}) "
-            f"RETURNING {', '.join(columns)}"
-        ),
+        insert=insert_sql(binding, schema),
         update=update_sql(binding, caps, schema),
         update_seen=(
             f"UPDATE {table} SET {assignments} WHERE {key} = :old_key AND "

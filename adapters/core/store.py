@@ -26,7 +26,15 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from tenure.kernel.core import Finder, Rewrite
 
 from .failures import persistence_failed
-from .sql import Capabilities, CompiledFinder, TableStatements, compile_finder, joined_read_sql, statements_for
+from .sql import (
+    Capabilities,
+    CompiledFinder,
+    TableStatements,
+    compile_finder,
+    counts_sql,
+    joined_read_sql,
+    statements_for,
+)
 from .tables import Binding, Dialect, RowCodec
 
 __all__ = [
@@ -179,11 +187,12 @@ class Transaction(Protocol):
         a row no longer matched. ``read_back`` reads them with a separate statement
         (which also sees what AFTER triggers did)."""
 
-    async def update_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
-        """Compare-and-set one row in each of several tables (``(binding, old, new)``, one
-        per binding): the rows as stored, in order. Raises ``row_changed`` when a row no
-        longer matched (the caller's transaction then rolls back whatever else was
-        written). One statement where the database allows it (a Run and its delivery)."""
+    async def write_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
+        """Write one row in each of several tables (``(binding, old, new)``, one per
+        binding: ``old`` None inserts ``new``, otherwise compare-and-set): the rows as
+        stored, in order. Raises ``row_changed`` when a row no longer matched (the
+        caller's transaction then rolls back whatever else was written). One statement
+        where the database allows it (a Run and its delivery)."""
 
     async def update_seen(self, binding: Binding, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
         """Compare-and-set each ``(old, new)`` where ``old`` is a row last seen rather than
@@ -210,6 +219,10 @@ class Transaction(Protocol):
         the rows of ``other`` they meet (the lock order), and the clock read after the
         last lock, in one statement where the database allows it (a Run and its current
         delivery in one round trip)."""
+
+    async def count_each(self, queries: Sequence[tuple[Binding, Finder, Mapping[str, Any]]]) -> list[int]:
+        """How many rows each non-waiting ``(binding, finder, parameters)`` selects, as of one
+        snapshot (one statement: no lock, no clock)."""
 
     async def read_joined(
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
@@ -320,10 +333,13 @@ class SharedPrimitives:
             return new
         return self.codec(binding).read(row, 0)
 
-    async def update_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
+    async def write_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
         stored: list[Any] = []
         for binding, old, new in parts:
-            stored.extend(await self.update_many(binding, [(old, new)], read_back=False))  # type: ignore[attr-defined]
+            if old is None:
+                stored.append(await self.insert(binding, new))
+            else:
+                stored.extend(await self.update_many(binding, [(old, new)], read_back=False))  # type: ignore[attr-defined]
         return stored
 
     async def update_seen(self, binding: Binding, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
@@ -366,6 +382,12 @@ class SharedPrimitives:
 
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         return await self._records(binding, self.statements(binding).read_keys, {"keys": self.key_list(keys)})
+
+    async def count_each(self, queries: Sequence[tuple[Binding, Finder, Mapping[str, Any]]]) -> list[int]:
+        assert all(finder.lock == "none" for _, finder, _ in queries), "counts take no locks"
+        compiled = counts_sql(tuple((binding, finder) for binding, finder, _ in queries), self.capabilities, self.schema)
+        rows = await self._rows(compiled.sql, compiled.parameters([parameters for _, _, parameters in queries]))
+        return [int(count) for count in rows[0]]
 
     async def delete_keys(self, binding: Binding, keys: Sequence[str]) -> int:
         return len(await self._rows(self.statements(binding).delete_keys, {"keys": self.key_list(keys)}))

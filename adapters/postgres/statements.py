@@ -35,11 +35,12 @@ from typing import Any
 from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, SetValue
 
 from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder, update_sql
+from ..core.sql import insert_sql as plain_insert_sql
 from ..core.store import Expected, Probe
 from ..core.tables import ROW_VERSION, Binding, RowCodec, qualified
 
 __all__ = [
-    "PARAMETER", "Numbered", "numbered", "with_clock", "locked_joined_sql", "update_across_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
+    "PARAMETER", "Numbered", "numbered", "with_clock", "locked_joined_sql", "write_across_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
     "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
     "ahead_version_parameters",
@@ -126,17 +127,19 @@ def locked_joined_sql(binding: Binding, other: Binding, on: tuple[tuple[str, str
 
 
 @functools.cache
-def update_across_sql(bindings: tuple[Binding, ...], schema: str | None) -> str:
-    """One statement that compare-and-sets one row of each binding's table (the ``i``-th
-    UPDATE's parameters prefixed ``u<i>_``), each a data-modifying CTE; its one row holds
-    every returned row side by side (NULL columns for an UPDATE whose row no longer
-    matched). All of them run, on one snapshot: a caller that finds one missing rolls
-    its transaction back."""
-    updates = ", ".join(f"u{i} AS ({update_sql(binding, POSTGRESQL, schema, prefix=f'u{i}_')})"
-                        for i, binding in enumerate(bindings))
-    columns = ", ".join(f"u{i}.{column}" for i, binding in enumerate(bindings) for column in binding.spec.column_names)
-    joins = " ".join(f"LEFT JOIN u{i} ON true" for i in range(len(bindings)))
-    return f"WITH {updates} SELECT {columns} FROM (SELECT 1) AS one {joins}"
+def write_across_sql(shape: tuple[tuple[Binding, bool], ...], schema: str | None) -> str:
+    """One statement that writes one row of each binding's table (``shape``: each binding
+    and whether its row is inserted, else compare-and-set by its key), each write a
+    data-modifying CTE with its parameters prefixed ``w<i>_``; its one row holds every
+    returned row side by side (NULL columns for an UPDATE whose row no longer matched).
+    All of them run, on one snapshot: a caller that finds one missing rolls its
+    transaction back."""
+    writes = ", ".join(
+        f"w{i} AS ({plain_insert_sql(binding, schema, f'w{i}_') if inserted else update_sql(binding, POSTGRESQL, schema, f'w{i}_')})"
+        for i, (binding, inserted) in enumerate(shape))
+    columns = ", ".join(f"w{i}.{column}" for i, (binding, _) in enumerate(shape) for column in binding.spec.column_names)
+    joins = " ".join(f"LEFT JOIN w{i} ON true" for i in range(len(shape)))
+    return f"WITH {writes} SELECT {columns} FROM (SELECT 1) AS one {joins}"
 
 
 @functools.cache

@@ -194,16 +194,17 @@ class PostgresTransaction(SharedPrimitives):
                 raise persistence_failed("row_changed")  # a compare-and-set found its row changed
         return [written[k] for k in keys]
 
-    async def update_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
+    async def write_across(self, parts: Sequence[tuple[Binding, Any, Any]]) -> list[Any]:
         bindings = tuple(binding for binding, _, _ in parts)
         if len(parts) < 2 or len(set(bindings)) != len(bindings):
-            return await super().update_across(parts)
+            return await super().write_across(parts)
         self._require_writable()
         parameters: dict[str, Any] = {}
         for index, (binding, old, new) in enumerate(parts):
-            prefix = f"u{index}_"
-            parameters.update((prefix + name, value) for name, value in self.write_parameters(binding, old, new).items())
-        row = (await self._fetch(statements.update_across_sql(bindings, self.schema), parameters))[0]
+            written = self.codec(binding).write(new) if old is None else self.write_parameters(binding, old, new)
+            parameters.update((f"w{index}_{name}", value) for name, value in written.items())
+        shape = tuple((binding, old is None) for binding, old, _ in parts)
+        row = (await self._fetch(statements.write_across_sql(shape, self.schema), parameters))[0]
         stored: list[Any] = []
         offset = 0
         for binding in bindings:

@@ -165,9 +165,11 @@ class RunTransactions:
     @staticmethod
     async def containment(tx: Transaction, run_id: str) -> Containment:
         """How many delegated jobs and service attempts of the Run are still open."""
-        jobs = await tx.find(AGENT_JOBS_BINDING, finders.open_jobs_of_run, {"run_id": run_id})
-        attempts = await tx.find(ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id})
-        return Containment(open_jobs=len(jobs), open_attempts=len(attempts))
+        jobs, attempts = await tx.count_each([
+            (AGENT_JOBS_BINDING, finders.open_jobs_of_run, {"run_id": run_id}),
+            (ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id}),
+        ])
+        return Containment(open_jobs=jobs, open_attempts=attempts)
 
     @staticmethod
     async def owner(tx: Transaction, kind: WaitKind | None, owner_id: str | None) -> OwnerEvidence | None:

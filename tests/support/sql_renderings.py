@@ -21,8 +21,10 @@ import pathlib
 import sys
 from collections.abc import Iterator
 
+from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
+from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.core.registry import BINDINGS
-from tenure.adapters.core.sql import POSTGRESQL, SQLITE, Capabilities, compile_finder, statements_for
+from tenure.adapters.core.sql import POSTGRESQL, SQLITE, Capabilities, compile_finder, counts_sql, statements_for
 from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import ROW_VERSION, Binding, sql_dialect
 from tenure.adapters.postgres import statements
@@ -31,6 +33,7 @@ from tenure.adapters.runs.table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUN
 from tenure.kernel.core import Finder
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE
+from tenure.kernel.runs import finders as run_finders
 
 SQL_DIR = pathlib.Path(__file__).resolve().parents[2] / "specs" / "sql"
 
@@ -162,9 +165,15 @@ def render_postgresql() -> str:
             lines.append(_statement("locked_joined runs+run_deliveries", "a Run and its current delivery locked in "
                                     "that order, then the clock once both locks are held (every Run write)",
                                     statements.locked_joined_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None)))
-            lines.append(_statement("update_across runs+run_deliveries", "a Run and its delivery compare-and-set in "
+            containment = ((AGENT_JOBS_BINDING, run_finders.open_jobs_of_run),
+                           (ATTEMPTS_BINDING, run_finders.open_attempts_of_run))
+            lines.append(_statement("count_each containment", "a Run's open delegated jobs and service attempts, "
+                                    "counted in one statement (one snapshot)", counts_sql(containment, POSTGRESQL, None).sql))
+            lines.append(_statement("write_across runs+run_deliveries", "a Run and its delivery compare-and-set in "
                                     "one statement (both UPDATEs run; a missing row rolls the transaction back)",
-                                    statements.update_across_sql((RUNS_BINDING, DELIVERIES_BINDING), None)))
+                                    statements.write_across_sql(((RUNS_BINDING, False), (DELIVERIES_BINDING, False)), None)))
+            lines.append(_statement("write_across admission", "a new Run and its first delivery inserted in one statement",
+                                    statements.write_across_sql(((RUNS_BINDING, True), (DELIVERIES_BINDING, True)), None)))
     return "\n".join(lines)
 
 

@@ -86,7 +86,7 @@ async def test_the_mutant_that_reads_the_clock_after_the_run_lock_only_is_caught
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 async def test_a_pair_written_across_its_tables_keeps_nothing_when_one_row_changed(db_url: str) -> None:
-    """``update_across`` writes the Run and its delivery (on PostgreSQL in one statement
+    """``write_across`` writes the Run and its delivery (on PostgreSQL in one statement
     of two UPDATEs, which both run): when the delivery is no longer the row decided on,
     the call raises ``row_changed`` and the Run's write goes with the rolled-back
     transaction."""
@@ -101,7 +101,7 @@ async def test_a_pair_written_across_its_tables_keeps_nothing_when_one_row_chang
             assert pair is not None
             run, delivery = pair.run, pair.current
             stale = dataclasses.replace(delivery, last_error="not what is stored")
-            await tx.update_across([
+            await tx.write_across([
                 (RUNS_BINDING, run, dataclasses.replace(run, node="written-then-undone")),
                 (DELIVERIES_BINDING, stale, dataclasses.replace(delivery, publish_attempts=7)),
             ])
