@@ -177,16 +177,23 @@ _PLACEHOLDER = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @functools.cache
-def counts_sql(queries: tuple[tuple[Binding, Finder], ...], caps: Capabilities, schema: str | None) -> CompiledCounts:
-    """How many rows each ``(binding, finder)`` selects, in one statement (one snapshot):
-    a scalar subquery per finder, its parameters prefixed ``q<i>_`` (built once per shape)."""
+def counts_sql(
+    queries: tuple[tuple[Binding, Finder, int | None], ...], caps: Capabilities, schema: str | None,
+) -> CompiledCounts:
+    """How many rows each ``(binding, finder, limit)`` selects (counting stops at ``limit``,
+    when given), in one statement (one snapshot): a scalar subquery per finder, its
+    parameters prefixed ``q<i>_`` (built once per shape)."""
     selects, parts = [], []
-    for index, (binding, finder) in enumerate(queries):
+    for index, (binding, finder, limit) in enumerate(queries):
         compiled = compile_finder(binding, finder, caps, schema)
         prefix = f"q{index}_"
         names = {name for name, _ in compiled.encoders} | set(compiled.constants)
         where = _PLACEHOLDER.sub(lambda m: f":{prefix}{m[1]}" if m[1] in names else m[0], compiled.where)
-        selects.append(f"(SELECT count(*) FROM {qualified(schema, binding.spec.name)} WHERE {where})")
+        rows = f"FROM {qualified(schema, binding.spec.name)} WHERE {where}"
+        if limit is None:
+            selects.append(f"(SELECT count(*) {rows})")
+        else:
+            selects.append(f"(SELECT count(*) FROM (SELECT 1 {rows} LIMIT {int(limit)}) AS q{index})")
         parts.append((prefix, compiled))
     return CompiledCounts("SELECT " + ", ".join(selects), tuple(parts))
 

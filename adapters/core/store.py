@@ -220,9 +220,9 @@ class Transaction(Protocol):
         last lock, in one statement where the database allows it (a Run and its current
         delivery in one round trip)."""
 
-    async def count_each(self, queries: Sequence[tuple[Binding, Finder, Mapping[str, Any]]]) -> list[int]:
-        """How many rows each non-waiting ``(binding, finder, parameters)`` selects, as of one
-        snapshot (one statement: no lock, no clock)."""
+    async def count_each(self, queries: Sequence[tuple[Binding, Finder, Mapping[str, Any], int | None]]) -> list[int]:
+        """How many rows each non-waiting ``(binding, finder, parameters, limit)`` selects
+        (up to ``limit`` when given), as of one snapshot (one statement: no lock, no clock)."""
 
     async def read_joined(
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
@@ -383,10 +383,11 @@ class SharedPrimitives:
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         return await self._records(binding, self.statements(binding).read_keys, {"keys": self.key_list(keys)})
 
-    async def count_each(self, queries: Sequence[tuple[Binding, Finder, Mapping[str, Any]]]) -> list[int]:
-        assert all(finder.lock == "none" for _, finder, _ in queries), "counts take no locks"
-        compiled = counts_sql(tuple((binding, finder) for binding, finder, _ in queries), self.capabilities, self.schema)
-        rows = await self._rows(compiled.sql, compiled.parameters([parameters for _, _, parameters in queries]))
+    async def count_each(self, queries: Sequence[tuple[Binding, Finder, Mapping[str, Any], int | None]]) -> list[int]:
+        assert all(finder.lock == "none" for _, finder, _, _ in queries), "counts take no locks"
+        shape = tuple((binding, finder, limit) for binding, finder, _, limit in queries)
+        compiled = counts_sql(shape, self.capabilities, self.schema)
+        rows = await self._rows(compiled.sql, compiled.parameters([parameters for _, _, parameters, _ in queries]))
         return [int(count) for count in rows[0]]
 
     async def delete_keys(self, binding: Binding, keys: Sequence[str]) -> int:

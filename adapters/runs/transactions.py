@@ -166,8 +166,8 @@ class RunTransactions:
     async def containment(tx: Transaction, run_id: str) -> Containment:
         """How many delegated jobs and service attempts of the Run are still open."""
         jobs, attempts = await tx.count_each([
-            (AGENT_JOBS_BINDING, finders.open_jobs_of_run, {"run_id": run_id}),
-            (ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id}),
+            (AGENT_JOBS_BINDING, finders.open_jobs_of_run, {"run_id": run_id}, None),
+            (ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id}, None),
         ])
         return Containment(open_jobs=jobs, open_attempts=attempts)
 

@@ -269,19 +269,30 @@ class SqliteTransaction(SharedPrimitives):
         return found
 
     async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
+        """The clock, then every probe under the write lock: the questions (``exists``,
+        ``values``) counted in one statement first, and a ``values`` probe's rows read only
+        when it counted some (a claim's stored tokens: almost never)."""
         now = await self.now_us()
+        questions = [probe for probe in probes if probe.kind != "rows"]
+        counts = iter(await self.count_each([
+            (binding, dataclasses.replace(probe.finder, lock="none"), {**probe.parameters, "now": now},
+             1 if probe.kind == "exists" else probe.limit)
+            for probe in questions
+        ]) if questions else [])
         answers: list[Any] = []
         for probe in probes:
             values = {**probe.parameters, "now": now}
             if probe.kind == "rows":
                 answers.append(await self.find(binding, probe.finder, values, probe.limit))
                 continue
-            found = await self.find(binding, dataclasses.replace(probe.finder, lock="none"), values, probe.limit)
+            counted = next(counts)
             if probe.kind == "exists":
-                answers.append(bool(found))
-            else:
-                assert probe.field is not None
-                answers.append([getattr(record, probe.field) for record in found])
+                answers.append(counted > 0)
+                continue
+            assert probe.field is not None
+            found = [] if counted == 0 else await self.find(binding, dataclasses.replace(probe.finder, lock="none"),
+                                                            values, probe.limit)
+            answers.append([getattr(record, probe.field) for record in found])
         return answers
 
     async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:

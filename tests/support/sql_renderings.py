@@ -165,8 +165,8 @@ def render_postgresql() -> str:
             lines.append(_statement("locked_joined runs+run_deliveries", "a Run and its current delivery locked in "
                                     "that order, then the clock once both locks are held (every Run write)",
                                     statements.locked_joined_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None)))
-            containment = ((AGENT_JOBS_BINDING, run_finders.open_jobs_of_run),
-                           (ATTEMPTS_BINDING, run_finders.open_attempts_of_run))
+            containment = ((AGENT_JOBS_BINDING, run_finders.open_jobs_of_run, None),
+                           (ATTEMPTS_BINDING, run_finders.open_attempts_of_run, None))
             lines.append(_statement("count_each containment", "a Run's open delegated jobs and service attempts, "
                                     "counted in one statement (one snapshot)", counts_sql(containment, POSTGRESQL, None).sql))
             lines.append(_statement("write_across runs+run_deliveries", "a Run and its delivery compare-and-set in "
