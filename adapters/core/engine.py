@@ -199,10 +199,15 @@ class Engine:
                 return decided
 
         from_seen = ahead is None and write and len({key for key, _ in items}) == len(items)
+        kept: dict[str, Any] = {}
+        """The rows to remember once the transaction has committed (by key; None: forget).
+        The body may run in another thread (SQLite's connection thread), so it only
+        collects them: the memory is touched by the event loop alone."""
 
         async def body(tx: Transaction) -> list[Decision]:
+            kept.clear()
             if from_seen:
-                decided = await self._on_seen(tx, binding, items)
+                decided = await self._on_seen(tx, binding, items, kept)
                 if decided is not None:
                     return decided
             keys = sorted({key for key, _ in items})
@@ -220,20 +225,25 @@ class Engine:
                     current[key] = checked(binding, current[key], decision)
                 decisions.append(decision)
             await self.persist(tx, binding, [(original[key], current[key]) for key in keys if original[key] != current[key]])
-            for key in keys:
-                self._keep(binding, key, current[key])
+            kept.update(current)
             return decisions
 
-        return await self.store.run(body, write=write)
+        decisions = await self.store.run(body, write=write)
+        for key, record in kept.items():
+            self._keep(binding, key, record)
+        return decisions
 
-    async def _on_seen(self, tx: Transaction, binding: Binding, items: Sequence[tuple[str, Any]]) -> list[Decision] | None:
+    async def _on_seen(
+        self, tx: Transaction, binding: Binding, items: Sequence[tuple[str, Any]], kept: dict[str, Any],
+    ) -> list[Decision] | None:
         """:meth:`on_keys` for distinct keys inside a write transaction (a store without
         decided-ahead statements, where the transaction already holds the write lock and
         its clock), deciding from the rows last seen instead of reading them: the kernel
         decides each at the transaction's time, and every row is written only if it
         still equals, column by column, the row decided on. None: a row was not seen,
         a decision refuses or writes nothing new, or a row is no longer as seen; nothing
-        was written, and the caller reads the rows and decides again."""
+        was written, and the caller reads the rows and decides again. The rows written go
+        into ``kept``, remembered by the caller once the transaction has committed."""
         now = await tx.now_us()
         decisions: list[Decision] = []
         pairs: list[tuple[Any, Any]] = []
@@ -256,7 +266,7 @@ class Engine:
             raise persistence_failed("read_back_mismatch")
         if binding.announced(pairs):
             tx.announce(binding)
-        self.remember(binding, stored)
+        kept.update((getattr(row, binding.key_field), row) for row in stored)
         return decisions
 
     def _keep(self, binding: Binding, key: str, record: Any, versions: Mapping[str, int] | None = None) -> None:

@@ -173,7 +173,8 @@ class CompiledCounts:
         return bound
 
 
-_PLACEHOLDER = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
+_PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
+"""A ``:name`` parameter (never the second colon of a ``::type`` cast)."""
 
 
 @functools.cache

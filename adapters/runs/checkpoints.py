@@ -40,6 +40,7 @@ from tenure.kernel.runs.record import RunRow, hop_holds, is_terminal
 from tenure.model import (
     ErrorCode,
     RunStatus,
+    TenureError,
     WaitKind,
     canonical_json,
 )
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "OWNER_KINDS", "RecordedOutcome",
            "recorded_outcome", "delete_in", "clear_outcome_in",
-           "stored_in", "locked_with_checkpoint"]
+           "stored_in", "held_with_checkpoint"]
 
 OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE})
 """The owners ``save`` binds (a timer's checkpoint is written by ``RunLedger.park_timer``,
@@ -131,12 +132,26 @@ RUN_CHECKPOINT = (("run_id", "run_id"),)
 """A Run's checkpoint, as a join."""
 
 
-async def locked_with_checkpoint(tx: Transaction, run_id: str) -> tuple[RunRow | None, CheckpointRow | None]:
-    """The Run, locked, with its checkpoint (locked after it: every checkpoint writer holds
-    the Run's lock first), in one statement; the clock is read after both."""
-    joined: list[tuple[RunRow, CheckpointRow | None]] = await tx.locked_joined(
-        RUNS_BINDING, [run_id], CHECKPOINTS_BINDING, RUN_CHECKPOINT)
-    return joined[0] if joined else (None, None)
+async def held_with_checkpoint(tx: Transaction, run_id: str, seq: int) -> tuple[bool, CheckpointRow | None]:
+    """Whether the hop ``seq`` holds the Run (the kernel's fence: only a hop holding its Run
+    writes its checkpoint), with the stored checkpoint: the Run locked, then its
+    checkpoint (every checkpoint writer holds the Run's lock first), in one statement,
+    the clock read after both. A checkpoint that cannot be read matters only to a hop
+    that holds the Run, as when it was read after the fence: the Run is locked alone
+    and a holding hop meets ``corrupt_row``."""
+    try:
+        joined: list[tuple[RunRow, CheckpointRow | None]] = await tx.locked_joined(
+            RUNS_BINDING, [run_id], CHECKPOINTS_BINDING, RUN_CHECKPOINT)
+    except TenureError as error:
+        if error.reason != "corrupt_row":
+            raise
+        runs: list[RunRow] = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [run_id]})
+        if runs and hop_holds(runs[0], seq):
+            raise
+        return False, None
+    if not joined or not hop_holds(joined[0][0], seq):
+        return False, None
+    return True, joined[0][1]
 
 
 async def stored_in(tx: Transaction, run_id: str) -> CheckpointRow | None:
@@ -159,7 +174,9 @@ async def put_in(tx: Transaction, row: CheckpointRow, stored: CheckpointRow | No
 async def delete_in(tx: Transaction, run_id: str) -> None:
     """Delete the Run's checkpoint inside the caller's transaction (which holds the Run's
     lock and has just made it terminal): by its key, in one statement, since every
-    checkpoint writer holds that lock too (nothing can change it in between)."""
+    checkpoint writer holds that lock too (nothing can change it in between). A
+    checkpoint that cannot be read goes too, unread: it belongs to a terminal Run (read
+    first, it used to fail the settle with ``corrupt_row``, and every later try)."""
     await tx.delete_keys(CHECKPOINTS_BINDING, [run_id])
 
 
@@ -195,8 +212,8 @@ class Checkpoints:
         text = state_text(state)
 
         async def body(tx: Transaction) -> bool:
-            run, stored = await locked_with_checkpoint(tx, key)
-            if run is None or not hop_holds(run, seq):  # the kernel's fence: only a hop holding its Run writes
+            holds, stored = await held_with_checkpoint(tx, key, seq)
+            if not holds:
                 return False
             await put_in(tx, CheckpointRow(key, seq, owner_kind, owner_id, text, await tx.now_us()), stored)
             return True
@@ -223,8 +240,8 @@ class Checkpoints:
             raise _refuse("result_json", "document_too_large")
 
         async def body(tx: Transaction) -> bool:
-            run, stored = await locked_with_checkpoint(tx, key)
-            if run is None or not hop_holds(run, seq):  # the kernel's fence: only a hop holding its Run writes
+            holds, stored = await held_with_checkpoint(tx, key, seq)
+            if not holds:
                 return False
             now = await tx.now_us()
             base = stored if stored is not None else CheckpointRow(key, seq, None, None, "null", now)

@@ -136,10 +136,10 @@ DELIVERIES_TABLE = TableSpec(
 
 RUNS_BINDING = Binding("runs", RUNS, RUNS_TABLE, RunRow, {}, "run_id")
 DELIVERIES_BINDING = Binding("run_deliveries", RUNS, DELIVERIES_TABLE, DeliveryRow, {}, "delivery_id")
+"""The two halves of the Run machine's pair (the machine checks the pair, not a half)."""
 
 CURRENT_DELIVERY = (("run_id", "run_id"), ("enqueue_seq", "enqueue_seq"))
 """A Run's current delivery, as a join: the delivery of its Run at its ``enqueue_seq``."""
-"""The two halves of the Run machine's pair (the machine checks the pair, not a half)."""
 
 
 # --- The Run's own side tables: written through the shared store primitives, decided by no machine. ---

@@ -126,8 +126,13 @@ class RunTransactions:
     @staticmethod
     async def locked_pair(tx: Transaction, run_id: str) -> RunPair | None:
         """The Run and its current delivery, locked in that order (None: no such Run): one
-        statement when the delivery the Run's sequence names is the one its columns join
-        (always, unless another writer left the rows out of shape)."""
+        statement when it finds the delivery the Run's sequence names by its columns.
+        Otherwise (rows another writer left out of shape, or, on PostgreSQL, a Run lock
+        that waited behind a hop rotation: the new delivery is then invisible to the
+        statement's snapshot) the delivery is locked by its key in a second statement.
+        The clock stays the first statement's, read after the Run's lock, as the
+        two-statement lock always had it: every path that locks a delivery holds its
+        Run's lock first, so that second lock cannot wait."""
         joined: list[tuple[RunRow, DeliveryRow | None]] = await tx.locked_joined(
             RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
         if not joined:
@@ -135,8 +140,8 @@ class RunTransactions:
         run, delivery = joined[0]
         if len(joined) == 1 and delivery is not None and delivery.delivery_id == key_of(run_id, run.enqueue_seq):
             return RunPair(run, (delivery,))
-        # Out of shape: the current delivery is the one its key names. The Run is locked,
-        # and every path that locks a delivery locks its Run first.
+        # The current delivery is the one its key names. The Run is locked, and every
+        # path that locks a delivery locks its Run first.
         deliveries = await tx.locked(DELIVERIES_BINDING, finders.deliveries_by_keys,
                                      {"keys": [key_of(run_id, run.enqueue_seq)]})
         if not deliveries:

@@ -275,9 +275,8 @@ class SqliteTransaction(SharedPrimitives):
         now = await self.now_us()
         questions = [probe for probe in probes if probe.kind != "rows"]
         counts = iter(await self.count_each([
-            (binding, dataclasses.replace(probe.finder, lock="none"), {**probe.parameters, "now": now},
-             1 if probe.kind == "exists" else probe.limit)
-            for probe in questions
+            (binding, dataclasses.replace(probe.finder, lock="none"), {**probe.parameters, "now": now}, 1)
+            for probe in questions  # whether any row matches is all a count must tell
         ]) if questions else [])
         answers: list[Any] = []
         for probe in probes:
@@ -321,7 +320,7 @@ class SqliteTransaction(SharedPrimitives):
 class SqliteStore:
     """A SQLite database file holding the queue tables.
 
-    One connection per store; transactions on it are serialized by an asyncio lock.
+    One connection per store; transactions on it are serialized by an asyncio semaphore.
     Several stores (for example one per worker process) may share one file: SQLite's
     write lock serializes their writers. A call waits at most ``timeout_seconds`` for
     its turn on this store's connection and at most ``timeout_seconds`` for another
@@ -341,9 +340,10 @@ class SqliteStore:
         self._raw: sqlite3.Connection | None = None
         """The connection aiosqlite runs; used directly only inside its thread."""
         self._broken = False
-        self._lock = asyncio.Semaphore(1)
+        self._lock = asyncio.BoundedSemaphore(1)
         """One transaction at a time. A semaphore, not a Lock: its ``locked()`` says whether
-        it can be taken at once (a Lock just released may still owe a woken waiter)."""
+        it can be taken at once (a Lock just released may still owe a woken waiter);
+        bounded, so a release without an acquire raises."""
         self._closed = False
         self.observe_time: TimeObserver | None = None
         self.ahead = None

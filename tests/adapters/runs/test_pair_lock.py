@@ -4,7 +4,7 @@ is read after both locks; a write to both is all or nothing.
 Every Run write locks the pair (``RunTransactions.locked_pair``). On PostgreSQL that is
 one statement (``locked_joined_sql``): a lock wait on the delivery row must happen
 before the clock is read, or a decision could use a time from before the wait. Here a
-second session holds the delivery row (only) while a Run write waits for it; the clock
+second session holds the delivery row (only) until a Run write waits for it; the clock
 the write decided at must not be earlier than the moment the holder let go. A mutant
 whose clock counts only the Run's lock reads its time first and is caught.
 """
@@ -17,13 +17,15 @@ from typing import Any
 
 import asyncpg
 import pytest
+from adapter_support import kind_of, raw
+from polling import until
 
-from tenure.adapters import RunLedger
+from tenure.adapters import InMemoryBroker, RunLedger
 from tenure.adapters.core.store import Transaction
 from tenure.adapters.postgres import statements
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.runs.transactions import RunTransactions
-from tenure.model import RunIntent, TenureError, WorkflowPin
+from tenure.model import RunIntent, RunStatus, TenureError, WorkflowPin
 
 PIN = WorkflowPin("pair", "1", "sha256:" + "a" * 64)
 
@@ -46,8 +48,13 @@ async def decided_at_after_a_delivery_lock_wait(db_url: str) -> tuple[int, int, 
                 return pair, await tx.now_us()
 
             waiting = asyncio.create_task(ledger.transactions.run(body))
-            await asyncio.sleep(0.5)
-            assert not waiting.done(), "the pair's lock waits for the delivery row"
+
+            async def waits_for_a_lock() -> bool:
+                return bool(await holder.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"))
+
+            await until(waits_for_a_lock, what="the pair's statement waits for the delivery row")  # a hang guard
+            assert not waiting.done()
             let_go = await holder.fetchval("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
             await transaction.commit()
             pair, now = await waiting
@@ -112,3 +119,29 @@ async def test_a_pair_written_across_its_tables_keeps_nothing_when_one_row_chang
         after = await ledger.get(run_id)
         assert after == before and after.node is None
         assert (await ledger.get_delivery(run_id, 0)).publish_attempts == 0
+
+
+# --- a checkpoint locked with its Run ----------------------------------------------------
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+async def test_an_unreadable_checkpoint_matters_only_to_the_hop_holding_its_run(db_url: str) -> None:
+    """A hop's snapshot is locked with its Run in one statement. A checkpoint another
+    writer broke raises ``corrupt_row`` for the hop that holds the Run (as reading it
+    after the fence did), a hop that does not hold it is answered False, and the settle
+    deletes it unread: it belongs to a terminal Run."""
+    async with RunLedger(db_url) as ledger:
+        admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {}), workflow=PIN, queue="runs",
+                                       priority=50)
+        run_id = admission.run.run_id
+        assert await ledger.publish(run_id, 0, InMemoryBroker())
+        assert await ledger.claim(run_id, 0, node="node-a") is not None
+        assert await ledger.checkpoints.save(run_id, 0, state={"step": 1}) is True
+        unreadable = "'infinity'" if kind_of(db_url) == "postgresql" else "'not an instant'"
+        raw(db_url, f"UPDATE tenure_run_checkpoints SET saved_at = {unreadable} WHERE run_id = ?", (run_id,))
+        with pytest.raises(TenureError) as raised:
+            await ledger.checkpoints.save(run_id, 0, state={"step": 2})
+        assert raised.value.reason == "corrupt_row"
+        assert await ledger.checkpoints.save(run_id, 1, state={"step": 2}) is False  # not the holding hop
+        assert await ledger.settle(run_id, 0, RunStatus.DONE) is True
+        assert raw(db_url, "SELECT count(*) FROM tenure_run_checkpoints WHERE run_id = ?", (run_id,)) == [(0,)]
