@@ -234,17 +234,23 @@ class TableStatements:
     read_keys: str
 
 
+def _compared(binding: Binding, caps: Capabilities, names: Sequence[str], prefix: str = "") -> str:
+    """``<column> = :<prefix>old_<column>`` for each named column, NULL equal to NULL (a
+    JSON column as its comparable expression), joined by AND."""
+    spec = binding.spec
+    return " AND ".join(
+        f"{caps.comparable_json.format(c) if c in spec.json_names else c} {caps.null_safe_equal} :{prefix}old_{c}"
+        for c in names
+    )
+
+
 @functools.cache
 def update_sql(binding: Binding, caps: Capabilities, schema: str | None = None, prefix: str = "") -> str:
     """The compare-and-set UPDATE of one row by its key (every mutable column compared with
     ``:old_<column>``, written from ``:<column>``), returning every column; ``prefix``
     goes before every parameter name (several UPDATEs in one statement)."""
     spec = binding.spec
-
-    def comparable(name: str) -> str:
-        return caps.comparable_json.format(name) if name in spec.json_names else name
-
-    compare = " AND ".join(f"{comparable(c)} {caps.null_safe_equal} :{prefix}old_{c}" for c in spec.mutable_names)
+    compare = _compared(binding, caps, spec.mutable_names, prefix)
     assignments = ", ".join(f"{c} = :{prefix}{c}" for c in spec.mutable_names)
     return (f"UPDATE {qualified(schema, spec.name)} SET {assignments} WHERE {binding.key_column} = :{prefix}old_key "
             f"AND {compare} RETURNING {', '.join(spec.column_names)}")
@@ -266,13 +272,7 @@ def statements_for(binding: Binding, caps: Capabilities, schema: str | None = No
     columns = spec.column_names
     key = binding.key_column
 
-    def comparable(name: str) -> str:
-        return caps.comparable_json.format(name) if name in spec.json_names else name
-
-    def compared(names: Sequence[str]) -> str:
-        return " AND ".join(f"{comparable(column)} {caps.null_safe_equal} :old_{column}" for column in names)
-
-    compare = compared(spec.mutable_names)
+    compare = _compared(binding, caps, spec.mutable_names)
     assignments = ', '.join(f'{c} = :{c}' for c in spec.mutable_names)
     return TableStatements(
         table=table,
@@ -281,7 +281,7 @@ def statements_for(binding: Binding, caps: Capabilities, schema: str | None = No
         update=update_sql(binding, caps, schema),
         update_seen=(
             f"UPDATE {table} SET {assignments} WHERE {key} = :old_key AND "
-            f"{compared([c for c in columns if c != key])} RETURNING {', '.join(columns)}"
+            f"{_compared(binding, caps, [c for c in columns if c != key])} RETURNING {', '.join(columns)}"
         ),
         delete=f"DELETE FROM {table} WHERE {key} = :old_key AND {compare} RETURNING {key}",
         delete_keys=f"DELETE FROM {table} WHERE {key} {caps.member_of.format('keys')} RETURNING {key}",

@@ -313,11 +313,13 @@ class SharedPrimitives:
     def compiled(self, binding: Binding, finder: Finder, *, limited: bool = False) -> CompiledFinder:
         return compile_finder(binding, finder, self.capabilities, self.schema, limited=limited)
 
-    def compare_parameters(self, binding: Binding, old: Any) -> dict[str, Any]:
-        """``old_<column>`` for every column the compare-and-set compares, and ``old_key``."""
+    def compare_parameters(self, binding: Binding, old: Any, *, every_column: bool = False) -> dict[str, Any]:
+        """``old_<column>`` for every column the compare-and-set compares (the mutable ones;
+        ``every_column``: all, as ``update_seen`` compares), and ``old_key``."""
         codec = self.codec(binding)
         stored = codec.write(old)
-        compared = {f"old_{column}": stored[column] for column in codec.spec.mutable_names}
+        names = codec.spec.column_names if every_column else codec.spec.mutable_names
+        compared = {f"old_{column}": stored[column] for column in names}
         compared["old_key"] = getattr(old, binding.key_field)
         return compared
 
@@ -344,7 +346,6 @@ class SharedPrimitives:
 
     async def update_seen(self, binding: Binding, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
         codec = self.codec(binding)
-        key_field = binding.key_field
         statement = self.statements(binding).update_seen
         several = len(pairs) > 1
         if several:  # all or nothing: a later row not as seen undoes the earlier writes
@@ -352,9 +353,7 @@ class SharedPrimitives:
         stored: list[Any] = []
         for old, new in pairs:
             written = codec.write(new)
-            compared = {f"old_{column}": value for column, value in codec.write(old).items()}
-            compared["old_key"] = getattr(old, key_field)
-            rows = await self._rows(statement, {**written, **compared})
+            rows = await self._rows(statement, {**written, **self.compare_parameters(binding, old, every_column=True)})
             if not rows:
                 if several:
                     await self._rows("ROLLBACK TO SAVEPOINT tenure_seen", {})
@@ -397,11 +396,16 @@ class SharedPrimitives:
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
     ) -> list[tuple[Any, Any]]:
         sql = joined_read_sql(binding, other, on, self.capabilities, self.schema)
-        rows = await self._rows(sql, {"keys": self.key_list(keys)})
+        return self.joined_records(binding, other, await self._rows(sql, {"keys": self.key_list(keys)}), 0)
+
+    def joined_records(self, binding: Binding, other: Binding, rows: Sequence[Any], offset: int) -> list[tuple[Any, Any]]:
+        """Each joined row (from ``offset``: the columns of ``binding``, then those of
+        ``other``) as a record of each (None where ``other`` had no row); rows with no
+        record of ``binding`` (an outer join's NULLs) are left out."""
         left, right = self.codec(binding).read, self.codec(other).read
-        width = len(binding.spec.columns)
-        present = width + other.key_index
-        return [(left(row, 0), None if row[present] is None else right(row, width)) for row in rows]
+        mine, theirs = offset + binding.key_index, offset + len(binding.spec.columns)
+        return [(left(row, offset), None if row[theirs + other.key_index] is None else right(row, theirs))
+                for row in rows if row[mine] is not None]
 
     def announce(self, binding: Binding) -> None:
         """No notifications by default (SQLite's workers poll)."""

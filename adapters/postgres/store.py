@@ -132,10 +132,7 @@ class PostgresTransaction(SharedPrimitives):
         sql = statements.locked_joined_sql(binding, other, on, self.schema)
         rows = await self._fetch(sql, {"keys": self.key_list(keys)})
         self._observe(rows[0][0])
-        left, right = self.codec(binding).read, self.codec(other).read
-        width = len(binding.spec.columns)
-        return [(left(row, 1), None if row[1 + width + other.key_index] is None else right(row, 1 + width))
-                for row in rows if row[1 + binding.key_index] is not None]
+        return self.joined_records(binding, other, rows, 1)
 
     async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
         parts: list[tuple[str, str, str | None]] = []

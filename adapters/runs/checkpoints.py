@@ -113,11 +113,11 @@ def recorded_outcome(row: CheckpointRow) -> RecordedOutcome | None:
 
 async def clear_outcome_in(tx: Transaction, run_id: str) -> None:
     """Forget a recorded outcome inside the caller's transaction (a retried hop's)."""
-    stored = await tx.read(CHECKPOINTS_BINDING, [run_id])
-    if stored and stored[0].outcome_seq is not None:
-        cleared = dataclasses.replace(stored[0], outcome_seq=None, outcome_status=None, outcome_json=None,
+    stored = await stored_in(tx, run_id)
+    if stored is not None and stored.outcome_seq is not None:
+        cleared = dataclasses.replace(stored, outcome_seq=None, outcome_status=None, outcome_json=None,
                                       outcome_error=None)
-        await tx.update_many(CHECKPOINTS_BINDING, [(stored[0], cleared)], read_back=False)
+        await tx.update_many(CHECKPOINTS_BINDING, [(stored, cleared)], read_back=False)
 
 
 def state_text(state: Any) -> str:

@@ -86,6 +86,7 @@ from ..core.failures import persistence_failed
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
+from .transactions import current_pair
 
 if TYPE_CHECKING:
     from ..core.store import Transaction
@@ -514,10 +515,9 @@ async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, Delive
         RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
     if not joined:
         return None
-    if len(joined) == 1:
-        run, delivery = joined[0]
-        if delivery is not None and delivery.delivery_id == key_of(run_id, run.enqueue_seq):
-            return run, delivery
+    found = current_pair(run_id, joined)
+    if found is not None:
+        return found
     for _ in range(8):
         runs: list[RunRow] = await tx.read(RUNS_BINDING, [run_id])
         if not runs:

@@ -104,6 +104,18 @@ def _parts(pair: RunPair) -> list[tuple[Any, Any]]:
     return [(RUNS_BINDING, pair.run), *((DELIVERIES_BINDING, delivery) for delivery in pair.deliveries)]
 
 
+def current_pair(run_id: str, joined: list[tuple[RunRow, DeliveryRow | None]]) -> tuple[RunRow, DeliveryRow] | None:
+    """The Run with its current delivery from a join on :data:`CURRENT_DELIVERY`, when the
+    join found exactly one Run and the delivery its sequence's key names; None when it
+    did not (rows out of shape, or a delivery the join could not see: read it by key)."""
+    if len(joined) != 1:
+        return None
+    run, delivery = joined[0]
+    if delivery is None or delivery.delivery_id != key_of(run_id, run.enqueue_seq):
+        return None
+    return run, delivery
+
+
 class RunTransactions:
     """The Run machine's transaction toolkit on one engine (see the module docstring)."""
 
@@ -137,11 +149,12 @@ class RunTransactions:
             RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
         if not joined:
             return None
-        run, delivery = joined[0]
-        if len(joined) == 1 and delivery is not None and delivery.delivery_id == key_of(run_id, run.enqueue_seq):
-            return RunPair(run, (delivery,))
+        found = current_pair(run_id, joined)
+        if found is not None:
+            return RunPair(found[0], (found[1],))
         # The current delivery is the one its key names. The Run is locked, and every
         # path that locks a delivery locks its Run first.
+        run = joined[0][0]
         deliveries = await tx.locked(DELIVERIES_BINDING, finders.deliveries_by_keys,
                                      {"keys": [key_of(run_id, run.enqueue_seq)]})
         if not deliveries:
@@ -156,9 +169,9 @@ class RunTransactions:
             RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
         if not joined:
             return None
-        run, delivery = joined[0]
-        if len(joined) == 1 and delivery is not None and delivery.delivery_id == key_of(run_id, run.enqueue_seq):
-            return RunPair(run, (delivery,))
+        found = current_pair(run_id, joined)
+        if found is not None:
+            return RunPair(found[0], (found[1],))
         runs = await tx.read(RUNS_BINDING, [run_id])
         if not runs:
             return None
