@@ -1,6 +1,6 @@
 """How fast recovery goes through Runs: one startup reconciliation, then relay rounds.
 
-    python bench/recovery.py DB_URL [RUNS]
+    python bench/recovery.py DB_URL [RUNS] [--json]
 
 Migrates ``DB_URL`` (a SQLite file URL or a PostgreSQL DSN; use a throwaway database),
 then stores ``RUNS`` Runs (default 2,000) as a dead process of ``node-a`` leaves them, a
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import sys
 import time
 import uuid
@@ -63,7 +64,16 @@ def count_visits() -> list[int]:
     return counter
 
 
+AS_JSON = "--json" in sys.argv
+"""One JSON line per pass instead of text (bench/run.sh)."""
+
+
 def line(label: str, runs: int, seconds: float, cpu_seconds: float) -> None:
+    if AS_JSON:
+        print(json.dumps({"bench": "recovery", "pass": label.split(" ")[0], "runs": runs, "seconds": round(seconds, 3),
+                          "runs_per_second": round(runs / seconds, 1),
+                          "cpu_us_per_run": round(cpu_seconds / runs * 1e6, 1)}), flush=True)
+        return
     print(f"{label:<34} {runs:>7} Runs  {seconds:8.2f} s  {runs / seconds:9.0f} Runs/s  "
           f"client cpu {cpu_seconds / runs * 1e6:7.0f} us/Run", flush=True)
 
@@ -79,7 +89,8 @@ async def main(db_url: str, runs: int) -> None:
         started, cpu = time.perf_counter(), time.process_time()
         report = await ledger.reconcile(ports, node="node-a", boot_cutoff=cutoff)
         line("reconcile (every Run)", runs, time.perf_counter() - started, time.process_time() - cpu)
-        print(f"  counts: {dict((name, count) for name, count in report.counts.items() if count)}", flush=True)
+        if not AS_JSON:
+            print(f"  counts: {dict((name, count) for name, count in report.counts.items() if count)}", flush=True)
         # Every queued Run is kept (the broker holds its job), so every page is also
         # queued for revisits: relay calls alternate revisits and forward pages, each a
         # full page of deliveries (the wait kinds are empty now).
@@ -91,8 +102,10 @@ async def main(db_url: str, runs: int) -> None:
             cursor = (await ledger.relay(ports, cursor=cursor)).cursor
         elapsed = time.perf_counter() - started
         line("relay calls (32-Run pages)", visits[0], elapsed, time.process_time() - cpu)
-        print(f"  {calls} relay calls, {elapsed / calls * 1000:.1f} ms each", flush=True)
+        if not AS_JSON:
+            print(f"  {calls} relay calls, {elapsed / calls * 1000:.1f} ms each", flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2000))
+    positional = [argument for argument in sys.argv[1:] if argument != "--json"]
+    asyncio.run(main(positional[0], int(positional[1]) if len(positional) > 1 else 2000))

@@ -1,7 +1,7 @@
 """What the Run ledger costs end to end: no-op single-hop Runs per second beside SAQ's own
 no-op jobs, in one run.
 
-    python bench/runs.py POSTGRESQL_DSN [RUNS]
+    python bench/runs.py POSTGRESQL_DSN [RUNS] [--rounds N] [--json]
 
 Needs the extra ``tenure[saq]``. Migrates ``POSTGRESQL_DSN`` (use a throwaway database),
 then for each concurrency (1, 4, 16) times, from a queue already filled with ``RUNS``
@@ -18,14 +18,15 @@ items (default 400):
   (the ledger's cost alone).
 
 Prints one line per case (items per second) and the ratio of ``runs on saq`` to ``saq``
-at each concurrency (the issue's target is at least 0.5). A SQLite URL runs the queue and
-in-memory cases.
+at each concurrency (issue 29's target is at least 0.8), or with ``--json`` one JSON line
+per round and concurrency (bench/run.sh). A SQLite URL runs the queue and in-memory cases.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
+import json
 import time
 import uuid
 from typing import Any
@@ -101,28 +102,48 @@ async def tenure_runs(db_url: str, broker: Any, items: int, concurrency: int, qu
     return items / elapsed
 
 
-async def main(db_url: str, items: int) -> None:
+async def measure(db_url: str, items: int, concurrency: int, postgres: bool) -> dict[str, float]:
+    """One round at one concurrency: items per second of each case."""
+    rates = {"memory": await tenure_runs(db_url, InMemoryBroker(), items, concurrency, "runs")}
+    queue = f"hops-{uuid.uuid4().hex[:8]}"
+    hops = QueueBroker(db_url, queues=[queue])
+    try:
+        rates["runs_on_queue"] = await tenure_runs(db_url, hops, items, concurrency, queue)
+    finally:
+        await hops.close()
+    if postgres:
+        rates["saq"] = await plain_saq(db_url, items, concurrency)
+        queue = f"runs-{uuid.uuid4().hex[:8]}"
+        async with SaqBroker(db_url, queues=[queue]) as broker:
+            rates["runs_on_saq"] = await tenure_runs(db_url, broker, items, concurrency, queue)
+    return rates
+
+
+async def main(db_url: str, items: int, rounds: int, as_json: bool) -> None:
     await upgrade(db_url)
     postgres = not db_url.startswith("sqlite")
-    print(f"{items} no-op items per case, one process, this machine")
-    for concurrency in CONCURRENCIES:
-        memory = await tenure_runs(db_url, InMemoryBroker(), items, concurrency, "runs")
-        queue = f"hops-{uuid.uuid4().hex[:8]}"
-        hops = QueueBroker(db_url, queues=[queue])
-        try:
-            on_queue = await tenure_runs(db_url, hops, items, concurrency, queue)
-        finally:
-            await hops.close()
-        line = (f"concurrency {concurrency:>2}: runs, in-memory broker {memory:8.1f}/s   "
-                f"runs on queue {on_queue:8.1f}/s")
-        if postgres:
-            saq = await plain_saq(db_url, items, concurrency)
-            queue = f"runs-{uuid.uuid4().hex[:8]}"
-            async with SaqBroker(db_url, queues=[queue]) as broker:
-                on_saq = await tenure_runs(db_url, broker, items, concurrency, queue)
-            line += f"   saq {saq:8.1f}/s   runs on saq {on_saq:8.1f}/s   ratio {on_saq / saq:5.2f}"
-        print(line, flush=True)
+    if not as_json:
+        print(f"{items} no-op items per case, one process, this machine")
+    for round_number in range(rounds):
+        for concurrency in CONCURRENCIES:
+            rates = await measure(db_url, items, concurrency, postgres)
+            if as_json:
+                print(json.dumps({"bench": "runs", "round": round_number, "concurrency": concurrency, "items": items,
+                                  **{name: round(rate, 1) for name, rate in rates.items()}}), flush=True)
+                continue
+            line = (f"concurrency {concurrency:>2}: runs, in-memory broker {rates['memory']:8.1f}/s   "
+                    f"runs on queue {rates['runs_on_queue']:8.1f}/s")
+            if postgres:
+                line += (f"   saq {rates['saq']:8.1f}/s   runs on saq {rates['runs_on_saq']:8.1f}/s   "
+                         f"ratio {rates['runs_on_saq'] / rates['saq']:5.2f}")
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 400))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("db_url")
+    parser.add_argument("items", nargs="?", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="one JSON line per round and concurrency (bench/run.sh)")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.db_url, arguments.items, arguments.rounds, arguments.json))

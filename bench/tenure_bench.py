@@ -7,6 +7,9 @@ Prints one JSON object per line (bench/report.py turns them into RESULTS.md):
   autocommit statement per step, four round trips per job, which does not keep tenure's
   lock-then-clock guarantee), ``locked_floor`` (the guarantee with the fewest asyncpg round
   trips) and ``pipelined_locked_floor`` (the same on psycopg's pipeline mode);
+* ``per_call``: microseconds of wall time and client CPU (``time.process_time``) per owned
+  submit, claim, heartbeat and complete, one call at a time, for tenure, the floor and the
+  lock-first floor;
 * ``burn_down``: pre-submitted no-op jobs claimed and completed (the peers' benchmark),
   one job at a time and in batches of 10, for tenure and the floors;
 * ``claim_latency``: median and 99th percentile of one owned claim with 1,000, 100,000
@@ -543,6 +546,93 @@ async def cycles(server_dsn: str, jobs: int, rounds: int) -> None:
                  cycles_per_second=statistics.median(measured))
 
 
+STEPS = ("submit", "claim", "heartbeat", "complete")
+
+
+async def tenure_steps(db_url: str, jobs: int, totals: dict[str, list[float]]) -> None:
+    run = uuid.uuid4().hex[:8]
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        claimed: Any = None
+
+        async def submit(n: int) -> None:
+            await source.submit_owned(request(n), submission_id=f"{run}-{n}")
+
+        async def claim(n: int) -> None:
+            nonlocal claimed
+            claimed = await source.claim_next_owned("worker", claim_token=uuid.uuid4().hex)
+            assert claimed is not None
+
+        async def heartbeat(n: int) -> None:
+            assert await source.heartbeat_owned(claimed.claim_fence)
+
+        async def complete(n: int) -> None:
+            assert await source.complete_owned(claimed.claim_fence, {})
+
+        await timed_steps(jobs, (submit, claim, heartbeat, complete), totals)
+
+
+async def floor_steps(db_url: str, jobs: int, totals: dict[str, list[float]], kind: type[Floor] = Floor) -> None:
+    connection = await kind.connect(db_url)
+    floor = kind(connection, "floor-worker")
+    claims: list[tuple[str, int, str]] = []
+    try:
+        async def submit(n: int) -> None:
+            await floor.submit(n)
+
+        async def claim(n: int) -> None:
+            nonlocal claims
+            claims = await floor.claim(1)
+            assert claims
+
+        async def heartbeat(n: int) -> None:
+            await floor.heartbeat(claims)
+
+        async def complete(n: int) -> None:
+            await floor.complete(claims)
+
+        await timed_steps(jobs, (submit, claim, heartbeat, complete), totals)
+    finally:
+        await connection.close()
+
+
+async def timed_steps(jobs: int, steps: tuple[Callable[[int], Awaitable[None]], ...],
+                      totals: dict[str, list[float]]) -> None:
+    """Runs the cycle ``jobs`` times, one step at a time, and adds each step's wall and
+    client CPU seconds (``time.perf_counter`` and ``time.process_time``) to ``totals``."""
+    for n in range(jobs):
+        for name, step in zip(STEPS, steps):
+            wall, cpu = time.perf_counter(), time.process_time()
+            await step(n)
+            totals[name][0] += time.perf_counter() - wall
+            totals[name][1] += time.process_time() - cpu
+
+
+async def per_call(server_dsn: str, jobs: int, rounds: int) -> None:
+    """Microseconds of wall time and of this process's CPU per owned call, one call at a
+    time on one connection (the server's CPU is not counted), for tenure and the floors;
+    the subjects take turns, each round on a fresh database after a warm-up, and each
+    figure is the median of the rounds."""
+    subjects: tuple[tuple[str, Callable[..., Awaitable[None]]], ...] = (
+        ("tenure", tenure_steps), ("floor", floor_steps),
+        ("lockfirst_floor", lambda url, jobs, totals: floor_steps(url, jobs, totals, LockFirstFloor)),
+    )
+    measured: dict[str, dict[str, list[tuple[float, float]]]] = {name: {step: [] for step in STEPS} for name, _ in subjects}
+    for _ in range(rounds):
+        for name, steps in subjects:
+            db_url = await fresh_database(server_dsn)
+            await steps(db_url, max(10, jobs // 10), {step: [0.0, 0.0] for step in STEPS})  # warm-up
+            totals = {step: [0.0, 0.0] for step in STEPS}
+            await steps(db_url, jobs, totals)
+            for step, (wall, cpu) in totals.items():
+                measured[name][step].append((wall / jobs * 1e6, cpu / jobs * 1e6))
+    for name, by_step in measured.items():
+        for step, figures in by_step.items():
+            emit(bench="per_call", subject=name, step=step, jobs=jobs,
+                 wall_us=round(statistics.median(wall for wall, _ in figures), 1),
+                 cpu_us=round(statistics.median(cpu for _, cpu in figures), 1),
+                 cpu_rounds=[round(cpu, 1) for _, cpu in figures])
+
+
 async def claim_latency(server_dsn: str, sizes: list[int], samples: int) -> None:
     for size in sizes:
         db_url = await fresh_database(server_dsn)
@@ -840,6 +930,8 @@ async def main() -> None:
         await sqlite_cycle(50 if smoke else 2_000)
     if selected("cycle"):
         await cycles(arguments.dsn, 64 if smoke else 2_000, 1 if smoke else 3)
+    if selected("per_call"):
+        await per_call(arguments.dsn, 50 if smoke else 2_000, 1 if smoke else 3)
     if selected("burn_down"):
         await burn_down(arguments.dsn, 200 if smoke else 20_000, 4, 1 if smoke else 3)
     if selected("claim_latency"):
