@@ -64,8 +64,8 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
         "",
         "tenure itself (issue 29): a fenced write is one decided-ahead statement (the kernel decides from the row",
         "last seen with a validity window; the statement locks, reads the clock after the lock and checks the row's",
-        "version and the window), a claim is one statement (pick, rewrite and verify), a submission BEGIN + lock",
-        "and clock + INSERT + COMMIT: seven round trips per job (ten after issue 12, seventeen before).",
+        "version and the window), a claim is one statement (pick, rewrite and verify), and so is a submission",
+        "(replay check, clock and insert): four round trips per job (ten after issue 12, seventeen before).",
         "",
         "locked floor / floor is what the guarantee costs; tenure / locked floor is what tenure costs on top.",
         f"Cycles per second, each the median of {len(one(tenure, bench='cycle', subject='tenure', workers=1)['rounds'])} "
