@@ -168,6 +168,7 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
                    f"{verdict(fingerprint['floor_ms'] / fingerprint['snapshot_ms'], 0.8)}")
     targets.append(f"- envelope construction + fingerprint vs floor (not a target, the whole path): "
                    f"{fingerprint['floor_ms'] / fingerprint['envelope_and_snapshot_ms']:.2f}x")
+    lines += before_and_after(tenure, peers, pathlib.Path(__file__).with_name("before_issue29.json"))
     lines += ["", "## Targets", "", *targets, "", "![jobs per second](results.png)", ""]
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,6 +178,61 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
 
 
 STEPS = ("submit", "claim", "heartbeat", "complete")
+
+
+def before_and_after(tenure: list[dict[str, Any]], peers: list[dict[str, Any]], before_path: pathlib.Path) -> list[str]:
+    """Issue 29's before figures (from the issue, a run on main before its work) beside
+    this run's: different runs, so compare ratios, not absolute figures."""
+    before = json.loads(before_path.read_text())
+    cycle = {w: one(tenure, bench="cycle", subject="tenure", workers=w)["cycles_per_second"]
+             / one(tenure, bench="cycle", subject="floor", workers=w)["cycles_per_second"] for w in (1, 4, 16)}
+    cpu = {(r["subject"], r["step"]): r["cpu_us"] for r in tenure if r["bench"] == "per_call"}
+    worker = {r["concurrency"]: r["jobs_per_second"] for r in tenure if r["bench"] == "worker" and r["batch"] == 1}
+    worker_10 = {r["concurrency"]: r["jobs_per_second"] for r in tenure if r["bench"] == "worker" and r["batch"] == 10}
+    peer = {(r["peer"], r["batch"], r["workers"]): r["jobs_per_second"] for r in peers if r["bench"] == "burn_down"}
+    sqlite_cycle = one(tenure, bench="sqlite_cycle")
+    runs = [r for r in tenure if r["bench"] == "runs"]
+    latencies = sorted((r for r in tenure if r["bench"] == "claim_latency"), key=lambda r: r["waiting_rows"])
+
+    def ratios(values: dict[int, float]) -> str:
+        return " / ".join(f"{values[c]:.2f}" for c in sorted(values))
+
+    def runs_ratio(c: int) -> str:
+        found = [r["runs_on_saq"] / r["saq"] for r in runs if r["concurrency"] == c]
+        return f"{min(found):.2f}" if min(found) == max(found) else f"{min(found):.2f}-{max(found):.2f}"
+
+    concurrencies = sorted(worker)
+    rows = [
+        ("owned cycle / floor, 1 / 4 / 16 workers", " / ".join(before["cycle_vs_floor"][str(w)] for w in (1, 4, 16)),
+         ratios(cycle), ">= 0.8"),
+        ("round trips per owned cycle (PostgreSQL)", before["round_trips_per_cycle"], "4 (claim 1)", ""),
+        *((f"client CPU per {step}, us (floor this run: {cpu[('floor', step)]:,.0f})", before["cpu_us"][step],
+           f"{cpu[('tenure', step)]:,.0f}", f"<= {1.5 * cpu[('floor', step)]:,.0f}") for step in STEPS),
+        ("client CPU per cycle, us", before["cpu_us"]["cycle"], f"{sum(cpu[('tenure', step)] for step in STEPS):,.0f}",
+         f"<= {1.5 * sum(cpu[('floor', step)] for step in STEPS):,.0f}"),
+        ("Worker / procrastinate, " + " / ".join(f"c{c}" for c in concurrencies),
+         " / ".join(before["worker_vs_procrastinate"][str(c)] for c in concurrencies),
+         ratios({c: worker[c] / peer[("procrastinate", 1, c)] for c in concurrencies}), ">= 2 at c4, c16"),
+        ("Worker / saq", " / ".join(before["worker_vs_saq"][str(c)] for c in concurrencies),
+         ratios({c: worker[c] / peer[("saq", 1, c)] for c in concurrencies}), ">= 2 at c4, c16"),
+        ("Worker / pgqueuer batch 1", " / ".join(before["worker_vs_pgqueuer_batch_1"][str(c)] for c in concurrencies),
+         ratios({c: worker[c] / peer[("pgqueuer", 1, c)] for c in concurrencies}), ">= 1.0"),
+        ("Worker batch 10 / pgqueuer batch 10, c16", before["worker_batch_10_vs_pgqueuer_batch_10"]["16"],
+         f"{worker_10[16] / peer[('pgqueuer', 10, 16)]:.2f}" if 16 in worker_10 else "-", ">= 0.7"),
+        ("SQLite owned cycle / raw sqlite3", before["sqlite_vs_raw"],
+         f"{sqlite_cycle['tenure_per_second'] / sqlite_cycle['floor_per_second']:.2f}", ">= 0.5"),
+        ("Runs on SAQ / plain SAQ, c1 / c4 / c16", " / ".join(before["runs_on_saq_vs_saq"][str(c)] for c in (1, 4, 16)),
+         " / ".join(runs_ratio(c) for c in (1, 4, 16)), ">= 0.8"),
+        ("reconcile after a dead node, Runs/s", before["reconcile_runs_per_second"],
+         f"{one(tenure, bench='recovery', **{'pass': 'reconcile'})['runs_per_second']:,.0f}", ">= 1,000"),
+        (f"claim latency at {latencies[-1]['waiting_rows']:,} waiting rows / at {latencies[0]['waiting_rows']:,}",
+         before["claim_latency_growth"], f"{latencies[-1]['median_ms'] / latencies[0]['median_ms']:.2f}", "<= 1.2"),
+    ]
+    lines = ["", "## Before and after issue 29", "", f"Before: {before['source']}. After: this run. The two are different "
+             "runs on a noisy shared machine: compare the ratios.", "",
+             "| measure | before | after | target |", "|---|---|---|---|"]
+    lines += [f"| {name} | {was} | {now} | {target} |" for name, was, now, target in rows]
+    return lines
 
 
 def per_call_section(tenure: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
