@@ -32,8 +32,8 @@ import statistics
 import sys
 import time
 import uuid
-from datetime import timedelta
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import asyncpg

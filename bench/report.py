@@ -65,7 +65,7 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
         "tenure itself (issue 29): a fenced write is one decided-ahead statement (the kernel decides from the row",
         "last seen with a validity window; the statement locks, reads the clock after the lock and checks the row's",
         "version and the window), a claim is one statement (pick, rewrite and verify), and so is a submission",
-        "(replay check, clock and insert): four round trips per job (ten after issue 12, seventeen before).",
+        "(replay check, clock and insert): four round trips per job (six before issue 29, when a claim took three).",
         "",
         "locked floor / floor is what the guarantee costs; tenure / locked floor is what tenure costs on top.",
         f"Cycles per second, each the median of {len(one(tenure, bench='cycle', subject='tenure', workers=1)['rounds'])} "
@@ -399,7 +399,7 @@ def workers_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]
         "each, drain mode, batch 1 or 10), each after its own warm-up; a run that stops early is run again inside",
         "the timed window until the peer's table shows nothing unfinished.",
         "Reading the columns: the tenure Worker keeps at most four claim calls in flight (each of up to",
-        "`batch_size` jobs, each three round trips: BEGIN, pick-and-rewrite, COMMIT), so at batch 1 its claims,",
+        "`batch_size` jobs, each one statement: pick, rewrite and verify), so at batch 1 its claims,",
         "not its concurrency, bound it;",
         "a pgqueuer QueueManager does not cap its in-flight jobs (no `max_concurrent_tasks` given) and writes",
         "completions through a buffer flushed every `batch_size` jobs.",
@@ -459,8 +459,8 @@ def workers_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]
     for record in peer_latency:
         lines.append(f"| {record['peer']} | {record['wake_up']} | {record['p50_ms']:.2f} | {record['p99_ms']:.2f} | "
                      f"{record['max_ms']:.2f} |")
-    lines += ["", f"tenure's p50 splits into `submit_owned` itself ({ours['submit_p50_ms']:.2f} ms: BEGIN, lock and clock, "
-              f"INSERT + NOTIFY, COMMIT) and notification + claim + handler start ({ours['wake_p50_ms']:.2f} ms)."]
+    lines += ["", f"tenure's p50 splits into `submit_owned` itself ({ours['submit_p50_ms']:.2f} ms: one statement: "
+              f"replay check, clock, INSERT and NOTIFY) and notification + claim + handler start ({ours['wake_p50_ms']:.2f} ms)."]
     met = ours["listening"] and ours["p50_ms"] <= 20
     targets.append(f"- Worker submit-to-start latency p50 on PostgreSQL with NOTIFY: {ours['p50_ms']:.2f} ms "
                    f"(p99 {ours['p99_ms']:.2f} ms; {'met' if met else 'missed'}, target <= 20 ms"

@@ -24,17 +24,21 @@ queue's names before that scheme (``QueueState``, ``JobRecord``, ``CommandType``
 
 from __future__ import annotations
 
+from .agent_jobs.machine import AGENT_JOBS
+from .attempts.machine import ATTEMPTS
+from .consents.machine import CONSENTS
+from .core import Machine, Row
+from .nodes.machine import NODES
 from .queue.commands import (
     FENCED_COMMANDS,
-    AcknowledgeCancelOwned,
     Ack,
+    AcknowledgeCancelOwned,
     CancelAdmin,
     ClaimFence,
     ClaimGranted,
     ClaimLegacy,
     ClaimOwned,
     Command,
-    QueueCommandType,
     CompleteLegacy,
     CompleteOwned,
     DeleteLegacy,
@@ -44,18 +48,20 @@ from .queue.commands import (
     HeartbeatLegacy,
     HeartbeatOwned,
     PurgeFinished,
+    QueueCommandType,
     ReadStateOwned,
     RecoverOwned,
     ReleaseKeyForLegacy,
     ReleaseKeyForOwned,
+    ReleaseOwned,
     Reply,
     RequestCancel,
     SetPidLegacy,
     SetPidOwned,
     StreamingStateReply,
     SubmitLegacy,
-    Submitted,
     SubmitOwned,
+    Submitted,
 )
 from .queue.machine import (
     EFFECTS,
@@ -88,12 +94,6 @@ from .queue.record import (
     record_violations,
     state_of,
 )
-
-from .agent_jobs.machine import AGENT_JOBS
-from .attempts.machine import ATTEMPTS
-from .consents.machine import CONSENTS
-from .core import Machine, Row
-from .nodes.machine import NODES
 from .runs.machine import RUNS
 
 __all__ = [
@@ -103,6 +103,7 @@ __all__ = [
     "Refusal",
     "FENCED_COMMANDS",
     "AcknowledgeCancelOwned",
+    "ReleaseOwned",
     "Ack",
     "CancelAdmin",
     "ClaimFence",

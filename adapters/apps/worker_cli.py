@@ -73,7 +73,7 @@ def load_handler(path: str) -> Any:
 def status_line(stats: WorkerStats, in_flight: int) -> str:
     return (f"claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
             f"retried {stats.retried}, stale refused {stats.stale_writes_refused}, "
-            f"lease losses {stats.lease_losses}, in flight {in_flight}")
+            f"lease losses {stats.lease_losses}, released {stats.released}, in flight {in_flight}")
 
 
 NEVER_MIGRATED = ("schema_missing", "database_missing")

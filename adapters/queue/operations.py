@@ -42,6 +42,7 @@ from tenure.kernel.queue.commands import (
     RecoverOwned,
     ReleaseKeyForLegacy,
     ReleaseKeyForOwned,
+    ReleaseOwned,
     RequestCancel,
     SetPidLegacy,
     SetPidOwned,
@@ -473,6 +474,10 @@ class QueueOperations:
     async def acknowledge_cancel_owned(self, fence: QueueClaimFence) -> bool:
         decision = await self._on_row(fence.job_id, AcknowledgeCancelOwned(fence=ClaimFence.of(fence)))
         return isinstance(decision, Applied)
+
+    async def release_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
+        decisions = await self._on_rows([(fence.job_id, ReleaseOwned(fence=ClaimFence.of(fence))) for fence in fences])
+        return [isinstance(decision, Applied) for decision in decisions]
 
     async def request_cancel(self, job_id: str) -> bool:
         return isinstance(await self._on_row(job_id, RequestCancel()), Applied)

@@ -260,6 +260,19 @@ class JobSource(Facade, Generic[Claimed]):
             checked.append((_fence(item[0]), result_json(item[1], self.config.max_payload_bytes)))
         return await self._operations.complete_owned(checked) if checked else []
 
+    async def release_owned(self, fence: QueueClaimFence) -> bool:
+        """Give the exact current live claim back unfinished: the job is pending again at
+        once, in its place, and the attempt the claim spent is returned (a worker that
+        stops a handler at shutdown). False: missing, stale, expired or finished, or a
+        launch with a cancel request (acknowledge it instead)."""
+        return (await self._operations.release_owned([_fence(fence)]))[0]
+
+    async def release_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
+        """``release_owned`` for each fence, in one transaction: one answer per fence, in
+        order, each exactly what the single call would answer."""
+        checked = [_fence(fence) for fence in _batch(fences, "fences", allow_empty=True)]
+        return await self._operations.release_owned(checked) if checked else []
+
     async def fail_owned_status(
         self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
     ) -> JobStatus | None:

@@ -8,8 +8,10 @@ batched heartbeat, and writes the handler's outcome with the exact fence of its 
   ``complete_owned``; completions that finish together go out as one
   ``complete_many_owned`` call (its answers are exactly the single calls');
 - an exception becomes ``fail_owned`` with ``retry=True`` and the text
-  ``"<ExceptionType>: <message>"`` (cleaned of characters that cannot be stored and cut
-  to ``WorkerConfig.max_payload_bytes``), so the kernel's backoff and attempt budget
+  ``"<ExceptionType>: <message>"`` (control characters and what cannot be stored
+  replaced, cut to 2 KiB or ``WorkerConfig.max_payload_bytes`` if smaller; the type
+  alone with ``store_error_text=False``), logged once written at ERROR with its
+  traceback, the job ID, queue, attempt and whether it was retried or failed, so the kernel's backoff and attempt budget
   decide whether the job comes back; :class:`FailJob` chooses ``retry`` (and a DLQ
   correlation ID) explicitly; a result that is not a JSON object fails the job the
   same way (``InvalidResult: ...``);
@@ -41,9 +43,12 @@ backing off from 50 ms to ``idle_wait_s``. Setting ``stop`` wakes an idle wait a
 
 Shutdown (``stop`` set, or ``run`` cancelled): claiming stops; in-flight handlers get
 ``shutdown_grace_s`` to finish and be written (heartbeats continue); the rest are
-cancelled and their claims left to expire; no task of the worker outlives ``run``. A
-handler that ignores its cancellation for :data:`CANCEL_WAIT_S` makes ``run`` raise
-``WORKER_SHUTDOWN_INCOMPLETE`` (after the heartbeats stopped: its claim expires).
+cancelled, and once their handlers have ended their claims are given back in one fenced
+``release_many_owned`` (pending again at once, the attempt returned: another worker
+takes them without waiting out the lease); no task of the worker outlives ``run``. A
+handler that ignores its cancellation for :data:`CANCEL_WAIT_S` is not given back (it
+may still be working) and makes ``run`` raise ``WORKER_SHUTDOWN_INCOMPLETE`` (after the
+heartbeats stopped: its claim expires).
 Cancelling ``run`` itself skips the grace period.
 
 A Worker runs once (``run`` or ``run_until_idle``) and never closes its source.
@@ -140,8 +145,13 @@ class WorkerStats:
     """Fenced writes answered False: the claim was no longer this worker's."""
     lease_losses: int = 0
     """Claims whose lease was lost while this worker held them (handler cancelled, nothing written)."""
+    released: int = 0
+    """Claims whose handlers were stopped at shutdown, given back (``release_owned``):
+    pending again at once, their attempt returned."""
     abandoned: int = 0
-    """Claims whose handlers were cancelled at shutdown, left to expire."""
+    """Claims whose handlers were stopped at shutdown and that could not be given back
+    (the handler ignored its cancellation, or the release was refused or failed): left to
+    expire."""
     persistence_failures: int = 0
     """Calls that raised a database failure (each was repeated, recovered or left to expire)."""
 
@@ -320,18 +330,32 @@ def _count(value: object, field: str, maximum: int) -> int:
     return value  # type: ignore[return-value]
 
 
+MAX_ERROR_BYTES = 2048
+"""The most UTF-8 bytes of a failure's stored text (less when the source's
+``max_payload_bytes`` is smaller)."""
+
+_CONTROL = {code: "\ufffd" for code in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0))}
+"""Control characters a stored error must not carry (tab and line breaks stay: a
+message may span lines); each becomes U+FFFD."""
+
+
 def error_text(text: str, max_bytes: int) -> str:
-    """``text`` as a storable error: NUL characters and unencodable code points replaced,
-    cut to ``max_bytes`` UTF-8 bytes on a character boundary (marked with an ellipsis)."""
-    cleaned = text.replace("\x00", "\ufffd").encode("utf-8", "replace")
+    """``text`` as a storable error: control characters (except tab and line breaks) and
+    unencodable code points replaced, cut to ``max_bytes`` UTF-8 bytes (at most
+    :data:`MAX_ERROR_BYTES`) on a character boundary (marked with an ellipsis)."""
+    max_bytes = min(max_bytes, MAX_ERROR_BYTES)
+    cleaned = text.translate(_CONTROL).encode("utf-8", "replace")
     if len(cleaned) <= max_bytes:
         return cleaned.decode("utf-8")
     ellipsis = "\u2026".encode()
     return cleaned[: max(0, max_bytes - len(ellipsis))].decode("utf-8", "ignore") + ellipsis.decode()
 
 
-def exception_text(error: BaseException, max_bytes: int) -> str:
-    """``"<ExceptionType>: <message>"`` (the type alone when the message is empty)."""
+def exception_text(error: BaseException, max_bytes: int, *, with_message: bool = True) -> str:
+    """``"<ExceptionType>: <message>"`` (the type alone when the message is empty, or
+    when ``with_message`` is False)."""
+    if not with_message:
+        return error_text(type(error).__name__, max_bytes)
     try:
         message = str(error)
     except Exception:  # noqa: BLE001 - a broken __str__ must not lose the failure
@@ -348,6 +372,8 @@ class _Outcome:
     error: str = ""
     retry: bool = True
     dlq_record_id: str | None = None
+    raised: BaseException | None = None
+    """The handler's exception (logged with its traceback once the outcome is written)."""
 
 
 class Worker:
@@ -365,7 +391,10 @@ class Worker:
       trickle of jobs is spread over the workers instead of batched into one);
     - ``idle_wait_s``: the longest idle wait between claim attempts (SQLite: the polling
       bound; PostgreSQL: the fallback poll behind LISTEN/NOTIFY);
-    - ``shutdown_grace_s``: how long in-flight handlers may run after ``stop``.
+    - ``shutdown_grace_s``: how long in-flight handlers may run after ``stop``;
+    - ``store_error_text``: whether a failure stores the exception's message with its
+      type (default) or its type alone, for deployments whose messages may carry data
+      that must not be stored. The log keeps the whole traceback either way.
 
     A non-async handler is refused here (an object with an async ``__call__`` and a
     ``functools.partial`` of an async function are accepted).
@@ -381,6 +410,7 @@ class Worker:
         batch_size: int = 1,
         idle_wait_s: float = 5.0,
         shutdown_grace_s: float = 30,
+        store_error_text: bool = True,
     ) -> None:
         if not isinstance(source, (ValidationJobSource, PipelineJobSource, StreamingJobSource)):
             raise refuse("source", "job_source_required")
@@ -401,6 +431,9 @@ class Worker:
         self.idle_wait_s = _seconds(idle_wait_s, "idle_wait_s", minimum=0.0, maximum=MAX_IDLE_WAIT_S, inclusive=False)
         self.shutdown_grace_s = _seconds(shutdown_grace_s, "shutdown_grace_s", minimum=0.0, maximum=MAX_GRACE_S,
                                          inclusive=True)
+        if type(store_error_text) is not bool:
+            raise refuse("store_error_text", "bool_required")
+        self.store_error_text = store_error_text
         self.stats = WorkerStats()
         self._jobs: dict[str, _Job] = {}
         """Claims held: handlers running, or outcomes being written."""
@@ -408,6 +441,8 @@ class Worker:
         self._settled = 0  # jobs whose outcome write ended; idle detection compares it
         """Handlers running (what ``concurrency`` bounds)."""
         self._ran = False
+        self._given_back = 0
+        """Claims the shutdown gave back (``release_many_owned`` answered True)."""
         self._slot_freed = asyncio.Event()
         self._wake = asyncio.Event()
         self._listener: Listener | None = None
@@ -463,14 +498,18 @@ class Worker:
         if tasks and grace > 0:
             log.info("stopping: waiting up to %.1f s for %d handlers", grace, len(tasks))
             await asyncio.wait(tasks, timeout=grace)
-        unfinished = [task for task in tasks if not task.done()]
-        for task in unfinished:
-            task.cancel()
-        self.stats.abandoned += len(unfinished)
+        cancelled = [job for job in self._jobs.values() if job.task is not None and not job.task.done()]
+        for job in cancelled:
+            assert job.task is not None
+            job.task.cancel()
         stuck: set[asyncio.Task[None]] = set()
-        if unfinished:
-            log.info("stopping: cancelled %d handlers; their claims are left to expire", len(unfinished))
-            _, stuck = await asyncio.wait(unfinished, timeout=CANCEL_WAIT_S)
+        if cancelled:
+            log.info("stopping: cancelled %d handlers", len(cancelled))
+            _, stuck = await asyncio.wait([job.task for job in cancelled if job.task is not None], timeout=CANCEL_WAIT_S)
+        # Only a handler that ended is given back: one that ignores its cancellation may
+        # still be doing the job's work, so its claim is left to expire.
+        await self._give_back([job for job in cancelled if job.task not in stuck and not job.lost])
+        self.stats.abandoned += len(cancelled) - self._given_back
         for helper in helpers:
             helper.cancel()
         await asyncio.wait(helpers)
@@ -486,6 +525,23 @@ class Worker:
         if stuck:
             raise TenureError(ErrorCode.WORKER_SHUTDOWN_INCOMPLETE, "handler_ignored_cancellation")
         log.info("worker stopped")
+
+    async def _give_back(self, jobs: Sequence[_Job]) -> None:
+        """Release the claims of handlers stopped at shutdown (one fenced batch): pending
+        again at once with their attempt returned, instead of waiting out a lease. A
+        release refused (the lease ran out, the claim was taken over, a cancel request
+        stands) or failed leaves the claim to expire, as before releases existed."""
+        if not jobs:
+            return
+        try:
+            answers = await self.source.release_many_owned([job.fence for job in jobs])
+        except (ConfigValidationError, TenureError) as error:
+            log.warning("stopping: could not give back %d claims (%s); they are left to expire", len(jobs),
+                        getattr(error, "reason", type(error).__name__))
+            return
+        self._given_back = sum(1 for applied in answers if applied)
+        self.stats.released += self._given_back
+        log.info("stopping: gave back %d of %d claims; the rest are left to expire", self._given_back, len(jobs))
 
     async def _claim_loop(self, stop: asyncio.Event, until_idle: bool) -> None:
         poll = FIRST_POLL_S
@@ -674,18 +730,16 @@ class Worker:
             try:
                 result_json(result, max_bytes)
             except ConfigValidationError as invalid:
-                log.warning("a handler returned a result that is not a JSON object (%s); the job is failed",
-                            invalid.problems[0] if invalid.problems else invalid.reason)
                 problem = invalid.problems[0] if invalid.problems else invalid.reason
-                return _Outcome("fail", error=f"InvalidResult: the handler's result is not a JSON object ({problem})")
+                text = f"InvalidResult: the handler's result is not a JSON object ({problem})"
+                return _Outcome("fail", error=text if self.store_error_text else "InvalidResult")
             return _Outcome("complete", result=result)
-        if isinstance(error, FailJob):
-            return _Outcome("fail", error=exception_text(error, max_bytes), retry=error.retry is True,
-                            dlq_record_id=error.dlq_record_id)
         if isinstance(error, Exception):
-            log.warning("a handler raised %s; the job is failed", type(error).__name__,
-                        exc_info=log.isEnabledFor(logging.DEBUG) and error)
-            return _Outcome("fail", error=exception_text(error, max_bytes))
+            text = exception_text(error, max_bytes, with_message=self.store_error_text)
+            if isinstance(error, FailJob):
+                return _Outcome("fail", error=text, retry=error.retry is True, dlq_record_id=error.dlq_record_id,
+                                raised=error)
+            return _Outcome("fail", error=text, raised=error)
         raise error  # KeyboardInterrupt, SystemExit: not a job's failure
 
     async def _settle(self, job: _Job, outcome: _Outcome) -> None:
@@ -712,9 +766,39 @@ class Worker:
         if status is None and streaming and not job.lost:
             await self.observe_streaming(job)  # refused: perhaps a cancel request arrived meanwhile
             if job.context.cancel_requested.is_set() and not job.lost:
+                if outcome.kind == "fail":
+                    self._log_failure(job, outcome, JobStatus.CANCELLED)
                 await self._acknowledge(job)
                 return
+        if outcome.kind == "fail":
+            self._log_failure(job, outcome, status)
         self._count(job, status)
+
+    def _log_failure(self, job: _Job, outcome: _Outcome, status: JobStatus | None) -> None:
+        """One line per failed attempt, once its write answered: what became of the job
+        (retried, failed, or not this worker's any more) with its IDs, and the handler's
+        traceback (an explicit ``FailJob`` is a decision, logged without one)."""
+        context = job.context
+        if status is JobStatus.PENDING:
+            fate = "retried"
+        elif status is JobStatus.FAILED:
+            fate = "failed"
+        elif status is JobStatus.CANCELLED:
+            fate = "cancelled on request"
+        else:
+            fate = "lease lost" if job.lost else "not written (the claim was no longer this worker's)"
+        fields = {"job_id": context.job_id, "queue": context.queue.value, "attempt": context.attempt,
+                  "generation": context.generation, "worker_id": self.worker_id, "outcome": fate}
+        raised = outcome.raised
+        if raised is None:  # the result was not a JSON object
+            log.error("job %s (%s queue, attempt %d) %s: its handler's result is not a JSON object", context.job_id,
+                      context.queue.value, context.attempt, fate, extra=fields)
+        elif isinstance(raised, FailJob):
+            log.warning("job %s (%s queue, attempt %d) %s by FailJob", context.job_id, context.queue.value,
+                        context.attempt, fate, extra=fields)
+        else:
+            log.error("job %s (%s queue, attempt %d) %s: its handler raised %s", context.job_id, context.queue.value,
+                      context.attempt, fate, type(raised).__name__, exc_info=raised, extra=fields)
 
     async def _acknowledge(self, job: _Job) -> None:
         source = self.source

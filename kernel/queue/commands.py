@@ -13,7 +13,6 @@ import enum
 from typing import ClassVar
 
 from tenure.model import QueueClaimFence, QueueKind, bounds
-
 from tenure.model.bounds import MAX_INSTANT_US
 
 __all__ = [
@@ -33,6 +32,7 @@ __all__ = [
     "SetPidOwned",
     "ReadStateOwned",
     "AcknowledgeCancelOwned",
+    "ReleaseOwned",
     "RequestCancel",
     "CancelAdmin",
     "HeartbeatLegacy",
@@ -78,6 +78,7 @@ class QueueCommandType(enum.Enum):
     SET_PID_OWNED = "set_pid_owned"
     READ_STATE_OWNED = "read_state_owned"
     ACKNOWLEDGE_CANCEL_OWNED = "acknowledge_cancel_owned"
+    RELEASE_OWNED = "release_owned"
     REQUEST_CANCEL = "request_cancel"
     CANCEL_ADMIN = "cancel_admin"
     HEARTBEAT_LEGACY = "heartbeat_legacy"
@@ -244,6 +245,15 @@ class AcknowledgeCancelOwned:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseOwned:
+    """Give the exact current live claim back unfinished (a worker shutting down): the
+    job is pending again at once and the attempt the claim spent is returned."""
+
+    kind: ClassVar[QueueCommandType] = QueueCommandType.RELEASE_OWNED
+    fence: ClaimFence
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RequestCancel:
     """Administrative cancel of a stream: pending ends at once, claimed gets a request."""
 
@@ -302,7 +312,7 @@ class PurgeFinished:
 Command = (
     SubmitOwned | SubmitLegacy | ReleaseKeyForOwned | ReleaseKeyForLegacy | ClaimOwned
     | ClaimLegacy | RecoverOwned | ExpireLease | HeartbeatOwned | CompleteOwned | FailOwned
-    | SetPidOwned | ReadStateOwned | AcknowledgeCancelOwned | RequestCancel | CancelAdmin
+    | SetPidOwned | ReadStateOwned | AcknowledgeCancelOwned | ReleaseOwned | RequestCancel | CancelAdmin
     | HeartbeatLegacy | CompleteLegacy | FailLegacy | SetPidLegacy | DeleteLegacy | PurgeFinished
 )
 
@@ -313,6 +323,7 @@ FENCED_COMMANDS = frozenset({
     QueueCommandType.SET_PID_OWNED,
     QueueCommandType.READ_STATE_OWNED,
     QueueCommandType.ACKNOWLEDGE_CANCEL_OWNED,
+    QueueCommandType.RELEASE_OWNED,
 })
 """Commands that present a fence and may apply only while it matches a live claim."""
 
@@ -457,7 +468,7 @@ def command_violations(command: Command) -> list[str]:
         checks = {"fence": _fence(command.fence), "failure": _failure(command)}
     elif isinstance(command, SetPidOwned):
         checks = {"fence": _fence(command.fence), "pid": _pid(command.pid)}
-    elif isinstance(command, (ReadStateOwned, AcknowledgeCancelOwned)):
+    elif isinstance(command, (ReadStateOwned, AcknowledgeCancelOwned, ReleaseOwned)):
         checks = {"fence": _fence(command.fence)}
     elif isinstance(command, CompleteLegacy):
         checks = {"result_json": command.result_json is None or type(command.result_json) is str}

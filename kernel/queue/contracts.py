@@ -24,28 +24,29 @@ from tenure.model import JobStatus  # noqa: F401
 
 from .commands import (
     MAX_NOW_US,  # noqa: F401
-    SubmitOwned,
-    SubmitLegacy,
-    ReleaseKeyForOwned,
-    ReleaseKeyForLegacy,
-    ClaimOwned,
-    ClaimLegacy,
-    RecoverOwned,
-    ExpireLease,
-    HeartbeatOwned,
-    CompleteOwned,
-    FailOwned,
-    SetPidOwned,
-    ReadStateOwned,
     AcknowledgeCancelOwned,
-    RequestCancel,
     CancelAdmin,
-    HeartbeatLegacy,
+    ClaimLegacy,
+    ClaimOwned,
     CompleteLegacy,
-    FailLegacy,
-    SetPidLegacy,
+    CompleteOwned,
     DeleteLegacy,
+    ExpireLease,
+    FailLegacy,
+    FailOwned,
+    HeartbeatLegacy,
+    HeartbeatOwned,
     PurgeFinished,
+    ReadStateOwned,
+    RecoverOwned,
+    ReleaseKeyForLegacy,
+    ReleaseKeyForOwned,
+    ReleaseOwned,
+    RequestCancel,
+    SetPidLegacy,
+    SetPidOwned,
+    SubmitLegacy,
+    SubmitOwned,
 )
 from .machine import Decision, Refused, decide, transition_violations  # noqa: F401
 from .record import MIN_INSTANT_US, QueueRow  # noqa: F401
@@ -65,6 +66,7 @@ __all__ = [
     "decide_set_pid_owned",
     "decide_read_state_owned",
     "decide_acknowledge_cancel_owned",
+    "decide_release_owned",
     "decide_request_cancel",
     "decide_cancel_admin",
     "decide_heartbeat_legacy",
@@ -180,6 +182,14 @@ def decide_read_state_owned(record: QueueRow | None, command: ReadStateOwned, no
 def decide_acknowledge_cancel_owned(record: QueueRow | None, command: AcknowledgeCancelOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
+    """
+    return decide(record, command, now_us)
+
+
+def decide_release_owned(record: QueueRow | None, command: ReleaseOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or __return__.new_record.generation == record.generation
     """
     return decide(record, command, now_us)
 

@@ -362,6 +362,12 @@ def _fail(record: QueueRow, command: Any, now_us: int, *, retry: bool) -> Applie
     )
 
 
+def _released(record: QueueRow) -> QueueRow:
+    """A claim given back: pending at its original ``fires_at`` (due again at once), the
+    attempt the claim spent returned (never below zero, for a row another client wrote)."""
+    return _requeue(record, record.fires_at_us, attempts=record.attempts - 1 if record.attempts > 0 else 0)
+
+
 TIME_GUARDS: dict[str, TimeGuard] = {
     "not_due": TimeGuard("fires_at_us"),
     "lease_live": TimeGuard("lease_expires_at_us"),
@@ -379,7 +385,7 @@ MOVING_FIELDS: dict[str, tuple[str, ...]] = {
     "claim_owned": ("claimed_at_us", "lease_expires_at_us"),
     "claim_legacy": ("claimed_at_us", "lease_expires_at_us"),
     **{effect: () for effect in ("replay", "release_key", "recover", "requeue_expired", "record_pid",
-                                 "read_state", "request_cancel", "delete")},
+                                 "read_state", "request_cancel", "release", "delete")},
 }
 """The fields each effect sets to the time plus an offset (the others keep or set fixed
 values). Submissions are not declared (whether ``fires_at`` moves depends on the
@@ -435,6 +441,7 @@ EFFECTS: dict[str, Effect] = {
     "request_cancel": lambda record, command, now_us: Applied(
         replace_fields(record, cancel_requested=True), Ack()
     ),
+    "release": lambda record, command, now_us: Applied(_released(record), Ack()),
     "delete": lambda record, command, now_us: Applied(None, Ack()),
 }
 
@@ -542,6 +549,12 @@ ROWS: tuple[Row, ...] = (
     Row((S.CLAIMED,), C.ACKNOWLEDGE_CANCEL_OWNED, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
     Row((S.CLAIMED,), C.ACKNOWLEDGE_CANCEL_OWNED, "no_cancel_request", SAME, R.NO_CANCEL_REQUEST),
     Row((S.CLAIMED,), C.ACKNOWLEDGE_CANCEL_OWNED, "always", S.CANCELLED, "acknowledge_cancel"),
+    Row((S.ABSENT,), C.RELEASE_OWNED, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.RELEASE_OWNED, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.RELEASE_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
+    Row((S.CLAIMED,), C.RELEASE_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
+    Row((S.CLAIMED,), C.RELEASE_OWNED, "cancel_requested", SAME, R.CANCEL_REQUESTED),
+    Row((S.CLAIMED,), C.RELEASE_OWNED, "always", S.PENDING, "release"),
     Row((S.ABSENT,), C.REQUEST_CANCEL, "always", SAME, R.NOT_FOUND),
     Row((S.PENDING,), C.REQUEST_CANCEL, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
     Row((S.PENDING,), C.REQUEST_CANCEL, "always", S.CANCELLED, "cancel"),
@@ -681,7 +694,7 @@ def _presents_exact_live_fence(record: QueueRow, fence: Any, now_us: int) -> boo
 def transition_violations(
     record: QueueRow | None, command: Command, now_us: int, decision: Decision
 ) -> list[str]:
-    """The transition rules (TR-Q1 ... TR-Q9 in specs/queue.md) a decision breaks."""
+    """The transition rules (TR-Q1 ... TR-Q10 in specs/queue.md) a decision breaks."""
     if isinstance(decision, Refused):
         return []
     new = decision.new_record
@@ -733,6 +746,12 @@ def transition_violations(
         and record.fingerprint == command.fingerprint  # type: ignore[union-attr]
     ):
         broken.append("TR-Q2")  # only the exact original is replayed
+    if kind is QueueCommandType.RELEASE_OWNED and not (
+        new.status is JobStatus.PENDING
+        and new.attempts == max(0, record.attempts - 1)
+        and new.fires_at_us == record.fires_at_us
+    ):
+        broken.append("TR-Q10")  # a release gives the claim back as it was, its attempt returned
     if kind is QueueCommandType.SUBMIT_LEGACY and record.fence_required:
         broken.append("TR-Q9")  # legacy paths never answer for a protected submission
     if kind in _LEGACY_WRITES and (record.fence_required or is_currently_owned(record)):

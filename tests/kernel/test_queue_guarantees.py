@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from tenure.kernel import (
-    ClaimFence,
     OUTCOMES,
     Ack,
     AcknowledgeCancelOwned,
     Applied,
     CancelAdmin,
+    ClaimFence,
     ClaimGranted,
     ClaimLegacy,
     ClaimOwned,
@@ -24,21 +24,22 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
-    QueueRow,
     PurgeFinished,
+    QueueRefusal,
+    QueueRow,
     ReadStateOwned,
     RecoverOwned,
-    QueueRefusal,
     Refused,
     ReleaseKeyForLegacy,
     ReleaseKeyForOwned,
+    ReleaseOwned,
     RequestCancel,
     SetPidLegacy,
     SetPidOwned,
     StreamingStateReply,
     SubmitLegacy,
-    Submitted,
     SubmitOwned,
+    Submitted,
     backoff_delay_us,
     claim_identity_problem,
     decide,
@@ -287,6 +288,51 @@ def test_request_cancel_ends_a_pending_stream_at_once_and_refuses_a_finished_one
     assert isinstance(decision, Applied) and decision.new_record is not None
     assert decision.new_record.status is JobStatus.CANCELLED
     assert refused(decide(decision.new_record, RequestCancel(), NOW), QueueRefusal.ALREADY_FINISHED)
+
+
+# --- Giving a claim back --------------------------------------------------------------
+
+
+def test_a_release_gives_the_claim_back_pending_in_its_place_with_its_attempt_returned() -> None:
+    record = claimed(QueueKind.STREAMING, attempts=2, fires_at_us=NOW - 7, pid=42)
+    decision = decide(record, ReleaseOwned(fence=fence_of(record)), NOW)
+    assert isinstance(decision, Applied) and decision.reply == Ack() and decision.new_record is not None
+    new = decision.new_record
+    assert (new.status, new.attempts, new.fires_at_us, new.generation) == (JobStatus.PENDING, 1, NOW - 7, 1)
+    assert (new.lease_expires_at_us, new.pid, new.owner_id, new.claim_token) == (None, None, "worker-a", "token-1")
+    assert new.active_key == record.active_key  # still the config's live launch
+    # The released fence is void, and the next claim takes the job at the next generation.
+    assert refused(decide(new, ReleaseOwned(fence=fence_of(record)), NOW), QueueRefusal.NOT_CLAIMED)
+    assert refused(decide(new, complete(fence_of(record)), NOW), QueueRefusal.NOT_CLAIMED)
+    again = decide(new, ClaimOwned(owner_id="worker-b", claim_token="token-2", nonce_already_stored=False,
+                                   lease_us=LEASE), NOW)
+    assert isinstance(again, Applied) and again.new_record is not None
+    assert (again.new_record.generation, again.new_record.attempts) == (2, 2)
+
+
+def test_releasing_every_claim_never_spends_the_attempt_budget() -> None:
+    record = pending(max_attempts=1)
+    for n in range(5):
+        claim = ClaimOwned(owner_id="worker-a", claim_token=f"token-{n}", nonce_already_stored=False, lease_us=LEASE)
+        taken = decide(record, claim, NOW)
+        assert isinstance(taken, Applied) and taken.new_record is not None
+        released = decide(taken.new_record, ReleaseOwned(fence=fence_of(taken.new_record)), NOW)
+        assert isinstance(released, Applied) and released.new_record is not None
+        record = released.new_record
+        assert (record.status, record.attempts, record.generation) == (JobStatus.PENDING, 0, n + 1)
+
+
+@pytest.mark.parametrize("change", [{"owner_id": "worker-b"}, {"generation": 2}, {"claim_token": "token-2"}])
+def test_a_release_with_any_fence_part_changed_is_refused_as_stale(change: dict[str, object]) -> None:
+    record = claimed()
+    assert refused(decide(record, ReleaseOwned(fence=fence_of(record, **change)), NOW), QueueRefusal.STALE_FENCE)
+
+
+def test_a_release_after_the_lease_or_under_a_cancel_request_is_refused() -> None:
+    expired = claimed(lease_expires_at_us=NOW)
+    assert refused(decide(expired, ReleaseOwned(fence=fence_of(expired)), NOW), QueueRefusal.LEASE_EXPIRED)
+    stopping = claimed(QueueKind.STREAMING, cancel_requested=True)
+    assert refused(decide(stopping, ReleaseOwned(fence=fence_of(stopping)), NOW), QueueRefusal.CANCEL_REQUESTED)
 
 
 # --- Lease expiry --------------------------------------------------------------------

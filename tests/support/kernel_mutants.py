@@ -110,6 +110,24 @@ def claim_before_due() -> None:
     machine.GUARDS["not_due"] = lambda record, command, now_us: False
 
 
+def release_spends_the_attempt() -> None:
+    machine.EFFECTS["release"] = lambda record, command, now_us: machine.Applied(
+        machine._requeue(record, record.fires_at_us), machine.Ack()
+    )
+
+
+def release_without_fence() -> None:
+    _drop_rule(S.CLAIMED, C.RELEASE_OWNED, "fence_mismatch")
+
+
+def release_after_the_lease() -> None:
+    _drop_rule(S.CLAIMED, C.RELEASE_OWNED, "lease_not_live")
+
+
+def release_cancel_requested_stream() -> None:
+    _drop_rule(S.CLAIMED, C.RELEASE_OWNED, "cancel_requested")
+
+
 QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (
@@ -124,6 +142,10 @@ QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
         legacy_write_on_owned_claim,
         requeue_expired_cancel_request,
         claim_before_due,
+        release_spends_the_attempt,
+        release_without_fence,
+        release_after_the_lease,
+        release_cancel_requested_stream,
     )
 }
 

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from tenure.adapters.queue.table import stored_payload
 from tenure.kernel import (
     OUTCOMES,
     AcknowledgeCancelOwned,
@@ -29,13 +30,14 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
-    QueueRow,
     PurgeFinished,
+    QueueRow,
     ReadStateOwned,
     RecoverOwned,
     Refused,
     ReleaseKeyForLegacy,
     ReleaseKeyForOwned,
+    ReleaseOwned,
     RequestCancel,
     SetPidLegacy,
     SetPidOwned,
@@ -43,7 +45,6 @@ from tenure.kernel import (
     SubmitOwned,
     decide,
 )
-from tenure.adapters.queue.table import stored_payload
 from tenure.model import DEFAULT_MAX_ATTEMPTS, FrozenEnvelope, JobStatus, QueueKind, SubmissionSnapshot, WorkerConfig
 
 SWEEP_LIMIT = 64
@@ -256,6 +257,7 @@ class Model:
             "set_pid": lambda: SetPidOwned(fence=parts, pid=arguments["pid"]),
             "read_state": lambda: ReadStateOwned(fence=parts),
             "acknowledge_cancel": lambda: AcknowledgeCancelOwned(fence=parts),
+            "release": lambda: ReleaseOwned(fence=parts),
         }
         return commands[kind]()
 

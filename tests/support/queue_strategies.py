@@ -10,12 +10,11 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from tenure.kernel import (
-    ClaimFence,
     AcknowledgeCancelOwned,
     CancelAdmin,
+    ClaimFence,
     ClaimLegacy,
     ClaimOwned,
-    QueueCommandType,
     CompleteLegacy,
     CompleteOwned,
     DeleteLegacy,
@@ -24,13 +23,15 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
-    QueueRow,
     PurgeFinished,
+    QueueCommandType,
+    QueueRow,
     QueueStep,
     ReadStateOwned,
     RecoverOwned,
     ReleaseKeyForLegacy,
     ReleaseKeyForOwned,
+    ReleaseOwned,
     RequestCancel,
     SetPidLegacy,
     SetPidOwned,
@@ -259,6 +260,8 @@ def commands(draw: st.DrawFn, kind: QueueCommandType, record: QueueRow | None) -
         return ReadStateOwned(fence=draw(fences(record)))
     if kind is QueueCommandType.ACKNOWLEDGE_CANCEL_OWNED:
         return AcknowledgeCancelOwned(fence=draw(fences(record)))
+    if kind is QueueCommandType.RELEASE_OWNED:
+        return ReleaseOwned(fence=draw(fences(record)))
     if kind is QueueCommandType.REQUEST_CANCEL:
         return RequestCancel()
     if kind is QueueCommandType.CANCEL_ADMIN:

@@ -161,18 +161,22 @@ class LockstepMachine(LockstepBase):
 
     @rule(batch=st.lists(fences, min_size=1, max_size=3), data=st.data())
     def fenced_batch(self, batch: list[QueueClaimFence], data: st.DataObject) -> None:
-        """complete_many_owned / heartbeat_many_owned on one queue's source, whatever the
+        """complete_many_owned / heartbeat_many_owned / release_many_owned on one queue's source, whatever the
         fences' own queues (a fence of another queue must simply refuse itself)."""
         queue = batch[0].queue
         source = self.sources[queue]
-        if data.draw(st.booleans(), label="complete (else heartbeat)"):
+        kind = data.draw(st.sampled_from(["complete", "heartbeat", "release"]), label="operation")
+        if kind == "complete":
             results = [data.draw(st.sampled_from([None, {"n": index}]), label="result") for index in range(len(batch))]
             actual = self.run(source.complete_many_owned(list(zip(batch, results))))
             items = [(fence, {"result_json": None if r is None else canonical_json(r)}) for fence, r in zip(batch, results)]
             expected = self.model.fenced_many(queue, "complete", items, self.clock.take())
-        else:
+        elif kind == "heartbeat":
             actual = self.run(source.heartbeat_many_owned(batch))
             expected = self.model.fenced_many(queue, "heartbeat", [(fence, {}) for fence in batch], self.clock.take())
+        else:
+            actual = self.run(source.release_many_owned(batch))
+            expected = self.model.fenced_many(queue, "release", [(fence, {}) for fence in batch], self.clock.take())
         self.expect(actual, expected)
 
     @rule(data=st.data())
@@ -249,7 +253,7 @@ class LockstepMachine(LockstepBase):
                 dataclasses.replace(fence, generation=fence.generation + 1),
                 dataclasses.replace(fence, claim_token=fence.claim_token + " "),
             ]), label="changed fence")
-        kinds = ["heartbeat", "complete", "fail"]
+        kinds = ["heartbeat", "complete", "fail", "release"]
         if queue is QueueKind.STREAMING:
             kinds += ["set_pid", "read_state", "acknowledge_cancel"]
         kind = data.draw(st.sampled_from(kinds), label="operation")
@@ -273,6 +277,8 @@ class LockstepMachine(LockstepBase):
             actual = self.run(source.set_pid_owned(fence, arguments["pid"]))
         elif kind == "read_state":
             actual = self.run(source.get_owned_state(fence))
+        elif kind == "release":
+            actual = self.run(source.release_owned(fence))
         else:
             actual = self.run(source.acknowledge_cancel_owned(fence))
         expected = self.model.fenced(queue, fence, kind, self.clock.take(), **arguments)

@@ -7,8 +7,8 @@ import pathlib
 from typing import Any
 
 import pytest
-
 from adapter_support import age_finished_rows, expire_lease, install_owner_folding_trigger, raw, row, table
+
 from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource, upgrade
 from tenure.model import (
     ClaimedJob,

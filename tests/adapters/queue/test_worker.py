@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
+import uuid
 from typing import Any
 
 import adapter_support
@@ -169,18 +171,76 @@ async def test_a_result_that_is_not_json_fails_its_job_and_the_worker_keeps_goin
         assert (third.status, third.result) == (JobStatus.COMPLETED, {"fine": True})
 
 
-async def test_an_error_text_is_cleaned_and_cut_to_the_payload_bound(db_url: str) -> None:
+async def test_an_error_text_is_cleaned_and_cut_to_the_payload_bound(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async with ValidationJobSource(db_url, config(db_url, max_payload_bytes=256)) as source:
         [job_id] = await submit(source, 1, max_attempts=1)
 
         async def handler(claimed: Any, context: JobContext) -> None:
             raise ValueError("nul\x00 and a lone surrogate \udc80 and then " + "é" * 300)
 
-        await Worker(source, handler).run_until_idle()
+        # The failure's log line carries the traceback, lone surrogate and all; pytest-xdist
+        # cannot ship such a captured line between processes, so none is captured here.
+        with caplog.at_level(logging.CRITICAL, logger="tenure.adapters.queue.worker"):
+            await Worker(source, handler).run_until_idle()
         info = await source.get_job(job_id)
         assert info.status is JobStatus.FAILED
         assert "\x00" not in info.error and len(info.error.encode()) <= 256
         assert info.error.startswith("ValueError: nul\ufffd and a lone surrogate ?") and info.error.endswith("\u2026")
+
+
+async def test_a_stored_error_loses_its_control_characters_and_stops_at_two_kib(db_url: str) -> None:
+    async with ValidationJobSource(db_url, config(db_url)) as source:  # max_payload_bytes far above 2 KiB
+        [job_id] = await submit(source, 1, max_attempts=1)
+
+        async def handler(claimed: Any, context: JobContext) -> None:
+            raise RuntimeError("bell\x07 escape\x1b[31m del\x7f c1\x9b\nsecond line\ttab " + "x" * 5000)
+
+        await Worker(source, handler).run_until_idle()
+        info = await source.get_job(job_id)
+        assert info.status is JobStatus.FAILED and len(info.error.encode()) <= 2048 and info.error.endswith("\u2026")
+        assert info.error.startswith("RuntimeError: bell\ufffd escape\ufffd[31m del\ufffd c1\ufffd\nsecond line\ttab x")
+
+
+async def test_store_error_text_false_keeps_only_the_exception_type(db_url: str) -> None:
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        ids = await submit(source, 3, max_attempts=1)
+
+        async def handler(claimed: Any, context: JobContext) -> Any:
+            if claimed.job_id == ids[0]:
+                raise KeyError("customer 4711's card number")
+            if claimed.job_id == ids[1]:
+                raise FailJob("a message with a secret")
+            return [1, 2]  # not a JSON object
+
+        stats = await Worker(source, handler, store_error_text=False).run_until_idle()
+        assert stats.failed == 3
+        assert [(await source.get_job(job_id)).error for job_id in ids] == ["KeyError", "FailJob", "InvalidResult"]
+        with pytest.raises(ConfigValidationError) as caught:
+            Worker(source, handler, store_error_text="no")
+        assert caught.value.problems == ("bool_required",)
+
+
+async def test_a_handler_failure_is_logged_once_written_with_its_traceback_ids_and_fate(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        [job_id] = await submit(source, 1, max_attempts=2)
+
+        async def handler(claimed: Any, context: JobContext) -> None:
+            raise ValueError(f"attempt {context.attempt} broke")
+
+        with caplog.at_level(logging.WARNING, logger="tenure.adapters.queue.worker"):
+            stats = await Worker(source, handler).run_until_idle()
+        assert (stats.retried, stats.failed) == (1, 1)
+        lines = [record for record in caplog.records if getattr(record, "job_id", None) == job_id]
+        assert [(r.levelno, r.outcome, r.attempt) for r in lines] == [  # type: ignore[attr-defined]
+            (logging.ERROR, "retried", 1), (logging.ERROR, "failed", 2)]
+        for record, attempt in zip(lines, (1, 2)):
+            assert record.exc_info is not None and f"attempt {attempt} broke" in str(record.exc_info[1])
+            assert record.queue == "validation" and record.generation == attempt  # type: ignore[attr-defined]
+            assert f"job {job_id} (validation queue, attempt {attempt})" in record.getMessage()
 
 
 async def test_a_stalled_handler_is_cancelled_at_its_lease_and_another_worker_finishes_the_job(db_url: str) -> None:
@@ -447,7 +507,7 @@ async def test_legacy_submissions_and_retries_sent_back_wake_idle_workers(db_url
         assert handled == [1, 2] and (stats.retried, stats.completed) == (1, 1)
 
 
-async def test_shutdown_lets_handlers_finish_within_the_grace_then_abandons_the_rest(db_url: str) -> None:
+async def test_shutdown_lets_handlers_finish_within_the_grace_then_gives_the_rest_back(db_url: str) -> None:
     async with ValidationJobSource(db_url, config(db_url)) as source:
         ids = await submit(source, 2)
         started = asyncio.Event()
@@ -465,10 +525,13 @@ async def test_shutdown_lets_handlers_finish_within_the_grace_then_abandons_the_
         began = time.monotonic()
         stats = await asyncio.wait_for(running, 10)
         assert time.monotonic() - began < 5
-        assert (stats.completed, stats.abandoned) == (1, 1) and worker.in_flight == 0
+        assert (stats.completed, stats.released, stats.abandoned) == (1, 1, 0) and worker.in_flight == 0
         first, second = [await source.get_job(job_id) for job_id in ids]
         assert first.status is JobStatus.COMPLETED
-        assert second.status is JobStatus.CLAIMED and second.result is None  # left to expire
+        # Given back: pending at once with its attempt returned, the old fence void.
+        assert (second.status, second.attempt, second.generation, second.result) == (JobStatus.PENDING, 0, 1, None)
+        again = await source.claim_next_owned("next-worker", claim_token=uuid.uuid4().hex)
+        assert again is not None and again.job_id == ids[1] and again.claim_fence.generation == 2
         pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
         assert not [task for task in pending if "Worker" in repr(task) or "_execute" in repr(task)]
 
@@ -496,6 +559,9 @@ async def test_a_handler_that_ignores_its_cancellation_makes_shutdown_raise(
         with pytest.raises(TenureError) as caught:
             await asyncio.wait_for(running, 10)
         assert (caught.value.code, caught.value.reason) == (ErrorCode.WORKER_SHUTDOWN_INCOMPLETE, "handler_ignored_cancellation")
+        # It may still be doing the job's work: its claim is not given back.
+        [info] = await source.list_jobs()
+        assert info.status is JobStatus.CLAIMED
         release.set()
         await asyncio.sleep(0.05)
 
