@@ -1,4 +1,5 @@
-"""The ``tenure`` command: ``tenure demo``, ``tenure migrate`` and ``tenure --version``.
+"""The ``tenure`` command: ``tenure demo``, ``tenure migrate``, ``tenure worker``, ``tenure
+jobs``, ``tenure runs`` and ``tenure --version``.
 
 ``tenure demo`` runs the owned queue under stress on an embedded SQLite file (or
 ``--db URL``) and exits non-zero if any invariant broke. ``tenure migrate --db URL``
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from ..core.migrations import downgrade, upgrade
 from .demo import DemoSettings, check_demo_settings, run_demo
+from .jobs_cli import add_jobs_parser, run_jobs
 from .reporting import ArgumentsRefused, CommandParser, report_failure, report_refusal, run_command
 from .runs_cli import add_runs_parser, run_runs
 from .worker_cli import add_worker_parser, run_worker
@@ -57,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="print the statements the migration runs, then roll back (changes nothing)")
     migrate.add_argument("--verbose", action="store_true", help="list every admission check")
     add_worker_parser(commands)
+    add_jobs_parser(commands)
     add_runs_parser(commands)
     return parser
 
@@ -94,7 +97,7 @@ def _worker(arguments: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "demo": _demo, "migrate": _migrate, "worker": _worker, "runs": run_runs,
+    "demo": _demo, "migrate": _migrate, "worker": _worker, "jobs": run_jobs, "runs": run_runs,
 }
 """Each subcommand's body; :func:`main` runs it through :func:`run_command`."""
 

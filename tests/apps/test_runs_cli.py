@@ -161,6 +161,10 @@ NEVER_MIGRATED_COMMANDS = [
     (["runs", "cancel"], ["0" * 36]),
     (["runs", "consent"], ["0" * 36, "grant", "--by", "bob"]),
     (["worker"], ["--queue", "validation", "--handler", "asyncio:sleep"]),
+    (["jobs", "list"], ["--queue", "validation"]),
+    (["jobs", "show"], ["--queue", "pipeline", "0" * 36]),
+    (["jobs", "cancel"], ["--queue", "streaming", "0" * 36]),
+    (["jobs", "purge"], ["--queue", "validation", "--older-than", "7d"]),
 ]
 
 
