@@ -3,13 +3,17 @@
     tenure jobs list   --db URL --queue validation|pipeline|streaming [--status S] [--older-than AGE]
                        [--limit N] [--json]
     tenure jobs show   --db URL --queue Q JOB_ID [--show-args] [--json]
+    tenure jobs retry  --db URL --queue validation|pipeline JOB_ID
     tenure jobs cancel --db URL --queue Q JOB_ID
     tenure jobs purge  --db URL --queue Q --older-than AGE
 
 ``list`` prints the jobs oldest first (``--older-than``: only jobs created longer ago
 than ``AGE``); ``show`` one job's state: attempts, fence generation, owner, times, error
 and the size of its result, never its claim token; its envelope (what it was submitted
-with) only with ``--show-args``, since it may carry data. ``cancel`` is the queue's
+with) only with ``--show-args``, since it may carry data. ``retry`` sends a failed validation or
+pipeline job back to pending at once with a fresh attempt budget (its ID, submission
+identity and last error kept; a completed or cancelled job's outcome stands; a failed
+streaming launch is rerun by a forced submission instead). ``cancel`` is the queue's
 administrative cancel: a pending or claimed validation or pipeline job ends cancelled (a
 live claim's next fenced write is refused); a streaming launch gets a cancel request its
 launcher acknowledges. ``purge`` deletes finished (completed, failed, cancelled) jobs
@@ -18,8 +22,8 @@ stderr; owned submissions are never purged (a replay of their submission ID must
 finding them). ``AGE`` is a number with a unit: ``90s``, ``15m``, ``12h``, ``7d``.
 
 Output is a plain table, or JSON with ``--json`` (one document on stdout). Exit status:
-0 on success; 2 for bad arguments, a job that does not exist, a cancel that changed
-nothing, or a database that was never migrated (checked before anything is written); 1
+0 on success; 2 for bad arguments, a job that does not exist, a retry or cancel that
+changed nothing, or a database that was never migrated (checked before anything is written); 1
 for a database failure.
 """
 
@@ -86,6 +90,9 @@ def add_jobs_parser(commands: Any) -> None:
     show.add_argument("--show-args", action="store_true",
                       help="also print what the job was submitted with (never printed otherwise: it may carry data)")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    retry = with_queue(actions.add_parser("retry", help="send a failed job back to pending with a fresh budget"))
+    retry.add_argument("job_id")
 
     cancel = with_queue(actions.add_parser("cancel", help="cancel a pending or claimed job (streaming: request it)"))
     cancel.add_argument("job_id")
@@ -154,6 +161,16 @@ async def _show(source: JobSource[Any], arguments: argparse.Namespace) -> int:
     return 0
 
 
+async def _retry(source: JobSource[Any], arguments: argparse.Namespace) -> int:
+    if not await source.retry_failed(arguments.job_id):  # type: ignore[attr-defined]
+        print("not retried: the job does not exist or did not fail")
+        return 2
+    info = await source.get_job(arguments.job_id)
+    assert info is not None
+    print(run_table(["job", "state", "attempts"], [[info.job_id, info.status.value, f"{info.attempt}/{info.max_attempts}"]]))
+    return 0
+
+
 async def _cancel(source: JobSource[Any], arguments: argparse.Namespace) -> int:
     changed = await source.cancel(arguments.job_id)  # type: ignore[attr-defined]
     info = await source.get_job(arguments.job_id)
@@ -179,13 +196,15 @@ async def _purge(source: JobSource[Any], arguments: argparse.Namespace) -> int:
     return 0
 
 
-ACTIONS = {"list": _list, "show": _show, "cancel": _cancel, "purge": _purge}
+ACTIONS = {"list": _list, "show": _show, "retry": _retry, "cancel": _cancel, "purge": _purge}
 
 
 async def _run(arguments: argparse.Namespace) -> int:
     # Every argument is checked before the database is touched.
     if getattr(arguments, "older_than", None) is not None:
         parse_age(arguments.older_than)
+    if arguments.action == "retry" and arguments.queue == QueueKind.STREAMING.value:
+        raise ConfigValidationError("invalid_arguments", fields=("queue",), problems=("validation_or_pipeline_required",))
     async with SOURCES[arguments.queue](arguments.db) as source:
         try:
             await source.get_job(_PROBE_JOB_ID)

@@ -44,6 +44,7 @@ from tenure.kernel.queue.commands import (
     ReleaseKeyForOwned,
     ReleaseOwned,
     RequestCancel,
+    RetryFailed,
     SetPidLegacy,
     SetPidOwned,
     StreamingStateReply,
@@ -484,6 +485,9 @@ class QueueOperations:
 
     async def cancel_admin(self, job_id: str) -> bool:
         return isinstance(await self._on_row(job_id, CancelAdmin()), Applied)
+
+    async def retry_failed(self, job_id: str) -> bool:
+        return isinstance(await self._on_row(job_id, RetryFailed()), Applied)
 
     async def heartbeat_legacy(self, job_id: str, owner_id: str) -> bool:
         command = HeartbeatLegacy(owner_id=owner_id, lease_us=self.config.lease_us)

@@ -411,6 +411,12 @@ class _FiniteQueueSource(JobSource[Claimed]):
         """Delete a job by ID. Protected submissions and owned claims are kept (False)."""
         return await self._operations.delete(_job_id(job_id))
 
+    async def retry_failed(self, job_id: str) -> bool:
+        """Administrative retry of a failed job: pending again at once with a fresh attempt
+        budget, keeping its ID, submission identity and last error. False when missing or
+        not failed (a completed or cancelled job's outcome stands)."""
+        return await self._operations.retry_failed(_job_id(job_id))
+
 
 class ValidationJobSource(_FiniteQueueSource[ClaimedJob]):
     """The validation queue: ``ValidationJob`` in, ``ClaimedJob`` out."""

@@ -35,6 +35,7 @@ __all__ = [
     "ReleaseOwned",
     "RequestCancel",
     "CancelAdmin",
+    "RetryFailed",
     "HeartbeatLegacy",
     "CompleteLegacy",
     "FailLegacy",
@@ -81,6 +82,7 @@ class QueueCommandType(enum.Enum):
     RELEASE_OWNED = "release_owned"
     REQUEST_CANCEL = "request_cancel"
     CANCEL_ADMIN = "cancel_admin"
+    RETRY_FAILED = "retry_failed"
     HEARTBEAT_LEGACY = "heartbeat_legacy"
     COMPLETE_LEGACY = "complete_legacy"
     FAIL_LEGACY = "fail_legacy"
@@ -268,6 +270,14 @@ class CancelAdmin:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RetryFailed:
+    """Administrative retry of a failed validation or pipeline job: pending again at
+    once with a fresh attempt budget (the only way out of a terminal status)."""
+
+    kind: ClassVar[QueueCommandType] = QueueCommandType.RETRY_FAILED
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatLegacy:
     kind: ClassVar[QueueCommandType] = QueueCommandType.HEARTBEAT_LEGACY
     owner_id: str
@@ -312,7 +322,7 @@ class PurgeFinished:
 Command = (
     SubmitOwned | SubmitLegacy | ReleaseKeyForOwned | ReleaseKeyForLegacy | ClaimOwned
     | ClaimLegacy | RecoverOwned | ExpireLease | HeartbeatOwned | CompleteOwned | FailOwned
-    | SetPidOwned | ReadStateOwned | AcknowledgeCancelOwned | ReleaseOwned | RequestCancel | CancelAdmin
+    | SetPidOwned | ReadStateOwned | AcknowledgeCancelOwned | ReleaseOwned | RequestCancel | CancelAdmin | RetryFailed
     | HeartbeatLegacy | CompleteLegacy | FailLegacy | SetPidLegacy | DeleteLegacy | PurgeFinished
 )
 
@@ -479,7 +489,7 @@ def command_violations(command: Command) -> list[str]:
     elif isinstance(command, PurgeFinished):
         checks = {"older_than_us": _instant(command.older_than_us)}
     else:
-        checks = {}  # ReleaseKeyForLegacy, ExpireLease, RequestCancel, CancelAdmin, DeleteLegacy
+        checks = {}  # ReleaseKeyForLegacy, ExpireLease, RequestCancel, CancelAdmin, RetryFailed, DeleteLegacy
     return [name for name, ok in checks.items() if not ok]
 
 

@@ -43,6 +43,7 @@ from .commands import (
     ReleaseKeyForOwned,
     ReleaseOwned,
     RequestCancel,
+    RetryFailed,
     SetPidLegacy,
     SetPidOwned,
     SubmitLegacy,
@@ -67,6 +68,7 @@ __all__ = [
     "decide_read_state_owned",
     "decide_acknowledge_cancel_owned",
     "decide_release_owned",
+    "decide_retry_failed",
     "decide_request_cancel",
     "decide_cancel_admin",
     "decide_heartbeat_legacy",
@@ -190,6 +192,13 @@ def decide_release_owned(record: QueueRow | None, command: ReleaseOwned, now_us:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record.generation == record.generation
+    """
+    return decide(record, command, now_us)
+
+
+def decide_retry_failed(record: QueueRow | None, command: RetryFailed, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
     """
     return decide(record, command, now_us)
 

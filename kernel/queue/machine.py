@@ -129,6 +129,7 @@ class QueueRefusal(enum.Enum):
     OWNED_INCARNATION = "owned_incarnation"
     OWNER_MISMATCH = "owner_mismatch"
     NOT_FINISHED = "not_finished"
+    NOT_FAILED = "not_failed"
     RETAINED = "retained"
 
 
@@ -382,6 +383,7 @@ MOVING_FIELDS: dict[str, tuple[str, ...]] = {
     **{effect: ("completed_at_us",) for effect in _FINISHING},
     "renew_lease": ("lease_expires_at_us",),
     "retry": ("fires_at_us",),
+    "retry_failed": ("fires_at_us",),
     "claim_owned": ("claimed_at_us", "lease_expires_at_us"),
     "claim_legacy": ("claimed_at_us", "lease_expires_at_us"),
     **{effect: () for effect in ("replay", "release_key", "recover", "requeue_expired", "record_pid",
@@ -442,6 +444,11 @@ EFFECTS: dict[str, Effect] = {
         replace_fields(record, cancel_requested=True), Ack()
     ),
     "release": lambda record, command, now_us: Applied(_released(record), Ack()),
+    "retry_failed": lambda record, command, now_us: Applied(
+        replace_fields(record, status=JobStatus.PENDING, attempts=0, fires_at_us=now_us, completed_at_us=None,
+                       dlq_record_id=None),
+        Ack(),
+    ),
     "delete": lambda record, command, now_us: Applied(None, Ack()),
 }
 
@@ -565,6 +572,11 @@ ROWS: tuple[Row, ...] = (
     Row(_LIVE, C.CANCEL_ADMIN, "streaming", SAME, R.OPERATION_INELIGIBLE),
     Row(_LIVE, C.CANCEL_ADMIN, "always", S.CANCELLED, "cancel"),
     Row(_TERMINAL, C.CANCEL_ADMIN, "always", SAME, R.ALREADY_FINISHED),
+    Row((S.ABSENT,), C.RETRY_FAILED, "always", SAME, R.NOT_FOUND),
+    Row(_LIVE, C.RETRY_FAILED, "always", SAME, R.NOT_FINISHED),
+    Row((S.COMPLETED, S.CANCELLED), C.RETRY_FAILED, "always", SAME, R.NOT_FAILED),
+    Row((S.FAILED,), C.RETRY_FAILED, "streaming", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.FAILED,), C.RETRY_FAILED, "always", S.PENDING, "retry_failed"),
     Row((S.ABSENT,), C.HEARTBEAT_LEGACY, "always", SAME, R.NOT_FOUND),
     Row(_UNCLAIMED, C.HEARTBEAT_LEGACY, "always", SAME, R.NOT_CLAIMED),
     Row((S.CLAIMED,), C.HEARTBEAT_LEGACY, "protected", SAME, R.PROTECTED_ROW),
@@ -694,7 +706,7 @@ def _presents_exact_live_fence(record: QueueRow, fence: Any, now_us: int) -> boo
 def transition_violations(
     record: QueueRow | None, command: Command, now_us: int, decision: Decision
 ) -> list[str]:
-    """The transition rules (TR-Q1 ... TR-Q10 in specs/queue.md) a decision breaks."""
+    """The transition rules (TR-Q1 ... TR-Q11 in specs/queue.md) a decision breaks."""
     if isinstance(decision, Refused):
         return []
     new = decision.new_record
@@ -719,8 +731,19 @@ def transition_violations(
         broken.append("TR-Q2")  # identity is fixed at insert (a legacy row is never promoted)
     if kind in FENCED_COMMANDS and not _presents_exact_live_fence(record, command.fence, now_us):  # type: ignore[union-attr]
         broken.append("TR-Q3")  # a fenced command applies only to its exact live claim
-    if record.status in TERMINAL_STATUSES and new.status is not record.status:
-        broken.append("TR-Q4")  # terminal is absorbing
+    retried_by_operator = kind is QueueCommandType.RETRY_FAILED
+    if record.status in TERMINAL_STATUSES and new.status is not record.status and not (
+        retried_by_operator and record.status is JobStatus.FAILED
+    ):
+        broken.append("TR-Q4")  # terminal is absorbing, but for an operator's retry of a failed job
+    if retried_by_operator and not (
+        record.status is JobStatus.FAILED
+        and record.queue is not QueueKind.STREAMING
+        and new.status is JobStatus.PENDING
+        and new.attempts == 0
+        and new.fires_at_us == now_us
+    ):
+        broken.append("TR-Q11")  # only a failed job is retried: pending at once, a fresh attempt budget
     if new.status in TERMINAL_STATUSES and record.status not in TERMINAL_STATUSES and new.active_key is not None:
         broken.append("TR-Q5")  # finishing releases the active key
     if record.status is JobStatus.CLAIMED and new.status is JobStatus.CLAIMED and (

@@ -59,6 +59,19 @@ async def test_an_operator_lists_shows_cancels_and_purges_jobs(db_url: str, tmp_
     missing = await jobs(tmp_path, "show", "--db", db_url, "--queue", "validation", str(uuid.uuid4()))
     assert (missing.returncode, missing.stdout) == (2, "no such job\n")
 
+    # A failed job goes back to pending with a fresh budget; a completed one is refused.
+    async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=30, heartbeat_seconds=10)) as source:
+        claim = await source.claim_next_owned("worker-a", claim_token=uuid.uuid4().hex)
+        assert claim is not None and claim.job_id == ids[1]
+        assert await source.fail_owned(claim.claim_fence, "broke", retry=False)
+    retried = await jobs(tmp_path, "retry", "--db", db_url, "--queue", "validation", ids[1])
+    assert retried.returncode == 0 and retried.stdout.splitlines()[1].split() == [ids[1], "pending", "0/5"], retried.stdout
+    refused = await jobs(tmp_path, "retry", "--db", db_url, "--queue", "validation", ids[0])
+    assert refused.returncode == 2 and refused.stdout.startswith("not retried")
+    streaming = await jobs(tmp_path, "retry", "--db", db_url, "--queue", "streaming", ids[0])
+    assert streaming.returncode == 2 and streaming.stdout.splitlines()[:2] == [
+        "refused: invalid_arguments", "  queue: validation_or_pipeline_required"]
+
     cancelled = await jobs(tmp_path, "cancel", "--db", db_url, "--queue", "validation", ids[2])
     assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
     again = await jobs(tmp_path, "cancel", "--db", db_url, "--queue", "validation", ids[2])

@@ -34,6 +34,7 @@ from tenure.kernel import (
     ReleaseKeyForOwned,
     ReleaseOwned,
     RequestCancel,
+    RetryFailed,
     SetPidLegacy,
     SetPidOwned,
     StreamingStateReply,
@@ -333,6 +334,48 @@ def test_a_release_after_the_lease_or_under_a_cancel_request_is_refused() -> Non
     assert refused(decide(expired, ReleaseOwned(fence=fence_of(expired)), NOW), QueueRefusal.LEASE_EXPIRED)
     stopping = claimed(QueueKind.STREAMING, cancel_requested=True)
     assert refused(decide(stopping, ReleaseOwned(fence=fence_of(stopping)), NOW), QueueRefusal.CANCEL_REQUESTED)
+
+
+# --- An operator's retry of a failed job ------------------------------------------------
+
+
+def failed(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> QueueRow:
+    """A job whose every attempt failed (its last claim's identity kept)."""
+    record = dataclasses.replace(
+        claimed(queue), status=JobStatus.FAILED, attempts=3, generation=3, lease_expires_at_us=None,
+        completed_at_us=NOW - 2, error_message="boom", active_key=None,
+        dlq_record_id=None if queue is QueueKind.STREAMING else "dlq-1",
+    )
+    record = dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+    assert record_violations(record) == []
+    return record
+
+
+def test_a_retried_failed_job_is_pending_at_once_with_a_fresh_budget_and_its_last_error() -> None:
+    record = failed()
+    decision = decide(record, RetryFailed(), NOW)
+    assert isinstance(decision, Applied) and decision.reply == Ack() and decision.new_record is not None
+    new = decision.new_record
+    assert (new.status, new.attempts, new.fires_at_us, new.completed_at_us) == (JobStatus.PENDING, 0, NOW, None)
+    assert (new.error_message, new.dlq_record_id, new.generation) == ("boom", None, 3)
+    assert (new.submission_id, new.fingerprint, new.job_id) == (record.submission_id, record.fingerprint, record.job_id)
+    again = decide(new, ClaimOwned(owner_id="worker-b", claim_token="token-9", nonce_already_stored=False,
+                                   lease_us=LEASE), NOW)
+    assert isinstance(again, Applied) and again.new_record is not None
+    assert (again.new_record.attempts, again.new_record.generation) == (1, 4)
+
+
+def test_only_a_failed_job_is_retried() -> None:
+    assert refused(decide(None, RetryFailed(), NOW), QueueRefusal.NOT_FOUND)
+    assert refused(decide(pending(), RetryFailed(), NOW), QueueRefusal.NOT_FINISHED)
+    assert refused(decide(claimed(), RetryFailed(), NOW), QueueRefusal.NOT_FINISHED)
+    done = dataclasses.replace(failed(), status=JobStatus.COMPLETED, error_message=None, dlq_record_id=None,
+                               result_json="{}")
+    assert refused(decide(done, RetryFailed(), NOW), QueueRefusal.NOT_FAILED)
+    stopped = dataclasses.replace(failed(), status=JobStatus.CANCELLED, error_message=None, dlq_record_id=None)
+    assert refused(decide(stopped, RetryFailed(), NOW), QueueRefusal.NOT_FAILED)
+    # A failed launch's active key is gone (another launch may hold it): a forced rerun instead.
+    assert refused(decide(failed(QueueKind.STREAMING), RetryFailed(), NOW), QueueRefusal.OPERATION_INELIGIBLE)
 
 
 # --- Lease expiry --------------------------------------------------------------------

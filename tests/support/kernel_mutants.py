@@ -128,6 +128,24 @@ def release_cancel_requested_stream() -> None:
     _drop_rule(S.CLAIMED, C.RELEASE_OWNED, "cancel_requested")
 
 
+def retry_completed_job() -> None:
+    _replace_outcome(S.COMPLETED, C.RETRY_FAILED, "always", S.PENDING, "retry_failed")
+
+
+def retry_keeps_spent_attempts() -> None:
+    original = machine.EFFECTS["retry_failed"]
+
+    def retry(record: Any, command: Any, now_us: int) -> Any:
+        decision = original(record, command, now_us)
+        return machine.Applied(dataclasses.replace(decision.new_record, attempts=record.attempts), decision.reply)
+
+    machine.EFFECTS["retry_failed"] = retry
+
+
+def retry_failed_stream() -> None:
+    _drop_rule(S.FAILED, C.RETRY_FAILED, "streaming")
+
+
 QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (
@@ -146,6 +164,9 @@ QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
         release_without_fence,
         release_after_the_lease,
         release_cancel_requested_stream,
+        retry_completed_job,
+        retry_keeps_spent_attempts,
+        retry_failed_stream,
     )
 }
 

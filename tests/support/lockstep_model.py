@@ -39,6 +39,7 @@ from tenure.kernel import (
     ReleaseKeyForOwned,
     ReleaseOwned,
     RequestCancel,
+    RetryFailed,
     SetPidLegacy,
     SetPidOwned,
     SubmitLegacy,
@@ -288,6 +289,7 @@ class Model:
             "delete": lambda: DeleteLegacy(),
             "request_cancel": lambda: RequestCancel(),
             "cancel_admin": lambda: CancelAdmin(),
+            "retry_failed": lambda: RetryFailed(),
         }
         return self.on_row(queue, job_id, commands[kind](), now)
 

@@ -329,8 +329,12 @@ MACHINES: dict[str, MachineUnderTest] = {
         situations=lambda state=None, kind=None: queue_situations(state, kind),
         terminal=frozenset({QueueStep.COMPLETED, QueueStep.FAILED, QueueStep.CANCELLED}),
         live=frozenset({QueueStep.PENDING, QueueStep.CLAIMED}),
-        terminal_exit_allowed=lambda state, command, rule: rule.target is QueueStep.ABSENT
-        and command in (QueueCommandType.DELETE_LEGACY, QueueCommandType.PURGE_FINISHED),
+        terminal_exit_allowed=lambda state, command, rule: (
+            rule.target is QueueStep.ABSENT
+            and command in (QueueCommandType.DELETE_LEGACY, QueueCommandType.PURGE_FINISHED)
+        ) or (  # TR-Q4's one exception: an operator's retry of a failed job
+            state is QueueStep.FAILED and command is QueueCommandType.RETRY_FAILED and rule.target is QueueStep.PENDING
+        ),
         state_of_record=_queue_state,
         oracle_guards=QUEUE_ORACLE_GUARDS,
     ),

@@ -33,6 +33,7 @@ from tenure.kernel import (
     ReleaseKeyForOwned,
     ReleaseOwned,
     RequestCancel,
+    RetryFailed,
     SetPidLegacy,
     SetPidOwned,
     SubmitLegacy,
@@ -266,6 +267,8 @@ def commands(draw: st.DrawFn, kind: QueueCommandType, record: QueueRow | None) -
         return RequestCancel()
     if kind is QueueCommandType.CANCEL_ADMIN:
         return CancelAdmin()
+    if kind is QueueCommandType.RETRY_FAILED:
+        return RetryFailed()
     if kind is QueueCommandType.HEARTBEAT_LEGACY:
         return HeartbeatLegacy(owner_id=_owner_for(draw, record), lease_us=draw(leases))
     if kind is QueueCommandType.COMPLETE_LEGACY:

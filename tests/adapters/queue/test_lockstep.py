@@ -305,6 +305,8 @@ class LockstepMachine(LockstepBase):
         kinds = ["heartbeat", "complete", "fail", "delete", "cancel"]
         if queue is QueueKind.STREAMING:
             kinds.append("set_pid")
+        else:
+            kinds.append("retry_failed")
         kind = data.draw(st.sampled_from(kinds), label="operation")
         source = self.sources[queue]
         owner = data.draw(st.sampled_from(OWNERS), label="owner")
@@ -316,6 +318,7 @@ class LockstepMachine(LockstepBase):
             "delete": lambda: source.delete_job(job_id),
             "cancel": lambda: source.cancel(job_id),
             "set_pid": lambda: source.set_pid(job_id, 7),
+            "retry_failed": lambda: source.retry_failed(job_id),
         }
         actual = self.run(calls[kind]())
         model_kind = {"cancel": "request_cancel" if queue is QueueKind.STREAMING else "cancel_admin"}.get(kind, kind)
