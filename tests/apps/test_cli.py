@@ -325,7 +325,8 @@ SECRET = "S3cr3tPW-9f2c"
 """A value that must never be printed back, whatever position it is rejected in."""
 
 PLAIN_VALUES = {"broker": "queue", "workflows": "flows:registry", "workflow": "hello", "revision": "1",
-                "handler": "asyncio:sleep", "by": "bob", "run_id": "0" * 36, "consent_id": "0" * 36}
+                "handler": "asyncio:sleep", "by": "bob", "run_id": "0" * 36, "consent_id": "0" * 36,
+                "job_id": "0" * 36, "older_than": "7d"}
 """A plausible value for each required argument without choices (besides --db)."""
 
 
@@ -412,7 +413,7 @@ def test_no_command_prints_a_value_it_rejects_in_any_position_and_each_exits_two
         "awaiting_delegate, awaiting_service, awaiting_timer, cancelling, done, failed or cancelled)"]),
     (["runs", "admit", "--db", "sqlite:///x.db", "--broker", SECRET],
      ["  broker: invalid_choice (--broker takes saq or queue)"]),
-    ([SECRET], ["  command: invalid_choice (command takes demo, migrate, worker or runs)"]),
+    ([SECRET], ["  command: invalid_choice (command takes demo, migrate, worker, jobs or runs)"]),
     (["runs", "list", "--db", "sqlite:///x.db", SECRET], ["  unrecognized_arguments"]),
     (["migrate", "--db", "sqlite:///x.db", f"--verbose={SECRET}"],
      ["  verbose: takes_no_value (--verbose is a flag: give it without =VALUE)"]),
