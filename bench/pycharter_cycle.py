@@ -1,7 +1,7 @@
 """The seed's own system: pycharter 0.0.67's submit + claim + heartbeat + complete cycle.
 
-Runs in pycharter's own environment (bench/run.sh builds ``.bench/pycharter``; tenure is
-not importable there), against a fresh database on the server it is given:
+Runs in pycharter's own environment (``.venv-pycharter``, which bench/run.sh builds when
+missing, as the test suite does; tenure is not importable there), against a fresh database on the server it is given:
 
     python bench/pycharter_cycle.py SERVER_DSN [JOBS] [ROUNDS]
 

@@ -72,7 +72,7 @@ new_database() { "$PGBIN/psql" -q "$TEST_PG_DSN" -c "CREATE DATABASE $1" >&2; ec
     "$RECOVERY_RUNS" --json ) | tee -a "$WORK/runs.jsonl"
 echo "== report"
 cat "$WORK/pycharter.jsonl" "$WORK/runs.jsonl" >> "$WORK/tenure.jsonl"
-# The measurements themselves are kept beside the report, so a report fix can be rendered
-# again without a new run: python bench/report.py bench/tenure.jsonl bench/peers.jsonl bench
+# The measurements are written beside the report (commit them with it), so a report fix
+# can be rendered again without a new run: python bench/report.py bench/tenure.jsonl bench/peers.jsonl bench
 cp "$WORK/tenure.jsonl" "$WORK/peers.jsonl" "$OUT/"
 .bench/peers/bin/python bench/report.py "$OUT/tenure.jsonl" "$OUT/peers.jsonl" "$OUT" $SMOKE

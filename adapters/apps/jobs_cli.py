@@ -8,7 +8,7 @@
     tenure jobs purge  --db URL --queue Q --older-than AGE
 
 ``list`` prints the jobs oldest first (``--older-than``: only jobs created longer ago
-than ``AGE``); ``show`` one job's state: attempts, fence generation, owner, times, error
+than ``AGE`` by this machine's clock, unlike ``purge``, whose cutoff is the database's); ``show`` one job's state: attempts, fence generation, owner, times, error
 and the size of its result, never its claim token; its envelope (what it was submitted
 with) only with ``--show-args``, since it may carry data. ``retry`` sends a failed validation or
 pipeline job back to pending at once with a fresh attempt budget (its ID, submission
@@ -41,6 +41,7 @@ from tenure.model import ConfigValidationError, JobInfo, JobStatus, QueueKind, T
 
 from ..queue import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from ..queue.operations import PURGE_LIMIT
+from ..queue.worker import MAX_ERROR_BYTES, error_text
 from .runs_cli import run_table
 from .worker_cli import NEVER_MIGRATED, refuse_never_migrated
 
@@ -101,6 +102,12 @@ def add_jobs_parser(commands: Any) -> None:
     purge.add_argument("--older-than", required=True, help="finished longer ago than this (90s, 15m, 12h, 7d)")
 
 
+def _printable(error: str | None) -> str | None:
+    """A stored error as it may reach a terminal: another client may have stored control
+    characters (escape sequences), which are replaced as the worker replaces them."""
+    return None if error is None else error_text(error, MAX_ERROR_BYTES)
+
+
 def _when(value: dt.datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -114,7 +121,7 @@ def _document(info: JobInfo, *, with_args: bool) -> dict[str, Any]:
         "owner_id": info.owner_id, "protected": info.protected, "submission_id": info.submission_id,
         "fires_at": _when(info.fires_at), "created_at": _when(info.created_at), "claimed_at": _when(info.claimed_at),
         "lease_expires_at": _when(info.lease_expires_at), "completed_at": _when(info.completed_at),
-        "cancel_requested": info.cancel_requested, "pid": info.pid, "error": info.error,
+        "cancel_requested": info.cancel_requested, "pid": info.pid, "error": _printable(info.error),
         "result_bytes": None if info.result is None else len(canonical_json(info.result).encode()),
         "dlq_record_id": info.dlq_record_id,
     }
@@ -136,7 +143,7 @@ async def _list(source: JobSource[Any], arguments: argparse.Namespace) -> int:
         return 0
     rows = [[info.job_id, info.status.value, f"{info.attempt}/{info.max_attempts}", info.generation,
              "owned" if info.protected else "legacy", info.owner_id, info.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-             info.error.splitlines()[0][:60] if info.error else None]
+             (_printable(info.error) or "").splitlines()[0][:60] if info.error else None]
             for info in jobs]
     print(run_table(["job", "status", "attempts", "generation", "kind", "owner", "created", "error"], rows))
     if len(jobs) == arguments.limit:
@@ -166,7 +173,9 @@ async def _retry(source: JobSource[Any], arguments: argparse.Namespace) -> int:
         print("not retried: the job does not exist or did not fail")
         return 2
     info = await source.get_job(arguments.job_id)
-    assert info is not None
+    if info is None:  # deleted or purged since
+        print("no such job")
+        return 2
     print(run_table(["job", "state", "attempts"], [[info.job_id, info.status.value, f"{info.attempt}/{info.max_attempts}"]]))
     return 0
 
@@ -174,10 +183,9 @@ async def _retry(source: JobSource[Any], arguments: argparse.Namespace) -> int:
 async def _cancel(source: JobSource[Any], arguments: argparse.Namespace) -> int:
     changed = await source.cancel(arguments.job_id)  # type: ignore[attr-defined]
     info = await source.get_job(arguments.job_id)
-    if not changed:
+    if not changed or info is None:
         print("not cancelled: the job does not exist or already finished")
         return 2
-    assert info is not None
     state = "cancel requested (its launcher acknowledges)" if info.status is JobStatus.CLAIMED else info.status.value
     print(run_table(["job", "state"], [[info.job_id, state]]))
     return 0
@@ -203,6 +211,9 @@ async def _run(arguments: argparse.Namespace) -> int:
     # Every argument is checked before the database is touched.
     if getattr(arguments, "older_than", None) is not None:
         parse_age(arguments.older_than)
+    limit = getattr(arguments, "limit", None)
+    if limit is not None and not 1 <= limit <= 10_000:
+        raise ConfigValidationError("invalid_arguments", fields=("limit",), problems=("integer_out_of_range",))
     if arguments.action == "retry" and arguments.queue == QueueKind.STREAMING.value:
         raise ConfigValidationError("invalid_arguments", fields=("queue",), problems=("validation_or_pipeline_required",))
     async with SOURCES[arguments.queue](arguments.db) as source:

@@ -394,7 +394,8 @@ class Worker:
     - ``shutdown_grace_s``: how long in-flight handlers may run after ``stop``;
     - ``store_error_text``: whether a failure stores the exception's message with its
       type (default) or its type alone, for deployments whose messages may carry data
-      that must not be stored. The log keeps the whole traceback either way.
+      that must not be stored. The log line keeps the whole traceback (a ``FailJob``:
+      its message) either way.
 
     A non-async handler is refused here (an object with an async ``__call__`` and a
     ``functools.partial`` of an async function are accepted).
@@ -503,16 +504,23 @@ class Worker:
             assert job.task is not None
             job.task.cancel()
         stuck: set[asyncio.Task[None]] = set()
-        if cancelled:
-            log.info("stopping: cancelled %d handlers", len(cancelled))
-            _, stuck = await asyncio.wait([job.task for job in cancelled if job.task is not None], timeout=CANCEL_WAIT_S)
-        # Only a handler that ended is given back: one that ignores its cancellation may
-        # still be doing the job's work, so its claim is left to expire.
-        await self._give_back([job for job in cancelled if job.task not in stuck and not job.lost])
-        self.stats.abandoned += len(cancelled) - self._given_back
-        for helper in helpers:
-            helper.cancel()
-        await asyncio.wait(helpers)
+        try:
+            if cancelled:
+                log.info("stopping: cancelled %d handlers", len(cancelled))
+                _, stuck = await asyncio.wait([job.task for job in cancelled if job.task is not None],
+                                              timeout=CANCEL_WAIT_S)
+            # Given back: only a claim whose handler ended before its outcome was being
+            # written. A handler that ignores its cancellation may still be doing the job's
+            # work, and a write under way may have applied (a release would then throw a
+            # finished job's work away): those claims are left to expire.
+            await self._give_back([job for job in cancelled
+                                   if job.task not in stuck and not job.lost and not job.settling])
+            # A claim already lost is counted as a lease loss, not again here.
+            self.stats.abandoned += sum(1 for job in cancelled if not job.lost) - self._given_back
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.wait(helpers)
         for helper in helpers:
             if not helper.cancelled() and helper.exception() is not None:
                 log.error("a worker task failed: %s", type(helper.exception()).__name__)
@@ -533,12 +541,14 @@ class Worker:
         stands) or failed leaves the claim to expire, as before releases existed."""
         if not jobs:
             return
+        fences = [job.fence for job in jobs]
+        answers: list[bool] = []
         try:
-            answers = await self.source.release_many_owned([job.fence for job in jobs])
+            for start in range(0, len(fences), MAX_BATCH):  # settling jobs may outnumber the slots
+                answers += await self.source.release_many_owned(fences[start:start + MAX_BATCH])
         except (ConfigValidationError, TenureError) as error:
-            log.warning("stopping: could not give back %d claims (%s); they are left to expire", len(jobs),
-                        getattr(error, "reason", type(error).__name__))
-            return
+            log.warning("stopping: could not give back %d claims (%s); they are left to expire",
+                        len(jobs) - len(answers), getattr(error, "reason", type(error).__name__))
         self._given_back = sum(1 for applied in answers if applied)
         self.stats.released += self._given_back
         log.info("stopping: gave back %d of %d claims; the rest are left to expire", self._given_back, len(jobs))
@@ -784,7 +794,7 @@ class Worker:
         elif status is JobStatus.FAILED:
             fate = "failed"
         elif status is JobStatus.CANCELLED:
-            fate = "cancelled on request"
+            fate = "stopped on a cancel request (acknowledged next)"
         else:
             fate = "lease lost" if job.lost else "not written (the claim was no longer this worker's)"
         fields = {"job_id": context.job_id, "queue": context.queue.value, "attempt": context.attempt,
@@ -794,8 +804,8 @@ class Worker:
             log.error("job %s (%s queue, attempt %d) %s: its handler's result is not a JSON object", context.job_id,
                       context.queue.value, context.attempt, fate, extra=fields)
         elif isinstance(raised, FailJob):
-            log.warning("job %s (%s queue, attempt %d) %s by FailJob", context.job_id, context.queue.value,
-                        context.attempt, fate, extra=fields)
+            log.warning("job %s (%s queue, attempt %d) %s by FailJob: %s", context.job_id, context.queue.value,
+                        context.attempt, fate, raised.message, extra=fields)
         else:
             log.error("job %s (%s queue, attempt %d) %s: its handler raised %s", context.job_id, context.queue.value,
                       context.attempt, fate, type(raised).__name__, exc_info=raised, extra=fields)

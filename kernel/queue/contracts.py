@@ -5,12 +5,14 @@ CrossHair checks these (``.ci/crosshair_kernel.py check --analysis_kind=PEP316
 narrow: a symbolic union of 22 command types is too wide for CrossHair to reach deep
 paths in its time budget, while a single typed command is not.
 
-The shared postcondition is the list of transition rules (TR-Q1 ... TR-Q9 in
+The shared postcondition is the list of transition rules (TR-Q1 ... TR-Q11 in
 ``specs/queue.md``): generation moves only by claims, identity is fixed, fenced writes
-need the exact live fence, terminal is absorbing, finishing releases the active key, a
+need the exact live fence, terminal is absorbing (but for an operator's retry of a failed
+job), finishing releases the active key, a
 live claim never changes hands, a cancel-requested stream only heartbeats or ends
 cancelled, claims take only due and eligible rows with fresh nonces, and legacy paths
-never touch protected or owned rows. Record validity (INV-Q1 ... INV-Q9) is asserted by
+never touch protected or owned rows; a release gives a claim back with its attempt, and
+a retry restarts only a failed job's budget. Record validity (INV-Q1 ... INV-Q9) is asserted by
 the property tests, which can generate valid records; CrossHair cannot construct a
 record meeting all nine invariants within its budget.
 """

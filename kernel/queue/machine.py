@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A job row moves ``pending -> claimed -> completed | failed | cancelled`` (a failed
-attempt with budget left goes back to ``pending``). Three kinds of actor move it:
+attempt with budget left goes back to ``pending``; a released claim goes back too, and an
+operator may retry a failed job). Three kinds of actor move it:
 
 * submitters insert it (owned submissions are protected and replayable by their
   submission ID and fingerprint; legacy submissions are not);
@@ -24,8 +25,9 @@ means to a caller (a negative answer, or a conflict error).
 Invariants kept: the record invariants of :mod:`tenure.kernel.queue.record` on every
 output, and the transition rules of :func:`transition_violations` (generation never
 decreases and grows by exactly one per claim; identity never changes; an applied fenced
-command had a matching fence and a live lease; a terminal row never becomes live again;
-every move into a terminal status releases the active key).
+command had a matching fence and a live lease; a terminal row never becomes live again,
+but by an operator's retry of a failed job; every move into a terminal status releases
+the active key).
 """
 
 from __future__ import annotations
@@ -230,6 +232,7 @@ GUARDS: dict[str, Guard] = {
     # Fenced writes
     "fence_mismatch": lambda record, command, now_us: not fence_matches(record, command.fence),
     "cancel_requested": lambda record, command, now_us: record.cancel_requested,
+    "pid_recorded": lambda record, command, now_us: record.pid is not None,
     "no_cancel_request": lambda record, command, now_us: not record.cancel_requested,
     "retry_allowed": lambda record, command, now_us: (
         command.retry and record.attempts < record.max_attempts
@@ -561,6 +564,7 @@ ROWS: tuple[Row, ...] = (
     Row((S.CLAIMED,), C.RELEASE_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
     Row((S.CLAIMED,), C.RELEASE_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
     Row((S.CLAIMED,), C.RELEASE_OWNED, "cancel_requested", SAME, R.CANCEL_REQUESTED),
+    Row((S.CLAIMED,), C.RELEASE_OWNED, "pid_recorded", SAME, R.OPERATION_INELIGIBLE),
     Row((S.CLAIMED,), C.RELEASE_OWNED, "always", S.PENDING, "release"),
     Row((S.ABSENT,), C.REQUEST_CANCEL, "always", SAME, R.NOT_FOUND),
     Row((S.PENDING,), C.REQUEST_CANCEL, "not_streaming", SAME, R.OPERATION_INELIGIBLE),

@@ -295,12 +295,12 @@ def test_request_cancel_ends_a_pending_stream_at_once_and_refuses_a_finished_one
 
 
 def test_a_release_gives_the_claim_back_pending_in_its_place_with_its_attempt_returned() -> None:
-    record = claimed(QueueKind.STREAMING, attempts=2, fires_at_us=NOW - 7, pid=42)
+    record = claimed(QueueKind.STREAMING, attempts=2, fires_at_us=NOW - 7)
     decision = decide(record, ReleaseOwned(fence=fence_of(record)), NOW)
     assert isinstance(decision, Applied) and decision.reply == Ack() and decision.new_record is not None
     new = decision.new_record
     assert (new.status, new.attempts, new.fires_at_us, new.generation) == (JobStatus.PENDING, 1, NOW - 7, 1)
-    assert (new.lease_expires_at_us, new.pid, new.owner_id, new.claim_token) == (None, None, "worker-a", "token-1")
+    assert (new.lease_expires_at_us, new.owner_id, new.claim_token) == (None, "worker-a", "token-1")
     assert new.active_key == record.active_key  # still the config's live launch
     # The released fence is void, and the next claim takes the job at the next generation.
     assert refused(decide(new, ReleaseOwned(fence=fence_of(record)), NOW), QueueRefusal.NOT_CLAIMED)
@@ -334,6 +334,14 @@ def test_a_release_after_the_lease_or_under_a_cancel_request_is_refused() -> Non
     assert refused(decide(expired, ReleaseOwned(fence=fence_of(expired)), NOW), QueueRefusal.LEASE_EXPIRED)
     stopping = claimed(QueueKind.STREAMING, cancel_requested=True)
     assert refused(decide(stopping, ReleaseOwned(fence=fence_of(stopping)), NOW), QueueRefusal.CANCEL_REQUESTED)
+
+
+def test_a_launch_whose_process_started_is_not_released() -> None:
+    # Its process may still run: a second launcher must not start another at once.
+    running = claimed(QueueKind.STREAMING, pid=42)
+    assert refused(decide(running, ReleaseOwned(fence=fence_of(running)), NOW), QueueRefusal.OPERATION_INELIGIBLE)
+    not_started = claimed(QueueKind.STREAMING)
+    assert isinstance(decide(not_started, ReleaseOwned(fence=fence_of(not_started)), NOW), Applied)
 
 
 # --- An operator's retry of a failed job ------------------------------------------------

@@ -128,6 +128,10 @@ def release_cancel_requested_stream() -> None:
     _drop_rule(S.CLAIMED, C.RELEASE_OWNED, "cancel_requested")
 
 
+def release_running_launch() -> None:
+    _drop_rule(S.CLAIMED, C.RELEASE_OWNED, "pid_recorded")
+
+
 def retry_completed_job() -> None:
     _replace_outcome(S.COMPLETED, C.RETRY_FAILED, "always", S.PENDING, "retry_failed")
 
@@ -164,6 +168,7 @@ QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
         release_without_fence,
         release_after_the_lease,
         release_cancel_requested_stream,
+        release_running_launch,
         retry_completed_job,
         retry_keeps_spent_attempts,
         retry_failed_stream,

@@ -114,6 +114,7 @@ QUEUE_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "fence_mismatch": lambda r, c, n: _fence_mismatch(r, c.fence, n),
     "cancel_requested": lambda r, c, n: r.cancel_requested is True,
     "no_cancel_request": lambda r, c, n: r.cancel_requested is False,
+    "pid_recorded": lambda r, c, n: not (r.pid is None),
     "retry_allowed": lambda r, c, n: c.retry is True and r.attempts < r.max_attempts,
     "streaming": lambda r, c, n: r.queue == QueueKind.STREAMING,
     "not_streaming": lambda r, c, n: r.queue != QueueKind.STREAMING,

@@ -536,6 +536,27 @@ async def test_shutdown_lets_handlers_finish_within_the_grace_then_gives_the_res
         assert not [task for task in pending if "Worker" in repr(task) or "_execute" in repr(task)]
 
 
+async def test_shutdown_does_not_give_back_a_launch_whose_process_started(db_url: str) -> None:
+    async with StreamingJobSource(db_url, config(db_url)) as source:
+        job_id = await source.submit_owned(StreamingJob("stream-a", "1"), submission_id="launch-1")
+        started = asyncio.Event()
+
+        async def launcher(claimed: Any, context: JobContext) -> None:
+            assert await context.set_pid(4242)
+            started.set()
+            await asyncio.sleep(30)
+
+        stop = asyncio.Event()
+        running = asyncio.create_task(Worker(source, launcher, shutdown_grace_s=0).run(stop))
+        await asyncio.wait_for(started.wait(), 10)
+        stop.set()
+        stats = await asyncio.wait_for(running, 10)
+        # Its process may still run: the claim is left to expire, the PID kept as evidence.
+        assert (stats.released, stats.abandoned) == (0, 1)
+        info = await source.get_job(job_id)
+        assert info is not None and (info.status, info.pid) == (JobStatus.CLAIMED, 4242)
+
+
 async def test_a_handler_that_ignores_its_cancellation_makes_shutdown_raise(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
