@@ -27,17 +27,16 @@ import time
 import uuid
 from typing import Any
 
-import psycopg
 from absurd_sdk import AsyncAbsurd
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from scratch_database import create_database  # noqa: E402
 
 CONCURRENCIES = (1, 4, 16)
 
 
 def fresh_database(server_dsn: str) -> str:
-    name = f"absurd_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    url = server_dsn.rsplit("/", 1)[0] + "/" + name
+    url = create_database(server_dsn, "absurd")
     absurdctl = pathlib.Path(sys.executable).parent / "absurdctl"
     subprocess.run([str(absurdctl), "init"], env={**os.environ, "ABSURD_DATABASE_URL": url}, check=True,
                    capture_output=True)

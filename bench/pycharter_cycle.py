@@ -25,22 +25,19 @@ import pathlib
 import statistics
 import sys
 import time
-import uuid
 from typing import Any
-
-import psycopg
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests" / "support"))
 import pycharter_client  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from scratch_database import create_database  # noqa: E402
 
 WORKERS = (1, 4, 16)
 
 
 def fresh_database(server_dsn: str) -> str:
-    name = f"pycharter_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    url = server_dsn.rsplit("/", 1)[0] + "/" + name
+    url = create_database(server_dsn, "pycharter")
     with contextlib.redirect_stdout(io.StringIO()):  # pycharter's CLI prints its progress
         assert pycharter_client.init(url)["status"] == 0
     return url

@@ -37,21 +37,15 @@ import re
 import sys
 from typing import Any
 
-from tenure.model import ConfigValidationError, JobInfo, JobStatus, QueueKind, TenureError, canonical_json
+from tenure.model import ConfigValidationError, JobInfo, JobStatus, QueueKind, canonical_json
 
-from ..queue import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from ..queue import JobSource
 from ..queue.operations import PURGE_LIMIT
 from ..queue.worker import MAX_ERROR_BYTES, error_text
 from .runs_cli import run_table
-from .worker_cli import NEVER_MIGRATED, refuse_never_migrated
+from .worker_cli import SOURCES, refused_unless_migrated
 
 __all__ = ["add_jobs_parser", "run_jobs", "parse_age"]
-
-SOURCES: dict[str, type[JobSource[Any]]] = {
-    QueueKind.VALIDATION.value: ValidationJobSource,
-    QueueKind.PIPELINE.value: PipelineJobSource,
-    QueueKind.STREAMING.value: StreamingJobSource,
-}
 
 _PROBE_JOB_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -217,13 +211,8 @@ async def _run(arguments: argparse.Namespace) -> int:
     if arguments.action == "retry" and arguments.queue == QueueKind.STREAMING.value:
         raise ConfigValidationError("invalid_arguments", fields=("queue",), problems=("validation_or_pipeline_required",))
     async with SOURCES[arguments.queue](arguments.db) as source:
-        try:
-            await source.get_job(_PROBE_JOB_ID)
-        except TenureError as error:
-            if error.reason not in NEVER_MIGRATED:
-                raise
-            return refuse_never_migrated(error.reason, "tenure jobs")
-        return await ACTIONS[arguments.action](source, arguments)
+        refused = await refused_unless_migrated(source.get_job(_PROBE_JOB_ID), "tenure jobs")
+        return refused if refused is not None else await ACTIONS[arguments.action](source, arguments)
 
 
 def run_jobs(arguments: argparse.Namespace) -> int:

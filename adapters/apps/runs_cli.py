@@ -62,7 +62,7 @@ from ..runs import (
     Workflows,
 )
 from ..runs.workflows import resume_and_publish
-from .worker_cli import NEVER_MIGRATED, load_handler, refuse_never_migrated
+from .worker_cli import load_handler, refused_unless_migrated
 
 __all__ = ["add_runs_parser", "run_runs", "run_table"]
 
@@ -364,13 +364,8 @@ async def _run(arguments: argparse.Namespace) -> int:
         # migrated is a refusal (exit 2) for every action, and nothing has been written yet.
         # A read by an ID no Run has: it meets the tables but no stored document, so one
         # unreadable Run (corrupt_row) cannot stop the commands that would mend it.
-        try:
-            await ledger.get(_PROBE_RUN_ID)
-        except TenureError as error:
-            if error.reason not in NEVER_MIGRATED:
-                raise
-            return refuse_never_migrated(error.reason, "tenure runs")
-        return await ACTIONS[arguments.action](ledger, arguments)
+        refused = await refused_unless_migrated(ledger.get(_PROBE_RUN_ID), "tenure runs")
+        return refused if refused is not None else await ACTIONS[arguments.action](ledger, arguments)
 
 
 def run_runs(arguments: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ import importlib
 import logging
 import signal
 import sys
+from collections.abc import Awaitable
 from typing import Any
 
 from tenure.model import ConfigValidationError, ErrorCode, TenureError, WorkerConfig
@@ -29,7 +30,8 @@ from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, Va
 from ..queue.worker import Worker, WorkerStats
 from .reporting import report_refusal  # the one refusal format of every subcommand
 
-__all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line", "NEVER_MIGRATED", "refuse_never_migrated"]
+__all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line", "NEVER_MIGRATED", "refuse_never_migrated",
+           "refused_unless_migrated", "SOURCES"]
 
 SOURCES: dict[str, type[JobSource[Any]]] = {
     "validation": ValidationJobSource,
@@ -85,6 +87,18 @@ def refuse_never_migrated(reason: str, command: str) -> int:
     """Say that ``command`` needs ``tenure migrate`` first; the exit status 2."""
     print(f"refused: {reason}: run `tenure migrate --db URL` first ({command} never migrates)")
     return 2
+
+
+async def refused_unless_migrated(probe: Awaitable[Any], command: str) -> int | None:
+    """Await ``probe`` (a read that meets the tables): None when the database is
+    migrated, else the refusal's exit status 2 once said; any other failure raises."""
+    try:
+        await probe
+    except TenureError as error:
+        if error.reason not in NEVER_MIGRATED:
+            raise
+        return refuse_never_migrated(error.reason, command)
+    return None
 
 
 def _refused(error: ConfigValidationError) -> int:
