@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from tenure.model import ErrorCode
@@ -392,7 +392,19 @@ class Finder:
     name: str
     any_of: tuple[tuple[Condition, ...], ...]
     order: tuple[str, ...] = ()
+    """Field names, each ascending, or descending when prefixed with ``-`` (``-priority``)."""
     lock: str = "wait"
+
+    def ordering(self) -> tuple[tuple[str, bool], ...]:
+        """``order`` as ``(field, descending)`` pairs."""
+        return tuple((name[1:], True) if name.startswith("-") else (name, False) for name in self.order)
+
+    def sorted(self, records: Iterable[Any]) -> list[Any]:
+        """``records`` in this finder's order (stable: the sorts run from the last field)."""
+        result = list(records)
+        for field, descending in reversed(self.ordering()):
+            result.sort(key=lambda record: getattr(record, field), reverse=descending)
+        return result
 
     def matches(self, record: Any, parameters: Mapping[str, Any]) -> bool:
         return any(all(condition.holds(record, parameters) for condition in conjunction) for conjunction in self.any_of)

@@ -35,10 +35,12 @@ from .envelopes import (
     ClaimedJob,
     ClaimedPipelineJob,
     ClaimedStreamingJob,
+    ClaimedTask,
     JobInfo,
     PipelineJob,
     StreamingJob,
     SubmissionEnvelope,
+    TaskJob,
     ValidationJob,
 )
 from .errors import ConfigValidationError, ErrorCode, TenureError
@@ -82,7 +84,7 @@ from .runs import (
     parse_hop_key,
     broker_priority,
 )
-from .states import TERMINAL_STATUSES, JobStatus, QueueKind
+from .states import PYCHARTER_QUEUES, TERMINAL_STATUSES, JobStatus, QueueKind
 from .validation import datetime_to_micros
 
 __all__ = [
@@ -112,6 +114,9 @@ __all__ = [
     "ClaimedJob",
     "ClaimedPipelineJob",
     "ClaimedStreamingJob",
+    "ClaimedTask",
+    "TaskJob",
+    "PYCHARTER_QUEUES",
     "PipelineJob",
     "StreamingJob",
     "SubmissionEnvelope",

@@ -18,6 +18,9 @@ __all__ = [
     "MAX_CONTRACT_VERSION_CHARS",
     "MAX_CONFIG_NAME_CHARS",
     "MAX_CONFIG_VERSION_CHARS",
+    "MAX_QUEUE_NAME_CHARS",
+    "MAX_TASK_NAME_CHARS",
+    "MAX_PRIORITY",
     "INT32_MAX",
     "INT64_MAX",
     "MAX_LEASE_SECONDS",
@@ -42,6 +45,13 @@ MAX_CONTRACT_NAME_CHARS = 255
 MAX_CONTRACT_VERSION_CHARS = 50
 MAX_CONFIG_NAME_CHARS = 512
 MAX_CONFIG_VERSION_CHARS = 64
+
+MAX_QUEUE_NAME_CHARS = 63
+"""A task queue's name is an identifier of at most 63 characters (a PostgreSQL identifier)."""
+
+MAX_TASK_NAME_CHARS = 255
+MAX_PRIORITY = 100
+"""Task priorities are 0..100; a higher priority is claimed first."""
 
 INT32_MAX = 2**31 - 1
 """max_attempts and PIDs are in 1..INT32_MAX."""

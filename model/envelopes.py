@@ -30,11 +30,15 @@ from .validation import (
     JobIdText,
     JsonObject,
     NonEmptyText,
+    NonNegativeMs,
     PositiveInt32,
+    Priority,
+    QueueNameText,
     RunIdText,
     StrictBool,
     StrictModel,
     StringMap,
+    TaskNameText,
     take_canonical_text,
 )
 
@@ -42,10 +46,12 @@ __all__ = [
     "ValidationJob",
     "PipelineJob",
     "StreamingJob",
+    "TaskJob",
     "SubmissionEnvelope",
     "ClaimedJob",
     "ClaimedPipelineJob",
     "ClaimedStreamingJob",
+    "ClaimedTask",
     "ENVELOPE_FOR_QUEUE",
     "DEFAULT_MAX_ATTEMPTS",
     "JobInfo",
@@ -205,20 +211,76 @@ class StreamingJob(_Envelope):
         return f"streaming:{self.config_name}@{self.config_version}"
 
 
-SubmissionEnvelope = ValidationJob | PipelineJob | StreamingJob
+class TaskJob(_Envelope):
+    """Run the task ``task_name`` with keyword arguments ``args`` (a JSON object) on the
+    task queue ``queue_name``.
+
+    ``priority`` (0..100, default 0): a higher priority is claimed first, then the
+    earlier due time, then the earlier submission. The retry policy travels with the
+    task, so a retry follows the policy it was deferred under even after a deploy:
+    a retried attempt waits ``min(retry_max_ms, retry_base_ms * 2**(attempt - 1))``,
+    less a random part of up to half of it when ``retry_jitter`` (so that tasks failing
+    together do not retry together).
+    """
+
+    queue: ClassVar[QueueKind] = QueueKind.TASK
+    json_fields: ClassVar[tuple[str, ...]] = ("args",)
+
+    queue_name: QueueNameText
+    task_name: TaskNameText
+    args: JsonObject
+    priority: Priority = 0
+    retry_base_ms: NonNegativeMs = 1000
+    retry_max_ms: NonNegativeMs = 300_000
+    retry_jitter: StrictBool = True
+    job_id: JobIdText | None = None
+    fires_at: AwareDatetime | None = None
+    max_attempts: PositiveInt32 | None = None
+
+    def __init__(
+        self,
+        queue_name: str,
+        task_name: str,
+        args: dict[str, Any] | None = None,
+        priority: int = 0,
+        retry_base_ms: int = 1000,
+        retry_max_ms: int = 300_000,
+        retry_jitter: bool = True,
+        job_id: str | None = None,
+        fires_at: dt.datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> None:
+        super().__init__(
+            queue_name=queue_name,
+            task_name=task_name,
+            args={} if args is None else args,
+            priority=priority,
+            retry_base_ms=retry_base_ms,
+            retry_max_ms=retry_max_ms,
+            retry_jitter=retry_jitter,
+            job_id=job_id,
+            fires_at=fires_at,
+            max_attempts=max_attempts,
+        )
+
+
+SubmissionEnvelope = ValidationJob | PipelineJob | StreamingJob | TaskJob
 
 ENVELOPE_FOR_QUEUE: dict[QueueKind, type[StrictModel]] = {
     QueueKind.VALIDATION: ValidationJob,
     QueueKind.PIPELINE: PipelineJob,
     QueueKind.STREAMING: StreamingJob,
+    QueueKind.TASK: TaskJob,
 }
 
 DEFAULT_MAX_ATTEMPTS: dict[QueueKind, int] = {
     QueueKind.VALIDATION: 5,
     QueueKind.PIPELINE: 5,
     QueueKind.STREAMING: 3,
+    QueueKind.TASK: 3,
 }
-"""Used when neither the envelope nor WorkerConfig sets max_attempts (the legacy defaults)."""
+"""Used when neither the envelope nor WorkerConfig sets max_attempts (the legacy defaults;
+a task gets three, so that a worker lost mid-task does not fail it outright)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -254,6 +316,15 @@ class ClaimedStreamingJob:
     claim_fence: QueueClaimFence | None
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedTask:
+    """A claimed task: this claim's attempt number, the deferred envelope and its fence."""
+
+    job_id: str
+    attempt: int
+    job: TaskJob
+    claim_fence: QueueClaimFence | None
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class JobInfo:
@@ -281,3 +352,5 @@ class JobInfo:
     result: Any
     dlq_record_id: str | None
     job: SubmissionEnvelope
+    progress: Any = None
+    """A task's last reported progress (None for pycharter's queues)."""

@@ -62,6 +62,10 @@ _AUTHORED_FIELDS: dict[QueueKind, tuple[str, ...]] = {
         "config_name", "config_version", "variables", "force",
         "job_id", "fires_at", "max_attempts",
     ),
+    QueueKind.TASK: (
+        "queue_name", "task_name", "args", "priority", "retry_base_ms", "retry_max_ms", "retry_jitter",
+        "job_id", "fires_at", "max_attempts",
+    ),
 }
 
 
@@ -99,6 +103,10 @@ class SubmissionSnapshot:
     active_key: str | None
     """Streaming only: ``streaming:{config_name}@{config_version}``."""
     force: bool
+    queue_name: str | None = None
+    """Tasks only: the task queue's name."""
+    priority: int = 0
+    """Tasks only: the claim priority."""
 
     def envelope(self) -> SubmissionEnvelope:
         """A fresh envelope equal to the one submitted (a new object each call)."""
@@ -137,6 +145,8 @@ class FrozenEnvelope:
     max_attempts: int | None
     active_key: str | None
     force: bool
+    queue_name: str | None = None
+    priority: int = 0
 
     def envelope(self) -> SubmissionEnvelope:
         return envelope_from_authored_json(self.queue, self.authored_json)
@@ -230,6 +240,8 @@ def freeze_envelope(queue: QueueKind, job: object) -> FrozenEnvelope:
         max_attempts=values["max_attempts"],
         active_key=active_key,
         force=bool(values.get("force", False)),
+        queue_name=values.get("queue_name"),
+        priority=values.get("priority", 0),
     )
 
 
@@ -252,4 +264,6 @@ def snapshot_submission(
         max_attempts=frozen.max_attempts,
         active_key=frozen.active_key,
         force=frozen.force,
+        queue_name=frozen.queue_name,
+        priority=frozen.priority,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["QueueKind", "JobStatus", "TERMINAL_STATUSES"]
+__all__ = ["QueueKind", "PYCHARTER_QUEUES", "JobStatus", "TERMINAL_STATUSES"]
 
 
 class QueueKind(enum.Enum):
@@ -13,6 +13,12 @@ class QueueKind(enum.Enum):
     VALIDATION = "validation"
     PIPELINE = "pipeline"
     STREAMING = "streaming"
+    TASK = "task"
+    """tenure's general tasks (``tenure_tasks``): any named queue, any task name."""
+
+
+PYCHARTER_QUEUES: tuple[QueueKind, ...] = (QueueKind.VALIDATION, QueueKind.PIPELINE, QueueKind.STREAMING)
+"""The queues of pycharter's three job tables (legacy writes and claims are theirs only)."""
 
 
 class JobStatus(enum.Enum):

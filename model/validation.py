@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import threading
 from collections.abc import Callable
 from typing import Annotated, Any, overload
@@ -33,6 +34,10 @@ __all__ = [
     "ConfigNameText",
     "ConfigVersionText",
     "NonEmptyText",
+    "QueueNameText",
+    "TaskNameText",
+    "Priority",
+    "is_queue_name",
     "PositiveInt32",
     "AwareDatetime",
     "JsonObject",
@@ -88,6 +93,52 @@ ContractVersionText = Annotated[str, PlainValidator(_text_check(bounds.MAX_CONTR
 ConfigNameText = Annotated[str, PlainValidator(_text_check(bounds.MAX_CONFIG_NAME_CHARS))]
 ConfigVersionText = Annotated[str, PlainValidator(_text_check(bounds.MAX_CONFIG_VERSION_CHARS))]
 NonEmptyText = Annotated[str, PlainValidator(_text_check(10**9))]
+
+_QUEUE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,%d}" % (bounds.MAX_QUEUE_NAME_CHARS - 1))
+_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[.:][A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def is_queue_name(value: object) -> bool:
+    """An ASCII identifier of at most 63 characters (letters, digits, underscores; not
+    starting with a digit): safe in every log line, metric label and channel name."""
+    return type(value) is str and _QUEUE_NAME.fullmatch(value) is not None
+
+
+def _check_queue_name(value: object) -> str:
+    if type(value) is not str:
+        raise _refuse("string_required")
+    if not is_queue_name(value):
+        raise _refuse("identifier_required")
+    return value
+
+
+def _check_task_name(value: object) -> str:
+    if type(value) is not str:
+        raise _refuse("string_required")
+    if len(value) > bounds.MAX_TASK_NAME_CHARS:
+        raise _refuse("string_too_long")
+    if _TASK_NAME.fullmatch(value) is None:
+        raise _refuse("dotted_identifier_required")
+    return value
+
+
+QueueNameText = Annotated[str, PlainValidator(_check_queue_name)]
+"""A task queue's name (see :func:`is_queue_name`)."""
+TaskNameText = Annotated[str, PlainValidator(_check_task_name)]
+"""A task's name: identifiers joined by ``.`` or ``:`` (``billing.send_invoice``), at most
+255 characters."""
+
+
+def _check_priority(value: object) -> int:
+    if not bounds.is_strict_int(value):
+        raise _refuse("integer_required")
+    if not 0 <= value <= bounds.MAX_PRIORITY:  # type: ignore[operator]
+        raise _refuse("integer_out_of_range")
+    return value  # type: ignore[return-value]
+
+
+Priority = Annotated[int, PlainValidator(_check_priority)]
+"""0..100; a higher priority is claimed first."""
 
 
 def _check_positive_int32(value: object) -> int:

@@ -29,6 +29,7 @@ __all__ = [
     "SQLITE",
     "POSTGRESQL",
     "CompiledFinder",
+    "order_sql",
     "TableStatements",
     "compile_finder",
     "statements_for",
@@ -128,6 +129,12 @@ def _condition_sql(
 
 
 @functools.cache
+def order_sql(binding: Binding, finder: Finder) -> str:
+    """The finder's ORDER BY list (``-field``: that column descending)."""
+    return ", ".join(binding.column_of(field).name + (" DESC" if descending else "")
+                     for field, descending in finder.ordering())
+
+
 def compile_finder(
     binding: Binding, finder: Finder, caps: Capabilities, schema: str | None, *, limited: bool = False,
     versioned: bool = False,
@@ -151,7 +158,7 @@ def compile_finder(
     if where != "TRUE":
         sql += f" WHERE {where}"
     if finder.order:
-        sql += " ORDER BY " + ", ".join(binding.column_of(field).name for field in finder.order)
+        sql += " ORDER BY " + order_sql(binding, finder)
     if limited:
         sql += " LIMIT :limit"
     sql += {"wait": caps.lock_wait, "skip": caps.lock_skip, "none": ""}[finder.lock]

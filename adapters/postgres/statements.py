@@ -34,7 +34,7 @@ from typing import Any
 
 from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, SetValue
 
-from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder, update_sql
+from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder, order_sql, update_sql
 from ..core.sql import insert_sql as plain_insert_sql
 from ..core.store import Expected, Probe
 from ..core.tables import ROW_VERSION, Binding, RowCodec, qualified
@@ -655,7 +655,7 @@ def _claim_text(
                         for number, blocker in enumerate(blockers))
     compiled_check = compile_finder(binding, check, POSTGRESQL, schema)
     check_where = PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":check_{m.group(1)}", compiled_check.where)
-    order = ", ".join(binding.column_of(field).name for field in pick[0].order)
+    order = order_sql(binding, pick[0])
     sql, attributes = pick_sql(binding, schema, pick_select, order, blocker_sql, check_where, rewrite, types)
     return sql.replace(":now", "(SELECT now FROM clock)"), attributes, compiled_check
 

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from tenure.model import QueueClaimFence, QueueKind, bounds
 from tenure.model.bounds import MAX_INSTANT_US
+from tenure.model.validation import is_queue_name
 
 __all__ = [
     "ClaimFence",
@@ -33,6 +34,7 @@ __all__ = [
     "ReadStateOwned",
     "AcknowledgeCancelOwned",
     "ReleaseOwned",
+    "ProgressOwned",
     "RequestCancel",
     "CancelAdmin",
     "RetryFailed",
@@ -52,10 +54,14 @@ __all__ = [
     "command_violations",
     "is_well_formed_command",
     "MAX_LEASE_US",
+    "MAX_JITTER_PER_MILLE",
     "MAX_NOW_US",
 ]
 
 MAX_LEASE_US = bounds.MAX_LEASE_SECONDS * 1_000_000
+
+MAX_JITTER_PER_MILLE = 500
+"""A retry's jitter takes at most half of its delay."""
 
 MAX_NOW_US = MAX_INSTANT_US - MAX_LEASE_US - bounds.MAX_BACKOFF_MS * 1000
 """The latest database time the kernel accepts: late enough (year 9997) that a lease or a
@@ -80,6 +86,7 @@ class QueueCommandType(enum.Enum):
     READ_STATE_OWNED = "read_state_owned"
     ACKNOWLEDGE_CANCEL_OWNED = "acknowledge_cancel_owned"
     RELEASE_OWNED = "release_owned"
+    PROGRESS_OWNED = "progress_owned"
     REQUEST_CANCEL = "request_cancel"
     CANCEL_ADMIN = "cancel_admin"
     RETRY_FAILED = "retry_failed"
@@ -133,6 +140,10 @@ class SubmitOwned:
     idempotency_key: str | None
     active_key: str | None
     payload: tuple[str | None, ...]
+    queue_name: str | None = None
+    """Tasks only: the task queue the row joins."""
+    priority: int = 0
+    """Tasks only: 0..100, higher claimed first."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +159,8 @@ class SubmitLegacy:
     idempotency_key: str | None
     active_key: str | None
     payload: tuple[str | None, ...]
+    queue_name: str | None = None
+    priority: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +188,8 @@ class ClaimOwned:
     nonce_already_stored: bool
     """Observed under the lock: some row of this queue already stores this token."""
     lease_us: int
+    queue_names: tuple[str, ...] | None = None
+    """Tasks: the task queues this claim serves (None: any row of the table)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,6 +199,7 @@ class ClaimLegacy:
     kind: ClassVar[QueueCommandType] = QueueCommandType.CLAIM_LEGACY
     owner_id: str
     lease_us: int
+    queue_names: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -225,6 +241,9 @@ class FailOwned:
     dlq_record_id: str | None
     backoff_base_ms: int
     backoff_max_ms: int
+    jitter_per_mille: int = 0
+    """A retry's delay is shortened by this many thousandths (0..500), drawn by the caller
+    (the kernel generates nothing): tasks failing together do not retry together."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,6 +272,15 @@ class ReleaseOwned:
 
     kind: ClassVar[QueueCommandType] = QueueCommandType.RELEASE_OWNED
     fence: ClaimFence
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressOwned:
+    """Record a task handler's progress report (a small JSON text) on its live claim."""
+
+    kind: ClassVar[QueueCommandType] = QueueCommandType.PROGRESS_OWNED
+    fence: ClaimFence
+    progress_json: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,6 +326,7 @@ class FailLegacy:
     dlq_record_id: str | None
     backoff_base_ms: int
     backoff_max_ms: int
+    jitter_per_mille: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -322,7 +351,7 @@ class PurgeFinished:
 Command = (
     SubmitOwned | SubmitLegacy | ReleaseKeyForOwned | ReleaseKeyForLegacy | ClaimOwned
     | ClaimLegacy | RecoverOwned | ExpireLease | HeartbeatOwned | CompleteOwned | FailOwned
-    | SetPidOwned | ReadStateOwned | AcknowledgeCancelOwned | ReleaseOwned | RequestCancel | CancelAdmin | RetryFailed
+    | SetPidOwned | ReadStateOwned | AcknowledgeCancelOwned | ReleaseOwned | ProgressOwned | RequestCancel | CancelAdmin | RetryFailed
     | HeartbeatLegacy | CompleteLegacy | FailLegacy | SetPidLegacy | DeleteLegacy | PurgeFinished
 )
 
@@ -334,6 +363,7 @@ FENCED_COMMANDS = frozenset({
     QueueCommandType.READ_STATE_OWNED,
     QueueCommandType.ACKNOWLEDGE_CANCEL_OWNED,
     QueueCommandType.RELEASE_OWNED,
+    QueueCommandType.PROGRESS_OWNED,
 })
 """Commands that present a fence and may apply only while it matches a live claim."""
 
@@ -399,6 +429,9 @@ def _submission_violations(command: SubmitOwned | SubmitLegacy) -> list[str]:
         else command.active_key is None,
         "payload": type(command.payload) is tuple
         and all(part is None or type(part) is str for part in command.payload),
+        "queue_name": is_queue_name(command.queue_name) if queue is QueueKind.TASK else command.queue_name is None,
+        "priority": bounds.is_strict_int(command.priority)
+        and (0 <= command.priority <= bounds.MAX_PRIORITY if queue is QueueKind.TASK else command.priority == 0),
     }
     if isinstance(command, SubmitOwned):
         checks["submission_id"] = _text(command.submission_id, bounds.MAX_IDENTITY_CHARS)
@@ -424,6 +457,14 @@ def _failure(command: FailOwned | FailLegacy) -> bool:
         and type(command.retry) is bool
         and _optional_text(command.dlq_record_id, bounds.MAX_DLQ_ID_CHARS)
         and _backoff(command)
+        and bounds.is_strict_int(command.jitter_per_mille)
+        and 0 <= command.jitter_per_mille <= MAX_JITTER_PER_MILLE
+    )
+
+
+def _queue_names(value: object) -> bool:
+    return value is None or (
+        type(value) is tuple and len(value) > 0 and all(is_queue_name(name) for name in value)
     )
 
 
@@ -456,8 +497,15 @@ def command_violations(command: Command) -> list[str]:
             "claim_token": _text(command.claim_token, bounds.MAX_IDENTITY_CHARS),
             "nonce_already_stored": type(command.nonce_already_stored) is bool,
             "lease_us": _lease(command.lease_us),
+            "queue_names": _queue_names(command.queue_names),
         }
-    elif isinstance(command, (ClaimLegacy, HeartbeatLegacy)):
+    elif isinstance(command, ClaimLegacy):
+        checks = {
+            "owner_id": _text(command.owner_id, bounds.MAX_IDENTITY_CHARS),
+            "lease_us": _lease(command.lease_us),
+            "queue_names": _queue_names(command.queue_names),
+        }
+    elif isinstance(command, HeartbeatLegacy):
         checks = {
             "owner_id": _text(command.owner_id, bounds.MAX_IDENTITY_CHARS),
             "lease_us": _lease(command.lease_us),
@@ -478,6 +526,8 @@ def command_violations(command: Command) -> list[str]:
         checks = {"fence": _fence(command.fence), "failure": _failure(command)}
     elif isinstance(command, SetPidOwned):
         checks = {"fence": _fence(command.fence), "pid": _pid(command.pid)}
+    elif isinstance(command, ProgressOwned):
+        checks = {"fence": _fence(command.fence), "progress_json": type(command.progress_json) is str}
     elif isinstance(command, (ReadStateOwned, AcknowledgeCancelOwned, ReleaseOwned)):
         checks = {"fence": _fence(command.fence)}
     elif isinstance(command, CompleteLegacy):

@@ -8,7 +8,8 @@ submission meets; the engine and the lockstep model both use them, so which row 
 command meets is decided here, once.
 
 Order matters where a limit applies: claims take the earliest due row, then the
-smallest job ID, so every store (and the lockstep model) picks the same ones.
+smallest job ID (tasks: the highest priority first), so every store (and the lockstep
+model) picks the same ones.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ __all__ = [
     "eligible_legacy",
     "claimable",
     "claimable_legacy",
+    "eligible_tasks",
+    "eligible_tasks_legacy",
+    "claimable_tasks",
+    "claimable_tasks_legacy",
+    "claim_finders",
     "expired",
     "finished_before",
     "all_rows",
@@ -79,6 +85,29 @@ claimable_legacy = Finder(
     "claimable_legacy", ((*eligible_legacy.any_of[0], _GENERATION_LEFT),), order=eligible_legacy.order, lock="skip"
 )
 """The same for a legacy claim."""
+
+_OF_QUEUES = Condition("queue_name", "in", Param("queues"))
+_TASK_ORDER = ("-priority", "fires_at_us", "job_id")
+
+eligible_tasks = Finder("eligible_tasks", ((*eligible.any_of[0], _OF_QUEUES),), order=_TASK_ORDER, lock="skip")
+"""Tasks an owned claim serving ``:queues`` may take: highest priority first, then the
+earliest due, then the smallest (time-ordered, so the earliest submitted) job ID."""
+
+eligible_tasks_legacy = Finder("eligible_tasks_legacy", ((*eligible_legacy.any_of[0], _OF_QUEUES),),
+                               order=_TASK_ORDER, lock="skip")
+claimable_tasks = Finder("claimable_tasks", ((*eligible_tasks.any_of[0], _GENERATION_LEFT),), order=_TASK_ORDER,
+                         lock="skip")
+claimable_tasks_legacy = Finder("claimable_tasks_legacy", ((*eligible_tasks_legacy.any_of[0], _GENERATION_LEFT),),
+                                order=_TASK_ORDER, lock="skip")
+
+
+def claim_finders(queue: QueueKind, *, owned: bool) -> tuple[Finder, Finder]:
+    """``(eligible, claimable)`` for a claim of ``queue``'s table (tasks: parameter
+    ``queues``, the task queues the claim serves)."""
+    if queue is QueueKind.TASK:
+        return (eligible_tasks, claimable_tasks) if owned else (eligible_tasks_legacy, claimable_tasks_legacy)
+    return (eligible, claimable) if owned else (eligible_legacy, claimable_legacy)
+
 
 expired = Finder(
     "expired",

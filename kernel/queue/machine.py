@@ -96,6 +96,7 @@ __all__ = [
     "fence_matches",
     "claim_identity_problem",
     "backoff_delay_us",
+    "jittered_us",
     "transition_violations",
     "LEASE_EXPIRED_ERROR",
 ]
@@ -216,6 +217,9 @@ GUARDS: dict[str, Guard] = {
     "not_forced": lambda record, command, now_us: not command.force,
     # Claims
     "nonce_stored": lambda record, command, now_us: command.nonce_already_stored,
+    "other_queue": lambda record, command, now_us: (
+        command.queue_names is not None and record.queue_name not in command.queue_names
+    ),
     "not_due": lambda record, command, now_us: record.fires_at_us > now_us,
     "attempts_exhausted": lambda record, command, now_us: record.attempts >= record.max_attempts,
     "generation_exhausted": lambda record, command, now_us: record.generation >= bounds.INT64_MAX,
@@ -239,6 +243,7 @@ GUARDS: dict[str, Guard] = {
     ),
     "not_streaming": lambda record, command, now_us: record.queue is not QueueKind.STREAMING,
     "streaming": lambda record, command, now_us: record.queue is QueueKind.STREAMING,
+    "not_task": lambda record, command, now_us: record.queue is not QueueKind.TASK,
     # Retention
     "finished_after_cutoff": lambda record, command, now_us: (
         record.completed_at_us is None or record.completed_at_us >= command.older_than_us
@@ -247,6 +252,17 @@ GUARDS: dict[str, Guard] = {
 
 
 # --- Effects: named pure functions producing the new record and the reply. -----------
+
+
+def jittered_us(delay_us: int, jitter_per_mille: int) -> int:
+    """``delay_us`` shortened by ``jitter_per_mille`` thousandths (clamped to 0..500), so
+    a jittered delay is never longer than the plain one nor shorter than half of it.
+
+    post: 0 <= __return__ <= max(0, delay_us)
+    """
+    share = 0 if jitter_per_mille < 0 else (500 if jitter_per_mille > 500 else jitter_per_mille)
+    delay = delay_us if delay_us > 0 else 0
+    return delay - delay * share // 1000
 
 
 def backoff_delay_us(attempts: int, base_ms: int, max_ms: int) -> int:
@@ -304,6 +320,8 @@ def _insert(command: Any, now_us: int, *, owned: bool) -> Applied[QueueRow]:
         claimed_at_us=None,
         lease_expires_at_us=None,
         fires_at_us=now_us if command.fires_at_us is None else command.fires_at_us,
+        queue_name=command.queue_name,
+        priority=command.priority,
         created_at_us=now_us,
         completed_at_us=None,
         cancel_requested=False,
@@ -352,7 +370,8 @@ def _claim(rewrite: Rewrite, record: QueueRow, command: Any, now_us: int) -> App
 
 def _fail(record: QueueRow, command: Any, now_us: int, *, retry: bool) -> Applied[QueueRow]:
     if retry:
-        delay_us = backoff_delay_us(record.attempts, command.backoff_base_ms, command.backoff_max_ms)
+        delay_us = jittered_us(backoff_delay_us(record.attempts, command.backoff_base_ms, command.backoff_max_ms),
+                               command.jitter_per_mille)
         return Applied(_requeue(record, now_us + delay_us, error_message=command.error_message), Ack())
     return Applied(
         _finish(
@@ -390,7 +409,7 @@ MOVING_FIELDS: dict[str, tuple[str, ...]] = {
     "claim_owned": ("claimed_at_us", "lease_expires_at_us"),
     "claim_legacy": ("claimed_at_us", "lease_expires_at_us"),
     **{effect: () for effect in ("replay", "release_key", "recover", "requeue_expired", "record_pid",
-                                 "read_state", "request_cancel", "release", "delete")},
+                                 "read_state", "request_cancel", "release", "record_progress", "delete")},
 }
 """The fields each effect sets to the time plus an offset (the others keep or set fixed
 values). Submissions are not declared (whether ``fires_at`` moves depends on the
@@ -433,6 +452,9 @@ EFFECTS: dict[str, Effect] = {
     "fail": lambda record, command, now_us: _fail(record, command, now_us, retry=False),
     "record_pid": lambda record, command, now_us: Applied(
         replace_fields(record, pid=command.pid), Ack()
+    ),
+    "record_progress": lambda record, command, now_us: Applied(
+        replace_fields(record, progress_json=command.progress_json), Ack()
     ),
     "read_state": lambda record, command, now_us: _unchanged(
         record, StreamingStateReply(record.cancel_requested, record.pid)
@@ -497,6 +519,7 @@ ROWS: tuple[Row, ...] = (
     Row((S.ABSENT,), C.CLAIM_OWNED, "nonce_stored", SAME, R.NONCE_REUSED),
     Row((S.ABSENT,), C.CLAIM_OWNED, "always", SAME, R.NO_ELIGIBLE_JOB),
     Row((S.PENDING,), C.CLAIM_OWNED, "nonce_stored", SAME, R.NONCE_REUSED),
+    Row((S.PENDING,), C.CLAIM_OWNED, "other_queue", SAME, R.NOT_ELIGIBLE),
     Row((S.PENDING,), C.CLAIM_OWNED, "not_due", SAME, R.NOT_ELIGIBLE),
     Row((S.PENDING,), C.CLAIM_OWNED, "attempts_exhausted", SAME, R.NOT_ELIGIBLE),
     Row((S.PENDING,), C.CLAIM_OWNED, "generation_exhausted", SAME, R.GENERATION_EXHAUSTED),
@@ -505,6 +528,7 @@ ROWS: tuple[Row, ...] = (
     Row(_CLAIMED_OR_FINISHED, C.CLAIM_OWNED, "always", SAME, R.NOT_ELIGIBLE),
     Row((S.ABSENT,), C.CLAIM_LEGACY, "always", SAME, R.NO_ELIGIBLE_JOB),
     Row((S.PENDING,), C.CLAIM_LEGACY, "protected", SAME, R.NOT_ELIGIBLE),
+    Row((S.PENDING,), C.CLAIM_LEGACY, "other_queue", SAME, R.NOT_ELIGIBLE),
     Row((S.PENDING,), C.CLAIM_LEGACY, "not_due", SAME, R.NOT_ELIGIBLE),
     Row((S.PENDING,), C.CLAIM_LEGACY, "attempts_exhausted", SAME, R.NOT_ELIGIBLE),
     Row((S.PENDING,), C.CLAIM_LEGACY, "generation_exhausted", SAME, R.GENERATION_EXHAUSTED),
@@ -566,6 +590,12 @@ ROWS: tuple[Row, ...] = (
     Row((S.CLAIMED,), C.RELEASE_OWNED, "cancel_requested", SAME, R.CANCEL_REQUESTED),
     Row((S.CLAIMED,), C.RELEASE_OWNED, "pid_recorded", SAME, R.OPERATION_INELIGIBLE),
     Row((S.CLAIMED,), C.RELEASE_OWNED, "always", S.PENDING, "release"),
+    Row((S.ABSENT,), C.PROGRESS_OWNED, "always", SAME, R.NOT_FOUND),
+    Row(_UNCLAIMED, C.PROGRESS_OWNED, "always", SAME, R.NOT_CLAIMED),
+    Row((S.CLAIMED,), C.PROGRESS_OWNED, "fence_mismatch", SAME, R.STALE_FENCE),
+    Row((S.CLAIMED,), C.PROGRESS_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
+    Row((S.CLAIMED,), C.PROGRESS_OWNED, "not_task", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.CLAIMED,), C.PROGRESS_OWNED, "always", SAME, "record_progress"),
     Row((S.ABSENT,), C.REQUEST_CANCEL, "always", SAME, R.NOT_FOUND),
     Row((S.PENDING,), C.REQUEST_CANCEL, "not_streaming", SAME, R.OPERATION_INELIGIBLE),
     Row((S.PENDING,), C.REQUEST_CANCEL, "always", S.CANCELLED, "cancel"),
@@ -685,7 +715,7 @@ def claim_identity_problem(
 
 _IDENTITY_FIELDS = (
     "queue", "job_id", "run_id", "submission_id", "fingerprint", "fence_required",
-    "idempotency_key", "payload", "created_at_us", "max_attempts",
+    "idempotency_key", "payload", "created_at_us", "max_attempts", "queue_name", "priority",
 )
 
 
@@ -765,8 +795,9 @@ def transition_violations(
         and record.attempts < record.max_attempts
         and not (kind is QueueCommandType.CLAIM_OWNED and command.nonce_already_stored)  # type: ignore[union-attr]
         and not (kind is QueueCommandType.CLAIM_LEGACY and record.fence_required)
+        and (command.queue_names is None or record.queue_name in command.queue_names)  # type: ignore[union-attr]
     ):
-        broken.append("TR-Q8")  # a claim takes only a due, eligible row with a fresh nonce
+        broken.append("TR-Q8")  # a claim takes only a due, eligible row of its queues with a fresh nonce
     if kind is QueueCommandType.SUBMIT_OWNED and not (
         record.fence_required
         and record.submission_id == command.submission_id  # type: ignore[union-attr]

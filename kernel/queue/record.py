@@ -13,6 +13,7 @@ import enum
 
 from tenure.model import JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
+from tenure.model.validation import is_queue_name
 
 from ..core import replaced
 
@@ -62,6 +63,10 @@ class QueueRow:
 
     Streaming: ``cancel_requested`` and ``pid`` only while claimed; ``active_key`` while
     the launch is pending or claimed (every kernel move into a terminal status releases it).
+
+    Tasks: ``queue_name`` (identity: which task queue; None on pycharter's queues),
+    ``priority`` (identity: 0..100, higher claimed first; 0 elsewhere) and
+    ``progress_json`` (what the handler last reported through a fenced progress write).
     """
 
     queue: QueueKind
@@ -89,6 +94,9 @@ class QueueRow:
     error_message: str | None
     result_json: str | None
     payload: tuple[str | None, ...]
+    queue_name: str | None = None
+    priority: int = 0
+    progress_json: str | None = None
 
 
 _STATE_OF_STATUS = {status: QueueStep(status.value) for status in JobStatus}
@@ -161,18 +169,22 @@ def _types_and_bounds(record: QueueRow) -> list[str]:
         "result_json": record.result_json is None or type(record.result_json) is str,
         "payload": type(record.payload) is tuple
         and all(part is None or type(part) is str for part in record.payload),
+        "queue_name": record.queue_name is None or is_queue_name(record.queue_name),
+        "priority": bounds.is_strict_int(record.priority) and 0 <= record.priority <= bounds.MAX_PRIORITY,
+        "progress_json": record.progress_json is None or type(record.progress_json) is str,
     }
     return [f"INV-Q1.{name}" for name, ok in checks.items() if not ok]
 
 
 def record_violations(record: QueueRow) -> list[str]:
-    """The invariants (``INV-Q1`` ... ``INV-Q9`` in specs/queue.md) this record breaks."""
+    """The invariants (``INV-Q1`` ... ``INV-Q10`` in specs/queue.md) this record breaks."""
     broken = _types_and_bounds(record)
     if broken:
         return broken
     claimed = record.status is JobStatus.CLAIMED
     terminal = record.status in TERMINAL_STATUSES
     streaming = record.queue is QueueKind.STREAMING
+    task = record.queue is QueueKind.TASK
     rules = {
         # INV-Q2: a claim is live state: owner, start and lease exist exactly while claimed.
         "INV-Q2": (record.lease_expires_at_us is not None) == claimed
@@ -201,6 +213,9 @@ def record_violations(record: QueueRow) -> list[str]:
         "INV-Q9": (record.completed_at_us is not None) == terminal
         and (record.run_id is not None) == (record.queue is QueueKind.PIPELINE)
         and (record.dlq_record_id is None or not streaming),
+        # INV-Q10: a task names its queue; priorities and progress exist only on tasks.
+        "INV-Q10": (record.queue_name is not None) == task
+        and (task or (record.priority == 0 and record.progress_json is None)),
     }
     return [name for name, ok in rules.items() if not ok]
 

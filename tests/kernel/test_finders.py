@@ -5,19 +5,21 @@ finders). A finder that drifted from the guards would hand the kernel rows it re
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from attempt_strategies import attempt_records
-from queue_strategies import NOW, TOKENS, records
+from queue_strategies import NOW, TOKENS, queue_names_for, records
 from tenure.kernel.attempts import finders as attempt_finders
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied
 from tenure.kernel.queue import finders
 from tenure.kernel.queue.commands import ClaimLegacy, ClaimOwned, ExpireLease, PurgeFinished
 from tenure.kernel.queue.machine import QueueRefusal, decide, select_rule
-from tenure.kernel.queue.record import QueueRow, dedupe_key_of
-from tenure.model import UNRESOLVED_STATES
+from tenure.kernel.queue.record import QueueRow, QueueStep, dedupe_key_of
+from tenure.model import UNRESOLVED_STATES, QueueKind
 
 times = st.integers(NOW - 10**12, NOW + 10**12) | st.integers(NOW - 3, NOW + 3)
 
@@ -97,3 +99,27 @@ def test_the_eligibility_properties_have_teeth_a_due_row_matches_and_a_future_on
     if record.attempts < record.max_attempts:
         assert finders.eligible.matches(record, {"now": record.fires_at_us})
     assert not finders.eligible.matches(record, {"now": record.fires_at_us - 1})
+
+
+@given(record=records().filter(lambda r: r is not None), now=times, data=st.data())
+def test_the_task_finders_select_exactly_what_a_claim_serving_those_queues_takes(
+    record: QueueRow, now: int, data: st.DataObject
+) -> None:
+    queues = data.draw(queue_names_for(record).filter(lambda names: names is not None))
+    parameters = {"now": now, "queues": list(queues)}
+    fresh = ClaimOwned(owner_id="w", claim_token="fresh", nonce_already_stored=False, lease_us=1, queue_names=queues)
+    legacy = ClaimLegacy(owner_id="w", lease_us=1, queue_names=queues)
+    assert finders.eligible_tasks.matches(record, parameters) == _claimable(record, fresh, now)
+    assert finders.eligible_tasks_legacy.matches(record, parameters) == _claimable(record, legacy, now)
+    assert finders.claimable_tasks.matches(record, parameters) == isinstance(decide(record, fresh, now), Applied)
+    assert finders.claimable_tasks_legacy.matches(record, parameters) == isinstance(decide(record, legacy, now), Applied)
+
+
+@given(base=records(state=QueueStep.PENDING, queue=QueueKind.TASK))
+def test_tasks_are_taken_by_priority_then_due_time_then_job_id(base: QueueRow) -> None:
+    rows = [
+        dataclasses.replace(base, job_id=job_id, priority=priority, fires_at_us=fires_at, attempts=0,
+                            max_attempts=3, queue_name="emails")
+        for job_id, priority, fires_at in [("b", 0, 1), ("a", 0, 1), ("c", 50, 9), ("d", 50, 2), ("e", 100, 99)]
+    ]
+    assert [row.job_id for row in finders.eligible_tasks.sorted(rows)] == ["e", "d", "c", "a", "b"]

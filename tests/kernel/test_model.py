@@ -84,7 +84,7 @@ def test_worker_config_defaults_are_the_legacy_queue_defaults() -> None:
         300, 60, 1000, 300_000,
     )
     assert config.max_attempts is None
-    assert DEFAULT_MAX_ATTEMPTS == {QueueKind.VALIDATION: 5, QueueKind.PIPELINE: 5, QueueKind.STREAMING: 3}
+    assert DEFAULT_MAX_ATTEMPTS == {QueueKind.VALIDATION: 5, QueueKind.PIPELINE: 5, QueueKind.STREAMING: 3, QueueKind.TASK: 3}
 
 
 def test_worker_config_requires_the_heartbeat_to_be_shorter_than_the_lease() -> None:

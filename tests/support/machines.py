@@ -104,6 +104,7 @@ QUEUE_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "key_differs": lambda r, c, n: _requested_key(r, c) is None or _dedupe_key(r) != _requested_key(r, c),
     "not_forced": lambda r, c, n: c.force is False,
     "nonce_stored": lambda r, c, n: c.nonce_already_stored is True,
+    "other_queue": lambda r, c, n: not (c.queue_names is None or any(r.queue_name == q for q in c.queue_names)),
     "not_due": lambda r, c, n: n < r.fires_at_us,
     "attempts_exhausted": lambda r, c, n: not r.attempts < r.max_attempts,
     "generation_exhausted": lambda r, c, n: r.generation == INT64_MAX or r.generation > INT64_MAX,
@@ -118,6 +119,7 @@ QUEUE_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "retry_allowed": lambda r, c, n: c.retry is True and r.attempts < r.max_attempts,
     "streaming": lambda r, c, n: r.queue == QueueKind.STREAMING,
     "not_streaming": lambda r, c, n: r.queue != QueueKind.STREAMING,
+    "not_task": lambda r, c, n: r.queue != QueueKind.TASK,
     "finished_after_cutoff": lambda r, c, n: r.completed_at_us is None or not r.completed_at_us < c.older_than_us,
 }
 

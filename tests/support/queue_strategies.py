@@ -23,6 +23,7 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
+    ProgressOwned,
     PurgeFinished,
     QueueCommandType,
     QueueRow,
@@ -53,6 +54,8 @@ SUBMISSIONS = ["sub-1", "sub-2", "SUB-1"]
 FINGERPRINTS = ["v1:aaaa", "v1:bbbb"]
 KEYS = ["key-1", "key-2"]
 ACTIVE_KEYS = ["streaming:orders@1", "streaming:orders@2"]
+QUEUE_NAMES = ["emails", "reports", "Emails"]
+PRIORITIES = [0, 1, 50, 100]
 GENERATIONS = [1, 2, 3, bounds.INT64_MAX - 1, bounds.INT64_MAX]
 
 instants = st.one_of(
@@ -66,6 +69,8 @@ PAYLOADS: dict[QueueKind, tuple[str | None, ...]] = {
                            '{"fires_at":null,"job_id":null,"max_attempts":null}'),
     QueueKind.PIPELINE: ('{"concept_scheme":null,"config":{},"fail_fast":true,"variables":null}', None),
     QueueKind.STREAMING: ("orders", "1", '{"force":false,"variables":null}', None),
+    QueueKind.TASK: ("send_welcome", '{"user_id":1}', '{"retry_base_ms":0,"retry_jitter":false,"retry_max_ms":0}',
+                     None),
 }
 """A stored payload per queue (the kernel treats it as opaque identity)."""
 
@@ -76,7 +81,7 @@ def records(
     state: QueueStep | None = None,
     queue: QueueKind | None = None,
 ) -> QueueRow | None:
-    """A record keeping every invariant (INV-Q1 ... INV-Q9), or None for ``absent``."""
+    """A record keeping every invariant (INV-Q1 ... INV-Q10), or None for ``absent``."""
     if state is None:
         state = draw(st.sampled_from(QueueStep))
     if state is QueueStep.ABSENT:
@@ -85,6 +90,7 @@ def records(
     queue = queue or draw(st.sampled_from(QueueKind))
     claimed = status is JobStatus.CLAIMED
     streaming = queue is QueueKind.STREAMING
+    task = queue is QueueKind.TASK
     max_attempts = draw(small_attempts)
     if status is JobStatus.PENDING:
         attempts = draw(st.integers(0, min(max_attempts - 1, 5)))
@@ -127,6 +133,9 @@ def records(
         error_message=draw(st.none() | st.just("boom")),
         result_json=draw(st.none() | st.just('{"rows":3}')),
         payload=PAYLOADS[queue],
+        queue_name=draw(st.sampled_from(QUEUE_NAMES)) if task else None,
+        priority=draw(st.sampled_from(PRIORITIES)) if task else 0,
+        progress_json=draw(st.none() | st.just('{"done":1}')) if task else None,
     )
 
 
@@ -190,6 +199,8 @@ def submissions(draw: st.DrawFn, record: QueueRow | None, owned: bool) -> Submit
         idempotency_key=None if streaming else draw(st.none() | st.sampled_from(KEYS)),
         active_key=draw(st.sampled_from(ACTIVE_KEYS)) if streaming else None,
         payload=PAYLOADS[queue],
+        queue_name=draw(st.sampled_from(QUEUE_NAMES)) if queue is QueueKind.TASK else None,
+        priority=draw(st.sampled_from(PRIORITIES)) if queue is QueueKind.TASK else 0,
     )
     if not owned:
         return SubmitLegacy(**fields)  # type: ignore[arg-type]
@@ -201,6 +212,15 @@ def submissions(draw: st.DrawFn, record: QueueRow | None, owned: bool) -> Submit
         submission_id = draw(st.sampled_from(SUBMISSIONS))
         fingerprint = draw(st.sampled_from(FINGERPRINTS))
     return SubmitOwned(submission_id=submission_id, fingerprint=fingerprint, **fields)  # type: ignore[arg-type]
+
+
+def queue_names_for(record: QueueRow | None) -> st.SearchStrategy[tuple[str, ...] | None]:
+    """Any queue, the record's own queue among others, or only other queues."""
+    others = st.lists(st.sampled_from(QUEUE_NAMES), min_size=1, max_size=2, unique=True).map(tuple)
+    if record is None or record.queue_name is None:
+        return st.none() | others
+    own = record.queue_name
+    return st.none() | others | st.just((own,)) | others.map(lambda names: (*names, own) if own not in names else names)
 
 
 def _owner_for(draw: st.DrawFn, record: QueueRow | None) -> str:
@@ -232,9 +252,11 @@ def commands(draw: st.DrawFn, kind: QueueCommandType, record: QueueRow | None) -
             claim_token=draw(st.sampled_from(TOKENS)),
             nonce_already_stored=draw(st.booleans()),
             lease_us=draw(leases),
+            queue_names=draw(queue_names_for(record)),
         )
     if kind is QueueCommandType.CLAIM_LEGACY:
-        return ClaimLegacy(owner_id=_owner_for(draw, record), lease_us=draw(leases))
+        return ClaimLegacy(owner_id=_owner_for(draw, record), lease_us=draw(leases),
+                           queue_names=draw(queue_names_for(record)))
     if kind is QueueCommandType.RECOVER_OWNED:
         return RecoverOwned(owner_id=_owner_for(draw, record), claim_token=_token_for(draw, record))
     if kind is QueueCommandType.EXPIRE_LEASE:
@@ -251,12 +273,15 @@ def commands(draw: st.DrawFn, kind: QueueCommandType, record: QueueRow | None) -
             dlq_record_id=None if record is not None and record.queue is QueueKind.STREAMING else draw(st.none() | st.just("dlq-9")),
             backoff_base_ms=base,
             backoff_max_ms=ceiling,
+            jitter_per_mille=draw(st.sampled_from([0, 1, 499, 500])),
         )
         if kind is QueueCommandType.FAIL_LEGACY:
             return FailLegacy(**failure)  # type: ignore[arg-type]
         return FailOwned(fence=draw(fences(record)), **failure)  # type: ignore[arg-type]
     if kind is QueueCommandType.SET_PID_OWNED:
         return SetPidOwned(fence=draw(fences(record)), pid=draw(st.integers(1, 5)))
+    if kind is QueueCommandType.PROGRESS_OWNED:
+        return ProgressOwned(fence=draw(fences(record)), progress_json=draw(st.sampled_from(['{"done":2}', "null"])))
     if kind is QueueCommandType.READ_STATE_OWNED:
         return ReadStateOwned(fence=draw(fences(record)))
     if kind is QueueCommandType.ACKNOWLEDGE_CANCEL_OWNED:

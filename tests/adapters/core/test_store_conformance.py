@@ -280,8 +280,7 @@ CASES = {
 
 
 def _expected(binding: Binding, finder: Finder, rows: list[Any], parameters: dict[str, Any], limit: int | None) -> list[Any]:
-    chosen = [row for row in rows if finder.matches(row, parameters)]
-    chosen.sort(key=lambda row: tuple(getattr(row, field) for field in finder.order))
+    chosen = finder.sorted(row for row in rows if finder.matches(row, parameters))
     return chosen if limit is None else chosen[:limit]
 
 
