@@ -16,10 +16,8 @@ from typing import Any, ClassVar
 
 from pydantic import PrivateAttr
 
-from .states import JobStatus
-
 from .fence import QueueClaimFence
-from .states import QueueKind
+from .states import JobStatus, QueueKind
 from .validation import (
     AwareDatetime,
     ConfigNameText,

@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .bounds import MAX_IDENTITY_CHARS, is_identity
 from pydantic import PlainValidator
 from pydantic_core import PydanticCustomError
 
+from .bounds import MAX_IDENTITY_CHARS, is_identity
 from .envelopes import ENVELOPE_FOR_QUEUE, SubmissionEnvelope
 from .errors import ConfigValidationError
 from .json_values import canonical_json, text_problem

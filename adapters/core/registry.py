@@ -12,7 +12,7 @@ from ..agent_jobs.table import AGENT_JOBS_BINDING, AGENT_JOBS_TABLE
 from ..attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
 from ..consents.table import CONSENTS_BINDING, CONSENTS_TABLE
 from ..nodes.table import NODES_BINDING, NODES_TABLE
-from ..queue.table import HOPS_BINDING, HOPS_TABLE, QUEUE_BINDINGS, QUEUE_TABLES
+from ..queue.table import HOPS_BINDING, HOPS_TABLE, QUEUE_BINDINGS, QUEUE_TABLES, TASKS_BINDING, TASKS_TABLE
 from ..runs.table import CHECKPOINTS_TABLE, DELIVERIES_BINDING, DELIVERIES_TABLE, RUNS_BINDING, RUNS_TABLE, STEPS_TABLE
 from .tables import Binding, Step, TableSpec
 
@@ -22,13 +22,13 @@ RUN_TABLES: tuple[TableSpec, ...] = (RUNS_TABLE, DELIVERIES_TABLE, CONSENTS_TABL
 """The tables step ``runs_v1`` creates, in its order: the Run machine's pair and its owners'."""
 
 TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES, CHECKPOINTS_TABLE, HOPS_TABLE,
-                                 NODES_TABLE, STEPS_TABLE)
+                                 NODES_TABLE, STEPS_TABLE, TASKS_TABLE)
 # The checkpoints table has a binding but no machine (it is evidence the Run machine's
 # callers write under the Run's lock), so it is migrated here and not in BINDINGS. The
 # Run hops' table is the queue machine's, in a table of the validation queue's shape. The
 # step journal, like the checkpoints, is evidence without a machine.
 BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, RUNS_BINDING, DELIVERIES_BINDING,
-                                 CONSENTS_BINDING, AGENT_JOBS_BINDING, HOPS_BINDING, NODES_BINDING)
+                                 CONSENTS_BINDING, AGENT_JOBS_BINDING, HOPS_BINDING, NODES_BINDING, TASKS_BINDING)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,6 +69,14 @@ RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
         # A queued or running hop is a delivery some Run is waiting on.
         RetirementGuard(HOPS_TABLE.name, "status", "no queued or running hops",
                         "status IN ('pending', 'claimed')", "hops_remain"),
+    ),
+    Step.TASKS: (
+        # A queued or running task is work someone deferred; a protected one is also the
+        # record its submission ID replays against.
+        RetirementGuard(TASKS_TABLE.name, "status", "no pending or claimed tasks", "status IN ('pending', 'claimed')",
+                        "tasks_remain"),
+        RetirementGuard(TASKS_TABLE.name, "fence_required", "no protected task submissions", "fence_required = ?",
+                        "protected_submissions_remain"),
     ),
     # Step.RECOVERY and Step.ADMISSION_KEYS need no guard of their own: their column and
     # index live on tenure_runs, and runs_v1's guard already refuses the downgrade while

@@ -128,13 +128,13 @@ def _condition_sql(
     return f"{column} {_SQL_OPERATORS[condition.op]} :{name}"
 
 
-@functools.cache
 def order_sql(binding: Binding, finder: Finder) -> str:
     """The finder's ORDER BY list (``-field``: that column descending)."""
     return ", ".join(binding.column_of(field).name + (" DESC" if descending else "")
                      for field, descending in finder.ordering())
 
 
+@functools.cache
 def compile_finder(
     binding: Binding, finder: Finder, caps: Capabilities, schema: str | None, *, limited: bool = False,
     versioned: bool = False,

@@ -132,13 +132,13 @@ class AheadWriter(Protocol):
 
     async def claim_ahead(
         self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
-        commands: Sequence[Any],
+        commands: Sequence[Any], check_parameters: Mapping[str, Any] | None = None,
     ) -> Picked | None:
         """One autocommit statement (a claim in one round trip): read the clock, pick rows
         (``pick``, a SKIP LOCKED finder, which never waits) and apply ``rewrite`` (the
         kernel's claim effect as data) to the ``i``-th picked row with the ``i``-th
         command, only if no blocker finds a row and every picked row satisfies ``check``
-        (the claim rule's guard as a finder). Every column of every written row is
+        (the claim rule's guard as a finder, with ``check_parameters``). Every column of every written row is
         verified in the same statement (the rewrite's value, or the value it was picked
         with): anything else aborts it (``read_back_mismatch``, nothing kept). Nothing
         is written when it does not go (``went`` False), and its clock then belongs to

@@ -130,6 +130,10 @@ class Step(enum.Enum):
     WORKERS = "runs_v3"
     ADMISSION_KEYS = "runs_v4"
     LIVENESS = "runs_v5"
+    TASKS = "tasks_v1"
+    """``tenure_tasks``. Applied before ``versions_v1`` although it came after it: that
+    step gives every existing table its row version, so a table must exist by then (on a
+    database already at ``versions_v1`` the step runs again and versions the new table)."""
     VERSIONS = "versions_v1"
     """A ``row_version`` on every table, kept by the database (:data:`ROW_VERSION`)."""
 
@@ -191,6 +195,7 @@ def one_of(name: str, values: type[enum.Enum]) -> str:
 class IndexSpec:
     name: str
     columns: tuple[str, ...]
+    """Column names, in order; ``-name`` indexes that column descending."""
     unique: bool = False
     step: Step = Step.LEGACY
     where: str | None = None
@@ -280,7 +285,9 @@ def _sqlalchemy_table(spec: TableSpec, schema: str | None, steps: frozenset[Step
             where: dict[str, Any] = {} if index.where is None else {
                 "postgresql_where": text(index.where), "sqlite_where": text(index.where)
             }
-            Index(index.name, *(table.c[name] for name in index.columns), unique=index.unique, **where)
+            # ``-column``: that column descending (a claim that orders by it scans the index in order).
+            parts = [table.c[name[1:]].desc() if name.startswith("-") else table.c[name] for name in index.columns]
+            Index(index.name, *parts, unique=index.unique, **where)
     return table
 
 

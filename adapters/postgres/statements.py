@@ -662,7 +662,7 @@ def _claim_text(
 
 def claim_statement(
     binding: Binding, schema: str | None, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
-    types: tuple[tuple[str, str], ...], parameters: dict[str, Any],
+    types: tuple[tuple[str, str], ...], parameters: dict[str, Any], check_parameters: Mapping[str, Any] | None = None,
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
     """The claim fast path's statement (:func:`pick_sql`) for its probes and check (their
     parameters added to ``parameters``), with ``:now`` spelled as its clock, and the
@@ -672,5 +672,5 @@ def claim_statement(
     probe_sql(binding, schema, pick, "pick", parameters)  # binds its values (the text is in ``sql``)
     for number, blocker in enumerate(blockers):
         probe_sql(binding, schema, blocker, f"block{number}", parameters)
-    _bind(compiled_check, {}, "check", parameters)
+    _bind(compiled_check, check_parameters or {}, "check", parameters)
     return sql, attributes

@@ -451,7 +451,7 @@ class PostgresStore:
 
     async def claim_ahead(
         self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
-        commands: Sequence[Any],
+        commands: Sequence[Any], check_parameters: Mapping[str, Any] | None = None,
     ) -> Picked | None:
         """See :meth:`tenure.adapters.core.store.AheadWriter.claim_ahead` (the statement:
         :func:`.statements.pick_sql`)."""
@@ -461,7 +461,7 @@ class PostgresStore:
         pool, deadline, types = opened
         parameters: dict[str, Any] = {}
         sql, attributes = statements.claim_statement(binding, self.schema, pick, check, blockers, rewrite,
-                                                     types, parameters)
+                                                     types, parameters, check_parameters or {})
         for attribute, _ in attributes:
             parameters[f"a_{attribute}"] = [getattr(command, attribute) for command in commands]
         for field, change in rewrite.changes:

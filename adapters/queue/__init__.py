@@ -9,16 +9,16 @@ from ..core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
-    from .sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+    from .sources import JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
     from .worker import FailJob, JobContext, Worker, WorkerStats
 
-__all__ = ["JobSource", "ValidationJobSource", "PipelineJobSource", "StreamingJobSource",
+__all__ = ["JobSource", "ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "TaskSource",
            "OwnedValidationJobSource", "OwnedPipelineJobSource", "OwnedStreamingJobSource",
            "Worker", "JobContext", "WorkerStats", "FailJob"]
 
 __getattr__ = lazy_exports(__name__, {
     "JobSource": ".sources", "ValidationJobSource": ".sources", "PipelineJobSource": ".sources",
-    "StreamingJobSource": ".sources",
+    "StreamingJobSource": ".sources", "TaskSource": ".sources",
     "OwnedValidationJobSource": ".owned", "OwnedPipelineJobSource": ".owned", "OwnedStreamingJobSource": ".owned",
     "Worker": ".worker", "JobContext": ".worker", "WorkerStats": ".worker", "FailJob": ".worker",
 })

@@ -37,6 +37,7 @@ from tenure.kernel.queue.commands import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
+    ProgressOwned,
     PurgeFinished,
     ReadStateOwned,
     RecoverOwned,
@@ -56,6 +57,7 @@ from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRIT
 from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     DEFAULT_MAX_ATTEMPTS,
+    ConfigValidationError,
     ErrorCode,
     FrozenEnvelope,
     JobStatus,
@@ -65,12 +67,13 @@ from tenure.model import (
     TenureError,
     WorkerConfig,
 )
+from tenure.model.validation import is_queue_name
 
 from ..core.engine import Engine, checked, raise_if_conflict, require
 from ..core.failures import persistence_failed
 from ..core.store import Probe, Store, Transaction
 from ..core.tables import Binding
-from .table import QUEUE_BINDINGS, stored_payload
+from .table import binding_for, stored_payload
 
 Presented = TypeVar("Presented")
 
@@ -120,7 +123,7 @@ class QueueOperations:
         self.queue = queue
         self.config = config
         # Another table of the same queue's shape (the Run hops' table) may stand in.
-        self.binding = QUEUE_BINDINGS[queue] if binding is None else binding
+        self.binding = binding_for(queue) if binding is None else binding
         self.engine = Engine(store)
         self.unreadable_failed = 0
         """Jobs a claim met but could not read and failed (see :meth:`claim_owned`), since
@@ -186,6 +189,8 @@ class QueueOperations:
                 idempotency_key=snapshot.idempotency_key,
                 active_key=snapshot.active_key,
                 payload=stored_payload(self.queue, snapshot.field_texts),
+                queue_name=snapshot.queue_name,
+                priority=snapshot.priority,
             )
 
         def meets(rows: Sequence[QueueRow], job_id: str) -> QueueRow | None:
@@ -238,6 +243,8 @@ class QueueOperations:
                 idempotency_key=request.idempotency_key,
                 active_key=request.active_key,
                 payload=stored_payload(self.queue, request.field_texts),
+                queue_name=request.queue_name,
+                priority=request.priority,
             )
             met = None
             holder = finders.key_holder(rows, request.active_key)
@@ -264,7 +271,8 @@ class QueueOperations:
     # --- claims -----------------------------------------------------------------------
 
     async def claim_owned(
-        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[QueueRow], Presented]
+        self, owner_id: str, claim_tokens: Sequence[str], present: Callable[[QueueRow], Presented],
+        queue_names: Sequence[str] | None = None,
     ) -> list[Presented]:
         """Claim up to ``len(claim_tokens)`` jobs, token ``i`` for the ``i``-th eligible row,
         each decided by the kernel exactly as a single claim; ``present`` turns each
@@ -273,9 +281,9 @@ class QueueOperations:
         failed at once through the claim just made (no retry, :data:`UNREADABLE_ERROR`),
         counted in :attr:`unreadable_failed` and left out of the answer; the nonce it
         took is spent. Left pending, such a job would be met first by every claim and
-        stop the queue behind it."""
+        stop the queue behind it. Tasks: ``queue_names`` are the task queues served."""
         try:
-            claimed = await self._claim(owner_id, claim_tokens, owned=True)
+            claimed = await self._claim(owner_id, claim_tokens, owned=True, queue_names=queue_names)
         except TenureError as error:
             if error.reason != "constraint_violated":
                 raise
@@ -313,20 +321,26 @@ class QueueOperations:
         with contextlib.suppress(TenureError):
             await failure
 
-    async def _claim(self, owner_id: str, claim_tokens: Sequence[str], *, owned: bool) -> list[QueueRow]:
+    async def _claim(
+        self, owner_id: str, claim_tokens: Sequence[str], *, owned: bool, queue_names: Sequence[str] | None = None,
+    ) -> list[QueueRow]:
         """The claimed records, committed: one autocommit statement on a store that can
         claim ahead (verified in SQL), otherwise (or when that statement does not go) the
         reference transaction below."""
         limit = len(claim_tokens)
         lease_us = self.config.lease_us
         binding = self.binding
-        eligible = finders.eligible if owned else finders.eligible_legacy
+        eligible, claimable = finders.claim_finders(self.queue, owned=owned)
+        served = self._served(queue_names)
+        served_names = None if served is None else tuple(served)
+        chosen = {} if served is None else {"queues": served}
 
         def command_for(token: str, stored_tokens: Sequence[str | None]) -> Command:
             if owned:
                 return ClaimOwned(owner_id=owner_id, claim_token=token,
-                                  nonce_already_stored=token in stored_tokens, lease_us=lease_us)
-            return ClaimLegacy(owner_id=owner_id, lease_us=lease_us)
+                                  nonce_already_stored=token in stored_tokens, lease_us=lease_us,
+                                  queue_names=served_names)
+            return ClaimLegacy(owner_id=owner_id, lease_us=lease_us, queue_names=served_names)
 
         def claims_of(candidates: Sequence[QueueRow], stored_tokens: Sequence[str | None], now: int) -> list[tuple[QueueRow, QueueRow]]:
             """The kernel's claim of the ``i``-th candidate with the ``i``-th token."""
@@ -364,12 +378,13 @@ class QueueOperations:
             # the same claims on the picked rows: the statement wrote exactly them.
             try:
                 picked = await ahead.claim_ahead(
-                    binding, Probe(eligible, {}, "rows", limit=limit),
-                    finders.claimable if owned else finders.claimable_legacy,
+                    binding, Probe(eligible, chosen, "rows", limit=limit),
+                    claimable,
                     [Probe(finders.expired, {}, "exists", limit=1)]
                     + ([Probe(finders.tokens_stored, {"tokens": list(claim_tokens)}, "exists", limit=1)] if owned else []),
                     CLAIM_OWNED_REWRITE if owned else CLAIM_LEGACY_REWRITE,
                     [command_for(token, ()) for token in claim_tokens],
+                    chosen,
                 )
             except TenureError as error:
                 if error.reason != "read_back_mismatch":
@@ -389,7 +404,7 @@ class QueueOperations:
                 Probe(finders.expired, {}, "exists", limit=1),
                 Probe(finders.tokens_stored, {"tokens": list(claim_tokens) if owned else []}, "values",
                       field="claim_token"),
-                Probe(eligible, {}, "rows", limit=limit),
+                Probe(eligible, chosen, "rows", limit=limit),
             ])
             now = await tx.now_us()
             if sweep_needed:
@@ -399,7 +414,7 @@ class QueueOperations:
                 expired = await tx.find(binding, finders.expired, {"now": now}, SWEEP_LIMIT)
                 _, changes = self.engine.decide_all(binding, [(record, ExpireLease()) for record in expired], now)
                 await self.engine.persist(tx, binding, changes)
-                candidates = await tx.find(binding, eligible, {"now": now}, limit)
+                candidates = await tx.find(binding, eligible, {**chosen, "now": now}, limit)
             claims = claims_of(candidates, stored_tokens, now)
             return verified(claims, await tx.update_many(binding, claims, read_back=True))
 
@@ -408,6 +423,19 @@ class QueueOperations:
         # claim committed: an uncommitted version would vouch for a row that never was).
         self.engine.remember(binding, claimed)
         return claimed
+
+    def _served(self, queue_names: Sequence[str] | None) -> list[str] | None:
+        """The task queues a claim serves, checked: a task claim must name at least one
+        queue (each an identifier); other queues' claims name none."""
+        if self.queue is not QueueKind.TASK:
+            if queue_names is not None:
+                raise ConfigValidationError("invalid_queue_names", fields=("queue_names",), problems=("tasks_only",))
+            return None
+        names = list(queue_names) if queue_names is not None and not isinstance(queue_names, str) else None
+        if not names or not all(is_queue_name(name) for name in names):
+            raise ConfigValidationError("invalid_queue_names", fields=("queue_names",),
+                                        problems=("identifiers_required",))
+        return list(dict.fromkeys(names))
 
     async def recover_owned(self, owner_id: str, claim_token: str) -> QueueRow | None:
         async def body(tx: Transaction) -> Decision:
@@ -442,17 +470,22 @@ class QueueOperations:
         return [isinstance(decision, Applied) for decision in decisions]
 
     async def fail_owned(
-        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None
+        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None,
+        backoff: tuple[int, int, int] | None = None,
     ) -> JobStatus | None:
         """The job's status after the failure (pending: sent back for a retry; failed:
-        finished), or None when the fenced write was refused."""
+        finished), or None when the fenced write was refused. ``backoff``: ``(base_ms,
+        max_ms, jitter_per_mille)`` instead of the config's backoff (a task's own policy)."""
+        base_ms, max_ms, jitter = (self.config.backoff_base_ms, self.config.backoff_max_ms, 0) if backoff is None \
+            else backoff
         command = FailOwned(
             fence=ClaimFence.of(fence),
             error_message=error,
             retry=retry,
             dlq_record_id=dlq_record_id,
-            backoff_base_ms=self.config.backoff_base_ms,
-            backoff_max_ms=self.config.backoff_max_ms,
+            backoff_base_ms=base_ms,
+            backoff_max_ms=max_ms,
+            jitter_per_mille=jitter,
         )
         decision = await self._on_row(fence.job_id, command)
         if not isinstance(decision, Applied):
@@ -461,6 +494,11 @@ class QueueOperations:
         require(record is not None)
         assert record is not None
         return record.status  # type: ignore[no-any-return]
+
+    async def progress_owned(self, fence: QueueClaimFence, progress_json: str) -> bool:
+        """Record a task's progress report on its live claim (fenced)."""
+        command = ProgressOwned(fence=ClaimFence.of(fence), progress_json=progress_json)
+        return isinstance(await self._on_row(fence.job_id, command), Applied)
 
     async def set_pid_owned(self, fence: QueueClaimFence, pid: int) -> bool:
         return isinstance(await self._on_row(fence.job_id, SetPidOwned(fence=ClaimFence.of(fence), pid=pid)), Applied)

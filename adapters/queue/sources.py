@@ -1,4 +1,4 @@
-"""The public job sources: validation, pipeline and streaming queues on SQLite or PostgreSQL.
+"""The public job sources: validation, pipeline and streaming queues, and tasks, on SQLite or PostgreSQL.
 
 A source checks every request at the boundary (``ConfigValidationError`` for anything
 invalid, before any database work), hands the engine plain values, and turns the
@@ -14,6 +14,9 @@ Constructing a source neither connects to nor migrates the database (see
 from __future__ import annotations
 
 import datetime as dt
+import secrets
+import threading
+import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -22,6 +25,7 @@ from tenure.model import (
     ClaimedJob,
     ClaimedPipelineJob,
     ClaimedStreamingJob,
+    ClaimedTask,
     ErrorCode,
     JobInfo,
     JobStatus,
@@ -46,10 +50,10 @@ from ..core.tables import json_column
 from .operations import QueueOperations
 from .table import envelope_of
 
-__all__ = ["ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "JobSource"]
+__all__ = ["ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "TaskSource", "JobSource"]
 
 
-Claimed = TypeVar("Claimed", ClaimedJob, ClaimedPipelineJob, ClaimedStreamingJob)
+Claimed = TypeVar("Claimed", ClaimedJob, ClaimedPipelineJob, ClaimedStreamingJob, ClaimedTask)
 
 
 
@@ -124,6 +128,23 @@ def _dlq_record_id(value: object) -> str | None:
     return _text(value, "dlq_record_id", bounds.MAX_DLQ_ID_CHARS)
 
 
+def _backoff(policy: object, jitter_per_mille: object) -> tuple[int, int, int] | None:
+    """A task's retry policy as the kernel's backoff inputs (None: the config's)."""
+    if policy is None:
+        return None
+    if type(policy) is not tuple or len(policy) != 3:
+        raise refuse("policy", "retry_policy_required")
+    base_ms, max_ms, jitter = policy
+    for value in (base_ms, max_ms):
+        if not bounds.is_strict_int(value) or not 0 <= value <= bounds.MAX_BACKOFF_MS:
+            raise refuse("policy", "integer_out_of_range")
+    if base_ms > max_ms:
+        raise refuse("policy", "base_above_max")
+    if not bounds.is_strict_int(jitter_per_mille) or not 0 <= jitter_per_mille <= 500:  # type: ignore[operator]
+        raise refuse("jitter_per_mille", "integer_out_of_range")
+    return base_ms, max_ms, jitter_per_mille if _bool(jitter, "policy") else 0  # type: ignore[return-value]
+
+
 MAX_BATCH = 1000
 """The most items one batched call accepts."""
 
@@ -154,7 +175,7 @@ class JobSource(Facade, Generic[Claimed]):
     queue: ClassVar[QueueKind]
     _claimed_type: ClassVar[type[Any]]
 
-    def __init__(self, db_url: str, config: WorkerConfig | None = None) -> None:
+    def __init__(self, db_url: str, config: WorkerConfig | None = None, **operations: Any) -> None:
         if config is None:
             config = WorkerConfig(db_url)
         elif type(config) is not WorkerConfig:
@@ -163,7 +184,7 @@ class JobSource(Facade, Generic[Claimed]):
             raise refuse("config", "db_url_mismatch")
         self.config = config
         store = open_store(db_url, timeout_seconds=config.timeout_seconds, schema=config.db_schema)
-        self._operations = QueueOperations(store, self.queue, config)
+        self._operations = QueueOperations(store, self.queue, config, **operations)
         self._on(self._operations.engine)
 
     @property
@@ -194,19 +215,25 @@ class JobSource(Facade, Generic[Claimed]):
 
     # --- owned claims -------------------------------------------------------------------
 
-    async def _claim_next_owned(self, owner_id: object, claim_token: object) -> Claimed | None:
+    async def _claim_next_owned(self, owner_id: object, claim_token: object, queues: object = None) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
         token = _identity(claim_token, "claim_token")
-        claimed = await self._operations.claim_owned(owner, [token], self._claimed)
+        claimed = await self._operations.claim_owned(owner, [token], self._claimed, self._queues(queues))
         return claimed[0] if claimed else None
 
-    async def _claim_batch_owned(self, owner_id: object, claim_tokens: object) -> list[Claimed]:
+    async def _claim_batch_owned(self, owner_id: object, claim_tokens: object, queues: object = None) -> list[Claimed]:
         owner = _identity(owner_id, "owner_id")
         tokens = _batch(claim_tokens, "claim_tokens")
         checked = [_identity(token, "claim_tokens") for token in tokens]
         if len(set(checked)) != len(checked):
             raise refuse("claim_tokens", "duplicate_claim_token")
-        return await self._operations.claim_owned(owner, checked, self._claimed)
+        return await self._operations.claim_owned(owner, checked, self._claimed, self._queues(queues))
+
+    def _queues(self, queues: object) -> list[str] | None:
+        """The task queues a claim serves (tasks only; checked by the operations)."""
+        if queues is None:
+            return None
+        return [name for name in _batch(queues, "queues")]
 
     async def _recover_owned_claim(self, owner_id: object, claim_token: object) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
@@ -274,15 +301,17 @@ class JobSource(Facade, Generic[Claimed]):
         return await self._operations.release_owned(checked) if checked else []
 
     async def fail_owned_status(
-        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None
+        self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None,
+        policy: tuple[int, int, bool] | None = None, jitter_per_mille: int = 0,
     ) -> JobStatus | None:
         """``fail_owned``, answering the job's status after it (pending: sent back for a
         retry; failed: finished) or None when refused. The worker counts retries by it
-        (the boolean ``fail_owned`` is what applications call)."""
+        (the boolean ``fail_owned`` is what applications call). ``policy``: a task's
+        ``(retry_base_ms, retry_max_ms, retry_jitter)``, see :meth:`TaskSource.fail_owned`."""
         checked = _fence(fence)
         return await self._operations.fail_owned(
             checked, _error_text(error, self.config.max_payload_bytes), retry=_bool(retry, "retry"),
-            dlq_record_id=_dlq_record_id(dlq_record_id),
+            dlq_record_id=_dlq_record_id(dlq_record_id), backoff=_backoff(policy, jitter_per_mille),
         )
 
     # --- legacy, unfenced API -----------------------------------------------------------
@@ -357,6 +386,7 @@ def _info(record: QueueRow) -> JobInfo:
         result=json_column(record.result_json),  # pycharter stores a missing result as JSON null
         dlq_record_id=record.dlq_record_id,
         job=envelope_of(record),
+        progress=json_column(record.progress_json),
     )
 
 
@@ -502,3 +532,87 @@ class StreamingJobSource(JobSource[ClaimedStreamingJob]):
         """Delete a launch by ID. Protected submissions and owned claims are kept (False)."""
         return await self._operations.delete(_job_id(job_id))
 
+
+
+class TaskSource(JobSource[ClaimedTask]):
+    """General tasks (``tenure_tasks``): ``TaskJob`` in, ``ClaimedTask`` out.
+
+    The owned API of the other sources, with the task queues named: a claim serves the
+    queues it names (at least one) and takes the highest priority first, then the
+    earliest due, then the earliest deferred (job IDs are time-ordered). ``submit_owned``
+    is replay-safe under its submission ID (and protected from retention); ``submit``
+    (no submission ID) is not, and retention may purge it once finished. No legacy
+    claim or by-ID write is offered: no other client writes this table.
+    """
+
+    queue = QueueKind.TASK
+    _claimed_type = ClaimedTask
+
+    def __init__(self, db_url: str, config: WorkerConfig | None = None) -> None:
+        super().__init__(db_url, config, new_job_id=time_ordered_id)
+
+    async def claim_next_owned(self, worker_id: str, *, claim_token: str, queues: Sequence[str]) -> ClaimedTask | None:
+        """Claim the next eligible task of ``queues`` with a fresh caller nonce, or None."""
+        return await self._claim_next_owned(worker_id, claim_token, queues)
+
+    async def claim_batch_owned(
+        self, worker_id: str, *, claim_tokens: Sequence[str], queues: Sequence[str]
+    ) -> list[ClaimedTask]:
+        """Claim up to ``len(claim_tokens)`` tasks of ``queues`` in one transaction (see
+        the validation source's ``claim_batch_owned``)."""
+        return await self._claim_batch_owned(worker_id, claim_tokens, queues)
+
+    async def recover_owned_claim(self, worker_id: str, *, claim_token: str) -> ClaimedTask | None:
+        """The live claim made with this owner and nonce, or None. Never claims or renews."""
+        return await self._recover_owned_claim(worker_id, claim_token)
+
+    async def fail_owned(self, fence: QueueClaimFence, error: str, *, retry: bool,
+                         policy: tuple[int, int, bool] | None = None, jitter_per_mille: int = 0) -> bool:
+        """Fail the exact current live claim: back to pending after the backoff when
+        ``retry`` and attempts remain, else failed. ``policy`` is the task's
+        ``(retry_base_ms, retry_max_ms, retry_jitter)`` (None: the config's backoff);
+        ``jitter_per_mille`` (0..500, drawn by the caller) shortens a jittered delay."""
+        return await self.fail_owned_status(fence, error, retry=retry, policy=policy,
+                                            jitter_per_mille=jitter_per_mille) is not None
+
+    async def progress_owned(self, fence: QueueClaimFence, progress: Any) -> bool:
+        """Record a progress report (a JSON object, bounded like a result) on the exact
+        current live claim. False: missing, stale, expired or finished."""
+        checked = _fence(fence)
+        text = result_json(progress, min(self.config.max_payload_bytes, MAX_PROGRESS_BYTES))
+        if text is None:
+            raise refuse("progress", "json_object_required")
+        return await self._operations.progress_owned(checked, text)
+
+    async def cancel(self, job_id: str) -> bool:
+        """Administrative cancel of a pending or claimed task; it voids any live fence."""
+        return await self._operations.cancel_admin(_job_id(job_id))
+
+    async def retry_failed(self, job_id: str) -> bool:
+        """Administrative retry of a failed task (see the validation source's)."""
+        return await self._operations.retry_failed(_job_id(job_id))
+
+    async def delete_job(self, job_id: str) -> bool:
+        """Delete a task by ID. Protected submissions and owned claims are kept (False)."""
+        return await self._operations.delete(_job_id(job_id))
+
+
+MAX_PROGRESS_BYTES = 64 * 1024
+"""A progress report is a small document: at most 64 KiB."""
+
+
+_last_id = [0]
+_id_lock = threading.Lock()
+
+
+def time_ordered_id() -> str:
+    """A UUID-shaped job ID whose first 48 bits are the milliseconds since the epoch and
+    whose rest is random, strictly increasing within a process (an ID made in the same
+    millisecond as the last is the last plus one), so tasks of equal priority and due time
+    are claimed in the order they were deferred (across processes: to the millisecond)."""
+    fresh = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
+    with _id_lock:
+        value = fresh if fresh > _last_id[0] else _last_id[0] + 1
+        _last_id[0] = value
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"

@@ -66,6 +66,9 @@ __all__ = [
     "OWNED_UNIQUE_COLUMNS",
     "HOPS_TABLE",
     "HOPS_BINDING",
+    "TASKS_TABLE",
+    "TASKS_BINDING",
+    "binding_for",
     "queue_codec",
     "stored_payload",
     "envelope_of",
@@ -308,9 +311,69 @@ HOPS_BINDING = Binding(
 )
 
 
+_TASKS_NAME = "tenure_tasks"
+_TASKS_STEP = Step.TASKS
+
+
+def _tasks_table() -> TableSpec:
+    def created(column: ColumnSpec) -> ColumnSpec:
+        return dataclasses.replace(column, step=_TASKS_STEP, admission="")
+
+    created_at, completed_at, result = _tail()
+    columns = (
+        *_queue_head(),
+        ColumnSpec("queue_name", "queue_name", C.TEXT, String(63), nullable=False, mutable=False),
+        _payload("task_name", 0, C.TEXT, String(255)),
+        _payload("args_json", 1, C.JSON, JSON()),
+        ColumnSpec("priority", "priority", C.INT, Integer(), nullable=False, mutable=False),
+        _status(),
+        *_claim_columns(),
+        *_attempts(),
+        # The retry policy the task was deferred under: {"retry_base_ms", "retry_jitter", "retry_max_ms"}.
+        _payload("retry_json", 2, C.JSON, JSON()),
+        _error(),
+        _dlq(),
+        ColumnSpec("progress_json", "progress_json", C.OPTIONAL_JSON, JSON(), nullable=True, mutable=True),
+        dataclasses.replace(created_at, nullable=False),
+        completed_at,
+        result,
+        *_owned(authored_part=3),
+    )
+    indexes = (
+        *(IndexSpec(f"ux_{_TASKS_NAME}_{column}", (column,), unique=True, step=_TASKS_STEP)
+          for column in OWNED_UNIQUE_COLUMNS),
+        # A claim reads one queue's due rows in (priority DESC, fires_at, id) order: this
+        # index serves it as a range scan whatever the number of waiting tasks.
+        IndexSpec(f"ix_{_TASKS_NAME}_claim", ("queue_name", "status", "-priority", "fires_at", "id"), step=_TASKS_STEP),
+        IndexSpec(f"ix_{_TASKS_NAME}_lease", ("status", "lease_expires_at"), step=_TASKS_STEP),
+        IndexSpec(f"ix_{_TASKS_NAME}_finished", ("status", "completed_at"), step=_TASKS_STEP),
+    )
+    return TableSpec(_TASKS_NAME, tuple(created(column) for column in columns), indexes=indexes,
+                     created_by=_TASKS_STEP)
+
+
+TASKS_TABLE = _tasks_table()
+"""General tasks (``TaskJob``): any queue name, any task name, JSON arguments, a priority
+and the retry policy they were deferred under, driven by the same queue machine and
+store code (schema step ``tasks_v1``). Tasks have no idempotency key (the submission ID
+is the replay key), no run ID and no streaming state."""
+
+TASKS_BINDING = Binding(
+    f"queue.{_TASKS_NAME}", QUEUE, TASKS_TABLE, QueueRow,
+    {"queue": QueueKind.TASK, "run_id": None, "idempotency_key": None, "cancel_requested": False, "pid": None,
+     "active_key": None},
+    "job_id", announces=_became_pending,
+)
+
+
+def binding_for(queue: QueueKind) -> Binding:
+    """The table binding of ``queue``: pycharter's job tables, or ``tenure_tasks``."""
+    return TASKS_BINDING if queue is QueueKind.TASK else QUEUE_BINDINGS[queue]
+
+
 def queue_codec(queue: QueueKind, dialect: Dialect, *, uuid_ids: bool = False) -> RowCodec:
     """The row mapping of ``queue``'s table on ``dialect``."""
-    return QUEUE_BINDINGS[queue].codec(dialect, key_as_text=uuid_ids)
+    return binding_for(queue).codec(dialect, key_as_text=uuid_ids)
 
 
 
@@ -327,23 +390,33 @@ _DOMAIN_OBJECT: dict[QueueKind, tuple[str, ...]] = {
     QueueKind.VALIDATION: ("data_source", "options"),
     QueueKind.PIPELINE: ("concept_scheme", "config", "fail_fast", "variables"),
     QueueKind.STREAMING: ("force", "variables"),
+    QueueKind.TASK: ("retry_base_ms", "retry_jitter", "retry_max_ms"),
 }
 _DOMAIN_TEXT: dict[QueueKind, tuple[str, ...]] = {
     QueueKind.VALIDATION: ("contract_name", "contract_version"),
     QueueKind.PIPELINE: (),
     QueueKind.STREAMING: ("config_name", "config_version"),
+    QueueKind.TASK: ("task_name",),
 }
+_DOMAIN_JSON: dict[QueueKind, tuple[str, ...]] = {queue: () for queue in QueueKind} | {QueueKind.TASK: ("args",)}
+"""JSON fields stored whole in a column of their own (a task's arguments), after the plain texts."""
 _AUTHORED: dict[QueueKind, tuple[str, ...]] = {
     QueueKind.VALIDATION: ("fires_at", "job_id", "max_attempts"),
     QueueKind.PIPELINE: ("fires_at", "job_id", "max_attempts", "run_id"),
     QueueKind.STREAMING: ("fires_at", "job_id", "max_attempts"),
+    QueueKind.TASK: ("fires_at", "job_id", "max_attempts"),
 }
+_RECORD_FIELDS: dict[QueueKind, tuple[str, ...]] = {queue: () for queue in QueueKind} | {
+    QueueKind.TASK: ("queue_name", "priority"),
+}
+"""Envelope fields the record holds itself (identity the claim reads), not the payload."""
 
 
 def stored_payload(queue: QueueKind, field_texts: Mapping[str, str]) -> tuple[str | None, ...]:
     """The payload tuple a submission stores, from its fields' canonical texts."""
     plain = tuple(json.loads(field_texts[name]) for name in _DOMAIN_TEXT[queue])
-    return (*plain, _object(field_texts, _DOMAIN_OBJECT[queue]), _object(field_texts, _AUTHORED[queue]))
+    whole = tuple(field_texts[name] for name in _DOMAIN_JSON[queue])
+    return (*plain, *whole, _object(field_texts, _DOMAIN_OBJECT[queue]), _object(field_texts, _AUTHORED[queue]))
 
 
 def _parsed_object(text: object) -> dict[str, Any]:
@@ -360,7 +433,8 @@ def envelope_of(record: QueueRow) -> SubmissionEnvelope:
     """The envelope a stored row holds; ``corrupt_row`` when its shape or values are not
     an envelope's (a row written outside tenure)."""
     queue = record.queue
-    *plain, domain_text, authored_text = record.payload
+    *texts, domain_text, authored_text = record.payload
+    plain = texts[:len(_DOMAIN_TEXT[queue])]
     domain = _parsed_object(domain_text)
     if authored_text is None:  # written by another client
         authored: dict[str, Any] = {"job_id": record.job_id, "fires_at": None, "max_attempts": record.max_attempts}
@@ -369,6 +443,10 @@ def envelope_of(record: QueueRow) -> SubmissionEnvelope:
     else:
         authored = _parsed_object(authored_text)
     fields: dict[str, Any] = dict(zip(_DOMAIN_TEXT[queue], plain, strict=True))
+    for name, text in zip(_DOMAIN_JSON[queue], texts[len(plain):], strict=True):
+        fields[name] = _parsed_object(text)
+    for name in _RECORD_FIELDS[queue]:
+        fields[name] = getattr(record, name)
     for name in _DOMAIN_OBJECT[queue]:
         fields[name] = domain.get(name)
     if queue is QueueKind.PIPELINE and "fail_fast" not in domain:
@@ -377,7 +455,7 @@ def envelope_of(record: QueueRow) -> SubmissionEnvelope:
         fields["force"] = False
     for name in _AUTHORED[queue]:
         fields[name] = authored.get(name)
-    if queue is not QueueKind.STREAMING:
+    if queue in (QueueKind.VALIDATION, QueueKind.PIPELINE):
         fields["idempotency_key"] = record.idempotency_key
     envelope: SubmissionEnvelope | None = None
     try:

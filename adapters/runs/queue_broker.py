@@ -61,6 +61,7 @@ from tenure.model.validation import micros_to_datetime, refuse
 from ..core.dialects import open_store
 from ..core.store import Transaction
 from ..queue.operations import QueueOperations
+from ..queue.sources import time_ordered_id
 from ..queue.table import HOPS_BINDING
 from .broker import BrokerProbe, PerformHop, stop_served_hop
 
@@ -106,17 +107,6 @@ async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event | None, timeout
         waiting.cancel()
 
 
-def _time_ordered_id() -> str:
-    """A UUID-shaped job ID whose first 48 bits are the milliseconds since the epoch, so
-    equal priorities are claimed in publication order."""
-    value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
-    text = f"{value:032x}"
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
-
-
-
-
-
 class QueueBroker:
     """The Broker port (and hop source) on the owned queue in ``db_url``'s database."""
 
@@ -139,7 +129,7 @@ class QueueBroker:
         self._abort_wait_s = float(abort_wait_s)
         self._ops = QueueOperations(open_store(db_url, timeout_seconds=config.timeout_seconds,
                                                schema=config.db_schema),
-                                    QueueKind.VALIDATION, config, new_job_id=_time_ordered_id, binding=HOPS_BINDING)
+                                    QueueKind.VALIDATION, config, new_job_id=time_ordered_id, binding=HOPS_BINDING)
         self._owner = f"tenure-hops:{os.getpid()}:{secrets.token_hex(4)}"
         self._served: dict[str, asyncio.Task[Any]] = {}
         self._fenced_terminally: set[str] = set()

@@ -143,8 +143,9 @@ def locate(queue: QueueKind) -> Finder:
     identities = [
         (Condition("submission_id", "=", Param("submission_id")),),
         (Condition("job_id", "=", Param("job_id")),),
-        (Condition(dedupe_field(queue), "=", Param("key")),),
     ]
+    if queue is not QueueKind.TASK:  # a task has no idempotency key: its submission ID is the replay key
+        identities.append((Condition(dedupe_field(queue), "=", Param("key")),))
     if queue is QueueKind.PIPELINE:
         identities.insert(2, (Condition("run_id", "=", Param("run_id")),))
     return Finder(f"locate_{queue.value}", tuple(identities), order=("job_id",), lock="wait")
