@@ -259,13 +259,18 @@ PAYLOAD_COLUMNS: dict[QueueKind, tuple[str, ...]] = {
 }
 """The payload tuple's parts, by column name, in order."""
 
+_NOT_A_TASK = {"queue_name": None, "priority": 0, "progress_json": None}
+"""pycharter's tables hold no task fields."""
+
 _CONSTANTS: dict[QueueKind, dict[str, Any]] = {
     QueueKind.VALIDATION: {"queue": QueueKind.VALIDATION, "run_id": None, "cancel_requested": False, "pid": None,
-                           "active_key": None},
-    QueueKind.PIPELINE: {"queue": QueueKind.PIPELINE, "cancel_requested": False, "pid": None, "active_key": None},
+                           "active_key": None, **_NOT_A_TASK},
+    QueueKind.PIPELINE: {"queue": QueueKind.PIPELINE, "cancel_requested": False, "pid": None, "active_key": None,
+                         **_NOT_A_TASK},
     QueueKind.STREAMING: {"queue": QueueKind.STREAMING, "run_id": None, "idempotency_key": None,
-                          "dlq_record_id": None},
+                          "dlq_record_id": None, **_NOT_A_TASK},
 }
+# (QueueKind.TASK's table is TASKS_TABLE, below, with TASKS_BINDING.)
 
 
 def _became_pending(old: QueueRow | None, new: QueueRow) -> bool:
@@ -306,7 +311,8 @@ the same queue machine and store code (schema step ``runs_v3``)."""
 
 HOPS_BINDING = Binding(
     f"queue.{_HOPS_NAME}", QUEUE, HOPS_TABLE, QueueRow,
-    {"queue": QueueKind.VALIDATION, "run_id": None, "cancel_requested": False, "pid": None, "active_key": None},
+    {"queue": QueueKind.VALIDATION, "run_id": None, "cancel_requested": False, "pid": None, "active_key": None,
+     **_NOT_A_TASK},
     "job_id", announces=_became_pending,
 )
 

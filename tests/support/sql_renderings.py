@@ -28,12 +28,13 @@ from tenure.adapters.core.sql import POSTGRESQL, SQLITE, Capabilities, compile_f
 from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import ROW_VERSION, Binding, sql_dialect
 from tenure.adapters.postgres import statements
-from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.adapters.queue.table import TASKS_BINDING, binding_for
 from tenure.adapters.runs.table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.core import Finder
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE
 from tenure.kernel.runs import finders as run_finders
+from tenure.model import QueueKind
 
 SQL_DIR = pathlib.Path(__file__).resolve().parents[2] / "specs" / "sql"
 
@@ -81,11 +82,19 @@ def finders_of(binding: Binding) -> Iterator[tuple[str, Finder]]:
             targets = MACHINE_BINDINGS[machine]
             if machine == "runs":
                 targets = (RUN_OWNER_FINDERS.get(name, "runs"),)
-            if binding.name in targets:
+            if binding.name in targets and (machine != "queue" or _claims_run_here(binding, name)):
                 yield f"{machine}.{name}", finder
-    for kind, queue_binding in QUEUE_BINDINGS.items():
-        if queue_binding is binding:
+    for kind in QueueKind:
+        if binding_for(kind) is binding:
             yield f"queue.locate({kind.name})", queue_finders.locate(kind)
+
+
+def _claims_run_here(binding: Binding, name: str) -> bool:
+    """The task claim finders run on the task table only, the others' claim finders never
+    there (every other queue finder runs on every queue table)."""
+    if not name.startswith(("eligible", "claimable")):
+        return True
+    return ("tasks" in name) == (binding is TASKS_BINDING)
 
 
 def _statement(name: str, description: str, sql: str) -> str:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queue_strategies import records
-from tenure.adapters.queue.table import QUEUE_TABLES, envelope_of, queue_codec
+from tenure.adapters.queue.table import QUEUE_TABLES, binding_for, envelope_of, queue_codec
 from tenure.adapters.core.tables import (
     POSTGRESQL_DIALECT,
     SQLITE_DIALECT,
@@ -76,7 +76,7 @@ def test_a_value_of_another_type_is_refused_exactly_when_the_column_cannot_hold_
     index = data.draw(st.integers(0, len(values) - 1))
     values[index] = data.draw(st.sampled_from(WRONG_VALUES))
     read = outcome(lambda: queue_codec(record.queue, dialect).read(values, 0))
-    column = QUEUE_TABLES[record.queue].columns[index]
+    column = binding_for(record.queue).spec.columns[index]
     assert (read == "corrupt_row") == (not acceptable(column, values[index], dialect))
 
 

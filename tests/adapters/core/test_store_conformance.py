@@ -26,7 +26,7 @@ from attempt_strategies import attempt_records
 from consent_strategies import consent_records
 from node_strategies import NOW as NODE_NOW
 from node_strategies import node_records
-from queue_strategies import NOW, TOKENS, records
+from queue_strategies import NOW, QUEUE_NAMES, TOKENS, records
 from run_strategies import run_records
 from tenure.adapters import upgrade
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
@@ -34,7 +34,7 @@ from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.consents.table import CONSENTS_BINDING
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.core.dialects import open_store
-from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.adapters.queue.table import binding_for
 from tenure.adapters.nodes.table import NODES_BINDING
 from tenure.kernel.nodes import finders as node_finders
 from tenure.adapters.queue.table import HOPS_BINDING
@@ -143,6 +143,11 @@ def _queue_finders_over(queue: QueueKind, rows: list[Any]) -> st.SearchStrategy[
                   st.lists(st.sampled_from(tokens), max_size=3).map(lambda chosen: {"tokens": chosen})),
         st.tuples(st.just(queue_finders.all_rows), st.just({})),
         st.tuples(st.just(queue_finders.with_status), st.sampled_from(JobStatus).map(lambda status: {"status": status})),
+        st.tuples(st.sampled_from([queue_finders.eligible_tasks, queue_finders.eligible_tasks_legacy,
+                                   queue_finders.claimable_tasks]),
+                  st.tuples(times, st.lists(st.sampled_from(QUEUE_NAMES), min_size=1, max_size=2, unique=True)).map(
+                      lambda chosen: {"now": chosen[0], "queues": chosen[1]}))
+        if queue is QueueKind.TASK else st.nothing(),
         st.tuples(st.just(queue_finders.locate(queue)), st.fixed_dictionaries({
             "submission_id": st.sampled_from([None, "sub-1-0", *(row.submission_id for row in rows if row.submission_id)]),
             "job_id": st.sampled_from(["job-0", "job-1", "job-9"]),
@@ -227,7 +232,7 @@ def _unique_nodes(rows: list[Any]) -> list[Any]:
 CASES = {
     **{
         f"queue.{queue.value}": TableCase(
-            QUEUE_BINDINGS[queue],
+            binding_for(queue),
             st.lists(records(queue=queue).filter(lambda r: r is not None), max_size=6).map(_unique_queue_rows),
             _queue_finders(queue),
         )
