@@ -766,7 +766,7 @@ class Worker:
         if outcome.kind == "complete":
             status = await self._fenced(job, lambda: self._complete(fence, outcome.result), {JobStatus.COMPLETED})
         else:
-            dlq = {} if streaming else {"dlq_record_id": outcome.dlq_record_id}
+            dlq: dict[str, Any] = {} if streaming else {"dlq_record_id": outcome.dlq_record_id}
 
             async def fail() -> JobStatus | None:
                 return await source.fail_owned_status(fence, error_text(outcome.error, source.config.max_payload_bytes),

@@ -38,6 +38,7 @@ from .commands import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
+    ProgressOwned,
     PurgeFinished,
     ReadStateOwned,
     RecoverOwned,
@@ -70,6 +71,7 @@ __all__ = [
     "decide_read_state_owned",
     "decide_acknowledge_cancel_owned",
     "decide_release_owned",
+    "decide_progress_owned",
     "decide_retry_failed",
     "decide_request_cancel",
     "decide_cancel_admin",
@@ -194,6 +196,14 @@ def decide_release_owned(record: QueueRow | None, command: ReleaseOwned, now_us:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record.generation == record.generation
+    """
+    return decide(record, command, now_us)
+
+
+def decide_progress_owned(record: QueueRow | None, command: ProgressOwned, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or __return__.new_record.status == record.status
     """
     return decide(record, command, now_us)
 

@@ -24,6 +24,7 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
+    ProgressOwned,
     PurgeFinished,
     QueueRefusal,
     QueueRow,
@@ -80,6 +81,7 @@ def pending(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> Queue
         error_message=None,
         result_json=None,
         payload=("c", "1", "{}", None),
+        queue_name="emails" if queue is QueueKind.TASK else None,
     )
     record = dataclasses.replace(record, **changes)  # type: ignore[arg-type]
     assert record_violations(record) == []
@@ -632,3 +634,50 @@ def test_every_refusal_has_an_outcome_and_only_submission_and_claim_conflicts_ra
     raising = {reason for reason, outcome in OUTCOMES.items() if outcome is not None}
     assert {QueueRefusal.NONCE_REUSED, QueueRefusal.GENERATION_EXHAUSTED, QueueRefusal.FINGERPRINT_MISMATCH} <= raising
     assert QueueRefusal.STALE_FENCE not in raising and QueueRefusal.LEASE_EXPIRED not in raising
+
+
+# --- tasks (issue 30): the queue a claim serves, progress, and a retry's jitter ----------------
+
+
+def task(**changes: object) -> QueueRow:
+    """A pending task of the queue ``emails`` at priority 50."""
+    return pending(QueueKind.TASK, queue_name="emails", priority=50, **changes)
+
+
+def test_a_task_claim_takes_only_a_task_of_a_queue_it_serves() -> None:
+    record = task()
+    serving = ClaimOwned(owner_id="w", claim_token="t", nonce_already_stored=False, lease_us=LEASE,
+                         queue_names=("reports", "emails"))
+    decision = decide(record, serving, NOW)
+    assert isinstance(decision, Applied) and decision.new_record.status is JobStatus.CLAIMED
+    for claim in (dataclasses.replace(serving, queue_names=("reports",)),
+                  dataclasses.replace(serving, queue_names=("Emails",)),
+                  ClaimLegacy(owner_id="w", lease_us=LEASE, queue_names=("reports",))):
+        refused = decide(dataclasses.replace(record, fence_required=False), claim, NOW)
+        assert isinstance(refused, Refused) and refused.reason is QueueRefusal.NOT_ELIGIBLE
+
+
+def test_progress_is_recorded_only_on_the_exact_live_claim_of_a_task() -> None:
+    record = claimed(QueueKind.TASK, queue_name="emails", priority=50)
+    decision = decide(record, ProgressOwned(fence=fence_of(record), progress_json='{"done":3}'), NOW)
+    assert isinstance(decision, Applied) and decision.new_record == dataclasses.replace(record, progress_json='{"done":3}')
+    stale = decide(record, ProgressOwned(fence=fence_of(record, generation=2), progress_json="{}"), NOW)
+    assert isinstance(stale, Refused) and stale.reason is QueueRefusal.STALE_FENCE
+    late = decide(record, ProgressOwned(fence=fence_of(record), progress_json="{}"), NOW + LEASE)
+    assert isinstance(late, Refused) and late.reason is QueueRefusal.LEASE_EXPIRED
+    job = claimed()
+    ineligible = decide(job, ProgressOwned(fence=fence_of(job), progress_json="{}"), NOW)
+    assert isinstance(ineligible, Refused) and ineligible.reason is QueueRefusal.OPERATION_INELIGIBLE
+
+
+@pytest.mark.parametrize("jitter", [0, 1, 250, 499, 500])
+def test_a_jittered_retry_waits_between_half_the_backoff_and_all_of_it(jitter: int) -> None:
+    record = claimed(QueueKind.TASK, queue_name="emails", priority=50, attempts=2)
+    command = FailOwned(fence=fence_of(record), error_message="boom", retry=True, dlq_record_id=None,
+                        backoff_base_ms=1000, backoff_max_ms=60_000, jitter_per_mille=jitter)
+    decision = decide(record, command, NOW)
+    assert isinstance(decision, Applied) and decision.new_record.status is JobStatus.PENDING
+    delay = backoff_delay_us(2, 1000, 60_000)
+    waited = decision.new_record.fires_at_us - NOW
+    assert delay // 2 <= waited <= delay
+    assert waited == delay - delay * jitter // 1000

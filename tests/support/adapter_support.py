@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
+from tenure.adapters.queue.table import binding_for
 from tenure.adapters.core.tables import instant_from_sqlite_text, instant_to_sqlite_text
 from tenure.model import QueueKind
 
@@ -279,7 +279,7 @@ def raw(db_url: str, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[A
 
 
 def table(queue: QueueKind) -> str:
-    return TABLE_NAMES[queue]
+    return binding_for(queue).spec.name
 
 
 def shift_instants(db_url: str, queue: QueueKind, column: str, by_us: int, job_id: str | None = None) -> None:
@@ -317,7 +317,7 @@ def stored_instant(db_url: str, micros: int) -> Any:
 
 
 def row(db_url: str, queue: QueueKind, job_id: str) -> dict[str, Any] | None:
-    columns = QUEUE_TABLES[queue].column_names
+    columns = binding_for(queue).spec.column_names
     found = raw(db_url, f"SELECT {', '.join(columns)} FROM {table(queue)} WHERE id = ?", (job_id,))
     return dict(zip(columns, found[0])) if found else None
 

@@ -150,6 +150,30 @@ def retry_failed_stream() -> None:
     _drop_rule(S.FAILED, C.RETRY_FAILED, "streaming")
 
 
+def claim_any_task_queue() -> None:
+    _drop_rule(S.PENDING, C.CLAIM_OWNED, "other_queue")
+    _drop_rule(S.PENDING, C.CLAIM_LEGACY, "other_queue")
+
+
+def progress_without_fence() -> None:
+    _drop_rule(S.CLAIMED, C.PROGRESS_OWNED, "fence_mismatch")
+
+
+def progress_on_any_queue() -> None:
+    _drop_rule(S.CLAIMED, C.PROGRESS_OWNED, "not_task")
+
+
+def jitter_beyond_half() -> None:
+    original = machine.jittered_us
+    machine.jittered_us = lambda delay_us, per_mille: original(delay_us, per_mille) - delay_us * per_mille // 1000
+
+
+def tasks_by_lowest_priority() -> None:
+    from tenure.kernel.queue import finders
+
+    finders.eligible_tasks = dataclasses.replace(finders.eligible_tasks, order=("priority", "fires_at_us", "job_id"))
+
+
 QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (
@@ -172,6 +196,11 @@ QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
         retry_completed_job,
         retry_keeps_spent_attempts,
         retry_failed_stream,
+        claim_any_task_queue,
+        progress_without_fence,
+        progress_on_any_queue,
+        jitter_beyond_half,
+        tasks_by_lowest_priority,
     )
 }
 
@@ -542,7 +571,8 @@ MUTANTS: dict[str, dict[str, Callable[[], None]]] = {
 """Mutants by machine; ``TENURE_KERNEL_MUTANT=<machine>:<mutant>`` applies one."""
 
 BEHAVIOURAL_TESTS: dict[str, list[str]] = {
-    "queue": ["tests/kernel/test_queue_guarantees.py", "tests/kernel/test_queue_properties.py"],
+    "queue": ["tests/kernel/test_queue_guarantees.py", "tests/kernel/test_finders.py",
+              "tests/kernel/test_queue_properties.py"],
     "attempts": ["tests/kernel/test_attempt_guarantees.py"],
     "runs": ["tests/kernel/test_run_properties.py"],
     "consent": ["tests/kernel/test_run_properties.py"],

@@ -30,6 +30,7 @@ from tenure.kernel import (
     FailOwned,
     HeartbeatLegacy,
     HeartbeatOwned,
+    ProgressOwned,
     PurgeFinished,
     QueueRow,
     ReadStateOwned,
@@ -139,6 +140,7 @@ class Model:
             queue=queue, submission_id=snap.submission_id, fingerprint=snap.fingerprint, job_id=job_id,
             run_id=run_id, fires_at_us=snap.fires_at_us, max_attempts=self._max_attempts(queue, snap.max_attempts),
             idempotency_key=snap.idempotency_key, active_key=snap.active_key, payload=stored_payload(queue, snap.field_texts),
+            queue_name=snap.queue_name, priority=snap.priority,
         )
 
         def body(staged: dict[str, QueueRow]) -> str:
@@ -164,6 +166,7 @@ class Model:
             queue=queue, job_id=job_id, run_id=run_id, fires_at_us=frozen.fires_at_us,
             max_attempts=self._max_attempts(queue, frozen.max_attempts), idempotency_key=frozen.idempotency_key,
             active_key=frozen.active_key, payload=stored_payload(queue, frozen.field_texts),
+            queue_name=frozen.queue_name, priority=frozen.priority,
         )
 
         def body(staged: dict[str, QueueRow]) -> str:
@@ -200,21 +203,26 @@ class Model:
         ]
         return min(eligible, key=lambda r: (r.fires_at_us, r.job_id), default=None)
 
-    def claim_owned(self, queue: QueueKind, owner: str, tokens: list[str], now: int) -> Result:
-        """Claim with each token in turn: token i meets the i-th eligible row (or none)."""
+    def claim_owned(
+        self, queue: QueueKind, owner: str, tokens: list[str], now: int, queue_names: tuple[str, ...] | None = None,
+    ) -> Result:
+        """Claim with each token in turn: token i meets the i-th eligible row (or none).
+        Rows are taken by priority (highest first; 0 on pycharter's queues), then due
+        time, then job ID; a task claim takes only the queues it names."""
         def body(staged: dict[str, QueueRow]) -> list[QueueRow]:
             self._sweep(staged, now)
             stored = {r.claim_token for r in staged.values()}
             eligible = sorted(
                 (r for r in staged.values()
-                 if r.status is JobStatus.PENDING and r.fires_at_us <= now and r.attempts < r.max_attempts),
-                key=lambda r: (r.fires_at_us, r.job_id),
+                 if r.status is JobStatus.PENDING and r.fires_at_us <= now and r.attempts < r.max_attempts
+                 and (queue_names is None or r.queue_name in queue_names)),
+                key=lambda r: (-r.priority, r.fires_at_us, r.job_id),
             )[: len(tokens)]
             claimed = []
             for index, token in enumerate(tokens):
                 met = eligible[index] if index < len(eligible) else None
                 command = ClaimOwned(owner_id=owner, claim_token=token, nonce_already_stored=token in stored,
-                                     lease_us=self.config.lease_us)
+                                     lease_us=self.config.lease_us, queue_names=queue_names)
                 decision = self._decide(staged, met, command, now)
                 _raise_if_conflict(decision)
                 if isinstance(decision, Applied):
@@ -252,9 +260,12 @@ class Model:
             "complete": lambda: CompleteOwned(fence=parts, result_json=arguments.get("result_json")),
             "fail": lambda: FailOwned(
                 fence=parts, error_message=arguments["error"], retry=arguments["retry"],
-                dlq_record_id=arguments.get("dlq_record_id"), backoff_base_ms=config.backoff_base_ms,
-                backoff_max_ms=config.backoff_max_ms,
+                dlq_record_id=arguments.get("dlq_record_id"),
+                backoff_base_ms=arguments.get("backoff_base_ms", config.backoff_base_ms),
+                backoff_max_ms=arguments.get("backoff_max_ms", config.backoff_max_ms),
+                jitter_per_mille=arguments.get("jitter_per_mille", 0),
             ),
+            "progress": lambda: ProgressOwned(fence=parts, progress_json=arguments["progress_json"]),
             "set_pid": lambda: SetPidOwned(fence=parts, pid=arguments["pid"]),
             "read_state": lambda: ReadStateOwned(fence=parts),
             "acknowledge_cancel": lambda: AcknowledgeCancelOwned(fence=parts),

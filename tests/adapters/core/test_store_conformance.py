@@ -17,33 +17,32 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from adapter_support import raw
 from agent_job_strategies import job_records
 from attempt_strategies import attempt_records
 from consent_strategies import consent_records
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from node_strategies import NOW as NODE_NOW
 from node_strategies import node_records
 from queue_strategies import NOW, QUEUE_NAMES, TOKENS, records
 from run_strategies import run_records
+
 from tenure.adapters import upgrade
-from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
+from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.consents.table import CONSENTS_BINDING
-from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.core.dialects import open_store
-from tenure.adapters.queue.table import binding_for
-from tenure.adapters.nodes.table import NODES_BINDING
-from tenure.kernel.nodes import finders as node_finders
-from tenure.adapters.queue.table import HOPS_BINDING
 from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import Binding
-from tenure.kernel.attempts import finders as attempt_finders
+from tenure.adapters.nodes.table import NODES_BINDING
+from tenure.adapters.queue.table import HOPS_BINDING, binding_for
+from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.agent_jobs import finders as job_finders
+from tenure.kernel.attempts import finders as attempt_finders
 from tenure.kernel.consents import finders as consent_finders
 from tenure.kernel.core import Finder
+from tenure.kernel.nodes import finders as node_finders
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.record import dedupe_key_of
 from tenure.kernel.runs import finders as run_finders

@@ -24,15 +24,17 @@ from lockstep_harness import COUNTERS, Counter, LockstepBase, budget, run_lockst
 from lockstep_harness import machine_for as harness_machine_for
 from lockstep_model import Model
 
-from tenure.adapters import PipelineJobSource, StreamingJobSource, ValidationJobSource
+from tenure.adapters import PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
 from tenure.adapters.queue.operations import QueueOperations
-from tenure.adapters.queue.table import QUEUE_BINDINGS
+from tenure.adapters.queue.table import binding_for
 from tenure.kernel.queue import finders
 from tenure.model import (
+    PYCHARTER_QUEUES,
     PipelineJob,
     QueueClaimFence,
     QueueKind,
     StreamingJob,
+    TaskJob,
     ValidationJob,
     WorkerConfig,
     canonical_json,
@@ -44,11 +46,15 @@ SOURCES = {
     QueueKind.VALIDATION: ValidationJobSource,
     QueueKind.PIPELINE: PipelineJobSource,
     QueueKind.STREAMING: StreamingJobSource,
+    QueueKind.TASK: TaskSource,
 }
 OWNERS = ["worker-a", "worker-b", "Worker-A"]
 TOKENS = [f"token-{n}" for n in range(10)]
 SUBMISSIONS = [f"sub-{n}" for n in range(6)]
 LEASE_SHIFT_US = 7_200_000_000
+TASK_QUEUES = ("emails", "reports")
+SERVED = st.sampled_from([("emails",), ("reports",), ("emails", "reports")])
+"""The task queues a task claim serves."""
 CONTENTION_STEPS_PER_RUN = 2
 """Lock-contention steps per run: each waits tens of milliseconds for a real lock."""
 
@@ -61,6 +67,11 @@ def envelope(queue: QueueKind, variant: int, authored_id: str | None, key: str |
     if queue is QueueKind.PIPELINE:
         return PipelineJob({"steps": [variant]}, {"v": str(variant)}, job_id=authored_id, idempotency_key=key,
                            run_id=None if authored_id is None else f"run-{authored_id}", max_attempts=2)
+    if queue is QueueKind.TASK:
+        # Priorities differ by variant so that claims meet every order; no retry delay,
+        # as for the other queues (the config's backoff is 0).
+        return TaskJob(TASK_QUEUES[variant % 2], "send", {"v": variant}, priority=(0, 50, 100)[variant],
+                       retry_base_ms=0, retry_max_ms=0, retry_jitter=False, job_id=authored_id, max_attempts=2)
     return StreamingJob("orders", str(variant % 2), {"v": str(variant)}, force=force, job_id=authored_id, max_attempts=2)
 
 
@@ -134,10 +145,16 @@ class LockstepMachine(LockstepBase):
 
     # --- claims ---------------------------------------------------------------------------
 
-    @rule(target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS), token=st.sampled_from(TOKENS))
-    def claim_owned(self, queue: QueueKind, owner: str, token: str) -> Any:
-        actual = self.run(self.sources[queue].claim_next_owned(owner, claim_token=token))
-        expected = self.model.claim_owned(queue, owner, [token], self.clock.take())
+    def served(self, queue: QueueKind, served: tuple[str, ...]) -> dict[str, Any]:
+        """A task claim's queues, as the source takes them (the other queues' claims name none)."""
+        return {"queues": list(served)} if queue is QueueKind.TASK else {}
+
+    @rule(target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS), token=st.sampled_from(TOKENS),
+          served=SERVED)
+    def claim_owned(self, queue: QueueKind, owner: str, token: str, served: tuple[str, ...]) -> Any:
+        actual = self.run(self.sources[queue].claim_next_owned(owner, claim_token=token, **self.served(queue, served)))
+        expected = self.model.claim_owned(queue, owner, [token], self.clock.take(),
+                                          served if queue is QueueKind.TASK else None)
         if expected[0] == "ok":
             expected = ("ok", self.claimed_view(expected[1][0]) if expected[1] else None)
         self.expect(actual, expected)
@@ -147,11 +164,12 @@ class LockstepMachine(LockstepBase):
 
     @rule(
         target=fences, queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS),
-        tokens=st.lists(st.sampled_from(TOKENS), min_size=1, max_size=3, unique=True),
+        tokens=st.lists(st.sampled_from(TOKENS), min_size=1, max_size=3, unique=True), served=SERVED,
     )
-    def claim_batch(self, queue: QueueKind, owner: str, tokens: list[str]) -> Any:
-        actual = self.run(self.sources[queue].claim_batch_owned(owner, claim_tokens=tokens))
-        expected = self.model.claim_owned(queue, owner, tokens, self.clock.take())
+    def claim_batch(self, queue: QueueKind, owner: str, tokens: list[str], served: tuple[str, ...]) -> Any:
+        actual = self.run(self.sources[queue].claim_batch_owned(owner, claim_tokens=tokens, **self.served(queue, served)))
+        expected = self.model.claim_owned(queue, owner, tokens, self.clock.take(),
+                                          served if queue is QueueKind.TASK else None)
         if expected[0] == "ok":
             expected = ("ok", [self.claimed_view(record) for record in expected[1]])
         self.expect(actual, expected)
@@ -226,7 +244,7 @@ class LockstepMachine(LockstepBase):
             expected = self.model.fenced_many(queue, "heartbeat", [(fence, {}) for fence in batch], now)
         self.expect(actual, expected)
 
-    @rule(queue=st.sampled_from(QueueKind), owner=st.sampled_from(OWNERS))
+    @rule(queue=st.sampled_from(PYCHARTER_QUEUES), owner=st.sampled_from(OWNERS))
     def claim_legacy(self, queue: QueueKind, owner: str) -> None:
         actual = self.run(self.sources[queue].claim_next(owner))
         expected = self.model.claim_legacy(queue, owner, self.clock.take())
@@ -256,6 +274,8 @@ class LockstepMachine(LockstepBase):
         kinds = ["heartbeat", "complete", "fail", "release"]
         if queue is QueueKind.STREAMING:
             kinds += ["set_pid", "read_state", "acknowledge_cancel"]
+        if queue is QueueKind.TASK:
+            kinds += ["progress"]
         kind = data.draw(st.sampled_from(kinds), label="operation")
         source = self.sources[queue]
         arguments: dict[str, Any] = {}
@@ -267,7 +287,14 @@ class LockstepMachine(LockstepBase):
             actual = self.run(source.complete_owned(fence, result))
         elif kind == "fail":
             arguments.update(error="boom", retry=data.draw(st.booleans(), label="retry"))
-            if queue is not QueueKind.STREAMING:
+            if queue is QueueKind.TASK:
+                # A task's own retry policy, with a jitter drawn as the worker would.
+                base, ceiling, jitter = data.draw(st.sampled_from([(0, 0, 0), (1, 4, 0), (1000, 5000, 500)]),
+                                                  label="policy")
+                arguments.update(backoff_base_ms=base, backoff_max_ms=ceiling, jitter_per_mille=jitter)
+                actual = self.run(source.fail_owned(fence, "boom", retry=arguments["retry"],
+                                                    policy=(base, ceiling, jitter > 0), jitter_per_mille=jitter))
+            elif queue is not QueueKind.STREAMING:
                 arguments["dlq_record_id"] = data.draw(st.none() | st.just("dlq-1"), label="dlq")
                 actual = self.run(source.fail_owned(fence, "boom", retry=arguments["retry"], dlq_record_id=arguments["dlq_record_id"]))
             else:
@@ -279,6 +306,10 @@ class LockstepMachine(LockstepBase):
             actual = self.run(source.get_owned_state(fence))
         elif kind == "release":
             actual = self.run(source.release_owned(fence))
+        elif kind == "progress":
+            progress = data.draw(st.sampled_from([{"done": 1}, {"done": 2, "of": 3}]), label="progress")
+            arguments["progress_json"] = canonical_json(progress)
+            actual = self.run(source.progress_owned(fence, progress))
         else:
             actual = self.run(source.acknowledge_cancel_owned(fence))
         expected = self.model.fenced(queue, fence, kind, self.clock.take(), **arguments)
@@ -307,6 +338,8 @@ class LockstepMachine(LockstepBase):
             kinds.append("set_pid")
         else:
             kinds.append("retry_failed")
+        if queue is QueueKind.TASK:  # no legacy by-ID writes are offered on tasks
+            kinds = ["delete", "cancel", "retry_failed"]
         kind = data.draw(st.sampled_from(kinds), label="operation")
         source = self.sources[queue]
         owner = data.draw(st.sampled_from(OWNERS), label="owner")
@@ -394,7 +427,7 @@ class LockstepMachine(LockstepBase):
         async def dump(tx: Any) -> dict[QueueKind, dict[str, Any]]:
             return {
                 queue: {record.job_id: record
-                        for record in await tx.find(QUEUE_BINDINGS[queue], finders.all_rows, {}, 10_000)}
+                        for record in await tx.find(binding_for(queue), finders.all_rows, {}, 10_000)}
                 for queue in QueueKind
             }
 
