@@ -52,8 +52,14 @@ if TYPE_CHECKING:
         resume_and_publish,
         run_relays,
     )
+    from .tasks import Backoff, Task, TaskApp, TaskContext, TaskOutcome
 
 __all__ = [
+    "TaskApp",
+    "Task",
+    "Backoff",
+    "TaskContext",
+    "TaskOutcome",
     "AttemptLedger",
     "Broker",
     "BrokerJobState",
@@ -96,6 +102,11 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
+    "TaskApp": ".tasks",
+    "Task": ".tasks",
+    "Backoff": ".tasks",
+    "TaskContext": ".tasks",
+    "TaskOutcome": ".tasks",
     "AttemptLedger": ".attempts",
     "AttemptRunner": ".attempts",
     "EgressPolicy": ".attempts",

@@ -15,6 +15,7 @@ import json
 from typing import Any, ClassVar
 
 from pydantic import PrivateAttr
+from pydantic_core import PydanticCustomError
 
 from .fence import QueueClaimFence
 from .states import JobStatus, QueueKind
@@ -214,9 +215,10 @@ class TaskJob(_Envelope):
     task queue ``queue_name``.
 
     ``priority`` (0..100, default 0): a higher priority is claimed first, then the
-    earlier due time, then the earlier submission. The retry policy travels with the
-    task, so a retry follows the policy it was deferred under even after a deploy:
-    a retried attempt waits ``min(retry_max_ms, retry_base_ms * 2**(attempt - 1))``,
+    earlier due time, then the earlier submission. It is due at ``fires_at``, or
+    ``delay_ms`` after the database time of its insert, or at once. The retry policy
+    travels with the task, so a retry follows the policy it was deferred under even after
+    a deploy: attempt ``n`` failing waits ``min(retry_max_ms, retry_base_ms * 2**n)``,
     less a random part of up to half of it when ``retry_jitter`` (so that tasks failing
     together do not retry together).
     """
@@ -233,6 +235,7 @@ class TaskJob(_Envelope):
     retry_jitter: StrictBool = True
     job_id: JobIdText | None = None
     fires_at: AwareDatetime | None = None
+    delay_ms: NonNegativeMs | None = None
     max_attempts: PositiveInt32 | None = None
 
     def __init__(
@@ -246,6 +249,7 @@ class TaskJob(_Envelope):
         retry_jitter: bool = True,
         job_id: str | None = None,
         fires_at: dt.datetime | None = None,
+        delay_ms: int | None = None,
         max_attempts: int | None = None,
     ) -> None:
         super().__init__(
@@ -258,8 +262,18 @@ class TaskJob(_Envelope):
             retry_jitter=retry_jitter,
             job_id=job_id,
             fires_at=fires_at,
+            delay_ms=delay_ms,
             max_attempts=max_attempts,
         )
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        # Checked after construction (StrictModel turns these into ConfigValidationError
+        # through the failure path below, never pydantic's text).
+        if self.retry_base_ms > self.retry_max_ms:
+            raise PydanticCustomError("base_above_max", "retry base above its maximum")
+        if self.fires_at is not None and self.delay_ms is not None:
+            raise PydanticCustomError("fires_at_and_delay", "either fires_at or delay_ms")
 
 
 SubmissionEnvelope = ValidationJob | PipelineJob | StreamingJob | TaskJob

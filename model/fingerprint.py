@@ -64,7 +64,7 @@ _AUTHORED_FIELDS: dict[QueueKind, tuple[str, ...]] = {
     ),
     QueueKind.TASK: (
         "queue_name", "task_name", "args", "priority", "retry_base_ms", "retry_max_ms", "retry_jitter",
-        "job_id", "fires_at", "max_attempts",
+        "job_id", "fires_at", "delay_ms", "max_attempts",
     ),
 }
 
@@ -107,6 +107,8 @@ class SubmissionSnapshot:
     """Tasks only: the task queue's name."""
     priority: int = 0
     """Tasks only: the claim priority."""
+    delay_us: int = 0
+    """Tasks only: due this long after the insert's database time (no ``fires_at``)."""
 
     def envelope(self) -> SubmissionEnvelope:
         """A fresh envelope equal to the one submitted (a new object each call)."""
@@ -147,6 +149,7 @@ class FrozenEnvelope:
     force: bool
     queue_name: str | None = None
     priority: int = 0
+    delay_us: int = 0
 
     def envelope(self) -> SubmissionEnvelope:
         return envelope_from_authored_json(self.queue, self.authored_json)
@@ -242,6 +245,7 @@ def freeze_envelope(queue: QueueKind, job: object) -> FrozenEnvelope:
         force=bool(values.get("force", False)),
         queue_name=values.get("queue_name"),
         priority=values.get("priority", 0),
+        delay_us=(values.get("delay_ms") or 0) * 1000,
     )
 
 
@@ -266,4 +270,5 @@ def snapshot_submission(
         force=frozen.force,
         queue_name=frozen.queue_name,
         priority=frozen.priority,
+        delay_us=frozen.delay_us,
     )

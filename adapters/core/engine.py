@@ -119,9 +119,9 @@ class Engine:
         stored = await tx.update_many(binding, updates, read_back=False)
         if stored != [new for _, new in updates]:
             raise persistence_failed("read_back_mismatch")
-        for old, new in changes:
-            if old is None and new is not None and await tx.insert(binding, new) != new:
-                raise persistence_failed("read_back_mismatch")
+        inserts = [new for old, new in changes if old is None and new is not None]
+        if inserts and await tx.insert_many(binding, inserts) != inserts:
+            raise persistence_failed("read_back_mismatch")
         if binding.announced(changes):
             tx.announce(binding)
 

@@ -181,6 +181,10 @@ class Transaction(Protocol):
     async def insert(self, binding: Binding, record: Any) -> Any:
         """Insert and return the row as stored."""
 
+    async def insert_many(self, binding: Binding, records: Sequence[Any]) -> list[Any]:
+        """Insert each record and return the rows as stored, in order (one round trip
+        where the driver can pipeline them)."""
+
     async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
         """Compare-and-set each ``(old, new)``: write ``new`` only where the row still
         equals ``old``. Returns the rows as stored, in order; raises ``row_changed`` when
@@ -378,6 +382,9 @@ class SharedPrimitives:
         if not stored:
             raise persistence_failed("write_not_applied")
         return stored[0]
+
+    async def insert_many(self, binding: Binding, records: Sequence[Any]) -> list[Any]:
+        return [await self.insert(binding, record) for record in records]
 
     async def read(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
         return await self._records(binding, self.statements(binding).read_keys, {"keys": self.key_list(keys)})

@@ -164,6 +164,17 @@ class PostgresTransaction(SharedPrimitives):
         self._require_writable()
         return await super().insert(binding, record)
 
+    async def insert_many(self, binding: Binding, records: Sequence[Any]) -> list[Any]:
+        if len(records) < 2:
+            return await super().insert_many(binding, records)
+        self._require_writable()
+        write = self.codec(binding).write
+        rows = await self._fetch_many(self.statements(binding).insert, [write(record) for record in records])
+        if len(rows) != len(records):  # every INSERT ... RETURNING answers one row, or fails
+            raise persistence_failed("write_not_applied")
+        read = self.codec(binding).read
+        return [read(row, 0) for row in rows]
+
     async def update_many(self, binding: Binding, pairs: Sequence[tuple[Any, Any]], *, read_back: bool) -> list[Any]:
         if not pairs:
             return []

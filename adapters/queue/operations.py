@@ -191,6 +191,7 @@ class QueueOperations:
                 payload=stored_payload(self.queue, snapshot.field_texts),
                 queue_name=snapshot.queue_name,
                 priority=snapshot.priority,
+                delay_us=snapshot.delay_us,
             )
 
         def meets(rows: Sequence[QueueRow], job_id: str) -> QueueRow | None:
@@ -226,6 +227,65 @@ class QueueOperations:
 
         return _submitted(await self.store.run(body, write=True))
 
+    async def submit_many(self, requests: Sequence[SubmissionSnapshot | FrozenEnvelope]) -> list[Submitted]:
+        """Tasks: submit a batch in one transaction (one lock-and-clock statement, one
+        pipelined insert), each request decided exactly as alone, in order (a later one
+        meets what an earlier one wrote). Snapshots are owned submissions, frozen
+        envelopes legacy ones. A conflict raises and writes nothing of the batch."""
+        require(self.queue is QueueKind.TASK)
+        return await self._retrying_many(lambda: self._submit_many_once(requests))
+
+    async def _retrying_many(self, attempt: Callable[[], Awaitable[list[Submitted]]]) -> list[Submitted]:
+        for remaining in range(SUBMIT_ATTEMPTS - 1, -1, -1):
+            try:
+                return await attempt()
+            except TenureError as error:
+                if remaining == 0 or error.reason not in ("constraint_violated", "deadlock"):
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _submit_many_once(self, requests: Sequence[SubmissionSnapshot | FrozenEnvelope]) -> list[Submitted]:
+        binding = self.binding
+        authored = [request.job_id if request.job_id is not None else self._new_job_id() for request in requests]
+
+        def command_for(request: SubmissionSnapshot | FrozenEnvelope, job_id: str) -> Command:
+            fields = dict(
+                queue=self.queue, job_id=job_id, run_id=None, fires_at_us=request.fires_at_us,
+                max_attempts=self._max_attempts(request.max_attempts), idempotency_key=None, active_key=None,
+                payload=stored_payload(self.queue, request.field_texts), queue_name=request.queue_name,
+                priority=request.priority, delay_us=request.delay_us,
+            )
+            if isinstance(request, SubmissionSnapshot):
+                return SubmitOwned(submission_id=request.submission_id, fingerprint=request.fingerprint, **fields)
+            return SubmitLegacy(**fields)  # type: ignore[arg-type]
+
+        async def body(tx: Transaction) -> list[Submitted]:
+            keys = [await tx.canonical_key(binding, job_id) for job_id in authored]
+            submission_ids = [request.submission_id for request in requests if isinstance(request, SubmissionSnapshot)]
+            rows = await tx.locked(binding, finders.located_batch, {"submission_ids": submission_ids, "keys": keys})
+            now = await tx.now_us()
+            staged: dict[str, QueueRow] = {row.job_id: row for row in rows}
+            changes: list[tuple[QueueRow | None, QueueRow]] = []
+            answers: list[Submitted] = []
+            for request, job_id in zip(requests, keys, strict=True):
+                submission_id = request.submission_id if isinstance(request, SubmissionSnapshot) else None
+                met = finders.submission_meets(list(staged.values()), submission_id=submission_id, job_id=job_id,
+                                               run_id=None, key=None)
+                decision = decide(met, command_for(request, job_id), now)
+                raise_if_conflict(binding, decision)
+                if not isinstance(decision, Applied):  # every submission refusal is a conflict
+                    raise persistence_failed("invariant_broken")
+                new = checked(binding, met, decision)
+                if new is not None and new != met:
+                    require(met is None)  # a submission only inserts or replays
+                    changes.append((None, new))
+                    staged[new.job_id] = new
+                answers.append(_submitted(decision))
+            await self.engine.persist(tx, binding, changes)
+            return answers
+
+        return await self.store.run(body, write=True)
+
     async def _submit_legacy_once(self, request: FrozenEnvelope) -> Submitted:
         authored_job_id, run_id = self._ids(request.job_id, request.run_id)
         binding = self.binding
@@ -245,6 +305,7 @@ class QueueOperations:
                 payload=stored_payload(self.queue, request.field_texts),
                 queue_name=request.queue_name,
                 priority=request.priority,
+                delay_us=request.delay_us,
             )
             met = None
             holder = finders.key_holder(rows, request.active_key)

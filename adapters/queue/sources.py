@@ -32,6 +32,7 @@ from tenure.model import (
     OwnedStreamingState,
     QueueClaimFence,
     QueueKind,
+    TaskJob,
     WorkerConfig,
     bounds,
     canonical_json,
@@ -550,6 +551,28 @@ class TaskSource(JobSource[ClaimedTask]):
 
     def __init__(self, db_url: str, config: WorkerConfig | None = None) -> None:
         super().__init__(db_url, config, new_job_id=time_ordered_id)
+
+    def submit_many(self, jobs: Sequence[TaskJob], *, submission_ids: Sequence[str] | None = None) -> Awaitable[list[str]]:
+        """Submit up to 1,000 tasks in one transaction: one answer (the job ID) per task,
+        in order, each exactly what ``submit_owned`` (with ``submission_ids[i]``) or
+        ``submit`` (without) would answer alone. A conflict raises and writes none of
+        them. Every task is validated and frozen before this method returns."""
+        checked = _batch(jobs, "jobs")
+        if submission_ids is None:
+            requests: list[Any] = [freeze_envelope(self.queue, job) for job in checked]
+        else:
+            ids = _batch(submission_ids, "submission_ids")
+            if len(ids) != len(checked):
+                raise refuse("submission_ids", "one_per_job_required")
+            if len(set(ids)) != len(ids):
+                raise refuse("submission_ids", "duplicate_submission_id")
+            requests = [snapshot_submission(self.queue, job, submission_id) for job, submission_id in zip(checked, ids)]
+        for request in requests:
+            _within(request.authored_json, self.config.max_payload_bytes, "job")
+        return self._submit_many(requests)
+
+    async def _submit_many(self, requests: list[Any]) -> list[str]:
+        return [submitted.job_id for submitted in await self._operations.submit_many(requests)]
 
     async def claim_next_owned(self, worker_id: str, *, claim_token: str, queues: Sequence[str]) -> ClaimedTask | None:
         """Claim the next eligible task of ``queues`` with a fresh caller nonce, or None."""

@@ -410,7 +410,7 @@ _AUTHORED: dict[QueueKind, tuple[str, ...]] = {
     QueueKind.VALIDATION: ("fires_at", "job_id", "max_attempts"),
     QueueKind.PIPELINE: ("fires_at", "job_id", "max_attempts", "run_id"),
     QueueKind.STREAMING: ("fires_at", "job_id", "max_attempts"),
-    QueueKind.TASK: ("fires_at", "job_id", "max_attempts"),
+    QueueKind.TASK: ("delay_ms", "fires_at", "job_id", "max_attempts"),
 }
 _RECORD_FIELDS: dict[QueueKind, tuple[str, ...]] = {queue: () for queue in QueueKind} | {
     QueueKind.TASK: ("queue_name", "priority"),

@@ -63,6 +63,7 @@ import inspect
 import logging
 import math
 import os
+import random
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -78,10 +79,18 @@ from tenure.model import (
     bounds,
     check_pid,
 )
-from tenure.model.validation import refuse
+from tenure.model.validation import is_queue_name, refuse
 
 from ..core.store import Listener
-from .sources import MAX_BATCH, JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource, result_json
+from .sources import (
+    MAX_BATCH,
+    JobSource,
+    PipelineJobSource,
+    StreamingJobSource,
+    TaskSource,
+    ValidationJobSource,
+    result_json,
+)
 
 __all__ = ["Worker", "JobContext", "WorkerStats", "FailJob", "CANCEL_WAIT_S", "MAX_CONCURRENCY"]
 
@@ -107,6 +116,9 @@ RECOVERY_TRIES = 3
 
 MAX_WRITE_BACKOFF_S = 1.0
 """The longest pause between repeats of a fenced write that failed for a database reason."""
+
+MAX_QUEUES = 100
+"""The most task queues one Worker serves."""
 
 MAX_IDLE_WAIT_S = 3600.0
 MAX_GRACE_S = 86_400.0
@@ -163,10 +175,12 @@ class JobContext:
     public parts and the claim's attempt number. ``lease_lost`` is set when the claim
     may no longer be this worker's (the handler is cancelled at the same moment).
     ``cancel_requested`` is set for a streaming launch whose owned state shows a cancel
-    request (never set on the other queues).
+    request (never set on the other queues). For a task, ``task_name`` and
+    ``queue_name`` name it, and :meth:`progress` records a progress report.
     """
 
-    __slots__ = ("_job", "queue", "job_id", "attempt", "owner_id", "generation", "lease_lost", "cancel_requested")
+    __slots__ = ("_job", "queue", "job_id", "attempt", "owner_id", "generation", "lease_lost", "cancel_requested",
+                 "task_name", "queue_name")
 
     def __init__(self, job: _Job) -> None:
         fence = job.fence
@@ -178,6 +192,15 @@ class JobContext:
         self.generation: int = fence.generation
         self.lease_lost = asyncio.Event()
         self.cancel_requested = asyncio.Event()
+        task = fence.queue is QueueKind.TASK
+        self.task_name: str | None = job.claimed.job.task_name if task else None
+        self.queue_name: str | None = job.claimed.job.queue_name if task else None
+
+    async def progress(self, report: dict[str, Any]) -> bool:
+        """Tasks: record ``report`` (a JSON object of at most 64 KiB) as this task's
+        progress, with the fence. False: the claim is no longer live (``lease_lost`` is
+        set and the handler cancelled)."""
+        return await self._job.progress(report)
 
     async def heartbeat_now(self) -> bool:
         """Renew this claim now. False: the claim is no longer live (``lease_lost`` is
@@ -253,6 +276,17 @@ class _Job:
         else:
             self.lose()
         return renewed
+
+    async def progress(self, report: dict[str, Any]) -> bool:
+        source = self.worker.source
+        if not isinstance(source, TaskSource):
+            raise ConfigValidationError("invalid_queue", fields=("queue",), problems=("tasks_only",))
+        if self.lost:
+            return False
+        if await source.progress_owned(self.fence, report):
+            return True
+        self.lose()
+        return False
 
     async def set_pid(self, pid: int) -> bool:
         source = self.worker.source
@@ -412,9 +446,19 @@ class Worker:
         idle_wait_s: float = 5.0,
         shutdown_grace_s: float = 30,
         store_error_text: bool = True,
+        queues: Sequence[str] | None = None,
     ) -> None:
-        if not isinstance(source, (ValidationJobSource, PipelineJobSource, StreamingJobSource)):
+        if not isinstance(source, (ValidationJobSource, PipelineJobSource, StreamingJobSource, TaskSource)):
             raise refuse("source", "job_source_required")
+        if isinstance(source, TaskSource):
+            if isinstance(queues, str) or not isinstance(queues, (list, tuple)) or not queues \
+                    or not all(is_queue_name(name) for name in queues) or len(queues) > MAX_QUEUES:
+                raise refuse("queues", "queue_names_required")
+            self.queues: list[str] | None = list(dict.fromkeys(queues))
+        elif queues is not None:
+            raise refuse("queues", "tasks_only")
+        else:
+            self.queues = None
         if not _is_async_callable(handler):
             raise refuse("handler", "async_callable_required")
         if worker_id is None:
@@ -480,8 +524,9 @@ class Worker:
         if self._ran:
             raise refuse("worker", "already_ran")
         self._ran = True
-        log.info("worker started on the %s queue (concurrency %d, batch %d)",
-                 self.source.queue.value, self.concurrency, self.batch_size)
+        log.info("worker started on the %s queue%s (concurrency %d, batch %d)",
+                 self.source.queue.value, "" if self.queues is None else f"s {', '.join(self.queues)}",
+                 self.concurrency, self.batch_size)
         await self._ensure_listener()
         helpers = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._completions.run())]
         grace = self.shutdown_grace_s
@@ -643,11 +688,12 @@ class Worker:
         sent = asyncio.get_running_loop().time()
         try:
             claimed: list[Any]
+            served: dict[str, Any] = {} if self.queues is None else {"queues": self.queues}
             if want == 1:
-                one = await self.source.claim_next_owned(self.worker_id, claim_token=tokens[0])
+                one = await self.source.claim_next_owned(self.worker_id, claim_token=tokens[0], **served)
                 claimed = [] if one is None else [one]
             else:
-                claimed = list(await self.source.claim_batch_owned(self.worker_id, claim_tokens=tokens))
+                claimed = list(await self.source.claim_batch_owned(self.worker_id, claim_tokens=tokens, **served))
         except ConfigValidationError:
             raise
         except TenureError as error:
@@ -767,6 +813,12 @@ class Worker:
             status = await self._fenced(job, lambda: self._complete(fence, outcome.result), {JobStatus.COMPLETED})
         else:
             dlq: dict[str, Any] = {} if streaming else {"dlq_record_id": outcome.dlq_record_id}
+            if fence.queue is QueueKind.TASK:
+                # The task's own retry policy, snapshotted when it was deferred; the
+                # jitter is drawn here (the kernel draws nothing).
+                task = job.claimed.job
+                dlq.update(policy=(task.retry_base_ms, task.retry_max_ms, task.retry_jitter),
+                           jitter_per_mille=random.randint(0, 500) if task.retry_jitter else 0)
 
             async def fail() -> JobStatus | None:
                 return await source.fail_owned_status(fence, error_text(outcome.error, source.config.max_payload_bytes),
@@ -797,17 +849,22 @@ class Worker:
             fate = "stopped on a cancel request (acknowledged next)"
         else:
             fate = "lease lost" if job.lost else "not written (the claim was no longer this worker's)"
-        fields = {"job_id": context.job_id, "queue": context.queue.value, "attempt": context.attempt,
-                  "generation": context.generation, "worker_id": self.worker_id, "outcome": fate}
+        fields = {"job_id": context.job_id, "queue": context.queue_name or context.queue.value,
+                  "attempt": context.attempt, "generation": context.generation, "worker_id": self.worker_id,
+                  "outcome": fate}
+        where = f"{context.queue.value} queue"
+        if context.task_name is not None:
+            fields["task"] = context.task_name
+            where = f"task {context.task_name} on queue {context.queue_name}"
         raised = outcome.raised
         if raised is None:  # the result was not a JSON object
-            log.error("job %s (%s queue, attempt %d) %s: its handler's result is not a JSON object", context.job_id,
-                      context.queue.value, context.attempt, fate, extra=fields)
+            log.error("job %s (%s, attempt %d) %s: its handler's result is not a JSON object", context.job_id,
+                      where, context.attempt, fate, extra=fields)
         elif isinstance(raised, FailJob):
-            log.warning("job %s (%s queue, attempt %d) %s by FailJob: %s", context.job_id, context.queue.value,
+            log.warning("job %s (%s, attempt %d) %s by FailJob: %s", context.job_id, where,
                         context.attempt, fate, raised.message, extra=fields)
         else:
-            log.error("job %s (%s queue, attempt %d) %s: its handler raised %s", context.job_id, context.queue.value,
+            log.error("job %s (%s, attempt %d) %s: its handler raised %s", context.job_id, where,
                       context.attempt, fate, type(raised).__name__, exc_info=raised, extra=fields)
 
     async def _acknowledge(self, job: _Job) -> None:

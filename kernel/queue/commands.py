@@ -55,10 +55,14 @@ __all__ = [
     "is_well_formed_command",
     "MAX_LEASE_US",
     "MAX_JITTER_PER_MILLE",
+    "MAX_DELAY_US",
     "MAX_NOW_US",
 ]
 
 MAX_LEASE_US = bounds.MAX_LEASE_SECONDS * 1_000_000
+
+MAX_DELAY_US = bounds.MAX_BACKOFF_MS * 1000
+"""The longest delay a submission may ask for (a year, like a backoff)."""
 
 MAX_JITTER_PER_MILLE = 500
 """A retry's jitter takes at most half of its delay."""
@@ -144,6 +148,10 @@ class SubmitOwned:
     """Tasks only: the task queue the row joins."""
     priority: int = 0
     """Tasks only: 0..100, higher claimed first."""
+    delay_us: int = 0
+    """Without an authored ``fires_at``: due this long after the database time of the
+    insert (a task deferred ``schedule_in`` seconds; its replays fingerprint the delay,
+    not an instant that moves with the client's clock)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,6 +169,7 @@ class SubmitLegacy:
     payload: tuple[str | None, ...]
     queue_name: str | None = None
     priority: int = 0
+    delay_us: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -432,6 +441,8 @@ def _submission_violations(command: SubmitOwned | SubmitLegacy) -> list[str]:
         "queue_name": is_queue_name(command.queue_name) if queue is QueueKind.TASK else command.queue_name is None,
         "priority": bounds.is_strict_int(command.priority)
         and (0 <= command.priority <= bounds.MAX_PRIORITY if queue is QueueKind.TASK else command.priority == 0),
+        "delay_us": bounds.is_strict_int(command.delay_us) and 0 <= command.delay_us <= MAX_DELAY_US
+        and (command.delay_us == 0 or command.fires_at_us is None),
     }
     if isinstance(command, SubmitOwned):
         checks["submission_id"] = _text(command.submission_id, bounds.MAX_IDENTITY_CHARS)

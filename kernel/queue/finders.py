@@ -40,6 +40,7 @@ __all__ = [
     "all_rows",
     "with_status",
     "locate",
+    "located_batch",
     "dedupe_field",
     "submission_meets",
     "key_holder",
@@ -149,6 +150,15 @@ def locate(queue: QueueKind) -> Finder:
     if queue is QueueKind.PIPELINE:
         identities.insert(2, (Condition("run_id", "=", Param("run_id")),))
     return Finder(f"locate_{queue.value}", tuple(identities), order=("job_id",), lock="wait")
+
+
+located_batch = Finder(
+    "located_batch",
+    ((Condition("submission_id", "in", Param("submission_ids")),), (Condition("job_id", "in", Param("keys")),)),
+    order=("job_id",), lock="wait",
+)
+"""Every row sharing a submission ID or a job ID with a batch of task submissions (tasks
+have no run ID or key), locked in ID order."""
 
 
 def submission_meets(

@@ -319,7 +319,7 @@ def _insert(command: Any, now_us: int, *, owned: bool) -> Applied[QueueRow]:
         claim_token=None,
         claimed_at_us=None,
         lease_expires_at_us=None,
-        fires_at_us=now_us if command.fires_at_us is None else command.fires_at_us,
+        fires_at_us=now_us + command.delay_us if command.fires_at_us is None else command.fires_at_us,
         queue_name=command.queue_name,
         priority=command.priority,
         created_at_us=now_us,

@@ -190,11 +190,13 @@ backoff = st.tuples(st.integers(0, 3), st.integers(3, 10))
 def submissions(draw: st.DrawFn, record: QueueRow | None, owned: bool) -> SubmitOwned | SubmitLegacy:
     queue = record.queue if record is not None and draw(st.booleans()) else draw(st.sampled_from(QueueKind))
     streaming = queue is QueueKind.STREAMING
+    fires_at_us = draw(st.none() | instants)
     fields = dict(
         queue=queue,
         job_id=draw(st.sampled_from(JOB_IDS)),
         run_id=draw(st.sampled_from(RUN_IDS)) if queue is QueueKind.PIPELINE else None,
-        fires_at_us=draw(st.none() | instants),
+        fires_at_us=fires_at_us,
+        delay_us=draw(st.sampled_from([0, 1, 60_000_000])) if fires_at_us is None else 0,
         max_attempts=draw(small_attempts),
         idempotency_key=None if streaming or queue is QueueKind.TASK else draw(st.none() | st.sampled_from(KEYS)),
         active_key=draw(st.sampled_from(ACTIVE_KEYS)) if streaming else None,

@@ -71,7 +71,8 @@ def envelope(queue: QueueKind, variant: int, authored_id: str | None, key: str |
         # Priorities differ by variant so that claims meet every order; no retry delay,
         # as for the other queues (the config's backoff is 0).
         return TaskJob(TASK_QUEUES[variant % 2], "send", {"v": variant}, priority=(0, 50, 100)[variant],
-                       retry_base_ms=0, retry_max_ms=0, retry_jitter=False, job_id=authored_id, max_attempts=2)
+                       retry_base_ms=0, retry_max_ms=0, retry_jitter=False, job_id=authored_id, max_attempts=2,
+                       delay_ms=(None, 0, 1)[variant])
     return StreamingJob("orders", str(variant % 2), {"v": str(variant)}, force=force, job_id=authored_id, max_attempts=2)
 
 

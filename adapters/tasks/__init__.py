@@ -1,0 +1,15 @@
+"""General tasks: the decorator API (``TaskApp``, ``@app.task``, ``defer``) on tenure's
+fenced task table (``tenure_tasks``, :class:`tenure.adapters.TaskSource`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .app import Backoff, Task, TaskApp, TaskContext, TaskOutcome, UnknownTask
+
+__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask"]
+
+__getattr__ = lazy_exports(__name__, {name: ".app" for name in __all__})

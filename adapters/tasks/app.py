@@ -1,0 +1,359 @@
+"""Tasks for everyone: name an async function a task, defer it, and let a fenced worker run it.
+
+::
+
+    app = TaskApp(os.environ["TENURE_DB"])
+
+    @app.task(queue="emails", max_attempts=5, retry=Backoff(base_s=1, max_s=300), priority=50)
+    async def send_welcome(ctx: TaskContext, user_id: int) -> dict:
+        ...
+
+    job_id = await send_welcome.defer(user_id=42, submission_id="welcome-42")   # replay-safe
+    await send_welcome.defer(user_id=7, schedule_in=60)                         # due in a minute
+    await send_welcome.defer_many([{"user_id": i} for i in range(1000)])        # one transaction
+    outcome = await app.result(job_id, wait_s=10)
+
+A task is a row of ``tenure_tasks`` driven by the same kernel as every owned queue: a
+claim stores a fresh nonce and advances the generation, and the handler's outcome is
+written only with that exact fence while the lease is live, so a worker that lost its
+task can never overwrite the new owner's result.
+
+What a deferral checks, before anything is written (``ConfigValidationError``, naming
+the field): the arguments bind to the function's parameters and are a JSON object within
+``WorkerConfig.max_payload_bytes``; ``schedule_in`` and ``schedule_at`` (one of them);
+``priority`` (0..100); ``submission_id``. A deferral with a ``submission_id`` is an owned
+submission: its exact replay answers the original job ID, a changed one raises
+``QUEUE_SUBMISSION_CONFLICT``, and retention never purges it. Without one, each call is
+a new task, which retention may purge once finished.
+
+``schedule_in`` counts from the database's clock when the task is inserted (a replay
+with the same delay is the same request); ``schedule_at`` is an instant.
+
+The handler gets a :class:`TaskContext` (the worker's ``JobContext``: ``job_id``,
+``attempt``, ``generation``, ``task_name``, ``queue_name``, ``heartbeat_now()``,
+``progress(...)``, ``lease_lost``) and the deferred arguments as keywords. It returns a
+JSON object (its result) or None. An exception fails the attempt: the task comes back
+after its own backoff while attempts remain (``FailJob(message)`` ends it at once;
+``FailJob(message, retry=True)`` asks for the retry explicitly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from tenure.model import (
+    TERMINAL_STATUSES,
+    ClaimedTask,
+    ConfigValidationError,
+    JobStatus,
+    TaskJob,
+    WorkerConfig,
+    bounds,
+)
+from tenure.model.validation import is_queue_name, refuse
+
+from ..queue.sources import MAX_BATCH, TaskSource
+from ..queue.worker import JobContext, Worker
+
+__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "RESERVED_ARGUMENTS"]
+
+TaskContext = JobContext
+"""What a task handler may know and do about its claim (see :class:`JobContext`)."""
+
+RESERVED_ARGUMENTS = frozenset({"submission_id", "schedule_in", "schedule_at", "priority"})
+"""``defer``'s own options: a task's parameters may not use these names."""
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_WAIT_S = 3600.0
+_FIRST_POLL_S = 0.02
+_MAX_POLL_S = 0.25
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """A task's retry policy: attempt ``n`` failing waits ``min(max_s, base_s * 2**n)``
+    seconds, less a random part of up to half of it when ``jitter``."""
+
+    base_s: float = 1.0
+    max_s: float = 300.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        for field in ("base_s", "max_s"):
+            value = getattr(self, field)
+            if type(value) not in (int, float) or not math.isfinite(value) \
+                    or not 0 <= value <= bounds.MAX_BACKOFF_MS / 1000:
+                raise refuse(field, "number_out_of_range", reason="invalid_backoff")
+        if self.base_s > self.max_s:
+            raise refuse("base_s", "base_above_max", reason="invalid_backoff")
+        if type(self.jitter) is not bool:
+            raise refuse("jitter", "bool_required", reason="invalid_backoff")
+
+    @property
+    def millis(self) -> tuple[int, int]:
+        return round(self.base_s * 1000), round(self.max_s * 1000)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    """Where a task stands: ``done`` once finished (``ok`` when completed, with its
+    ``result``; ``error`` is the last failure's type and message)."""
+
+    job_id: str
+    task_name: str
+    status: JobStatus
+    result: Any
+    error: str | None
+    attempts: int
+    progress: Any
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def ok(self) -> bool:
+        return self.status is JobStatus.COMPLETED
+
+
+class UnknownTask(Exception):
+    """A worker claimed a task whose name this app does not register (another deploy's
+    task on a shared queue): the attempt fails and the task is retried by its policy."""
+
+    def __init__(self) -> None:
+        super().__init__("no handler is registered for this task's name in this worker")
+
+
+def _delay_ms(schedule_in: object) -> int | None:
+    if schedule_in is None:
+        return None
+    if type(schedule_in) not in (int, float) or not math.isfinite(schedule_in) \
+            or not 0 <= schedule_in <= bounds.MAX_BACKOFF_MS / 1000:  # type: ignore[operator]
+        raise refuse("schedule_in", "number_out_of_range", reason="invalid_deferral")
+    return round(schedule_in * 1000)  # type: ignore[operator]
+
+
+def _priority(value: object, field: str = "priority") -> int:
+    if not bounds.is_strict_int(value) or not 0 <= value <= bounds.MAX_PRIORITY:  # type: ignore[operator]
+        raise refuse(field, "integer_out_of_range", reason="invalid_deferral")
+    return value  # type: ignore[return-value]
+
+
+class Task:
+    """One registered task: call ``defer`` to enqueue it, or call it directly (with a
+    context) to run the function in-process."""
+
+    def __init__(self, app: TaskApp, function: Callable[..., Awaitable[Any]], *, name: str, queue: str,
+                 priority: int, max_attempts: int, retry: Backoff) -> None:
+        self.app = app
+        self.function = function
+        self.name = name
+        self.queue = queue
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.retry = retry
+        self._signature = inspect.signature(function)
+        self.__doc__ = function.__doc__
+
+    def __repr__(self) -> str:
+        return f"Task({self.name!r}, queue={self.queue!r})"
+
+    async def __call__(self, ctx: Any, /, **args: Any) -> Any:
+        return await self.function(ctx, **args)
+
+    def job(self, args: Mapping[str, Any], *, schedule_in: float | None = None,
+            schedule_at: dt.datetime | None = None, priority: int | None = None) -> TaskJob:
+        """The envelope a deferral stores (validated: see the module docstring)."""
+        if not isinstance(args, Mapping):
+            raise refuse("args", "json_object_required", reason="invalid_task_arguments")
+        try:
+            self._signature.bind(None, **args)
+        except TypeError:
+            raise refuse("args", "arguments_do_not_match", reason="invalid_task_arguments") from None
+        if schedule_in is not None and schedule_at is not None:
+            raise refuse("schedule_in", "schedule_in_or_schedule_at", reason="invalid_deferral")
+        base_ms, max_ms = self.retry.millis
+        return TaskJob(self.queue, self.name, dict(args),
+                       priority=self.priority if priority is None else _priority(priority),
+                       retry_base_ms=base_ms, retry_max_ms=max_ms, retry_jitter=self.retry.jitter,
+                       fires_at=schedule_at, delay_ms=_delay_ms(schedule_in), max_attempts=self.max_attempts)
+
+    async def defer(self, *, submission_id: str | None = None, schedule_in: float | None = None,
+                    schedule_at: dt.datetime | None = None, priority: int | None = None, **args: Any) -> str:
+        """Enqueue one run with ``args``; its job ID. With ``submission_id`` it is
+        replay-safe (the same call again answers the same ID)."""
+        job = self.job(args, schedule_in=schedule_in, schedule_at=schedule_at, priority=priority)
+        source = self.app.source
+        if submission_id is None:
+            return await source.submit(job)
+        return await source.submit_owned(job, submission_id=submission_id)
+
+    async def defer_many(self, many: Sequence[Mapping[str, Any]], *, submission_ids: Sequence[str] | None = None,
+                         schedule_in: float | None = None, schedule_at: dt.datetime | None = None,
+                         priority: int | None = None) -> list[str]:
+        """Enqueue one run per argument mapping, in transactions of up to 1,000 (one
+        lock-and-clock statement and one pipelined insert each); the job IDs in order.
+        ``submission_ids`` (one per run) makes each replay-safe. Every run is validated
+        before anything is written; a conflict raises and writes nothing of its
+        transaction (earlier transactions of a larger batch stay)."""
+        if not isinstance(many, (list, tuple)):
+            raise refuse("many", "list_required", reason="invalid_deferral")
+        if submission_ids is not None and (not isinstance(submission_ids, (list, tuple))
+                                           or len(submission_ids) != len(many)):
+            raise refuse("submission_ids", "one_per_run_required", reason="invalid_deferral")
+        jobs = [self.job(args, schedule_in=schedule_in, schedule_at=schedule_at, priority=priority) for args in many]
+        source = self.app.source
+        ids: list[str] = []
+        for start in range(0, len(jobs), MAX_BATCH):
+            chunk_ids = None if submission_ids is None else list(submission_ids[start:start + MAX_BATCH])
+            ids += await source.submit_many(jobs[start:start + MAX_BATCH], submission_ids=chunk_ids)
+        return ids
+
+
+class TaskApp:
+    """The tasks of one application on one database (``db_url``: ``sqlite:///path`` or
+    ``postgresql://...``; ``config``: the worker settings, lease and timeouts included).
+
+    Constructing it neither connects nor migrates (``tenure migrate`` or
+    :func:`tenure.adapters.upgrade` creates ``tenure_tasks``)."""
+
+    def __init__(self, db_url: str, *, config: WorkerConfig | None = None) -> None:
+        if config is None:
+            config = WorkerConfig(db_url)
+        elif type(config) is not WorkerConfig or config.db_url != db_url:
+            raise refuse("config", "worker_config_for_this_db_url_required")
+        self.db_url = db_url
+        self.config = config
+        self._tasks: dict[str, Task] = {}
+        self._source: TaskSource | None = None
+
+    # --- registering -------------------------------------------------------------------
+
+    def task(self, function: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None,
+             queue: str = DEFAULT_QUEUE, priority: int = 0, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+             retry: Backoff | None = None) -> Any:
+        """Register an async function ``f(ctx, **args)`` as a task (as ``@app.task`` or
+        ``@app.task(...)``). ``name`` defaults to ``module.qualname``; ``queue`` is an
+        identifier; ``priority`` 0..100 (higher first); ``max_attempts`` >= 1; ``retry``
+        the backoff between attempts (default ``Backoff()``: 1 s doubling to 300 s,
+        jittered)."""
+        def register(target: Callable[..., Awaitable[Any]]) -> Task:
+            return self._register(target, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
+                                  retry=Backoff() if retry is None else retry)
+
+        return register if function is None else register(function)
+
+    def _register(self, function: Callable[..., Awaitable[Any]], *, name: str | None, queue: str, priority: int,
+                  max_attempts: int, retry: Backoff) -> Task:
+        if not inspect.iscoroutinefunction(function):
+            raise refuse("function", "async_function_required", reason="invalid_task")
+        parameters = list(inspect.signature(function).parameters.values())
+        if not parameters or parameters[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
+                                                        inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            raise refuse("function", "context_parameter_required", reason="invalid_task")
+        if any(parameter.name in RESERVED_ARGUMENTS for parameter in parameters[1:]):
+            raise refuse("function", "reserved_argument_name", reason="invalid_task")
+        chosen = name if name is not None else f"{function.__module__}.{function.__qualname__}"
+        if not is_queue_name(queue):
+            raise refuse("queue", "identifier_required", reason="invalid_task")
+        if not bounds.is_strict_int(max_attempts) or not 1 <= max_attempts <= bounds.INT32_MAX:
+            raise refuse("max_attempts", "integer_out_of_range", reason="invalid_task")
+        if type(retry) is not Backoff:
+            raise refuse("retry", "backoff_required", reason="invalid_task")
+        _priority(priority)
+        try:  # the name is checked as the envelope checks it (a dotted identifier of at most 255)
+            TaskJob(queue, chosen)
+        except ConfigValidationError:
+            raise refuse("name", "dotted_identifier_required", reason="invalid_task") from None
+        if chosen in self._tasks:
+            raise refuse("name", "already_registered", reason="invalid_task")
+        task = Task(self, function, name=chosen, queue=queue, priority=priority, max_attempts=max_attempts,
+                    retry=retry)
+        self._tasks[chosen] = task
+        return task
+
+    @property
+    def tasks(self) -> Mapping[str, Task]:
+        """The registered tasks by name."""
+        return dict(self._tasks)
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues of the registered tasks, in registration order."""
+        return list(dict.fromkeys(task.queue for task in self._tasks.values()))
+
+    def get(self, name: object) -> Task:
+        """The task registered under ``name``; ``unknown_task`` otherwise."""
+        task = self._tasks.get(name) if type(name) is str else None
+        if task is None:
+            raise ConfigValidationError("unknown_task", fields=("task_name",), problems=("not_registered",))
+        return task
+
+    # --- deferring and reading ---------------------------------------------------------
+
+    @property
+    def source(self) -> TaskSource:
+        """The task source this app submits and reads through (opened on first use)."""
+        if self._source is None:
+            self._source = TaskSource(self.db_url, self.config)
+        return self._source
+
+    async def defer(self, task_name: str, args: Mapping[str, Any] | None = None, **options: Any) -> str:
+        """Defer the task registered as ``task_name`` (see :meth:`Task.defer`)."""
+        return await self.get(task_name).defer(**options, **dict(args or {}))
+
+    async def result(self, job_id: str, *, wait_s: float = 0.0) -> TaskOutcome | None:
+        """Where the task stands, waiting up to ``wait_s`` seconds for it to finish (it
+        answers as soon as it has; after the wait, whatever it is then). None when no
+        task has this ID."""
+        if type(wait_s) not in (int, float) or not math.isfinite(wait_s) or not 0 <= wait_s <= MAX_WAIT_S:
+            raise refuse("wait_s", "number_out_of_range", reason="invalid_wait")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        pause = _FIRST_POLL_S
+        while True:
+            info = await self.source.get_job(job_id)
+            if info is None:
+                return None
+            if info.status in TERMINAL_STATUSES or loop.time() >= deadline:
+                assert isinstance(info.job, TaskJob)
+                return TaskOutcome(job_id=info.job_id, task_name=info.job.task_name, status=info.status,
+                                   result=info.result, error=info.error, attempts=info.attempt,
+                                   progress=info.progress)
+            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+            pause = min(pause * 2, _MAX_POLL_S)
+
+    # --- running -----------------------------------------------------------------------
+
+    def worker(self, *, queues: Sequence[str] | None = None, **settings: Any) -> Worker:
+        """A fenced :class:`Worker` for this app's tasks on ``queues`` (default: every
+        queue a registered task uses); ``settings`` are the Worker's (concurrency,
+        batch_size, idle_wait_s, shutdown_grace_s, store_error_text, worker_id)."""
+        served = self.queues if queues is None else queues
+        if not served:
+            raise refuse("queues", "no_tasks_registered", reason="invalid_worker")
+        return Worker(self.source, self._dispatch, queues=served, **settings)
+
+    async def _dispatch(self, claimed: ClaimedTask, context: JobContext) -> Any:
+        task = self._tasks.get(claimed.job.task_name)
+        if task is None:
+            raise UnknownTask()
+        return await task.function(context, **claimed.job.args)
+
+    async def close(self) -> None:
+        if self._source is not None:
+            await self._source.close()
+            self._source = None
+
+    async def __aenter__(self) -> TaskApp:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
