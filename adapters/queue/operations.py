@@ -18,7 +18,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tenure.kernel.core import Applied, Decision, Refused
 from tenure.kernel.queue import finders
@@ -249,7 +249,7 @@ class QueueOperations:
         authored = [request.job_id if request.job_id is not None else self._new_job_id() for request in requests]
 
         def command_for(request: SubmissionSnapshot | FrozenEnvelope, job_id: str) -> Command:
-            fields = dict(
+            fields: dict[str, Any] = dict(
                 queue=self.queue, job_id=job_id, run_id=None, fires_at_us=request.fires_at_us,
                 max_attempts=self._max_attempts(request.max_attempts), idempotency_key=None, active_key=None,
                 payload=stored_payload(self.queue, request.field_texts), queue_name=request.queue_name,
@@ -257,7 +257,7 @@ class QueueOperations:
             )
             if isinstance(request, SubmissionSnapshot):
                 return SubmitOwned(submission_id=request.submission_id, fingerprint=request.fingerprint, **fields)
-            return SubmitLegacy(**fields)  # type: ignore[arg-type]
+            return SubmitLegacy(**fields)
 
         async def body(tx: Transaction) -> list[Submitted]:
             keys = [await tx.canonical_key(binding, job_id) for job_id in authored]

@@ -134,10 +134,15 @@ class UnknownTask(Exception):
 def _delay_ms(schedule_in: object) -> int | None:
     if schedule_in is None:
         return None
-    if type(schedule_in) not in (int, float) or not math.isfinite(schedule_in) \
-            or not 0 <= schedule_in <= bounds.MAX_BACKOFF_MS / 1000:  # type: ignore[operator]
+    if type(schedule_in) not in (int, float):
+        raise refuse("schedule_in", "number_required", reason="invalid_deferral")
+    try:
+        seconds = float(schedule_in)  # type: ignore[arg-type]
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds) or not 0 <= seconds <= bounds.MAX_BACKOFF_MS / 1000:
         raise refuse("schedule_in", "number_out_of_range", reason="invalid_deferral")
-    return round(schedule_in * 1000)  # type: ignore[operator]
+    return round(seconds * 1000)
 
 
 def _priority(value: object, field: str = "priority") -> int:
