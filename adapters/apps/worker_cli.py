@@ -1,9 +1,14 @@
-"""``tenure worker``: run a fenced :class:`~tenure.adapters.Worker` for one queue.
+"""``tenure worker``: run a fenced :class:`~tenure.adapters.Worker`.
 
+    tenure worker --db URL --app package.module:app [--queue emails --queue reports]
     tenure worker --db URL --queue validation --handler package.module:function
 
-The handler is imported by its path (``package.module:function``; the current folder is
-importable). The worker logs through ``logging`` (stderr) and prints one status line
+With ``--app`` (a :class:`~tenure.adapters.TaskApp`) the worker runs that app's tasks on
+the task queues named by ``--queue`` (any number; default: every queue the app's tasks
+use), against ``--db`` (default: the app's own database). Otherwise it serves one of
+pycharter's queues (``validation``, ``pipeline`` or ``streaming``) with ``--handler``.
+The app or handler is imported by its path (``package.module:attribute``; the current
+folder is importable). The worker logs through ``logging`` (stderr) and prints one status line
 per ``--status-seconds`` on stdout. SIGTERM or SIGINT stops claiming and lets in-flight
 handlers finish within ``--grace-seconds``; the rest are cancelled and their claims left
 to expire. It never migrates: a database without the queue tables is refused.
@@ -25,6 +30,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from tenure.model import ConfigValidationError, ErrorCode, TenureError, WorkerConfig
+from tenure.model.validation import is_queue_name
 
 from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from ..queue.worker import Worker, WorkerStats
@@ -43,10 +49,15 @@ log = logging.getLogger("tenure.adapters.queue.worker")
 
 
 def add_worker_parser(commands: Any) -> None:
-    worker = commands.add_parser("worker", help="run a fenced worker for one queue until SIGTERM or SIGINT")
-    worker.add_argument("--db", required=True, help="database URL (already migrated: see `tenure migrate`)")
-    worker.add_argument("--queue", required=True, choices=sorted(SOURCES), help="the queue to work on")
-    worker.add_argument("--handler", required=True, help="the async handler, as package.module:function")
+    worker = commands.add_parser("worker", help="run a fenced worker (an app's tasks, or one pycharter queue) "
+                                                "until SIGTERM or SIGINT")
+    worker.add_argument("--db", help="database URL (already migrated: see `tenure migrate`); with --app, "
+                                     "default: the app's own")
+    worker.add_argument("--app", help="a TaskApp, as package.module:app: run its tasks")
+    worker.add_argument("--queue", action="append", default=[],
+                        help="with --app: a task queue to serve (repeat for several; default: every queue of the "
+                             "app's tasks); else one of " + ", ".join(sorted(SOURCES)))
+    worker.add_argument("--handler", help="without --app: the async handler, as package.module:function")
     worker.add_argument("--concurrency", type=int, default=8, help="handlers in flight at most (default 8)")
     worker.add_argument("--batch", type=int, default=1, help="jobs claimed per claim call (default 1)")
     worker.add_argument("--lease-seconds", type=float, default=300.0, help="claim lease (default 300)")
@@ -112,31 +123,86 @@ async def _status(worker: Worker, every_s: float) -> None:
         print(status_line(worker.stats, worker.in_flight), flush=True)
 
 
+def _mode_problem(arguments: argparse.Namespace) -> str | None:
+    """Why the flags do not name one worker, or None."""
+    if arguments.app is not None:
+        if arguments.handler is not None:
+            return "--handler serves a pycharter queue; an --app's tasks need none"
+        if not all(is_queue_name(name) for name in arguments.queue):
+            return "--queue takes task queue names: identifiers of letters, digits and underscores (1 to 63)"
+        return None
+    if arguments.db is None:
+        return "--db is required (or --app, whose database is the default)"
+    if len(arguments.queue) != 1 or arguments.queue[0] not in SOURCES:
+        return "without --app, give exactly one --queue: " + ", ".join(sorted(SOURCES))
+    if arguments.handler is None:
+        return "without --app, --handler is required (package.module:function)"
+    return None
+
+
+def _imported(path: str, what: str) -> Any:
+    """The object at ``path``, or None once the refusal is printed. The path is not
+    printed (nothing printed echoes a rejected value); the failure's type and the module
+    that failed to import are (a handler whose module imports a missing dependency must
+    not read as if the handler's own module were missing)."""
+    module = path.partition(":")[0]
+    try:
+        return load_handler(path)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if module == missing or module.startswith(missing + "."):
+            print(f"refused: the {what}'s module does not exist (ModuleNotFoundError)")
+        else:  # a dependency of the module: its name comes from the code, not from the command line
+            print(f"refused: the {what}'s module imports a module that is not installed ({missing!r})")
+    except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
+        print(f"refused: the {what} does not import ({type(error).__name__})")
+    return None
+
+
 async def run_worker(arguments: argparse.Namespace) -> int:
     logging.basicConfig(level=arguments.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if sys.path[0] != "":
         sys.path.insert(0, "")  # the handler's package may live in the current folder
-    try:
-        handler = load_handler(arguments.handler)
-    except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
-        # The path is not printed: nothing printed echoes a rejected value.
-        print(f"refused: the handler does not import ({type(error).__name__})")
+    problem = _mode_problem(arguments)
+    if problem is not None:
+        print(f"refused: {problem}")
         return 2
     if not (arguments.status_seconds > 0):
         print("refused: --status-seconds must be positive")
         return 2
+    target = _imported(arguments.app if arguments.app is not None else arguments.handler,
+                       "app" if arguments.app is not None else "handler")
+    if target is None:
+        return 2
+    settings = dict(worker_id=arguments.worker_id, concurrency=arguments.concurrency, batch_size=arguments.batch,
+                    idle_wait_s=arguments.idle_wait, shutdown_grace_s=arguments.grace_seconds)
+    if arguments.app is not None:
+        from ..tasks.app import TaskApp  # only a task worker pays for it
+
+        if not isinstance(target, TaskApp):
+            print("refused: --app must name a TaskApp (package.module:app)")
+            return 2
+        if not target.tasks:
+            print("refused: the app registers no tasks")
+            return 2
     try:
-        config = WorkerConfig(arguments.db, lease_seconds=arguments.lease_seconds,
+        db_url = arguments.db if arguments.db is not None else target.db_url
+        config = WorkerConfig(db_url, lease_seconds=arguments.lease_seconds,
                               heartbeat_seconds=arguments.heartbeat_seconds)
-        source = SOURCES[arguments.queue](arguments.db, config)
+        if arguments.app is not None:
+            app = target.on(db_url, config)
+            source: JobSource[Any] = app.source
+        else:
+            source = SOURCES[arguments.queue[0]](db_url, config)
     except ConfigValidationError as error:
         return _refused(error)
     try:
         try:
-            worker = Worker(source, handler, worker_id=arguments.worker_id, concurrency=arguments.concurrency,
-                            batch_size=arguments.batch, idle_wait_s=arguments.idle_wait,
-                            shutdown_grace_s=arguments.grace_seconds)
+            if arguments.app is not None:
+                worker = app.worker(queues=arguments.queue or None, **settings)
+            else:
+                worker = Worker(source, target, **settings)
         except ConfigValidationError as error:
             return _refused(error)
         try:
@@ -151,8 +217,9 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         status = asyncio.create_task(_status(worker, arguments.status_seconds))
-        print(f"worker on the {arguments.queue} queue: concurrency {worker.concurrency}, batch {worker.batch_size}",
-              flush=True)
+        serving = (f"the {arguments.queue[0]} queue" if worker.queues is None
+                   else "task queues " + ", ".join(worker.queues))
+        print(f"worker on {serving}: concurrency {worker.concurrency}, batch {worker.batch_size}", flush=True)
         try:
             stats = await worker.run(stop)
         except TenureError as error:

@@ -87,10 +87,7 @@ class Backoff:
 
     def __post_init__(self) -> None:
         for field in ("base_s", "max_s"):
-            value = getattr(self, field)
-            if type(value) not in (int, float) or not math.isfinite(value) \
-                    or not 0 <= value <= bounds.MAX_BACKOFF_MS / 1000:
-                raise refuse(field, "number_out_of_range", reason="invalid_backoff")
+            _seconds(getattr(self, field), field, "invalid_backoff")
         if self.base_s > self.max_s:
             raise refuse("base_s", "base_above_max", reason="invalid_backoff")
         if type(self.jitter) is not bool:
@@ -131,18 +128,23 @@ class UnknownTask(Exception):
         super().__init__("no handler is registered for this task's name in this worker")
 
 
-def _delay_ms(schedule_in: object) -> int | None:
-    if schedule_in is None:
-        return None
-    if type(schedule_in) not in (int, float):
-        raise refuse("schedule_in", "number_required", reason="invalid_deferral")
+def _seconds(value: object, field: str, reason: str) -> float:
+    """A number of seconds from 0 to a year (a backoff's bound), else the refusal."""
+    if type(value) not in (int, float):
+        raise refuse(field, "number_required", reason=reason)
     try:
-        seconds = float(schedule_in)  # type: ignore[arg-type]
+        seconds = float(value)  # type: ignore[arg-type]
     except OverflowError:  # an int too large for a float
         seconds = math.inf
     if not math.isfinite(seconds) or not 0 <= seconds <= bounds.MAX_BACKOFF_MS / 1000:
-        raise refuse("schedule_in", "number_out_of_range", reason="invalid_deferral")
-    return round(seconds * 1000)
+        raise refuse(field, "number_out_of_range", reason=reason)
+    return seconds
+
+
+def _delay_ms(schedule_in: object) -> int | None:
+    if schedule_in is None:
+        return None
+    return round(_seconds(schedule_in, "schedule_in", "invalid_deferral") * 1000)
 
 
 def _priority(value: object, field: str = "priority") -> int:
@@ -238,6 +240,15 @@ class TaskApp:
         self.config = config
         self._tasks: dict[str, Task] = {}
         self._source: TaskSource | None = None
+
+    def on(self, db_url: str, config: WorkerConfig | None = None) -> TaskApp:
+        """This app's tasks on another database (or settings): a new app sharing the
+        registry (``tenure worker --app ... --db URL``). Itself when nothing differs."""
+        if db_url == self.db_url and (config is None or config == self.config):
+            return self
+        other = TaskApp(db_url, config=config)
+        other._tasks = self._tasks
+        return other
 
     # --- registering -------------------------------------------------------------------
 
