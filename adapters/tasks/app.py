@@ -276,7 +276,11 @@ class TaskApp:
             raise refuse("function", "context_parameter_required", reason="invalid_task")
         if any(parameter.name in RESERVED_ARGUMENTS for parameter in parameters[1:]):
             raise refuse("function", "reserved_argument_name", reason="invalid_task")
-        chosen = name if name is not None else f"{function.__module__}.{function.__qualname__}"
+        # The default name is the function's module and qualified name (a nested function's
+        # without its "<locals>" parts). Give ``name`` when the code may move: a task
+        # deferred under one name is run only by a worker that registers that name.
+        chosen = name if name is not None else \
+            f"{function.__module__}.{function.__qualname__}".replace(".<locals>", "")
         if not is_queue_name(queue):
             raise refuse("queue", "identifier_required", reason="invalid_task")
         if not bounds.is_strict_int(max_attempts) or not 1 <= max_attempts <= bounds.INT32_MAX:
