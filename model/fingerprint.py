@@ -105,6 +105,8 @@ class SubmissionSnapshot:
     force: bool
     queue_name: str | None = None
     """Tasks only: the task queue's name."""
+    task_name: str | None = None
+    """Tasks only: the task's name."""
     priority: int = 0
     """Tasks only: the claim priority."""
     delay_us: int = 0
@@ -148,6 +150,7 @@ class FrozenEnvelope:
     active_key: str | None
     force: bool
     queue_name: str | None = None
+    task_name: str | None = None
     priority: int = 0
     delay_us: int = 0
 
@@ -244,6 +247,7 @@ def freeze_envelope(queue: QueueKind, job: object) -> FrozenEnvelope:
         active_key=active_key,
         force=bool(values.get("force", False)),
         queue_name=values.get("queue_name"),
+        task_name=values.get("task_name"),
         priority=values.get("priority", 0),
         delay_us=(values.get("delay_ms") or 0) * 1000,
     )
@@ -269,6 +273,7 @@ def snapshot_submission(
         active_key=frozen.active_key,
         force=frozen.force,
         queue_name=frozen.queue_name,
+        task_name=frozen.task_name,
         priority=frozen.priority,
         delay_us=frozen.delay_us,
     )

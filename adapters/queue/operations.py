@@ -190,6 +190,7 @@ class QueueOperations:
                 active_key=snapshot.active_key,
                 payload=stored_payload(self.queue, snapshot.field_texts),
                 queue_name=snapshot.queue_name,
+                task_name=snapshot.task_name,
                 priority=snapshot.priority,
                 delay_us=snapshot.delay_us,
             )
@@ -253,7 +254,7 @@ class QueueOperations:
                 queue=self.queue, job_id=job_id, run_id=None, fires_at_us=request.fires_at_us,
                 max_attempts=self._max_attempts(request.max_attempts), idempotency_key=None, active_key=None,
                 payload=stored_payload(self.queue, request.field_texts), queue_name=request.queue_name,
-                priority=request.priority, delay_us=request.delay_us,
+                task_name=request.task_name, priority=request.priority, delay_us=request.delay_us,
             )
             if isinstance(request, SubmissionSnapshot):
                 return SubmitOwned(submission_id=request.submission_id, fingerprint=request.fingerprint, **fields)
@@ -304,6 +305,7 @@ class QueueOperations:
                 active_key=request.active_key,
                 payload=stored_payload(self.queue, request.field_texts),
                 queue_name=request.queue_name,
+                task_name=request.task_name,
                 priority=request.priority,
                 delay_us=request.delay_us,
             )

@@ -259,7 +259,7 @@ PAYLOAD_COLUMNS: dict[QueueKind, tuple[str, ...]] = {
 }
 """The payload tuple's parts, by column name, in order."""
 
-_NOT_A_TASK = {"queue_name": None, "priority": 0, "progress_json": None}
+_NOT_A_TASK = {"queue_name": None, "task_name": None, "priority": 0, "progress_json": None}
 """pycharter's tables hold no task fields."""
 
 _CONSTANTS: dict[QueueKind, dict[str, Any]] = {
@@ -329,21 +329,21 @@ def _tasks_table() -> TableSpec:
     columns = (
         *_queue_head(),
         ColumnSpec("queue_name", "queue_name", C.TEXT, String(63), nullable=False, mutable=False),
-        _payload("task_name", 0, C.TEXT, String(255)),
-        _payload("args_json", 1, C.JSON, JSON()),
+        ColumnSpec("task_name", "task_name", C.TEXT, String(255), nullable=False, mutable=False),
+        _payload("args_json", 0, C.JSON, JSON()),
         ColumnSpec("priority", "priority", C.INT, Integer(), nullable=False, mutable=False),
         _status(),
         *_claim_columns(),
         *_attempts(),
         # The retry policy the task was deferred under: {"retry_base_ms", "retry_jitter", "retry_max_ms"}.
-        _payload("retry_json", 2, C.JSON, JSON()),
+        _payload("retry_json", 1, C.JSON, JSON()),
         _error(),
         _dlq(),
         ColumnSpec("progress_json", "progress_json", C.OPTIONAL_JSON, JSON(), nullable=True, mutable=True),
         dataclasses.replace(created_at, nullable=False),
         completed_at,
         result,
-        *_owned(authored_part=3),
+        *_owned(authored_part=2),
     )
     indexes = (
         *(IndexSpec(f"ux_{_TASKS_NAME}_{column}", (column,), unique=True, step=_TASKS_STEP)
@@ -402,7 +402,7 @@ _DOMAIN_TEXT: dict[QueueKind, tuple[str, ...]] = {
     QueueKind.VALIDATION: ("contract_name", "contract_version"),
     QueueKind.PIPELINE: (),
     QueueKind.STREAMING: ("config_name", "config_version"),
-    QueueKind.TASK: ("task_name",),
+    QueueKind.TASK: (),
 }
 _DOMAIN_JSON: dict[QueueKind, tuple[str, ...]] = {queue: () for queue in QueueKind} | {QueueKind.TASK: ("args",)}
 """JSON fields stored whole in a column of their own (a task's arguments), after the plain texts."""
@@ -413,7 +413,7 @@ _AUTHORED: dict[QueueKind, tuple[str, ...]] = {
     QueueKind.TASK: ("delay_ms", "fires_at", "job_id", "max_attempts"),
 }
 _RECORD_FIELDS: dict[QueueKind, tuple[str, ...]] = {queue: () for queue in QueueKind} | {
-    QueueKind.TASK: ("queue_name", "priority"),
+    QueueKind.TASK: ("queue_name", "task_name", "priority"),
 }
 """Envelope fields the record holds itself (identity the claim reads), not the payload."""
 

@@ -146,6 +146,8 @@ class SubmitOwned:
     payload: tuple[str | None, ...]
     queue_name: str | None = None
     """Tasks only: the task queue the row joins."""
+    task_name: str | None = None
+    """Tasks only: the task's name."""
     priority: int = 0
     """Tasks only: 0..100, higher claimed first."""
     delay_us: int = 0
@@ -168,6 +170,7 @@ class SubmitLegacy:
     active_key: str | None
     payload: tuple[str | None, ...]
     queue_name: str | None = None
+    task_name: str | None = None
     priority: int = 0
     delay_us: int = 0
 
@@ -439,6 +442,8 @@ def _submission_violations(command: SubmitOwned | SubmitLegacy) -> list[str]:
         "payload": type(command.payload) is tuple
         and all(part is None or type(part) is str for part in command.payload),
         "queue_name": is_queue_name(command.queue_name) if queue is QueueKind.TASK else command.queue_name is None,
+        "task_name": _text(command.task_name, bounds.MAX_TASK_NAME_CHARS) if queue is QueueKind.TASK
+        else command.task_name is None,
         "priority": bounds.is_strict_int(command.priority)
         and (0 <= command.priority <= bounds.MAX_PRIORITY if queue is QueueKind.TASK else command.priority == 0),
         "delay_us": bounds.is_strict_int(command.delay_us) and 0 <= command.delay_us <= MAX_DELAY_US

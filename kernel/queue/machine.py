@@ -321,6 +321,7 @@ def _insert(command: Any, now_us: int, *, owned: bool) -> Applied[QueueRow]:
         lease_expires_at_us=None,
         fires_at_us=now_us + command.delay_us if command.fires_at_us is None else command.fires_at_us,
         queue_name=command.queue_name,
+        task_name=command.task_name,
         priority=command.priority,
         created_at_us=now_us,
         completed_at_us=None,
@@ -715,7 +716,7 @@ def claim_identity_problem(
 
 _IDENTITY_FIELDS = (
     "queue", "job_id", "run_id", "submission_id", "fingerprint", "fence_required",
-    "idempotency_key", "payload", "created_at_us", "max_attempts", "queue_name", "priority",
+    "idempotency_key", "payload", "created_at_us", "max_attempts", "queue_name", "task_name", "priority",
 )
 
 

@@ -64,7 +64,8 @@ class QueueRow:
     Streaming: ``cancel_requested`` and ``pid`` only while claimed; ``active_key`` while
     the launch is pending or claimed (every kernel move into a terminal status releases it).
 
-    Tasks: ``queue_name`` (identity: which task queue; None on pycharter's queues),
+    Tasks: ``queue_name`` and ``task_name`` (identity: which task queue, which task;
+    None on pycharter's queues),
     ``priority`` (identity: 0..100, higher claimed first; 0 elsewhere) and
     ``progress_json`` (what the handler last reported through a fenced progress write).
     """
@@ -95,6 +96,7 @@ class QueueRow:
     result_json: str | None
     payload: tuple[str | None, ...]
     queue_name: str | None = None
+    task_name: str | None = None
     priority: int = 0
     progress_json: str | None = None
 
@@ -170,6 +172,7 @@ def _types_and_bounds(record: QueueRow) -> list[str]:
         "payload": type(record.payload) is tuple
         and all(part is None or type(part) is str for part in record.payload),
         "queue_name": record.queue_name is None or is_queue_name(record.queue_name),
+        "task_name": _optional_text(record.task_name, bounds.MAX_TASK_NAME_CHARS),
         "priority": bounds.is_strict_int(record.priority) and 0 <= record.priority <= bounds.MAX_PRIORITY,
         "progress_json": record.progress_json is None or type(record.progress_json) is str,
     }
@@ -215,6 +218,7 @@ def record_violations(record: QueueRow) -> list[str]:
         and (record.dlq_record_id is None or not streaming),
         # INV-Q10: a task names its queue; priorities and progress exist only on tasks.
         "INV-Q10": (record.queue_name is not None) == task
+        and (record.task_name is not None) == task
         and (task or (record.priority == 0 and record.progress_json is None)),
     }
     return [name for name, ok in rules.items() if not ok]

@@ -55,6 +55,9 @@ SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed
 -- find queue.with_status: lock none
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :status) ORDER BY created_at, id;
 
+-- find queue.located_batch: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
 -- find queue.locate(VALIDATION): lock wait
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (submission_id = :submission_id) OR (id = :job_id) OR (idempotency_key = :key) ORDER BY id;
 
@@ -109,6 +112,9 @@ SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease
 -- find queue.with_status: lock none
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :status) ORDER BY created_at, id;
 
+-- find queue.located_batch: lock wait
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
 -- find queue.locate(PIPELINE): lock wait
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (submission_id = :submission_id) OR (id = :job_id) OR (run_id = :run_id) OR (idempotency_key = :key) ORDER BY id;
 
@@ -162,6 +168,9 @@ SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_
 
 -- find queue.with_status: lock none
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :status) ORDER BY created_at, id;
+
+-- find queue.located_batch: lock wait
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
 -- find queue.locate(STREAMING): lock wait
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (submission_id = :submission_id) OR (id = :job_id) OR (idempotency_key = :key) ORDER BY id;
@@ -364,6 +373,9 @@ SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed
 -- find queue.with_status: lock none
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :status) ORDER BY created_at, id;
 
+-- find queue.located_batch: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
 
 -- ==== run_nodes (table tenure_run_nodes) ====
 
@@ -438,6 +450,9 @@ SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed
 
 -- find queue.with_status: lock none
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :status) ORDER BY created_at, id;
+
+-- find queue.located_batch: lock wait
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
 -- find queue.locate(TASK): lock wait
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (submission_id = :submission_id) OR (id = :job_id) ORDER BY id;

@@ -82,6 +82,7 @@ def pending(queue: QueueKind = QueueKind.VALIDATION, **changes: object) -> Queue
         result_json=None,
         payload=("c", "1", "{}", None),
         queue_name="emails" if queue is QueueKind.TASK else None,
+        task_name="send_welcome" if queue is QueueKind.TASK else None,
     )
     record = dataclasses.replace(record, **changes)  # type: ignore[arg-type]
     assert record_violations(record) == []

@@ -140,7 +140,7 @@ class Model:
             queue=queue, submission_id=snap.submission_id, fingerprint=snap.fingerprint, job_id=job_id,
             run_id=run_id, fires_at_us=snap.fires_at_us, max_attempts=self._max_attempts(queue, snap.max_attempts),
             idempotency_key=snap.idempotency_key, active_key=snap.active_key, payload=stored_payload(queue, snap.field_texts),
-            queue_name=snap.queue_name, priority=snap.priority, delay_us=snap.delay_us,
+            queue_name=snap.queue_name, task_name=snap.task_name, priority=snap.priority, delay_us=snap.delay_us,
         )
 
         def body(staged: dict[str, QueueRow]) -> str:
@@ -166,7 +166,8 @@ class Model:
             queue=queue, job_id=job_id, run_id=run_id, fires_at_us=frozen.fires_at_us,
             max_attempts=self._max_attempts(queue, frozen.max_attempts), idempotency_key=frozen.idempotency_key,
             active_key=frozen.active_key, payload=stored_payload(queue, frozen.field_texts),
-            queue_name=frozen.queue_name, priority=frozen.priority, delay_us=frozen.delay_us,
+            queue_name=frozen.queue_name, task_name=frozen.task_name, priority=frozen.priority,
+            delay_us=frozen.delay_us,
         )
 
         def body(staged: dict[str, QueueRow]) -> str:

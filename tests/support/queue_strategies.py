@@ -55,6 +55,7 @@ FINGERPRINTS = ["v1:aaaa", "v1:bbbb"]
 KEYS = ["key-1", "key-2"]
 ACTIVE_KEYS = ["streaming:orders@1", "streaming:orders@2"]
 QUEUE_NAMES = ["emails", "reports", "Emails"]
+TASK_NAMES = ["send_welcome", "billing.invoice"]
 PRIORITIES = [0, 1, 50, 100]
 GENERATIONS = [1, 2, 3, bounds.INT64_MAX - 1, bounds.INT64_MAX]
 
@@ -69,8 +70,7 @@ PAYLOADS: dict[QueueKind, tuple[str | None, ...]] = {
                            '{"fires_at":null,"job_id":null,"max_attempts":null}'),
     QueueKind.PIPELINE: ('{"concept_scheme":null,"config":{},"fail_fast":true,"variables":null}', None),
     QueueKind.STREAMING: ("orders", "1", '{"force":false,"variables":null}', None),
-    QueueKind.TASK: ("send_welcome", '{"user_id":1}', '{"retry_base_ms":0,"retry_jitter":false,"retry_max_ms":0}',
-                     None),
+    QueueKind.TASK: ('{"user_id":1}', '{"retry_base_ms":0,"retry_jitter":false,"retry_max_ms":0}', None),
 }
 """A stored payload per queue (the kernel treats it as opaque identity)."""
 
@@ -134,6 +134,7 @@ def records(
         result_json=draw(st.none() | st.just('{"rows":3}')),
         payload=PAYLOADS[queue],
         queue_name=draw(st.sampled_from(QUEUE_NAMES)) if task else None,
+        task_name=draw(st.sampled_from(TASK_NAMES)) if task else None,
         priority=draw(st.sampled_from(PRIORITIES)) if task else 0,
         progress_json=draw(st.none() | st.just('{"done":1}')) if task else None,
     )
@@ -202,6 +203,7 @@ def submissions(draw: st.DrawFn, record: QueueRow | None, owned: bool) -> Submit
         active_key=draw(st.sampled_from(ACTIVE_KEYS)) if streaming else None,
         payload=PAYLOADS[queue],
         queue_name=draw(st.sampled_from(QUEUE_NAMES)) if queue is QueueKind.TASK else None,
+        task_name=draw(st.sampled_from(TASK_NAMES)) if queue is QueueKind.TASK else None,
         priority=draw(st.sampled_from(PRIORITIES)) if queue is QueueKind.TASK else 0,
     )
     if not owned:
