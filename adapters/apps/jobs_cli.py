@@ -1,11 +1,18 @@
-"""``tenure jobs``: look at and operate on the jobs of the owned queues.
+"""``tenure jobs``: look at and operate on tasks and the jobs of pycharter's queues.
 
-    tenure jobs list   --db URL --queue validation|pipeline|streaming [--status S] [--older-than AGE]
-                       [--limit N] [--json]
-    tenure jobs show   --db URL --queue Q JOB_ID [--show-args] [--json]
-    tenure jobs retry  --db URL --queue validation|pipeline JOB_ID
-    tenure jobs cancel --db URL --queue Q JOB_ID
-    tenure jobs purge  --db URL --queue Q --older-than AGE
+    tenure jobs list   --db URL [--queue tasks|validation|pipeline|streaming] [--status S]
+                       [--task-queue Q] [--task NAME] [--older-than AGE] [--limit N] [--json]
+    tenure jobs show   --db URL [--queue Q] JOB_ID [--show-args] [--json]
+    tenure jobs retry  --db URL [--queue tasks|validation|pipeline] JOB_ID
+    tenure jobs cancel --db URL [--queue Q] JOB_ID
+    tenure jobs purge  --db URL [--queue Q] --older-than AGE [--status completed|failed|cancelled]
+    tenure jobs defer  --app package.module:app TASK [--args JSON | --args-file F]
+                       [--submission-id S] [--schedule-in SECONDS] [--priority N] [--db URL]
+
+``--queue`` picks the table: ``tasks`` (the default: ``tenure_tasks``, every task queue)
+or one of pycharter's queues; ``--task-queue`` and ``--task`` narrow a task listing.
+``defer`` enqueues a task of an app by its registered name (its arguments a JSON object,
+checked against the task's parameters before anything is written).
 
 ``list`` prints the jobs oldest first (``--older-than``: only jobs created longer ago
 than ``AGE`` by this machine's clock, unlike ``purge``, whose cutoff is the database's); ``show`` one job's state: attempts, fence generation, owner, times, error
@@ -17,8 +24,8 @@ streaming launch is rerun by a forced submission instead). ``cancel`` is the que
 administrative cancel: a pending or claimed validation or pipeline job ends cancelled (a
 live claim's next fenced write is refused); a streaming launch gets a cancel request its
 launcher acknowledges. ``purge`` deletes finished (completed, failed, cancelled) jobs
-that finished longer ago than ``AGE``, a bounded batch per transaction, with progress on
-stderr; owned submissions are never purged (a replay of their submission ID must keep
+that finished longer ago than ``AGE`` (``--status``: of that status only), a bounded
+batch per transaction, with progress on stderr; owned submissions are never purged (a replay of their submission ID must keep
 finding them). ``AGE`` is a number with a unit: ``90s``, ``15m``, ``12h``, ``7d``.
 
 Output is a plain table, or JSON with ``--json`` (one document on stdout). Exit status:
@@ -37,13 +44,20 @@ import re
 import sys
 from typing import Any
 
-from tenure.model import ConfigValidationError, JobInfo, JobStatus, QueueKind, canonical_json
+from tenure.model import ConfigValidationError, JobInfo, JobStatus, QueueKind, TaskJob, canonical_json, load_json
+from tenure.model.validation import is_queue_name
 
 from ..queue import JobSource
 from ..queue.operations import PURGE_LIMIT
+from ..queue.sources import TaskSource
 from ..queue.worker import MAX_ERROR_BYTES, error_text
 from .runs_cli import run_table
-from .worker_cli import SOURCES, refused_unless_migrated
+from .worker_cli import SOURCES, load_handler, refused_unless_migrated
+
+TABLES: dict[str, type[JobSource[Any]]] = {"tasks": TaskSource, **SOURCES}
+"""What ``--queue`` picks: the task table, or one of pycharter's queues."""
+
+MAX_ARGS_FILE_BYTES = 16 * 1024 * 1024
 
 __all__ = ["add_jobs_parser", "run_jobs", "parse_age"]
 
@@ -66,16 +80,19 @@ def parse_age(text: str, field: str = "older_than") -> dt.timedelta:
 
 
 def add_jobs_parser(commands: Any) -> None:
-    jobs = commands.add_parser("jobs", help="look at and operate on the jobs of the owned queues")
+    jobs = commands.add_parser("jobs", help="look at and operate on tasks and the jobs of pycharter's queues")
     actions = jobs.add_subparsers(dest="action", required=True)
 
     def with_queue(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser.add_argument("--db", required=True, help="database URL (already migrated: see `tenure migrate`)")
-        parser.add_argument("--queue", required=True, choices=sorted(SOURCES), help="the queue")
+        parser.add_argument("--queue", default="tasks", choices=sorted(TABLES),
+                            help="tasks (default: every task queue) or one of pycharter's queues")
         return parser
 
     listing = with_queue(actions.add_parser("list", help="list jobs, oldest first"))
     listing.add_argument("--status", choices=[status.value for status in JobStatus])
+    listing.add_argument("--task-queue", help="tasks: only this task queue")
+    listing.add_argument("--task", help="tasks: only tasks of this name")
     listing.add_argument("--older-than", help="only jobs created longer ago than this (90s, 15m, 12h, 7d)")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (1 to 10000, default 50)")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -94,12 +111,38 @@ def add_jobs_parser(commands: Any) -> None:
 
     purge = with_queue(actions.add_parser("purge", help="delete finished jobs that finished longer ago than an age"))
     purge.add_argument("--older-than", required=True, help="finished longer ago than this (90s, 15m, 12h, 7d)")
+    purge.add_argument("--status", choices=[JobStatus.COMPLETED.value, JobStatus.FAILED.value,
+                                            JobStatus.CANCELLED.value], help="only jobs that finished so")
+
+    defer = actions.add_parser("defer", help="enqueue a task of an app by its name")
+    defer.add_argument("--app", required=True, help="the TaskApp, as package.module:app")
+    defer.add_argument("task_name", help="the task's registered name")
+    given = defer.add_mutually_exclusive_group()
+    given.add_argument("--args", help="the arguments, a JSON object (default {})")
+    given.add_argument("--args-file", help="a file holding the arguments (- reads stdin)")
+    defer.add_argument("--submission-id", help="makes the deferral replay-safe: the same call answers the same job")
+    defer.add_argument("--schedule-in", type=float, help="due this many seconds after it is written")
+    defer.add_argument("--priority", type=int, help="0 to 100 (default: the task's)")
+    defer.add_argument("--db", help="database URL (default: the app's own)")
 
 
 def _printable(error: str | None) -> str | None:
     """A stored error as it may reach a terminal: another client may have stored control
     characters (escape sequences), which are replaced as the worker replaces them."""
     return None if error is None else error_text(error, MAX_ERROR_BYTES)
+
+
+def _kind(info: JobInfo, tasks: bool) -> str:
+    """An owned submission (replay-safe under its submission ID), or not."""
+    if tasks:
+        return "replay-safe" if info.protected else "plain"
+    return "owned" if info.protected else "legacy"
+
+
+def _task_columns(info: JobInfo) -> list[Any]:
+    job = info.job
+    assert isinstance(job, TaskJob)
+    return [job.queue_name, job.task_name, job.priority]
 
 
 def _when(value: dt.datetime | None) -> str | None:
@@ -119,6 +162,9 @@ def _document(info: JobInfo, *, with_args: bool) -> dict[str, Any]:
         "result_bytes": None if info.result is None else len(canonical_json(info.result).encode()),
         "dlq_record_id": info.dlq_record_id,
     }
+    if isinstance(info.job, TaskJob):
+        document.update(task_queue=info.job.queue_name, task=info.job.task_name, priority=info.job.priority,
+                        progress=info.progress)
     if with_args:
         document["job"] = info.job.model_dump(mode="json")
     return document
@@ -127,7 +173,11 @@ def _document(info: JobInfo, *, with_args: bool) -> dict[str, Any]:
 async def _list(source: JobSource[Any], arguments: argparse.Namespace) -> int:
     status = None if arguments.status is None else JobStatus(arguments.status)
     age = None if arguments.older_than is None else parse_age(arguments.older_than)
-    jobs = await source.list_jobs(status=status, limit=arguments.limit)
+    if isinstance(source, TaskSource):
+        jobs = await source.list_tasks(status=status, limit=arguments.limit, queue_name=arguments.task_queue,
+                                       task_name=arguments.task)
+    else:
+        jobs = await source.list_jobs(status=status, limit=arguments.limit)
     if age is not None:
         # Oldest first: the jobs left out of a full page are newer than every one in it.
         cutoff = dt.datetime.now(dt.timezone.utc) - age
@@ -135,11 +185,14 @@ async def _list(source: JobSource[Any], arguments: argparse.Namespace) -> int:
     if arguments.json:
         print(json.dumps([_document(info, with_args=False) for info in jobs], indent=2))
         return 0
-    rows = [[info.job_id, info.status.value, f"{info.attempt}/{info.max_attempts}", info.generation,
-             "owned" if info.protected else "legacy", info.owner_id, info.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+    tasks = isinstance(source, TaskSource)
+    rows = [[info.job_id, *(_task_columns(info) if tasks else []), info.status.value,
+             f"{info.attempt}/{info.max_attempts}", info.generation,
+             _kind(info, tasks), info.owner_id, info.created_at.strftime("%Y-%m-%d %H:%M:%S"),
              (_printable(info.error) or "").splitlines()[0][:60] if info.error else None]
             for info in jobs]
-    print(run_table(["job", "status", "attempts", "generation", "kind", "owner", "created", "error"], rows))
+    print(run_table(["job", *(["queue", "task", "priority"] if tasks else []), "status", "attempts", "generation",
+                     "kind", "owner", "created", "error"], rows))
     if len(jobs) == arguments.limit:
         print(f"(more may follow: raise --limit above {arguments.limit})")
     return 0
@@ -189,7 +242,7 @@ async def _purge(source: JobSource[Any], arguments: argparse.Namespace) -> int:
     age = parse_age(arguments.older_than)
     deleted = 0
     while True:
-        batch = await source.purge_finished(age)
+        batch = await source.purge_finished(age, status=None if arguments.status is None else JobStatus(arguments.status))
         deleted += batch
         print(f"purged {deleted} so far", file=sys.stderr, flush=True)
         if batch < PURGE_LIMIT:
@@ -201,7 +254,62 @@ async def _purge(source: JobSource[Any], arguments: argparse.Namespace) -> int:
 ACTIONS = {"list": _list, "show": _show, "retry": _retry, "cancel": _cancel, "purge": _purge}
 
 
+def _arguments_of(arguments: argparse.Namespace) -> Any:
+    """The ``defer`` arguments as given (a JSON object), or the refusal."""
+    if arguments.args_file is not None:
+        try:
+            if arguments.args_file == "-":
+                text = sys.stdin.read(MAX_ARGS_FILE_BYTES + 1)
+            else:
+                with open(arguments.args_file, encoding="utf-8") as handle:
+                    text = handle.read(MAX_ARGS_FILE_BYTES + 1)
+        except (OSError, UnicodeDecodeError):
+            raise ConfigValidationError("invalid_arguments", fields=("args_file",), problems=("unreadable",)) from None
+        field = "args_file"
+    else:
+        text, field = ("{}" if arguments.args is None else arguments.args), "args"
+    try:
+        value = load_json(text) if len(text) <= MAX_ARGS_FILE_BYTES else None
+    except ValueError:
+        value = None
+    if type(value) is not dict:
+        raise ConfigValidationError("invalid_arguments", fields=(field,), problems=("json_object_required",))
+    return value
+
+
+async def _defer(arguments: argparse.Namespace) -> int:
+    from ..tasks.app import TaskApp  # only ``defer`` pays for it
+
+    given = _arguments_of(arguments)
+    if sys.path[0] != "":
+        sys.path.insert(0, "")  # the app's package may live in the current folder
+    try:
+        app = load_handler(arguments.app)
+    except Exception as error:  # noqa: BLE001 - any import failure is a bad argument (the path is not echoed)
+        print(f"refused: the app does not import ({type(error).__name__})")
+        return 2
+    if not isinstance(app, TaskApp):
+        print("refused: --app must name a TaskApp (package.module:app)")
+        return 2
+    if arguments.task_name not in app.tasks:
+        # Registered names come from the app's code; the name asked for is not echoed.
+        print("refused: the app registers no task of that name; it registers: " + ", ".join(sorted(app.tasks)))
+        return 2
+    options: dict[str, Any] = {name: value for name, value in (
+        ("submission_id", arguments.submission_id), ("schedule_in", arguments.schedule_in),
+        ("priority", arguments.priority)) if value is not None}
+    async with app.on(arguments.db if arguments.db is not None else app.db_url) as bound:
+        refused = await refused_unless_migrated(bound.source.get_job(_PROBE_JOB_ID), "tenure jobs")
+        if refused is not None:
+            return refused
+        job_id = await bound.get(arguments.task_name).defer(**options, **given)
+    print(run_table(["job", "task", "state"], [[job_id, arguments.task_name, "deferred"]]))
+    return 0
+
+
 async def _run(arguments: argparse.Namespace) -> int:
+    if arguments.action == "defer":
+        return await _defer(arguments)
     # Every argument is checked before the database is touched.
     if getattr(arguments, "older_than", None) is not None:
         parse_age(arguments.older_than)
@@ -209,8 +317,12 @@ async def _run(arguments: argparse.Namespace) -> int:
     if limit is not None and not 1 <= limit <= 10_000:
         raise ConfigValidationError("invalid_arguments", fields=("limit",), problems=("integer_out_of_range",))
     if arguments.action == "retry" and arguments.queue == QueueKind.STREAMING.value:
-        raise ConfigValidationError("invalid_arguments", fields=("queue",), problems=("validation_or_pipeline_required",))
-    async with SOURCES[arguments.queue](arguments.db) as source:
+        raise ConfigValidationError("invalid_arguments", fields=("queue",), problems=("tasks_validation_or_pipeline_required",))
+    if arguments.action == "list" and arguments.queue != "tasks" and (arguments.task_queue or arguments.task):
+        raise ConfigValidationError("invalid_arguments", fields=("queue",), problems=("task_filters_need_tasks",))
+    if getattr(arguments, "task_queue", None) is not None and not is_queue_name(arguments.task_queue):
+        raise ConfigValidationError("invalid_arguments", fields=("task_queue",), problems=("identifier_required",))
+    async with TABLES[arguments.queue](arguments.db) as source:
         refused = await refused_unless_migrated(source.get_job(_PROBE_JOB_ID), "tenure jobs")
         return refused if refused is not None else await ACTIONS[arguments.action](source, arguments)
 

@@ -613,14 +613,17 @@ class QueueOperations:
     async def delete(self, job_id: str) -> bool:
         return isinstance(await self._on_row(job_id, DeleteLegacy()), Applied)
 
-    async def purge_finished(self, older_than_us: int) -> int:
-        """Delete unprotected finished rows that finished more than ``older_than_us`` ago."""
+    async def purge_finished(self, older_than_us: int, status: JobStatus | None = None) -> int:
+        """Delete unprotected finished rows (of ``status`` only, if given) that finished
+        more than ``older_than_us`` ago."""
         binding = self.binding
+        finder = finders.finished_before if status is None else finders.finished_before_with_status
+        chosen = {} if status is None else {"status": status}
 
         async def body(tx: Transaction) -> int:
             now = await tx.now_us()
             command = PurgeFinished(older_than_us=now - older_than_us)
-            rows = await tx.find(binding, finders.finished_before, {"cutoff": command.older_than_us}, PURGE_LIMIT)
+            rows = await tx.find(binding, finder, {**chosen, "cutoff": command.older_than_us}, PURGE_LIMIT)
             _, changes = self.engine.decide_all(binding, [(row, command) for row in rows], now)
             await self.engine.persist(tx, binding, changes)
             return len(changes)
@@ -636,11 +639,15 @@ class QueueOperations:
         found = await self.store.run(body, write=False)
         return found[0] if found else None
 
-    async def list(self, status: JobStatus | None, limit: int) -> list[QueueRow]:
+    async def list(self, status: JobStatus | None, limit: int, *, queue_name: str | None = None,
+                   task_name: str | None = None) -> list[QueueRow]:
+        """Rows in creation order (tasks: optionally of one task queue and one task name)."""
+        wanted = {"status": status, "queue_name": queue_name, "task_name": task_name}
+        parameters = {field: value for field, value in wanted.items() if value is not None}
+        finder = finders.listed(**{field: True for field in parameters})
+
         async def body(tx: Transaction) -> list[QueueRow]:
-            if status is None:
-                return await tx.find(self.binding, finders.all_rows, {}, limit)
-            return await tx.find(self.binding, finders.with_status, {"status": status}, limit)
+            return await tx.find(self.binding, finder, parameters, limit)
 
         return await self.store.run(body, write=False)
 

@@ -42,7 +42,7 @@ from tenure.model import (
     snapshot_submission,
     text_problem,
 )
-from tenure.model.validation import micros_to_datetime, refuse
+from tenure.model.validation import is_queue_name, micros_to_datetime, refuse
 
 from ..core.dialects import open_store
 from ..core.facade import Facade
@@ -344,21 +344,27 @@ class JobSource(Facade, Generic[Claimed]):
 
     async def list_jobs(self, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
         """Jobs in creation order, optionally of one status (never their claim tokens)."""
+        return await self._list(status, limit)
+
+    async def _list(self, status: object, limit: object, **filters: Any) -> list[JobInfo]:
         if status is not None and type(status) is not JobStatus:
             raise refuse("status", "job_status_required")
-        if not bounds.is_strict_int(limit) or not 1 <= limit <= 10_000:
+        if not bounds.is_strict_int(limit) or not 1 <= limit <= 10_000:  # type: ignore[operator]
             raise refuse("limit", "integer_out_of_range")
-        return [_info(record) for record in await self._operations.list(status, limit)]
+        return [_info(record) for record in await self._operations.list(status, limit, **filters)]  # type: ignore[arg-type]
 
-    async def purge_finished(self, older_than: dt.timedelta) -> int:
-        """Retention: delete unprotected finished jobs that finished longer ago than
-        ``older_than`` (database time); protected submissions are kept. Returns the count."""
+    async def purge_finished(self, older_than: dt.timedelta, *, status: JobStatus | None = None) -> int:
+        """Retention: delete unprotected finished jobs (of one finished ``status`` only,
+        if given) that finished longer ago than ``older_than`` (database time); protected
+        submissions are kept. At most 1,000 per call; returns the count."""
+        if status is not None and status not in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
+            raise refuse("status", "finished_status_required")
         if type(older_than) is not dt.timedelta or older_than < dt.timedelta(0):
             raise refuse("older_than", "non_negative_timedelta_required")
         if older_than > MAX_RETENTION:
             raise refuse("older_than", "timedelta_out_of_range")
         micros = (older_than.days * 86_400 + older_than.seconds) * 1_000_000 + older_than.microseconds
-        return await self._operations.purge_finished(micros)
+        return await self._operations.purge_finished(micros, status)
 
 
 def _info(record: QueueRow) -> JobInfo:
@@ -614,6 +620,16 @@ class TaskSource(JobSource[ClaimedTask]):
     async def retry_failed(self, job_id: str) -> bool:
         """Administrative retry of a failed task (see the validation source's)."""
         return await self._operations.retry_failed(_job_id(job_id))
+
+    async def list_tasks(self, status: JobStatus | None = None, limit: int = 100, *, queue_name: str | None = None,
+                         task_name: str | None = None) -> list[JobInfo]:
+        """Tasks in creation order, optionally of one status, task queue and task name
+        (never their claim tokens)."""
+        if queue_name is not None and not is_queue_name(queue_name):
+            raise refuse("queue_name", "identifier_required")
+        if task_name is not None:
+            _text(task_name, "task_name", bounds.MAX_TASK_NAME_CHARS)
+        return await self._list(status, limit, queue_name=queue_name, task_name=task_name)
 
     async def delete_job(self, job_id: str) -> bool:
         """Delete a task by ID. Protected submissions and owned claims are kept (False)."""

@@ -37,8 +37,10 @@ __all__ = [
     "claim_finders",
     "expired",
     "finished_before",
+    "finished_before_with_status",
     "all_rows",
     "with_status",
+    "listed",
     "locate",
     "located_batch",
     "dedupe_field",
@@ -127,9 +129,32 @@ finished_before = Finder(
 )
 """Finished, unprotected rows older than the cutoff (retention)."""
 
+finished_before_with_status = Finder(
+    "finished_before_with_status",
+    ((Condition("status", "=", Param("status")), *finished_before.any_of[0][1:]),),
+    order=finished_before.order,
+    lock="skip",
+)
+"""The same, of one finished status only (``tenure jobs purge --status``; the caller
+passes a finished status)."""
+
 all_rows = Finder("all_rows", ((),), order=("created_at_us", "job_id"), lock="none")
 with_status = Finder("with_status", ((Condition("status", "=", Param("status")),),),
                      order=("created_at_us", "job_id"), lock="none")
+
+
+@functools.cache
+def listed(*, status: bool = False, queue_name: bool = False, task_name: bool = False) -> Finder:
+    """Rows in creation order, filtered by the parameters named (``status``,
+    ``queue_name``, ``task_name``: each an exact value); a listing, never a command's
+    met row."""
+    conditions = tuple(
+        Condition(field, "=", Param(field))
+        for field, wanted in (("status", status), ("queue_name", queue_name), ("task_name", task_name)) if wanted
+    )
+    name = "_".join(["listed", *(field for field, wanted in (("status", status), ("queue_name", queue_name),
+                                                             ("task_name", task_name)) if wanted)])
+    return Finder(name, (conditions,), order=("created_at_us", "job_id"), lock="none")
 
 
 def dedupe_field(queue: QueueKind) -> str:

@@ -58,6 +58,9 @@ SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed
 -- find queue.finished_before: lock skip
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- find queue.finished_before_with_status: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
 -- find queue.all_rows: lock none
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs ORDER BY created_at, id;
 
@@ -133,6 +136,9 @@ SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease
 -- find queue.finished_before: lock skip
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- find queue.finished_before_with_status: lock skip
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
 -- find queue.all_rows: lock none
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs ORDER BY created_at, id;
 
@@ -207,6 +213,9 @@ SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_
 
 -- find queue.finished_before: lock skip
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- find queue.finished_before_with_status: lock skip
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- find queue.all_rows: lock none
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs ORDER BY created_at, id;
@@ -487,6 +496,9 @@ SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed
 -- find queue.finished_before: lock skip
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- find queue.finished_before_with_status: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
 -- find queue.all_rows: lock none
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops ORDER BY created_at, id;
 
@@ -588,6 +600,9 @@ SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed
 
 -- find queue.finished_before: lock skip
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- find queue.finished_before_with_status: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- find queue.all_rows: lock none
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks ORDER BY created_at, id;

@@ -326,7 +326,7 @@ SECRET = "S3cr3tPW-9f2c"
 
 PLAIN_VALUES = {"broker": "queue", "workflows": "flows:registry", "workflow": "hello", "revision": "1",
                 "handler": "asyncio:sleep", "by": "bob", "run_id": "0" * 36, "consent_id": "0" * 36,
-                "job_id": "0" * 36, "older_than": "7d"}
+                "job_id": "0" * 36, "older_than": "7d", "app": "asyncio:sleep", "task_name": "send"}
 """A plausible value for each required argument without choices (besides --db)."""
 
 

@@ -70,7 +70,7 @@ async def test_an_operator_lists_shows_cancels_and_purges_jobs(db_url: str, tmp_
     assert refused.returncode == 2 and refused.stdout.startswith("not retried")
     streaming = await jobs(tmp_path, "retry", "--db", db_url, "--queue", "streaming", ids[0])
     assert streaming.returncode == 2 and streaming.stdout.splitlines()[:2] == [
-        "refused: invalid_arguments", "  queue: validation_or_pipeline_required"]
+        "refused: invalid_arguments", "  queue: tasks_validation_or_pipeline_required"]
 
     cancelled = await jobs(tmp_path, "cancel", "--db", db_url, "--queue", "validation", ids[2])
     assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
@@ -110,3 +110,84 @@ async def test_an_age_without_a_unit_or_out_of_range_is_refused_before_the_datab
     done = await jobs(tmp_path, "purge", "--db", db_url, "--queue", "validation", f"--older-than={age}")
     assert done.returncode == 2 and done.stdout.startswith("refused: invalid_arguments"), done.stdout
     assert "older_than" in done.stdout and age not in done.stdout.replace("older_than", "")
+
+
+TASK_APP = '''
+import os
+from tenure.adapters import TaskApp
+
+app = TaskApp(os.environ["TASKS_DB"])
+
+
+@app.task(queue="emails", name="send_welcome")
+async def send_welcome(ctx, user_id: int) -> dict:
+    return {"sent": user_id}
+
+
+@app.task(queue="reports", name="build_report", priority=80)
+async def build_report(ctx, name: str) -> None:
+    return None
+'''
+
+
+def tasks_cli(folder: pathlib.Path, db_url: str, *arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "jobs", *arguments], cwd=folder,
+                          capture_output=True, text=True, timeout=120, check=False, input=stdin,
+                          env={**__import__("os").environ, "TASKS_DB": db_url})
+
+
+async def test_tasks_are_deferred_by_name_listed_by_queue_and_task_and_purged_by_status(
+    db_url: str, tmp_path: pathlib.Path
+) -> None:
+    (tmp_path / "tasksapp.py").write_text(TASK_APP)
+
+    def run(*arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return tasks_cli(tmp_path, db_url, *arguments, stdin=stdin)
+
+    deferred = await asyncio.to_thread(run, "defer", "--app", "tasksapp:app", "send_welcome", "--args", '{"user_id": 7}',
+                                       "--submission-id", "welcome-7")
+    assert deferred.returncode == 0, deferred.stdout + deferred.stderr
+    job_id = deferred.stdout.splitlines()[1].split()[0]
+    again = await asyncio.to_thread(run, "defer", "--app", "tasksapp:app", "send_welcome", "--args", '{"user_id": 7}',
+                                    "--submission-id", "welcome-7")
+    assert again.stdout.splitlines()[1].split()[0] == job_id  # replay-safe
+    from_stdin = await asyncio.to_thread(run, "defer", "--app", "tasksapp:app", "build_report", "--args-file", "-",
+                                         stdin='{"name": "weekly"}')
+    assert from_stdin.returncode == 0, from_stdin.stdout
+    unknown = await asyncio.to_thread(run, "defer", "--app", "tasksapp:app", "Secret_Name")
+    assert unknown.returncode == 2 and "Secret_Name" not in unknown.stdout
+    assert "build_report, send_welcome" in unknown.stdout
+    bad_args = await asyncio.to_thread(run, "defer", "--app", "tasksapp:app", "send_welcome", "--args", "[1]")
+    assert bad_args.returncode == 2 and "args: json_object_required" in bad_args.stdout
+
+    listed = await asyncio.to_thread(run, "list", "--db", db_url, "--json")
+    documents = json.loads(listed.stdout)
+    assert [(d["task_queue"], d["task"], d["priority"]) for d in documents] == [
+        ("emails", "send_welcome", 0), ("reports", "build_report", 80)]
+    only = await asyncio.to_thread(run, "list", "--db", db_url, "--task", "build_report", "--json")
+    assert [d["task"] for d in json.loads(only.stdout)] == ["build_report"]
+    by_queue = await asyncio.to_thread(run, "list", "--db", db_url, "--task-queue", "emails")
+    assert by_queue.returncode == 0 and "send_welcome" in by_queue.stdout and "build_report" not in by_queue.stdout
+    assert "replay-safe" in by_queue.stdout
+
+    from tenure.adapters import FailJob, TaskApp
+
+    async with TaskApp(db_url) as app:
+        @app.task(queue="emails", name="send_welcome")
+        async def send_welcome(ctx: object, user_id: int) -> dict[str, int]:
+            return {"sent": user_id}
+
+        @app.task(queue="reports", name="build_report")
+        async def build_report(ctx: object, name: str) -> None:
+            raise FailJob("no data")
+
+        await app.worker(idle_wait_s=0.1).run_until_idle()
+    failed = await asyncio.to_thread(run, "list", "--db", db_url, "--status", "failed", "--json")
+    assert [d["task"] for d in json.loads(failed.stdout)] == ["build_report"]
+    # Only the failed, unprotected task goes: the completed one is an owned submission.
+    purged = await asyncio.to_thread(run, "purge", "--db", db_url, "--older-than", "0s", "--status", "completed")
+    assert purged.returncode == 0 and purged.stdout.splitlines()[1].split()[:2] == ["task", "0"]
+    purged = await asyncio.to_thread(run, "purge", "--db", db_url, "--older-than", "0s", "--status", "failed")
+    assert purged.stdout.splitlines()[1].split()[:2] == ["task", "1"]
+    left = json.loads((await asyncio.to_thread(run, "list", "--db", db_url, "--json")).stdout)
+    assert [d["job_id"] for d in left] == [job_id]

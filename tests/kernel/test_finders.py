@@ -19,7 +19,7 @@ from tenure.kernel.queue import finders
 from tenure.kernel.queue.commands import ClaimLegacy, ClaimOwned, ExpireLease, PurgeFinished
 from tenure.kernel.queue.machine import QueueRefusal, decide, select_rule
 from tenure.kernel.queue.record import QueueRow, QueueStep, dedupe_key_of
-from tenure.model import UNRESOLVED_STATES, QueueKind
+from tenure.model import UNRESOLVED_STATES, JobStatus, QueueKind
 
 times = st.integers(NOW - 10**12, NOW + 10**12) | st.integers(NOW - 3, NOW + 3)
 
@@ -123,3 +123,22 @@ def test_tasks_are_taken_by_priority_then_due_time_then_job_id(base: QueueRow) -
         for job_id, priority, fires_at in [("b", 0, 1), ("a", 0, 1), ("c", 50, 9), ("d", 50, 2), ("e", 100, 99)]
     ]
     assert [row.job_id for row in finders.eligible_tasks.sorted(rows)] == ["e", "d", "c", "a", "b"]
+
+
+@given(record=records().filter(lambda r: r is not None), cutoff=times, status=st.sampled_from(
+    [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED]))
+def test_finished_before_with_status_selects_exactly_what_retention_deletes_of_that_status(
+    record: QueueRow, cutoff: int, status: JobStatus
+) -> None:
+    applied = isinstance(decide(record, PurgeFinished(older_than_us=cutoff), NOW), Applied)
+    selected = finders.finished_before_with_status.matches(record, {"cutoff": cutoff, "status": status})
+    assert selected == (applied and record.status is status)
+
+
+@given(record=records(queue=QueueKind.TASK).filter(lambda r: r is not None), data=st.data())
+def test_a_listing_selects_exactly_the_rows_with_the_values_asked(record: QueueRow, data: st.DataObject) -> None:
+    wanted = data.draw(st.fixed_dictionaries({}, optional={
+        "status": st.sampled_from(JobStatus), "queue_name": st.sampled_from(["emails", "reports"]),
+        "task_name": st.sampled_from(["send_welcome", "other"])}))
+    finder = finders.listed(**{field: True for field in wanted})
+    assert finder.matches(record, wanted) == all(getattr(record, field) == value for field, value in wanted.items())

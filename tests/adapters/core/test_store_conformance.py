@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from node_strategies import NOW as NODE_NOW
 from node_strategies import node_records
-from queue_strategies import NOW, QUEUE_NAMES, TOKENS, records
+from queue_strategies import NOW, QUEUE_NAMES, TASK_NAMES, TOKENS, records
 from run_strategies import run_records
 
 from tenure.adapters import upgrade
@@ -146,6 +146,13 @@ def _queue_finders_over(queue: QueueKind, rows: list[Any]) -> st.SearchStrategy[
                                    queue_finders.claimable_tasks]),
                   st.tuples(times, st.lists(st.sampled_from(QUEUE_NAMES), min_size=1, max_size=2, unique=True)).map(
                       lambda chosen: {"now": chosen[0], "queues": chosen[1]}))
+        if queue is QueueKind.TASK else st.nothing(),
+        st.tuples(st.sampled_from([queue_finders.listed(queue_name=True), queue_finders.listed(task_name=True),
+                                   queue_finders.listed(status=True, queue_name=True, task_name=True)]),
+                  st.fixed_dictionaries({"queue_name": st.sampled_from(QUEUE_NAMES),
+                                         "task_name": st.sampled_from(TASK_NAMES),
+                                         "status": st.sampled_from(JobStatus)})).map(
+            lambda chosen: (chosen[0], {name: chosen[1][name] for name in chosen[0].parameters()}))
         if queue is QueueKind.TASK else st.nothing(),
         st.tuples(st.just(queue_finders.locate(queue)), st.fixed_dictionaries({
             "submission_id": st.sampled_from([None, "sub-1-0", *(row.submission_id for row in rows if row.submission_id)]),
