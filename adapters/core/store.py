@@ -268,6 +268,14 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    def borrowed(self, connection: Any) -> AbstractAsyncContextManager[Transaction]:
+        """A transaction on the caller's own connection, inside the transaction the caller
+        opened and will commit or roll back (tenure sends no BEGIN, COMMIT or ROLLBACK):
+        what the body writes commits or rolls back with the caller's data. The connection
+        must be this store's driver's (asyncpg, aiosqlite) and in a transaction
+        (``ConfigValidationError`` ``invalid_using`` otherwise). Notifications are sent
+        in that transaction, so they are delivered only if it commits."""
+
     async def listen(self, binding: Binding, wake: Callable[[], None]) -> Listener | None:
         """Call ``wake`` whenever a committed write announces new work on ``binding``'s
         table, until the returned listener is closed. None: this store has no

@@ -41,7 +41,16 @@ from ..core.sql import POSTGRESQL, compile_finder
 from ..core.store import AheadAnswer, Body, Expected, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel
 from . import statements
-from .connections import DEFAULT_TIMEOUT_SECONDS, POOL_SIZE, Connections, Listener, call, call_once, rollback
+from .connections import (
+    DEFAULT_TIMEOUT_SECONDS,
+    POOL_SIZE,
+    Connections,
+    Listener,
+    call,
+    call_once,
+    count_instants_in_microseconds,
+    rollback,
+)
 from .statements import numbered
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
@@ -351,6 +360,42 @@ class PostgresStore:
             clean = True
         finally:
             pool.give_back(connection, clean=clean)
+
+    @asynccontextmanager
+    async def borrowed(self, connection: Any, *, restore: Callable[[], Awaitable[None]] | None = None,
+                       ) -> AsyncIterator[PostgresTransaction]:
+        """See :meth:`tenure.adapters.core.store.Store.borrowed`.
+
+        tenure's statements read instants as integer microseconds and JSON as its text:
+        for the call, the connection gets tenure's codecs for ``timestamptz``, ``json``
+        and ``jsonb``; afterwards ``restore`` runs (a SQLAlchemy connection's own codec
+        setup), else asyncpg's default codecs for those three types are put back (a
+        connection that had its own codecs for them must set them again)."""
+        self._refuse_if_closed()
+        if not isinstance(connection, asyncpg.Connection):
+            raise ConfigValidationError("invalid_using", fields=("using",), problems=("asyncpg_connection_required",))
+        if not connection.is_in_transaction():
+            raise ConfigValidationError("invalid_using", fields=("using",), problems=("open_transaction_required",))
+        transaction = PostgresTransaction(self, connection, self._deadline())
+        # tenure's statements carry instants as integer microseconds (its pool sets that
+        # codec on every connection it opens); on the caller's connection it holds for
+        # this call only, and asyncpg's own timestamptz codec is back when it returns.
+        await transaction.call(count_instants_in_microseconds, Stage.CONNECT)
+        for kind in ("json", "jsonb"):
+            await transaction.call(lambda c, kind=kind: c.reset_type_codec(kind, schema="pg_catalog"),  # type: ignore[misc]
+                                   Stage.CONNECT)
+        try:
+            yield transaction
+            if transaction.announcements:
+                notify = "".join(f"SELECT pg_notify({statements.literal(channel)}, ''); "
+                                 for channel in sorted(transaction.announcements))
+                await transaction.call(lambda c: c.execute(notify))
+        finally:
+            if not connection.is_closed():
+                for kind in ("timestamptz", "json", "jsonb"):
+                    await connection.reset_type_codec(kind, schema="pg_catalog")
+                if restore is not None:
+                    await restore()
 
     async def listen(self, binding: Binding, wake: Callable[[], None]) -> Listener:
         """A dedicated connection that calls ``wake`` on every notification of

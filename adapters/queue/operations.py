@@ -246,6 +246,17 @@ class QueueOperations:
         raise AssertionError("unreachable")
 
     async def _submit_many_once(self, requests: Sequence[SubmissionSnapshot | FrozenEnvelope]) -> list[Submitted]:
+        return await self.store.run(self._submissions(requests), write=True)
+
+    async def submit_many_in(self, tx: Transaction, requests: Sequence[SubmissionSnapshot | FrozenEnvelope]) -> list[Submitted]:
+        """:meth:`submit_many` inside a transaction the caller holds (``defer(using=...)``):
+        no retry (a statement that failed has ended the caller's transaction)."""
+        require(self.queue is QueueKind.TASK)
+        return await self._submissions(requests)(tx)
+
+    def _submissions(
+        self, requests: Sequence[SubmissionSnapshot | FrozenEnvelope]
+    ) -> Callable[[Transaction], Awaitable[list[Submitted]]]:
         binding = self.binding
         authored = [request.job_id if request.job_id is not None else self._new_job_id() for request in requests]
 
@@ -285,7 +296,7 @@ class QueueOperations:
             await self.engine.persist(tx, binding, changes)
             return answers
 
-        return await self.store.run(body, write=True)
+        return body
 
     async def _submit_legacy_once(self, request: FrozenEnvelope) -> Submitted:
         authored_job_id, run_id = self._ids(request.job_id, request.run_id)

@@ -17,7 +17,7 @@ import datetime as dt
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tenure.kernel.queue.record import QueueRow
@@ -563,6 +563,10 @@ class TaskSource(JobSource[ClaimedTask]):
         in order, each exactly what ``submit_owned`` (with ``submission_ids[i]``) or
         ``submit`` (without) would answer alone. A conflict raises and writes none of
         them. Every task is validated and frozen before this method returns."""
+        return self._submit_many(self._requests(jobs, submission_ids))
+
+    def _requests(self, jobs: object, submission_ids: object) -> list[Any]:
+        """Each task validated and frozen now (owned when it has a submission ID)."""
         checked = _batch(jobs, "jobs")
         if submission_ids is None:
             requests: list[Any] = [freeze_envelope(self.queue, job) for job in checked]
@@ -575,10 +579,26 @@ class TaskSource(JobSource[ClaimedTask]):
             requests = [snapshot_submission(self.queue, job, submission_id) for job, submission_id in zip(checked, ids)]
         for request in requests:
             _within(request.authored_json, self.config.max_payload_bytes, "job")
-        return self._submit_many(requests)
+        return requests
 
     async def _submit_many(self, requests: list[Any]) -> list[str]:
         return [submitted.job_id for submitted in await self._operations.submit_many(requests)]
+
+    def submit_using(self, using: Any, jobs: Sequence[TaskJob], *,
+                     submission_ids: Sequence[str] | None = None) -> Awaitable[list[str]]:
+        """``submit_many`` inside the caller's own open transaction (``using``: an asyncpg
+        or aiosqlite connection, or a SQLAlchemy ``AsyncConnection`` or ``AsyncSession``
+        on either): the tasks commit or roll back with the caller's data, and a worker
+        can claim them only once the caller commits. Nothing is retried here: a failed
+        statement ends the caller's transaction, which the caller rolls back."""
+        requests = self._requests(jobs, submission_ids)
+        return self._submit_using(using, requests)
+
+    async def _submit_using(self, using: Any, requests: list[Any]) -> list[str]:
+        connection, restore = await driver_connection(using)
+        borrowed = self._operations.store.borrowed
+        async with (borrowed(connection) if restore is None else borrowed(connection, restore=restore)) as tx:  # type: ignore[call-arg]
+            return [submitted.job_id for submitted in await self._operations.submit_many_in(tx, requests)]
 
     async def claim_next_owned(self, worker_id: str, *, claim_token: str, queues: Sequence[str]) -> ClaimedTask | None:
         """Claim the next eligible task of ``queues`` with a fresh caller nonce, or None."""
@@ -634,6 +654,35 @@ class TaskSource(JobSource[ClaimedTask]):
     async def delete_job(self, job_id: str) -> bool:
         """Delete a task by ID. Protected submissions and owned claims are kept (False)."""
         return await self._operations.delete(_job_id(job_id))
+
+
+async def driver_connection(using: object) -> tuple[Any, Callable[[], Awaitable[None]] | None]:
+    """The driver's connection under ``using``, and how to put back the connection's own
+    codecs after tenure's statements (None: the store's default): a SQLAlchemy
+    ``AsyncSession`` or ``AsyncConnection`` gives the asyncpg or aiosqlite connection it
+    runs on (the session's current transaction's), and on asyncpg SQLAlchemy's own JSON
+    codec setup; a driver connection is itself. SQLAlchemy is only asked when the object
+    is one of its own."""
+    module = type(using).__module__
+    if not module.startswith("sqlalchemy."):
+        return using, None
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    if isinstance(using, AsyncSession):
+        using = await using.connection()
+    if not isinstance(using, AsyncConnection):
+        raise refuse("using", "connection_or_session_required", reason="invalid_using")
+    if not using.in_transaction():
+        raise refuse("using", "open_transaction_required", reason="invalid_using")
+    fairy = await using.get_raw_connection()
+    dialect: Any = using.dialect
+    adapted = fairy.dbapi_connection
+    restore = None
+    if hasattr(dialect, "setup_asyncpg_json_codec"):
+        async def restore() -> None:
+            await dialect.setup_asyncpg_json_codec(adapted)
+            await dialect.setup_asyncpg_jsonb_codec(adapted)
+    return fairy.driver_connection, restore
 
 
 MAX_PROGRESS_BYTES = 64 * 1024

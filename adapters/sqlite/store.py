@@ -413,6 +413,26 @@ class SqliteStore:
                 raise
             await self._commit(connection)
 
+    @asynccontextmanager
+    async def borrowed(self, connection: Any) -> AsyncIterator[SqliteTransaction]:
+        """See :meth:`tenure.adapters.core.store.Store.borrowed`. The write lock is the
+        caller's transaction's: the first statement that writes takes it (a transaction
+        begun deferred that read a snapshot another writer has since changed is refused by
+        SQLite then, ``SQLITE_BUSY_SNAPSHOT``, and nothing is written)."""
+        if not isinstance(connection, aiosqlite.Connection):
+            raise ConfigValidationError("invalid_using", fields=("using",), problems=("aiosqlite_connection_required",))
+        if not connection.in_transaction:
+            raise ConfigValidationError("invalid_using", fields=("using",), problems=("open_transaction_required",))
+
+        async def execute(sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
+            return await _run(connection, sql, parameters)
+
+        transaction = SqliteTransaction(self, execute, write=True)
+        # The clock first: advancing it takes the write lock, so the rows read after it
+        # are the ones the write is decided on.
+        await transaction.now_us()
+        yield transaction
+
     async def run(self, body: Body[T], *, write: bool) -> T:
         """The whole transaction (BEGIN, the body's statements and decisions, COMMIT) in one
         hop to the connection's thread: a hop costs more than most statements do. A call

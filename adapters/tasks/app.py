@@ -66,7 +66,7 @@ __all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownT
 TaskContext = JobContext
 """What a task handler may know and do about its claim (see :class:`JobContext`)."""
 
-RESERVED_ARGUMENTS = frozenset({"submission_id", "schedule_in", "schedule_at", "priority"})
+RESERVED_ARGUMENTS = frozenset({"submission_id", "schedule_in", "schedule_at", "priority", "using"})
 """``defer``'s own options: a task's parameters may not use these names."""
 
 DEFAULT_QUEUE = "default"
@@ -193,23 +193,31 @@ class Task:
                        fires_at=schedule_at, delay_ms=_delay_ms(schedule_in), max_attempts=self.max_attempts)
 
     async def defer(self, *, submission_id: str | None = None, schedule_in: float | None = None,
-                    schedule_at: dt.datetime | None = None, priority: int | None = None, **args: Any) -> str:
+                    schedule_at: dt.datetime | None = None, priority: int | None = None, using: Any = None,
+                    **args: Any) -> str:
         """Enqueue one run with ``args``; its job ID. With ``submission_id`` it is
-        replay-safe (the same call again answers the same ID)."""
+        replay-safe (the same call again answers the same ID). With ``using`` (your open
+        transaction's connection or session: asyncpg, aiosqlite, or SQLAlchemy's
+        ``AsyncConnection`` / ``AsyncSession`` on either) it is written in that
+        transaction and commits or rolls back with your data."""
         job = self.job(args, schedule_in=schedule_in, schedule_at=schedule_at, priority=priority)
         source = self.app.source
+        if using is not None:
+            ids = None if submission_id is None else [submission_id]
+            return (await source.submit_using(using, [job], submission_ids=ids))[0]
         if submission_id is None:
             return await source.submit(job)
         return await source.submit_owned(job, submission_id=submission_id)
 
     async def defer_many(self, many: Sequence[Mapping[str, Any]], *, submission_ids: Sequence[str] | None = None,
                          schedule_in: float | None = None, schedule_at: dt.datetime | None = None,
-                         priority: int | None = None) -> list[str]:
+                         priority: int | None = None, using: Any = None) -> list[str]:
         """Enqueue one run per argument mapping, in transactions of up to 1,000 (one
         lock-and-clock statement and one pipelined insert each); the job IDs in order.
         ``submission_ids`` (one per run) makes each replay-safe. Every run is validated
         before anything is written; a conflict raises and writes nothing of its
-        transaction (earlier transactions of a larger batch stay)."""
+        transaction (earlier transactions of a larger batch stay). ``using``: as for
+        :meth:`defer` (then every run is written in your transaction)."""
         if not isinstance(many, (list, tuple)):
             raise refuse("many", "list_required", reason="invalid_deferral")
         if submission_ids is not None and (not isinstance(submission_ids, (list, tuple))
@@ -220,7 +228,11 @@ class Task:
         ids: list[str] = []
         for start in range(0, len(jobs), MAX_BATCH):
             chunk_ids = None if submission_ids is None else list(submission_ids[start:start + MAX_BATCH])
-            ids += await source.submit_many(jobs[start:start + MAX_BATCH], submission_ids=chunk_ids)
+            chunk = jobs[start:start + MAX_BATCH]
+            if using is not None:
+                ids += await source.submit_using(using, chunk, submission_ids=chunk_ids)
+            else:
+                ids += await source.submit_many(chunk, submission_ids=chunk_ids)
         return ids
 
 
