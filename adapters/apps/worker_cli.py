@@ -220,6 +220,10 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         serving = (f"the {arguments.queue[0]} queue" if worker.queues is None
                    else "task queues " + ", ".join(worker.queues))
         print(f"worker on {serving}: concurrency {worker.concurrency}, batch {worker.batch_size}", flush=True)
+        # An app's periodic tasks are deferred by a scheduler beside the worker (every
+        # worker runs one: each tick is deferred once however many do).
+        scheduler = (asyncio.create_task(app.scheduler().run(stop))
+                     if arguments.app is not None and app.periodics else None)
         try:
             stats = await worker.run(stop)
         except TenureError as error:
@@ -228,6 +232,9 @@ async def run_worker(arguments: argparse.Namespace) -> int:
             print(f"failed: {error.code.value}: {error.reason}")
             return 1
         finally:
+            stop.set()
+            if scheduler is not None:
+                await asyncio.gather(scheduler, return_exceptions=True)
             status.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)

@@ -651,11 +651,12 @@ class QueueOperations:
         return found[0] if found else None
 
     async def list(self, status: JobStatus | None, limit: int, *, queue_name: str | None = None,
-                   task_name: str | None = None) -> list[QueueRow]:
-        """Rows in creation order (tasks: optionally of one task queue and one task name)."""
+                   task_name: str | None = None, newest_first: bool = False) -> list[QueueRow]:
+        """Rows in creation order, or the reverse (tasks: optionally of one task queue and
+        one task name)."""
         wanted = {"status": status, "queue_name": queue_name, "task_name": task_name}
         parameters = {field: value for field, value in wanted.items() if value is not None}
-        finder = finders.listed(**{field: True for field in parameters})
+        finder = finders.listed(**{field: True for field in parameters}, newest_first=newest_first)
 
         async def body(tx: Transaction) -> list[QueueRow]:
             return await tx.find(self.binding, finder, parameters, limit)

@@ -642,14 +642,15 @@ class TaskSource(JobSource[ClaimedTask]):
         return await self._operations.retry_failed(_job_id(job_id))
 
     async def list_tasks(self, status: JobStatus | None = None, limit: int = 100, *, queue_name: str | None = None,
-                         task_name: str | None = None) -> list[JobInfo]:
-        """Tasks in creation order, optionally of one status, task queue and task name
-        (never their claim tokens)."""
+                         task_name: str | None = None, newest_first: bool = False) -> list[JobInfo]:
+        """Tasks in creation order (``newest_first``: the reverse), optionally of one
+        status, task queue and task name (never their claim tokens)."""
         if queue_name is not None and not is_queue_name(queue_name):
             raise refuse("queue_name", "identifier_required")
         if task_name is not None:
             _text(task_name, "task_name", bounds.MAX_TASK_NAME_CHARS)
-        return await self._list(status, limit, queue_name=queue_name, task_name=task_name)
+        return await self._list(status, limit, queue_name=queue_name, task_name=task_name,
+                                newest_first=_bool(newest_first, "newest_first"))
 
     async def delete_job(self, job_id: str) -> bool:
         """Delete a task by ID. Protected submissions and owned claims are kept (False)."""

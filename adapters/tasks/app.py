@@ -60,6 +60,7 @@ from tenure.model.validation import is_queue_name, refuse
 
 from ..queue.sources import MAX_BATCH, TaskSource
 from ..queue.worker import JobContext, Worker
+from .periodic import Periodic, Scheduler, checked_schedule, periodic_parameters_problem
 
 __all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "RESERVED_ARGUMENTS"]
 
@@ -251,6 +252,7 @@ class TaskApp:
         self.db_url = db_url
         self.config = config
         self._tasks: dict[str, Task] = {}
+        self._periodics: list[Periodic] = []
         self._source: TaskSource | None = None
 
     def on(self, db_url: str, config: WorkerConfig | None = None) -> TaskApp:
@@ -260,6 +262,7 @@ class TaskApp:
             return self
         other = TaskApp(db_url, config=config)
         other._tasks = self._tasks
+        other._periodics = self._periodics
         return other
 
     # --- registering -------------------------------------------------------------------
@@ -310,6 +313,39 @@ class TaskApp:
                     retry=retry)
         self._tasks[chosen] = task
         return task
+
+    def periodic(self, *, cron: str, timezone: str = "UTC", catch_up: bool = False, name: str | None = None,
+                 queue: str = DEFAULT_QUEUE, priority: int = 0, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 retry: Backoff | None = None) -> Callable[[Callable[..., Awaitable[Any]]], Task]:
+        """Register an async function ``f(ctx, tick)`` as a task deferred once per tick of
+        the ``cron`` schedule in ``timezone`` (see :mod:`tenure.adapters.tasks.periodic`:
+        ``tick`` is the ISO 8601 instant in UTC; ``catch_up``: after downtime, every
+        missed tick of the last week, else only the latest). The other settings are
+        :meth:`task`'s. A :meth:`scheduler` (every ``tenure worker --app`` runs one)
+        defers the ticks."""
+        checked_cron, zone = checked_schedule(cron, timezone)
+        if type(catch_up) is not bool:
+            raise refuse("catch_up", "bool_required", reason="invalid_periodic")
+
+        def register(function: Callable[..., Awaitable[Any]]) -> Task:
+            if inspect.iscoroutinefunction(function) and periodic_parameters_problem(
+                    list(inspect.signature(function).parameters.values())):
+                raise refuse("function", "tick_parameter_required", reason="invalid_periodic")
+            task = self._register(function, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
+                                  retry=Backoff() if retry is None else retry)
+            self._periodics.append(Periodic(task, checked_cron, zone, catch_up))
+            return task
+
+        return register
+
+    @property
+    def periodics(self) -> list[Periodic]:
+        """The periodic tasks, in registration order."""
+        return list(self._periodics)
+
+    def scheduler(self, *, now: Callable[[], dt.datetime] | None = None) -> Scheduler:
+        """A scheduler deferring this app's periodic ticks (``now``: its clock)."""
+        return Scheduler(self) if now is None else Scheduler(self, now=now)
 
     @property
     def tasks(self) -> Mapping[str, Task]:

@@ -144,17 +144,19 @@ with_status = Finder("with_status", ((Condition("status", "=", Param("status")),
 
 
 @functools.cache
-def listed(*, status: bool = False, queue_name: bool = False, task_name: bool = False) -> Finder:
-    """Rows in creation order, filtered by the parameters named (``status``,
-    ``queue_name``, ``task_name``: each an exact value); a listing, never a command's
-    met row."""
+def listed(*, status: bool = False, queue_name: bool = False, task_name: bool = False,
+           newest_first: bool = False) -> Finder:
+    """Rows in creation order (``newest_first``: the reverse), filtered by the parameters
+    named (``status``, ``queue_name``, ``task_name``: each an exact value); a listing,
+    never a command's met row."""
     conditions = tuple(
         Condition(field, "=", Param(field))
         for field, wanted in (("status", status), ("queue_name", queue_name), ("task_name", task_name)) if wanted
     )
     name = "_".join(["listed", *(field for field, wanted in (("status", status), ("queue_name", queue_name),
                                                              ("task_name", task_name)) if wanted)])
-    return Finder(name, (conditions,), order=("created_at_us", "job_id"), lock="none")
+    order = ("-created_at_us", "-job_id") if newest_first else ("created_at_us", "job_id")
+    return Finder(name + ("_newest_first" if newest_first else ""), (conditions,), order=order, lock="none")
 
 
 def dedupe_field(queue: QueueKind) -> str:

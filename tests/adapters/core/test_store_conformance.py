@@ -148,7 +148,8 @@ def _queue_finders_over(queue: QueueKind, rows: list[Any]) -> st.SearchStrategy[
                       lambda chosen: {"now": chosen[0], "queues": chosen[1]}))
         if queue is QueueKind.TASK else st.nothing(),
         st.tuples(st.sampled_from([queue_finders.listed(queue_name=True), queue_finders.listed(task_name=True),
-                                   queue_finders.listed(status=True, queue_name=True, task_name=True)]),
+                                   queue_finders.listed(status=True, queue_name=True, task_name=True),
+                                   queue_finders.listed(task_name=True, newest_first=True)]),
                   st.fixed_dictionaries({"queue_name": st.sampled_from(QUEUE_NAMES),
                                          "task_name": st.sampled_from(TASK_NAMES),
                                          "status": st.sampled_from(JobStatus)})).map(
