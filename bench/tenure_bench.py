@@ -25,6 +25,12 @@ Prints one JSON object per line (bench/report.py turns them into RESULTS.md):
 * ``fingerprint``: a 1 MiB payload from a plain dict to its fingerprint, against
   ``json.dumps`` + ``hashlib.sha256`` of the same data.
 
+* ``task_worker``: a TaskApp's Worker drains waiting no-op tasks (the peers' burn-down
+  count), at concurrency 4 (batch 1 and 10) and 16 (batch 10); ``task_defer``: the
+  ``defer_many`` rate of the same tasks;
+* ``task_claim_latency``: one task claim from one of four queues, at 10^3, 10^5 and 10^6
+  waiting tasks.
+
     python bench/tenure_bench.py DSN [--smoke] [--only NAME[,NAME]]
 """
 
@@ -653,6 +659,113 @@ async def claim_latency(server_dsn: str, sizes: list[int], samples: int) -> None
              p99_ms=round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 3))
 
 
+# --- tasks (TaskApp on tenure_tasks) -----------------------------------------------------------
+
+TASK_RUNS = ((4, 1), (4, 10), (16, 10))
+"""(concurrency, batch_size) of the task burn-downs."""
+
+
+def task_app(db_url: str) -> Any:
+    from tenure.adapters import TaskApp
+
+    app = TaskApp(db_url, config=config(db_url))
+
+    @app.task(queue="bench", name="bench.noop")
+    async def noop(ctx: Any, n: int) -> None:
+        return None
+
+    return app, noop
+
+
+async def task_drain(app: Any, concurrency: int, batch: int) -> tuple[int, float]:
+    worker = app.worker(concurrency=concurrency, batch_size=batch, idle_wait_s=IDLE_WAIT_S)
+    started = time.perf_counter()
+    stats = await worker.run_until_idle()
+    elapsed = time.perf_counter() - started
+    assert stats.claimed == stats.completed, stats
+    assert stats.persistence_failures == stats.lease_losses == stats.stale_writes_refused == 0, stats
+    return stats.completed, elapsed
+
+
+async def task_burn_down(server_dsn: str, jobs: int, rounds: dict[int, int]) -> None:
+    """A TaskApp's Worker drains ``jobs`` waiting no-op tasks (the peers' count and
+    rounds). The tasks are deferred with ``defer_many`` (1,000 per transaction, not
+    measured) after a warm-up drained by its own Worker on the same app; each
+    configuration as many rounds as ``rounds`` gives its concurrency; the median counts.
+    The deferral rate is emitted too (``task_defer``)."""
+    warmup = max(50, jobs // 10)
+    rates: dict[tuple[int, int], list[float]] = {run: [] for run in TASK_RUNS}
+    defer_rates: list[float] = []
+    for round_ in range(max(rounds.values())):
+        for concurrency, batch in (run for run in TASK_RUNS if round_ < rounds[run[0]]):
+            db_url = await fresh_database(server_dsn)
+            app, noop = task_app(db_url)
+            async with app:
+                await noop.defer_many([{"n": n} for n in range(warmup)])
+                done, _ = await task_drain(app, concurrency, batch)
+                assert done == warmup
+                started = time.perf_counter()
+                await noop.defer_many([{"n": n} for n in range(jobs)])
+                defer_rates.append(round(jobs / (time.perf_counter() - started), 1))
+                done, elapsed = await task_drain(app, concurrency, batch)
+                assert done == jobs, (concurrency, batch, done)
+            rates[(concurrency, batch)].append(round(jobs / elapsed, 1))
+    for (concurrency, batch), measured in rates.items():
+        emit(bench="task_worker", subject="tenure", concurrency=concurrency, batch=batch, jobs=jobs, rounds=measured,
+             jobs_per_second=statistics.median(measured))
+    emit(bench="task_defer", subject="tenure", jobs=jobs, rounds=defer_rates,
+         jobs_per_second=statistics.median(defer_rates))
+
+
+async def bulk_load_tasks(db_url: str, count: int, *, offset: int = 0) -> None:
+    """Pending tasks inserted by SQL, 90% in queue ``bench_1`` and the rest in three
+    others, over 101 priorities (the claim reads ``bench_1``, highest priority first)."""
+    connection = await asyncpg.connect(db_url)
+    try:
+        await connection.execute(
+            """INSERT INTO tenure_tasks (id, queue_name, task_name, args_json, priority, status, fires_at, attempt,
+                                         max_attempts, retry_json, created_at, generation, fence_required,
+                                         authored_json)
+               SELECT md5(($2 + n)::text)::uuid::text,
+                      CASE WHEN n % 10 = 0 THEN 'bench_other_' || (n % 3) ELSE 'bench_1' END,
+                      'bench.noop', ('{"n":' || n || '}')::json,
+                      n % 101, 'pending', clock_timestamp() - make_interval(secs => 1), 0, 3,
+                      '{"retry_base_ms":1000,"retry_jitter":true,"retry_max_ms":300000}'::json, clock_timestamp(), 0,
+                      false, '{"delay_ms":null,"fires_at":null,"job_id":null,"max_attempts":3}'
+                 FROM generate_series(1, $1) AS n""",
+            count, offset,
+        )
+        await connection.execute("ANALYZE tenure_tasks")
+    finally:
+        await connection.close()
+
+
+async def task_claim_latency(server_dsn: str, sizes: list[int], samples: int) -> None:
+    """One task claim at a time from one queue, ``size`` tasks waiting (see
+    :func:`bulk_load_tasks`): the claim index keeps it flat as the table grows; then the
+    same from two queues at once (``bench_1`` and one other)."""
+    from tenure.adapters import TaskSource
+
+    for size in sizes:
+        db_url = await fresh_database(server_dsn)
+        for start in range(0, size, 250_000):
+            await bulk_load_tasks(db_url, min(250_000, size - start), offset=start)
+        async with TaskSource(db_url, config(db_url)) as source:
+            for queues in (["bench_1"], ["bench_1", "bench_other_1"]):
+                latencies = []
+                for _ in range(samples // 10):  # warm-up
+                    await source.claim_next_owned("worker", claim_token=uuid.uuid4().hex, queues=queues)
+                for _ in range(samples):
+                    started = time.perf_counter()
+                    claimed = await source.claim_next_owned("worker", claim_token=uuid.uuid4().hex, queues=queues)
+                    latencies.append(time.perf_counter() - started)
+                    assert claimed is not None
+                latencies.sort()
+                emit(bench="task_claim_latency", waiting_rows=size, queues=len(queues), samples=samples,
+                     median_ms=round(statistics.median(latencies) * 1000, 3),
+                     p99_ms=round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 3))
+
+
 # --- the fenced worker runtime ---------------------------------------------------------------
 
 
@@ -941,6 +1054,11 @@ async def main() -> None:
         await worker_burn_down(arguments.dsn, 200 if smoke else 20_000, {1: 1, 4: 1, 16: 1} if smoke else {1: 1, 4: 3, 16: 1})
     if selected("worker_latency"):
         await worker_latency(arguments.dsn, 20 if smoke else 200, 0.02)
+    if selected("task_worker"):
+        await task_burn_down(arguments.dsn, 200 if smoke else 20_000, {4: 1, 16: 1} if smoke else {4: 3, 16: 1})
+    if selected("task_claim_latency"):
+        await task_claim_latency(arguments.dsn, [1_000, 10_000] if smoke else [10_000, 100_000, 1_000_000],
+                                 20 if smoke else 500)
 
 
 if __name__ == "__main__":

@@ -404,10 +404,11 @@ class QueueOperations:
         limit = len(claim_tokens)
         lease_us = self.config.lease_us
         binding = self.binding
-        eligible, claimable = finders.claim_finders(self.queue, owned=owned)
         served = self._served(queue_names)
+        one_queue = served is not None and len(served) == 1
+        eligible, claimable = finders.claim_finders(self.queue, owned=owned, one_queue=one_queue)
         served_names = None if served is None else tuple(served)
-        chosen = {} if served is None else {"queues": served}
+        chosen: dict[str, Any] = {} if served is None else {"queue": served[0]} if one_queue else {"queues": served}
 
         def command_for(token: str, stored_tokens: Sequence[str | None]) -> Command:
             if owned:

@@ -348,9 +348,12 @@ def _tasks_table() -> TableSpec:
     indexes = (
         *(IndexSpec(f"ux_{_TASKS_NAME}_{column}", (column,), unique=True, step=_TASKS_STEP)
           for column in OWNED_UNIQUE_COLUMNS),
-        # A claim reads one queue's due rows in (priority DESC, fires_at, id) order: this
-        # index serves it as a range scan whatever the number of waiting tasks.
+        # A claim of one queue reads its due rows in (priority DESC, fires_at, id) order:
+        # this index serves it as a range scan whatever the number of waiting tasks. A
+        # claim of several queues reads the next index in that order, filtering the queue
+        # (PostgreSQL 15 cannot keep an index's order across a list of queue names).
         IndexSpec(f"ix_{_TASKS_NAME}_claim", ("queue_name", "status", "-priority", "fires_at", "id"), step=_TASKS_STEP),
+        IndexSpec(f"ix_{_TASKS_NAME}_claim_any", ("status", "-priority", "fires_at", "id"), step=_TASKS_STEP),
         IndexSpec(f"ix_{_TASKS_NAME}_lease", ("status", "lease_expires_at"), step=_TASKS_STEP),
         IndexSpec(f"ix_{_TASKS_NAME}_finished", ("status", "completed_at"), step=_TASKS_STEP),
     )

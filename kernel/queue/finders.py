@@ -34,6 +34,10 @@ __all__ = [
     "eligible_tasks_legacy",
     "claimable_tasks",
     "claimable_tasks_legacy",
+    "eligible_task_queue",
+    "eligible_task_queue_legacy",
+    "claimable_task_queue",
+    "claimable_task_queue_legacy",
     "claim_finders",
     "expired",
     "finished_before",
@@ -90,6 +94,7 @@ claimable_legacy = Finder(
 """The same for a legacy claim."""
 
 _OF_QUEUES = Condition("queue_name", "in", Param("queues"))
+_OF_QUEUE = Condition("queue_name", "=", Param("queue"))
 _TASK_ORDER = ("-priority", "fires_at_us", "job_id")
 
 eligible_tasks = Finder("eligible_tasks", ((*eligible.any_of[0], _OF_QUEUES),), order=_TASK_ORDER, lock="skip")
@@ -103,10 +108,27 @@ claimable_tasks = Finder("claimable_tasks", ((*eligible_tasks.any_of[0], _GENERA
 claimable_tasks_legacy = Finder("claimable_tasks_legacy", ((*eligible_tasks_legacy.any_of[0], _GENERATION_LEFT),),
                                 order=_TASK_ORDER, lock="skip")
 
+eligible_task_queue = Finder("eligible_task_queue", ((*eligible.any_of[0], _OF_QUEUE),), order=_TASK_ORDER, lock="skip")
+"""The same for a claim serving one queue (``:queue``): an equality the claim index
+(queue, status, priority, due time, ID) serves in order, where a list of queues is
+served by the index without the queue."""
 
-def claim_finders(queue: QueueKind, *, owned: bool) -> tuple[Finder, Finder]:
+eligible_task_queue_legacy = Finder("eligible_task_queue_legacy", ((*eligible_legacy.any_of[0], _OF_QUEUE),),
+                                    order=_TASK_ORDER, lock="skip")
+claimable_task_queue = Finder("claimable_task_queue", ((*eligible_task_queue.any_of[0], _GENERATION_LEFT),),
+                              order=_TASK_ORDER, lock="skip")
+claimable_task_queue_legacy = Finder(
+    "claimable_task_queue_legacy", ((*eligible_task_queue_legacy.any_of[0], _GENERATION_LEFT),), order=_TASK_ORDER,
+    lock="skip",
+)
+
+
+def claim_finders(queue: QueueKind, *, owned: bool, one_queue: bool = False) -> tuple[Finder, Finder]:
     """``(eligible, claimable)`` for a claim of ``queue``'s table (tasks: parameter
-    ``queues``, the task queues the claim serves)."""
+    ``queue`` when ``one_queue``, else ``queues``: the task queues the claim serves)."""
+    if queue is QueueKind.TASK and one_queue:
+        return (eligible_task_queue, claimable_task_queue) if owned else \
+            (eligible_task_queue_legacy, claimable_task_queue_legacy)
     if queue is QueueKind.TASK:
         return (eligible_tasks, claimable_tasks) if owned else (eligible_tasks_legacy, claimable_tasks_legacy)
     return (eligible, claimable) if owned else (eligible_legacy, claimable_legacy)

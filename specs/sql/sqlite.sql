@@ -451,6 +451,18 @@ SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed
 -- find queue.claimable_tasks_legacy: lock skip
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name IN (SELECT value FROM json_each(:queues)) AND generation < :c6) ORDER BY priority DESC, fires_at, id LIMIT :limit;
 
+-- find queue.eligible_task_queue: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name = :queue) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.eligible_task_queue_legacy: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name = :queue) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.claimable_task_queue: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name = :queue AND generation < :c5) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.claimable_task_queue_legacy: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name = :queue AND generation < :c6) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
 -- find queue.expired: lock skip
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
 

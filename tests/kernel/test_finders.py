@@ -113,6 +113,16 @@ def test_the_task_finders_select_exactly_what_a_claim_serving_those_queues_takes
     assert finders.eligible_tasks_legacy.matches(record, parameters) == _claimable(record, legacy, now)
     assert finders.claimable_tasks.matches(record, parameters) == isinstance(decide(record, fresh, now), Applied)
     assert finders.claimable_tasks_legacy.matches(record, parameters) == isinstance(decide(record, legacy, now), Applied)
+    # One queue: the equality finders select exactly what a claim serving that queue takes.
+    one = (queues[0],)
+    single = {"now": now, "queue": one[0]}
+    fresh_one = dataclasses.replace(fresh, queue_names=one)
+    legacy_one = dataclasses.replace(legacy, queue_names=one)
+    assert finders.eligible_task_queue.matches(record, single) == _claimable(record, fresh_one, now)
+    assert finders.eligible_task_queue_legacy.matches(record, single) == _claimable(record, legacy_one, now)
+    assert finders.claimable_task_queue.matches(record, single) == isinstance(decide(record, fresh_one, now), Applied)
+    assert finders.claimable_task_queue_legacy.matches(record, single) == isinstance(
+        decide(record, legacy_one, now), Applied)
 
 
 @given(base=records(state=QueueStep.PENDING, queue=QueueKind.TASK))

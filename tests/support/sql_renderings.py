@@ -94,7 +94,7 @@ def _claims_run_here(binding: Binding, name: str) -> bool:
     there (every other queue finder runs on every queue table)."""
     if not name.startswith(("eligible", "claimable")):
         return True
-    return ("tasks" in name) == (binding is TASKS_BINDING)
+    return ("task" in name) == (binding is TASKS_BINDING)
 
 
 def _statement(name: str, description: str, sql: str) -> str:

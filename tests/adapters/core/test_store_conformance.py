@@ -147,6 +147,10 @@ def _queue_finders_over(queue: QueueKind, rows: list[Any]) -> st.SearchStrategy[
                   st.tuples(times, st.lists(st.sampled_from(QUEUE_NAMES), min_size=1, max_size=2, unique=True)).map(
                       lambda chosen: {"now": chosen[0], "queues": chosen[1]}))
         if queue is QueueKind.TASK else st.nothing(),
+        st.tuples(st.sampled_from([queue_finders.eligible_task_queue, queue_finders.claimable_task_queue_legacy]),
+                  st.tuples(times, st.sampled_from(QUEUE_NAMES)).map(
+                      lambda chosen: {"now": chosen[0], "queue": chosen[1]}))
+        if queue is QueueKind.TASK else st.nothing(),
         st.tuples(st.sampled_from([queue_finders.listed(queue_name=True), queue_finders.listed(task_name=True),
                                    queue_finders.listed(status=True, queue_name=True, task_name=True),
                                    queue_finders.listed(task_name=True, newest_first=True)]),
