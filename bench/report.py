@@ -139,6 +139,9 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
             f"- claim latency (median) at {latencies[-1]['waiting_rows']:,} waiting rows vs {latencies[0]['waiting_rows']:,}: "
             f"{growth:.2f}x ({'met' if growth <= 1.2 else 'missed'}, target <= 1.2x)"
         )
+    task_lines, task_targets = tasks_section(tenure, peers)
+    lines += task_lines
+    targets += task_targets
     seed_lines, seed_targets = pycharter_section(tenure)
     lines += seed_lines
     targets += seed_targets
@@ -178,6 +181,69 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
 
 
 STEPS = ("submit", "claim", "heartbeat", "complete")
+
+
+def tasks_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Tasks (TaskApp on tenure_tasks) drained by their Worker beside the peers' burn-downs
+    at the same concurrency, the deferral rate, and the task claim latency."""
+    mine = {(r["concurrency"], r["batch"]): r for r in tenure if r["bench"] == "task_worker"}
+    if not mine:
+        raise SystemExit("task benchmark missing (tenure_bench.py --only task_worker)")
+    theirs = {(r["peer"], r["batch"], r["workers"]): r for r in peers if r["bench"] == "burn_down"}
+    jobs = next(iter(mine.values()))["jobs"]
+    defer = one(tenure, bench="task_defer")
+
+    def rate(record: dict[str, Any] | None) -> str:
+        if record is None:
+            return "-"
+        low, high = min(record["rounds"]), max(record["rounds"])
+        spread = f" ({low:,.0f}-{high:,.0f})" if len(record["rounds"]) > 1 else ""
+        return f"{record['jobs_per_second']:,.0f}{spread}"
+
+    lines = [
+        "", f"## Tasks: {jobs:,} waiting no-op tasks drained by a TaskApp's Worker", "",
+        "tenure: `app.worker(concurrency=C, batch_size=B).run_until_idle()` on a TaskApp with one registered",
+        "no-op task (claimed from `tenure_tasks` by queue and priority, fenced, completed with its exact fence),",
+        "after a warm-up drained by its own Worker; the tasks are deferred with `defer_many` (not timed here:",
+        f"{defer['jobs_per_second']:,.0f} tasks/s, 1,000 per transaction). The peers: the same burn-down runs as",
+        "under Workers above, at the same concurrency. Jobs per second, median (lowest-highest).", "",
+        "| system | concurrency | batch | jobs/s | tenure tasks (batch 1) / system | tenure tasks (batch 10) / system |",
+        "|---|---|---|---|---|---|",
+    ]
+    targets: list[str] = []
+    for concurrency in sorted({c for c, _ in mine}):
+        single, batched = mine.get((concurrency, 1)), mine.get((concurrency, 10))
+        rows = [(f"tenure tasks, batch {b}", b, mine.get((concurrency, b))) for b in (1, 10)]
+        rows += [(name, b, theirs.get((peer, b, concurrency))) for name, peer, b in (
+            ("procrastinate", "procrastinate", 1), ("saq", "saq", 1), ("pgqueuer", "pgqueuer", 1),
+            ("pgqueuer", "pgqueuer", 10))]
+        for name, b, record in rows:
+            if record is None:
+                continue
+            ratios = [f"{ours['jobs_per_second'] / record['jobs_per_second']:.2f}" if ours else "-"
+                      for ours in (single, batched)]
+            lines.append(f"| {name} | {concurrency} | {b} | {rate(record)} | {ratios[0]} | {ratios[1]} |")
+        procrastinate = theirs.get(("procrastinate", 1, concurrency))
+        best = max((r for r in (single, batched) if r), key=lambda r: r["jobs_per_second"])
+        if procrastinate is not None:
+            ratio = best["jobs_per_second"] / procrastinate["jobs_per_second"]
+            targets.append(f"- task burn-down at concurrency {concurrency} (batch {best['batch']}) vs procrastinate: "
+                           f"{verdict(ratio, 2.0)}")
+    latencies = sorted((r for r in tenure if r["bench"] == "task_claim_latency"),
+                       key=lambda r: (r.get("queues", 1), r["waiting_rows"]))
+    if latencies:
+        lines += ["", "Task claim latency (one claim; 90% of the waiting tasks in the claimed queue, over 101 priorities):",
+                  "", "| waiting tasks | queues claimed | median ms | p99 ms |", "|---|---|---|---|"]
+        lines += [f"| {r['waiting_rows']:,} | {r.get('queues', 1)} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} |"
+                  for r in latencies]
+        for queues in sorted({r.get("queues", 1) for r in latencies}):
+            series = [r for r in latencies if r.get("queues", 1) == queues]
+            if len(series) >= 2:
+                growth = series[-1]["median_ms"] / series[0]["median_ms"]
+                targets.append(f"- task claim latency ({queues} queue{'s' if queues > 1 else ''}) at "
+                               f"{series[-1]['waiting_rows']:,} vs {series[0]['waiting_rows']:,} waiting: {growth:.2f}x "
+                               f"({'met' if growth <= 1.2 else 'missed'}, target <= 1.2x: flat)")
+    return lines, targets
 
 
 def before_and_after(tenure: list[dict[str, Any]], peers: list[dict[str, Any]], before_path: pathlib.Path) -> list[str]:
