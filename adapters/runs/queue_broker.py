@@ -1,22 +1,33 @@
-"""Run hops on tenure's own owned queue: the Broker port with no broker service at all.
+"""Run hops on tenure's own task queue: the Broker port with no broker service at all.
 
-``QueueBroker(db_url, *, queues)`` keeps hop jobs in ``tenure_run_hops`` (schema step
-``runs_v3``), a table of the owned validation queue's shape in the Runs' own database,
-driven by the same queue kernel and store code as the three pycharter queues: a hop is
-an owned submission whose submission ID is the hop key (so publishing a held key is an
+``QueueBroker(db_url, *, queues)`` keeps each hop as a task in ``tenure_tasks`` (schema
+step ``tasks_v1``), in the task queue :data:`HOP_QUEUE`, driven by the same queue kernel
+and store code as every task: a hop is an owned submission of the task
+:data:`HOP_TASK` whose submission ID is the hop key (so publishing a held key is an
 exact replay and changes nothing, in any status), claimed with a fresh claim token,
-renewed by heartbeats, finished by its fence. Its own table keeps hops away from
-pycharter's and tenure's queue workers, which claim from the pycharter tables.
+renewed by heartbeats, finished by its fence. Its own task queue keeps hops away from
+the application's task workers, which serve theirs.
 
-Priority: the queue claims due jobs in ``(fires_at, id)`` order, so a hop is submitted
-due at a fixed instant in the past offset by its wire priority (``2000-01-01`` plus
-``wire_priority`` seconds) with a time-ordered job ID: a higher Run priority is always
-claimed first, and equal priorities in publication order. (The instant is part of the
-submission, so it must be the same on every replay: it cannot be the publication time.)
+Priority: tasks are claimed by priority (higher first), then due time, then job ID
+(time-ordered), so a hop's task priority is ``100 - wire_priority``: a higher Run
+priority is always claimed first, and equal priorities in publication order.
 
-One table holds every queue of a database: the queue name rides in the job (its
-``contract_version``) and a worker of this broker serves all of ``queues`` (its
-``RunWorker.queues`` must be the same set).
+One task queue holds every Run queue of a database: the Run queue rides in the task's
+arguments (``{"key": ..., "queue": ...}``) and a worker of this broker serves all of
+``queues`` (its ``RunWorker.queues`` must be the same set).
+
+Waking: a publish wakes this process's serving loop at once, and on PostgreSQL every
+serving loop listening on the task table's channel (a task that becomes pending
+notifies it in its own transaction); the poll (``poll_s``) is the fallback.
+
+Hops of earlier versions: they lived in ``tenure_run_hops`` (a table of the validation
+queue's shape, step ``runs_v3``). A serving loop adopts them (when it starts, then once
+per lease): a queued hop is published here under its key and priority and its old row
+cancelled (a replay of that publish is exact, so an adoption interrupted half way is
+finished by the next); a claimed hop stays where it is, and its process finishes it
+there by its fence; a claimed hop whose lease ran out is settled there by the kernel's
+sweep (with one attempt, ``failed``), so its probe tells recovery what happened.
+``probe`` and ``abort`` read the old table for a key this table does not hold.
 
 Abort: a pending hop is cancelled at once. A hop this process serves is cancelled and
 waited for (``abort_wait_s``), then its job cancelled. A hop another process serves has
@@ -43,16 +54,18 @@ from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.queue import finders as queue_finders
+from tenure.kernel.queue.commands import ExpireLease
 from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     BrokerJobState,
     JobStatus,
     QueueClaimFence,
     QueueKind,
+    TaskJob,
     TenureError,
-    ValidationJob,
     WorkerConfig,
     bounds,
+    load_json,
     parse_hop_key,
 )
 from tenure.model.fingerprint import snapshot_submission
@@ -62,27 +75,44 @@ from ..core.dialects import open_store
 from ..core.store import Transaction
 from ..queue.operations import QueueOperations
 from ..queue.sources import time_ordered_id
-from ..queue.table import HOPS_BINDING
+from ..queue.table import HOPS_BINDING, TASKS_BINDING
 from .broker import BrokerProbe, PerformHop, stop_served_hop
 
-__all__ = ["QueueBroker", "HOP_CONTRACT", "PRIORITY_EPOCH"]
+__all__ = ["QueueBroker", "HOP_QUEUE", "HOP_TASK", "HOP_CONTRACT", "PRIORITY_EPOCH"]
 
 log = logging.getLogger("tenure.runs.queue_broker")
 
-HOP_CONTRACT = "tenure.run_hop"
-"""The ``contract_name`` of every hop job (its ``data_source`` is the hop key)."""
+HOP_QUEUE = "tenure_run_hops"
+"""The task queue every hop of a database is deferred to."""
+
+HOP_TASK = "tenure.run_hop"
+"""The task name of every hop (its arguments: the hop key and the Run queue)."""
+
+HOP_CONTRACT = HOP_TASK
+"""The ``contract_name`` hops had in ``tenure_run_hops`` (earlier versions)."""
 
 PRIORITY_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
-"""A hop is due at this instant plus its wire priority in seconds (lower: claimed first)."""
+"""Earlier versions' hops were due at this instant plus their wire priority in seconds."""
 
 _BY_KEY = Finder("hop_by_key", ((Condition("submission_id", "=", Param("key")),),), order=("job_id",), lock="none")
-_DUE = Finder("hop_due", queue_finders.eligible.any_of + queue_finders.expired.any_of,
-              order=queue_finders.eligible.order, lock="none")
-"""The rows a claim would take or settle first, read without locking: pending hops that
-are due, and claims whose lease ran out (their process died between its queue claim and
-its Run claim; only a claim sweeps them, and the relay keeps their Run QUEUED while the
-queue still calls them active). An idle worker looks before it claims, so polling an
+_OF_HOPS = Condition("queue_name", "=", HOP_QUEUE)
+_DUE = Finder("hop_due", ((*queue_finders.eligible.any_of[0], _OF_HOPS), (*queue_finders.expired.any_of[0], _OF_HOPS)),
+              order=("fires_at_us", "job_id"), lock="none")
+"""The hop tasks a claim would take or settle first, read without locking: pending hops
+that are due, and claims whose lease ran out (their process died between its queue claim
+and its Run claim; only a claim sweeps them, and the relay keeps their Run QUEUED while
+the queue still calls them active). An idle worker looks before it claims, so polling an
 empty queue takes no write lock (SQLite has one for the file)."""
+
+_LEGACY_IN_FLIGHT = Finder("legacy_hops_in_flight", (
+    (Condition("status", "=", JobStatus.PENDING),),
+    (Condition("status", "=", JobStatus.CLAIMED), Condition("lease_expires_at_us", "<=", Param("now"))),
+), order=("job_id",), lock="none")
+"""Hops an earlier version left in ``tenure_run_hops`` that need this process: queued
+ones (to adopt) and claims whose lease ran out (to settle)."""
+
+ADOPT_BATCH = 200
+"""Old hops adopted per round."""
 
 _STATES = {
     JobStatus.PENDING: BrokerJobState.QUEUED,
@@ -127,10 +157,13 @@ class QueueBroker:
         self._config = config
         self._poll_s = float(poll_s)
         self._abort_wait_s = float(abort_wait_s)
-        self._ops = QueueOperations(open_store(db_url, timeout_seconds=config.timeout_seconds,
-                                               schema=config.db_schema),
-                                    QueueKind.VALIDATION, config, new_job_id=time_ordered_id, binding=HOPS_BINDING)
+        store = open_store(db_url, timeout_seconds=config.timeout_seconds, schema=config.db_schema)
+        self._ops = QueueOperations(store, QueueKind.TASK, config, new_job_id=time_ordered_id)
+        self._legacy = QueueOperations(store, QueueKind.VALIDATION, config, binding=HOPS_BINDING)
+        """The hops table of earlier versions (adopted, read and cancelled; never claimed)."""
         self._owner = f"tenure-hops:{os.getpid()}:{secrets.token_hex(4)}"
+        self._wake: asyncio.Event | None = None
+        """Set by a publish to wake this process's serving loop at once."""
         self._served: dict[str, asyncio.Task[Any]] = {}
         self._fenced_terminally: set[str] = set()
         """Keys this process fenced with startup's authority: stopped, whoever claimed them."""
@@ -149,17 +182,37 @@ class QueueBroker:
             raise refuse("queue", "queue_not_configured")
         if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
             raise refuse("wire_priority", "integer_out_of_range")
-        job = ValidationJob(HOP_CONTRACT, queue, key, fires_at=PRIORITY_EPOCH + dt.timedelta(seconds=wire_priority),
-                            max_attempts=1)
-        await self._ops.submit_owned(snapshot_submission(QueueKind.VALIDATION, job, key))
+        await self._publish(key, queue, wire_priority)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _publish(self, key: str, queue: str, wire_priority: int) -> None:
+        job = TaskJob(HOP_QUEUE, HOP_TASK, {"key": key, "queue": queue}, priority=100 - wire_priority,
+                      retry_base_ms=0, retry_max_ms=0, retry_jitter=False, max_attempts=1)
+        await self._ops.submit_owned(snapshot_submission(QueueKind.TASK, job, key))
 
     async def _row(self, key: str) -> tuple[QueueRow | None, int]:
+        """The hop's row (this table's, else an earlier version's), and the clock."""
         async def body(tx: Transaction) -> tuple[QueueRow | None, int]:
-            rows = await tx.find(HOPS_BINDING, _BY_KEY, {"key": key}, 1)
+            rows = await tx.find(TASKS_BINDING, _BY_KEY, {"key": key}, 1)
+            if not rows:
+                rows = await tx.find(HOPS_BINDING, _BY_KEY, {"key": key}, 1)
             return (rows[0] if rows else None), await tx.now_us()
 
         result: tuple[QueueRow | None, int] = await self._ops.store.run(body, write=False)
         return result
+
+    @staticmethod
+    def _queue_and_wire(row: QueueRow) -> tuple[str, int]:
+        """The Run queue and wire priority a hop row was published with."""
+        if row.queue is QueueKind.TASK:
+            args = load_json(row.payload[0]) if row.payload[0] is not None else {}
+            return str(args.get("queue")), 100 - row.priority
+        epoch_us = int(PRIORITY_EPOCH.timestamp() * 1_000_000)
+        return str(row.payload[1]), int((row.fires_at_us - epoch_us) // 1_000_000)
+
+    def _ops_for(self, row: QueueRow) -> QueueOperations:
+        return self._ops if row.queue is QueueKind.TASK else self._legacy
 
     def _still_running_elsewhere(self, row: QueueRow, now_us: int) -> bool:
         """A cancelled hop that was claimed by another process within the last lease."""
@@ -173,7 +226,7 @@ class QueueBroker:
             return BrokerProbe(BrokerJobState.ABSENT)
         state = BrokerJobState.ACTIVE if self._still_running_elsewhere(row, now) else _STATES[row.status]
         started = micros_to_datetime(row.claimed_at_us) if state is BrokerJobState.ACTIVE else None
-        queue, wire = row.payload[1], int((row.fires_at_us - int(PRIORITY_EPOCH.timestamp() * 1_000_000)) // 1_000_000)
+        queue, wire = self._queue_and_wire(row)
         return BrokerProbe(state, started, queue=queue, wire_priority=wire)
 
     async def abort(self, key: str, *, terminal: bool = False) -> bool:
@@ -184,7 +237,7 @@ class QueueBroker:
             if row is None:
                 return True
             if row.status in (JobStatus.PENDING, JobStatus.CLAIMED):
-                if await self._ops.cancel_admin(row.job_id):
+                if await self._ops_for(row).cancel_admin(row.job_id):
                     row, now = await self._row(key)
                 continue
             break
@@ -209,12 +262,21 @@ class QueueBroker:
         fences: dict[str, QueueClaimFence] = {}
         lapsed: set[str] = set()
         wake = asyncio.Event()
+        self._wake = wake
         heartbeat_every = float(self._config.heartbeat_seconds)
         last_beat = time.monotonic()
+        adopt_every = float(self._config.lease_seconds)
+        last_adoption: float | None = None
         failures = 0
+        listener = None
+        with contextlib.suppress(TenureError):
+            listener = await self._ops.store.listen(TASKS_BINDING, wake.set)
         try:
             while not stopping.is_set():
                 try:
+                    if last_adoption is None or time.monotonic() - last_adoption >= adopt_every:
+                        await self._adopt_legacy_hops()
+                        last_adoption = time.monotonic()
                     claimed = await self._serve_round(perform, concurrency, fences, lapsed, wake)
                     if self._served and time.monotonic() - last_beat >= heartbeat_every:
                         last_beat = time.monotonic()
@@ -234,6 +296,10 @@ class QueueBroker:
                     await _wait_any(stopping, wake, self._poll_s)
                     wake.clear()
         finally:
+            self._wake = None
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.close()
             running = list(self._served.items())
             for _, task in running:
                 task.cancel()
@@ -258,11 +324,11 @@ class QueueBroker:
         claimed: list[QueueRow] = []
         if free > 0 and await self._any_due():
             tokens = [secrets.token_hex(16) for _ in range(free)]
-            claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record)
+            claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record, [HOP_QUEUE])
         for record in claimed:
             hop = str(record.submission_id)  # the hop key
             run_id, seq = parse_hop_key(hop)
-            fences[hop] = QueueClaimFence(QueueKind.VALIDATION, record.job_id, self._owner,
+            fences[hop] = QueueClaimFence(QueueKind.TASK, record.job_id, self._owner,
                                           record.generation, str(record.claim_token))
             task = asyncio.ensure_future(perform(run_id, seq, None))
             task.add_done_callback(lambda _: wake.set())  # finish it and claim again at once
@@ -283,7 +349,7 @@ class QueueBroker:
 
     async def _any_due(self) -> bool:
         async def body(tx: Transaction) -> bool:
-            return bool(await tx.find(HOPS_BINDING, _DUE, {"now": await tx.now_us()}, 1))
+            return bool(await tx.find(TASKS_BINDING, _DUE, {"now": await tx.now_us()}, 1))
 
         due: bool = await self._ops.store.run(body, write=False)
         return due
@@ -293,3 +359,23 @@ class QueueBroker:
             await self._ops.fail_owned(fence, "hop_did_not_return", retry=False, dlq_record_id=None)
         else:
             await self._ops.complete_owned([(fence, None)])
+
+    async def _adopt_legacy_hops(self) -> int:
+        """Adopt what an earlier version left in ``tenure_run_hops`` (see the module
+        docstring); how many rows it moved or settled. Publish first, then cancel: an
+        adoption cut short between them is finished by the next (the publish replays)."""
+        async def body(tx: Transaction) -> list[QueueRow]:
+            return await tx.find(HOPS_BINDING, _LEGACY_IN_FLIGHT, {"now": await tx.now_us()}, ADOPT_BATCH)
+
+        rows: list[QueueRow] = await self._legacy.store.run(body, write=False)
+        for row in rows:
+            key = str(row.submission_id)
+            if row.status is JobStatus.PENDING:
+                queue, wire = self._queue_and_wire(row)
+                await self._publish(key, queue, min(100, max(0, wire)))
+                await self._legacy.cancel_admin(row.job_id)
+            else:  # a claim of an earlier version whose lease ran out: the kernel settles it
+                await self._legacy.engine.on_keys(HOPS_BINDING, [(row.job_id, ExpireLease())], queue_finders.by_keys)
+        if rows:
+            log.info("adopted or settled %d hops of an earlier version (tenure_run_hops)", len(rows))
+        return len(rows)

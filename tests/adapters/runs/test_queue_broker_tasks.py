@@ -1,0 +1,138 @@
+"""QueueBroker on ``tenure_tasks``: hops are tasks of their own queue, ordered by the Run's
+priority, replay-safe under their key, and a database holding an earlier version's hops
+in ``tenure_run_hops`` keeps working: queued hops are adopted and run, a hop claimed by
+an earlier process is finished by that process's fence, and one whose lease ran out is
+settled, on both databases."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+from polling import until
+
+from tenure.adapters import QueueBroker
+from tenure.adapters.core.dialects import open_store
+from tenure.adapters.queue.operations import QueueOperations
+from tenure.adapters.queue.sources import time_ordered_id
+from tenure.adapters.queue.table import HOPS_BINDING
+from tenure.adapters.runs.queue_broker import HOP_CONTRACT, HOP_QUEUE, HOP_TASK, PRIORITY_EPOCH
+from tenure.model import (
+    BrokerJobState,
+    JobStatus,
+    QueueClaimFence,
+    QueueKind,
+    ValidationJob,
+    WorkerConfig,
+    hop_key,
+    snapshot_submission,
+)
+
+RUN_A, RUN_B, RUN_C, RUN_D = ("a" * 32, "b" * 32, "c" * 32, "d" * 32)
+
+
+def legacy_operations(db_url: str, lease_seconds: float) -> QueueOperations:
+    """What an earlier version's QueueBroker wrote with: the validation queue's shape in
+    ``tenure_run_hops``."""
+    config = WorkerConfig(db_url, lease_seconds=lease_seconds, heartbeat_seconds=lease_seconds / 5, max_attempts=1)
+    return QueueOperations(open_store(db_url, timeout_seconds=10), QueueKind.VALIDATION, config,
+                           new_job_id=time_ordered_id, binding=HOPS_BINDING)
+
+
+async def legacy_publish(ops: QueueOperations, key: str, queue: str, wire_priority: int) -> None:
+    job = ValidationJob(HOP_CONTRACT, queue, key, fires_at=PRIORITY_EPOCH + dt.timedelta(seconds=wire_priority),
+                        max_attempts=1)
+    await ops.submit_owned(snapshot_submission(QueueKind.VALIDATION, job, key))
+
+
+async def serve_until(broker: QueueBroker, ran: list[tuple[str, int]], count: int) -> None:
+    stopping = asyncio.Event()
+
+    async def perform(run_id: str, seq: int, _: Any) -> None:
+        ran.append((run_id, seq))
+
+    serving = asyncio.create_task(broker.serve(frozenset({"runs"}), perform, concurrency=1, stopping=stopping))
+    try:
+        await until(lambda: _at_least(ran, count))
+    finally:
+        stopping.set()
+        await serving
+
+
+async def _at_least(ran: list[Any], count: int) -> bool:
+    return len(ran) >= count
+
+
+async def test_hops_are_tasks_of_their_own_queue_claimed_by_run_priority(db_url: str) -> None:
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=1.0, heartbeat_seconds=0.2, poll_s=0.01)
+    try:
+        await broker.publish(hop_key(RUN_A, 0), queue="runs", wire_priority=80)  # a low Run priority
+        await broker.publish(hop_key(RUN_B, 0), queue="runs", wire_priority=10)  # a high one
+        await broker.publish(hop_key(RUN_B, 0), queue="runs", wire_priority=10)  # a replay: nothing changes
+        probe = await broker.probe(hop_key(RUN_A, 0))
+        assert (probe.state, probe.queue, probe.wire_priority) == (BrokerJobState.QUEUED, "runs", 80)
+        tasks = await broker._ops.list(None, 10)  # noqa: SLF001
+        assert [(t.queue_name, t.task_name, t.priority) for t in tasks] == [(HOP_QUEUE, HOP_TASK, 20),
+                                                                            (HOP_QUEUE, HOP_TASK, 90)]
+        ran: list[tuple[str, int]] = []
+        await serve_until(broker, ran, 2)
+        assert ran == [(RUN_B, 0), (RUN_A, 0)]
+        assert (await broker.probe(hop_key(RUN_B, 0))).state is BrokerJobState.COMPLETE
+    finally:
+        await broker.close()
+
+
+async def test_an_earlier_versions_hops_keep_working(db_url: str) -> None:
+    legacy = legacy_operations(db_url, 1.0)
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=1.0, heartbeat_seconds=0.2, poll_s=0.01)
+    try:
+        # An earlier version left two queued hops and two claimed by a process that died
+        # (their 1 s lease runs out below).
+        for run_id, wire in ((RUN_A, 70), (RUN_B, 5), (RUN_C, 50), (RUN_D, 50)):
+            await legacy_publish(legacy, hop_key(run_id, 0), "runs", wire)
+        claims = await legacy.claim_owned("old-process", ["t-1", "t-2"], lambda record: record)
+        assert sorted(c.submission_id for c in claims) == sorted([hop_key(RUN_B, 0), hop_key(RUN_C, 0)])
+        # The new broker reads them where they are before adopting anything.
+        probe = await broker.probe(hop_key(RUN_A, 0))
+        assert (probe.state, probe.queue, probe.wire_priority) == (BrokerJobState.QUEUED, "runs", 70)
+        assert (await broker.probe(hop_key(RUN_B, 0))).state is BrokerJobState.ACTIVE
+        await asyncio.sleep(1.1)  # the dead process's leases run out
+        ran: list[tuple[str, int]] = []
+        await serve_until(broker, ran, 2)
+        # The queued hops were adopted and ran here, in Run priority order (RUN_D, then RUN_A).
+        assert ran == [(RUN_D, 0), (RUN_A, 0)]
+        for run_id in (RUN_A, RUN_D):
+            assert (await broker.probe(hop_key(run_id, 0))).state is BrokerJobState.COMPLETE
+        old_rows = {row.submission_id: row for row in await legacy.list(None, 10)}
+        assert old_rows[hop_key(RUN_A, 0)].status is JobStatus.CANCELLED  # moved, not run twice
+        # The expired claims were settled where they were (one attempt: failed), so recovery
+        # reads what happened to them.
+        for run_id in (RUN_B, RUN_C):
+            assert old_rows[hop_key(run_id, 0)].status is JobStatus.FAILED
+            assert (await broker.probe(hop_key(run_id, 0))).state is BrokerJobState.FAILED
+        # Publishing an adopted key again is an exact replay.
+        await broker.publish(hop_key(RUN_A, 0), queue="runs", wire_priority=70)
+        assert (await broker.probe(hop_key(RUN_A, 0))).state is BrokerJobState.COMPLETE
+    finally:
+        await broker.close()
+        await legacy.store.close()
+
+
+async def test_a_hop_an_earlier_process_holds_is_finished_by_its_fence(db_url: str) -> None:
+    legacy = legacy_operations(db_url, 30.0)
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=30.0, heartbeat_seconds=5.0, poll_s=0.01)
+    try:
+        await legacy_publish(legacy, hop_key(RUN_A, 0), "runs", 50)
+        await broker.publish(hop_key(RUN_B, 0), queue="runs", wire_priority=50)
+        (claimed,) = await legacy.claim_owned("old-process", ["t-1"], lambda record: record)
+        ran: list[tuple[str, int]] = []
+        await serve_until(broker, ran, 1)
+        assert ran == [(RUN_B, 0)]  # the held hop is not adopted
+        assert (await broker.probe(hop_key(RUN_A, 0))).state is BrokerJobState.ACTIVE
+        fence = QueueClaimFence(QueueKind.VALIDATION, claimed.job_id, "old-process", claimed.generation, "t-1")
+        assert await legacy.complete_owned([(fence, None)]) == [True]
+        assert (await broker.probe(hop_key(RUN_A, 0))).state is BrokerJobState.COMPLETE
+    finally:
+        await broker.close()
+        await legacy.store.close()
