@@ -12,4 +12,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask"]
 
-__getattr__ = lazy_exports(__name__, {name: ".app" for name in __all__})
+__getattr__ = lazy_exports(__name__, {
+    "TaskApp": ".app", "Task": ".app", "Backoff": ".app", "TaskContext": ".app", "TaskOutcome": ".app",
+    "UnknownTask": ".app",
+})

@@ -267,8 +267,10 @@ ENUM_COMPARISONS_ALLOWED = {
     "runs/broker.py": "a broker's own job states (BrokerJobState): the in-memory broker is a broker, and no "
                       "kernel machine owns those states",
     "runs/saq_broker.py": "a broker's own job states, as SAQ reports them",
-    "runs/queue_broker.py": "QueueBroker maps its queue rows to broker states; a later issue gives its hops a "
-                            "table of their own (issue 28 leaves it as it is)",
+    "runs/queue_broker.py": "QueueBroker maps its hop tasks' rows to broker states (a broker's own vocabulary); "
+                            "no transition is decided there",
+    "tasks/app.py": "TaskApp.result reports where a task stands and waits until it finished (TaskOutcome.done, "
+                    ".ok); it decides no transition",
 }
 
 
