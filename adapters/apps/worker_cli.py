@@ -60,8 +60,10 @@ def add_worker_parser(commands: Any) -> None:
     worker.add_argument("--handler", help="without --app: the async handler, as package.module:function")
     worker.add_argument("--concurrency", type=int, default=8, help="handlers in flight at most (default 8)")
     worker.add_argument("--batch", type=int, default=1, help="jobs claimed per claim call (default 1)")
-    worker.add_argument("--lease-seconds", type=float, default=300.0, help="claim lease (default 300)")
-    worker.add_argument("--heartbeat-seconds", type=float, default=60.0, help="heartbeat interval (default 60)")
+    worker.add_argument("--lease-seconds", type=float,
+                        help="claim lease (default: the app's setting with --app, else 300)")
+    worker.add_argument("--heartbeat-seconds", type=float,
+                        help="heartbeat interval (default: the app's setting with --app, else 60)")
     worker.add_argument("--idle-wait", type=float, default=5.0,
                         help="longest idle wait in seconds (SQLite: the polling bound; PostgreSQL: the "
                              "fallback poll behind LISTEN/NOTIFY; default 5)")
@@ -188,8 +190,13 @@ async def run_worker(arguments: argparse.Namespace) -> int:
             return 2
     try:
         db_url = arguments.db if arguments.db is not None else target.db_url
-        config = WorkerConfig(db_url, lease_seconds=arguments.lease_seconds,
-                              heartbeat_seconds=arguments.heartbeat_seconds)
+        given = {name: value for name, value in (("lease_seconds", arguments.lease_seconds),
+                                                 ("heartbeat_seconds", arguments.heartbeat_seconds)) if value is not None}
+        # An app's worker keeps the app's own settings (schema, timeouts, payload bound,
+        # backoff), the flags given on the command line replacing theirs.
+        settings_of_app = {} if arguments.app is None else {
+            name: value for name, value in target.config.model_dump().items() if name != "db_url"}
+        config = WorkerConfig(db_url, **{**settings_of_app, **given})
         if arguments.app is not None:
             app = target.on(db_url, config)
             source: JobSource[Any] = app.source

@@ -380,11 +380,11 @@ class PostgresStore:
         # tenure's statements carry instants as integer microseconds (its pool sets that
         # codec on every connection it opens); on the caller's connection it holds for
         # this call only, and asyncpg's own timestamptz codec is back when it returns.
-        await transaction.call(count_instants_in_microseconds, Stage.CONNECT)
-        for kind in ("json", "jsonb"):
-            await transaction.call(lambda c, kind=kind: c.reset_type_codec(kind, schema="pg_catalog"),  # type: ignore[misc]
-                                   Stage.CONNECT)
         try:
+            await transaction.call(count_instants_in_microseconds, Stage.CONNECT)
+            for kind in ("json", "jsonb"):
+                await transaction.call(lambda c, kind=kind: c.reset_type_codec(kind, schema="pg_catalog"),  # type: ignore[misc]
+                                       Stage.CONNECT)
             yield transaction
             if transaction.announcements:
                 notify = "".join(f"SELECT pg_notify({statements.literal(channel)}, ''); "
@@ -393,9 +393,10 @@ class PostgresStore:
         finally:
             if not connection.is_closed():
                 for kind in ("timestamptz", "json", "jsonb"):
-                    await connection.reset_type_codec(kind, schema="pg_catalog")
+                    await transaction.call(lambda c, kind=kind: c.reset_type_codec(kind, schema="pg_catalog"),  # type: ignore[misc]
+                                           Stage.CONNECT)
                 if restore is not None:
-                    await restore()
+                    await transaction.call(lambda _: restore(), Stage.CONNECT)
 
     async def listen(self, binding: Binding, wake: Callable[[], None]) -> Listener:
         """A dedicated connection that calls ``wake`` on every notification of

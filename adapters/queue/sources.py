@@ -548,8 +548,10 @@ class TaskSource(JobSource[ClaimedTask]):
     queues it names (at least one) and takes the highest priority first, then the
     earliest due, then the earliest deferred (job IDs are time-ordered). ``submit_owned``
     is replay-safe under its submission ID (and protected from retention); ``submit``
-    (no submission ID) is not, and retention may purge it once finished. No legacy
-    claim or by-ID write is offered: no other client writes this table.
+    (no submission ID) is not, and retention may purge it once finished. No legacy claim
+    is offered (no other client writes this table); the by-ID writes every source
+    inherits (``heartbeat``, ``complete``, ``delete_job``) are decided by the kernel as
+    anywhere: never on an owned submission or a claim made with a token.
     """
 
     queue = QueueKind.TASK
@@ -583,6 +585,19 @@ class TaskSource(JobSource[ClaimedTask]):
 
     async def _submit_many(self, requests: list[Any]) -> list[str]:
         return [submitted.job_id for submitted in await self._operations.submit_many(requests)]
+
+    def prepared(self, jobs: Sequence[TaskJob], submission_ids: Sequence[str] | None = None) -> list[Any]:
+        """Tasks validated and frozen for :meth:`write_many` / :meth:`write_using` (a
+        caller that validates several batches before writing the first)."""
+        return self._requests(jobs, submission_ids)
+
+    async def write_many(self, prepared: list[Any]) -> list[str]:
+        """``submit_many`` of tasks :meth:`prepared` already checked."""
+        return await self._submit_many(prepared)
+
+    async def write_using(self, using: Any, prepared: list[Any]) -> list[str]:
+        """``submit_using`` of tasks :meth:`prepared` already checked."""
+        return await self._submit_using(using, prepared)
 
     def submit_using(self, using: Any, jobs: Sequence[TaskJob], *,
                      submission_ids: Sequence[str] | None = None) -> Awaitable[list[str]]:
@@ -675,15 +690,22 @@ async def driver_connection(using: object) -> tuple[Any, Callable[[], Awaitable[
         raise refuse("using", "connection_or_session_required", reason="invalid_using")
     if not using.in_transaction():
         raise refuse("using", "open_transaction_required", reason="invalid_using")
+    # SQLAlchemy begins the driver's transaction at its first statement: a deferral that
+    # comes first in the caller's transaction makes it begin now (asyncpg's adapter sends
+    # BEGIN with it; pysqlite begins only before a write, so SQLite is begun below).
+    await using.exec_driver_sql("SELECT 1")
     fairy = await using.get_raw_connection()
     dialect: Any = using.dialect
     adapted = fairy.dbapi_connection
+    driver: Any = fairy.driver_connection
+    if dialect.name == "sqlite" and not driver.in_transaction:
+        await driver.execute("BEGIN")  # the caller's SQLAlchemy transaction, at the driver
     restore = None
     if hasattr(dialect, "setup_asyncpg_json_codec"):
         async def restore() -> None:
             await dialect.setup_asyncpg_json_codec(adapted)
             await dialect.setup_asyncpg_jsonb_codec(adapted)
-    return fairy.driver_connection, restore
+    return driver, restore
 
 
 MAX_PROGRESS_BYTES = 64 * 1024

@@ -23,8 +23,8 @@ notifies it in its own transaction); the poll (``poll_s``) is the fallback.
 Hops of earlier versions: they lived in ``tenure_run_hops`` (a table of the validation
 queue's shape, step ``runs_v3``). A serving loop adopts them (when it starts, then once
 per lease): a queued hop is published here under its key and priority and its old row
-cancelled (a replay of that publish is exact, so an adoption interrupted half way is
-finished by the next); a claimed hop stays where it is, and its process finishes it
+cancelled, in one transaction that locks the old row first (a process of an earlier
+version that claims it meanwhile keeps it); a claimed hop stays where it is, and its process finishes it
 there by its fence; a claimed hop whose lease ran out is settled there by the kernel's
 sweep (with one attempt, ``failed``), so its probe tells recovery what happened.
 ``probe`` and ``abort`` read the old table for a key this table does not hold.
@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import os
 import secrets
@@ -54,7 +55,7 @@ from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.queue import finders as queue_finders
-from tenure.kernel.queue.commands import ExpireLease
+from tenure.kernel.queue.commands import CancelAdmin, ExpireLease
 from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     BrokerJobState,
@@ -68,7 +69,7 @@ from tenure.model import (
     load_json,
     parse_hop_key,
 )
-from tenure.model.fingerprint import snapshot_submission
+from tenure.model.fingerprint import SubmissionSnapshot, snapshot_submission
 from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.dialects import open_store
@@ -121,6 +122,13 @@ _STATES = {
     JobStatus.FAILED: BrokerJobState.FAILED,
     JobStatus.CANCELLED: BrokerJobState.ABORTED,
 }
+
+
+def _hop_submission(key: str, queue: str, wire_priority: int) -> SubmissionSnapshot:
+    """A hop's task as an owned submission under its key (the same on every replay)."""
+    job = TaskJob(HOP_QUEUE, HOP_TASK, {"key": key, "queue": queue}, priority=100 - wire_priority,
+                  retry_base_ms=0, retry_max_ms=0, retry_jitter=False, max_attempts=1)
+    return snapshot_submission(QueueKind.TASK, job, key)
 
 
 SERVE_BACKOFF_MAX_S = 2.0
@@ -187,9 +195,7 @@ class QueueBroker:
             self._wake.set()
 
     async def _publish(self, key: str, queue: str, wire_priority: int) -> None:
-        job = TaskJob(HOP_QUEUE, HOP_TASK, {"key": key, "queue": queue}, priority=100 - wire_priority,
-                      retry_base_ms=0, retry_max_ms=0, retry_jitter=False, max_attempts=1)
-        await self._ops.submit_owned(snapshot_submission(QueueKind.TASK, job, key))
+        await self._ops.submit_owned(_hop_submission(key, queue, wire_priority))
 
     async def _row(self, key: str) -> tuple[QueueRow | None, int]:
         """The hop's row (this table's, else an earlier version's), and the clock."""
@@ -275,8 +281,12 @@ class QueueBroker:
             while not stopping.is_set():
                 try:
                     if last_adoption is None or time.monotonic() - last_adoption >= adopt_every:
-                        await self._adopt_legacy_hops()
                         last_adoption = time.monotonic()
+                        try:
+                            await self._adopt_legacy_hops()
+                        except TenureError as error:  # tried again after a lease; serving goes on
+                            log.warning("adopting an earlier version's hops failed (%s); trying again later",
+                                        error.reason)
                     claimed = await self._serve_round(perform, concurrency, fences, lapsed, wake)
                     if self._served and time.monotonic() - last_beat >= heartbeat_every:
                         last_beat = time.monotonic()
@@ -362,20 +372,30 @@ class QueueBroker:
 
     async def _adopt_legacy_hops(self) -> int:
         """Adopt what an earlier version left in ``tenure_run_hops`` (see the module
-        docstring); how many rows it moved or settled. Publish first, then cancel: an
-        adoption cut short between them is finished by the next (the publish replays)."""
+        docstring); how many rows it looked at."""
         async def body(tx: Transaction) -> list[QueueRow]:
             return await tx.find(HOPS_BINDING, _LEGACY_IN_FLIGHT, {"now": await tx.now_us()}, ADOPT_BATCH)
 
         rows: list[QueueRow] = await self._legacy.store.run(body, write=False)
         for row in rows:
-            key = str(row.submission_id)
             if row.status is JobStatus.PENDING:
-                queue, wire = self._queue_and_wire(row)
-                await self._publish(key, queue, min(100, max(0, wire)))
-                await self._legacy.cancel_admin(row.job_id)
+                await self._legacy.store.run(functools.partial(self._adopt, row=row), write=True)
             else:  # a claim of an earlier version whose lease ran out: the kernel settles it
                 await self._legacy.engine.on_keys(HOPS_BINDING, [(row.job_id, ExpireLease())], queue_finders.by_keys)
         if rows:
             log.info("adopted or settled %d hops of an earlier version (tenure_run_hops)", len(rows))
         return len(rows)
+
+    async def _adopt(self, tx: Transaction, *, row: QueueRow) -> bool:
+        """In one transaction: lock the old row, and only while it is still queued
+        publish its hop here and cancel it there (a process of an earlier version that
+        claimed it meanwhile keeps it; an abort that cancelled it first wins)."""
+        locked = await tx.locked(HOPS_BINDING, queue_finders.by_keys, {"keys": [row.job_id]})
+        current = locked[0] if locked else None
+        if current is None or current.status is not JobStatus.PENDING:
+            return False
+        queue, wire = self._queue_and_wire(current)
+        submission = _hop_submission(str(current.submission_id), queue, min(100, max(0, wire)))
+        await self._ops.submit_many_in(tx, [submission])
+        await self._legacy.engine.decide_one(tx, HOPS_BINDING, current, CancelAdmin())
+        return True

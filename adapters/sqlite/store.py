@@ -419,6 +419,8 @@ class SqliteStore:
         caller's transaction's: the first statement that writes takes it (a transaction
         begun deferred that read a snapshot another writer has since changed is refused by
         SQLite then, ``SQLITE_BUSY_SNAPSHOT``, and nothing is written)."""
+        if self._closed:
+            raise ConfigValidationError("source_closed", fields=("source",), problems=("closed",))
         if not isinstance(connection, aiosqlite.Connection):
             raise ConfigValidationError("invalid_using", fields=("using",), problems=("aiosqlite_connection_required",))
         if not connection.in_transaction:

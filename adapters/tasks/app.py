@@ -60,7 +60,7 @@ from tenure.model.validation import is_queue_name, refuse
 
 from ..queue.sources import MAX_BATCH, TaskSource
 from ..queue.worker import JobContext, Worker
-from .periodic import Periodic, Scheduler, checked_schedule, periodic_parameters_problem
+from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
 
 __all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "RESERVED_ARGUMENTS"]
 
@@ -154,6 +154,10 @@ def _priority(value: object, field: str = "priority") -> int:
     return value  # type: ignore[return-value]
 
 
+def _default_name(function: Callable[..., Any]) -> str:
+    return f"{function.__module__}.{function.__qualname__}".replace(".<locals>", "")
+
+
 class Task:
     """One registered task: call ``defer`` to enqueue it, or call it directly (with a
     context) to run the function in-process."""
@@ -226,14 +230,13 @@ class Task:
             raise refuse("submission_ids", "one_per_run_required", reason="invalid_deferral")
         jobs = [self.job(args, schedule_in=schedule_in, schedule_at=schedule_at, priority=priority) for args in many]
         source = self.app.source
+        # Every chunk is validated and frozen before the first is written.
+        chunks = [source.prepared(jobs[start:start + MAX_BATCH],
+                                  None if submission_ids is None else list(submission_ids[start:start + MAX_BATCH]))
+                  for start in range(0, len(jobs), MAX_BATCH)]
         ids: list[str] = []
-        for start in range(0, len(jobs), MAX_BATCH):
-            chunk_ids = None if submission_ids is None else list(submission_ids[start:start + MAX_BATCH])
-            chunk = jobs[start:start + MAX_BATCH]
-            if using is not None:
-                ids += await source.submit_using(using, chunk, submission_ids=chunk_ids)
-            else:
-                ids += await source.submit_many(chunk, submission_ids=chunk_ids)
+        for requests in chunks:
+            ids += await (source.write_using(using, requests) if using is not None else source.write_many(requests))
         return ids
 
 
@@ -273,8 +276,8 @@ class TaskApp:
         """Register an async function ``f(ctx, **args)`` as a task (as ``@app.task`` or
         ``@app.task(...)``). ``name`` defaults to ``module.qualname``; ``queue`` is an
         identifier; ``priority`` 0..100 (higher first); ``max_attempts`` >= 1; ``retry``
-        the backoff between attempts (default ``Backoff()``: 1 s doubling to 300 s,
-        jittered)."""
+        the backoff between attempts (default ``Backoff()``: attempt ``n`` failing waits
+        ``min(300, 2**n)`` seconds, less a jitter of up to half)."""
         def register(target: Callable[..., Awaitable[Any]]) -> Task:
             return self._register(target, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
                                   retry=Backoff() if retry is None else retry)
@@ -294,8 +297,7 @@ class TaskApp:
         # The default name is the function's module and qualified name (a nested function's
         # without its "<locals>" parts). Give ``name`` when the code may move: a task
         # deferred under one name is run only by a worker that registers that name.
-        chosen = name if name is not None else \
-            f"{function.__module__}.{function.__qualname__}".replace(".<locals>", "")
+        chosen = name if name is not None else _default_name(function)
         if not is_queue_name(queue):
             raise refuse("queue", "identifier_required", reason="invalid_task")
         if not bounds.is_strict_int(max_attempts) or not 1 <= max_attempts <= bounds.INT32_MAX:
@@ -331,6 +333,8 @@ class TaskApp:
             if inspect.iscoroutinefunction(function) and periodic_parameters_problem(
                     list(inspect.signature(function).parameters.values())):
                 raise refuse("function", "tick_parameter_required", reason="invalid_periodic")
+            if len(name if name is not None else _default_name(function)) > MAX_PERIODIC_NAME_CHARS:
+                raise refuse("name", "too_long_for_periodic", reason="invalid_periodic")
             task = self._register(function, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
                                   retry=Backoff() if retry is None else retry)
             self._periodics.append(Periodic(task, checked_cron, zone, catch_up))
@@ -374,14 +378,22 @@ class TaskApp:
         return self._source
 
     async def defer(self, task_name: str, args: Mapping[str, Any] | None = None, **options: Any) -> str:
-        """Defer the task registered as ``task_name`` (see :meth:`Task.defer`)."""
-        return await self.get(task_name).defer(**options, **dict(args or {}))
+        """Defer the task registered as ``task_name`` with ``args`` (a mapping of its
+        arguments) and :meth:`Task.defer`'s options."""
+        task = self.get(task_name)
+        if args is not None and not isinstance(args, Mapping):
+            raise refuse("args", "json_object_required", reason="invalid_task_arguments")
+        given = dict(args or {})
+        if RESERVED_ARGUMENTS & set(given) or not set(options) <= RESERVED_ARGUMENTS:
+            raise refuse("args", "reserved_argument_name", reason="invalid_task_arguments")
+        return await task.defer(**options, **given)
 
     async def result(self, job_id: str, *, wait_s: float = 0.0) -> TaskOutcome | None:
         """Where the task stands, waiting up to ``wait_s`` seconds for it to finish (it
         answers as soon as it has; after the wait, whatever it is then). None when no
         task has this ID."""
-        if type(wait_s) not in (int, float) or not math.isfinite(wait_s) or not 0 <= wait_s <= MAX_WAIT_S:
+        # Compared, never converted: a huge int or a NaN is simply out of range.
+        if type(wait_s) not in (int, float) or not 0 <= wait_s <= MAX_WAIT_S:
             raise refuse("wait_s", "number_out_of_range", reason="invalid_wait")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s

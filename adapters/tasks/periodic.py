@@ -7,7 +7,7 @@ handler takes the tick as its one argument, ``tick`` (an ISO 8601 instant in UTC
 submission whose submission ID is the task's name and the tick itself
 (``periodic:<task>:<tick>``): however many schedulers defer the same tick, the first
 writes the task and the others replay it, so each tick runs once. Cron expressions are
-parsed by croniter (five fields, or six with seconds first... as croniter reads them);
+parsed by croniter (five fields, or six with seconds last, as croniter reads them);
 the time zone decides which instants the fields mean, daylight saving included (a tick
 in a skipped hour moves to the hour after, as croniter computes it).
 
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from croniter import croniter
 
-from tenure.model import ConfigValidationError, TenureError
+from tenure.model import ConfigValidationError, ErrorCode, TenureError
 from tenure.model.validation import refuse
 
 if TYPE_CHECKING:
@@ -54,6 +54,10 @@ CATCH_UP_LIMIT = 1000
 
 MAX_SLEEP_S = 60.0
 """A scheduler wakes at least this often (a clock that stepped is noticed within it)."""
+
+
+MAX_PERIODIC_NAME_CHARS = 255 - len("periodic::") - len("2000-01-01T00:00:00+00:00")
+"""A periodic task's name leaves room for the tick in its submission IDs."""
 
 
 def tick_submission_id(task_name: str, tick: dt.datetime) -> str:
@@ -132,17 +136,43 @@ class Scheduler:
         if now.tzinfo is None:
             raise ConfigValidationError("invalid_clock", fields=("now",), problems=("timezone_required",))
         ids: list[str] = []
+        failure: TenureError | None = None
         for periodic in self.periodics:
-            if periodic.catch_up and periodic.last_deferred is None:
-                periodic.last_deferred = await self._last_stored_tick(periodic)
-            ticks = periodic.due(now)
-            if not ticks:
-                continue
-            task = periodic.task
-            ids += await task.defer_many([{"tick": _iso(tick)} for tick in ticks],
-                                         submission_ids=[tick_submission_id(task.name, tick) for tick in ticks])
-            periodic.last_deferred = ticks[-1]
-            self.deferred += len(ticks)
+            # Each periodic on its own: one that fails does not hold back the others.
+            try:
+                ids += await self._defer_due(periodic, now)
+            except TenureError as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
+        return ids
+
+    async def _defer_due(self, periodic: Periodic, now: dt.datetime) -> list[str]:
+        if periodic.catch_up and periodic.last_deferred is None:
+            periodic.last_deferred = await self._last_stored_tick(periodic)
+        ticks = periodic.due(now)
+        if not ticks:
+            return []
+        task = periodic.task
+        runs: list[dict[str, Any]] = [{"tick": _iso(tick)} for tick in ticks]
+        submission_ids = [tick_submission_id(task.name, tick) for tick in ticks]
+        try:
+            ids = await task.defer_many(runs, submission_ids=submission_ids)
+        except TenureError as error:
+            if error.code is not ErrorCode.QUEUE_SUBMISSION_CONFLICT:
+                raise
+            # A tick deferred before under other settings (a deploy changed the task's
+            # priority, attempts or retry): that tick is deferred all the same. Each tick
+            # alone, so the others are still written.
+            ids = []
+            for run, submission_id in zip(runs, submission_ids, strict=True):
+                try:
+                    ids.append(await task.defer(submission_id=submission_id, **run))
+                except TenureError as single:
+                    if single.code is not ErrorCode.QUEUE_SUBMISSION_CONFLICT:
+                        raise
+        periodic.last_deferred = ticks[-1]
+        self.deferred += len(ticks)
         return ids
 
     async def _last_stored_tick(self, periodic: Periodic) -> dt.datetime | None:
@@ -171,12 +201,15 @@ class Scheduler:
         while not stop.is_set():
             try:
                 await self.tick()
+                pause = self.seconds_to_next() + 0.001
             except TenureError as error:
                 log.warning("periodic tasks: deferring a tick failed (%s: %s); trying again",
                             error.code.value, error.reason)
-                await _sleep_or_stop(stop, 1.0)
-                continue
-            await _sleep_or_stop(stop, self.seconds_to_next() + 0.001)
+                pause = 1.0
+            except Exception:  # noqa: BLE001 - the scheduler must outlive any one failure, loudly
+                log.exception("periodic tasks: the scheduler met an unexpected error; trying again")
+                pause = 1.0
+            await _sleep_or_stop(stop, pause)
         return self.deferred
 
 

@@ -149,3 +149,42 @@ def test_a_periodic_handler_takes_the_tick_and_nothing_else() -> None:
     with pytest.raises(ConfigValidationError) as refused:
         app.periodic(cron="* * * * *")(no_tick)
     assert refused.value.problems == ("tick_parameter_required",)
+
+
+async def test_a_tick_deferred_under_other_settings_counts_as_deferred_after_a_deploy(db_url: str) -> None:
+    clock = SteppedClock(START)
+    before = periodic_app(db_url, [])
+    async with before:
+        first = await before.scheduler(now=clock).tick()
+    after = TaskApp(db_url)  # the next deploy: the same periodic task at another priority
+
+    @after.periodic(cron="*/5 * * * *", name="report.every_five", queue="cron", priority=90)
+    async def every_five(ctx: TaskContext, tick: str) -> None: ...
+
+    @after.periodic(cron="*/5 * * * *", name="report.other", queue="cron")
+    async def other(ctx: TaskContext, tick: str) -> None: ...
+
+    async with after:
+        scheduler = after.scheduler(now=clock)
+        assert await scheduler.tick() != []  # no conflict raised; the other periodic is deferred
+        clock.step(minutes=5)
+        await scheduler.tick()
+        stored = sorted((info.job.task_name, info.job.args["tick"], info.job.priority)  # type: ignore[union-attr]
+                        for info in await after.source.list_tasks(limit=100))
+        assert stored == [
+            ("report.every_five", "2026-12-05T10:00:00+00:00", 0),  # the first deploy's, kept
+            ("report.every_five", "2026-12-05T10:05:00+00:00", 90),
+            ("report.other", "2026-12-05T10:00:00+00:00", 0),
+            ("report.other", "2026-12-05T10:05:00+00:00", 0),
+        ]
+        assert len(first) == 1
+
+
+def test_a_periodic_name_too_long_for_its_tick_ids_is_refused() -> None:
+    app = TaskApp("sqlite:///unused.db")
+
+    async def handler(ctx: Any, tick: str) -> None: ...
+
+    with pytest.raises(ConfigValidationError) as refused:
+        app.periodic(cron="* * * * *", name="a" * 230)(handler)
+    assert refused.value.problems == ("too_long_for_periodic",) and app.tasks == {}

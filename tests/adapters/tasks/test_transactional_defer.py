@@ -157,3 +157,30 @@ async def test_using_refuses_what_cannot_carry_the_task_and_writes_nothing(db_ur
         needed = "aiosqlite" if db_url.startswith("sqlite") else "asyncpg"
         assert wrong_type.value.problems == (f"{needed}_connection_required",)
         assert await app.source.list_tasks() == []
+
+
+@pytest.mark.parametrize("kind", ["connection", "session"])
+async def test_a_deferral_first_in_a_sqlalchemy_transaction_joins_it(db_url: str, kind: str) -> None:
+    """SQLAlchemy begins the driver's transaction at its first statement: a deferral that
+    comes first still joins the caller's transaction (and a rollback removes it)."""
+    app, confirm_order = make_app(db_url)
+    engine = create_async_engine(_sqlalchemy_url(db_url))
+    try:
+        async with app:
+            if kind == "connection":
+                async with engine.connect() as connection:
+                    await connection.begin()
+                    await confirm_order.defer(order_id=1, using=connection)
+                    await connection.rollback()
+                    await connection.begin()
+                    kept = await confirm_order.defer(order_id=2, using=connection)
+                    await connection.commit()
+            else:
+                async with AsyncSession(engine) as session:
+                    await confirm_order.defer(order_id=1, using=session)
+                    await session.rollback()
+                    kept = await confirm_order.defer(order_id=2, using=session)
+                    await session.commit()
+            assert [info.job_id for info in await app.source.list_tasks()] == [kept]
+    finally:
+        await engine.dispose()
