@@ -1,7 +1,8 @@
 """Database URLs: which store a URL selects, and the driver-level target it names.
 
 Accepted: ``sqlite:///path``, ``sqlite+aiosqlite:///path`` (``sqlite:///:memory:`` is
-refused: every connection would see its own empty database), ``postgresql://...`` and
+refused: every connection would see its own empty database; ``sqlite://path``, with two
+slashes, is refused as ``sqlite_needs_three_slashes``), ``postgresql://...`` and
 ``postgresql+asyncpg://...``. A PostgreSQL URL may name the schema holding the queue
 tables with a ``schema`` query parameter (``...?schema=pycharter``; pycharter keeps its
 tables in ``pycharter``); without one, the connection's current schema is used. A URL
@@ -85,4 +86,7 @@ def parse_db_url(db_url: object) -> DatabaseTarget:
                 return DatabaseTarget(kind, rest)
             dsn, schema = _split_schema("postgresql://" + rest)
             return DatabaseTarget(kind, dsn, schema)
+    if db_url.startswith(("sqlite:", "sqlite+aiosqlite:")):
+        # sqlite://queue.db would name a host: the path follows a third slash.
+        raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("sqlite_needs_three_slashes",))
     raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("unsupported_scheme",))

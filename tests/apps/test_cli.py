@@ -185,6 +185,17 @@ def test_a_bad_database_url_is_refused_naming_the_field_and_never_echoing_the_ur
     assert list(temporary_root.iterdir()) == []
 
 
+@pytest.mark.parametrize("url", ["sqlite://queue.db", "sqlite:/queue.db", "sqlite+aiosqlite://queue.db"])
+def test_a_sqlite_url_with_too_few_slashes_is_refused_saying_so(
+    url: str, temporary_root: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["migrate", "--db", url]) == 2
+    out = capsys.readouterr().out
+    assert "db_url: sqlite_needs_three_slashes (--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE)" in out
+    assert "queue.db" not in out
+    assert list(temporary_root.iterdir()) == []
+
+
 def test_demo_refuses_a_wrongly_prepared_database_as_migrate_does(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
