@@ -183,6 +183,15 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
 STEPS = ("submit", "claim", "heartbeat", "complete")
 
 
+def rate_cell(record: dict[str, Any] | None) -> str:
+    """A burn-down's median jobs/s, with the lowest-highest of its rounds when several."""
+    if record is None:
+        return "-"
+    low, high = min(record["rounds"]), max(record["rounds"])
+    spread = f" ({low:,.0f}-{high:,.0f})" if len(record["rounds"]) > 1 else ""
+    return f"{record['jobs_per_second']:,.0f}{spread}"
+
+
 def tasks_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """Tasks (TaskApp on tenure_tasks) drained by their Worker beside the peers' burn-downs
     at the same concurrency, the deferral rate, and the task claim latency."""
@@ -192,13 +201,6 @@ def tasks_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]) -> 
     theirs = {(r["peer"], r["batch"], r["workers"]): r for r in peers if r["bench"] == "burn_down"}
     jobs = next(iter(mine.values()))["jobs"]
     defer = one(tenure, bench="task_defer")
-
-    def rate(record: dict[str, Any] | None) -> str:
-        if record is None:
-            return "-"
-        low, high = min(record["rounds"]), max(record["rounds"])
-        spread = f" ({low:,.0f}-{high:,.0f})" if len(record["rounds"]) > 1 else ""
-        return f"{record['jobs_per_second']:,.0f}{spread}"
 
     lines = [
         "", f"## Tasks: {jobs:,} waiting no-op tasks drained by a TaskApp's Worker", "",
@@ -222,7 +224,7 @@ def tasks_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]) -> 
                 continue
             ratios = [f"{ours['jobs_per_second'] / record['jobs_per_second']:.2f}" if ours else "-"
                       for ours in (single, batched)]
-            lines.append(f"| {name} | {concurrency} | {b} | {rate(record)} | {ratios[0]} | {ratios[1]} |")
+            lines.append(f"| {name} | {concurrency} | {b} | {rate_cell(record)} | {ratios[0]} | {ratios[1]} |")
         procrastinate = theirs.get(("procrastinate", 1, concurrency))
         best = max((r for r in (single, batched) if r), key=lambda r: r["jobs_per_second"])
         if procrastinate is not None:
@@ -440,13 +442,6 @@ def workers_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]
         if record["jobs"] != jobs:
             raise SystemExit(f"worker benchmark with another job count: {record}")
 
-    def cell(record: dict[str, Any] | None) -> str:
-        if record is None:
-            return "-"
-        low, high = min(record["rounds"]), max(record["rounds"])
-        spread = f" ({low:,.0f}-{high:,.0f})" if len(record["rounds"]) > 1 else ""
-        return f"{record['jobs_per_second']:,.0f}{spread}"
-
     systems: list[tuple[str, dict[int, dict[str, Any]]]] = [
         ("tenure Worker (fenced), batch 1", {c: mine[(c, 1)] for c in concurrencies if (c, 1) in mine}),
         ("tenure Worker (fenced), batch 10", {c: mine[(c, 10)] for c in concurrencies if (c, 10) in mine}),
@@ -483,7 +478,7 @@ def workers_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]
         "|---|" + "---|" * len(concurrencies),
     ]
     for name, by_concurrency in systems:
-        lines.append(f"| {name} | " + " | ".join(cell(by_concurrency.get(c)) for c in concurrencies) + " |")
+        lines.append(f"| {name} | " + " | ".join(rate_cell(by_concurrency.get(c)) for c in concurrencies) + " |")
     lines += ["", "tenure Worker (batch 1) / peer, same concurrency:", "",
               "| peer | " + " | ".join(f"concurrency {c}" for c in concurrencies) + " |",
               "|---|" + "---|" * len(concurrencies)]

@@ -678,13 +678,7 @@ def task_app(db_url: str) -> Any:
 
 
 async def task_drain(app: Any, concurrency: int, batch: int) -> tuple[int, float]:
-    worker = app.worker(concurrency=concurrency, batch_size=batch, idle_wait_s=IDLE_WAIT_S)
-    started = time.perf_counter()
-    stats = await worker.run_until_idle()
-    elapsed = time.perf_counter() - started
-    assert stats.claimed == stats.completed, stats
-    assert stats.persistence_failures == stats.lease_losses == stats.stale_writes_refused == 0, stats
-    return stats.completed, elapsed
+    return await drain(app.worker(concurrency=concurrency, batch_size=batch, idle_wait_s=IDLE_WAIT_S))
 
 
 async def task_burn_down(server_dsn: str, jobs: int, rounds: dict[int, int]) -> None:
@@ -784,7 +778,13 @@ async def submit_concurrently(source: ValidationJobSource, count: int, prefix: s
 
 async def worker_drain(source: ValidationJobSource, concurrency: int, batch: int) -> tuple[int, float]:
     """A fresh Worker run until idle: (jobs completed, seconds)."""
-    worker = Worker(source, noop_handler, concurrency=concurrency, batch_size=batch, idle_wait_s=IDLE_WAIT_S)
+    return await drain(Worker(source, noop_handler, concurrency=concurrency, batch_size=batch,
+                              idle_wait_s=IDLE_WAIT_S))
+
+
+async def drain(worker: Worker) -> tuple[int, float]:
+    """``worker`` run until idle, every claim completed and nothing refused or lost:
+    (jobs completed, seconds)."""
     started = time.perf_counter()
     stats = await worker.run_until_idle()
     elapsed = time.perf_counter() - started

@@ -52,7 +52,7 @@ from ..queue.operations import PURGE_LIMIT
 from ..queue.sources import TaskSource
 from ..queue.worker import MAX_ERROR_BYTES, error_text
 from .runs_cli import run_table
-from .worker_cli import SOURCES, load_handler, refused_unless_migrated
+from .worker_cli import SOURCES, load_app, refused_unless_migrated
 
 TABLES: dict[str, type[JobSource[Any]]] = {"tasks": TaskSource, **SOURCES}
 """What ``--queue`` picks: the task table, or one of pycharter's queues."""
@@ -278,18 +278,11 @@ def _arguments_of(arguments: argparse.Namespace) -> Any:
 
 
 async def _defer(arguments: argparse.Namespace) -> int:
-    from ..tasks.app import TaskApp  # only ``defer`` pays for it
-
     given = _arguments_of(arguments)
     if sys.path[0] != "":
         sys.path.insert(0, "")  # the app's package may live in the current folder
-    try:
-        app = load_handler(arguments.app)
-    except Exception as error:  # noqa: BLE001 - any import failure is a bad argument (the path is not echoed)
-        print(f"refused: the app does not import ({type(error).__name__})")
-        return 2
-    if not isinstance(app, TaskApp):
-        print("refused: --app must name a TaskApp (package.module:app)")
+    app = load_app(arguments.app)
+    if app is None:
         return 2
     if arguments.task_name not in app.tasks:
         # Registered names come from the app's code; the name asked for is not echoed.

@@ -37,7 +37,7 @@ from ..queue.worker import Worker, WorkerStats
 from .reporting import report_refusal  # the one refusal format of every subcommand
 
 __all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line", "NEVER_MIGRATED", "refuse_never_migrated",
-           "refused_unless_migrated", "SOURCES"]
+           "refused_unless_migrated", "SOURCES", "load_app"]
 
 SOURCES: dict[str, type[JobSource[Any]]] = {
     "validation": ValidationJobSource,
@@ -161,6 +161,17 @@ def _imported(path: str, what: str) -> Any:
     return None
 
 
+def load_app(path: str) -> Any:
+    """The TaskApp at ``path``, or None once the refusal is printed (see :func:`_imported`)."""
+    from ..tasks.app import TaskApp  # only a command that takes --app pays for it
+
+    app = _imported(path, "app")
+    if app is not None and not isinstance(app, TaskApp):
+        print("refused: --app must name a TaskApp (package.module:app)")
+        return None
+    return app
+
+
 async def run_worker(arguments: argparse.Namespace) -> int:
     logging.basicConfig(level=arguments.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -173,21 +184,14 @@ async def run_worker(arguments: argparse.Namespace) -> int:
     if not (arguments.status_seconds > 0):
         print("refused: --status-seconds must be positive")
         return 2
-    target = _imported(arguments.app if arguments.app is not None else arguments.handler,
-                       "app" if arguments.app is not None else "handler")
+    target = load_app(arguments.app) if arguments.app is not None else _imported(arguments.handler, "handler")
     if target is None:
         return 2
     settings = dict(worker_id=arguments.worker_id, concurrency=arguments.concurrency, batch_size=arguments.batch,
                     idle_wait_s=arguments.idle_wait, shutdown_grace_s=arguments.grace_seconds)
-    if arguments.app is not None:
-        from ..tasks.app import TaskApp  # only a task worker pays for it
-
-        if not isinstance(target, TaskApp):
-            print("refused: --app must name a TaskApp (package.module:app)")
-            return 2
-        if not target.tasks:
-            print("refused: the app registers no tasks")
-            return 2
+    if arguments.app is not None and not target.tasks:
+        print("refused: the app registers no tasks")
+        return 2
     try:
         db_url = arguments.db if arguments.db is not None else target.db_url
         given = {name: value for name, value in (("lease_seconds", arguments.lease_seconds),

@@ -76,6 +76,7 @@ from ..core.tables import Binding
 from .table import binding_for, stored_payload
 
 Presented = TypeVar("Presented")
+Answer = TypeVar("Answer")
 
 log = logging.getLogger("tenure.queue")
 
@@ -147,7 +148,7 @@ class QueueOperations:
         return await self._retrying(lambda: self._submit_legacy_once(request))
 
     @staticmethod
-    async def _retrying(attempt: Callable[[], Awaitable[Submitted]]) -> Submitted:
+    async def _retrying(attempt: Callable[[], Awaitable[Answer]]) -> Answer:
         """Run a submission again when a concurrent transaction won a race on a unique
         key or a deadlock was broken: the retry sees the winner and replays, conflicts or
         proceeds. Any other failure, or the last one, surfaces."""
@@ -234,16 +235,7 @@ class QueueOperations:
         meets what an earlier one wrote). Snapshots are owned submissions, frozen
         envelopes legacy ones. A conflict raises and writes nothing of the batch."""
         require(self.queue is QueueKind.TASK)
-        return await self._retrying_many(lambda: self._submit_many_once(requests))
-
-    async def _retrying_many(self, attempt: Callable[[], Awaitable[list[Submitted]]]) -> list[Submitted]:
-        for remaining in range(SUBMIT_ATTEMPTS - 1, -1, -1):
-            try:
-                return await attempt()
-            except TenureError as error:
-                if remaining == 0 or error.reason not in ("constraint_violated", "deadlock"):
-                    raise
-        raise AssertionError("unreachable")
+        return await self._retrying(lambda: self._submit_many_once(requests))
 
     async def _submit_many_once(self, requests: Sequence[SubmissionSnapshot | FrozenEnvelope]) -> list[Submitted]:
         return await self.store.run(self._submissions(requests), write=True)

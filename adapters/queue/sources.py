@@ -234,7 +234,7 @@ class JobSource(Facade, Generic[Claimed]):
         """The task queues a claim serves (tasks only; checked by the operations)."""
         if queues is None:
             return None
-        return [name for name in _batch(queues, "queues")]
+        return _batch(queues, "queues")
 
     async def _recover_owned_claim(self, owner_id: object, claim_token: object) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
