@@ -470,7 +470,10 @@ async def test_a_step_runs_once_per_run_and_a_retried_hop_replays_its_result(led
     await ledger.publish(run_id, 0, broker)
     runner = worker(ledger, broker, flows)
     async with serving(runner):
-        await until(lambda: _true(calls == ["charge", "fetch"]))
+        # Both steps ran and their results are recorded (a step stopped between its call and
+        # its record runs again on the retry, by design): only then does the process stop.
+        await until(lambda: _recorded(ledger, run_id, {"charge": {"charged": 5}, "fetch": [1, 2, 3]}))
+        assert calls == ["charge", "fetch"]
     assert (await ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]  # its process stopped
     assert (await reconcile(ledger, broker)).counts["hops_retried"] == 1
     async with serving(worker(ledger, broker, flows)):
@@ -495,3 +498,7 @@ async def test_a_hop_that_lost_its_run_records_no_step_and_runs_none(ledger: Run
         arguments: dict[str, Any] = {"name": "x", "result": 1, **bad}
         with pytest.raises(ConfigValidationError):
             await ledger.steps.record(run_id, 0, arguments["name"], arguments["result"])
+
+
+async def _recorded(ledger: RunLedger, run_id: str, wanted: dict[str, Any]) -> bool:
+    return await ledger.steps.recorded(run_id) == wanted
