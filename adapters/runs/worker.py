@@ -13,11 +13,18 @@ never raced with FAILED. The watch also refreshes the broker's liveness of the j
 
 Outcomes of one hop (counted in :attr:`RunWorker.outcomes`): ``skipped`` (not claimed),
 ``done`` (settled DONE, checkpoint deleted), ``failed`` (settled FAILED:
-``workflow_unavailable``, ``checkpoint_invalid``, ``workflow_error:<Type>``, or
-``corrupt_row`` when the claimed Run's stored intent cannot be read),
-``parked`` (waits for an owner), ``lost`` (the Run moved on without this hop: cancelled,
-or failed by recovery), ``unsettled`` (the ledger refused the settle because an effect
-is not contained: the Run stays RUNNING for recovery). A hop cancelled from outside (its
+``workflow_unavailable``, ``checkpoint_invalid``, ``workflow_error:<Type>: <message>``
+(the type alone with ``store_error_text=False``), or ``corrupt_row`` when the claimed
+Run's stored intent cannot be read), ``parked`` (waits for an owner), ``cancelled`` (an
+operator cancelled the Run while the hop ran: CANCELLING or CANCELLED when the hop
+learned it), ``lost`` (the Run moved on without this hop otherwise: failed by recovery,
+or a later hop holds it), ``unsettled`` (the ledger refused the settle because an effect
+is not contained: the Run stays RUNNING for recovery).
+
+A workflow that raises is logged at ERROR with its traceback, once its outcome is
+written, with the Run ID, workflow, hop sequence and node as ``extra`` fields (``run_id``,
+``workflow``, ``seq``, ``node``, ``outcome``), like every line this worker writes about
+one hop. A hop cancelled from outside (its
 broker job aborted, or the worker stopping) cancels its workflow and propagates the
 cancellation, so the broker sees the abort acknowledged.
 """
@@ -46,6 +53,7 @@ from tenure.model import (
 )
 from tenure.model.validation import refuse
 
+from ..queue.worker import MAX_ERROR_BYTES, exception_text
 from .broker import Broker, HopSource, Touch
 from .ledger import RunLedger, result_text
 from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decided
@@ -55,11 +63,19 @@ __all__ = ["RunWorker", "WorkerStopFailed", "OUTCOMES", "TOUCH_EVERY_S"]
 log = logging.getLogger("tenure.runs.worker")
 T = TypeVar("T")
 
-OUTCOMES = ("skipped", "done", "failed", "parked", "lost", "unsettled")
+OUTCOMES = ("skipped", "done", "failed", "parked", "cancelled", "lost", "unsettled")
+
+OPERATOR_ENDED = frozenset({RunStatus.CANCELLING, RunStatus.CANCELLED})
+"""A hop that finds its Run in one of these was cancelled by an operator: ``cancelled``,
+never counted ``lost``."""
 
 PERSIST_BACKOFF_FIRST_S = 0.05
 PERSIST_BACKOFF_MAX_S = 2.0
 """A hop's outcome is retried through a database outage: 50 ms, doubling to 2 s."""
+
+ABORT_READ_S = 2.0
+"""How long a hop aborted from outside may spend reading its Run to learn why (an
+operator's cancel, counted ``cancelled``, or anything else, counted ``lost``)."""
 
 TOUCH_EVERY_S = 30.0
 """How often a running hop refreshes its broker job's liveness (the seed's 30 s)."""
@@ -85,7 +101,7 @@ class RunWorker:
 
     def __init__(
         self, ledger: RunLedger, broker: Broker, workflows: Workflows, *, node: str, concurrency: int = 4,
-        queues: Iterable[str] = ("runs",), watch_interval_s: float = 1.0,
+        queues: Iterable[str] = ("runs",), watch_interval_s: float = 1.0, store_error_text: bool = True,
     ) -> None:
         if not isinstance(ledger, RunLedger):
             raise _refuse("ledger", "run_ledger_required")
@@ -102,6 +118,8 @@ class RunWorker:
             raise _refuse("queues", "queue_names_required")
         if type(watch_interval_s) not in (int, float) or not 0 < watch_interval_s <= 60:
             raise _refuse("watch_interval_s", "number_out_of_range")
+        if type(store_error_text) is not bool:
+            raise _refuse("store_error_text", "bool_required")
         self.ledger = ledger
         self.broker = broker
         self.workflows = workflows
@@ -109,6 +127,10 @@ class RunWorker:
         self.concurrency = concurrency
         self.queues = names
         self.watch_interval_s = float(watch_interval_s)
+        self.store_error_text = store_error_text
+        """Whether a raising workflow's stored error keeps the exception's message (bounded
+        to 2,048 UTF-8 bytes, control characters replaced) after its type; False keeps
+        the type alone (a message may carry data that must not be stored)."""
         self.outcomes: Counter[str] = Counter({name: 0 for name in OUTCOMES})
         self.persist_retries = 0
         """Database failures a hop's outcome met and retried through (an operator's signal)."""
@@ -186,14 +208,40 @@ class RunWorker:
             while not (body.done() and watch.done()):
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait({body, watch})
+            if not self._stopping.is_set():  # aborted from outside: say why, when one read can tell
+                with contextlib.suppress(Exception):
+                    run = await asyncio.wait_for(self.ledger.get(claim.run.run_id), ABORT_READ_S)
+                    self.outcomes[self._moved_on(claim, run)] += 1
             raise
         if not body.done():  # the watch saw the Run move on without this hop
             body.cancel()
             await asyncio.wait({body})
-            return "lost"
+            return self._moved_on(claim, watch.result())
         watch.cancel()
         await asyncio.wait({watch})
         return await self._finish(claim, context, body)
+
+    def _fields(self, claim: RunClaim, outcome: str) -> dict[str, Any]:
+        """The ``extra`` fields of a line about one hop."""
+        return {"run_id": claim.run.run_id, "workflow": claim.workflow.name, "seq": claim.enqueue_seq,
+                "node": self.node, "outcome": outcome}
+
+    def _moved_on(self, claim: RunClaim, run: RunRecord | None) -> str:
+        """``cancelled`` when an operator's cancel took the Run from this hop, else
+        ``lost``; logged either way (the hop's work stopped unfinished)."""
+        outcome = "cancelled" if run is not None and run.status in OPERATOR_ENDED else "lost"
+        log.info("run %s (%s, hop %d): %s; the hop stopped", claim.run.run_id, claim.workflow.name,
+                 claim.enqueue_seq, "cancelled by an operator" if outcome == "cancelled" else
+                 "the Run moved on without this hop", extra=self._fields(claim, outcome))
+        return outcome
+
+    async def _gone(self, claim: RunClaim) -> str:
+        """:meth:`_moved_on` after one read of the Run (a failed read: ``lost``)."""
+        try:
+            run = await self.ledger.get(claim.run.run_id)
+        except TenureError:
+            run = None
+        return self._moved_on(claim, run)
 
     async def _context(self, claim: RunClaim) -> RunContext | None:
         run_id = claim.run.run_id
@@ -218,8 +266,9 @@ class RunWorker:
         return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, consent, job, attempt,
                           self.ledger, self.broker)
 
-    async def _watch(self, claim: RunClaim, context: RunContext, touch: Touch | None) -> None:
-        """Returns when the hop does not hold its Run any more (never while it does)."""
+    async def _watch(self, claim: RunClaim, context: RunContext, touch: Touch | None) -> RunRecord | None:
+        """Returns when the hop does not hold its Run any more (never while it does): the
+        Run as it was read then (None: it is gone)."""
         touched = time.monotonic()
         while True:
             await asyncio.sleep(self.watch_interval_s)
@@ -234,12 +283,12 @@ class RunWorker:
             except TenureError:
                 continue  # the database is unreachable: nothing proves the hop lost its Run
             if run is None or not hop_holds(run, claim.enqueue_seq):
-                return
+                return run
 
     async def _finish(self, claim: RunClaim, context: RunContext, body: asyncio.Future[Any]) -> str:
         error = body.exception() if not body.cancelled() else None
         if body.cancelled() or isinstance(error, HopLost):
-            return "lost"
+            return await self._gone(claim)
         if isinstance(error, HopParked):
             return "parked"
         result_json: str | None = None
@@ -247,15 +296,24 @@ class RunWorker:
             try:
                 result_json = result_text(RunStatus.DONE, body.result())
             except ConfigValidationError as refused:
-                log.info("run %s: workflow returned an unusable result (%s)", claim.run.run_id,
-                         ", ".join(refused.problems))
-                return await self._outcome(claim, RunStatus.FAILED, error="workflow_result_invalid")
+                outcome = await self._outcome(claim, RunStatus.FAILED, error="workflow_result_invalid")
+                log.error("run %s (%s, hop %d): the workflow returned an unusable result (%s); %s", claim.run.run_id,
+                          claim.workflow.name, claim.enqueue_seq, ", ".join(refused.problems), outcome,
+                          extra=self._fields(claim, outcome))
+                return outcome
             return await self._outcome(claim, RunStatus.DONE, result_json=result_json)
-        log.info("run %s: workflow raised %s", claim.run.run_id, type(error).__name__)
-        return await self._outcome(claim, RunStatus.FAILED, error=f"workflow_error:{type(error).__name__}")
+        stored = "workflow_error:" + exception_text(error, MAX_ERROR_BYTES - len("workflow_error:"),
+                                                    with_message=self.store_error_text)
+        outcome = await self._outcome(claim, RunStatus.FAILED, error=stored)
+        log.error("run %s (%s, hop %d): the workflow raised %s; %s", claim.run.run_id, claim.workflow.name,
+                  claim.enqueue_seq, type(error).__name__, outcome, exc_info=error, extra=self._fields(claim, outcome))
+        return outcome
 
     async def _fail(self, claim: RunClaim, reason: str) -> str:
-        return await self._outcome(claim, RunStatus.FAILED, error=reason)
+        outcome = await self._outcome(claim, RunStatus.FAILED, error=reason)
+        log.error("run %s (%s, hop %d): %s; %s", claim.run.run_id, claim.workflow.name, claim.enqueue_seq, reason,
+                  outcome, extra=self._fields(claim, outcome))
+        return outcome
 
     async def _outcome(self, claim: RunClaim, status: RunStatus, *, result_json: str | None = None,
                        error: str | None = None) -> str:
@@ -266,7 +324,7 @@ class RunWorker:
         run_id, seq = claim.run.run_id, claim.enqueue_seq
         record = self.ledger.checkpoints.record_outcome
         if not await self._persist(run_id, lambda: record(run_id, seq, status, result_json=result_json, error=error)):
-            return "lost"  # the Run moved on without this hop: whoever holds it finishes it
+            return await self._gone(claim)  # the Run moved on without this hop: whoever holds it finishes it
         try:
             settled = await self._persist(
                 run_id, lambda: self.ledger.transactions.settle(run_id, seq, status, error=error, result_json=result_json))
@@ -279,7 +337,7 @@ class RunWorker:
             # its own result; anything else means the Run moved on (cancelling, recovered).
             run = await self._persist_read(run_id)
             if run is None or run.status is not status or run.enqueue_seq != seq or run.error != error:
-                return "lost"
+                return self._moved_on(claim, run)
         return "done" if status is RunStatus.DONE else "failed"
 
     async def _persist_read(self, run_id: str) -> RunRecord | None:
@@ -302,7 +360,7 @@ class RunWorker:
                     raise  # a row no read can fix is not a passing failure
                 if failures == 0:
                     log.warning("run %s: the hop's %s met a database failure (%s); retrying", run_id, what,
-                                failure.reason)
+                                failure.reason, extra={"run_id": run_id, "node": self.node, "reason": failure.reason})
                 failures += 1
                 self.persist_retries += 1
                 await asyncio.sleep(min(PERSIST_BACKOFF_MAX_S, PERSIST_BACKOFF_FIRST_S * 2 ** (failures - 1)))

@@ -12,7 +12,9 @@ something else (a package version, a build ID).
 A hop is one call of the function. Returning settles the Run DONE, keeping what it
 returned (a JSON object of at most 1 MiB, or None; anything else settles it FAILED
 ``workflow_result_invalid``) as the Run's ``result``; raising settles it FAILED with
-``workflow_error:<ExceptionType>`` (never the message, which may carry payload).
+``workflow_error:<ExceptionType>: <message>`` (the message cleaned and bounded; a
+RunWorker made with ``store_error_text=False`` stores the type alone, for workflows whose
+messages may carry payload).
 
 A hop that dies with its process is failed ``lost`` by recovery, unless the workflow
 declares its hops safe to repeat: ``register(..., on_lost="retry", max_hop_retries=N)``

@@ -358,6 +358,9 @@ async def test_cancelling_a_running_hop_aborts_it_and_reaches_cancelled(ledger: 
         assert cancelled == [True]
         assert (await broker.probe(hop_key(run_id, 0))).state not in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE)
         assert runner.outcomes["done"] == runner.outcomes["failed"] == 0
+        # An operator's cancel is never counted as a lost hop.
+        assert await until(lambda: _true(runner.outcomes["cancelled"] == 1))
+        assert runner.outcomes["lost"] == 0
     finally:
         await runner.stop(5)
 
@@ -608,5 +611,48 @@ async def test_a_service_call_for_another_run_is_refused(ledger: RunLedger, brok
     run_id = await admit(ledger, flows.pin("render", "1"))
     assert await worker(ledger, broker, flows).perform(run_id, 0) == "failed"
     assert refused == ["attempt_of_this_run_required"]
-    assert (await ledger.get(run_id)).error == "workflow_error:ConfigValidationError"  # type: ignore[union-attr]
+    assert (await ledger.get(run_id)).error == (  # type: ignore[union-attr]
+        "workflow_error:ConfigValidationError: config: invalid_workflow: spec (attempt_of_this_run_required)")
 
+
+
+# --- failures you can debug ----------------------------------------------------------------
+
+def raising_flow(message: str) -> tuple[Workflows, WorkflowPin]:
+    flows = Workflows()
+
+    @flows.workflow("explode", "1")
+    async def explode(ctx: Any) -> None:
+        raise ValueError(message)
+
+    return flows, flows.pin("explode", "1")
+
+
+async def test_a_raising_workflow_stores_its_exception_type_and_cleaned_message_and_logs_an_error(
+    ledger: RunLedger, broker: Faulty, caplog: pytest.LogCaptureFixture
+) -> None:
+    flows, pin = raising_flow("row <7> missing\x00\x1b[31m" + "x" * 5000)
+    run_id = await admit(ledger, pin)
+    with caplog.at_level("INFO", logger="tenure.runs.worker"):
+        assert await worker(ledger, broker, flows).perform(run_id, 0) == "failed"
+    error = (await ledger.get(run_id)).error  # type: ignore[union-attr]
+    assert error is not None and error.startswith("workflow_error:ValueError: row <7> missing\ufffd\ufffd[31mxxx")
+    assert len(error.encode()) <= 2048 and error.endswith("\u2026")  # bounded, the cut marked
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.exc_info is not None and record.exc_info[0] is ValueError  # the traceback is logged
+    fields = {name: getattr(record, name) for name in ("run_id", "workflow", "seq", "node", "outcome")}
+    assert fields == {"run_id": run_id, "workflow": "explode", "seq": 0, "node": "node-a", "outcome": "failed"}
+    assert run_id in record.getMessage() and "explode" in record.getMessage()
+
+
+async def test_store_error_text_false_keeps_only_the_exception_type(ledger: RunLedger, broker: Faulty) -> None:
+    flows, pin = raising_flow("card 4111-1111-1111-1111 declined")
+    run_id = await admit(ledger, pin)
+    assert await worker(ledger, broker, flows, store_error_text=False).perform(run_id, 0) == "failed"
+    assert (await ledger.get(run_id)).error == "workflow_error:ValueError"  # type: ignore[union-attr]
+
+
+async def test_store_error_text_must_be_a_bool(ledger: RunLedger, broker: Faulty) -> None:
+    with pytest.raises(ConfigValidationError) as refused:
+        worker(ledger, broker, noop_flows(), store_error_text="no")
+    assert refused.value.fields == ("store_error_text",)
