@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import socket
 import sys
@@ -62,6 +61,7 @@ from ..runs import (
     Workflows,
 )
 from ..runs.workflows import resume_and_publish
+from .logs import add_logging_options, configure_logging
 from .worker_cli import load_handler, refused_unless_migrated
 
 __all__ = ["add_runs_parser", "run_runs", "run_table"]
@@ -98,7 +98,7 @@ def add_runs_parser(commands: Any) -> None:
     worker.add_argument("--node-lease-seconds", type=float, default=30.0,
                         help="this node's lease: another node takes its Runs over once it lapses; more than two "
                              "relay intervals (default 30)")
-    worker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_logging_options(worker)
 
     admit = with_db(actions.add_parser("admit", help="admit a Run (published now with --broker, else by a relay)"))
     with_broker(admit, required=False)
@@ -188,8 +188,7 @@ def _broker(arguments: argparse.Namespace) -> Any:
 
 
 async def _worker(ledger: RunLedger, arguments: argparse.Namespace) -> int:
-    logging.basicConfig(level=arguments.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(arguments.log_level, arguments.log_format)
     workflows = _registry(arguments.workflows)
     broker = _broker(arguments)
     assert broker is not None

@@ -34,6 +34,7 @@ from tenure.model.validation import is_queue_name
 
 from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from ..queue.worker import Worker, WorkerStats
+from .logs import add_logging_options, configure_logging
 from .reporting import report_refusal  # the one refusal format of every subcommand
 
 __all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line", "NEVER_MIGRATED", "refuse_never_migrated",
@@ -71,7 +72,7 @@ def add_worker_parser(commands: Any) -> None:
                         help="how long in-flight handlers may finish after SIGTERM (default 30)")
     worker.add_argument("--status-seconds", type=float, default=10.0, help="status line interval (default 10)")
     worker.add_argument("--worker-id", help="the owner recorded on claims (default: host, PID and a random suffix)")
-    worker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_logging_options(worker)
 
 
 def load_handler(path: str) -> Any:
@@ -173,8 +174,7 @@ def load_app(path: str) -> Any:
 
 
 async def run_worker(arguments: argparse.Namespace) -> int:
-    logging.basicConfig(level=arguments.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(arguments.log_level, arguments.log_format)
     if sys.path[0] != "":
         sys.path.insert(0, "")  # the handler's package may live in the current folder
     problem = _mode_problem(arguments)

@@ -81,6 +81,7 @@ from tenure.model import (
 )
 from tenure.model.validation import is_queue_name, refuse
 
+from ..core.outages import OutageLog
 from ..core.store import Listener
 from .sources import (
     MAX_BATCH,
@@ -480,6 +481,7 @@ class Worker:
             raise refuse("store_error_text", "bool_required")
         self.store_error_text = store_error_text
         self.stats = WorkerStats()
+        self._outage = OutageLog(log, "the database", fields={"worker_id": self.worker_id})
         self._jobs: dict[str, _Job] = {}
         """Claims held: handlers running, or outcomes being written."""
         self._running = 0
@@ -726,6 +728,7 @@ class Worker:
         claimed = await self._claim(want)
         if claimed is None:
             return None
+        self._outage.answered()
         for record, sent_at in claimed:
             self._start(record, sent_at)
         return len(claimed)
@@ -918,6 +921,7 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_WRITE_BACKOFF_S)
                 continue
+            self._outage.answered()
             if status is None and uncertain:
                 return await self._applied_earlier(job, settled)
             return status
@@ -943,6 +947,7 @@ class Worker:
             await asyncio.sleep(interval)
             try:
                 await self._heartbeat_round()
+                self._outage.answered()
             except ConfigValidationError:
                 log.error("heartbeats stopped: the source refused the call (closed?)")
                 return
@@ -983,5 +988,7 @@ class Worker:
             job.context.cancel_requested.set()
 
     def _failed_call(self, call: str, error: TenureError) -> None:
+        """Counted each time; logged once per change of the outage's state (see
+        :class:`~tenure.adapters.core.outages.OutageLog`), not once per call."""
         self.stats.persistence_failures += 1
-        log.warning("%s failed: %s: %s", call, error.code.value, error.reason)
+        self._outage.failed(call, error.code.value, error.reason)

@@ -73,6 +73,7 @@ from tenure.model.fingerprint import SubmissionSnapshot, snapshot_submission
 from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.dialects import open_store
+from ..core.outages import OutageLog
 from ..core.store import Transaction
 from ..queue.operations import QueueOperations
 from ..queue.sources import time_ordered_id
@@ -274,6 +275,7 @@ class QueueBroker:
         adopt_every = float(self._config.lease_seconds)
         last_adoption: float | None = None
         failures = 0
+        outage = OutageLog(log, "the hop queue's database")
         listener = None
         with contextlib.suppress(TenureError):
             listener = await self._ops.store.listen(TASKS_BINDING, wake.set)
@@ -292,12 +294,12 @@ class QueueBroker:
                         last_beat = time.monotonic()
                         await self._heartbeat(fences, lapsed)
                     failures = 0
+                    outage.answered()
                 except TenureError as error:
                     # The database failed this round (an outage, a busy SQLite file): the
                     # hops already running go on, and serving resumes after a backoff.
                     failures += 1
-                    if failures == 1:
-                        log.warning("serving hops met a database failure (%s); retrying", error.reason)
+                    outage.failed("serving hops", error.code.value, error.reason)
                     claimed = []
                     await _wait_any(stopping, None, min(SERVE_BACKOFF_MAX_S, self._poll_s * 2 ** failures))
                     continue
