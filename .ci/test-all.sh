@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone on a fresh machine:
 #   bash .ci/test-all.sh
-# 1. a virtual environment (.venv) with tenure and its test dependencies;
+# 1. a virtual environment (.venv) with tenure, its test dependencies and the docs tools;
 # 2. pycharter 0.0.67 in .venv-pycharter (tests/adapters/core/test_pycharter.py drives it as a real client);
 #    PostgreSQL from Debian's packages if missing, and a throwaway server on a free
 #    loopback port (stopped on exit; a missing server is a failure, never a skip);
 # 3. the pytest suite in four processes (python -P: see tests/adapters/core/test_layout.py) and, alongside it,
-#    CrossHair over the kernel contracts (a counterexample fails the run);
+#    CrossHair over the kernel contracts (a counterexample fails the run); the documentation
+#    site built with `mkdocs build --strict` first, while CrossHair starts (any warning fails);
 # 4. the wheel, built once, installed into a clean environment, every module imported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,9 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 # pip's "Location ... is ignored" lines come from this machine's pip configuration.
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck,saq]' \
+# docs: the site's tools (mkdocs, mkdocs-material, mkdocstrings[python]); they share no
+# dependency with the rest that pip check would refuse, so they live in .venv too.
+.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck,saq,docs]' \
   2> >(grep -v "is ignored" >&2)
 .venv/bin/python -m pip check
 
@@ -43,6 +46,14 @@ CROSSHAIR_LOG=$(mktemp)
 ( cd /tmp && "$ROOT/.venv/bin/python" "$ROOT/.ci/crosshair_kernel.py" check --analysis_kind=PEP316 \
     --per_condition_timeout=3 --report_all "$ROOT/kernel" ) >"$CROSSHAIR_LOG" 2>&1 &
 CROSSHAIR_PID=$!
+
+step "documentation site (mkdocs build --strict: a broken link, anchor or API reference fails)"
+# A few seconds on one core, beside CrossHair on the other. Never `--quiet`: it silences
+# the warnings that --strict counts, and the build would pass. The site goes to a
+# temporary folder; NO_MKDOCS_2_WARNING drops the theme's banner about MkDocs 2.
+DOCS_SITE=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --config-file "$ROOT/mkdocs.yml" --site-dir "$DOCS_SITE"
+rm -rf "$DOCS_SITE"
 
 step "pytest (four worker processes; each test's databases are its own)"
 export CI=${CI:-true}

@@ -57,9 +57,9 @@ async def failure_of(call: Any) -> TenureError:
 # --- the documented reasons --------------------------------------------------------------
 
 
-def test_the_readme_lists_exactly_the_reasons_a_persistence_failure_can_carry() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Failure reasons", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_list_exactly_the_reasons_a_persistence_failure_can_carry() -> None:
+    page = (ROOT / "docs" / "errors.md").read_text()
+    section = page.split("\n## Failure reasons\n", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.MULTILINE))
     assert listed == set(REASONS)
     for reason in REASONS:
