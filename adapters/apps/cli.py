@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from ..core.migrations import downgrade, upgrade
 from .demo import DemoSettings, check_demo_settings, run_demo
+from .health_cli import add_health_parser, run_health
 from .jobs_cli import add_jobs_parser, run_jobs
 from .reporting import ArgumentsRefused, CommandParser, report_failure, report_refusal, run_command
 from .runs_cli import add_runs_parser, run_runs
@@ -61,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     add_worker_parser(commands)
     add_jobs_parser(commands)
     add_runs_parser(commands)
+    add_health_parser(commands)
     return parser
 
 
@@ -97,7 +99,7 @@ def _worker(arguments: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "demo": _demo, "migrate": _migrate, "worker": _worker, "jobs": run_jobs, "runs": run_runs,
+    "demo": _demo, "migrate": _migrate, "worker": _worker, "jobs": run_jobs, "runs": run_runs, "health": run_health,
 }
 """Each subcommand's body; :func:`main` runs it through :func:`run_command`."""
 

@@ -13,7 +13,15 @@ from ..attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
 from ..consents.table import CONSENTS_BINDING, CONSENTS_TABLE
 from ..nodes.table import NODES_BINDING, NODES_TABLE
 from ..queue.table import HOPS_BINDING, HOPS_TABLE, QUEUE_BINDINGS, QUEUE_TABLES, TASKS_BINDING, TASKS_TABLE
-from ..runs.table import CHECKPOINTS_TABLE, DELIVERIES_BINDING, DELIVERIES_TABLE, RUNS_BINDING, RUNS_TABLE, STEPS_TABLE
+from ..runs.table import (
+    CHECKPOINTS_TABLE,
+    DELIVERIES_BINDING,
+    DELIVERIES_TABLE,
+    RECOVERY_REPORTS_TABLE,
+    RUNS_BINDING,
+    RUNS_TABLE,
+    STEPS_TABLE,
+)
 from .tables import Binding, Step, TableSpec
 
 __all__ = ["TABLES", "BINDINGS", "RUN_TABLES", "RetirementGuard", "RETIREMENT_GUARDS"]
@@ -22,11 +30,12 @@ RUN_TABLES: tuple[TableSpec, ...] = (RUNS_TABLE, DELIVERIES_TABLE, CONSENTS_TABL
 """The tables step ``runs_v1`` creates, in its order: the Run machine's pair and its owners'."""
 
 TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES, CHECKPOINTS_TABLE, HOPS_TABLE,
-                                 NODES_TABLE, STEPS_TABLE, TASKS_TABLE)
+                                 NODES_TABLE, STEPS_TABLE, TASKS_TABLE, RECOVERY_REPORTS_TABLE)
 # The checkpoints table has a binding but no machine (it is evidence the Run machine's
 # callers write under the Run's lock), so it is migrated here and not in BINDINGS. The
 # Run hops' table is the queue machine's, in a table of the validation queue's shape. The
-# step journal, like the checkpoints, is evidence without a machine.
+# step journal, like the checkpoints, is evidence without a machine; the recovery reports
+# are diagnostics without a machine.
 BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, RUNS_BINDING, DELIVERIES_BINDING,
                                  CONSENTS_BINDING, AGENT_JOBS_BINDING, HOPS_BINDING, NODES_BINDING, TASKS_BINDING)
 
@@ -80,5 +89,6 @@ RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
     ),
     # Step.RECOVERY and Step.ADMISSION_KEYS need no guard of their own: their column and
     # index live on tenure_runs, and runs_v1's guard already refuses the downgrade while
-    # any Run exists.
+    # any Run exists. Step.REPORTS needs none either: a recovery report is a diagnostic
+    # (the next pass writes it again), never evidence any Run is waiting on.
 }

@@ -134,6 +134,9 @@ class Step(enum.Enum):
     """``tenure_tasks``. Applied before ``versions_v1`` although it came after it: that
     step gives every existing table its row version, so a table must exist by then (on a
     database already at ``versions_v1`` the step runs again and versions the new table)."""
+    REPORTS = "runs_v6"
+    """``tenure_run_recovery_reports``: the latest recovery report of each node (what
+    ``tenure health`` reads). Before ``versions_v1`` for the reason ``tasks_v1`` is."""
     VERSIONS = "versions_v1"
     """A ``row_version`` on every table, kept by the database (:data:`ROW_VERSION`)."""
 

@@ -96,6 +96,7 @@ from . import recovery as _recovery
 from .broker import Broker, fence_hop
 from .checkpoints import Checkpoints, RecordedOutcome, put_in, state_text, stored_in
 from .recovery import RecoveryPorts, RecoveryReport
+from .reports import RecoveryReports
 from .steps import Steps
 from .table import DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 from .transactions import (
@@ -244,6 +245,11 @@ class RunLedger(Facade):
     def checkpoints(self) -> Checkpoints:
         """The workflow checkpoints of this database, on this ledger's connections."""
         return Checkpoints(self.transactions)
+
+    @functools.cached_property
+    def recovery_reports(self) -> RecoveryReports:
+        """The latest recovery report of each node, on this ledger's connections."""
+        return RecoveryReports(self.transactions)
 
     # --- admission -----------------------------------------------------------------------
 

@@ -636,12 +636,17 @@ def _read_cursor(cursor: object) -> dict[str, Any]:
 
 
 async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop: asyncio.Event,
-                     interval_s: float = 1.0, page_size: int = 32) -> None:
+                     interval_s: float = 1.0, page_size: int = 32,
+                     on_report: Callable[[RecoveryReport], Awaitable[None]] | None = None) -> None:
     """Run relay rounds until ``stop`` is set, passing each round's cursor to the next and
     waiting ``interval_s`` between rounds. A round that raises is restarted after a
-    deterministic backoff, ``min(5, 0.1 * 2**failures)`` seconds (failures in a row)."""
+    deterministic backoff, ``min(5, 0.1 * 2**failures)`` seconds (failures in a row).
+    ``on_report`` is awaited with each finished round's report (the runtime records it);
+    what it raises is logged and never stops the relays."""
     if type(stop) is not asyncio.Event:
         raise refuse("stop", "asyncio_event_required")
+    if on_report is not None and not callable(on_report):
+        raise refuse("on_report", "callable_required")
     node = check_text(node, "node")
     if type(interval_s) not in (int, float) or not math.isfinite(interval_s) or not 0 <= interval_s <= 3600:
         raise refuse("interval_s", "number_out_of_range")
@@ -663,6 +668,14 @@ async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop
             if report.degraded:
                 log.warning("relay round on node %s is degraded (%d issues)", node, len(report.issues))
             wait = float(interval_s)
+            if on_report is not None:
+                try:
+                    await on_report(report)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - a report's consumer never stops the relays
+                    log.warning("relay round on node %s: its report's consumer failed with %s", node,
+                                type(error).__name__)
         try:
             await asyncio.wait_for(stop.wait(), timeout=wait)
         except asyncio.TimeoutError:

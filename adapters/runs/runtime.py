@@ -7,6 +7,12 @@ degraded and a clean start is required (by default on PostgreSQL; an embedded SQ
 file starts best-effort, its report kept in :attr:`RunRuntime.startup`) disconnect and
 raise :class:`StartupDegraded`; then start the relays, the lease keeper and the workers.
 
+Every recovery pass's report (the startup reconciliation, each reconciliation after a
+reboot or of a node taken over, every relay round) is recorded as its node's latest in
+``tenure_run_recovery_reports`` (:mod:`tenure.adapters.runs.reports`; a takeover's under
+the dead node's name), which ``tenure health`` reads. Recording is a diagnostic: a
+failure to record is logged (once, until a recording succeeds again) and recovery goes on.
+
 The lease keeper, every ``relay_interval_s``: renews the node's lease; when a renewal is
 refused (the lease ran out, or another boot or a takeover replaced this incarnation) or
 has not succeeded within the lease (measured on this process's monotonic clock from
@@ -124,6 +130,7 @@ class RunRuntime:
         """The nodes this process took over, each with its reconciliation's report."""
         self._valid_until = 0.0
         self._rebooting = False
+        self._recording_fails = False
         self._keeper: asyncio.Task[None] | None = None
         self._relay_stop = asyncio.Event()
         self._relays: asyncio.Task[None] | None = None
@@ -140,15 +147,16 @@ class RunRuntime:
                 raise
             self._connected.append(broker)
         try:
-            report = await self._boot()
+            report = await self._boot("startup")
             self.startup = report
             if report.degraded:
                 log.warning("startup reconciliation degraded: %d Run(s)", len(report.issues))
                 if self.require_clean:
                     raise StartupDegraded(report)
             self._relay_stop.clear()
-            self._relays = asyncio.ensure_future(run_relays(self.ledger, self.ports, node=self.node,
-                                                            stop=self._relay_stop, interval_s=self.relay_interval_s))
+            self._relays = asyncio.ensure_future(run_relays(
+                self.ledger, self.ports, node=self.node, stop=self._relay_stop, interval_s=self.relay_interval_s,
+                on_report=functools.partial(self.record_report, self.node, "relay")))
             self._keeper = asyncio.ensure_future(self._keep_lease())
             for worker in self.workers:
                 await worker.start()
@@ -190,13 +198,34 @@ class RunRuntime:
 
     # --- the node's lease ----------------------------------------------------------------
 
-    async def _boot(self) -> RecoveryReport:
+    async def _boot(self, pass_kind: str) -> RecoveryReport:
         """Boot a new incarnation and reconcile this node's orphans with its cutoff."""
         sent = time.monotonic()
         self.lease = await self.ledger.nodes.boot(self.node, lease_s=self.node_lease_s)
         self._valid_until = sent + self.node_lease_s - self.relay_interval_s
         async with self._renewing():
-            return await self.ledger.reconcile(self.ports, node=self.node, boot_cutoff=self.lease.cutoff)
+            report = await self.ledger.reconcile(self.ports, node=self.node, boot_cutoff=self.lease.cutoff)
+        await self.record_report(self.node, pass_kind, report)
+        return report
+
+    async def record_report(self, node: str, pass_kind: str, report: RecoveryReport) -> None:
+        """Record ``report`` as ``node``'s latest (see the module docstring); never raises
+        but a cancellation. A failure is logged once, and again only after a recording
+        succeeded (a database not migrated to ``runs_v6`` would otherwise log every round)."""
+        try:
+            await self.ledger.recovery_reports.record(node, pass_kind, report)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a diagnostic's failure never reaches recovery
+            if not self._recording_fails:
+                reason = error.reason if isinstance(error, TenureError) else ""
+                log.warning("node %s: recording a recovery report failed with %s%s; recovery goes on", self.node,
+                            type(error).__name__, f" ({reason})" if reason else "")
+            self._recording_fails = True
+            return
+        if self._recording_fails:
+            log.warning("node %s: recovery reports are recorded again", self.node)
+        self._recording_fails = False
 
     @contextlib.asynccontextmanager
     async def _renewing(self) -> AsyncIterator[None]:
@@ -259,7 +288,7 @@ class RunRuntime:
             self._rebooting = True
             for worker in self.workers:
                 await worker.fence_hops(self.shutdown_deadline_s)
-        report = await self._boot()
+        report = await self._boot("reboot")
         self._rebooting = False
         self.reboots += 1
         if report.degraded:
@@ -278,6 +307,7 @@ class RunRuntime:
             log.warning("node %s: taking over node %s (its lease ran out)", self.node, row.node)
             async with self._renewing():
                 report = await self.ledger.reconcile(self.ports, node=takeover.node, boot_cutoff=takeover.cutoff)
+            await self.record_report(takeover.node, "takeover", report)
             self.takeovers.append((takeover.node, report))
             if not report.degraded:
                 await nodes.finish(self.node, takeover)

@@ -6,7 +6,8 @@ retries) and ``tenure_run_deliveries`` (one row per hop, keyed by its hop key; a
 unsettled per Run, enforced by a partial unique index on both databases): the two halves
 of the Run machine's pair. Beside them, two tables no machine decides, written under the
 Run's lock: ``tenure_run_checkpoints`` (``runs_v3``) and the step journal
-``tenure_run_steps`` (``runs_v5``). The Run's owners have their machines' tables
+``tenure_run_steps`` (``runs_v5``), and the latest recovery report of each node,
+``tenure_run_recovery_reports`` (``runs_v6``). The Run's owners have their machines' tables
 (``adapters/consents/table.py``, ``adapters/agent_jobs/table.py``). CHECK constraints hold
 the stored values to the machines' states and bounds even against a writer that is not
 tenure. Intents, payloads and results are canonical JSON text; instants follow the
@@ -29,6 +30,7 @@ from ..core.tables import Binding, Codec, ColumnSpec, IndexSpec, Step, TableSpec
 __all__ = [
     "RUNS_TABLE", "DELIVERIES_TABLE", "RUNS_BINDING", "DELIVERIES_BINDING", "CURRENT_DELIVERY",
     "CheckpointRow", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "StepRow", "STEPS_TABLE", "STEPS_BINDING", "MAX_STEP_NAME_CHARS",
+    "RecoveryReportRow", "RECOVERY_REPORTS_TABLE", "RECOVERY_REPORTS_BINDING", "REPORT_PASSES",
 ]
 
 C = Codec
@@ -224,3 +226,54 @@ STEPS_TABLE = TableSpec(
 
 STEPS_BINDING = Binding("run_steps", None, STEPS_TABLE, StepRow, {}, "step_id")
 """Stored through the shared store primitives; no machine decides a step."""
+
+
+# --- The latest recovery report of each node: a diagnostic, decided by no machine. ---
+
+REPORT_PASSES = ("startup", "reboot", "takeover", "relay")
+"""Which pass wrote a report: the node's startup reconciliation, its reconciliation after
+it fenced itself and booted again, a reconciliation of a dead node's Runs by the node
+that took it over (stored under the dead node's name), or a relay round."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryReportRow:
+    """What the latest pass about ``node`` reported: never a Run ID, only counts."""
+
+    node: str
+    pass_kind: str
+    degraded: bool
+    issue_count: int
+    counts_json: str
+    """Canonical JSON object: each of recovery's count names and its count."""
+    issue_reasons_json: str
+    """Canonical JSON object: each issue reason met and how many Runs had it."""
+    finished_at_us: int
+    """The database time the report was recorded."""
+
+
+_report_column = functools.partial(column, step=Step.REPORTS)
+
+
+RECOVERY_REPORTS_TABLE = TableSpec(
+    "tenure_run_recovery_reports",
+    (
+        _report_column("node", Codec.TEXT, String(128), primary_key=True),
+        _report_column("pass_kind", Codec.TEXT, String(20), mutable=True),
+        _report_column("degraded", Codec.FLAG, Boolean(), mutable=True),
+        _report_column("issue_count", Codec.INT, Integer(), mutable=True),
+        _report_column("counts_json", Codec.TEXT, Text(), mutable=True),
+        _report_column("issue_reasons_json", Codec.TEXT, Text(), mutable=True),
+        _report_column("finished_at", Codec.INSTANT, DateTime(timezone=True), mutable=True, field="finished_at_us"),
+    ),
+    created_by=Step.REPORTS,
+    checks=(
+        ("ck_tenure_run_recovery_reports_pass",
+         "pass_kind IN (" + ", ".join(repr(kind) for kind in REPORT_PASSES) + ")"),
+        ("ck_tenure_run_recovery_reports_issues", "issue_count >= 0"),
+        ("ck_tenure_run_recovery_reports_degraded", "degraded = (issue_count > 0)"),
+    ),
+)
+
+RECOVERY_REPORTS_BINDING = Binding("run_recovery_reports", None, RECOVERY_REPORTS_TABLE, RecoveryReportRow, {}, "node")
+"""Stored through the shared store primitives (see :mod:`tenure.adapters.runs.reports`)."""
