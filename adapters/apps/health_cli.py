@@ -42,7 +42,6 @@ from .health import (
     check_setting,
     health_snapshot,
 )
-from .reporting import ArgumentsRefused
 from .worker_cli import refuse_never_migrated
 
 __all__ = ["add_health_parser", "run_health", "check_line", "db_url_of", "setting_range", "DB_URL_VARIABLE"]
@@ -57,6 +56,7 @@ def add_health_parser(commands: Any) -> None:
         "health", help="check that a database is reachable, migrated and keeping up (exit 0 healthy, 1 unhealthy, "
                        "2 refused)")
     health.add_argument("--db", default=None, help=f"database URL (default: ${DB_URL_VARIABLE})")
+    health.set_defaults(database_required=True)
     health.add_argument("--json", action="store_true", help="print one JSON object instead of one line per check")
 
     health.add_argument("--timeout-seconds", type=float, default=DEFAULT_TIMEOUT_SECONDS,
@@ -107,11 +107,7 @@ def _settings(arguments: argparse.Namespace) -> dict[str, Any]:
     for field, value in settings.items():
         if value is None and field == "max_pending_jobs":
             continue
-        try:
-            check_setting(field, value)
-        except ConfigValidationError as error:
-            raise ArgumentsRefused(fields=error.fields, problems=error.problems,
-                                   hints={field: f"--{field.replace('_', '-')} takes {setting_range(field)}"}) from None
+        check_setting(field, value)  # its refusal is spelt as the flag, with its range (flags.FLAGS)
     return settings
 
 

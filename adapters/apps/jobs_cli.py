@@ -84,7 +84,9 @@ def add_jobs_parser(commands: Any) -> None:
     actions = jobs.add_subparsers(dest="action", required=True)
 
     def with_queue(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser.add_argument("--db", required=True, help="database URL (already migrated: see `tenure migrate`)")
+        parser.add_argument("--db", help="database URL (already migrated: see `tenure migrate`; "
+                                          "default: $TENURE_DB)")
+        parser.set_defaults(database_required=True)
         parser.add_argument("--queue", default="tasks", choices=sorted(TABLES),
                             help="tasks (default: every task queue) or one of pycharter's queues")
         return parser

@@ -10,6 +10,7 @@ argparse's complaints into the same refusals without ever echoing the rejected v
 from __future__ import annotations
 
 import argparse
+import contextvars
 import sys
 from collections.abc import Callable, Mapping
 from typing import NoReturn
@@ -17,10 +18,14 @@ from typing import NoReturn
 from tenure.model import ConfigValidationError, TenureError
 from tenure.model.errors import is_authored_word
 
-from .demo import DEMO_LIMITS
+from .flags import FLAGS, flag_for
 
 __all__ = ["report_refusal", "report_failure", "run_command", "CommandParser", "ArgumentsRefused", "HINTS",
-           "REFUSAL_HINTS", "FIELD_HINTS"]
+           "REFUSAL_HINTS", "COMMAND"]
+
+COMMAND: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenure_command", default=None)
+"""The subcommand being run (``main`` sets it once parsed): a refusal spells each field as
+that command's flag (:func:`~tenure.adapters.apps.flags.flag_for`)."""
 
 HINTS = {
     "schema_missing": "the queue tables are missing or not migrated: run `tenure migrate --db URL`",
@@ -28,6 +33,9 @@ HINTS = {
     "or check the SQLite file path and its folder",
     "connection_refused": "no connection could be made: is the server running and reachable at that host and port?",
     "authentication_failed": "the server refused the user or password of the URL",
+    "host_not_found": "the URL's host name does not resolve: check its spelling and this machine's DNS",
+    "tls_failed": "TLS could not be negotiated: does the server offer TLS (sslmode=require needs it), "
+    "and is its certificate trusted (sslrootcert=PATH)?",
     "timeout": "the database did not answer within the timeout: is it overloaded or unreachable?",
     "connection_lost": "the connection broke mid-call: nothing was committed; try again",
     "commit_unacknowledged": "the commit's answer was lost: check the result before repeating",
@@ -41,24 +49,16 @@ REFUSAL_HINTS = {
 }
 """What to do next, printed under a refusal's reason."""
 
-FIELD_HINTS = {
-    "db_url": "--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE",
-    **{
-        field: f"--{field.replace('_', '-')} takes {low:g} to {high:g}"
-        for field, (low, high) in DEMO_LIMITS.items()
-    },
-}
-"""What a field accepts, printed beside its problem (the field names are the library's)."""
-
-
 class ArgumentsRefused(ConfigValidationError):
     """Command-line arguments the parser rejected, with what each named option takes
     (the hints depend on the option's declaration, so they travel with the refusal)."""
 
     def __init__(self, *, fields: tuple[str, ...] = (), problems: tuple[str, ...],
-                 hints: Mapping[str, str] | None = None) -> None:
+                 hints: Mapping[str, str] | None = None, spellings: Mapping[str, str] | None = None) -> None:
         super().__init__("invalid_arguments", fields=fields, problems=problems)
         self.hints = dict(hints or {})
+        self.spellings = dict(spellings or {})
+        """Each field's option as the command line spells it (``--lease-seconds``)."""
 
 
 TYPE_PROBLEMS: dict[object, str] = {int: "integer_required", float: "number_required"}
@@ -112,19 +112,27 @@ class CommandParser(argparse.ArgumentParser):
         options = self._options()
         name, separator, problem = message.removeprefix("argument ").partition(": ")
         if message.startswith("argument ") and separator and name in options:
-            return self._option_refusal(options[name], problem)
+            return self._option_refusal(options[name], problem, self._command())
         required = "the following arguments are required: "
         if message.startswith(required):
             names = message.removeprefix(required).split(", ")
             fields = tuple(_option_field(options[name]) for name in names if name in options)
             if len(fields) == len(names) and all(is_authored_word(field) for field in fields):
-                return ArgumentsRefused(fields=fields, problems=("argument_required",) * len(fields))
+                return ArgumentsRefused(fields=fields, problems=("argument_required",) * len(fields),
+                                        spellings={_option_field(options[name]): _option_spelling(options[name])
+                                                   for name in names})
         problem = next((code for opening, code in MESSAGE_PROBLEMS.items() if message.startswith(opening)),
                        "arguments_not_understood")
         return ArgumentsRefused(problems=(problem,))
 
+    def _command(self) -> str | None:
+        """The subcommand this parser is for (``tenure runs list``: ``runs``); parsing
+        happens before :data:`COMMAND` is set."""
+        words = self.prog.split()
+        return words[1] if len(words) > 1 else None
+
     @staticmethod
-    def _option_refusal(action: argparse.Action, message: str) -> ArgumentsRefused:
+    def _option_refusal(action: argparse.Action, message: str, command: str | None) -> ArgumentsRefused:
         """What one option's value lacks, judged from the option's declaration; only the
         fixed openings of argparse's messages are read, never the quoted value."""
         field, spelling = _option_field(action), _option_spelling(action)
@@ -139,23 +147,30 @@ class CommandParser(argparse.ArgumentParser):
             hint = f"{spelling} takes {_one_of([str(choice) for choice in action.choices])}"
         elif action.type in TYPE_PROBLEMS:
             problem = TYPE_PROBLEMS[action.type]
-            hint = f"{spelling} takes {TYPE_HINTS[action.type]}"
+            row = next((row for row in sorted(FLAGS, key=lambda row: row.command is None)
+                        if row.flag == spelling and row.command in (None, command)), None)
+            hint = f"{spelling} takes {TYPE_HINTS[action.type]}" + (f": {row.accepts}" if row is not None else "")
         else:
             problem = "invalid_value"
         if not is_authored_word(field):  # a field is printed, so it must be a word we wrote
             return ArgumentsRefused(problems=(problem,))
-        return ArgumentsRefused(fields=(field,), problems=(problem,), hints={} if hint is None else {field: hint})
+        return ArgumentsRefused(fields=(field,), problems=(problem,), hints={} if hint is None else {field: hint},
+                                spellings={field: spelling})
 
 
 def report_refusal(error: ConfigValidationError) -> None:
-    """``refused: REASON``, then one line per field: its problem and what it accepts."""
+    """``refused: REASON``, then one line per field: the flag that sets it (the field's own
+    name when no flag does), its problem and what it accepts."""
     print(f"refused: {error.reason}")
-    hints = error.hints if isinstance(error, ArgumentsRefused) else FIELD_HINTS
     named = error.fields or ("",) * len(error.problems)
     for field, problem in zip(named, error.problems, strict=True):
-        hint = hints.get(field)
-        shown = f"{field}: {problem}" if field else problem
-        print(f"  {shown}" + (f" ({hint})" if hint else ""))
+        if isinstance(error, ArgumentsRefused):
+            shown, hint = error.spellings.get(field, field), error.hints.get(field)
+        else:
+            row = flag_for(field, COMMAND.get())
+            shown, hint = (field, None) if row is None else (row.flag, f"{row.flag} takes {row.accepts}")
+        line = f"{shown}: {problem}" if shown else problem
+        print(f"  {line}" + (f" ({hint})" if hint else ""))
     hint = REFUSAL_HINTS.get(error.reason)
     if hint is not None:
         print(f"  {hint}")

@@ -42,6 +42,8 @@ REASONS: dict[str, str] = {
     "database_missing": "the database (PostgreSQL) or the file or its folder (SQLite) does not exist",
     "connection_refused": "no connection could be made: the server is down, starting, full or unreachable",
     "authentication_failed": "the server refused the credentials of the database URL",
+    "host_not_found": "the host name of the database URL does not resolve (DNS): nothing was sent",
+    "tls_failed": "TLS could not be negotiated with the server (not offered, or its certificate not trusted)",
     "timeout": "the call ran out of WorkerConfig.timeout_seconds before COMMIT was sent: nothing was committed",
     "connection_lost": "the connection broke before COMMIT was sent: nothing was committed",
     "commit_unacknowledged": "COMMIT was sent but not acknowledged: the write may or may not have happened",
@@ -56,10 +58,11 @@ REASONS: dict[str, str] = {
     "invariant_broken": "a decision would have stored a record breaking the kernel's invariants (a bug: nothing was written)",
 }
 """Every reason a ``QUEUE_PERSISTENCE_FAILED`` error can carry, and what it means.
-README.md's reason table lists exactly these (tests/adapters/core/test_failures.py holds them equal)."""
+docs/errors.md's reason table lists exactly these (tests/adapters/core/test_failures.py holds them equal)."""
 
 RETRY_SAFE: frozenset[str] = frozenset(
-    {"connection_refused", "timeout", "connection_lost", "unavailable", "constraint_violated", "deadlock"}
+    {"connection_refused", "host_not_found", "timeout", "connection_lost", "unavailable", "constraint_violated",
+     "deadlock"}
 )
 """Reasons after which the same call may simply be made again: nothing was committed.
 ``commit_unacknowledged`` needs recovery instead (replay the submission, recover the

@@ -13,6 +13,8 @@ travels further.
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -78,6 +80,8 @@ REASONS_BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
     (asyncpg.CannotConnectNowError, "connection_refused"),
     (asyncpg.TooManyConnectionsError, "connection_refused"),
     (ConnectionRefusedError, "connection_refused"),
+    (socket.gaierror, "host_not_found"),  # before OSError, its base
+    (ssl.SSLError, "tls_failed"),
     (asyncpg.AdminShutdownError, "connection_lost"),
     (asyncpg.CrashShutdownError, "connection_lost"),
     (asyncpg.PostgresConnectionError, "connection_lost"),
@@ -89,10 +93,18 @@ REASONS_BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
 """Which reason a driver failure gets (first match); anything else is ``unavailable``."""
 
 
+def _reason(error: Exception) -> str:
+    # asyncpg refuses a server that declines TLS under sslmode=require with a plain
+    # ConnectionError; its text is read here to tell it apart, never passed on.
+    if type(error) is ConnectionError and "SSL" in str(error):
+        return "tls_failed"
+    return reason_by_class(error, REASONS_BY_CLASS)
+
+
 def _failure(error: Exception, stage: Stage) -> Exception:
     sqlstate = getattr(error, "sqlstate", None)
     detail = sqlstate if isinstance(sqlstate, str) and sqlstate.isalnum() and len(sqlstate) == 5 else ""
-    return translate(error, stage, reason_by_class(error, REASONS_BY_CLASS), detail=detail)
+    return translate(error, stage, _reason(error), detail=detail)
 
 
 async def call(operation: Callable[[], Awaitable[T]], deadline: float, stage: Stage) -> T:

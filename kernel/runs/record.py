@@ -37,6 +37,7 @@ __all__ = [
     "key_of",
     "WAIT_FOR_KIND",
     "HOP_STATUSES",
+    "operator_cancelled",
     "RunState",
     "hop_holds",
     "opens_owners",
@@ -363,6 +364,12 @@ def hop_holds(run: RunState, enqueue_seq: int) -> bool:
     sequence. A checkpoint, a step's result and a finished hop's outcome are written only
     then, and a hop that no longer holds its Run stops."""
     return run.status in HOP_STATUSES and run.enqueue_seq == enqueue_seq
+
+
+def operator_cancelled(run: RunState) -> bool:
+    """Whether an operator's cancel took the Run (CANCELLING or CANCELLED): a hop that
+    stops because of it was cancelled, not lost."""
+    return run.status in (RunStatus.CANCELLING, RunStatus.CANCELLED)
 
 
 def opens_owners(run: RunState) -> bool:

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tenure.adapters.apps.cli import main, run_command
+from tenure.adapters.apps.cli import main
+from tenure.adapters.apps.reporting import run_command
 from tenure.kernel.queue import machine as queue_machine
 
 
@@ -146,14 +147,14 @@ def temporary_root(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> p
 
 
 @pytest.mark.parametrize(("arguments", "lines"), [
-    (["--jobs", "5"], ["  jobs: integer_out_of_range (--jobs takes 10 to 10000)"]),
-    (["--jobs", "10001"], ["  jobs: integer_out_of_range (--jobs takes 10 to 10000)"]),
-    (["--workers", "0"], ["  workers: integer_out_of_range (--workers takes 1 to 64)"]),
-    (["--lease-seconds", "0"], ["  lease_seconds: number_out_of_range (--lease-seconds takes 0.1 to 10)"]),
-    (["--lease-seconds", "nan"], ["  lease_seconds: number_out_of_range (--lease-seconds takes 0.1 to 10)"]),
+    (["--jobs", "5"], ["  --jobs: integer_out_of_range (--jobs takes 10 to 10,000)"]),
+    (["--jobs", "10001"], ["  --jobs: integer_out_of_range (--jobs takes 10 to 10,000)"]),
+    (["--workers", "0"], ["  --workers: integer_out_of_range (--workers takes 1 to 64)"]),
+    (["--lease-seconds", "0"], ["  --lease-seconds: number_out_of_range (--lease-seconds takes 0.1 to 10 seconds)"]),
+    (["--lease-seconds", "nan"], ["  --lease-seconds: number_out_of_range (--lease-seconds takes 0.1 to 10 seconds)"]),
     (["--lease-seconds", "-1", "--workers", "100"], [
-        "  workers: integer_out_of_range (--workers takes 1 to 64)",
-        "  lease_seconds: number_out_of_range (--lease-seconds takes 0.1 to 10)",
+        "  --workers: integer_out_of_range (--workers takes 1 to 64)",
+        "  --lease-seconds: number_out_of_range (--lease-seconds takes 0.1 to 10 seconds)",
     ]),
 ])
 def test_demo_refuses_bad_settings_naming_each_before_it_creates_a_folder(
@@ -180,7 +181,7 @@ def test_a_bad_database_url_is_refused_naming_the_field_and_never_echoing_the_ur
 ) -> None:
     assert main([*command, "--db", "mysql://operator:hunter2@db.internal/queue"]) == 2
     out = capsys.readouterr().out
-    assert "db_url: unsupported_scheme (--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE)" in out
+    assert "--db: unsupported_scheme (--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE" in out
     assert "hunter2" not in out and "db.internal" not in out and "operator" not in out
     assert list(temporary_root.iterdir()) == []
 
@@ -191,7 +192,7 @@ def test_a_sqlite_url_with_too_few_slashes_is_refused_saying_so(
 ) -> None:
     assert main(["migrate", "--db", url]) == 2
     out = capsys.readouterr().out
-    assert "db_url: sqlite_needs_three_slashes (--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE)" in out
+    assert "--db: sqlite_needs_three_slashes (--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE" in out
     assert "queue.db" not in out
     assert list(temporary_root.iterdir()) == []
 
@@ -273,7 +274,7 @@ def test_demo_removes_its_temporary_folder_when_it_finishes(
 def test_demo_removes_its_temporary_folder_when_it_fails(
     failure: str, temporary_root: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tenure.adapters.apps import cli
+    from tenure.adapters.apps import demo
     from tenure.model import ErrorCode, TenureError
 
     seen: list[pathlib.Path] = []
@@ -286,7 +287,7 @@ def test_demo_removes_its_temporary_folder_when_it_fails(
             raise KeyboardInterrupt
         raise TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, "connection_lost")
 
-    monkeypatch.setattr(cli, "run_demo", failing_demo)
+    monkeypatch.setattr(demo, "run_demo", failing_demo)
     if failure == "interrupt":
         with pytest.raises(KeyboardInterrupt):
             main(["demo"])
@@ -417,19 +418,19 @@ def test_no_command_prints_a_value_it_rejects_in_any_position_and_each_exits_two
 
 
 @pytest.mark.parametrize(("arguments", "lines"), [
-    (["runs", "list", "--limit", SECRET], ["  limit: integer_required (--limit takes an integer)"]),
-    (["demo", "--lease-seconds", SECRET], ["  lease_seconds: number_required (--lease-seconds takes a number)"]),
+    (["runs", "list", "--limit", SECRET], ["  --limit: integer_required (--limit takes an integer: 1 to 1,000)"]),
+    (["demo", "--lease-seconds", SECRET], ["  --lease-seconds: number_required (--lease-seconds takes a number: 0.1 to 10 seconds)"]),
     (["runs", "list", "--status", SECRET], [
-        "  status: invalid_choice (--status takes queued, running, awaiting_hardware, awaiting_consent, "
+        "  --status: invalid_choice (--status takes queued, running, awaiting_hardware, awaiting_consent, "
         "awaiting_delegate, awaiting_service, awaiting_timer, cancelling, done, failed or cancelled)"]),
     (["runs", "admit", "--db", "sqlite:///x.db", "--broker", SECRET],
-     ["  broker: invalid_choice (--broker takes saq or queue)"]),
+     ["  --broker: invalid_choice (--broker takes saq or queue)"]),
     ([SECRET], ["  command: invalid_choice (command takes demo, migrate, worker, jobs, runs or health)"]),
     (["runs", "list", "--db", "sqlite:///x.db", SECRET], ["  unrecognized_arguments"]),
     (["migrate", "--db", "sqlite:///x.db", f"--verbose={SECRET}"],
-     ["  verbose: takes_no_value (--verbose is a flag: give it without =VALUE)"]),
-    (["runs", "list", "--limit"], ["  limit: value_required"]),
-    (["runs", "show"], ["  db: argument_required", "  run_id: argument_required"]),
+     ["  --verbose: takes_no_value (--verbose is a flag: give it without =VALUE)"]),
+    (["runs", "list", "--limit"], ["  --limit: value_required"]),
+    (["runs", "show"], ["  run_id: argument_required"]),
 ])
 def test_a_rejected_argument_is_refused_naming_its_option_and_what_it_takes(
     arguments: list[str], lines: list[str], capsys: pytest.CaptureFixture[str],
@@ -440,3 +441,64 @@ def test_a_rejected_argument_is_refused_naming_its_option_and_what_it_takes(
         "refused: invalid_arguments", *lines, "  `tenure COMMAND --help` lists what each option takes",
     ]
     assert captured.err.startswith("usage: tenure") and SECRET not in captured.err
+
+
+# --- TENURE_DB --------------------------------------------------------------------------------
+
+def test_without_db_every_command_but_demo_reads_tenure_db_and_never_prints_it(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = f"sqlite:///{tmp_path}/from-the-environment.db"
+    monkeypatch.setenv("TENURE_DB", url)
+    assert main(["migrate"]) == 0
+    assert (tmp_path / "from-the-environment.db").exists()
+    assert main(["runs", "list"]) == 0
+    assert main(["jobs", "list", "--queue", "validation"]) == 0
+    printed = capsys.readouterr().out
+    assert url not in printed and "from-the-environment" not in printed
+    # --db wins over the variable.
+    other = tmp_path / "named.db"
+    assert main(["migrate", "--db", f"sqlite:///{other}"]) == 0 and other.exists()
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["runs", "list"], ["jobs", "list"], ["runs", "cancel", "r-1"]])
+def test_without_db_or_tenure_db_a_command_is_refused_naming_the_flag_and_the_variable(
+    command: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TENURE_DB", raising=False)
+    assert main(command) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        "refused: invalid_arguments",
+        "  --db: argument_required (--db takes sqlite:///PATH or postgresql://USER@HOST/DATABASE; or set TENURE_DB)",
+        "  `tenure COMMAND --help` lists what each option takes"]
+
+
+def test_the_demo_never_reads_tenure_db(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TENURE_DB", f"sqlite:///{tmp_path}/production.db")
+    assert main(["demo", "--jobs", "10", "--workers", "1"]) == 0
+    assert not (tmp_path / "production.db").exists()
+    assert "a new SQLite file in a temporary folder" in capsys.readouterr().out
+
+
+def test_version_and_help_are_answered_without_importing_the_library() -> None:
+    script = ("import sys\nfrom tenure.adapters.apps.cli import main\n"
+              "for argv in (['--version'], ['--help']):\n"
+              "    try:\n        main(argv)\n    except SystemExit as exited:\n        assert exited.code == 0\n"
+              "heavy = sorted(name for name in sys.modules if name.startswith(('pydantic', 'sqlalchemy', 'asyncpg',"
+              " 'tenure.model', 'tenure.kernel')))\n"
+              "assert not heavy, heavy\n")
+    done = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "tenure " in done.stdout and "health" in done.stdout
+
+
+def test_the_quick_help_lists_every_command_with_the_full_parsers_help() -> None:
+    from tenure.adapters.apps import cli
+
+    def helps(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+        [commands] = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        return {choice.dest: choice.help for choice in commands._choices_actions}
+
+    assert helps(cli._quick_parser()) == helps(cli._parser()) == cli.COMMAND_HELP

@@ -251,11 +251,11 @@ async def test_a_database_never_migrated_is_refused_as_the_worker_refuses_it(
 @pytest.mark.parametrize(("arguments", "flag", "problem", "accepts"), [
     (["--timeout-seconds", "0"], "--timeout-seconds", "number_out_of_range", "0.1 to 300"),
     (["--timeout-seconds", "nan"], "--timeout-seconds", "number_out_of_range", "0.1 to 300"),
-    (["--max-oldest-pending-seconds", "-1"], "--max-oldest-pending-seconds", "number_out_of_range", "0 to 31536000"),
-    (["--max-expired-claims", "-1"], "--max-expired-claims", "integer_out_of_range", "0 to 1000000000"),
-    (["--expired-claim-grace-seconds", "inf"], "--expired-claim-grace-seconds", "number_out_of_range", "0 to 86400"),
-    (["--max-cancelling-seconds", "1e9"], "--max-cancelling-seconds", "number_out_of_range", "0 to 31536000"),
-    (["--max-pending-jobs", "-5"], "--max-pending-jobs", "integer_out_of_range", "0 to 1000000000"),
+    (["--max-oldest-pending-seconds", "-1"], "--max-oldest-pending-seconds", "number_out_of_range", "0 to 31,536,000"),
+    (["--max-expired-claims", "-1"], "--max-expired-claims", "integer_out_of_range", "0 to 1,000,000,000"),
+    (["--expired-claim-grace-seconds", "inf"], "--expired-claim-grace-seconds", "number_out_of_range", "0 to 86,400"),
+    (["--max-cancelling-seconds", "1e9"], "--max-cancelling-seconds", "number_out_of_range", "0 to 31,536,000"),
+    (["--max-pending-jobs", "-5"], "--max-pending-jobs", "integer_out_of_range", "0 to 1,000,000,000"),
     (["--max-degraded-nodes", "many"], "--max-degraded-nodes", "integer_required", "an integer"),
 ])
 async def test_bad_flags_are_refused_naming_the_flag_and_its_range_before_the_database(

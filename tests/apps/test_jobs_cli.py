@@ -70,7 +70,7 @@ async def test_an_operator_lists_shows_cancels_and_purges_jobs(db_url: str, tmp_
     assert refused.returncode == 2 and refused.stdout.startswith("not retried")
     streaming = await jobs(tmp_path, "retry", "--db", db_url, "--queue", "streaming", ids[0])
     assert streaming.returncode == 2 and streaming.stdout.splitlines()[:2] == [
-        "refused: invalid_arguments", "  queue: tasks_validation_or_pipeline_required"]
+        "refused: invalid_arguments", "  --queue: tasks_validation_or_pipeline_required (--queue takes tasks (default), validation, pipeline or streaming)"]
 
     cancelled = await jobs(tmp_path, "cancel", "--db", db_url, "--queue", "validation", ids[2])
     assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout

@@ -147,7 +147,7 @@ async def test_a_payload_nested_too_deep_is_refused_without_a_traceback_and_noth
     done = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
                                    "--workflow", "hello", "--revision", "1", "--payload", deep)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stdout.splitlines() == ["refused: invalid_payload", "  payload: json_too_deep"]
+    assert done.stdout.splitlines() == ["refused: invalid_payload", "  --payload: json_too_deep (--payload takes a JSON object, or --payload-file PATH, or --payload - (stdin))"]
     assert done.stderr == ""
     async with RunLedger(db_url) as ledger:
         assert (await ledger.list_runs()).items == ()

@@ -15,7 +15,7 @@ from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.recovery.table import LOST_ERROR, Evidence, evidence_for, latest_owner, lost_and_retryable
 from tenure.kernel.runs.commands import Admitted, Settled, Swept, Ticket
 from tenure.kernel.runs.machine import consent_sweep, owner_decided
-from tenure.kernel.runs.record import cancel_frozen_at, hop_holds, is_terminal, opens_owners
+from tenure.kernel.runs.record import cancel_frozen_at, hop_holds, is_terminal, opens_owners, operator_cancelled
 from tenure.model import AgentJobStatus, AttemptState, ConsentStatus, RunStatus, WaitKind, canonical_json
 
 
@@ -29,6 +29,7 @@ def test_the_run_rules_over_every_status(status: RunStatus) -> None:
     assert is_terminal(run) is (status in (RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED))
     assert cancel_frozen_at(run, 3) is (status is RunStatus.CANCELLING)
     assert cancel_frozen_at(run, 2) is False
+    assert operator_cancelled(run) is (status in (RunStatus.CANCELLING, RunStatus.CANCELLED))
 
 
 @pytest.mark.parametrize("status", list(RunStatus))
