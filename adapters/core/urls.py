@@ -5,7 +5,9 @@ refused: every connection would see its own empty database; ``sqlite://path``, w
 slashes, is refused as ``sqlite_needs_three_slashes``), ``postgresql://...`` and
 ``postgresql+asyncpg://...``. A PostgreSQL URL may name the schema holding the queue
 tables with a ``schema`` query parameter (``...?schema=pycharter``; pycharter keeps its
-tables in ``pycharter``); without one, the connection's current schema is used. A URL
+tables in ``pycharter``); without one, the connection's current schema is used. Any
+other query parameter must be one of :data:`URL_PARAMETERS` (refused before connecting as
+``unknown_url_parameter``); a bare path is refused as ``scheme_missing``. A URL
 is configuration from trusted setup and may carry a password, so no error or ``repr``
 ever contains it.
 """
@@ -18,8 +20,9 @@ import re
 import urllib.parse
 
 from tenure.model import ConfigValidationError
+from tenure.model.errors import is_authored_word
 
-__all__ = ["DatabaseKind", "DatabaseTarget", "parse_db_url", "check_schema_name"]
+__all__ = ["DatabaseKind", "DatabaseTarget", "parse_db_url", "check_schema_name", "URL_PARAMETERS"]
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -84,9 +87,39 @@ def parse_db_url(db_url: object) -> DatabaseTarget:
                         "invalid_db_url", fields=("db_url",), problems=("sqlite_file_path_required",)
                     )
                 return DatabaseTarget(kind, rest)
+            _check_parameters(rest)
             dsn, schema = _split_schema("postgresql://" + rest)
             return DatabaseTarget(kind, dsn, schema)
     if db_url.startswith(("sqlite:", "sqlite+aiosqlite:")):
         # sqlite://queue.db would name a host: the path follows a third slash.
         raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("sqlite_needs_three_slashes",))
+    if not _SCHEME.match(db_url):
+        # queue.db, ./data/queue.db, /var/lib/queue.db: a path where a URL belongs.
+        raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("scheme_missing",))
     raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("unsupported_scheme",))
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+URL_PARAMETERS = frozenset({
+    # asyncpg's connection parameters (asyncpg/connect_utils.py, _parse_connect_dsn_and_args)
+    "host", "port", "user", "password", "passfile", "dbname", "database", "service", "servicefile",
+    "sslmode", "sslcert", "sslkey", "sslrootcert", "sslnegotiation", "sslcrl", "sslpassword",
+    "ssl_min_protocol_version", "ssl_max_protocol_version", "target_session_attrs", "krbsrvname", "gsslib",
+    # server settings tenure lets a URL set (asyncpg sends any other parameter as one)
+    "application_name", "statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout",
+    # tenure's own
+    "schema",
+})
+"""The query parameters a PostgreSQL URL may carry. asyncpg sends any parameter it does not
+know to the server as a setting, which fails only once connected, as ``unavailable``; a
+misspelt ``sslmode`` would even connect without TLS. So any other parameter is refused
+before connecting, naming it when its name is a plain lowercase word (``db_url.NAME``)."""
+
+
+def _check_parameters(dsn: str) -> None:
+    query = dsn.partition("?")[2]
+    for name, _ in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        if name not in URL_PARAMETERS:
+            field = f"db_url.{name}" if is_authored_word(f"db_url.{name}") and "." not in name else "db_url"
+            raise ConfigValidationError("invalid_db_url", fields=(field,), problems=("unknown_url_parameter",))

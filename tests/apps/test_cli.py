@@ -502,3 +502,62 @@ def test_the_quick_help_lists_every_command_with_the_full_parsers_help() -> None
         return {choice.dest: choice.help for choice in commands._choices_actions}
 
     assert helps(cli._quick_parser()) == helps(cli._parser()) == cli.COMMAND_HELP
+
+
+# --- URL diagnostics --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["queue.db", "./data/queue.db", "/var/lib/tenure/queue.db"])
+def test_a_bare_path_is_refused_as_scheme_missing(
+    path: str, temporary_root: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["migrate", "--db", path]) == 2
+    out = capsys.readouterr().out
+    assert "--db: scheme_missing (--db takes sqlite:///PATH or postgresql://" in out and "queue.db" not in out
+
+
+def test_an_unknown_url_parameter_is_refused_before_connecting_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("connected")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    assert main(["migrate", "--db", "postgresql://ops:hunter2@db.internal/queue?sslmod=require"]) == 2
+    out = capsys.readouterr().out
+    assert "  --db sslmod: unknown_url_parameter (--db takes" in out
+    assert "hunter2" not in out and "db.internal" not in out and "require" not in out
+    # A name that is not a plain word is refused without it.
+    assert main(["migrate", "--db", "postgresql://ops@db.internal/queue?Secret%20Name=1"]) == 2
+    out = capsys.readouterr().out
+    assert "  --db: unknown_url_parameter" in out and "Secret" not in out
+
+
+def test_every_known_url_parameter_passes_the_check() -> None:
+    from tenure.adapters.core.urls import URL_PARAMETERS, parse_db_url
+
+    query = "&".join(f"{name}=x" for name in sorted(URL_PARAMETERS - {"schema"}))
+    assert parse_db_url(f"postgresql://u@h/d?{query}&schema=pycharter").schema == "pycharter"
+
+
+def test_a_host_that_does_not_resolve_fails_as_host_not_found_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    # .invalid never resolves (RFC 6761); the failure comes from the resolver, not a server.
+    assert main(["runs", "list", "--db", "postgresql://ops:hunter2@no-such-host.invalid/queue"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[:2] == [
+        "failed: run_persistence_failed: host_not_found",
+        "  the URL's host name does not resolve: check its spelling and this machine's DNS"]
+    assert "hunter2" not in out and "no-such-host" not in out
+
+
+@pytest.mark.parametrize("database", ["postgresql"])
+def test_a_tls_negotiation_failure_fails_as_tls_failed_with_a_hint(
+    fresh_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The throwaway server offers no TLS: sslmode=require cannot be met.
+    separator = "&" if "?" in fresh_db_url else "?"
+    assert main(["runs", "list", "--db", f"{fresh_db_url}{separator}sslmode=require"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "failed: run_persistence_failed: tls_failed", out
+    assert "sslrootcert" in out.splitlines()[1]
