@@ -20,7 +20,8 @@ from tenure.model.errors import is_authored_word
 
 from .flags import FLAGS, flag_for
 
-__all__ = ["report_refusal", "report_failure", "run_command", "CommandParser", "ArgumentsRefused", "HINTS",
+__all__ = ["report_refusal", "report_failure", "run_command", "CommandParser", "ArgumentsRefused", "RefusedWithDetail",
+           "HINTS",
            "REFUSAL_HINTS", "COMMAND"]
 
 COMMAND: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenure_command", default=None)
@@ -59,6 +60,15 @@ class ArgumentsRefused(ConfigValidationError):
         self.hints = dict(hints or {})
         self.spellings = dict(spellings or {})
         """Each field's option as the command line spells it (``--lease-seconds``)."""
+
+
+class RefusedWithDetail(ConfigValidationError):
+    """A refusal with one more line that says what went wrong in the operator's own code
+    (an import failure's type and message): written by the command, never a rejected value."""
+
+    def __init__(self, reason: str, *, fields: tuple[str, ...], problems: tuple[str, ...], detail: str) -> None:
+        super().__init__(reason, fields=fields, problems=problems)
+        self.detail = detail
 
 
 TYPE_PROBLEMS: dict[object, str] = {int: "integer_required", float: "number_required"}
@@ -175,6 +185,8 @@ def report_refusal(error: ConfigValidationError) -> None:
                 shown = f"{row.flag} {part}"
         line = f"{shown}: {problem}" if shown else problem
         print(f"  {line}" + (f" ({hint})" if hint else ""))
+    if isinstance(error, RefusedWithDetail):
+        print(f"  {error.detail}")
     hint = REFUSAL_HINTS.get(error.reason)
     if hint is not None:
         print(f"  {hint}")

@@ -4,6 +4,7 @@ field and problem before it creates anything, and migrate reports what it checke
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.metadata
 import itertools
 import os
@@ -561,3 +562,61 @@ def test_a_tls_negotiation_failure_fails_as_tls_failed_with_a_hint(
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "failed: run_persistence_failed: tls_failed", out
     assert "sslrootcert" in out.splitlines()[1]
+
+
+# --- import failures say what failed ------------------------------------------------------------
+
+@pytest.fixture
+def modules(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "tenure_t_app.py").write_text("import tenure_t_dependency\nasync def handler(claimed, context):\n"
+                                            "    return {}\n")
+    (folder / "tenure_t_dependency.py").write_text("raise RuntimeError('DATABASE_HOST is not set\\n(see notes)')\n")
+    (folder / "tenure_t_missing_dep.py").write_text("import tenure_t_not_installed\n")
+    (folder / "tenure_t_fine.py").write_text("async def handler(claimed, context):\n    return {}\n")
+    (folder / "tenure_t_syntax.py").write_text("def broken(:\n    SECRET_LINE = 1\n")
+    monkeypatch.syspath_prepend(str(folder))
+    for name in [name for name in sys.modules if name.startswith("tenure_t_")]:
+        monkeypatch.delitem(sys.modules, name)
+    return folder
+
+
+@pytest.mark.parametrize(("path", "problem"), [
+    ("tenure_t_app:handler", "the handler's module failed to import while importing 'tenure_t_dependency': "
+                             "RuntimeError: DATABASE_HOST is not set (see notes)"),
+    ("tenure_t_dependency:handler", "the handler's module failed to import: RuntimeError: DATABASE_HOST is not set "
+                                    "(see notes)"),
+    ("tenure_t_missing_dep:handler", "the handler's module imports a module that is not installed "
+                                     "('tenure_t_not_installed')"),
+    ("tenure_t_fine:absent", "the handler's module has no attribute of that name"),
+    ("tenure_t_nowhere:handler", "the handler's module does not exist (ModuleNotFoundError)"),
+    ("tenure_t_fine", "the handler must be given as package.module:attribute"),
+])
+def test_an_import_failure_names_its_type_message_and_failing_module_never_the_path(
+    modules: pathlib.Path, path: str, problem: str
+) -> None:
+    from tenure.adapters.apps.worker_cli import import_problem
+
+    assert import_problem(path, "handler") == (None, problem)
+
+
+def test_a_syntax_error_names_the_file_and_line_never_its_contents(modules: pathlib.Path) -> None:
+    from tenure.adapters.apps.worker_cli import import_problem
+
+    target, problem = import_problem("tenure_t_syntax:broken", "handler")
+    assert target is None and problem is not None and problem.startswith("the handler's module failed to import: "
+                                                                         "SyntaxError")
+    assert "SECRET_LINE" not in problem and "def broken" not in problem
+
+
+async def test_a_workflows_registry_that_fails_to_import_is_refused_with_the_detail(
+    modules: pathlib.Path, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await asyncio.to_thread(main, ["runs", "admit", "--db", db_url, "--workflows", "tenure_t_app:flows",
+                                          "--workflow", "w", "--revision", "1"]) == 2
+    assert capsys.readouterr().out.splitlines()[:3] == [
+        "refused: invalid_workflows",
+        "  --workflows: does_not_import (--workflows takes package.module:registry, a Workflows registry)",
+        "  the registry's module failed to import while importing 'tenure_t_dependency': RuntimeError: "
+        "DATABASE_HOST is not set (see notes)"]

@@ -158,7 +158,7 @@ def test_the_cli_refuses_bad_handlers_and_unmigrated_databases(fresh_db_url: str
         assert missing.returncode == 2 and "schema_missing" in missing.stdout, missing.stdout
     asyncio.run(_upgrade(fresh_db_url))
     unknown = run(fresh_db_url, "no_such_handler")
-    assert unknown.returncode == 2 and "does not import" in unknown.stdout
+    assert unknown.returncode == 2 and "has no attribute of that name" in unknown.stdout
     nomodule = subprocess.run(worker_command(fresh_db_url, "x")[:-1] + ["no_such_module:handler"],
                               capture_output=True, text=True, timeout=60)
     assert nomodule.returncode == 2 and "ModuleNotFoundError" in nomodule.stdout
