@@ -71,6 +71,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("relay_interval_s", "--relay-seconds", "more than 0 up to 60 seconds"),
     Flag("node_lease_s", "--node-lease-seconds", "more than twice --relay-seconds, up to 3,600 seconds"),
     Flag("args", "--args", "a JSON object of the task's arguments"),
+    Flag("payload_file", "--payload-file", "a readable file of at most 16 MiB holding a JSON object"),
     Flag("status", "--status", "a status of the listed kind (any letter case)"),
     # tenure demo's own, tighter ranges (see DEMO_LIMITS for why).
     *(Flag(field, "--" + field.replace("_", "-"), _range(low, high, " seconds" if "seconds" in field else ""), "demo")

@@ -92,7 +92,8 @@ def add_jobs_parser(commands: Any) -> None:
         return parser
 
     listing = with_queue(actions.add_parser("list", help="list jobs, oldest first"))
-    listing.add_argument("--status", choices=[status.value for status in JobStatus])
+    listing.add_argument("--status", type=str.lower, choices=[status.value for status in JobStatus],
+                         help="only jobs of this status (any letter case)")
     listing.add_argument("--task-queue", help="tasks: only this task queue")
     listing.add_argument("--task", help="tasks: only tasks of this name")
     listing.add_argument("--older-than", help="only jobs created longer ago than this (90s, 15m, 12h, 7d)")
@@ -113,7 +114,7 @@ def add_jobs_parser(commands: Any) -> None:
 
     purge = with_queue(actions.add_parser("purge", help="delete finished jobs that finished longer ago than an age"))
     purge.add_argument("--older-than", required=True, help="finished longer ago than this (90s, 15m, 12h, 7d)")
-    purge.add_argument("--status", choices=[JobStatus.COMPLETED.value, JobStatus.FAILED.value,
+    purge.add_argument("--status", type=str.lower, choices=[JobStatus.COMPLETED.value, JobStatus.FAILED.value,
                                             JobStatus.CANCELLED.value], help="only jobs that finished so")
 
     defer = actions.add_parser("defer", help="enqueue a task of an app by its name")

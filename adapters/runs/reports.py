@@ -18,6 +18,7 @@ failure to record never reaches recovery: the runtime logs it and goes on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Condition, Finder
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
     from .transactions import RunTransactions
 
 __all__ = ["RecoveryReports", "RecoveryReportRow", "RECOVERY_REPORTS_TABLE", "RECOVERY_REPORTS_BINDING",
-           "REPORT_PASSES", "report_row", "latest_reports", "stored_counts", "MAX_NODE_CHARS"]
+           "REPORT_PASSES", "report_row", "latest_reports", "stored_counts", "stored_queues", "SERVING_PASSES",
+           "MAX_NODE_CHARS"]
 
 MAX_NODE_CHARS = 128
 """The longest node name a report is stored under (the node lease table's bound)."""
@@ -43,8 +45,10 @@ MAX_NODE_CHARS = 128
 _EVERY_ROW = Finder("recovery_reports", ((Condition("node", "not_null"),),), order=("node",), lock="none")
 
 
-def report_row(node: str, pass_kind: str, report: RecoveryReport, finished_at_us: int) -> RecoveryReportRow:
-    """The row that records ``report`` (IDs left out: only counts are kept)."""
+def report_row(node: str, pass_kind: str, report: RecoveryReport, finished_at_us: int,
+               queues: Iterable[str] = ()) -> RecoveryReportRow:
+    """The row that records ``report`` (IDs left out: only counts are kept), written by a
+    node whose workers serve ``queues``."""
     reasons: dict[str, int] = {}
     for issue in report.issues:
         reasons[issue.reason] = reasons.get(issue.reason, 0) + 1
@@ -52,7 +56,21 @@ def report_row(node: str, pass_kind: str, report: RecoveryReport, finished_at_us
         node=node, pass_kind=pass_kind, degraded=bool(report.issues), issue_count=len(report.issues),
         counts_json=canonical_json({name: int(count) for name, count in report.counts.items()}),
         issue_reasons_json=canonical_json(reasons), finished_at_us=finished_at_us,
+        queues_json=canonical_json(sorted(set(queues))),
     )
+
+
+SERVING_PASSES = frozenset({"startup", "reboot", "relay"})
+"""The passes a node makes while its workers serve (a takeover's row is about a dead node)."""
+
+
+def stored_queues(text: str) -> set[str]:
+    """A stored JSON array of queue names (anything else in it is ignored)."""
+    try:
+        value: Any = json_column(text)
+    except TenureError:
+        return set()
+    return {name for name in value if type(name) is str} if type(value) is list else set()
 
 
 def stored_counts(text: str) -> dict[str, int]:
@@ -80,16 +98,18 @@ class RecoveryReports:
     def __init__(self, transactions: RunTransactions) -> None:
         self._tx = transactions
 
-    async def record(self, node: str, pass_kind: str, report: RecoveryReport) -> RecoveryReportRow:
+    async def record(self, node: str, pass_kind: str, report: RecoveryReport,
+                     queues: Iterable[str] = ()) -> RecoveryReportRow:
         """Replace ``node``'s report with ``report``, written by the pass ``pass_kind``
-        (one of :data:`REPORT_PASSES`); the row as stored."""
+        (one of :data:`REPORT_PASSES`) of a node whose workers serve ``queues``; the row
+        as stored."""
         name = check_text(node, "node", MAX_NODE_CHARS)
         if pass_kind not in REPORT_PASSES:
             raise refuse("pass_kind", "unknown_pass", reason="invalid_recovery_report")
 
         async def body(tx: Transaction) -> RecoveryReportRow:
             await tx.lock_name(f"tenure:recovery_report:{name}")
-            row = report_row(name, pass_kind, report, await tx.now_us())
+            row = report_row(name, pass_kind, report, await tx.now_us(), queues)
             stored: list[RecoveryReportRow] = await tx.read(RECOVERY_REPORTS_BINDING, [name])
             if not stored:
                 written: RecoveryReportRow = await tx.insert(RECOVERY_REPORTS_BINDING, row)
@@ -100,6 +120,22 @@ class RecoveryReports:
 
         recorded: RecoveryReportRow = await self._tx.run(body)
         return recorded
+
+    async def served_queues(self, within_s: float) -> set[str]:
+        """The Run queues some node's workers served within the last ``within_s`` seconds
+        of the database clock (by the serving passes it recorded: a relay round each
+        relay interval)."""
+
+        async def body(tx: Transaction) -> set[str]:
+            since = await tx.now_us() - round(within_s * 1_000_000)
+            served: set[str] = set()
+            for row in await latest_reports(tx):
+                if row.pass_kind in SERVING_PASSES and row.finished_at_us >= since:
+                    served |= stored_queues(row.queues_json)
+            return served
+
+        queues: set[str] = await self._tx.run(body, write=False)
+        return queues
 
     async def latest(self) -> list[RecoveryReportRow]:
         """Every node's latest report, by node name."""

@@ -213,7 +213,10 @@ class RunRuntime:
         but a cancellation. A failure is logged once, and again only after a recording
         succeeded (a database not migrated to ``runs_v6`` would otherwise log every round)."""
         try:
-            await self.ledger.recovery_reports.record(node, pass_kind, report)
+            # A node's own passes say which queues its workers serve; a takeover's row is
+            # about a dead node, which serves none.
+            queues = () if pass_kind == "takeover" else sorted({q for worker in self.workers for q in worker.queues})
+            await self.ledger.recovery_reports.record(node, pass_kind, report, queues)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 - a diagnostic's failure never reaches recovery

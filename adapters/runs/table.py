@@ -250,6 +250,9 @@ class RecoveryReportRow:
     """Canonical JSON object: each issue reason met and how many Runs had it."""
     finished_at_us: int
     """The database time the report was recorded."""
+    queues_json: str = "[]"
+    """Canonical JSON array: the Run queues the node's workers serve (a takeover's: none),
+    so ``tenure runs admit`` can say when no worker serves a queue."""
 
 
 _report_column = functools.partial(column, step=Step.REPORTS)
@@ -265,6 +268,7 @@ RECOVERY_REPORTS_TABLE = TableSpec(
         _report_column("counts_json", Codec.TEXT, Text(), mutable=True),
         _report_column("issue_reasons_json", Codec.TEXT, Text(), mutable=True),
         _report_column("finished_at", Codec.INSTANT, DateTime(timezone=True), mutable=True, field="finished_at_us"),
+        _report_column("queues_json", Codec.TEXT, Text(), mutable=True),
     ),
     created_by=Step.REPORTS,
     checks=(

@@ -26,7 +26,8 @@ registry = Workflows()
 @registry.workflow("hello", "1")
 async def hello(ctx):
     if not ctx.resumed:
-        await ctx.request_consent(tool_name="greet", tool_call_id="call-1", payload={}, state={"n": 1})
+        await ctx.request_consent(tool_name="greet", tool_call_id="call-1", payload={"to": "ada@example.org"},
+                                  state={"n": 1})
     if ctx.consent.verdict is not True:
         raise PermissionError()
 '''
@@ -62,6 +63,8 @@ async def test_a_worker_process_runs_what_the_operator_admits_and_decides(
     assert admitted.returncode == 0, admitted.stdout + admitted.stderr
     run_id = admitted.stdout.splitlines()[1].split()[0]
     assert "published" in admitted.stdout
+    # No worker has served the queue: the operator is told, the Run is admitted all the same.
+    assert "warning: no Run worker has served the queue 'runs'" in admitted.stderr
     worker = subprocess.Popen(
         [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", "worker", "--db", db_url, "--broker", broker,
          "--workflows", "flows:registry", "--node", "node-a", "--relay-seconds", "0.5", "--node-lease-seconds", "10"],
@@ -70,6 +73,18 @@ async def test_a_worker_process_runs_what_the_operator_admits_and_decides(
         parked = await wait_for(db_url, run_id, RunStatus.AWAITING_CONSENT)
         shown = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, run_id)
         assert "awaiting_consent" in shown.stdout and parked.owner_id in shown.stdout
+        # What the consent is for, and its payload only when asked.
+        assert "tool greet, call call-1" in shown.stdout and "(--show-payload prints it)" in shown.stdout
+        assert "ada@example.org" not in shown.stdout
+        revealed = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, run_id, "--show-payload")
+        assert revealed.stdout.splitlines()[-1] == '{"to":"ada@example.org"}'
+        # The worker records the queues it serves each relay round: no warning now.
+        served = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
+                                         "--workflow", "hello", "--revision", "1", "--key", "k-2")
+        assert served.returncode == 0 and "warning" not in served.stderr, served.stderr
+        second = served.stdout.splitlines()[1].split()[0]
+        await wait_for(db_url, second, RunStatus.AWAITING_CONSENT)
+        await asyncio.to_thread(tenure, folder, "cancel", "--db", db_url, second)
         decided = await asyncio.to_thread(tenure, folder, "consent", "--db", db_url, parked.owner_id, "grant",
                                           "--by", "bob", "--broker", broker)
         # This call or the worker's relay resumed it: either way the Run is at hop 1 now.
@@ -81,7 +96,7 @@ async def test_a_worker_process_runs_what_the_operator_admits_and_decides(
         out, err = await asyncio.to_thread(worker.communicate, timeout=60)
     assert worker.returncode == 0, out + err
     assert "startup: nothing to repair" in out
-    assert "done 1" in out and "parked 1" in out
+    assert "done 1" in out and "parked 2" in out and "lost 0" in out
     again = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
                                     "--workflow", "hello", "--revision", "1", "--key", "k-1")
     assert "no (replay)" in again.stdout and run_id in again.stdout
@@ -100,8 +115,8 @@ async def test_operator_commands_work_without_a_broker_and_refuse_bad_input(db_u
     assert "pending (fresh, 0 publish calls)" in shown.stdout
     cancelled = await asyncio.to_thread(tenure, folder, "cancel", "--db", db_url, run_id)
     assert cancelled.returncode == 0 and "cancelling" in cancelled.stdout
-    listed = await asyncio.to_thread(tenure, folder, "list", "--db", db_url, "--status", "cancelling")
-    assert run_id in listed.stdout
+    listed = await asyncio.to_thread(tenure, folder, "list", "--db", db_url, "--status", "CANCELLING")
+    assert run_id in listed.stdout  # statuses in any letter case
     refusals = [
         ("admit", "--db", db_url, "--workflows", "flows:registry", "--workflow", "hello", "--revision", "1",
          "--payload", "{not json"),
@@ -220,3 +235,28 @@ async def test_retry_readmits_a_lost_run_and_show_prints_a_result_only_when_aske
     assert shown.returncode == 0 and "bytes of JSON" in shown.stdout and "r3sult" not in shown.stdout
     printed = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, done, "--result")
     assert printed.returncode == 0 and '{"secret":"r3sult"}' in printed.stdout
+
+
+@pytest.mark.parametrize("database", ["sqlite"])
+async def test_a_payload_comes_from_a_file_or_stdin_and_an_unreadable_file_is_refused_without_its_path(
+    db_url: str, folder: pathlib.Path
+) -> None:
+    (folder / "payload.json").write_text('{"from": "file"}', encoding="utf-8")
+    admit = ("admit", "--db", db_url, "--workflows", "flows:registry", "--workflow", "hello", "--revision", "1")
+    from_file = await asyncio.to_thread(tenure, folder, *admit, "--payload-file", "payload.json", "--key", "f")
+    from_stdin = await asyncio.to_thread(lambda: subprocess.run(
+        [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", *admit, "--payload", "-", "--key", "s"],
+        cwd=folder, input='{"from": "stdin"}', capture_output=True, text=True, timeout=120, check=False))
+    assert from_file.returncode == from_stdin.returncode == 0, from_file.stdout + from_stdin.stdout
+    async with RunLedger(db_url) as ledger:
+        payloads = {run_id: (await ledger.get(run_id)).payload  # type: ignore[union-attr]
+                    for run_id in (from_file.stdout.splitlines()[1].split()[0],
+                                   from_stdin.stdout.splitlines()[1].split()[0])}
+    assert sorted(payload["from"] for payload in payloads.values()) == ["file", "stdin"]
+    missing = await asyncio.to_thread(tenure, folder, *admit, "--payload-file", "no-such-secret-file.json")
+    assert missing.returncode == 2 and missing.stdout.splitlines()[:2] == [
+        "refused: invalid_payload",
+        "  --payload-file: unreadable (--payload-file takes a readable file of at most 16 MiB holding a JSON object)"]
+    assert "no-such-secret-file" not in missing.stdout + missing.stderr
+    both = await asyncio.to_thread(tenure, folder, *admit, "--payload-file", "payload.json", "--payload", "{}")
+    assert both.returncode == 2 and "refused: invalid_arguments" in both.stdout
