@@ -34,9 +34,12 @@ class OutageLog:
     """Tracks whether ``subject`` (for example "the database") answers, for ``logger``."""
 
     def __init__(self, logger: logging.Logger, subject: str, *, fields: Mapping[str, Any] | None = None,
-                 still_every_s: float = STILL_DOWN_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 still_every_s: float = STILL_DOWN_EVERY_S, clock: Callable[[], float] = time.monotonic,
+                 back: str = "answers again") -> None:
         self.logger = logger
         self.subject = subject
+        self.back = back
+        """What the end of an outage is called ("answers again", "clean again")."""
         self.fields = dict(fields or {})
         self.still_every_s = still_every_s
         self.clock = clock
@@ -60,17 +63,17 @@ class OutageLog:
         if self.failures == 1:
             self._since = self._said = now
             self._last = (code, reason)
-            self.logger.warning("%s failed: %s failed: %s: %s (further failures are summarized)", self.subject,
+            self.logger.warning("%s: %s failed (%s: %s); further failures are summarized", self.subject,
                                 call, code, reason, extra=self._extra("down", now))
         elif (code, reason) != self._last:
             self._said = now
             self._last = (code, reason)
-            self.logger.warning("%s still failing, now with %s: %s (%s; %d failures in %.0f s)", self.subject, code,
-                                reason, call, self.failures, now - self._since, extra=self._extra("changed", now))
+            self.logger.warning("%s: still failing, now %s failed (%s: %s; %d failures in %.0f s)", self.subject, call,
+                                code, reason, self.failures, now - self._since, extra=self._extra("changed", now))
         elif now - self._said >= self.still_every_s:
             self._said = now
-            self.logger.warning("%s still failing after %.0f s: %d failures (last: %s: %s: %s)", self.subject,
-                                now - self._since, self.failures, call, code, reason,
+            self.logger.warning("%s: still failing after %.0f s (%d failures; last: %s failed: %s: %s)",
+                                self.subject, now - self._since, self.failures, call, code, reason,
                                 extra=self._extra("still_down", now))
 
     def answered(self) -> None:
@@ -78,7 +81,7 @@ class OutageLog:
         if not self.failures:
             return
         now = self.clock()
-        self.logger.info("%s answers again after %.1f s (%d failed calls)", self.subject, now - self._since,
+        self.logger.info("%s: %s after %.1f s (%d failed calls)", self.subject, self.back, now - self._since,
                          self.failures, extra=self._extra("back", now))
         self.failures = 0
         self._last = None

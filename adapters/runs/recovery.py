@@ -83,6 +83,7 @@ from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
 from ..core.failures import persistence_failed
+from ..core.outages import OutageLog
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
@@ -653,6 +654,9 @@ async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop
     _page_size(page_size)
     cursor: str | None = None
     failures = 0
+    # A failing or degraded relay is said once per change of state, not once per round.
+    failing = OutageLog(log, f"relay rounds on node {node}", fields={"node": node})
+    degraded = OutageLog(log, f"relay rounds on node {node}", fields={"node": node}, back="clean again")
     while not stop.is_set():
         try:
             report = await ledger.relay(ports, cursor=cursor, page_size=page_size)
@@ -660,13 +664,17 @@ async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop
             raise
         except Exception as error:  # noqa: BLE001 - the relay restarts; the next round may succeed
             failures += 1
-            log.warning("relay round on node %s failed with %s; restarting", node, type(error).__name__)
+            failing.failed("a relay round", type(error).__name__, getattr(error, "reason", "") or "raised")
             wait = relay_backoff_s(failures)
         else:
             failures = 0
+            failing.answered()
             cursor = report.cursor
             if report.degraded:
-                log.warning("relay round on node %s is degraded (%d issues)", node, len(report.issues))
+                reasons = sorted({issue.reason for issue in report.issues})
+                degraded.failed("a relay round", "degraded", ",".join(reasons))
+            else:
+                degraded.answered()
             wait = float(interval_s)
             if on_report is not None:
                 try:

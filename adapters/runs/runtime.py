@@ -43,6 +43,7 @@ from typing import Any
 from tenure.model import TenureError
 from tenure.model.validation import refuse
 
+from ..core.outages import OutageLog
 from ..nodes.leases import DEFAULT_NODE_LEASE_S, NodeLease
 from .broker import Broker
 from .ledger import RunLedger
@@ -258,15 +259,17 @@ class RunRuntime:
     async def _keep_lease(self) -> None:
         """Renew, fence this process when the lease is lost, take over dead nodes (the
         module docstring); every database failure is retried the next round."""
+        outage = OutageLog(log, f"node {self.node}'s lease rounds", fields={"node": self.node})
         while not self._relay_stop.is_set():
             try:
                 await self._renew_or_reboot()
                 if time.monotonic() < self._valid_until:
                     await self._take_over_dead_nodes()
+                outage.answered()
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 - the next round may succeed
-                log.warning("node %s: lease round failed with %s", self.node, type(error).__name__)
+                outage.failed("a lease round", type(error).__name__, getattr(error, "reason", "") or "raised")
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._relay_stop.wait(), timeout=self.relay_interval_s)
 

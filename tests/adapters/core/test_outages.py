@@ -51,7 +51,7 @@ def test_a_run_of_identical_failures_is_one_line_then_a_still_down_line_per_inte
     assert lines(caplog) == [("WARNING", "down"), ("WARNING", "still_down"), ("WARNING", "changed"), ("INFO", "back")]
     back = caplog.records[-1]
     assert (back.failures, back.worker_id, back.down_s) == (36, "w1", 73.0)  # type: ignore[attr-defined]
-    assert "73.0 s" in back.getMessage() and "36 failed calls" in back.getMessage()
+    assert back.getMessage() == "the database: answers again after 73.0 s (36 failed calls)"
     assert not outage.down
     with caplog.at_level("INFO", logger="test.outage"):
         outage.failed("claim", "persistence", "connection_refused")  # a new outage is said again
@@ -83,3 +83,40 @@ async def test_a_worker_whose_database_fails_every_claim_logs_the_outage_once_an
     assert stats.persistence_failures == 40  # every failure is counted ...
     outage = [(r.levelname, r.outage) for r in caplog.records if hasattr(r, "outage")]  # type: ignore[attr-defined]
     assert outage == [("WARNING", "down"), ("INFO", "back")]  # ... and said twice
+
+
+async def test_relay_rounds_that_fail_then_degrade_then_clean_up_say_each_change_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    from tenure.adapters.runs import recovery
+    from tenure.adapters.runs.recovery import RecoveryIssue, RecoveryReport, run_relays
+
+    monkeypatch.setattr(recovery, "relay_backoff_s", lambda failures: 0.0)
+    clean = RecoveryReport(degraded=False, counts={}, issues=())
+    dirty = RecoveryReport(degraded=True, counts={}, issues=(RecoveryIssue("r-1", "containment_unproven"),))
+    script = [RuntimeError()] * 20 + [dirty] * 20 + [clean] * 3
+    stop = asyncio.Event()
+
+    class Ledger:
+        async def relay(self, ports: Any, *, cursor: str | None = None, page_size: int = 32) -> RecoveryReport:
+            step = script.pop(0)
+            if not script:
+                stop.set()
+            if isinstance(step, Exception):
+                raise step
+            return step
+
+    with caplog.at_level("INFO", logger="tenure.adapters.runs.recovery"):
+        await asyncio.wait_for(run_relays(Ledger(), None, node="n1", stop=stop, interval_s=0), 30)  # type: ignore[arg-type]
+    said = [(r.levelname, r.outage, r.getMessage()) for r in caplog.records]  # type: ignore[attr-defined]
+    assert said == [
+        ("WARNING", "down", "relay rounds on node n1: a relay round failed (RuntimeError: raised); "
+                            "further failures are summarized"),
+        ("INFO", "back", said[1][2]),
+        ("WARNING", "down", "relay rounds on node n1: a relay round failed (degraded: containment_unproven); "
+                            "further failures are summarized"),
+        ("INFO", "back", said[3][2]),
+    ]
+    assert "answers again" in said[1][2] and "clean again" in said[3][2]
