@@ -8,7 +8,7 @@ The answer law is the job sources': ``True`` (or a value) means the exact change
 applied; ``False`` (or ``None``) means stale, ineligible or already applied, and nothing
 changed; a conflict raises ``TenureError`` with its ``ATTEMPT_*`` code; a database
 failure raises ``ATTEMPT_PERSISTENCE_FAILED`` with the reason words of the job sources
-(see the README's failure reasons); invalid input raises ``ConfigValidationError``
+(see docs/errors.md's failure reasons); invalid input raises ``ConfigValidationError``
 before any database work. No message echoes an ID, a key, a ref or a payload.
 
 The attempt ID is derived: ``uuid5(ATTEMPT_NAMESPACE, f"{owner_job_id}\\n{generation}")``,

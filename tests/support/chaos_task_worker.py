@@ -1,5 +1,5 @@
 """A task worker process for tests/processes/test_task_chaos.py: a TaskApp's own fenced
-Worker, written as the README tells a user to run one, killed with ``kill -9`` at random.
+Worker, written as docs/tasks.md tells a user to run one, killed with ``kill -9`` at random.
 
 Its task returns the generation it ran under; a few runs stall past the lease (the
 worker cancels them when the lease may have ended, and another worker takes over). Every

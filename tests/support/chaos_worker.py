@@ -1,10 +1,10 @@
-"""A worker process for tests/processes/test_chaos.py, written as the README tells a user to write one.
+"""A worker process for tests/processes/test_chaos.py, written as docs/workers.md tells a user to write one.
 
     python chaos_worker.py DB_URL LOG_PATH WORKER_NAME SEED LEASE_SECONDS
 
 It claims with a fresh nonce (recovering the claim after an uncertain answer), sometimes
 stalls past its lease, heartbeats, and completes with ``{"generation": g, "owner": w}``.
-It handles ``TenureError`` only, as the README says a worker should: anything else is a
+It handles ``TenureError`` only, as docs/workers.md says a worker should: anything else is a
 raw exception, logged and fatal (exit code 3). Every answer is appended to LOG_PATH as
 one JSON line (``os.write`` on an ``O_APPEND`` file: a line is never interleaved with
 another process's, though ``kill -9`` may cut the last one short).

@@ -445,7 +445,7 @@ def machine_for(database: str, *, only: frozenset[str] | None = None) -> type[Lo
 
 
 LOCKSTEP_STEPS = budget({"sqlite": 20_000, "postgresql": 10_000})
-"""Steps CI runs per database (``TENURE_LOCKSTEP_STEPS=N`` overrides; see README)."""
+"""Steps CI runs per database (``TENURE_LOCKSTEP_STEPS=N`` overrides; see docs/testing.md)."""
 
 
 @pytest.mark.slow
