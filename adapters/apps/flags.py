@@ -19,7 +19,7 @@ from ..queue.worker import MAX_CONCURRENCY, MAX_GRACE_S, MAX_IDLE_WAIT_S
 from .demo import DEMO_LIMITS
 from .health import THRESHOLD_LIMITS
 
-__all__ = ["Flag", "FLAGS", "flag_for", "DB_URL_FORMS"]
+__all__ = ["Flag", "FLAGS", "flag_for", "DB_URL_FORMS", "WHOLE_SETTING_PROBLEMS"]
 
 DB_URL_SHAPES = "sqlite:///PATH or postgresql://USER@HOST/DATABASE"
 DB_URL_FORMS = DB_URL_SHAPES + "; or set TENURE_DB"
@@ -64,6 +64,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("workflows", "--workflows", "package.module:registry, a Workflows registry"),
     Flag("payload", "--payload", "a JSON object, or --payload-file PATH, or --payload - (stdin)"),
     Flag("priority", "--priority", "0 to 100 (higher first)"),
+    Flag("name", "--workflow", "a workflow registered in --workflows, with --revision", "runs"),
     Flag("limit", "--limit", "1 to 10,000", "jobs"),
     Flag("limit", "--limit", "1 to 1,000", "runs"),
     Flag("node", "--node", "1 to 128 characters"),
@@ -87,6 +88,13 @@ _BY_FIELD: dict[tuple[str | None, str], Flag] = {(row.command, row.field): row f
 assert len(_BY_FIELD) == len(FLAGS), "one row per field and command"
 
 
-def flag_for(field: str, command: str | None) -> Flag | None:
-    """The row that spells ``field`` on ``command``'s command line, or None."""
+WHOLE_SETTING_PROBLEMS = {"heartbeat_not_shorter_than_lease": "heartbeat_seconds"}
+"""A problem of the settings as a whole (pydantic names its field ``model``), by the
+setting whose flag it is spelt as."""
+
+
+def flag_for(field: str, command: str | None, problem: str | None = None) -> Flag | None:
+    """The row that spells ``field`` (with ``problem``) on ``command``'s command line, or None."""
+    if field == "model" and problem in WHOLE_SETTING_PROBLEMS:
+        field = WHOLE_SETTING_PROBLEMS[problem]
     return _BY_FIELD.get((command, field)) or _BY_FIELD.get((None, field))

@@ -179,9 +179,9 @@ def report_refusal(error: ConfigValidationError) -> None:
         else:
             # A dotted field is a part of a flag's value: db_url.sslmod is the URL's parameter.
             base, dotted, part = field.partition(".")
-            row = flag_for(field, COMMAND.get()) or (flag_for(base, COMMAND.get()) if dotted else None)
+            row = flag_for(field, COMMAND.get(), problem) or (flag_for(base, COMMAND.get()) if dotted else None)
             shown, hint = (field, None) if row is None else (row.flag, f"{row.flag} takes {row.accepts}")
-            if row is not None and row.field != field:
+            if row is not None and dotted and row.field != field:
                 shown = f"{row.flag} {part}"
         line = f"{shown}: {problem}" if shown else problem
         print(f"  {line}" + (f" ({hint})" if hint else ""))

@@ -620,3 +620,51 @@ async def test_a_workflows_registry_that_fails_to_import_is_refused_with_the_det
         "  --workflows: does_not_import (--workflows takes package.module:registry, a Workflows registry)",
         "  the registry's module failed to import while importing 'tenure_t_dependency': RuntimeError: "
         "DATABASE_HOST is not set (see notes)"]
+
+
+# --- refusals name the flag and its range -------------------------------------------------------
+
+FLOWS_MODULE = ("from tenure.adapters import Workflows\nregistry = Workflows()\n"
+                "@registry.workflow('w', '1')\nasync def w(ctx):\n    return None\n")
+HANDLER_MODULE = "async def handle(claimed, context):\n    return {}\n"
+
+
+@pytest.mark.parametrize(("command", "flag"), [
+    (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--concurrency", "0"],
+     "--concurrency"),
+    (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--batch", "5000"], "--batch"),
+    (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--idle-wait", "0"], "--idle-wait"),
+    (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--grace-seconds", "-1"],
+     "--grace-seconds"),
+    (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--lease-seconds", "-1"],
+     "--lease-seconds"),
+    (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--lease-seconds", "1",
+      "--heartbeat-seconds", "2"], "--heartbeat-seconds"),
+    (["runs", "worker", "--broker", "queue", "--workflows", "tenure_t_flows:registry", "--relay-seconds", "0"],
+     "--relay-seconds"),
+    (["runs", "worker", "--broker", "queue", "--workflows", "tenure_t_flows:registry", "--shutdown-seconds", "0"],
+     "--shutdown-seconds"),
+    (["runs", "worker", "--broker", "queue", "--workflows", "tenure_t_flows:registry", "--node-lease-seconds", "1"],
+     "--node-lease-seconds"),
+    (["runs", "admit", "--workflows", "tenure_t_flows:registry", "--workflow", "w", "--revision", "1",
+      "--priority", "101"], "--priority"),
+    (["runs", "admit", "--workflows", "tenure_t_flows:registry", "--workflow", "w", "--revision", "2"], "--workflow"),
+    (["runs", "list", "--limit", "0"], "--limit"),
+    (["jobs", "list", "--limit", "0"], "--limit"),
+    (["health", "--timeout-seconds", "0"], "--timeout-seconds"),
+])
+def test_an_out_of_range_setting_is_refused_naming_its_flag_and_what_the_flag_takes(
+    command: list[str], flag: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "tenure_t_flows.py").write_text(FLOWS_MODULE)
+    (tmp_path / "tenure_t_handlers.py").write_text(HANDLER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TENURE_DB", f"sqlite:///{tmp_path}/queue.db")
+    assert main(["migrate"]) == 0
+    capsys.readouterr()
+    assert main(command) == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("refused: ") and lines[1].startswith(f"  {flag}: "), lines
+    assert f"({flag} takes " in lines[1], lines
