@@ -305,6 +305,11 @@ class ClaimedJob:
     attempt: int
     job: ValidationJob
     claim_fence: QueueClaimFence | None
+    due_at_us: int | None = None
+    """When the job was due, as stored when claimed (database clock, microseconds since
+    the epoch): its ``fires_at``, or a retry's backoff end."""
+    claimed_at_us: int | None = None
+    """When this claim was made (database clock, microseconds since the epoch)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -316,6 +321,11 @@ class ClaimedPipelineJob:
     attempt: int
     job: PipelineJob
     claim_fence: QueueClaimFence | None
+    due_at_us: int | None = None
+    """When the job was due, as stored when claimed (database clock, microseconds since
+    the epoch): its ``fires_at``, or a retry's backoff end."""
+    claimed_at_us: int | None = None
+    """When this claim was made (database clock, microseconds since the epoch)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,6 +336,11 @@ class ClaimedStreamingJob:
     attempt: int
     job: StreamingJob
     claim_fence: QueueClaimFence | None
+    due_at_us: int | None = None
+    """When the job was due, as stored when claimed (database clock, microseconds since
+    the epoch): its ``fires_at``, or a retry's backoff end."""
+    claimed_at_us: int | None = None
+    """When this claim was made (database clock, microseconds since the epoch)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,6 +351,11 @@ class ClaimedTask:
     attempt: int
     job: TaskJob
     claim_fence: QueueClaimFence | None
+    due_at_us: int | None = None
+    """When the job was due, as stored when claimed (database clock, microseconds since
+    the epoch): its ``fires_at``, or a retry's backoff end."""
+    claimed_at_us: int | None = None
+    """When this claim was made (database clock, microseconds since the epoch)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

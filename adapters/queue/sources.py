@@ -255,6 +255,8 @@ class JobSource(Facade, Generic[Claimed]):
             attempt=record.attempts,
             job=envelope_of(record),
             claim_fence=fence,
+            due_at_us=record.fires_at_us,
+            claimed_at_us=record.claimed_at_us,
         )
         if record.queue is QueueKind.PIPELINE:
             fields["run_id"] = record.run_id

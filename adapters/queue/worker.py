@@ -67,7 +67,7 @@ import random
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenure.model import (
     ConfigValidationError,
@@ -83,6 +83,8 @@ from tenure.model.validation import is_queue_name, refuse
 
 from ..core.outages import OutageLog
 from ..core.store import Listener
+if TYPE_CHECKING:
+    from ..core.observers import JobObserver, WorkerObserver
 from .sources import (
     MAX_BATCH,
     JobSource,
@@ -238,6 +240,8 @@ class _Job:
         """Its task finished: nothing about it changes any more."""
         self.settling = False
         """Its outcome is being written: a heartbeat answered False may be that write."""
+        self.observed: JobObserver | None = None
+        """Its observer, when the worker has one (``metrics``)."""
         self._timer: asyncio.TimerHandle | None = None
         self.renewed(sent_at)
 
@@ -257,6 +261,8 @@ class _Job:
             return
         self.lost = True
         self.worker.stats.lease_losses += 1
+        if self.observed is not None:
+            self.observed.lease_lost()
         self.context.lease_lost.set()
         self.stop_timer()
         if self.handler is not None and not self.handler.done():
@@ -411,6 +417,9 @@ class _Outcome:
     """The handler's exception (logged with its traceback once the outcome is written)."""
 
 
+_OBSERVER_HOOKS = ("claim_started", "claim_ended", "job_claimed", "call_failed")
+
+
 class Worker:
     """Runs ``handler`` for owned jobs of ``source`` with the fence carried end to end
     (see the module docstring for every rule).
@@ -430,7 +439,11 @@ class Worker:
     - ``store_error_text``: whether a failure stores the exception's message with its
       type (default) or its type alone, for deployments whose messages may carry data
       that must not be stored. The log line keeps the whole traceback (a ``FailJob``:
-      its message) either way.
+      its message) either way;
+    - ``metrics``: an observer of claims, handlers and writes (a
+      :class:`~tenure.adapters.core.observers.WorkerObserver`, such as
+      :class:`tenure.adapters.apps.metrics.Instruments`); None (default): nothing is
+      observed, at the cost of one ``is None`` check per event.
 
     A non-async handler is refused here (an object with an async ``__call__`` and a
     ``functools.partial`` of an async function are accepted).
@@ -448,6 +461,7 @@ class Worker:
         shutdown_grace_s: float = 30,
         store_error_text: bool = True,
         queues: Sequence[str] | None = None,
+        metrics: WorkerObserver | None = None,
     ) -> None:
         if not isinstance(source, (ValidationJobSource, PipelineJobSource, StreamingJobSource, TaskSource)):
             raise refuse("source", "job_source_required")
@@ -480,6 +494,9 @@ class Worker:
         if type(store_error_text) is not bool:
             raise refuse("store_error_text", "bool_required")
         self.store_error_text = store_error_text
+        if metrics is not None and not all(callable(getattr(metrics, name, None)) for name in _OBSERVER_HOOKS):
+            raise refuse("metrics", "worker_observer_required")
+        self.metrics = metrics
         self.stats = WorkerStats()
         self._outage = OutageLog(log, "the database", fields={"worker_id": self.worker_id})
         self._jobs: dict[str, _Job] = {}
@@ -598,6 +615,9 @@ class Worker:
                         len(jobs) - len(answers), getattr(error, "reason", type(error).__name__))
         self._given_back = sum(1 for applied in answers if applied)
         self.stats.released += self._given_back
+        for job, applied in zip(jobs, answers):  # answers stop short where a batch failed
+            if applied and job.observed is not None:
+                job.observed.released()
         log.info("stopping: gave back %d of %d claims; the rest are left to expire", self._given_back, len(jobs))
 
     async def _claim_loop(self, stop: asyncio.Event, until_idle: bool) -> None:
@@ -725,7 +745,16 @@ class Worker:
 
     async def _claim_and_start(self, want: int) -> int | None:
         """Claim up to ``want`` jobs and start their handlers; how many (None: failed)."""
-        claimed = await self._claim(want)
+        metrics = self.metrics
+        if metrics is None:
+            claimed = await self._claim(want)
+        else:
+            token = metrics.claim_started(want)
+            claimed = None
+            try:
+                claimed = await self._claim(want)
+            finally:
+                metrics.claim_ended(token, None if claimed is None else len(claimed))
         if claimed is None:
             return None
         self._outage.answered()
@@ -735,6 +764,8 @@ class Worker:
 
     def _start(self, claimed: Any, sent_at: float) -> None:
         job = _Job(self, claimed, sent_at)
+        if self.metrics is not None:
+            job.observed = self.metrics.job_claimed(claimed, job.context)
         self._jobs[job.fence.job_id] = job
         self._running += 1
         self.stats.claimed += 1
@@ -758,6 +789,8 @@ class Worker:
                 self._handler_ended(job)
             if outcome is not None and not job.lost:
                 job.settling = True
+                if job.observed is not None:
+                    job.observed.settle_started()
                 await self._settle(job, outcome)
         except ConfigValidationError as error:  # the source was closed under the worker
             log.error("a job's write was refused: %s; its claim is left to expire", error.reason)
@@ -769,17 +802,33 @@ class Worker:
             self._jobs.pop(job.fence.job_id, None)
             self._settled += 1
             self._slot_freed.set()
+            if job.observed is not None:
+                job.observed.finished()
 
     async def _handle(self, job: _Job) -> _Outcome | None:
         """Run the handler; its outcome, or None when it was cancelled (lease lost)."""
-        handler = asyncio.ensure_future(self.handler(job.claimed, job.context))
+        observed = job.observed
+        if observed is None:
+            handler = asyncio.ensure_future(self.handler(job.claimed, job.context))
+        else:
+            handler = observed.run_handler(lambda: asyncio.ensure_future(self.handler(job.claimed, job.context)))
         job.handler = handler
         try:
             await asyncio.wait([handler])
         except asyncio.CancelledError:  # shutdown: the handler goes with this task
             handler.cancel()
             await asyncio.wait([handler])
+            if observed is not None:
+                observed.handler_ended("cancelled", None)
             raise
+        outcome = self._outcome(handler)
+        if observed is not None:
+            observed.handler_ended("cancelled" if outcome is None else outcome.kind,
+                                   None if outcome is None else outcome.raised)
+        return outcome
+
+    def _outcome(self, handler: asyncio.Future[Any]) -> _Outcome | None:
+        """What the ended ``handler`` asks to write (None: it was cancelled)."""
         if handler.cancelled():
             return None
         max_bytes = self.source.config.max_payload_bytes
@@ -885,14 +934,23 @@ class Worker:
         stats = self.stats
         if status is None:
             stats.stale_writes_refused += 1
+            result = "stale_write_refused"
         elif status is JobStatus.COMPLETED:
             stats.completed += 1
+            result = "completed"
         elif status is JobStatus.PENDING:
             stats.retried += 1
+            result = "retried"
         elif status is JobStatus.FAILED:
             stats.failed += 1
+            result = "failed"
         elif status is JobStatus.CANCELLED:
             stats.cancels_acknowledged += 1
+            result = "cancel_acknowledged"
+        else:
+            return
+        if job.observed is not None:
+            job.observed.settled(result)
 
     async def _complete(self, fence: QueueClaimFence, result: Any) -> JobStatus | None:
         applied = await self._completions.submit((fence, result))
@@ -992,3 +1050,5 @@ class Worker:
         :class:`~tenure.adapters.core.outages.OutageLog`), not once per call."""
         self.stats.persistence_failures += 1
         self._outage.failed(call, error.code.value, error.reason)
+        if self.metrics is not None:
+            self.metrics.call_failed(call)

@@ -110,6 +110,7 @@ from .transactions import (
 
 if TYPE_CHECKING:
     from ..attempts.ledger import AttemptLedger
+    from ..core.observers import LedgerObserver
 
 __all__ = ["RunLedger", "result_text", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for",
            "legacy_run_id_for", "job_id_for",
@@ -213,6 +214,10 @@ class RunLedger(Facade):
 
     persistence_code = ErrorCode.RUN_PERSISTENCE_FAILED
 
+    metrics: LedgerObserver | None = None
+    """An observer told of each new admission (``tenure runs worker --metrics-port`` sets
+    one); None: nothing is observed."""
+
     def __init__(self, db_url: str, *, timeout_seconds: float = 30.0, db_schema: str | None = None) -> None:
         super().__init__(db_url, timeout_seconds=timeout_seconds, db_schema=db_schema)
         self.database = parse_db_url(db_url).kind.value
@@ -310,7 +315,10 @@ class RunLedger(Facade):
                 raise persistence_failed("invariant_broken")
             return Admission(public_run(stored.run), public_delivery(stored.current), decision.reply.created)  # type: ignore[union-attr]
 
-        return await self.transactions.run(body)
+        admission = await self.transactions.run(body)
+        if admission.created and self.metrics is not None:
+            self.metrics.run_admitted(admission.run)
+        return admission
 
     async def retry(self, run_id: str, *, node: str | None = None) -> Admission | None:
         """Re-admit a Run that failed ``lost`` (its hop died with its process) as a new

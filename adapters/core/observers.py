@@ -1,0 +1,142 @@
+"""What the workers tell an observer (metrics, traces): the hooks, and their contract.
+
+:class:`~tenure.adapters.Worker` and :class:`~tenure.adapters.RunWorker` take an optional
+observer (``metrics=``), and a :class:`~tenure.adapters.RunLedger` has one as its
+``metrics`` attribute; :class:`tenure.adapters.apps.metrics.Instruments` implements every
+protocol here (Prometheus counters and histograms, OpenTelemetry spans). With ``None``,
+the default, the hot path pays one ``is None`` check per event and imports nothing.
+
+The contract, for any implementation:
+
+- an observer only watches: nothing it returns changes what the worker decides or writes
+  (the one object it hands back that the worker uses, :meth:`JobObserver.run_handler`'s
+  task, must be the task ``start`` made);
+- it never raises and never blocks (its calls run on the worker's event loop, inside the
+  worker's own tasks);
+- it is called from one event loop, never from two threads at once.
+
+Times: a job's ``due_at_us`` and ``claimed_at_us`` (on its claimed record) are the
+database's clock, read by the claim; every duration an observer measures itself
+(handler, settle, hop) is this process's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from tenure.model import ConsentRecord, RunClaim, RunRecord
+
+    from ..queue.worker import JobContext
+    from ..runs.recovery import RecoveryReport
+
+__all__ = ["WorkerObserver", "JobObserver", "RunWorkerObserver", "HopObserver", "LedgerObserver",
+           "RuntimeObserver", "SETTLE_RESULTS", "HANDLER_OUTCOMES"]
+
+SETTLE_RESULTS = ("completed", "failed", "retried", "cancel_acknowledged", "stale_write_refused")
+"""What :meth:`JobObserver.settled` reports: the job's status after the fenced write
+(``completed``, ``failed``, ``retried`` for a failure sent back to pending, and
+``cancel_acknowledged`` for a streaming launch), or ``stale_write_refused`` when the
+write was refused because the claim was no longer this worker's."""
+
+HANDLER_OUTCOMES = ("complete", "fail", "cancelled")
+"""What :meth:`JobObserver.handler_ended` reports: the handler returned (``complete``),
+raised or returned what is not a JSON object (``fail``), or was cancelled (its lease was
+lost, or the worker stopped)."""
+
+
+class JobObserver(Protocol):
+    """One claimed job, from its claim to the end of its task (one per claim)."""
+
+    def run_handler(self, start: Callable[[], asyncio.Task[Any]]) -> asyncio.Task[Any]:
+        """Call ``start`` (which creates the handler's task) and return what it returned;
+        an observer calls it in the context its handler should see (a current span)."""
+        ...
+
+    def handler_ended(self, outcome: str, error: BaseException | None) -> None:
+        """The handler ended: one of :data:`HANDLER_OUTCOMES`, with what it raised."""
+        ...
+
+    def settle_started(self) -> None:
+        """The handler's outcome is about to be written."""
+        ...
+
+    def settled(self, result: str) -> None:
+        """The write answered: one of :data:`SETTLE_RESULTS`."""
+        ...
+
+    def lease_lost(self) -> None:
+        """The claim's lease may have ended while this worker held it."""
+        ...
+
+    def released(self) -> None:
+        """The claim was given back at shutdown (pending again at once)."""
+        ...
+
+    def finished(self) -> None:
+        """The job's task ended: nothing more is said about it."""
+        ...
+
+
+class WorkerObserver(Protocol):
+    """The hooks of a queue :class:`~tenure.adapters.Worker`."""
+
+    def claim_started(self, want: int) -> object:
+        """A claim call for up to ``want`` jobs is sent; the token goes to :meth:`claim_ended`."""
+        ...
+
+    def claim_ended(self, token: object, claimed: int | None) -> None:
+        """The claim call answered with ``claimed`` jobs (None: it failed or raised)."""
+        ...
+
+    def job_claimed(self, claimed: Any, context: JobContext) -> JobObserver:
+        """One claimed record (``ClaimedTask``, ``ClaimedJob``, ...) and its handler's
+        context: the observer of that job."""
+        ...
+
+    def call_failed(self, call: str) -> None:
+        """A call to the database failed (``claim``, ``write``, ``heartbeat``, ...)."""
+        ...
+
+
+class HopObserver(Protocol):
+    """One delivered hop of a Run, from its delivery to its outcome."""
+
+    def claimed(self, claim: RunClaim) -> None:
+        """The hop claimed its Run (never called for a hop that was not claimed)."""
+        ...
+
+    def ended(self, outcome: str | None) -> None:
+        """The hop ended with one of ``RunWorker``'s ``OUTCOMES`` (None: cancelled
+        without a known outcome). Only the first call counts."""
+        ...
+
+
+class RunWorkerObserver(Protocol):
+    """The hooks of a :class:`~tenure.adapters.RunWorker`."""
+
+    def hop_started(self, run_id: str, enqueue_seq: int) -> HopObserver:
+        """A delivered hop starts (before its claim)."""
+        ...
+
+    def consent_decided(self, claim: RunClaim, consent: ConsentRecord) -> None:
+        """A resumed hop loaded the decided consent its Run waited on."""
+        ...
+
+
+class LedgerObserver(Protocol):
+    """The hook of a :class:`~tenure.adapters.RunLedger` (its ``metrics`` attribute)."""
+
+    def run_admitted(self, run: RunRecord) -> None:
+        """A new Run was admitted (a replay of a stored admission is not)."""
+        ...
+
+
+class RuntimeObserver(Protocol):
+    """What a Run runtime's recovery passes report."""
+
+    def recovery_report(self, pass_kind: str, report: RecoveryReport) -> None:
+        """A recovery pass (``startup``, ``relay``, ``reboot``, ``takeover``) finished."""
+        ...
