@@ -357,7 +357,8 @@ class QueueBroker:
                 # queue, says whether the hop still holds its Run: the worker's watch stops
                 # the hop when it does not, and a hop that does settles it.
                 lapsed.add(key)
-                log.warning("a hop's queue claim lapsed; the Run ledger decides whether it goes on")
+                log.warning("hop %s: its queue claim lapsed; the Run ledger decides whether it goes on", key,
+                            extra={"hop": key})
 
     async def _any_due(self) -> bool:
         async def body(tx: Transaction) -> bool:

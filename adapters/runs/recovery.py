@@ -313,7 +313,8 @@ class _Visits:
             else:
                 self._issue(run_id, "persistence_failed")
         except Exception as error:  # noqa: BLE001 - a defect stays with its Run; the pass goes on
-            log.error("recovering a Run failed with %s", type(error).__name__)
+            log.error("recovering Run %s failed with %s", run_id, type(error).__name__, exc_info=error,
+                      extra={"run_id": run_id})
             self._issue(run_id, "internal_error")
         return True
 
@@ -325,7 +326,8 @@ class _Visits:
                 return False  # the Run is gone: nothing to recover
             verdict = decide(situation)
             if verdict_violations(situation, verdict):
-                log.error("a recovery verdict broke the recovery rules; nothing was done")
+                log.error("Run %s: a recovery verdict broke the recovery rules; nothing was done", run_id,
+                          extra={"run_id": run_id})
                 self._issue(run_id, "internal_error")
                 return True
             action = verdict.action
@@ -683,7 +685,7 @@ async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop
                     raise
                 except Exception as error:  # noqa: BLE001 - a report's consumer never stops the relays
                     log.warning("relay round on node %s: its report's consumer failed with %s", node,
-                                type(error).__name__)
+                                type(error).__name__, extra={"node": node})
         try:
             await asyncio.wait_for(stop.wait(), timeout=wait)
         except asyncio.TimeoutError:

@@ -151,7 +151,8 @@ class RunRuntime:
             report = await self._boot("startup")
             self.startup = report
             if report.degraded:
-                log.warning("startup reconciliation degraded: %d Run(s)", len(report.issues))
+                log.warning("startup reconciliation degraded: %d Run(s)", len(report.issues),
+                            extra={"node": self.node})
                 if self.require_clean:
                     raise StartupDegraded(report)
             self._relay_stop.clear()
@@ -224,11 +225,11 @@ class RunRuntime:
             if not self._recording_fails:
                 reason = error.reason if isinstance(error, TenureError) else ""
                 log.warning("node %s: recording a recovery report failed with %s%s; recovery goes on", self.node,
-                            type(error).__name__, f" ({reason})" if reason else "")
+                            type(error).__name__, f" ({reason})" if reason else "", extra={"node": self.node})
             self._recording_fails = True
             return
         if self._recording_fails:
-            log.warning("node %s: recovery reports are recorded again", self.node)
+            log.warning("node %s: recovery reports are recorded again", self.node, extra={"node": self.node})
         self._recording_fails = False
 
     @contextlib.asynccontextmanager
@@ -287,7 +288,7 @@ class RunRuntime:
                 return  # not renewed this round, but the lease still holds
             # The lease is lost, or may be: no hop of this incarnation may go on.
             log.warning("node %s: lease %s; fencing this process and booting again", self.node,
-                        "lost" if renewed is False else "not renewed in time")
+                        "lost" if renewed is False else "not renewed in time", extra={"node": self.node})
             # Until the reboot finished (boot, reconcile, workers resumed) every round
             # reboots again: a reboot cut short by a database failure must not leave the
             # workers' gate closed under a lease that renews.
@@ -298,7 +299,8 @@ class RunRuntime:
         self._rebooting = False
         self.reboots += 1
         if report.degraded:
-            log.warning("node %s: reconciliation after the reboot degraded: %d Run(s)", self.node, len(report.issues))
+            log.warning("node %s: reconciliation after the reboot degraded: %d Run(s)", self.node, len(report.issues),
+                        extra={"node": self.node})
         for worker in self.workers:
             worker.resume()
 
@@ -310,7 +312,8 @@ class RunRuntime:
             takeover = await nodes.take_over(self.node, row, lease_s=self.node_lease_s)
             if takeover is None:
                 continue
-            log.warning("node %s: taking over node %s (its lease ran out)", self.node, row.node)
+            log.warning("node %s: taking over node %s (its lease ran out)", self.node, row.node,
+                        extra={"node": self.node, "taken_over": row.node})
             async with self._renewing():
                 report = await self.ledger.reconcile(self.ports, node=takeover.node, boot_cutoff=takeover.cutoff)
             await self.record_report(takeover.node, "takeover", report)

@@ -39,6 +39,8 @@ from croniter import croniter
 from tenure.model import ConfigValidationError, ErrorCode, TenureError
 from tenure.model.validation import refuse
 
+from ..core.outages import OutageLog
+
 if TYPE_CHECKING:
     from .app import Task, TaskApp
 
@@ -198,13 +200,14 @@ class Scheduler:
         """Defer ticks as they come due until ``stop`` is set; how many it deferred. A
         database failure is logged and the tick tried again on the next wake-up (its
         submission ID makes the retry safe)."""
+        outage = OutageLog(log, "periodic tasks")  # a failing database is said once per change, not each second
         while not stop.is_set():
             try:
                 await self.tick()
+                outage.answered()
                 pause = self.seconds_to_next() + 0.001
             except TenureError as error:
-                log.warning("periodic tasks: deferring a tick failed (%s: %s); trying again",
-                            error.code.value, error.reason)
+                outage.failed("deferring a tick", error.code.value, error.reason)
                 pause = 1.0
             except Exception:  # noqa: BLE001 - the scheduler must outlive any one failure, loudly
                 log.exception("periodic tasks: the scheduler met an unexpected error; trying again")
