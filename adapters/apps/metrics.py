@@ -562,18 +562,22 @@ class Instruments:
                 await lifetime
 
 
+def _refusal(field: str, problem: str, hint: str) -> ArgumentsRefused:
+    """A refusal naming the flag that sets ``field`` (``--metrics-port``) and what to do."""
+    return ArgumentsRefused(fields=(field,), problems=(problem,), hints={field: hint},
+                            spellings={field: "--" + field.replace("_", "-")})
+
+
 def _bind_refusal(error: OSError) -> ArgumentsRefused:
     if isinstance(error, socket.gaierror):
-        field, problem, hint = "metrics_host", "host_not_found", "--metrics-host takes a local address or host name"
-    elif error.errno == errno.EADDRINUSE:
-        field, problem, hint = "metrics_port", "port_in_use", "another process serves that port: pick another, or 0"
-    elif error.errno == errno.EADDRNOTAVAIL:
-        field, problem, hint = "metrics_host", "address_not_local", "--metrics-host takes an address of this machine"
-    elif error.errno == errno.EACCES:
-        field, problem, hint = "metrics_port", "port_not_permitted", "ports below 1024 need privileges: pick another"
-    else:
-        field, problem, hint = "metrics_port", "bind_failed", "--metrics-port and --metrics-host could not be bound"
-    return ArgumentsRefused(fields=(field,), problems=(problem,), hints={field: hint})
+        return _refusal("metrics_host", "host_not_found", "--metrics-host takes a local address or host name")
+    if error.errno == errno.EADDRINUSE:
+        return _refusal("metrics_port", "port_in_use", "another process serves that port: pick another, or 0")
+    if error.errno == errno.EADDRNOTAVAIL:
+        return _refusal("metrics_host", "address_not_local", "--metrics-host takes an address of this machine")
+    if error.errno == errno.EACCES:
+        return _refusal("metrics_port", "port_not_permitted", "ports below 1024 need privileges: pick another")
+    return _refusal("metrics_port", "bind_failed", "--metrics-port and --metrics-host could not be bound")
 
 
 class _Readings:
@@ -671,16 +675,14 @@ def add_metrics_options(parser: argparse.ArgumentParser) -> None:
 def _checked(arguments: argparse.Namespace) -> None:
     port, every_s = arguments.metrics_port, arguments.metrics_sample_seconds
     if port is not None and not 0 <= port <= 65535:
-        raise ArgumentsRefused(fields=("metrics_port",), problems=("integer_out_of_range",),
-                               hints={"metrics_port": "--metrics-port takes 0 to 65535"})
+        raise _refusal("metrics_port", "integer_out_of_range", "--metrics-port takes 0 to 65,535; 0: a free port")
     if not (math.isfinite(every_s) and 0 <= every_s <= MAX_SAMPLE_SECONDS):
-        raise ArgumentsRefused(fields=("metrics_sample_seconds",), problems=("number_out_of_range",),
-                               hints={"metrics_sample_seconds": "--metrics-sample-seconds takes 0 to 3600"})
+        raise _refusal("metrics_sample_seconds", "number_out_of_range",
+                       "--metrics-sample-seconds takes 0 to 3,600 seconds; 0: no sampling")
     if port is not None and not metrics_installed():
-        raise ArgumentsRefused(fields=("metrics_port",), problems=("metrics_not_installed",),
-                               hints={"metrics_port": METRICS_HINT})
+        raise _refusal("metrics_port", "metrics_not_installed", METRICS_HINT)
     if arguments.tracing and not tracing_installed():
-        raise ArgumentsRefused(fields=("tracing",), problems=("tracing_not_installed",), hints={"tracing": TRACING_HINT})
+        raise _refusal("tracing", "tracing_not_installed", TRACING_HINT)
 
 
 def start_metrics(arguments: argparse.Namespace, db_url: str, *, ledger: Any = None) -> Instruments | None:

@@ -184,7 +184,8 @@ async def test_a_worker_process_serves_its_counts_histograms_and_sampled_gauges(
     assert value(samples, "tenure_queue_expired_claims", table="tenure_tasks", queue="emails") == 0
     assert value(samples, "tenure_queue_jobs", table="validation_jobs", queue="validation", status="pending") == 0
     assert value(samples, "tenure_health_sample_up") == 1
-    assert {"tenure_runs_cancelling", "tenure_recovery_degraded_nodes", "tenure_health_sample_age_seconds"} <= names(samples)
+    sampled = {"tenure_runs_cancelling", "tenure_recovery_degraded_nodes", "tenure_health_sample_age_seconds"}
+    assert sampled <= names(samples)
     # The same counts as the worker's own status line, and no ID in any label.
     assert "stopped: claimed 9, completed 5, failed 2, retried 2" in out
     assert labels_hold_none_of(samples, ids)
@@ -566,17 +567,19 @@ def busy_port() -> Iterator[int]:
 
 
 WORKER = ["worker", "--queue", "validation", "--handler", "asyncio:sleep"]
+PORT_RANGE = "  --metrics-port: integer_out_of_range (--metrics-port takes 0 to 65,535; 0: a free port)"
 
 
 @pytest.mark.parametrize(("flags", "line"), [
-    (["--metrics-port", "70000"], "  metrics_port: integer_out_of_range (--metrics-port takes 0 to 65535)"),
-    (["--metrics-port", "-1"], "  metrics_port: integer_out_of_range (--metrics-port takes 0 to 65535)"),
+    (["--metrics-port", "70000"], PORT_RANGE),
+    (["--metrics-port", "-1"], PORT_RANGE),
     (["--metrics-port", "0", "--metrics-sample-seconds", "nan"],
-     "  metrics_sample_seconds: number_out_of_range (--metrics-sample-seconds takes 0 to 3600)"),
+     "  --metrics-sample-seconds: number_out_of_range (--metrics-sample-seconds takes 0 to 3,600 seconds; "
+     "0: no sampling)"),
     (["--metrics-port", "BUSY"],
-     "  metrics_port: port_in_use (another process serves that port: pick another, or 0)"),
+     "  --metrics-port: port_in_use (another process serves that port: pick another, or 0)"),
     (["--metrics-port", "0", "--metrics-host", "192.0.2.1"],
-     "  metrics_host: address_not_local (--metrics-host takes an address of this machine)"),
+     "  --metrics-host: address_not_local (--metrics-host takes an address of this machine)"),
 ])
 def test_a_bad_metrics_flag_is_refused_naming_it_before_the_worker_starts(
     flags: list[str], line: str, busy_port: int, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
@@ -600,9 +603,9 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.parametrize("database", ["sqlite"])
 @pytest.mark.parametrize(("library", "flag", "line"), [
     ("prometheus_client", "--metrics-port",
-     "  metrics_port: metrics_not_installed (install the metrics extra: pip install 'tenure[metrics]')"),
+     "  --metrics-port: metrics_not_installed (install the metrics extra: pip install 'tenure[metrics]')"),
     ("opentelemetry", "--tracing",
-     "  tracing: tracing_not_installed (install the tracing extra: pip install 'tenure[tracing]')"),
+     "  --tracing: tracing_not_installed (install the tracing extra: pip install 'tenure[tracing]')"),
 ])
 @pytest.mark.parametrize("command", ["worker", "runs worker"])
 def test_a_metrics_or_tracing_flag_without_its_extra_is_refused_with_the_install_line(
