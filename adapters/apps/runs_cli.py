@@ -62,7 +62,9 @@ from ..runs import (
 )
 from ..runs.workflows import resume_and_publish
 from .logs import add_logging_options, configure_logging
-from .worker_cli import load_handler, refused_unless_migrated
+from .metrics import add_metrics_options, start_metrics
+from .reporting import RefusedWithDetail
+from .worker_cli import import_problem, refused_unless_migrated
 
 __all__ = ["add_runs_parser", "run_runs", "run_table"]
 
@@ -76,7 +78,9 @@ def add_runs_parser(commands: Any) -> None:
     actions = runs.add_subparsers(dest="action", required=True)
 
     def with_db(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser.add_argument("--db", required=True, help="database URL (already migrated: see `tenure migrate`)")
+        parser.add_argument("--db", help="database URL (already migrated: see `tenure migrate`; "
+                                          "default: $TENURE_DB)")
+        parser.set_defaults(database_required=True)
         return parser
 
     def with_broker(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -99,25 +103,33 @@ def add_runs_parser(commands: Any) -> None:
                         help="this node's lease: another node takes its Runs over once it lapses; more than two "
                              "relay intervals (default 30)")
     add_logging_options(worker)
+    add_metrics_options(worker)
 
     admit = with_db(actions.add_parser("admit", help="admit a Run (published now with --broker, else by a relay)"))
     with_broker(admit, required=False)
     admit.add_argument("--workflows", required=True, help="the Workflows registry, as package.module:name")
     admit.add_argument("--workflow", required=True, help="the workflow's registered name")
     admit.add_argument("--revision", required=True, help="the workflow's registered revision")
-    admit.add_argument("--payload", default="{}", help="the intent's payload, as JSON (default {})")
+    payload = admit.add_mutually_exclusive_group()
+    payload.add_argument("--payload", default="{}",
+                         help="the intent's payload, as JSON (default {}); - reads it from stdin")
+    payload.add_argument("--payload-file", help="read the intent's payload, as JSON, from this file")
     admit.add_argument("--priority", type=int, default=50, help="0 to 100, higher first (default 50)")
     admit.add_argument("--key", help="an idempotency key (a repeat returns the same Run)")
     admit.add_argument("--principal", default="operator", help="who asks (default operator)")
 
     listing = with_db(actions.add_parser("list", help="list Runs, oldest first"))
-    listing.add_argument("--status", choices=[status.value for status in RunStatus])
+    listing.add_argument("--status", type=str.lower, choices=[status.value for status in RunStatus],
+                         help="only Runs of this status (any letter case)")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
 
     show = with_db(actions.add_parser("show", help="one Run and its current delivery"))
     show.add_argument("run_id")
     show.add_argument("--result", action="store_true",
                       help="also print a DONE Run's result as JSON (never printed otherwise: it may carry data)")
+    show.add_argument("--show-payload", action="store_true",
+                      help="also print the payload of the consent the Run waits on, as JSON (never printed "
+                           "otherwise: it is what the approver approves, and may carry data)")
 
     retry = with_db(actions.add_parser("retry", help="re-admit a Run that failed lost as a new Run linked to it"))
     with_broker(retry, required=False)
@@ -130,7 +142,7 @@ def add_runs_parser(commands: Any) -> None:
     consent = with_db(actions.add_parser("consent", help="decide a consent and resume its Run"))
     with_broker(consent, required=False)
     consent.add_argument("consent_id")
-    consent.add_argument("verdict", choices=sorted(VERDICTS))
+    consent.add_argument("verdict", type=str.lower, choices=sorted(VERDICTS))
     consent.add_argument("--by", required=True, help="the deciding principal")
 
 
@@ -151,11 +163,10 @@ def _when(value: Any) -> str | None:
 def _registry(path: str) -> Workflows:
     if sys.path[0] != "":
         sys.path.insert(0, "")  # the registry's package may live in the current folder
-    try:
-        registry = load_handler(path)
-    except Exception:  # noqa: BLE001 - any import failure is a bad argument
-        raise ConfigValidationError("invalid_workflows", fields=("workflows",),
-                                    problems=("does_not_import",)) from None
+    registry, problem = import_problem(path, "registry")
+    if problem is not None:
+        raise RefusedWithDetail("invalid_workflows", fields=("workflows",), problems=("does_not_import",),
+                                detail=problem)
     if not isinstance(registry, Workflows):
         raise ConfigValidationError("invalid_workflows", fields=("workflows",), problems=("workflows_required",))
     return registry
@@ -193,8 +204,9 @@ async def _worker(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     broker = _broker(arguments)
     assert broker is not None
     node = arguments.node or socket.gethostname()
+    metrics = start_metrics(arguments, arguments.db, ledger=ledger)  # /metrics and spans, when asked for
     worker = RunWorker(ledger, broker, workflows, node=node, concurrency=arguments.concurrency,
-                       queues=arguments.queues or ["runs"])
+                       queues=arguments.queues or ["runs"], metrics=metrics)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -203,6 +215,8 @@ async def _worker(ledger: RunLedger, arguments: argparse.Namespace) -> int:
         runtime = RunRuntime(ledger, brokers=[broker], workers=[worker], node=node,
                              shutdown_deadline_s=arguments.shutdown_seconds, relay_interval_s=arguments.relay_seconds,
                              node_lease_s=arguments.node_lease_seconds)
+        if metrics is not None:
+            metrics.watch_runtime(runtime)
         async with runtime:
             report = runtime.startup
             assert report is not None
@@ -228,7 +242,7 @@ async def _admit(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     workflows = _registry(arguments.workflows)
     try:
         # load_json bounds the nesting: json.loads would raise RecursionError on '[' * 5000.
-        payload = load_json(arguments.payload)
+        payload = load_json(_payload_text(arguments))
     except JsonProblem as problem:
         raise ConfigValidationError("invalid_payload", fields=("payload",), problems=(problem.code,)) from None
     queue = (arguments.queues or ["runs"])[0]
@@ -244,7 +258,47 @@ async def _admit(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     print(run_table(["run", "status", "workflow", "queue", "priority", "new", "delivery"],
                     [[run.run_id, run.status.value, f"{run.workflow.name}@{run.workflow.revision}", run.queue,
                       run.priority, "yes" if admission.created else "no (replay)", published]]))
+    await _warn_unless_served(ledger, run.queue)
     return 0
+
+
+SERVED_WITHIN_S = 60.0
+"""How recently a Run worker must have served a queue for ``runs admit`` not to warn: a
+running worker records a relay round every ``--relay-seconds`` (default 1)."""
+
+
+async def _warn_unless_served(ledger: RunLedger, queue: str) -> None:
+    """Say so on stderr when no Run worker served ``queue`` lately: the Run is admitted
+    and durable, but nothing will run it until a worker serves its queue."""
+    try:
+        served = await ledger.recovery_reports.served_queues(SERVED_WITHIN_S)
+    except TenureError:
+        return  # a database behind runs_v6 cannot tell: say nothing rather than guess
+    if queue not in served:
+        print(f"warning: no Run worker has served the queue {queue!r} in the last {SERVED_WITHIN_S:g} s; the Run "
+              f"waits until one does (tenure runs worker --queue {queue} ...)", file=sys.stderr)
+
+
+MAX_PAYLOAD_FILE_BYTES = 16 * 1024 * 1024
+"""The most a payload file or stdin may hold (the ledger bounds the payload itself)."""
+
+
+def _payload_text(arguments: argparse.Namespace) -> str:
+    """The payload's JSON text: ``--payload-file PATH``, ``--payload -`` (stdin) or
+    ``--payload JSON``. An unreadable file is refused without its path or contents."""
+    if arguments.payload_file is None and arguments.payload != "-":
+        return str(arguments.payload)
+    try:
+        if arguments.payload_file is not None:
+            with open(arguments.payload_file, encoding="utf-8") as source:
+                text = source.read(MAX_PAYLOAD_FILE_BYTES + 1)
+        else:
+            text = sys.stdin.read(MAX_PAYLOAD_FILE_BYTES + 1)
+    except (OSError, UnicodeDecodeError):
+        raise ConfigValidationError("invalid_payload", fields=("payload_file",), problems=("unreadable",)) from None
+    if len(text) > MAX_PAYLOAD_FILE_BYTES:
+        raise ConfigValidationError("invalid_payload", fields=("payload_file",), problems=("too_large",))
+    return text
 
 
 async def _list(ledger: RunLedger, arguments: argparse.Namespace) -> int:
@@ -266,10 +320,20 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     delivery = await ledger.get_delivery(run.run_id, run.enqueue_seq)
     # A Run parked on a consent: its verdict so far and its deadline (the relays apply it).
     waits_on: list[list[object]] = []
+    consent = None
     if run.owner_kind is WaitKind.CONSENT and run.owner_id is not None:
         consent = await ledger.get_consent(run.owner_id)
         if consent is not None:
-            waits_on.append(["consent", f"{consent.status.value}, deadline {_when(consent.expires_at) or 'none'}"])
+            payload_bytes = len(canonical_json(consent.payload).encode())
+            waits_on += [
+                ["consent", f"{consent.status.value}, deadline {_when(consent.expires_at) or 'none'}"],
+                ["consent for", f"tool {consent.tool_name}, call {consent.tool_call_id}"],
+                ["consent asked", _when(consent.created_at)],
+                ["consent payload", f"{payload_bytes} bytes of JSON"
+                 + ("" if arguments.show_payload else " (--show-payload prints it)")],
+            ]
+            if consent.decided_by is not None:
+                waits_on.append(["consent decided", f"by {consent.decided_by} at {_when(consent.decided_at)}"])
     wakes: list[list[object]] = [] if run.wake_at is None else [["wakes at", _when(run.wake_at)]]
     rows: list[list[object]] = [
         ["status", run.status.value], ["workflow", f"{run.workflow.name}@{run.workflow.revision}"],
@@ -288,6 +352,8 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     print(run_table(["run", run.run_id], rows))
     if arguments.result and run.result is not None:
         print(canonical_json(run.result))
+    if arguments.show_payload and consent is not None:
+        print(canonical_json(consent.payload))
     return 0
 
 

@@ -35,10 +35,11 @@ from tenure.model.validation import is_queue_name
 from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from ..queue.worker import Worker, WorkerStats
 from .logs import add_logging_options, configure_logging
+from .metrics import add_metrics_options, start_metrics
 from .reporting import report_refusal  # the one refusal format of every subcommand
 
 __all__ = ["add_worker_parser", "run_worker", "load_handler", "status_line", "NEVER_MIGRATED", "refuse_never_migrated",
-           "refused_unless_migrated", "SOURCES", "load_app"]
+           "refused_unless_migrated", "SOURCES", "load_app", "import_problem"]
 
 SOURCES: dict[str, type[JobSource[Any]]] = {
     "validation": ValidationJobSource,
@@ -73,6 +74,7 @@ def add_worker_parser(commands: Any) -> None:
     worker.add_argument("--status-seconds", type=float, default=10.0, help="status line interval (default 10)")
     worker.add_argument("--worker-id", help="the owner recorded on claims (default: host, PID and a random suffix)")
     add_logging_options(worker)
+    add_metrics_options(worker)
 
 
 def load_handler(path: str) -> Any:
@@ -143,23 +145,64 @@ def _mode_problem(arguments: argparse.Namespace) -> str | None:
     return None
 
 
-def _imported(path: str, what: str) -> Any:
-    """The object at ``path``, or None once the refusal is printed. The path is not
-    printed (nothing printed echoes a rejected value); the failure's type and the module
-    that failed to import are (a handler whose module imports a missing dependency must
-    not read as if the handler's own module were missing)."""
-    module = path.partition(":")[0]
+IMPORT_MESSAGE_BYTES = 300
+"""How much of an import failure's message a refusal shows (cleaned of control characters)."""
+
+
+def _failing_module(error: BaseException) -> str | None:
+    """The module whose top-level code raised ``error`` (the innermost one in its
+    traceback): the module that failed to import, which may be a dependency of the one
+    named on the command line."""
+    failing = None
+    trace = error.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_name == "<module>":
+            failing = trace.tb_frame.f_globals.get("__name__")
+        trace = trace.tb_next
+    return failing if isinstance(failing, str) else None
+
+
+def import_problem(path: str, what: str) -> tuple[Any, str | None]:
+    """The object at ``path`` (``package.module:attribute``) and None, or None and why it
+    could not be had. The path itself is never in the answer (nothing printed echoes a
+    rejected value): a module that does not exist, or lacks the attribute, is said so
+    without its name. A module that raised while importing is named with the failure's
+    type and message (the code's own words, bounded and cleaned, never a file's
+    contents), and so is the dependency it failed to import: a handler whose module
+    imports a missing package must not read as if the handler's own module were missing."""
+    from ..queue.worker import error_text
+
+    module_name, separator, attribute = path.partition(":")
+    if not separator or not module_name or not attribute:
+        return None, f"the {what} must be given as package.module:attribute"
     try:
-        return load_handler(path)
+        target: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         missing = error.name or ""
-        if module == missing or module.startswith(missing + "."):
-            print(f"refused: the {what}'s module does not exist (ModuleNotFoundError)")
-        else:  # a dependency of the module: its name comes from the code, not from the command line
-            print(f"refused: the {what}'s module imports a module that is not installed ({missing!r})")
+        if module_name == missing or module_name.startswith(missing + "."):
+            return None, f"the {what}'s module does not exist (ModuleNotFoundError)"
+        # A dependency of the module: its name comes from the code, not from the command line.
+        return None, f"the {what}'s module imports a module that is not installed ({missing!r})"
     except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
-        print(f"refused: the {what} does not import ({type(error).__name__})")
-    return None
+        failing = _failing_module(error)
+        message = error_text(str(error), IMPORT_MESSAGE_BYTES).replace("\n", " ") if str(error) else ""
+        where = f" while importing {failing!r}" if failing and failing != module_name else ""
+        return None, (f"the {what}'s module failed to import{where}: {type(error).__name__}"
+                      + (f": {message}" if message else ""))
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            return None, f"the {what}'s module has no attribute of that name"
+    return target, None
+
+
+def _imported(path: str, what: str) -> Any:
+    """The object at ``path``, or None once the refusal is printed (see :func:`import_problem`)."""
+    target, problem = import_problem(path, what)
+    if problem is not None:
+        print(f"refused: {problem}")
+    return target
 
 
 def load_app(path: str) -> Any:
@@ -194,6 +237,7 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         return 2
     try:
         db_url = arguments.db if arguments.db is not None else target.db_url
+        settings["metrics"] = start_metrics(arguments, db_url)  # /metrics and spans, when asked for
         given = {name: value for name, value in (("lease_seconds", arguments.lease_seconds),
                                                  ("heartbeat_seconds", arguments.heartbeat_seconds)) if value is not None}
         # An app's worker keeps the app's own settings (schema, timeouts, payload bound,

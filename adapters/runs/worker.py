@@ -27,6 +27,10 @@ written, with the Run ID, workflow, hop sequence and node as ``extra`` fields (`
 one hop. A hop cancelled from outside (its
 broker job aborted, or the worker stopping) cancels its workflow and propagates the
 cancellation, so the broker sees the abort acknowledged.
+
+``metrics`` (a :class:`~tenure.adapters.core.observers.RunWorkerObserver`, such as
+:class:`tenure.adapters.apps.metrics.Instruments`) is told of each hop's start, claim and
+outcome and of each decided consent a resumed hop loads; None (default) observes nothing.
 """
 
 from __future__ import annotations
@@ -39,9 +43,9 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tenure.kernel.runs.record import hop_holds
+from tenure.kernel.runs.record import hop_holds, operator_cancelled
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -58,16 +62,15 @@ from .broker import Broker, HopSource, Touch
 from .ledger import RunLedger, result_text
 from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decided
 
+if TYPE_CHECKING:
+    from ..core.observers import HopObserver, RunWorkerObserver
+
 __all__ = ["RunWorker", "WorkerStopFailed", "OUTCOMES", "TOUCH_EVERY_S"]
 
 log = logging.getLogger("tenure.runs.worker")
 T = TypeVar("T")
 
 OUTCOMES = ("skipped", "done", "failed", "parked", "cancelled", "lost", "unsettled")
-
-OPERATOR_ENDED = frozenset({RunStatus.CANCELLING, RunStatus.CANCELLED})
-"""A hop that finds its Run in one of these was cancelled by an operator: ``cancelled``,
-never counted ``lost``."""
 
 PERSIST_BACKOFF_FIRST_S = 0.05
 PERSIST_BACKOFF_MAX_S = 2.0
@@ -102,6 +105,7 @@ class RunWorker:
     def __init__(
         self, ledger: RunLedger, broker: Broker, workflows: Workflows, *, node: str, concurrency: int = 4,
         queues: Iterable[str] = ("runs",), watch_interval_s: float = 1.0, store_error_text: bool = True,
+        metrics: RunWorkerObserver | None = None,
     ) -> None:
         if not isinstance(ledger, RunLedger):
             raise _refuse("ledger", "run_ledger_required")
@@ -120,6 +124,10 @@ class RunWorker:
             raise _refuse("watch_interval_s", "number_out_of_range")
         if type(store_error_text) is not bool:
             raise _refuse("store_error_text", "bool_required")
+        if metrics is not None and not all(callable(getattr(metrics, name, None))
+                                           for name in ("hop_started", "consent_decided")):
+            raise _refuse("metrics", "run_worker_observer_required")
+        self.metrics = metrics
         self.ledger = ledger
         self.broker = broker
         self.workflows = workflows
@@ -161,15 +169,22 @@ class RunWorker:
         task = asyncio.current_task()
         if task is not None:
             self._hops.add(task)
+        hop = None if self.metrics is None else self.metrics.hop_started(run_id, enqueue_seq)
         try:
-            outcome = await self._perform(run_id, enqueue_seq, touch)
+            outcome = await self._perform(run_id, enqueue_seq, touch, hop)
+        except BaseException:
+            if hop is not None:
+                hop.ended(None)  # no outcome known (an abort that learned why said so already)
+            raise
         finally:
             if task is not None:
                 self._hops.discard(task)
         self.outcomes[outcome] += 1
+        if hop is not None:
+            hop.ended(outcome)
         return outcome
 
-    async def _perform(self, run_id: str, enqueue_seq: int, touch: Touch | None) -> str:
+    async def _perform(self, run_id: str, enqueue_seq: int, touch: Touch | None, hop: HopObserver | None) -> str:
         await self._gate.wait()
         # The same claim, with the same token, is sent again after a database failure: a
         # COMMIT that applied unacknowledged is answered with the claim it made (the Run
@@ -185,6 +200,8 @@ class RunWorker:
             return "failed"  # the claim settled it FAILED: the other hops go on
         if claim is None:
             return "skipped"
+        if hop is not None:
+            hop.claimed(claim)
         workflow = self.workflows.resolve(claim.workflow)
         if workflow is None:
             return await self._fail(claim, "workflow_unavailable")
@@ -211,7 +228,10 @@ class RunWorker:
             if not self._stopping.is_set():  # aborted from outside: say why, when one read can tell
                 with contextlib.suppress(Exception):
                     run = await asyncio.wait_for(self.ledger.get(claim.run.run_id), ABORT_READ_S)
-                    self.outcomes[self._moved_on(claim, run)] += 1
+                    outcome = self._moved_on(claim, run)
+                    self.outcomes[outcome] += 1
+                    if hop is not None:
+                        hop.ended(outcome)
             raise
         if not body.done():  # the watch saw the Run move on without this hop
             body.cancel()
@@ -229,7 +249,7 @@ class RunWorker:
     def _moved_on(self, claim: RunClaim, run: RunRecord | None) -> str:
         """``cancelled`` when an operator's cancel took the Run from this hop, else
         ``lost``; logged either way (the hop's work stopped unfinished)."""
-        outcome = "cancelled" if run is not None and run.status in OPERATOR_ENDED else "lost"
+        outcome = "cancelled" if run is not None and operator_cancelled(run) else "lost"
         log.info("run %s (%s, hop %d): %s; the hop stopped", claim.run.run_id, claim.workflow.name,
                  claim.enqueue_seq, "cancelled by an operator" if outcome == "cancelled" else
                  "the Run moved on without this hop", extra=self._fields(claim, outcome))
@@ -263,6 +283,8 @@ class RunWorker:
                 owner = attempt = await self.ledger.attempts.get(checkpoint.owner_id)
             if not owner_is_decided(checkpoint.owner_kind, owner) or owner.run_id != run_id:
                 return None
+            if consent is not None and self.metrics is not None:
+                self.metrics.consent_decided(claim, consent)
         return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, consent, job, attempt,
                           self.ledger, self.broker)
 
