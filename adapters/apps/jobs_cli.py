@@ -126,7 +126,7 @@ def add_jobs_parser(commands: Any) -> None:
     defer.add_argument("--submission-id", help="makes the deferral replay-safe: the same call answers the same job")
     defer.add_argument("--schedule-in", type=float, help="due this many seconds after it is written")
     defer.add_argument("--priority", type=int, help="0 to 100 (default: the task's)")
-    defer.add_argument("--db", help="database URL (default: the app's own)")
+    defer.add_argument("--db", help="database URL (default: $TENURE_DB, else the app's own)")
 
 
 def _printable(error: str | None) -> str | None:

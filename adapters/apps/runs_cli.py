@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import signal
 import socket
 import sys
@@ -50,6 +51,7 @@ from tenure.model import (
     load_json,
 )
 
+from ..queue.worker import MAX_ERROR_BYTES, error_text
 from ..runs import (
     QueueBroker,
     RunLedger,
@@ -240,11 +242,12 @@ async def _worker(ledger: RunLedger, arguments: argparse.Namespace) -> int:
 
 async def _admit(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     workflows = _registry(arguments.workflows)
+    text, field = _payload_text(arguments)
     try:
         # load_json bounds the nesting: json.loads would raise RecursionError on '[' * 5000.
-        payload = load_json(_payload_text(arguments))
+        payload = load_json(text)
     except JsonProblem as problem:
-        raise ConfigValidationError("invalid_payload", fields=("payload",), problems=(problem.code,)) from None
+        raise ConfigValidationError("invalid_payload", fields=(field,), problems=(problem.code,)) from None
     queue = (arguments.queues or ["runs"])[0]
     intent = RunIntent(None, "cli", arguments.principal, frozenset(), payload)
     admission = await ledger.admit(intent, workflow=workflows.pin(arguments.workflow, arguments.revision),
@@ -262,9 +265,10 @@ async def _admit(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     return 0
 
 
-SERVED_WITHIN_S = 60.0
+SERVED_WITHIN_S = 150.0
 """How recently a Run worker must have served a queue for ``runs admit`` not to warn: a
-running worker records a relay round every ``--relay-seconds`` (default 1)."""
+running worker records a report after each relay round, at least every ``--relay-seconds``
+(at most 60) plus the round itself, so a live worker is always seen within this."""
 
 
 async def _warn_unless_served(ledger: RunLedger, queue: str) -> None:
@@ -276,29 +280,37 @@ async def _warn_unless_served(ledger: RunLedger, queue: str) -> None:
         return  # a database behind runs_v6 cannot tell: say nothing rather than guess
     if queue not in served:
         print(f"warning: no Run worker has served the queue {queue!r} in the last {SERVED_WITHIN_S:g} s; the Run "
-              f"waits until one does (tenure runs worker --queue {queue} ...)", file=sys.stderr)
+              f"waits until one does (tenure runs worker --queue {shlex.quote(queue)} ...)", file=sys.stderr)
+
+
+def _cell(text: str) -> str:
+    """Stored text as one table cell: control characters replaced, every run of white space
+    (line breaks, tabs) one space, at most 2,048 bytes (a workflow's error may span lines)."""
+    return " ".join(error_text(text, MAX_ERROR_BYTES).split())
 
 
 MAX_PAYLOAD_FILE_BYTES = 16 * 1024 * 1024
 """The most a payload file or stdin may hold (the ledger bounds the payload itself)."""
 
 
-def _payload_text(arguments: argparse.Namespace) -> str:
-    """The payload's JSON text: ``--payload-file PATH``, ``--payload -`` (stdin) or
-    ``--payload JSON``. An unreadable file is refused without its path or contents."""
+def _payload_text(arguments: argparse.Namespace) -> tuple[str, str]:
+    """The payload's JSON text and the field it came from: ``--payload-file PATH``,
+    ``--payload -`` (stdin) or ``--payload JSON``. At most 16 MiB are read (as bytes);
+    an unreadable file is refused without its path or contents."""
     if arguments.payload_file is None and arguments.payload != "-":
-        return str(arguments.payload)
+        return str(arguments.payload), "payload"
+    field = "payload_file" if arguments.payload_file is not None else "payload"
     try:
         if arguments.payload_file is not None:
-            with open(arguments.payload_file, encoding="utf-8") as source:
-                text = source.read(MAX_PAYLOAD_FILE_BYTES + 1)
+            with open(arguments.payload_file, "rb") as source:
+                data = source.read(MAX_PAYLOAD_FILE_BYTES + 1)
         else:
-            text = sys.stdin.read(MAX_PAYLOAD_FILE_BYTES + 1)
+            data = sys.stdin.buffer.read(MAX_PAYLOAD_FILE_BYTES + 1)
+        if len(data) > MAX_PAYLOAD_FILE_BYTES:
+            raise ConfigValidationError("invalid_payload", fields=(field,), problems=("too_large",))
+        return data.decode("utf-8"), field
     except (OSError, UnicodeDecodeError):
-        raise ConfigValidationError("invalid_payload", fields=("payload_file",), problems=("unreadable",)) from None
-    if len(text) > MAX_PAYLOAD_FILE_BYTES:
-        raise ConfigValidationError("invalid_payload", fields=("payload_file",), problems=("too_large",))
-    return text
+        raise ConfigValidationError("invalid_payload", fields=(field,), problems=("unreadable",)) from None
 
 
 async def _list(ledger: RunLedger, arguments: argparse.Namespace) -> int:
@@ -327,13 +339,13 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
             payload_bytes = len(canonical_json(consent.payload).encode())
             waits_on += [
                 ["consent", f"{consent.status.value}, deadline {_when(consent.expires_at) or 'none'}"],
-                ["consent for", f"tool {consent.tool_name}, call {consent.tool_call_id}"],
+                ["consent for", f"tool {_cell(consent.tool_name)}"],
                 ["consent asked", _when(consent.created_at)],
                 ["consent payload", f"{payload_bytes} bytes of JSON"
                  + ("" if arguments.show_payload else " (--show-payload prints it)")],
             ]
             if consent.decided_by is not None:
-                waits_on.append(["consent decided", f"by {consent.decided_by} at {_when(consent.decided_at)}"])
+                waits_on.append(["consent decided", f"by {_cell(consent.decided_by)} at {_when(consent.decided_at)}"])
     wakes: list[list[object]] = [] if run.wake_at is None else [["wakes at", _when(run.wake_at)]]
     rows: list[list[object]] = [
         ["status", run.status.value], ["workflow", f"{run.workflow.name}@{run.workflow.revision}"],
@@ -341,7 +353,8 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
         ["owner", None if run.owner_kind is None else f"{run.owner_kind.value} {run.owner_id}"],
         *waits_on,
         *wakes,
-        ["error", run.error], ["started", _when(run.started_at)], ["updated", _when(run.updated_at)],
+        ["error", None if run.error is None else _cell(run.error)], ["started", _when(run.started_at)],
+        ["updated", _when(run.updated_at)],
         ["result", None if run.result is None else f"{len(canonical_json(run.result).encode())} bytes of JSON"
          + ("" if arguments.result else " (--result prints it)")],
         ["lost hops retried", f"{run.hop_retries} of {run.workflow.max_hop_retries}"],

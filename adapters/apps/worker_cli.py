@@ -173,7 +173,9 @@ def import_problem(path: str, what: str) -> tuple[Any, str | None]:
     from ..queue.worker import error_text
 
     module_name, separator, attribute = path.partition(":")
-    if not separator or not module_name or not attribute:
+    if (not separator or not all(part.isidentifier() for part in module_name.split("."))
+            or not all(part.isidentifier() for part in attribute.split("."))):
+        # Also a relative module (.pkg), which import_module would name in its message.
         return None, f"the {what} must be given as package.module:attribute"
     try:
         target: Any = importlib.import_module(module_name)
@@ -185,8 +187,10 @@ def import_problem(path: str, what: str) -> tuple[Any, str | None]:
         return None, f"the {what}'s module imports a module that is not installed ({missing!r})"
     except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
         failing = _failing_module(error)
-        message = error_text(str(error), IMPORT_MESSAGE_BYTES).replace("\n", " ") if str(error) else ""
-        where = f" while importing {failing!r}" if failing and failing != module_name else ""
+        message = " ".join(error_text(str(error), IMPORT_MESSAGE_BYTES).split()) if str(error) else ""
+        # A dependency is named; the module given, or a package of its path, never is.
+        named = failing and failing != module_name and not module_name.startswith(failing + ".")
+        where = f" while importing {failing!r}" if named else ""
         return None, (f"the {what}'s module failed to import{where}: {type(error).__name__}"
                       + (f": {message}" if message else ""))
     for part in attribute.split("."):
@@ -194,6 +198,8 @@ def import_problem(path: str, what: str) -> tuple[Any, str | None]:
             target = getattr(target, part)
         except AttributeError:
             return None, f"the {what}'s module has no attribute of that name"
+        except Exception as error:  # noqa: BLE001 - a module __getattr__ that raises is a bad argument too
+            return None, f"the {what}'s module failed to give that attribute ({type(error).__name__})"
     return target, None
 
 

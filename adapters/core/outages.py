@@ -7,7 +7,8 @@ state instead and logs only its changes:
 
 - **down**: the first failure, at WARNING, with the call and the failure's code and
   reason (never its text);
-- **changed**: a failure with another code or reason while down, at WARNING;
+- **changed**: a failure with a code and reason not yet met in this outage, at WARNING
+  (calls that alternate between two known failures are not changes);
 - **still down**: at most once per ``still_every_s`` (default 60 s) while failures go
   on, at WARNING, with how long and how many;
 - **back**: the first call that answers after failures, at INFO, with how long it was
@@ -48,6 +49,8 @@ class OutageLog:
         self._since = 0.0
         self._said = 0.0
         self._last: tuple[str, str] | None = None
+        self._seen: set[tuple[str, str]] = set()
+        """The (code, reason) pairs met in this outage: only a new one is a change."""
 
     @property
     def down(self) -> bool:
@@ -63,11 +66,13 @@ class OutageLog:
         if self.failures == 1:
             self._since = self._said = now
             self._last = (code, reason)
+            self._seen = {self._last}
             self.logger.warning("%s: %s failed (%s: %s); further failures are summarized", self.subject,
                                 call, code, reason, extra=self._extra("down", now))
-        elif (code, reason) != self._last:
+        elif (code, reason) not in self._seen:  # a new way of failing; calls alternating between two are not
             self._said = now
             self._last = (code, reason)
+            self._seen.add(self._last)
             self.logger.warning("%s: still failing, now %s failed (%s: %s; %d failures in %.0f s)", self.subject, call,
                                 code, reason, self.failures, now - self._since, extra=self._extra("changed", now))
         elif now - self._said >= self.still_every_s:

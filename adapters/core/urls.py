@@ -15,12 +15,12 @@ ever contains it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import re
 import urllib.parse
 
 from tenure.model import ConfigValidationError
-from tenure.model.errors import is_authored_word
 
 __all__ = ["DatabaseKind", "DatabaseTarget", "parse_db_url", "check_schema_name", "URL_PARAMETERS"]
 
@@ -114,12 +114,18 @@ URL_PARAMETERS = frozenset({
 """The query parameters a PostgreSQL URL may carry. asyncpg sends any parameter it does not
 know to the server as a setting, which fails only once connected, as ``unavailable``; a
 misspelt ``sslmode`` would even connect without TLS. So any other parameter is refused
-before connecting, naming it when its name is a plain lowercase word (``db_url.NAME``)."""
+before connecting, never naming it (it may be a secret pasted after ``?``), but naming the
+closest known parameter when one is close (``sslmod``: ``sslmode``)."""
 
 
 def _check_parameters(dsn: str) -> None:
     query = dsn.partition("?")[2]
     for name, _ in urllib.parse.parse_qsl(query, keep_blank_values=True):
         if name not in URL_PARAMETERS:
-            field = f"db_url.{name}" if is_authored_word(f"db_url.{name}") and "." not in name else "db_url"
-            raise ConfigValidationError("invalid_db_url", fields=(field,), problems=("unknown_url_parameter",))
+            # The unknown name is never repeated (a secret pasted after "?" would be); the
+            # closest known parameter is named instead, when one is close.
+            closest = difflib.get_close_matches(name.lower(), sorted(URL_PARAMETERS), n=1, cutoff=0.75)
+            fields, problems = ("db_url",), ("unknown_url_parameter",)
+            if closest:
+                fields, problems = (*fields, f"db_url.{closest[0]}"), (*problems, "closest_known_parameter")
+            raise ConfigValidationError("invalid_db_url", fields=fields, problems=problems)

@@ -93,18 +93,21 @@ REASONS_BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
 """Which reason a driver failure gets (first match); anything else is ``unavailable``."""
 
 
-def _reason(error: Exception) -> str:
+def _reason(error: Exception, stage: Stage) -> str:
     # asyncpg refuses a server that declines TLS under sslmode=require with a plain
     # ConnectionError; its text is read here to tell it apart, never passed on.
     if type(error) is ConnectionError and "SSL" in str(error):
         return "tls_failed"
-    return reason_by_class(error, REASONS_BY_CLASS)
+    reason = reason_by_class(error, REASONS_BY_CLASS)
+    if reason == "tls_failed" and stage is not Stage.CONNECT:
+        return "connection_lost"  # a TLS error mid-call is a broken connection (retry-safe), not a handshake
+    return reason
 
 
 def _failure(error: Exception, stage: Stage) -> Exception:
     sqlstate = getattr(error, "sqlstate", None)
     detail = sqlstate if isinstance(sqlstate, str) and sqlstate.isalnum() and len(sqlstate) == 5 else ""
-    return translate(error, stage, _reason(error), detail=detail)
+    return translate(error, stage, _reason(error, stage), detail=detail)
 
 
 async def call(operation: Callable[[], Awaitable[T]], deadline: float, stage: Stage) -> T:

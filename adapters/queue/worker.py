@@ -1004,15 +1004,16 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
-                await self._heartbeat_round()
-                self._outage.answered()
+                if await self._heartbeat_round():  # an idle round asks nothing: it proves nothing
+                    self._outage.answered()
             except ConfigValidationError:
                 log.error("heartbeats stopped: the source refused the call (closed?)")
                 return
             except TenureError as error:
                 self._failed_call("heartbeat", error)
 
-    async def _heartbeat_round(self) -> None:
+    async def _heartbeat_round(self) -> bool:
+        """Renew every live claim; whether the database was asked (and answered)."""
         jobs = [job for job in self._jobs.values() if not job.lost]
         for start in range(0, len(jobs), MAX_BATCH):
             chunk = jobs[start:start + MAX_BATCH]
@@ -1027,6 +1028,7 @@ class Worker:
             for job in jobs:
                 if not job.lost and not job.settling:
                     await self.observe_streaming(job)
+        return bool(jobs)
 
     async def observe_streaming(self, job: _Job) -> None:
         """Read a streaming claim's owned state: a cancel request sets

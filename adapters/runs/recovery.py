@@ -666,7 +666,8 @@ async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop
             raise
         except Exception as error:  # noqa: BLE001 - the relay restarts; the next round may succeed
             failures += 1
-            failing.failed("a relay round", type(error).__name__, getattr(error, "reason", "") or "raised")
+            reason = error.reason if isinstance(error, TenureError) else "raised"  # never another library's text
+            failing.failed("a relay round", type(error).__name__, reason)
             wait = relay_backoff_s(failures)
         else:
             failures = 0

@@ -270,7 +270,7 @@ class RunRuntime:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 - the next round may succeed
-                outage.failed("a lease round", type(error).__name__, getattr(error, "reason", "") or "raised")
+                outage.failed("a lease round", type(error).__name__, error.reason if isinstance(error, TenureError) else "raised")
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._relay_stop.wait(), timeout=self.relay_interval_s)
 

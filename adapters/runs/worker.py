@@ -228,10 +228,17 @@ class RunWorker:
             if not self._stopping.is_set():  # aborted from outside: say why, when one read can tell
                 with contextlib.suppress(Exception):
                     run = await asyncio.wait_for(self.ledger.get(claim.run.run_id), ABORT_READ_S)
-                    outcome = self._moved_on(claim, run)
-                    self.outcomes[outcome] += 1
-                    if hop is not None:
-                        hop.ended(outcome)
+                    if run is not None and hop_holds(run, claim.enqueue_seq):
+                        # Fenced (the node's lease) or aborted by its broker while the hop
+                        # still holds its Run: recovery settles it; it is not lost.
+                        log.info("run %s (%s, hop %d): stopped while holding its Run; recovery settles it",
+                                 claim.run.run_id, claim.workflow.name, claim.enqueue_seq,
+                                 extra=self._fields(claim, "stopped"))
+                    else:
+                        outcome = self._moved_on(claim, run)
+                        self.outcomes[outcome] += 1
+                        if hop is not None:
+                            hop.ended(outcome)
             raise
         if not body.done():  # the watch saw the Run move on without this hop
             body.cancel()

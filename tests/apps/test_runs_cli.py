@@ -74,7 +74,7 @@ async def test_a_worker_process_runs_what_the_operator_admits_and_decides(
         shown = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, run_id)
         assert "awaiting_consent" in shown.stdout and parked.owner_id in shown.stdout
         # What the consent is for, and its payload only when asked.
-        assert "tool greet, call call-1" in shown.stdout and "(--show-payload prints it)" in shown.stdout
+        assert "tool greet" in shown.stdout and "(--show-payload prints it)" in shown.stdout
         assert "ada@example.org" not in shown.stdout
         revealed = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, run_id, "--show-payload")
         assert revealed.stdout.splitlines()[-1] == '{"to":"ada@example.org"}'
@@ -258,5 +258,9 @@ async def test_a_payload_comes_from_a_file_or_stdin_and_an_unreadable_file_is_re
         "refused: invalid_payload",
         "  --payload-file: unreadable (--payload-file takes a readable file of at most 16 MiB holding a JSON object)"]
     assert "no-such-secret-file" not in missing.stdout + missing.stderr
+    # A payload from a file or stdin that is not JSON names where it came from.
+    (folder / "bad.json").write_text("{not json", encoding="utf-8")
+    bad = await asyncio.to_thread(tenure, folder, *admit, "--payload-file", "bad.json")
+    assert bad.returncode == 2 and bad.stdout.splitlines()[1].startswith("  --payload-file: "), bad.stdout
     both = await asyncio.to_thread(tenure, folder, *admit, "--payload-file", "payload.json", "--payload", "{}")
     assert both.returncode == 2 and "refused: invalid_arguments" in both.stdout

@@ -45,13 +45,17 @@ def test_a_run_of_identical_failures_is_one_line_then_a_still_down_line_per_inte
         outage.failed("claim", "persistence", "timeout")  # another reason is a change of state
         outage.failed("claim", "persistence", "timeout")
         assert lines(caplog)[-1] == ("WARNING", "changed") and len(caplog.records) == 3
+        for _ in range(10):  # calls alternating between two known failures change nothing
+            outage.failed("claim", "persistence", "connection_refused")
+            outage.failed("heartbeat", "persistence", "timeout")
+        assert len(caplog.records) == 3
         clock.now += 1
         outage.answered()
         outage.answered()
     assert lines(caplog) == [("WARNING", "down"), ("WARNING", "still_down"), ("WARNING", "changed"), ("INFO", "back")]
     back = caplog.records[-1]
-    assert (back.failures, back.worker_id, back.down_s) == (36, "w1", 73.0)  # type: ignore[attr-defined]
-    assert back.getMessage() == "the database: answers again after 73.0 s (36 failed calls)"
+    assert (back.failures, back.worker_id, back.down_s) == (56, "w1", 73.0)  # type: ignore[attr-defined]
+    assert back.getMessage() == "the database: answers again after 73.0 s (56 failed calls)"
     assert not outage.down
     with caplog.at_level("INFO", logger="test.outage"):
         outage.failed("claim", "persistence", "connection_refused")  # a new outage is said again
@@ -83,6 +87,39 @@ async def test_a_worker_whose_database_fails_every_claim_logs_the_outage_once_an
     assert stats.persistence_failures == 40  # every failure is counted ...
     outage = [(r.levelname, r.outage) for r in caplog.records if hasattr(r, "outage")]  # type: ignore[attr-defined]
     assert outage == [("WARNING", "down"), ("INFO", "back")]  # ... and said twice
+
+
+async def test_an_idle_worker_whose_database_is_down_never_says_it_answers_again(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=1, heartbeat_seconds=0.05)) as source:
+        failed = asyncio.Event()
+        calls = 0
+
+        async def always_failing(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls >= 20:
+                failed.set()
+            raise TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, "connection_refused")
+
+        monkeypatch.setattr(source, "claim_next_owned", always_failing)
+
+        async def handler(claimed: Any, context: Any) -> dict[str, Any]:
+            return {}
+
+        worker = Worker(source, handler, idle_wait_s=0.01)
+        stop = asyncio.Event()
+        with caplog.at_level("INFO", logger="tenure.adapters.queue.worker"):
+            running = asyncio.create_task(worker.run(stop))
+            await asyncio.wait_for(failed.wait(), 60)  # a hang guard: heartbeats ran meanwhile (every 50 ms)
+            await asyncio.sleep(0.3)
+            stop.set()
+            await asyncio.wait_for(running, 60)
+    outage = [r.outage for r in caplog.records if hasattr(r, "outage")]  # type: ignore[attr-defined]
+    assert outage == ["down"]  # idle heartbeat rounds asked nothing, so they proved nothing
 
 
 async def test_relay_rounds_that_fail_then_degrade_then_clean_up_say_each_change_once(
