@@ -125,7 +125,8 @@ def _check_parameters(dsn: str) -> None:
             # The unknown name is never repeated (a secret pasted after "?" would be); the
             # closest known parameter is named instead, when one is close.
             closest = difflib.get_close_matches(name.lower(), sorted(URL_PARAMETERS), n=1, cutoff=0.75)
-            fields, problems = ("db_url",), ("unknown_url_parameter",)
+            fields: tuple[str, ...] = ("db_url",)
+            problems: tuple[str, ...] = ("unknown_url_parameter",)
             if closest:
                 fields, problems = (*fields, f"db_url.{closest[0]}"), (*problems, "closest_known_parameter")
             raise ConfigValidationError("invalid_db_url", fields=fields, problems=problems)
