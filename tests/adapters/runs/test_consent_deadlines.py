@@ -221,7 +221,7 @@ async def test_runs_show_prints_the_deadline_of_the_consent_a_run_waits_on(
     flows, broker, seen = Workflows(), InMemoryBroker(), []
     asker(flows, seen, expires_in_s=3600)
     run_id, consent = await parked_consent(ledger, broker, flows)
-    assert await _show(ledger, argparse.Namespace(run_id=run_id, result=False)) == 0
+    assert await _show(ledger, argparse.Namespace(run_id=run_id, result=False, show_payload=False)) == 0
     shown = capsys.readouterr().out
     assert f"{WaitKind.CONSENT.value} {consent.consent_id}" in shown
     assert f"pending, deadline {consent.expires_at:%Y-%m-%d %H:%M:%S}" in shown
