@@ -1,5 +1,5 @@
 """The ``tenure`` command: ``tenure demo``, ``tenure migrate``, ``tenure worker``, ``tenure
-jobs``, ``tenure runs``, ``tenure health`` and ``tenure --version``.
+jobs``, ``tenure runs``, ``tenure health``, ``tenure console`` and ``tenure --version``.
 
 ``tenure demo`` runs the owned queue under stress on an embedded SQLite file (or
 ``--db URL``) and exits non-zero if any invariant broke. ``tenure migrate --db URL``
@@ -43,6 +43,7 @@ COMMAND_HELP = {
     "jobs": "look at and operate on tasks and the jobs of pycharter's queues",
     "runs": "run workflow Runs (worker) and operate on them",
     "health": "check that a database is reachable, migrated and keeping up (exit 0 healthy, 1 unhealthy, 2 refused)",
+    "console": "serve the web console: queues, jobs, Runs and a consent inbox (needs tenure[console])",
 }
 """Each subcommand's one-line help, shown by ``tenure --help`` without importing the
 subcommand (the full parser's help is held equal to it by a test)."""
@@ -71,6 +72,7 @@ def _quick_parser() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ..console.command import add_console_parser
     from .health_cli import add_health_parser
     from .jobs_cli import add_jobs_parser
     from .reporting import CommandParser
@@ -99,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     add_jobs_parser(commands)
     add_runs_parser(commands)
     add_health_parser(commands)
+    add_console_parser(commands, COMMAND_HELP["console"])
     return parser
 
 
@@ -185,8 +188,15 @@ def _health(arguments: argparse.Namespace) -> int:
     return run_health(arguments)
 
 
+def _console(arguments: argparse.Namespace) -> int:
+    from ..console.command import run_console
+
+    return run_console(arguments)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo, "migrate": _migrate, "worker": _worker, "jobs": _jobs, "runs": _runs, "health": _health,
+    "console": _console,
 }
 """Each subcommand's body; :func:`main` runs it through :func:`run_command`."""
 

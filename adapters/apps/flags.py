@@ -79,6 +79,12 @@ FLAGS: tuple[Flag, ...] = (
       for field, (low, high) in DEMO_LIMITS.items()),
     Flag("seed", "--seed", "an integer", "demo"),
     Flag("db_url", "--db", DB_URL_SHAPES, "demo"),  # the demo never reads TENURE_DB
+    # tenure console's own (adapters/console/settings.py checks them).
+    Flag("host", "--host", "an address of this machine or a host name (default 127.0.0.1); any but loopback "
+         "needs --token", "console"),
+    Flag("port", "--port", "0 to 65,535 (0: a free port, printed)", "console"),
+    Flag("token", "--token", "at least 16 printable ASCII characters without spaces; required with a --host that "
+         "is not loopback; or set TENURE_CONSOLE_TOKEN", "console"),
     # tenure health's thresholds (their ranges are health's own).
     *(Flag(field, "--" + field.replace("_", "-"), _range(low, high, " seconds" if "seconds" in field else ""),
            "health") for field, (low, high) in THRESHOLD_LIMITS.items()),

@@ -45,6 +45,7 @@ __all__ = [
     "all_rows",
     "with_status",
     "listed",
+    "listed_page",
     "locate",
     "located_batch",
     "dedupe_field",
@@ -179,6 +180,30 @@ def listed(*, status: bool = False, queue_name: bool = False, task_name: bool = 
                                                              ("task_name", task_name)) if wanted)])
     order = ("-created_at_us", "-job_id") if newest_first else ("created_at_us", "job_id")
     return Finder(name + ("_newest_first" if newest_first else ""), (conditions,), order=order, lock="none")
+
+
+@functools.cache
+def listed_page(*, status: bool = False, queue_name: bool = False, task_name: bool = False,
+                created_before: bool = False, after: bool = False) -> Finder:
+    """One page of a listing, largest job ID first (an operator's pages: ``tenure
+    console``), filtered by the parameters named (``status``, ``queue_name``,
+    ``task_name``: each an exact value; ``created_before``: created at or before that
+    instant) and, with ``after``, past a page's last job ID (parameter ``after_id``).
+
+    The order is the primary key's, so every page is a range of its index whatever the
+    table holds (keyset paging, no offset); the filters are checked on the rows that range
+    meets. Task IDs are time-ordered (``time_ordered_id``), so a task listing runs newest
+    first; pycharter's job IDs are random UUIDs, so its queues' pages follow no time
+    order. A listing, never a command's met row."""
+    named = (("status", status), ("queue_name", queue_name), ("task_name", task_name))
+    conditions = tuple(Condition(field, "=", Param(field)) for field, wanted in named if wanted)
+    if created_before:
+        conditions += (Condition("created_at_us", "<=", Param("created_before")),)
+    if after:
+        conditions += (Condition("job_id", "<", Param("after_id")),)
+    name = "_".join(["listed_page", *(field for field, wanted in (*named, ("created_before", created_before),
+                                                                  ("after", after)) if wanted)])
+    return Finder(name, (conditions,), order=("-job_id",), lock="none")
 
 
 def dedupe_field(queue: QueueKind) -> str:

@@ -37,6 +37,7 @@ __all__ = [
     "open_attempts_of_run",
     "runs_page",
     "runs_by_status",
+    "runs_listing",
     "consents_of_run",
     "jobs_of_run",
     "attempts_of_run",
@@ -132,6 +133,38 @@ def _keyset(name: str, base: tuple[Condition, ...], field: str, after_param: str
             (*base, Condition(field, "=", Param(after_param)), Condition("run_id", ">", Param("after_id"))),
         ),
         order=(field, "run_id"),
+        lock="none",
+    )
+
+
+@functools.cache
+def runs_listing(*, status: bool = False, queue: bool = False, workflow: bool = False, after: bool = False) -> Finder:
+    """Runs newest created first (an operator's pages: ``tenure console``), optionally of
+    one ``status``, one ``queue`` and one ``workflow`` (its name), and past a page's last
+    ``(created_at, run_id)`` (parameters ``after_created``, ``after_id``) when ``after``.
+
+    Keyset paging on the index ``(created_at, run_id)``, read backwards. Both halves of the
+    position test also say ``created_at <= after_created`` (implied, so the rows are the
+    same): a database that takes the condition common to every half out of the OR
+    (PostgreSQL does) starts the index scan at the position instead of at the newest Run."""
+    base: tuple[Condition, ...] = tuple(
+        Condition(field, "=", Param(name))
+        for field, name, wanted in (("status", "status", status), ("queue", "queue", queue),
+                                    ("workflow_name", "workflow", workflow)) if wanted)
+    order = ("-created_at_us", "-run_id")
+    label = "_".join(["runs_listing", *(name for name, wanted in (("status", status), ("queue", queue),
+                                                                  ("workflow", workflow), ("after", after)) if wanted)])
+    if not after:
+        return Finder(label, (base,), order=order, lock="none")
+    bound = Condition("created_at_us", "<=", Param("after_created"))
+    return Finder(
+        label,
+        (
+            (*base, bound, Condition("created_at_us", "<", Param("after_created"))),
+            (*base, bound, Condition("created_at_us", "=", Param("after_created")),
+             Condition("run_id", "<", Param("after_id"))),
+        ),
+        order=order,
         lock="none",
     )
 

@@ -1,0 +1,158 @@
+"""The console's guards: the token (Bearer header or the login form's session cookie),
+CSRF on every POST, loopback-only answering without a token, and what a console may be
+configured with. The token never appears in a page, a header or a cookie."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from adapter_support import _run_async
+from console_html import by_testid, csrf_of, texts
+from console_seed import Seeded, seed
+
+from tenure.adapters.console.security import Guard, host_allowed, safe_next
+from tenure.adapters.console.settings import ConsoleSettings
+from tenure.model import ConfigValidationError
+
+TOKEN = "console-token-0123456789abcdef"
+"""A token in the tests: it must never be sent back."""
+
+
+@pytest.fixture
+def seeded_url(console_url: str) -> tuple[str, Seeded]:
+    return console_url, _run_async(seed(console_url))
+
+
+def never_shows_the_token(response: Any) -> Any:
+    assert TOKEN not in response.text
+    assert not any(TOKEN in value for value in response.headers.values())
+    return response
+
+
+def test_off_loopback_every_request_needs_the_token_by_header_or_by_the_login_cookie(
+    seeded_url: tuple[str, Seeded], console: Callable[..., Any],
+) -> None:
+    url, data = seeded_url
+    client = console(url, host="0.0.0.0", token=TOKEN, base_url="http://console.internal:8787")
+    # Without it: a page redirects to the login form (keeping where it was going), the
+    # rest is a 401, and no view ran.
+    response = never_shows_the_token(client.get("/runs?status=queued"))
+    assert response.status_code == 303
+    location = urllib.parse.urlsplit(response.headers["location"])
+    assert location.path == "/login" and urllib.parse.parse_qs(location.query)["next"] == ["/runs?status=queued"]
+    assert client.get("/api/live").status_code == 401
+    assert client.get("/api/live").headers["www-authenticate"].startswith("Bearer")
+    assert client.post(f"/runs/{data.queued_run}/cancel", data={"csrf_token": "0" * 64}).status_code == 401
+    assert client.get("/", headers={"Authorization": "Bearer wrong-token-0123456789"}).status_code == 303
+    assert client.get("/", headers={"Authorization": "Basic " + TOKEN}).status_code == 303
+    # The style sheet and the login form need no token.
+    assert client.get("/static/console.css").status_code == 200
+    login = never_shows_the_token(client.get("/login?next=/runs"))
+    assert login.status_code == 200 and by_testid(login.text, "login-form")
+    # With the header.
+    assert never_shows_the_token(client.get("/", headers={"Authorization": f"Bearer {TOKEN}"})).status_code == 200
+    # With the cookie the login form sets: a wrong token first, then the right one.
+    token = csrf_of(login.text)
+    refused = never_shows_the_token(client.post("/login", data={"csrf_token": token, "token": "nope", "next": "/runs"}))
+    assert refused.status_code == 401 and by_testid(refused.text, "login-refused")
+    assert "tenure_console_session" not in refused.headers.get("set-cookie", "")
+    signed_in = never_shows_the_token(client.post("/login", data={"csrf_token": token, "token": TOKEN,
+                                                                  "next": "/runs"}))
+    assert signed_in.status_code == 303 and signed_in.headers["location"] == "/runs"
+    assert "httponly" in signed_in.headers["set-cookie"].lower()
+    assert "samesite=strict" in signed_in.headers["set-cookie"].lower()
+    assert client.get("/").status_code == 200 and client.get("/api/live").status_code == 200
+    # A session cookie that is not this process's is refused.
+    other = console(url, host="0.0.0.0", token=TOKEN, base_url="http://console.internal:8787")
+    other.cookies.set("tenure_console_session", client.cookies["tenure_console_session"])
+    assert other.get("/").status_code == 303
+    other.cookies.set("tenure_console_session", "forged.value")
+    assert other.get("/").status_code == 303
+    # Signing out ends the session.
+    page = client.get(f"/runs/{data.queued_run}").text
+    assert client.post("/logout", data={"csrf_token": csrf_of(page)}).status_code == 303
+    assert client.get("/").status_code == 303
+
+
+def test_the_login_form_sends_the_browser_only_to_a_path_of_this_console(
+    console_url: str, console: Callable[..., Any],
+) -> None:
+    client = console(console_url, host="0.0.0.0", token=TOKEN, base_url="http://console.internal:8787")
+    token = csrf_of(client.get("/login").text)
+    for target in ("//evil.example/x", "https://evil.example/", "javascript:alert(1)", "/\\evil.example"):
+        response = client.post("/login", data={"csrf_token": token, "token": TOKEN, "next": target})
+        assert response.headers["location"] == "/", target
+    assert [safe_next(target) for target in ("/jobs?status=failed", "", None, "x")] == ["/jobs?status=failed", "/",
+                                                                                      "/", "/"]
+
+
+def test_a_post_without_the_csrf_token_or_with_a_wrong_one_is_refused_and_changes_nothing(
+    seeded_url: tuple[str, Seeded], console: Callable[..., Any],
+) -> None:
+    url, data = seeded_url
+    client = console(url)
+    path = f"/consents/{data.pending_consent}"
+    good = csrf_of(client.get(path).text)
+    stranger = console(url)  # another browser: its own nonce cookie
+    theirs = csrf_of(stranger.get(path).text)
+    other_process = Guard(None).csrf_token(client.cookies["tenure_console_csrf"])
+    for fields in ({}, {"csrf_token": ""}, {"csrf_token": "0" * 64}, {"csrf_token": theirs},
+                   {"csrf_token": other_process}, {"csrf_token": good[:-1]}):
+        response = client.post(path + "/decide", data={**fields, "verdict": "grant", "by": "mallory"})
+        assert response.status_code == 403, fields
+        assert by_testid(response.text, "error-page")[0].attributes["data-status"] == "403"
+    # Without the nonce cookie, the right-looking field proves nothing either.
+    cookieless = console(url)
+    refused = cookieless.post(path + "/decide", data={"csrf_token": good, "verdict": "grant", "by": "x"})
+    assert refused.status_code == 403
+    # Not a form at all.
+    assert client.post(path + "/decide", json={"csrf_token": good, "verdict": "grant"}).status_code == 415
+    assert client.post(path + "/decide", content=b"csrf_token=" + b"a" * 70_000,
+                       headers={"content-type": "application/x-www-form-urlencoded"}).status_code == 413
+    assert texts(client.get(path).text, "consent-status") == ["pending"]
+    response = client.post(path + "/decide", data={"csrf_token": good, "verdict": "grant", "by": "bob"})
+    assert response.status_code == 303
+
+
+def test_without_a_token_the_console_answers_only_requests_addressed_to_loopback(
+    console_url: str, console: Callable[..., Any],
+) -> None:
+    for base_url, status in (("http://127.0.0.1:8787", 200), ("http://localhost:8787", 200),
+                             ("http://[::1]:8787", 200), ("http://evil.example:8787", 400),
+                             ("http://127.0.0.1.evil.example", 400), ("http://192.168.1.20:8787", 400)):
+        response = console(console_url, base_url=base_url).get("/runs")
+        assert response.status_code == status, base_url
+    assert not host_allowed(None) and not host_allowed("") and host_allowed("127.0.0.2")
+
+
+def test_a_console_off_loopback_needs_a_token_of_sixteen_printable_characters() -> None:
+    def refused(**settings: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        with pytest.raises(ConfigValidationError) as caught:
+            ConsoleSettings(db_url="sqlite:///x.db", **settings)
+        return caught.value.fields, caught.value.problems
+
+    assert refused(host="0.0.0.0") == (("token",), ("token_required_off_loopback",))
+    assert refused(host="console.internal") == (("token",), ("token_required_off_loopback",))
+    assert refused(token="short") == (("token",), ("token_too_short",))
+    assert refused(token="has spaces in the token") == (("token",), ("token_not_printable_ascii",))
+    assert refused(port=70_000) == (("port",), ("integer_out_of_range",))
+    assert refused(host="bad host") == (("host",), ("host_required",))
+    assert ConsoleSettings(db_url="sqlite:///x.db", host="::1").loopback_only
+    assert not ConsoleSettings(db_url="sqlite:///x.db", host="0.0.0.0", token=TOKEN).loopback_only
+    assert TOKEN not in repr(ConsoleSettings(db_url="sqlite:///x.db", host="0.0.0.0", token=TOKEN))
+
+
+def test_csrf_tokens_and_sessions_are_bound_to_the_process_secret() -> None:
+    guard, other = Guard("t" * 16, b"k" * 32), Guard("t" * 16, b"j" * 32)
+    nonce = guard.new_csrf_nonce()
+    assert guard.csrf_valid(nonce, guard.csrf_token(nonce))
+    assert not other.csrf_valid(nonce, guard.csrf_token(nonce))
+    assert not guard.csrf_valid(guard.new_csrf_nonce(), guard.csrf_token(nonce))
+    session = guard.new_session()
+    assert guard.session_valid(session) and not other.session_valid(session)
+    assert "t" * 16 not in session
+    assert guard.bearer_matches("Bearer " + "t" * 16) and guard.bearer_matches("bearer  " + "t" * 16)
+    assert not guard.bearer_matches("Bearer " + "t" * 15) and not Guard(None).token_matches("x")
