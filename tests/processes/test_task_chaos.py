@@ -27,7 +27,10 @@ pytestmark = pytest.mark.slow
 TASKS = 300
 WORKERS = 4
 LEASE_S = 1.5
-BUDGET_S = 240.0
+CHAOS_WINDOW_S = 90.0
+"""Workers are killed for this long; then the survivors finish (see test_chaos.py)."""
+HANG_GUARD_S = 600.0
+"""A run not finished by then hangs: a hang guard, not a timing."""
 
 FORK_SERVER = multiprocessing.get_context("forkserver")
 FORK_SERVER.set_forkserver_preload(["chaos_task_worker"])
@@ -78,7 +81,7 @@ def test_task_workers_killed_at_random_finish_every_task_exactly_once(
             finished = {event["worker"] for event in read_log(log_path)
                         if event["event"] in ("completed", "refused")} if log_path.exists() else set()
             working = [slot for slot in sorted(processes) if names[slot] in finished]
-            if working:
+            if working and time.monotonic() - started < CHAOS_WINDOW_S:
                 slot = rng.choice(working)
                 processes[slot].kill()
                 processes[slot].join()
@@ -91,7 +94,7 @@ def test_task_workers_killed_at_random_finish_every_task_exactly_once(
             stored = asyncio.run(rows(db_url))
             if all(info.status.value == "completed" for info in stored.values()):  # type: ignore[attr-defined]
                 break
-            assert time.monotonic() - started < BUDGET_S, "tasks unfinished after the budget"
+            assert time.monotonic() - started < HANG_GUARD_S, "tasks unfinished after the hang guard"
     finally:
         for process in processes.values():
             process.kill()
