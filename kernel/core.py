@@ -355,6 +355,7 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "<": lambda value, operand: value is not None and operand is not None and value < operand,
     "<=": lambda value, operand: value is not None and operand is not None and value <= operand,
     ">": lambda value, operand: value is not None and operand is not None and value > operand,
+    ">=": lambda value, operand: value is not None and operand is not None and value >= operand,
     "in": lambda value, operand: value is not None and value in operand,
     "is_null": lambda value, operand: value is None,
     "not_null": lambda value, operand: value is not None,
@@ -364,7 +365,7 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 @dataclasses.dataclass(frozen=True, slots=True)
 class Condition:
     """``field <op> operand`` over a record field; the operand is a constant or a Param.
-    Operators: ``=`` ``<`` ``<=`` ``>`` ``in`` ``is_null`` ``not_null``; as in SQL, a
+    Operators: ``=`` ``<`` ``<=`` ``>`` ``>=`` ``in`` ``is_null`` ``not_null``; as in SQL, a
     comparison never holds when either side is None."""
 
     field: str

@@ -42,6 +42,11 @@ CONSENTS_TABLE = TableSpec(
         IndexSpec("ix_tenure_consents_run", ("run_id", "status"), step=_STEP),
         # runs_v5: the relays' page of pending consents whose deadline came.
         IndexSpec("ix_tenure_consents_status_expires", ("status", "expires_at", "consent_id"), step=Step.LIVENESS),
+        # console_v1: the console's inbox pages, each one range in its page's order: the
+        # pending consents longest waiting first, the decided ones latest decision first
+        # (a consent has its decided_at exactly when it is not pending).
+        IndexSpec("ix_tenure_consents_status_created", ("status", "created_at", "consent_id"), step=Step.CONSOLE),
+        IndexSpec("ix_tenure_consents_decided", ("decided_at", "consent_id"), step=Step.CONSOLE),
     ),
     created_by=_STEP,
     checks=(

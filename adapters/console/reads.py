@@ -295,7 +295,8 @@ class ConsoleData:
         for stored, count in rows:
             key = stored if stored in known else "other"
             runs[key] = runs.get(key, 0) + int(count)
-        (pending,) = await tx.count_each([(CONSENTS_BINDING, consent_finders.pending_page(), {}, None)])
+        finder = consent_finders.pending_page()
+        (pending,) = await tx.count_each([(CONSENTS_BINDING, finder, consent_finders.PENDING_PARAMETERS, None)])
         return throughput, runs, pending
 
     async def _throughput(self, tx: Transaction, binding: Binding, queue: str | None, now: int,
@@ -440,7 +441,8 @@ class ConsoleData:
         """How many consents are pending (the inbox's badge): a count on the status index."""
 
         async def body(tx: Transaction) -> int:
-            (pending,) = await tx.count_each([(CONSENTS_BINDING, consent_finders.pending_page(), {}, None)])
+            finder = consent_finders.pending_page()
+            (pending,) = await tx.count_each([(CONSENTS_BINDING, finder, consent_finders.PENDING_PARAMETERS, None)])
             return pending
 
         return await self.ledger.transactions.run(body, write=False)
@@ -449,8 +451,9 @@ class ConsoleData:
                             limit: int) -> ConsentPage:
         pending_finder = consent_finders.pending_page(after=pending_after is not None)
         decided_finder = consent_finders.decided_page(after=decided_after is not None)
-        pending_parameters = {} if pending_after is None else {"after_created": pending_after[0],
-                                                               "after_id": pending_after[1]}
+        pending_parameters: dict[str, Any] = dict(consent_finders.PENDING_PARAMETERS)
+        if pending_after is not None:
+            pending_parameters.update(after_created=pending_after[0], after_id=pending_after[1])
         decided_parameters = {} if decided_after is None else {"after_decided": decided_after[0],
                                                                "after_id": decided_after[1]}
 

@@ -72,7 +72,7 @@ POSTGRESQL = Capabilities(
     comparable_json="{}::text",
 )
 
-_SQL_OPERATORS = {"=": "=", "<": "<", "<=": "<=", ">": ">"}
+_SQL_OPERATORS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -137,6 +137,10 @@ class Step(enum.Enum):
     REPORTS = "runs_v6"
     """``tenure_run_recovery_reports``: the latest recovery report of each node (what
     ``tenure health`` reads). Before ``versions_v1`` for the reason ``tasks_v1`` is."""
+    CONSOLE = "console_v1"
+    """Indexes in the orders the console's lists page in (``tenure console``): a filtered
+    list reads one range of an index instead of sorting every match. Before
+    ``versions_v1`` for the reason ``tasks_v1`` is."""
     VERSIONS = "versions_v1"
     """A ``row_version`` on every table, kept by the database (:data:`ROW_VERSION`)."""
 

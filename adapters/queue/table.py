@@ -6,7 +6,9 @@ constraints and index names; in the schema ``pycharter`` on PostgreSQL when pych
 created them), so a database pycharter created is adopted in place and both libraries
 keep reading what the other wrote. The owned step adds ``generation``, ``claim_token``,
 ``submission_id``, ``fingerprint``, ``fence_required`` and ``authored_json``, two full
-unique indexes and two indexes for tenure's claim and lease-sweep queries.
+unique indexes and two indexes for tenure's claim and lease-sweep queries; step
+``console_v1`` adds one more, ``(status, id)``, for the console's pages of one status
+(removed with the rest by ``downgrade``).
 
 The envelope lives in pycharter's domain columns, in pycharter's shapes:
 
@@ -163,6 +165,12 @@ def _owned_indexes(table: str) -> tuple[IndexSpec, ...]:
     )
 
 
+def _listed_indexes(table: str) -> tuple[IndexSpec, ...]:
+    # console_v1: the console's job pages of one status, largest job ID first, each one
+    # range of this index in the page's order (no sort of every row of that status).
+    return (IndexSpec(f"ix_{table}_status_id", ("status", "id"), step=Step.CONSOLE),)
+
+
 def _payload(name: str, part: int, codec: Codec, sql_type: Any, **more: Any) -> ColumnSpec:
     return ColumnSpec(name, "payload", codec, sql_type, nullable=False, mutable=False, part=part, **more)
 
@@ -183,7 +191,8 @@ VALIDATION_TABLE = TableSpec(
         *_tail(),
         *_owned(authored_part=3),
     ),
-    indexes=(IndexSpec("ix_validation_jobs_poll", ("status", "fires_at")), *_owned_indexes("validation_jobs")),
+    indexes=(IndexSpec("ix_validation_jobs_poll", ("status", "fires_at")), *_owned_indexes("validation_jobs"),
+             *_listed_indexes("validation_jobs")),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
 )
@@ -207,7 +216,7 @@ PIPELINE_TABLE = TableSpec(
         IndexSpec("ix_pipeline_jobs_poll", ("status", "fires_at")),
         IndexSpec("ix_pycharter_pipeline_jobs_run_id", ("run_id",), unique=True),
         IndexSpec("ix_pycharter_pipeline_jobs_status", ("status",)),
-        *_owned_indexes("pipeline_jobs"),
+        *_owned_indexes("pipeline_jobs"), *_listed_indexes("pipeline_jobs"),
     ),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
@@ -237,7 +246,7 @@ STREAMING_TABLE = TableSpec(
         IndexSpec("ix_pycharter_streaming_jobs_status", ("status",)),
         IndexSpec("ix_streaming_jobs_config", ("config_name", "config_version")),
         IndexSpec("ix_streaming_jobs_poll", ("status", "fires_at")),
-        *_owned_indexes("streaming_jobs"),
+        *_owned_indexes("streaming_jobs"), *_listed_indexes("streaming_jobs"),
     ),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
@@ -356,6 +365,13 @@ def _tasks_table() -> TableSpec:
         IndexSpec(f"ix_{_TASKS_NAME}_claim_any", ("status", "-priority", "fires_at", "id"), step=_TASKS_STEP),
         IndexSpec(f"ix_{_TASKS_NAME}_lease", ("status", "lease_expires_at"), step=_TASKS_STEP),
         IndexSpec(f"ix_{_TASKS_NAME}_finished", ("status", "completed_at"), step=_TASKS_STEP),
+        # console_v1: the console's task pages of one status or one task queue, newest
+        # first (task IDs are time-ordered), each one range of an index in the page's
+        # order. A page of one queue and one status reads the queue's range and skips the
+        # other statuses: no third index, since every index here costs every claim and
+        # every completion a write.
+        *_listed_indexes(_TASKS_NAME),
+        IndexSpec(f"ix_{_TASKS_NAME}_queue_id", ("queue_name", "id"), step=Step.CONSOLE),
     )
     return TableSpec(_TASKS_NAME, tuple(created(column) for column in columns), indexes=indexes,
                      created_by=_TASKS_STEP)

@@ -88,6 +88,11 @@ RUNS_TABLE = TableSpec(
         # runs_v4: an admission that meets no Run at its key's derived ID looks the key up
         # (Runs admitted before runs_v4 keep their source-scoped IDs).
         IndexSpec("ix_tenure_runs_idempotency_key", ("idempotency_key",), step=Step.ADMISSION_KEYS),
+        # console_v1: the console's Run pages of one status, one queue or one workflow,
+        # newest first, each one range of an index in the page's order.
+        IndexSpec("ix_tenure_runs_status_created", ("status", "created_at", "run_id"), step=Step.CONSOLE),
+        IndexSpec("ix_tenure_runs_queue_created", ("queue_name", "created_at", "run_id"), step=Step.CONSOLE),
+        IndexSpec("ix_tenure_runs_workflow_created", ("workflow_name", "created_at", "run_id"), step=Step.CONSOLE),
     ),
     created_by=_STEP,
     # runs_v5 added the status awaiting_timer and the owner kind timer: a table created

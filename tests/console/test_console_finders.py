@@ -75,9 +75,13 @@ def test_runs_listing_selects_the_runs_of_its_filters_after_the_position_newest_
 def test_the_inbox_finders_split_consents_into_pending_oldest_first_and_decided_latest_first(
     row: Any, after: tuple[int, str] | None,
 ) -> None:
+    if row.status is ConsentStatus.PENDING:
+        row.decided_at_us = None  # INV-C2: a consent has a decision time exactly when it is not pending
     pending = consent_finders.pending_page(after=after is not None)
     decided = consent_finders.decided_page(after=after is not None)
-    position = {} if after is None else {"after_created": after[0], "after_decided": after[0], "after_id": after[1]}
+    position: dict[str, Any] = dict(consent_finders.PENDING_PARAMETERS)
+    if after is not None:
+        position.update(after_created=after[0], after_decided=after[0], after_id=after[1])
     is_pending = row.status is ConsentStatus.PENDING
     assert pending.matches(row, position) == (
         is_pending and (after is None or (row.created_at_us, row.consent_id) > after))
