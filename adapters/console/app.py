@@ -81,7 +81,7 @@ from tenure.model.errors import is_authored_word
 
 from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, when
 from .reads import ConsoleData
-from .security import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Guard, host_allowed, safe_next
+from .security import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Guard, host_allowed, safe_next, same_origin
 from .settings import ConsoleSettings
 
 if TYPE_CHECKING:
@@ -97,6 +97,8 @@ log = logging.getLogger("tenure.adapters.console")
 TEMPLATES = pathlib.Path(__file__).resolve().parent / "templates"
 STATIC = pathlib.Path(__file__).resolve().parent / "static"
 _STATIC_TYPES = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
+STATIC_FILES = {name: (STATIC / name).read_bytes() for name in _STATIC_TYPES}
+"""The static files, read once when the module is imported (never from disk per request)."""
 
 MAX_FORM_BYTES = 64 * 1024
 """The most a form's body may hold (a verdict and a name need far less)."""
@@ -160,8 +162,9 @@ class _Console:
         self._live: dict[str, tuple[float, dict[str, Any]]] = {}
         self._live_lock = asyncio.Lock()
 
-    def render(self, template: str, context: Mapping[str, Any], csrf_nonce: str | None) -> str:
-        base = {"csrf_token": "" if csrf_nonce is None else self.guard.csrf_token(csrf_nonce),
+    def render(self, template: str, context: Mapping[str, Any], csrf_nonce: str | None,
+               session: str | None = None) -> str:
+        base = {"csrf_token": "" if csrf_nonce is None else self.guard.csrf_token(csrf_nonce, session),
                 "csrf_field": CSRF_FIELD, "token_required": self.guard.token_required,
                 "refresh_seconds": self.settings.refresh_seconds, "database": self.data.database,
                 "live": False, "pending_consents": None, "nav": None, "outcome": None, "message": None}
@@ -281,7 +284,7 @@ def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, se
             result = await produce()
             if isinstance(result, Redirect):
                 return RedirectResponse(result.location, status_code=303)
-            body = console.render(result.template, result.context, nonce)
+            body = console.render(result.template, result.context, nonce, request.cookies.get(SESSION_COOKIE))
         except _Refused as refused:
             return html(request, refused.status, console.error_page(refused.status, refused.title, refused.message),
                         nonce, fresh)
@@ -325,7 +328,8 @@ def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, se
         except (UnicodeDecodeError, ValueError):
             raise BadInput("form", "the console's own form") from None
         fields = dict(pairs)
-        if not console.guard.csrf_valid(request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD)):
+        if not same_origin(request.headers) or not console.guard.csrf_valid(
+                request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD), request.cookies.get(SESSION_COOKIE)):
             raise _Refused(403, "Refused", "The form's CSRF token is missing or not this console's: reload the "
                                            "page and submit it again.")
         return fields
@@ -421,6 +425,7 @@ def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, se
 
         response = await answer(request, produce)
         if response.status_code == 303:
+            console.guard.revoke(request.cookies.get(SESSION_COOKIE))  # a copied cookie dies with the sign-out
             response.delete_cookie(SESSION_COOKIE, path="/")
         return response
 
@@ -429,8 +434,7 @@ def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, se
         if name not in _STATIC_TYPES:
             return HTMLResponse(console.error_page(404, "Not found", "Nothing is stored under that address."),
                                 status_code=404)
-        return Response((STATIC / name).read_bytes(), media_type=_STATIC_TYPES[name],
-                        headers={"cache-control": "no-cache"})
+        return Response(STATIC_FILES[name], media_type=_STATIC_TYPES[name], headers={"cache-control": "no-cache"})
 
     async def http_error(request: Request, error: Exception) -> Response:
         status = error.status_code if isinstance(error, HTTPException) else 500

@@ -9,16 +9,25 @@ secret (:meth:`Guard.new_session`), ``HttpOnly`` and ``SameSite=Strict``; a rest
 (a new secret) ends every session.
 
 **CSRF.** A state-changing request is a POST carrying a CSRF token, refused otherwise
-(403). The scheme is the signed double submit: the first page a browser gets sets a
-cookie with a random nonce, and every form of the console carries
-``HMAC(secret, nonce)``; a POST is accepted only when its form field equals the HMAC of
-its own cookie's nonce. Another site can make a browser send the cookie (it cannot read
-it), but it can neither read a page of the console (the same-origin policy) nor compute
-the HMAC without the secret, so it cannot forge the field; and planting a nonce cookie
-of its choosing gains nothing either. Unlike a token kept on the server, nothing is
-stored: any number of tabs and processes' restarts (forms of the old process are then
-refused; reload the page) are handled alike. It guards the loopback-only console too: a
+(403). The scheme is the signed double submit, bound to the session: the first page a
+browser gets sets a cookie with a random nonce, and every form of the console carries
+``HMAC(secret, nonce, session)``, where the session is the browser's session cookie on a
+console with a token (empty on a loopback console without one). A POST is accepted only
+when its form field equals the HMAC of its own cookies. Another site can make a browser
+send the cookies (it cannot read them), but it can neither read a page of the console
+(the same-origin policy) nor compute the HMAC without the secret. A site that can plant
+cookies for the console's host (a sibling subdomain, or another service on the same
+host: cookies ignore ports) can plant a nonce of its choosing and learn its token from
+the public login page, but that token is bound to an empty session, never to the
+operator's; and on every console a POST whose ``Origin`` (or ``Sec-Fetch-Site``) says
+it came from another origin is refused outright (:func:`same_origin`). Nothing is
+stored for it: any number of tabs, and a restart (forms of the old process are then
+refused; reload the page), are handled alike. It guards the loopback-only console too: a
 page of any site the operator visits can POST to ``127.0.0.1``.
+
+**Sessions** last at most :data:`SESSION_MAX_AGE_S` (12 hours) from the sign-in, and
+signing out revokes the session on the server (the process keeps the revoked sessions
+until they would have expired anyway), so a copied cookie dies with the sign-out.
 
 **Host.** Without a token, a request is answered only when its ``Host`` header names a
 loopback address or ``localhost`` (:func:`host_allowed`): a site that re-points its own
@@ -31,10 +40,16 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
+from collections.abc import Callable, Mapping
 
 from .settings import is_loopback
 
-__all__ = ["Guard", "host_allowed", "safe_next", "SESSION_COOKIE", "CSRF_COOKIE", "CSRF_FIELD"]
+__all__ = ["Guard", "host_allowed", "same_origin", "safe_next", "SESSION_COOKIE", "CSRF_COOKIE", "CSRF_FIELD",
+           "SESSION_MAX_AGE_S"]
+
+SESSION_MAX_AGE_S = 12 * 3600
+"""How long a sign-in lasts."""
 
 SESSION_COOKIE = "tenure_console_session"
 CSRF_COOKIE = "tenure_console_csrf"
@@ -53,9 +68,13 @@ def _encoded(text: str) -> bytes:
 class Guard:
     """The token (None: no token) and this process's secret (fresh unless given)."""
 
-    def __init__(self, token: str | None, secret: bytes | None = None) -> None:
+    def __init__(self, token: str | None, secret: bytes | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self._token = None if token is None else _encoded(token)
         self._secret = secret if secret is not None else secrets.token_bytes(32)
+        self._clock = clock
+        self._revoked: dict[str, int] = {}
+        """Signed-out sessions' nonces, each until the session would have expired."""
 
     @property
     def token_required(self) -> bool:
@@ -78,17 +97,39 @@ class Guard:
         return scheme.lower() == "bearer" and self.token_matches(credentials.strip())
 
     def new_session(self) -> str:
-        """A session cookie's value: a random nonce and its HMAC (no token inside)."""
-        nonce = secrets.token_urlsafe(24)
-        return f"{nonce}.{self._mac('session', nonce)}"
+        """A session cookie's value: a random nonce, when it was issued, and their HMAC
+        (no token inside)."""
+        nonce, issued = secrets.token_urlsafe(24), str(int(self._clock()))
+        return f"{nonce}.{issued}.{self._mac('session', nonce + '.' + issued)}"
+
+    def _session_parts(self, cookie: str | None) -> tuple[str, int] | None:
+        """The nonce and issue time of a well-formed, signed session cookie, or None."""
+        if cookie is None:
+            return None
+        nonce, _, rest = cookie.partition(".")
+        issued, _, mac = rest.partition(".")
+        if not _NONCE.fullmatch(nonce) or not issued.isdigit() or len(issued) > 12 or not _MAC.fullmatch(mac):
+            return None
+        if not hmac.compare_digest(mac, self._mac("session", nonce + "." + issued)):
+            return None
+        return nonce, int(issued)
 
     def session_valid(self, cookie: str | None) -> bool:
-        if cookie is None:
+        parts = self._session_parts(cookie)
+        if parts is None:
             return False
-        nonce, _, mac = cookie.partition(".")
-        if not _NONCE.fullmatch(nonce) or not _MAC.fullmatch(mac):
-            return False
-        return hmac.compare_digest(mac, self._mac("session", nonce))
+        nonce, issued = parts
+        now = self._clock()
+        return issued <= now < issued + SESSION_MAX_AGE_S and nonce not in self._revoked
+
+    def revoke(self, cookie: str | None) -> None:
+        """End a session on the server (signing out): its cookie is refused from now on."""
+        parts = self._session_parts(cookie)
+        if parts is None:
+            return
+        now = self._clock()
+        self._revoked = {nonce: until for nonce, until in self._revoked.items() if until > now}
+        self._revoked[parts[0]] = parts[1] + SESSION_MAX_AGE_S
 
     @staticmethod
     def new_csrf_nonce() -> str:
@@ -98,16 +139,35 @@ class Guard:
     def csrf_nonce_valid(nonce: str | None) -> bool:
         return nonce is not None and _NONCE.fullmatch(nonce) is not None
 
-    def csrf_token(self, nonce: str) -> str:
-        """What a form carries for the browser holding the nonce cookie ``nonce``."""
-        return self._mac("csrf", nonce)
+    def csrf_token(self, nonce: str, session: str | None) -> str:
+        """What a form carries for the browser holding the nonce cookie ``nonce`` and the
+        session cookie ``session`` (ignored on a console without a token)."""
+        bound = (session or "") if self.token_required else ""
+        return self._mac("csrf", f"{nonce}\n{bound}")
 
-    def csrf_valid(self, nonce: str | None, given: str | None) -> bool:
-        """Whether a form's ``given`` token was made for the cookie's ``nonce``."""
+    def csrf_valid(self, nonce: str | None, given: str | None, session: str | None) -> bool:
+        """Whether a form's ``given`` token was made for the cookies ``nonce`` and ``session``."""
         if not self.csrf_nonce_valid(nonce) or given is None or not _MAC.fullmatch(given):
             return False
         assert nonce is not None
-        return hmac.compare_digest(given, self.csrf_token(nonce))
+        return hmac.compare_digest(given, self.csrf_token(nonce, session))
+
+
+def same_origin(headers: Mapping[str, str]) -> bool:
+    """Whether a POST may have come from a page of this console: a browser says where a
+    request came from (``Sec-Fetch-Site``; ``Origin``, compared with ``Host``), and a
+    request that says another origin is refused. A client that says neither (curl, a
+    script) is not a browser a page could drive, and passes to the CSRF check."""
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site is not None:  # what current browsers send: it decides
+        return fetch_site in ("same-origin", "none")
+    origin = headers.get("origin")
+    if origin is None or origin == "null":
+        # No origin to compare (an old browser; a page whose referrer policy, like the
+        # console's no-referrer, makes the browser send "null"): the CSRF token decides.
+        return True
+    scheme, separator, host = origin.partition("://")
+    return bool(separator) and scheme in ("http", "https") and host == headers.get("host", "")
 
 
 def host_allowed(host_header: str | None) -> bool:

@@ -13,7 +13,7 @@ from adapter_support import _run_async
 from console_html import by_testid, csrf_of, texts
 from console_seed import Seeded, seed
 
-from tenure.adapters.console.security import Guard, host_allowed, safe_next
+from tenure.adapters.console.security import SESSION_MAX_AGE_S, Guard, host_allowed, safe_next
 from tenure.adapters.console.settings import ConsoleSettings
 from tenure.model import ConfigValidationError
 
@@ -71,18 +71,70 @@ def test_off_loopback_every_request_needs_the_token_by_header_or_by_the_login_co
     assert other.get("/").status_code == 303
     other.cookies.set("tenure_console_session", "forged.value")
     assert other.get("/").status_code == 303
-    # Signing out ends the session.
+    # Signing out ends the session, on the server too: a copy of the cookie is refused.
+    copied = client.cookies["tenure_console_session"]
     page = client.get(f"/runs/{data.queued_run}").text
     assert client.post("/logout", data={"csrf_token": csrf_of(page)}).status_code == 303
     assert client.get("/").status_code == 303
+    client.cookies.set("tenure_console_session", copied)
+    assert client.get("/").status_code == 303
+
+
+def test_a_csrf_token_is_bound_to_the_session_so_a_planted_nonce_and_the_public_login_page_forge_nothing(
+    seeded_url: tuple[str, Seeded], console: Callable[..., Any],
+) -> None:
+    url, data = seeded_url
+    operator = console(url, host="0.0.0.0", token=TOKEN, base_url="http://console.internal:8787")
+    operator.post("/login", data={"csrf_token": csrf_of(operator.get("/login").text), "token": TOKEN, "next": "/"})
+    assert operator.get("/").status_code == 200
+    # An attacker who can plant cookies for the host reads the public login page, learns
+    # the CSRF token of its own nonce, and plants that nonce in the operator's browser.
+    attacker = console(url, host="0.0.0.0", token=TOKEN, base_url="http://console.internal:8787")
+    forged = csrf_of(attacker.get("/login").text)
+    operator.cookies.set("tenure_console_csrf", attacker.cookies["tenure_console_csrf"])
+    path = f"/consents/{data.pending_consent}"
+    refused = operator.post(path + "/decide", data={"csrf_token": forged, "verdict": "grant", "by": "mallory"})
+    assert refused.status_code == 403
+    assert texts(operator.get(path).text, "consent-status") == ["pending"]
+
+
+def test_a_post_from_another_origin_is_refused_even_with_a_valid_csrf_token(
+    seeded_url: tuple[str, Seeded], console: Callable[..., Any],
+) -> None:
+    url, data = seeded_url
+    client = console(url)
+    path = f"/consents/{data.pending_consent}"
+    good = csrf_of(client.get(path).text)
+    fields = {"csrf_token": good, "verdict": "grant", "by": "mallory"}
+    for headers in ({"origin": "http://127.0.0.1:9999"}, {"origin": "http://evil.example"},
+                    {"sec-fetch-site": "cross-site"}, {"sec-fetch-site": "same-site"},
+                    {"sec-fetch-site": "cross-site", "origin": "http://127.0.0.1:8787"}):
+        assert client.post(path + "/decide", data=fields, headers=headers).status_code == 403, headers
+    assert texts(client.get(path).text, "consent-status") == ["pending"]
+    same = {"origin": "null", "sec-fetch-site": "same-origin"}  # Chromium under the console's no-referrer policy
+    assert client.post(path + "/decide", data={**fields, "by": "bob"}, headers=same).status_code == 303
+
+
+def test_a_session_expires_after_twelve_hours() -> None:
+    now = [1_000_000.0]
+    guard = Guard("t" * 16, b"k" * 32, clock=lambda: now[0])
+    session = guard.new_session()
+    assert guard.session_valid(session)
+    now[0] += SESSION_MAX_AGE_S - 1
+    assert guard.session_valid(session)
+    now[0] += 1
+    assert not guard.session_valid(session)
+    # A signed cookie whose issue time was edited no longer matches its HMAC.
+    nonce, issued, mac = guard.new_session().split(".")
+    assert not guard.session_valid(f"{nonce}.{int(issued) + 3600}.{mac}")
 
 
 def test_the_login_form_sends_the_browser_only_to_a_path_of_this_console(
     console_url: str, console: Callable[..., Any],
 ) -> None:
     client = console(console_url, host="0.0.0.0", token=TOKEN, base_url="http://console.internal:8787")
-    token = csrf_of(client.get("/login").text)
     for target in ("//evil.example/x", "https://evil.example/", "javascript:alert(1)", "/\\evil.example"):
+        token = csrf_of(client.get("/login").text)  # a sign-in binds the next forms to its session
         response = client.post("/login", data={"csrf_token": token, "token": TOKEN, "next": target})
         assert response.headers["location"] == "/", target
     assert [safe_next(target) for target in ("/jobs?status=failed", "", None, "x")] == ["/jobs?status=failed", "/",
@@ -98,7 +150,7 @@ def test_a_post_without_the_csrf_token_or_with_a_wrong_one_is_refused_and_change
     good = csrf_of(client.get(path).text)
     stranger = console(url)  # another browser: its own nonce cookie
     theirs = csrf_of(stranger.get(path).text)
-    other_process = Guard(None).csrf_token(client.cookies["tenure_console_csrf"])
+    other_process = Guard(None).csrf_token(client.cookies["tenure_console_csrf"], None)
     for fields in ({}, {"csrf_token": ""}, {"csrf_token": "0" * 64}, {"csrf_token": theirs},
                    {"csrf_token": other_process}, {"csrf_token": good[:-1]}):
         response = client.post(path + "/decide", data={**fields, "verdict": "grant", "by": "mallory"})
@@ -148,10 +200,12 @@ def test_a_console_off_loopback_needs_a_token_of_sixteen_printable_characters() 
 def test_csrf_tokens_and_sessions_are_bound_to_the_process_secret() -> None:
     guard, other = Guard("t" * 16, b"k" * 32), Guard("t" * 16, b"j" * 32)
     nonce = guard.new_csrf_nonce()
-    assert guard.csrf_valid(nonce, guard.csrf_token(nonce))
-    assert not other.csrf_valid(nonce, guard.csrf_token(nonce))
-    assert not guard.csrf_valid(guard.new_csrf_nonce(), guard.csrf_token(nonce))
     session = guard.new_session()
+    assert guard.csrf_valid(nonce, guard.csrf_token(nonce, session), session)
+    assert not other.csrf_valid(nonce, guard.csrf_token(nonce, session), session)
+    assert not guard.csrf_valid(guard.new_csrf_nonce(), guard.csrf_token(nonce, session), session)
+    assert not guard.csrf_valid(nonce, guard.csrf_token(nonce, None), session)  # bound to the session
+    assert not guard.csrf_valid(nonce, guard.csrf_token(nonce, session), guard.new_session())
     assert guard.session_valid(session) and not other.session_valid(session)
     assert "t" * 16 not in session
     assert guard.bearer_matches("Bearer " + "t" * 16) and guard.bearer_matches("bearer  " + "t" * 16)
