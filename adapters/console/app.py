@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 from tenure.model import ConfigValidationError, TenureError
 from tenure.model.errors import is_authored_word
 
-from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, when
+from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, printable, when
 from .reads import ConsoleData
 from .security import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Guard, host_allowed, safe_next, same_origin
 from .settings import ConsoleSettings
@@ -131,7 +131,7 @@ def _environment() -> Environment:
 
     environment = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True)
-    environment.filters.update(when=when, ago=ago, duration=duration,
+    environment.filters.update(when=when, ago=ago, duration=duration, printable=printable,
                                q=lambda value: urllib.parse.quote(str(value), safe=""))
     return environment
 

@@ -497,6 +497,11 @@ class ConsoleData:
         if consent is None:
             raise LookupError("no such consent")
         decided = await self.ledger.decide_consent(consent.consent_id, verdict, decided_by=decided_by)
+        if not decided:
+            # The same operator's same verdict sent again (the first answer was lost, or
+            # its resume failed) is theirs, not "someone decided first".
+            stored = await self.ledger.get_consent(consent.consent_id)
+            decided = stored is not None and stored.decided_by == decided_by and stored.status is verdict
         resumed = await self.ledger.resume(consent.run_id, owner_id=consent.consent_id)
         return decided, resumed
 
