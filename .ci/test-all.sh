@@ -3,6 +3,7 @@
 #   bash .ci/test-all.sh
 # 1. a virtual environment (.venv) with tenure, its test dependencies and the docs tools;
 # 2. pycharter 0.0.67 in .venv-pycharter (tests/adapters/core/test_pycharter.py drives it as a real client);
+#    Chromium and its driver from Debian's packages if missing (the console's browser tests);
 #    PostgreSQL from Debian's packages if missing, and a throwaway server on a free
 #    loopback port (stopped on exit; a missing server is a failure, never a skip);
 # 3. the pytest suite in four processes (python -P: see tests/adapters/core/test_layout.py) and, alongside it,
@@ -31,6 +32,20 @@ step "pycharter 0.0.67 in its own environment (the real-client adoption test)"
 if [ ! -x .venv-pycharter/bin/python ]; then "$PYTHON" -m venv .venv-pycharter; fi
 .venv-pycharter/bin/python -m pip install -q 'pycharter==0.0.67' 'psycopg[binary]' 2> >(grep -v "is ignored" >&2)
 touch .venv-pycharter/ready  # tests/adapters/core/test_pycharter.py builds it only when this is missing
+
+step "chromium and chromedriver (the console's browser tests: Debian's packages, never a download)"
+# tests/console/test_browser.py drives /usr/bin/chromium through /usr/bin/chromedriver;
+# without them those tests fail (never skip), naming these packages.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "the browser tests need Debian's chromium and chromium-driver: as root," \
+      "apt-get install -y --no-install-recommends chromium chromium-driver" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi
+/usr/bin/chromedriver --version
 
 step "postgresql"
 eval "$(bash .ci/pg-start.sh)"
