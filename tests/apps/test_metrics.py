@@ -240,7 +240,11 @@ async def test_a_runs_worker_process_serves_hop_outcomes_consent_waits_and_recov
     assert value(samples, "tenure_run_consent_wait_seconds_bucket", **hello, verdict="granted", le="+Inf") == 1
     assert value(samples, "tenure_recovery_passes_total", **{"pass": "startup"}) == 1
     assert (value(samples, "tenure_recovery_passes_total", **{"pass": "relay"}) or 0) >= 1
-    assert (value(samples, "tenure_recovery_writes_total", **{"pass": "relay", "kind": "published"}) or 0) >= 2
+    # Both admissions were published by a recovery pass: a relay round, or the startup
+    # reconciliation when an admission landed before it ran (on a loaded machine it can).
+    published = [value(samples, "tenure_recovery_writes_total", **{"pass": kind, "kind": "published"}) or 0
+                 for kind in ("startup", "relay")]
+    assert sum(published) >= 2, published
     assert value(samples, "tenure_runs_cancelling") == 0
     assert value(samples, "tenure_recovery_degraded_nodes") == 0
     hop_tasks = [labels for name, labels in samples if name == "tenure_queue_jobs"
