@@ -44,6 +44,8 @@ from tenure.adapters.queue.sources import TaskSource
 from tenure.adapters.runs.recovery import RecoveryReport
 from tenure.model import ConsentStatus, RunIntent, RunStatus, TaskJob, WorkflowPin
 
+pytestmark = pytest.mark.browser  # needs Debian's chromium and chromium-driver (see pyproject's markers)
+
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
 CHROMEDRIVER = pathlib.Path("/usr/bin/chromedriver")
 INSTALL = "apt-get install -y --no-install-recommends chromium chromium-driver"
