@@ -28,10 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 from typing import Any
-
-from tenure.model import ConfigValidationError
 
 from .health import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -44,9 +41,7 @@ from .health import (
 )
 from .worker_cli import refuse_never_migrated
 
-__all__ = ["add_health_parser", "run_health", "check_line", "db_url_of", "setting_range", "DB_URL_VARIABLE"]
-
-DB_URL_VARIABLE = "TENURE_DB"
+__all__ = ["add_health_parser", "run_health", "check_line", "setting_range"]
 
 _DEFAULTS = Thresholds()
 
@@ -55,7 +50,7 @@ def add_health_parser(commands: Any) -> None:
     health = commands.add_parser(
         "health", help="check that a database is reachable, migrated and keeping up (exit 0 healthy, 1 unhealthy, "
                        "2 refused)")
-    health.add_argument("--db", default=None, help=f"database URL (default: ${DB_URL_VARIABLE})")
+    health.add_argument("--db", default=None, help="database URL (default: $TENURE_DB)")
     health.set_defaults(database_required=True)
     health.add_argument("--json", action="store_true", help="print one JSON object instead of one line per check")
 
@@ -91,14 +86,6 @@ def setting_range(field: str) -> str:
     """The range a setting takes, as its flag's help and refusal say it."""
     low, high = THRESHOLD_LIMITS[field]
     return f"{_bound(low)} to {_bound(high)}"
-
-
-def db_url_of(given: str | None) -> str:
-    """``--db``, else ``$TENURE_DB``; neither is refused (``db_url``: ``argument_required``)."""
-    db_url = given if given is not None else os.environ.get(DB_URL_VARIABLE) or None
-    if db_url is None:
-        raise ConfigValidationError("invalid_arguments", fields=("db_url",), problems=("argument_required",))
-    return db_url
 
 
 def _settings(arguments: argparse.Namespace) -> dict[str, Any]:
@@ -152,7 +139,7 @@ def _print(snapshot: HealthSnapshot, as_json: bool) -> None:
 
 
 def run_health(arguments: argparse.Namespace) -> int:
-    db_url = db_url_of(arguments.db)
+    db_url = arguments.db  # --db, else TENURE_DB: cli.with_database filled it or refused the command
     settings = _settings(arguments)  # every argument is checked before the database is touched
     timeout_seconds = settings.pop("timeout_seconds")
     snapshot = asyncio.run(health_snapshot(db_url, thresholds=Thresholds(**settings), timeout_seconds=timeout_seconds))

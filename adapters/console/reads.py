@@ -44,7 +44,7 @@ from tenure.model.runs import check_run_id, check_text
 from tenure.model.validation import is_queue_name
 
 from ..agent_jobs.table import AGENT_JOBS_BINDING
-from ..apps.health import HealthProbe, HealthSnapshot, NodeReport, Thresholds
+from ..apps.health import OTHER, HealthProbe, HealthSnapshot, NodeReport, Thresholds
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
 from ..core.catalog import Executor
@@ -323,7 +323,7 @@ class ConsoleData:
                 stored_status, index, count = row
             else:
                 stored_name, stored_status, index, count = row
-                name = stored_name if is_queue_name(stored_name) else "(other)"
+                name = stored_name if is_queue_name(stored_name) else OTHER
             per_status = into.setdefault((binding.spec.name, name), {})
             counts = per_status.setdefault(str(stored_status), [0] * THROUGHPUT_MINUTES)
             counts[int(index)] += int(count)
