@@ -24,7 +24,7 @@ if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
 # docs: the site's tools (mkdocs, mkdocs-material, mkdocstrings[python]); they share no
 # dependency with the rest that pip check would refuse, so they live in .venv too.
-.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck,saq,docs,metrics,tracing,console]' \
+.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck,saq,docs,metrics,tracing,console,alembic]' \
   2> >(grep -v "is ignored" >&2)
 .venv/bin/python -m pip check
 

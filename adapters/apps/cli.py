@@ -4,7 +4,8 @@ jobs``, ``tenure runs``, ``tenure health``, ``tenure console`` and ``tenure --ve
 ``tenure demo`` runs the owned queue under stress on an embedded SQLite file (or
 ``--db URL``) and exits non-zero if any invariant broke. ``tenure migrate --db URL``
 applies and qualifies the owned migration and summarizes its admission checks
-(``--verbose`` lists each).
+(``--verbose`` lists each); ``tenure migrate --alembic`` prints an Alembic revision that
+runs the same steps (:mod:`tenure.adapters.alembic`).
 
 Every command but ``demo`` takes its database from ``--db``, else from the ``TENURE_DB``
 environment variable (so a URL with a password need not appear in ``ps`` or the shell's
@@ -90,13 +91,17 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--lease-seconds", type=float, default=1.0, help="claim lease (0.1 to 10)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the workers' choices")
     migrate = commands.add_parser("migrate", help=COMMAND_HELP["migrate"])
-    migrate.add_argument("--db", help="database URL (default: $TENURE_DB)")
-    migrate.set_defaults(database_required=True)
+    migrate.add_argument("--db", help="database URL (default: $TENURE_DB; not read with --alembic)")
     migrate.add_argument("--schema", help="PostgreSQL: the schema of the queue tables (pycharter's: pycharter)")
     migrate.add_argument("--downgrade", action="store_true", help="remove the owned migration instead")
     migrate.add_argument("--sql", action="store_true",
                          help="print the statements the migration runs, then roll back (changes nothing)")
     migrate.add_argument("--verbose", action="store_true", help="list every admission check")
+    migrate.add_argument("--alembic", action="store_true",
+                         help="print an Alembic revision file whose upgrade and downgrade run these steps "
+                         "(needs no database; tenure[alembic])")
+    migrate.add_argument("--revision", help="with --alembic: the revision's identifier (default: a placeholder)")
+    migrate.add_argument("--down-revision", help="with --alembic: the revision it follows (default: a placeholder)")
     add_worker_parser(commands)
     add_jobs_parser(commands)
     add_runs_parser(commands)
@@ -127,6 +132,22 @@ def database_required(arguments: argparse.Namespace) -> str:
 
 def _migrate(arguments: argparse.Namespace) -> int:
     import asyncio
+
+    from tenure.model import ConfigValidationError
+
+    if arguments.alembic:
+        from ..alembic import revision_file
+
+        conflicting = [flag for flag in ("downgrade", "sql", "verbose") if getattr(arguments, flag)]
+        if conflicting:
+            raise ConfigValidationError("invalid_arguments", fields=("alembic",), problems=("not_with_" + conflicting[0],))
+        print(revision_file(revision=arguments.revision, down_revision=arguments.down_revision,
+                            schema=arguments.schema, version=_version()), end="")
+        return 0
+    for field in ("revision", "down_revision"):
+        if getattr(arguments, field) is not None:
+            raise ConfigValidationError("invalid_arguments", fields=(field,), problems=("only_with_alembic",))
+    database_required(arguments)
 
     from ..core.migrations import downgrade, upgrade
 

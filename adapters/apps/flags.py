@@ -79,6 +79,12 @@ FLAGS: tuple[Flag, ...] = (
       for field, (low, high) in DEMO_LIMITS.items()),
     Flag("seed", "--seed", "an integer", "demo"),
     Flag("db_url", "--db", DB_URL_SHAPES, "demo"),  # the demo never reads TENURE_DB
+    # tenure migrate --alembic's own.
+    Flag("alembic", "--alembic", "no value; not with --downgrade, --sql or --verbose", "migrate"),
+    Flag("revision", "--revision", "an Alembic revision identifier: letters, digits and underscores, 1 to 32; "
+         "with --alembic only", "migrate"),
+    Flag("down_revision", "--down-revision", "the identifier of the revision it follows: letters, digits and "
+         "underscores, 1 to 32; with --alembic only", "migrate"),
     # tenure console's own (adapters/console/settings.py checks them).
     Flag("host", "--host", "an address of this machine or a host name (default 127.0.0.1); any but loopback "
          "needs --token", "console"),
