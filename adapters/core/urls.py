@@ -5,7 +5,10 @@ refused: every connection would see its own empty database; ``sqlite://path``, w
 slashes, is refused as ``sqlite_needs_three_slashes``), ``postgresql://...`` and
 ``postgresql+asyncpg://...``. A PostgreSQL URL may name the schema holding the queue
 tables with a ``schema`` query parameter (``...?schema=pycharter``; pycharter keeps its
-tables in ``pycharter``); without one, the connection's current schema is used. Any
+tables in ``pycharter``); without one, the connection's current schema is used. A
+``pooler`` query parameter says the URL reaches the server through a connection pooler
+(``pooler=transaction``: PgBouncer or another pooler in transaction mode;
+``pooler=session``: one in session mode; see :class:`Pooler`). Any
 other query parameter must be one of :data:`URL_PARAMETERS` (refused before connecting as
 ``unknown_url_parameter``); a bare path is refused as ``scheme_missing``. A URL
 is configuration from trusted setup and may carry a password, so no error or ``repr``
@@ -22,7 +25,10 @@ import urllib.parse
 
 from tenure.model import ConfigValidationError
 
-__all__ = ["DatabaseKind", "DatabaseTarget", "parse_db_url", "check_schema_name", "URL_PARAMETERS"]
+__all__ = [
+    "DatabaseKind", "DatabaseTarget", "Pooler", "parse_db_url", "check_schema_name", "URL_PARAMETERS",
+    "SERVER_SETTING_PARAMETERS",
+]
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -40,6 +46,30 @@ class DatabaseKind(enum.Enum):
     POSTGRESQL = "postgresql"
 
 
+class Pooler(enum.Enum):
+    """The connection pooler a PostgreSQL URL reaches the server through (its ``pooler``
+    query parameter; none: tenure talks to the server itself, and refuses a connection it
+    finds answered by a pooler, ``pooler_detected_needs_pooler_parameter``).
+
+    ``TRANSACTION`` (PgBouncer's ``pool_mode = transaction``): each transaction may run on
+    another server connection, so tenure keeps nothing on a connection between
+    transactions: no prepared statements (asyncpg's statement cache is off; each
+    statement is parsed again, one more round trip), no LISTEN (workers poll), no server
+    settings in the startup packet (the URL's ``statement_timeout`` and its kin are
+    refused: set them on the role or the database). ``SESSION``: a pooler that gives each
+    client one server connection for as long as it stays connected; everything works as
+    on a direct connection."""
+
+    TRANSACTION = "transaction"
+    SESSION = "session"
+
+
+SERVER_SETTING_PARAMETERS = frozenset({"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"})
+"""URL parameters asyncpg sends to the server as settings in the startup packet. A pooler
+in transaction mode refuses them (PgBouncer: unless told to ignore them, and then they
+would silently not apply), so ``pooler=transaction`` refuses them before connecting."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class DatabaseTarget:
     """What a URL selects. ``location`` is a file path (SQLite) or a libpq DSN (PostgreSQL)."""
@@ -48,21 +78,53 @@ class DatabaseTarget:
     location: str = dataclasses.field(repr=False)
     schema: str | None = None
     """PostgreSQL: the schema the URL names (None: the connection's current schema)."""
+    pooler: Pooler | None = None
+    """PostgreSQL: the pooler the URL names (None: a direct connection)."""
+
+    @property
+    def dsn(self) -> str:
+        """PostgreSQL: the driver's DSN (``location``: the URL without tenure's own parameters)."""
+        return self.location
 
 
-def _split_schema(dsn: str) -> tuple[str, str | None]:
-    """The DSN without its ``schema`` query parameter, and that parameter."""
+def _one(values: list[str], fields: tuple[str, ...], problem: str) -> str | None:
+    if len(values) > 1:
+        raise ConfigValidationError("invalid_db_url", fields=fields, problems=(problem,) * len(fields))
+    return values[0] if values else None
+
+
+def _split_own(dsn: str) -> tuple[str, str | None, Pooler | None]:
+    """The DSN without tenure's own query parameters (the driver must not send them to the
+    server as settings), and their values."""
     base, question, query = dsn.partition("?")
     if not question:
-        return dsn, None
+        return dsn, None, None
     pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-    schemas = [value for name, value in pairs if name == "schema"]
-    if not schemas:
-        return dsn, None
-    if len(schemas) > 1:
-        raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("invalid_schema_name",))
-    rest = urllib.parse.urlencode([(name, value) for name, value in pairs if name != "schema"])
-    return (base + "?" + rest if rest else base), check_schema_name(schemas[0])
+    schema = _one([value for name, value in pairs if name == "schema"], ("db_url",), "invalid_schema_name")
+    pooler_name = _one([value for name, value in pairs if name == "pooler"], ("db_url", "db_url.pooler"),
+                       "unknown_pooler_mode")
+    pooler = None
+    if pooler_name is not None:
+        try:
+            pooler = Pooler(pooler_name)
+        except ValueError:
+            raise ConfigValidationError(
+                "invalid_db_url", fields=("db_url", "db_url.pooler"), problems=("unknown_pooler_mode",) * 2
+            ) from None
+    if pooler is Pooler.TRANSACTION:
+        for name, _ in pairs:
+            if name in SERVER_SETTING_PARAMETERS:
+                raise ConfigValidationError(
+                    "invalid_db_url", fields=("db_url", f"db_url.{name}"),
+                    problems=("pooler_transaction_mode_refuses_server_settings",) * 2,
+                )
+    rest = urllib.parse.urlencode([(name, value) for name, value in pairs if name not in _OWN_PARAMETERS])
+    if schema is not None:
+        schema = check_schema_name(schema)
+    return (base + "?" + rest if rest else base), schema, pooler
+
+
+_OWN_PARAMETERS = frozenset({"schema", "pooler"})
 
 
 _PREFIXES = {
@@ -88,8 +150,8 @@ def parse_db_url(db_url: object) -> DatabaseTarget:
                     )
                 return DatabaseTarget(kind, rest)
             _check_parameters(rest)
-            dsn, schema = _split_schema("postgresql://" + rest)
-            return DatabaseTarget(kind, dsn, schema)
+            dsn, schema, pooler = _split_own("postgresql://" + rest)
+            return DatabaseTarget(kind, dsn, schema, pooler)
     if db_url.startswith(("sqlite:", "sqlite+aiosqlite:")):
         # sqlite://queue.db would name a host: the path follows a third slash.
         raise ConfigValidationError("invalid_db_url", fields=("db_url",), problems=("sqlite_needs_three_slashes",))
@@ -108,8 +170,8 @@ URL_PARAMETERS = frozenset({
     "ssl_min_protocol_version", "ssl_max_protocol_version", "target_session_attrs", "krbsrvname", "gsslib",
     # server settings tenure lets a URL set (asyncpg sends any other parameter as one)
     "application_name", "statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout",
-    # tenure's own
-    "schema",
+    # tenure's own (never sent to the server)
+    "schema", "pooler",
 })
 """The query parameters a PostgreSQL URL may carry. asyncpg sends any parameter it does not
 know to the server as a setting, which fails only once connected, as ``unavailable``; a

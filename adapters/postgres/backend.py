@@ -21,7 +21,7 @@ def _open_store(target: DatabaseTarget, schema: str | None, *, timeout_seconds: 
     from .store import PostgresStore
 
     extra: dict[str, Any] = {} if timeout_seconds is None else {"timeout_seconds": timeout_seconds}
-    return PostgresStore(target.location, schema=schema, **extra)
+    return PostgresStore(target.location, schema=schema, pooler=target.pooler, **extra)
 
 
 def _migration_rules() -> MigrationDialect:

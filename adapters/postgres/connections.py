@@ -8,6 +8,12 @@ BEGIN, every statement and COMMIT share it), and whatever the driver, the socket
 pool or the timer raised becomes ``QUEUE_PERSISTENCE_FAILED`` with a reason from
 :data:`REASONS_BY_CLASS` (see :mod:`tenure.adapters.core.failures`). No driver text
 travels further.
+
+Every connection is opened by :func:`connect`, which honours the URL's ``pooler``
+(:class:`~tenure.adapters.core.urls.Pooler`): under ``pooler=transaction`` asyncpg's
+statement cache is off (no named prepared statement outlives its transaction), and
+without a ``pooler`` a connection answered by a pooler is refused before any statement
+is prepared on it.
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ import asyncpg
 from tenure.model import ConfigValidationError, TenureError
 
 from ..core.failures import Stage, reason_by_class, translate
+from ..core.urls import Pooler
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS", "ROLLBACK_GRACE_SECONDS", "POOL_SIZE", "REASONS_BY_CLASS", "call", "call_once",
-    "rollback", "Connections", "Listener",
+    "rollback", "connect", "refuse_unnamed_pooler", "Connections", "Listener",
 ]
 
 T = TypeVar("T")
@@ -65,6 +72,56 @@ async def count_instants_in_microseconds(connection: asyncpg.Connection) -> None
         "timestamptz", schema="pg_catalog", encoder=_instant_to_wire, decoder=_instant_from_wire, format="tuple"
     )
 
+
+async def refuse_unnamed_pooler(connection: asyncpg.Connection) -> None:
+    """``ConfigValidationError`` (``pooler_detected_needs_pooler_parameter``) when a pooler
+    answered this connection though the URL names none.
+
+    A server tells each client its backend's process ID at startup; PgBouncer (and the
+    other poolers that share server connections) make one up, since the client's
+    statements may run on any of their server connections. So when the process ID the
+    connection was given is not the one ``pg_backend_pid()`` reports, something between
+    the client and the server hands out its connections. One simple-protocol round trip
+    (it prepares no statement: through a pooler in transaction mode, asyncpg's named
+    statements collide with those of other clients before anything else could report
+    it). A pooler cannot be told apart from its mode this way, so the URL must say which
+    (``pooler=transaction`` or ``pooler=session``)."""
+    status = await connection.execute(f"SELECT 1 WHERE pg_backend_pid() = {int(connection.get_server_pid())}")
+    if status != "SELECT 1":
+        raise ConfigValidationError(
+            "invalid_db_url", fields=("db_url", "db_url.pooler"),
+            problems=("pooler_detected_needs_pooler_parameter",) * 2,
+        )
+
+
+async def connect(dsn: str, pooler: Pooler | None) -> asyncpg.Connection:
+    """A new connection to ``dsn`` (its instants in microseconds): see the module docstring.
+
+    A pooler that refuses a setting of the startup packet (PgBouncer refuses every one
+    it does not track, such as the URL's ``statement_timeout``, with a protocol
+    violation, which a server never sends at startup) is refused as
+    ``pooler_refused_startup_parameter``."""
+    # asyncpg then prepares every statement unnamed, inside the round trips that run it:
+    # PgBouncer keeps a client on one server connection until a Sync ends a statement
+    # outside a transaction, so nothing prepared is looked up on another one.
+    options = {"statement_cache_size": 0} if pooler is Pooler.TRANSACTION else {}
+    refused = False
+    try:
+        connection = await asyncpg.connect(dsn, **options)
+    except asyncpg.ProtocolViolationError:
+        refused = True
+    if refused:  # raised outside the except block: no driver text rides along as context
+        raise ConfigValidationError(
+            "invalid_db_url", fields=("db_url",), problems=("pooler_refused_startup_parameter",)
+        )
+    try:
+        if pooler is None:
+            await refuse_unnamed_pooler(connection)
+        await count_instants_in_microseconds(connection)
+    except BaseException:
+        connection.terminate()
+        raise
+    return connection
 
 
 REASONS_BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
@@ -161,7 +218,7 @@ class Connections:
     release in a task and re-arms timers on every call); the pool cost about 80 us of an
     850 us ``heartbeat_owned`` on this machine. It can be this simple because tenure keeps
     no session state (no LISTEN, SET or session lock; asyncpg's statement cache is safe
-    to keep): a connection is only handed out again when its transaction ended cleanly
+    to keep, and is off under ``pooler=transaction``): a connection is only handed out again when its transaction ended cleanly
     (committed or rolled back) and it is still open; any other connection is terminated
     and replaced by a fresh one on demand. Idle connections stay open until the store is
     closed (there is no idle timeout). tests/adapters/core/test_postgres.py holds these rules.
@@ -169,8 +226,9 @@ class Connections:
     Waiting for a free slot and connecting run under the caller's deadline.
     """
 
-    def __init__(self, dsn: str, size: int) -> None:
+    def __init__(self, dsn: str, size: int, *, pooler: Pooler | None = None) -> None:
         self._dsn = dsn
+        self._pooler = pooler
         self._slots = asyncio.Semaphore(size)
         self._idle: list[asyncpg.Connection] = []
         self._closed = False
@@ -194,13 +252,7 @@ class Connections:
             raise
 
     async def _connect(self) -> asyncpg.Connection:
-        connection = await asyncpg.connect(self._dsn)
-        try:
-            await count_instants_in_microseconds(connection)
-        except BaseException:
-            connection.terminate()
-            raise
-        return connection
+        return await connect(self._dsn, self._pooler)
 
     def give_back(self, connection: asyncpg.Connection, *, clean: bool) -> None:
         try:

@@ -40,6 +40,7 @@ from ..core.failures import Stage, persistence_failed
 from ..core.sql import POSTGRESQL, compile_finder
 from ..core.store import AheadAnswer, Body, Expected, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel
+from ..core.urls import Pooler
 from . import statements
 from .connections import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -48,6 +49,7 @@ from .connections import (
     Listener,
     call,
     call_once,
+    connect,
     count_instants_in_microseconds,
     rollback,
 )
@@ -263,10 +265,13 @@ class PostgresStore:
         schema: str | None = None,
         pool_size: int = POOL_SIZE,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        pooler: Pooler | None = None,
     ) -> None:
         self._dsn = dsn
         self.schema = schema
         """The schema holding the queue tables (None: the connection's current schema)."""
+        self.pooler = pooler
+        """The pooler the URL names (see :class:`~tenure.adapters.core.urls.Pooler`)."""
         self._pool_size = pool_size
         self._timeout_seconds = timeout_seconds
         self._pool: Connections | None = None
@@ -297,7 +302,7 @@ class PostgresStore:
         await call(self._opening.acquire, deadline, Stage.CONNECT)
         try:
             if self._pool is None:
-                pool = Connections(self._dsn, self._pool_size)
+                pool = Connections(self._dsn, self._pool_size, pooler=self.pooler)
                 try:
                     connection = await pool.take(deadline)
                     try:
@@ -398,14 +403,21 @@ class PostgresStore:
                 if restore is not None:
                     await transaction.call(lambda _: restore(), Stage.CONNECT)
 
-    async def listen(self, binding: Binding, wake: Callable[[], None]) -> Listener:
+    async def listen(self, binding: Binding, wake: Callable[[], None]) -> Listener | None:
         """A dedicated connection that calls ``wake`` on every notification of
         ``binding``'s channel (:func:`~tenure.adapters.core.tables.announce_channel`).
         Connecting and LISTEN run under the store's timeout; failures raise
-        ``QUEUE_PERSISTENCE_FAILED`` like any call."""
+        ``QUEUE_PERSISTENCE_FAILED`` like any call.
+
+        None under ``pooler=transaction``: a pooler in transaction mode would accept the
+        LISTEN on whichever server connection ran it and then deliver nothing to this
+        client, so nothing listens and workers poll (backing off up to their ``idle_wait_s``).
+        Notifications are still sent with each commit, for listeners connected directly."""
         self._refuse_if_closed()
+        if self.pooler is Pooler.TRANSACTION:
+            return None
         deadline = self._deadline()
-        connection = await call(lambda: asyncpg.connect(self._dsn), deadline, Stage.CONNECT)
+        connection = await call(lambda: connect(self._dsn, self.pooler), deadline, Stage.CONNECT)
 
         def heard(*_: object) -> None:
             wake()

@@ -543,8 +543,9 @@ def test_an_unknown_url_parameter_is_refused_before_connecting_naming_it(
 def test_every_known_url_parameter_passes_the_check() -> None:
     from tenure.adapters.core.urls import URL_PARAMETERS, parse_db_url
 
-    query = "&".join(f"{name}=x" for name in sorted(URL_PARAMETERS - {"schema"}))
-    assert parse_db_url(f"postgresql://u@h/d?{query}&schema=pycharter").schema == "pycharter"
+    query = "&".join(f"{name}=x" for name in sorted(URL_PARAMETERS - {"schema", "pooler"}))
+    target = parse_db_url(f"postgresql://u@h/d?{query}&schema=pycharter&pooler=session")
+    assert (target.schema, target.pooler and target.pooler.value) == ("pycharter", "session")
 
 
 def test_a_host_that_does_not_resolve_fails_as_host_not_found_with_a_hint(
