@@ -53,6 +53,15 @@ export PGTMP PGBIN
 trap 'bash "$ROOT/.ci/pg-stop.sh"' EXIT
 echo "throwaway server on port $PGPORT"
 
+step "pgbouncer (transaction mode, in front of that server)"
+# Debian's pgbouncer (installed if missing) on a free loopback port, a small pool:
+# tests/adapters/core/test_pgbouncer.py and tests/conformance/test_facts.py run through it
+# (a missing PgBouncer is a failure, never a skip).
+eval "$(bash .ci/pgbouncer-start.sh)"
+export PGBOUNCER_TMP TEST_PGBOUNCER_DSN
+trap 'bash "$ROOT/.ci/pgbouncer-stop.sh"; bash "$ROOT/.ci/pg-stop.sh"' EXIT
+echo "PgBouncer (transaction mode) on port $PGBOUNCER_PORT"
+
 step "type check (mypy --strict)"
 .venv/bin/python -m mypy -p tenure.model -p tenure.kernel -p tenure.adapters
 
