@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from machines import MACHINES, MachineUnderTest
+
 from tenure.kernel.ahead import DEFAULT_SPAN_US, Ahead, AheadUnsupported, Moment, Window, decide_ahead, decide_windowed
 from tenure.kernel.core import Applied, decide, select_rule
 
@@ -139,7 +139,7 @@ def test_the_time_dependent_fields_of_a_decision_made_ahead_move_with_the_time(
 def test_a_change_to_a_record_that_nests_rows_is_declined_rather_than_made_with_the_time_frozen() -> None:
     # The Run pair nests its rows: a claim's times sit inside the Run and its delivery,
     # where a window's offsets cannot reach them, so the decision is made the ordinary way.
-    from run_strategies import NOW, base_run, delivery_for
+    from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
     from tenure.kernel.runs.commands import Claim, Release
     from tenure.kernel.runs.machine import RUNS
     from tenure.kernel.runs.record import RunPair

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from hypothesis import given
 
-from attempt_strategies import attempt_records, attempt_situations
+from tenure.conformance.strategies.attempts import attempt_records, attempt_situations
 from tenure.kernel.attempts.commands import (
     BeginSubmit,
     ExpireSubmitLease,

@@ -6,13 +6,12 @@ import ast
 import builtins
 import inspect
 import os
-import pathlib
 import subprocess
 import sys
 
+import paths
 import pytest
 
-import paths
 import tenure.kernel.agent_jobs.contracts as agent_job_contracts
 import tenure.kernel.attempts.contracts as attempt_contracts
 import tenure.kernel.consents.contracts as consent_contracts

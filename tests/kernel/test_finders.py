@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from attempt_strategies import attempt_records
 from hypothesis import given
 from hypothesis import strategies as st
-from queue_strategies import NOW, TOKENS, queue_names_for, records
 
+from tenure.conformance.strategies.attempts import attempt_records
+from tenure.conformance.strategies.queues import NOW, TOKENS, queue_names_for, records
 from tenure.kernel.attempts import finders as attempt_finders
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied

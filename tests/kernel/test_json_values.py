@@ -7,10 +7,9 @@ import enum
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import pytest
 
 from tenure.model.json_values import MAX_JSON_DEPTH, JsonProblem, canonical_json, freeze_json, json_problem, load_json
 

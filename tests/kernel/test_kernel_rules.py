@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from run_strategies import base_run
+from tenure.conformance.strategies.runs import base_run
 from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
 from tenure.kernel.attempts.record import is_terminal as attempt_is_terminal
 from tenure.kernel.consents.record import ConsentRow

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transitions import Machine as TransitionsMachine
-
 from machines import MACHINES, MachineUnderTest
 from spec_tables import SpecRow, embedded_diagram, parse_rows, read_spec, render_for
+from transitions import Machine as TransitionsMachine
+
 from tenure.kernel.core import Applied, Refused, decide, select_rule
 
 MACHINE_NAMES = sorted(MACHINES)

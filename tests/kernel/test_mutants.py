@@ -9,14 +9,12 @@ behaviour catch the bug.
 from __future__ import annotations
 
 import os
-import pathlib
 import subprocess
 import sys
 
-import pytest
-
-from kernel_mutants import BEHAVIOURAL_TESTS, MUTANTS
 import paths
+import pytest
+from kernel_mutants import BEHAVIOURAL_TESTS, MUTANTS
 
 pytestmark = pytest.mark.slow
 

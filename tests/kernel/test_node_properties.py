@@ -5,8 +5,8 @@ mutants in kernel_mutants.py must make this file fail."""
 from __future__ import annotations
 
 from hypothesis import given, settings
-from node_strategies import LEASE, NOW, node_row, node_situations
 
+from tenure.conformance.strategies.nodes import LEASE, NOW, node_row, node_situations
 from tenure.kernel.core import Applied, Refused
 from tenure.kernel.nodes.commands import Boot, Booted, FinishTakeover, Renew, TakeOver, TakingOver
 from tenure.kernel.nodes.machine import NodeRefusal, decide, transition_violations

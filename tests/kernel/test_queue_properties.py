@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_strategies import NOW, records, situations
+from tenure.conformance.strategies.queues import NOW, records, situations
 from tenure.kernel import (
     Applied,
     ClaimGranted,

@@ -4,14 +4,13 @@ keeps the recovery rules (REC-1 ... REC-12) over generated situations."""
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 import re
 
+import paths
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from run_strategies import NODES, NOW, base_run, delivery_for
-import paths
+from tenure.conformance.strategies.runs import NODES, NOW, base_run, delivery_for
 from tenure.kernel.recovery import table
 from tenure.kernel.recovery.table import Action, Case, Pass, Probe, Reason, Situation, decide, verdict_violations
 from tenure.kernel.runs.commands import Containment, OwnerEvidence

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from agent_job_strategies import NOW as JOB_NOW
-from agent_job_strategies import job_row, result_for
-from consent_strategies import NOW as CONSENT_NOW
-from consent_strategies import consent_row
-from run_strategies import NOW, base_run, delivery_for
 from spec_tables import read_spec
 
+from tenure.conformance.strategies.agent_jobs import NOW as JOB_NOW
+from tenure.conformance.strategies.agent_jobs import job_row, result_for
+from tenure.conformance.strategies.consents import NOW as CONSENT_NOW
+from tenure.conformance.strategies.consents import consent_row
+from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
 from tenure.kernel.agent_jobs import machine as job_machine
 from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
 from tenure.kernel.agent_jobs.record import record_violations as job_violations

@@ -9,12 +9,12 @@ import dataclasses
 from typing import Any
 
 import pytest
-from agent_job_strategies import job_row, job_situations, result_for
-from consent_strategies import consent_records, consent_row, consent_situations
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from run_strategies import RUN_ID, base_run, delivery_for, run_commands, run_situations
 
+from tenure.conformance.strategies.agent_jobs import job_row, job_situations, result_for
+from tenure.conformance.strategies.consents import consent_records, consent_row, consent_situations
+from tenure.conformance.strategies.runs import RUN_ID, base_run, delivery_for, run_commands, run_situations
 from tenure.kernel.agent_jobs.commands import (
     AdoptResult,
     AdvanceJob,
@@ -744,8 +744,7 @@ def test_containment_of_an_open_job_cancels_it_before_any_result() -> None:
 
 
 def test_a_rotation_keeps_the_resume_mode_of_the_hop_it_replaces() -> None:
-    from run_strategies import base_run, delivery_for
-
+    from tenure.conformance.strategies.runs import base_run, delivery_for
     from tenure.kernel.core import Applied as Done
     from tenure.kernel.runs.commands import Rotate
     from tenure.kernel.runs.machine import decide as decide_run

@@ -8,8 +8,6 @@ they test. Statements are written with ``?`` placeholders; PostgreSQL gets ``$n`
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import pathlib
 import shutil
@@ -21,9 +19,24 @@ from typing import Any
 
 import pytest
 
+from tenure.adapters.core.tables import instant_to_sqlite_text
 from tenure.adapters.queue.table import binding_for
-from tenure.adapters.core.tables import instant_from_sqlite_text, instant_to_sqlite_text
+from tenure.conformance.raw import (  # noqa: F401 - the lockstep's raw SQL, shared with the other suites
+    RowHolder,
+    _pg,
+    expire_lease,
+    interfering_after_load,
+    kind_of,
+    raw,
+    run_async,
+    shift_instants,
+    sqlite_path,
+    store_module,
+    table,
+)
 from tenure.model import QueueKind
+
+_run_async = run_async  # the name the other suites import
 
 AVAILABLE_DATABASES = ["sqlite", "postgresql"]
 """Every database with a store; the shared suites run against each."""
@@ -32,37 +45,11 @@ _SERVER_DSN: list[str] = []
 """The throwaway server's DSN once a test asked for it (PostgreSQL databases live there)."""
 
 
-def kind_of(db_url: str) -> str:
-    return "sqlite" if db_url.startswith("sqlite") else "postgresql"
-
-
 # --- PostgreSQL plumbing ----------------------------------------------------------------
-
-
-def _run_async(coroutine: Any) -> Any:
-    """Run a coroutine to completion from sync or async code (in a worker thread)."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _with_database(dsn: str, name: str) -> str:
     return dsn.rsplit("/", 1)[0] + "/" + name
-
-
-async def _pg(dsn: str, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    import asyncpg
-
-    connection = await asyncpg.connect(dsn)
-    try:
-        numbered, count = [], 0
-        for piece in sql.split("?"):
-            numbered.append(piece)
-            count += 1
-            numbered.append(f"${count}")
-        text = "".join(numbered[:-1])
-        return [tuple(row) for row in await connection.fetch(text, *parameters)]
-    finally:
-        await connection.close()
 
 
 def bind_server(request: pytest.FixtureRequest) -> str:
@@ -73,14 +60,14 @@ def bind_server(request: pytest.FixtureRequest) -> str:
 
 def create_pg_database(server_dsn: str) -> str:
     name = "tenure_" + uuid.uuid4().hex[:16]
-    _run_async(_pg(server_dsn, f"CREATE DATABASE {name}", ()))
+    run_async(_pg(server_dsn, f"CREATE DATABASE {name}", ()))
     return _with_database(server_dsn, name)
 
 
 def drop_pg_database(db_url: str) -> None:
     name = db_url.rsplit("/", 1)[1]
     server = _with_database(db_url, "postgres")
-    _run_async(_pg(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", ()))
+    run_async(_pg(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", ()))
 
 
 # --- fresh databases ----------------------------------------------------------------------
@@ -201,9 +188,9 @@ def migrated_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
             template = f"sqlite:///{folder}/template.db"
         else:
             template = create_pg_database(_SERVER_DSN[0])
-        _run_async(upgrade(template))
+        run_async(upgrade(template))
         if kind == "postgresql":
-            _TEMPLATE_ROWS[template_key] = _run_async(_pg_template_rows(template))
+            _TEMPLATE_ROWS[template_key] = run_async(_pg_template_rows(template))
         _TEMPLATES[template_key] = template
     template = _TEMPLATES[template_key]
     if kind == "sqlite":
@@ -214,8 +201,22 @@ def migrated_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
     if spare:
         return spare.pop()
     name = "tenure_" + uuid.uuid4().hex[:16]
-    _run_async(_pg(_SERVER_DSN[0], f"CREATE DATABASE {name} TEMPLATE {template.rsplit('/', 1)[1]}", ()))
+    run_async(_pg(_SERVER_DSN[0], f"CREATE DATABASE {name} TEMPLATE {template.rsplit('/', 1)[1]}", ()))
     return _with_database(_SERVER_DSN[0], name)
+
+
+class LockstepDatabases:
+    """The lockstep harness's :class:`~tenure.conformance.harness.ExampleDatabases` on
+    the test servers: fresh copies of a migrated template."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def acquire(self, workdir: pathlib.Path) -> str:
+        return migrated_database_for_machine(self.kind, workdir)
+
+    def release(self, db_url: str, *, reuse: bool) -> None:
+        release_database_for_machine(self.kind, db_url, reuse=reuse)
 
 
 def release_database_for_machine(kind: str, db_url: str, *, reuse: bool) -> None:
@@ -225,9 +226,9 @@ def release_database_for_machine(kind: str, db_url: str, *, reuse: bool) -> None
     if kind != "postgresql":
         return
     template_key = f"{kind}:{_SERVER_DSN[0]}"
-    if reuse and _run_async(_pg_empty(db_url, _TEMPLATE_ROWS[template_key])):
+    if reuse and run_async(_pg_empty(db_url, _TEMPLATE_ROWS[template_key])):
         if db_url not in _REUSED:
-            _run_async(_pg_without_autovacuum(db_url))
+            run_async(_pg_without_autovacuum(db_url))
             _REUSED.add(db_url)
         _SPARE.setdefault(template_key, []).append(db_url)
         return
@@ -259,47 +260,6 @@ def store_module(kind: str) -> Any:
 
 
 # --- raw SQL ------------------------------------------------------------------------------
-
-
-def sqlite_path(db_url: str) -> str:
-    return db_url.split(":///", 1)[1]
-
-
-def raw(db_url: str, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Run one statement outside the library and commit it."""
-    if kind_of(db_url) == "sqlite":
-        connection = sqlite3.connect(sqlite_path(db_url))
-        try:
-            rows = connection.execute(sql, parameters).fetchall()
-            connection.commit()
-            return rows
-        finally:
-            connection.close()
-    return _run_async(_pg(db_url, sql, parameters))  # type: ignore[no-any-return]
-
-
-def table(queue: QueueKind) -> str:
-    return binding_for(queue).spec.name
-
-
-def shift_instants(db_url: str, queue: QueueKind, column: str, by_us: int, job_id: str | None = None) -> None:
-    """Move a stored instant column back by ``by_us`` (one row, or every row that has one).
-    SQLite keeps SQLAlchemy's DATETIME text, so the arithmetic happens here."""
-    where = "" if job_id is None else " AND id = ?"
-    selector = () if job_id is None else (job_id,)
-    if kind_of(db_url) == "sqlite":
-        for row_id, value in raw(db_url, f"SELECT id, {column} FROM {table(queue)} WHERE {column} IS NOT NULL{where}", selector):
-            moved = instant_to_sqlite_text(instant_from_sqlite_text(value) - by_us)
-            raw(db_url, f"UPDATE {table(queue)} SET {column} = ? WHERE id = ?", (moved, row_id))
-        return
-    sql = (f"UPDATE {table(queue)} SET {column} = {column} - make_interval(secs => ?::bigint / 1e6) "
-           f"WHERE {column} IS NOT NULL{where}")
-    raw(db_url, sql, (by_us, *selector))
-
-
-def expire_lease(db_url: str, queue: QueueKind, job_id: str, by_us: int = 3_600_000_000) -> None:
-    """Move a claim's lease into the past (the clock ran on while the worker stalled)."""
-    shift_instants(db_url, queue, "lease_expires_at", by_us, job_id)
 
 
 def age_finished_rows(db_url: str, queue: QueueKind, *, hours: int) -> None:
@@ -340,145 +300,6 @@ def install_owner_folding_trigger(db_url: str, queue: QueueKind) -> None:
 
 
 # --- interference and faults ------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def interfering_after_load(kind: str, queue: QueueKind, marker: str) -> Iterator[None]:
-    """While active, every row the engine loads is changed by another writer right after
-    the read (in the same transaction, as a trigger or a privileged session would), and
-    every row it writes from the row last seen just before that write: its error message
-    becomes ``marker``."""
-    module = store_module(kind)
-    if kind == "sqlite":
-        transaction_type: Any = module.SqliteTransaction
-        sql = f"UPDATE {table(queue)} SET error_message = ? WHERE id = ?"
-    else:
-        transaction_type = module.PostgresTransaction
-        sql = f"UPDATE {table(queue)} SET error_message = $1 WHERE id = $2"
-    original = transaction_type.locked
-
-    async def lock_then_interfere(self: Any, binding: Any, finder: Any, parameters: Any) -> Any:
-        records = await original(self, binding, finder, parameters)
-        if finder.name == "by_keys":
-            for record in records:
-                await self.execute(sql, [marker, record.job_id])
-        return records
-
-    transaction_type.locked = lock_then_interfere
-    # A write from the row last seen has no read in its transaction (SQLite); the nearest
-    # interference is another writer's change just before it.
-    original_seen = transaction_type.update_seen
-
-    async def interfere_then_update_seen(self: Any, binding: Any, pairs: Any) -> Any:
-        for old, _ in pairs:
-            await self.execute(sql, [marker, old.job_id])
-        return await original_seen(self, binding, pairs)
-
-    transaction_type.update_seen = interfere_then_update_seen
-    # A one-statement write has no moment between its read and its write; the nearest
-    # interference is a write committed after the row was last seen, just before it.
-    store_type = getattr(module, "PostgresStore", None)
-    original_ahead = None if store_type is None else store_type.write_ahead
-
-    async def interfere_then_write_ahead(self: Any, binding: Any, finder: Any, items: Any, *args: Any, **kwargs: Any) -> Any:
-        for item in items:
-            raw(self._dsn, f"UPDATE {table(queue)} SET error_message = ? WHERE id = ?", (marker, item.key))
-        return await original_ahead(self, binding, finder, items, *args, **kwargs)  # type: ignore[misc]
-
-    if store_type is not None:
-        store_type.write_ahead = interfere_then_write_ahead
-    try:
-        yield
-    finally:
-        transaction_type.locked = original
-        transaction_type.update_seen = original_seen
-        if store_type is not None:
-            store_type.write_ahead = original_ahead
-
-
-class RowHolder:
-    """Another session holding one row's lock while a call runs (PostgreSQL: the row
-    lock; SQLite: the write lock, which covers every row), optionally moving the row's
-    lease (if it has one) to end ``lease_ends_in_us`` after the holder's database time.
-
-    ``while_held(call)`` takes the lock, starts the call, waits until it is blocked on
-    the lock (PostgreSQL: ``pg_blocking_pids``; SQLite: a short pause), holds on past the
-    moved lease, reads the database time it releases at (``released_at_us``), commits,
-    and returns the call's outcome."""
-
-    HOLD_PAST_THE_LEASE_S = 0.015
-
-    def __init__(self, kind: str, db_url: str, queue: QueueKind, job_id: str, *, lease_ends_in_us: int | None) -> None:
-        self.kind, self.db_url, self.queue, self.job_id = kind, db_url, queue, job_id
-        self.lease_ends_in_us = lease_ends_in_us
-        self.new_lease_us: int | None = None
-        self.released_at_us: int | None = None
-
-    async def while_held(self, call: Any) -> Any:
-        if self.kind == "sqlite":
-            return await self._sqlite(call)
-        return await self._postgresql(call)
-
-    async def _postgresql(self, call: Any) -> Any:
-        import asyncpg
-
-        from tenure.model import datetime_to_micros
-
-        name = table(self.queue)
-        connection = await asyncpg.connect(self.db_url)
-        try:
-            await connection.execute("BEGIN")
-            await connection.fetch(f"SELECT id FROM {name} WHERE id = $1 FOR UPDATE", self.job_id)
-            if self.lease_ends_in_us is not None:
-                moved = await connection.fetchval(
-                    f"UPDATE {name} SET lease_expires_at = clock_timestamp() + make_interval(secs => $2::float8 / 1e6) "
-                    "WHERE id = $1 AND lease_expires_at IS NOT NULL RETURNING lease_expires_at",
-                    self.job_id, self.lease_ends_in_us,
-                )
-                self.new_lease_us = None if moved is None else datetime_to_micros(moved)
-            task = asyncio.ensure_future(call())
-            holder_pid = await connection.fetchval("SELECT pg_backend_pid()")
-            for _ in range(1000):  # at most about two seconds
-                blocked = await connection.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", holder_pid
-                )
-                if blocked or task.done():
-                    break
-                await asyncio.sleep(0.002)
-            await asyncio.sleep(self.HOLD_PAST_THE_LEASE_S)
-            self.released_at_us = datetime_to_micros(await connection.fetchval("SELECT clock_timestamp()"))
-            await connection.execute("COMMIT")
-        finally:
-            await connection.close()
-        return await task
-
-    async def _sqlite(self, call: Any) -> Any:
-        from tenure.adapters.core.schema import CLOCK_TABLE
-        from tenure.adapters.sqlite.store import wall_clock_us
-
-        name = table(self.queue)
-        connection = sqlite3.connect(sqlite_path(self.db_url), isolation_level=None, check_same_thread=False)
-
-        def lock_and_move() -> int | None:
-            connection.execute("BEGIN IMMEDIATE")
-            if self.lease_ends_in_us is None:
-                return None
-            (mark,) = connection.execute(f"SELECT high_water_us FROM {CLOCK_TABLE}").fetchone()
-            moved = connection.execute(
-                f"UPDATE {name} SET lease_expires_at = ? WHERE id = ? AND lease_expires_at IS NOT NULL RETURNING lease_expires_at",
-                (instant_to_sqlite_text(max(mark, wall_clock_us()) + self.lease_ends_in_us), self.job_id),
-            ).fetchone()
-            return None if moved is None else instant_from_sqlite_text(moved[0])
-
-        try:
-            self.new_lease_us = await asyncio.to_thread(lock_and_move)
-            task = asyncio.ensure_future(call())
-            await asyncio.sleep(0.01 + self.HOLD_PAST_THE_LEASE_S)
-            self.released_at_us = wall_clock_us()  # the waiting call's time is at least this
-            await asyncio.to_thread(connection.execute, "COMMIT")
-        finally:
-            connection.close()
-        return await task
 
 
 def claim_commit(kind: str) -> str:

@@ -15,17 +15,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import hashlib
-from typing import Any
 
+from tenure.conformance.attempts import GUARANTEES, spec  # noqa: F401 - shared with the lockstep
 from tenure.model import (
-    AttemptSpec,
     AttemptState,
-    CapabilityBinding,
     Found,
     LookupFailed,
     NotFound,
-    ProviderGuarantees,
     RejectedBeforeEffect,
     Transmission,
 )
@@ -35,12 +31,6 @@ class ProcessDied(BaseException):
     """The process died at this point (kill -9): nothing after it runs in this process."""
 
 
-GUARANTEES = {
-    "replay": ProviderGuarantees(same_key_replay=True, lookup=True),
-    "lookup_only": ProviderGuarantees(same_key_replay=False, lookup=True),
-    "neither": ProviderGuarantees(same_key_replay=False, lookup=False),
-    "lying": ProviderGuarantees(same_key_replay=True, lookup=True),
-}
 
 
 @dataclasses.dataclass
@@ -134,17 +124,3 @@ class FakeProvider:
             return False
         job.state = AttemptState.CANCELLED
         return True
-
-
-def spec(owner: str = "owner-1", generation: int = 1, *, key: str | None = None, kind: str = "replay",
-         reservation: str | None = None, **changes: Any) -> AttemptSpec:
-    fields: dict[str, Any] = dict(
-        owner_job_id=owner, run_id="run-1", station_attempt_id=None, generation=generation,
-        request_digest="sha256:" + hashlib.sha256(f"{owner}:{generation}".encode()).hexdigest(),
-        idempotency_key=key or f"key-{owner}-{generation}",
-        binding=CapabilityBinding(interface="image", profile_revision="p1", profile_digest="sha256:" + "b" * 64,
-                                  operation="render", driver_revision="d1", dialect_revision="x1"),
-        guarantees=GUARANTEES[kind], target="provider-a", purpose="thumbnail", reservation=reservation,
-    )
-    fields.update(changes)
-    return AttemptSpec(**fields)

@@ -9,14 +9,14 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent_job_strategies import job_situations
-from attempt_strategies import attempt_situations
-from consent_strategies import consent_situations
 from hypothesis import strategies as st
-from node_strategies import node_situations
-from queue_strategies import situations as queue_situations
-from run_strategies import run_situations
 
+from tenure.conformance.strategies.agent_jobs import job_situations
+from tenure.conformance.strategies.attempts import attempt_situations
+from tenure.conformance.strategies.consents import consent_situations
+from tenure.conformance.strategies.nodes import node_situations
+from tenure.conformance.strategies.queues import situations as queue_situations
+from tenure.conformance.strategies.runs import run_situations
 from tenure.kernel.agent_jobs.commands import AgentJobCommandType
 from tenure.kernel.agent_jobs.machine import AGENT_JOBS
 from tenure.kernel.agent_jobs.record import AgentJobStep

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from queue_strategies import records
 
 from tenure.adapters.core.tables import (
     POSTGRESQL_DIALECT,
@@ -20,6 +19,7 @@ from tenure.adapters.core.tables import (
     instant_to_sqlite_text,
 )
 from tenure.adapters.queue.table import QUEUE_TABLES, binding_for, envelope_of, queue_codec
+from tenure.conformance.strategies.queues import records
 from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US, QueueRow
 from tenure.model import ErrorCode, JobStatus, QueueKind, TenureError
 

@@ -18,15 +18,8 @@ from typing import Any
 
 import pytest
 from adapter_support import raw
-from agent_job_strategies import job_records
-from attempt_strategies import attempt_records
-from consent_strategies import consent_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from node_strategies import NOW as NODE_NOW
-from node_strategies import node_records
-from queue_strategies import NOW, QUEUE_NAMES, TASK_NAMES, TOKENS, records
-from run_strategies import run_records
 
 from tenure.adapters import upgrade
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
@@ -38,6 +31,13 @@ from tenure.adapters.core.tables import Binding
 from tenure.adapters.nodes.table import NODES_BINDING
 from tenure.adapters.queue.table import HOPS_BINDING, binding_for
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
+from tenure.conformance.strategies.agent_jobs import job_records
+from tenure.conformance.strategies.attempts import attempt_records
+from tenure.conformance.strategies.consents import consent_records
+from tenure.conformance.strategies.nodes import NOW as NODE_NOW
+from tenure.conformance.strategies.nodes import node_records
+from tenure.conformance.strategies.queues import NOW, QUEUE_NAMES, TASK_NAMES, TOKENS, records
+from tenure.conformance.strategies.runs import run_records
 from tenure.kernel.agent_jobs import finders as job_finders
 from tenure.kernel.attempts import finders as attempt_finders
 from tenure.kernel.consents import finders as consent_finders

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for consents and their commands (see attempt_strategies.py).
+"""Hypothesis strategies for consents and their commands (see attempts.py).
 
 Records keep INV-C1 ... INV-C3: a pending consent has no decision, a decided one its
 principal and a time no earlier than its creation, a preauthorized one was granted at

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for delegated jobs and their commands (see attempt_strategies.py).
+"""Hypothesis strategies for delegated jobs and their commands (see attempts.py).
 
 Records keep INV-J1 ... INV-J3: an open job has no result, a finished one a result for
 itself and its status (an error exactly where its status needs or allows one). Commands

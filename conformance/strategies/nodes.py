@@ -1,4 +1,4 @@
-"""Hypothesis strategies for node leases and their commands (see attempt_strategies.py).
+"""Hypothesis strategies for node leases and their commands (see attempts.py).
 
 Records keep INV-N1 ... INV-N3. Times are drawn around each record's lease and
 takeover claim, so every guard (before, at and after an expiry) is met; commands name

@@ -1,6 +1,7 @@
 """The lockstep harness every machine shares: one Hypothesis ``RuleBasedStateMachine`` per
-(machine, database), each run on a fresh migrated database through its own
-``asyncio.Runner``; the database time each transaction read is observed and handed to
+(machine, database), each run on a fresh migrated database (handed out by an
+:class:`ExampleDatabases`: tenure's own test servers, or the scratch area ``tenure
+conform`` makes in a user's database) through its own ``asyncio.Runner``; the database time each transaction read is observed and handed to
 the kernel-backed model, so the model decides with exactly the clock the database used;
 after every step the replies and every stored row must equal the model's. A machine's
 lockstep subclasses :class:`LockstepBase` with its rules and its model; the budget loop,
@@ -18,15 +19,31 @@ import pathlib
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+from hypothesis.stateful import RULE_MARKER, Rule, RuleBasedStateMachine, run_state_machine_as_test
 
-import adapter_support
 from tenure.model import TenureError
 
-__all__ = ["outcome", "Clock", "Counter", "COUNTERS", "LockstepBase", "machine_for", "run_lockstep", "budget"]
+__all__ = [
+    "outcome", "Clock", "Counter", "COUNTERS", "ExampleDatabases", "LockstepBase", "machine_for", "rule_names",
+    "run_lockstep", "budget",
+]
+
+
+class ExampleDatabases(Protocol):
+    """Where each lockstep run's fresh database comes from."""
+
+    kind: str
+    """``sqlite`` or ``postgresql``."""
+
+    def acquire(self, workdir: pathlib.Path) -> str:
+        """A URL of a database holding exactly what ``upgrade`` creates (``workdir`` is the
+        run's own temporary folder)."""
+
+    def release(self, db_url: str, *, reuse: bool) -> None:
+        """The end of a run's database; ``reuse``: the run closed everything it opened."""
 
 
 def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
@@ -59,6 +76,17 @@ class Clock:
 class Counter:
     steps: int = 0
     examples: int = 0
+    races: int = 0
+    """Steps that ran two calls at once (:meth:`LockstepBase.race`)."""
+    rules: dict[str, int] = dataclasses.field(default_factory=dict)
+    """How often each rule ran."""
+    on_step: Callable[[Counter], None] | None = None
+    """Called after every step (a progress display)."""
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.on_step is not None:
+            self.on_step(self)
 
 
 COUNTERS: dict[str, Counter] = {}
@@ -89,6 +117,8 @@ class LockstepBase(RuleBasedStateMachine):
 
     machine_name = "machine"
     database = "sqlite"
+    """The kind of :attr:`databases` (set by :func:`machine_for`)."""
+    databases: ClassVar[ExampleDatabases]
 
     def __init__(self) -> None:
         super().__init__()
@@ -96,7 +126,7 @@ class LockstepBase(RuleBasedStateMachine):
         self.workdir = tempfile.TemporaryDirectory()
         self.counter = COUNTERS.setdefault(self.key(), Counter())
         self.counter.examples += 1
-        self.db_url = adapter_support.migrated_database_for_machine(self.database, pathlib.Path(self.workdir.name))
+        self.db_url = self.databases.acquire(pathlib.Path(self.workdir.name))
         self.clock = Clock()
         self.step_dump: Any = None
         """Every stored row, as a racing rule read them at the end of its step (see
@@ -116,7 +146,7 @@ class LockstepBase(RuleBasedStateMachine):
                 self.close_resources()
                 closed = True
             finally:
-                adapter_support.release_database_for_machine(self.database, self.db_url, reuse=closed)
+                self.databases.release(self.db_url, reuse=closed)
         finally:
             self.runner.close()
             self.workdir.cleanup()
@@ -141,7 +171,7 @@ class LockstepBase(RuleBasedStateMachine):
         return self.dump() if dumped is None else dumped
 
     def expect(self, actual: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
-        self.counter.steps += 1
+        self.counter.step()
         assert actual == expected, f"adapter {actual!r} != model {expected!r}"
 
     # --- two calls at once ----------------------------------------------------------------
@@ -190,21 +220,48 @@ class LockstepBase(RuleBasedStateMachine):
                 expected[index] = normalize(self.model_outcome(
                     lambda index=index, position=position: model_steps[index](times[position])))
             if expected == actual and self.model_rows() == stored:
-                self.counter.steps += 1
+                self.counter.races += 1
+                self.counter.step()
                 self.step_dump = stored  # the invariant compares every row with the model next
                 return
         raise AssertionError(f"no serial order explains {actual!r}")
 
 
-def machine_for(base: type[LockstepBase], database: str, *, only: frozenset[str] | None = None) -> type[LockstepBase]:
-    """The lockstep machine of ``base`` for ``database``; with ``only``, every other rule
+def _counted(name: str, rule: Rule) -> Any:
+    """``rule`` again, counting each run in the machine's :class:`Counter`; the function
+    keeps its name, so a printed counterexample names the rule as written."""
+    function = rule.function
+
+    def counted(self: LockstepBase, **arguments: Any) -> Any:
+        self.counter.rules[name] = self.counter.rules.get(name, 0) + 1
+        return function(self, **arguments)
+
+    counted.__name__ = counted.__qualname__ = function.__name__
+    setattr(counted, RULE_MARKER, Rule(targets=rule.targets, function=counted, arguments=rule.arguments,
+                                       preconditions=rule.preconditions))
+    return counted
+
+
+def rule_names(machine: type[LockstepBase]) -> list[str]:
+    """The rules of ``machine``, by name."""
+    return sorted(name for name in dir(machine) if hasattr(getattr(machine, name), RULE_MARKER))
+
+
+def machine_for(base: type[LockstepBase], databases: ExampleDatabases, *,
+                only: frozenset[str] | None = None) -> type[LockstepBase]:
+    """The lockstep machine of ``base`` on ``databases``; with ``only``, every other rule
     is left out (a focused machine that reaches one situation sooner, for mutant tests)."""
-    attributes: dict[str, Any] = {"database": database}
-    if only is not None:
-        for name, member in vars(base).items():
-            if hasattr(member, "hypothesis_stateful_rule") and name not in only:
-                attributes[name] = lambda self, **arguments: None  # undecorated: no longer a rule
-    return type(f"Lockstep_{base.machine_name}_{database}", (base,), attributes)
+    attributes: dict[str, Any] = {"database": databases.kind, "databases": databases}
+    for name in dir(base):
+        member = getattr(base, name)
+        rule = getattr(member, RULE_MARKER, None)
+        if rule is None:
+            continue
+        if only is not None and name not in only:
+            attributes[name] = lambda self, **arguments: None  # undecorated: no longer a rule
+        else:
+            attributes[name] = _counted(name, rule)
+    return type(f"Lockstep_{base.machine_name}_{databases.kind}", (base,), attributes)
 
 
 def budget(defaults: dict[str, int]) -> dict[str, int]:
@@ -215,21 +272,29 @@ def budget(defaults: dict[str, int]) -> dict[str, int]:
     return dict(defaults)
 
 
-def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 50) -> str:
-    """Run ``machine`` until ``target`` steps ran; returns the summary line."""
+def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 50, seed: int | None = None,
+                 on_step: Callable[[Counter], None] | None = None, print_blob: bool = False) -> str:
+    """Run ``machine`` until ``target`` steps ran; returns the summary line (the counts
+    are in ``COUNTERS[machine.key()]``). With ``seed``, the runs are the same each time
+    (for the same Hypothesis version); a divergence raises what the machine raised."""
     key = machine.key()
-    COUNTERS[key] = Counter()
+    COUNTERS[key] = Counter(on_step=on_step)
     started = time.perf_counter()
+    batch = 0
     while COUNTERS[key].steps < target:
         counter = COUNTERS[key]
         # Before the first run, guess that runs use most of their step count.
         average = counter.steps / counter.examples if counter.examples else step_count * 0.7
         examples = max(10, math.ceil((target - counter.steps) / max(average, 1)))
+        if seed is not None:
+            # Each batch its own seed: the same seed again would replay the same runs.
+            machine._hypothesis_internal_use_seed = seed + batch  # type: ignore[attr-defined]
+        batch += 1
         run_state_machine_as_test(
             machine,
             settings=settings(
                 max_examples=examples, stateful_step_count=step_count, deadline=None,
-                suppress_health_check=list(HealthCheck), database=None,
+                suppress_health_check=list(HealthCheck), database=None, print_blob=print_blob,
             ),
         )
     elapsed = time.perf_counter() - started

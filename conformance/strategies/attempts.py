@@ -1,4 +1,4 @@
-"""Hypothesis strategies for attempt records and commands (see queue_strategies.py).
+"""Hypothesis strategies for attempt records and commands (see queues.py).
 
 Values come from small pools with near misses (the egress decision the record already
 used, the provider identity it already holds or another, a database time one

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for Run pairs and Run commands (see attempt_strategies.py).
+"""Hypothesis strategies for Run pairs and Run commands (see attempts.py).
 
 Records keep every invariant (INV-R1 ... INV-R9) and look like pairs the kernel itself
 writes: a Run that was claimed remembers its first start and its node, a CANCELLING Run
@@ -22,8 +22,6 @@ from tenure.kernel.runs.commands import (
     EnterHardwareWait,
     FailHeld,
     FinishCancel,
-    Rotate,
-    RetryLost,
     LeaveHardwareWait,
     OwnerEvidence,
     Park,
@@ -31,6 +29,8 @@ from tenure.kernel.runs.commands import (
     RecordPublishError,
     Release,
     Resume,
+    RetryLost,
+    Rotate,
     RunCommandType,
     Settle,
 )

@@ -1,0 +1,1 @@
+"""Conformance: tenure's lockstep proof against your own database."""

@@ -1,0 +1,297 @@
+"""The attempt kernel as the model and the AttemptLedger on every database, in lockstep.
+
+The same command stream goes to the ledger and to a model that stores kernel records in
+a dictionary and decides with the kernel at the database time the ledger's transaction
+read; every answer and every stored attempt must agree after every step. Two rules run
+two ledgers at once (concurrent first ``begin_submit`` calls; racing observations): the
+database must then have done what one of the two serial orders does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, rule
+
+from tenure.adapters import AttemptLedger
+from tenure.adapters.attempts.ledger import _row_of
+from tenure.adapters.attempts.table import ATTEMPTS_BINDING
+from tenure.conformance.harness import LockstepBase
+from tenure.kernel.attempts import finders
+from tenure.kernel.attempts.commands import (
+    BeginSubmit,
+    ExpireSubmitLease,
+    FailureKind,
+    LookupKind,
+    Prepare,
+    Reconcile,
+    RecordAccepted,
+    RecordAmbiguous,
+    RecordCancelled,
+    RecordFailed,
+    RecordRunning,
+    RecordSucceeded,
+    ReleaseReservation,
+    RequestCancel,
+    TransmissionGranted,
+)
+from tenure.kernel.attempts.machine import ATTEMPTS, decide
+from tenure.kernel.attempts.record import AttemptRow
+from tenure.kernel.core import Applied, Refused
+from tenure.model import (
+    AttemptSpec,
+    AttemptState,
+    CancelConfirmed,
+    CapabilityBinding,
+    EgressDecision,
+    Found,
+    LookupFailed,
+    NotFound,
+    ProviderFailed,
+    ProviderGuarantees,
+    RejectedBeforeEffect,
+    TenureError,
+    Transmission,
+)
+
+__all__ = ["AttemptLockstep", "AttemptModel", "GUARANTEES", "spec"]
+
+GUARANTEES = {
+    "replay": ProviderGuarantees(same_key_replay=True, lookup=True),
+    "lookup_only": ProviderGuarantees(same_key_replay=False, lookup=True),
+    "neither": ProviderGuarantees(same_key_replay=False, lookup=False),
+    "lying": ProviderGuarantees(same_key_replay=True, lookup=True),
+}
+
+
+def spec(owner: str = "owner-1", generation: int = 1, *, key: str | None = None, kind: str = "replay",
+         reservation: str | None = None, **changes: Any) -> AttemptSpec:
+    fields: dict[str, Any] = dict(
+        owner_job_id=owner, run_id="run-1", station_attempt_id=None, generation=generation,
+        request_digest="sha256:" + hashlib.sha256(f"{owner}:{generation}".encode()).hexdigest(),
+        idempotency_key=key or f"key-{owner}-{generation}",
+        binding=CapabilityBinding(interface="image", profile_revision="p1", profile_digest="sha256:" + "b" * 64,
+                                  operation="render", driver_revision="d1", dialect_revision="x1"),
+        guarantees=GUARANTEES[kind], target="provider-a", purpose="thumbnail", reservation=reservation,
+    )
+    fields.update(changes)
+    return AttemptSpec(**fields)
+
+
+OWNERS = ["owner-1", "owner-2"]
+KINDS = ["replay", "lookup_only", "neither"]
+PROVIDER_IDS = ["job-a", "job-b"]
+EGRESS_POOL = [f"egress-{n}" for n in range(8)]
+LEASES = [0.000001, 60.0]
+"""A submit lease that is over at once, and one that outlives the run."""
+
+
+class AttemptModel:
+    """Kernel records in a dictionary, decided at the database's own times."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, AttemptRow] = {}
+
+    def snapshot(self) -> dict[str, AttemptRow]:
+        return dict(self.rows)
+
+    def restore(self, saved: dict[str, AttemptRow]) -> None:
+        self.rows = dict(saved)
+
+    def _apply(self, attempt_id: str, command: Any, now: int) -> Any:
+        decision = decide(self.rows.get(attempt_id), command, now)
+        if isinstance(decision, Refused):
+            code = ATTEMPTS.outcomes[decision.reason]
+            if code is not None:
+                raise TenureError(code, decision.reason.value)
+            return decision
+        if decision.new_record is not None:
+            self.rows[attempt_id] = decision.new_record
+        return decision
+
+    def prepare(self, request: Any, now: int) -> str:
+        row = _row_of(request)
+        located = [r for r in self.rows.values()
+                   if r.owner_job_id == request.owner_job_id or r.idempotency_key == request.idempotency_key]
+        met, state, generation, held = finders.prepare_meets(
+            located, attempt_id=row.attempt_id, owner_job_id=request.owner_job_id, idempotency_key=request.idempotency_key
+        )
+        # No Run exists in these databases: an attempt's Run is never closed.
+        command = Prepare(row=row, predecessor_state=state, predecessor_generation=generation, key_held_elsewhere=held,
+                          run_closed=False)
+        decision = decide(met, command, now)
+        if isinstance(decision, Refused):
+            raise TenureError(ATTEMPTS.outcomes[decision.reason], decision.reason.value)  # type: ignore[arg-type]
+        self.rows[row.attempt_id] = decision.new_record  # type: ignore[assignment]
+        return row.attempt_id
+
+    def begin_submit(self, attempt_id: str, egress: EgressDecision, proof: bool, lease_us: int, now: int) -> Any:
+        decision = self._apply(attempt_id, BeginSubmit(
+            egress_decision_id=egress.decision_id, egress_allowed=egress.allowed, proof_no_effect=proof, lease_us=lease_us,
+        ), now)
+        if not isinstance(decision, Applied) or not isinstance(decision.reply, TransmissionGranted):
+            return None
+        row = decision.new_record
+        return Transmission(row.attempt_id, row.idempotency_key, decision.reply.number, row.request_digest,  # type: ignore[union-attr]
+                            row.target, decision.reply.egress_decision_id)  # type: ignore[union-attr]
+
+    def command(self, attempt_id: str, command: Any, now: int) -> bool:
+        return isinstance(self._apply(attempt_id, command, now), Applied)
+
+
+def _lease_us(seconds: float) -> int:
+    return max(1, round(seconds * 1_000_000))
+
+
+def _reconcile_command(lookup: Any) -> Any:
+    if isinstance(lookup, Found):
+        return Reconcile(lookup=LookupKind.FOUND, provider_job_id=lookup.provider_job_id, found_state=lookup.state,
+                         result_refs=lookup.result_refs)
+    if isinstance(lookup, NotFound):
+        return Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=lookup.proves_no_effect)
+    return Reconcile(lookup=LookupKind.FAILED)
+
+
+lookups = st.one_of(
+    st.builds(Found, st.sampled_from(PROVIDER_IDS),
+              st.sampled_from([AttemptState.ACCEPTED, AttemptState.RUNNING, AttemptState.SUCCEEDED,
+                               AttemptState.FAILED, AttemptState.CANCELLED]),
+              st.just(("ref-found",))),
+    st.builds(NotFound, st.booleans()),
+    st.just(LookupFailed("provider down")),
+)
+
+
+class AttemptLockstep(LockstepBase):
+    machine_name = "attempts"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = AttemptModel()
+        self.ledgers = [AttemptLedger(self.db_url), AttemptLedger(self.db_url)]
+        for ledger in self.ledgers:
+            ledger.store.observe_time = self.clock.seen.append
+        self.egress_serial = itertools.count()
+        self.contention_steps = 0
+
+    def close_resources(self) -> None:
+        for ledger in self.ledgers:
+            self.runner.run(ledger.close())
+
+    def known(self) -> list[str]:
+        return sorted(self.model.rows) + ["attempt-missing"]
+
+    def fresh_egress(self, allowed: bool) -> EgressDecision:
+        return EgressDecision(decision_id=f"egress-fresh-{next(self.egress_serial)}", allowed=allowed, policy_revision="p")
+
+    def model_rows(self) -> dict[str, AttemptRow]:
+        return self.model.rows
+
+    # --- rules ----------------------------------------------------------------------------
+
+    @rule(owner=st.sampled_from(OWNERS), generation=st.integers(1, 3), provider=st.sampled_from(["p-a", "p-b"]),
+          kind=st.sampled_from(KINDS), shared_key=st.booleans(), reservation=st.booleans())
+    def prepare(self, owner: str, generation: int, provider: str, kind: str, shared_key: bool, reservation: bool) -> None:
+        request = spec(owner, generation, kind=kind, target=provider, key="shared-key" if shared_key else None,
+                       reservation="gpu-0" if reservation else None)
+        actual = self.run(self.ledgers[0].prepare(request))
+        now = self.clock.take()
+        self.expect(actual, self.model_outcome(lambda: self.model.prepare(request, now)))
+
+    @rule(data=st.data(), allowed=st.booleans(), reuse=st.booleans(), proof=st.booleans(),
+          lease=st.sampled_from(LEASES))
+    def begin_submit(self, data: st.DataObject, allowed: bool, reuse: bool, proof: bool, lease: float) -> None:
+        attempt_id = data.draw(st.sampled_from(self.known()))
+        egress = (EgressDecision(decision_id=data.draw(st.sampled_from(EGRESS_POOL)), allowed=allowed, policy_revision="p")
+                  if reuse else self.fresh_egress(allowed))
+        actual = self.run(self.ledgers[0].begin_submit(
+            attempt_id, egress=egress, proof=NotFound(True) if proof else None, lease_seconds=lease))
+        now = self.clock.take()
+        self.expect(actual, self.model_outcome(
+            lambda: self.model.begin_submit(attempt_id, egress, proof, _lease_us(lease), now)))
+
+    @rule(data=st.data(), provider_job_id=st.sampled_from(PROVIDER_IDS))
+    def record_accepted(self, data: st.DataObject, provider_job_id: str) -> None:
+        attempt_id = data.draw(st.sampled_from(self.known()))
+        actual = self.run(self.ledgers[0].record_accepted(attempt_id, provider_job_id=provider_job_id))
+        now = self.clock.take()
+        self.expect(actual, self.model_outcome(
+            lambda: self.model.command(attempt_id, RecordAccepted(provider_job_id=provider_job_id), now)))
+
+    @rule(data=st.data(), operation=st.sampled_from(
+        ["running", "succeeded", "rejected", "provider_failed", "ambiguous", "cancel", "expire", "release"]))
+    def record(self, data: st.DataObject, operation: str) -> None:
+        attempt_id = data.draw(st.sampled_from(self.known()))
+        ledger = self.ledgers[0]
+        calls = {
+            "running": (lambda: ledger.record_running(attempt_id), RecordRunning()),
+            "succeeded": (lambda: ledger.record_succeeded(attempt_id, result_refs=["ref-1"]),
+                          RecordSucceeded(result_refs=("ref-1",), diagnostic_refs=(), usage_json=None, cost_json=None)),
+            "rejected": (lambda: ledger.record_failed(attempt_id, evidence=RejectedBeforeEffect("quota")),
+                         RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="quota")),
+            "provider_failed": (lambda: ledger.record_failed(attempt_id, evidence=ProviderFailed("boom")),
+                                RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason="boom")),
+            "ambiguous": (lambda: ledger.record_ambiguous(attempt_id, reason="timeout"), RecordAmbiguous(reason="timeout")),
+            "cancel": (lambda: ledger.request_cancel(attempt_id), RequestCancel()),
+            "expire": (lambda: ledger.expire_submit_lease(attempt_id), ExpireSubmitLease()),
+            "release": (lambda: ledger.release_reservation(attempt_id), ReleaseReservation()),
+        }
+        call, command = calls[operation]
+        actual = self.run(call())
+        now = self.clock.take()
+        self.expect(actual, self.model_outcome(lambda: self.model.command(attempt_id, command, now)))
+
+    @rule(data=st.data(), provider_job_id=st.sampled_from(PROVIDER_IDS))
+    def record_cancelled(self, data: st.DataObject, provider_job_id: str) -> None:
+        attempt_id = data.draw(st.sampled_from(self.known()))
+        actual = self.run(self.ledgers[0].record_cancelled(attempt_id, evidence=CancelConfirmed(provider_job_id)))
+        now = self.clock.take()
+        self.expect(actual, self.model_outcome(
+            lambda: self.model.command(attempt_id, RecordCancelled(provider_job_id=provider_job_id), now)))
+
+    @rule(data=st.data(), lookup=lookups)
+    def reconcile(self, data: st.DataObject, lookup: Any) -> None:
+        attempt_id = data.draw(st.sampled_from(self.known()))
+        actual = self.run(self.ledgers[0].reconcile(attempt_id, lookup))
+        now = self.clock.take()
+        self.expect(actual, self.model_outcome(lambda: self.model.command(attempt_id, _reconcile_command(lookup), now)))
+
+    # --- two ledgers at once ------------------------------------------------------------------
+
+    @rule(data=st.data(), lease=st.sampled_from(LEASES))
+    def concurrent_first_submissions(self, data: st.DataObject, lease: float) -> None:
+        attempt_id = data.draw(st.sampled_from(self.known()))
+        egresses = [self.fresh_egress(True), self.fresh_egress(True)]
+        calls = [lambda ledger=ledger, egress=egress: ledger.begin_submit(attempt_id, egress=egress, lease_seconds=lease)
+                 for ledger, egress in zip(self.ledgers, egresses, strict=True)]
+        steps = [lambda now, egress=egress: self.model.begin_submit(attempt_id, egress, False, _lease_us(lease), now)
+                 for egress in egresses]
+        self.race(calls, steps)
+
+    @rule(data=st.data(), first=lookups, second=lookups)
+    def racing_observations(self, data: st.DataObject, first: Any, second: Any) -> None:
+        attempt_id = data.draw(st.sampled_from(self.known()))
+        lookups_ = [first, second]
+        calls = [lambda ledger=ledger, lookup=lookup: ledger.reconcile(attempt_id, lookup)
+                 for ledger, lookup in zip(self.ledgers, lookups_, strict=True)]
+        steps = [lambda now, lookup=lookup: self.model.command(attempt_id, _reconcile_command(lookup), now)
+                 for lookup in lookups_]
+        self.race(calls, steps)
+
+    # --- after every step ------------------------------------------------------------------------
+
+    def dump(self) -> dict[str, AttemptRow]:
+        async def read(tx: Any) -> dict[str, AttemptRow]:
+            return {row.attempt_id: row for row in await tx.find(ATTEMPTS_BINDING, finders.all_attempts, {}, 10_000)}
+
+        # One read transaction through store.run (SQLite: one hop to the connection's thread).
+        return self.runner.run(self.ledgers[0].store.run(read, write=False))
+
+    @invariant()
+    def every_attempt_equals_the_model(self) -> None:
+        assert self.rows_after_step() == self.model.rows
+        for row in self.model.rows.values():
+            assert ATTEMPTS.record_violations(row) == []
