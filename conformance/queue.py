@@ -224,6 +224,7 @@ class LockstepMachine(LockstepBase):
         updating = data.draw(st.booleans(), label="the holder moves the lease")
         complete = data.draw(st.booleans(), label="complete (else heartbeat)")
         self.contention_steps += 1
+        self.counter.races += 1  # the batch against another session's lock
         source = self.sources[queue]
         if complete:
             items = [(fence, {"n": index}) for index, fence in enumerate(batch)]
@@ -399,6 +400,7 @@ class LockstepMachine(LockstepBase):
             return
         before_interference = self.model.rows[queue][fence.job_id]
         marker = f"interfered-{next(self.ids)}"
+        self.counter.races += 1  # the heartbeat against another writer
         # On SQLite too, a row this source has seen is written from that row (no read in
         # the write's transaction): the other write lands just before it, as above.
         operations = self.sources[queue]._operations  # noqa: SLF001

@@ -1,5 +1,6 @@
 """The ``tenure`` command: ``tenure demo``, ``tenure migrate``, ``tenure worker``, ``tenure
-jobs``, ``tenure runs``, ``tenure health``, ``tenure console`` and ``tenure --version``.
+jobs``, ``tenure runs``, ``tenure health``, ``tenure console``, ``tenure conform`` (:mod:`tenure.conformance.command`)
+and ``tenure --version``.
 
 ``tenure demo`` runs the owned queue under stress on an embedded SQLite file (or
 ``--db URL``) and exits non-zero if any invariant broke. ``tenure migrate --db URL``
@@ -45,6 +46,8 @@ COMMAND_HELP = {
     "runs": "run workflow Runs (worker) and operate on them",
     "health": "check that a database is reachable, migrated and keeping up (exit 0 healthy, 1 unhealthy, 2 refused)",
     "console": "serve the web console: queues, jobs, Runs and a consent inbox (needs tenure[console])",
+    "conform": "run tenure's lockstep proof against a database, in a scratch area it removes "
+               "(exit 0 conformant, 1 divergence, 2 refused; needs tenure[conform])",
 }
 """Each subcommand's one-line help, shown by ``tenure --help`` without importing the
 subcommand (the full parser's help is held equal to it by a test)."""
@@ -73,6 +76,8 @@ def _quick_parser() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from tenure.conformance.command import add_conform_parser
+
     from ..console.command import add_console_parser
     from .health_cli import add_health_parser
     from .jobs_cli import add_jobs_parser
@@ -107,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     add_runs_parser(commands)
     add_health_parser(commands)
     add_console_parser(commands, COMMAND_HELP["console"])
+    add_conform_parser(commands, COMMAND_HELP["conform"])
     return parser
 
 
@@ -215,9 +221,15 @@ def _console(arguments: argparse.Namespace) -> int:
     return run_console(arguments)
 
 
+def _conform(arguments: argparse.Namespace) -> int:
+    from tenure.conformance.command import run_conform
+
+    return run_conform(arguments)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo, "migrate": _migrate, "worker": _worker, "jobs": _jobs, "runs": _runs, "health": _health,
-    "console": _console,
+    "console": _console, "conform": _conform,
 }
 """Each subcommand's body; :func:`main` runs it through :func:`run_command`."""
 

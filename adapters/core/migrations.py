@@ -159,12 +159,17 @@ RECORDED_STEPS = tuple(step for step in Step if step is not Step.LEGACY)
 """The steps ``tenure_migrations`` records, in the order they are applied."""
 
 
-async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | None, *, explicit_schema: bool) -> tuple[list[str], list[Check], list[str]]:
-    """The upgrade's statements inside ``tx``: (changed steps, checks, statements)."""
+async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | None, *, explicit_schema: bool,
+                      own_schema: bool = False) -> tuple[list[str], list[Check], list[str]]:
+    """The upgrade's statements inside ``tx``: (changed steps, checks, statements).
+    ``own_schema``: the schema is a new one of the caller's own (``tenure conform``'s
+    scratch schema), so queue tables in another schema are no sign of a mistyped URL."""
     recorder = Recorder(tx)
     reader = _catalog_reader(recorder)
     await dialect.begin(recorder)
-    refuse_if_failed(await dialect.schema_checks(reader, schema, explicit=explicit_schema), "queue_tables_elsewhere")
+    schema_checks = await dialect.schema_checks(reader, schema, explicit=explicit_schema)
+    if not own_schema:
+        refuse_if_failed(schema_checks, "queue_tables_elsewhere")
 
     async def create_missing(step: Step) -> None:
         for spec in TABLES:
@@ -312,9 +317,13 @@ async def run_downgrade(dialect: MigrationDialect, tx: Executor, schema: str | N
     return removed, checks, recorder.statements
 
 
-async def upgrade(db_url: str, *, schema: str | None = None, dry_run: bool = False) -> MigrationReport:
-    """Apply the legacy schema (if missing) and the additive owned migration, then qualify it."""
-    return await _migrate(db_url, schema, dry_run, "upgrade")
+async def upgrade(db_url: str, *, schema: str | None = None, dry_run: bool = False,
+                  own_schema: bool = False) -> MigrationReport:
+    """Apply the legacy schema (if missing) and the additive owned migration, then qualify it.
+    ``own_schema`` (PostgreSQL, with a schema named): the schema is new and the caller's
+    own, so tables of the same names in another schema are not refused (by default they
+    are: ``queue_tables_elsewhere``, the sign of a URL that forgot its schema)."""
+    return await _migrate(db_url, schema, dry_run, "upgrade", own_schema=own_schema)
 
 
 async def downgrade(db_url: str, *, schema: str | None = None, dry_run: bool = False) -> MigrationReport:
@@ -322,7 +331,8 @@ async def downgrade(db_url: str, *, schema: str | None = None, dry_run: bool = F
     return await _migrate(db_url, schema, dry_run, "downgrade")
 
 
-async def _migrate(db_url: str, schema: str | None, dry_run: bool, direction: str) -> MigrationReport:
+async def _migrate(db_url: str, schema: str | None, dry_run: bool, direction: str, *,
+                   own_schema: bool = False) -> MigrationReport:
     # A dry run never creates a missing SQLite file: it must leave no trace.
     target = open_migration_target(db_url, schema, create=direction == "upgrade" and not dry_run)
     result: tuple[list[str], list[Check], list[str]] = ([], [], [])
@@ -330,7 +340,8 @@ async def _migrate(db_url: str, schema: str | None, dry_run: bool, direction: st
         try:
             async with target.store.transaction(write=True) as tx:
                 if direction == "upgrade":
-                    result = await run_upgrade(target.dialect, tx, target.schema, explicit_schema=target.explicit_schema)
+                    result = await run_upgrade(target.dialect, tx, target.schema, explicit_schema=target.explicit_schema,
+                                               own_schema=own_schema and target.explicit_schema)
                 else:
                     result = await run_downgrade(target.dialect, tx, target.schema)
                 if dry_run:
