@@ -24,7 +24,7 @@ if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
 # docs: the site's tools (mkdocs, mkdocs-material, mkdocstrings[python]); they share no
 # dependency with the rest that pip check would refuse, so they live in .venv too.
-.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck,saq,docs,metrics,tracing,console,alembic]' \
+.venv/bin/python -m pip install -q --config-settings editable_mode=strict -e '.[test,typecheck,saq,docs,metrics,tracing,console,alembic,conform]' \
   2> >(grep -v "is ignored" >&2)
 .venv/bin/python -m pip check
 
@@ -63,7 +63,7 @@ trap 'bash "$ROOT/.ci/pgbouncer-stop.sh"; bash "$ROOT/.ci/pg-stop.sh"' EXIT
 echo "PgBouncer (transaction mode) on port $PGBOUNCER_PORT"
 
 step "type check (mypy --strict)"
-.venv/bin/python -m mypy -p tenure.model -p tenure.kernel -p tenure.adapters
+.venv/bin/python -m mypy -p tenure.model -p tenure.kernel -p tenure.adapters -p tenure.conformance
 
 step "crosshair over the kernel contracts (in the background)"
 CROSSHAIR_LOG=$(mktemp)
@@ -79,12 +79,43 @@ DOCS_SITE=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --config-file "$ROOT/mkdocs.yml" --site-dir "$DOCS_SITE"
 rm -rf "$DOCS_SITE"
 
+step "tenure conform against SQLite, PostgreSQL and PgBouncer in transaction mode (in the background)"
+# The README's command, as a user runs it, on each setup CI has: the server facts and a
+# table per machine. Each run works in a scratch area it removes; a divergence, a failed
+# fact or a refusal fails CI (their exit status is checked after pytest).
+CONFORM_DIR=$(mktemp -d)
+(
+  cd "$CONFORM_DIR"
+  for setup in "sqlite sqlite:///$CONFORM_DIR/app.db" "postgresql $TEST_PG_DSN" \
+               "pgbouncer $TEST_PGBOUNCER_DSN?pooler=transaction"; do
+    name=${setup%% *}
+    if "$ROOT/.venv/bin/tenure" conform --db "${setup#* }" --steps "${CONFORM_STEPS:-1000}" --seed 20261205 \
+        >"$CONFORM_DIR/$name.log" 2>"$CONFORM_DIR/$name.progress"; then
+      echo 0 >"$CONFORM_DIR/$name.status"
+    else
+      echo $? >"$CONFORM_DIR/$name.status"
+    fi
+  done
+) &
+CONFORM_PID=$!
+
 step "pytest (four worker processes; each test's databases are its own)"
 export CI=${CI:-true}
 # Four processes on two cores: much of the suite waits (on PostgreSQL, on subprocesses,
 # on leases running out), so more workers than cores keep both busy. worksteal hands
 # the long tail (lockstep runs, mutants, chaos) to whichever worker is free.
 .venv/bin/python -P -m pytest -q -n "${PYTEST_WORKERS:-4}" --dist worksteal --durations=30
+
+step "tenure conform result"
+wait "$CONFORM_PID"
+CONFORM_FAILED=0
+for name in sqlite postgresql pgbouncer; do
+  echo "-- tenure conform on $name: exit $(cat "$CONFORM_DIR/$name.status")"
+  cat "$CONFORM_DIR/$name.log"
+  if [ "$(cat "$CONFORM_DIR/$name.status")" != 0 ]; then CONFORM_FAILED=1; fi
+done
+rm -rf "$CONFORM_DIR"
+if [ "$CONFORM_FAILED" != 0 ]; then echo "tenure conform failed"; exit 1; fi
 
 step "crosshair result"
 # A condition CrossHair could not even start (a precondition it cannot meet, or one that
@@ -113,14 +144,16 @@ step "wheel: build once, install into a clean environment, import every module"
 WHEEL_DIR=$(mktemp -d)
 .venv/bin/python -m pip wheel -q --no-deps -w "$WHEEL_DIR" . 2> >(grep -v "is ignored" >&2)
 "$PYTHON" -m venv "$WHEEL_DIR/venv"
-"$WHEEL_DIR/venv/bin/python" -m pip install -q "$WHEEL_DIR"/tenure-*.whl 2> >(grep -v "is ignored" >&2)
+# With the conform extra (tenure.conformance imports Hypothesis) and pytest (its plugin's host).
+"$WHEEL_DIR/venv/bin/python" -m pip install -q "$(ls "$WHEEL_DIR"/tenure-*.whl)[conform]" pytest \
+  2> >(grep -v "is ignored" >&2)
 ( cd "$WHEEL_DIR" && "$WHEEL_DIR/venv/bin/python" - "$ROOT" <<'PY'
 # Every module in the source tree must import from the installed wheel (a package left
 # out of pyproject's list would be missing here), and nothing may come from the tree.
 import importlib, pathlib, sys
 root = pathlib.Path(sys.argv[1])
 names = []
-for folder in ("model", "kernel", "adapters"):
+for folder in ("model", "kernel", "adapters", "conformance"):
     for path in sorted((root / folder).rglob("*.py")):
         parts = path.relative_to(root).with_suffix("").parts
         if parts[-1] == "__init__":

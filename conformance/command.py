@@ -31,10 +31,14 @@ import pathlib
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tenure.adapters.apps.reporting import ArgumentsRefused
 from tenure.model import ConfigValidationError
+
+if TYPE_CHECKING:
+    from .harness import Counter
 
 __all__ = ["add_conform_parser", "run_conform", "COMMAND_HELP_LINE", "DEFAULT_STEPS"]
 
@@ -75,6 +79,9 @@ def add_conform_parser(commands: Any, help_line: str = COMMAND_HELP_LINE) -> Non
                               f"default {DEFAULT_STEPS:,})")
     conform.add_argument("--seed", type=int, default=None,
                          help=f"make the runs repeatable ({SEED_RANGE[0]} to {SEED_RANGE[1]:,}; default: random)")
+    conform.add_argument("--rules", default=None,
+                         help="comma-separated rule names: run only these rules of the chosen machines (to narrow "
+                              "down a divergence; default: every rule)")
     conform.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     conform.add_argument("--replay-dir", default=".", help="where a divergence's replay script is written "
                                                          "(default: the current folder)")
@@ -107,7 +114,17 @@ def _settings(arguments: argparse.Namespace) -> dict[str, Any]:
         except ConfigValidationError:
             raise _refusal("scratch_schema", "invalid_schema_name",
                            "--scratch-schema takes a plain identifier (letters, digits, _; at most 63)") from None
-    return {"machines": list(dict.fromkeys(machines)), "steps": arguments.steps, "seed": arguments.seed,
+    rules = None
+    if arguments.rules is not None:
+        from .harness import rule_names
+        from .runner import MACHINES
+
+        rules = frozenset(name.strip() for name in str(arguments.rules).split(",") if name.strip())
+        known = {rule for machine in machines if machine in MACHINES for rule in rule_names(MACHINES[machine].base)}
+        if not rules or not rules <= known:
+            raise _refusal("rules", "unknown_rule", "--rules takes rule names of the chosen machines "
+                                                    "(see tenure.conformance.runner.MACHINES)")
+    return {"machines": list(dict.fromkeys(machines)), "rules": rules, "steps": arguments.steps, "seed": arguments.seed,
             "replay_dir": replay_dir, "scratch_schema": arguments.scratch_schema, "json": arguments.json}
 
 
@@ -145,6 +162,13 @@ class Progress:
         if self.tty:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def _showing(progress: Progress) -> Callable[[Counter], None]:
+    def show(counter: Counter) -> None:
+        progress.update(counter.steps)
+
+    return show
 
 
 def _database_label(db_url: str) -> tuple[str, str | None]:
@@ -209,7 +233,8 @@ def _conform(arguments: argparse.Namespace, settings: dict[str, Any]) -> int:
 
 def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, Any]) -> int:
     from .facts import check_server_facts
-    from .runner import MachineResult, replay_script, run_machine
+    from .harness import rule_names
+    from .runner import MACHINES, MachineResult, replay_script, run_machine
 
     started = time.perf_counter()
     facts = _fact_rows(asyncio.run(check_server_facts(area.url)), pooler)
@@ -220,8 +245,11 @@ def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, A
             stores = _run_stores(area, settings)
             continue
         progress = Progress(f"{name} on {label}", settings["steps"])
-        result = run_machine(name, area, settings["steps"], seed=settings["seed"],
-                             on_step=lambda counter, progress=progress: progress.update(counter.steps), label=label)
+        only = None if settings["rules"] is None else settings["rules"] & set(rule_names(MACHINES[name].base))
+        if only is not None and not only:
+            continue  # none of the rules asked for is this machine's
+        result = run_machine(name, area, settings["steps"], seed=settings["seed"], only=only,
+                             on_step=_showing(progress), label=label)
         progress.finish()
         if result.divergence is not None:
             path = settings["replay_dir"] / f"tenure-conform-replay-{name}.py"
@@ -246,10 +274,11 @@ def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, A
 
 
 def _run_stores(area: Any, settings: dict[str, Any]) -> list[Any]:
-    from .stores import CASES, check_stores
+    from .stores import CASES, CHECKS, SNAPSHOT_CASES, check_stores
 
     examples = max(1, settings["steps"] // STORE_EXAMPLES_PER_STEP)
-    progress = Progress("stores", len(CASES) * 3 * examples)
+    checks = sum(len(CHECKS) if case in SNAPSHOT_CASES else len(CHECKS) - 1 for case in CASES)
+    progress = Progress("stores", checks * examples)
     done = [0]
 
     def one() -> None:

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 
-def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv: Sequence[str]) -> int:
+def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv: Sequence[str], *,
+         rules: Sequence[str] | None = None) -> int:
     """Exit status: 1 the database departed from the kernel again, 0 it did not, 2 the
-    replay cannot run here."""
+    replay cannot run here. ``rules``: the rules the machine ran with (None: all)."""
     import hypothesis
     from hypothesis import HealthCheck, settings
     from hypothesis.errors import DidNotReproduce
@@ -51,9 +52,9 @@ def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv
         print(f"replay refused: {refused.reason}", file=sys.stderr)
         return 2
     spec = MACHINES[machine_name]
-    machine = machine_for(spec.base, area)
-    machine._hypothesis_internal_use_reproduce_failure = (hypothesis_version, choices)  # type: ignore[attr-defined]
-    lines: list[str] = []
+    machine = machine_for(spec.base, area, only=None if rules is None else frozenset(rules))
+    setattr(machine, "_hypothesis_internal_use_reproduce_failure", (hypothesis_version, choices))
+    lines: list[object] = []
     try:
         with with_reporter(lines.append):
             run_state_machine_as_test(machine, settings=settings(
@@ -64,7 +65,7 @@ def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv
         print(f"{machine_name}: the database did not depart from the kernel this time (exit 0)")
         return 0
     except Exception as error:  # noqa: BLE001 - the departure, reported below
-        print("\n".join(lines))
+        print("\n".join(map(str, lines)))
         print(f"{machine_name}: the database departed from the kernel again: {_described(error)} (exit 1)")
         return 1
     finally:

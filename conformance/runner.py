@@ -62,6 +62,8 @@ class Divergence:
     """Hypothesis's encoding of the choice sequence (``reproduce_failure``), if it gave one."""
     hypothesis_version: str = HYPOTHESIS_VERSION
     replay_path: str | None = None
+    rules: list[str] | None = None
+    """The rules the machine ran with (None: all of them): the replay needs the same."""
 
 
 @dataclasses.dataclass
@@ -102,16 +104,26 @@ def _described(error: BaseException) -> str:
     return type(error).__name__
 
 
-def _divergence(machine: str, lines: list[str], error: BaseException) -> Divergence:
-    text = "\n".join(lines + list(getattr(error, "__notes__", ())))
+def _notes(error: BaseException) -> list[str]:
+    """Every note on ``error`` and on the errors it holds (Hypothesis attaches the
+    falsifying command sequence and its reproduction line as notes)."""
+    notes: list[str] = []
+    pending = [error]
+    while pending and len(notes) < 10_000:
+        current = pending.pop()
+        notes.extend(str(note) for note in getattr(current, "__notes__", ()))
+        pending.extend(getattr(current, "exceptions", ()))
+    return notes
+
+
+_STEP = re.compile(r"^(state = |state\.|\w+(, \w+)* = state\.)")
+
+
+def _divergence(machine: str, lines: list[object], error: BaseException) -> Divergence:
+    text = "\n".join([*map(str, lines), *_notes(error)])
     found = _BLOB.search(text)
-    steps: list[str] = []
-    for line in "\n".join(lines).splitlines():
-        stripped = line.strip()
-        if stripped.startswith("state = ") or stripped.startswith("state.") or re.match(r"^\w+(, \w+)* = state\.",
-                                                                                       stripped):
-            steps.append(stripped)
-    # Only the last report is the shrunk example (Hypothesis reports it once, at the end).
+    steps = [line.strip() for line in text.splitlines() if _STEP.match(line.strip())]
+    # The last sequence reported is the shrunk one.
     starts = [index for index, line in enumerate(steps) if line.startswith("state = ")]
     if starts:
         steps = steps[starts[-1]:]
@@ -120,11 +132,13 @@ def _divergence(machine: str, lines: list[str], error: BaseException) -> Diverge
 
 
 def run_machine(name: str, databases: ExampleDatabases, steps: int, *, seed: int | None = None,
-                on_step: Callable[[Counter], None] | None = None, label: str | None = None) -> MachineResult:
-    """Run machine ``name`` for ``steps`` steps on ``databases`` (see the module's docstring)."""
+                on_step: Callable[[Counter], None] | None = None, label: str | None = None,
+                only: frozenset[str] | None = None) -> MachineResult:
+    """Run machine ``name`` for ``steps`` steps on ``databases`` (see the module's
+    docstring); with ``only``, just those of its rules."""
     spec = MACHINES[name]
-    machine = machine_for(spec.base, databases)
-    lines: list[str] = []
+    machine = machine_for(spec.base, databases, only=only)
+    lines: list[object] = []
     started = time.perf_counter()
     divergence = None
     try:
@@ -132,6 +146,7 @@ def run_machine(name: str, databases: ExampleDatabases, steps: int, *, seed: int
             run_lockstep(machine, steps, step_count=spec.step_count, seed=seed, on_step=on_step, print_blob=True)
     except Exception as error:  # noqa: BLE001 - any departure is reported, with what Hypothesis shrank it to
         divergence = _divergence(name, lines, error)
+        divergence.rules = None if only is None else sorted(only)
     counter = COUNTERS.get(machine.key(), Counter())
     return MachineResult(
         machine=name, database=label or databases.kind, steps=counter.steps, runs=counter.examples,
@@ -169,9 +184,10 @@ from tenure.conformance.replay import main
 MACHINE = {divergence.machine!r}
 HYPOTHESIS_VERSION = {divergence.hypothesis_version!r}
 CHOICES = {divergence.blob}
+RULES = {divergence.rules!r}
 
 if __name__ == "__main__":
-    sys.exit(main(MACHINE, HYPOTHESIS_VERSION, CHOICES, sys.argv[1:]))
+    sys.exit(main(MACHINE, HYPOTHESIS_VERSION, CHOICES, sys.argv[1:], rules=RULES))
 '''
 
 

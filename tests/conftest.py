@@ -37,6 +37,7 @@ if _mutant:
 
 import pathlib  # noqa: E402
 import subprocess  # noqa: E402
+import urllib.parse  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
@@ -78,6 +79,33 @@ def pg_dsn() -> Iterator[str]:
 # --- One suite for every database. ----------------------------------------------------
 
 import adapter_support  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_dsn(pg_dsn: str) -> Iterator[str]:
+    """The DSN of a PgBouncer (transaction mode, a small pool) in front of ``pg_dsn``'s
+    server, whose ``postgres`` database it names; any database of that server is reached
+    by replacing the name. `.ci/test-all.sh` starts one and exports TEST_PGBOUNCER_DSN;
+    run alone, the fixture starts its own. It never skips: without one the tests fail."""
+    dsn = os.environ.get("TEST_PGBOUNCER_DSN")
+    if dsn:
+        yield dsn
+        return
+    server = urllib.parse.urlsplit(pg_dsn)
+    started = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "pgbouncer-start.sh")], capture_output=True, text=True, check=False,
+        env={**os.environ, "PGPORT": str(server.port), "PGHOST": server.hostname or "127.0.0.1"},
+    )
+    if started.returncode != 0:
+        pytest.fail("no PgBouncer: install Debian's pgbouncer package or set TEST_PGBOUNCER_DSN")
+    exports = dict(
+        part.split("=", 1) for line in started.stdout.splitlines() for part in line.removeprefix("export ").split()
+    )
+    try:
+        yield exports["TEST_PGBOUNCER_DSN"]
+    finally:
+        subprocess.run(["bash", str(ROOT / ".ci" / "pgbouncer-stop.sh")],
+                       env={**os.environ, "PGBOUNCER_TMP": exports["PGBOUNCER_TMP"]}, check=False)
 
 
 @pytest.fixture(params=adapter_support.AVAILABLE_DATABASES)

@@ -10,13 +10,10 @@ one with ``.ci/pgbouncer-start.sh`` in front of the test server. It never skips.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import sqlite3
-import subprocess
-import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -28,30 +25,6 @@ from tenure.model.errors import is_authored_word
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCHEMA = "tenure_scratch"
-
-
-@pytest.fixture(scope="session")
-def pgbouncer_dsn(pg_dsn: str) -> Iterator[str]:
-    """PgBouncer in transaction mode in front of ``pg_dsn``'s server (see tests/adapters/core/test_pgbouncer.py)."""
-    dsn = os.environ.get("TEST_PGBOUNCER_DSN")
-    if dsn:
-        yield dsn
-        return
-    server = urllib.parse.urlsplit(pg_dsn)
-    started = subprocess.run(
-        ["bash", str(ROOT / ".ci" / "pgbouncer-start.sh")], capture_output=True, text=True, check=False,
-        env={**os.environ, "PGPORT": str(server.port), "PGHOST": server.hostname or "127.0.0.1"},
-    )
-    if started.returncode != 0:
-        pytest.fail("no PgBouncer: install Debian's pgbouncer package or set TEST_PGBOUNCER_DSN")
-    exports = dict(
-        part.split("=", 1) for line in started.stdout.splitlines() for part in line.removeprefix("export ").split()
-    )
-    try:
-        yield exports["TEST_PGBOUNCER_DSN"]
-    finally:
-        subprocess.run(["bash", str(ROOT / ".ci" / "pgbouncer-stop.sh")],
-                       env={**os.environ, "PGBOUNCER_TMP": exports["PGBOUNCER_TMP"]}, check=False)
 
 
 def _named(dsn: str, database: str) -> str:

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import pathlib
-import subprocess
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -44,32 +42,6 @@ REQUEST = ValidationJob("orders", "1.0.0", "orders.jsonl")
 
 
 # --- a PgBouncer in transaction mode in front of the test server ---------------------------
-
-
-@pytest.fixture(scope="session")
-def pgbouncer_dsn(pg_dsn: str) -> Iterator[str]:
-    """The DSN of a PgBouncer (transaction mode, a small pool) in front of ``pg_dsn``'s
-    server, whose ``postgres`` database it names; any database of that server is reached
-    by replacing the name."""
-    dsn = os.environ.get("TEST_PGBOUNCER_DSN")
-    if dsn:
-        yield dsn
-        return
-    server = urllib.parse.urlsplit(pg_dsn)
-    started = subprocess.run(
-        ["bash", str(ROOT / ".ci" / "pgbouncer-start.sh")], capture_output=True, text=True, check=False,
-        env={**os.environ, "PGPORT": str(server.port), "PGHOST": server.hostname or "127.0.0.1"},
-    )
-    if started.returncode != 0:
-        pytest.fail("no PgBouncer: install Debian's pgbouncer package or set TEST_PGBOUNCER_DSN")
-    exports = dict(
-        part.split("=", 1) for line in started.stdout.splitlines() for part in line.removeprefix("export ").split()
-    )
-    try:
-        yield exports["TEST_PGBOUNCER_DSN"]
-    finally:
-        subprocess.run(["bash", str(ROOT / ".ci" / "pgbouncer-stop.sh")],
-                       env={**os.environ, "PGBOUNCER_TMP": exports["PGBOUNCER_TMP"]}, check=False)
 
 
 def _with_database(dsn: str, name: str) -> str:
