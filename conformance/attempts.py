@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
@@ -124,8 +125,11 @@ class AttemptModel:
                           run_closed=False)
         decision = decide(met, command, now)
         if isinstance(decision, Refused):
-            raise TenureError(ATTEMPTS.outcomes[decision.reason], decision.reason.value)  # type: ignore[arg-type]
-        self.rows[row.attempt_id] = decision.new_record  # type: ignore[assignment]
+            code = ATTEMPTS.outcomes[decision.reason]
+            assert code is not None, "every refused Prepare is an error to the caller"
+            raise TenureError(code, decision.reason.value)
+        assert decision.new_record is not None
+        self.rows[row.attempt_id] = decision.new_record
         return row.attempt_id
 
     def begin_submit(self, attempt_id: str, egress: EgressDecision, proof: bool, lease_us: int, now: int) -> Any:
@@ -135,8 +139,9 @@ class AttemptModel:
         if not isinstance(decision, Applied) or not isinstance(decision.reply, TransmissionGranted):
             return None
         row = decision.new_record
-        return Transmission(row.attempt_id, row.idempotency_key, decision.reply.number, row.request_digest,  # type: ignore[union-attr]
-                            row.target, decision.reply.egress_decision_id)  # type: ignore[union-attr]
+        assert row is not None
+        return Transmission(row.attempt_id, row.idempotency_key, decision.reply.number, row.request_digest,
+                            row.target, decision.reply.egress_decision_id)
 
     def command(self, attempt_id: str, command: Any, now: int) -> bool:
         return isinstance(self._apply(attempt_id, command, now), Applied)
@@ -167,6 +172,7 @@ lookups = st.one_of(
 
 class AttemptLockstep(LockstepBase):
     machine_name = "attempts"
+    model: AttemptModel
 
     def __init__(self) -> None:
         super().__init__()
@@ -226,7 +232,7 @@ class AttemptLockstep(LockstepBase):
     def record(self, data: st.DataObject, operation: str) -> None:
         attempt_id = data.draw(st.sampled_from(self.known()))
         ledger = self.ledgers[0]
-        calls = {
+        calls: dict[str, tuple[Callable[[], Awaitable[Any]], Any]] = {
             "running": (lambda: ledger.record_running(attempt_id), RecordRunning()),
             "succeeded": (lambda: ledger.record_succeeded(attempt_id, result_refs=["ref-1"]),
                           RecordSucceeded(result_refs=("ref-1",), diagnostic_refs=(), usage_json=None, cost_json=None)),
@@ -265,20 +271,30 @@ class AttemptLockstep(LockstepBase):
     def concurrent_first_submissions(self, data: st.DataObject, lease: float) -> None:
         attempt_id = data.draw(st.sampled_from(self.known()))
         egresses = [self.fresh_egress(True), self.fresh_egress(True)]
-        calls = [lambda ledger=ledger, egress=egress: ledger.begin_submit(attempt_id, egress=egress, lease_seconds=lease)
-                 for ledger, egress in zip(self.ledgers, egresses, strict=True)]
-        steps = [lambda now, egress=egress: self.model.begin_submit(attempt_id, egress, False, _lease_us(lease), now)
-                 for egress in egresses]
+
+        def call(ledger: AttemptLedger, egress: EgressDecision) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.begin_submit(attempt_id, egress=egress, lease_seconds=lease)
+
+        def step(egress: EgressDecision) -> Callable[[int], Any]:
+            return lambda now: self.model.begin_submit(attempt_id, egress, False, _lease_us(lease), now)
+
+        calls = [call(ledger, egress) for ledger, egress in zip(self.ledgers, egresses, strict=True)]
+        steps = [step(egress) for egress in egresses]
         self.race(calls, steps)
 
     @rule(data=st.data(), first=lookups, second=lookups)
     def racing_observations(self, data: st.DataObject, first: Any, second: Any) -> None:
         attempt_id = data.draw(st.sampled_from(self.known()))
         lookups_ = [first, second]
-        calls = [lambda ledger=ledger, lookup=lookup: ledger.reconcile(attempt_id, lookup)
-                 for ledger, lookup in zip(self.ledgers, lookups_, strict=True)]
-        steps = [lambda now, lookup=lookup: self.model.command(attempt_id, _reconcile_command(lookup), now)
-                 for lookup in lookups_]
+
+        def call(ledger: AttemptLedger, lookup: Any) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.reconcile(attempt_id, lookup)
+
+        def step(lookup: Any) -> Callable[[int], Any]:
+            return lambda now: self.model.command(attempt_id, _reconcile_command(lookup), now)
+
+        calls = [call(ledger, lookup) for ledger, lookup in zip(self.ledgers, lookups_, strict=True)]
+        steps = [step(lookup) for lookup in lookups_]
         self.race(calls, steps)
 
     # --- after every step ------------------------------------------------------------------------
@@ -288,7 +304,7 @@ class AttemptLockstep(LockstepBase):
             return {row.attempt_id: row for row in await tx.find(ATTEMPTS_BINDING, finders.all_attempts, {}, 10_000)}
 
         # One read transaction through store.run (SQLite: one hop to the connection's thread).
-        return self.runner.run(self.ledgers[0].store.run(read, write=False))
+        return cast(dict[str, AttemptRow], self.runner.run(self.ledgers[0].store.run(read, write=False)))
 
     @invariant()
     def every_attempt_equals_the_model(self) -> None:

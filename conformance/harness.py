@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import math
 import os
 import pathlib
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 from hypothesis import HealthCheck, settings
@@ -28,7 +29,7 @@ from tenure.model import TenureError
 
 __all__ = [
     "outcome", "Clock", "Counter", "COUNTERS", "ExampleDatabases", "LockstepBase", "machine_for", "rule_names",
-    "run_lockstep", "budget",
+    "run_lockstep", "budget", "RacingModel",
 ]
 
 
@@ -112,8 +113,21 @@ class LoopRunner:
         self._runner.close()
 
 
+class RacingModel(Protocol):
+    """What :meth:`LockstepBase.race` asks of a machine's model: its records as a value,
+    and back."""
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, saved: Any) -> None: ...
+
+
 class LockstepBase(RuleBasedStateMachine):
     """Subclassed per machine (``machine_name``) and database (``database``)."""
+
+    model: Any
+    """The machine's model (each subclass sets it and declares its type); a racing
+    machine's is a :class:`RacingModel`."""
 
     machine_name = "machine"
     database = "sqlite"
@@ -190,7 +204,7 @@ class LockstepBase(RuleBasedStateMachine):
         """A model step's answer as :meth:`run` reports the adapter's."""
         return outcome(call)
 
-    def race(self, calls: list[Callable[[], Any]], model_steps: list[Callable[[int], Any]],
+    def race(self, calls: Sequence[Callable[[], Any]], model_steps: Sequence[Callable[[int], Any]],
              normalize: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda answer: answer) -> None:
         """Run two adapter calls at once; the database must have done what one serial
         order of the two kernel decisions does, at the times its transactions read. (The
@@ -212,13 +226,13 @@ class LockstepBase(RuleBasedStateMachine):
         times = sorted(self.clock.take_all())
         assert len(times) == 2, f"one transaction per call, saw {len(times)}"
         stored = self.dump()
-        before = self.model.snapshot()
+        model: RacingModel = self.model
+        before = model.snapshot()
         for order in ((0, 1), (1, 0)):
-            self.model.restore(before)
+            model.restore(before)
             expected: list[tuple[Any, ...]] = [(), ()]
             for position, index in enumerate(order):
-                expected[index] = normalize(self.model_outcome(
-                    lambda index=index, position=position: model_steps[index](times[position])))
+                expected[index] = normalize(self.model_outcome(functools.partial(model_steps[index], times[position])))
             if expected == actual and self.model_rows() == stored:
                 self.counter.races += 1
                 self.counter.step()
@@ -288,7 +302,7 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
         examples = max(10, math.ceil((target - counter.steps) / max(average, 1)))
         if seed is not None:
             # Each batch its own seed: the same seed again would replay the same runs.
-            machine._hypothesis_internal_use_seed = seed + batch  # type: ignore[attr-defined]
+            machine._hypothesis_internal_use_seed = seed + batch
         batch += 1
         run_state_machine_as_test(
             machine,

@@ -24,6 +24,7 @@ from tenure.kernel import (
     ClaimOwned,
     CompleteLegacy,
     CompleteOwned,
+    Decision,
     DeleteLegacy,
     ExpireLease,
     FailLegacy,
@@ -32,6 +33,7 @@ from tenure.kernel import (
     HeartbeatOwned,
     ProgressOwned,
     PurgeFinished,
+    QueueRefusal,
     QueueRow,
     ReadStateOwned,
     RecoverOwned,
@@ -59,6 +61,7 @@ Result = tuple[Any, ...]
 
 class Conflict(Exception):
     def __init__(self, refused: Refused) -> None:
+        assert isinstance(refused.reason, QueueRefusal)
         error_code = OUTCOMES[refused.reason]
         assert error_code is not None
         code = error_code.value
@@ -66,9 +69,11 @@ class Conflict(Exception):
         self.result: Result = ("error", code, refused.reason.value)
 
 
-def _raise_if_conflict(decision: Any) -> None:
-    if isinstance(decision, Refused) and OUTCOMES[decision.reason] is not None:
-        raise Conflict(decision)
+def _raise_if_conflict(decision: Decision) -> None:
+    if isinstance(decision, Refused):
+        assert isinstance(decision.reason, QueueRefusal)
+        if OUTCOMES[decision.reason] is not None:
+            raise Conflict(decision)
 
 
 class Model:
@@ -88,7 +93,7 @@ class Model:
         return ("ok", value)
 
     @staticmethod
-    def _apply(staged: dict[str, QueueRow], old: QueueRow | None, decision: Any) -> None:
+    def _apply(staged: dict[str, QueueRow], old: QueueRow | None, decision: Decision) -> None:
         if not isinstance(decision, Applied):
             return
         new = decision.new_record
@@ -98,7 +103,7 @@ class Model:
         else:
             staged[new.job_id] = new
 
-    def _decide(self, staged: dict[str, QueueRow], met: QueueRow | None, command: Any, now: int) -> Any:
+    def _decide(self, staged: dict[str, QueueRow], met: QueueRow | None, command: Any, now: int) -> Decision:
         decision = decide(met, command, now)
         self._apply(staged, met, decision)
         return decision
@@ -153,8 +158,10 @@ class Model:
                     _raise_if_conflict(self._decide(staged, holder, ReleaseKeyForOwned(force=snap.force), now))
             decision = self._decide(staged, met, command, now)
             _raise_if_conflict(decision)
+            assert isinstance(decision, Applied), "every refused submission is an error to the caller"
             reply = decision.reply
-            return reply.run_id if queue is QueueKind.PIPELINE else reply.job_id  # type: ignore[no-any-return]
+            submitted: str = reply.run_id if queue is QueueKind.PIPELINE else reply.job_id
+            return submitted
 
         return self._transaction(queue, body)
 
@@ -182,8 +189,10 @@ class Model:
                 met = self._colliding(staged, job_id, run_id, frozen.idempotency_key)
             decision = self._decide(staged, met, command, now)
             _raise_if_conflict(decision)
+            assert isinstance(decision, Applied), "every refused submission is an error to the caller"
             reply = decision.reply
-            return reply.run_id if queue is QueueKind.PIPELINE else reply.job_id  # type: ignore[no-any-return]
+            submitted: str = reply.run_id if queue is QueueKind.PIPELINE else reply.job_id
+            return submitted
 
         return self._transaction(queue, body)
 
@@ -219,7 +228,7 @@ class Model:
                  and (queue_names is None or r.queue_name in queue_names)),
                 key=lambda r: (-r.priority, r.fires_at_us, r.job_id),
             )[: len(tokens)]
-            claimed = []
+            claimed: list[QueueRow] = []
             for index, token in enumerate(tokens):
                 met = eligible[index] if index < len(eligible) else None
                 command = ClaimOwned(owner_id=owner, claim_token=token, nonce_already_stored=token in stored,
@@ -227,6 +236,7 @@ class Model:
                 decision = self._decide(staged, met, command, now)
                 _raise_if_conflict(decision)
                 if isinstance(decision, Applied):
+                    assert decision.new_record is not None
                     claimed.append(decision.new_record)
             return claimed
 
@@ -256,7 +266,7 @@ class Model:
     def _fenced_command(self, fence: Any, kind: str, arguments: dict[str, Any]) -> Any:
         parts = ClaimFence.of(fence)
         config = self.config
-        commands = {
+        commands: dict[str, Callable[[], Any]] = {
             "heartbeat": lambda: HeartbeatOwned(fence=parts, lease_us=config.lease_us),
             "complete": lambda: CompleteOwned(fence=parts, result_json=arguments.get("result_json")),
             "fail": lambda: FailOwned(
@@ -290,7 +300,7 @@ class Model:
 
     def legacy(self, queue: QueueKind, job_id: str, kind: str, now: int, **arguments: Any) -> Result:
         config = self.config
-        commands = {
+        commands: dict[str, Callable[[], Any]] = {
             "heartbeat": lambda: HeartbeatLegacy(owner_id=arguments["owner"], lease_us=config.lease_us),
             "complete": lambda: CompleteLegacy(result_json=arguments.get("result_json")),
             "fail": lambda: FailLegacy(

@@ -11,8 +11,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import sqlite3
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 from tenure.adapters.core.tables import instant_from_sqlite_text, instant_to_sqlite_text
 from tenure.adapters.core.urls import parse_db_url
@@ -33,7 +33,10 @@ def sqlite_path(db_url: str) -> str:
     return db_url.split(":///", 1)[1].split("?", 1)[0]
 
 
-def run_async(coroutine: Any) -> Any:
+T = TypeVar("T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from sync or async code (in a worker thread)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
@@ -94,7 +97,7 @@ def raw(db_url: str, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[A
             return rows
         finally:
             connection.close()
-    return run_async(_pg(db_url, sql, parameters))  # type: ignore[no-any-return]
+    return run_async(_pg(db_url, sql, parameters))
 
 
 def table(queue: QueueKind, db_url: str | None = None) -> str:
@@ -170,7 +173,8 @@ def interfering_after_load(kind: str, queue: QueueKind, marker: str, db_url: str
     async def interfere_then_write_ahead(self: Any, binding: Any, finder: Any, items: Any, *args: Any, **kwargs: Any) -> Any:
         for item in items:
             raw(db_url, f"UPDATE {table(queue, db_url)} SET error_message = ? WHERE id = ?", (marker, item.key))
-        return await original_ahead(self, binding, finder, items, *args, **kwargs)  # type: ignore[misc]
+        assert original_ahead is not None  # installed only where the store has write_ahead
+        return await original_ahead(self, binding, finder, items, *args, **kwargs)
 
     if store_type is not None:
         store_type.write_ahead = interfere_then_write_ahead

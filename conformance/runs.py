@@ -11,8 +11,8 @@ key): the database must then have done what one serial order of the two does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
@@ -57,7 +57,7 @@ from tenure.kernel.runs.commands import (
     Ticket,
 )
 from tenure.kernel.runs.machine import RUNS, decide
-from tenure.kernel.runs.record import RunPair, key_of, record_violations
+from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of, record_violations
 from tenure.model import (
     TERMINAL_RUN_STATUSES,
     AgentJobStatus,
@@ -85,6 +85,7 @@ TIMERS = ["sleep:0", "sleep:1"]
 TERMINAL_RESULTS = [AgentJobStatus.SUCCEEDED, AgentJobStatus.FAILED, AgentJobStatus.CANCELLED,
                     AgentJobStatus.TIMED_OUT, AgentJobStatus.LOST]
 _ALL = Finder("all", ((),), lock="none")
+T = TypeVar("T")
 
 
 def _raise_if_coded(machine: Any, decision: Any) -> None:
@@ -104,8 +105,8 @@ class RunModel:
     way the ledger gathers them."""
 
     def __init__(self) -> None:
-        self.runs: dict[str, Any] = {}
-        self.deliveries: dict[str, Any] = {}
+        self.runs: dict[str, RunRow] = {}
+        self.deliveries: dict[str, DeliveryRow] = {}
         self.consents: dict[str, ConsentRow] = {}
         self.jobs: dict[str, AgentJobRow] = {}
 
@@ -136,6 +137,7 @@ class RunModel:
         _raise_if_coded(RUNS, decision)
         if isinstance(decision, Applied):
             new = decision.new_record
+            assert new is not None, "no Run command deletes a Run"
             self.runs[new.run.run_id] = new.run
             for delivery in new.deliveries:
                 self.deliveries[delivery.delivery_id] = delivery
@@ -144,6 +146,7 @@ class RunModel:
                     if consent.run_id == run_id:
                         swept = consent_machine.decide(consent, CancelPending(decided_by=decision.reply.decided_by), now)
                         if isinstance(swept, Applied):
+                            assert swept.new_record is not None
                             self.consents[consent.consent_id] = swept.new_record
         return decision
 
@@ -169,6 +172,7 @@ class RunModel:
         decision = self.run_command(run_id, Claim(enqueue_seq=seq, node=node, claimant=claimant), now)
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None
+        assert decision.new_record is not None
         run = public_run(decision.new_record.run)
         return RunClaim(run, decision.reply.enqueue_seq, decision.reply.resume, run.workflow)
 
@@ -207,6 +211,7 @@ class RunModel:
         decision = consent_machine.decide(None, CreateConsent(row=row, run_running=run is not None
                                                               and run.status is RunStatus.RUNNING), now)
         _raise_if_coded(consent_machine.CONSENTS, decision)
+        assert isinstance(decision, Applied) and decision.new_record is not None, "every refused creation is an error"
         self.consents[row.consent_id] = decision.new_record
         return public_consent(decision.new_record)
 
@@ -214,6 +219,7 @@ class RunModel:
         decision = consent_machine.decide(self.consents.get(consent_id),
                                           DecideConsent(verdict=verdict, decided_by="principal-p"), now)
         if isinstance(decision, Applied):
+            assert decision.new_record is not None
             self.consents[consent_id] = decision.new_record
         return isinstance(decision, Applied)
 
@@ -222,6 +228,7 @@ class RunModel:
         command = SubmitJob(row=row, run_running=run is not None and run.status is RunStatus.RUNNING)
         decision = job_machine.decide(self.jobs.get(row.job_id), command, now)
         _raise_if_coded(job_machine.AGENT_JOBS, decision)
+        assert isinstance(decision, Applied) and decision.new_record is not None, "every refused submission is an error"
         self.jobs[row.job_id] = decision.new_record
         return public_job(decision.new_record)
 
@@ -229,6 +236,7 @@ class RunModel:
         decision = job_machine.decide(self.jobs.get(job_id), command, now)
         _raise_if_coded(job_machine.AGENT_JOBS, decision)
         if isinstance(decision, Applied):
+            assert decision.new_record is not None
             self.jobs[job_id] = decision.new_record
         return isinstance(decision, Applied)
 
@@ -249,6 +257,7 @@ def _job_row(run_id: str, request_id: str, variant: int) -> AgentJobRow:
 
 class RunLockstep(LockstepBase):
     machine_name = "runs"
+    model: RunModel
 
     def __init__(self) -> None:
         super().__init__()
@@ -268,7 +277,7 @@ class RunLockstep(LockstepBase):
         return list(self.model.runs) + ["00000000-0000-4000-8000-000000000000"]
 
     @staticmethod
-    def pick(data: st.DataObject, options: list[Any]) -> Any:
+    def pick(data: st.DataObject, options: list[T]) -> T | None:
         """One of ``options`` (None when there is none), drawn the same way whatever the
         state: on PostgreSQL a race's winner shapes the state, so a draw whose shape (a
         list's length, whether to draw at all) followed the state would replay
@@ -277,12 +286,16 @@ class RunLockstep(LockstepBase):
         return options[index % len(options)] if options else None
 
     def pick_run(self, data: st.DataObject) -> str:
-        return self.pick(data, self.run_ids())
+        run_id = self.pick(data, self.run_ids())
+        assert run_id is not None  # run_ids() is never empty
+        return run_id
 
     def pick_seq(self, data: st.DataObject, run_id: str) -> int:
         run = self.model.runs.get(run_id)
         current = 0 if run is None else run.enqueue_seq
-        return self.pick(data, sorted({current, max(0, current - 1), current + 1}))
+        seq = self.pick(data, sorted({current, max(0, current - 1), current + 1}))
+        assert seq is not None
+        return seq
 
     def owners(self) -> list[str]:
         return list(self.model.consents) + list(self.model.jobs) + ["00000000-0000-4000-8000-00000000000f", *TIMERS]
@@ -344,7 +357,7 @@ class RunLockstep(LockstepBase):
             assert now is None
             self.expect(actual, ("ok", False))
             return
-        assert now is not None
+        assert now is not None and pair is not None
         if fault != "none":
             error = RecordPublishError(enqueue_seq=seq, error="publish_failed:BrokerUnavailable")
             self.model.changed(run_id, error, now)
@@ -403,6 +416,7 @@ class RunLockstep(LockstepBase):
     @rule(data=st.data(), verdict=st.sampled_from([ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED]))
     def decide_consent(self, data: st.DataObject, verdict: ConsentStatus) -> None:
         consent_id = self.pick(data, list(self.model.consents) + ["00000000-0000-4000-8000-0000000000c0"])
+        assert consent_id is not None
         self.check(lambda: self.ledgers[0].decide_consent(consent_id, verdict, decided_by="principal-p"),
                    lambda now: self.model.decide_consent(consent_id, verdict, now))
 
@@ -418,6 +432,7 @@ class RunLockstep(LockstepBase):
           result=st.sampled_from(TERMINAL_RESULTS))
     def move_job(self, data: st.DataObject, action: str, result: AgentJobStatus) -> None:
         job_id = self.pick(data, list(self.model.jobs) + [job_id_for("request-never")])
+        assert job_id is not None
         ledger = self.ledgers[0]
         if action == "adopt":
             document = _result(job_id, result)
@@ -439,6 +454,7 @@ class RunLockstep(LockstepBase):
         run_id = self.pick_run(data)
         seq = self.pick_seq(data, run_id)
         owner_id = self.pick(data, self.owners())
+        assert owner_id is not None  # owners() is never empty
         self.check(lambda: self.ledgers[0].park(run_id, seq, kind=kind, owner_id=owner_id),
                    lambda now: self.model.park(run_id, seq, kind, owner_id, now))
 
@@ -455,6 +471,7 @@ class RunLockstep(LockstepBase):
     def resume(self, data: st.DataObject) -> None:
         run_id = self.pick_run(data)
         owner_id = self.pick(data, self.owners())
+        assert owner_id is not None  # owners() is never empty
         self.check(lambda: self.ledgers[0].resume(run_id, owner_id=owner_id),
                    lambda now: self.model.resume(run_id, owner_id, now))
 
@@ -501,18 +518,31 @@ class RunLockstep(LockstepBase):
     def two_claimers_of_one_hop(self, data: st.DataObject) -> None:
         run_id = self.pick_run(data)
         seq = self.pick_seq(data, run_id)
-        self.race([lambda ledger=ledger, node=node: ledger.claim(run_id, seq, node=node)
-                   for ledger, node in zip(self.ledgers, NODES, strict=True)],
-                  [lambda now, node=node: self.model.claim(run_id, seq, node, now) for node in NODES])
+
+        def call(ledger: RunLedger, node: str) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.claim(run_id, seq, node=node)
+
+        def step(node: str) -> Callable[[int], Any]:
+            return lambda now: self.model.claim(run_id, seq, node, now)
+
+        self.race([call(ledger, node) for ledger, node in zip(self.ledgers, NODES, strict=True)],
+                  [step(node) for node in NODES])
 
     @rule(data=st.data())
     def two_resumers_of_one_wait(self, data: st.DataObject) -> None:
         run_id = self.pick_run(data)
         run = self.model.runs.get(run_id)
         drawn = self.pick(data, self.owners())
+        assert drawn is not None
         owner_id = run.owner_id if run is not None and run.owner_id is not None else drawn
-        self.race([lambda ledger=ledger: ledger.resume(run_id, owner_id=owner_id) for ledger in self.ledgers],
-                  [lambda now: self.model.resume(run_id, owner_id, now)] * 2)
+
+        def call(ledger: RunLedger) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.resume(run_id, owner_id=owner_id)
+
+        def step(now: int) -> Any:
+            return self.model.resume(run_id, owner_id, now)
+
+        self.race([call(ledger) for ledger in self.ledgers], [step] * 2)
 
     @rule(data=st.data())
     def cancellation_racing_completion(self, data: st.DataObject) -> None:
@@ -541,11 +571,15 @@ class RunLockstep(LockstepBase):
                 return ("ok", (answer[1].run, answer[1].delivery, answer[1].created))
             return answer
 
-        self.race([lambda ledger=ledger, intent=intent: ledger.admit(intent, workflow=WORKFLOW, queue="runs", priority=50,
-                                                                     idempotency_key=key, hold=hold)
-                   for ledger, intent in zip(self.ledgers, intents, strict=True)],
-                  [lambda now, intent=intent: self.model.admit(intent, "runs", 50, key, hold, False, None, now)
-                   for intent in intents],
+        def call(ledger: RunLedger, intent: RunIntent) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.admit(intent, workflow=WORKFLOW, queue="runs", priority=50, idempotency_key=key,
+                                        hold=hold)
+
+        def step(intent: RunIntent) -> Callable[[int], Any]:
+            return lambda now: self.model.admit(intent, "runs", 50, key, hold, False, None, now)
+
+        self.race([call(ledger, intent) for ledger, intent in zip(self.ledgers, intents, strict=True)],
+                  [step(intent) for intent in intents],
                   normalize)
 
     # --- after every step ------------------------------------------------------------------------
@@ -559,7 +593,7 @@ class RunLockstep(LockstepBase):
             return tuple(tables)
 
         # One read transaction through store.run (SQLite: one hop to the connection's thread).
-        return self.runner.run(self.ledgers[0].store.run(read, write=False))
+        return cast(tuple[dict[str, Any], ...], self.runner.run(self.ledgers[0].store.run(read, write=False)))
 
     def model_rows(self) -> tuple[dict[str, Any], ...]:
         return self.model.snapshot()

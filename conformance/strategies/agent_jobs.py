@@ -11,6 +11,7 @@ another.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -27,15 +28,15 @@ RUNTIME_IDS = ["rt-1", "rt-2"]
 instants = st.integers(NOW - 3, NOW + 3) | st.integers(NOW - 10**12, NOW + 10**12)
 
 
-def job_row(**changes: object) -> AgentJobRow:
+def job_row(**changes: Any) -> AgentJobRow:
     """A queued job of run-1, with ``changes`` applied."""
-    fields: dict[str, object] = dict(
+    fields: dict[str, Any] = dict(
         job_id=JOB_ID, request_id="request-1", run_id="run-1", runtime="reference", profile="default",
         request_json='{"task":"summarize"}', status=AgentJobStatus.QUEUED, result_json=None, runtime_job_id=None,
         created_at_us=NOW - 100, updated_at_us=NOW - 100,
     )
     fields.update(changes)
-    return AgentJobRow(**fields)  # type: ignore[arg-type]
+    return AgentJobRow(**fields)
 
 
 def result_for(status: AgentJobStatus, job_id: str = JOB_ID, *, contained: bool = False) -> str:

@@ -11,6 +11,8 @@ cancelled Run; the time is often at a deadline's edge.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from tenure.kernel.consents.commands import CancelPending, ConsentCommandType, CreateConsent, DecideConsent
@@ -27,15 +29,15 @@ DECIDERS = ["alice", "deadline-keeper", DEADLINE_OWNER]
 instants = st.integers(NOW - 3, NOW + 3) | st.integers(NOW - 10**12, NOW + 10**12)
 
 
-def consent_row(**changes: object) -> ConsentRow:
+def consent_row(**changes: Any) -> ConsentRow:
     """A pending consent of run-1, with ``changes`` applied."""
-    fields: dict[str, object] = dict(
+    fields: dict[str, Any] = dict(
         consent_id="consent-1", run_id="run-1", tool_name="shell", tool_call_id="call-1",
         payload_json='{"command":"ls"}', status=ConsentStatus.PENDING, decided_by=None, decided_at_us=None,
         preauthorized_by=None, created_at_us=NOW - 100,
     )
     fields.update(changes)
-    return ConsentRow(**fields)  # type: ignore[arg-type]
+    return ConsentRow(**fields)
 
 
 @st.composite

@@ -7,6 +7,8 @@ the stored epoch or a neighbouring one, the node itself or another taker.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from tenure.kernel.nodes.commands import Boot, FinishTakeover, NodeCommandType, Renew, TakeOver
@@ -20,14 +22,14 @@ TAKERS = ["node-b", "node-c"]
 LEASE = 30_000_000
 
 
-def node_row(**changes: object) -> NodeRow:
+def node_row(**changes: Any) -> NodeRow:
     """node-a live at epoch 1, booted 100 µs ago with a 30 s lease, with ``changes``."""
-    fields: dict[str, object] = dict(
+    fields: dict[str, Any] = dict(
         node=NODE, status=NodeStatus.LIVE, epoch=1, booted_at_us=NOW - 100, lease_expires_at_us=NOW - 100 + LEASE,
         taker=None, takeover_until_us=None, updated_at_us=NOW - 100,
     )
     fields.update(changes)
-    return NodeRow(**fields)  # type: ignore[arg-type]
+    return NodeRow(**fields)
 
 
 @st.composite

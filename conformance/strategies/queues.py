@@ -7,6 +7,8 @@ almost-equal values meet often: that is where fences and guards can go wrong.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from tenure.kernel import (
@@ -151,7 +153,7 @@ def fences(draw: st.DrawFn, record: QueueRow | None) -> ClaimFence:
     )
     if exact and draw(st.integers(0, 2)) > 0:
         assert record is not None and record.owner_id is not None and record.claim_token is not None
-        parts = {
+        parts: dict[str, Any] = {
             "queue": record.queue,
             "job_id": record.job_id,
             "owner_id": record.owner_id,
@@ -173,7 +175,7 @@ def fences(draw: st.DrawFn, record: QueueRow | None) -> ClaimFence:
             parts["generation"] = draw(st.sampled_from(older_or_newer))
         elif change == "claim_token":
             parts["claim_token"] = draw(st.sampled_from([t for t in TOKENS if t != record.claim_token]))
-        return ClaimFence(**parts)  # type: ignore[arg-type]
+        return ClaimFence(**parts)
     return ClaimFence(
         queue=draw(st.sampled_from(QueueKind)),
         job_id=draw(st.sampled_from(JOB_IDS)),
@@ -192,7 +194,7 @@ def submissions(draw: st.DrawFn, record: QueueRow | None, owned: bool) -> Submit
     queue = record.queue if record is not None and draw(st.booleans()) else draw(st.sampled_from(QueueKind))
     streaming = queue is QueueKind.STREAMING
     fires_at_us = draw(st.none() | instants)
-    fields = dict(
+    fields: dict[str, Any] = dict(
         queue=queue,
         job_id=draw(st.sampled_from(JOB_IDS)),
         run_id=draw(st.sampled_from(RUN_IDS)) if queue is QueueKind.PIPELINE else None,
@@ -207,15 +209,16 @@ def submissions(draw: st.DrawFn, record: QueueRow | None, owned: bool) -> Submit
         priority=draw(st.sampled_from(PRIORITIES)) if queue is QueueKind.TASK else 0,
     )
     if not owned:
-        return SubmitLegacy(**fields)  # type: ignore[arg-type]
+        return SubmitLegacy(**fields)
     if record is not None and record.submission_id is not None and draw(st.booleans()):
+        assert record.fingerprint is not None, "an owned submission stores its submission ID and its fingerprint"
         submission_id, fingerprint = record.submission_id, draw(
             st.just(record.fingerprint) | st.sampled_from(FINGERPRINTS)
         )
     else:
         submission_id = draw(st.sampled_from(SUBMISSIONS))
         fingerprint = draw(st.sampled_from(FINGERPRINTS))
-    return SubmitOwned(submission_id=submission_id, fingerprint=fingerprint, **fields)  # type: ignore[arg-type]
+    return SubmitOwned(submission_id=submission_id, fingerprint=fingerprint, **fields)
 
 
 def queue_names_for(record: QueueRow | None) -> st.SearchStrategy[tuple[str, ...] | None]:
@@ -271,7 +274,7 @@ def commands(draw: st.DrawFn, kind: QueueCommandType, record: QueueRow | None) -
         return CompleteOwned(fence=draw(fences(record)), result_json=draw(st.none() | st.just('{"ok":1}')))
     if kind in (QueueCommandType.FAIL_OWNED, QueueCommandType.FAIL_LEGACY):
         base, ceiling = draw(backoff)
-        failure = dict(
+        failure: dict[str, Any] = dict(
             error_message="worker error",
             retry=draw(st.booleans()),
             dlq_record_id=None if record is not None and record.queue is QueueKind.STREAMING else draw(st.none() | st.just("dlq-9")),
@@ -280,8 +283,8 @@ def commands(draw: st.DrawFn, kind: QueueCommandType, record: QueueRow | None) -
             jitter_per_mille=draw(st.sampled_from([0, 1, 499, 500])),
         )
         if kind is QueueCommandType.FAIL_LEGACY:
-            return FailLegacy(**failure)  # type: ignore[arg-type]
-        return FailOwned(fence=draw(fences(record)), **failure)  # type: ignore[arg-type]
+            return FailLegacy(**failure)
+        return FailOwned(fence=draw(fences(record)), **failure)
     if kind is QueueCommandType.SET_PID_OWNED:
         return SetPidOwned(fence=draw(fences(record)), pid=draw(st.integers(1, 5)))
     if kind is QueueCommandType.PROGRESS_OWNED:

@@ -11,6 +11,7 @@ so that equal and almost-equal values meet.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -84,9 +85,9 @@ _WAIT_OF_STATUS = {
 }
 
 
-def base_run(**changes: object) -> RunRow:
+def base_run(**changes: Any) -> RunRow:
     """A QUEUED Run at sequence 0 that never ran, with ``changes`` applied."""
-    fields: dict[str, object] = dict(
+    fields: dict[str, Any] = dict(
         run_id=RUN_ID, status=RunStatus.QUEUED, session_id="session-1", source="api", principal="alice",
         scopes=("read", "write"), payload_json='{"prompt":"hi"}', requested_priority=None,
         intent_digest=DIGESTS[0], idempotency_key="key-1", queue="runs", priority=50, workflow_name="answer",
@@ -94,13 +95,13 @@ def base_run(**changes: object) -> RunRow:
         owner_kind=None, owner_id=None, error=None, created_at_us=NOW - 100, updated_at_us=NOW - 100,
     )
     fields.update(changes)
-    return RunRow(**fields)  # type: ignore[arg-type]
+    return RunRow(**fields)
 
 
-def delivery_for(run: RunRow, state: DeliveryState, **changes: object) -> DeliveryRow:
+def delivery_for(run: RunRow, state: DeliveryState, **changes: Any) -> DeliveryRow:
     """The current delivery of ``run`` in ``state``, with the evidence that state needs."""
     claimed = state is DeliveryState.CLAIMED or changes.pop("was_claimed", False)
-    fields: dict[str, object] = dict(
+    fields: dict[str, Any] = dict(
         delivery_id=key_of(run.run_id, run.enqueue_seq), run_id=run.run_id, enqueue_seq=run.enqueue_seq,
         state=state, queue=run.queue, priority=run.priority, resume=run.enqueue_seq > 0, publish_attempts=0,
         last_error=None, claimed_by=run.node if claimed else None,
@@ -109,10 +110,10 @@ def delivery_for(run: RunRow, state: DeliveryState, **changes: object) -> Delive
         settled_at_us=NOW - 70 if state is DeliveryState.SETTLED else None, created_at_us=run.updated_at_us,
     )
     fields.update(changes)
-    return DeliveryRow(**fields)  # type: ignore[arg-type]
+    return DeliveryRow(**fields)
 
 
-def _identity(draw: st.DrawFn) -> dict[str, object]:
+def _identity(draw: st.DrawFn) -> dict[str, Any]:
     priority = draw(st.sampled_from([0, 50, 100]))
     created = draw(instants)
     return dict(
@@ -142,12 +143,12 @@ def _ran(run: RunRow, seq: int, node: str = NODES[0]) -> RunRow:
     return RunRow(**{**_fields(run), "enqueue_seq": seq, "started_at_us": run.created_at_us, "node": node})
 
 
-def _fields(run: RunRow) -> dict[str, object]:
+def _fields(run: RunRow) -> dict[str, Any]:
     return {name: getattr(run, name) for name in RunRow.__dataclass_fields__}
 
 
-def _with(run: RunRow, **changes: object) -> RunRow:
-    return RunRow(**{**_fields(run), **changes})  # type: ignore[arg-type]
+def _with(run: RunRow, **changes: Any) -> RunRow:
+    return RunRow(**{**_fields(run), **changes})
 
 
 def _before_cancel(draw: st.DrawFn, run: RunRow, seq: int) -> tuple[RunRow, DeliveryRow]:
@@ -231,7 +232,7 @@ def _containment(draw: st.DrawFn) -> Containment:
 
 def _admit(draw: st.DrawFn, record: RunPair | None) -> Admit:
     stored = record.run if record is not None else base_run()
-    changed: dict[str, object] = {}
+    changed: dict[str, Any] = {}
     variation = draw(st.sampled_from(["same", "same", "other_key", "other_intent", "rerouted"]))
     if variation == "other_key":
         changed["idempotency_key"] = draw(st.sampled_from([None, "key-2"]))
