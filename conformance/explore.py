@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import pathlib
 import sys
 import time
 from collections.abc import Sequence
@@ -55,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--machines", default=",".join(MACHINES), help=f"comma-separated: {', '.join(MACHINES)}")
     parser.add_argument("--soak", action="store_true", help="the larger soak bounds instead of the standard ones")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    parser.add_argument("--replay-dir", default=None,
+                        help="write a queue violation's trace as a replay script against a database "
+                             "(tenure-explore-replay-queue.py) into this folder")
     arguments = parser.parse_args(argv)
     machines = [name.strip() for name in arguments.machines.split(",") if name.strip()]
     if not machines or any(name not in MACHINES for name in machines):
@@ -79,6 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(_line(exploration, seconds), flush=True)
                 if exploration.violation is not None:
                     print(trace_table(exploration.violation, model.describe), flush=True)
+            if exploration.violation is not None and machine == "queue" and arguments.replay_dir is not None:
+                from .explore_replay import replay_script
+
+                violation = exploration.violation
+                path = pathlib.Path(arguments.replay_dir) / "tenure-explore-replay-queue.py"
+                path.write_text(replay_script(model.kinds, violation.initial, violation.trace,
+                                              trace_table(violation, model.describe)))
+                print(f"replay against a database: python {path} --db URL", flush=True)
     if arguments.json:
         print(json.dumps({"ok": not broken, "explorations": report}, indent=2))
     return 1 if broken else 0
