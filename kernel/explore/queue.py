@@ -79,7 +79,6 @@ TASK_PRIORITIES = (0, 50)
 """Two tasks of one queue: the later submitted is the more urgent, so order matters."""
 SERVED = {0: ("emails",), 1: ("reports",), 2: ("emails", "reports")}
 """The task queues each worker serves (w2 serves only a queue no task is on)."""
-_INSTANTS = ("claimed_at_us", "lease_expires_at_us", "fires_at_us", "created_at_us", "completed_at_us")
 _TERMINAL = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
@@ -422,9 +421,26 @@ class QueueModel:
         return "; ".join(parts)
 
 
+def _deadline(instant: int, now_us: int, exact: bool) -> int | str:
+    """A lease end or a due time relative to now. Past ones are all alike to every
+    decision the modelled commands make (each compares them with now only), so they are
+    one value, except where a finder orders rows by them (tasks); now itself stays apart
+    (a lease ending exactly now is over)."""
+    relative = instant - now_us
+    return relative if relative >= 0 or exact else "past"
+
+
 def _relative(row: QueueRow, now_us: int) -> tuple[str | None, str | None, tuple[Any, ...]]:
-    """(owner, token, everything else the canonical form keeps, instants relative to now)."""
-    instants = tuple(None if getattr(row, field) is None else getattr(row, field) - now_us for field in _INSTANTS)
+    """(owner, token, everything else the canonical form keeps). Lease ends and due times
+    are relative to now (:func:`_deadline`); of the instants no modelled decision reads
+    (created, claimed, completed) only their presence is kept, which is what the record
+    invariants ask of them."""
+    exact = row.queue is QueueKind.TASK
+    instants = (
+        None if row.lease_expires_at_us is None else _deadline(row.lease_expires_at_us, now_us, exact),
+        _deadline(row.fires_at_us, now_us, exact),
+        row.claimed_at_us is None, row.completed_at_us is None,
+    )
     return row.owner_id, row.claim_token, (
         row.status.value, row.attempts, row.generation, instants, row.cancel_requested, row.pid, row.active_key,
         row.error_message, row.result_json, row.dlq_record_id, row.fingerprint)
