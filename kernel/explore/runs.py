@@ -1,44 +1,58 @@
 """Workflow Runs in their surroundings, for the explorer (:mod:`.engine`).
 
-Theory of operation. The world is a few Runs, the worker processes that run their hops
-(one process per node, each with a worker), the broker that holds each hop under its hop
-key, the owners a parked Run waits on (durable timers, consents, delegated jobs), the
-node lease rows, and the database clock. Every stored row changes only by the kernel's
-own decisions: :func:`tenure.kernel.runs.machine.decide` for the pair (Run, current
+Theory of operation. A world (:class:`Bounds`) is a few Runs, the node processes that run
+their hops (one worker each), the broker that holds each hop under its hop key, the
+owners a parked Run waits on (durable timers, consents, delegated jobs), the node lease
+rows, and the database clock. Every stored row changes only by the kernel's own
+decisions: :func:`tenure.kernel.runs.machine.decide` for the pair (Run, current
 delivery), the consent, delegated-job and node machines for their rows, and
-:func:`tenure.kernel.recovery.table.decide` for what a relay or a startup reconciliation
-does next with one Run (its visit loop is the ledger's: gather the evidence the verdict
-asks for, refuse a verdict that breaks the recovery rules, write through the Run
-machine, read again, at most six writes). Which row a command meets and what evidence it
-carries follow the spec's "met row" rules: the Run with its current delivery; a park's
-owner row read under the Run's lock; a resume's *persisted* owner row, whatever owner the
-caller names; containment counted from the Run's delegated jobs.
+:func:`tenure.kernel.recovery.table.decide` for what a relay or a reconciliation does next
+with one Run, in the ledger's visit loop (gather the evidence the verdict asks for; never
+execute a verdict that breaks the recovery rules; write through the Run machine; read
+again; at most six writes). What a command meets and carries follows the spec's "met
+row" rules: the Run with its current delivery; a park's owner row read under the Run's
+lock; a resume's *persisted* owner row, whatever owner the caller names; containment
+counted from the Run's delegated jobs; a claim names the sequence of the broker job the
+worker took, and the worker then runs the sequence the answer names.
 
-Each actor knows only what it was told. A worker knows the broker job it took, the
-claimant token of that hop attempt, the sequence its claim answered (it runs that hop),
-whether its claim went unacknowledged, and the owner it created to park on; a crash
-forgets all of it (its broker job finishes failed), and a restart boots a new
-incarnation of the node and reconciles with the boot's time as cutoff. The ghost fields
-are history the properties need (whether a Run was ever resumed; which claim took the
-current hop) and, for transition properties only, what the last step asked the kernels
-and what recovery decided (``last``, ``judged``: left out of the canonical key).
+Each actor knows only what it was told. A worker knows the broker job it took, its hop
+attempt's claimant token, the sequence its claim answered, whether its claim went
+unacknowledged, and the owner it created to park on; a crash forgets all of it (the
+broker finishes its job failed). A hop's writes are fenced by the ledger, not by what
+the hop last read: a settlement or a park already on its way is sent whether or not the
+Run moved on (a checkpoint write, the first step of each, has its own fence,
+:func:`tenure.kernel.runs.record.hop_holds`). Ghost fields are history the properties
+need (whether a Run was ever resumed; which claim took its current hop) and, for
+transition properties only, what the last step asked the kernels and what recovery
+decided (``last``, ``judged``: left out of the canonical key).
 
 Actions: a caller admits (held or not), releases or fails its held admission, and a
 replay arrives with today's route; a publisher publishes a pending hop (acknowledged, or
-the broker stored it and the acknowledgement was lost); the broker loses a queued job;
-a worker takes a queued job (or the same job offered again: a redelivery), claims it with
-its hop's sequence fence (acknowledged or not), claims again with the same token, and
-while it holds the hop records its outcome and settles, parks on a timer, asks a consent
-or delegates a job, writes its checkpoint and parks, or lets go when the Run moved on; a
-process crashes, restarts (boot and reconcile), is replaced while still alive, renews
-its lease, takes another node over (and reconciles it) and finishes the takeover; a
-principal grants or denies a consent and the deadline owner expires it; a runtime
-adopts a delegated job's result or reports its containment; anyone resumes a wait
-naming its owner (or another one); the operator begins and finishes a cancellation; a
-relay visits a Run; the clock steps to just before and to each instant a guard compares
-with (a timer's due time, a consent's deadline, a lease's end, a takeover claim's end).
+stored by the broker with the acknowledgement lost); the broker loses a queued job; a
+worker takes a queued job (or the same job again: a redelivery), claims it with its
+sequence fence (acknowledged or not) and claims again with the same token; a hop records
+its outcome and settles (done or failed), parks on a timer, or asks a consent / delegates
+a job, writes its checkpoint naming it and parks on it, or lets go once the Run moved on;
+a process crashes, restarts (a boot, then its reconciliation with the boot's time as
+cutoff), or a second process boots under a live node's name; the last node renews its
+lease and the other nodes' relays take it over (reconciling it as that node) and finish;
+a principal grants or denies a consent and the deadline owner expires it; a runtime
+reports a delegated job's result or its containment; anyone resumes a wait naming its
+owner (or another consent); the operator begins a cancel and finishes it with the
+broker's word; a relay round visits the queued Runs, then the waits; the clock steps to
+just before, and to, each instant a guard compares with (a timer's due time, a consent's
+deadline, a lease's end, a takeover claim's end).
 
-Nothing here reads a clock or a random source: the same bounds give the same counts.
+Not modelled: hardware waits, service-attempt owners (the attempts model,
+:mod:`.attempts`, explores those), lost acknowledgements of settlements and parks (a hop
+that retries one finds its own result; the kernel sees a refused repeat), broker probes
+that fail, consents granted by a preauthorization, the stale queued-hop fence (the clock
+never moves ``stale_after``), and the interleavings inside one recovery visit and between
+a hop's checkpoint and its timer park (each is one action).
+
+The worlds (:data:`STANDARD`, :data:`SOAK`) and the properties (:data:`PROPERTIES`, each
+named with the spec text it checks) are at the end. Nothing here reads a clock or a random
+source: the same bounds give the same counts and the same traces.
 """
 
 from __future__ import annotations
@@ -136,7 +150,6 @@ QUEUE, PRIORITY = "runs", 50
 REPLAY_QUEUE, REPLAY_PRIORITY = "rites", 10
 DIGEST = "sha256:" + hashlib.sha256(b"tenure explorer intent").hexdigest()
 PRINCIPAL = "principal-p"
-WAIT_OF_KIND = {WaitKind.CONSENT: RunStatus.AWAITING_CONSENT, WaitKind.DELEGATE: RunStatus.AWAITING_DELEGATE}
 OWNED_WAITS = frozenset({RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE})
 
 
@@ -284,6 +297,10 @@ class Judged:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunWorld:
+    """One state: the stored rows (Runs with their current delivery, consents, delegated
+    jobs, checkpoints, node leases), the broker's jobs, the processes and what each worker
+    knows, the database clock, and ghost history."""
+
     now_us: int
     runs: tuple[RunPair | None, ...]
     consents: tuple[ConsentRow | None, ...]
@@ -863,14 +880,14 @@ class RunModel:
         alive = [index for index, process in enumerate(world.processes) if process.alive]
         if not alive:
             return
-        # One relay round: each Run visited once, queued hops first, then waits (a round's
-        # pages), the interleavings between two Runs' visits left to the next round.
+        # One relay round, as the ledger pages it: the queued deliveries, then the waits, each
+        # Run visited once (the interleavings between two Runs' visits are left to the next round).
         visit = Visit(recovery.Pass.RELAY, alive[0], None, None)
         after = world
-        for slot, pair in sorted(enumerate(world.runs), key=lambda item: item[1] is None or item[1].run.status
-                                 is not RunStatus.QUEUED):
-            if pair is not None:
-                after = self._visit(after, slot, visit)
+        for kinds in ((RunStatus.QUEUED,), WAIT_STATUSES):
+            for slot, pair in enumerate(world.runs):
+                if pair is not None and pair.run.status in kinds:
+                    after = self._visit(after, slot, visit)
         yield Step("relay", "a relay round"), after
 
     def _reconcile(self, world: RunWorld, visit: Visit) -> RunWorld:
@@ -1373,9 +1390,14 @@ def _recovery_spares_live_hops_of_other_nodes(before: RunWorld, step: Step, afte
             continue
         slot = _slot_of_run(judged.situation.run.run_id)
         key = key_of(judged.situation.run.run_id, judged.situation.run.enqueue_seq)
-        # A hop is its claim's; a queued hop's is the worker waiting with its job at the claim gate.
+        # A hop is its claim's; a queued hop's is the worker waiting with its job at the claim
+        # gate, unless the job started more than stale_after before the cutoff (recovery.md
+        # multi-node rules: a live worker claims well within it, so such a job is a dead one's).
         holders = set(_executing(world, slot))
-        if judged.situation.run.status is RunStatus.QUEUED:
+        probe, cutoff = judged.situation.probe, judged.situation.cutoff_us
+        stale = probe is not None and probe.started_at_us is not None and cutoff is not None \
+            and probe.started_at_us < cutoff - judged.situation.stale_after_us
+        if judged.situation.run.status is RunStatus.QUEUED and not stale:
             holders |= {index for index, worker in enumerate(world.workers)
                         if worker.key == key and world.processes[worker.process].alive}
         own = world.processes[visit.process].node
@@ -1708,10 +1730,14 @@ single-Run world goes to 12; the lease worlds are explored to exhaustion (their 
 bound them). A Run mutant's shortest trace is at most 9 actions."""
 
 SOAK: list[tuple[RunModel, int]] = [
-    (RunModel(dataclasses.replace(HOPS, lost_publications=True, cancel=True)), 12),
+    (RunModel(HOPS), 12),
     (RunModel(RECOVERY), 16),
     (RunModel(dataclasses.replace(CONSENTS, workers=(0, 1), redelivery=True)), 14),
-    (RunModel(dataclasses.replace(DELEGATES, delegates=2)), 14),
+    (RunModel(dataclasses.replace(DELEGATES, delegates=2)), 16),
     (RunModel(dataclasses.replace(LEASES, takeovers=2, renewals=3)), 24),
+    (RunModel(dataclasses.replace(TAKERS, takeovers=3, renewals=2)), 24),
 ]
-"""Larger bounds for a soak: the standard worlds with more actors or events, deeper."""
+"""Larger bounds for a soak (measured on this machine, one core): ``HOPS`` to 12 actions;
+``RECOVERY`` to 16 (about 194,000 states, 80 s); consents with a second worker and
+redeliveries to 14 (about 293,000 states, 170 s); two delegated jobs to 16; the lease
+worlds with more renewals and takeovers, to exhaustion."""
