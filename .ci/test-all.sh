@@ -99,6 +99,14 @@ CONFORM_DIR=$(mktemp -d)
 ) &
 CONFORM_PID=$!
 
+step "the explorer over the kernel's standard bounds (in the background)"
+# Every interleaving of the queue, attempt and Run worlds to their standard depths
+# (tenure.kernel.explore): one line per world with its states, transitions and depth; a
+# broken property prints its shortest trace and fails CI (checked after pytest).
+EXPLORE_LOG=$(mktemp)
+( "$ROOT/.venv/bin/python" -P -m tenure.conformance.explore >"$EXPLORE_LOG" 2>&1; echo $? >>"$EXPLORE_LOG.status" ) &
+EXPLORE_PID=$!
+
 step "pytest (four worker processes; each test's databases are its own)"
 export CI=${CI:-true}
 # Four processes on two cores: much of the suite waits (on PostgreSQL, on subprocesses,
@@ -116,6 +124,12 @@ for name in sqlite postgresql pgbouncer; do
 done
 rm -rf "$CONFORM_DIR"
 if [ "$CONFORM_FAILED" != 0 ]; then echo "tenure conform failed"; exit 1; fi
+
+step "explorer result"
+wait "$EXPLORE_PID"
+cat "$EXPLORE_LOG"
+if [ "$(cat "$EXPLORE_LOG.status")" != 0 ]; then echo "the explorer found a broken property"; exit 1; fi
+rm -f "$EXPLORE_LOG" "$EXPLORE_LOG.status"
 
 step "crosshair result"
 # A condition CrossHair could not even start (a precondition it cannot meet, or one that

@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
 import pathlib
+import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tenure.adapters.apps.reporting import ArgumentsRefused
@@ -45,6 +48,9 @@ __all__ = ["add_conform_parser", "run_conform", "COMMAND_HELP_LINE", "DEFAULT_ST
 COMMAND_HELP_LINE = ("run tenure's lockstep proof against a database, in a scratch area it removes "
                      "(exit 0 conformant, 1 divergence, 2 refused; needs tenure[conform])")
 DEFAULT_STEPS = 1000
+PER_CALL_DEADLINE_S = 30.0
+"""tenure's per-call deadline (``WorkerConfig.timeout_seconds``' default): a server timeout
+shorter than it would end calls tenure still waits for."""
 STEPS_RANGE = (1, 10_000_000)
 SEED_RANGE = (0, 2**32 - 1)
 MACHINE_CHOICES = ("queue", "attempts", "runs", "stores")
@@ -52,12 +58,19 @@ CONFORM_HINT = "pip install 'tenure[conform]' (Hypothesis)"
 STORE_EXAMPLES_PER_STEP = 20
 """The store suite runs ``steps / 20`` examples per case and check (each example stores
 and reads back a whole generated table)."""
+INTERRUPTED_STATUS = 130
+"""The exit status of a run SIGINT or SIGTERM stopped (after removing its scratch area)."""
+SCHEMA_REASONS = frozenset({"scratch_schema_exists", "scratch_schema_reserved", "sqlite_has_no_schemas"})
+"""Refusals that are about ``--scratch-schema`` rather than ``--db``."""
 SCRATCH_HINTS = {
     "unreachable": "the server did not answer: check the host, the port and that it runs",
     "authentication_failed": "the server refused the role's credentials",
     "database_missing": "the database the URL names does not exist",
     "read_only_role": "conform makes (and drops) a scratch schema: the role needs CREATE on the database",
     "scratch_schema_exists": "that schema exists: name another (conform never works in an existing one)",
+    "scratch_schema_reserved": "names starting with pg_ are PostgreSQL's own: name another",
+    "sqlite_has_no_schemas": "--scratch-schema is for PostgreSQL; SQLite's scratch area is a folder beside the file",
+    "sqlite_path_is_a_folder": "--db names a folder: name the SQLite file (it need not exist)",
     "scratch_reset_failed": "a run changed the migration's own rows: report it as a divergence",
     "sqlite_folder_missing": "the folder of the SQLite file does not exist",
     "sqlite_folder_not_writable": "conform makes a scratch folder beside the SQLite file: the folder must be writable",
@@ -111,6 +124,8 @@ def _settings(arguments: argparse.Namespace) -> dict[str, Any]:
 
         try:
             check_schema_name(arguments.scratch_schema, "scratch_schema")
+            if str(arguments.scratch_schema).lower().startswith("pg_"):
+                raise ConfigValidationError("invalid_scratch_schema")
         except ConfigValidationError:
             raise _refusal("scratch_schema", "invalid_schema_name",
                            "--scratch-schema takes a plain identifier (letters, digits, _; at most 63)") from None
@@ -166,6 +181,7 @@ class Progress:
 
 def _showing(progress: Progress) -> Callable[[Counter], None]:
     def show(counter: Counter) -> None:
+        check_stop()
         progress.update(counter.steps)
 
     return show
@@ -197,11 +213,44 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: the run stops at its next step (a BaseException, so
+    neither Hypothesis nor a handler of exceptions mistakes it for a failure)."""
+
+
+@contextlib.contextmanager
+def _stopping_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM stop the run at its next step, through :data:`STOP`; a second
+    one is ignored while the scratch area is removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    def stop(number: int, frame: Any) -> None:
+        STOP.set()
+
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+STOP = threading.Event()
+"""Set by SIGINT or SIGTERM; every step of a run checks it (:func:`check_stop`)."""
+
+
+def check_stop() -> None:
+    if STOP.is_set():
+        raise Interrupted()
+
+
 def run_conform(arguments: argparse.Namespace) -> int:
-    settings = _settings(arguments)
     if importlib.util.find_spec("hypothesis") is None:
         raise _refusal("conform", "conform_not_installed", CONFORM_HINT, "tenure conform")
-    with tempfile.TemporaryDirectory(prefix="tenure-conform-") as home:
+    settings = _settings(arguments)
+    STOP.clear()
+    with tempfile.TemporaryDirectory(prefix="tenure-conform-") as home, _stopping_on_signals():
         # Hypothesis keeps a folder of its own (.hypothesis in the current folder by
         # default): never in the user's folder, and gone at the end.
         from hypothesis.configuration import set_hypothesis_home_dir
@@ -221,13 +270,19 @@ def _conform(arguments: argparse.Namespace, settings: dict[str, Any]) -> int:
     try:
         area = asyncio.run(open_scratch(db_url, schema=settings["scratch_schema"]))
     except ScratchRefused as refused:
-        field = "scratch_schema" if refused.reason == "scratch_schema_exists" else "db_url"
+        field = "scratch_schema" if refused.reason in SCHEMA_REASONS else "db_url"
         raise ArgumentsRefused(fields=(field,), problems=(refused.reason,),
                                hints={field: SCRATCH_HINTS.get(refused.reason, "")},
                                spellings={field: "--scratch-schema" if field == "scratch_schema" else "--db"}) from None
     try:
+        check_stop()
         return _conform_in(area, label, pooler, settings)
+    except Interrupted:
+        print("interrupted: the run stopped; the scratch area was removed", file=sys.stderr)
+        return INTERRUPTED_STATUS
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup itself is not interrupted
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         asyncio.run(area.drop())
 
 
@@ -237,7 +292,8 @@ def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, A
     from .runner import MACHINES, MachineResult, replay_script, run_machine
 
     started = time.perf_counter()
-    facts = _fact_rows(asyncio.run(check_server_facts(area.url)), pooler)
+    facts = _fact_rows(asyncio.run(check_server_facts(area.url, per_call_deadline_seconds=PER_CALL_DEADLINE_S)),
+                       pooler)
     results: list[MachineResult] = []
     stores: list[Any] = []
     for name in settings["machines"]:
@@ -252,14 +308,15 @@ def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, A
                              on_step=_showing(progress), label=label)
         progress.finish()
         if result.divergence is not None:
-            path = settings["replay_dir"] / f"tenure-conform-replay-{name}.py"
+            path = _free_path(settings["replay_dir"], f"tenure-conform-replay-{name}")
             path.write_text(replay_script(result.divergence, database_kind=area.kind, pooler=pooler))
             path.chmod(0o755)
             result.divergence.replay_path = str(path)
         results.append(result)
     failed_facts = [fact for fact in facts if fact["verdict"] == "FAIL"]
     store_failures = [case for case in stores if case.failure is not None]
-    conformant = not failed_facts and not store_failures and all(r.divergence is None for r in results)
+    conformant = (not failed_facts and not store_failures
+                  and all(r.divergence is None and r.failure is None for r in results))
     if settings["json"]:
         print(json.dumps({
             "conformant": conformant, "database": label, "seconds": round(time.perf_counter() - started, 1),
@@ -273,6 +330,16 @@ def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, A
     return 0 if conformant else 1
 
 
+def _free_path(folder: pathlib.Path, stem: str) -> pathlib.Path:
+    """``folder/stem.py``, or ``stem-2.py``, ``stem-3.py``, ...: an earlier replay is never overwritten."""
+    path = folder / f"{stem}.py"
+    number = 1
+    while path.exists():
+        number += 1
+        path = folder / f"{stem}-{number}.py"
+    return path
+
+
 def _run_stores(area: Any, settings: dict[str, Any]) -> list[Any]:
     from .stores import CASES, CHECKS, SNAPSHOT_CASES, check_stores
 
@@ -282,6 +349,7 @@ def _run_stores(area: Any, settings: dict[str, Any]) -> list[Any]:
     done = [0]
 
     def one() -> None:
+        check_stop()
         done[0] += 1
         progress.update(done[0])
 
@@ -299,7 +367,8 @@ def _print_tables(label: str, facts: list[dict[str, Any]], results: list[Any], s
         print(_table(
             ["machine", "steps", "runs", "rules exercised", "races", "divergences", "seconds"],
             [[r.machine, f"{r.steps:,}", f"{r.runs:,}", f"{r.rules_run}/{r.rules_total}", f"{r.races:,}",
-              "0" if r.divergence is None else "1", f"{r.seconds:.1f}"] for r in results],
+              ("0" if r.divergence is None else "1") + ("" if r.failure is None else " (failed)"), f"{r.seconds:.1f}"]
+             for r in results],
         ))
     if stores:
         print()
@@ -307,6 +376,9 @@ def _print_tables(label: str, facts: list[dict[str, Any]], results: list[Any], s
         print(_table(["case", "check", "examples", "verdict"],
                      [[c.case, c.check, str(c.examples), "pass" if c.failure is None else "FAIL"] for c in stores]))
     for result in results:
+        if result.failure is not None:
+            print()
+            print(f"{result.machine} could not finish: {result.failure}")
         if result.divergence is None:
             continue
         divergence = result.divergence

@@ -17,7 +17,10 @@ sequence and writes the same replay script ``tenure conform`` does. Needs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -50,6 +53,7 @@ class _Scratch:
         self.db_url = db_url
         self.area: Any = None
         self.refused: str | None = None
+        self._home: tempfile.TemporaryDirectory[str] | None = None
 
     def get(self) -> Any:
         from .scratch import ScratchRefused, open_scratch
@@ -60,15 +64,34 @@ class _Scratch:
             except ScratchRefused as refused:
                 self.refused = refused.reason
             except Exception as error:  # noqa: BLE001 - tenure's refusals carry their reason
-                self.refused = getattr(error, "reason", type(error).__name__)
+                problems = getattr(error, "problems", ())
+                self.refused = ", ".join(problems) if problems else getattr(error, "reason", type(error).__name__)
         if self.refused is not None:
             raise ConformFailure(f"tenure conform: the database was refused: {self.refused}")
         return self.area
+
+    @contextlib.contextmanager
+    def hypothesis_home(self) -> Iterator[None]:
+        """Hypothesis's own folder in a temporary one while the suite runs (never
+        ``.hypothesis`` in the user's project), the user's own again after."""
+        from hypothesis import configuration
+
+        if self._home is None:
+            self._home = tempfile.TemporaryDirectory(prefix="tenure-conform-")
+        before = configuration.storage_directory(intent_to_write=False).home_directory
+        configuration.set_hypothesis_home_dir(self._home.name)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(before)
 
     def close(self) -> None:
         if self.area is not None:
             asyncio.run(self.area.drop())
             self.area = None
+        if self._home is not None:
+            self._home.cleanup()
+            self._home = None
 
 
 class ConformFailure(Exception):
@@ -86,22 +109,24 @@ class ConformItem(pytest.Item):
     def runtest(self) -> None:
         area = self.scratch.get()
         options = self.config.option
-        if self.machine == "facts":
-            self._facts(area)
-        elif self.machine == "stores":
-            self._stores(area, options.tenure_conform_steps, options.tenure_conform_seed)
-        else:
-            self._lockstep(area, options.tenure_conform_steps, options.tenure_conform_seed)
+        with self.scratch.hypothesis_home():
+            if self.machine == "facts":
+                self._facts(area)
+            elif self.machine == "stores":
+                self._stores(area, options.tenure_conform_steps, options.tenure_conform_seed)
+            else:
+                self._lockstep(area, options.tenure_conform_steps, options.tenure_conform_seed)
 
     def _facts(self, area: Any) -> None:
         from tenure.adapters.core.urls import parse_db_url
 
-        from .command import NOT_NEEDED_UNDER_TRANSACTION_POOLER
+        from .command import NOT_NEEDED_UNDER_TRANSACTION_POOLER, PER_CALL_DEADLINE_S
         from .facts import check_server_facts
 
         pooler = getattr(parse_db_url(self.scratch.db_url), "pooler", None)
         transaction_pooler = getattr(pooler, "value", pooler) == "transaction"
-        failed = [fact for fact in asyncio.run(check_server_facts(area.url)) if fact.passed is False
+        failed = [fact for fact in asyncio.run(check_server_facts(area.url, per_call_deadline_seconds=PER_CALL_DEADLINE_S))
+                  if fact.passed is False
                   and not (transaction_pooler and fact.name in NOT_NEEDED_UNDER_TRANSACTION_POOLER)]
         if failed:
             raise ConformFailure("server facts failed: " + ", ".join(f"{f.name} ({f.reason})" for f in failed))
@@ -144,7 +169,10 @@ class ConformItem(pytest.Item):
         return "tenure-conform", None, f"tenure conform: {self.machine}"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    """Add the items before ``-k`` and ``-m`` select (their own hooks run after this
+    one), so a selection and the collected count include them."""
     db_url = config.getoption("tenure_conform")
     if not db_url:
         return

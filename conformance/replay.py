@@ -46,10 +46,18 @@ def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv
         print(f"replay refused: recorded with hypothesis {hypothesis_version}, this is {hypothesis.__version__}",
               file=sys.stderr)
         return 2
+    from tenure.model import ConfigValidationError, TenureError
+
     try:
         area = asyncio.run(open_scratch(db_url, schema=arguments.scratch_schema))
     except ScratchRefused as refused:
         print(f"replay refused: {refused.reason}", file=sys.stderr)
+        return 2
+    except ConfigValidationError as error:  # a malformed URL, a pooler without its parameter
+        print(f"replay refused: {', '.join(error.problems) or error.reason}", file=sys.stderr)
+        return 2
+    except TenureError as error:
+        print(f"replay could not start: {error.reason}", file=sys.stderr)
         return 2
     spec = MACHINES[machine_name]
     machine = machine_for(spec.base, area, only=None if rules is None else frozenset(rules))

@@ -77,6 +77,9 @@ class MachineResult:
     races: int
     seconds: float
     divergence: Divergence | None = None
+    failure: str | None = None
+    """The run could not go on (the database failed or stopped answering): what failed,
+    in tenure's words; not a divergence, so no replay is written."""
 
     def as_json(self) -> dict[str, Any]:
         answer = dataclasses.asdict(self)
@@ -87,16 +90,28 @@ class MachineResult:
 _BLOB = re.compile(r"@reproduce_failure\('([^']+)', (b'[^']*'|b\"[^\"]*\")\)")
 
 
-def _described(error: BaseException) -> str:
-    """What failed, without driver text: the harness's assertions and tenure's errors say
-    it in their own words; anything else by its type alone."""
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error``, the errors it holds (a group) and the ones it was raised from."""
     chain: list[BaseException] = []
     pending = [error]
-    while pending and len(chain) < 20:
+    while pending and len(chain) < 50:
         current = pending.pop()
         chain.append(current)
         pending.extend(getattr(current, "exceptions", ()))
-    for current in chain:
+        pending.extend(link for link in (current.__cause__, current.__context__) if link is not None)
+    return chain
+
+
+def _is_divergence(error: BaseException) -> bool:
+    """A departure from the kernel is one of the harness's assertions; anything else
+    (a database failure, a connection lost) stopped the run without deciding anything."""
+    return any(isinstance(current, AssertionError) for current in _chain(error))
+
+
+def _described(error: BaseException) -> str:
+    """What failed, without driver text: the harness's assertions and tenure's errors say
+    it in their own words; anything else by its type alone."""
+    for current in _chain(error):
         if isinstance(current, AssertionError):
             return f"AssertionError: {str(current).splitlines()[0] if str(current) else 'assertion failed'}"[:2000]
         if isinstance(current, TenureError):
@@ -141,18 +156,29 @@ def run_machine(name: str, databases: ExampleDatabases, steps: int, *, seed: int
     lines: list[object] = []
     started = time.perf_counter()
     divergence = None
+    failure = None
     try:
         with with_reporter(lines.append):
             run_lockstep(machine, steps, step_count=spec.step_count, seed=seed, on_step=on_step, print_blob=True)
     except Exception as error:  # noqa: BLE001 - any departure is reported, with what Hypothesis shrank it to
-        divergence = _divergence(name, lines, error)
-        divergence.rules = None if only is None else sorted(only)
+        if _is_divergence(error):
+            divergence = _divergence(name, lines, error)
+            divergence.rules = None if only is None else sorted(only)
+        else:
+            failure = _failure(error)
     counter = COUNTERS.get(machine.key(), Counter())
     return MachineResult(
         machine=name, database=label or databases.kind, steps=counter.steps, runs=counter.examples,
         rules_run=len(counter.rules), rules_total=len(rule_names(machine)), races=counter.races,
-        seconds=round(time.perf_counter() - started, 1), divergence=divergence,
+        seconds=round(time.perf_counter() - started, 1), divergence=divergence, failure=failure,
     )
+
+
+def _failure(error: BaseException) -> str:
+    for current in _chain(error):
+        if isinstance(current, TenureError):
+            return f"{current.code.value}: {current.reason}"
+    return f"{type(error).__name__} (no answer from the database)"
 
 
 def replay_script(divergence: Divergence, *, database_kind: str, pooler: str | None) -> str:

@@ -45,13 +45,21 @@ class ScratchRefused(Exception):
         self.reason = reason
 
 
+SCRATCH_COMMENT = "tenure conform scratch area: safe to drop"
+"""Every scratch schema carries this comment, so a leftover (a process killed outright)
+can be found: ``SELECT nspname FROM pg_namespace n JOIN pg_description d ON d.objoid =
+n.oid WHERE d.description = '...'``."""
+
+
 def with_schema(db_url: str, schema: str) -> str:
-    """``db_url`` with its ``schema`` query parameter set to ``schema`` (others kept)."""
-    parts = urllib.parse.urlsplit(db_url)
-    query = [(name, value) for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    """``db_url`` with its ``schema`` query parameter set to ``schema``: only the query
+    string is rebuilt, every other part and parameter kept as written (a URL with no host,
+    ``postgresql:///db?host=...``, stays one)."""
+    base, _, query = db_url.partition("?")
+    pairs = [(name, value) for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True)
              if name != "schema"]
-    query.append(("schema", schema))
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+    pairs.append(("schema", schema))
+    return base + "?" + urllib.parse.urlencode(pairs)
 
 
 _DRIVER_REASONS = (
@@ -61,6 +69,7 @@ _DRIVER_REASONS = (
     ("InsufficientPrivilegeError", "read_only_role"),
     ("ReadOnlySQLTransactionError", "read_only_role"),
     ("DuplicateSchemaError", "scratch_schema_exists"),
+    ("ReservedNameError", "scratch_schema_reserved"),
 )
 """asyncpg's exception class names, mapped to the reason words a refusal carries."""
 
@@ -77,9 +86,11 @@ class ScratchArea:
     database (see the module's docstring). Build it with :func:`open_scratch`."""
 
     def __init__(self, kind: str, url: str, *, folder: pathlib.Path | None = None,
-                 schema: str | None = None) -> None:
+                 schema: str | None = None, admin_url: str | None = None) -> None:
         self.kind = kind
         self.url = url
+        self.admin_url = admin_url or url
+        """The URL the scratch schema is made and dropped over (the user's own)."""
         """The scratch area's own URL (PostgreSQL: the user's URL naming the scratch schema)."""
         self.folder = folder
         self.schema = schema
@@ -151,9 +162,9 @@ class ScratchArea:
             if self.folder is not None:
                 shutil.rmtree(self.folder, ignore_errors=True)
             return
-        connection = await connect(self.url)
+        connection = await connect(self.admin_url)
         try:
-            await connection.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+            await connection.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
         finally:
             await connection.close()
 
@@ -171,6 +182,10 @@ async def open_scratch(db_url: str, *, schema: str | None = None) -> ScratchArea
             raise ScratchRefused("sqlite_folder_missing")
         if not os.access(folder, os.W_OK):
             raise ScratchRefused("sqlite_folder_not_writable")
+        if pathlib.Path(target.location).is_dir():
+            raise ScratchRefused("sqlite_path_is_a_folder")
+        if schema is not None:
+            raise ScratchRefused("sqlite_has_no_schemas")
         scratch = folder / f".tenure-conform-{secrets.token_hex(6)}"
         try:
             scratch.mkdir()
@@ -185,18 +200,27 @@ async def open_scratch(db_url: str, *, schema: str | None = None) -> ScratchArea
         return area
     name = check_schema_name(schema, "scratch_schema") if schema is not None else (
         f"tenure_conform_{secrets.token_hex(6)}")
-    area = ScratchArea("postgresql", with_schema(db_url, name), schema=name)
+    if name.lower().startswith("pg_"):
+        raise ScratchRefused("scratch_schema_reserved")
+    area = ScratchArea("postgresql", with_schema(db_url, name), schema=name, admin_url=db_url)
+    parse_db_url(area.url)  # the scratch URL must be one tenure reads as the user's, before anything is made
     try:
         connection = await asyncio.wait_for(connect(db_url), CONNECT_TIMEOUT_S)
     except Exception as error:  # noqa: BLE001 - every failure becomes a reason word
         raise ScratchRefused(_reason_of(error)) from None
+    created = False
     try:
-        try:
-            await connection.execute(f'CREATE SCHEMA "{name}"')
-        except Exception as error:  # noqa: BLE001
-            raise ScratchRefused(_reason_of(error)) from None
-    finally:
+        await connection.execute(f'CREATE SCHEMA "{name}"')
+        created = True
+        await connection.execute(f"COMMENT ON SCHEMA \"{name}\" IS '{SCRATCH_COMMENT}'")
+    except BaseException as error:  # an interrupt too: what was made is dropped
         await connection.close()
+        if created:
+            await area.drop()
+        if isinstance(error, Exception):
+            raise ScratchRefused(_reason_of(error)) from None
+        raise
+    await connection.close()
     try:
         await upgrade(area.url, own_schema=True)
         await area._remember_template()

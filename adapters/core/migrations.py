@@ -33,6 +33,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from tenure.model import ConfigValidationError
+
 from .catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
 from .dialects import open_migration_target
 from .migration_report import Check, MigrationReport, refuse_if_failed
@@ -170,6 +172,9 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
     schema_checks = await dialect.schema_checks(reader, schema, explicit=explicit_schema)
     if not own_schema:
         refuse_if_failed(schema_checks, "queue_tables_elsewhere")
+    elif any([await dialect.columns(reader, spec.name, schema) for spec in TABLES]):
+        # The check it skips is safe to skip only in a schema that holds nothing yet.
+        raise ConfigValidationError("own_schema_not_new", fields=("db_schema",), problems=("schema_not_new",))
 
     async def create_missing(step: Step) -> None:
         for spec in TABLES:

@@ -137,6 +137,10 @@ class SaqBroker:
                  abort_wait_s: float = 5.0) -> None:
         if type(dsn) is not str or not dsn.startswith(("postgresql://", "postgres://")):
             raise refuse("dsn", "postgresql_url_required")
+        if "pooler=transaction" in dsn.partition("?")[2].split("&"):
+            # SAQ takes session-level advisory locks and LISTENs: a pooler in transaction
+            # mode breaks both, so it is refused here rather than failing later.
+            raise refuse("dsn", "saq_needs_session_pooling")
         if isinstance(queues, str) or not queues or not all(bounds.is_bounded_text(q, 200) for q in queues) \
                 or len(set(queues)) != len(queues):
             raise refuse("queues", "distinct_queue_names_required")

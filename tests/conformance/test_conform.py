@@ -266,3 +266,90 @@ def test_a_store_that_reads_the_clock_before_its_last_lock_fails_conform_with_a_
     schemas = asyncio.run(_execute(user_database,
                                    "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'tenure_conform_%'"))
     assert schemas == [[]]
+
+
+# --- what the review found: interrupts, odd URLs, failures that are not divergences ----------
+
+
+@pytest.mark.parametrize("signal_number", [2, 15])  # SIGINT, SIGTERM
+def test_an_interrupted_run_removes_its_scratch_schema_and_exits_130(
+    user_database: str, tmp_path: pathlib.Path, signal_number: int
+) -> None:
+    import signal
+    import time
+
+    before = _user_state(user_database)
+    running = subprocess.Popen(
+        [sys.executable, "-m", "tenure.adapters.apps.cli", "conform", "--db", user_database, "--machines", "runs",
+         "--steps", "1000000"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while time.monotonic() < deadline:  # until a step ran: the schema exists
+            schemas = asyncio.run(_execute(user_database,
+                                           "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'tenure_conform_%'"))
+            if schemas[0][0][0] == 1:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        running.send_signal(signal.Signals(signal_number))
+        out, err = running.communicate(timeout=HANG_GUARD_S)
+    finally:
+        running.kill()
+    assert running.returncode == 130, out + err
+    assert "interrupted: the run stopped; the scratch area was removed" in err
+    assert _user_state(user_database) == before
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_url_without_a_host_keeps_its_form_in_the_scratch_url(
+    user_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(user_database)
+    hostless = (f"postgresql:///{parts.path.lstrip('/')}?host={parts.hostname}&port={parts.port}"
+                f"&user={parts.username}&application_name=conform-check")
+    before = _user_state(user_database)
+    status, out, err = conform(capsys, "--db", hostless, "--machines", "queue", "--steps", "30")
+    assert status == 0, out + err
+    assert _user_state(user_database) == before
+
+
+def test_postgresql_reserved_names_are_refused_for_the_scratch_schema(
+    user_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("pg_catalog", "pg_mine"):
+        status, out, _ = conform(capsys, "--db", user_database, "--scratch-schema", name, "--steps", "10")
+        assert status == 2 and "--scratch-schema: invalid_schema_name" in out, out
+
+
+def test_a_database_failure_is_reported_as_a_failure_not_a_divergence() -> None:
+    from tenure.conformance.runner import run_machine
+    from tenure.model import TenureError
+    from tenure.model.errors import ErrorCode
+
+    class Failing:
+        kind = "sqlite"
+
+        def acquire(self, workdir: pathlib.Path) -> str:
+            raise TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, "connection_lost")
+
+        def release(self, db_url: str, *, reuse: bool) -> None:
+            raise AssertionError("never acquired")
+
+    result = run_machine("queue", Failing(), 10, seed=1)
+    assert result.divergence is None
+    assert result.failure == "queue_persistence_failed: connection_lost"
+
+
+def test_a_replay_script_refuses_a_bad_url_with_exit_2(tmp_path: pathlib.Path) -> None:
+    from tenure.conformance.runner import Divergence, replay_script
+
+    script = tmp_path / "replay.py"
+    script.write_text(replay_script(Divergence("queue", ["state = X()"], "AssertionError: x", "b'AA=='"),
+                                    database_kind="sqlite", pooler=None))
+    for url in ("mysql://nobody/none", "postgresql://nobody@127.0.0.1:1/none"):
+        ran = subprocess.run([sys.executable, str(script), "--db", url], capture_output=True, text=True,
+                             timeout=HANG_GUARD_S, check=False)
+        assert ran.returncode == 2, ran.stdout + ran.stderr
+        assert "replay refused:" in ran.stderr and "nobody" not in ran.stderr

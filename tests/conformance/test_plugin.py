@@ -76,7 +76,16 @@ def test_the_plugin_runs_every_machine_and_the_facts_on_sqlite_in_a_users_projec
     assert "6 passed" in ran.stdout, ran.stdout  # the user's test, facts, queue, attempts, runs, stores
     for machine in ("facts", "queue", "attempts", "runs", "stores"):
         assert f"PASSED tenure-conform[{machine}]" in ran.stdout, ran.stdout
-    assert not [path for path in project.iterdir() if path.name.startswith(".tenure-conform-")]
+    # Neither a scratch folder nor Hypothesis's own folder is left in the user's project.
+    assert sorted(path.name for path in project.iterdir()) == ["pytest.ini", "tests"]
+
+
+def test_a_selection_picks_the_plugins_items_like_any_others(tmp_path: pathlib.Path) -> None:
+    project = _project(tmp_path)
+    ran = _pytest(project, f"--tenure-conform=sqlite:///{project / 'app.db'}", "--tenure-conform-steps=50",
+                  "-k", "queue", "-rA")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "PASSED tenure-conform[queue]" in ran.stdout and "1 passed, 5 deselected" in ran.stdout, ran.stdout
 
 
 def test_the_plugin_runs_against_postgresql(tmp_path: pathlib.Path, pg_dsn: str) -> None:
@@ -94,6 +103,15 @@ def test_the_plugin_fails_a_broken_store_and_names_what_failed(tmp_path: pathlib
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert "FAILED tenure-conform[stores]" in ran.stdout and "compare_and_set" in ran.stdout, ran.stdout
     assert "1 failed, 2 passed" in ran.stdout, ran.stdout  # the user's test and the facts still pass
+
+
+def test_a_pooler_without_its_parameter_fails_the_items_with_the_problem_word(
+    tmp_path: pathlib.Path, pgbouncer_dsn: str
+) -> None:
+    project = _project(tmp_path)
+    ran = _pytest(project, f"--tenure-conform={pgbouncer_dsn}", "--tenure-conform-machines=queue")
+    assert ran.returncode == 1
+    assert "the database was refused: pooler_detected_needs_pooler_parameter" in ran.stdout, ran.stdout
 
 
 def test_a_refused_database_fails_the_items_with_its_reason(tmp_path: pathlib.Path) -> None:

@@ -10,14 +10,22 @@ import uuid
 from typing import Any
 
 import pytest
-from saq.job import Status
-
 from adapter_support import raw
 from run_support import Runs
+from saq.job import Status
+
 from tenure.adapters import RecoveryPorts, RunLedger
 from tenure.adapters.runs import saq_broker
 from tenure.adapters.runs.saq_broker import HOP_FUNCTION, HOP_HEARTBEAT_S, SaqBroker, state_of
-from tenure.model import BrokerJobState, ConfigValidationError, DeliveryState, ErrorCode, RunStatus, TenureError, hop_key
+from tenure.model import (
+    BrokerJobState,
+    ConfigValidationError,
+    DeliveryState,
+    ErrorCode,
+    RunStatus,
+    TenureError,
+    hop_key,
+)
 
 pytestmark = pytest.mark.parametrize("database", ["postgresql"])
 
@@ -126,6 +134,14 @@ def test_a_saq_broker_refuses_bad_settings(arguments: tuple[str, dict[str, Any]]
     dsn, options = arguments
     with pytest.raises(ConfigValidationError):
         SaqBroker(dsn, **options)
+
+
+def test_a_saq_broker_behind_a_transaction_pooler_is_refused_with_its_reason(database: str) -> None:
+    """SAQ needs session-level advisory locks and LISTEN: PgBouncer's transaction mode
+    (tenure's ``pooler=transaction``) is refused before anything connects."""
+    with pytest.raises(ConfigValidationError) as refused:
+        SaqBroker("postgresql://app@pgbouncer:6432/db?sslmode=disable&pooler=transaction", queues=["runs"])
+    assert refused.value.problems == ("saq_needs_session_pooling",)
 
 
 async def test_a_bad_key_or_priority_is_refused_before_saq_is_asked(broker: SaqBroker) -> None:
