@@ -1715,7 +1715,7 @@ TAKERS = Bounds("takers", runs=0, workers=(), nodes=3, leases=True, lease_us=30_
 """Node-c's lease and two takers (node-a, node-b) racing to take it over, their claims' ends."""
 
 STANDARD: list[tuple[RunModel, int]] = [
-    (RunModel(HOPS), 10),
+    (RunModel(HOPS), 12),
     (RunModel(RECOVERY), 12),
     (RunModel(ADMISSIONS), 12),
     (RunModel(CONSENTS), 12),
@@ -1723,12 +1723,13 @@ STANDARD: list[tuple[RunModel, int]] = [
     (RunModel(LEASES), 16),
     (RunModel(TAKERS), 16),
 ]
-"""The bounds CI explores, about 50 s together on this machine (one core each).
-``HOPS`` is the issue's 2 workers x 2 Runs + a relay + a reboot; its two Runs interleave
-(about 2.5 times more states per action than one Run), so it stops at 10 actions (42,185
-states, 84,672 transitions): enough for both Runs to be published, taken, claimed and
-parked or settled around a crash, a restart and a relay round, and for a redelivered hop
-to meet a resumed one. ``RECOVERY`` gives one Run every recovery path to 12 actions
+"""The bounds CI explores (``python -m tenure.conformance.explore``, beside the suite).
+``HOPS`` is the issue's 2 workers x 2 Runs + a relay + a reboot, to 12 actions (about
+226,000 states, two minutes of one core; its two Runs interleave, about 2.5 times more
+states per action than one Run; at 10 actions it is 42,185 states, 84,672 transitions):
+enough for both Runs to be published, taken, claimed and parked or settled around a
+crash, a restart and a relay round, and for a redelivered hop to meet a resumed one. The
+test suite runs the other worlds (under a minute together); CI's explorer step all. ``RECOVERY`` gives one Run every recovery path to 12 actions
 (35,469 states); ``CONSENTS`` (10,953) and ``DELEGATES`` (4,355) go to 12; ``ADMISSIONS``
 and the lease worlds are explored to exhaustion (their budgets bound them: 155, 12,242
 and 222 states). Every mutant the bounds reach is caught within 9 actions (the longest:
@@ -1736,14 +1737,14 @@ a rotation that loses the resume mode needs a park, a due timer, a resume, a cra
 a relay); ``SOAK`` goes further."""
 
 SOAK: list[tuple[RunModel, int]] = [
-    (RunModel(HOPS), 12),
+    (RunModel(HOPS), 14),
     (RunModel(RECOVERY), 16),
     (RunModel(dataclasses.replace(CONSENTS, workers=(0, 1), redelivery=True)), 14),
     (RunModel(dataclasses.replace(DELEGATES, delegates=2)), 16),
     (RunModel(dataclasses.replace(LEASES, takeovers=2, renewals=3)), 24),
     (RunModel(dataclasses.replace(TAKERS, takeovers=3, renewals=2)), 24),
 ]
-"""Larger bounds for a soak (measured on this machine, one core): ``HOPS`` to 12 actions;
+"""Larger bounds for a soak (measured on this machine, one core): ``HOPS`` to 14 actions;
 ``RECOVERY`` to 16 (about 194,000 states, 80 s); consents with a second worker and
 redeliveries to 14 (about 293,000 states, 170 s); two delegated jobs to 16; the lease
 worlds with more renewals and takeovers, to exhaustion."""

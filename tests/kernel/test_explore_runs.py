@@ -103,7 +103,13 @@ def _explore_mutant(mutant: str, world: str) -> dict[str, Any]:
     return answer
 
 
-@pytest.mark.parametrize(("model", "depth"), STANDARD, ids=[model.bounds.name for model, _ in STANDARD])
+IN_THE_SUITE = [(model, depth) for model, depth in STANDARD if model.bounds.name != "hops"]
+"""Every standard world but the largest (2 workers x 2 Runs to 12 actions: two minutes of
+one core), which CI's explorer step (``python -m tenure.conformance.explore``) runs once
+per CI run beside the suite, failing CI on any broken property."""
+
+
+@pytest.mark.parametrize(("model", "depth"), IN_THE_SUITE, ids=[model.bounds.name for model, _ in IN_THE_SUITE])
 def test_every_property_holds_for_the_real_kernel_at_the_standard_bound(
         model: RunModel, depth: int, capsys: pytest.CaptureFixture[str]) -> None:
     started = time.perf_counter()
