@@ -104,7 +104,7 @@ step "the explorer over the kernel's standard bounds (in the background)"
 # (tenure.kernel.explore): one line per world with its states, transitions and depth; a
 # broken property prints its shortest trace and fails CI (checked after pytest).
 EXPLORE_LOG=$(mktemp)
-( "$ROOT/.venv/bin/python" -P -m tenure.conformance.explore --machines queue,runs >"$EXPLORE_LOG" 2>&1; echo $? >>"$EXPLORE_LOG.status" ) &
+( "$ROOT/.venv/bin/python" -P -m tenure.conformance.explore >"$EXPLORE_LOG" 2>&1; echo $? >>"$EXPLORE_LOG.status" ) &
 EXPLORE_PID=$!
 
 step "pytest (four worker processes; each test's databases are its own)"
