@@ -118,18 +118,13 @@ class ConformItem(pytest.Item):
                 self._lockstep(area, options.tenure_conform_steps, options.tenure_conform_seed)
 
     def _facts(self, area: Any) -> None:
-        from tenure.adapters.core.urls import parse_db_url
-
-        from .command import NOT_NEEDED_UNDER_TRANSACTION_POOLER, PER_CALL_DEADLINE_S
+        from .command import PER_CALL_DEADLINE_S, _database_label, _fact_rows
         from .facts import check_server_facts
 
-        pooler = getattr(parse_db_url(self.scratch.db_url), "pooler", None)
-        transaction_pooler = getattr(pooler, "value", pooler) == "transaction"
-        failed = [fact for fact in asyncio.run(check_server_facts(area.url, per_call_deadline_seconds=PER_CALL_DEADLINE_S))
-                  if fact.passed is False
-                  and not (transaction_pooler and fact.name in NOT_NEEDED_UNDER_TRANSACTION_POOLER)]
+        facts = asyncio.run(check_server_facts(area.url, per_call_deadline_seconds=PER_CALL_DEADLINE_S))
+        failed = [row for row in _fact_rows(facts, _database_label(self.scratch.db_url)[1]) if row["verdict"] == "FAIL"]
         if failed:
-            raise ConformFailure("server facts failed: " + ", ".join(f"{f.name} ({f.reason})" for f in failed))
+            raise ConformFailure("server facts failed: " + ", ".join(f"{f['name']} ({f['reason']})" for f in failed))
 
     def _stores(self, area: Any, steps: int, seed: int | None) -> None:
         from .command import STORE_EXAMPLES_PER_STEP

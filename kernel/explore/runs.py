@@ -389,6 +389,19 @@ def _with(world: RunWorld, **changes: Any) -> RunWorld:
 def _at(items: tuple[Any, ...], index: int, value: Any) -> tuple[Any, ...]:
     return (*items[:index], value, *items[index + 1:])
 
+def _decided_in(world: RunWorld, field: str, machine: str, decide: Any, index: int, command: Any,
+                actor: str) -> tuple[RunWorld, Any]:
+    """The world after ``decide`` (a consent, delegated-job or node kernel) rules on record
+    ``index`` of ``field``: the decision logged in ``last``, the record replaced when it applies."""
+    records = getattr(world, field)
+    before = records[index]
+    decision = decide(before, command, world.now_us)
+    world = _with(world, last=(*world.last, Decided(machine, index, command, before, decision, world.now_us, actor)))
+    if isinstance(decision, Applied):
+        world = _with(world, **{field: _at(records, index, decision.new_record)})
+    return world, decision
+
+
 
 class RunModel:
     """Workflow Runs, their hops, owners, recovery and node leases (see the module)."""
@@ -465,31 +478,13 @@ class RunModel:
         return world, decision
 
     def _consent(self, world: RunWorld, index: int, command: Any, actor: str) -> tuple[RunWorld, Any]:
-        before = world.consents[index]
-        decision = consent_machine.decide(before, command, world.now_us)
-        world = _with(world, last=(*world.last, Decided(
-            "consent", index, command, before, decision, world.now_us, actor)))
-        if isinstance(decision, Applied):
-            world = _with(world, consents=_at(world.consents, index, decision.new_record))
-        return world, decision
+        return _decided_in(world, "consents", "consent", consent_machine.decide, index, command, actor)
 
     def _job(self, world: RunWorld, index: int, command: Any, actor: str) -> tuple[RunWorld, Any]:
-        before = world.jobs[index]
-        decision = job_machine.decide(before, command, world.now_us)
-        world = _with(world, last=(*world.last, Decided(
-            "agent_jobs", index, command, before, decision, world.now_us, actor)))
-        if isinstance(decision, Applied):
-            world = _with(world, jobs=_at(world.jobs, index, decision.new_record))
-        return world, decision
+        return _decided_in(world, "jobs", "agent_jobs", job_machine.decide, index, command, actor)
 
     def _node(self, world: RunWorld, index: int, command: Any, actor: str) -> tuple[RunWorld, Any]:
-        before = world.nodes[index]
-        decision = node_machine.decide(before, command, world.now_us)
-        world = _with(world, last=(*world.last, Decided(
-            "nodes", index, command, before, decision, world.now_us, actor)))
-        if isinstance(decision, Applied):
-            world = _with(world, nodes=_at(world.nodes, index, decision.new_record))
-        return world, decision
+        return _decided_in(world, "nodes", "nodes", node_machine.decide, index, command, actor)
 
     # --- what the ledger reads ------------------------------------------------------------------
 
