@@ -32,7 +32,7 @@ from tenure.model import (
     WorkflowPin,
 )
 
-__all__ = ["PIN", "runs_db", "Runs", "unique", "succeeded", "result_of", "status_of"]
+__all__ = ["PIN", "runs_db", "Runs", "unique", "succeeded", "result_of", "status_of", "parked_and_ended"]
 
 PIN = WorkflowPin("review", "rev-1", "sha256:" + "a" * 64)
 OTHER_PIN = WorkflowPin("review", "rev-2", "sha256:" + "b" * 64)
@@ -151,3 +151,13 @@ async def status_of(ledger: RunLedger, run_id: str, *wanted: RunStatus, timeout_
         run = await ledger.get(run_id)
         return run if run is not None and run.status in wanted else None
     return await until(check, timeout_s, what="run status")
+
+
+async def parked_and_ended(ledger: RunLedger, runner: Any, run_id: str, *wanted: RunStatus) -> Any:
+    """The Run once it waits in one of the ``wanted`` states and ``runner``'s hop that
+    parked it has ended. A parking hop resumes its Run itself when the owner was decided
+    before the park (``_refire``): a test that decides the owner as soon as the status
+    shows, while that hop is still running, races it, and either side may resume."""
+    parked = await status_of(ledger, run_id, *wanted)
+    await until(lambda: runner.running_hops == 0, what="the parking hop to end")
+    return parked

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from adapter_support import sqlite_path
 from polling import until
-from run_support import status_of
+from run_support import parked_and_ended, status_of
 
 from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, RunWorker, Workflows, resume_and_publish
 from tenure.adapters.runs.queue_broker import HOP_QUEUE
@@ -165,7 +165,7 @@ async def test_a_resumed_hop_whose_checkpoint_read_meets_a_database_failure_retr
     async with serving(runner):
         run_id = await admit(ledger, flows.pin("ask", "1"))
         await ledger.publish(run_id, 0, broker)
-        parked = await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
+        parked = await parked_and_ended(ledger, runner, run_id, RunStatus.AWAITING_CONSENT)
         ledger.checkpoints.load = failing_load  # type: ignore[method-assign]
         assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="ops")
         assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) == 1

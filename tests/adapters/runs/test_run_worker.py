@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from polling import until
-from run_support import result_of, status_of
+from run_support import parked_and_ended, result_of, status_of
 
 from tenure.adapters import (
     InMemoryBroker,
@@ -161,7 +161,7 @@ async def test_a_run_parks_on_consent_and_its_resumed_hop_finishes_it(ledger: Ru
     try:
         run_id = await admit(ledger, pin, {"to": "ops"})
         assert await ledger.publish(run_id, 0, broker)
-        parked = await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
+        parked = await parked_and_ended(ledger, runner, run_id, RunStatus.AWAITING_CONSENT)
         checkpoint = await ledger.checkpoints.load(run_id)
         assert checkpoint is not None and (checkpoint.owner_id, checkpoint.state) == (parked.owner_id, {"drafted": True})
         assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) is None  # not decided yet
@@ -419,7 +419,7 @@ async def test_a_delegated_job_parks_the_run_and_its_adopted_result_resumes_it(l
     try:
         run_id = await admit(ledger, flows.pin("delegate", "1"))
         await ledger.publish(run_id, 0, broker)
-        parked = await status_of(ledger, run_id, RunStatus.AWAITING_DELEGATE)
+        parked = await parked_and_ended(ledger, runner, run_id, RunStatus.AWAITING_DELEGATE)
         assert await ledger.adopt_job_result(parked.owner_id, result_of(parked.owner_id, AgentJobStatus.SUCCEEDED))
         assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) == 1
         await status_of(ledger, run_id, RunStatus.DONE)
