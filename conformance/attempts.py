@@ -57,6 +57,7 @@ from tenure.model import (
     TenureError,
     Transmission,
 )
+from tenure.model.validation import micros_to_datetime
 
 __all__ = ["AttemptLockstep", "AttemptModel", "GUARANTEES", "spec"]
 
@@ -132,9 +133,11 @@ class AttemptModel:
         self.rows[row.attempt_id] = decision.new_record
         return row.attempt_id
 
-    def begin_submit(self, attempt_id: str, egress: EgressDecision, proof: bool, lease_us: int, now: int) -> Any:
+    def begin_submit(self, attempt_id: str, egress: EgressDecision, proof_at: int | None, lease_us: int,
+                     now: int) -> Any:
         decision = self._apply(attempt_id, BeginSubmit(
-            egress_decision_id=egress.decision_id, egress_allowed=egress.allowed, proof_no_effect=proof, lease_us=lease_us,
+            egress_decision_id=egress.decision_id, egress_allowed=egress.allowed, proof_looked_up_at_us=proof_at,
+            lease_us=lease_us,
         ), now)
         if not isinstance(decision, Applied) or not isinstance(decision.reply, TransmissionGranted):
             return None
@@ -151,13 +154,18 @@ def _lease_us(seconds: float) -> int:
     return max(1, round(seconds * 1_000_000))
 
 
-def _reconcile_command(lookup: Any) -> Any:
+def _reconcile_command(lookup: Any, looked_up_at: int | None) -> Any:
     if isinstance(lookup, Found):
         return Reconcile(lookup=LookupKind.FOUND, provider_job_id=lookup.provider_job_id, found_state=lookup.state,
                          result_refs=lookup.result_refs)
     if isinstance(lookup, NotFound):
-        return Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=lookup.proves_no_effect)
+        return Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=lookup.proves_no_effect,
+                         looked_up_at_us=looked_up_at if lookup.proves_no_effect else None)
     return Reconcile(lookup=LookupKind.FAILED)
+
+
+_LONG_AGO_US = 1_600_000_000_000_000
+"""A lookup instant before any lease these runs grant (2020)."""
 
 
 lookups = st.one_of(
@@ -196,6 +204,22 @@ class AttemptLockstep(LockstepBase):
     def model_rows(self) -> dict[str, AttemptRow]:
         return self.model.rows
 
+    def lookup_instant(self, data: st.DataObject, attempt_id: str) -> int:
+        """When a lookup was made: just before, at or after the attempt's submit lease
+        ends (the comparison the kernel makes), or long ago."""
+        row = self.model.rows.get(attempt_id)
+        anchors = [_LONG_AGO_US]
+        if row is not None and row.submit_lease_expires_at_us is not None:
+            lease = row.submit_lease_expires_at_us
+            anchors += [lease - 1, lease, lease + 1]
+        return data.draw(st.sampled_from(anchors))
+
+    def looked_up_at(self, data: st.DataObject, attempt_id: str, lookup: Any) -> int | None:
+        """The instant a vouching not-found is passed with (None for every other lookup)."""
+        if isinstance(lookup, NotFound) and lookup.proves_no_effect:
+            return self.lookup_instant(data, attempt_id)
+        return None
+
     # --- rules ----------------------------------------------------------------------------
 
     @rule(owner=st.sampled_from(OWNERS), generation=st.integers(1, 3), provider=st.sampled_from(["p-a", "p-b"]),
@@ -213,11 +237,13 @@ class AttemptLockstep(LockstepBase):
         attempt_id = data.draw(st.sampled_from(self.known()))
         egress = (EgressDecision(decision_id=data.draw(st.sampled_from(EGRESS_POOL)), allowed=allowed, policy_revision="p")
                   if reuse else self.fresh_egress(allowed))
+        proof_at = self.lookup_instant(data, attempt_id) if proof else None
         actual = self.run(self.ledgers[0].begin_submit(
-            attempt_id, egress=egress, proof=NotFound(True) if proof else None, lease_seconds=lease))
+            attempt_id, egress=egress, proof=NotFound(True) if proof else None,
+            looked_up_at=None if proof_at is None else micros_to_datetime(proof_at), lease_seconds=lease))
         now = self.clock.take()
         self.expect(actual, self.model_outcome(
-            lambda: self.model.begin_submit(attempt_id, egress, proof, _lease_us(lease), now)))
+            lambda: self.model.begin_submit(attempt_id, egress, proof_at, _lease_us(lease), now)))
 
     @rule(data=st.data(), provider_job_id=st.sampled_from(PROVIDER_IDS))
     def record_accepted(self, data: st.DataObject, provider_job_id: str) -> None:
@@ -232,12 +258,17 @@ class AttemptLockstep(LockstepBase):
     def record(self, data: st.DataObject, operation: str) -> None:
         attempt_id = data.draw(st.sampled_from(self.known()))
         ledger = self.ledgers[0]
+        row = self.model.rows.get(attempt_id)
+        latest = 0 if row is None else row.transmissions
+        # The transmission a rejection answers: the latest, or one before or after it.
+        number = data.draw(st.sampled_from(sorted({max(1, latest - 1), max(1, latest), latest + 1})))
         calls: dict[str, tuple[Callable[[], Awaitable[Any]], Any]] = {
             "running": (lambda: ledger.record_running(attempt_id), RecordRunning()),
             "succeeded": (lambda: ledger.record_succeeded(attempt_id, result_refs=["ref-1"]),
                           RecordSucceeded(result_refs=("ref-1",), diagnostic_refs=(), usage_json=None, cost_json=None)),
-            "rejected": (lambda: ledger.record_failed(attempt_id, evidence=RejectedBeforeEffect("quota")),
-                         RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="quota")),
+            "rejected": (lambda: ledger.record_failed(attempt_id, evidence=RejectedBeforeEffect("quota"),
+                                                      transmission=number),
+                         RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="quota", transmission=number)),
             "provider_failed": (lambda: ledger.record_failed(attempt_id, evidence=ProviderFailed("boom")),
                                 RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason="boom")),
             "ambiguous": (lambda: ledger.record_ambiguous(attempt_id, reason="timeout"), RecordAmbiguous(reason="timeout")),
@@ -261,9 +292,12 @@ class AttemptLockstep(LockstepBase):
     @rule(data=st.data(), lookup=lookups)
     def reconcile(self, data: st.DataObject, lookup: Any) -> None:
         attempt_id = data.draw(st.sampled_from(self.known()))
-        actual = self.run(self.ledgers[0].reconcile(attempt_id, lookup))
+        at = self.looked_up_at(data, attempt_id, lookup)
+        actual = self.run(self.ledgers[0].reconcile(
+            attempt_id, lookup, looked_up_at=None if at is None else micros_to_datetime(at)))
         now = self.clock.take()
-        self.expect(actual, self.model_outcome(lambda: self.model.command(attempt_id, _reconcile_command(lookup), now)))
+        self.expect(actual, self.model_outcome(
+            lambda: self.model.command(attempt_id, _reconcile_command(lookup, at), now)))
 
     # --- two ledgers at once ------------------------------------------------------------------
 
@@ -276,7 +310,7 @@ class AttemptLockstep(LockstepBase):
             return lambda: ledger.begin_submit(attempt_id, egress=egress, lease_seconds=lease)
 
         def step(egress: EgressDecision) -> Callable[[int], Any]:
-            return lambda now: self.model.begin_submit(attempt_id, egress, False, _lease_us(lease), now)
+            return lambda now: self.model.begin_submit(attempt_id, egress, None, _lease_us(lease), now)
 
         calls = [call(ledger, egress) for ledger, egress in zip(self.ledgers, egresses, strict=True)]
         steps = [step(egress) for egress in egresses]
@@ -286,15 +320,16 @@ class AttemptLockstep(LockstepBase):
     def racing_observations(self, data: st.DataObject, first: Any, second: Any) -> None:
         attempt_id = data.draw(st.sampled_from(self.known()))
         lookups_ = [first, second]
+        instants = [self.looked_up_at(data, attempt_id, lookup) for lookup in lookups_]
 
-        def call(ledger: AttemptLedger, lookup: Any) -> Callable[[], Awaitable[Any]]:
-            return lambda: ledger.reconcile(attempt_id, lookup)
+        def call(ledger: AttemptLedger, lookup: Any, at: int | None) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.reconcile(attempt_id, lookup, looked_up_at=None if at is None else micros_to_datetime(at))
 
-        def step(lookup: Any) -> Callable[[int], Any]:
-            return lambda now: self.model.command(attempt_id, _reconcile_command(lookup), now)
+        def step(lookup: Any, at: int | None) -> Callable[[int], Any]:
+            return lambda now: self.model.command(attempt_id, _reconcile_command(lookup, at), now)
 
-        calls = [call(ledger, lookup) for ledger, lookup in zip(self.ledgers, lookups_, strict=True)]
-        steps = [step(lookup) for lookup in lookups_]
+        calls = [call(ledger, lookup, at) for ledger, lookup, at in zip(self.ledgers, lookups_, instants, strict=True)]
+        steps = [step(lookup, at) for lookup, at in zip(lookups_, instants, strict=True)]
         self.race(calls, steps)
 
     # --- after every step ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ so a repeated ``prepare`` of the same spec, from any process, names the same att
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import math
 import uuid
@@ -73,7 +74,7 @@ from tenure.model import (
     json_problem,
 )
 from tenure.model.attempts import MAX_REFS, check_reason, check_refs
-from tenure.model.validation import refuse
+from tenure.model.validation import datetime_to_micros, micros_to_datetime, refuse
 
 from ..core.engine import Engine, raise_if_conflict
 from ..core.facade import Cursor, Facade
@@ -136,6 +137,31 @@ def _lease_us(seconds: object) -> int:
     return max(1, round(seconds * 1_000_000))
 
 
+def _looked_up_at(value: object, field: str = "looked_up_at") -> int:
+    """A lookup's instant (an aware datetime, read from ``database_now()`` just before the
+    lookup was sent) as microseconds on the database clock."""
+    if type(value) is not dt.datetime or value.utcoffset() is None:
+        raise refuse(field, "aware_datetime_required")
+    try:
+        micros = datetime_to_micros(value)
+    except (OverflowError, ValueError, ArithmeticError):
+        raise refuse(field, "datetime_out_of_range") from None
+    if not bounds.is_instant(micros):
+        raise refuse(field, "datetime_out_of_range")
+    return micros
+
+
+def _proof_instant(lookup: NotFound, looked_up_at: object, field: str) -> int | None:
+    """When a not-found that vouches for no effect was looked up (required: a not-found
+    speaks for the moment of its lookup, see specs/attempts.md); None for one that does
+    not vouch, which proves nothing whenever it was made."""
+    if not lookup.proves_no_effect:
+        return None
+    if looked_up_at is None:
+        raise refuse(field, "lookup_instant_required")
+    return _looked_up_at(looked_up_at, field)
+
+
 def _binding_document(binding: CapabilityBinding | ToolBinding) -> dict[str, Any]:
     names = CapabilityBinding.model_fields if isinstance(binding, CapabilityBinding) else ToolBinding.model_fields
     return {name: getattr(binding, name) for name in names}
@@ -164,6 +190,7 @@ def _row_of(spec: AttemptSpec) -> AttemptRow:
         policy_revisions_json=canonical_json(dict(spec.policy_revisions)), reservation=spec.reservation,
         spec_digest=digest, state=AttemptState.PREPARED, provider_job_id=None, transmissions=0,
         transmission_egress=(), denied_egress=(), submit_lease_expires_at_us=None, no_effect_proof_for=None,
+        granted_during_earlier_lease=False,
         progress_cursor=None, result_refs=(), diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(),
         cancel_requested=False, evidence=(), reservation_released=False, created_at_us=0, updated_at_us=0,
     )
@@ -276,19 +303,28 @@ class AttemptLedger(Facade):
 
     async def begin_submit(
         self, attempt_id: str, *, egress: EgressDecision, proof: NotFound | None = None,
-        lease_seconds: float = DEFAULT_SUBMIT_LEASE_SECONDS,
+        looked_up_at: dt.datetime | None = None, lease_seconds: float = DEFAULT_SUBMIT_LEASE_SECONDS,
     ) -> Transmission | None:
         """Grant the next physical transmission (the first from PREPARED, a resubmission
         from SUBMITTING or INDETERMINATE when proven) and return what to send; ``None``
         when the egress decision refused it (recorded) or the attempt is past sending.
-        An unproven resubmission raises ATTEMPT_RESUBMIT_UNPROVEN."""
+        An unproven resubmission raises ATTEMPT_RESUBMIT_UNPROVEN.
+
+        ``proof``: a lookup's ``NotFound(proves_no_effect=True)``, with ``looked_up_at``,
+        the database instant (:meth:`database_now`) read just before that lookup was sent;
+        it proves the latest transmission had no effect only when that instant is past the
+        submit lease (a lookup made while the sender may still be transmitting proves
+        nothing, however late it is passed here)."""
         if type(egress) is not EgressDecision:
             raise refuse("egress", "egress_decision_required")
         if proof is not None and type(proof) is not NotFound:
             raise refuse("proof", "not_found_required")
+        if proof is None and looked_up_at is not None:
+            raise refuse("looked_up_at", "proof_required")
         command = BeginSubmit(
             egress_decision_id=egress.decision_id, egress_allowed=egress.allowed,
-            proof_no_effect=proof is not None and proof.proves_no_effect, lease_us=_lease_us(lease_seconds),
+            proof_looked_up_at_us=None if proof is None else _proof_instant(proof, looked_up_at, "looked_up_at"),
+            lease_us=_lease_us(lease_seconds),
         )
         decision = await self._decide(attempt_id, command)
         if not isinstance(decision, Applied) or isinstance(decision.reply, EgressDenied):
@@ -325,12 +361,23 @@ class AttemptLedger(Facade):
         )
         return await self._applied(attempt_id, command)
 
-    async def record_failed(self, attempt_id: str, *, evidence: RejectedBeforeEffect | ProviderFailed) -> bool:
-        """FAILED needs evidence: ``RejectedBeforeEffect`` while submitting, or
-        ``ProviderFailed`` for an accepted, running or indeterminate attempt."""
+    async def record_failed(self, attempt_id: str, *, evidence: RejectedBeforeEffect | ProviderFailed,
+                            transmission: int | None = None) -> bool:
+        """FAILED needs evidence: ``RejectedBeforeEffect`` while submitting, with the
+        number of the transmission it answers (``Transmission.number``), or
+        ``ProviderFailed`` for an accepted, running or indeterminate attempt (a failure of
+        the provider's job, which names no transmission). A rejection fails the attempt
+        only when it answers the latest transmission and no earlier one may still reach
+        the provider; otherwise it returns False and changes nothing (the lease's end, a
+        lookup or the other sender settles the attempt)."""
         if isinstance(evidence, RejectedBeforeEffect):
-            command = RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason=evidence.reason)
+            if not bounds.is_strict_int(transmission) or not 1 <= transmission <= bounds.INT32_MAX:  # type: ignore[operator]
+                raise refuse("transmission", "transmission_number_required")
+            command = RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason=evidence.reason,
+                                   transmission=transmission)
         elif type(evidence) is ProviderFailed:
+            if transmission is not None:
+                raise refuse("transmission", "not_taken_with_a_provider_failure")
             command = RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason=evidence.reason)
         else:
             raise refuse("evidence", "failure_evidence_required")
@@ -355,15 +402,25 @@ class AttemptLedger(Facade):
             return await self.reconcile(attempt_id, evidence)
         raise refuse("evidence", "containment_evidence_required")
 
-    async def reconcile(self, attempt_id: str, lookup: Found | NotFound | LookupFailed) -> bool:
+    async def reconcile(self, attempt_id: str, lookup: Found | NotFound | LookupFailed, *,
+                        looked_up_at: dt.datetime | None = None) -> bool:
         """Move on what a lookup of the same provider and key saw: Found moves to its state
-        (recording the identity); NotFound(proves_no_effect=True) outside the submit lease
-        records the proof that makes one resubmission legal; LookupFailed changes nothing."""
+        (recording the identity); NotFound(proves_no_effect=True) records the proof that
+        makes one resubmission legal when the lookup was made after the submit lease
+        ended; LookupFailed changes nothing.
+
+        ``looked_up_at`` (required with a NotFound that vouches for no effect): the database
+        instant (:meth:`database_now`) read just before the lookup was sent. A not-found
+        speaks for the moment it was looked up: one made while a transmission could still
+        reach the provider proves nothing, however late it reaches the ledger."""
+        if looked_up_at is not None and type(lookup) is not NotFound:
+            raise refuse("looked_up_at", "not_found_required")
         if type(lookup) is Found:
             command = Reconcile(lookup=LookupKind.FOUND, provider_job_id=lookup.provider_job_id,
                                 found_state=lookup.state, result_refs=lookup.result_refs)
         elif type(lookup) is NotFound:
-            command = Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=lookup.proves_no_effect)
+            command = Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=lookup.proves_no_effect,
+                                looked_up_at_us=_proof_instant(lookup, looked_up_at, "looked_up_at"))
         elif type(lookup) is LookupFailed:
             command = Reconcile(lookup=LookupKind.FAILED)
         else:
@@ -388,6 +445,16 @@ class AttemptLedger(Facade):
         async with self._errors():
             found = await self.store.run(body, write=False)
         return _public(found[0]) if found else None
+
+    async def database_now(self) -> dt.datetime:
+        """The database's clock, the one every attempt instant is taken from: read it just
+        before a lookup and pass it as ``looked_up_at``."""
+        async def body(tx: Transaction) -> int:
+            return await tx.now_us()
+
+        async with self._errors():
+            micros = await self.store.run(body, write=False)
+        return micros_to_datetime(micros)
 
     async def list_unresolved(self, *, after: str | None = None, limit: int = 100) -> AttemptPage:
         """SUBMITTING, ACCEPTED, RUNNING and INDETERMINATE attempts, oldest created first."""

@@ -167,7 +167,7 @@ class AttemptRunner:
         # A BaseException (cancellation, the process going away) passes: the submit lease
         # and reconciliation cover whatever the transmission did.
         if isinstance(outcome, RejectedBeforeEffect):
-            await self.ledger.record_failed(record.attempt_id, evidence=outcome)
+            await self.ledger.record_failed(record.attempt_id, evidence=outcome, transmission=transmission.number)
         elif isinstance(outcome, str):
             await self.ledger.record_ambiguous(record.attempt_id, reason=outcome)
         elif type(provider_job_id) is not str or not provider_job_id:
@@ -189,6 +189,9 @@ class AttemptRunner:
     async def _observe(self, record: AttemptRecord) -> bool:
         """Look the attempt up (or poll its job) and record what was seen; True when the
         attempt moved."""
+        # A not-found speaks for the moment the lookup was made: the database clock is
+        # read before it is sent, and the ledger judges the not-found at that instant.
+        looked_up_at = await self.ledger.database_now()
         if record.provider_job_id is not None and record.state is not AttemptState.SUBMITTING:
             observed: Found | NotFound | LookupFailed = await self.driver.poll(record.provider_job_id)
         elif record.guarantees.lookup:
@@ -196,7 +199,8 @@ class AttemptRunner:
         else:
             # Nothing can be looked up: once the sender's lease is over, say so.
             return await self.ledger.expire_submit_lease(record.attempt_id)
-        moved = await self.ledger.reconcile(record.attempt_id, observed)
+        moved = await self.ledger.reconcile(record.attempt_id, observed,
+                                            looked_up_at=looked_up_at if isinstance(observed, NotFound) else None)
         if not moved and isinstance(observed, NotFound) and record.state is AttemptState.SUBMITTING:
             # Nothing proven (or the lease is still live): an expired lease is ambiguity.
             moved = await self.ledger.expire_submit_lease(record.attempt_id)

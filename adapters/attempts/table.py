@@ -61,6 +61,8 @@ ATTEMPTS_TABLE = TableSpec(
         _column("submit_lease_expires_at", C.OPTIONAL_INSTANT, _INSTANT, mutable=True,
                 field="submit_lease_expires_at_us"),
         _column("no_effect_proof_for", C.OPTIONAL_INT, BigInteger(), mutable=True),
+        column("granted_during_earlier_lease", C.FLAG, Boolean(), step=Step.ATTEMPT_OVERLAP, mutable=True,
+               default_sql="false"),
         _column("progress_cursor", C.OPTIONAL_TEXT, Text(), mutable=True),
         _column("result_refs", C.TEXTS, Text(), mutable=True),
         _column("diagnostic_refs", C.TEXTS, Text(), mutable=True),

@@ -143,6 +143,12 @@ class Step(enum.Enum):
     ``versions_v1`` for the reason ``tasks_v1`` is."""
     VERSIONS = "versions_v1"
     """A ``row_version`` on every table, kept by the database (:data:`ROW_VERSION`)."""
+    ATTEMPT_OVERLAP = "attempts_v2"
+    """``tenure_attempts.granted_during_earlier_lease``: whether the latest transmission
+    was granted while an earlier one could still reach the provider (a rejection of the
+    latest then fails nothing). Existing rows get false: before this step the kernel
+    never recorded it, and a row whose latest grant overlapped an earlier one is read as
+    not overlapping (the rule the kernel had until then)."""
 
 
 ROW_VERSION = "row_version"

@@ -451,10 +451,14 @@ class _Visits:
         record = await self.ledger.attempts.get(attempt_id)
         if port is None or record is None or attempt_is_terminal(record):
             return
+        # The clock is read before the port looks anything up: a not-found is judged at
+        # the instant of its lookup (specs/attempts.md, "Lookups are judged at their own instant").
+        looked_up_at = await self.ledger.attempts.database_now()
         seen = await _port(port(record, cancel=cancel))
         if type(seen) not in (Found, NotFound, LookupFailed):
             raise _PortFailed()
-        await self.ledger.attempts.reconcile(attempt_id, seen)
+        await self.ledger.attempts.reconcile(attempt_id, seen,
+                                             looked_up_at=looked_up_at if type(seen) is NotFound else None)
 
     # --- writes --------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ _STATE_OF_STEP = {step: AttemptState(step.value) for step in AttemptStep if step
 
 @st.composite
 def attempt_records(draw: st.DrawFn, step: AttemptStep | None = None) -> AttemptRow | None:
-    """An attempt keeping every invariant (INV-A1 ... INV-A9), or None for ``absent``."""
+    """An attempt keeping every invariant (INV-A1 ... INV-A10), or None for ``absent``."""
     if step is None:
         step = draw(st.sampled_from(AttemptStep))
     if step is AttemptStep.ABSENT:
@@ -67,21 +67,32 @@ def attempt_records(draw: st.DrawFn, step: AttemptStep | None = None) -> Attempt
     ) else None
     created = draw(instants)
     reservation = draw(st.none() | st.just("gpu-0"))
+    replay = draw(st.booleans())
     return AttemptRow(
         attempt_id="attempt-1", envelope=ENVELOPE_TAG, owner_job_id="owner-1", run_id=None,
         station_attempt_id=None, generation=generation,
         request_digest=DIGESTS[0], idempotency_key=f"key-{generation}", binding_json='{"kind":"capability"}',
-        same_key_replay=draw(st.booleans()), lookup=draw(st.booleans()), target="provider-a", source_refs=(),
+        same_key_replay=replay, lookup=draw(st.booleans()), target="provider-a", source_refs=(),
         working_refs=(), destination=None, purpose="thumbnail", consent_decision=None, policy_revisions_json="{}",
         reservation=reservation, spec_digest=DIGESTS[0], state=state, provider_job_id=identity,
         transmissions=transmissions, transmission_egress=egress, denied_egress=denied,
         submit_lease_expires_at_us=draw(instants) if transmissions else None, no_effect_proof_for=proof,
+        granted_during_earlier_lease=replay and transmissions >= 2 and draw(st.booleans()),
         progress_cursor=None, result_refs=("ref-1",) if state is AttemptState.SUCCEEDED else (),
         diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(),
         cancel_requested=state is not AttemptState.PREPARED and draw(st.booleans()), evidence=(),
         reservation_released=reservation is not None and state in TERMINAL_ATTEMPT_STATES and draw(st.booleans()),
         created_at_us=created, updated_at_us=created + draw(st.integers(0, 10)),
     )
+
+
+def _lookup_instants(record: AttemptRow | None) -> st.SearchStrategy[int | None]:
+    """When a lookup was made: none given, any instant, or one beside the submit lease's end."""
+    near: st.SearchStrategy[int] = st.nothing()
+    if record is not None and record.submit_lease_expires_at_us is not None:
+        lease = record.submit_lease_expires_at_us
+        near = st.integers(lease - 2, lease + 1)
+    return st.none() | instants | near
 
 
 @st.composite
@@ -101,7 +112,7 @@ def attempt_commands(draw: st.DrawFn, kind: AttemptCommandType, record: AttemptR
     if kind is C.BEGIN_SUBMIT:
         pool = [*EGRESS, "egress-fresh", "denied-0"]
         return BeginSubmit(egress_decision_id=draw(st.sampled_from(pool)), egress_allowed=draw(st.booleans()),
-                           proof_no_effect=draw(st.booleans()), lease_us=draw(st.integers(1, 5) | st.just(60_000_000)))
+                           proof_looked_up_at_us=draw(_lookup_instants(record)), lease_us=draw(st.integers(1, 5) | st.just(60_000_000)))
     if kind is C.RECORD_ACCEPTED:
         return RecordAccepted(provider_job_id=draw(st.sampled_from(PROVIDER_IDS)))
     if kind is C.RECORD_RUNNING:
@@ -112,7 +123,9 @@ def attempt_commands(draw: st.DrawFn, kind: AttemptCommandType, record: AttemptR
     if kind is C.RECORD_SUCCEEDED:
         return RecordSucceeded(result_refs=("ref-9",), diagnostic_refs=(), usage_json=None, cost_json=None)
     if kind is C.RECORD_FAILED:
-        return RecordFailed(evidence=draw(st.sampled_from(FailureKind)), reason="boom")
+        latest = 0 if record is None else record.transmissions
+        return RecordFailed(evidence=draw(st.sampled_from(FailureKind)), reason="boom",
+                            transmission=draw(st.none() | st.just(latest) | st.integers(0, 4)))
     if kind is C.RECORD_AMBIGUOUS:
         return RecordAmbiguous(reason="timeout")
     if kind is C.REQUEST_CANCEL:
@@ -127,7 +140,8 @@ def attempt_commands(draw: st.DrawFn, kind: AttemptCommandType, record: AttemptR
                                  AttemptState.ACCEPTED, AttemptState.RUNNING, AttemptState.SUCCEEDED,
                                  AttemptState.FAILED, AttemptState.CANCELLED])),
                              result_refs=("ref-found",))
-        return Reconcile(lookup=lookup, proves_no_effect=draw(st.booleans()))
+        return Reconcile(lookup=lookup, proves_no_effect=draw(st.booleans()),
+                         looked_up_at_us=draw(_lookup_instants(record)))
     if kind is C.EXPIRE_SUBMIT_LEASE:
         return ExpireSubmitLease()
     return ReleaseReservation()

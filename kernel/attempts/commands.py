@@ -90,8 +90,13 @@ class BeginSubmit:
     kind: ClassVar[AttemptCommandType] = AttemptCommandType.BEGIN_SUBMIT
     egress_decision_id: str
     egress_allowed: bool
-    proof_no_effect: bool
-    """The caller passes a lookup's NotFound(proves_no_effect=True) as proof."""
+    proof_looked_up_at_us: int | None
+    """The caller's proof that the latest transmission had no effect: a lookup that found
+    nothing and vouches for it (``NotFound(proves_no_effect=True)``), given as the
+    database instant read just before that lookup was sent; None when there is none. It
+    proves something only when that instant is past the submit lease: a lookup made while
+    a transmission may still reach the provider says nothing about it, however late its
+    answer reaches the kernel."""
     lease_us: int
 
 
@@ -136,6 +141,12 @@ class RecordFailed:
     kind: ClassVar[AttemptCommandType] = AttemptCommandType.RECORD_FAILED
     evidence: FailureKind
     reason: str
+    transmission: int | None = None
+    """The number of the transmission a rejection answers (``TransmissionGranted.number``).
+    A rejection fails the attempt only when it answers the latest transmission, and only
+    when no earlier one may still reach the provider; a report that names none, or an
+    earlier one, proves nothing about the attempt. A provider-reported failure is of the
+    provider's job, whichever transmission made it, and names none."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +186,10 @@ class Reconcile:
     found_state: AttemptState | None = None
     result_refs: tuple[str, ...] = ()
     proves_no_effect: bool = False
+    looked_up_at_us: int | None = None
+    """For a not-found: the database instant read just before the lookup was sent. The
+    not-found is judged against the submit lease at that instant (the one it speaks for),
+    not at the instant its ``reconcile`` is decided; one without it proves nothing."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -81,6 +81,8 @@ class AttemptRefusal(enum.Enum):
     RESUBMIT_UNPROVEN = "resubmit_unproven"
     EGRESS_REUSED = "egress_reused"
     NOT_FOUND = "not_found"
+    STALE_TRANSMISSION = "stale_transmission"
+    EARLIER_IN_FLIGHT = "earlier_in_flight"
     NOT_SUBMITTED = "not_submitted"
     ALREADY_SUBMITTED = "already_submitted"
     ALREADY_FINISHED = "already_finished"
@@ -132,12 +134,24 @@ def _submit_lease_live(record: AttemptRow, now_us: int) -> bool:
     return record.submit_lease_expires_at_us is not None and record.submit_lease_expires_at_us > now_us
 
 
+def _looked_up_at(instant: int | None, now_us: int) -> int:
+    """When a lookup was made, for judging it against the submit lease: the instant the
+    caller read before sending it, never later than now (a lookup cannot come from the
+    future; an instant ahead of the database clock is taken as now)."""
+    return now_us if instant is None or instant > now_us else instant
+
+
 def _resubmission_proven(record: AttemptRow, command: Any, now_us: int) -> bool:
     return (
         record.same_key_replay
         or record.no_effect_proof_for == record.transmissions
-        or (command.proof_no_effect and not _submit_lease_live(record, now_us))
+        or (command.proof_looked_up_at_us is not None
+            and not _submit_lease_live(record, _looked_up_at(command.proof_looked_up_at_us, now_us)))
     )
+
+
+def _rejection(command: Any) -> bool:
+    return command.evidence is FailureKind.REJECTED_BEFORE_EFFECT
 
 
 def _found(state: AttemptState) -> Callable[[Any, Any, int], bool]:
@@ -166,15 +180,19 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     and command.provider_job_id is not None and record.provider_job_id != command.provider_job_id,
     "identity_unknown": lambda record, command, now_us: record.provider_job_id is None,
     # evidence
-    "rejected_before_effect": lambda record, command, now_us: command.evidence is FailureKind.REJECTED_BEFORE_EFFECT,
+    "rejection_not_of_the_latest": lambda record, command, now_us: _rejection(command)
+    and command.transmission != record.transmissions,
+    "rejection_beside_an_earlier_transmission": lambda record, command, now_us: _rejection(command)
+    and record.granted_during_earlier_lease,
+    "rejected_before_effect": lambda record, command, now_us: _rejection(command),
     "provider_failed": lambda record, command, now_us: command.evidence is FailureKind.PROVIDER_FAILED,
     # observations
     "lookup_failed": lambda record, command, now_us: command.lookup is LookupKind.FAILED,
     "not_found": lambda record, command, now_us: command.lookup is LookupKind.NOT_FOUND,
     "not_found_during_submit_lease": lambda record, command, now_us: command.lookup is LookupKind.NOT_FOUND
-    and _submit_lease_live(record, now_us),
+    and _submit_lease_live(record, _looked_up_at(command.looked_up_at_us, now_us)),
     "not_found_unproven": lambda record, command, now_us: command.lookup is LookupKind.NOT_FOUND
-    and not command.proves_no_effect,
+    and (not command.proves_no_effect or command.looked_up_at_us is None),
     "proof_recorded": lambda record, command, now_us: command.lookup is LookupKind.NOT_FOUND
     and record.no_effect_proof_for == record.transmissions,
     "found_not_ahead": lambda record, command, now_us: command.lookup is LookupKind.FOUND
@@ -210,7 +228,8 @@ def _insert(record: Any, command: Any, now_us: int) -> Applied[AttemptRow]:
     # the caller.
     row = replace_fields(
         command.row, state=AttemptState.PREPARED, provider_job_id=None, transmissions=0, transmission_egress=(),
-        denied_egress=(), submit_lease_expires_at_us=None, no_effect_proof_for=None, progress_cursor=None,
+        denied_egress=(), submit_lease_expires_at_us=None, no_effect_proof_for=None,
+        granted_during_earlier_lease=False, progress_cursor=None,
         result_refs=(), diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(), cancel_requested=False,
         evidence=(), reservation_released=False, created_at_us=now_us, updated_at_us=now_us,
     )
@@ -226,6 +245,8 @@ def _transmit(record: AttemptRow, command: Any, now_us: int) -> Applied[AttemptR
         transmission_egress=(*record.transmission_egress, command.egress_decision_id),
         submit_lease_expires_at_us=now_us + command.lease_us,
         no_effect_proof_for=None,
+        # An earlier transmission whose lease is still live may yet reach the provider.
+        granted_during_earlier_lease=_submit_lease_live(record, now_us),
     )
 
 
@@ -369,6 +390,8 @@ ROWS: tuple[Row, ...] = (
 
     Row((S.ABSENT,), C.RECORD_FAILED, "always", SAME, R.NOT_FOUND),
     Row((S.PREPARED,), C.RECORD_FAILED, "always", SAME, R.NOT_SUBMITTED),
+    Row((S.SUBMITTING,), C.RECORD_FAILED, "rejection_not_of_the_latest", SAME, R.STALE_TRANSMISSION),
+    Row((S.SUBMITTING,), C.RECORD_FAILED, "rejection_beside_an_earlier_transmission", SAME, R.EARLIER_IN_FLIGHT),
     Row((S.SUBMITTING,), C.RECORD_FAILED, "rejected_before_effect", S.FAILED, "fail"),
     Row((S.SUBMITTING,), C.RECORD_FAILED, "always", SAME, R.EVIDENCE_INSUFFICIENT),
     Row((*_ACKNOWLEDGED, S.INDETERMINATE), C.RECORD_FAILED, "provider_failed", S.FAILED, "fail"),
@@ -452,14 +475,19 @@ _LEAVES_INDETERMINATE = frozenset({
 })
 
 
-def _proven_resubmission(record: AttemptRow, command: Any, now_us: int) -> bool:
+def _lookup_past_lease(record: AttemptRow, looked_up_at_us: int | None, now_us: int) -> bool:
     # Written independently of the guards on purpose: a rule must not trust the code it checks.
+    if looked_up_at_us is None:
+        return False
     lease = record.submit_lease_expires_at_us
-    lease_over = lease is None or now_us >= lease
+    return lease is None or min(looked_up_at_us, now_us) >= lease
+
+
+def _proven_resubmission(record: AttemptRow, command: Any, now_us: int) -> bool:
     return bool(
         record.same_key_replay
         or (record.no_effect_proof_for is not None and record.no_effect_proof_for == record.transmissions)
-        or (command.proof_no_effect is True and lease_over)
+        or _lookup_past_lease(record, command.proof_looked_up_at_us, now_us)
     )
 
 
@@ -502,7 +530,10 @@ def transition_violations(
         broken.append("TR-A3")  # one transmission per grant, fresh egress, repeats only when proven
     if new.state is AttemptState.FAILED and record.state is not AttemptState.FAILED and not (
         (kind is AttemptCommandType.RECORD_FAILED and (
-            (command.evidence is FailureKind.REJECTED_BEFORE_EFFECT and record.state is AttemptState.SUBMITTING)  # type: ignore[union-attr]
+            # a rejection of the latest transmission, with no earlier one still able to land
+            (command.evidence is FailureKind.REJECTED_BEFORE_EFFECT and record.state is AttemptState.SUBMITTING  # type: ignore[union-attr]
+             and command.transmission == record.transmissions  # type: ignore[union-attr]
+             and not record.granted_during_earlier_lease)
             or (command.evidence is FailureKind.PROVIDER_FAILED and record.state in (  # type: ignore[union-attr]
                 AttemptState.ACCEPTED, AttemptState.RUNNING, AttemptState.INDETERMINATE))
         ))
@@ -524,9 +555,9 @@ def transition_violations(
     ):
         broken.append("TR-A8")  # indeterminate leaves only by observation or proven resubmission
     if kind is AttemptCommandType.RECONCILE and command.lookup is LookupKind.NOT_FOUND and (  # type: ignore[union-attr]
-        record.submit_lease_expires_at_us is not None and now_us < record.submit_lease_expires_at_us
+        not _lookup_past_lease(record, command.looked_up_at_us, now_us)  # type: ignore[union-attr]
     ):
-        broken.append("TR-A9")  # a not-found during the submit lease proves nothing
+        broken.append("TR-A9")  # a not-found looked up during the submit lease proves nothing
     return broken
 
 

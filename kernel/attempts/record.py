@@ -65,7 +65,11 @@ class AttemptRow:
     egress decision listed at its position in ``transmission_egress``; ``denied_egress``
     lists decisions that refused one. ``submit_lease_expires_at_us`` bounds the latest
     transmission's sender; ``no_effect_proof_for`` names the transmission a lookup proved
-    had no effect. ``provider_job_id`` is set once and never changes.
+    had no effect; ``granted_during_earlier_lease`` says the latest transmission was granted
+    while an earlier one's submit lease was still live (only a same-key-replay binding
+    allows that), so the earlier one may reach the provider after the latest is answered
+    and a rejection of the latest proves nothing about the attempt. ``provider_job_id`` is
+    set once and never changes.
     """
 
     attempt_id: str
@@ -95,6 +99,7 @@ class AttemptRow:
     denied_egress: tuple[str, ...]
     submit_lease_expires_at_us: int | None
     no_effect_proof_for: int | None
+    granted_during_earlier_lease: bool
     progress_cursor: str | None
     result_refs: tuple[str, ...]
     diagnostic_refs: tuple[str, ...]
@@ -174,6 +179,7 @@ def _types_and_bounds(record: AttemptRow) -> list[str]:
         "submit_lease_expires_at_us": record.submit_lease_expires_at_us is None
         or _instant(record.submit_lease_expires_at_us),
         "no_effect_proof_for": record.no_effect_proof_for is None or bounds.is_strict_int(record.no_effect_proof_for),
+        "granted_during_earlier_lease": type(record.granted_during_earlier_lease) is bool,
         "progress_cursor": _optional_text(record.progress_cursor, MAX_REASON_CHARS),
         "result_refs": _texts(record.result_refs),
         "diagnostic_refs": _texts(record.diagnostic_refs),
@@ -190,7 +196,7 @@ def _types_and_bounds(record: AttemptRow) -> list[str]:
 
 
 def record_violations(record: AttemptRow) -> list[str]:
-    """The invariants (``INV-A1`` ... ``INV-A9`` in specs/attempts.md) this record breaks."""
+    """The invariants (``INV-A1`` ... ``INV-A10`` in specs/attempts.md) this record breaks."""
     broken = _types_and_bounds(record)
     if broken:
         return broken
@@ -225,6 +231,11 @@ def record_violations(record: AttemptRow) -> list[str]:
         # once), and time runs forward.
         "INV-A9": not (state is AttemptState.PREPARED and record.cancel_requested)
         and record.created_at_us <= record.updated_at_us,
+        # INV-A10: only a same-key-replay binding grants a transmission while an earlier
+        # one may still be in flight (elsewhere a resubmission needs the earlier one's
+        # lease over), and only a second or later transmission has an earlier one.
+        "INV-A10": not record.granted_during_earlier_lease
+        or (record.same_key_replay and record.transmissions >= 2),
     }
     return [name for name, ok in rules.items() if not ok]
 

@@ -41,8 +41,8 @@ effect or property reads (the tests check both on every decision of the standard
 
 The properties (:data:`WORLD_PROPERTIES`) are the guarantees as the world sees them;
 :data:`KERNEL_CHECKS` adds the kernel's own record invariants and transition rules on
-every record and decision reached. :data:`STANDARD` holds under three assumptions the
-current kernel needs; :data:`FINDINGS` shows each one broken.
+every record and decision reached. The standard worlds let in every surrounding the
+configuration knows (see :data:`STANDARD` for the three the kernel once needed left out).
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ __all__ = [
     "KERNEL_CHECKS",
     "STANDARD",
     "SOAK",
-    "FINDINGS",
     "PROVIDERS",
 ]
 
@@ -113,8 +112,10 @@ clock) and its evidence log (history: appended to by observations, read by no gu
 effect and no property, and far below its bound of 256 entries at these depths; the
 tests check that no decision of a reachable world changes without it)."""
 _ACTIVE = (AttemptState.ACCEPTED, AttemptState.RUNNING)
-_NOT_FOUND = Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=True)
-"""A lookup's honest not-found: a provider that offers lookups vouches for it."""
+def _not_found(looked_up_at_us: int) -> Reconcile:
+    """A lookup's honest not-found, made at ``looked_up_at_us``: a provider that offers
+    lookups vouches for it."""
+    return Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=True, looked_up_at_us=looked_up_at_us)
 
 # What a granted transmission truly did (ghost history).
 PENDING = "pending"  # its sender holds it; it reaches the provider only while its lease is live
@@ -146,19 +147,20 @@ class Configuration:
     stale_reports: bool = True
     """Whether a sender's report of its driver's answer may reach the kernel after another
     transmission of the attempt was granted (a pause longer than the submit lease, or a
-    concurrent sender on a replay binding). The kernel's report commands do not name the
-    transmission they answer, so it cannot tell; ``False`` drops such a report, as a
-    report naming its transmission would let the kernel refuse it (see :data:`FINDINGS`)."""
+    concurrent sender on a replay binding). A rejection names the transmission it answers,
+    so the kernel refuses one about any but the latest; ``False`` drops such reports
+    (a narrower world, for comparison)."""
     rejections_beside_another_in_flight: bool = True
     """Whether the provider may reject a transmission definitively while another of the
     same key is still in flight (two senders on a same-key-replay binding: the second is
-    turned away, say for quota, and the first then lands). ``False`` leaves such a
-    rejection out (see :data:`FINDINGS`)."""
+    turned away, say for quota, and the first then lands). The kernel records whether the
+    latest grant overlapped an earlier lease and then refuses the rejection; ``False``
+    leaves such a rejection out."""
     stale_lookups: bool = True
     """Whether a lookup that found nothing may reach the kernel some time after it was made
-    (the reconciler looks up, then waits for the row lock or pauses). The kernel judges
-    it against the submit lease at the time it decides, not at the lookup's; ``False``
-    makes every lookup and its ``reconcile`` one step (see :data:`FINDINGS`). Only a
+    (the reconciler looks up, then waits for the row lock or pauses). The not-found carries
+    the lookup's instant and the kernel judges it against the submit lease at that
+    instant; ``False`` makes every lookup and its ``reconcile`` one step. Only a
     not-found can go stale harmfully: a job, once made, stays found, and a late ``Found``
     moves an attempt forward only."""
     reservation: str | None = "gpu-0"
@@ -190,9 +192,10 @@ class World:
     lies: int
     """Identities a lying provider made up so far (each one new)."""
     run_closed: bool
-    not_found_held: tuple[int, ...]
-    """Generations whose lookup found nothing, as the reconciler holds it before its
-    ``reconcile`` reaches the kernel (``Configuration.stale_lookups``)."""
+    not_found_held: tuple[tuple[int, int], ...]
+    """(generation, the instant of the lookup) of each lookup that found nothing, as the
+    reconciler holds it before its ``reconcile`` reaches the kernel
+    (``Configuration.stale_lookups``)."""
     last: tuple[int, AttemptCommand, Decision] | None = dataclasses.field(default=None, compare=False)
     """What the last step decided (generation index, command, decision): for the
     transition rules only; left out of equality and of the canonical key."""
@@ -275,8 +278,17 @@ class AttemptModel:
             else (NEVER_SENT if truth == PENDING else truth, 0)
             for truth, lease_end in sent
         ) for sent in state.transmissions)
-        return (rows, tuple(sorted(state.senders)), transmissions, state.jobs, state.lies, state.run_closed,
-                state.not_found_held)
+        # A held not-found counts only by whether it was looked up during its row's lease:
+        # the one comparison the kernel makes with its instant. A later grant only moves
+        # the lease's end past it (the grant comes after the lookup), never back.
+        held = tuple((generation, self._during_lease(state.rows[generation], instant))
+                     for generation, instant in state.not_found_held)
+        return (rows, tuple(sorted(state.senders)), transmissions, state.jobs, state.lies, state.run_closed, held)
+
+    @staticmethod
+    def _during_lease(row: AttemptRow | None, instant: int) -> bool:
+        lease = None if row is None else row.submit_lease_expires_at_us
+        return lease is None or instant < lease
 
     def describe(self, state: World) -> str:
         parts = [f"t+{(state.now_us - NOW_US) // 1_000_000}s"]
@@ -310,7 +322,9 @@ class AttemptModel:
             if jobs or sent:
                 parts.append(f"provider g{generation + 1}: {jobs or 'no job'}; {sent}")
         if state.not_found_held:
-            parts.append("reconciler holds not-found " + ",".join(f"g{number + 1}" for number in state.not_found_held))
+            parts.append("reconciler holds not-found " + ",".join(
+                f"g{number + 1} looked up at t+{(instant - NOW_US) // 1_000_000}s"
+                for number, instant in state.not_found_held))
         if state.run_closed:
             parts.append("Run closed")
         return " | ".join(parts)
@@ -326,7 +340,8 @@ class AttemptModel:
             working_refs=(), destination=None, purpose="explore", consent_decision=None, policy_revisions_json="{}",
             reservation=self.configuration.reservation, spec_digest=_DIGEST, state=AttemptState.PREPARED,
             provider_job_id=None, transmissions=0, transmission_egress=(), denied_egress=(),
-            submit_lease_expires_at_us=None, no_effect_proof_for=None, progress_cursor=None, result_refs=(),
+            submit_lease_expires_at_us=None, no_effect_proof_for=None, granted_during_earlier_lease=False,
+            progress_cursor=None, result_refs=(),
             diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(), cancel_requested=False, evidence=(),
             reservation_released=False, created_at_us=NOW_US, updated_at_us=NOW_US,
         )
@@ -383,7 +398,8 @@ class AttemptModel:
         if number != len(transmissions) and not self.configuration.stale_reports:
             return
         if outcome == REJECTED:
-            command: AttemptCommand = RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="rejected")
+            command: AttemptCommand = RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="rejected",
+                                                   transmission=number)
         elif outcome == AMBIGUOUS:
             command = RecordAmbiguous(reason="no_acknowledgement")
         else:
@@ -404,12 +420,12 @@ class AttemptModel:
             if row is None or row.transmissions >= self.configuration.transmissions:
                 continue
             egress = f"egress-{len(row.transmission_egress) + len(row.denied_egress) + 1}"
-            plain = BeginSubmit(egress_decision_id=egress, egress_allowed=True, proof_no_effect=False,
+            plain = BeginSubmit(egress_decision_id=egress, egress_allowed=True, proof_looked_up_at_us=None,
                                 lease_us=LEASE_US)
             moves = list(self._submit(state, index, actor, generation, plain, ""))
             if not moves and self.lookup and not state.jobs[generation]:
                 # The caller looked the key up just now, found nothing, and passes that proof.
-                proven = dataclasses.replace(plain, proof_no_effect=True)
+                proven = dataclasses.replace(plain, proof_looked_up_at_us=state.now_us)
                 moves = list(self._submit(state, index, actor, generation, proven, " with a lookup's no-effect proof"))
             yield from moves
 
@@ -479,7 +495,7 @@ class AttemptModel:
                 identity, job_state = jobs[0]
                 observations.append((f"lookup: found {identity} {job_state.value}", self._found(identity, job_state)))
             else:
-                observations.append(("lookup: not found", _NOT_FOUND))
+                observations.append(("lookup: not found", _not_found(state.now_us)))
             observations.append(("lookup: failed", Reconcile(lookup=LookupKind.FAILED)))
         job = _job(state, generation, row.provider_job_id)
         if job is not None:
@@ -509,15 +525,16 @@ class AttemptModel:
         stays among ``observations``: a lookup reported at once)."""
         name = f"g{generation + 1}"
         held = state.not_found_held
-        if generation in held:
-            rest = tuple(number for number in held if number != generation)
-            decision, after = self._decide(state, generation, _NOT_FOUND)
+        mine = [instant for number, instant in held if number == generation]
+        if mine:
+            rest = tuple(entry for entry in held if entry[0] != generation)
+            decision, after = self._decide(state, generation, _not_found(mine[0]))
             reported = _replace(after, not_found_held=rest, last=after.last)
             yield Step("reconciler", f"reconcile {name} with the not-found it held", self._detail(decision)), reported
             yield Step("reconciler", "crash", f"forgets the not-found of {name}"), _replace(state, not_found_held=rest)
         elif not state.jobs[generation]:
             yield Step("reconciler", f"lookup {name}: not found (held)"), _replace(
-                state, not_found_held=tuple(sorted((*held, generation))))
+                state, not_found_held=tuple(sorted((*held, (generation, state.now_us)))))
 
     @staticmethod
     def _found(identity: str, job_state: AttemptState) -> Reconcile:
@@ -721,7 +738,7 @@ the generations show. None of them asks the kernel's own checkers."""
 KERNEL_CHECKS: tuple[Property[World], ...] = (
     Property(
         "records_keep_their_invariants",
-        "INV-A1 ... INV-A9",
+        "INV-A1 ... INV-A10",
         "Every stored attempt keeps record_violations() empty (checked on every row a step decides).",
         step=_record_invariants,
     ),
@@ -739,8 +756,7 @@ PROPERTIES: tuple[Property[World], ...] = WORLD_PROPERTIES + KERNEL_CHECKS
 
 
 def _standard(provider: str, **bounds: Any) -> AttemptModel:
-    return AttemptModel(Configuration(provider=provider, stale_reports=False,
-                                      rejections_beside_another_in_flight=False, stale_lookups=False, **bounds))
+    return AttemptModel(Configuration(provider=provider, **bounds))
 
 
 STANDARD: list[tuple[AttemptModel, int]] = [
@@ -756,12 +772,16 @@ second generation can meet an open first one). ``transmissions`` bounds how many
 the senders ask to transmit one attempt (3 where resubmissions need proof, so that a
 proven resubmission can itself be proven and resubmitted).
 
+Every surrounding is let in: stale reports, a rejection beside another transmission in
+flight, stale lookups. (Until December 2026 the kernel needed all three left out: a
+rejection named no transmission and a not-found no instant, and each broke a property;
+the mutants ``rejection_of_any_transmission_fails``, ``rejection_beside_an_earlier_one_fails``
+and ``not_found_judged_when_decided`` put each defect back, and these worlds catch them.)
+
 Why 32 actions reach every state that matters: none of these worlds has a state deeper
-than 20 actions (each reports ``exhausted=True``: the frontier empties at depth 15, 20,
-20 and 15), so every reachable state of each world is visited and the bound only caps a
-mistake. Each world assumes three things of its surroundings that the current kernel
-needs (``stale_reports``, ``rejections_beside_another_in_flight`` and ``stale_lookups``
-all ``False``); without any one of them it breaks a property (:data:`FINDINGS`)."""
+than 21 actions (each reports ``exhausted=True``: the frontier empties at depth 17, 21,
+20 and 17), so every reachable state of each world is visited and the bound only caps a
+mistake."""
 
 SOAK: list[tuple[AttemptModel, int]] = [
     (_standard("replay", senders=3, transmissions=3), 40),
@@ -776,37 +796,3 @@ on a two-core machine (states, deepest level, seconds): 88 229 / 18 / 16;
 18 669 / 20 / 3; 47 059 / 18 / 8; 239 155 / 28 / 74; 1 074 613 / 27 / 250. A third
 sender adds nothing where the provider offers no lookup (only one transmission is ever
 granted there), so ``neither`` is not soaked wider."""
-
-
-def _finding(provider: str, assumption: str) -> AttemptModel:
-    knobs = {"stale_reports": False, "rejections_beside_another_in_flight": False, "stale_lookups": False}
-    knobs[assumption] = True
-    return AttemptModel(Configuration(provider=provider, **knobs))  # type: ignore[arg-type]
-
-
-FINDINGS: list[tuple[AttemptModel, int, str]] = [
-    (_finding("lookup_only", "stale_reports"), 32, "no_fabricated_failure"),
-    (_finding("replay", "rejections_beside_another_in_flight"), 32, "no_fabricated_failure"),
-    (_finding("lookup_only", "stale_lookups"), 32, "at_most_one_transmission_without_proof_of_no_effect"),
-]
-"""Worlds in which the current kernel breaks a property: (model, bound, the property),
-each the standard world with one assumption dropped. The cause is one: a report or an
-observation does not name the transmission it is about, nor when it was made.
-
-1. A stale rejection (``stale_reports``): a sender's driver hears a definite rejection of
-   transmission 1, its report is delayed; meanwhile transmission 2 is granted (after the
-   lease, on a no-effect proof) and may land; the late ``record_failed`` fails the
-   attempt, since ``RecordFailed`` does not name the transmission it answers.
-2. A rejection beside another transmission in flight
-   (``rejections_beside_another_in_flight``, a replay binding with two senders):
-   transmission 2 is rejected and reported at once while transmission 1, granted before
-   it, is still in flight; it then makes a job under a failed attempt.
-3. A stale not-found (``stale_lookups``): the reconciler looks the key up while
-   transmission 1 is in flight and finds nothing; the transmission lands; the lease
-   ends; the late ``reconcile`` is judged against the lease at its own time, records a
-   no-effect proof, and a resubmission follows: two effects on a provider without
-   same-key replay.
-
-A kernel in which a rejection names its transmission (and fails the attempt only when it
-is the latest and none before it may still be in flight) and a lookup carries the
-instant it was made (judged against the lease at that instant) would keep all three."""

@@ -42,14 +42,26 @@ def prepared(**changes: object) -> AttemptRow:
         destination=None, purpose="render", consent_decision=None, policy_revisions_json="{}", reservation=None,
         spec_digest="sha256:" + "c" * 64, state=AttemptState.PREPARED, provider_job_id=None, transmissions=0,
         transmission_egress=(), denied_egress=(), submit_lease_expires_at_us=None, no_effect_proof_for=None,
+        granted_during_earlier_lease=False,
         progress_cursor=None, result_refs=(), diagnostic_refs=(), usage_json=None, cost_json=None, warnings=(),
         cancel_requested=False, evidence=(), reservation_released=False, created_at_us=NOW - 10, updated_at_us=NOW - 10,
     )
     return dataclasses.replace(row, **changes)  # type: ignore[arg-type]
 
 
-def submit(decision_id: str = "egress-1", *, allowed: bool = True, proof: bool = False) -> BeginSubmit:
-    return BeginSubmit(egress_decision_id=decision_id, egress_allowed=allowed, proof_no_effect=proof, lease_us=LEASE)
+def submit(decision_id: str = "egress-1", *, allowed: bool = True, proof_at: int | None = None) -> BeginSubmit:
+    """A grant request; ``proof_at``: the instant of the caller's lookup that found nothing."""
+    return BeginSubmit(egress_decision_id=decision_id, egress_allowed=allowed, proof_looked_up_at_us=proof_at,
+                       lease_us=LEASE)
+
+
+def not_found(at: int | None) -> Reconcile:
+    """A vouching not-found from a lookup made at ``at``."""
+    return Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=True, looked_up_at_us=at)
+
+
+def rejection(transmission: int | None) -> RecordFailed:
+    return RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="quota", transmission=transmission)
 
 
 def applied(decision: object) -> AttemptRow:
@@ -162,13 +174,35 @@ def test_a_resubmission_without_proof_is_refused_even_after_the_lease() -> None:
 
 def test_a_no_effect_proof_during_the_submit_lease_proves_nothing() -> None:
     row = submitting()
-    lookup = Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=True)
-    assert refused(decide(row, lookup, NOW + 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
-    assert refused(decide(row, submit("egress-2", proof=True), NOW + 1), AttemptRefusal.RESUBMIT_UNPROVEN)
+    assert refused(decide(row, not_found(NOW + 1), NOW + 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    assert refused(decide(row, submit("egress-2", proof_at=NOW + 1), NOW + 1), AttemptRefusal.RESUBMIT_UNPROVEN)
+
+
+def test_a_not_found_is_judged_at_the_instant_of_its_lookup_not_when_it_is_reported() -> None:
+    """Looked up during the lease, reported after it: the transmission may have landed in
+    between, so the not-found proves nothing (to reconcile or to begin_submit)."""
+    row = submitting()
+    late = NOW + 5 * LEASE
+    assert refused(decide(row, not_found(NOW + LEASE - 1), late), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    assert refused(decide(row, submit("egress-2", proof_at=NOW + LEASE - 1), late), AttemptRefusal.RESUBMIT_UNPROVEN)
+    # Looked up once the lease had ended: a proof, however late it is reported.
+    assert applied(decide(row, not_found(NOW + LEASE), late)).no_effect_proof_for == 1
+    assert applied(decide(row, submit("egress-2", proof_at=NOW + LEASE), late)).transmissions == 2
+    # A lookup older than the latest grant is inside that grant's lease too.
+    again = applied(decide(applied(decide(row, not_found(NOW + LEASE), late)), submit("egress-2"), late))
+    assert refused(decide(again, not_found(late - 1), late + 5 * LEASE), AttemptRefusal.SUBMIT_LEASE_LIVE)
+
+
+def test_a_not_found_without_its_instant_proves_nothing_and_one_from_the_future_counts_as_now() -> None:
+    row = submitting()
+    assert refused(decide(row, not_found(None), NOW + 2 * LEASE), AttemptRefusal.NOTHING_PROVEN)
+    assert refused(decide(row, submit("egress-2", proof_at=NOW + 9 * LEASE), NOW + 1),
+                   AttemptRefusal.RESUBMIT_UNPROVEN)
+    assert refused(decide(row, not_found(NOW + 9 * LEASE), NOW + 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
 
 
 def test_a_recorded_no_effect_proof_allows_exactly_one_resubmission_with_the_same_key() -> None:
-    row = applied(decide(submitting(), Reconcile(lookup=LookupKind.NOT_FOUND, proves_no_effect=True), NOW + LEASE))
+    row = applied(decide(submitting(), not_found(NOW + LEASE), NOW + LEASE))
     assert row.no_effect_proof_for == 1
     again = applied(decide(row, submit("egress-2"), NOW + LEASE))
     assert (again.transmissions, again.idempotency_key, again.no_effect_proof_for) == (2, "key-1", None)
@@ -177,7 +211,11 @@ def test_a_recorded_no_effect_proof_allows_exactly_one_resubmission_with_the_sam
 
 def test_a_same_key_replay_binding_may_resubmit_without_proof() -> None:
     row = submitting(same_key_replay=True)
-    assert applied(decide(row, submit("egress-2"), NOW + 1)).transmissions == 2
+    again = applied(decide(row, submit("egress-2"), NOW + 1))
+    assert (again.transmissions, again.granted_during_earlier_lease) == (2, True)
+    # Granted once every earlier lease has ended: nothing earlier can still land.
+    later = applied(decide(row, submit("egress-2"), NOW + LEASE))
+    assert (later.transmissions, later.granted_during_earlier_lease) == (2, False)
 
 
 def test_a_cancel_request_stops_resubmission() -> None:
@@ -207,11 +245,38 @@ def test_failed_needs_evidence_of_the_right_kind() -> None:
     row = submitting()
     assert refused(decide(row, RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason="x"), NOW),
                    AttemptRefusal.EVIDENCE_INSUFFICIENT)
-    assert applied(decide(row, RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="quota"), NOW)).state \
-        is AttemptState.FAILED
+    assert applied(decide(row, rejection(1), NOW)).state is AttemptState.FAILED
     accepted = applied(decide(row, RecordAccepted(provider_job_id="job-a"), NOW))
-    assert refused(decide(accepted, RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="x"), NOW),
+    assert refused(decide(accepted, rejection(1), NOW),
                    AttemptRefusal.EVIDENCE_INSUFFICIENT)
+
+
+def test_a_rejection_fails_the_attempt_only_when_it_answers_the_latest_transmission() -> None:
+    """A sender paused past its lease hears transmission 1 rejected; meanwhile transmission
+    2 was granted on a no-effect proof and may land: the late rejection fails nothing."""
+    proven = applied(decide(submitting(), not_found(NOW + LEASE), NOW + LEASE))
+    second = applied(decide(proven, submit("egress-2"), NOW + LEASE))
+    assert refused(decide(second, rejection(1), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
+    assert refused(decide(second, rejection(None), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
+    assert refused(decide(second, rejection(3), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
+    assert applied(decide(second, rejection(2), NOW + LEASE + 1)).state is AttemptState.FAILED
+    assert OUTCOMES[AttemptRefusal.STALE_TRANSMISSION] is None
+
+
+def test_a_rejection_beside_an_earlier_transmission_still_in_flight_fails_nothing() -> None:
+    """Two senders on a same-key-replay binding: the second is granted while the first's
+    lease is live and is turned away (quota); the first may still land, so the attempt
+    stays submitting. A transmission granted after every earlier lease ended fails it."""
+    first = submitting(same_key_replay=True)
+    beside = applied(decide(first, submit("egress-2"), NOW + 1))
+    assert refused(decide(beside, rejection(2), NOW + 2), AttemptRefusal.EARLIER_IN_FLIGHT)
+    # Still refused after the first lease ended: the first may have landed after the rejection.
+    assert refused(decide(beside, rejection(2), NOW + 3 * LEASE), AttemptRefusal.EARLIER_IN_FLIGHT)
+    ended = applied(decide(beside, ExpireSubmitLease(), NOW + 3 * LEASE))
+    third = applied(decide(ended, submit("egress-3"), NOW + 3 * LEASE))
+    assert third.granted_during_earlier_lease is False
+    assert applied(decide(third, rejection(3), NOW + 3 * LEASE + 1)).state is AttemptState.FAILED
+    assert OUTCOMES[AttemptRefusal.EARLIER_IN_FLIGHT] is None
 
 
 @given(situation=attempt_situations())
@@ -266,7 +331,7 @@ def test_the_reservation_is_released_only_after_terminal_containment_never_while
     assert refused(decide(row, ReleaseReservation(), NOW), AttemptRefusal.NOT_FINISHED)
     indeterminate = applied(decide(row, RecordAmbiguous(reason="crash"), NOW))
     assert refused(decide(indeterminate, ReleaseReservation(), NOW), AttemptRefusal.CONTAINMENT_UNPROVEN)
-    failed = applied(decide(row, RecordFailed(evidence=FailureKind.REJECTED_BEFORE_EFFECT, reason="quota"), NOW))
+    failed = applied(decide(row, rejection(1), NOW))
     assert applied(decide(failed, ReleaseReservation(), NOW)).reservation_released is True
 
 

@@ -248,6 +248,29 @@ def not_found_during_lease_proves_no_effect() -> None:
     attempts.GUARDS["not_found_during_submit_lease"] = lambda record, command, now_us: False
 
 
+def rejection_of_any_transmission_fails() -> None:
+    # A late rejection of an earlier transmission fails the attempt after a later one
+    # was granted (and may land).
+    attempts.GUARDS["rejection_not_of_the_latest"] = lambda record, command, now_us: False
+
+
+def rejection_beside_an_earlier_one_fails() -> None:
+    # A rejection of the latest transmission fails the attempt while an earlier one,
+    # granted beside it on a same-key-replay binding, may still land.
+    attempts.GUARDS["rejection_beside_an_earlier_transmission"] = lambda record, command, now_us: False
+
+
+def not_found_judged_when_decided() -> None:
+    # A not-found is judged against the submit lease at the instant its reconcile is
+    # decided, not at its lookup's: a lookup made during the lease and reported after it
+    # records a no-effect proof.
+    def during_lease(record: Any, command: Any, now_us: int) -> bool:
+        lease = record.submit_lease_expires_at_us
+        return command.lookup.value == "not_found" and lease is not None and lease > now_us
+
+    attempts.GUARDS["not_found_during_submit_lease"] = during_lease
+
+
 def prepare_ignores_closed_run() -> None:
     # A new attempt lands for a Run that is settled or being cancelled: an effect behind
     # the Run's containment check.
@@ -268,6 +291,9 @@ ATTEMPT_MUTANTS: dict[str, Callable[[], None]] = {
         resubmit_without_proof,
         accept_second_identity,
         release_while_indeterminate,
+        rejection_of_any_transmission_fails,
+        rejection_beside_an_earlier_one_fails,
+        not_found_judged_when_decided,
         new_generation_over_open_one,
         not_found_during_lease_proves_no_effect,
         cancelled_on_request,

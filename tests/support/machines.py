@@ -157,17 +157,23 @@ ATTEMPT_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "resubmit_unproven": lambda r, c, n: not (
         r.same_key_replay is True
         or (r.no_effect_proof_for is not None and r.no_effect_proof_for == r.transmissions)
-        or (c.proof_no_effect is True and not _lease_on(r, n))
+        or (c.proof_looked_up_at_us is not None and not _lease_on(r, min(c.proof_looked_up_at_us, n)))
     ),
     "identity_differs": lambda r, c, n: None not in (r.provider_job_id, c.provider_job_id)
     and r.provider_job_id != c.provider_job_id,
     "identity_unknown": lambda r, c, n: r.provider_job_id is None,
+    "rejection_not_of_the_latest": lambda r, c, n: _is(c.evidence, "rejected_before_effect")
+    and (c.transmission is None or c.transmission < r.transmissions or c.transmission > r.transmissions),
+    "rejection_beside_an_earlier_transmission": lambda r, c, n: _is(c.evidence, "rejected_before_effect")
+    and r.granted_during_earlier_lease is True,
     "rejected_before_effect": lambda r, c, n: _is(c.evidence, "rejected_before_effect"),
     "provider_failed": lambda r, c, n: _is(c.evidence, "provider_failed"),
     "lookup_failed": lambda r, c, n: _is(c.lookup, "lookup_failed"),
     "not_found": lambda r, c, n: _is(c.lookup, "not_found"),
-    "not_found_during_submit_lease": lambda r, c, n: _is(c.lookup, "not_found") and _lease_on(r, n),
-    "not_found_unproven": lambda r, c, n: _is(c.lookup, "not_found") and c.proves_no_effect is not True,
+    "not_found_during_submit_lease": lambda r, c, n: _is(c.lookup, "not_found")
+    and _lease_on(r, n if c.looked_up_at_us is None else min(c.looked_up_at_us, n)),
+    "not_found_unproven": lambda r, c, n: _is(c.lookup, "not_found")
+    and (c.proves_no_effect is not True or c.looked_up_at_us is None),
     "proof_recorded": lambda r, c, n: _is(c.lookup, "not_found") and r.no_effect_proof_for == r.transmissions,
     "found_not_ahead": lambda r, c, n: _is(c.lookup, "found") and c.found_state is not None
     and _ORDER[c.found_state.value] <= _ORDER[r.state.value],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import pathlib
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from adapter_support import raw
 from attempt_fakes import spec
+from polling import until
 from tenure.adapters import AttemptLedger
 from tenure.adapters.attempts.ledger import attempt_id_for
 from tenure.model import (
@@ -64,7 +66,7 @@ async def test_generations_follow_only_a_failed_or_cancelled_predecessor(ledger:
     with pytest.raises(TenureError) as caught:
         await ledger.prepare(spec(generation=2))
     assert caught.value.code is ErrorCode.ATTEMPT_PREDECESSOR_UNRESOLVED
-    assert await ledger.record_failed(first, evidence=RejectedBeforeEffect("quota"))
+    assert await ledger.record_failed(first, evidence=RejectedBeforeEffect("quota"), transmission=1)
     for bad, reason in ((spec(generation=3), "generation_gap"), (spec(generation=2, key="key-owner-1-1"), "key_reused")):
         with pytest.raises(TenureError) as caught:
             await ledger.prepare(bad)
@@ -118,12 +120,54 @@ async def test_of_concurrent_first_submissions_exactly_one_gets_the_transmission
 async def test_a_no_effect_proof_outside_the_submit_lease_allows_one_resubmission(ledger: AttemptLedger) -> None:
     attempt_id = await ledger.prepare(spec(kind="lookup_only"))
     await ledger.begin_submit(attempt_id, egress=egress(1), lease_seconds=0.05)
-    assert await ledger.reconcile(attempt_id, NotFound(proves_no_effect=True)) is False  # lease still live
-    await asyncio.sleep(0.1)
+    during = await ledger.database_now()
+    assert await ledger.reconcile(attempt_id, NotFound(proves_no_effect=True), looked_up_at=during) is False
+    await _lease_over(ledger, during)
     assert await ledger.reconcile(attempt_id, LookupFailed("provider down")) is False
-    assert await ledger.reconcile(attempt_id, NotFound(proves_no_effect=True)) is True
+    # Looked up while the lease was live, reported after it ended: still no proof (the
+    # transmission may have landed between the lookup and now).
+    assert await ledger.reconcile(attempt_id, NotFound(proves_no_effect=True), looked_up_at=during) is False
+    with pytest.raises(TenureError) as caught:
+        await ledger.begin_submit(attempt_id, egress=egress(2), proof=NotFound(True), looked_up_at=during)
+    assert caught.value.code is ErrorCode.ATTEMPT_RESUBMIT_UNPROVEN
+    after = await ledger.database_now()
+    assert await ledger.reconcile(attempt_id, NotFound(proves_no_effect=True), looked_up_at=after) is True
     again = await ledger.begin_submit(attempt_id, egress=egress(2))
     assert again is not None and again.number == 2
+
+
+async def _lease_over(ledger: AttemptLedger, granted_by: dt.datetime, lease_s: float = 0.05) -> None:
+    """Wait until the database clock passes a lease of ``lease_s`` granted no later than
+    ``granted_by`` (a hang guard, not a timing)."""
+    end = granted_by + dt.timedelta(seconds=lease_s)
+
+    async def over() -> bool:
+        return await ledger.database_now() >= end
+    await until(over, what="the submit lease to end")
+
+
+def _aware() -> dt.datetime:
+    return dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+async def test_a_rejection_names_its_transmission_and_fails_only_the_latest_alone(ledger: AttemptLedger) -> None:
+    """A late rejection of transmission 1 after transmission 2 was granted fails nothing;
+    on a same-key-replay binding a rejection of a transmission granted beside a live one
+    fails nothing either; the attempt stays submitting."""
+    proven = await ledger.prepare(spec("owner-late", kind="lookup_only"))
+    await ledger.begin_submit(proven, egress=egress(1), lease_seconds=0.05)
+    await _lease_over(ledger, await ledger.database_now())
+    assert await ledger.reconcile(proven, NotFound(True), looked_up_at=await ledger.database_now())
+    assert (await ledger.begin_submit(proven, egress=egress(2))).number == 2  # type: ignore[union-attr]
+    assert await ledger.record_failed(proven, evidence=RejectedBeforeEffect("quota"), transmission=1) is False
+    assert (await ledger.get(proven)).state is AttemptState.SUBMITTING  # type: ignore[union-attr]
+    assert await ledger.record_failed(proven, evidence=RejectedBeforeEffect("quota"), transmission=2) is True
+
+    replayed = await ledger.prepare(spec("owner-beside", kind="replay"))
+    await ledger.begin_submit(replayed, egress=egress(3))
+    assert (await ledger.begin_submit(replayed, egress=egress(4))).number == 2  # type: ignore[union-attr]
+    assert await ledger.record_failed(replayed, evidence=RejectedBeforeEffect("quota"), transmission=2) is False
+    assert (await ledger.get(replayed)).state is AttemptState.SUBMITTING  # type: ignore[union-attr]
 
 
 async def test_the_identity_is_recorded_once_and_a_lying_replay_conflicts(ledger: AttemptLedger) -> None:
@@ -173,7 +217,7 @@ async def test_list_unresolved_pages_oldest_first_and_skips_settled_attempts(led
         attempt_id = await ledger.prepare(spec(f"owner-{number}"))
         await ledger.begin_submit(attempt_id, egress=egress(number))
         ids.append(attempt_id)
-    await ledger.record_failed(ids[2], evidence=RejectedBeforeEffect("no"))
+    await ledger.record_failed(ids[2], evidence=RejectedBeforeEffect("no"), transmission=1)
     seen: list[str] = []
     cursor = None
     while True:
@@ -209,6 +253,16 @@ async def test_bad_input_is_a_config_error_that_echoes_nothing(ledger: AttemptLe
         lambda: ledger.reconcile(attempt_id, "SECRET"),  # type: ignore[arg-type]
         lambda: ledger.list_unresolved(after="SECRET"),
         lambda: ledger.record_failed(attempt_id, evidence="SECRET"),  # type: ignore[arg-type]
+        lambda: ledger.record_failed(attempt_id, evidence=RejectedBeforeEffect("SECRET")),
+        lambda: ledger.record_failed(attempt_id, evidence=RejectedBeforeEffect("SECRET"), transmission=0),
+        lambda: ledger.record_failed(attempt_id, evidence=RejectedBeforeEffect("SECRET"), transmission=True),
+        lambda: ledger.record_failed(attempt_id, evidence=ProviderFailed("SECRET"), transmission=1),
+        lambda: ledger.reconcile(attempt_id, NotFound(True)),
+        lambda: ledger.reconcile(attempt_id, NotFound(True), looked_up_at=dt.datetime(2026, 1, 1)),
+        lambda: ledger.reconcile(attempt_id, NotFound(True), looked_up_at="SECRET"),  # type: ignore[arg-type]
+        lambda: ledger.reconcile(attempt_id, Found("SECRET", AttemptState.RUNNING), looked_up_at=_aware()),
+        lambda: ledger.begin_submit(attempt_id, egress=egress(), proof=NotFound(True)),
+        lambda: ledger.begin_submit(attempt_id, egress=egress(), looked_up_at=_aware()),
     ):
         with pytest.raises(ConfigValidationError) as caught:
             await call()
