@@ -1,6 +1,6 @@
 """Run the bounded exhaustive explorer (:mod:`tenure.kernel.explore`) and report it.
 
-    python -m tenure.conformance.explore [--machines queue,attempts,runs] [--soak] [--json]
+    python -m tenure.conformance.explore [--machines queue,attempts,runs] [--soak] [--json] [--replay-dir DIR]
 
 For each configuration of the chosen machines (their ``STANDARD`` bounds, or ``SOAK``
 with ``--soak``), explores every interleaving up to its depth and prints one line: the
@@ -21,10 +21,10 @@ import json
 import pathlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tenure.kernel.explore.engine import Exploration, explore, trace_table
+from tenure.kernel.explore.engine import Exploration, Violation, explore, trace_table
 
 __all__ = ["MACHINES", "configurations", "run", "main"]
 
@@ -43,6 +43,27 @@ def run(model: Any, depth: int) -> tuple[Exploration[Any], float]:
     return exploration, time.perf_counter() - started
 
 
+def _queue_replay(model: Any, violation: Violation[Any], table: str) -> str:
+    from .explore_replay import replay_script
+
+    return replay_script(model.kinds, violation.initial, violation.trace, table)
+
+
+def _attempts_replay(model: Any, violation: Violation[Any], table: str) -> str:
+    from .explore_replay_attempts import replay_script
+
+    return replay_script(violation.initial, violation.trace, table)
+
+
+_REPLAYS: dict[str, Callable[[Any, Violation[Any], str], str]] = {
+    "queue": _queue_replay,
+    "attempts": _attempts_replay,
+}
+"""The machines whose broken world ``--replay-dir`` writes as a replay script against a
+database: (model, violation, its trace table) -> the script's text. Imported when
+used: the explorer itself needs no database adapter."""
+
+
 def _line(exploration: Exploration[Any], seconds: float) -> str:
     reach = "exhausted" if exploration.exhausted else "bounded"
     verdict = "ok" if exploration.violation is None else f"BROKEN: {exploration.violation.property.name}"
@@ -57,8 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--soak", action="store_true", help="the larger soak bounds instead of the standard ones")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     parser.add_argument("--replay-dir", default=None,
-                        help="write a queue violation's trace as a replay script against a database "
-                             "(tenure-explore-replay-queue.py) into this folder")
+                        help="write a broken world's shortest trace (queue, attempts) as a replay script against a "
+                             "database (tenure-explore-replay-<machine>.py: the last broken world of each machine) "
+                             "into this folder")
     arguments = parser.parse_args(argv)
     machines = [name.strip() for name in arguments.machines.split(",") if name.strip()]
     if not machines or any(name not in MACHINES for name in machines):
@@ -83,13 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(_line(exploration, seconds), flush=True)
                 if exploration.violation is not None:
                     print(trace_table(exploration.violation, model.describe), flush=True)
-            if exploration.violation is not None and machine == "queue" and arguments.replay_dir is not None:
-                from .explore_replay import replay_script
-
+            if exploration.violation is not None and machine in _REPLAYS and arguments.replay_dir is not None:
                 violation = exploration.violation
-                path = pathlib.Path(arguments.replay_dir) / "tenure-explore-replay-queue.py"
-                path.write_text(replay_script(model.kinds, violation.initial, violation.trace,
-                                              trace_table(violation, model.describe)))
+                path = pathlib.Path(arguments.replay_dir) / f"tenure-explore-replay-{machine}.py"
+                path.write_text(_REPLAYS[machine](model, violation, trace_table(violation, model.describe)))
                 print(f"replay against a database: python {path} --db URL", flush=True)
     if arguments.json:
         print(json.dumps({"ok": not broken, "explorations": report}, indent=2))
