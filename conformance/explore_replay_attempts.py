@@ -9,13 +9,15 @@ a database (a scratch area, as ``tenure conform`` makes), step by step:
   database clock, asks the kernel and persists the decision with its compare-and-set
   (``AttemptLedger._decide``; a ``prepare`` goes through the ledger's own prepare
   transaction, which locks the owner's attempts and the key's and observes the
-  predecessor and the key in the database). The database's answer (applied, refused, or
-  the error code a refusal raises) is compared with the trace's decision;
+  predecessor and the key in the database). The database's answer (applied, or refused
+  with the kernel's reason, whether the ledger answers the refusal or raises its error
+  code) is compared with the trace's decision;
 - a step without one (a sender's crash, a send to the provider, a lookup held, the
   operator closing the Run) changes nothing in the database;
 - a step of the clock moves every stored instant of ``tenure_attempts`` back by as much
   (the database clock cannot jump; moving every instant back is the same to every
-  comparison the kernel makes).
+  comparison the kernel makes; see :mod:`.explore_replay_common` for why it stays
+  sound: the only future instants of these worlds are submit leases 60 s ahead).
 
 Instants inside commands (a prepare's row instants, ``Reconcile.looked_up_at_us``,
 ``BeginSubmit.proof_looked_up_at_us``) are world instants: an instant ``w`` sent when the
@@ -35,42 +37,42 @@ same mutant kernel, a trace shows the broken property reaching the database; rep
 under tenure's kernel, it shows where the database refuses what the mutant accepted.
 
 :func:`replay_script` writes the trace as a self-contained script (``tenure conform``'s
-scratch area, exit status 0 when every step agrees); :func:`script_main` is what such a
-script runs, shared with the other machines' replays.
+scratch area, exit status 0 when every step agrees).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import pathlib
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from tenure.adapters import AttemptLedger
-from tenure.adapters.attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
+from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.core.engine import raise_if_conflict
 from tenure.adapters.core.store import Transaction
-from tenure.adapters.core.tables import instant_from_sqlite_text, instant_to_sqlite_text
 from tenure.adapters.core.urls import parse_db_url
 from tenure.kernel.attempts import finders
 from tenure.kernel.attempts.commands import AttemptCommand, BeginSubmit, Prepare, Reconcile
 from tenure.kernel.attempts.record import AttemptRow, replace_fields
-from tenure.kernel.core import Applied, Decision
+from tenure.kernel.core import Decision
 from tenure.kernel.explore.attempts import World
 from tenure.kernel.explore.engine import Step
-from tenure.model import TenureError
 
-from . import raw
-from .explore_replay import ReplayedStep, replay_table
+from .explore_replay import ReplayedStep
+from .explore_replay_common import (
+    answer_of,
+    differing,
+    instant_columns,
+    kernel_answer,
+    script_main,
+    script_text,
+    shift_instants,
+)
 
-__all__ = [
-    "replay_attempt_trace", "replay_script", "main", "script_main", "script_text", "shift_table_instants",
-    "STORED_INSTANTS",
-]
+__all__ = ["replay_attempt_trace", "replay_script", "main"]
 
-STORED_INSTANTS = ("created_at", "updated_at", "submit_lease_expires_at")
+_INSTANT_COLUMNS = instant_columns([ATTEMPTS_BINDING])
 """The instant columns of ``tenure_attempts``, moved back on a step of the clock."""
 
 _NOT_COMPARED = ("created_at_us", "updated_at_us", "submit_lease_expires_at_us", "evidence")
@@ -79,25 +81,6 @@ from the world's by construction; the one comparison the kernel makes with them,
 submit lease, is compared instead) and the evidence log (history no guard reads)."""
 
 _COMPARED = tuple(field.name for field in dataclasses.fields(AttemptRow) if field.name not in _NOT_COMPARED)
-
-
-def shift_table_instants(db_url: str, table: str, key: str, column: str, by_us: int) -> None:
-    """Move every stored instant of ``column`` in ``table`` (rows named by ``key``) back by
-    ``by_us``. SQLite keeps SQLAlchemy's DATETIME text, so the arithmetic happens here;
-    PostgreSQL's statement runs in the URL's schema."""
-    if raw.kind_of(db_url) == "sqlite":
-        for row_key, value in raw.raw(db_url, f"SELECT {key}, {column} FROM {table} WHERE {column} IS NOT NULL"):
-            moved = instant_to_sqlite_text(instant_from_sqlite_text(value) - by_us)
-            raw.raw(db_url, f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (moved, row_key))
-        return
-    raw.raw(db_url, f"UPDATE {table} SET {column} = {column} - make_interval(secs => ?::bigint / 1e6) "
-                    f"WHERE {column} IS NOT NULL", (by_us,))
-
-
-def _move_clock_back(db_url: str, by_us: int) -> None:
-    """The clock stepped ``by_us`` on: every stored attempt instant moves back as much."""
-    for column in STORED_INSTANTS:
-        shift_table_instants(db_url, ATTEMPTS_TABLE.name, "attempt_id", column, by_us)
 
 
 # --- the commands, with their instants on the database's clock ------------------------------
@@ -153,7 +136,7 @@ _SENDERS: dict[type[Any], Callable[[AttemptLedger, Any, str], Awaitable[Decision
 
 
 async def _answer(ledger: AttemptLedger, command: AttemptCommand, attempt_id: str, world_now_us: int) -> str:
-    """The database's answer to ``command``: applied, refused, or an error code."""
+    """The database's answer to ``command`` (see :func:`.explore_replay_common.answer_of`)."""
     database_now = await _database_now(ledger)
 
     def at(instant: int | None) -> int | None:
@@ -161,11 +144,8 @@ async def _answer(ledger: AttemptLedger, command: AttemptCommand, attempt_id: st
 
     translate = _WITH_INSTANTS.get(type(command))
     sent = command if translate is None else translate(command, at)
-    try:
-        decision = await _SENDERS.get(type(command), _decide)(ledger, sent, attempt_id)
-    except TenureError as error:
-        return error.code.value
-    return "applied" if isinstance(decision, Applied) else "refused"
+    send = _SENDERS.get(type(command), _decide)
+    return await answer_of(ATTEMPTS_BINDING.machine, lambda: send(ledger, sent, attempt_id))
 
 
 # --- the stored rows ------------------------------------------------------------------------
@@ -200,9 +180,7 @@ def _stored_line(world: World, stored: dict[str, AttemptRow], database_now: int,
         kernel_parts.append(f"g{generation} {_summary(row, world.now_us)}")
         shown = f"g{generation} {_summary(found, database_now)}"
         if row is not None and found is not None:
-            expected, got = _compared(row, world.now_us), _compared(found, database_now)
-            differing = [name for name in expected if expected[name] != got[name]]
-            shown += f" [differs: {', '.join(differing)}]" if differing else ""
+            shown += differing(_compared(row, world.now_us), _compared(found, database_now))
         database_parts.append(shown)
     return "; ".join(kernel_parts), "; ".join(database_parts)
 
@@ -234,15 +212,15 @@ async def _replay(db_url: str, initial: World, trace: Sequence[tuple[Step, World
         previous = initial
         for number, (step, world) in enumerate(trace, start=1):
             action = step.action + (f" {step.detail}" if step.detail else "")
-            if step.actor == "clock":
-                await asyncio.to_thread(_move_clock_back, db_url, world.now_us - previous.now_us)
+            # The clock stepped on: every stored instant moves back as much.
+            await shift_instants(db_url, _INSTANT_COLUMNS, world.now_us - previous.now_us)
             if world.last is None:
                 replayed.append(ReplayedStep(number, step.actor, action, "-", "-"))
             else:
                 generation, command, decision = world.last
                 attempt_id = ids[generation]
                 assert attempt_id is not None  # a decided step names a prepared (or preparing) row
-                kernel = "applied" if isinstance(decision, Applied) else "refused"
+                kernel = kernel_answer(decision)
                 database = await _answer(ledger, command, attempt_id, world.now_us)
                 replayed.append(ReplayedStep(number, step.actor, action, kernel, database))
             stored, database_now = await _read_stored(ledger, ids)
@@ -263,34 +241,6 @@ def replay_attempt_trace(db_url: str, initial: World, trace: Sequence[tuple[Step
 # --- the script -----------------------------------------------------------------------------
 
 
-def script_text(machine: str, describe: str, recorded: str, table: str) -> str:
-    """A replay script's text: its docstring (what it replays, ``describe``, and the
-    trace's ``table``), then a call of ``tenure.conformance.<module>.main`` on the
-    recorded trace."""
-    lines = "\n".join("    " + line for line in table.splitlines()).replace(chr(34) * 3, chr(39) * 3)
-    return f'''#!/usr/bin/env python3
-r"""An explorer trace of {describe}, replayed against a database in lockstep.
-
-    python {{this file}} --db URL        (or TENURE_DB=URL python {{this file}})
-
-The trace is embedded below as pickled kernel values (base64): it unpickles only under
-the tenure install that wrote this file (the same version, with the same classes), and
-is data tenure itself wrote; never run a replay script of unknown origin.
-
-The trace (recorded with the tenure version that wrote this file):
-{lines}
-"""
-import sys
-
-from tenure.conformance.{machine} import main
-
-TRACE = "{recorded}"
-
-if __name__ == "__main__":
-    sys.exit(main(TRACE, sys.argv[1:]))
-'''
-
-
 def replay_script(initial: World, trace: Sequence[tuple[Step, World]], table: str) -> str:
     """A Python script that replays ``trace`` against the database its ``--db`` (or
     ``TENURE_DB``) names, in a scratch area it removes: exit 0 when the database answers
@@ -301,40 +251,6 @@ def replay_script(initial: World, trace: Sequence[tuple[Step, World]], table: st
 
     recorded = base64.b64encode(pickle.dumps((initial, tuple(trace)))).decode()
     return script_text("explore_replay_attempts", "the service-attempt machine", recorded, table)
-
-
-def script_main(recorded: str, argv: Sequence[str], replay: Callable[[str, Any], list[ReplayedStep]]) -> int:
-    """What a written replay script runs: unpickle the trace, make a scratch area in the
-    database ``--db`` names, ``replay(url, trace)`` there, print the table, drop the area."""
-    import argparse
-    import base64
-    import os
-    import pickle
-
-    from .scratch import ScratchRefused, open_scratch
-
-    parser = argparse.ArgumentParser(description="Replay an explorer trace against a database.")
-    parser.add_argument("--db", default=None, help="database URL (default: $TENURE_DB)")
-    arguments = parser.parse_args(list(argv))
-    db_url = arguments.db or os.environ.get("TENURE_DB")
-    if not db_url:
-        print("replay refused: --db or TENURE_DB names the database", file=sys.stderr)
-        return 2
-    trace = pickle.loads(base64.b64decode(recorded))  # noqa: S301 - the file tenure itself wrote
-    try:
-        area = asyncio.run(open_scratch(db_url))
-    except ScratchRefused as refused:
-        print(f"replay refused: {refused.reason}", file=sys.stderr)
-        return 2
-    try:
-        steps = replay(area.acquire(pathlib.Path(".")), trace)
-    finally:
-        asyncio.run(area.drop())
-    print(replay_table(steps))
-    agrees = all(step.agrees or step.kernel == "-" for step in steps)
-    print("the database answered every step as the trace's kernel decided" if agrees
-          else "the database departed from the trace (marked <--)")
-    return 0 if agrees else 1
 
 
 def main(recorded: str, argv: Sequence[str]) -> int:

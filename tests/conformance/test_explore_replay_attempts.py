@@ -47,7 +47,7 @@ DEPARTS_FROM_TENURES_KERNEL = {
     # mutant: (the transition rule its trace breaks first, the first line where tenure's kernel departs)
     "rejection_of_any_transmission_fails": (
         "g1 record_failed breaks TR-A4",
-        "6 sender-1 record_failed g1#1 -> failed applied refused <--",
+        "6 sender-1 record_failed g1#1 -> failed applied refused stale_transmission <--",
     ),
     "fabricate_failure_on_timeout": (
         "g1 record_ambiguous breaks TR-A4",
@@ -58,11 +58,11 @@ DEPARTS_FROM_TENURES_KERNEL = {
         # A not-found held across a step of the clock: its instant moved back with the
         # stored ones, so the database judges it at its lookup, during the lease.
         "g1 reconcile breaks TR-A9",
-        "5 reconciler reconcile g1 with the not-found it held -> submitting applied refused <--",
+        "5 reconciler reconcile g1 with the not-found it held -> submitting applied refused submit_lease_live <--",
     ),
     "prepare_ignores_closed_run": (
         "g1 prepare breaks TR-A10",
-        "2 sender-1 prepare g1 -> prepared applied run_owner_mismatch <--",
+        "2 sender-1 prepare g1 -> prepared applied refused run_closed <--",
     ),
 }
 """Each mutant's trace, and where the database running tenure's kernel departs from it."""
