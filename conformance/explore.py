@@ -55,9 +55,16 @@ def _attempts_replay(model: Any, violation: Violation[Any], table: str) -> str:
     return replay_script(violation.initial, violation.trace, table)
 
 
+def _runs_replay(model: Any, violation: Violation[Any], table: str) -> str:
+    from .explore_replay_runs import replay_script
+
+    return replay_script(model, violation.initial, violation.trace, table)
+
+
 _REPLAYS: dict[str, Callable[[Any, Violation[Any], str], str]] = {
     "queue": _queue_replay,
     "attempts": _attempts_replay,
+    "runs": _runs_replay,
 }
 """The machines whose broken world ``--replay-dir`` writes as a replay script against a
 database: (model, violation, its trace table) -> the script's text. Imported when
@@ -78,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--soak", action="store_true", help="the larger soak bounds instead of the standard ones")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     parser.add_argument("--replay-dir", default=None,
-                        help="write a broken world's shortest trace (queue, attempts) as a replay script against a "
+                        help="write a broken world's shortest trace (queue, attempts, runs) as a replay script against a "
                              "database (tenure-explore-replay-<machine>.py: the last broken world of each machine) "
                              "into this folder")
     arguments = parser.parse_args(argv)
