@@ -175,6 +175,7 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
     lines += ["", "## Targets", "", *targets, "", "![jobs per second](results.png)", ""]
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    lines += kept_sections(out / "RESULTS.md")
     (out / "RESULTS.md").write_text("\n".join(lines))
     chart(rows, out / "results.png", jobs, burn_workers, worker_rows)
     print("\n".join(lines))
@@ -246,6 +247,27 @@ def tasks_section(tenure: list[dict[str, Any]], peers: list[dict[str, Any]]) -> 
                                f"{series[-1]['waiting_rows']:,} vs {series[0]['waiting_rows']:,} waiting: {growth:.2f}x "
                                f"({'met' if growth <= 1.2 else 'missed'}, target <= 1.2x: flat)")
     return lines, targets
+
+
+KEPT_SECTIONS = ("## Explorer vs sampling",)
+"""Sections of RESULTS.md another script measures (``bench/explorer_vs_sampling.py``):
+carried over from the file being replaced, each from its heading to the next ``## ``."""
+
+
+def kept_sections(path: pathlib.Path) -> list[str]:
+    """The lines of each :data:`KEPT_SECTIONS` section in the RESULTS.md being replaced."""
+    if not path.exists():
+        return []
+    kept: list[str] = []
+    keeping = False
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            keeping = line.startswith(KEPT_SECTIONS)
+            if keeping:
+                kept.append("")
+        if keeping:
+            kept.append(line)
+    return kept
 
 
 def before_and_after(tenure: list[dict[str, Any]], peers: list[dict[str, Any]], before_path: pathlib.Path) -> list[str]:
