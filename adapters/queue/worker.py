@@ -499,7 +499,10 @@ class Worker:
         self.metrics = metrics
         self.stats = WorkerStats()
         self._outage = OutageLog(log, "the database", fields={"worker_id": self.worker_id})
-        self._jobs: dict[str, _Job] = {}
+        # Keyed by the claim, not the job ID: the same job claimed again (sent back, then
+        # claimed by this worker before its first attempt's write returned) is another
+        # entry, which the first attempt's end must not remove.
+        self._jobs: dict[QueueClaimFence, _Job] = {}
         """Claims held: handlers running, or outcomes being written."""
         self._running = 0
         self._settled = 0  # jobs whose outcome write ended; idle detection compares it
@@ -766,7 +769,7 @@ class Worker:
         job = _Job(self, claimed, sent_at)
         if self.metrics is not None:
             job.observed = self.metrics.job_claimed(claimed, job.context)
-        self._jobs[job.fence.job_id] = job
+        self._jobs[job.fence] = job
         self._running += 1
         self.stats.claimed += 1
         job.task = asyncio.create_task(self._execute(job))
@@ -799,7 +802,7 @@ class Worker:
         finally:
             job.ended = True
             job.stop_timer()
-            self._jobs.pop(job.fence.job_id, None)
+            self._jobs.pop(job.fence, None)
             self._settled += 1
             self._slot_freed.set()
             if job.observed is not None:

@@ -697,3 +697,46 @@ async def test_claims_start_at_one_job_grow_while_they_come_back_full_and_shrink
         assert firsts == sorted(firsts), f"claims double while they come back full: {asked}"
         # The run ended on a claim that came back short: the next claim asks for one job.
         assert worker._claim_size == 1
+
+
+async def test_a_job_claimed_again_before_its_first_attempts_write_returned_is_still_stopped_at_shutdown(
+    db_url: str,
+) -> None:
+    """The first attempt fails and is sent back; the same worker claims the job again
+    before that failure's write has returned to it. The second claim is this worker's
+    job from then on: the first attempt's end must not forget it, or the shutdown would
+    neither wait for its handler nor cancel it nor give its claim back (found in CI: a
+    completion never written, the claim left to expire and the job run twice)."""
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        [submission] = await submit(source, 1, prefix="again")
+        started_again, cancelled = asyncio.Event(), asyncio.Event()
+
+        async def handler(claimed: Any, context: JobContext) -> dict[str, Any]:
+            if context.attempt == 1:
+                raise RuntimeError("once")  # sent back to pending at once (no backoff)
+            started_again.set()
+            try:
+                await asyncio.Event().wait()  # runs until the shutdown stops it
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return {}
+
+        runner = Worker(source, handler, idle_wait_s=0.05, shutdown_grace_s=0.1)
+        fail = source.fail_owned_status
+
+        async def fail_returning_after_the_next_claim(*arguments: Any, **keywords: Any) -> Any:
+            status = await fail(*arguments, **keywords)
+            await until(lambda: runner.stats.claimed >= 2, what="the job claimed again")
+            return status
+
+        source.fail_owned_status = fail_returning_after_the_next_claim  # type: ignore[method-assign]
+        stop = asyncio.Event()
+        running = asyncio.create_task(runner.run(stop))
+        await until(started_again.is_set, what="the second attempt to start")
+        stop.set()
+        stats = await asyncio.wait_for(running, 60)  # a hang guard
+        assert cancelled.is_set()  # the shutdown found the second claim and stopped its handler
+        assert (stats.claimed, stats.retried) == (2, 1)
+        info = await source.get_job(submission)
+        assert info is not None and info.status is JobStatus.PENDING  # its claim given back, not left to expire
