@@ -89,7 +89,7 @@ CONFORM_DIR=$(mktemp -d)
   for setup in "sqlite sqlite:///$CONFORM_DIR/app.db" "postgresql $TEST_PG_DSN" \
                "pgbouncer $TEST_PGBOUNCER_DSN?pooler=transaction"; do
     name=${setup%% *}
-    if "$ROOT/.venv/bin/tenure" conform --db "${setup#* }" --steps "${CONFORM_STEPS:-1000}" --seed 20261205 \
+    if "$ROOT/.venv/bin/tenure" conform --db "${setup#* }" --steps "${CONFORM_STEPS:-500}" --seed 20261205 \
         >"$CONFORM_DIR/$name.log" 2>"$CONFORM_DIR/$name.progress"; then
       echo 0 >"$CONFORM_DIR/$name.status"
     else

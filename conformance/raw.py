@@ -198,6 +198,9 @@ class RowHolder:
     and returns the call's outcome."""
 
     HOLD_PAST_THE_LEASE_S = 0.015
+    WAIT_FOR_THE_BATCH_S = 120.0
+    """How long the holder waits for the batch to block on its lock before releasing
+    anyway (a hang guard: the batch always reaches the lock unless it fails first)."""
 
     def __init__(self, kind: str, db_url: str, queue: QueueKind, job_id: str, *, lease_ends_in_us: int | None) -> None:
         self.kind, self.db_url, self.queue, self.job_id = kind, db_url, queue, job_id
@@ -228,7 +231,14 @@ class RowHolder:
                 self.new_lease_us = None if moved is None else datetime_to_micros(moved)
             task = asyncio.ensure_future(call())
             holder_pid = await connection.fetchval("SELECT pg_backend_pid()")
-            for _ in range(1000):  # at most about two seconds
+            # Until the batch waits on this lock (or ended): only a batch that waited shows
+            # where it read the clock. The bound is a hang guard, not a timing: a loaded
+            # machine may take seconds to start the call, and releasing before it waits
+            # would make the race's outcome depend on the load (Hypothesis then sees a
+            # divergence that does not reproduce while shrinking).
+            loop = asyncio.get_running_loop()
+            give_up_at = loop.time() + self.WAIT_FOR_THE_BATCH_S
+            while loop.time() < give_up_at:
                 blocked = await connection.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", holder_pid
                 )
