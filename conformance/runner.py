@@ -134,15 +134,33 @@ def _notes(error: BaseException) -> list[str]:
 _STEP = re.compile(r"^(state = |state\.|\w+(, \w+)* = state\.)")
 
 
-def _divergence(machine: str, lines: list[object], error: BaseException) -> Divergence:
-    text = "\n".join([*map(str, lines), *_notes(error)])
-    found = _BLOB.search(text)
+def _steps(text: str) -> list[str]:
+    """The last command sequence ``text`` reports (the shrunk one), one statement a line."""
     steps = [line.strip() for line in text.splitlines() if _STEP.match(line.strip())]
-    # The last sequence reported is the shrunk one.
     starts = [index for index, line in enumerate(steps) if line.startswith("state = ")]
-    if starts:
-        steps = steps[starts[-1]:]
-    return Divergence(machine, steps, _described(error), found.group(2) if found else None,
+    return steps[starts[-1]:] if starts else steps
+
+
+def _own_notes(error: BaseException) -> str | None:
+    """The notes of the first assertion in ``error`` that carry a command sequence."""
+    for current in _chain(error):
+        if isinstance(current, AssertionError):
+            text = "\n".join(map(str, getattr(current, "__notes__", ())))
+            if _steps(text):
+                return text
+    return None
+
+
+def _divergence(machine: str, lines: list[object], error: BaseException) -> Divergence:
+    # Hypothesis may report more than one distinct failure at once (a group: on a loaded
+    # machine a second one, a database call out of time say, can come with the
+    # divergence). The sequence and the blob shown are then the divergence's own: the
+    # notes of the assertion that failed, when they hold a sequence; otherwise everything
+    # reported, whose last sequence is the shrunk one.
+    everything = "\n".join([*map(str, lines), *_notes(error)])
+    text = _own_notes(error) or everything
+    found = _BLOB.search(text) or _BLOB.search(everything)
+    return Divergence(machine, _steps(text), _described(error), found.group(2) if found else None,
                       found.group(1) if found else HYPOTHESIS_VERSION)
 
 

@@ -251,7 +251,7 @@ def test_a_store_that_reads_the_clock_before_its_last_lock_fails_conform_with_a_
     assert found.returncode == 1, found.stdout + found.stderr
     assert "divergence in queue: AssertionError: the database time was read before the batch's last row lock" \
         in found.stdout
-    assert "state.batch_waits_for_a_row_locked_elsewhere(" in found.stdout  # the shrunk sequence, printed
+    assert "state.batch_waits_for_a_row_locked_elsewhere(" in found.stdout, found.stdout  # the shrunk sequence
     replay = tmp_path / "tenure-conform-replay-queue.py"
     assert replay.exists() and "batch_waits_for_a_row_locked_elsewhere" in replay.read_text()
     assert user_database.split("@", 1)[1] not in found.stdout + replay.read_text()  # no URL anywhere
@@ -340,6 +340,27 @@ def test_a_database_failure_is_reported_as_a_failure_not_a_divergence() -> None:
     result = run_machine("queue", Failing(), 10, seed=1)
     assert result.divergence is None
     assert result.failure == "queue_persistence_failed: connection_lost"
+
+
+def test_a_divergence_reported_beside_another_failure_shows_its_own_sequence_and_blob() -> None:
+    """Hypothesis may report two distinct failures at once (on a loaded machine a database
+    call out of time can come with the divergence): the sequence and the replay blob shown
+    are the divergence's, not whichever failure was reported last."""
+    from tenure.conformance.runner import _divergence
+
+    def failure(error: BaseException, last_step: str, blob: str) -> BaseException:
+        for note in ("state = Lockstep_queue_postgresql()", last_step, "state.teardown()",
+                     f"@reproduce_failure('6.170.27', b'{blob}')"):
+            error.add_note(note)
+        return error
+
+    diverged = failure(AssertionError("the database time was read before the batch's last row lock"),
+                       "state.batch_waits_for_a_row_locked_elsewhere(data=data(...))", "AAA")
+    timed_out = failure(TimeoutError("out of time"), "state.claim_owned(owner='worker-a')", "BBB")
+    divergence = _divergence("queue", [], ExceptionGroup("two failures", [diverged, timed_out]))
+    assert divergence.steps[1] == "state.batch_waits_for_a_row_locked_elsewhere(data=data(...))"
+    assert divergence.blob == "b'AAA'"
+    assert divergence.error.startswith("AssertionError: the database time was read")
 
 
 def test_a_replay_script_refuses_a_bad_url_with_exit_2(tmp_path: pathlib.Path) -> None:
