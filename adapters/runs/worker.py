@@ -26,7 +26,10 @@ written, with the Run ID, workflow, hop sequence and node as ``extra`` fields (`
 ``workflow``, ``seq``, ``node``, ``outcome``), like every line this worker writes about
 one hop. A hop cancelled from outside (its
 broker job aborted, or the worker stopping) cancels its workflow and propagates the
-cancellation, so the broker sees the abort acknowledged.
+cancellation, so the broker sees the abort acknowledged. The exception is a stop that
+meets a hop whose workflow already ended: its outcome write goes on until the stop's
+deadline (:meth:`RunWorker.stop`), so a Run whose workflow returned is settled, not left
+RUNNING for the next start to fail ``lost``.
 
 ``metrics`` (a :class:`~tenure.adapters.core.observers.RunWorkerObserver`, such as
 :class:`tenure.adapters.apps.metrics.Instruments`) is told of each hop's start, claim and
