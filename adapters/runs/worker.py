@@ -326,8 +326,14 @@ class RunWorker:
         return self._moved_on(claim, run)
 
     async def _context(self, claim: RunClaim) -> RunContext | None:
+        """The hop's context; None when a resumed hop's checkpoint does not bind a decided
+        owner of this Run (``checkpoint_invalid``). A fresh hop of a Run that recovery
+        retried (``hop_retries``) gets the Run's checkpoint too, for its ``state``: the
+        state its lost try saved last."""
         run_id = claim.run.run_id
         checkpoint = consent = job = attempt = None
+        if not claim.resume and claim.run.hop_retries:
+            checkpoint = await self.ledger.checkpoints.load(run_id)
         if claim.resume:
             checkpoint = await self.ledger.checkpoints.load(run_id)
             if checkpoint is None or checkpoint.owner_kind is None or checkpoint.owner_id is None:

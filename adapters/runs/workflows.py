@@ -174,8 +174,13 @@ async def resume_and_publish(ledger: RunLedger, broker: Broker, run_id: str, *, 
 class RunContext:
     """What one hop of a Run's workflow sees. ``run`` is the Run as claimed;
     ``resumed`` says whether this hop resumes a wait; ``checkpoint`` is the Run's
-    snapshot on a resumed hop (``state`` its workflow state) and exactly one of
-    ``consent``, ``job`` or ``attempt`` is the decided owner it resumed from."""
+    snapshot on a resumed hop (``state`` its workflow state: the state saved last) and
+    exactly one of ``consent``, ``job`` or ``attempt`` is the decided owner it resumed
+    from (none for a timer: ``timer``). A hop that runs in place of a lost one (a
+    retry, or a re-park and resume) sees the same: a plain save keeps the owner the
+    checkpoint binds, so a resumed hop that saved and died resumes again from the same
+    owner, with the state it saved last; a retried fresh hop gets the checkpoint its
+    lost try saved, if any, for ``state`` (``resumed`` False, no owner)."""
 
     run: RunRecord
     enqueue_seq: int
@@ -232,7 +237,9 @@ class RunContext:
         return kept
 
     async def save(self, state: Any) -> None:
-        """Write a plain checkpoint (no owner) for this hop."""
+        """Write a plain checkpoint for this hop: the state a hop that runs in its place
+        starts from (``ctx.state``). It keeps the owner the checkpoint binds (a resumed
+        hop's: the owner it resumed from), so such a hop still resumes from it."""
         self.checkpointed = True
         if not await self._ledger.checkpoints.save(self.run_id, self.enqueue_seq, state=state):
             raise HopLost()
