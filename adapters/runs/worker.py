@@ -342,7 +342,7 @@ class RunWorker:
             if checkpoint.owner_kind is WaitKind.TIMER:
                 # A timer has no owner row: the Run resumed from it only once it was due.
                 return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, None, None, None,
-                                  self.ledger, self.broker)
+                                  self.ledger, self.broker, _retry=functools.partial(self._durably, run_id))
             if checkpoint.owner_kind is WaitKind.CONSENT:
                 owner = consent = await self.ledger.get_consent(checkpoint.owner_id)
             elif checkpoint.owner_kind is WaitKind.DELEGATE:
@@ -354,7 +354,7 @@ class RunWorker:
             if consent is not None and self.metrics is not None:
                 self.metrics.consent_decided(claim, consent)
         return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, consent, job, attempt,
-                          self.ledger, self.broker)
+                          self.ledger, self.broker, _retry=functools.partial(self._durably, run_id))
 
     async def _watch(self, claim: RunClaim, context: RunContext, touch: Touch | None) -> RunRecord | None:
         """Returns when the hop does not hold its Run any more (never while it does): the
