@@ -11,6 +11,16 @@ reads it, and the same row is the evidence startup recovery asks for
 re-parked instead of failed) and the debt it clears (``delete_checkpoint`` once the Run
 is terminal).
 
+Owner bindings: a save with an owner (the one a park writes) binds that owner; a plain
+save (``ctx.save``, ``ctx.wait_for_hardware``'s) replaces the state and keeps the owner
+the stored snapshot binds. So a resumed hop's checkpoint names the owner it resumed
+from (a consent, a delegated job, a service attempt or a timer) until the hop parks on
+another or the Run ends, whatever the hop saved meanwhile, and a hop that runs again in
+its place (recovery's re-park and resume, or ``retry_lost`` in resume mode) resumes from
+that same decided owner, with the state saved last (``specs/recovery.md``, "Checkpoints
+and hops that run again"). Before issue 47 a plain save dropped the binding: such a hop
+was failed ``checkpoint_invalid`` without running.
+
 Fences: a save is one transaction that locks the Run row first (the ledger's lock
 order) and writes only while the Run is RUNNING or AWAITING_HARDWARE at the saving
 hop's sequence, so a hop that lost its Run (cancelled, failed by recovery, superseded)
@@ -198,8 +208,12 @@ class Checkpoints:
     async def save(self, run_id: str, enqueue_seq: int, *, state: Any, owner_kind: WaitKind | None = None,
                    owner_id: str | None = None) -> bool:
         """Write the Run's snapshot for the hop ``enqueue_seq``, replacing any earlier one.
-        True when written; False when that hop does not hold the Run any more (the Run is
-        not RUNNING or AWAITING_HARDWARE at that sequence): nothing changed."""
+        With an owner (a park's save) the snapshot binds that owner; a plain save (no
+        owner) replaces the state and keeps the owner the stored snapshot binds, if any
+        (see the module docstring: a resumed hop that saved and died runs again as a
+        resume of the same owner). True when written; False when that hop does not hold
+        the Run any more (the Run is not RUNNING or AWAITING_HARDWARE at that sequence):
+        nothing changed."""
         key = check_run_id(run_id)
         seq = check_seq(enqueue_seq)
         if owner_kind is None:
@@ -215,7 +229,10 @@ class Checkpoints:
             holds, stored = await held_with_checkpoint(tx, key, seq)
             if not holds:
                 return False
-            await put_in(tx, CheckpointRow(key, seq, owner_kind, owner_id, text, await tx.now_us()), stored)
+            kind, owner = owner_kind, owner_id
+            if kind is None and stored is not None:
+                kind, owner = stored.owner_kind, stored.owner_id  # a plain save keeps the binding
+            await put_in(tx, CheckpointRow(key, seq, kind, owner, text, await tx.now_us()), stored)
             return True
 
         return bool(await self._tx.run(body))

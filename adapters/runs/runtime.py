@@ -24,7 +24,12 @@ takeover's cutoff, and records the takeover finished when the report is clean (a
 degraded one is retried once the claim runs out).
 
 Leaving it: stop the relays and every worker under one deadline (``shutdown_deadline_s``,
-30 s by default), proving that the relay task and every hop task ended. When something
+30 s by default), proving that the relay task and every hop task ended. A hop still
+running its workflow is cancelled (the next start recovers it); a hop whose workflow
+already returned or raised is not: its outcome is recorded and settled, retried through
+database failures, for as long as the deadline allows (:meth:`RunWorker.stop
+<tenure.adapters.runs.worker.RunWorker.stop>`), so a deploy never fails ``lost`` (nor,
+parked on its decided owner, runs again) a Run whose workflow finished. When something
 did not end, :class:`ShutdownIncomplete` is raised and the brokers stay connected: a hop
 still running may still use them. Otherwise disconnect the brokers in reverse order,
 attempting every one, and raise an ``ExceptionGroup`` of the failures, if any.

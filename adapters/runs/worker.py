@@ -26,7 +26,10 @@ written, with the Run ID, workflow, hop sequence and node as ``extra`` fields (`
 ``workflow``, ``seq``, ``node``, ``outcome``), like every line this worker writes about
 one hop. A hop cancelled from outside (its
 broker job aborted, or the worker stopping) cancels its workflow and propagates the
-cancellation, so the broker sees the abort acknowledged.
+cancellation, so the broker sees the abort acknowledged. The exception is a stop that
+meets a hop whose workflow already ended: its outcome write goes on until the stop's
+deadline (:meth:`RunWorker.stop`), so a Run whose workflow returned is settled, not left
+RUNNING for the next start to fail ``lost``.
 
 ``metrics`` (a :class:`~tenure.adapters.core.observers.RunWorkerObserver`, such as
 :class:`tenure.adapters.apps.metrics.Instruments`) is told of each hop's start, claim and
@@ -83,6 +86,24 @@ operator's cancel, counted ``cancelled``, or anything else, counted ``lost``).""
 TOUCH_EVERY_S = 30.0
 """How often a running hop refreshes its broker job's liveness (the seed's 30 s)."""
 
+
+
+STOP_GRACE_S = 1.0
+"""The end of a stop's deadline kept for cancelling the hops whose outcome write did
+not finish before it (at most a tenth of the deadline, see :func:`stop_grace_s`)."""
+
+
+def stop_grace_s(deadline_s: float) -> float:
+    """The part of a stop's ``deadline_s`` kept for cancelling hops still writing."""
+    return min(STOP_GRACE_S, deadline_s / 10)
+
+
+def _uncancel() -> None:
+    """Take back the cancellation the current task just absorbed (so a later
+    ``asyncio.timeout`` in it still works)."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
 
 
 class WorkerStopFailed(Exception):
@@ -146,6 +167,9 @@ class RunWorker:
         self._gate.set()
         self._hops: set[asyncio.Task[Any]] = set()
         self._stopping = asyncio.Event()
+        self._outcomes_on_stop = True
+        """While set, a stop's cancellation leaves the outcome write of a workflow that
+        ended alone (cleared at the stop's deadline for outcomes)."""
         self._serving: asyncio.Task[None] | None = None
 
     # --- the claim gate ----------------------------------------------------------------
@@ -216,6 +240,11 @@ class RunWorker:
         try:
             await asyncio.wait({body, watch}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
+            if self._keeps_outcome(body):
+                # The worker began to stop in the very step the workflow ended: its
+                # outcome is written all the same (below), within the stop's deadline.
+                _uncancel()
+                return await self._outcome_of(asyncio.ensure_future(self._finish(claim, context, body, watch)))
             # Aborted at the broker, or the worker is stopping: stop the workflow, then
             # let the cancellation through (the broker records the abort).
             # The hop's task never ends before its workflow did: a later cancellation
@@ -244,9 +273,35 @@ class RunWorker:
             body.cancel()
             await asyncio.wait({body})
             return self._moved_on(claim, watch.result())
-        watch.cancel()
-        await asyncio.wait({watch})
-        return await self._finish(claim, context, body)
+        return await self._outcome_of(asyncio.ensure_future(self._finish(claim, context, body, watch)))
+
+    def _keeps_outcome(self, body: asyncio.Future[Any]) -> bool:
+        """Whether a hop cancelled now still writes its outcome: the worker is stopping
+        (and its stop's deadline for outcomes has not passed) and the workflow ended with
+        one (returned or raised; not parked, not lost, not cancelled)."""
+        if not (self._outcomes_on_stop and self._stopping.is_set() and body.done()) or body.cancelled():
+            return False
+        return not isinstance(body.exception(), (HopLost, HopParked))
+
+    async def _outcome_of(self, finishing: asyncio.Future[str]) -> str:
+        """Wait for ``finishing`` (the outcome write of a workflow that ended, in a task of
+        its own). A stop's cancellation does not reach it: the stop waits for it until its
+        deadline for outcomes (:meth:`stop`), and a Run whose workflow returned is never
+        left RUNNING for the next start to fail ``lost`` (or, parked on its decided owner,
+        to run again). Any other cancellation (an abort, a fence, the stop's deadline)
+        cancels the write, waits for it to end and propagates."""
+        while True:
+            try:
+                return await asyncio.shield(finishing)
+            except asyncio.CancelledError:
+                if self._outcomes_on_stop and self._stopping.is_set() and not finishing.cancelled():
+                    _uncancel()
+                    continue
+                finishing.cancel()
+                while not finishing.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait({finishing})
+                raise
 
     def _fields(self, claim: RunClaim, outcome: str) -> dict[str, Any]:
         """The ``extra`` fields of a line about one hop."""
@@ -271,8 +326,14 @@ class RunWorker:
         return self._moved_on(claim, run)
 
     async def _context(self, claim: RunClaim) -> RunContext | None:
+        """The hop's context; None when a resumed hop's checkpoint does not bind a decided
+        owner of this Run (``checkpoint_invalid``). A fresh hop of a Run that recovery
+        retried (``hop_retries``) gets the Run's checkpoint too, for its ``state``: the
+        state its lost try saved last."""
         run_id = claim.run.run_id
         checkpoint = consent = job = attempt = None
+        if not claim.resume and claim.run.hop_retries:
+            checkpoint = await self.ledger.checkpoints.load(run_id)
         if claim.resume:
             checkpoint = await self.ledger.checkpoints.load(run_id)
             if checkpoint is None or checkpoint.owner_kind is None or checkpoint.owner_id is None:
@@ -281,7 +342,7 @@ class RunWorker:
             if checkpoint.owner_kind is WaitKind.TIMER:
                 # A timer has no owner row: the Run resumed from it only once it was due.
                 return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, None, None, None,
-                                  self.ledger, self.broker)
+                                  self.ledger, self.broker, _retry=functools.partial(self._durably, run_id))
             if checkpoint.owner_kind is WaitKind.CONSENT:
                 owner = consent = await self.ledger.get_consent(checkpoint.owner_id)
             elif checkpoint.owner_kind is WaitKind.DELEGATE:
@@ -293,7 +354,7 @@ class RunWorker:
             if consent is not None and self.metrics is not None:
                 self.metrics.consent_decided(claim, consent)
         return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, consent, job, attempt,
-                          self.ledger, self.broker)
+                          self.ledger, self.broker, _retry=functools.partial(self._durably, run_id))
 
     async def _watch(self, claim: RunClaim, context: RunContext, touch: Touch | None) -> RunRecord | None:
         """Returns when the hop does not hold its Run any more (never while it does): the
@@ -314,7 +375,10 @@ class RunWorker:
             if run is None or not hop_holds(run, claim.enqueue_seq):
                 return run
 
-    async def _finish(self, claim: RunClaim, context: RunContext, body: asyncio.Future[Any]) -> str:
+    async def _finish(self, claim: RunClaim, context: RunContext, body: asyncio.Future[Any],
+                      watch: asyncio.Future[Any]) -> str:
+        watch.cancel()
+        await asyncio.wait({watch})
         error = body.exception() if not body.cancelled() else None
         if body.cancelled() or isinstance(error, HopLost):
             return await self._gone(claim)
@@ -403,6 +467,7 @@ class RunWorker:
         if self._serving is not None:
             raise _refuse("worker", "already_started")
         self._stopping.clear()
+        self._outcomes_on_stop = True
         self._serving = asyncio.ensure_future(
             self.broker.serve(self.queues, self.perform, concurrency=self.concurrency, stopping=self._stopping))
 
@@ -420,24 +485,43 @@ class RunWorker:
         return len(hops)
 
     @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (and :meth:`start` not called again since)."""
+        return self._stopping.is_set()
+
+    @property
     def running_hops(self) -> int:
         return sum(1 for task in self._hops if not task.done())
 
     async def stop(self, deadline_s: float = 30.0) -> None:
-        """Stop taking hops, cancel the running ones and prove, within ``deadline_s``,
-        that every hop task and the broker's serving task ended. Raises
-        :class:`WorkerStopFailed` when some did not (they may still write)."""
+        """Stop taking hops, cancel the ones still running their workflow and prove,
+        within ``deadline_s``, that every hop task and the broker's serving task ended.
+        A hop whose workflow already ended (returned or raised) is not cancelled: its
+        outcome is recorded and settled, retried through database failures, until
+        ``deadline_s`` less :func:`stop_grace_s` has passed; then it is cancelled too
+        (the next start settles it from its recorded outcome, if it got that far).
+        Raises :class:`WorkerStopFailed` when some task did not end (it may still write)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + deadline_s
+        self._outcomes_on_stop = True
         self._stopping.set()
         serving = self._serving
         tasks: set[asyncio.Future[Any]] = {task for task in self._hops if not task.done()}
         if serving is not None:
             tasks.add(serving)
         for task in list(self._hops):
-            task.cancel()
+            task.cancel()  # a hop writing its outcome absorbs this (see _outcome_of)
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=deadline_s)
+            _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline_s - stop_grace_s(deadline_s)))
             # Hop tasks the broker started after the snapshot above are in _hops too.
             pending |= {task for task in self._hops if not task.done()}
+            if pending:
+                # The deadline for outcomes passed: every hop still running is cancelled.
+                self._outcomes_on_stop = False
+                for task in list(self._hops):
+                    task.cancel()
+                _, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
+                pending |= {task for task in self._hops if not task.done()}
             if pending:
                 raise WorkerStopFailed(len(pending))
         if serving is not None and serving.done() and not serving.cancelled() and serving.exception() is not None:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from tenure.kernel.attempts.record import is_terminal as attempt_is_terminal
 from tenure.kernel.runs.machine import owner_decided
+from tenure.kernel.runs.record import hop_holds
 from tenure.model import (
     AgentJobRecord,
     ConsentRecord,
@@ -69,6 +70,9 @@ __all__ = ["Workflows", "RunContext", "HopParked", "HopLost", "Workflow", "resum
 
 Workflow = Callable[["RunContext"], Awaitable[Any]]
 F = TypeVar("F", bound=Workflow)
+T = TypeVar("T")
+Retry = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+"""``retry(what, call)``: ``call()`` repeated through database failures (see ``RunContext``)."""
 
 
 class HopParked(BaseException):
@@ -174,8 +178,13 @@ async def resume_and_publish(ledger: RunLedger, broker: Broker, run_id: str, *, 
 class RunContext:
     """What one hop of a Run's workflow sees. ``run`` is the Run as claimed;
     ``resumed`` says whether this hop resumes a wait; ``checkpoint`` is the Run's
-    snapshot on a resumed hop (``state`` its workflow state) and exactly one of
-    ``consent``, ``job`` or ``attempt`` is the decided owner it resumed from."""
+    snapshot on a resumed hop (``state`` its workflow state: the state saved last) and
+    exactly one of ``consent``, ``job`` or ``attempt`` is the decided owner it resumed
+    from (none for a timer: ``timer``). A hop that runs in place of a lost one (a
+    retry, or a re-park and resume) sees the same: a plain save keeps the owner the
+    checkpoint binds, so a resumed hop that saved and died resumes again from the same
+    owner, with the state it saved last; a retried fresh hop gets the checkpoint its
+    lost try saved, if any, for ``state`` (``resumed`` False, no owner)."""
 
     run: RunRecord
     enqueue_seq: int
@@ -194,10 +203,52 @@ class RunContext:
     """This hop wrote a checkpoint (so a finished Run has one to delete)."""
     _steps: dict[str, Any] | None = None
     """The step journal as this hop read it first, with what it recorded since."""
+    _retry: Retry | None = None
+    """How this hop's ledger calls go through database failures: ``_retry(what, call)``
+    repeats ``call()`` after each one until the database answers (the worker's retry,
+    with its backoff and its one warning per run of failures). None: called once."""
 
     @property
     def run_id(self) -> str:
         return self.run.run_id
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, one of this hop's ledger calls, retried through database failures:
+        a Run is never failed because its database was briefly unavailable (a workflow
+        would see the failure as its own error). The hop's fence keeps the retries safe:
+        a hop that lost its Run meanwhile gets False (then ``HopLost``) when the database
+        answers again; a stop or an abort cancels the wait."""
+        if self._retry is None:
+            return await call()
+        answer: T = await self._retry(what, call)
+        return answer
+
+    async def _write(self, what: str, write: Callable[[], Awaitable[bool]],
+                     applied: Callable[[RunRecord], bool]) -> bool:
+        """A fenced write of this hop (True: it applied), retried through database
+        failures. A retry answering False after a failure may follow a try whose COMMIT
+        applied unacknowledged: the Run read afterwards says so (``applied``)."""
+        tries = 0
+
+        async def once() -> bool:
+            nonlocal tries
+            tries += 1
+            return await write()
+
+        if await self._call(what, once):
+            return True
+        if tries == 1:
+            return False
+        run = await self._call(what, lambda: self._ledger.get(self.run_id))
+        return run is not None and applied(run)
+
+    def _parked_on(self, kind: WaitKind, owner_id: str) -> Callable[[RunRecord], bool]:
+        """Whether a Run read back is parked by this hop on ``owner_id`` (a park that
+        applied unacknowledged)."""
+        return lambda run: (run.enqueue_seq, run.owner_kind, run.owner_id) == (self.enqueue_seq, kind, owner_id)
+
+    def _holds(self, run: RunRecord) -> bool:
+        return hop_holds(run, self.enqueue_seq)
 
     @property
     def payload(self) -> Any:
@@ -216,25 +267,30 @@ class RunContext:
         that it still holds the Run, so a hop that already lost it runs no step. An
         external effect belongs in a service attempt (``call_service``): a step whose
         process dies between its body and its record runs again in the next hop."""
+        steps = self._ledger.steps
         if self._steps is None:
-            self._steps = await self._ledger.steps.recorded(self.run_id)
+            self._steps = await self._call("step journal", lambda: steps.recorded(self.run_id))
         if name in self._steps:
             return self._steps[name]
-        if not await self._ledger.steps.holds(self.run_id, self.enqueue_seq):
+        if not await self._call("step journal", lambda: steps.holds(self.run_id, self.enqueue_seq)):
             raise HopLost()
         value = fn(*args)
         if inspect.isawaitable(value):
             value = await value
-        held, kept = await self._ledger.steps.record(self.run_id, self.enqueue_seq, name, value)
+        # Recording again after a failure is safe: the first record of a name wins.
+        held, kept = await self._call("step journal", lambda: steps.record(self.run_id, self.enqueue_seq, name, value))
         if not held:
             raise HopLost()
         self._steps[name] = kept
         return kept
 
     async def save(self, state: Any) -> None:
-        """Write a plain checkpoint (no owner) for this hop."""
+        """Write a plain checkpoint for this hop: the state a hop that runs in its place
+        starts from (``ctx.state``). It keeps the owner the checkpoint binds (a resumed
+        hop's: the owner it resumed from), so such a hop still resumes from it."""
         self.checkpointed = True
-        if not await self._ledger.checkpoints.save(self.run_id, self.enqueue_seq, state=state):
+        save = self._ledger.checkpoints.save
+        if not await self._call("checkpoint", lambda: save(self.run_id, self.enqueue_seq, state=state)):
             raise HopLost()
 
     async def _park(self, kind: WaitKind, owner_id: str, state: Any) -> None:
@@ -242,17 +298,25 @@ class RunContext:
         # authoritative. A crash between checkpoint and park is re-parked by recovery
         # because the checkpoint binds the Run's latest owner.
         self.checkpointed = True
-        if not await self._ledger.checkpoints.save(self.run_id, self.enqueue_seq, state=state, owner_kind=kind,
-                                                   owner_id=owner_id):
+        save = self._ledger.checkpoints.save
+        if not await self._call("checkpoint", lambda: save(self.run_id, self.enqueue_seq, state=state, owner_kind=kind,
+                                                          owner_id=owner_id)):
             raise HopLost()
         self.parked = True  # before the commit: the watch must not read the parked Run as lost
-        if not await self._ledger.park(self.run_id, self.enqueue_seq, kind=kind, owner_id=owner_id):
+        park = self._ledger.park
+        if not await self._write("park", lambda: park(self.run_id, self.enqueue_seq, kind=kind, owner_id=owner_id),
+                                 self._parked_on(kind, owner_id)):
             raise HopLost()
 
     async def _refire(self, owner_id: str) -> NoReturn:
         # An owner decided before the park (a preauthorized consent, a job that ended
-        # at once) resumes the Run now; otherwise its decider or the relay does.
-        await resume_and_publish(self._ledger, self._broker, self.run_id, owner_id=owner_id)
+        # at once) resumes the Run now; otherwise its decider or the relay does. The
+        # park is done: a database failure here leaves the resume to the relays.
+        try:
+            await resume_and_publish(self._ledger, self._broker, self.run_id, owner_id=owner_id)
+        except TenureError as error:
+            if error.code is not ErrorCode.RUN_PERSISTENCE_FAILED:
+                raise
         raise HopParked()
 
     async def request_consent(self, *, tool_name: str, tool_call_id: str, payload: Any, state: Any,
@@ -263,9 +327,9 @@ class RunContext:
         a relay round after it passed decides it expired (``tenure:deadline``) unless a
         verdict came first, and resumes the Run."""
         try:
-            consent = await self._ledger.create_consent(self.run_id, tool_name=tool_name, tool_call_id=tool_call_id,
-                                                        payload=payload, preauthorized_by=preauthorized_by,
-                                                        expires_in_s=expires_in_s)
+            consent = await self._call("consent", lambda: self._ledger.create_consent(
+                self.run_id, tool_name=tool_name, tool_call_id=tool_call_id, payload=payload,
+                preauthorized_by=preauthorized_by, expires_in_s=expires_in_s))
         except TenureError as error:
             if error.code is ErrorCode.RUN_OWNER_MISMATCH:  # the Run is not RUNNING any more
                 raise HopLost() from None
@@ -278,8 +342,9 @@ class RunContext:
         the job adopts its result (``RunLedger.adopt_job_result``) and resumes the Run
         (:func:`resume_and_publish`, or the relay); the resumed hop sees ``ctx.job``."""
         try:
-            job = await self._ledger.submit_job(self.run_id, request_id=request_id, runtime=runtime, profile=profile,
-                                                request=request)
+            # Submitting again after a failure is safe: the same request answers the same job.
+            job = await self._call("delegated job", lambda: self._ledger.submit_job(
+                self.run_id, request_id=request_id, runtime=runtime, profile=profile, request=request))
         except TenureError as error:
             if error.code is ErrorCode.RUN_OWNER_MISMATCH:
                 raise HopLost() from None
@@ -320,7 +385,9 @@ class RunContext:
         timer = f"sleep:{self.enqueue_seq}" if name is None else name
         self.checkpointed = True
         self.parked = True  # before the commit: the watch must not read the parked Run as lost
-        if not await self._ledger.park_timer(self.run_id, self.enqueue_seq, name=timer, state=state, **due):
+        park = self._ledger.park_timer
+        if not await self._write("timer", lambda: park(self.run_id, self.enqueue_seq, name=timer, state=state, **due),
+                                 self._parked_on(WaitKind.TIMER, timer)):
             raise HopLost()
         await self._refire(timer)  # a timer already due resumes now
 
@@ -337,7 +404,10 @@ class RunContext:
         """Checkpoint, mark AWAITING_HARDWARE, poll ``ready()`` until it answers True or
         ``timeout_s`` passes, then return to RUNNING in the same hop: True when ready."""
         await self.save(state)
-        if not await self._ledger.enter_hardware_wait(self.run_id, self.enqueue_seq):
+        # A retry answering False after a failure: the hop still holding its Run means
+        # the failed try applied (a retry from RUNNING would have).
+        enter, leave = self._ledger.enter_hardware_wait, self._ledger.leave_hardware_wait
+        if not await self._write("hardware wait", lambda: enter(self.run_id, self.enqueue_seq), self._holds):
             raise HopLost()
         deadline = asyncio.get_running_loop().time() + timeout_s
         became_ready = False
@@ -350,7 +420,8 @@ class RunContext:
                     break
                 await asyncio.sleep(poll_s)
         finally:
-            left = await asyncio.shield(self._ledger.leave_hardware_wait(self.run_id, self.enqueue_seq))
+            left = await asyncio.shield(self._write("hardware wait", lambda: leave(self.run_id, self.enqueue_seq),
+                                                    self._holds))
         if not left:
             raise HopLost()
         return became_ready
