@@ -89,8 +89,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("host", "--host", "an address of this machine or a host name (default 127.0.0.1); any but loopback "
          "needs --token", "console"),
     Flag("port", "--port", "0 to 65,535 (0: a free port, printed)", "console"),
-    Flag("token", "--token", "at least 16 printable ASCII characters without spaces; required with a --host that "
-         "is not loopback; or set TENURE_CONSOLE_TOKEN", "console"),
+    Flag("token", "--token", "at least 16 printable ASCII characters without spaces that look random (`tenure "
+         "console --generate-token` prints one); required with a --host that is not loopback; or set "
+         "TENURE_CONSOLE_TOKEN", "console"),
     # tenure health's thresholds (their ranges are health's own).
     *(Flag(field, "--" + field.replace("_", "-"), _range(low, high, " seconds" if "seconds" in field else ""),
            "health") for field, (low, high) in THRESHOLD_LIMITS.items()),

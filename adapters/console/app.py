@@ -35,9 +35,11 @@ Every POST carries the form field ``csrf_token`` (see
 :mod:`tenure.adapters.console.security`); a GET never changes anything. Answers: 400 for
 a malformed filter or form (the page names the field and what it takes, never the value),
 403 for a missing or wrong CSRF token, 404 for an unknown page or ID, 401 (or, for a
-page, a redirect to ``/login``) without the token, 503 when the database failed (its
-reason word, never the driver's text), 500 for anything else (logged by its type only).
-No error page repeats what was sent.
+page, a redirect to ``/login``) without the token, 429 with ``Retry-After`` for a token
+(login form or Bearer header) from an address locked out after failed guesses (see
+:class:`~tenure.adapters.console.security.SignInThrottle`), 503 when the database failed
+(its reason word, never the driver's text), 500 for anything else (logged by its type
+only). No error page repeats what was sent.
 
 Every response carries ``Server-Timing: app;dur=MILLISECONDS`` (the server's time for the
 request, from the first byte the application saw to the response's headers), and
@@ -81,7 +83,16 @@ from tenure.model.errors import is_authored_word
 
 from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, printable, when
 from .reads import ConsoleData
-from .security import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Guard, host_allowed, safe_next, same_origin
+from .security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    SESSION_COOKIE,
+    Guard,
+    SignInThrottle,
+    host_allowed,
+    safe_next,
+    same_origin,
+)
 from .settings import ConsoleSettings
 
 if TYPE_CHECKING:
@@ -117,13 +128,27 @@ _PUBLIC_PATHS = ("/login", "/static/")
 
 
 class _Refused(Exception):
-    """A request refused before its view ran (403 CSRF, 413 too large, 415 not a form)."""
+    """A request refused before its view ran (403 CSRF, 413 too large, 415 not a form,
+    429 too many failed sign-ins: ``headers`` then holds its ``Retry-After``)."""
 
-    def __init__(self, status: int, title: str, message: str) -> None:
+    def __init__(self, status: int, title: str, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(title)
         self.status = status
         self.title = title
         self.message = message
+        self.headers = dict(headers or {})
+
+
+_TOO_MANY_TITLE = "Too many failed sign-ins"
+_TOO_MANY_MESSAGE = ("Tokens from this address are not checked for a while after repeated failures. Try again after "
+                     "the time the Retry-After header gives.")
+
+
+def _client(scope: Mapping[str, Any]) -> str:
+    """The client's address as the server saw it (the socket's peer, never a header a
+    client could forge)."""
+    client = scope.get("client")
+    return str(client[0])[:64] if client else "unknown"
 
 
 def _environment() -> Environment:
@@ -153,10 +178,12 @@ def _headers(scope: Mapping[str, Any]) -> dict[str, str]:
 class _Console:
     """One console's state: settings, guard, views, templates and the live-count cache."""
 
-    def __init__(self, settings: ConsoleSettings, data: ConsoleData, secret: bytes | None) -> None:
+    def __init__(self, settings: ConsoleSettings, data: ConsoleData, secret: bytes | None,
+                 throttle: SignInThrottle | None) -> None:
         self.settings = settings
         self.data = data
         self.guard = Guard(settings.token, secret)
+        self.throttle = SignInThrottle() if throttle is None else throttle
         self.pages = Pages(data, settings)
         self.environment = _environment()
         self._live: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -189,11 +216,26 @@ class _Console:
 
     # --- the gate every request passes -------------------------------------------------------
 
-    def authenticated(self, headers: Mapping[str, str]) -> bool:
-        if not self.guard.token_required:
+    def authenticated(self, scope: Mapping[str, Any], headers: Mapping[str, str]) -> bool | int:
+        """True to let the request through, False when it carries no valid credential, or
+        the seconds its client must wait (429): a Bearer token is a guess, throttled."""
+        if not self.guard.token_required or self.guard.session_valid(_cookies(headers).get(SESSION_COOKIE)):
             return True
-        return self.guard.bearer_matches(headers.get("authorization")) or \
-            self.guard.session_valid(_cookies(headers).get(SESSION_COOKIE))
+        authorization = headers.get("authorization")
+        if not self.guard.is_bearer(authorization):
+            return False
+        client = _client(scope)
+        wait = self.throttle.retry_after(client)
+        if wait is not None:
+            return wait
+        if self.guard.bearer_matches(authorization):
+            return True
+        self.throttle.failed(client, "a bearer token")
+        return False
+
+    def too_many(self, wait: int) -> tuple[int, list[tuple[str, str]], bytes]:
+        body = self.error_page(429, _TOO_MANY_TITLE, _TOO_MANY_MESSAGE)
+        return 429, [("content-type", "text/html; charset=utf-8"), ("retry-after", str(wait))], body.encode()
 
     def gate(self, scope: Mapping[str, Any]) -> tuple[int, list[tuple[str, str]], bytes] | None:
         """The answer for a request refused at the gate, or None to let it through."""
@@ -203,8 +245,13 @@ class _Console:
                                    "This console answers requests addressed to 127.0.0.1 or localhost only.")
             return 400, [("content-type", "text/html; charset=utf-8")], body.encode()
         path = str(scope.get("path", "/"))
-        if path.startswith(_PUBLIC_PATHS) or self.authenticated(headers):
+        if path.startswith(_PUBLIC_PATHS):
             return None
+        verdict = self.authenticated(scope, headers)
+        if verdict is True:
+            return None
+        if verdict is not False:
+            return self.too_many(verdict)
         if scope.get("method") in ("GET", "HEAD") and not path.startswith("/api/"):
             target = path + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
             location = "/login?" + urllib.parse.urlencode({"next": safe_next(target)})
@@ -253,11 +300,14 @@ class _Gatekeeper:
         await stamped({"type": "http.response.body", "body": body if scope.get("method") != "HEAD" else b""})
 
 
-def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, secret: bytes | None = None) -> Starlette:
+def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, secret: bytes | None = None,
+               throttle: SignInThrottle | None = None) -> Starlette:
     """The console for ``settings`` as an ASGI application. Its database facades
     (``data``: made here unless given) connect on the first read and are closed when the
     application's lifespan ends (those made here; a caller closes its own). ``secret``
-    keys the session and CSRF HMACs (default: fresh, so a restart ends every session)."""
+    keys the session and CSRF HMACs (default: fresh, so a restart ends every session).
+    ``throttle`` counts failed sign-ins (default: a fresh one on the monotonic clock; a
+    test passes one on a clock it steps)."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
@@ -265,7 +315,7 @@ def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, se
     from starlette.routing import Route
 
     owned = data is None
-    console = _Console(settings, ConsoleData(settings.db_url) if data is None else data, secret)
+    console = _Console(settings, ConsoleData(settings.db_url) if data is None else data, secret, throttle)
 
     def html(request: Request, status: int, body: str, nonce: str | None, fresh: bool) -> Response:
         response = HTMLResponse(body, status_code=status)
@@ -286,8 +336,10 @@ def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, se
                 return RedirectResponse(result.location, status_code=303)
             body = console.render(result.template, result.context, nonce, request.cookies.get(SESSION_COOKIE))
         except _Refused as refused:
-            return html(request, refused.status, console.error_page(refused.status, refused.title, refused.message),
-                        nonce, fresh)
+            response = html(request, refused.status,
+                            console.error_page(refused.status, refused.title, refused.message), nonce, fresh)
+            response.headers.update(refused.headers)
+            return response
         except BadInput as bad:
             body = console.error_page(400, "Bad request", "The request was not understood.", field=bad.field,
                                       takes=bad.takes)
@@ -406,8 +458,14 @@ def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, se
         async def produce() -> Page | Redirect:
             nonlocal failed
             fields = await form(request)
+            client = _client(request.scope)
+            wait = console.throttle.retry_after(client)
+            if wait is not None:  # not compared: a locked-out guess learns nothing
+                failed = True
+                raise _Refused(429, _TOO_MANY_TITLE, _TOO_MANY_MESSAGE, {"retry-after": str(wait)})
             if console.guard.token_matches(fields.get("token")):
                 return Redirect(safe_next(fields.get("next")))
+            console.throttle.failed(client, "the login form")
             failed = True
             return Page("login.html", {"title": "Sign in", "next": safe_next(fields.get("next")), "failed": True},
                         status=401)

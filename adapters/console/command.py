@@ -1,11 +1,17 @@
 """``tenure console``: serve the web console for one database.
 
     tenure console --db URL [--host 127.0.0.1] [--port 8787] [--token T]
+    tenure console --generate-token      # prints a fresh token (256 bits) and exits
 
 Needs the ``console`` extra (``pip install 'tenure[console]'``: Starlette, Jinja2,
 uvicorn); without it the command is refused (exit 2) with that line. It listens on
 loopback unless ``--host`` names another address, which needs a token (``--token``, or
 ``TENURE_CONSOLE_TOKEN`` so that it stays out of ``ps`` and the shell's history).
+
+A token must look random (see :func:`~tenure.adapters.console.settings.estimated_token_bits`):
+one that does not is refused (``--token: token_too_weak``, never echoed), and
+``--generate-token`` prints one made by :func:`~tenure.adapters.console.settings.generate_token`
+(it needs no database and serves nothing).
 
 Everything is checked before anything is served, in this order: the flags, the extra,
 the database URL, that the database is migrated (a database never migrated is refused,
@@ -39,6 +45,7 @@ from .settings import (
     TOKEN_VARIABLE,
     ConsoleSettings,
     console_installed,
+    generate_token,
 )
 
 __all__ = ["add_console_parser", "run_console", "COMMAND_HELP_LINE", "bind"]
@@ -57,7 +64,21 @@ def add_console_parser(commands: Any, help_line: str = COMMAND_HELP_LINE) -> Non
     console.add_argument("--port", type=int, default=DEFAULT_PORT,
                          help="the port (default 8787; 0: a free one, printed)")
     console.add_argument("--token", help=f"the token every request must carry (default: ${TOKEN_VARIABLE}; at least "
-                                         "16 printable characters)")
+                                         "16 printable characters that look random: see --generate-token)")
+    console.add_argument("--generate-token", action=_GenerateToken,
+                         help="print a fresh random token (256 bits) for --token or $" + TOKEN_VARIABLE + ", and exit")
+
+
+class _GenerateToken(argparse.Action):
+    """``--generate-token``: a flag that also lifts the need for a database (it serves
+    nothing)."""
+
+    def __init__(self, option_strings: Any, dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, True)
+        namespace.database_required = False
 
 
 def _refusal(field: str, problem: str, hint: str, spelling: str | None = None) -> ArgumentsRefused:
@@ -154,6 +175,9 @@ def _server_class() -> type[Any]:
 
 
 def run_console(arguments: argparse.Namespace) -> int:
+    if getattr(arguments, "generate_token", False):
+        print(generate_token(), flush=True)
+        return 0
     settings = settings_of(arguments)
     if not console_installed():
         raise _refusal("console", "console_not_installed", CONSOLE_HINT, "tenure console")

@@ -21,17 +21,18 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from tenure.model import ConfigValidationError, ConsentStatus, JobStatus, RunStatus, bounds
+from tenure.model import MAX_JSON_DEPTH, ConfigValidationError, ConsentStatus, JobStatus, RunStatus, TenureError, bounds
 from tenure.model.json_values import text_problem
 from tenure.model.validation import is_queue_name, micros_to_datetime
 
 from ..apps.jobs_cli import parse_age
+from ..core.tables import json_column
 from ..queue.worker import MAX_ERROR_BYTES, error_text
 from .reads import QUEUE_SOURCES, ConsoleData, parse_position
 from .settings import ConsoleSettings
 
 __all__ = ["Pages", "Page", "Redirect", "BadInput", "NotFound", "JOB_OUTCOMES", "RUN_OUTCOMES", "CONSENT_OUTCOMES",
-           "timeline", "printable", "MAX_OPERATOR_CHARS", "when", "ago", "duration"]
+           "timeline", "printable", "MAX_OPERATOR_CHARS", "when", "ago", "duration", "UNREADABLE_TEXT"]
 
 MAX_OPERATOR_CHARS = bounds.MAX_IDENTITY_CHARS
 
@@ -156,8 +157,25 @@ def _link(path: str, **parameters: str | None) -> str:
     return path + ("?" + urllib.parse.urlencode(given) if given else "")
 
 
+UNREADABLE_TEXT = (f"corrupt_row: the stored value cannot be read (not JSON, or nested deeper than {MAX_JSON_DEPTH} "
+                   "levels: written outside tenure)")
+"""What a revealed value shows when tenure cannot read it: the reason the API answers for
+the same value, never the stored text."""
+
+
+class _Unreadable:
+    """A stored JSON text tenure cannot read (see :func:`_parsed`)."""
+
+
+_UNREADABLE = _Unreadable()
+
+
 def _document(value: Any) -> str:
-    """A JSON value as shown once revealed (indented, keys sorted)."""
+    """A JSON value as shown once revealed (indented, keys sorted), or
+    :data:`UNREADABLE_TEXT`. A value :func:`_parsed` read nests at most
+    ``MAX_JSON_DEPTH`` levels, so encoding it cannot exhaust the stack."""
+    if value is _UNREADABLE:
+        return UNREADABLE_TEXT
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
@@ -166,12 +184,14 @@ def _text_size(text: str | None) -> int | None:
 
 
 def _parsed(text: str | None) -> Any:
-    if text is None:
-        return None
+    """A stored JSON text as a value, read by the API's own reader
+    (:func:`~tenure.adapters.core.tables.json_column`: bounded nesting, no recursion on
+    the way in); a text it refuses (``corrupt_row``: not JSON, or nested deeper than
+    tenure reads) is :data:`_UNREADABLE`, shown as such on a page that still renders."""
     try:
-        return json.loads(text)
-    except ValueError:
-        return text  # shown as the text it is
+        return json_column(text)
+    except TenureError:  # corrupt_row, raised by the reader outside its parser's handler
+        return _UNREADABLE
 
 
 def timeline(detail: Any) -> list[dict[str, Any]]:

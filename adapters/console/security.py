@@ -32,12 +32,36 @@ until they would have expired anyway), so a copied cookie dies with the sign-out
 **Host.** Without a token, a request is answered only when its ``Host`` header names a
 loopback address or ``localhost`` (:func:`host_allowed`): a site that re-points its own
 name at 127.0.0.1 (DNS rebinding) would otherwise read the console as its own origin.
+
+**Guessing** is throttled (:class:`SignInThrottle`). Every token the console compares
+(the login form's, or an ``Authorization: Bearer`` header's) is a guess until it matches.
+An address whose guesses failed :data:`FREE_FAILURES` times in a row is locked out, first
+for 1 second, then twice as long after each further failure, up to
+:data:`MAX_LOCKOUT_S`; its failures are forgotten :data:`FORGET_AFTER_S` after its last
+one (a correct token does not reset them: an attacker sharing an address with a
+signed-in script would otherwise be handed fresh guesses). Across every address, failed
+guesses spend a budget of :data:`GLOBAL_FAILURE_BURST` refilled at
+:data:`GLOBAL_FAILURES_PER_SECOND` a second, so many addresses guess no faster than one.
+While locked out, a guess is answered 429 with ``Retry-After`` and never compared (a
+lockout that still compared would still tell a guesser when it was right). A session
+cookie is no guess: it is an HMAC under a 256-bit secret, and a browser that kept one
+across a restart is not an attacker; signed-in browsers are never locked out. The
+throttle remembers at most :data:`MAX_TRACKED_CLIENTS` addresses (the ones that failed
+least recently are forgotten first; the global budget still holds against many). Each
+failed guess is logged at WARNING on ``tenure.adapters.console`` (how it came and from
+which address, never what was sent), at most :data:`LOG_BURST` lines a minute; a line
+after a quiet spell counts the failures not logged. Behind a proxy every client has the
+proxy's address, so the per-address lockout is shared: give the proxy its own limit.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import hashlib
 import hmac
+import logging
+import math
 import re
 import secrets
 import time
@@ -45,11 +69,27 @@ from collections.abc import Callable, Mapping
 
 from .settings import is_loopback
 
-__all__ = ["Guard", "host_allowed", "same_origin", "safe_next", "SESSION_COOKIE", "CSRF_COOKIE", "CSRF_FIELD",
-           "SESSION_MAX_AGE_S"]
+__all__ = ["Guard", "SignInThrottle", "host_allowed", "same_origin", "safe_next", "SESSION_COOKIE", "CSRF_COOKIE",
+           "CSRF_FIELD", "SESSION_MAX_AGE_S", "FREE_FAILURES", "FIRST_LOCKOUT_S", "MAX_LOCKOUT_S", "FORGET_AFTER_S",
+           "GLOBAL_FAILURE_BURST", "GLOBAL_FAILURES_PER_SECOND", "MAX_TRACKED_CLIENTS", "LOG_BURST"]
+
+log = logging.getLogger("tenure.adapters.console")
 
 SESSION_MAX_AGE_S = 12 * 3600
 """How long a sign-in lasts."""
+
+FREE_FAILURES = 5
+"""Failed guesses an address may make in a row before it is locked out."""
+FIRST_LOCKOUT_S = 1.0
+MAX_LOCKOUT_S = 300.0
+FORGET_AFTER_S = 900.0
+"""An address's failures are forgotten this long after its last one (longer than any
+lockout, so a lockout is never forgotten while it lasts)."""
+GLOBAL_FAILURE_BURST = 60
+GLOBAL_FAILURES_PER_SECOND = 1.0
+MAX_TRACKED_CLIENTS = 4096
+LOG_BURST = 10
+"""Failed guesses logged per minute at most (in a burst of this many)."""
 
 SESSION_COOKIE = "tenure_console_session"
 CSRF_COOKIE = "tenure_console_csrf"
@@ -89,12 +129,16 @@ class Guard:
             return False
         return hmac.compare_digest(_encoded(given), self._token)
 
+    @staticmethod
+    def is_bearer(authorization: str | None) -> bool:
+        """Whether an ``Authorization`` header offers a Bearer token (right or wrong)."""
+        return authorization is not None and authorization.partition(" ")[0].lower() == "bearer"
+
     def bearer_matches(self, authorization: str | None) -> bool:
         """Whether an ``Authorization`` header is ``Bearer TOKEN``."""
-        if authorization is None:
+        if authorization is None or not self.is_bearer(authorization):
             return False
-        scheme, _, credentials = authorization.partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(credentials.strip())
+        return self.token_matches(authorization.partition(" ")[2].strip())
 
     def new_session(self) -> str:
         """A session cookie's value: a random nonce, when it was issued, and their HMAC
@@ -192,3 +236,106 @@ def safe_next(target: str | None) -> str:
     if target and len(target) <= 2048 and _LOCAL_PATH.fullmatch(target):
         return target
     return "/"
+
+
+class _Bucket:
+    """A token bucket on an injected clock: ``capacity`` tokens, refilled at ``per_second``.
+    Its level may go below zero (guesses that were let through together are all paid for)."""
+
+    def __init__(self, capacity: float, per_second: float, now: float) -> None:
+        self._capacity = capacity
+        self._per_second = per_second
+        self._level = capacity
+        self._at = now
+
+    def _refill(self, now: float) -> None:
+        self._level = min(self._capacity, self._level + max(0.0, now - self._at) * self._per_second)
+        self._at = max(self._at, now)
+
+    def wait(self, now: float) -> float:
+        """Seconds until a whole token is there (0: one is)."""
+        self._refill(now)
+        return max(0.0, (1 - self._level) / self._per_second)
+
+    def spend(self, now: float) -> None:
+        self._refill(now)
+        self._level -= 1
+
+    def take(self, now: float) -> bool:
+        """Spend a token if a whole one is there."""
+        if self.wait(now) > 0:
+            return False
+        self._level -= 1
+        return True
+
+
+@dataclasses.dataclass(slots=True)
+class _Failures:
+    count: int
+    last_at: float
+    locked_until: float
+
+
+class SignInThrottle:
+    """Failed token guesses, per client address and overall, on a monotonic ``clock``
+    (injected: tests step it). See the module docstring for the policy.
+
+    A caller asks :meth:`retry_after` before comparing a token (a number: answer 429
+    without comparing), and reports a comparison that failed with :meth:`failed`."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        now = clock()
+        self._clients: collections.OrderedDict[str, _Failures] = collections.OrderedDict()
+        """Addresses with recent failures, the least recently failed first."""
+        self._budget = _Bucket(GLOBAL_FAILURE_BURST, GLOBAL_FAILURES_PER_SECOND, now)
+        self._log = _Bucket(LOG_BURST, LOG_BURST / 60, now)
+        self._unlogged = 0
+
+    @property
+    def tracked(self) -> int:
+        """How many addresses it remembers now (at most :data:`MAX_TRACKED_CLIENTS`)."""
+        return len(self._clients)
+
+    def retry_after(self, client: str) -> int | None:
+        """None when ``client`` may have a token compared now; else the whole seconds
+        (at least 1) until it may: its own lockout, or every address's while the global
+        budget is spent."""
+        now = self._clock()
+        self._forget(now)
+        record = self._clients.get(client)
+        wait = max(self._budget.wait(now), 0.0 if record is None else record.locked_until - now)
+        return None if wait <= 0 else max(1, math.ceil(wait))
+
+    def failed(self, client: str, via: str) -> None:
+        """A guess from ``client`` that did not match (``via``: how it came, for the log)."""
+        now = self._clock()
+        self._forget(now)
+        self._budget.spend(now)
+        record = self._clients.pop(client, None) or _Failures(0, now, now)
+        record.count += 1
+        record.last_at = now
+        beyond = record.count - FREE_FAILURES
+        if beyond >= 0:
+            record.locked_until = now + min(MAX_LOCKOUT_S, FIRST_LOCKOUT_S * 2 ** min(beyond, 32))
+        self._clients[client] = record
+        while len(self._clients) > MAX_TRACKED_CLIENTS:
+            self._clients.popitem(last=False)
+        self._report(client, via, record, now)
+
+    def _forget(self, now: float) -> None:
+        while self._clients:
+            oldest = next(iter(self._clients.values()))
+            if now - oldest.last_at <= FORGET_AFTER_S:
+                return
+            self._clients.popitem(last=False)
+
+    def _report(self, client: str, via: str, record: _Failures, now: float) -> None:
+        if not self._log.take(now):
+            self._unlogged += 1
+            return
+        locked = record.locked_until - now
+        log.warning("console: a sign-in failed (%s from %s; %d failed in a row from that address%s%s)", via, client,
+                    record.count, f"; it is locked out for {math.ceil(locked)} s" if locked > 0 else "",
+                    f"; {self._unlogged} more failed sign-ins were not logged" if self._unlogged else "")
+        self._unlogged = 0

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from adapter_support import expire_lease, kind_of, raw, shift_instants
+from adapter_support import as_on_a_loaded_machine, expire_lease, kind_of, raw, shift_instants
 from run_support import Runs
 
 from tenure.adapters import (
@@ -137,18 +137,23 @@ async def test_an_old_pending_job_is_unhealthy_past_the_threshold_and_each_queue
 async def test_a_claim_past_its_lease_is_unhealthy_once_the_grace_ran_out(
     db_url: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=30, heartbeat_seconds=10)) as source:
+    # An hour's lease: the claim is live for the first check however slow the machine (as
+    # the ten minutes a loaded one may take prove); the lease is then moved back by the
+    # hour and 90 s, so it ran out at least 90 s before, past the default 60 s grace and
+    # well within a grace of an hour.
+    async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=3600, heartbeat_seconds=10)) as source:
         job_id = await source.submit_owned(ValidationJob("orders", "1", "a.jsonl"), submission_id="s-1")
         claim = await source.claim_next_owned("worker-a", claim_token=uuid.uuid4().hex)
         assert claim is not None and claim.job_id == job_id
+    as_on_a_loaded_machine(db_url, QueueKind.VALIDATION, job_id)
     status, checks, _ = await checks_of(capsys, db_url)
     assert status == 0 and checks["expired_claims"]["reason"] == "none"
-    expire_lease(db_url, QueueKind.VALIDATION, job_id, by_us=90_000_000)  # 60 s past its lease
+    expire_lease(db_url, QueueKind.VALIDATION, job_id, by_us=3_690_000_000)  # 90 s past its lease
     status, checks, document = await checks_of(capsys, db_url)
     assert status == 1 and failing(checks) == {"expired_claims"}
     assert (checks["expired_claims"]["value"], checks["expired_claims"]["reason"]) == (1, "exceeded")
     assert document["queues"][0]["expired_claims"] == 1
-    status, checks, _ = await checks_of(capsys, db_url, "--expired-claim-grace-seconds", "120")
+    status, checks, _ = await checks_of(capsys, db_url, "--expired-claim-grace-seconds", "3600")
     assert status == 0 and checks["expired_claims"]["value"] == 0
     status, checks, _ = await checks_of(capsys, db_url, "--max-expired-claims", "1")
     assert status == 0 and checks["expired_claims"]["reason"] == "within"

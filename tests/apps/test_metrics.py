@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from adapter_support import expire_lease
 from polling import until
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,6 +41,7 @@ from tenure.adapters.runs.recovery import COUNT_NAMES, RecoveryIssue, RecoveryRe
 from tenure.model import (
     ConfigValidationError,
     ConsentStatus,
+    QueueKind,
     RunIntent,
     RunStatus,
     ValidationJob,
@@ -308,7 +310,11 @@ async def test_the_worker_counters_match_its_stats_and_the_histograms_count_ever
 
 async def test_stale_writes_lease_losses_and_releases_are_counted_as_the_stats_count_them(db_url: str) -> None:
     instruments = Instruments()
-    async with ValidationJobSource(db_url, config(db_url, lease_seconds=0.6, heartbeat_seconds=0.2)) as source:
+    # An hour's lease (heartbeats every 0.2 s, so the lost lease below is seen at once): no
+    # claim here may lapse on its own, since a lapse on a loaded machine would be one more
+    # lease loss and one fewer stale write or release. The lost lease is the database's
+    # answer, and the claim it leaves is made claimable by moving its lease back.
+    async with ValidationJobSource(db_url, config(db_url, lease_seconds=3600, heartbeat_seconds=0.2)) as source:
         # A write after an operator cancelled the job: refused, counted stale.
         await submit(source, 1)
 
@@ -319,7 +325,7 @@ async def test_stale_writes_lease_losses_and_releases_are_counted_as_the_stats_c
         first = Worker(source, cancelled_under_it, metrics=instruments)
         await first.run_until_idle()
         # A lease lost (the database answers every heartbeat: not yours any more).
-        await submit(source, 1)
+        [lost] = await submit(source, 1)
         original = source.heartbeat_many_owned
 
         async def never_renewed(fences: Any) -> list[bool]:
@@ -332,8 +338,8 @@ async def test_stale_writes_lease_losses_and_releases_are_counted_as_the_stats_c
         second = Worker(source, waits, metrics=instruments)
         await second.run_until_idle()
         source.heartbeat_many_owned = original  # type: ignore[method-assign]
-        # A claim given back at shutdown.
-        await asyncio.sleep(0.7)  # the lost claim's lease runs out: it is claimable again
+        # A claim given back at shutdown (the lost claim's lease ran out: claimable again).
+        expire_lease(db_url, QueueKind.VALIDATION, lost)
         began = asyncio.Event()
 
         async def stopped_midway(claimed: Any, context: JobContext) -> None:

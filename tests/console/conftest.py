@@ -4,7 +4,8 @@
   :func:`console_seed.seed` (read-only tests share it);
 - ``console_url``: a fresh migrated database per test (tests that change things);
 - ``console``: a function that opens an in-process client on a console of a URL
-  (``console(url, token=...)``), closed at the test's end.
+  (``console(url, token=...)``; ``throttle=`` a sign-in throttle on a test's clock,
+  ``client_address=`` the address the console sees), closed at the test's end.
 
 The client's base URL is ``http://127.0.0.1:8787``: a console without a token answers
 only requests addressed to a loopback name.
@@ -56,9 +57,10 @@ def console() -> Iterator[Callable[..., Any]]:
 
     opened: list[Any] = []
 
-    def open_console(db_url: str, *, base_url: str = BASE_URL, **settings: Any) -> Any:
-        client = TestClient(create_app(ConsoleSettings(db_url=db_url, **settings)), base_url=base_url,
-                            follow_redirects=False)
+    def open_console(db_url: str, *, base_url: str = BASE_URL, throttle: Any = None,
+                     client_address: str = "testclient", **settings: Any) -> Any:
+        client = TestClient(create_app(ConsoleSettings(db_url=db_url, **settings), throttle=throttle),
+                            base_url=base_url, follow_redirects=False, client=(client_address, 50000))
         opened.append(client)
         return client.__enter__()
 

@@ -20,12 +20,15 @@ import pytest
 from tenure.adapters.apps.cli import main
 
 TOKEN = "cli-token-0123456789abcdef"
+TOKEN_TAKES = ("at least 16 printable ASCII characters without spaces that look random (`tenure console "
+               "--generate-token` prints one); required with a --host that is not loopback; or set "
+               "TENURE_CONSOLE_TOKEN")
 
 
 def refusal(capsys: pytest.CaptureFixture[str], *arguments: str) -> list[str]:
     assert main(["console", *arguments]) == 2
     out = capsys.readouterr().out
-    assert TOKEN not in out and "S3cr3t" not in out
+    assert TOKEN not in out and "S3cr3t" not in out and "aaaaaaaa" not in out
     return out.splitlines()
 
 
@@ -59,18 +62,39 @@ def test_the_extra_check_finds_each_library_it_needs(monkeypatch: pytest.MonkeyP
                            "printed))"),
     (["--host", "S3cr3t host"], "  --host: host_required (--host takes an address of this machine or a host name "
                                 "(default 127.0.0.1); any but loopback needs --token)"),
-    (["--host", "0.0.0.0"], "  --token: token_required_off_loopback (--token takes at least 16 printable ASCII "
-                            "characters without spaces; required with a --host that is not loopback; or set "
-                            "TENURE_CONSOLE_TOKEN)"),
-    (["--host", "0.0.0.0", "--token", "S3cr3t"], "  --token: token_too_short (--token takes at least 16 printable "
-                                                 "ASCII characters without spaces; required with a --host that is not "
-                                                 "loopback; or set TENURE_CONSOLE_TOKEN)"),
+    (["--host", "0.0.0.0"], "  --token: token_required_off_loopback (--token takes " + TOKEN_TAKES + ")"),
+    (["--host", "0.0.0.0", "--token", "S3cr3t"], "  --token: token_too_short (--token takes " + TOKEN_TAKES + ")"),
+    (["--host", "0.0.0.0", "--token", "S3cr3tS3cr3tS3cr3t"], "  --token: token_too_weak (--token takes "
+                                                             + TOKEN_TAKES + ")"),
 ])
 def test_a_bad_flag_is_refused_naming_the_flag_and_what_it_takes(
     arguments: list[str], line: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
     lines = refusal(capsys, "--db", "sqlite:///console-flags.db", *arguments)
     assert lines[:2] == ["refused: invalid_arguments", line]
+
+
+def test_a_weak_token_from_the_environment_is_refused_without_echoing_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("TENURE_CONSOLE_TOKEN", "aaaaaaaaaaaaaaaa")
+    lines = refusal(capsys, "--db", "sqlite:///console-flags.db", "--host", "0.0.0.0")
+    assert lines[:2] == ["refused: invalid_arguments", "  --token: token_too_weak (--token takes " + TOKEN_TAKES + ")"]
+
+
+def test_generate_token_prints_a_fresh_token_a_console_accepts_and_needs_no_database(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tenure.adapters.console.settings import ConsoleSettings
+
+    monkeypatch.delenv("TENURE_DB", raising=False)
+    printed = []
+    for _ in range(2):
+        assert main(["console", "--generate-token"]) == 0
+        printed.append(capsys.readouterr().out)
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{43}\n", out) for out in printed) and printed[0] != printed[1]
+    token = printed[0].strip()
+    assert ConsoleSettings(db_url="sqlite:///x.db", host="0.0.0.0", token=token).token == token
 
 
 def test_the_token_may_come_from_the_environment_and_a_database_never_migrated_is_refused(

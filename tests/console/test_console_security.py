@@ -4,6 +4,9 @@ configured with. The token never appears in a page, a header or a cookie."""
 
 from __future__ import annotations
 
+import hmac
+import logging
+import secrets
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -13,8 +16,21 @@ from adapter_support import _run_async
 from console_html import by_testid, csrf_of, texts
 from console_seed import Seeded, seed
 
-from tenure.adapters.console.security import SESSION_MAX_AGE_S, Guard, host_allowed, safe_next
-from tenure.adapters.console.settings import ConsoleSettings
+from tenure.adapters.console.security import (
+    FORGET_AFTER_S,
+    FREE_FAILURES,
+    GLOBAL_FAILURE_BURST,
+    GLOBAL_FAILURES_PER_SECOND,
+    LOG_BURST,
+    MAX_LOCKOUT_S,
+    MAX_TRACKED_CLIENTS,
+    SESSION_MAX_AGE_S,
+    Guard,
+    SignInThrottle,
+    host_allowed,
+    safe_next,
+)
+from tenure.adapters.console.settings import MIN_TOKEN_BITS, ConsoleSettings, estimated_token_bits, generate_token
 from tenure.model import ConfigValidationError
 
 TOKEN = "console-token-0123456789abcdef"
@@ -210,3 +226,148 @@ def test_csrf_tokens_and_sessions_are_bound_to_the_process_secret() -> None:
     assert "t" * 16 not in session
     assert guard.bearer_matches("Bearer " + "t" * 16) and guard.bearer_matches("bearer  " + "t" * 16)
     assert not guard.bearer_matches("Bearer " + "t" * 15) and not Guard(None).token_matches("x")
+
+
+# --- tokens that do not look random, and guessing -------------------------------------
+
+
+WEAK_TOKENS = ("aaaaaaaaaaaaaaaa", "0123456789abcdef", "abcdefghijklmnop", "passwordpassword", "acacacacacacacac",
+               "qwertyuiopasdfgh", "1111111111111111", "zyxwvutsrqponmlkjihg")
+
+
+@pytest.mark.parametrize("weak", WEAK_TOKENS)
+def test_a_token_that_does_not_look_random_is_refused_saying_why_and_never_what(weak: str) -> None:
+    with pytest.raises(ConfigValidationError) as caught:
+        ConsoleSettings(db_url="sqlite:///x.db", host="0.0.0.0", token=weak)
+    assert (caught.value.fields, caught.value.problems) == (("token",), ("token_too_weak",))
+    assert weak not in str(caught.value) and weak not in repr(caught.value)
+    assert estimated_token_bits(weak) < MIN_TOKEN_BITS
+
+
+def test_generated_tokens_and_random_ones_of_every_common_shape_are_accepted() -> None:
+    import string
+    import uuid
+
+    shapes = (generate_token, lambda: secrets.token_urlsafe(16), lambda: secrets.token_hex(16),
+              lambda: str(uuid.uuid4()), lambda: "".join(secrets.choice(string.printable[:94]) for _ in range(20)))
+    for make in shapes:
+        for _ in range(200):
+            token = make()
+            assert ConsoleSettings(db_url="sqlite:///x.db", host="0.0.0.0", token=token).token == token
+    assert estimated_token_bits(generate_token()) > 3 * MIN_TOKEN_BITS
+    assert len(generate_token()) == 43 and generate_token() != generate_token()
+
+
+class Clock:
+    """A monotonic clock a test steps by hand: nothing here waits on wall time."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sign_in(client: Any, token: str) -> Any:
+    fields = {"csrf_token": csrf_of(client.get("/login").text), "token": token, "next": "/"}
+    return never_shows_the_token(client.post("/login", data=fields))
+
+
+def test_failed_sign_ins_lock_the_address_out_with_429_and_retry_after_and_a_locked_guess_is_never_compared(
+    console_url: str, console: Callable[..., Any], caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    throttle = SignInThrottle(clock)
+    options = {"host": "0.0.0.0", "token": TOKEN, "base_url": "http://console.internal:8787", "throttle": throttle}
+    guesser = console(console_url, client_address="203.0.113.7", **options)
+    caplog.set_level(logging.WARNING, logger="tenure.adapters.console")
+    for attempt in range(FREE_FAILURES):
+        assert sign_in(guesser, f"guess-{attempt}-aZ3kQ9vLp2Xw").status_code == 401, attempt
+    # Locked: the right token is not even compared, by the form or by the header.
+    locked = sign_in(guesser, TOKEN)
+    assert locked.status_code == 429 and locked.headers["retry-after"] == "1"
+    assert "tenure_console_session" not in locked.headers.get("set-cookie", "")
+    bearer = guesser.get("/api/live", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert bearer.status_code == 429 and bearer.headers["retry-after"] == "1"
+    # Another address is not locked; a signed-in browser never is.
+    other = console(console_url, client_address="198.51.100.2", **options)
+    assert other.get("/api/live", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert sign_in(other, TOKEN).status_code == 303 and other.get("/").status_code == 200
+    # The lockout ends; the next failure doubles it (up to MAX_LOCKOUT_S).
+    clock.now += 1
+    assert sign_in(guesser, "guess-again-aZ3kQ9vLp2Xw").status_code == 401
+    assert sign_in(guesser, TOKEN).headers["retry-after"] == "2"
+    clock.now += 2
+    for _ in range(20):
+        assert sign_in(guesser, "still-guessing-aZ3kQ9vLp2Xw").status_code == 401
+        clock.now += MAX_LOCKOUT_S
+    assert sign_in(guesser, "last-guess-aZ3kQ9vLp2Xw").status_code == 401
+    assert sign_in(guesser, TOKEN).headers["retry-after"] == str(int(MAX_LOCKOUT_S))
+    # Each failure was logged at WARNING, with where it came from and never what was sent.
+    failures = [record.getMessage() for record in caplog.records if "sign-in failed" in record.getMessage()]
+    assert len(failures) == FREE_FAILURES + 22  # the 429s compared nothing and are no failures
+    assert all("203.0.113.7" in line and "the login form" in line for line in failures)
+    assert "1 failed in a row" in failures[0] and "locked out" not in failures[FREE_FAILURES - 2]
+    assert "locked out for 1 s" in failures[FREE_FAILURES - 1]
+    assert not any("guess" in record.getMessage() or TOKEN in record.getMessage() for record in caplog.records)
+
+
+def test_bearer_guesses_are_throttled_like_the_login_form(console_url: str, console: Callable[..., Any]) -> None:
+    clock = Clock()
+    client = console(console_url, host="0.0.0.0", token=TOKEN, base_url="http://console.internal:8787",
+                     throttle=SignInThrottle(clock))
+    answers = [client.get("/api/live", headers={"Authorization": f"Bearer wrong-{n}-aZ3kQ9vLp2Xw"}).status_code
+               for n in range(FREE_FAILURES + 1)]
+    assert answers == [401] * FREE_FAILURES + [429]
+    # Neither a request without a credential nor a Basic one is a guess: no 429 for them.
+    assert client.get("/api/live").status_code == 401
+    assert client.get("/api/live", headers={"Authorization": "Basic " + TOKEN}).status_code == 401
+    clock.now += 1
+    assert client.get("/api/live", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+def test_failures_across_many_addresses_spend_one_global_budget_and_memory_stays_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    throttle = SignInThrottle(clock)
+    with caplog.at_level(logging.WARNING, logger="tenure.adapters.console"):
+        for n in range(GLOBAL_FAILURE_BURST):
+            assert throttle.retry_after(f"10.0.{n // 256}.{n % 256}") is None
+            throttle.failed(f"10.0.{n // 256}.{n % 256}", "a bearer token")
+    # The budget is spent: a fresh address waits too, until it refills.
+    assert throttle.retry_after("192.0.2.1") == 1
+    clock.now += 1 / GLOBAL_FAILURES_PER_SECOND
+    assert throttle.retry_after("192.0.2.1") is None
+    # The log was rate-limited; the next line after a quiet minute counts what it left out.
+    assert len([record for record in caplog.records if "sign-in failed" in record.getMessage()]) == LOG_BURST
+    clock.now += 60
+    with caplog.at_level(logging.WARNING, logger="tenure.adapters.console"):
+        caplog.clear()
+        throttle.failed("192.0.2.1", "the login form")
+    assert f"{GLOBAL_FAILURE_BURST - LOG_BURST} more failed sign-ins were not logged" in caplog.records[0].getMessage()
+    # Many more addresses than it remembers: it forgets the least recent, never grows past the bound.
+    for n in range(MAX_TRACKED_CLIENTS + 500):
+        throttle.failed(f"10.{n // 65536}.{n // 256 % 256}.{n % 256}", "a bearer token")
+        assert throttle.tracked <= MAX_TRACKED_CLIENTS
+    assert throttle.tracked == MAX_TRACKED_CLIENTS
+    # And forgets every address FORGET_AFTER_S after its last failure.
+    clock.now += FORGET_AFTER_S + 1 + (MAX_TRACKED_CLIENTS + 600) / GLOBAL_FAILURES_PER_SECOND
+    assert throttle.retry_after("192.0.2.1") is None and throttle.tracked == 0
+
+
+def test_sign_in_comparisons_stay_constant_time_in_the_token() -> None:
+    guard = Guard(TOKEN, b"k" * 32)
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(given: Any, expected: Any) -> bool:
+        compared.append((given, expected))
+        return real(given, expected)
+
+    import unittest.mock
+
+    with unittest.mock.patch("tenure.adapters.console.security.hmac.compare_digest", spy):
+        assert guard.token_matches(TOKEN) and not guard.token_matches("x" * 40)
+        assert guard.bearer_matches("Bearer " + TOKEN) and not guard.bearer_matches("Bearer wrong")
+    assert len(compared) == 4

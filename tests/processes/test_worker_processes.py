@@ -67,6 +67,10 @@ async def wait_until(db_url: str, done: Any, timeout_s: float) -> dict[str, Any]
 
 
 LEASE = ("--lease-seconds", "1", "--heartbeat-seconds", "0.25", "--idle-wait", "0.3", "--status-seconds", "1")
+"""A killed worker's claims run out within a second, so another worker takes them over."""
+LONG_LEASE = ("--lease-seconds", "600", "--heartbeat-seconds", "0.25", "--idle-wait", "0.3", "--status-seconds", "1")
+"""For workers that must keep their claims to the end (a finish or a give-back needs a live
+claim): a stall of a loaded machine never lapses these."""
 
 
 async def test_kill_9_in_the_middle_of_jobs_loses_nothing_and_each_job_has_one_accepted_write(
@@ -107,7 +111,7 @@ async def test_kill_9_in_the_middle_of_jobs_loses_nothing_and_each_job_has_one_a
 
 async def test_sigterm_lets_in_flight_work_finish_within_the_grace_and_loses_nothing(db_url: str) -> None:
     ids = await submit(db_url, 30, "term")
-    process = start(db_url, "third_of_a_second", *LEASE, "--concurrency", "4", "--grace-seconds", "10")
+    process = start(db_url, "third_of_a_second", *LONG_LEASE, "--concurrency", "4", "--grace-seconds", "10")
     await wait_until(db_url, lambda rows: sum(r.status is JobStatus.COMPLETED for r in rows.values()) >= 4, 60)
     process.send_signal(signal.SIGTERM)
     began = time.monotonic()
@@ -129,7 +133,7 @@ async def test_sigterm_lets_in_flight_work_finish_within_the_grace_and_loses_not
 
 async def test_sigterm_stops_handlers_that_outlast_the_grace_and_gives_their_claims_back(db_url: str) -> None:
     ids = await submit(db_url, 3, "stuck")
-    process = start(db_url, "stuck", *LEASE, "--concurrency", "3", "--batch", "3", "--grace-seconds", "0.5")
+    process = start(db_url, "stuck", *LONG_LEASE, "--concurrency", "3", "--batch", "3", "--grace-seconds", "0.5")
     await wait_until(db_url, lambda rows: sum(r.status is JobStatus.CLAIMED for r in rows.values()) == 3, 60)
     process.send_signal(signal.SIGTERM)
     began = time.monotonic()

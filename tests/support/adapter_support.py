@@ -262,6 +262,20 @@ def store_module(kind: str) -> Any:
 # --- raw SQL ------------------------------------------------------------------------------
 
 
+LOADED_MACHINE_US = 600_000_000
+"""Ten minutes: more than a loaded machine spends between a claim a test takes and the
+writes it makes with it (CI once took 119 s across a dozen CLI processes). A test that
+needs a claim live across slow work takes it with an hour's lease and calls
+:func:`as_on_a_loaded_machine` right after claiming, so it proves on every machine that
+the claim outlives a slow one."""
+
+
+def as_on_a_loaded_machine(db_url: str, queue: QueueKind, job_id: str) -> None:
+    """Move a claim's lease back by :data:`LOADED_MACHINE_US`: from now on the test sees it
+    as a loaded machine would, ten minutes older."""
+    expire_lease(db_url, queue, job_id, by_us=LOADED_MACHINE_US)
+
+
 def age_finished_rows(db_url: str, queue: QueueKind, *, hours: int) -> None:
     """Pretend every finished row finished ``hours`` earlier (retention tests)."""
     shift_instants(db_url, queue, "completed_at", hours * 3_600_000_000)

@@ -53,6 +53,10 @@ class FakeProvider:
         """Points (``poll``, ``cancel``, ``lookup``) where the process dies."""
         self.fail_lookups = False
         self._serial = 0
+        self.submitting = asyncio.Event()
+        """Set when a submit begins (a test waits on it instead of sleeping)."""
+        self.submit_gate: asyncio.Event | None = None
+        """When given, a submit waits for it after it began (a transmission held open)."""
 
     def _new_job(self, key: str) -> Job:
         self._serial += 1
@@ -64,6 +68,9 @@ class FakeProvider:
 
     async def submit(self, transmission: Transmission) -> str:
         step = self.plan.pop(0) if self.plan else "ok"
+        self.submitting.set()
+        if self.submit_gate is not None:
+            await self.submit_gate.wait()
         if self.submit_delay_s:
             await asyncio.sleep(self.submit_delay_s)
         if step == "reject":

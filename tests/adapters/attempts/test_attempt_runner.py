@@ -102,14 +102,18 @@ async def _egress() -> Any:
 
 
 async def test_a_recovery_relay_racing_a_live_sender_never_causes_a_second_effect(db_url: str) -> None:
-    fake = FakeProvider("lookup_only", submit_delay_s=0.3)
+    # The sender's transmission is held open until the relay has looked (an event, not a
+    # delay), under a submit lease no loaded machine outlives meanwhile.
+    fake = FakeProvider("lookup_only")
+    fake.submit_gate = asyncio.Event()
     async with AttemptLedger(db_url) as live, AttemptLedger(db_url) as relay:
         attempt_id = await live.prepare(spec(kind="lookup_only"))
-        sender = asyncio.ensure_future(AttemptRunner(live, fake, poll_interval_s=0, submit_lease_seconds=5).run(attempt_id))
-        await asyncio.sleep(0.1)  # the sender is inside submit now
+        sender = asyncio.ensure_future(AttemptRunner(live, fake, poll_interval_s=0, submit_lease_seconds=600).run(attempt_id))
+        await asyncio.wait_for(fake.submitting.wait(), 60)  # the sender is inside submit now (a hang guard)
         report = await runner(relay, fake).reconcile_unresolved(deadline_s=2)
         second = await runner(relay, fake).run(attempt_id)  # another process restarting the same work
         assert report.moved == 0 and second.state is AttemptState.SUBMITTING
+        fake.submit_gate.set()
         final = await sender
     assert final.state is AttemptState.SUCCEEDED and fake.effects[final.idempotency_key] == 1
 

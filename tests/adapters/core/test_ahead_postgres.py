@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
 import pytest
 from adapter_support import raw, row
+from lock_waits import held_elsewhere, with_longer_leases
 
 from tenure.adapters import ValidationJobSource
 from tenure.model import ErrorCode, QueueKind, TenureError, ValidationJob, WorkerConfig
@@ -85,29 +86,14 @@ def forced_plan(db_url: str, switches: tuple[str, ...]) -> Iterator[None]:
         raw(db_url, f'ALTER DATABASE "{database}" RESET ALL')
 
 
-@contextlib.asynccontextmanager
-async def held_elsewhere(db_url: str, job_id: str, *, move_lease_to_expire_in_s: float | None) -> AsyncIterator[None]:
-    """Another session holds the row's lock until the block ends (lock-only, or moving
-    the lease to expire shortly, committed when the lock ends)."""
-    holder = await asyncpg.connect(db_url)
-    try:
-        async with holder.transaction():
-            await holder.fetch("SELECT id FROM validation_jobs WHERE id = $1 FOR UPDATE", job_id)
-            if move_lease_to_expire_in_s is not None:
-                await holder.execute(
-                    "UPDATE validation_jobs SET lease_expires_at = clock_timestamp() + make_interval(secs => $2) WHERE id = $1",
-                    job_id, move_lease_to_expire_in_s,
-                )
-            yield
-    finally:
-        await holder.close()
-
-
-async def claimed_source(db_url: str, lease_s: float) -> tuple[ValidationJobSource, Any]:
+async def claimed_source(db_url: str, lease_s: float, job_id: str = "job-a") -> tuple[ValidationJobSource, Any]:
+    """``job_id`` submitted and claimed with a lease of ``lease_s`` (the rows of an earlier,
+    inconclusive attempt of a lock-wait scenario are removed first: one is claimable)."""
+    raw(db_url, "DELETE FROM validation_jobs WHERE id <> ?", (job_id,))
     source = ValidationJobSource(db_url, config(db_url, lease_s))
-    await source.submit_owned(ValidationJob("orders", "1", "a.jsonl", job_id="job-a"), submission_id="s-a")
-    claimed = await source.claim_next_owned("worker-a", claim_token="t-a")
-    assert claimed is not None and claimed.claim_fence is not None
+    await source.submit_owned(ValidationJob("orders", "1", "a.jsonl", job_id=job_id), submission_id="s-" + job_id)
+    claimed = await source.claim_next_owned("worker-a", claim_token="t-" + job_id)
+    assert claimed is not None and claimed.claim_fence is not None and claimed.job_id == job_id
     return source, claimed.claim_fence
 
 
@@ -133,47 +119,58 @@ async def test_a_fenced_write_is_one_statement(db_url: str) -> None:
 async def test_a_lease_that_ran_out_behind_a_lock_wait_refuses_the_write(
     db_url: str, plan: str, holder: str, operation: str
 ) -> None:
-    with forced_plan(db_url, PLANS[plan]):
-        source, fence = await claimed_source(db_url, 0.6)
+    async def scenario(lease_s: float, attempt: int) -> None:
+        job_id = f"job-{attempt}"
+        source, fence = await claimed_source(db_url, lease_s, job_id)
         spy = Spy(source)
         try:
-            before = row(db_url, QueueKind.VALIDATION, "job-a")
-            async with held_elsewhere(db_url, "job-a", move_lease_to_expire_in_s=0.3 if holder == "updating" else None):
+            before = row(db_url, QueueKind.VALIDATION, job_id)
+            async with held_elsewhere(db_url, job_id,
+                                      move_lease_to_expire_in_s=0.3 if holder == "updating" else None) as held:
                 call = (source.heartbeat_owned(fence) if operation == "heartbeat"
                         else source.complete_owned(fence, {"late": True}))
-                pending = asyncio.create_task(call)
-                await asyncio.sleep(1.0)  # the lease runs out while the write waits for the lock
-                assert not pending.done(), "the write waits for the row lock"
+                pending = asyncio.ensure_future(call)
+                await held.blocked(pending)  # the write waits for the row lock, its lease live
+                await held.until_lease_ran_out()
             assert await pending is False
             assert spy.transactions == 0 and 1 <= spy.statements <= 2
-            after = row(db_url, QueueKind.VALIDATION, "job-a")
+            after = row(db_url, QueueKind.VALIDATION, job_id)
             assert after["status"] == "claimed" and after["completed_at"] is None
             if holder == "lock-only":
                 assert after == before
         finally:
             await source.close()
 
+    with forced_plan(db_url, PLANS[plan]):
+        await with_longer_leases(scenario)
+
 
 async def test_the_single_statement_floor_accepts_that_stale_write(db_url: str) -> None:
     """The contrast that gives the test above its teeth: the plain fenced UPDATE reads
     the clock in its WHERE clause before the lock wait, and writes after the lease ran
     out behind a lock-only holder."""
-    source, fence = await claimed_source(db_url, 0.6)
-    await source.close()
-    floor = await asyncpg.connect(db_url)
-    try:
-        async with held_elsewhere(db_url, "job-a", move_lease_to_expire_in_s=None):
-            pending = asyncio.create_task(floor.fetch(
-                "UPDATE validation_jobs SET status = 'completed', completed_at = clock_timestamp(), lease_expires_at = NULL "
-                "WHERE id = $1 AND claim_token = $2 AND generation = $3 AND lease_expires_at > clock_timestamp() "
-                "RETURNING id", fence.job_id, fence.claim_token, fence.generation,
-            ))
-            await asyncio.sleep(1.0)
-        written = await pending
-    finally:
-        await floor.close()
-    assert [tuple(r) for r in written] == [("job-a",)], "the floor writes after the lease ran out"
-    assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"
+    async def scenario(lease_s: float, attempt: int) -> None:
+        job_id = f"job-{attempt}"
+        source, fence = await claimed_source(db_url, lease_s, job_id)
+        await source.close()
+        floor = await asyncpg.connect(db_url)
+        try:
+            async with held_elsewhere(db_url, job_id) as held:
+                pending = asyncio.ensure_future(floor.fetch(
+                    "UPDATE validation_jobs SET status = 'completed', completed_at = clock_timestamp(), "
+                    "lease_expires_at = NULL WHERE id = $1 AND claim_token = $2 AND generation = $3 "
+                    "AND lease_expires_at > clock_timestamp() RETURNING id", fence.job_id, fence.claim_token,
+                    fence.generation,
+                ))
+                await held.blocked(pending)
+                await held.until_lease_ran_out()
+            written = await pending
+        finally:
+            await floor.close()
+        assert [tuple(r) for r in written] == [(job_id,)], "the floor writes after the lease ran out"
+        assert row(db_url, QueueKind.VALIDATION, job_id)["status"] == "completed"
+
+    await with_longer_leases(scenario)
 
 
 async def test_a_stale_remembered_row_costs_one_more_statement(db_url: str) -> None:
@@ -278,18 +275,25 @@ async def test_a_statement_without_its_lock_first_order_would_accept_the_stale_w
     else:
         monkeypatch.setattr(finders, "by_keys", dataclasses.replace(finders.by_keys, lock="none"))
     postgres_statements.clear_statement_cache()
-    try:
-        source, fence = await claimed_source(db_url, 0.6)
+
+    async def scenario(lease_s: float, attempt: int) -> str:
+        job_id = f"job-{attempt}"
+        source, fence = await claimed_source(db_url, lease_s, job_id)
         try:
-            async with held_elsewhere(db_url, "job-a", move_lease_to_expire_in_s=None):
-                pending = asyncio.create_task(source.complete_owned(fence, {"late": True}))
-                await asyncio.sleep(1.0)
+            async with held_elsewhere(db_url, job_id) as held:
+                pending = asyncio.ensure_future(source.complete_owned(fence, {"late": True}))
+                await held.blocked(pending)
+                await held.until_lease_ran_out()
             assert await pending is True, "the mutant writes after the lease ran out"
         finally:
             await source.close()
+        return job_id
+
+    try:
+        job_id = await with_longer_leases(scenario)
     finally:
         postgres_statements.clear_statement_cache()
-    assert row(db_url, QueueKind.VALIDATION, "job-a")["status"] == "completed"
+    assert row(db_url, QueueKind.VALIDATION, job_id)["status"] == "completed"
 
 
 # --- the row version: one integer instead of the whole pre-image ---------------------------------

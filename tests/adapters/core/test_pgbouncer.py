@@ -22,6 +22,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from adapter_support import expire_lease
 
 from tenure.adapters import (
     JobContext,
@@ -35,7 +36,7 @@ from tenure.adapters import (
     upgrade,
 )
 from tenure.adapters.core.urls import Pooler, parse_db_url
-from tenure.model import ConfigValidationError, JobStatus, RunIntent, RunStatus, ValidationJob, WorkerConfig
+from tenure.model import ConfigValidationError, JobStatus, QueueKind, RunIntent, RunStatus, ValidationJob, WorkerConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 REQUEST = ValidationJob("orders", "1.0.0", "orders.jsonl")
@@ -170,14 +171,15 @@ async def test_a_server_setting_pgbouncer_refuses_at_startup_is_a_reason_not_dri
 
 
 async def test_migrate_submit_claim_heartbeat_complete_and_a_stale_completion_is_refused(pooled: str) -> None:
-    lease = 1.0
-    async with ValidationJobSource(pooled, config(pooled, lease_seconds=lease, heartbeat_seconds=0.2)) as source:
+    # An hour's lease (a second's could run out before the first heartbeat on a loaded
+    # machine); the stall past it is written by SQL.
+    async with ValidationJobSource(pooled, config(pooled, lease_seconds=3600, heartbeat_seconds=0.2)) as source:
         job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
         assert await source.submit_owned(REQUEST, submission_id="sub-1") == job_id  # a replay, not a second job
         first = await source.claim_next_owned("worker-a", claim_token="token-a")
         assert first is not None and first.job_id == job_id
         assert await source.heartbeat_owned(first.claim_fence) is True
-        await asyncio.sleep(lease * 1.5)  # worker-a stalls past its lease
+        expire_lease(pooled, QueueKind.VALIDATION, job_id)  # worker-a stalls past its lease
         second = await source.claim_next_owned("worker-b", claim_token="token-b")
         assert second is not None and second.claim_fence.generation > first.claim_fence.generation
         assert await source.complete_owned(first.claim_fence, {"by": "a"}) is False  # fenced out

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 from adapter_support import raw, row
+from lock_waits import held_elsewhere, with_longer_leases
 
 from tenure.adapters import StreamingJobSource, ValidationJobSource, downgrade, upgrade
 from tenure.adapters.core.schema import legacy_ddl, owned_column_ddl
@@ -407,25 +408,35 @@ async def test_a_single_statement_fenced_update_is_fooled_by_a_lock_wait_which_i
     accepted: the stale write this library exists to refuse. The same wait makes
     ``complete_owned`` answer False (test_a_lock_wait_that_outlasts_the_lease_...).
     """
-    async with ValidationJobSource(db_url, config(db_url, lease_seconds=1.0, heartbeat_seconds=0.2)) as source:
-        job_id = await source.submit_owned(REQUEST, submission_id="sub-1")
-        fence = (await source.claim_next_owned("worker-a", claim_token="token-1")).claim_fence
-    writer = await asyncpg.connect(db_url)
-    try:
-        async with row_locked_elsewhere(db_url, job_id):
-            one_statement = asyncio.create_task(writer.fetch(
-                "UPDATE validation_jobs SET status = 'completed', lease_expires_at = NULL, completed_at = clock_timestamp()"
-                " WHERE id = $1 AND claimed_by = $2 AND claim_token = $3 AND generation = $4 AND status = 'claimed'"
-                " AND lease_expires_at > clock_timestamp() RETURNING clock_timestamp() AS written_at, $5::timestamptz AS lease",
-                job_id, fence.owner_id, fence.claim_token, fence.generation,
-                raw(db_url, "SELECT lease_expires_at FROM validation_jobs WHERE id = ?", (job_id,))[0][0],
-            ))
-            await asyncio.sleep(1.5)  # the lease runs out while the UPDATE waits for the lock
-        rows = await one_statement
-    finally:
-        await writer.close()
-    assert len(rows) == 1, "PostgreSQL re-checked the predicate after the wait: revisit this rationale"
-    assert rows[0]["written_at"] > rows[0]["lease"], "the write landed after the lease had expired"
+    async def scenario(lease_s: float, attempt: int) -> None:
+        # A lease of lease_s; the UPDATE must reach the lock while it is live (else the
+        # attempt proves nothing and runs again with a longer one), and the holder keeps
+        # the lock until the lease ran out.
+        raw(db_url, "DELETE FROM validation_jobs")  # an inconclusive attempt's job, claimable again
+        async with ValidationJobSource(db_url, config(db_url, lease_seconds=lease_s, heartbeat_seconds=0.1)) as source:
+            job_id = await source.submit_owned(REQUEST, submission_id=f"sub-{attempt}")
+            fence = (await source.claim_next_owned("worker-a", claim_token=f"token-{attempt}")).claim_fence
+            assert fence.job_id == job_id
+        lease = raw(db_url, "SELECT lease_expires_at FROM validation_jobs WHERE id = ?", (job_id,))[0][0]
+        writer = await asyncpg.connect(db_url)
+        try:
+            async with held_elsewhere(db_url, job_id) as held:
+                one_statement = asyncio.ensure_future(writer.fetch(
+                    "UPDATE validation_jobs SET status = 'completed', lease_expires_at = NULL, "
+                    "completed_at = clock_timestamp() WHERE id = $1 AND claimed_by = $2 AND claim_token = $3 "
+                    "AND generation = $4 AND status = 'claimed' AND lease_expires_at > clock_timestamp() "
+                    "RETURNING clock_timestamp() AS written_at, $5::timestamptz AS lease",
+                    job_id, fence.owner_id, fence.claim_token, fence.generation, lease,
+                ))
+                await held.blocked(one_statement)
+                await held.until_lease_ran_out()  # the lease runs out while the UPDATE waits for the lock
+            rows = await one_statement
+        finally:
+            await writer.close()
+        assert len(rows) == 1, "PostgreSQL re-checked the predicate after the wait: revisit this rationale"
+        assert rows[0]["written_at"] > rows[0]["lease"], "the write landed after the lease had expired"
+
+    await with_longer_leases(scenario)
 
 
 # --- connections ------------------------------------------------------------------------------

@@ -422,7 +422,9 @@ async def test_pipeline_jobs_run_with_their_run_id(db_url: str) -> None:
 
 
 async def test_a_streaming_cancel_request_reaches_the_handler_and_is_acknowledged(db_url: str) -> None:
-    async with StreamingJobSource(db_url, config(db_url, lease_seconds=3, heartbeat_seconds=0.2)) as source:
+    # Heartbeats every 0.2 s carry the cancel request; the lease is long, so a loaded
+    # machine's stall never loses the claim the acknowledgement needs.
+    async with StreamingJobSource(db_url, config(db_url, lease_seconds=3600, heartbeat_seconds=0.2)) as source:
         job_id = await source.submit_owned(StreamingJob("feed", "1"), submission_id="launch-1")
         launched = asyncio.Event()
 

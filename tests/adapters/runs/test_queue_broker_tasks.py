@@ -10,6 +10,7 @@ import asyncio
 import datetime as dt
 from typing import Any
 
+from adapter_support import raw, stored_instant
 from polling import until
 
 from tenure.adapters import QueueBroker
@@ -38,6 +39,13 @@ def legacy_operations(db_url: str, lease_seconds: float) -> QueueOperations:
     config = WorkerConfig(db_url, lease_seconds=lease_seconds, heartbeat_seconds=lease_seconds / 5, max_attempts=1)
     return QueueOperations(open_store(db_url, timeout_seconds=10), QueueKind.VALIDATION, config,
                            new_job_id=time_ordered_id, binding=HOPS_BINDING)
+
+
+def legacy_leases_run_out(db_url: str) -> None:
+    """Every claim in ``tenure_run_hops`` ran out an hour ago (the process that held them died)."""
+    hour_ago_us = int((dt.datetime.now(dt.timezone.utc).timestamp() - 3600) * 1_000_000)
+    raw(db_url, "UPDATE tenure_run_hops SET lease_expires_at = ? WHERE lease_expires_at IS NOT NULL",
+        (stored_instant(db_url, hour_ago_us),))
 
 
 async def legacy_publish(ops: QueueOperations, key: str, queue: str, wire_priority: int) -> None:
@@ -84,11 +92,13 @@ async def test_hops_are_tasks_of_their_own_queue_claimed_by_run_priority(db_url:
 
 
 async def test_an_earlier_versions_hops_keep_working(db_url: str) -> None:
-    legacy = legacy_operations(db_url, 1.0)
+    # An hour's lease, moved back below: the claims must still be live when probed (a
+    # lease of a second could run out first on a loaded machine).
+    legacy = legacy_operations(db_url, 3600.0)
     broker = QueueBroker(db_url, queues=["runs"], lease_seconds=1.0, heartbeat_seconds=0.2, poll_s=0.01)
     try:
         # An earlier version left two queued hops and two claimed by a process that died
-        # (their 1 s lease runs out below).
+        # (their lease runs out below).
         for run_id, wire in ((RUN_A, 70), (RUN_B, 5), (RUN_C, 50), (RUN_D, 50)):
             await legacy_publish(legacy, hop_key(run_id, 0), "runs", wire)
         claims = await legacy.claim_owned("old-process", ["t-1", "t-2"], lambda record: record)
@@ -97,7 +107,7 @@ async def test_an_earlier_versions_hops_keep_working(db_url: str) -> None:
         probe = await broker.probe(hop_key(RUN_A, 0))
         assert (probe.state, probe.queue, probe.wire_priority) == (BrokerJobState.QUEUED, "runs", 70)
         assert (await broker.probe(hop_key(RUN_B, 0))).state is BrokerJobState.ACTIVE
-        await asyncio.sleep(1.1)  # the dead process's leases run out
+        legacy_leases_run_out(db_url)  # the dead process's leases run out
         ran: list[tuple[str, int]] = []
         await serve_until(broker, ran, 2)
         # The queued hops were adopted and ran here, in Run priority order (RUN_D, then RUN_A).
