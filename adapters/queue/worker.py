@@ -121,7 +121,7 @@ MAX_WRITE_BACKOFF_S = 1.0
 """The longest pause between repeats of a fenced write that failed for a database reason."""
 
 LATE_CLAIM_RENEWALS = 3
-"""Renewals tried for a claim whose answer arrived late (see :meth:`Worker.arrived_late`)
+"""Renewals tried for a claim whose answer arrived late (see ``Worker._arrived_late``)
 before it is given back: each renewal that answers late again (the database is still
 stalled) is tried once more."""
 
@@ -262,7 +262,7 @@ class _Job:
         self.shown_error: BaseException | None = None
         """The handler's exception as logs and observers see it (:func:`loggable_exception`)."""
         self._timer: asyncio.TimerHandle | None = None
-        self.confirming = worker.arrived_late(sent_at)
+        self.confirming = worker._arrived_late(sent_at)
         """Its claim answered too late to start the handler: a renewal decides first."""
         if not self.confirming:
             self.renewed(sent_at)
@@ -290,7 +290,7 @@ class _Job:
         if self.handler is not None and not self.handler.done():
             self.handler.cancel()
         if not self.settling:
-            self.worker.lease_lost(self)
+            self.worker._lease_lost(self)
 
     def stop_timer(self) -> None:
         if self._timer is not None:
@@ -455,8 +455,8 @@ def loggable_exception(error: BaseException, max_bytes: int, *, with_message: bo
         kind = type(original)
         # A class of the same name, module and qualified name prints as the original
         # type does; the original class cannot be built safely (any constructor).
-        stand_in_type = type(kind.__name__, (Exception,), {"__module__": kind.__module__,
-                                                           "__qualname__": kind.__qualname__})
+        stand_in_type: type[Exception] = type(kind.__name__, (Exception,), {"__module__": kind.__module__,
+                                                                            "__qualname__": kind.__qualname__})
         message = _message(original) if with_message else ""
         stand_in = stand_in_type(error_text(message, max_bytes)) if message else stand_in_type()
         copies[id(original)] = stand_in
@@ -473,10 +473,11 @@ def loggable_exception(error: BaseException, max_bytes: int, *, with_message: bo
 
 
 class _HandlerRaised(Exception):
-    """Carries a handler's ``BaseException`` that is not an ``Exception`` (``SystemExit``,
-    ``KeyboardInterrupt``, ``GeneratorExit``, its own ``CancelledError``) out of its task
-    as an ordinary failure: asyncio re-raises ``SystemExit`` and ``KeyboardInterrupt``
-    out of the event loop, which would stop the worker (and every other job with it)."""
+    """Carries a handler's ``SystemExit``, ``KeyboardInterrupt`` or own ``CancelledError``
+    out of its task as an ordinary failure: asyncio re-raises the first two out of the
+    event loop, which would stop the worker (and every other job with it), and the last
+    would look like the worker's own cancellation. (Any other ``BaseException``, such as
+    ``GeneratorExit``, already ends the task as its exception.)"""
 
     def __init__(self, raised: BaseException) -> None:
         super().__init__(type(raised).__name__)
@@ -904,7 +905,7 @@ class Worker:
             log.exception("a job ended with an unexpected error; its claim is left to expire")
         finally:
             if job.lost and not job.answered:
-                self.lease_lost(job)  # lost while its outcome was being written, and never answered
+                self._lease_lost(job)  # lost while its outcome was being written, and never answered
             job.ended = True
             job.stop_timer()
             self._jobs.pop(job.fence, None)
@@ -913,7 +914,7 @@ class Worker:
             if job.observed is not None:
                 job.observed.finished()
 
-    def arrived_late(self, sent_at: float) -> bool:
+    def _arrived_late(self, sent_at: float) -> bool:
         """Whether an answer to a claim or renewal sent at ``sent_at`` (loop time) arrives
         with less than ``min(heartbeat_seconds, lease_seconds / 2)`` of its local lease
         left (or none): the database may still hold the claim (its lease started when
@@ -946,7 +947,7 @@ class Worker:
             if not renewed:
                 job.lose(LOST_RENEWAL)
                 return False
-            if not self.arrived_late(sent):
+            if not self._arrived_late(sent):
                 job.confirming = False
                 job.renewed(sent)
                 log.info("job %s (%s, attempt %d): its claim answered after its lease deadline; renewed, it runs",
@@ -976,7 +977,7 @@ class Worker:
                     "given back (pending again, its attempt returned)", context.job_id, self._where(job),
                     context.attempt, extra=self._fields(job, "given back"))
 
-    def lease_lost(self, job: _Job) -> None:
+    def _lease_lost(self, job: _Job) -> None:
         """Count and log a lost claim, once: nothing is written for it."""
         if job.loss_counted:
             return
@@ -1006,9 +1007,10 @@ class Worker:
         return f"{context.queue.value} queue"
 
     async def _guarded(self, job: _Job) -> Any:
-        """The handler, with what it raises beyond ``Exception`` made a failure of its
-        attempt (see :class:`_HandlerRaised`); the worker's own cancellation (of this
-        task: the lease was lost, or the worker stops) passes as it is."""
+        """The handler, with its ``SystemExit``, ``KeyboardInterrupt`` or own
+        ``CancelledError`` made a failure of its attempt (see :class:`_HandlerRaised`);
+        the worker's own cancellation (of this task: the lease was lost, or the worker
+        stops) passes as it is."""
         try:
             return await self.handler(job.claimed, job.context)
         except asyncio.CancelledError as error:
@@ -1016,9 +1018,7 @@ class Worker:
             if task is not None and task.cancelling():
                 raise
             raise _HandlerRaised(error) from None
-        except Exception:
-            raise
-        except BaseException as error:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, GeneratorExit
+        except (SystemExit, KeyboardInterrupt) as error:
             raise _HandlerRaised(error) from None
 
     async def _handle(self, job: _Job) -> _Outcome | None:
