@@ -320,6 +320,7 @@ class Listener:
     async def close(self) -> None:
         self._closing = True
         self._checks.cancel()
+        await asyncio.wait([self._checks], timeout=ROLLBACK_GRACE_SECONDS)  # never two operations at once
         connection = self._connection
         if connection.is_closed():
             return

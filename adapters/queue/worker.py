@@ -10,17 +10,34 @@ batched heartbeat, and writes the handler's outcome with the exact fence of its 
 - an exception becomes ``fail_owned`` with ``retry=True`` and the text
   ``"<ExceptionType>: <message>"`` (control characters and what cannot be stored
   replaced, cut to 2 KiB or ``WorkerConfig.max_payload_bytes`` if smaller; the type
-  alone with ``store_error_text=False``), logged once written at ERROR with its
-  traceback, the job ID, queue, attempt and whether it was retried or failed, so the kernel's backoff and attempt budget
+  alone with ``store_error_text=False``), so the kernel's backoff and attempt budget
   decide whether the job comes back; :class:`FailJob` chooses ``retry`` (and a DLQ
   correlation ID) explicitly; a result that is not a JSON object fails the job the
-  same way (``InvalidResult: ...``);
+  same way (``InvalidResult: ...``). So do ``SystemExit`` (``sys.exit()`` in a handler),
+  ``KeyboardInterrupt`` and a ``CancelledError`` the handler raised itself (not the
+  worker's cancellation): they fail that attempt and the worker goes on (asyncio would
+  otherwise let the first two stop the event loop, and every other job with it; stop a
+  worker with ``stop``, or SIGTERM/SIGINT to ``tenure worker``, never from a handler);
+- once written, a failure is logged at ERROR with the job ID, queue, attempt, whether
+  it was retried or failed, the text stored for it, and the handler's traceback as
+  :func:`loggable_exception` shows it: its frames and chain, each message cleaned and cut
+  as stored, none with ``store_error_text=False`` (a message never reaches a log line,
+  or a metrics observer, whole);
 - a claim whose lease may have ended is never written: a heartbeat answered ``False``
   (by the batch or by ``context.heartbeat_now()``) or the local lease deadline (the
   moment the last successful claim or heartbeat was *sent*, plus the lease: never
   later than the database's own expiry) sets ``context.lease_lost`` and cancels the
   handler at once; its claim is left to expire (or was already taken over), and any
-  late write would be refused by the fence anyway;
+  late write would be refused by the fence anyway. Every such loss is logged at
+  WARNING with the job ID, queue (and task), attempt and the reason;
+- a claim answered late (less than ``min(heartbeat_seconds, lease_seconds / 2)`` of its
+  local lease left, or none: a lock wait or a stall held it up, while the database
+  started its lease when the claim finally ran) does not start its handler: a fenced
+  renewal goes out at once and the database decides. Renewed and answered in time, the
+  deadline is armed from the renewal's send time and the handler runs; refused, the
+  loss is logged and counted; answered late again (the stall goes on) or failed, it
+  is tried again up to :data:`LATE_CLAIM_RENEWALS` times, then the claim is given back
+  (``release_many_owned``: pending at once, its attempt returned);
 - streaming launches: ``context.cancel_requested`` is set when the owned state shows a
   cancel request (read with every heartbeat round); the handler is expected to stop
   its process; when it ends, the worker reads the state once more and acknowledges
@@ -38,8 +55,12 @@ lease and is taken by another worker).
 Waiting for work: on PostgreSQL an idle worker LISTENs on its table's channel, which
 every submission (owned or legacy) and every failure sent back to pending notifies in
 its own transaction; ``idle_wait_s`` is then only the fallback poll for what announces
-nothing (a retry's backoff coming due, an expired lease). On SQLite the worker polls,
-backing off from 50 ms to ``idle_wait_s``. Setting ``stop`` wakes an idle wait at once.
+nothing (a retry's backoff coming due, an expired lease). A listener whose connection
+ends (cut by the server or the network, or found silent by its periodic check) wakes
+the worker at once: the loss is logged at WARNING, a new listener is opened (logged at
+INFO once it listens), and the worker claims once more before it waits, since what was
+announced meanwhile went unheard. On SQLite the worker polls, backing off from 50 ms to
+``idle_wait_s``. Setting ``stop`` wakes an idle wait at once.
 
 Shutdown (``stop`` set, or ``run`` cancelled): claiming stops; in-flight handlers get
 ``shutdown_grace_s`` to finish and be written (heartbeats continue); the rest are
@@ -170,12 +191,18 @@ class WorkerStats:
     cancels_acknowledged: int = 0
     """Streaming launches stopped on a cancel request and acknowledged."""
     stale_writes_refused: int = 0
-    """Fenced writes answered False: the claim was no longer this worker's."""
+    """Fenced writes of an outcome answered False: the claim was no longer this worker's
+    (also when the answer arrived after the local lease deadline)."""
     lease_losses: int = 0
-    """Claims whose lease was lost while this worker held them (handler cancelled, nothing written)."""
+    """Claims this worker lost while it held them, with nothing written: the handler
+    cancelled (or never started, for a late claim whose renewal was refused), or the
+    outcome's write never answered before the local deadline. Each is logged at WARNING.
+    A write that did answer counts as its answer instead (completed, ..., or a stale
+    write refused)."""
     released: int = 0
-    """Claims whose handlers were stopped at shutdown, given back (``release_owned``):
-    pending again at once, their attempt returned."""
+    """Claims given back (``release_owned``): pending again at once, their attempt
+    returned. Those whose handlers were stopped at shutdown, and late claims that could
+    not be renewed in time."""
     abandoned: int = 0
     """Claims whose handlers were stopped at shutdown and that could not be given back
     (the handler ignored its cancellation, or the release was refused or failed): left to
@@ -518,8 +545,9 @@ class Worker:
     - ``shutdown_grace_s``: how long in-flight handlers may run after ``stop``;
     - ``store_error_text``: whether a failure stores the exception's message with its
       type (default) or its type alone, for deployments whose messages may carry data
-      that must not be stored. The log line keeps the whole traceback (a ``FailJob``:
-      its message) either way;
+      that must not be stored. What is logged (and handed to ``metrics``) follows: the
+      stored text, and a traceback whose messages are cleaned and cut as stored, or
+      left out (its frames, files and lines stay);
     - ``metrics``: an observer of claims, handlers and writes (a
       :class:`~tenure.adapters.core.observers.WorkerObserver`, such as
       :class:`tenure.adapters.apps.metrics.Instruments`); None (default): nothing is
