@@ -344,7 +344,8 @@ async def test_a_write_the_database_refused_after_the_local_deadline_counts_as_a
     """The handler ended and its completion is on its way when the local deadline passes;
     the database then refuses it (an operator cancelled the job meanwhile). The answer is
     known: a stale write refused, not a lease loss, and the metrics observer agrees."""
-    async with ValidationJobSource(db_url, config(db_url, lease_seconds=1, heartbeat_seconds=0.25)) as source, \
+    # The handler returns at once: its write is under way long before the 2 s deadline.
+    async with ValidationJobSource(db_url, config(db_url, lease_seconds=2, heartbeat_seconds=0.25)) as source, \
             ValidationJobSource(db_url, config(db_url)) as operator:
         [job_id] = await submit(source, 1)
         contexts: list[JobContext] = []
@@ -603,7 +604,7 @@ async def test_a_listener_whose_connection_went_silent_is_found_dead_and_wakes_i
 
     monkeypatch.setattr(connections, "LISTENER_CHECK_SECONDS", 0.2, raising=False)
     async with stalling_proxy(db_url) as (proxy, through):
-        async with ValidationJobSource(through, config(through, timeout_seconds=1)) as source:
+        async with ValidationJobSource(through, config(through, timeout_seconds=5)) as source:
             woken = asyncio.Event()
             operations = source.operations
             listener = await operations.store.listen(operations.binding, woken.set)
