@@ -56,7 +56,10 @@ class JobObserver(Protocol):
         ...
 
     def handler_ended(self, outcome: str, error: BaseException | None) -> None:
-        """The handler ended: one of :data:`HANDLER_OUTCOMES`, with what it raised."""
+        """The handler ended: one of :data:`HANDLER_OUTCOMES`, with what it raised as the
+        worker logs it (:func:`~tenure.adapters.queue.worker.loggable_exception`: the
+        type's name, frames and chain, each message cleaned and cut as the stored error
+        text, or left out under ``store_error_text=False``)."""
         ...
 
     def settle_started(self) -> None:

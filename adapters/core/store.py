@@ -278,8 +278,10 @@ class Store(Protocol):
 
     async def listen(self, binding: Binding, wake: Callable[[], None]) -> Listener | None:
         """Call ``wake`` whenever a committed write announces new work on ``binding``'s
-        table, until the returned listener is closed. None: this store has no
-        notifications (SQLite: workers poll)."""
+        table, until the returned listener is closed, and once when the listener loses
+        its connection (then ``alive`` is False: the caller opens another one and looks
+        for work announced meanwhile). None: this store has no notifications (SQLite:
+        workers poll)."""
 
     @property
     def ahead(self) -> AheadWriter | None:

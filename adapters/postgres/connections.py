@@ -33,7 +33,7 @@ from ..core.urls import Pooler
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS", "ROLLBACK_GRACE_SECONDS", "POOL_SIZE", "REASONS_BY_CLASS", "call", "call_once",
-    "rollback", "connect", "refuse_unnamed_pooler", "Connections", "Listener",
+    "rollback", "connect", "refuse_unnamed_pooler", "Connections", "Listener", "LISTENER_CHECK_SECONDS",
 ]
 
 T = TypeVar("T")
@@ -48,6 +48,11 @@ nor wait on a frozen server)."""
 
 POOL_SIZE = 10
 """Connections per store; each open transaction holds one."""
+
+LISTENER_CHECK_SECONDS = 30.0
+"""How often a listener's connection is checked (one ``LISTEN`` it already holds, a
+no-op for the server): a connection cut without a word (a partition, a proxy that
+dropped it) delivers nothing and reports nothing until something is sent on it."""
 
 _POSTGRES_EPOCH_US = 946_684_800_000_000
 """2000-01-01 UTC, PostgreSQL's zero instant, in microseconds since the Unix epoch."""
@@ -275,16 +280,47 @@ class Connections:
 
 class Listener:
     """A dedicated connection LISTENing on one channel (see :meth:`~tenure.adapters.postgres.store.PostgresStore.listen`).
-    It holds session state, so it never joins the pool."""
+    It holds session state, so it never joins the pool.
 
-    def __init__(self, connection: asyncpg.Connection) -> None:
+    When its connection ends for any reason but :meth:`close` (the server terminated it,
+    the network reset it), ``wake`` is called, so its worker notices the loss at once
+    (``alive`` is then False) instead of at its next fallback poll. A connection cut
+    silently is found by a check every :data:`LISTENER_CHECK_SECONDS`: the ``LISTEN``
+    is sent again (a no-op for the server) under ``timeout_seconds``; no answer in time
+    ends the connection, which wakes the worker the same way."""
+
+    def __init__(self, connection: asyncpg.Connection, channel: str, wake: Callable[[], None],
+                 timeout_seconds: float) -> None:
         self._connection = connection
+        self._wake = wake
+        self._closing = False
+        self._statement = 'LISTEN "' + channel.replace('"', '""') + '"'
+        self._timeout_seconds = timeout_seconds
+        connection.add_termination_listener(self._ended)
+        self._checks = asyncio.create_task(self._check_periodically())
+
+    def _ended(self, _connection: object) -> None:
+        if not self._closing:
+            self._wake()
+
+    async def _check_periodically(self) -> None:
+        connection = self._connection
+        while not connection.is_closed():
+            await asyncio.sleep(LISTENER_CHECK_SECONDS)
+            try:
+                async with asyncio.timeout(self._timeout_seconds):
+                    await connection.execute(self._statement)
+            except Exception:  # noqa: BLE001 - any failure means the same: this connection is gone
+                connection.terminate()  # its termination listener wakes the worker
 
     @property
     def alive(self) -> bool:
         return not self._connection.is_closed()
 
     async def close(self) -> None:
+        self._closing = True
+        self._checks.cancel()
+        await asyncio.wait([self._checks], timeout=ROLLBACK_GRACE_SECONDS)  # never two operations at once
         connection = self._connection
         if connection.is_closed():
             return

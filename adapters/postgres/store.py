@@ -407,7 +407,8 @@ class PostgresStore:
         """A dedicated connection that calls ``wake`` on every notification of
         ``binding``'s channel (:func:`~tenure.adapters.core.tables.announce_channel`).
         Connecting and LISTEN run under the store's timeout; failures raise
-        ``QUEUE_PERSISTENCE_FAILED`` like any call.
+        ``QUEUE_PERSISTENCE_FAILED`` like any call. ``wake`` is also called when the
+        connection is lost (see :class:`~tenure.adapters.postgres.connections.Listener`).
 
         None under ``pooler=transaction``: a pooler in transaction mode would accept the
         LISTEN on whichever server connection ran it and then deliver nothing to this
@@ -422,13 +423,13 @@ class PostgresStore:
         def heard(*_: object) -> None:
             wake()
 
+        channel = announce_channel(self.schema, binding.spec.name)
         try:
-            await call(lambda: connection.add_listener(announce_channel(self.schema, binding.spec.name), heard),
-                        deadline, Stage.STATEMENT)
+            await call(lambda: connection.add_listener(channel, heard), deadline, Stage.STATEMENT)
         except BaseException:
             connection.terminate()
             raise
-        return Listener(connection)
+        return Listener(connection, channel, wake, self._timeout_seconds)
 
     def saw_clock(self, now_us: int) -> None:
         self._clock = (now_us, time.monotonic())

@@ -10,17 +10,34 @@ batched heartbeat, and writes the handler's outcome with the exact fence of its 
 - an exception becomes ``fail_owned`` with ``retry=True`` and the text
   ``"<ExceptionType>: <message>"`` (control characters and what cannot be stored
   replaced, cut to 2 KiB or ``WorkerConfig.max_payload_bytes`` if smaller; the type
-  alone with ``store_error_text=False``), logged once written at ERROR with its
-  traceback, the job ID, queue, attempt and whether it was retried or failed, so the kernel's backoff and attempt budget
+  alone with ``store_error_text=False``), so the kernel's backoff and attempt budget
   decide whether the job comes back; :class:`FailJob` chooses ``retry`` (and a DLQ
   correlation ID) explicitly; a result that is not a JSON object fails the job the
-  same way (``InvalidResult: ...``);
+  same way (``InvalidResult: ...``). So do ``SystemExit`` (``sys.exit()`` in a handler),
+  ``KeyboardInterrupt`` and a ``CancelledError`` the handler raised itself (not the
+  worker's cancellation): they fail that attempt and the worker goes on (asyncio would
+  otherwise let the first two stop the event loop, and every other job with it; stop a
+  worker with ``stop``, or SIGTERM/SIGINT to ``tenure worker``, never from a handler);
+- once written, a failure is logged at ERROR with the job ID, queue, attempt, whether
+  it was retried or failed, the text stored for it, and the handler's traceback as
+  :func:`loggable_exception` shows it: its frames and chain, each message cleaned and cut
+  as stored, none with ``store_error_text=False`` (a message never reaches a log line,
+  or a metrics observer, whole);
 - a claim whose lease may have ended is never written: a heartbeat answered ``False``
   (by the batch or by ``context.heartbeat_now()``) or the local lease deadline (the
   moment the last successful claim or heartbeat was *sent*, plus the lease: never
   later than the database's own expiry) sets ``context.lease_lost`` and cancels the
   handler at once; its claim is left to expire (or was already taken over), and any
-  late write would be refused by the fence anyway;
+  late write would be refused by the fence anyway. Every such loss is logged at
+  WARNING with the job ID, queue (and task), attempt and the reason;
+- a claim answered late (less than ``min(heartbeat_seconds, lease_seconds / 2)`` of its
+  local lease left, or none: a lock wait or a stall held it up, while the database
+  started its lease when the claim finally ran) does not start its handler: a fenced
+  renewal goes out at once and the database decides. Renewed and answered in time, the
+  deadline is armed from the renewal's send time and the handler runs; refused, the
+  loss is logged and counted; answered late again (the stall goes on) or failed, it
+  is tried again up to :data:`LATE_CLAIM_RENEWALS` times, then the claim is given back
+  (``release_many_owned``: pending at once, its attempt returned);
 - streaming launches: ``context.cancel_requested`` is set when the owned state shows a
   cancel request (read with every heartbeat round); the handler is expected to stop
   its process; when it ends, the worker reads the state once more and acknowledges
@@ -38,8 +55,12 @@ lease and is taken by another worker).
 Waiting for work: on PostgreSQL an idle worker LISTENs on its table's channel, which
 every submission (owned or legacy) and every failure sent back to pending notifies in
 its own transaction; ``idle_wait_s`` is then only the fallback poll for what announces
-nothing (a retry's backoff coming due, an expired lease). On SQLite the worker polls,
-backing off from 50 ms to ``idle_wait_s``. Setting ``stop`` wakes an idle wait at once.
+nothing (a retry's backoff coming due, an expired lease). A listener whose connection
+ends (cut by the server or the network, or found silent by its periodic check) wakes
+the worker at once: the loss is logged at WARNING, a new listener is opened (logged at
+INFO once it listens), and the worker claims once more before it waits, since what was
+announced meanwhile went unheard. On SQLite the worker polls, backing off from 50 ms to
+``idle_wait_s``. Setting ``stop`` wakes an idle wait at once.
 
 Shutdown (``stop`` set, or ``run`` cancelled): claiming stops; in-flight handlers get
 ``shutdown_grace_s`` to finish and be written (heartbeats continue); the rest are
@@ -120,6 +141,19 @@ RECOVERY_TRIES = 3
 MAX_WRITE_BACKOFF_S = 1.0
 """The longest pause between repeats of a fenced write that failed for a database reason."""
 
+LATE_CLAIM_RENEWALS = 3
+"""Renewals tried for a claim whose answer arrived late (see ``Worker._arrived_late``)
+before it is given back: each renewal that answers late again (the database is still
+stalled) is tried once more."""
+
+LOST_DEADLINE = "its lease deadline passed with no renewal answered (a stalled database or connection)"
+LOST_HEARTBEAT = "a heartbeat was refused (the job was cancelled, or its lease ended and it was taken over)"
+LOST_PROGRESS = "a progress report was refused (the job was cancelled, or its lease ended and it was taken over)"
+LOST_STATE = "its owned state shows no live claim (the job was cancelled, or its lease ended and it was taken over)"
+LOST_RENEWAL = "its claim answered after its lease deadline and the renewal was refused (the lease ended during the stall)"
+LOST_UNRETURNED = "its claim answered late, could not be renewed in time and could not be given back"
+"""Why a claim was lost: the reason a lease-loss log line gives."""
+
 MAX_QUEUES = 100
 """The most task queues one Worker serves."""
 
@@ -157,12 +191,18 @@ class WorkerStats:
     cancels_acknowledged: int = 0
     """Streaming launches stopped on a cancel request and acknowledged."""
     stale_writes_refused: int = 0
-    """Fenced writes answered False: the claim was no longer this worker's."""
+    """Fenced writes of an outcome answered False: the claim was no longer this worker's
+    (also when the answer arrived after the local lease deadline)."""
     lease_losses: int = 0
-    """Claims whose lease was lost while this worker held them (handler cancelled, nothing written)."""
+    """Claims this worker lost while it held them, with nothing written: the handler
+    cancelled (or never started, for a late claim whose renewal was refused), or the
+    outcome's write never answered before the local deadline. Each is logged at WARNING.
+    A write that did answer counts as its answer instead (completed, ..., or a stale
+    write refused)."""
     released: int = 0
-    """Claims whose handlers were stopped at shutdown, given back (``release_owned``):
-    pending again at once, their attempt returned."""
+    """Claims given back (``release_owned``): pending again at once, their attempt
+    returned. Those whose handlers were stopped at shutdown, and late claims that could
+    not be renewed in time."""
     abandoned: int = 0
     """Claims whose handlers were stopped at shutdown and that could not be given back
     (the handler ignored its cancellation, or the release was refused or failed): left to
@@ -242,8 +282,17 @@ class _Job:
         """Its outcome is being written: a heartbeat answered False may be that write."""
         self.observed: JobObserver | None = None
         """Its observer, when the worker has one (``metrics``)."""
+        self.answered = False
+        """A fenced write of its outcome was answered (applied or refused)."""
+        self.loss_counted = False
+        self.loss_reason = LOST_DEADLINE
+        self.shown_error: BaseException | None = None
+        """The handler's exception as logs and observers see it (:func:`loggable_exception`)."""
         self._timer: asyncio.TimerHandle | None = None
-        self.renewed(sent_at)
+        self.confirming = worker._arrived_late(sent_at)
+        """Its claim answered too late to start the handler: a renewal decides first."""
+        if not self.confirming:
+            self.renewed(sent_at)
 
     def renewed(self, sent_at: float) -> None:
         """A claim or heartbeat sent at ``sent_at`` (loop time) succeeded: the database's
@@ -253,20 +302,22 @@ class _Job:
         if self._timer is not None:
             self._timer.cancel()
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_at(sent_at + self.worker.source.config.lease_seconds, self.lose)
+        self._timer = loop.call_at(sent_at + self.worker.source.config.lease_seconds, self.lose, LOST_DEADLINE)
 
-    def lose(self) -> None:
-        """The lease may have ended: never write, stop the handler at once."""
+    def lose(self, reason: str) -> None:
+        """The lease may have ended: never write, stop the handler at once. Counted and
+        logged now, or, while its outcome is being written, once that write is known not
+        to have been answered (an answer counts as what it says)."""
         if self.lost or self.ended:
             return
         self.lost = True
-        self.worker.stats.lease_losses += 1
-        if self.observed is not None:
-            self.observed.lease_lost()
+        self.loss_reason = reason
         self.context.lease_lost.set()
         self.stop_timer()
         if self.handler is not None and not self.handler.done():
             self.handler.cancel()
+        if not self.settling:
+            self.worker._lease_lost(self)
 
     def stop_timer(self) -> None:
         if self._timer is not None:
@@ -281,7 +332,7 @@ class _Job:
         if renewed:
             self.renewed(sent)
         else:
-            self.lose()
+            self.lose(LOST_HEARTBEAT)
         return renewed
 
     async def progress(self, report: dict[str, Any]) -> bool:
@@ -292,7 +343,7 @@ class _Job:
             return False
         if await source.progress_owned(self.fence, report):
             return True
-        self.lose()
+        self.lose(LOST_PROGRESS)
         return False
 
     async def set_pid(self, pid: int) -> bool:
@@ -385,11 +436,20 @@ def error_text(text: str, max_bytes: int) -> str:
     unencodable code points replaced, cut to ``max_bytes`` UTF-8 bytes (at most
     :data:`MAX_ERROR_BYTES`) on a character boundary (marked with an ellipsis)."""
     max_bytes = min(max_bytes, MAX_ERROR_BYTES)
-    cleaned = text.translate(_CONTROL).encode("utf-8", "replace")
+    # Every character is at least one byte once cleaned, so what lies past the first
+    # max_bytes + 1 characters is cut anyway: never clean megabytes to keep two KiB.
+    cleaned = text[: max_bytes + 1].translate(_CONTROL).encode("utf-8", "replace")
     if len(cleaned) <= max_bytes:
         return cleaned.decode("utf-8")
     ellipsis = "\u2026".encode()
     return cleaned[: max(0, max_bytes - len(ellipsis))].decode("utf-8", "ignore") + ellipsis.decode()
+
+
+def _message(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not lose the failure
+        return "(the exception's message could not be read)"
 
 
 def exception_text(error: BaseException, max_bytes: int, *, with_message: bool = True) -> str:
@@ -397,11 +457,58 @@ def exception_text(error: BaseException, max_bytes: int, *, with_message: bool =
     when ``with_message`` is False)."""
     if not with_message:
         return error_text(type(error).__name__, max_bytes)
-    try:
-        message = str(error)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not lose the failure
-        message = "(the exception's message could not be read)"
+    message = _message(error)
     return error_text(f"{type(error).__name__}: {message}" if message else type(error).__name__, max_bytes)
+
+
+MAX_LOGGED_CHAIN = 8
+"""The most exceptions of a chain (``__cause__``, ``__context__``) a logged traceback shows."""
+
+
+def loggable_exception(error: BaseException, max_bytes: int, *, with_message: bool = True) -> BaseException:
+    """A stand-in for ``error`` that a log line or a trace may carry: its type's name,
+    its traceback's frames and its chain (causes and contexts, up to
+    :data:`MAX_LOGGED_CHAIN`, each likewise), but each message cleaned and cut as a
+    stored error text is (:func:`error_text`), or left out with ``with_message=False``,
+    and no notes. So a handler's message reaches no output whole: a 10 MB message, an
+    escape sequence or a NUL is logged as it is stored, and a message that must not be
+    stored is not logged either (the frames, files and lines stay to debug with)."""
+    copies: dict[int, BaseException] = {}
+
+    def copy(original: BaseException, depth: int) -> BaseException:
+        known = copies.get(id(original))
+        if known is not None:
+            return known
+        kind = type(original)
+        # A class of the same name, module and qualified name prints as the original
+        # type does; the original class cannot be built safely (any constructor).
+        stand_in_type: type[Exception] = type(kind.__name__, (Exception,), {"__module__": kind.__module__,
+                                                                            "__qualname__": kind.__qualname__})
+        message = _message(original) if with_message else ""
+        stand_in = stand_in_type(error_text(message, max_bytes)) if message else stand_in_type()
+        copies[id(original)] = stand_in
+        stand_in.__traceback__ = original.__traceback__
+        if depth < MAX_LOGGED_CHAIN:
+            if original.__cause__ is not None:
+                stand_in.__cause__ = copy(original.__cause__, depth + 1)
+            if original.__context__ is not None:
+                stand_in.__context__ = copy(original.__context__, depth + 1)
+        stand_in.__suppress_context__ = original.__suppress_context__
+        return stand_in
+
+    return copy(error, 0)
+
+
+class _HandlerRaised(Exception):
+    """Carries a handler's ``SystemExit``, ``KeyboardInterrupt`` or own ``CancelledError``
+    out of its task as an ordinary failure: asyncio re-raises the first two out of the
+    event loop, which would stop the worker (and every other job with it), and the last
+    would look like the worker's own cancellation. (Any other ``BaseException``, such as
+    ``GeneratorExit``, already ends the task as its exception.)"""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(type(raised).__name__)
+        self.raised = raised
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -438,8 +545,9 @@ class Worker:
     - ``shutdown_grace_s``: how long in-flight handlers may run after ``stop``;
     - ``store_error_text``: whether a failure stores the exception's message with its
       type (default) or its type alone, for deployments whose messages may carry data
-      that must not be stored. The log line keeps the whole traceback (a ``FailJob``:
-      its message) either way;
+      that must not be stored. What is logged (and handed to ``metrics``) follows: the
+      stored text, and a traceback whose messages are cleaned and cut as stored, or
+      left out (its frames, files and lines stay);
     - ``metrics``: an observer of claims, handlers and writes (a
       :class:`~tenure.adapters.core.observers.WorkerObserver`, such as
       :class:`tenure.adapters.apps.metrics.Instruments`); None (default): nothing is
@@ -515,7 +623,14 @@ class Worker:
         self._listener: Listener | None = None
         self._listens = True
         """False once the store answered that it has no notifications (SQLite)."""
+        self._listener_lost = False
+        """The listener's connection was lost and not yet reopened (logged once per loss)."""
         self._completions: _Batcher[Any] = _Batcher(self._complete_many)
+        self._renewals: _Batcher[Any] = _Batcher(self._renew_many)
+        lease = source.config.lease_seconds
+        self._late_margin_s = min(source.config.heartbeat_seconds, lease / 2)
+        """A claim or renewal answered with less than this left of its local lease is
+        late: the next heartbeat round might come after its deadline."""
 
     @property
     def in_flight(self) -> int:
@@ -550,7 +665,8 @@ class Worker:
                  self.source.queue.value, "" if self.queues is None else f"s {', '.join(self.queues)}",
                  self.concurrency, self.batch_size)
         await self._ensure_listener()
-        helpers = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._completions.run())]
+        helpers = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._completions.run()),
+                   asyncio.create_task(self._renewals.run())]
         grace = self.shutdown_grace_s
         try:
             await self._claim_loop(stop, until_idle)
@@ -662,7 +778,8 @@ class Worker:
                     continue
                 await self._wait_for(stop, [self._slot_freed], None)  # an ending job may send a retry back
                 continue
-            await self._ensure_listener()
+            if await self._ensure_listener():
+                continue  # listening again: what was announced while nobody listened was not heard
             if self.listening:
                 await self._wait_for(stop, [self._wake], self.idle_wait_s)
                 poll = FIRST_POLL_S
@@ -682,10 +799,21 @@ class Worker:
                 waiter.cancel()
         return bool(done)
 
-    async def _ensure_listener(self) -> None:
-        """Open (or reopen, after its connection was lost) the notification listener."""
+    async def _ensure_listener(self) -> bool:
+        """Open (or reopen, after its connection was lost) the notification listener.
+        True when a lost listener was just replaced: the caller claims once more before
+        it waits, since announcements made while nobody listened were lost.
+
+        A listener's connection that ends (the server or a proxy cut it, or the
+        listener's own periodic check found it silent) wakes the worker (``wake`` is
+        called), so a loss is noticed at once, not at the next fallback poll; it is
+        logged once per loss, and the reconnect once it succeeds."""
         if not self._listens or self.listening:
-            return
+            return False
+        if self._listener is not None and not self._listener_lost:
+            self._listener_lost = True
+            log.warning("the notification listener's connection was lost; reconnecting (polling every %.1f s "
+                        "at most meanwhile)", self.idle_wait_s, extra={"worker_id": self.worker_id})
         source_engine = self.source.operations
         try:
             listener = await source_engine.store.listen(source_engine.binding, self._wake.set)
@@ -693,16 +821,20 @@ class Worker:
             raise
         except TenureError as error:
             self._failed_call("listen", error)
-            return
+            return False
         if listener is None:
             self._listens = False
-            return
+            return False
         old, self._listener = self._listener, listener
-        if old is not None:
-            try:
-                await old.close()
-            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - already lost
-                pass
+        if old is None:
+            return False
+        self._listener_lost = False
+        log.info("listening for new work again", extra={"worker_id": self.worker_id})
+        try:
+            await old.close()
+        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - already lost
+            pass
+        return True
 
     # --- claims ----------------------------------------------------------------------
 
@@ -787,7 +919,7 @@ class Worker:
     async def _execute(self, job: _Job) -> None:
         try:
             try:
-                outcome = await self._handle(job)
+                outcome = await self._handle(job) if not job.confirming or await self._confirm(job) else None
             finally:
                 self._handler_ended(job)
             if outcome is not None and not job.lost:
@@ -800,6 +932,8 @@ class Worker:
         except Exception:  # noqa: BLE001 - a defect must not kill the worker; the claim expires
             log.exception("a job ended with an unexpected error; its claim is left to expire")
         finally:
+            if job.lost and not job.answered:
+                self._lease_lost(job)  # lost while its outcome was being written, and never answered
             job.ended = True
             job.stop_timer()
             self._jobs.pop(job.fence, None)
@@ -808,13 +942,120 @@ class Worker:
             if job.observed is not None:
                 job.observed.finished()
 
+    def _arrived_late(self, sent_at: float) -> bool:
+        """Whether an answer to a claim or renewal sent at ``sent_at`` (loop time) arrives
+        with less than ``min(heartbeat_seconds, lease_seconds / 2)`` of its local lease
+        left (or none): the database may still hold the claim (its lease started when
+        the statement ran, after any lock wait), but the local deadline, armed from the
+        send time to stay safe, may pass before the next heartbeat round renews it."""
+        deadline = sent_at + self.source.config.lease_seconds
+        return asyncio.get_running_loop().time() > deadline - self._late_margin_s
+
+    async def _confirm(self, job: _Job) -> bool:
+        """A claim that answered late: let the database decide before the handler runs.
+        A fenced renewal is sent at once; renewed and answered in time, the deadline is
+        armed from the renewal's send time and the handler runs (True). Refused, the lease
+        ended during the stall: the loss is logged and counted. Renewed but late again
+        (the stall goes on), or failed for a database reason, it is tried again, up to
+        :data:`LATE_CLAIM_RENEWALS` times; then the claim is given back (pending at once,
+        its attempt returned) rather than left to expire with its attempt spent."""
+        delay = FIRST_POLL_S
+        for _ in range(LATE_CLAIM_RENEWALS):
+            sent = asyncio.get_running_loop().time()
+            try:
+                renewed = await self._renewals.submit(job.fence)
+            except ConfigValidationError:
+                raise
+            except TenureError as error:
+                self._failed_call("heartbeat", error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_WRITE_BACKOFF_S)
+                continue
+            self._outage.answered()
+            if not renewed:
+                job.lose(LOST_RENEWAL)
+                return False
+            if not self._arrived_late(sent):
+                job.confirming = False
+                job.renewed(sent)
+                log.info("job %s (%s, attempt %d): its claim answered after its lease deadline; renewed, it runs",
+                         job.context.job_id, self._where(job), job.context.attempt,
+                         extra=self._fields(job, "late claim renewed"))
+                return True
+        await self._give_back_late(job)
+        return False
+
+    async def _give_back_late(self, job: _Job) -> None:
+        context = job.context
+        try:
+            [given_back] = await self.source.release_many_owned([job.fence])
+        except ConfigValidationError:
+            raise
+        except TenureError as error:
+            self._failed_call("release", error)
+            given_back = False
+        if not given_back:
+            job.lose(LOST_UNRETURNED)
+            return
+        job.ended = True  # nothing more happens to it: no timer, no heartbeat
+        self.stats.released += 1
+        if job.observed is not None:
+            job.observed.released()
+        log.warning("job %s (%s, attempt %d): its claim answered late and could not be renewed in time; "
+                    "given back (pending again, its attempt returned)", context.job_id, self._where(job),
+                    context.attempt, extra=self._fields(job, "given back"))
+
+    def _lease_lost(self, job: _Job) -> None:
+        """Count and log a lost claim, once: nothing is written for it."""
+        if job.loss_counted:
+            return
+        job.loss_counted = True
+        self.stats.lease_losses += 1
+        if job.observed is not None:
+            job.observed.lease_lost()
+        context = job.context
+        log.warning("job %s (%s, attempt %d) lease lost: %s; nothing is written for it", context.job_id,
+                    self._where(job), context.attempt, job.loss_reason, extra=self._fields(job, "lease lost"))
+
+    def _fields(self, job: _Job, outcome: str) -> dict[str, Any]:
+        """The ``extra`` fields of a line about ``job``."""
+        context = job.context
+        fields: dict[str, Any] = {"job_id": context.job_id, "queue": context.queue_name or context.queue.value,
+                                  "attempt": context.attempt, "generation": context.generation,
+                                  "worker_id": self.worker_id, "outcome": outcome}
+        if context.task_name is not None:
+            fields["task"] = context.task_name
+        return fields
+
+    @staticmethod
+    def _where(job: _Job) -> str:
+        context = job.context
+        if context.task_name is not None:
+            return f"task {context.task_name} on queue {context.queue_name}"
+        return f"{context.queue.value} queue"
+
+    async def _guarded(self, job: _Job) -> Any:
+        """The handler, with its ``SystemExit``, ``KeyboardInterrupt`` or own
+        ``CancelledError`` made a failure of its attempt (see :class:`_HandlerRaised`);
+        the worker's own cancellation (of this task: the lease was lost, or the worker
+        stops) passes as it is."""
+        try:
+            return await self.handler(job.claimed, job.context)
+        except asyncio.CancelledError as error:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            raise _HandlerRaised(error) from None
+        except (SystemExit, KeyboardInterrupt) as error:
+            raise _HandlerRaised(error) from None
+
     async def _handle(self, job: _Job) -> _Outcome | None:
         """Run the handler; its outcome, or None when it was cancelled (lease lost)."""
         observed = job.observed
         if observed is None:
-            handler = asyncio.ensure_future(self.handler(job.claimed, job.context))
+            handler = asyncio.ensure_future(self._guarded(job))
         else:
-            handler = observed.run_handler(lambda: asyncio.ensure_future(self.handler(job.claimed, job.context)))
+            handler = observed.run_handler(lambda: asyncio.ensure_future(self._guarded(job)))
         job.handler = handler
         try:
             await asyncio.wait([handler])
@@ -825,9 +1066,11 @@ class Worker:
                 observed.handler_ended("cancelled", None)
             raise
         outcome = self._outcome(handler)
+        if outcome is not None and outcome.raised is not None:
+            job.shown_error = loggable_exception(outcome.raised, self.source.config.max_payload_bytes,
+                                                 with_message=self.store_error_text)
         if observed is not None:
-            observed.handler_ended("cancelled" if outcome is None else outcome.kind,
-                                   None if outcome is None else outcome.raised)
+            observed.handler_ended("cancelled" if outcome is None else outcome.kind, job.shown_error)
         return outcome
 
     def _outcome(self, handler: asyncio.Future[Any]) -> _Outcome | None:
@@ -836,6 +1079,8 @@ class Worker:
             return None
         max_bytes = self.source.config.max_payload_bytes
         error = handler.exception()
+        if isinstance(error, _HandlerRaised):
+            error = error.raised  # SystemExit, KeyboardInterrupt...: this attempt's failure like any other
         if error is None:
             result = handler.result()
             try:
@@ -845,13 +1090,11 @@ class Worker:
                 text = f"InvalidResult: the handler's result is not a JSON object ({problem})"
                 return _Outcome("fail", error=text if self.store_error_text else "InvalidResult")
             return _Outcome("complete", result=result)
-        if isinstance(error, Exception):
-            text = exception_text(error, max_bytes, with_message=self.store_error_text)
-            if isinstance(error, FailJob):
-                return _Outcome("fail", error=text, retry=error.retry is True, dlq_record_id=error.dlq_record_id,
-                                raised=error)
-            return _Outcome("fail", error=text, raised=error)
-        raise error  # KeyboardInterrupt, SystemExit: not a job's failure
+        text = exception_text(error, max_bytes, with_message=self.store_error_text)
+        if isinstance(error, FailJob):
+            return _Outcome("fail", error=text, retry=error.retry is True, dlq_record_id=error.dlq_record_id,
+                            raised=error)
+        return _Outcome("fail", error=text, raised=error)
 
     async def _settle(self, job: _Job, outcome: _Outcome) -> None:
         source = self.source
@@ -889,12 +1132,16 @@ class Worker:
                 return
         if outcome.kind == "fail":
             self._log_failure(job, outcome, status)
+        elif status is None and job.answered:
+            self._log_refused(job, "its result")
         self._count(job, status)
 
     def _log_failure(self, job: _Job, outcome: _Outcome, status: JobStatus | None) -> None:
         """One line per failed attempt, once its write answered: what became of the job
-        (retried, failed, or not this worker's any more) with its IDs, and the handler's
-        traceback (an explicit ``FailJob`` is a decision, logged without one)."""
+        (retried, failed, or not this worker's any more) with its IDs, the text stored for
+        it (cleaned and cut; the type alone with ``store_error_text=False``), and the
+        handler's traceback as :func:`loggable_exception` shows it (an explicit
+        ``FailJob`` is a decision, logged without one)."""
         context = job.context
         if status is JobStatus.PENDING:
             fate = "retried"
@@ -902,25 +1149,29 @@ class Worker:
             fate = "failed"
         elif status is JobStatus.CANCELLED:
             fate = "stopped on a cancel request (acknowledged next)"
+        elif job.answered:
+            fate = "not written (the claim was no longer this worker's)"
         else:
-            fate = "lease lost" if job.lost else "not written (the claim was no longer this worker's)"
-        fields = {"job_id": context.job_id, "queue": context.queue_name or context.queue.value,
-                  "attempt": context.attempt, "generation": context.generation, "worker_id": self.worker_id,
-                  "outcome": fate}
-        where = f"{context.queue.value} queue"
-        if context.task_name is not None:
-            fields["task"] = context.task_name
-            where = f"task {context.task_name} on queue {context.queue_name}"
+            fate = "not written (its lease may have ended before the write was answered)"
+        fields = self._fields(job, fate)
+        where = self._where(job)
         raised = outcome.raised
         if raised is None:  # the result was not a JSON object
             log.error("job %s (%s, attempt %d) %s: its handler's result is not a JSON object", context.job_id,
                       where, context.attempt, fate, extra=fields)
         elif isinstance(raised, FailJob):
-            log.warning("job %s (%s, attempt %d) %s by FailJob: %s", context.job_id, where,
-                        context.attempt, fate, raised.message, extra=fields)
+            log.warning("job %s (%s, attempt %d) %s by %s", context.job_id, where,
+                        context.attempt, fate, outcome.error, extra=fields)
         else:
             log.error("job %s (%s, attempt %d) %s: its handler raised %s", context.job_id, where,
-                      context.attempt, fate, type(raised).__name__, exc_info=raised, extra=fields)
+                      context.attempt, fate, outcome.error, exc_info=job.shown_error, extra=fields)
+
+    def _log_refused(self, job: _Job, what: str) -> None:
+        """A fenced write of ``what`` was refused: the claim was no longer this worker's."""
+        context = job.context
+        log.warning("job %s (%s, attempt %d): %s was refused by its fence (the claim was no longer this "
+                    "worker's: cancelled, or its lease ended and it was taken over)", context.job_id,
+                    self._where(job), context.attempt, what, extra=self._fields(job, "stale write refused"))
 
     async def _acknowledge(self, job: _Job) -> None:
         source = self.source
@@ -929,11 +1180,16 @@ class Worker:
         async def acknowledge() -> JobStatus | None:
             return JobStatus.CANCELLED if await source.acknowledge_cancel_owned(job.fence) else None
 
-        self._count(job, await self._fenced(job, acknowledge, {JobStatus.CANCELLED}))
+        status = await self._fenced(job, acknowledge, {JobStatus.CANCELLED})
+        if status is None and job.answered:
+            self._log_refused(job, "its cancel acknowledgement")
+        self._count(job, status)
 
     def _count(self, job: _Job, status: JobStatus | None) -> None:
-        if job.lost and status is None:
-            return  # never answered: the lease loss is counted
+        """Count a written outcome by its answer, including one that answered after the
+        local deadline (refused: a stale write, applied: what it applied)."""
+        if not job.answered:
+            return  # never answered: counted as a lease loss
         stats = self.stats
         if status is None:
             stats.stale_writes_refused += 1
@@ -962,6 +1218,9 @@ class Worker:
     async def _complete_many(self, items: list[tuple[QueueClaimFence, Any]]) -> list[bool]:
         return await self.source.complete_many_owned(items)
 
+    async def _renew_many(self, fences: list[QueueClaimFence]) -> list[bool]:
+        return await self.source.heartbeat_many_owned(fences)
+
     async def _fenced(
         self, job: _Job, write: Callable[[], Awaitable[JobStatus | None]], settled: set[JobStatus]
     ) -> JobStatus | None:
@@ -983,6 +1242,7 @@ class Worker:
                 delay = min(delay * 2, MAX_WRITE_BACKOFF_S)
                 continue
             self._outage.answered()
+            job.answered = True
             if status is None and uncertain:
                 return await self._applied_earlier(job, settled)
             return status
@@ -1017,7 +1277,8 @@ class Worker:
 
     async def _heartbeat_round(self) -> bool:
         """Renew every live claim; whether the database was asked (and answered)."""
-        jobs = [job for job in self._jobs.values() if not job.lost]
+        # A claim being confirmed is renewed by its own renewal (it has no deadline yet).
+        jobs = [job for job in self._jobs.values() if not job.lost and not job.confirming]
         for start in range(0, len(jobs), MAX_BATCH):
             chunk = jobs[start:start + MAX_BATCH]
             sent = asyncio.get_running_loop().time()
@@ -1026,7 +1287,7 @@ class Worker:
                 if renewed:
                     job.renewed(sent)
                 elif not job.settling:  # a settling job's own write may have ended the claim
-                    job.lose()
+                    job.lose(LOST_HEARTBEAT)
         if isinstance(self.source, StreamingJobSource):
             for job in jobs:
                 if not job.lost and not job.settling:
@@ -1046,7 +1307,7 @@ class Worker:
             self._failed_call("state", error)  # unknown: nothing changes; the next round reads again
             return
         if state is None:
-            job.lose()
+            job.lose(LOST_STATE)
         elif state.cancel_requested:
             job.context.cancel_requested.set()
 

@@ -153,6 +153,30 @@ async def test_sigterm_stops_handlers_that_outlast_the_grace_and_gives_their_cla
     assert all(rows[job_id].status is JobStatus.COMPLETED and rows[job_id].generation == 2 for job_id in ids)
 
 
+async def test_a_handler_that_calls_sys_exit_or_raises_keyboard_interrupt_fails_its_job_and_the_process_goes_on(
+    db_url: str,
+) -> None:
+    async with ValidationJobSource(db_url, WorkerConfig(db_url)) as source:
+        bad = {name: await source.submit_owned(ValidationJob("orders", "1", f"{name}-0.jsonl", max_attempts=2),
+                                               submission_id=name) for name in ("exit", "interrupt")}
+        good = [await source.submit_owned(ValidationJob("orders", "1", f"good-{n}.jsonl", max_attempts=1),
+                                          submission_id=f"good-{n}") for n in range(5)]
+    process = start(db_url, "exits_on_request", *LEASE, "--concurrency", "1")
+    try:
+        settled = (JobStatus.COMPLETED, JobStatus.FAILED)
+        rows = await wait_until(db_url, lambda rows: process.poll() is not None
+                                or all(row.status in settled for row in rows.values()), 60)
+        alive = process.poll() is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    assert alive and code == 0, f"the worker process ended early with {process.returncode}"
+    assert all(rows[job_id].status is JobStatus.COMPLETED for job_id in good)
+    assert (rows[bad["exit"]].status, rows[bad["exit"]].error, rows[bad["exit"]].attempt) == (
+        JobStatus.FAILED, "SystemExit: 3", 2)
+    assert (rows[bad["interrupt"]].status, rows[bad["interrupt"]].error) == (JobStatus.FAILED, "KeyboardInterrupt")
+
+
 def test_the_cli_refuses_bad_handlers_and_unmigrated_databases(fresh_db_url: str, database: str) -> None:
     missing = run(fresh_db_url, "brief")
     if database == "sqlite":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 from typing import Any
 
 
@@ -31,3 +32,14 @@ async def stuck(claimed: Any, context: Any) -> dict[str, Any]:
 
 def not_async(claimed: Any, context: Any) -> None:
     return None
+
+
+async def exits_on_request(claimed: Any, context: Any) -> dict[str, Any]:
+    """``exit-*`` jobs call ``sys.exit(3)`` and ``interrupt-*`` jobs raise
+    ``KeyboardInterrupt`` (as a library deep inside a handler might); the rest finish."""
+    await asyncio.sleep(0)
+    if claimed.job.data_source.startswith("exit"):
+        sys.exit(3)
+    if claimed.job.data_source.startswith("interrupt"):
+        raise KeyboardInterrupt
+    return {"generation": context.generation}
