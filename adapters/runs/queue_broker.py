@@ -18,7 +18,9 @@ arguments (``{"key": ..., "queue": ...}``) and a worker of this broker serves al
 
 Waking: a publish wakes this process's serving loop at once, and on PostgreSQL every
 serving loop listening on the task table's channel (a task that becomes pending
-notifies it in its own transaction); the poll (``poll_s``) is the fallback.
+notifies it in its own transaction); the poll (``poll_s``) is the fallback. A
+listener whose connection was lost wakes its loop, which opens another one (logged
+once per loss) and claims once before it waits again.
 
 Hops of earlier versions: they lived in ``tenure_run_hops`` (a table of the validation
 queue's shape, step ``runs_v3``). A serving loop adopts them (when it starts, then once
@@ -74,7 +76,7 @@ from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.dialects import open_store
 from ..core.outages import OutageLog
-from ..core.store import Transaction
+from ..core.store import Listener, Transaction
 from ..queue.operations import QueueOperations
 from ..queue.sources import time_ordered_id
 from ..queue.table import HOPS_BINDING, TASKS_BINDING
@@ -144,6 +146,51 @@ async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event | None, timeout
     _, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     for waiting in pending:
         waiting.cancel()
+
+
+class _Listening:
+    """A serving loop's notification listener (PostgreSQL; SQLite has none): opened at
+    the start, and opened again whenever its connection was lost (the server or a proxy
+    cut it, or its own check found it silent), so a long ``poll_s`` is only ever the
+    fallback. A loss is logged once, the reconnect once it succeeds."""
+
+    def __init__(self, operations: QueueOperations, wake: asyncio.Event) -> None:
+        self._operations = operations
+        self._wake = wake
+        self._listener: Listener | None = None
+        self._listens = True
+        """False once the store answered that it has no notifications (SQLite)."""
+        self._lost = False
+
+    async def ensure(self) -> bool:
+        """Open the listener if it is not live; True when a lost one was just replaced
+        (the caller claims once more: announcements made meanwhile were not heard)."""
+        if not self._listens or (self._listener is not None and self._listener.alive):
+            return False
+        if self._listener is not None and not self._lost:
+            self._lost = True
+            log.warning("the hop queue's notification listener lost its connection; reconnecting")
+        try:
+            listener = await self._operations.store.listen(TASKS_BINDING, self._wake.set)
+        except TenureError:
+            return False  # the database is away: the poll goes on, and the next idle round tries again
+        if listener is None:
+            self._listens = False
+            return False
+        old, self._listener = self._listener, listener
+        if old is None:
+            return False
+        self._lost = False
+        log.info("the hop queue's notification listener listens again")
+        with contextlib.suppress(Exception):
+            await old.close()
+        return True
+
+    async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                await listener.close()
 
 
 class QueueBroker:
@@ -276,9 +323,8 @@ class QueueBroker:
         last_adoption: float | None = None
         failures = 0
         outage = OutageLog(log, "the hop queue's database")
-        listener = None
-        with contextlib.suppress(TenureError):
-            listener = await self._ops.store.listen(TASKS_BINDING, wake.set)
+        listening = _Listening(self._ops, wake)
+        await listening.ensure()
         try:
             while not stopping.is_set():
                 try:
@@ -304,14 +350,14 @@ class QueueBroker:
                     await _wait_any(stopping, None, min(SERVE_BACKOFF_MAX_S, self._poll_s * 2 ** failures))
                     continue
                 if not claimed:
+                    if await listening.ensure():
+                        continue  # listening again: what was announced while nobody listened was not heard
                     # Idle or full: wait for a hop to end, the stop, or the poll interval.
                     await _wait_any(stopping, wake, self._poll_s)
                     wake.clear()
         finally:
             self._wake = None
-            if listener is not None:
-                with contextlib.suppress(Exception):
-                    await listener.close()
+            await listening.close()
             running = list(self._served.items())
             for _, task in running:
                 task.cancel()

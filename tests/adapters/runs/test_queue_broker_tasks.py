@@ -7,8 +7,11 @@ settled, on both databases."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import datetime as dt
 from typing import Any
+
+import pytest
 
 from adapter_support import raw, stored_instant
 from polling import until
@@ -146,3 +149,67 @@ async def test_a_hop_an_earlier_process_holds_is_finished_by_its_fence(db_url: s
     finally:
         await broker.close()
         await legacy.store.close()
+
+
+async def _listening_backends(db_url: str) -> list[int]:
+    import asyncpg
+
+    connection = await asyncpg.connect(db_url)
+    try:
+        rows = await connection.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                      "AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()")
+        return [row["pid"] for row in rows]
+    finally:
+        await connection.close()
+
+
+async def _terminate(db_url: str, pid: int) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(db_url)
+    try:
+        assert await connection.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await connection.close()
+
+
+@pytest.mark.parametrize("database", ["postgresql"])
+async def test_a_serving_loop_whose_listen_connection_was_cut_listens_again_logs_it_and_hears_new_hops(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The fallback poll is a minute, the longest allowed: the new listener must exist
+    # without the loop having to wake by itself, and the hop is published by another
+    # broker (another process's publish wakes this loop only through the listener).
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=600.0, heartbeat_seconds=60.0, poll_s=60)
+    publisher = QueueBroker(db_url, queues=["runs"], lease_seconds=600.0, heartbeat_seconds=60.0, poll_s=60)
+    stopping = asyncio.Event()
+    ran: list[tuple[str, int]] = []
+
+    async def perform(run_id: str, seq: int, _: Any) -> None:
+        ran.append((run_id, seq))
+
+    async def listening_on_another_connection() -> list[int]:
+        return [pid for pid in await _listening_backends(db_url) if pid != first]
+
+    async def hop_ran() -> bool:
+        return bool(ran)
+
+    try:
+        with caplog.at_level(logging.INFO, logger="tenure.runs.queue_broker"):
+            serving = asyncio.create_task(broker.serve(frozenset({"runs"}), perform, concurrency=1,
+                                                       stopping=stopping))
+            [first] = await until(lambda: _listening_backends(db_url), 60)
+            await _terminate(db_url, first)
+            await until(listening_on_another_connection, 60)
+            await publisher.publish(hop_key(RUN_A, 0), queue="runs", wire_priority=10)
+            # Well inside the minute's poll: only the listener can have woken the loop.
+            await until(hop_ran, 30)
+        assert ran == [(RUN_A, 0)]
+        lines = [record.getMessage() for record in caplog.records]
+        assert any("lost its connection" in line for line in lines)
+        assert any("listens again" in line for line in lines)
+    finally:
+        stopping.set()
+        await serving
+        await broker.close()
+        await publisher.close()
