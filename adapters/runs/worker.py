@@ -60,7 +60,7 @@ from tenure.model import (
 )
 from tenure.model.validation import refuse
 
-from ..queue.worker import MAX_ERROR_BYTES, exception_text
+from ..queue.worker import MAX_ERROR_BYTES, exception_text, loggable_exception
 from .broker import Broker, HopSource, Touch
 from .ledger import RunLedger, result_text
 from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decided
@@ -399,7 +399,9 @@ class RunWorker:
                                                     with_message=self.store_error_text)
         outcome = await self._outcome(claim, RunStatus.FAILED, error=stored)
         log.error("run %s (%s, hop %d): the workflow raised %s; %s", claim.run.run_id, claim.workflow.name,
-                  claim.enqueue_seq, type(error).__name__, outcome, exc_info=error, extra=self._fields(claim, outcome))
+                  claim.enqueue_seq, type(error).__name__, outcome,
+                  exc_info=loggable_exception(error, MAX_ERROR_BYTES, with_message=self.store_error_text),
+                  extra=self._fields(claim, outcome))
         return outcome
 
     async def _fail(self, claim: RunClaim, reason: str) -> str:

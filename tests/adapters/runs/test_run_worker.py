@@ -8,6 +8,7 @@ and shutdown order."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
@@ -639,17 +640,27 @@ async def test_a_raising_workflow_stores_its_exception_type_and_cleaned_message_
     assert error is not None and error.startswith("workflow_error:ValueError: row <7> missing\ufffd\ufffd[31mxxx")
     assert len(error.encode()) <= 2048 and error.endswith("\u2026")  # bounded, the cut marked
     [record] = [r for r in caplog.records if r.levelname == "ERROR"]
-    assert record.exc_info is not None and record.exc_info[0] is ValueError  # the traceback is logged
+    assert record.exc_info is not None and record.exc_info[0].__name__ == "ValueError"  # the traceback is logged
+    logged = logging.Formatter().format(record)
+    assert "in explode" in logged and "ValueError: row <7> missing\ufffd\ufffd[31mxxx" in logged  # frames, cleaned text
+    assert "\x00" not in logged and "\x1b" not in logged and "x" * 2100 not in logged  # as bounded as stored
     fields = {name: getattr(record, name) for name in ("run_id", "workflow", "seq", "node", "outcome")}
     assert fields == {"run_id": run_id, "workflow": "explode", "seq": 0, "node": "node-a", "outcome": "failed"}
     assert run_id in record.getMessage() and "explode" in record.getMessage()
 
 
-async def test_store_error_text_false_keeps_only_the_exception_type(ledger: RunLedger, broker: Faulty) -> None:
+async def test_store_error_text_false_keeps_only_the_exception_type_in_the_store_and_the_log(
+    ledger: RunLedger, broker: Faulty, caplog: pytest.LogCaptureFixture
+) -> None:
     flows, pin = raising_flow("card 4111-1111-1111-1111 declined")
     run_id = await admit(ledger, pin)
-    assert await worker(ledger, broker, flows, store_error_text=False).perform(run_id, 0) == "failed"
+    with caplog.at_level("INFO", logger="tenure.runs.worker"):
+        assert await worker(ledger, broker, flows, store_error_text=False).perform(run_id, 0) == "failed"
     assert (await ledger.get(run_id)).error == "workflow_error:ValueError"  # type: ignore[union-attr]
+    # What must not be stored is not logged either; the frames stay to debug with.
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    logged = logging.Formatter().format(record)
+    assert "in explode" in logged and "4111" not in logged
 
 
 async def test_store_error_text_must_be_a_bool(ledger: RunLedger, broker: Faulty) -> None:
