@@ -589,16 +589,20 @@ class TaskSource(JobSource[ClaimedTask]):
         return [submitted.job_id for submitted in await self._operations.submit_many(requests)]
 
     def prepared(self, jobs: Sequence[TaskJob], submission_ids: Sequence[str] | None = None) -> list[Any]:
-        """Tasks validated and frozen for :meth:`write_many` / :meth:`write_using` (a
-        caller that validates several batches before writing the first)."""
+        """Up to 1,000 tasks validated and frozen for :meth:`write_many` /
+        :meth:`write_using` (a caller that validates several batches, then writes them
+        together)."""
         return self._requests(jobs, submission_ids)
 
     async def write_many(self, prepared: list[Any]) -> list[str]:
-        """``submit_many`` of tasks :meth:`prepared` already checked."""
+        """``submit_many`` of tasks :meth:`prepared` already checked: any number of them
+        (several prepared batches, concatenated) in one transaction. No two may share a
+        submission ID (the caller checks it across its batches)."""
         return await self._submit_many(prepared)
 
     async def write_using(self, using: Any, prepared: list[Any]) -> list[str]:
-        """``submit_using`` of tasks :meth:`prepared` already checked."""
+        """``submit_using`` of tasks :meth:`prepared` already checked (any number, as
+        for :meth:`write_many`)."""
         return await self._submit_using(using, prepared)
 
     def submit_using(self, using: Any, jobs: Sequence[TaskJob], *,

@@ -217,12 +217,16 @@ class Task:
     async def defer_many(self, many: Sequence[Mapping[str, Any]], *, submission_ids: Sequence[str] | None = None,
                          schedule_in: float | None = None, schedule_at: dt.datetime | None = None,
                          priority: int | None = None, using: Any = None) -> list[str]:
-        """Enqueue one run per argument mapping, in transactions of up to 1,000 (one
-        lock-and-clock statement and one pipelined insert each); the job IDs in order.
-        ``submission_ids`` (one per run) makes each replay-safe. Every run is validated
-        before anything is written; a conflict raises and writes nothing of its
-        transaction (earlier transactions of a larger batch stay). ``using``: as for
-        :meth:`defer` (then every run is written in your transaction)."""
+        """Enqueue one run per argument mapping, all in one transaction however many
+        there are (one lock-and-clock statement, then one pipelined insert); the job IDs
+        in order. ``submission_ids`` (one per run, no two alike) makes each replay-safe.
+        Every run is validated, and every run decided, before anything is written: a
+        refusal, a conflict or a database failure writes nothing of the call, so the
+        whole call can be repeated (a repeated call of plain runs then writes each run
+        once; only a failure of the COMMIT itself leaves unknown whether it was written,
+        which ``submission_ids`` make safe to repeat). ``using``: as for :meth:`defer`
+        (then every run is written in your transaction, and a conflict raises before
+        any of them is)."""
         if not isinstance(many, (list, tuple)):
             raise refuse("many", "list_required", reason="invalid_deferral")
         if submission_ids is not None and (not isinstance(submission_ids, (list, tuple))
@@ -230,14 +234,15 @@ class Task:
             raise refuse("submission_ids", "one_per_run_required", reason="invalid_deferral")
         jobs = [self.job(args, schedule_in=schedule_in, schedule_at=schedule_at, priority=priority) for args in many]
         source = self.app.source
-        # Every chunk is validated and frozen before the first is written.
-        chunks = [source.prepared(jobs[start:start + MAX_BATCH],
-                                  None if submission_ids is None else list(submission_ids[start:start + MAX_BATCH]))
-                  for start in range(0, len(jobs), MAX_BATCH)]
-        ids: list[str] = []
-        for requests in chunks:
-            ids += await (source.write_using(using, requests) if using is not None else source.write_many(requests))
-        return ids
+        # Validated and frozen a chunk at a time (the source's batch bound), then written
+        # as one batch: one transaction for the whole call.
+        requests = [request for start in range(0, len(jobs), MAX_BATCH) for request in source.prepared(
+            jobs[start:start + MAX_BATCH], None if submission_ids is None else list(submission_ids[start:start + MAX_BATCH]))]
+        if submission_ids is not None and len({request.submission_id for request in requests}) != len(requests):
+            raise refuse("submission_ids", "duplicate_submission_id", reason="invalid_deferral")
+        if not requests:
+            return []
+        return await (source.write_using(using, requests) if using is not None else source.write_many(requests))
 
 
 class TaskApp:
