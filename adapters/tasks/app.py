@@ -31,8 +31,10 @@ with the same delay is the same request); ``schedule_at`` is an instant.
 
 The handler gets a :class:`TaskContext` (the worker's ``JobContext``: ``job_id``,
 ``attempt``, ``generation``, ``task_name``, ``queue_name``, ``heartbeat_now()``,
-``progress(...)``, ``lease_lost``) and the deferred arguments as keywords. It returns a
-JSON object (its result) or None. An exception fails the attempt: the task comes back
+``progress(...)``, ``lease_lost``) and the deferred arguments as keywords. It returns its
+result, any JSON value (an object, a list, a string, a number, a boolean), or None; a
+result that cannot be stored (not JSON, or too large) fails the task at once, never
+retried (the handler did its work). An exception fails the attempt: the task comes back
 after its own backoff while attempts remain (``FailJob(message)`` ends it at once;
 ``FailJob(message, retry=True)`` asks for the retry explicitly).
 """
