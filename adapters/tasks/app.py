@@ -46,6 +46,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import math
+import pathlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -157,7 +158,36 @@ def _priority(value: object, field: str = "priority") -> int:
 
 
 def _default_name(function: Callable[..., Any]) -> str:
-    return f"{function.__module__}.{function.__qualname__}".replace(".<locals>", "")
+    """``module.qualname`` (a nested function's without its "<locals>" parts), the module
+    named as an import names it (see :func:`_main_module_name`)."""
+    module = function.__module__
+    if module == "__main__":
+        module = _main_module_name(getattr(function, "__globals__", {}))
+    return f"{module}.{function.__qualname__}".replace(".<locals>", "")
+
+
+def _main_module_name(namespace: Mapping[str, Any]) -> str:
+    """The name a worker imports a script's module by. A task's default name must not
+    depend on how its module was loaded: deferred from ``python jobs.py`` (where the
+    module is ``__main__``) it must have the name ``tenure worker --app jobs:app``
+    registers, or every attempt fails ``UnknownTask``. Run with ``python -m`` the module
+    knows its name; run as a file, it is the file's stem, inside the packages (folders
+    with an ``__init__.py``) that hold it, as an import from the folder above them names
+    it. Without a file (``python -c``, an interactive session, a notebook) no import
+    could find the task: ``name=`` is required."""
+    spec = namespace.get("__spec__")
+    if spec is not None and isinstance(getattr(spec, "name", None), str) and spec.name != "__main__":
+        return str(spec.name)
+    path = namespace.get("__file__")
+    if not isinstance(path, str) or not path.endswith(".py"):
+        raise refuse("name", "name_required_outside_a_module_file", reason="invalid_task")
+    file = pathlib.Path(path).resolve()
+    parts = [file.stem]
+    folder = file.parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
 
 
 class Task:
@@ -281,7 +311,9 @@ class TaskApp:
              queue: str = DEFAULT_QUEUE, priority: int = 0, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
              retry: Backoff | None = None) -> Any:
         """Register an async function ``f(ctx, **args)`` as a task (as ``@app.task`` or
-        ``@app.task(...)``). ``name`` defaults to ``module.qualname``; ``queue`` is an
+        ``@app.task(...)``). ``name`` defaults to ``module.qualname`` (a script's module
+        named as a worker imports it: ``python jobs.py`` names its tasks ``jobs.*``;
+        required where no module file exists, as in ``python -c``); ``queue`` is an
         identifier; ``priority`` 0..100 (higher first); ``max_attempts`` >= 1; ``retry``
         the backoff between attempts (default ``Backoff()``: attempt ``n`` failing waits
         ``min(300, 2**n)`` seconds, less a jitter of up to half)."""
@@ -302,8 +334,9 @@ class TaskApp:
         if any(parameter.name in RESERVED_ARGUMENTS for parameter in parameters[1:]):
             raise refuse("function", "reserved_argument_name", reason="invalid_task")
         # The default name is the function's module and qualified name (a nested function's
-        # without its "<locals>" parts). Give ``name`` when the code may move: a task
-        # deferred under one name is run only by a worker that registers that name.
+        # without its "<locals>" parts; a script's module named as an import names it).
+        # Give ``name`` when the code may move: a task deferred under one name is run only
+        # by a worker that registers that name.
         chosen = name if name is not None else _default_name(function)
         if not is_queue_name(queue):
             raise refuse("queue", "identifier_required", reason="invalid_task")
