@@ -42,6 +42,7 @@ after its own backoff while attempts remain (``FailJob(message)`` ends it at onc
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import datetime as dt
 import inspect
@@ -209,6 +210,16 @@ class Task:
     def __repr__(self) -> str:
         return f"Task({self.name!r}, queue={self.queue!r})"
 
+    def on(self, app: TaskApp) -> Task:
+        """This task as ``app`` defers it (``app`` shares its registry: see
+        :meth:`TaskApp.on`): the same function and settings, its deferrals written to
+        ``app``'s database. Itself when ``app`` is its own."""
+        if app is self.app:
+            return self
+        bound = copy.copy(self)
+        bound.app = app
+        return bound
+
     async def __call__(self, ctx: Any, /, **args: Any) -> Any:
         return await self.function(ctx, **args)
 
@@ -297,7 +308,11 @@ class TaskApp:
 
     def on(self, db_url: str, config: WorkerConfig | None = None) -> TaskApp:
         """This app's tasks on another database (or settings): a new app sharing the
-        registry (``tenure worker --app ... --db URL``). Itself when nothing differs."""
+        registry (``tenure worker --app ... --db URL``). Itself when nothing differs.
+        Everything the new app does is on its database: its worker, its scheduler's
+        ticks, and its deferrals (:meth:`defer`, and the tasks :meth:`get` and
+        :attr:`tasks` give, which defer through it); a task object the module holds
+        (``send_welcome.defer``) still defers to the app it was registered on."""
         if db_url == self.db_url and (config is None or config == self.config):
             return self
         other = TaskApp(db_url, config=config)
@@ -393,8 +408,8 @@ class TaskApp:
 
     @property
     def tasks(self) -> Mapping[str, Task]:
-        """The registered tasks by name."""
-        return dict(self._tasks)
+        """The registered tasks by name (each deferring through this app)."""
+        return {name: task.on(self) for name, task in self._tasks.items()}
 
     @property
     def queues(self) -> list[str]:
@@ -406,7 +421,7 @@ class TaskApp:
         task = self._tasks.get(name) if type(name) is str else None
         if task is None:
             raise ConfigValidationError("unknown_task", fields=("task_name",), problems=("not_registered",))
-        return task
+        return task.on(self)  # deferring through this app, on its database
 
     # --- deferring and reading ---------------------------------------------------------
 
