@@ -267,9 +267,10 @@ class Task:
         refusal, a conflict or a database failure writes nothing of the call, so the
         whole call can be repeated (a repeated call of plain runs then writes each run
         once; only a failure of the COMMIT itself leaves unknown whether it was written,
-        which ``submission_ids`` make safe to repeat). ``using``: as for :meth:`defer`
-        (then every run is written in your transaction, and a conflict raises before
-        any of them is)."""
+        which ``submission_ids`` make safe to repeat). Being one transaction, a call
+        must finish within ``WorkerConfig.timeout_seconds`` on PostgreSQL (tens of
+        thousands of runs take seconds). ``using``: as for :meth:`defer` (then every run
+        is written in your transaction, and a conflict raises before any of them is)."""
         if not isinstance(many, (list, tuple)):
             raise refuse("many", "list_required", reason="invalid_deferral")
         if submission_ids is not None and (not isinstance(submission_ids, (list, tuple))
