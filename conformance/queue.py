@@ -283,7 +283,10 @@ class LockstepMachine(LockstepBase):
         if kind == "heartbeat":
             actual = self.run(source.heartbeat_owned(fence))
         elif kind == "complete":
-            result = data.draw(st.sampled_from([None, {"rows": 3}, {"nested": [1, "two"]}]), label="result")
+            results: list[Any] = [None, {"rows": 3}, {"nested": [1, "two"]}]
+            if queue is QueueKind.TASK:  # a task's result is any JSON value (SQLite keeps a bare number's text too)
+                results += [1.0, 9007199254740993, "done", [1, "two"], False]
+            result = data.draw(st.sampled_from(results), label="result")
             arguments["result_json"] = None if result is None else canonical_json(result)
             actual = self.run(source.complete_owned(fence, result))
         elif kind == "fail":

@@ -30,7 +30,9 @@ finding them). ``AGE`` is a number with a unit: ``90s``, ``15m``, ``12h``, ``7d`
 
 Output is a plain table, or JSON with ``--json`` (one document on stdout). Exit status:
 0 on success; 2 for bad arguments, a job that does not exist, a retry or cancel that
-changed nothing, or a database that was never migrated (checked before anything is written); 1
+changed nothing, a ``defer`` whose ``--submission-id`` already names another request
+(a conflict: nothing written; the original request answers its job, a new ID makes a
+new task), or a database that was never migrated (checked before anything is written); 1
 for a database failure.
 """
 
@@ -44,7 +46,17 @@ import re
 import sys
 from typing import Any
 
-from tenure.model import ConfigValidationError, JobInfo, JobStatus, QueueKind, TaskJob, canonical_json, load_json
+from tenure.model import (
+    ConfigValidationError,
+    ErrorCode,
+    JobInfo,
+    JobStatus,
+    QueueKind,
+    TaskJob,
+    TenureError,
+    canonical_json,
+    load_json,
+)
 from tenure.model.validation import is_queue_name
 
 from ..queue import JobSource
@@ -298,9 +310,25 @@ async def _defer(arguments: argparse.Namespace) -> int:
         refused = await refused_unless_migrated(bound.source.get_job(_PROBE_JOB_ID), "tenure jobs")
         if refused is not None:
             return refused
-        job_id = await bound.get(arguments.task_name).defer(**options, **given)
+        try:
+            job_id = await bound.get(arguments.task_name).defer(**options, **given)
+        except TenureError as error:
+            if error.code is not ErrorCode.QUEUE_SUBMISSION_CONFLICT:
+                raise
+            return _refused_conflict(error)
     print(run_table(["job", "task", "state"], [[job_id, arguments.task_name, "deferred"]]))
     return 0
+
+
+def _refused_conflict(error: TenureError) -> int:
+    """A submission ID already deferred as another request: a refused request (exit 2),
+    not a database failure; nothing was written. Neither the ID nor the arguments are
+    echoed."""
+    print(f"refused: {error.code.value}: {error.reason}")
+    print("  --submission-id: already names a task deferred with other arguments, task or options "
+          "(nothing was written)")
+    print("  repeat the original request to get its job, or give a new --submission-id for a new task")
+    return 2
 
 
 async def _run(arguments: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@
 
 With ``--app`` (a :class:`~tenure.adapters.TaskApp`) the worker runs that app's tasks on
 the task queues named by ``--queue`` (any number; default: every queue the app's tasks
-use), against ``--db`` (default: the app's own database). Otherwise it serves one of
+use), against ``--db`` (default: the app's own database), which is then the only
+database it uses: its claims, and the ticks its scheduler defers for the app's periodic
+tasks (:meth:`TaskApp.on`). Otherwise it serves one of
 pycharter's queues (``validation``, ``pipeline`` or ``streaming``) with ``--handler``.
 The app or handler is imported by its path (``package.module:attribute``; the current
 folder is importable). The worker logs through ``logging`` (stderr) and prints one status line

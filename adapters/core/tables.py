@@ -15,7 +15,9 @@ Codecs differ by database only in how instants and JSON travel, and that differe
   ``DATETIME`` text (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC, what SQLAlchemy and its users
   write), PostgreSQL as ``timestamptz`` (sent and received as integer microseconds);
 * JSON values are records' canonical text; both databases keep the text as written
-  (PostgreSQL ``json``, SQLite text), and PostgreSQL compares ``json`` as text.
+  (PostgreSQL ``json``, SQLite text, or on SQLite a BLOB of the text of a bare number,
+  which a column declared JSON would otherwise convert: :func:`json_to_sqlite`), and
+  PostgreSQL compares ``json`` as text.
 
 Values are checked, never coerced: a stored value of the wrong type or shape raises
 ``corrupt_row``.
@@ -373,6 +375,43 @@ def instant_from_sqlite_text(value: object) -> int:
     return (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000 + fraction
 
 
+# --- SQLite's JSON text -----------------------------------------------------------------
+
+_JSON_NUMBER_STARTS = frozenset("-0123456789")
+"""The first characters of a JSON text that is a bare number (and of no other JSON text)."""
+
+
+def json_to_sqlite(text: str) -> str | bytes:
+    """JSON text as SQLite keeps it exactly. A column declared ``JSON`` has NUMERIC
+    affinity: SQLite would store the text of a bare number as an INTEGER or a REAL
+    (``1.0`` becomes the integer 1, a 20-digit integer a rounded REAL), which would no
+    longer read back as the text written. So a bare number (a task's result may be one)
+    travels as a BLOB of its UTF-8 text, which no affinity converts; every other JSON
+    text (an object, an array, a string, true, false, null) is stored as text."""
+    return text.encode("utf-8") if text[:1] in _JSON_NUMBER_STARTS else text
+
+
+def json_from_sqlite(value: object) -> str:
+    """The JSON text SQLite holds: text, or a BLOB of UTF-8 text (see :func:`json_to_sqlite`)."""
+    if type(value) is str:
+        return value
+    text = None
+    if type(value) is bytes:
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass  # raised below, outside the handler
+    if text is None:
+        raise corrupt()
+    return text
+
+
+def _json_text(value: object) -> str:
+    if type(value) is not str:
+        raise corrupt()
+    return value
+
+
 # --- dialects --------------------------------------------------------------------------
 
 
@@ -392,14 +431,18 @@ class Dialect:
     instant_from_stored: Callable[[object], int]
     comparable_json: str
     """``{column}`` as a comparable expression for a JSON column."""
+    json_to_stored: Callable[[str], Any]
+    json_from_stored: Callable[[object], str]
 
     def value_writer(self, column: ColumnSpec) -> Callable[[Any], Any]:
         """How one record value of this column travels to the database."""
         return _writer(column.codec, self)
 
 
-SQLITE_DIALECT = Dialect("sqlite", instant_to_sqlite_text, instant_from_sqlite_text, "{}")
-POSTGRESQL_DIALECT = Dialect("postgresql", lambda micros: micros, _postgres_instant, "{}::text")
+SQLITE_DIALECT = Dialect("sqlite", instant_to_sqlite_text, instant_from_sqlite_text, "{}", json_to_sqlite,
+                         json_from_sqlite)
+POSTGRESQL_DIALECT = Dialect("postgresql", lambda micros: micros, _postgres_instant, "{}::text", lambda text: text,
+                             _json_text)
 
 
 # --- the row mapping -------------------------------------------------------------------
@@ -440,6 +483,11 @@ def _reader(column: ColumnSpec, dialect: Dialect) -> Callable[[object], Any]:
         if codec.optional:
             return lambda value: None if value is None else read_instant(value)
         return read_instant
+    if base == "json":
+        read_json = dialect.json_from_stored
+        if codec.optional:
+            return lambda value: None if value is None else read_json(value)
+        return read_json
     kind = int if base == "int" else str
 
     def read(value: object) -> Any:
@@ -478,6 +526,9 @@ def _writer(codec: Codec, dialect: Dialect) -> Callable[[Any], Any]:
     if codec.base == "instant":
         write_instant = dialect.instant_to_stored
         return lambda value: None if value is None else write_instant(value)
+    if codec.base == "json":
+        write_json = dialect.json_to_stored
+        return lambda value: None if value is None else write_json(value)
     return lambda value: value
 
 

@@ -106,6 +106,32 @@ def _submitted(decision: Decision) -> Submitted:
     return reply
 
 
+class _Staged:
+    """The rows a batch of task submissions may meet (those located, then those the batch
+    itself decided to insert), found by identity: a request meets only a row sharing its
+    submission ID or its job ID (tasks have no run ID or key), so the kernel's
+    :func:`finders.submission_meets` is asked about those rows alone, and a batch of any
+    length is decided in linear time. Both identities are unique in the table."""
+
+    __slots__ = ("_by_submission", "_by_job")
+
+    def __init__(self, rows: Sequence[QueueRow]) -> None:
+        self._by_submission: dict[str, QueueRow] = {}
+        self._by_job: dict[str, QueueRow] = {}
+        for row in rows:
+            self.add(row)
+
+    def add(self, row: QueueRow) -> None:
+        if row.submission_id is not None:
+            self._by_submission.setdefault(row.submission_id, row)
+        self._by_job.setdefault(row.job_id, row)
+
+    def sharing(self, submission_id: str | None, job_id: str) -> list[QueueRow]:
+        found = [] if submission_id is None else [self._by_submission.get(submission_id)]
+        found.append(self._by_job.get(job_id))
+        return list({id(row): row for row in found if row is not None}.values())
+
+
 class QueueOperations:
     """Kernel-driven operations on one queue table of one store."""
 
@@ -233,7 +259,9 @@ class QueueOperations:
         """Tasks: submit a batch in one transaction (one lock-and-clock statement, one
         pipelined insert), each request decided exactly as alone, in order (a later one
         meets what an earlier one wrote). Snapshots are owned submissions, frozen
-        envelopes legacy ones. A conflict raises and writes nothing of the batch."""
+        envelopes legacy ones. A conflict raises and writes nothing of the batch. No
+        length is enforced here (a source bounds its own calls; ``defer_many`` sends
+        any number as one batch)."""
         require(self.queue is QueueKind.TASK)
         return await self._retrying(lambda: self._submit_many_once(requests))
 
@@ -266,15 +294,18 @@ class QueueOperations:
         async def body(tx: Transaction) -> list[Submitted]:
             keys = [await tx.canonical_key(binding, job_id) for job_id in authored]
             submission_ids = [request.submission_id for request in requests if isinstance(request, SubmissionSnapshot)]
+            # One statement locks every row the batch may meet, however long the batch:
+            # both lists travel as one parameter each (a JSON array on SQLite, an array on
+            # PostgreSQL), so no statement limit on parameters applies.
             rows = await tx.locked(binding, finders.located_batch, {"submission_ids": submission_ids, "keys": keys})
             now = await tx.now_us()
-            staged: dict[str, QueueRow] = {row.job_id: row for row in rows}
+            staged = _Staged(rows)
             changes: list[tuple[QueueRow | None, QueueRow]] = []
             answers: list[Submitted] = []
             for request, job_id in zip(requests, keys, strict=True):
                 submission_id = request.submission_id if isinstance(request, SubmissionSnapshot) else None
-                met = finders.submission_meets(list(staged.values()), submission_id=submission_id, job_id=job_id,
-                                               run_id=None, key=None)
+                met = finders.submission_meets(staged.sharing(submission_id, job_id), submission_id=submission_id,
+                                               job_id=job_id, run_id=None, key=None)
                 decision = decide(met, command_for(request, job_id), now)
                 raise_if_conflict(binding, decision)
                 if not isinstance(decision, Applied):  # every submission refusal is a conflict
@@ -283,8 +314,10 @@ class QueueOperations:
                 if new is not None and new != met:
                     require(met is None)  # a submission only inserts or replays
                     changes.append((None, new))
-                    staged[new.job_id] = new
+                    staged.add(new)
                 answers.append(_submitted(decision))
+            # Every request is decided before anything is written: a conflict anywhere in
+            # the batch raises with nothing of it written, even in a caller's transaction.
             await self.engine.persist(tx, binding, changes)
             return answers
 

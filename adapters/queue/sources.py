@@ -99,14 +99,14 @@ def _within(text: str, max_bytes: int, field: str) -> str:
     return text
 
 
-def result_json(result: object, max_bytes: int) -> str | None:
-    """A result is a JSON object of finite built-in values (pycharter's ``dict``); None
-    stores no result."""
+def result_json(result: object, max_bytes: int, *, any_value: bool = False) -> str | None:
+    """A result's stored text: a JSON object of finite built-in values (pycharter's
+    ``dict``), or with ``any_value`` (a task's result) any such JSON value: a string, a
+    number, a boolean, an array. None stores no result. (A bare number keeps its text on
+    SQLite too: the codec stores it as a BLOB, which no column affinity converts.)"""
     if result is None:
         return None
-    if type(result) is not dict:
-        # Also why: SQLite's JSON columns have numeric affinity, so a bare number would
-        # not be stored as the text written.
+    if type(result) is not dict and not any_value:
         raise refuse("result", "json_object_required")
     problem = json_problem(result)
     if problem is not None:
@@ -211,6 +211,15 @@ class JobSource(Facade, Generic[Claimed]):
         submitted = await self._operations.submit_owned(snapshot)
         return self._returned_id(submitted.job_id, submitted.run_id)
 
+    results_any_json = False
+    """Whether a result may be any JSON value (tasks) or only an object (pycharter's queues)."""
+
+    def result_text(self, result: object) -> str | None:
+        """``result`` as a completion stores it (see :func:`result_json`: a JSON object,
+        any JSON value for tasks, or None), else ``ConfigValidationError`` naming
+        ``result``."""
+        return result_json(result, self.config.max_payload_bytes, any_value=self.results_any_json)
+
     def _returned_id(self, job_id: str, run_id: str | None) -> str:
         return job_id
 
@@ -271,7 +280,7 @@ class JobSource(Facade, Generic[Claimed]):
     async def complete_owned(self, fence: QueueClaimFence, result: Any = None) -> bool:
         """Complete the exact current live claim with a JSON ``result``. A repeat returns False."""
         checked = _fence(fence)
-        return (await self._operations.complete_owned([(checked, result_json(result, self.config.max_payload_bytes))]))[0]
+        return (await self._operations.complete_owned([(checked, self.result_text(result))]))[0]
 
     async def heartbeat_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
         """``heartbeat_owned`` for each fence, in one transaction: one answer per fence,
@@ -287,7 +296,7 @@ class JobSource(Facade, Generic[Claimed]):
         for item in _batch(items, "items", allow_empty=True):
             if type(item) is not tuple or len(item) != 2:
                 raise refuse("items", "fence_result_pair_required")
-            checked.append((_fence(item[0]), result_json(item[1], self.config.max_payload_bytes)))
+            checked.append((_fence(item[0]), self.result_text(item[1])))
         return await self._operations.complete_owned(checked) if checked else []
 
     async def release_owned(self, fence: QueueClaimFence) -> bool:
@@ -337,7 +346,7 @@ class JobSource(Facade, Generic[Claimed]):
     async def complete(self, job_id: str, result: Any = None) -> bool:
         """Legacy completion by ID; never touches protected or owned work."""
         checked = _job_id(job_id)
-        return await self._operations.complete_legacy(checked, result_json(result, self.config.max_payload_bytes))
+        return await self._operations.complete_legacy(checked, self.result_text(result))
 
     async def get_job(self, job_id: str) -> JobInfo | None:
         """The job's current state (never its claim token), or None."""
@@ -558,6 +567,8 @@ class TaskSource(JobSource[ClaimedTask]):
 
     queue = QueueKind.TASK
     _claimed_type = ClaimedTask
+    results_any_json = True
+    """A task's result is any JSON value (its handler may return a string, a number, ...)."""
 
     def __init__(self, db_url: str, config: WorkerConfig | None = None) -> None:
         super().__init__(db_url, config, new_job_id=time_ordered_id)
@@ -589,16 +600,20 @@ class TaskSource(JobSource[ClaimedTask]):
         return [submitted.job_id for submitted in await self._operations.submit_many(requests)]
 
     def prepared(self, jobs: Sequence[TaskJob], submission_ids: Sequence[str] | None = None) -> list[Any]:
-        """Tasks validated and frozen for :meth:`write_many` / :meth:`write_using` (a
-        caller that validates several batches before writing the first)."""
+        """Up to 1,000 tasks validated and frozen for :meth:`write_many` /
+        :meth:`write_using` (a caller that validates several batches, then writes them
+        together)."""
         return self._requests(jobs, submission_ids)
 
     async def write_many(self, prepared: list[Any]) -> list[str]:
-        """``submit_many`` of tasks :meth:`prepared` already checked."""
+        """``submit_many`` of tasks :meth:`prepared` already checked: any number of them
+        (several prepared batches, concatenated) in one transaction. No two may share a
+        submission ID (the caller checks it across its batches)."""
         return await self._submit_many(prepared)
 
     async def write_using(self, using: Any, prepared: list[Any]) -> list[str]:
-        """``submit_using`` of tasks :meth:`prepared` already checked."""
+        """``submit_using`` of tasks :meth:`prepared` already checked (any number, as
+        for :meth:`write_many`)."""
         return await self._submit_using(using, prepared)
 
     def submit_using(self, using: Any, jobs: Sequence[TaskJob], *,

@@ -4,7 +4,7 @@
 ``await handler(claimed, context)`` for each, renews every claim in flight in one
 batched heartbeat, and writes the handler's outcome with the exact fence of its claim:
 
-- the handler's return value (a JSON object, or None) is the result of
+- the handler's return value (a JSON object, any JSON value for tasks, or None) is the result of
   ``complete_owned``; completions that finish together go out as one
   ``complete_many_owned`` call (its answers are exactly the single calls');
 - an exception becomes ``fail_owned`` with ``retry=True`` and the text
@@ -12,10 +12,11 @@ batched heartbeat, and writes the handler's outcome with the exact fence of its 
   replaced, cut to 2 KiB or ``WorkerConfig.max_payload_bytes`` if smaller; the type
   alone with ``store_error_text=False``), so the kernel's backoff and attempt budget
   decide whether the job comes back; :class:`FailJob` chooses ``retry`` (and a DLQ
-  correlation ID) explicitly; a result that is not a JSON object fails the job the
-  same way (``InvalidResult: ...``). So do ``SystemExit`` (``sys.exit()`` in a handler),
+  correlation ID) explicitly; a result that cannot be stored (not JSON, too large, not
+  an object for pycharter's queues) fails the job at once, never retried, since its
+  handler did its work (``InvalidResult: ...``). ``SystemExit`` (``sys.exit()`` in a handler),
   ``KeyboardInterrupt`` and a ``CancelledError`` the handler raised itself (not the
-  worker's cancellation): they fail that attempt and the worker goes on (asyncio would
+  worker's cancellation) fail that attempt like any exception, and the worker goes on (asyncio would
   otherwise let the first two stop the event loop, and every other job with it; stop a
   worker with ``stop``, or SIGTERM/SIGINT to ``tenure worker``, never from a handler);
 - once written, a failure is logged at ERROR with the job ID, queue, attempt, whether
@@ -113,7 +114,6 @@ from .sources import (
     StreamingJobSource,
     TaskSource,
     ValidationJobSource,
-    result_json,
 )
 
 __all__ = ["Worker", "JobContext", "WorkerStats", "FailJob", "CANCEL_WAIT_S", "MAX_CONCURRENCY"]
@@ -1084,11 +1084,13 @@ class Worker:
         if error is None:
             result = handler.result()
             try:
-                result_json(result, max_bytes)
+                self.source.result_text(result)
             except ConfigValidationError as invalid:
+                # A programming error, not a transient one: the handler did its work, so
+                # a retry would only repeat its side effects. The job fails at once.
                 problem = invalid.problems[0] if invalid.problems else invalid.reason
-                text = f"InvalidResult: the handler's result is not a JSON object ({problem})"
-                return _Outcome("fail", error=text if self.store_error_text else "InvalidResult")
+                text = f"InvalidResult: the handler's result cannot be stored ({problem})"
+                return _Outcome("fail", error=text if self.store_error_text else "InvalidResult", retry=False)
             return _Outcome("complete", result=result)
         text = exception_text(error, max_bytes, with_message=self.store_error_text)
         if isinstance(error, FailJob):
@@ -1156,8 +1158,8 @@ class Worker:
         fields = self._fields(job, fate)
         where = self._where(job)
         raised = outcome.raised
-        if raised is None:  # the result was not a JSON object
-            log.error("job %s (%s, attempt %d) %s: its handler's result is not a JSON object", context.job_id,
+        if raised is None:  # the result could not be stored
+            log.error("job %s (%s, attempt %d) %s: its handler's result cannot be stored", context.job_id,
                       where, context.attempt, fate, extra=fields)
         elif isinstance(raised, FailJob):
             log.warning("job %s (%s, attempt %d) %s by %s", context.job_id, where,

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+import threading
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -208,6 +209,23 @@ def _switch_to_wal(connection: sqlite3.Connection, timeout_s: float) -> None:
         time.sleep(WAL_SWITCH_PAUSE_S)
 
 
+def _daemon_thread_of(connection: aiosqlite.Connection) -> None:
+    """Make the thread that will run ``connection`` a daemon, before it starts.
+
+    aiosqlite runs each connection in a thread of its own that is not a daemon, and that
+    thread ends only when the connection is closed: a program that crashes (or simply
+    returns) before ``close()`` would print its traceback and then never exit, since the
+    interpreter waits for every non-daemon thread before it ends. A daemon thread does
+    not hold the process. Nothing committed is lost when the process ends with it: a
+    COMMIT has returned only once SQLite wrote it to the file, and a transaction cut off
+    midway is rolled back by the next connection, as after any crash. aiosqlite before
+    0.22 makes the connection itself the thread (a ``Thread`` subclass); from 0.22 it
+    creates one, ``_thread`` (tests/adapters/core/test_sqlite_store.py pins both)."""
+    thread: Any = getattr(connection, "_thread", connection)
+    assert isinstance(thread, threading.Thread), "aiosqlite runs each connection in a thread"
+    thread.daemon = True
+
+
 class _Flag:
     """Raised by the event loop, read in the connection's thread (a plain attribute: one
     store and one load, atomic under the interpreter lock)."""
@@ -368,7 +386,9 @@ class SqliteStore:
             failure = error
         if failure is not None:
             raise _failure(failure, Stage.CONNECT)
-        self._connection = await aiosqlite.Connection(lambda: raw, 64)
+        connection = aiosqlite.Connection(lambda: raw, 64)
+        _daemon_thread_of(connection)
+        self._connection = await connection  # starts the thread
         self._raw = raw
         return self._connection
 

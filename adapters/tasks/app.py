@@ -31,8 +31,10 @@ with the same delay is the same request); ``schedule_at`` is an instant.
 
 The handler gets a :class:`TaskContext` (the worker's ``JobContext``: ``job_id``,
 ``attempt``, ``generation``, ``task_name``, ``queue_name``, ``heartbeat_now()``,
-``progress(...)``, ``lease_lost``) and the deferred arguments as keywords. It returns a
-JSON object (its result) or None. An exception fails the attempt: the task comes back
+``progress(...)``, ``lease_lost``) and the deferred arguments as keywords. It returns its
+result, any JSON value (an object, a list, a string, a number, a boolean), or None; a
+result that cannot be stored (not JSON, or too large) fails the task at once, never
+retried (the handler did its work). An exception fails the attempt: the task comes back
 after its own backoff while attempts remain (``FailJob(message)`` ends it at once;
 ``FailJob(message, retry=True)`` asks for the retry explicitly).
 """
@@ -40,10 +42,12 @@ after its own backoff while attempts remain (``FailJob(message)`` ends it at onc
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import datetime as dt
 import inspect
 import math
+import pathlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -155,7 +159,36 @@ def _priority(value: object, field: str = "priority") -> int:
 
 
 def _default_name(function: Callable[..., Any]) -> str:
-    return f"{function.__module__}.{function.__qualname__}".replace(".<locals>", "")
+    """``module.qualname`` (a nested function's without its "<locals>" parts), the module
+    named as an import names it (see :func:`_main_module_name`)."""
+    module = function.__module__
+    if module == "__main__":
+        module = _main_module_name(getattr(function, "__globals__", {}))
+    return f"{module}.{function.__qualname__}".replace(".<locals>", "")
+
+
+def _main_module_name(namespace: Mapping[str, Any]) -> str:
+    """The name a worker imports a script's module by. A task's default name must not
+    depend on how its module was loaded: deferred from ``python jobs.py`` (where the
+    module is ``__main__``) it must have the name ``tenure worker --app jobs:app``
+    registers, or every attempt fails ``UnknownTask``. Run with ``python -m`` the module
+    knows its name; run as a file, it is the file's stem, inside the packages (folders
+    with an ``__init__.py``) that hold it, as an import from the folder above them names
+    it. Without a file (``python -c``, an interactive session, a notebook) no import
+    could find the task: ``name=`` is required."""
+    spec = namespace.get("__spec__")
+    if spec is not None and isinstance(getattr(spec, "name", None), str) and spec.name != "__main__":
+        return str(spec.name)
+    path = namespace.get("__file__")
+    if not isinstance(path, str) or not path.endswith(".py"):
+        raise refuse("name", "name_required_outside_a_module_file", reason="invalid_task")
+    file = pathlib.Path(path).resolve()
+    parts = [file.stem]
+    folder = file.parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
 
 
 class Task:
@@ -176,6 +209,16 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.name!r}, queue={self.queue!r})"
+
+    def on(self, app: TaskApp) -> Task:
+        """This task as ``app`` defers it (``app`` shares its registry: see
+        :meth:`TaskApp.on`): the same function and settings, its deferrals written to
+        ``app``'s database. Itself when ``app`` is its own."""
+        if app is self.app:
+            return self
+        bound = copy.copy(self)
+        bound.app = app
+        return bound
 
     async def __call__(self, ctx: Any, /, **args: Any) -> Any:
         return await self.function(ctx, **args)
@@ -217,12 +260,17 @@ class Task:
     async def defer_many(self, many: Sequence[Mapping[str, Any]], *, submission_ids: Sequence[str] | None = None,
                          schedule_in: float | None = None, schedule_at: dt.datetime | None = None,
                          priority: int | None = None, using: Any = None) -> list[str]:
-        """Enqueue one run per argument mapping, in transactions of up to 1,000 (one
-        lock-and-clock statement and one pipelined insert each); the job IDs in order.
-        ``submission_ids`` (one per run) makes each replay-safe. Every run is validated
-        before anything is written; a conflict raises and writes nothing of its
-        transaction (earlier transactions of a larger batch stay). ``using``: as for
-        :meth:`defer` (then every run is written in your transaction)."""
+        """Enqueue one run per argument mapping, all in one transaction however many
+        there are (one lock-and-clock statement, then one pipelined insert); the job IDs
+        in order. ``submission_ids`` (one per run, no two alike) makes each replay-safe.
+        Every run is validated, and every run decided, before anything is written: a
+        refusal, a conflict or a database failure writes nothing of the call, so the
+        whole call can be repeated (a repeated call of plain runs then writes each run
+        once; only a failure of the COMMIT itself leaves unknown whether it was written,
+        which ``submission_ids`` make safe to repeat). Being one transaction, a call
+        must finish within ``WorkerConfig.timeout_seconds`` on PostgreSQL (tens of
+        thousands of runs take seconds). ``using``: as for :meth:`defer` (then every run
+        is written in your transaction, and a conflict raises before any of them is)."""
         if not isinstance(many, (list, tuple)):
             raise refuse("many", "list_required", reason="invalid_deferral")
         if submission_ids is not None and (not isinstance(submission_ids, (list, tuple))
@@ -230,14 +278,15 @@ class Task:
             raise refuse("submission_ids", "one_per_run_required", reason="invalid_deferral")
         jobs = [self.job(args, schedule_in=schedule_in, schedule_at=schedule_at, priority=priority) for args in many]
         source = self.app.source
-        # Every chunk is validated and frozen before the first is written.
-        chunks = [source.prepared(jobs[start:start + MAX_BATCH],
-                                  None if submission_ids is None else list(submission_ids[start:start + MAX_BATCH]))
-                  for start in range(0, len(jobs), MAX_BATCH)]
-        ids: list[str] = []
-        for requests in chunks:
-            ids += await (source.write_using(using, requests) if using is not None else source.write_many(requests))
-        return ids
+        # Validated and frozen a chunk at a time (the source's batch bound), then written
+        # as one batch: one transaction for the whole call.
+        requests = [request for start in range(0, len(jobs), MAX_BATCH) for request in source.prepared(
+            jobs[start:start + MAX_BATCH], None if submission_ids is None else list(submission_ids[start:start + MAX_BATCH]))]
+        if submission_ids is not None and len({request.submission_id for request in requests}) != len(requests):
+            raise refuse("submission_ids", "duplicate_submission_id", reason="invalid_deferral")
+        if not requests:
+            return []
+        return await (source.write_using(using, requests) if using is not None else source.write_many(requests))
 
 
 class TaskApp:
@@ -260,7 +309,11 @@ class TaskApp:
 
     def on(self, db_url: str, config: WorkerConfig | None = None) -> TaskApp:
         """This app's tasks on another database (or settings): a new app sharing the
-        registry (``tenure worker --app ... --db URL``). Itself when nothing differs."""
+        registry (``tenure worker --app ... --db URL``). Itself when nothing differs.
+        Everything the new app does is on its database: its worker, its scheduler's
+        ticks, and its deferrals (:meth:`defer`, and the tasks :meth:`get` and
+        :attr:`tasks` give, which defer through it); a task object the module holds
+        (``send_welcome.defer``) still defers to the app it was registered on."""
         if db_url == self.db_url and (config is None or config == self.config):
             return self
         other = TaskApp(db_url, config=config)
@@ -274,7 +327,9 @@ class TaskApp:
              queue: str = DEFAULT_QUEUE, priority: int = 0, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
              retry: Backoff | None = None) -> Any:
         """Register an async function ``f(ctx, **args)`` as a task (as ``@app.task`` or
-        ``@app.task(...)``). ``name`` defaults to ``module.qualname``; ``queue`` is an
+        ``@app.task(...)``). ``name`` defaults to ``module.qualname`` (a script's module
+        named as a worker imports it: ``python jobs.py`` names its tasks ``jobs.*``;
+        required where no module file exists, as in ``python -c``); ``queue`` is an
         identifier; ``priority`` 0..100 (higher first); ``max_attempts`` >= 1; ``retry``
         the backoff between attempts (default ``Backoff()``: attempt ``n`` failing waits
         ``min(300, 2**n)`` seconds, less a jitter of up to half)."""
@@ -295,8 +350,9 @@ class TaskApp:
         if any(parameter.name in RESERVED_ARGUMENTS for parameter in parameters[1:]):
             raise refuse("function", "reserved_argument_name", reason="invalid_task")
         # The default name is the function's module and qualified name (a nested function's
-        # without its "<locals>" parts). Give ``name`` when the code may move: a task
-        # deferred under one name is run only by a worker that registers that name.
+        # without its "<locals>" parts; a script's module named as an import names it).
+        # Give ``name`` when the code may move: a task deferred under one name is run only
+        # by a worker that registers that name.
         chosen = name if name is not None else _default_name(function)
         if not is_queue_name(queue):
             raise refuse("queue", "identifier_required", reason="invalid_task")
@@ -353,8 +409,8 @@ class TaskApp:
 
     @property
     def tasks(self) -> Mapping[str, Task]:
-        """The registered tasks by name."""
-        return dict(self._tasks)
+        """The registered tasks by name (each deferring through this app)."""
+        return {name: task.on(self) for name, task in self._tasks.items()}
 
     @property
     def queues(self) -> list[str]:
@@ -366,7 +422,7 @@ class TaskApp:
         task = self._tasks.get(name) if type(name) is str else None
         if task is None:
             raise ConfigValidationError("unknown_task", fields=("task_name",), problems=("not_registered",))
-        return task
+        return task.on(self)  # deferring through this app, on its database
 
     # --- deferring and reading ---------------------------------------------------------
 

@@ -155,7 +155,7 @@ class Scheduler:
         ticks = periodic.due(now)
         if not ticks:
             return []
-        task = periodic.task
+        task = periodic.task.on(self.app)  # deferred to this scheduler's app's database
         runs: list[dict[str, Any]] = [{"tick": _iso(tick)} for tick in ticks]
         submission_ids = [tick_submission_id(task.name, tick) for tick in ticks]
         try:

@@ -197,3 +197,27 @@ async def test_tasks_are_deferred_by_name_listed_by_queue_and_task_and_purged_by
     assert purged.stdout.splitlines()[1].split()[:2] == ["task", "1"]
     left = json.loads((await asyncio.to_thread(run, "list", "--db", db_url, "--json")).stdout)
     assert [d["job_id"] for d in left] == [job_id]
+
+
+async def test_a_deferral_that_changes_an_existing_submission_is_refused_with_what_to_do(
+    db_url: str, tmp_path: pathlib.Path
+) -> None:
+    (tmp_path / "tasksapp.py").write_text(TASK_APP)
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return tasks_cli(tmp_path, db_url, *arguments)
+
+    first = await asyncio.to_thread(run, "defer", "--app", "tasksapp:app", "send_welcome", "--args", '{"user_id": 7}',
+                                    "--submission-id", "welcome-secret-7", "--db", db_url)
+    assert first.returncode == 0, first.stdout + first.stderr
+    changed = await asyncio.to_thread(run, "defer", "--app", "tasksapp:app", "send_welcome", "--args",
+                                      '{"user_id": 8}', "--submission-id", "welcome-secret-7", "--db", db_url)
+    # A conflict is a refused request (2), not a database failure (1): said with what to do.
+    assert changed.returncode == 2, changed.stdout + changed.stderr
+    lines = changed.stdout.splitlines()
+    assert lines[0] == "refused: queue_submission_conflict: fingerprint_mismatch", changed.stdout
+    assert any(line.startswith("  --submission-id: ") for line in lines[1:]), changed.stdout
+    assert any("a new --submission-id" in line for line in lines[1:]), changed.stdout
+    assert "welcome-secret-7" not in changed.stdout + changed.stderr and "user_id" not in changed.stdout
+    listed = json.loads((await asyncio.to_thread(run, "list", "--db", db_url, "--json")).stdout)
+    assert len(listed) == 1  # nothing was written

@@ -1,4 +1,7 @@
-"""Every ```python block of README.md and of the documentation pages runs as written.
+"""Every ```python block of README.md and of the documentation pages runs as written, and
+so do the README's own commands for its first task: ``python first_task.py``, then
+``tenure worker --app first_task:app`` (which must import the same file and run what is
+deferred, until SIGTERM).
 
 Each block is a complete script. It is run as a file, by this environment's Python, in a
 fresh empty folder (so a ``sqlite:///queue.db`` URL makes a new file there), and must
@@ -10,9 +13,12 @@ added to any of them is tested without touching this file.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +27,7 @@ import pytest
 
 import adapter_support
 import paths
+from polling import until
 
 README = paths.ROOT / "README.md"
 DOCS = paths.ROOT / "docs"
@@ -97,3 +104,68 @@ def test_the_documented_example_runs_as_written(
     except subprocess.TimeoutExpired:
         pytest.fail(f"the example did not exit within {TIMEOUT_SECONDS} s (a source left open?)")
     assert done.returncode == 0, f"exit status {done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
+FIRST_TASK = next(code for _, code in BLOCKS[README] if "send_welcome" in code)
+"""The README's first task, which it says to save as ``first_task.py``."""
+
+TENURE = [sys.executable, "-P", "-m", "tenure.adapters.apps.cli"]
+"""The ``tenure`` command of this environment."""
+
+
+def _first_task_folder(database: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> tuple[
+        pathlib.Path, dict[str, str], str]:
+    environment = {name: value for name, value in os.environ.items() if name != "TENURE_DB"}
+    db_url = f"sqlite:///{tmp_path}/example/queue.db"
+    if database == "postgresql":
+        db_url = environment["TENURE_DB"] = adapter_support.new_database("postgresql", tmp_path, request)
+    folder = tmp_path / "example"
+    folder.mkdir()
+    (folder / "first_task.py").write_text(FIRST_TASK, encoding="utf-8")
+    return folder, environment, db_url
+
+
+@pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
+async def test_the_readmes_worker_command_runs_the_readmes_first_task(
+    database: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    from tenure.adapters import TaskApp
+
+    folder, environment, db_url = _first_task_folder(database, tmp_path, request)
+
+    def run(*command: str) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(list(command), cwd=folder, env=environment, capture_output=True, text=True,
+                                  timeout=TIMEOUT_SECONDS, check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{command[-1]} did not exit within {TIMEOUT_SECONDS} s")
+
+    first = await asyncio.to_thread(run, sys.executable, "first_task.py")  # the README's first command
+    assert first.returncode == 0 and first.stdout.startswith("completed "), first.stdout + first.stderr
+    deferred = await asyncio.to_thread(run, *TENURE, "jobs", "defer", "--app", "first_task:app",
+                                       "first_task.send_welcome", "--args", json.dumps({"user_id": 7}))
+    assert deferred.returncode == 0, deferred.stdout + deferred.stderr
+    job_id = deferred.stdout.splitlines()[1].split()[0]
+    with open(folder / "worker.log", "w", encoding="utf-8") as log:
+        worker = subprocess.Popen([*TENURE, "worker", "--app", "first_task:app", "--idle-wait", "0.2"], cwd=folder,
+                                  env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        async with TaskApp(db_url) as app:
+            async def done() -> bool:
+                outcome = await app.result(job_id)
+                return outcome is not None and outcome.done
+
+            await until(done, TIMEOUT_SECONDS, what="the worker ran the deferred task",
+                        interval_s=0.1)
+            outcome = await app.result(job_id)
+        assert outcome is not None and outcome.ok and outcome.result == {"sent_to": 7, "attempt": 1}, outcome
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(worker.wait, TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            pytest.fail(f"the worker did not stop within {TIMEOUT_SECONDS} s of SIGTERM")
+    output = (folder / "worker.log").read_text(encoding="utf-8")
+    assert worker.returncode == 0 and "stopped: claimed 1, completed 1" in output, output

@@ -24,7 +24,7 @@ from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US, QueueRow
 from tenure.model import ErrorCode, JobStatus, QueueKind, TenureError
 
 DIALECTS = [SQLITE_DIALECT, POSTGRESQL_DIALECT]
-WRONG_VALUES = [None, "text", 7, 1.5, True, b"bytes", ["list"]]
+WRONG_VALUES = [None, "text", 7, 1.5, True, b"bytes", b"\xff not utf-8", ["list"]]
 EPOCH = dt.datetime(1970, 1, 1)
 
 
@@ -64,6 +64,14 @@ def acceptable(column: Any, value: object, dialect: Dialect) -> bool:
         return type(value) is int
     if base == "enum":
         return type(value) is str and value in {member.value for member in column.choices}
+    if base == "json" and dialect is SQLITE_DIALECT and type(value) is bytes:
+        # SQLite keeps a bare JSON number's text as a BLOB (its NUMERIC affinity would
+        # convert the text): a BLOB of UTF-8 text is JSON text there.
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
     return type(value) is str
 
 
@@ -78,6 +86,26 @@ def test_a_value_of_another_type_is_refused_exactly_when_the_column_cannot_hold_
     read = outcome(lambda: queue_codec(record.queue, dialect).read(values, 0))
     column = binding_for(record.queue).spec.columns[index]
     assert (read == "corrupt_row") == (not acceptable(column, values[index], dialect))
+
+
+@pytest.mark.parametrize("text", ["42", "-7", "1.0", "1e+16", "12345678901234567890", "0.30000000000000004"])
+def test_on_sqlite_a_bare_json_number_is_stored_as_a_blob_of_its_text_and_read_back_as_written(text: str) -> None:
+    """A column declared JSON has NUMERIC affinity on SQLite: the text of a number would
+    be stored as an INTEGER or a REAL ("1.0" as 1, a 20-digit integer rounded). A BLOB is
+    never converted, so the text reads back exactly; other JSON texts stay text."""
+    import sqlite3
+
+    stored = SQLITE_DIALECT.json_to_stored(text)
+    assert stored == text.encode()
+    connection = sqlite3.connect(":memory:")
+    connection.execute("CREATE TABLE t (result_json JSON)")
+    connection.execute("INSERT INTO t VALUES (?)", (stored,))
+    assert connection.execute("SELECT count(*) FROM t WHERE result_json = ?", (stored,)).fetchone() == (1,)
+    [(value,)] = connection.execute("SELECT result_json FROM t").fetchall()
+    assert SQLITE_DIALECT.json_from_stored(value) == text
+    for other in ('{"a":1}', "[1]", '"42"', "true", "false", "null"):
+        assert SQLITE_DIALECT.json_to_stored(other) == other
+    assert POSTGRESQL_DIALECT.json_to_stored(text) == text
 
 
 def test_wrongly_typed_values_are_corrupt_rows() -> None:

@@ -71,6 +71,23 @@ async def test_aiosqlite_runs_functions_in_its_connection_thread() -> None:
         await connection.close()
 
 
+async def test_the_stores_connection_runs_in_a_daemon_thread(sqlite_url: str) -> None:
+    """The private shape the store relies on to keep a program's exit free: the thread that
+    runs an aiosqlite connection is the connection itself (before 0.22) or its
+    ``_thread`` (0.22 on), and the store's is a daemon (a non-daemon thread would keep
+    a program that never closed its source alive; tests/adapters/tasks/test_process_exit.py)."""
+    source = source_for(sqlite_url)
+    try:
+        await source.submit_owned(job("a"), submission_id="s-a")  # opens the connection
+        connection = source._operations.store._connection  # noqa: SLF001
+        thread = getattr(connection, "_thread", connection)
+        assert isinstance(thread, threading.Thread) and thread.is_alive() and thread.daemon
+    finally:
+        await source.close()
+    await asyncio.to_thread(thread.join, 60)  # a hang guard: close() ends the thread
+    assert not thread.is_alive()
+
+
 async def test_each_operation_is_one_hop(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Submit, claim, heartbeat and complete each cross to the connection's thread once
     (the connection's first opening aside), whatever their number of statements."""

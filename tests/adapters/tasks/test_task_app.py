@@ -258,3 +258,32 @@ async def test_a_progress_report_after_the_lease_was_lost_is_refused(db_url: str
         await running
         info = await app.source.get_job(job_id)
         assert info is not None and info.status is JobStatus.CANCELLED and info.progress == {"step": 1}
+
+
+async def test_an_app_on_another_database_defers_and_schedules_there_only(
+    db_url: str, database: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    import adapter_support
+    from adapter_support import raw
+    from tenure.adapters import upgrade
+
+    (tmp_path / "other").mkdir()
+    other_url = adapter_support.new_database(database, tmp_path / "other", request)
+    await upgrade(other_url)
+    app = make_app(db_url)
+    tasks = register(app, [])
+
+    @app.periodic(cron="* * * * *", name="minutely", queue="emails")
+    async def minutely(ctx: TaskContext, tick: str) -> None: ...
+
+    async with app.on(other_url) as other:
+        assert other is not app and other.get("reports.build").app is other
+        assert other.tasks["reports.build"].app is other and app.get("reports.build") is tasks["build"]
+        await other.defer("reports.build", {"name": "weekly"})
+        await other.get(tasks["send_welcome"].name).defer(user_id=1)
+        await other.tasks["reports.build"].defer_many([{"name": "daily"}])
+        assert len(await other.scheduler().tick()) == 1
+    count = "SELECT count(*) FROM tenure_tasks"
+    assert raw(other_url, count)[0][0] == 4
+    assert raw(db_url, count)[0][0] == 0  # the app's own database: nothing deferred, nothing ticked
+    await app.close()
