@@ -48,12 +48,10 @@ from typing import Any
 
 from tenure.model import (
     ConfigValidationError,
-    ErrorCode,
     JobInfo,
     JobStatus,
     QueueKind,
     TaskJob,
-    TenureError,
     canonical_json,
     load_json,
 )
@@ -310,25 +308,11 @@ async def _defer(arguments: argparse.Namespace) -> int:
         refused = await refused_unless_migrated(bound.source.get_job(_PROBE_JOB_ID), "tenure jobs")
         if refused is not None:
             return refused
-        try:
-            job_id = await bound.get(arguments.task_name).defer(**options, **given)
-        except TenureError as error:
-            if error.code is not ErrorCode.QUEUE_SUBMISSION_CONFLICT:
-                raise
-            return _refused_conflict(error)
+        # A conflict (the submission ID names another request) is reported by run_command
+        # as a refused request, exit 2.
+        job_id = await bound.get(arguments.task_name).defer(**options, **given)
     print(run_table(["job", "task", "state"], [[job_id, arguments.task_name, "deferred"]]))
     return 0
-
-
-def _refused_conflict(error: TenureError) -> int:
-    """A submission ID already deferred as another request: a refused request (exit 2),
-    not a database failure; nothing was written. Neither the ID nor the arguments are
-    echoed."""
-    print(f"refused: {error.code.value}: {error.reason}")
-    print("  --submission-id: already names a task deferred with other arguments, task or options "
-          "(nothing was written)")
-    print("  repeat the original request to get its job, or give a new --submission-id for a new task")
-    return 2
 
 
 async def _run(arguments: argparse.Namespace) -> int:

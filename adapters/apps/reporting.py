@@ -1,8 +1,10 @@
 """What every ``tenure`` subcommand says when it is refused or fails, in one format.
 
 A refusal (``ConfigValidationError``, exit 2) prints ``refused: REASON`` and one line per
-field with its problem and what it accepts; a failure (any other ``TenureError``, exit
-1) prints ``failed: CODE: REASON`` and what to do next. :class:`CommandParser` turns
+field with its problem and what it accepts; a conflict (a ``TenureError`` whose code is in
+:data:`CONFLICT_CODES`: the request disagrees with what is stored, nothing was written,
+exit 2) prints ``refused: CODE: REASON`` and what to do; a failure (any other
+``TenureError``, exit 1) prints ``failed: CODE: REASON`` and what to do next. :class:`CommandParser` turns
 argparse's complaints into the same refusals without ever echoing the rejected value
 (it may be a password or a token).
 """
@@ -15,12 +17,12 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
-from tenure.model import ConfigValidationError, TenureError
+from tenure.model import ConfigValidationError, ErrorCode, TenureError
 from tenure.model.errors import is_authored_word
 
 from .flags import FLAGS, flag_for
 
-__all__ = ["report_refusal", "report_failure", "run_command", "CommandParser", "ArgumentsRefused", "RefusedWithDetail",
+__all__ = ["report_refusal", "report_failure", "report_conflict", "run_command", "CONFLICT_CODES", "CommandParser", "ArgumentsRefused", "RefusedWithDetail",
            "HINTS",
            "REFUSAL_HINTS", "COMMAND"]
 
@@ -200,14 +202,50 @@ def report_failure(error: TenureError) -> None:
         print(f"  {hint}")
 
 
+CONFLICT_CODES = frozenset({
+    ErrorCode.QUEUE_SUBMISSION_CONFLICT,
+    ErrorCode.RUN_ADMISSION_CONFLICT,
+    ErrorCode.RUN_OWNER_MISMATCH,
+    ErrorCode.JOB_REQUEST_CONFLICT,
+    ErrorCode.ATTEMPT_PREPARE_CONFLICT,
+    ErrorCode.ATTEMPT_IDENTITY_CONFLICT,
+})
+"""Codes of a request that disagrees with what is stored (the same key or ID already
+names other work, or the answer is not the owner's): a refused request, exit 2, like a
+bad argument; repeating it changes nothing. Codes of a busy key (``run_admission_held``,
+``run_session_busy``) stay failures (exit 1): the same request may succeed later."""
+
+CONFLICT_HINTS: dict[ErrorCode, tuple[str, ...]] = {
+    ErrorCode.QUEUE_SUBMISSION_CONFLICT: (
+        "--submission-id: already names a task deferred with other arguments, task or options "
+        "(nothing was written)",
+        "repeat the original request to get its job, or give a new --submission-id for a new task"),
+    ErrorCode.RUN_ADMISSION_CONFLICT: (
+        "--key: already names a Run admitted with other work (nothing was written)",
+        "repeat the original request to get its Run, or give a new --key for a new Run"),
+}
+"""What to do, printed under a conflict (the flags are the commands' that can meet one)."""
+
+
+def report_conflict(error: TenureError) -> None:
+    """``refused: CODE: REASON``, then what to do; never the ID, key or payload."""
+    print(f"refused: {error.code.value}: {error.reason}")
+    for line in CONFLICT_HINTS.get(error.code, ("the request disagrees with what is stored; nothing was written",)):
+        print(f"  {line}")
+
+
 def run_command(command: Callable[[], int]) -> int:
     """Run one subcommand and return its exit status: its own, 2 when it was refused
-    (``ConfigValidationError``), 1 when the database failed (any other ``TenureError``)."""
+    (``ConfigValidationError``, or a conflict: :data:`CONFLICT_CODES`), 1 when the
+    database failed (any other ``TenureError``)."""
     try:
         return command()
     except ConfigValidationError as error:
         report_refusal(error)
         return 2
     except TenureError as error:
+        if error.code in CONFLICT_CODES:
+            report_conflict(error)
+            return 2
         report_failure(error)
         return 1

@@ -264,3 +264,23 @@ async def test_a_payload_comes_from_a_file_or_stdin_and_an_unreadable_file_is_re
     assert bad.returncode == 2 and bad.stdout.splitlines()[1].startswith("  --payload-file: "), bad.stdout
     both = await asyncio.to_thread(tenure, folder, *admit, "--payload-file", "payload.json", "--payload", "{}")
     assert both.returncode == 2 and "refused: invalid_arguments" in both.stdout
+
+
+async def test_an_admission_that_changes_the_work_under_an_existing_key_is_refused_with_exit_2(
+    db_url: str, folder: pathlib.Path
+) -> None:
+    def admit(payload: str) -> subprocess.CompletedProcess[str]:
+        return tenure(folder, "admit", "--db", db_url, "--workflows", "flows:registry", "--workflow", "hello",
+                      "--revision", "1", "--key", "order-secret-42", "--payload", payload)
+
+    first = await asyncio.to_thread(admit, '{"amount": 1}')
+    assert first.returncode == 0, first.stdout + first.stderr
+    changed = await asyncio.to_thread(admit, '{"amount": 2}')
+    # A conflict is a refused request (2), not a database failure (1), said with what to do.
+    assert changed.returncode == 2, changed.stdout + changed.stderr
+    lines = changed.stdout.splitlines()
+    assert lines[0].startswith("refused: run_admission_conflict: "), changed.stdout
+    assert "a new --key" in changed.stdout
+    assert "order-secret-42" not in changed.stdout + changed.stderr and "amount" not in changed.stdout
+    listed = await asyncio.to_thread(tenure, folder, "list", "--db", db_url)
+    assert listed.stdout.count("queued") == 1  # nothing was written
