@@ -591,18 +591,39 @@ class QueueOperations:
         found = await self.store.run(body, write=False)
         return found[0] if found else None
 
-    async def list(self, status: JobStatus | None, limit: int, *, queue_name: str | None = None,
-                   task_name: str | None = None, newest_first: bool = False) -> list[QueueRow]:
-        """Rows in creation order, or the reverse (tasks: optionally of one task queue and
-        one task name)."""
+    async def get_or_unreadable(self, job_id: str) -> QueueRow | Unreadable | None:
+        """:meth:`get`, a row tenure cannot read answered as an ``Unreadable`` (operator tools)."""
+        async def body(tx: Transaction) -> list[QueueRow | Unreadable]:
+            return await tx.read_or_unreadable(self.binding, [job_id])
+
+        found = await self.store.run(body, write=False)
+        return found[0] if found else None
+
+    async def list_or_unreadable(self, status: JobStatus | None, limit: int, *, queue_name: str | None = None,
+                                 task_name: str | None = None, newest_first: bool = False,
+                                 ) -> list[QueueRow | Unreadable]:
+        """:meth:`list`, a row tenure cannot read answered as an ``Unreadable`` in its
+        place (operator tools: one such row stops no listing)."""
+        return await self._listed(status, limit, queue_name, task_name, newest_first, unreadable=True)
+
+    async def _listed(self, status: JobStatus | None, limit: int, queue_name: str | None, task_name: str | None,
+                      newest_first: bool, *, unreadable: bool) -> list[Any]:
         wanted = {"status": status, "queue_name": queue_name, "task_name": task_name}
         parameters = {field: value for field, value in wanted.items() if value is not None}
         finder = finders.listed(**{field: True for field in parameters}, newest_first=newest_first)
 
-        async def body(tx: Transaction) -> list[QueueRow]:
+        async def body(tx: Transaction) -> list[Any]:
+            if unreadable:
+                return await tx.find_or_unreadable(self.binding, finder, parameters, limit)
             return await tx.find(self.binding, finder, parameters, limit)
 
         return await self.store.run(body, write=False)
+
+    async def list(self, status: JobStatus | None, limit: int, *, queue_name: str | None = None,
+                   task_name: str | None = None, newest_first: bool = False) -> list[QueueRow]:
+        """Rows in creation order, or the reverse (tasks: optionally of one task queue and
+        one task name)."""
+        return await self._listed(status, limit, queue_name, task_name, newest_first, unreadable=False)
 
 
 def _presented(claimed: Sequence[QueueRow], present: Callable[[QueueRow], Presented]) -> tuple[list[Presented], list[QueueRow]]:
