@@ -417,15 +417,14 @@ class QueueOperations:
         chosen: dict[str, Any] = {} if served is None else {"queue": served[0]} if one_queue else {"queues": served}
         claim = _Claim(self, owner_id, tuple(claim_tokens), owned, None if served is None else tuple(served),
                        eligible, claimable, chosen)
-        try:
-            claimed = await claim.ahead()
-            if claimed is None:
-                claimed = await self.store.run(claim.body, write=True)
-                # The fenced writes to follow decide ahead from these (remembered only once
-                # the claim committed: an uncommitted version would vouch for a row that never was).
-                self.engine.remember(self.binding, claimed)
-        finally:
-            self._report_set_aside(claim)
+        claimed = await claim.ahead()
+        if claimed is None:
+            claimed = await self.store.run(claim.body, write=True)
+            # The fenced writes to follow decide ahead from these (remembered only once
+            # the claim committed: an uncommitted version would vouch for a row that never was).
+            self.engine.remember(self.binding, claimed)
+        # Reported once committed (a claim that raised rolled its set-asides back).
+        self._report_set_aside(claim)
         return claimed
 
     def _report_set_aside(self, claim: _Claim) -> None:
@@ -786,8 +785,11 @@ class _Claim:
             async def body(tx: Transaction) -> None:
                 await self.put_aside(tx, aside)
 
-            with contextlib.suppress(TenureError):  # left claimed: its lease runs out, the sweep meets it
+            kept = len(self.set_aside), len(self.passed)
+            try:
                 await self.operations.store.run(body, write=True)
+            except TenureError:  # left claimed: its lease runs out, and the sweep meets it
+                del self.set_aside[kept[0]:], self.passed[kept[1]:]
         return stored
 
     async def body(self, tx: Transaction) -> list[QueueRow]:
