@@ -380,14 +380,15 @@ class QueueOperations:
 
     async def claim_legacy(self, owner_id: str, present: Callable[[QueueRow], Presented]) -> Presented | None:
         """The legacy claim (no nonce). A job it cannot read is failed by its ID at once
-        (legacy semantics, no retry) and the claim goes on to the next, up to
-        :data:`UNREADABLE_ROUNDS` times; past that it raises ``corrupt_row``."""
+        (legacy semantics, no retry), or set aside, and the claim goes on to the next, up
+        to :data:`UNREADABLE_ROUNDS` times; past that it raises ``corrupt_row``."""
         for _ in range(UNREADABLE_ROUNDS):
+            set_aside_before = self.unreadable_failed
             presented, unreadable = _presented(await self._claim(owner_id, [""], owned=False), present)
             if presented:
                 return presented[0]
-            if not unreadable:
-                return None
+            if not unreadable and self.unreadable_failed == set_aside_before:
+                return None  # nothing eligible (a claim that set a row aside claims on)
             for record in unreadable:
                 await self._fail_unreadable(record.job_id, self.fail_legacy(record.job_id, UNREADABLE_ERROR,
                                                                              retry=False, dlq_record_id=None))
