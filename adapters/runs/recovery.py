@@ -203,6 +203,14 @@ class RecoveryReport:
     issues: tuple[RecoveryIssue, ...]
     cursor: str | None = None
 
+    @property
+    def unproven(self) -> tuple[RecoveryIssue, ...]:
+        """The issues a start that requires a clean report refuses: all but
+        ``corrupt_row``. A Run whose row tenure cannot read runs nowhere (every claim of
+        it fails ``corrupt_row``), so starting beside it risks no second execution, and
+        refusing to start would stop every other Run until someone mends the row."""
+        return tuple(issue for issue in self.issues if issue.reason != "corrupt_row")
+
 
 class _PortFailed(Exception):
     """A port raised: the visit ends with ``port_failed``."""
