@@ -234,6 +234,34 @@ async def test_a_poison_row_of_each_kind_is_set_aside_reported_and_counted_and_s
             assert "its stored envelope cannot be read" in page
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+async def test_thirty_six_poison_rows_of_every_kind_stop_none_of_sixty_good_tasks_behind_them(
+    db_url: str, database: str,
+) -> None:
+    # The issue's own scene: 36 rows rewritten by SQL, 60 good tasks deferred after them, two workers.
+    kinds = SQLITE_POISONS if database == "sqlite" else POSTGRES_POISONS
+    poisons = [kinds[index % len(kinds)] for index in range(36)]
+    ran: list[int] = []
+    async with app_with_task(db_url, ran) as setup:
+        task = setup.get("work")
+        poisoned = [await task.defer(n=-1 - index) for index in range(len(poisons))]
+        good = [await task.defer(n=index) for index in range(60)]
+    for job_id, poison in zip(poisoned, poisons, strict=True):
+        raw(db_url, f"UPDATE tenure_tasks SET {poison.sql} WHERE id = ?", (job_id,))
+    first, second = app_with_task(db_url, ran), app_with_task(db_url, ran)
+    async with first, second, asyncio.timeout(HANG_GUARD_S):
+        stats = await asyncio.gather(first.worker(concurrency=4, idle_wait_s=0.05).run_until_idle(),
+                                     second.worker(concurrency=4, idle_wait_s=0.05).run_until_idle())
+        counted = first.source.operations.unreadable_failed + second.source.operations.unreadable_failed
+    assert sorted(n for n in ran if n >= 0) == list(range(60))
+    assert sorted(-1 - n for n in ran if n < 0) == [index for index, poison in enumerate(poisons)
+                                                     if poison.outcome == READABLE]
+    rows = stored(db_url)
+    assert all(rows[job_id.encode()][0] == "completed" for job_id in good)
+    met = sum(poison.outcome in (SET_ASIDE, PAYLOAD) for poison in poisons)
+    assert counted == met and sum(stat.unreadable for stat in stats) == met
+
+
 def _sweep_poison(db_url: str, job_id: str) -> None:
     """A claimed row whose lease ran out, with a column tenure cannot read: the sweep
     inside the next claim meets it."""
