@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import enum
 import json
 import re
 import sys
@@ -55,8 +56,9 @@ from tenure.model import (
     canonical_json,
     load_json,
 )
-from tenure.model.validation import is_queue_name
+from tenure.model.validation import is_queue_name, micros_to_datetime
 
+from ..core.tables import Unreadable
 from ..queue import JobSource
 from ..queue.operations import PURGE_LIMIT
 from ..queue.sources import TaskSource
@@ -162,6 +164,42 @@ def _when(value: dt.datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
+CORRUPT = "corrupt_row"
+"""The status a listing shows for a row tenure cannot read."""
+
+_CORRUPT_NOTE = "the stored row holds values tenure cannot read (written outside tenure)"
+
+
+def _stored(entry: Unreadable, field: str) -> Any:
+    """A field of a row tenure cannot read, as ``--json`` prints it (None: unreadable)."""
+    value = entry.fields.get(field)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if field.endswith("_at_us"):
+        return _when(micros_to_datetime(value)) if type(value) is int else None
+    if type(value) is str:
+        return _printable(value)
+    return value if value is None or type(value) in (int, bool) else None
+
+
+def _corrupt_document(queue: QueueKind, entry: Unreadable) -> dict[str, Any]:
+    """What ``--json`` prints of a row tenure cannot read: its ID, ``status``
+    ``corrupt_row``, and each state field that could be read (None where not; never its
+    envelope or result)."""
+    names = {"run_id": "run_id", "attempts": "attempt", "max_attempts": "max_attempts", "generation": "generation",
+             "owner_id": "owner_id", "fence_required": "protected", "submission_id": "submission_id",
+             "fires_at_us": "fires_at", "created_at_us": "created_at", "claimed_at_us": "claimed_at",
+             "lease_expires_at_us": "lease_expires_at", "completed_at_us": "completed_at",
+             "error_message": "error", "dlq_record_id": "dlq_record_id"}
+    document: dict[str, Any] = {"queue": queue.value, "job_id": entry.shown_key, "status": CORRUPT, "corrupt_row": True,
+                                "stored_status": _stored(entry, "status")}
+    document.update((name, _stored(entry, field)) for field, name in names.items())
+    if queue is QueueKind.TASK:
+        document.update(task_queue=_stored(entry, "queue_name"), task=_stored(entry, "task_name"),
+                        priority=_stored(entry, "priority"))
+    return document
+
+
 def _document(info: JobInfo, *, with_args: bool) -> dict[str, Any]:
     """What ``--json`` prints of a job: its state, the result only as a size, the envelope
     only when asked."""
@@ -173,7 +211,7 @@ def _document(info: JobInfo, *, with_args: bool) -> dict[str, Any]:
         "lease_expires_at": _when(info.lease_expires_at), "completed_at": _when(info.completed_at),
         "cancel_requested": info.cancel_requested, "pid": info.pid, "error": _printable(info.error),
         "result_bytes": None if info.result is None else len(canonical_json(info.result).encode()),
-        "dlq_record_id": info.dlq_record_id,
+        "dlq_record_id": info.dlq_record_id, "corrupt_row": False,
     }
     if isinstance(info.job, TaskJob):
         document.update(task_queue=info.job.queue_name, task=info.job.task_name, priority=info.job.priority,
@@ -183,39 +221,69 @@ def _document(info: JobInfo, *, with_args: bool) -> dict[str, Any]:
     return document
 
 
+def _created_before(entry: JobInfo | Unreadable, cutoff: dt.datetime) -> bool:
+    if isinstance(entry, JobInfo):
+        return entry.created_at < cutoff
+    created = entry.fields.get("created_at_us")
+    return type(created) is not int or micros_to_datetime(created) < cutoff
+
+
+def _line(entry: JobInfo | Unreadable, tasks: bool) -> list[Any]:
+    """One job's line of the table (a row tenure cannot read: what could be read of it)."""
+    if isinstance(entry, JobInfo):
+        return [entry.job_id, *(_task_columns(entry) if tasks else []), entry.status.value,
+                f"{entry.attempt}/{entry.max_attempts}", entry.generation,
+                _kind(entry, tasks), entry.owner_id, entry.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                (_printable(entry.error) or "").splitlines()[0][:60] if entry.error else None]
+    document = _corrupt_document(QueueKind.TASK if tasks else QueueKind.VALIDATION, entry)
+    created = document["created_at"]
+    return [document["job_id"], *([document["task_queue"], document["task"], document["priority"]] if tasks else []),
+            CORRUPT, f"{document['attempt']}/{document['max_attempts']}", document["generation"], None,
+            document["owner_id"], None if created is None else created[:19].replace("T", " "), _CORRUPT_NOTE[:60]]
+
+
 async def _list(source: JobSource[Any], arguments: argparse.Namespace) -> int:
     status = None if arguments.status is None else JobStatus(arguments.status)
     age = None if arguments.older_than is None else parse_age(arguments.older_than)
+    # Entries: a row tenure cannot read (written outside tenure) is listed as corrupt_row
+    # in its place, with what could be read of it, and hides no other.
+    jobs: list[JobInfo | Unreadable]
     if isinstance(source, TaskSource):
-        jobs = await source.list_tasks(status=status, limit=arguments.limit, queue_name=arguments.task_queue,
-                                       task_name=arguments.task)
+        jobs = await source.list_entries(status=status, limit=arguments.limit, queue_name=arguments.task_queue,
+                                         task_name=arguments.task)
     else:
-        jobs = await source.list_jobs(status=status, limit=arguments.limit)
+        jobs = await source.list_entries(status=status, limit=arguments.limit)
+    listed = len(jobs)
     if age is not None:
         # Oldest first: the jobs left out of a full page are newer than every one in it.
         cutoff = dt.datetime.now(dt.timezone.utc) - age
-        jobs = [info for info in jobs if info.created_at < cutoff]
+        jobs = [entry for entry in jobs if _created_before(entry, cutoff)]
     if arguments.json:
-        print(json.dumps([_document(info, with_args=False) for info in jobs], indent=2))
+        print(json.dumps([_document(entry, with_args=False) if isinstance(entry, JobInfo)
+                          else _corrupt_document(source.queue, entry) for entry in jobs], indent=2))
         return 0
     tasks = isinstance(source, TaskSource)
-    rows = [[info.job_id, *(_task_columns(info) if tasks else []), info.status.value,
-             f"{info.attempt}/{info.max_attempts}", info.generation,
-             _kind(info, tasks), info.owner_id, info.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-             (_printable(info.error) or "").splitlines()[0][:60] if info.error else None]
-            for info in jobs]
     print(run_table(["job", *(["queue", "task", "priority"] if tasks else []), "status", "attempts", "generation",
-                     "kind", "owner", "created", "error"], rows))
-    if len(jobs) == arguments.limit:
+                     "kind", "owner", "created", "error"], [_line(entry, tasks) for entry in jobs]))
+    if listed == arguments.limit:
         print(f"(more may follow: raise --limit above {arguments.limit})")
     return 0
 
 
 async def _show(source: JobSource[Any], arguments: argparse.Namespace) -> int:
-    info = await source.get_job(arguments.job_id)
+    info = await source.get_entry(arguments.job_id)
     if info is None:
         print("no such job")
         return 2
+    if isinstance(info, Unreadable):
+        # Shown all the same: what could be read, and why the rest cannot (never an envelope).
+        document = _corrupt_document(source.queue, info)
+        if arguments.json:
+            print(json.dumps(document, indent=2))
+            return 0
+        print(run_table(["job", document.pop("job_id")], [[name, value] for name, value in document.items()]))
+        print(f"note: {_CORRUPT_NOTE}; claims set such a job aside (specs/queue.md, 'Rows tenure cannot read')")
+        return 0
     if arguments.json:
         print(json.dumps(_document(info, with_args=arguments.show_args), indent=2))
         return 0

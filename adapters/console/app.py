@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING, Any
 from tenure.model import ConfigValidationError, TenureError
 from tenure.model.errors import is_authored_word
 
+from ..core.tables import Unreadable
 from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, printable, when
 from .reads import ConsoleData
 from .security import (
@@ -158,6 +159,8 @@ def _environment() -> Environment:
                               trim_blocks=True, lstrip_blocks=True)
     environment.filters.update(when=when, ago=ago, duration=duration, printable=printable,
                                q=lambda value: urllib.parse.quote(str(value), safe=""))
+    # ``row is unreadable``: a listed row tenure cannot read (shown as corrupt_row).
+    environment.tests["unreadable"] = lambda value: isinstance(value, Unreadable)
     return environment
 
 

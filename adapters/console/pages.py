@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import json
 import urllib.parse
 from collections.abc import Mapping
@@ -26,9 +27,9 @@ from tenure.model.json_values import text_problem
 from tenure.model.validation import is_queue_name, micros_to_datetime
 
 from ..apps.jobs_cli import parse_age
-from ..core.tables import json_column
+from ..core.tables import Unreadable, json_column
 from ..queue.worker import MAX_ERROR_BYTES, error_text
-from .reads import QUEUE_SOURCES, ConsoleData, parse_position
+from .reads import QUEUE_SOURCES, ConsoleData, JobView, parse_position
 from .settings import ConsoleSettings
 
 __all__ = ["Pages", "Page", "Redirect", "BadInput", "NotFound", "JOB_OUTCOMES", "RUN_OUTCOMES", "CONSENT_OUTCOMES",
@@ -312,6 +313,8 @@ class Pages:
         view = await self.data.job(source, job_id) if _storable(job_id, bounds.MAX_JOB_ID_CHARS) else None
         if view is None:
             raise NotFound()
+        if isinstance(view, Unreadable):
+            return await self._unreadable("job", view, _JOB_FIELDS, f"/jobs?queue={_quoted(source)}", source)
         outcome, message = _outcome(query, JOB_OUTCOMES)
         revealed = {
             "payload": _document(view.envelope) if reveal == "payload" and view.envelope is not None else None,
@@ -332,13 +335,15 @@ class Pages:
         view = await self.data.job(source, job_id) if _storable(job_id, bounds.MAX_JOB_ID_CHARS) else None
         if view is None:
             raise NotFound()
+        if isinstance(view, Unreadable):  # nothing can act on it (its page offers nothing)
+            return Redirect(f"/jobs/{source}/{_quoted(job_id)}")
         if action == "retry":
             retried = await self.data.retry_job(source, view.job_id)
             outcome = "retry_unsupported" if retried is None else "retried" if retried else "not_retried"
         else:
             cancelled = await self.data.cancel_job(source, view.job_id)
             now = await self.data.job(source, view.job_id) if cancelled else None
-            requested = now is not None and now.cancel_requested
+            requested = isinstance(now, JobView) and now.cancel_requested
             outcome = "not_cancelled" if not cancelled else "cancel_requested" if requested else "cancelled"
         return Redirect(f"/jobs/{source}/{_quoted(view.job_id)}?outcome={outcome}")
 
@@ -363,6 +368,8 @@ class Pages:
         detail = await self.data.run(run_id) if _storable(run_id, 36) else None
         if detail is None:
             raise NotFound()
+        if isinstance(detail, Unreadable):
+            return await self._unreadable("run", detail, _RUN_FIELDS, "/runs", None)
         run = detail.run
         outcome, message = _outcome(query, RUN_OUTCOMES)
         checkpoint = detail.checkpoint
@@ -381,6 +388,17 @@ class Pages:
                       "result_bytes": _text_size(job.result_json)} for job in detail.jobs],
             "outcome": outcome, "message": message, "pending_consents": await self._badge(),
             "title": "Run", "nav": "runs"})
+
+    async def _unreadable(self, kind: str, entry: Unreadable, fields: tuple[tuple[str, str], ...], back: str,
+                          source: str | None) -> Page:
+        """The page of a job or Run whose stored row tenure cannot read (written outside
+        tenure): its ID, each state field that could be read (never a payload) and what
+        happens to it; no action is offered."""
+        shown = [(label, _field_text(field, entry.fields.get(field, _MISSING))) for field, label in fields]
+        return Page("unreadable.html", {
+            "kind": kind, "key": entry.shown_key, "fields": shown, "back": back, "source": source,
+            "pending_consents": await self._badge(), "title": "Job" if kind == "job" else "Run",
+            "nav": "jobs" if kind == "job" else "runs"})
 
     async def run_cancel(self, run_id: str) -> Redirect:
         if not _storable(run_id, 36) or await self.data.run(run_id) is None:
@@ -433,6 +451,39 @@ class Pages:
             raise NotFound() from None
         outcome = "already_decided" if not decided else "decided_resumed" if resumed is not None else "decided"
         return Redirect(f"/consents/{_quoted(consent_id)}?outcome={outcome}")
+
+
+_MISSING = object()
+
+_JOB_FIELDS = (
+    ("status", "status"), ("queue_name", "task queue"), ("task_name", "task"), ("priority", "priority"),
+    ("attempts", "attempts"), ("max_attempts", "attempt budget"), ("generation", "fence generation"),
+    ("owner_id", "owner"), ("fires_at_us", "due"), ("created_at_us", "created"), ("claimed_at_us", "claimed"),
+    ("lease_expires_at_us", "lease expires"), ("completed_at_us", "finished"), ("error_message", "error"),
+)
+"""The state fields an unreadable job's page shows, each with its label (never its
+envelope, result or progress: they may carry data, and may be what cannot be read)."""
+
+_RUN_FIELDS = (
+    ("status", "status"), ("workflow_name", "workflow"), ("workflow_revision", "revision"), ("queue", "queue"),
+    ("priority", "priority"), ("enqueue_seq", "hop"), ("node", "node"), ("owner_kind", "waits on"),
+    ("owner_id", "owner"), ("created_at_us", "created"), ("updated_at_us", "updated"), ("error", "error"),
+)
+
+
+def _field_text(field: str, value: Any) -> str:
+    """A stored field of an unreadable row as its page shows it."""
+    if value is _MISSING:
+        return "(cannot be read)"
+    if value is None:
+        return ""
+    if field.endswith("_at_us") and type(value) is int:
+        return when(value)
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if type(value) is str:
+        return printable(value) or ""
+    return str(value)
 
 
 def when(value: int | dt.datetime | None) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from tenure.kernel.agent_jobs.record import AgentJobRow
@@ -51,7 +51,7 @@ from ..core.catalog import Executor
 from ..core.dialects import backend_for, resolve_schema
 from ..core.facade import Cursor
 from ..core.store import Transaction
-from ..core.tables import Binding, Dialect, qualified
+from ..core.tables import Binding, Dialect, Unreadable, qualified
 from ..core.urls import parse_db_url
 from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
 from ..queue.table import QUEUE_BINDINGS, TASKS_BINDING, envelope_of
@@ -176,14 +176,17 @@ def job_view(record: QueueRow) -> JobView:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobPage:
-    rows: tuple[QueueRow, ...]
+    rows: tuple[QueueRow | Unreadable, ...]
+    """The jobs; a row tenure cannot read (written outside tenure) is an ``Unreadable``
+    in its place, shown as ``corrupt_row`` with what could be read of it."""
     next_after: str | None
     """The ``after`` of the next page (None: this is the last)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunPage:
-    rows: tuple[RunRow, ...]
+    rows: tuple[RunRow | Unreadable, ...]
+    """The Runs; a row tenure cannot read is an ``Unreadable`` in its place."""
     next_after: str | None
 
 
@@ -197,6 +200,10 @@ class RunDetail:
     attempts: tuple[AttemptRow, ...]
     checkpoint: CheckpointRow | None
     now_us: int
+    unreadable: int = 0
+    """Rows of this Run's (deliveries, consents, delegated jobs, service attempts, the
+    checkpoint) that tenure cannot read (written outside tenure): left out, and counted
+    for the page to say."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -218,6 +225,18 @@ class ConsentDetail:
 
 def _position(cursor: tuple[int, str] | None) -> str | None:
     return None if cursor is None else Cursor.encode(*cursor)
+
+
+def _created_position(rows: Sequence[RunRow | Unreadable]) -> tuple[int, str] | None:
+    """Where the page after ``rows`` starts: the last row's ``(created_at, run_id)``, or
+    (a row whose own position cannot be read) the last one's that can."""
+    for row in reversed(rows):
+        if isinstance(row, RunRow):
+            return row.created_at_us, row.run_id
+        created = row.fields.get("created_at_us")
+        if type(created) is int and type(row.key) is str:
+            return created, row.key
+    return None
 
 
 def parse_position(text: str, key_chars: int) -> tuple[int, str]:
@@ -343,20 +362,23 @@ class ConsoleData:
             parameters["after_id"] = after
         binding = source.operations.binding
 
-        async def body(tx: Transaction) -> list[QueueRow]:
+        async def body(tx: Transaction) -> list[QueueRow | Unreadable]:
             if older_than is not None:
                 now = await tx.now_us()
                 parameters["created_before"] = now - (older_than // dt.timedelta(microseconds=1))
-            return await tx.find(binding, finder, parameters, limit + 1)
+            return await tx.find_or_unreadable(binding, finder, parameters, limit + 1)
 
         rows = await source.operations.store.run(body, write=False)
         more = len(rows) > limit
-        return JobPage(tuple(rows[:limit]), rows[limit - 1].job_id if more else None)
+        last = rows[limit - 1] if more else None
+        after = None if last is None else last.job_id if isinstance(last, QueueRow) else last.shown_key
+        return JobPage(tuple(rows[:limit]), after)
 
-    async def job(self, source_name: str, job_id: str) -> JobView | None:
-        """One job as stored, or None: no such job."""
-        record = await self.sources[source_name].operations.get(job_id)
-        return None if record is None else job_view(record)
+    async def job(self, source_name: str, job_id: str) -> JobView | Unreadable | None:
+        """One job as stored, or None: no such job. A row tenure cannot read is answered
+        as an ``Unreadable`` (its page shows what could be read of it)."""
+        record = await self.sources[source_name].operations.get_or_unreadable(job_id)
+        return record if record is None or isinstance(record, Unreadable) else job_view(record)
 
     async def retry_job(self, source_name: str, job_id: str) -> bool | None:
         """``retry_failed`` through the job's source: True when the failed job went back
@@ -384,46 +406,54 @@ class ConsoleData:
         if after is not None:
             parameters.update(after_created=after[0], after_id=after[1])
 
-        async def body(tx: Transaction) -> list[RunRow]:
-            return await tx.find(RUNS_BINDING, finder, parameters, limit + 1)
+        async def body(tx: Transaction) -> list[RunRow | Unreadable]:
+            return await tx.find_or_unreadable(RUNS_BINDING, finder, parameters, limit + 1)
 
         rows = await self.ledger.transactions.run(body, write=False)
         more = len(rows) > limit
-        last = rows[limit - 1] if more else None
-        return RunPage(tuple(rows[:limit]), None if last is None else _position((last.created_at_us, last.run_id)))
+        return RunPage(tuple(rows[:limit]), _position(_created_position(rows[:limit])) if more else None)
 
-    async def run(self, run_id: str) -> RunDetail | None:
+    async def run(self, run_id: str) -> RunDetail | Unreadable | None:
         """A Run and what the database holds about it, or None: its latest deliveries (what
         ``get_delivery`` reads per hop), its consents, its delegated jobs (what
         ``RunLedger.list_jobs`` reads) and service attempts, and its checkpoint, all in
         one read transaction (one snapshot, so the parts agree)."""
         key = check_run_id(run_id)
 
-        async def body(tx: Transaction) -> RunDetail | None:
+        async def body(tx: Transaction) -> RunDetail | Unreadable | None:
             now = await tx.now_us()
-            found: list[RunRow] = await tx.read(RUNS_BINDING, [key])
+            found: list[RunRow | Unreadable] = await tx.read_or_unreadable(RUNS_BINDING, [key])
             if not found:
                 return None
             run = found[0]
+            if isinstance(run, Unreadable):
+                return run
             first = max(0, run.enqueue_seq - MAX_HOPS_SHOWN + 1)
-            deliveries: list[DeliveryRow] = await tx.read(
-                DELIVERIES_BINDING, [key_of(key, seq) for seq in range(first, run.enqueue_seq + 1)])
             parameters = {"run_id": key}
-            consents: list[ConsentRow] = await tx.find(CONSENTS_BINDING, run_finders.consents_of_run, parameters,
-                                                       MAX_OWNERS_SHOWN)
-            jobs: list[AgentJobRow] = await tx.find(AGENT_JOBS_BINDING, run_finders.jobs_of_run, parameters,
-                                                    MAX_OWNERS_SHOWN)
-            attempts: list[AttemptRow] = await tx.find(ATTEMPTS_BINDING, run_finders.attempts_of_run, parameters,
-                                                       MAX_OWNERS_SHOWN)
-            checkpoints: list[CheckpointRow] = await tx.read(CHECKPOINTS_BINDING, [key])
+            # Each part read so that a row of it tenure cannot read is left out (and
+            # counted), never failing the page.
+            parts = [
+                await tx.read_or_unreadable(DELIVERIES_BINDING,
+                                            [key_of(key, seq) for seq in range(first, run.enqueue_seq + 1)]),
+                await tx.find_or_unreadable(CONSENTS_BINDING, run_finders.consents_of_run, parameters,
+                                            MAX_OWNERS_SHOWN),
+                await tx.find_or_unreadable(AGENT_JOBS_BINDING, run_finders.jobs_of_run, parameters, MAX_OWNERS_SHOWN),
+                await tx.find_or_unreadable(ATTEMPTS_BINDING, run_finders.attempts_of_run, parameters,
+                                            MAX_OWNERS_SHOWN),
+                await tx.read_or_unreadable(CHECKPOINTS_BINDING, [key]),
+            ]
+            readable = [[row for row in part if not isinstance(row, Unreadable)] for part in parts]
+            deliveries, consents, jobs, attempts, checkpoints = readable
             return RunDetail(
                 run, tuple(sorted(deliveries, key=lambda row: -row.enqueue_seq)),
                 tuple(sorted(consents, key=lambda row: (row.created_at_us, row.consent_id))),
                 tuple(sorted(jobs, key=lambda row: (row.created_at_us, row.job_id))),
                 tuple(sorted(attempts, key=lambda row: (row.created_at_us, row.attempt_id))),
-                checkpoints[0] if checkpoints else None, now)
+                checkpoints[0] if checkpoints else None, now,
+                sum(len(part) for part in parts) - sum(len(part) for part in readable))
 
-        return await self.ledger.transactions.run(body, write=False)
+        detail: RunDetail | Unreadable | None = await self.ledger.transactions.run(body, write=False)
+        return detail
 
     async def cancel_run(self, run_id: str) -> str:
         """``begin_cancel``, as ``tenure runs cancel`` without ``--broker``: ``cancelling``
@@ -462,7 +492,8 @@ class ConsoleData:
             pending: list[ConsentRow] = await tx.find(CONSENTS_BINDING, pending_finder, pending_parameters, limit + 1)
             decided: list[ConsentRow] = await tx.find(CONSENTS_BINDING, decided_finder, decided_parameters, limit + 1)
             shown = pending[:limit] + decided[:limit]
-            runs: list[RunRow] = await tx.read(RUNS_BINDING, sorted({row.run_id for row in shown})) if shown else []
+            read = await tx.read_or_unreadable(RUNS_BINDING, sorted({row.run_id for row in shown})) if shown else []
+            runs = [run for run in read if isinstance(run, RunRow)]  # a Run tenure cannot read: not shown
             pending_next = pending[limit - 1] if len(pending) > limit else None
             decided_next = decided[limit - 1] if len(decided) > limit else None
             return ConsentPage(
@@ -482,8 +513,8 @@ class ConsoleData:
             found: list[ConsentRow] = await tx.read(CONSENTS_BINDING, [key])
             if not found:
                 return None
-            runs: list[RunRow] = await tx.read(RUNS_BINDING, [found[0].run_id])
-            return ConsentDetail(found[0], runs[0] if runs else None)
+            runs = await tx.read_or_unreadable(RUNS_BINDING, [found[0].run_id])
+            return ConsentDetail(found[0], runs[0] if runs and isinstance(runs[0], RunRow) else None)
 
         return await self.ledger.transactions.run(body, write=False)
 

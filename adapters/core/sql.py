@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tenure.kernel.core import Condition, Finder, Param
+from tenure.kernel.core import AtTime, Condition, Finder, Param, Rewrite, SetValue
 
 from .tables import POSTGRESQL_DIALECT, ROW_VERSION, SQLITE_DIALECT, Binding, Dialect, qualified
 
@@ -33,6 +33,7 @@ __all__ = [
     "TableStatements",
     "compile_finder",
     "statements_for",
+    "set_aside_statement",
 ]
 
 
@@ -55,11 +56,16 @@ class Capabilities:
     """How a list parameter travels (SQLite: a JSON array; PostgreSQL: an array)."""
     comparable_json: str
     """A JSON column as a comparable expression (PostgreSQL's ``json`` has no ``=``)."""
+    stored_bytes: str | None = None
+    """``{column}`` as the bytes it stores, to compare with a bytes parameter: how a key
+    that is not UTF-8 text is named (SQLite keeps whatever a writer put in a TEXT column;
+    None: a database whose text is always valid)."""
 
 
 SQLITE = Capabilities(
     name="sqlite", dialect=SQLITE_DIALECT, lock_wait="", lock_skip="", null_safe_equal="IS",
     member_of="IN (SELECT value FROM json_each(:{}))", list_parameter=json.dumps, comparable_json="{}",
+    stored_bytes="CAST({} AS BLOB)",
 )
 POSTGRESQL = Capabilities(
     name="postgresql",
@@ -296,3 +302,52 @@ def statements_for(binding: Binding, caps: Capabilities, schema: str | None = No
             f"SELECT {', '.join(columns)} FROM {table} WHERE {key} {caps.member_of.format('keys')} ORDER BY {key}"
         ),
     )
+
+
+_CLOCK = object()
+"""A set-aside's time change: the transaction's database time."""
+
+
+@functools.cache
+def _set_aside_text(binding: Binding, rewrite: Rewrite, guard: Finder, caps: Capabilities, schema: str | None,
+                    by_bytes: bool) -> tuple[str, CompiledFinder, tuple[tuple[str, str, Any], ...]]:
+    assignments: list[str] = []
+    values: list[tuple[str, str, Any]] = []  # (parameter, field, the value or _CLOCK)
+    for field, change in rewrite.changes:
+        if field in binding.constants:
+            continue  # no column of this table holds it
+        column = binding.column_of(field).name
+        if isinstance(change, SetValue):
+            values.append((f"set_{column}", field, change.value))
+        else:
+            assert isinstance(change, AtTime) and change.plus is None, "a set-aside writes constants and the time"
+            values.append((f"set_{column}", field, _CLOCK))
+        assignments.append(f"{column} = :set_{column}")
+    compiled = compile_finder(binding, guard, caps, schema)
+    key = binding.key_column
+    named = f"{caps.stored_bytes.format(key)} = :set_aside_key" if by_bytes and caps.stored_bytes else \
+        f"{key} = :set_aside_key"
+    sql = (f"UPDATE {qualified(schema, binding.spec.name)} SET {', '.join(assignments)} "
+           f"WHERE {named} AND ({compiled.where}) RETURNING 1")
+    return sql, compiled, tuple(values)
+
+
+def set_aside_statement(
+    binding: Binding, rewrite: Rewrite, guard: Finder, caps: Capabilities, schema: str | None, key: Any, now_us: int,
+) -> tuple[str, dict[str, Any]] | None:
+    """The one write to a row tenure cannot read (it is never decoded): ``rewrite``'s
+    changes (constants, and the time as ``now_us``) to the row whose stored key is ``key``,
+    if it still matches ``guard``, returning its key. ``key`` that is not text (SQLite:
+    bytes that are not UTF-8) is compared as the bytes stored; None: this database
+    cannot name such a key (then nothing can be written). It returns one row per row
+    written (a constant: the key itself may not decode)."""
+    by_bytes = type(key) is not str
+    if by_bytes and caps.stored_bytes is None:
+        return None
+    sql, compiled, values = _set_aside_text(binding, rewrite, guard, caps, schema, by_bytes)
+    parameters = compiled.parameters({})
+    for name, field, value in values:
+        write = _value_writer(binding, field, caps)
+        parameters[name] = write(now_us if value is _CLOCK else value)
+    parameters["set_aside_key"] = key if not by_bytes else getattr(key, "data", key)
+    return sql, parameters

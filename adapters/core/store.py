@@ -33,9 +33,10 @@ from .sql import (
     compile_finder,
     counts_sql,
     joined_read_sql,
+    set_aside_statement,
     statements_for,
 )
-from .tables import Binding, Dialect, RowCodec
+from .tables import Binding, Dialect, RowCodec, record_or_unreadable
 
 __all__ = [
     "Store", "Transaction", "Body", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver",
@@ -51,8 +52,10 @@ TimeObserver = Callable[[int], None]
 @dataclasses.dataclass(frozen=True, slots=True)
 class Probe:
     """One question of a snapshot: the rows a finder selects (``rows``; at most one per
-    snapshot, last), whether any exists (``exists``), or one field of each (``values``).
-    The parameter ``now`` is the snapshot's clock."""
+    snapshot, last; a row tenure cannot read answers as an
+    :class:`~tenure.adapters.core.tables.Unreadable` in its place), whether any exists
+    (``exists``), or one field of each (``values``). The parameter ``now`` is the
+    snapshot's clock."""
 
     finder: Finder
     parameters: Mapping[str, Any]
@@ -174,6 +177,22 @@ class Transaction(Protocol):
 
     async def find(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any], limit: int | None = None) -> list[Any]:
         """The rows a non-waiting finder selects (``skip`` locks what it can take)."""
+
+    async def find_or_unreadable(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any],
+                                 limit: int | None = None) -> list[Any]:
+        """:meth:`find`, where a row tenure cannot read (``corrupt_row``: a value of the
+        wrong type or shape, text that is not UTF-8) comes back as an
+        :class:`~tenure.adapters.core.tables.Unreadable` in its place instead of failing
+        the read: what claims, lists and pages use, so one such row stops none of them."""
+
+    async def read_or_unreadable(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
+        """:meth:`read`, where a row tenure cannot read comes back as an ``Unreadable``."""
+
+    async def set_aside(self, binding: Binding, key: Any, rewrite: Rewrite, guard: Finder) -> bool:
+        """Write ``rewrite`` (constants and the database time only) to the row whose
+        stored key is ``key`` (an ``Unreadable``'s) while it matches ``guard``, without
+        reading it: the one write made to a row tenure cannot read. True when it was
+        written."""
 
     async def canonical_key(self, binding: Binding, key: str) -> str:
         """The key as the database spells it (canonical UUID text on a uuid column)."""
@@ -318,6 +337,16 @@ class SharedPrimitives:
         read = self.codec(binding).read
         return [read(row, 0) for row in await self._rows(sql, parameters)]
 
+    async def _rows_or_undecodable(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        """:meth:`_rows`, where a text value the driver cannot decode arrives as an
+        :class:`~tenure.adapters.core.tables.UndecodableText` instead of failing the
+        statement (a store whose database can hold such text overrides this)."""
+        return await self._rows(sql, parameters)
+
+    async def _records_or_unreadable(self, binding: Binding, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        codec, key_index = self.codec(binding), binding.key_index
+        return [record_or_unreadable(codec, key_index, row) for row in await self._rows_or_undecodable(sql, parameters)]
+
     def codec(self, binding: Binding) -> RowCodec:
         return binding.codec(self.dialect)
 
@@ -386,6 +415,24 @@ class SharedPrimitives:
         compiled = self.compiled(binding, finder, limited=limit is not None)
         values = dict(parameters) if limit is None else {**parameters, "limit": limit}
         return await self._records(binding, compiled.sql, compiled.parameters(values))
+
+    async def find_or_unreadable(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any],
+                                 limit: int | None = None) -> list[Any]:
+        assert finder.lock != "wait", "a waiting finder runs through locked(), which reads the clock after"
+        compiled = self.compiled(binding, finder, limited=limit is not None)
+        values = dict(parameters) if limit is None else {**parameters, "limit": limit}
+        return await self._records_or_unreadable(binding, compiled.sql, compiled.parameters(values))
+
+    async def read_or_unreadable(self, binding: Binding, keys: Sequence[str]) -> list[Any]:
+        return await self._records_or_unreadable(binding, self.statements(binding).read_keys,
+                                                 {"keys": self.key_list(keys)})
+
+    async def set_aside(self, binding: Binding, key: Any, rewrite: Rewrite, guard: Finder) -> bool:
+        statement = set_aside_statement(binding, rewrite, guard, self.capabilities, self.schema, key,
+                                        await self.now_us())  # type: ignore[attr-defined]
+        if statement is None:
+            return False
+        return bool(await self._rows(*statement))
 
     async def insert(self, binding: Binding, record: Any) -> Any:
         stored = await self._records(binding, self.statements(binding).insert, self.codec(binding).write(record))

@@ -25,6 +25,7 @@ Values are checked, never coerced: a stored value of the wrong type or shape rai
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -60,6 +61,10 @@ __all__ = [
     "RowCodec",
     "row_codec",
     "corrupt",
+    "Unreadable",
+    "UndecodableText",
+    "shown_key",
+    "record_or_unreadable",
     "instant_to_sqlite_text",
     "instant_from_sqlite_text",
     "qualified",
@@ -90,6 +95,58 @@ _UNREADABLE = object()
 
 def corrupt() -> TenureError:
     return TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, "corrupt_row")
+
+
+class UndecodableText:
+    """A stored text value that is not UTF-8 (SQLite keeps whatever bytes a writer put in
+    a TEXT column): what a tolerant read gets instead of a ``str``, so the codec refuses
+    it like any value of the wrong type and the row reads as :class:`Unreadable`."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UndecodableText) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash(self.data)
+
+    def __repr__(self) -> str:
+        return f"UndecodableText({self.data!r})"
+
+
+def shown_key(key: object) -> str:
+    """A stored key as a report or a page may print it: the text itself, or (a key that
+    is not text, or not UTF-8) its bytes with the undecodable ones escaped."""
+    if type(key) is str:
+        return key
+    data = key.data if isinstance(key, UndecodableText) else key if isinstance(key, bytes) else str(key).encode()
+    return data.decode("utf-8", "backslashreplace")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored row tenure cannot read, written outside tenure: a column holds a value of
+    the wrong type or shape (text in an integer column, a date that is no date, a status
+    outside the enum, text that is not UTF-8). Reads that must not stop at one (claims,
+    lists, pages, Run recovery) get this marker in its place
+    (:func:`record_or_unreadable`); a claim also sets aside, as this marker, a row the
+    kernel's decision on which would break the record invariants (a negative generation).
+
+    ``key`` is the row's key as stored (a ``str``; on SQLite possibly
+    :class:`UndecodableText` or ``bytes``): what a write to this row names. ``fields``
+    holds the record fields whose columns could be read, by field name, for pages to
+    show and recovery to page on."""
+
+    key: Any
+    fields: Mapping[str, Any]
+
+    @property
+    def shown_key(self) -> str:
+        """The key as a report or a page prints it."""
+        return shown_key(self.key)
 
 
 class Codec(enum.Enum):
@@ -548,6 +605,9 @@ class RowCodec:
     changes: Callable[[Any, Any], dict[str, Any]]
     """``changes(old, new)``: the stored value of every column whose record value differs
     between the two records (only those are encoded: a fenced write's hot path)."""
+    salvage: Callable[[Sequence[Any], int], dict[str, Any]]
+    """``salvage(values, offset)``: the record fields of a row ``read`` refused whose own
+    columns can be read (a tuple field only when all of its parts can), by field name."""
 
 
 def row_codec(
@@ -614,7 +674,39 @@ def row_codec(
                 row[name] = writer(after)
         return row
 
-    return RowCodec(spec, read, write, dialect.instant_to_stored, changes)
+    named = [(column.field, index, _reader(column, dialect)) for index, column in enumerate(spec.columns)
+             if column.part is None]
+    parted = [(field, tuple((index, reader) for _, index, reader in sorted(parts))) for field, parts in tuples.items()]
+
+    def salvage(values: Sequence[Any], offset: int = 0) -> dict[str, Any]:
+        if prepare is not None:
+            values = list(values[offset:offset + width])
+            prepare(values)
+            offset = 0
+        fields: dict[str, Any] = {}
+        for field, index, reader in named:
+            with contextlib.suppress(TenureError):
+                fields[field] = reader(values[offset + index])
+        for field, indexed in parted:
+            with contextlib.suppress(TenureError):
+                fields[field] = tuple(reader(values[offset + index]) for index, reader in indexed)
+        fields.update(constants)
+        return fields
+
+    return RowCodec(spec, read, write, dialect.instant_to_stored, changes, salvage)
+
+
+def record_or_unreadable(codec: RowCodec, key_index: int, row: Sequence[Any], offset: int = 0) -> Any:
+    """The record ``row`` holds (from ``offset``), or :class:`Unreadable` when the codec
+    refuses it (``corrupt_row``)."""
+    try:
+        return codec.read(row, offset)
+    except TenureError:  # corrupt_row: the one failure a codec raises
+        pass
+    key = row[offset + key_index]
+    if key is not None and not isinstance(key, (str, bytes, UndecodableText)):
+        key = str(key)  # a genuine uuid key column's value
+    return Unreadable(key, codec.salvage(row, offset))
 
 
 # --- a machine's table -----------------------------------------------------------------

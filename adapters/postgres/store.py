@@ -39,7 +39,7 @@ from tenure.model import ConfigValidationError
 from ..core.failures import Stage, persistence_failed
 from ..core.sql import POSTGRESQL, compile_finder
 from ..core.store import AheadAnswer, Body, Expected, Picked, Probe, SharedPrimitives, TimeObserver
-from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel
+from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel, record_or_unreadable
 from ..core.urls import Pooler
 from . import statements
 from .connections import (
@@ -160,8 +160,9 @@ class PostgresTransaction(SharedPrimitives):
         offset = 1
         for kind, _, _ in parts:
             if kind == "rows":
-                read = self.codec(binding).read
-                answers.append([read(row, offset) for row in rows if row[offset] is not None])
+                codec, key_index = self.codec(binding), binding.key_index
+                answers.append([record_or_unreadable(codec, key_index, row, offset)
+                                for row in rows if row[offset] is not None])
             else:
                 answers.append(bool(first[offset]) if kind == "exists" else list(first[offset]))
                 offset += 1
@@ -542,11 +543,13 @@ class PostgresStore:
         rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
         now, went = rows[0][0], bool(rows[0][1])
         width = len(binding.spec.columns)
-        read = self.codec(binding).read
-        picked = [read(row, 3) for row in rows if row[2] is not None]
+        codec, key_index = self.codec(binding), binding.key_index
+        # A row tenure cannot read comes back as an Unreadable in its place, picked and
+        # written alike: the claim sets it aside instead of failing for it.
+        picked = [record_or_unreadable(codec, key_index, row, 3) for row in rows if row[2] is not None]
         at = 3 + width + binding.key_index
         written_rows = [row for row in rows if row[2] is not None and row[at] is not None]
-        written = [read(row, 3 + width) for row in written_rows]
+        written = [record_or_unreadable(codec, key_index, row, 3 + width) for row in written_rows]
         versioned = binding.spec.name in self.versioned_tables
         versions = {str(row[at]): row[3 + 2 * width] for row in written_rows} if versioned else {}
         if went:

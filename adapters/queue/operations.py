@@ -15,12 +15,13 @@ transaction: their only difference from single calls is fewer round trips.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from tenure.kernel.core import Applied, Decision, Refused
+from tenure.kernel.core import Applied, Decision, Finder, Refused
 from tenure.kernel.queue import finders
 from tenure.kernel.queue.commands import (
     AcknowledgeCancelOwned,
@@ -53,7 +54,14 @@ from tenure.kernel.queue.commands import (
     SubmitOwned,
     Submitted,
 )
-from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE, claim_identity_problem, decide
+from tenure.kernel.queue.machine import (
+    CLAIM_LEGACY_REWRITE,
+    CLAIM_OWNED_REWRITE,
+    SET_ASIDE,
+    UNREADABLE_ROW_ERROR,
+    claim_identity_problem,
+    decide,
+)
 from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     DEFAULT_MAX_ATTEMPTS,
@@ -72,7 +80,7 @@ from tenure.model.validation import is_queue_name
 from ..core.engine import Engine, checked, raise_if_conflict, require
 from ..core.failures import persistence_failed
 from ..core.store import Probe, Store, Transaction
-from ..core.tables import Binding
+from ..core.tables import Binding, Unreadable
 from .table import binding_for, stored_payload
 
 Presented = TypeVar("Presented")
@@ -80,7 +88,8 @@ Answer = TypeVar("Answer")
 
 log = logging.getLogger("tenure.queue")
 
-__all__ = ["QueueOperations", "SWEEP_LIMIT", "PURGE_LIMIT", "SUBMIT_ATTEMPTS", "UNREADABLE_ERROR", "UNREADABLE_ROUNDS"]
+__all__ = ["QueueOperations", "SWEEP_LIMIT", "PURGE_LIMIT", "SUBMIT_ATTEMPTS", "UNREADABLE_ERROR", "UNREADABLE_ROUNDS",
+           "SET_ASIDE_ROUNDS"]
 
 UNREADABLE_ERROR = "corrupt_row: the stored payload could not be read"
 """The error stored on a job a claim met but could not read (see ``claim_owned``)."""
@@ -153,8 +162,9 @@ class QueueOperations:
         self.binding = binding_for(queue) if binding is None else binding
         self.engine = Engine(store)
         self.unreadable_failed = 0
-        """Jobs a claim met but could not read and failed (see :meth:`claim_owned`), since
-        these operations were made: a Worker that sees it grow claims again at once."""
+        """Jobs a claim met but could not read, and failed or set aside (see
+        :meth:`claim_owned`), since these operations were made: a Worker that sees it grow
+        claims again at once."""
         self._new_job_id = new_job_id
         self._new_run_id = new_run_id
 
@@ -375,12 +385,16 @@ class QueueOperations:
     ) -> list[Presented]:
         """Claim up to ``len(claim_tokens)`` jobs, token ``i`` for the ``i``-th eligible row,
         each decided by the kernel exactly as a single claim; ``present`` turns each
-        claimed (committed) record into what the caller gets. A job whose envelope cannot
-        be read (``corrupt_row``: written outside tenure) is never handed out: it is
-        failed at once through the claim just made (no retry, :data:`UNREADABLE_ERROR`),
-        counted in :attr:`unreadable_failed` and left out of the answer; the nonce it
-        took is spent. Left pending, such a job would be met first by every claim and
-        stop the queue behind it. Tasks: ``queue_names`` are the task queues served."""
+        claimed (committed) record into what the caller gets. A job tenure cannot read
+        (written outside tenure) is never handed out, and never fails the claim: a row
+        whose columns cannot be read, or whose claim would break the record invariants,
+        is set aside by the claim itself (``SET_ASIDE``: failed with
+        ``UNREADABLE_ROW_ERROR``, see specs/queue.md "Rows tenure cannot read"); a row
+        whose envelope cannot be read is failed at once through the claim just made (no
+        retry, :data:`UNREADABLE_ERROR`). Either is logged with its job ID and counted in
+        :attr:`unreadable_failed`; a nonce a claim wrote to such a row is spent. Left
+        pending, such a job would be met first by every claim and stop the queue behind
+        it. Tasks: ``queue_names`` are the task queues served."""
         try:
             claimed = await self._claim(owner_id, claim_tokens, owned=True, queue_names=queue_names)
         except TenureError as error:
@@ -393,29 +407,32 @@ class QueueOperations:
         for record in unreadable:
             fence = QueueClaimFence(record.queue, record.job_id, record.owner_id,  # type: ignore[arg-type]
                                     record.generation, record.claim_token)  # type: ignore[arg-type]
-            await self._fail_unreadable(self.fail_owned(fence, UNREADABLE_ERROR, retry=False, dlq_record_id=None))
+            await self._fail_unreadable(record.job_id,
+                                        self.fail_owned(fence, UNREADABLE_ERROR, retry=False, dlq_record_id=None))
         return presented
 
     async def claim_legacy(self, owner_id: str, present: Callable[[QueueRow], Presented]) -> Presented | None:
         """The legacy claim (no nonce). A job it cannot read is failed by its ID at once
-        (legacy semantics, no retry) and the claim goes on to the next, up to
-        :data:`UNREADABLE_ROUNDS` times; past that it raises ``corrupt_row``."""
+        (legacy semantics, no retry), or set aside, and the claim goes on to the next, up
+        to :data:`UNREADABLE_ROUNDS` times; past that it raises ``corrupt_row``."""
         for _ in range(UNREADABLE_ROUNDS):
+            set_aside_before = self.unreadable_failed
             presented, unreadable = _presented(await self._claim(owner_id, [""], owned=False), present)
             if presented:
                 return presented[0]
-            if not unreadable:
-                return None
+            if not unreadable and self.unreadable_failed == set_aside_before:
+                return None  # nothing eligible (a claim that set a row aside claims on)
             for record in unreadable:
-                await self._fail_unreadable(self.fail_legacy(record.job_id, UNREADABLE_ERROR, retry=False,
-                                                             dlq_record_id=None))
+                await self._fail_unreadable(record.job_id, self.fail_legacy(record.job_id, UNREADABLE_ERROR,
+                                                                             retry=False, dlq_record_id=None))
         raise persistence_failed("corrupt_row")
 
-    async def _fail_unreadable(self, failure: Awaitable[object]) -> None:
+    async def _fail_unreadable(self, job_id: str, failure: Awaitable[object]) -> None:
         """Run ``failure``, the fail of a job just claimed whose envelope cannot be read
         (the kernel decides it, as any failure). It is best effort: when the write fails,
         the claim's lease runs out and the next claim that meets the job fails it."""
-        log.warning("a claimed job could not be read (written outside tenure): failed %s", UNREADABLE_ERROR)
+        log.warning("job %s was claimed but its envelope could not be read (written outside tenure): failed with %r",
+                    job_id, UNREADABLE_ERROR, extra={"job_id": job_id})
         self.unreadable_failed += 1
         with contextlib.suppress(TenureError):
             await failure
@@ -425,104 +442,35 @@ class QueueOperations:
     ) -> list[QueueRow]:
         """The claimed records, committed: one autocommit statement on a store that can
         claim ahead (verified in SQL), otherwise (or when that statement does not go) the
-        reference transaction below."""
-        limit = len(claim_tokens)
-        lease_us = self.config.lease_us
-        binding = self.binding
+        reference transaction (:class:`_Claim`). Rows the claim could not read were set
+        aside meanwhile (:data:`~tenure.kernel.queue.machine.SET_ASIDE`); each is reported
+        here, once it is committed."""
         served = self._served(queue_names)
         one_queue = served is not None and len(served) == 1
         eligible, claimable = finders.claim_finders(self.queue, owned=owned, one_queue=one_queue)
-        served_names = None if served is None else tuple(served)
         chosen: dict[str, Any] = {} if served is None else {"queue": served[0]} if one_queue else {"queues": served}
-
-        def command_for(token: str, stored_tokens: Sequence[str | None]) -> Command:
-            if owned:
-                return ClaimOwned(owner_id=owner_id, claim_token=token,
-                                  nonce_already_stored=token in stored_tokens, lease_us=lease_us,
-                                  queue_names=served_names)
-            return ClaimLegacy(owner_id=owner_id, lease_us=lease_us, queue_names=served_names)
-
-        def claims_of(candidates: Sequence[QueueRow], stored_tokens: Sequence[str | None], now: int) -> list[tuple[QueueRow, QueueRow]]:
-            """The kernel's claim of the ``i``-th candidate with the ``i``-th token."""
-            claims: list[tuple[QueueRow, QueueRow]] = []
-            for index, token in enumerate(claim_tokens):
-                met = candidates[index] if index < len(candidates) else None
-                decision = decide(met, command_for(token, stored_tokens), now)
-                raise_if_conflict(binding, decision)
-                if isinstance(decision, Refused):
-                    continue  # no eligible row for this token (its nonce stays unused)
-                claimed = checked(binding, met, decision)
-                require(met is not None and claimed is not None)
-                claims.append((met, claimed))  # type: ignore[arg-type]
-            return claims
-
-        def verified(claims: Sequence[tuple[QueueRow, QueueRow]], stored: Sequence[QueueRow]) -> list[QueueRow]:
-            if len(stored) != len(claims):
-                raise persistence_failed("read_back_mismatch")
-            for (_, decided), found in zip(claims, stored, strict=True):
-                # The identity must read back exactly: a coercion or a trigger that changed
-                # the owner, token or generation rolls the whole claim back.
-                if owned and claim_identity_problem(decided, found.owner_id, found.claim_token, found.generation):
-                    raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
-                if found != decided:
-                    raise persistence_failed("read_back_mismatch")
-            return list(stored)
-
-        ahead = self.store.ahead
-        if ahead is not None:
-            # One statement: the clock, the pick (SKIP LOCKED) and the kernel's claim
-            # rewrite, written only when no expired claim waits to be settled, no token is
-            # stored already and every picked row is one the claim rule takes
-            # (``claimable``), with every written value verified in SQL (anything else
-            # aborts it, and the transaction below explains why). The kernel then decides
-            # the same claims on the picked rows: the statement wrote exactly them.
-            try:
-                picked = await ahead.claim_ahead(
-                    binding, Probe(eligible, chosen, "rows", limit=limit),
-                    claimable,
-                    [Probe(finders.expired, {}, "exists", limit=1)]
-                    + ([Probe(finders.tokens_stored, {"tokens": list(claim_tokens)}, "exists", limit=1)] if owned else []),
-                    CLAIM_OWNED_REWRITE if owned else CLAIM_LEGACY_REWRITE,
-                    [command_for(token, ()) for token in claim_tokens],
-                    chosen,
-                )
-            except TenureError as error:
-                if error.reason != "read_back_mismatch":
-                    raise
-                picked = None  # kept nothing
-            if picked is not None and picked.went:
-                stored = verified(claims_of(picked.picked, (), picked.now_us), picked.written)
-                self.engine.remember(binding, stored, picked.versions)
-                self.engine.observe(picked.now_us)
-                return stored
-
-        async def body(tx: Transaction) -> list[QueueRow]:
-            # The clock is read first because eligibility depends on it; candidates are
-            # locked with SKIP LOCKED, which never waits, so no lock wait separates reading
-            # the clock from deciding.
-            sweep_needed, stored_tokens, candidates = await tx.snapshot(binding, [
-                Probe(finders.expired, {}, "exists", limit=1),
-                Probe(finders.tokens_stored, {"tokens": list(claim_tokens) if owned else []}, "values",
-                      field="claim_token"),
-                Probe(eligible, chosen, "rows", limit=limit),
-            ])
-            now = await tx.now_us()
-            if sweep_needed:
-                # Settle expired claims first, so an expired row is eligible again (or
-                # finished) within this claim, then pick the candidates again. (Rows picked
-                # with the snapshot stay locked meanwhile; they may not be the ones to claim.)
-                expired = await tx.find(binding, finders.expired, {"now": now}, SWEEP_LIMIT)
-                _, changes = self.engine.decide_all(binding, [(record, ExpireLease()) for record in expired], now)
-                await self.engine.persist(tx, binding, changes)
-                candidates = await tx.find(binding, eligible, {**chosen, "now": now}, limit)
-            claims = claims_of(candidates, stored_tokens, now)
-            return verified(claims, await tx.update_many(binding, claims, read_back=True))
-
-        claimed = await self.store.run(body, write=True)
-        # The fenced writes to follow decide ahead from these (remembered only once the
-        # claim committed: an uncommitted version would vouch for a row that never was).
-        self.engine.remember(binding, claimed)
+        claim = _Claim(self, owner_id, tuple(claim_tokens), owned, None if served is None else tuple(served),
+                       eligible, claimable, chosen)
+        claimed = await claim.ahead()
+        if claimed is None:
+            claimed = await self.store.run(claim.body, write=True)
+            # The fenced writes to follow decide ahead from these (remembered only once
+            # the claim committed: an uncommitted version would vouch for a row that never was).
+            self.engine.remember(self.binding, claimed)
+        # Reported once committed (a claim that raised rolled its set-asides back).
+        self._report_set_aside(claim)
         return claimed
+
+    def _report_set_aside(self, claim: _Claim) -> None:
+        """Log each row the claim set aside (its ID, once: it is never met again) and
+        count it in :attr:`unreadable_failed`; and each it met but could not set aside."""
+        for entry in claim.set_aside:
+            self.unreadable_failed += 1
+            log.warning("job %s could not be read (written outside tenure): set aside, failed with %r",
+                        entry.shown_key, UNREADABLE_ROW_ERROR, extra={"job_id": entry.shown_key})
+        for entry in claim.passed:
+            log.warning("job %s could not be read and could not be set aside (changed meanwhile): passed over",
+                        entry.shown_key, extra={"job_id": entry.shown_key})
 
     def _served(self, queue_names: Sequence[str] | None) -> list[str] | None:
         """The task queues a claim serves, checked: a task claim must name at least one
@@ -676,18 +624,39 @@ class QueueOperations:
         found = await self.store.run(body, write=False)
         return found[0] if found else None
 
-    async def list(self, status: JobStatus | None, limit: int, *, queue_name: str | None = None,
-                   task_name: str | None = None, newest_first: bool = False) -> list[QueueRow]:
-        """Rows in creation order, or the reverse (tasks: optionally of one task queue and
-        one task name)."""
+    async def get_or_unreadable(self, job_id: str) -> QueueRow | Unreadable | None:
+        """:meth:`get`, a row tenure cannot read answered as an ``Unreadable`` (operator tools)."""
+        async def body(tx: Transaction) -> list[QueueRow | Unreadable]:
+            return await tx.read_or_unreadable(self.binding, [job_id])
+
+        found = await self.store.run(body, write=False)
+        return found[0] if found else None
+
+    async def list_or_unreadable(self, status: JobStatus | None, limit: int, *, queue_name: str | None = None,
+                                 task_name: str | None = None, newest_first: bool = False,
+                                 ) -> list[QueueRow | Unreadable]:
+        """:meth:`list`, a row tenure cannot read answered as an ``Unreadable`` in its
+        place (operator tools: one such row stops no listing)."""
+        return await self._listed(status, limit, queue_name, task_name, newest_first, unreadable=True)
+
+    async def _listed(self, status: JobStatus | None, limit: int, queue_name: str | None, task_name: str | None,
+                      newest_first: bool, *, unreadable: bool) -> list[Any]:
         wanted = {"status": status, "queue_name": queue_name, "task_name": task_name}
         parameters = {field: value for field, value in wanted.items() if value is not None}
         finder = finders.listed(**{field: True for field in parameters}, newest_first=newest_first)
 
-        async def body(tx: Transaction) -> list[QueueRow]:
+        async def body(tx: Transaction) -> list[Any]:
+            if unreadable:
+                return await tx.find_or_unreadable(self.binding, finder, parameters, limit)
             return await tx.find(self.binding, finder, parameters, limit)
 
         return await self.store.run(body, write=False)
+
+    async def list(self, status: JobStatus | None, limit: int, *, queue_name: str | None = None,
+                   task_name: str | None = None, newest_first: bool = False) -> list[QueueRow]:
+        """Rows in creation order, or the reverse (tasks: optionally of one task queue and
+        one task name)."""
+        return await self._listed(status, limit, queue_name, task_name, newest_first, unreadable=False)
 
 
 def _presented(claimed: Sequence[QueueRow], present: Callable[[QueueRow], Presented]) -> tuple[list[Presented], list[QueueRow]]:
@@ -703,3 +672,211 @@ def _presented(claimed: Sequence[QueueRow], present: Callable[[QueueRow], Presen
                 raise
             unreadable.append(record)
     return presented, unreadable
+
+
+SET_ASIDE_ROUNDS = 8
+"""How many times one claim transaction picks candidates again after meeting rows it
+could not read (each round sets those aside and claims the readable ones); past that
+it returns what it claimed, and the next claim goes on (a Worker claims again at once
+when a claim set rows aside)."""
+
+
+def _key_of(entry: QueueRow | Unreadable) -> Any:
+    return entry.key if isinstance(entry, Unreadable) else entry.job_id
+
+
+def _unreadable(record: QueueRow) -> Unreadable:
+    """A readable row the kernel cannot move (its decision would break the record
+    invariants), as the claim sets it aside."""
+    return Unreadable(record.job_id, {field.name: getattr(record, field.name) for field in dataclasses.fields(record)})
+
+
+class _Claim:
+    """One claim call: which rows it picks, the kernel's claim of each, and the rows it
+    could not read, set aside (:data:`~tenure.kernel.queue.machine.SET_ASIDE`, in the
+    claim's own transaction, or in one right after the statement of a store that claims
+    ahead) or passed over (the set-aside found the row changed). A row it cannot read is
+    never handed out and never fails the claim as a whole."""
+
+    def __init__(self, operations: QueueOperations, owner_id: str, tokens: tuple[str, ...], owned: bool,
+                 served: tuple[str, ...] | None, eligible: Finder, claimable: Finder, chosen: dict[str, Any]) -> None:
+        self.operations, self.binding = operations, operations.binding
+        self.owner_id, self.tokens, self.owned, self.served = owner_id, tokens, owned, served
+        self.eligible, self.claimable, self.chosen = eligible, claimable, chosen
+        self.lease_us = operations.config.lease_us
+        self.set_aside: list[Unreadable] = []
+        self.passed: list[Unreadable] = []
+
+    def command_for(self, token: str, stored_tokens: Sequence[str | None]) -> Command:
+        if self.owned:
+            return ClaimOwned(owner_id=self.owner_id, claim_token=token, nonce_already_stored=token in stored_tokens,
+                              lease_us=self.lease_us, queue_names=self.served)
+        return ClaimLegacy(owner_id=self.owner_id, lease_us=self.lease_us, queue_names=self.served)
+
+    def claims_of(self, pairs: Sequence[tuple[QueueRow | None, str]], stored_tokens: Sequence[str | None], now: int,
+                  ) -> tuple[list[tuple[QueueRow, QueueRow]], set[int], list[QueueRow]]:
+        """The kernel's claim of each ``(candidate, token)``; the indexes of the pairs
+        claimed; the candidates whose claim would break the record invariants (to set
+        aside). A refused pair claims nothing (its nonce stays unused)."""
+        binding = self.binding
+        claims: list[tuple[QueueRow, QueueRow]] = []
+        used: set[int] = set()
+        unmovable: list[QueueRow] = []
+        for index, (met, token) in enumerate(pairs):
+            decision = decide(met, self.command_for(token, stored_tokens), now)
+            raise_if_conflict(binding, decision)
+            if isinstance(decision, Refused):
+                continue  # no eligible row for this token
+            try:
+                claimed = checked(binding, met, decision)
+            except TenureError as error:
+                if error.reason != "invariant_broken" or met is None:
+                    raise
+                unmovable.append(met)
+                continue
+            require(met is not None and claimed is not None)
+            claims.append((met, claimed))  # type: ignore[arg-type]
+            used.add(index)
+        return claims, used, unmovable
+
+    def verified(self, claims: Sequence[tuple[QueueRow, QueueRow]], stored: Sequence[QueueRow]) -> list[QueueRow]:
+        if len(stored) != len(claims):
+            raise persistence_failed("read_back_mismatch")
+        for (_, decided), found in zip(claims, stored, strict=True):
+            # The identity must read back exactly: a coercion or a trigger that changed
+            # the owner, token or generation rolls the whole claim back.
+            if self.owned and claim_identity_problem(decided, found.owner_id, found.claim_token, found.generation):
+                raise TenureError(ErrorCode.QUEUE_CLAIM_CONFLICT, "claim_identity_changed")
+            if found != decided:
+                raise persistence_failed("read_back_mismatch")
+        return list(stored)
+
+    async def put_aside(self, tx: Transaction, entries: Sequence[QueueRow | Unreadable]) -> list[QueueRow]:
+        """Set aside every ``Unreadable`` among ``entries`` (without reading it); the
+        records, in order."""
+        records: list[QueueRow] = []
+        for entry in entries:
+            if not isinstance(entry, Unreadable):
+                records.append(entry)
+            elif await tx.set_aside(self.binding, entry.key, SET_ASIDE, finders.set_aside_guard):
+                self.set_aside.append(entry)
+            else:
+                self.passed.append(entry)
+        return records
+
+    async def ahead(self) -> list[QueueRow] | None:
+        """The claim in one statement, or None (nothing kept: the transaction decides)."""
+        operations, binding = self.operations, self.binding
+        ahead = operations.store.ahead
+        if ahead is None:
+            return None
+        # One statement: the clock, the pick (SKIP LOCKED) and the kernel's claim
+        # rewrite, written only when no expired claim waits to be settled, no token is
+        # stored already and every picked row is one the claim rule takes
+        # (``claimable``), with every written value verified in SQL (anything else
+        # aborts it, and the transaction explains why). The kernel then decides the same
+        # claims on the picked rows: the statement wrote exactly them.
+        blockers = [Probe(finders.expired, {}, "exists", limit=1)]
+        if self.owned:
+            blockers.append(Probe(finders.tokens_stored, {"tokens": list(self.tokens)}, "exists", limit=1))
+        try:
+            picked = await ahead.claim_ahead(
+                binding, Probe(self.eligible, self.chosen, "rows", limit=len(self.tokens)), self.claimable, blockers,
+                CLAIM_OWNED_REWRITE if self.owned else CLAIM_LEGACY_REWRITE,
+                [self.command_for(token, ()) for token in self.tokens], self.chosen,
+            )
+        except TenureError as error:
+            if error.reason != "read_back_mismatch":
+                raise
+            return None  # kept nothing
+        if picked is None or not picked.went:
+            return None
+        if len(picked.written) != len(picked.picked):
+            raise persistence_failed("read_back_mismatch")
+        stored = await self.settle_ahead(picked.picked, picked.written, picked.now_us)
+        operations.engine.remember(binding, stored, picked.versions)
+        operations.engine.observe(picked.now_us)
+        return stored
+
+    async def settle_ahead(self, picked: Sequence[QueueRow | Unreadable], written: Sequence[QueueRow | Unreadable],
+                           now: int) -> list[QueueRow]:
+        """The statement claimed every picked row, row ``i`` with token ``i``: the
+        readable ones must read back as the kernel claims them; the others (a row it
+        cannot read, or one whose claim breaks the invariants) are set aside now, their
+        nonces spent."""
+        pairs = [(row, token) for row, token in zip(picked, self.tokens) if not isinstance(row, Unreadable)]
+        indexes = [index for index, row in enumerate(picked) if not isinstance(row, Unreadable)]
+        claims, used, unmovable = self.claims_of(pairs, (), now)
+        moved = {record.job_id for record in unmovable}
+        if len(used) + len(moved) != len(pairs):
+            raise persistence_failed("read_back_mismatch")  # it wrote a row the kernel refused
+        stored = self.verified(claims, [written[indexes[position]] for position in sorted(used)])  # type: ignore[misc]
+        aside = [row if isinstance(row, Unreadable) else _unreadable(row)
+                 for index, row in enumerate(written)
+                 if isinstance(picked[index], Unreadable) or _key_of(picked[index]) in moved]
+        if aside:
+
+            async def body(tx: Transaction) -> None:
+                await self.put_aside(tx, aside)
+
+            kept = len(self.set_aside), len(self.passed)
+            try:
+                await self.operations.store.run(body, write=True)
+            except TenureError:  # left claimed: its lease runs out, and the sweep meets it
+                del self.set_aside[kept[0]:], self.passed[kept[1]:]
+        return stored
+
+    async def body(self, tx: Transaction) -> list[QueueRow]:
+        """The reference claim transaction. The clock is read first because eligibility
+        depends on it; candidates are locked with SKIP LOCKED, which never waits, so no
+        lock wait separates reading the clock from deciding."""
+        binding, limit = self.binding, len(self.tokens)
+        sweep_needed, stored_tokens, candidates = await tx.snapshot(binding, [
+            Probe(finders.expired, {}, "exists", limit=1),
+            Probe(finders.tokens_stored, {"tokens": list(self.tokens) if self.owned else []}, "values",
+                  field="claim_token"),
+            Probe(self.eligible, self.chosen, "rows", limit=limit),
+        ])
+        now = await tx.now_us()
+        if sweep_needed:
+            # Settle expired claims first, so an expired row is eligible again (or
+            # finished) within this claim, then pick the candidates again. (Rows picked
+            # with the snapshot stay locked meanwhile; they may not be the ones to claim.)
+            await self.sweep(tx, now)
+            candidates = await tx.find_or_unreadable(binding, self.eligible, {**self.chosen, "now": now}, limit)
+        stored: list[QueueRow] = []
+        tokens = list(self.tokens)
+        for _ in range(SET_ASIDE_ROUNDS):
+            passed = {_key_of(entry) for entry in self.passed}
+            fresh = [entry for entry in candidates if _key_of(entry) not in passed]
+            readable = await self.put_aside(tx, fresh)
+            pairs = [(readable[index] if index < len(readable) else None, token) for index, token in enumerate(tokens)]
+            claims, used, unmovable = self.claims_of(pairs, stored_tokens, now)
+            await self.put_aside(tx, [_unreadable(record) for record in unmovable])
+            if claims:
+                stored += self.verified(claims, await tx.update_many(binding, claims, read_back=True))
+            tokens = [token for index, token in enumerate(tokens) if index not in used]
+            if not tokens or (len(readable) == len(fresh) and not unmovable):
+                break  # nothing unreadable met: the candidates were all there is
+            # Rows were set aside: pick again, past the ones passed over.
+            candidates = await tx.find_or_unreadable(binding, self.eligible, {**self.chosen, "now": now},
+                                                     len(tokens) + len(self.passed))
+        return stored
+
+    async def sweep(self, tx: Transaction, now: int) -> None:
+        """Settle up to :data:`SWEEP_LIMIT` expired claims (``expire_lease``), setting
+        aside those it cannot read or move."""
+        binding, engine = self.binding, self.operations.engine
+        expired = await self.put_aside(tx, await tx.find_or_unreadable(binding, finders.expired, {"now": now},
+                                                                        SWEEP_LIMIT))
+        changes: list[tuple[Any, Any]] = []
+        unmovable: list[QueueRow] = []
+        for record in expired:
+            try:
+                changes += engine.decide_all(binding, [(record, ExpireLease())], now)[1]
+            except TenureError as error:
+                if error.reason != "invariant_broken":
+                    raise
+                unmovable.append(record)
+        await self.put_aside(tx, [_unreadable(record) for record in unmovable])
+        await engine.persist(tx, binding, changes)

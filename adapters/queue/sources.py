@@ -13,6 +13,7 @@ Constructing a source neither connects to nor migrates the database (see
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import secrets
 import threading
@@ -33,6 +34,7 @@ from tenure.model import (
     QueueClaimFence,
     QueueKind,
     TaskJob,
+    TenureError,
     WorkerConfig,
     bounds,
     canonical_json,
@@ -47,7 +49,7 @@ from tenure.model.validation import is_queue_name, micros_to_datetime, refuse
 from ..core.dialects import open_store
 from ..core.facade import Facade
 from ..core.failures import persistence_failed
-from ..core.tables import json_column
+from ..core.tables import Unreadable, json_column
 from .operations import QueueOperations
 from .table import envelope_of
 
@@ -354,14 +356,33 @@ class JobSource(Facade, Generic[Claimed]):
         return None if record is None else _info(record)
 
     async def list_jobs(self, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
-        """Jobs in creation order, optionally of one status (never their claim tokens)."""
+        """Jobs in creation order, optionally of one status (never their claim tokens). A
+        stored row tenure cannot read raises ``corrupt_row`` (:meth:`list_entries` lists
+        it instead)."""
         return await self._list(status, limit)
 
-    async def _list(self, status: object, limit: object, **filters: Any) -> list[JobInfo]:
+    async def get_entry(self, job_id: str) -> JobInfo | Unreadable | None:
+        """:meth:`get_job` for operator tools: a row tenure cannot read (written outside
+        tenure: a column, its envelope or its result out of shape) is answered as an
+        :class:`~tenure.adapters.core.tables.Unreadable` (its key and the fields that
+        could be read) instead of raising ``corrupt_row``."""
+        entry = await self._operations.get_or_unreadable(_job_id(job_id))
+        return None if entry is None else info_or_unreadable(entry)
+
+    async def list_entries(self, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo | Unreadable]:
+        """:meth:`list_jobs` for operator tools (``tenure jobs list``): each row tenure
+        cannot read is an ``Unreadable`` in its place, so one such row hides no other."""
+        return await self._list(status, limit, unreadable=True)
+
+    async def _list(self, status: object, limit: object, *, unreadable: bool = False,
+                    **filters: Any) -> list[Any]:
         if status is not None and type(status) is not JobStatus:
             raise refuse("status", "job_status_required")
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 10_000:  # type: ignore[operator]
             raise refuse("limit", "integer_out_of_range")
+        if unreadable:
+            entries = await self._operations.list_or_unreadable(status, limit, **filters)  # type: ignore[arg-type]
+            return [info_or_unreadable(entry) for entry in entries]
         return [_info(record) for record in await self._operations.list(status, limit, **filters)]  # type: ignore[arg-type]
 
     async def purge_finished(self, older_than: dt.timedelta, *, status: JobStatus | None = None) -> int:
@@ -376,6 +397,19 @@ class JobSource(Facade, Generic[Claimed]):
             raise refuse("older_than", "timedelta_out_of_range")
         micros = (older_than.days * 86_400 + older_than.seconds) * 1_000_000 + older_than.microseconds
         return await self._operations.purge_finished(micros, status)
+
+
+def info_or_unreadable(entry: QueueRow | Unreadable) -> JobInfo | Unreadable:
+    """A stored row as an operator tool shows it: its :class:`JobInfo`, or, when it cannot
+    be read (its columns, or its envelope, result or progress), an ``Unreadable``."""
+    if isinstance(entry, Unreadable):
+        return entry
+    try:
+        return _info(entry)
+    except TenureError as error:
+        if error.reason != "corrupt_row":
+            raise
+    return Unreadable(entry.job_id, {field.name: getattr(entry, field.name) for field in dataclasses.fields(entry)})
 
 
 def _info(record: QueueRow) -> JobInfo:
@@ -677,16 +711,29 @@ class TaskSource(JobSource[ClaimedTask]):
                          task_name: str | None = None, newest_first: bool = False) -> list[JobInfo]:
         """Tasks in creation order (``newest_first``: the reverse), optionally of one
         status, task queue and task name (never their claim tokens)."""
-        if queue_name is not None and not is_queue_name(queue_name):
-            raise refuse("queue_name", "identifier_required")
-        if task_name is not None:
-            _text(task_name, "task_name", bounds.MAX_TASK_NAME_CHARS)
-        return await self._list(status, limit, queue_name=queue_name, task_name=task_name,
-                                newest_first=_bool(newest_first, "newest_first"))
+        filters = _task_filters(queue_name, task_name, newest_first)
+        return await self._list(status, limit, **filters)
+
+    async def list_entries(self, status: JobStatus | None = None, limit: int = 100, *,
+                           queue_name: str | None = None, task_name: str | None = None,
+                           newest_first: bool = False) -> list[JobInfo | Unreadable]:
+        """:meth:`list_tasks` for operator tools (``tenure jobs list``): each row tenure
+        cannot read is an ``Unreadable`` in its place, so one such row hides no other."""
+        filters = _task_filters(queue_name, task_name, newest_first)
+        return await self._list(status, limit, unreadable=True, **filters)
 
     async def delete_job(self, job_id: str) -> bool:
         """Delete a task by ID. Protected submissions and owned claims are kept (False)."""
         return await self._operations.delete(_job_id(job_id))
+
+
+def _task_filters(queue_name: object, task_name: object, newest_first: object) -> dict[str, Any]:
+    """A task listing's filters, checked."""
+    if queue_name is not None and not is_queue_name(queue_name):
+        raise refuse("queue_name", "identifier_required")
+    if task_name is not None:
+        _text(task_name, "task_name", bounds.MAX_TASK_NAME_CHARS)
+    return {"queue_name": queue_name, "task_name": task_name, "newest_first": _bool(newest_first, "newest_first")}
 
 
 async def driver_connection(using: object) -> tuple[Any, Callable[[], Awaitable[None]] | None]:

@@ -209,6 +209,10 @@ class WorkerStats:
     expire."""
     persistence_failures: int = 0
     """Calls that raised a database failure (each was repeated, recovered or left to expire)."""
+    unreadable: int = 0
+    """Jobs this worker's claims met but could not read (written outside tenure): set aside
+    or failed, never handed to the handler (each also logged with its job ID; workers
+    sharing one source count what any of their claims met meanwhile)."""
 
 
 class JobContext:
@@ -755,6 +759,8 @@ class Worker:
             size = self._claim_size
             sizes = [min(size, free - start) for start in range(0, free, size)][:MAX_PARALLEL_CLAIMS]
             answers = await asyncio.gather(*(self._claim_and_start(size) for size in sizes))
+            met_unreadable = self.source.operations.unreadable_failed - unreadable_before
+            self.stats.unreadable += met_unreadable
             if None in answers:  # the database failed: pause, then try again
                 await self._wait_for(stop, [], poll)
                 poll = min(poll * 2, self.idle_wait_s)
@@ -766,8 +772,8 @@ class Worker:
                 continue
             # A claim came back short: a trickle, spread over the workers one job at a time.
             self._claim_size = 1
-            if self.source.operations.unreadable_failed != unreadable_before:
-                continue  # it met jobs it could not read (failed, their nonces spent): more may wait
+            if met_unreadable:
+                continue  # it met jobs it could not read (set aside or failed): more may wait
             # Nothing more is claimable now.
             if until_idle:
                 # A job that settled while the claim was under way may have sent a retry

@@ -84,6 +84,7 @@ from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
 from ..core.failures import persistence_failed
 from ..core.outages import OutageLog
+from ..core.tables import Unreadable
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
@@ -105,9 +106,11 @@ COUNT_NAMES = ("published", "republished", "rotated", "held_failed", "orphans_pa
 ISSUE_REASONS = (
     "delivery_missing", "delivery_state_invalid", "delivery_mismatch", "queue_unknown", "broker_unprobeable",
     "start_time_unknown", "orphan_unfenced", "containment_unproven",
-    "port_failed", "persistence_failed", "internal_error",
+    "port_failed", "persistence_failed", "internal_error", "corrupt_row",
 )
-"""Why a Run made a pass degraded: the recovery table's reasons, then the isolated failures."""
+"""Why a Run made a pass degraded: the recovery table's reasons, then the isolated failures
+(``corrupt_row``: its row, or a row it owns, holds values tenure cannot read, written
+outside tenure; the pass goes on with the other Runs)."""
 
 MAX_WRITES_PER_VISIT = 6
 """Writes one visit may make (rotate then publish, resume then publish, ...); a Run that
@@ -200,6 +203,14 @@ class RecoveryReport:
     issues: tuple[RecoveryIssue, ...]
     cursor: str | None = None
 
+    @property
+    def unproven(self) -> tuple[RecoveryIssue, ...]:
+        """The issues a start that requires a clean report refuses: all but
+        ``corrupt_row``. A Run whose row tenure cannot read runs nowhere (every claim of
+        it fails ``corrupt_row``), so starting beside it risks no second execution, and
+        refusing to start would stop every other Run until someone mends the row."""
+        return tuple(issue for issue in self.issues if issue.reason != "corrupt_row")
+
 
 class _PortFailed(Exception):
     """A port raised: the visit ends with ``port_failed``."""
@@ -247,6 +258,8 @@ class _Visits:
         self.node, self.cutoff_us, self.stale_after_us = node, cutoff_us, stale_after_us
         self.counts = dict.fromkeys(COUNT_NAMES, 0)
         self.issues: list[RecoveryIssue] = []
+        self.unreadable: set[str] = set()
+        """The Runs this pass met but could not read (each reported once)."""
 
     def report(self, cursor: str | None = None) -> RecoveryReport:
         return RecoveryReport(bool(self.issues), types.MappingProxyType(dict(self.counts)), tuple(self.issues), cursor)
@@ -256,17 +269,40 @@ class _Visits:
 
     # --- pages -------------------------------------------------------------------------
 
-    async def page(self, statuses: Sequence[RunStatus], after: tuple[int, str] | None, limit: int) -> list[RunRow]:
+    async def page(self, statuses: Sequence[RunStatus], after: tuple[int, str] | None,
+                   limit: int) -> list[RunRow | Unreadable]:
+        """A page of Runs; a row tenure cannot read comes back as an ``Unreadable`` in its
+        place (see :meth:`readable`), so one such row stops no pass."""
         finder = finders.runs_by_status(after=after is not None)
         parameters: dict[str, Any] = {"statuses": tuple(statuses)}
         if after is not None:
             parameters.update(after_updated=after[0], after_id=after[1])
 
-        async def body(tx: Transaction) -> list[RunRow]:
-            return await tx.find(RUNS_BINDING, finder, parameters, limit)
+        async def body(tx: Transaction) -> list[RunRow | Unreadable]:
+            return await tx.find_or_unreadable(RUNS_BINDING, finder, parameters, limit)
 
-        rows: list[RunRow] = await self.ledger.transactions.run(body, write=False)
+        rows: list[RunRow | Unreadable] = await self.ledger.transactions.run(body, write=False)
         return rows
+
+    def readable(self, rows: Sequence[RunRow | Unreadable]) -> list[str]:
+        """The IDs of a page's Runs to visit. A Run the page could not read (written
+        outside tenure) is not visited: it is the issue ``corrupt_row`` (once per pass),
+        logged with its ID by a reconciliation (a relay, which meets it every round, only
+        reports it)."""
+        visited: list[str] = []
+        for row in rows:
+            if isinstance(row, RunRow):
+                visited.append(row.run_id)
+                continue
+            run_id = row.shown_key
+            if run_id in self.unreadable:
+                continue
+            self.unreadable.add(run_id)
+            self._issue(run_id, "corrupt_row")
+            if self.phase is Pass.RECONCILE:
+                log.warning("Run %s could not be read (written outside tenure): not recovered (corrupt_row)", run_id,
+                            extra={"run_id": run_id})
+        return visited
 
     async def scan(self, statuses: Sequence[RunStatus], page_size: int) -> None:
         """Visit every Run of ``statuses`` once, oldest change first (page by page; the
@@ -275,12 +311,12 @@ class _Visits:
         after: tuple[int, str] | None = None
         while True:
             rows = await self.page(statuses, after, page_size)
-            fresh = [row.run_id for row in rows if row.run_id not in seen]
+            fresh = [run_id for run_id in self.readable(rows) if run_id not in seen]
             seen.update(fresh)
             await self.visit_all(fresh)
-            if len(rows) < page_size:
+            after = _last_position(rows)
+            if len(rows) < page_size or after is None:
                 return
-            after = (rows[-1].updated_at_us, rows[-1].run_id)
 
     async def visit_all(self, run_ids: Sequence[str]) -> list[bool]:
         """:meth:`visit` each Run, up to the ports' ``concurrency`` at once; the answers in
@@ -310,6 +346,8 @@ class _Visits:
                 self._issue(run_id, "containment_unproven")
             elif error.code is ErrorCode.RUN_BROKER_FAILED:
                 self._issue(run_id, "port_failed")
+            elif error.reason == "corrupt_row":  # a row of this Run another writer left unreadable
+                self._issue(run_id, "corrupt_row")
             else:
                 self._issue(run_id, "persistence_failed")
         except Exception as error:  # noqa: BLE001 - a defect stays with its Run; the pass goes on
@@ -596,14 +634,28 @@ async def relay(ledger: RunLedger, ports: RecoveryPorts, *, cursor: str | None, 
         start = position["r"].pop(0) if revisiting else position["f"]
         after = None if start is None else (start[0], start[1])
         rows = await visits.page(statuses, after, size)
-        kept = any(await visits.visit_all([row.run_id for row in rows]))
+        visited = visits.readable(rows)
+        kept = any(await visits.visit_all(visited)) or len(visited) < len(rows)
         if kept and start not in position["r"] and len(position["r"]) < _MAX_REVISITS:
             position["r"].append(start)
         if not revisiting:
             # Forward progress, wrapping to the first page after the last one.
-            position["f"] = None if len(rows) < size else [rows[-1].updated_at_us, rows[-1].run_id]
+            last = _last_position(rows)
+            position["f"] = None if len(rows) < size or last is None else list(last)
         position["t"] = 1 - position["t"] if position["r"] else 0
     return visits.report(_write_cursor(state))
+
+
+def _last_position(rows: Sequence[RunRow | Unreadable]) -> tuple[int, str] | None:
+    """Where the page after ``rows`` starts: the last row's ``(updated_at, run_id)``, or
+    (a row whose own position cannot be read) the last one's that can; None: none can."""
+    for row in reversed(rows):
+        if isinstance(row, RunRow):
+            return row.updated_at_us, row.run_id
+        updated = row.fields.get("updated_at_us")
+        if type(updated) is int and type(row.key) is str:
+            return updated, row.key
+    return None
 
 
 def _write_cursor(state: dict[str, Any]) -> str:

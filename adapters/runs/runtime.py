@@ -158,7 +158,7 @@ class RunRuntime:
             if report.degraded:
                 log.warning("startup reconciliation degraded: %d Run(s)", len(report.issues),
                             extra={"node": self.node})
-                if self.require_clean:
+                if self.require_clean and report.unproven:  # a Run it cannot read does not stop the start
                     raise StartupDegraded(report)
             self._relay_stop.clear()
             self._relays = asyncio.ensure_future(run_relays(

@@ -57,7 +57,7 @@ from ..core.failures import Stage, persistence_failed, translate
 from ..core.schema import CLOCK_TABLE
 from ..core.sql import SQLITE
 from ..core.store import Body, Probe, SharedPrimitives, TimeObserver
-from ..core.tables import SQLITE_DIALECT, Binding
+from ..core.tables import SQLITE_DIALECT, Binding, UndecodableText
 
 __all__ = ["SqliteStore", "SqliteTransaction", "DEFAULT_TIMEOUT_SECONDS", "wall_clock_us"]
 
@@ -81,6 +81,9 @@ _REASONS_BY_ERROR_NAME = (
 _REASONS_BY_MESSAGE_START = (
     ("no such table", "schema_missing"),
     ("no such column", "schema_missing"),
+    # A TEXT value that is not UTF-8 (another writer put raw bytes there): sqlite3 fails
+    # the whole fetch while decoding it.
+    ("Could not decode to UTF-8", "corrupt_row"),
 )
 
 
@@ -110,6 +113,15 @@ def _failure(error: Exception, stage: Stage) -> TenureError:
     name = getattr(error, "sqlite_errorname", None)
     detail = name if isinstance(name, str) and name.replace("_", "").isalnum() else ""
     return translate(error, stage, _reason_of(error), detail=detail)
+
+
+def _text_or_undecodable(data: bytes) -> str | UndecodableText:
+    """A TEXT value as ``str``, or (not UTF-8) kept as its bytes: the text factory of a
+    read that must not fail on one row (see :meth:`SqliteTransaction._rows_or_undecodable`)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return UndecodableText(data)
 
 
 def _statement(connection: sqlite3.Connection, sql: str, parameters: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
@@ -242,13 +254,17 @@ class SqliteTransaction(SharedPrimitives):
     capabilities = SQLITE
     dialect = SQLITE_DIALECT
 
-    def __init__(self, store: SqliteStore, execute: Execute, *, write: bool) -> None:
+    def __init__(self, store: SqliteStore, execute: Execute, *, write: bool,
+                 raw: sqlite3.Connection | None = None) -> None:
         self._store = store
         self._execute = execute
         """Runs one statement: through aiosqlite (a hop to the connection's thread per
         statement), or directly when the whole transaction already runs in that thread."""
         self._write = write
         self._now: int | None = None
+        self._raw = raw
+        """The sqlite3 connection the statements run on (its text factory is switched for
+        a read that keeps undecodable text; None: not known, such a read fails)."""
 
     async def execute(self, sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
         """Run one statement in this transaction (migrations and admission checks)."""
@@ -269,6 +285,24 @@ class SqliteTransaction(SharedPrimitives):
 
     async def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
         return list(await self._execute(sql, parameters))
+
+    async def _rows_or_undecodable(self, sql: str, parameters: Mapping[str, Any]) -> list[Any]:
+        """The statement's rows; when one holds text that is not UTF-8 (the fetch fails
+        with ``corrupt_row``), the statement runs again (it only reads) with a text factory
+        that keeps such a value as :class:`UndecodableText`. Only then: the default
+        factory is the fast one. Statements of one connection never overlap, so the
+        factory is this statement's alone."""
+        try:
+            return await self._rows(sql, parameters)
+        except TenureError as error:
+            if error.reason != "corrupt_row" or self._raw is None:
+                raise
+        raw = self._raw
+        raw.text_factory = _text_or_undecodable
+        try:
+            return await self._rows(sql, parameters)
+        finally:
+            raw.text_factory = str
 
     async def canonical_key(self, binding: Binding, key: str) -> str:
         return key  # SQLite keeps text exactly as given
@@ -300,7 +334,7 @@ class SqliteTransaction(SharedPrimitives):
         for probe in probes:
             values = {**probe.parameters, "now": now}
             if probe.kind == "rows":
-                answers.append(await self.find(binding, probe.finder, values, probe.limit))
+                answers.append(await self.find_or_unreadable(binding, probe.finder, values, probe.limit))
                 continue
             counted = next(counts)
             if probe.kind == "exists":
@@ -427,7 +461,7 @@ class SqliteStore:
 
             await _run(connection, "BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                yield SqliteTransaction(self, execute, write=write)
+                yield SqliteTransaction(self, execute, write=write, raw=self._raw)
             except BaseException:
                 await self._rollback(connection)
                 raise
@@ -449,7 +483,7 @@ class SqliteStore:
         async def execute(sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
             return await _run(connection, sql, parameters)
 
-        transaction = SqliteTransaction(self, execute, write=True)
+        transaction = SqliteTransaction(self, execute, write=True, raw=getattr(connection, "_conn", None))
         # The clock first: advancing it takes the write lock, so the rows read after it
         # are the ones the write is decided on.
         await transaction.now_us()
@@ -479,7 +513,7 @@ class SqliteStore:
 
         _run_here(raw, "BEGIN IMMEDIATE" if write else "BEGIN")
         try:
-            result = _drive(body(SqliteTransaction(self, execute, write=write)))
+            result = _drive(body(SqliteTransaction(self, execute, write=write, raw=raw)))
             if abandoned.raised:
                 raise asyncio.CancelledError
         except BaseException:

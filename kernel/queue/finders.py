@@ -40,6 +40,7 @@ __all__ = [
     "claimable_task_queue_legacy",
     "claim_finders",
     "expired",
+    "set_aside_guard",
     "finished_before",
     "finished_before_with_status",
     "all_rows",
@@ -142,6 +143,13 @@ expired = Finder(
     lock="skip",
 )
 """Claims whose lease has run out (the sweep before a claim)."""
+
+set_aside_guard = Finder("set_aside_guard", ((Condition("status", "in", (JobStatus.PENDING, JobStatus.CLAIMED)),),),
+                         lock="none")
+"""The rows a claim or its sweep may set aside (``SET_ASIDE`` in
+:mod:`tenure.kernel.queue.machine`) when it cannot read them: the statuses they meet. A row
+of another status is never met by a claim, and one another writer moved since is left as
+it is."""
 
 finished_before = Finder(
     "finished_before",

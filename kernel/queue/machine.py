@@ -99,6 +99,8 @@ __all__ = [
     "jittered_us",
     "transition_violations",
     "LEASE_EXPIRED_ERROR",
+    "UNREADABLE_ROW_ERROR",
+    "SET_ASIDE",
 ]
 
 
@@ -418,6 +420,30 @@ command): they are decided ahead by instrumenting."""
 
 LEASE_EXPIRED_ERROR = "lease expired with no attempts left"
 """The error a job gets when its last attempt is lost to lease expiry."""
+
+UNREADABLE_ROW_ERROR = "corrupt_row: the stored row could not be read"
+"""The error a row gets when a claim sets it aside (see :data:`SET_ASIDE`)."""
+
+SET_ASIDE = Rewrite("set_aside", (
+    ("status", SetValue(JobStatus.FAILED)),
+    ("lease_expires_at_us", SetValue(None)),
+    ("pid", SetValue(None)),
+    ("cancel_requested", SetValue(False)),
+    ("active_key", SetValue(None)),
+    ("completed_at_us", AtTime()),
+    ("error_message", SetValue(UNREADABLE_ROW_ERROR)),
+))
+"""What a claim (or the lease sweep inside it) writes to a row of a status it meets
+(``finders.set_aside_guard``: pending or claimed) that it cannot read: a value of the
+wrong type or shape written outside tenure, or values the claim's or the sweep's decision
+would break the record invariants with (a negative generation). There is no record to
+decide on, so this is not a row of the table: it is the rule of specs/queue.md's "Rows
+tenure cannot read", as data the adapters spell in SQL without decoding the row. It
+finishes the row as ``_finish`` finishes a failure (``failed`` at the database time,
+no lease, PID or cancel request, the active key released) with a fixed error, so no
+claim meets it again and a submission of its key is not blocked; its other columns,
+the unreadable ones among them, are left as they are for an operator to inspect. The
+claim hands nothing of it out."""
 
 EFFECTS: dict[str, Effect] = {
     "insert_owned": lambda record, command, now_us: _insert(command, now_us, owned=True),

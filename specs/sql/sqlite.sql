@@ -22,6 +22,12 @@ DELETE FROM validation_jobs WHERE id = :old_key AND status IS :old_status AND fi
 -- read_keys: the rows with these keys as they are (no lock, no clock)
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
 
+-- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE validation_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE validation_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
 -- find queue.by_keys: lock wait
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
@@ -45,6 +51,9 @@ SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed
 
 -- find queue.expired: lock skip
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.set_aside_guard: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status IN (SELECT value FROM json_each(:c1)));
 
 -- find queue.finished_before: lock skip
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
@@ -82,6 +91,12 @@ DELETE FROM pipeline_jobs WHERE id = :old_key AND status IS :old_status AND fire
 -- read_keys: the rows with these keys as they are (no lock, no clock)
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
 
+-- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE pipeline_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE pipeline_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
 -- find queue.by_keys: lock wait
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
@@ -105,6 +120,9 @@ SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease
 
 -- find queue.expired: lock skip
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.set_aside_guard: lock none
+SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status IN (SELECT value FROM json_each(:c1)));
 
 -- find queue.finished_before: lock skip
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
@@ -142,6 +160,12 @@ DELETE FROM streaming_jobs WHERE id = :old_key AND status IS :old_status AND fir
 -- read_keys: the rows with these keys as they are (no lock, no clock)
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
 
+-- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE streaming_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, pid = :set_pid, cancel_requested = :set_cancel_requested, idempotency_key = :set_idempotency_key, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE streaming_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, pid = :set_pid, cancel_requested = :set_cancel_requested, idempotency_key = :set_idempotency_key, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
 -- find queue.by_keys: lock wait
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
@@ -165,6 +189,9 @@ SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_
 
 -- find queue.expired: lock skip
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.set_aside_guard: lock none
+SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status IN (SELECT value FROM json_each(:c1)));
 
 -- find queue.finished_before: lock skip
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
@@ -349,6 +376,12 @@ DELETE FROM tenure_run_hops WHERE id = :old_key AND status IS :old_status AND fi
 -- read_keys: the rows with these keys as they are (no lock, no clock)
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
 
+-- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
 -- find queue.by_keys: lock wait
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
@@ -372,6 +405,9 @@ SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed
 
 -- find queue.expired: lock skip
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.set_aside_guard: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status IN (SELECT value FROM json_each(:c1)));
 
 -- find queue.finished_before: lock skip
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
@@ -430,6 +466,12 @@ DELETE FROM tenure_tasks WHERE id = :old_key AND status IS :old_status AND fires
 -- read_keys: the rows with these keys as they are (no lock, no clock)
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
 
+-- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
 -- find queue.by_keys: lock wait
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
@@ -465,6 +507,9 @@ SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed
 
 -- find queue.expired: lock skip
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.set_aside_guard: lock none
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status IN (SELECT value FROM json_each(:c1)));
 
 -- find queue.finished_before: lock skip
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;

@@ -92,3 +92,30 @@ def test_an_owned_claim_stores_exactly_the_requested_owner_and_nonce_with_a_fres
 def test_is_valid_record_agrees_with_record_violations(record: QueueRow | None, now_us: int) -> None:
     if record is not None:
         assert is_valid_record(record) == (record_violations(record) == [])
+
+
+@settings(max_examples=300)
+@given(record=st.sampled_from([QueueStep.PENDING, QueueStep.CLAIMED]).flatmap(lambda state: records(state=state)),
+       now_us=st.integers(NOW - 5, NOW + 5))
+def test_a_set_aside_finishes_a_pending_or_claimed_row_failed_like_a_failure_and_keeps_every_invariant(
+    record: QueueRow | None, now_us: int
+) -> None:
+    # SET_ASIDE is what a claim writes, by SQL, to a row it cannot read (specs/queue.md,
+    # "Rows tenure cannot read"); on a row it could read it must be a terminal failure the
+    # kernel itself could have written: failed, finished now, nothing live left, key released.
+    from tenure.kernel.queue.finders import set_aside_guard
+    from tenure.kernel.queue.machine import SET_ASIDE, UNREADABLE_ROW_ERROR
+    from tenure.kernel.queue.record import replace_fields
+    from tenure.model import JobStatus
+
+    assert record is not None and set_aside_guard.matches(record, {})
+    aside = SET_ASIDE.apply(record, None, now_us, replace_fields)
+    assert record_violations(aside) == []
+    assert (aside.status, aside.error_message, aside.completed_at_us) == (JobStatus.FAILED, UNREADABLE_ROW_ERROR, now_us)
+    assert aside.lease_expires_at_us is None and aside.pid is None and not aside.cancel_requested
+    assert aside.active_key is None
+    # Identity, the claim's identity and the attempt count stay as they were.
+    assert replace_fields(aside, status=record.status, error_message=record.error_message,
+                          completed_at_us=record.completed_at_us, lease_expires_at_us=record.lease_expires_at_us,
+                          pid=record.pid, cancel_requested=record.cancel_requested,
+                          active_key=record.active_key) == record

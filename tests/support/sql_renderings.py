@@ -24,7 +24,15 @@ from collections.abc import Iterator
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.core.registry import BINDINGS
-from tenure.adapters.core.sql import POSTGRESQL, SQLITE, Capabilities, compile_finder, counts_sql, statements_for
+from tenure.adapters.core.sql import (
+    POSTGRESQL,
+    SQLITE,
+    Capabilities,
+    compile_finder,
+    counts_sql,
+    set_aside_statement,
+    statements_for,
+)
 from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import ROW_VERSION, Binding, sql_dialect
 from tenure.adapters.postgres import statements
@@ -32,7 +40,7 @@ from tenure.adapters.queue.table import TASKS_BINDING, binding_for
 from tenure.adapters.runs.table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.core import Finder
 from tenure.kernel.queue import finders as queue_finders
-from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE
+from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE, QUEUE, SET_ASIDE
 from tenure.kernel.runs import finders as run_finders
 from tenure.model import QueueKind
 
@@ -110,6 +118,13 @@ def _table_statements(binding: Binding, capabilities: Capabilities) -> Iterator[
                      "transaction (every column), returned as written", table.update_seen)
     yield _statement("delete", "compare-and-set delete of one row", table.delete)
     yield _statement("read_keys", "the rows with these keys as they are (no lock, no clock)", table.read_keys)
+    if binding.machine is QUEUE:
+        for label, key in (("set_aside", "job-id"), ("set_aside by stored bytes", b"\xff")):
+            statement = set_aside_statement(binding, SET_ASIDE, queue_finders.set_aside_guard, capabilities, None,
+                                            key, 0)
+            if statement is not None:
+                yield _statement(label, "a row a claim cannot read, set aside by its stored key without reading it "
+                                 "(specs/queue.md, 'Rows tenure cannot read')", statement[0])
 
 
 def render_sqlite() -> str:
