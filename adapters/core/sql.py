@@ -34,6 +34,7 @@ __all__ = [
     "compile_finder",
     "statements_for",
     "set_aside_statement",
+    "delete_unreadable_statement",
 ]
 
 
@@ -330,6 +331,27 @@ def _set_aside_text(binding: Binding, rewrite: Rewrite, guard: Finder, caps: Cap
     sql = (f"UPDATE {qualified(schema, binding.spec.name)} SET {', '.join(assignments)} "
            f"WHERE {named} AND ({compiled.where}) RETURNING 1")
     return sql, compiled, tuple(values)
+
+
+def delete_unreadable_statement(
+    binding: Binding, guard: Finder, caps: Capabilities, schema: str | None, key: Any, parameters: Mapping[str, Any],
+) -> tuple[str, dict[str, Any]] | None:
+    """Delete the row tenure cannot read whose stored key is ``key`` (never decoded) if it
+    still matches ``guard`` (with ``parameters``): how retention removes such a row its
+    finder selected (specs/queue.md, "Rows tenure cannot read"). ``key`` that is not text
+    is compared as the bytes stored; None: this database cannot name such a key. One row
+    per row deleted."""
+    by_bytes = type(key) is not str
+    if by_bytes and caps.stored_bytes is None:
+        return None
+    compiled = compile_finder(binding, guard, caps, schema)
+    column = binding.key_column
+    named = f"{caps.stored_bytes.format(column)} = :unreadable_key" if by_bytes and caps.stored_bytes else \
+        f"{column} = :unreadable_key"
+    sql = f"DELETE FROM {qualified(schema, binding.spec.name)} WHERE {named} AND ({compiled.where}) RETURNING 1"
+    values = compiled.parameters(parameters)
+    values["unreadable_key"] = key if not by_bytes else getattr(key, "data", key)
+    return sql, values
 
 
 def set_aside_statement(

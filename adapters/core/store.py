@@ -33,6 +33,7 @@ from .sql import (
     compile_finder,
     counts_sql,
     joined_read_sql,
+    delete_unreadable_statement,
     set_aside_statement,
     statements_for,
 )
@@ -193,6 +194,11 @@ class Transaction(Protocol):
         stored key is ``key`` (an ``Unreadable``'s) while it matches ``guard``, without
         reading it: the one write made to a row tenure cannot read. True when it was
         written."""
+
+    async def delete_unreadable(self, binding: Binding, key: Any, guard: Finder, parameters: Mapping[str, Any]) -> bool:
+        """Delete the row whose stored key is ``key`` (an ``Unreadable``'s) while it
+        matches ``guard`` with ``parameters``, without reading it: how retention removes a
+        finished row tenure cannot read. True when it was deleted."""
 
     async def canonical_key(self, binding: Binding, key: str) -> str:
         """The key as the database spells it (canonical UUID text on a uuid column)."""
@@ -430,6 +436,12 @@ class SharedPrimitives:
     async def set_aside(self, binding: Binding, key: Any, rewrite: Rewrite, guard: Finder) -> bool:
         statement = set_aside_statement(binding, rewrite, guard, self.capabilities, self.schema, key,
                                         await self.now_us())  # type: ignore[attr-defined]
+        if statement is None:
+            return False
+        return bool(await self._rows(*statement))
+
+    async def delete_unreadable(self, binding: Binding, key: Any, guard: Finder, parameters: Mapping[str, Any]) -> bool:
+        statement = delete_unreadable_statement(binding, guard, self.capabilities, self.schema, key, parameters)
         if statement is None:
             return False
         return bool(await self._rows(*statement))

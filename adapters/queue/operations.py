@@ -600,20 +600,33 @@ class QueueOperations:
 
     async def purge_finished(self, older_than_us: int, status: JobStatus | None = None) -> int:
         """Delete unprotected finished rows (of ``status`` only, if given) that finished
-        more than ``older_than_us`` ago."""
+        more than ``older_than_us`` ago. A row the finder selects but tenure cannot read
+        (written outside tenure) is deleted too, by its stored key: the database itself
+        read it as finished, unprotected and past the cutoff, and retention must not stop
+        at it (specs/queue.md, "Rows tenure cannot read"); each is logged with its ID."""
         binding = self.binding
         finder = finders.finished_before if status is None else finders.finished_before_with_status
         chosen = {} if status is None else {"status": status}
 
-        async def body(tx: Transaction) -> int:
+        async def body(tx: Transaction) -> tuple[int, list[Unreadable]]:
             now = await tx.now_us()
             command = PurgeFinished(older_than_us=now - older_than_us)
-            rows = await tx.find(binding, finder, {**chosen, "cutoff": command.older_than_us}, PURGE_LIMIT)
+            parameters = {**chosen, "cutoff": command.older_than_us}
+            found = await tx.find_or_unreadable(binding, finder, parameters, PURGE_LIMIT)
+            rows = [row for row in found if not isinstance(row, Unreadable)]
             _, changes = self.engine.decide_all(binding, [(row, command) for row in rows], now)
             await self.engine.persist(tx, binding, changes)
-            return len(changes)
+            # The retention finder is the guard of each delete: the database's own reading
+            # of the row, never a decoded record.
+            unreadable = [row for row in found if isinstance(row, Unreadable)
+                          and await tx.delete_unreadable(binding, row.key, finder, parameters)]
+            return len(changes) + len(unreadable), unreadable
 
-        return await self.store.run(body, write=True)
+        purged, unreadable = await self.store.run(body, write=True)
+        for row in unreadable:
+            log.warning("job %s could not be read (written outside tenure): purged as a finished row",
+                        row.shown_key, extra={"job_id": row.shown_key})
+        return purged
 
     # --- reads ------------------------------------------------------------------------
 

@@ -25,6 +25,9 @@ SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed
 -- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE validation_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status = ANY(:c1))) RETURNING 1;
 
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM validation_jobs WHERE id = :unreadable_key AND ((status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
 -- locked queue.by_keys: the rows locked, then the clock read once every lock is held (Transaction.locked)
 WITH locked AS MATERIALIZED (SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (id = ANY(:keys)) ORDER BY id FOR UPDATE), clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true;
 
@@ -109,6 +112,9 @@ SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease
 -- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE pipeline_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status = ANY(:c1))) RETURNING 1;
 
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM pipeline_jobs WHERE id = :unreadable_key AND ((status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
 -- locked queue.by_keys: the rows locked, then the clock read once every lock is held (Transaction.locked)
 WITH locked AS MATERIALIZED (SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (id = ANY(:keys)) ORDER BY id FOR UPDATE), clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true;
 
@@ -192,6 +198,9 @@ SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_
 
 -- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE streaming_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, pid = :set_pid, cancel_requested = :set_cancel_requested, idempotency_key = :set_idempotency_key, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status = ANY(:c1))) RETURNING 1;
+
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM streaming_jobs WHERE id = :unreadable_key AND ((status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
 
 -- locked queue.by_keys: the rows locked, then the clock read once every lock is held (Transaction.locked)
 WITH locked AS MATERIALIZED (SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (id = ANY(:keys)) ORDER BY id FOR UPDATE), clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true;
@@ -481,6 +490,9 @@ SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed
 -- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status = ANY(:c1))) RETURNING 1;
 
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_run_hops WHERE id = :unreadable_key AND ((status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
 -- locked queue.by_keys: the rows locked, then the clock read once every lock is held (Transaction.locked)
 WITH locked AS MATERIALIZED (SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (id = ANY(:keys)) ORDER BY id FOR UPDATE), clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true;
 
@@ -591,6 +603,9 @@ SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed
 
 -- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status = ANY(:c1))) RETURNING 1;
+
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_tasks WHERE id = :unreadable_key AND ((status = ANY(:c1) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
 
 -- locked queue.by_keys: the rows locked, then the clock read once every lock is held (Transaction.locked)
 WITH locked AS MATERIALIZED (SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (id = ANY(:keys)) ORDER BY id FOR UPDATE), clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true;

@@ -28,6 +28,12 @@ UPDATE validation_jobs SET status = :set_status, lease_expires_at = :set_lease_e
 -- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE validation_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
 
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM validation_jobs WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM validation_jobs WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
 -- find queue.by_keys: lock wait
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM validation_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
@@ -97,6 +103,12 @@ UPDATE pipeline_jobs SET status = :set_status, lease_expires_at = :set_lease_exp
 -- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE pipeline_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
 
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM pipeline_jobs WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM pipeline_jobs WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
 -- find queue.by_keys: lock wait
 SELECT id, run_id, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM pipeline_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
@@ -165,6 +177,12 @@ UPDATE streaming_jobs SET status = :set_status, lease_expires_at = :set_lease_ex
 
 -- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE streaming_jobs SET status = :set_status, lease_expires_at = :set_lease_expires_at, pid = :set_pid, cancel_requested = :set_cancel_requested, idempotency_key = :set_idempotency_key, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM streaming_jobs WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM streaming_jobs WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
 
 -- find queue.by_keys: lock wait
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
@@ -382,6 +400,12 @@ UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_e
 -- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
 
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_run_hops WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_run_hops WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
 -- find queue.by_keys: lock wait
 SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
 
@@ -471,6 +495,12 @@ UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expi
 
 -- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
 UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_tasks WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_tasks WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
 
 -- find queue.by_keys: lock wait
 SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;

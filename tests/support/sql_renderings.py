@@ -30,6 +30,7 @@ from tenure.adapters.core.sql import (
     Capabilities,
     compile_finder,
     counts_sql,
+    delete_unreadable_statement,
     set_aside_statement,
     statements_for,
 )
@@ -125,6 +126,12 @@ def _table_statements(binding: Binding, capabilities: Capabilities) -> Iterator[
             if statement is not None:
                 yield _statement(label, "a row a claim cannot read, set aside by its stored key without reading it "
                                  "(specs/queue.md, 'Rows tenure cannot read')", statement[0])
+        for label, key in (("delete_unreadable", "job-id"), ("delete_unreadable by stored bytes", b"\xff")):
+            deleting = delete_unreadable_statement(binding, queue_finders.finished_before, capabilities, None, key,
+                                                   {"cutoff": 0})
+            if deleting is not None:
+                yield _statement(label, "a finished row retention selected but cannot read, deleted by its stored "
+                                 "key without reading it (specs/queue.md, 'Rows tenure cannot read')", deleting[0])
 
 
 def render_sqlite() -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import json
 import logging
 from collections.abc import Iterator
@@ -316,3 +317,29 @@ async def test_a_pycharter_queue_claim_sets_aside_a_row_it_cannot_read_and_hands
         entries = await source.list_entries()
         assert [getattr(entry, "job_id", None) for entry in entries].count(good) == 1
         assert sum(type(entry).__name__ == "Unreadable" for entry in entries) == 1
+
+
+# PostgreSQL's text columns refuse a key that is not UTF-8 at write: that kind is SQLite's.
+@pytest.mark.parametrize(("database", "poison"), [("sqlite", "column"), ("sqlite", "key"), ("postgresql", "column")])
+async def test_retention_purges_a_finished_row_it_cannot_read_with_the_rest_and_logs_its_id(
+    db_url: str, poison: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    sqlite = kind_of(db_url) == "sqlite"
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        ids = [await source.submit(ValidationJob("orders", "1", f"{n}.jsonl")) for n in range(3)]
+        for _ in ids:
+            claimed = await source.claim_next("worker-a")
+            assert claimed is not None and await source.complete(claimed.job_id)
+        poisoned = ids[1]
+        if poison == "key":
+            raw(db_url, "UPDATE validation_jobs SET id = CAST(X'FF' AS TEXT) || id WHERE id = ?", (poisoned,))
+        else:
+            column = "created_at = 'yesterday'" if sqlite else "created_at = 'infinity'"
+            raw(db_url, f"UPDATE validation_jobs SET {column} WHERE id = ?", (poisoned,))
+        assert sum(type(entry).__name__ == "Unreadable" for entry in await source.list_entries()) == 1
+        with caplog.at_level(logging.WARNING):
+            async with asyncio.timeout(HANG_GUARD_S):
+                purged = await source.purge_finished(dt.timedelta(0))
+        assert purged == 3
+        assert await source.list_entries() == []
+        assert [record for record in caplog.records if "purged as a finished row" in record.getMessage()]
