@@ -3,10 +3,10 @@
     tenure conform [--db URL] [--machines queue,attempts,runs,stores] [--steps N] [--seed S]
                    [--json] [--replay-dir DIR] [--scratch-schema NAME]
 
-It works in a scratch area it makes and removes (:mod:`tenure.conformance.scratch`:
+It works in a scratch area it makes and removes (:mod:`tenure.conformance.drivers.scratch`:
 PostgreSQL, a new schema; SQLite, a new folder beside the file), so nothing of the
 user's is read or written. In it, it checks the server facts tenure's guarantees rest on
-(:mod:`tenure.conformance.facts`), then runs each chosen lockstep machine for ``--steps``
+(:mod:`tenure.conformance.drivers.facts`), then runs each chosen lockstep machine for ``--steps``
 steps (default 1,000 each; the store suite for ``--steps / 20`` examples per case and
 check) with a progress bar on stderr, and prints one table row per machine: steps run,
 rules exercised of the machine's total, races run (two calls at once, one serial order
@@ -41,7 +41,7 @@ from tenure.adapters.apps.reporting import ArgumentsRefused
 from tenure.model import ConfigValidationError
 
 if TYPE_CHECKING:
-    from .harness import Counter
+    from tenure.conformance.lockstep.harness import Counter
 
 __all__ = ["add_conform_parser", "run_conform", "COMMAND_HELP_LINE", "DEFAULT_STEPS"]
 
@@ -131,14 +131,14 @@ def _settings(arguments: argparse.Namespace) -> dict[str, Any]:
                            "--scratch-schema takes a plain identifier (letters, digits, _; at most 63)") from None
     rules = None
     if arguments.rules is not None:
-        from .harness import rule_names
+        from tenure.conformance.lockstep.harness import rule_names
         from .runner import MACHINES
 
         rules = frozenset(name.strip() for name in str(arguments.rules).split(",") if name.strip())
         known = {rule for machine in machines if machine in MACHINES for rule in rule_names(MACHINES[machine].base)}
         if not rules or not rules <= known:
             raise _refusal("rules", "unknown_rule", "--rules takes rule names of the chosen machines "
-                                                    "(see tenure.conformance.runner.MACHINES)")
+                                                    "(see tenure.conformance.command.runner.MACHINES)")
     return {"machines": list(dict.fromkeys(machines)), "rules": rules, "steps": arguments.steps, "seed": arguments.seed,
             "replay_dir": replay_dir, "scratch_schema": arguments.scratch_schema, "json": arguments.json}
 
@@ -265,7 +265,7 @@ def _conform(arguments: argparse.Namespace, settings: dict[str, Any]) -> int:
     db_url = str(arguments.db)
     parse_db_url(db_url)  # a malformed URL is refused before anything is made
     label, pooler = _database_label(db_url)
-    from .scratch import ScratchRefused, open_scratch
+    from tenure.conformance.drivers.scratch import ScratchRefused, open_scratch
 
     try:
         area = asyncio.run(open_scratch(db_url, schema=settings["scratch_schema"]))
@@ -287,8 +287,8 @@ def _conform(arguments: argparse.Namespace, settings: dict[str, Any]) -> int:
 
 
 def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, Any]) -> int:
-    from .facts import check_server_facts
-    from .harness import rule_names
+    from tenure.conformance.drivers.facts import check_server_facts
+    from tenure.conformance.lockstep.harness import rule_names
     from .runner import MACHINES, MachineResult, replay_script, run_machine
 
     started = time.perf_counter()
@@ -341,7 +341,7 @@ def _free_path(folder: pathlib.Path, stem: str) -> pathlib.Path:
 
 
 def _run_stores(area: Any, settings: dict[str, Any]) -> list[Any]:
-    from .stores import CASES, CHECKS, SNAPSHOT_CASES, check_stores
+    from tenure.conformance.drivers.stores import CASES, CHECKS, SNAPSHOT_CASES, check_stores
 
     examples = max(1, settings["steps"] // STORE_EXAMPLES_PER_STEP)
     checks = sum(len(CHECKS) if case in SNAPSHOT_CASES else len(CHECKS) - 1 for case in CASES)

@@ -7,7 +7,7 @@ inside a user's own test run, one test item per machine (and one for the server 
 
 Installed with tenure (the ``pytest11`` entry point ``tenure``); without
 ``--tenure-conform`` it adds its options and nothing else (it imports nothing of tenure).
-The items work in one scratch area (:mod:`tenure.conformance.scratch`), made when the
+The items work in one scratch area (:mod:`tenure.conformance.drivers.scratch`), made when the
 first of them runs and removed when the session ends; a refused database fails the first
 item with the reason word. A divergence fails its machine's item with the shrunk command
 sequence and writes the same replay script ``tenure conform`` does. Needs
@@ -56,7 +56,7 @@ class _Scratch:
         self._home: tempfile.TemporaryDirectory[str] | None = None
 
     def get(self) -> Any:
-        from .scratch import ScratchRefused, open_scratch
+        from tenure.conformance.drivers.scratch import ScratchRefused, open_scratch
 
         if self.area is None and self.refused is None:
             try:
@@ -118,8 +118,8 @@ class ConformItem(pytest.Item):
                 self._lockstep(area, options.tenure_conform_steps, options.tenure_conform_seed)
 
     def _facts(self, area: Any) -> None:
-        from .command import PER_CALL_DEADLINE_S, _database_label, _fact_rows
-        from .facts import check_server_facts
+        from .conform import PER_CALL_DEADLINE_S, _database_label, _fact_rows
+        from tenure.conformance.drivers.facts import check_server_facts
 
         facts = asyncio.run(check_server_facts(area.url, per_call_deadline_seconds=PER_CALL_DEADLINE_S))
         failed = [row for row in _fact_rows(facts, _database_label(self.scratch.db_url)[1]) if row["verdict"] == "FAIL"]
@@ -127,8 +127,8 @@ class ConformItem(pytest.Item):
             raise ConformFailure("server facts failed: " + ", ".join(f"{f['name']} ({f['reason']})" for f in failed))
 
     def _stores(self, area: Any, steps: int, seed: int | None) -> None:
-        from .command import STORE_EXAMPLES_PER_STEP
-        from .stores import check_stores
+        from .conform import STORE_EXAMPLES_PER_STEP
+        from tenure.conformance.drivers.stores import check_stores
 
         results = check_stores(area, examples=max(1, steps // STORE_EXAMPLES_PER_STEP), seed=seed)
         failures = [result for result in results if result.failure is not None]
@@ -145,7 +145,7 @@ class ConformItem(pytest.Item):
             return
         folder = pathlib.Path(self.config.option.tenure_conform_replay_dir or self.config.rootpath)
         path = folder / f"tenure-conform-replay-{self.machine}.py"
-        from .command import _database_label
+        from .conform import _database_label
 
         path.write_text(replay_script(result.divergence, database_kind=area.kind,
                                       pooler=_database_label(self.scratch.db_url)[1]))

@@ -27,9 +27,9 @@ def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv
     from hypothesis.reporting import with_reporter
     from hypothesis.stateful import run_state_machine_as_test
 
-    from .harness import machine_for
+    from tenure.conformance.lockstep.harness import machine_for
     from .runner import MACHINES, _described
-    from .scratch import ScratchRefused, open_scratch
+    from tenure.conformance.drivers.scratch import ScratchRefused, open_scratch
 
     parser = argparse.ArgumentParser(description="Replay a divergence tenure conform found.")
     parser.add_argument("--db", default=None, help="database URL (default: $TENURE_DB)")

@@ -1,7 +1,7 @@
 """Running the lockstep machines against one database and saying what happened.
 
 :func:`run_machine` runs one machine (:data:`MACHINES`) on an
-:class:`~tenure.conformance.harness.ExampleDatabases` until a step budget is spent or the
+:class:`~tenure.conformance.lockstep.harness.ExampleDatabases` until a step budget is spent or the
 database departs from the kernel. A departure (a *divergence*) is what Hypothesis shrank
 it to: the command sequence, as Python, and the choice sequence that replays it
 (:func:`replay_script`). :func:`conform` runs every chosen machine in a scratch area of
@@ -21,10 +21,10 @@ from hypothesis.reporting import with_reporter
 
 from tenure.model import TenureError
 
-from .attempts import AttemptLockstep
-from .harness import COUNTERS, Counter, ExampleDatabases, LockstepBase, machine_for, rule_names, run_lockstep
-from .queue import LockstepMachine
-from .runs import RunLockstep
+from tenure.conformance.lockstep.attempts import AttemptLockstep
+from tenure.conformance.lockstep.harness import COUNTERS, Counter, ExampleDatabases, LockstepBase, machine_for, rule_names, run_lockstep
+from tenure.conformance.lockstep.queue import LockstepMachine
+from tenure.conformance.lockstep.runs import RunLockstep
 
 TRIPLE_DOUBLE, TRIPLE_SINGLE = chr(34) * 3, chr(39) * 3
 """A docstring's quotes, and what they become inside the replay script's docstring."""
@@ -223,7 +223,7 @@ The shrunk command sequence (for reading; the replay uses the recorded choices):
 """
 import sys
 
-from tenure.conformance.replay import main
+from tenure.conformance.command.replay import main
 
 MACHINE = {divergence.machine!r}
 HYPOTHESIS_VERSION = {divergence.hypothesis_version!r}

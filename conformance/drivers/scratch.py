@@ -30,7 +30,7 @@ from typing import Any
 from tenure.adapters.core.urls import check_schema_name, parse_db_url
 from tenure.model import TenureError
 
-from .raw import connect, run_async
+from tenure.conformance.lockstep.raw import connect, run_async
 
 __all__ = ["ScratchArea", "ScratchRefused", "open_scratch", "with_schema"]
 
@@ -82,7 +82,7 @@ def _reason_of(error: BaseException) -> str:
 
 
 class ScratchArea:
-    """An :class:`~tenure.conformance.harness.ExampleDatabases` inside the user's
+    """An :class:`~tenure.conformance.lockstep.harness.ExampleDatabases` inside the user's
     database (see the module's docstring). Build it with :func:`open_scratch`."""
 
     def __init__(self, kind: str, url: str, *, folder: pathlib.Path | None = None,

@@ -8,7 +8,7 @@ compare-and-set writes must refuse a row that changed. A new machine's binding j
 adding its records strategy and finder cases to :data:`TABLES`.
 
 :func:`check_stores` runs each check of each case as a Hypothesis test of its own, on a
-database an :class:`~tenure.conformance.harness.ExampleDatabases` hands out (tenure's
+database an :class:`~tenure.conformance.lockstep.harness.ExampleDatabases` hands out (tenure's
 test servers, or the scratch area ``tenure conform`` makes in a user's database), and
 reports each outcome as a value: a failure is the failing example and its error, as
 text. Nothing here needs pytest.
@@ -39,8 +39,8 @@ from tenure.adapters.core.urls import parse_db_url
 from tenure.adapters.nodes.table import NODES_BINDING
 from tenure.adapters.queue.table import HOPS_BINDING, binding_for
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
-from tenure.conformance.harness import ExampleDatabases, LoopRunner
-from tenure.conformance.raw import raw
+from tenure.conformance.lockstep.harness import ExampleDatabases, LoopRunner
+from tenure.conformance.lockstep.raw import raw
 from tenure.conformance.strategies.agent_jobs import job_records
 from tenure.conformance.strategies.attempts import attempt_records
 from tenure.conformance.strategies.consents import consent_records

@@ -1,4 +1,4 @@
-"""Run the bounded exhaustive explorer (:mod:`tenure.kernel.explore`) and report it.
+"""Run the bounded exhaustive explorer (:mod:`tenure.conformance.explore`) and report it.
 
     python -m tenure.conformance.explore [--machines queue,attempts,runs] [--soak] [--json] [--replay-dir DIR]
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tenure.kernel.explore.engine import Exploration, Violation, explore, trace_table
+from tenure.conformance.explore.engine import Exploration, Violation, explore, trace_table
 
 __all__ = ["MACHINES", "configurations", "run", "main"]
 
@@ -33,7 +33,7 @@ MACHINES = ("queue", "attempts", "runs")
 
 def configurations(machine: str, *, soak: bool = False) -> list[tuple[Any, int]]:
     """The (model, depth) pairs of ``machine``'s standard (or soak) bounds."""
-    module = importlib.import_module(f"tenure.kernel.explore.{machine}")
+    module = importlib.import_module(f"tenure.conformance.explore.{machine}")
     return list(module.SOAK if soak else module.STANDARD)
 
 
@@ -44,19 +44,19 @@ def run(model: Any, depth: int) -> tuple[Exploration[Any], float]:
 
 
 def _queue_replay(model: Any, violation: Violation[Any], table: str) -> str:
-    from .explore_replay import replay_script
+    from .replays.queue import replay_script
 
     return replay_script(model.kinds, violation.initial, violation.trace, table)
 
 
 def _attempts_replay(model: Any, violation: Violation[Any], table: str) -> str:
-    from .explore_replay_attempts import replay_script
+    from .replays.attempts import replay_script
 
     return replay_script(violation.initial, violation.trace, table)
 
 
 def _runs_replay(model: Any, violation: Violation[Any], table: str) -> str:
-    from .explore_replay_runs import replay_script
+    from .replays.runs import replay_script
 
     return replay_script(model, violation.initial, violation.trace, table)
 

@@ -54,8 +54,8 @@ from typing import Any
 
 from tenure.model import ENVELOPE_TAG, TERMINAL_ATTEMPT_STATES, AttemptState
 
-from ..attempts import finders
-from ..attempts.commands import (
+from tenure.kernel.attempts import finders
+from tenure.kernel.attempts.commands import (
     AttemptCommand,
     BeginSubmit,
     ExpireSubmitLease,
@@ -73,9 +73,9 @@ from ..attempts.commands import (
     RequestCancel,
     TransmissionGranted,
 )
-from ..attempts.machine import decide, transition_violations
-from ..attempts.record import AttemptRow, record_violations, replace_fields
-from ..core import Applied, Decision, Refused
+from tenure.kernel.attempts.machine import decide, transition_violations
+from tenure.kernel.attempts.record import AttemptRow, record_violations, replace_fields
+from tenure.kernel.core import Applied, Decision, Refused
 from .engine import Property, Step
 
 __all__ = [

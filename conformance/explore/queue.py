@@ -34,8 +34,8 @@ from typing import Any
 
 from tenure.model import JobStatus, QueueKind
 
-from ..core import Applied
-from ..queue.commands import (
+from tenure.kernel.core import Applied
+from tenure.kernel.queue.commands import (
     AcknowledgeCancelOwned,
     CancelAdmin,
     ClaimFence,
@@ -57,9 +57,9 @@ from ..queue.commands import (
     SubmitLegacy,
     SubmitOwned,
 )
-from ..queue.finders import claim_finders
-from ..queue.machine import backoff_delay_us, decide, jittered_us
-from ..queue.record import QueueRow, record_violations
+from tenure.kernel.queue.finders import claim_finders
+from tenure.kernel.queue.machine import backoff_delay_us, decide, jittered_us
+from tenure.kernel.queue.record import QueueRow, record_violations
 from .engine import Property, Step
 
 __all__ = ["QueueWorld", "Belief", "Last", "QueueModel", "PROPERTIES", "STANDARD", "SOAK"]

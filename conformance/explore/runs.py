@@ -77,19 +77,19 @@ from tenure.model import (
     WaitKind,
 )
 
-from ..agent_jobs import machine as job_machine
-from ..agent_jobs.commands import AdoptResult, RecordCancelled, SubmitJob
-from ..agent_jobs.record import AgentJobRow, job_complete
-from ..consents import machine as consent_machine
-from ..consents.commands import CancelPending, CreateConsent, DecideConsent
-from ..consents.record import ConsentRow
-from ..core import Applied, replaced
-from ..nodes import machine as node_machine
-from ..nodes.commands import Boot, Booted, FinishTakeover, Renew, TakeOver, TakingOver
-from ..nodes.record import NodeRow, NodeStatus
-from ..recovery import table as recovery
-from ..runs import machine as run_machine
-from ..runs.commands import (
+from tenure.kernel.agent_jobs import machine as job_machine
+from tenure.kernel.agent_jobs.commands import AdoptResult, RecordCancelled, SubmitJob
+from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
+from tenure.kernel.consents import machine as consent_machine
+from tenure.kernel.consents.commands import CancelPending, CreateConsent, DecideConsent
+from tenure.kernel.consents.record import ConsentRow
+from tenure.kernel.core import Applied, replaced
+from tenure.kernel.nodes import machine as node_machine
+from tenure.kernel.nodes.commands import Boot, Booted, FinishTakeover, Renew, TakeOver, TakingOver
+from tenure.kernel.nodes.record import NodeRow, NodeStatus
+from tenure.kernel.recovery import table as recovery
+from tenure.kernel.runs import machine as run_machine
+from tenure.kernel.runs.commands import (
     Admit,
     BeginCancel,
     Claim,
@@ -110,8 +110,8 @@ from ..runs.commands import (
     Settled,
     Swept,
 )
-from ..runs.finders import OPEN_JOB_STATUSES
-from ..runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, hop_holds, key_of
+from tenure.kernel.runs.finders import OPEN_JOB_STATUSES
+from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, hop_holds, key_of
 from .engine import Property, Step
 
 __all__ = [

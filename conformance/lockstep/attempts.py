@@ -20,7 +20,7 @@ from hypothesis.stateful import invariant, rule
 from tenure.adapters import AttemptLedger
 from tenure.adapters.attempts.ledger import _row_of
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
-from tenure.conformance.harness import LockstepBase
+from tenure.conformance.lockstep.harness import LockstepBase
 from tenure.kernel.attempts import finders
 from tenure.kernel.attempts.commands import (
     BeginSubmit,

@@ -21,9 +21,9 @@ from hypothesis.stateful import Bundle, invariant, multiple, rule
 from tenure.adapters import PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
 from tenure.adapters.queue.operations import QueueOperations
 from tenure.adapters.queue.table import binding_for
-from tenure.conformance import raw
-from tenure.conformance.harness import LockstepBase
-from tenure.conformance.queue_model import Model
+from tenure.conformance.lockstep import raw
+from tenure.conformance.lockstep.harness import LockstepBase
+from tenure.conformance.lockstep.queue_model import Model
 from tenure.kernel.queue import finders
 from tenure.model import (
     PYCHARTER_QUEUES,

@@ -25,7 +25,7 @@ from tenure.adapters.consents.table import CONSENTS_BINDING
 from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, run_id_for
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.adapters.runs.transactions import consent_evidence, job_evidence
-from tenure.conformance.harness import LockstepBase, outcome
+from tenure.conformance.lockstep.harness import LockstepBase, outcome
 from tenure.kernel.agent_jobs import machine as job_machine
 from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
 from tenure.kernel.agent_jobs.record import AgentJobRow

@@ -1,6 +1,6 @@
 """An explorer trace of the service-attempt machine, replayed against a real database.
 
-The explorer (:mod:`tenure.kernel.explore.attempts`) finds a shortest trace in a world of
+The explorer (:mod:`tenure.conformance.explore.attempts`) finds a shortest trace in a world of
 kernel records. :func:`replay_attempt_trace` sends the same trace to the attempt ledger on
 a database (a scratch area, as ``tenure conform`` makes), step by step:
 
@@ -16,7 +16,7 @@ a database (a scratch area, as ``tenure conform`` makes), step by step:
   operator closing the Run) changes nothing in the database;
 - a step of the clock moves every stored instant of ``tenure_attempts`` back by as much
   (the database clock cannot jump; moving every instant back is the same to every
-  comparison the kernel makes; see :mod:`.explore_replay_common` for why it stays
+  comparison the kernel makes; see :mod:`.common` for why it stays
   sound: the only future instants of these worlds are submit leases 60 s ahead).
 
 Instants inside commands (a prepare's row instants, ``Reconcile.looked_up_at_us``,
@@ -56,11 +56,11 @@ from tenure.kernel.attempts import finders
 from tenure.kernel.attempts.commands import AttemptCommand, BeginSubmit, Prepare, Reconcile
 from tenure.kernel.attempts.record import AttemptRow, replace_fields
 from tenure.kernel.core import Decision
-from tenure.kernel.explore.attempts import World
-from tenure.kernel.explore.engine import Step
+from tenure.conformance.explore.attempts import World
+from tenure.conformance.explore.engine import Step
 
-from .explore_replay import ReplayedStep
-from .explore_replay_common import (
+from .queue import ReplayedStep
+from .common import (
     answer_of,
     differing,
     instant_columns,
@@ -136,7 +136,7 @@ _SENDERS: dict[type[Any], Callable[[AttemptLedger, Any, str], Awaitable[Decision
 
 
 async def _answer(ledger: AttemptLedger, command: AttemptCommand, attempt_id: str, world_now_us: int) -> str:
-    """The database's answer to ``command`` (see :func:`.explore_replay_common.answer_of`)."""
+    """The database's answer to ``command`` (see :func:`.common.answer_of`)."""
     database_now = await _database_now(ledger)
 
     def at(instant: int | None) -> int | None:
@@ -250,7 +250,7 @@ def replay_script(initial: World, trace: Sequence[tuple[Step, World]], table: st
     import pickle
 
     recorded = base64.b64encode(pickle.dumps((initial, tuple(trace)))).decode()
-    return script_text("explore_replay_attempts", "the service-attempt machine", recorded, table)
+    return script_text("explore.replays.attempts", "the service-attempt machine", recorded, table)
 
 
 def main(recorded: str, argv: Sequence[str]) -> int:

@@ -1,7 +1,7 @@
 """What the attempt and Run replays of explorer traces share (see
-:mod:`tenure.conformance.explore_replay_attempts` and
-:mod:`tenure.conformance.explore_replay_runs`; the queue's replay,
-:mod:`tenure.conformance.explore_replay`, came first and keeps its own).
+:mod:`tenure.conformance.explore.replays.attempts` and
+:mod:`tenure.conformance.explore.replays.runs`; the queue's replay,
+:mod:`tenure.conformance.explore.replays.queue`, came first and keeps its own).
 
 - :func:`shift_instants`: a step of the world's clock moves every stored instant back by
   as much, in one transaction (the database clock cannot jump; moving every instant back
@@ -40,8 +40,8 @@ from tenure.adapters.core.tables import Binding, instant_from_sqlite_text, insta
 from tenure.kernel.core import Applied, Decision, Machine
 from tenure.model import TenureError
 
-from . import raw
-from .explore_replay import ReplayedStep, replay_table
+from tenure.conformance.lockstep import raw
+from .queue import ReplayedStep, replay_table
 
 __all__ = ["shift_instants", "instant_columns", "answer_of", "kernel_answer", "shape", "differing",
            "script_text", "script_main", "NOT_REPLAYABLE"]
@@ -166,7 +166,7 @@ def script_main(recorded: str, argv: Sequence[str], replay: Callable[[str, Any],
     import os
     import pickle
 
-    from .scratch import ScratchRefused, open_scratch
+    from tenure.conformance.drivers.scratch import ScratchRefused, open_scratch
 
     parser = argparse.ArgumentParser(description="Replay an explorer trace against a database.")
     parser.add_argument("--db", default=None, help="database URL (default: $TENURE_DB)")

@@ -1,6 +1,6 @@
 """An explorer trace of the owned queue, replayed against a real database.
 
-The explorer (:mod:`tenure.kernel.explore.queue`) finds a shortest trace in a world of
+The explorer (:mod:`tenure.conformance.explore.queue`) finds a shortest trace in a world of
 kernel records. :func:`replay_queue_trace` runs the same trace through tenure's public
 queue sources on a database (a scratch area, as ``tenure conform`` makes): every command
 the trace sent to the kernel goes to the source that serves it (a claim to
@@ -31,8 +31,8 @@ from typing import Any
 
 from tenure.adapters import StreamingJobSource, TaskSource, ValidationJobSource
 from tenure.adapters.core.urls import parse_db_url
-from tenure.kernel.explore.engine import Step
-from tenure.kernel.explore.queue import LEASE_US, QueueWorld
+from tenure.conformance.explore.engine import Step
+from tenure.conformance.explore.queue import LEASE_US, QueueWorld
 from tenure.kernel.queue.commands import (
     AcknowledgeCancelOwned,
     CancelAdmin,
@@ -55,7 +55,7 @@ from tenure.kernel.queue.commands import (
 )
 from tenure.model import QueueClaimFence, QueueKind, StreamingJob, TaskJob, TenureError, ValidationJob, WorkerConfig
 
-from . import raw
+from tenure.conformance.lockstep import raw
 
 __all__ = ["ReplayedStep", "replay_queue_trace", "replay_table", "replay_script", "main"]
 
@@ -251,7 +251,7 @@ The trace (recorded with the tenure version that wrote this file):
 """
 import sys
 
-from tenure.conformance.explore_replay import main
+from tenure.conformance.explore.replays.queue import main
 
 TRACE = "{recorded}"
 
@@ -267,7 +267,7 @@ def main(recorded: str, argv: Sequence[str]) -> int:
     import os
     import pickle
 
-    from .scratch import ScratchRefused, open_scratch
+    from tenure.conformance.drivers.scratch import ScratchRefused, open_scratch
 
     parser = argparse.ArgumentParser(description="Replay an explorer trace against a database.")
     parser.add_argument("--db", default=None, help="database URL (default: $TENURE_DB)")

@@ -1,6 +1,6 @@
 """An explorer trace of workflow Runs, replayed against a real database.
 
-The Run explorer (:mod:`tenure.kernel.explore.runs`) finds a shortest trace in a world of
+The Run explorer (:mod:`tenure.conformance.explore.runs`) finds a shortest trace in a world of
 kernel records: Runs with their current delivery, consents, delegated jobs and node
 leases. :func:`replay_run_trace` sends the same trace to a Run ledger on a database (a
 scratch area, as ``tenure conform`` makes), step by step. Each kernel decision of a step
@@ -42,13 +42,13 @@ to are sent), and the ghost history.
 A step of the world's clock (and a boot's microsecond) moves every stored instant of the
 Run tables back by as much. After each step the stored records are compared with the
 world's, field by field, each instant only as unset, past or future
-(:func:`.explore_replay_common.shape`). The worlds step the clock to a microsecond
+(:func:`.common.shape`). The worlds step the clock to a microsecond
 before an instant (a timer's due time, a consent's deadline, a lease's end) to test that
 boundary; the database's clock, which keeps running while the replay works, cannot hold
 a microsecond: a step at which some instant lies ahead of the world's clock by no more
 than the real time that has passed since the step that wrote it is reported ``not
 replayable`` and ends the replay (before its decisions are sent, or after, when it
-became so while they ran). The reasoning is in :mod:`.explore_replay_common`. Recovery's
+became so while they ran). The reasoning is in :mod:`.common`. Recovery's
 verdicts are the world's (the replay sends the decisions they lead to, not the
 verdicts), so a mutant of the recovery table reaches the database only through those.
 """
@@ -75,8 +75,8 @@ from tenure.kernel.agent_jobs.commands import SubmitJob
 from tenure.kernel.consents import finders as consent_finders
 from tenure.kernel.consents.commands import CreateConsent
 from tenure.kernel.core import Applied, Decision, Finder, Machine
-from tenure.kernel.explore.engine import Step
-from tenure.kernel.explore.runs import Decided, RunModel, RunWorld
+from tenure.conformance.explore.engine import Step
+from tenure.conformance.explore.runs import Decided, RunModel, RunWorld
 from tenure.kernel.nodes import machine as node_machine
 from tenure.kernel.nodes.commands import Boot
 from tenure.kernel.runs import finders as run_finders
@@ -85,8 +85,8 @@ from tenure.kernel.runs.machine import RUNS
 from tenure.kernel.runs.record import opens_owners
 from tenure.model import ConsentStatus
 
-from .explore_replay import ReplayedStep
-from .explore_replay_common import (
+from .queue import ReplayedStep
+from .common import (
     NOT_REPLAYABLE,
     answer_of,
     differing,
@@ -344,7 +344,7 @@ def _instants(world: RunWorld) -> Iterator[tuple[Instant, int]]:
 class _Ages:
     """Since when (on the database's clock, read before the step that wrote it) each
     world instant has held its value: the database's counterpart of an instant is behind
-    the world's by at most the real time since then (see :mod:`.explore_replay_common`)."""
+    the world's by at most the real time since then (see :mod:`.common`)."""
 
     def __init__(self) -> None:
         self._since: dict[Instant, tuple[int, int]] = {}
@@ -476,7 +476,7 @@ def replay_script(model: RunModel, initial: RunWorld, trace: Sequence[tuple[Step
     # the replay sends decisions, not verdicts.
     bare = tuple((step, dataclasses.replace(world, judged=())) for step, world in trace)
     recorded = base64.b64encode(pickle.dumps((prelude(model), initial, bare))).decode()
-    return script_text("explore_replay_runs", "workflow Runs", recorded, table)
+    return script_text("explore.replays.runs", "workflow Runs", recorded, table)
 
 
 def main(recorded: str, argv: Sequence[str]) -> int:

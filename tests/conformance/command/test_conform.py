@@ -324,7 +324,7 @@ def test_postgresql_reserved_names_are_refused_for_the_scratch_schema(
 
 
 def test_a_database_failure_is_reported_as_a_failure_not_a_divergence() -> None:
-    from tenure.conformance.runner import run_machine
+    from tenure.conformance.command.runner import run_machine
     from tenure.model import TenureError
     from tenure.model.errors import ErrorCode
 
@@ -346,7 +346,7 @@ def test_a_divergence_reported_beside_another_failure_shows_its_own_sequence_and
     """Hypothesis may report two distinct failures at once (on a loaded machine a database
     call out of time can come with the divergence): the sequence and the replay blob shown
     are the divergence's, not whichever failure was reported last."""
-    from tenure.conformance.runner import _divergence
+    from tenure.conformance.command.runner import _divergence
 
     def failure(error: BaseException, last_step: str, blob: str) -> BaseException:
         for note in ("state = Lockstep_queue_postgresql()", last_step, "state.teardown()",
@@ -364,7 +364,7 @@ def test_a_divergence_reported_beside_another_failure_shows_its_own_sequence_and
 
 
 def test_a_replay_script_refuses_a_bad_url_with_exit_2(tmp_path: pathlib.Path) -> None:
-    from tenure.conformance.runner import Divergence, replay_script
+    from tenure.conformance.command.runner import Divergence, replay_script
 
     script = tmp_path / "replay.py"
     script.write_text(replay_script(Divergence("queue", ["state = X()"], "AssertionError: x", "b'AA=='"),

@@ -1,4 +1,4 @@
-"""The server facts (tenure.conformance.facts) on SQLite, on PostgreSQL directly and
+"""The server facts (tenure.conformance.drivers.facts) on SQLite, on PostgreSQL directly and
 through a real PgBouncer in transaction mode: each fact passes where the server keeps
 it, fails with its reason where it does not (a pooler dropping LISTEN and prepared
 statements, a timeout shorter than the deadline, another isolation level, a clock
@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from tenure.adapters import upgrade
-from tenure.conformance.facts import CHECKS, FACT_NAMES, Fact, check_server_facts
+from tenure.conformance.drivers.facts import CHECKS, FACT_NAMES, Fact, check_server_facts
 from tenure.model import ConfigValidationError
 from tenure.model.errors import is_authored_word
 

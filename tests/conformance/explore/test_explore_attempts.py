@@ -1,4 +1,4 @@
-"""The explorer over the service-attempt machine in its surroundings (kernel/explore/attempts.py).
+"""The explorer over the service-attempt machine in its surroundings (conformance/explore/attempts.py).
 
 Every interleaving of two senders, a reconciler, the operator, the provider and the clock
 around one attempt, at the standard bounds: every property holds for the kernel, and
@@ -23,7 +23,7 @@ from tenure.kernel.attempts.commands import AttemptCommand
 from tenure.kernel.attempts.machine import decide
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied, Decision, Refused
-from tenure.kernel.explore.attempts import (
+from tenure.conformance.explore.attempts import (
     KERNEL_CHECKS,
     PROPERTIES,
     STANDARD,
@@ -32,7 +32,7 @@ from tenure.kernel.explore.attempts import (
     Configuration,
     World,
 )
-from tenure.kernel.explore.engine import Exploration, explore, trace_table
+from tenure.conformance.explore.engine import Exploration, explore, trace_table
 
 
 def _counts(result: Exploration[Any]) -> str:
@@ -178,8 +178,8 @@ import json, sys
 sys.path.insert(0, "tests/support")
 import kernel_mutants
 kernel_mutants.apply("attempts:" + sys.argv[1])
-from tenure.kernel.explore.attempts import STANDARD, WORLD_PROPERTIES, AttemptModel
-from tenure.kernel.explore.engine import explore, trace_table
+from tenure.conformance.explore.attempts import STANDARD, WORLD_PROPERTIES, AttemptModel
+from tenure.conformance.explore.engine import explore, trace_table
 first = [pair for pair in STANDARD if pair[0].configuration.provider == sys.argv[2]]
 for standard, max_depth in first + [pair for pair in STANDARD if pair not in first]:
     model = AttemptModel(standard.configuration, WORLD_PROPERTIES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable, Iterator
 
-from tenure.kernel.explore.engine import Property, Step, explore, trace_table
+from tenure.conformance.explore.engine import Property, Step, explore, trace_table
 
 
 @dataclasses.dataclass(frozen=True)

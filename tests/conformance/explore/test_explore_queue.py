@@ -1,4 +1,4 @@
-"""The bounded exhaustive explorer over the owned queue (tenure.kernel.explore.queue).
+"""The bounded exhaustive explorer over the owned queue (tenure.conformance.explore.queue).
 
 Every property holds in every state reachable within the standard bounds, and every
 queue mutant of kernel_mutants.py is caught by the property the spec says it breaks,
@@ -16,8 +16,8 @@ import paths
 import pytest
 from kernel_mutants import MUTANTS
 
-from tenure.kernel.explore.engine import explore
-from tenure.kernel.explore.queue import PROPERTIES, STANDARD
+from tenure.conformance.explore.engine import explore
+from tenure.conformance.explore.queue import PROPERTIES, STANDARD
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +56,8 @@ SCRIPT = textwrap.dedent("""
     import sys
     import kernel_mutants
     kernel_mutants.apply(sys.argv[1])
-    from tenure.kernel.explore.engine import explore, trace_table
-    from tenure.kernel.explore.queue import STANDARD
+    from tenure.conformance.explore.engine import explore, trace_table
+    from tenure.conformance.explore.queue import STANDARD
     model, depth = STANDARD[int(sys.argv[2])]
     found = explore(model, max_depth=depth)
     assert found.violation is not None, f"missed: {found.states} states, depth {found.depth}"

@@ -35,9 +35,9 @@ WRITE_ONE_WORLD = textwrap.dedent("""
     mutant, world, witness, folder = sys.argv[1:]
     if mutant != "-":
         kernel_mutants.apply(mutant)
-    from tenure.conformance.explore_replay_runs import replay_script
+    from tenure.conformance.explore.replays.runs import replay_script
     from tenure.kernel.core import Applied
-    from tenure.kernel.explore import engine, runs
+    from tenure.conformance.explore import engine, runs
     WITNESSES = {
         "sweep": lambda last: [d for d in last if d.actor == "ledger (sweep)"],
         "restart": lambda last: [d for d in last if type(d.command).__name__ == "Boot"]

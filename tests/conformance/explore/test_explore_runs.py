@@ -1,4 +1,4 @@
-"""The explorer over workflow Runs (tenure.kernel.explore.runs).
+"""The explorer over workflow Runs (tenure.conformance.explore.runs).
 
 Every property holds for the real kernel in every world of ``STANDARD``, to its bound;
 the state counts are printed each time. Every deliberately broken kernel of the Run,
@@ -21,8 +21,8 @@ import paths
 import pytest
 from kernel_mutants import AGENT_JOB_MUTANTS, CONSENT_MUTANTS, NODE_MUTANTS, RECOVERY_MUTANTS, RUN_MUTANTS
 
-from tenure.kernel.explore import engine
-from tenure.kernel.explore.runs import STANDARD, RunModel
+from tenure.conformance.explore import engine
+from tenure.conformance.explore.runs import STANDARD, RunModel
 
 ROOT = paths.ROOT
 STATE_GUARD = 400_000
@@ -78,7 +78,7 @@ SCRIPT = """
 import json, os, sys
 import kernel_mutants
 kernel_mutants.apply(os.environ["TENURE_KERNEL_MUTANT"])
-from tenure.kernel.explore import engine, runs
+from tenure.conformance.explore import engine, runs
 model, depth = next((model, depth) for model, depth in runs.STANDARD if model.bounds.name == sys.argv[1])
 result = engine.explore(model, max_depth=depth, max_states=int(sys.argv[2]))
 found = result.violation
