@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
 from tenure.adapters import AttemptLedger
-from tenure.adapters.attempts.ledger import _row_of
+from tenure.adapters.attempts.ledger import prepared_row
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.conformance.lockstep.harness import LockstepBase
 from tenure.kernel.attempts import finders
@@ -115,7 +115,7 @@ class AttemptModel:
         return decision
 
     def prepare(self, request: Any, now: int) -> str:
-        row = _row_of(request)
+        row = prepared_row(request)
         located = [r for r in self.rows.values()
                    if r.owner_job_id == request.owner_job_id or r.idempotency_key == request.idempotency_key]
         met, state, generation, held = finders.prepare_meets(

@@ -18,8 +18,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, invariant, multiple, rule
 
-from tenure.adapters import PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
-from tenure.adapters.queue.operations import QueueOperations
+from tenure.adapters import JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
 from tenure.adapters.queue.table import binding_for
 from tenure.conformance.lockstep import raw
 from tenure.conformance.lockstep.harness import LockstepBase
@@ -41,7 +40,7 @@ from tenure.model import (
 
 __all__ = ["LockstepMachine", "Model", "envelope"]
 
-SOURCES = {
+SOURCES: dict[QueueKind, type[JobSource[Any]]] = {
     QueueKind.VALIDATION: ValidationJobSource,
     QueueKind.PIPELINE: PipelineJobSource,
     QueueKind.STREAMING: StreamingJobSource,
@@ -91,11 +90,11 @@ class LockstepMachine(LockstepBase):
         self.next_run_id = ""
         self.sources: dict[QueueKind, Any] = {}
         for queue, source_type in SOURCES.items():
-            source = source_type(self.db_url, self.config)
-            engine: QueueOperations = source.operations
-            engine._new_job_id = lambda: self.next_job_id
-            engine._new_run_id = lambda: self.next_run_id
-            engine.store.observe_time = self.clock.seen.append
+            # The ID factories are the sources' constructor arguments (the adapters' test
+            # seam): the database stores the IDs the model chose.
+            source = source_type(self.db_url, self.config, new_job_id=lambda: self.next_job_id,
+                                 new_run_id=lambda: self.next_run_id)
+            source.operations.store.observe_time = self.clock.seen.append
             self.sources[queue] = source
 
     def close_resources(self) -> None:
@@ -110,7 +109,7 @@ class LockstepMachine(LockstepBase):
         self.next_run_id = f"run{n:05d}"
 
     def claimed_view(self, record: Any) -> Any:
-        return None if record is None else self.sources[record.queue]._claimed(record)
+        return None if record is None else self.sources[record.queue].claimed_view(record)
 
     def known_ids(self, queue: QueueKind) -> list[str]:
         return sorted(self.model.rows[queue]) + ["job-missing"]
@@ -403,8 +402,8 @@ class LockstepMachine(LockstepBase):
         self.counter.races += 1  # the heartbeat against another writer
         # On SQLite too, a row this source has seen is written from that row (no read in
         # the write's transaction): the other write lands just before it, as above.
-        operations = self.sources[queue]._operations  # noqa: SLF001
-        known, seen_row, _ = operations.engine._last_seen(operations.binding, fence.job_id)  # noqa: SLF001
+        operations = self.sources[queue].operations
+        known, seen_row, _ = operations.engine.last_seen(operations.binding, fence.job_id)
         with raw.interfering_after_load(self.database, queue, marker, self.db_url):
             actual = self.run(self.sources[queue].heartbeat_owned(fence))
         if self.database == "postgresql" or (known and seen_row is not None):
@@ -435,7 +434,7 @@ class LockstepMachine(LockstepBase):
 
         # One read transaction through store.run, as operations run (SQLite: one hop to
         # the connection's thread for the lot, not one per statement).
-        store = self.sources[QueueKind.VALIDATION]._engine.store
+        store = self.sources[QueueKind.VALIDATION].store
         stored = self.runner.run(store.run(dump, write=False))
         for queue in QueueKind:
             assert stored[queue] == self.model.rows[queue], queue

@@ -7,9 +7,10 @@ a database (a scratch area, as ``tenure conform`` makes), step by step:
 - a step whose world carries a kernel decision (``World.last``) sends the same kernel
   command to the same attempt through the ledger's engine: it locks the row, reads the
   database clock, asks the kernel and persists the decision with its compare-and-set
-  (``AttemptLedger._decide``; a ``prepare`` goes through the ledger's own prepare
-  transaction, which locks the owner's attempts and the key's and observes the
-  predecessor and the key in the database). The database's answer (applied, or refused
+  (``AttemptLedger.decide``; a ``prepare`` goes through the ledger's own prepare
+  transaction, ``AttemptLedger.decide_prepare``, which locks the owner's attempts and the
+  key's and observes the predecessor and the key in the database: both are the adapters'
+  test seam, docs/testing.md). The database's answer (applied, or refused
   with the kernel's reason, whether the ledger answers the refusal or raises its error
   code) is compared with the trace's decision;
 - a step without one (a sender's crash, a send to the provider, a lookup held, the
@@ -49,10 +50,8 @@ from typing import Any
 
 from tenure.adapters import AttemptLedger
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
-from tenure.adapters.core.engine import raise_if_conflict
 from tenure.adapters.core.store import Transaction
 from tenure.adapters.core.urls import parse_db_url
-from tenure.kernel.attempts import finders
 from tenure.kernel.attempts.commands import AttemptCommand, BeginSubmit, Prepare, Reconcile
 from tenure.kernel.attempts.record import AttemptRow, replace_fields
 from tenure.kernel.core import Decision
@@ -108,25 +107,11 @@ async def _database_now(ledger: AttemptLedger) -> int:
 async def _prepare(ledger: AttemptLedger, command: Prepare) -> Decision:
     """The ledger's prepare transaction, for the trace's row: the predecessor and the key
     are what the database holds under the lock; the Run's closure is the world's."""
-    row = command.row
-
-    async def body(tx: Transaction) -> Decision:
-        rows = await tx.locked(ATTEMPTS_BINDING, finders.of_owner_or_key,
-                               {"owner_job_id": row.owner_job_id, "key": row.idempotency_key})
-        met, predecessor_state, predecessor_generation, key_held = finders.prepare_meets(
-            rows, attempt_id=row.attempt_id, owner_job_id=row.owner_job_id, idempotency_key=row.idempotency_key)
-        observed = dataclasses.replace(command, predecessor_state=predecessor_state,
-                                       predecessor_generation=predecessor_generation, key_held_elsewhere=key_held)
-        decision = await ledger._engine.decide_one(tx, ATTEMPTS_BINDING, met, observed)
-        raise_if_conflict(ATTEMPTS_BINDING, decision)
-        return decision
-
-    async with ledger._errors():
-        return await ledger.store.run(body, write=True)
+    return await ledger.decide_prepare(command.row, run_closed=command.run_closed)
 
 
 async def _decide(ledger: AttemptLedger, command: AttemptCommand, attempt_id: str) -> Decision:
-    return await ledger._decide(attempt_id, command)
+    return await ledger.decide(attempt_id, command)
 
 
 _SENDERS: dict[type[Any], Callable[[AttemptLedger, Any, str], Awaitable[Decision]]] = {
