@@ -43,7 +43,9 @@ from tenure.model import ConfigValidationError
 if TYPE_CHECKING:
     from tenure.conformance.lockstep.harness import Counter
 
-__all__ = ["add_conform_parser", "run_conform", "COMMAND_HELP_LINE", "DEFAULT_STEPS"]
+__all__ = [
+    "add_conform_parser", "run_conform", "database_label", "fact_rows", "COMMAND_HELP_LINE", "DEFAULT_STEPS",
+]
 
 COMMAND_HELP_LINE = ("run tenure's lockstep proof against a database, in a scratch area it removes "
                      "(exit 0 conformant, 1 divergence, 2 refused; needs tenure[conform])")
@@ -187,7 +189,8 @@ def _showing(progress: Progress) -> Callable[[Counter], None]:
     return show
 
 
-def _database_label(db_url: str) -> tuple[str, str | None]:
+def database_label(db_url: str) -> tuple[str, str | None]:
+    """The database as the tables name it (``postgresql (pooler=transaction)``), and its pooler's name."""
     from tenure.adapters.core.urls import parse_db_url
 
     target = parse_db_url(db_url)
@@ -196,7 +199,10 @@ def _database_label(db_url: str) -> tuple[str, str | None]:
     return (target.kind.value + ("" if pooler_name is None else f" (pooler={pooler_name})"), pooler_name)
 
 
-def _fact_rows(facts: list[Any], pooler: str | None) -> list[dict[str, Any]]:
+def fact_rows(facts: list[Any], pooler: str | None) -> list[dict[str, Any]]:
+    """The server facts as the table and ``--json`` show them: a failed fact that a
+    transaction pooler does not need (:data:`NOT_NEEDED_UNDER_TRANSACTION_POOLER`) shows
+    as ``not needed``, not ``FAIL``."""
     rows = []
     for fact in facts:
         needed = not (pooler == "transaction" and fact.name in NOT_NEEDED_UNDER_TRANSACTION_POOLER)
@@ -264,7 +270,7 @@ def _conform(arguments: argparse.Namespace, settings: dict[str, Any]) -> int:
 
     db_url = str(arguments.db)
     parse_db_url(db_url)  # a malformed URL is refused before anything is made
-    label, pooler = _database_label(db_url)
+    label, pooler = database_label(db_url)
     from tenure.conformance.drivers.scratch import ScratchRefused, open_scratch
 
     try:
@@ -292,7 +298,7 @@ def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, A
     from .runner import MACHINES, MachineResult, replay_script, run_machine
 
     started = time.perf_counter()
-    facts = _fact_rows(asyncio.run(check_server_facts(area.url, per_call_deadline_seconds=PER_CALL_DEADLINE_S)),
+    facts = fact_rows(asyncio.run(check_server_facts(area.url, per_call_deadline_seconds=PER_CALL_DEADLINE_S)),
                        pooler)
     results: list[MachineResult] = []
     stores: list[Any] = []

@@ -118,11 +118,11 @@ class ConformItem(pytest.Item):
                 self._lockstep(area, options.tenure_conform_steps, options.tenure_conform_seed)
 
     def _facts(self, area: Any) -> None:
-        from .conform import PER_CALL_DEADLINE_S, _database_label, _fact_rows
+        from .conform import PER_CALL_DEADLINE_S, database_label, fact_rows
         from tenure.conformance.drivers.facts import check_server_facts
 
         facts = asyncio.run(check_server_facts(area.url, per_call_deadline_seconds=PER_CALL_DEADLINE_S))
-        failed = [row for row in _fact_rows(facts, _database_label(self.scratch.db_url)[1]) if row["verdict"] == "FAIL"]
+        failed = [row for row in fact_rows(facts, database_label(self.scratch.db_url)[1]) if row["verdict"] == "FAIL"]
         if failed:
             raise ConformFailure("server facts failed: " + ", ".join(f"{f['name']} ({f['reason']})" for f in failed))
 
@@ -145,10 +145,10 @@ class ConformItem(pytest.Item):
             return
         folder = pathlib.Path(self.config.option.tenure_conform_replay_dir or self.config.rootpath)
         path = folder / f"tenure-conform-replay-{self.machine}.py"
-        from .conform import _database_label
+        from .conform import database_label
 
         path.write_text(replay_script(result.divergence, database_kind=area.kind,
-                                      pooler=_database_label(self.scratch.db_url)[1]))
+                                      pooler=database_label(self.scratch.db_url)[1]))
         raise ConformFailure("\n".join([
             f"divergence in {self.machine}: {result.divergence.error}", "shrunk command sequence:",
             *("    " + line for line in result.divergence.steps),

@@ -28,7 +28,7 @@ def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv
     from hypothesis.stateful import run_state_machine_as_test
 
     from tenure.conformance.lockstep.harness import machine_for
-    from .runner import MACHINES, _described
+    from .runner import MACHINES, described
     from tenure.conformance.drivers.scratch import ScratchRefused, open_scratch
 
     parser = argparse.ArgumentParser(description="Replay a divergence tenure conform found.")
@@ -61,7 +61,8 @@ def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv
         return 2
     spec = MACHINES[machine_name]
     machine = machine_for(spec.base, area, only=None if rules is None else frozenset(rules))
-    setattr(machine, "_hypothesis_internal_use_reproduce_failure", (hypothesis_version, choices))
+    # Hypothesis's @reproduce_failure, applied to the machine class as its documentation shows.
+    hypothesis.reproduce_failure(hypothesis_version, choices)(machine)
     lines: list[object] = []
     try:
         with with_reporter(lines.append):
@@ -74,7 +75,7 @@ def main(machine_name: str, hypothesis_version: str, choices: bytes | None, argv
         return 0
     except Exception as error:  # noqa: BLE001 - the departure, reported below
         print("\n".join(map(str, lines)))
-        print(f"{machine_name}: the database departed from the kernel again: {_described(error)} (exit 1)")
+        print(f"{machine_name}: the database departed from the kernel again: {described(error)} (exit 1)")
         return 1
     finally:
         asyncio.run(area.drop())

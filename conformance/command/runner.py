@@ -29,7 +29,7 @@ from tenure.conformance.lockstep.runs import RunLockstep
 TRIPLE_DOUBLE, TRIPLE_SINGLE = chr(34) * 3, chr(39) * 3
 """A docstring's quotes, and what they become inside the replay script's docstring."""
 
-__all__ = ["MACHINES", "MachineSpec", "MachineResult", "Divergence", "run_machine", "replay_script"]
+__all__ = ["MACHINES", "MachineSpec", "MachineResult", "Divergence", "run_machine", "replay_script", "described"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +108,7 @@ def _is_divergence(error: BaseException) -> bool:
     return any(isinstance(current, AssertionError) for current in _chain(error))
 
 
-def _described(error: BaseException) -> str:
+def described(error: BaseException) -> str:
     """What failed, without driver text: the harness's assertions and tenure's errors say
     it in their own words; anything else by its type alone."""
     for current in _chain(error):
@@ -160,7 +160,7 @@ def _divergence(machine: str, lines: list[object], error: BaseException) -> Dive
     everything = "\n".join([*map(str, lines), *_notes(error)])
     text = _own_notes(error) or everything
     found = _BLOB.search(text) or _BLOB.search(everything)
-    return Divergence(machine, _steps(text), _described(error), found.group(2) if found else None,
+    return Divergence(machine, _steps(text), described(error), found.group(2) if found else None,
                       found.group(1) if found else HYPOTHESIS_VERSION)
 
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed as seeded, settings
 from hypothesis.stateful import RULE_MARKER, Rule, RuleBasedStateMachine, run_state_machine_as_test
 
 from tenure.model import TenureError
@@ -302,7 +302,8 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
         examples = max(10, math.ceil((target - counter.steps) / max(average, 1)))
         if seed is not None:
             # Each batch its own seed: the same seed again would replay the same runs.
-            machine._hypothesis_internal_use_seed = seed + batch
+            # Hypothesis's @seed, applied to the machine class as its documentation shows.
+            seeded(seed + batch)(machine)
         batch += 1
         run_state_machine_as_test(
             machine,
