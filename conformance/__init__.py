@@ -39,3 +39,5 @@ module uses another module's private names (``_name``), in conformance or in the
 adapters: what a proof needs of an adapter beyond its public API is the adapters'
 documented test seam (``docs/testing.md``, "The adapters' test seam").
 """
+
+__all__: list[str] = []

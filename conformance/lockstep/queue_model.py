@@ -51,6 +51,8 @@ from tenure.kernel import (
 )
 from tenure.model import DEFAULT_MAX_ATTEMPTS, FrozenEnvelope, JobStatus, QueueKind, SubmissionSnapshot, WorkerConfig
 
+__all__ = ["Model", "Conflict", "Result", "SWEEP_LIMIT", "PURGE_LIMIT", "TERMINAL"]
+
 SWEEP_LIMIT = 64
 PURGE_LIMIT = 1000
 TERMINAL = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
