@@ -1,7 +1,7 @@
 """The owned queue's lockstep: the kernel-backed model and a real database.
 
 One Hypothesis ``RuleBasedStateMachine`` drives the same operations through the public
-job sources of a real store and through the model in ``lockstep_model.py``; after every
+job sources of a real store and through the model in :mod:`.queue_model`; after every
 step the replies must agree and every persisted row must equal the model's record. The
 machine takes a store factory, so every database runs the same suite. The database
 time each transaction sampled is observed and handed to the model, so the model

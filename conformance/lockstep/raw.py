@@ -1,7 +1,8 @@
 """Raw SQL the public API cannot express, for the lockstep machines: an operator moving a
 lease into the past, another session holding a row lock, a writer changing a row between
 the engine's read and its write. It plays the adversary and the clock; it never bypasses
-what the lockstep checks. Statements use ``?`` placeholders (PostgreSQL gets ``$n``) and
+what the lockstep checks. The rooms standing on this one use it too: the driver proofs
+(a raw read), the scratch area (its connections) and the explorer's replays (the clock). Statements use ``?`` placeholders (PostgreSQL gets ``$n``) and
 run in the URL's schema: a scratch schema in a user's database, or a test database.
 """
 
