@@ -316,14 +316,14 @@ def test_conformance_rooms_import_only_the_rooms_the_plan_allows() -> None:
 
 def test_the_room_check_sees_a_room_importing_one_it_may_not() -> None:
     graph = {
-        "tenure.conformance.lockstep.queue": {"tenure.conformance.drivers.raw"},  # lockstep stands on no room
+        "tenure.conformance.lockstep.queue": {"tenure.conformance.drivers.scratch"},  # lockstep stands on no room
         "tenure.conformance.explore.engine": {"tenure.conformance.lockstep.raw"},  # the pure explorer neither
         "tenure.conformance.drivers.stores": {"tenure.conformance.lockstep.harness"},  # allowed
         "tenure.conformance.command.runner": {"tenure.conformance.lockstep.queue"},  # allowed
     }
     assert _room_crossings(graph) == [
         "tenure.conformance.explore.engine (tenure.conformance.explore) imports tenure.conformance.lockstep.raw",
-        "tenure.conformance.lockstep.queue (tenure.conformance.lockstep) imports tenure.conformance.drivers.raw",
+        "tenure.conformance.lockstep.queue (tenure.conformance.lockstep) imports tenure.conformance.drivers.scratch",
     ]
 
 
