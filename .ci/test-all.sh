@@ -55,7 +55,7 @@ echo "throwaway server on port $PGPORT"
 
 step "pgbouncer (transaction mode, in front of that server)"
 # Debian's pgbouncer (installed if missing) on a free loopback port, a small pool:
-# tests/adapters/core/test_pgbouncer.py and tests/conformance/test_facts.py run through it
+# tests/adapters/core/test_pgbouncer.py and tests/conformance/drivers/test_facts.py run through it
 # (a missing PgBouncer is a failure, never a skip).
 eval "$(bash .ci/pgbouncer-start.sh)"
 export PGBOUNCER_TMP TEST_PGBOUNCER_DSN
@@ -101,7 +101,7 @@ CONFORM_PID=$!
 
 step "the explorer over the kernel's standard bounds (in the background)"
 # Every interleaving of the queue, attempt and Run worlds to their standard depths
-# (tenure.kernel.explore): one line per world with its states, transitions and depth; a
+# (tenure.conformance.explore): one line per world with its states, transitions and depth; a
 # broken property prints its shortest trace and fails CI (checked after pytest).
 EXPLORE_LOG=$(mktemp)
 ( "$ROOT/.venv/bin/python" -P -m tenure.conformance.explore >"$EXPLORE_LOG" 2>&1; echo $? >>"$EXPLORE_LOG.status" ) &

@@ -3,9 +3,9 @@
 For every deliberately broken kernel of ``tests/support/kernel_mutants.py`` this script
 measures two things and prints them side by side, one markdown table per machine:
 
-* the bounded exhaustive explorer (``tenure.kernel.explore``): the property that catches
+* the bounded exhaustive explorer (``tenure.conformance.explore``): the property that catches
   the mutant, the length of the shortest trace and the states explored to find it. It
-  runs the same code the explorer tests run (``tests/kernel/test_explore_queue.py``,
+  runs the same code the explorer tests run (``tests/conformance/explore/test_explore_queue.py``,
   ``test_explore_attempts.py``, ``test_explore_runs.py``), in a fresh interpreter per
   mutant, with the world each test names; the counts are deterministic, so once.
 * the sampled behavioural suite (``BEHAVIOURAL_TESTS``): the same pytest command
@@ -64,7 +64,7 @@ __all__ = ["main"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SUPPORT = ROOT / "tests" / "support"
-KERNEL_TESTS = ROOT / "tests" / "kernel"
+EXPLORER_TESTS = ROOT / "tests" / "conformance" / "explore"
 TIMEOUT_SECONDS = 600
 MANY_EXAMPLES_MEDIAN = 50
 MANY_EXAMPLES_ANY_SEED = 200
@@ -148,7 +148,7 @@ PROBE_SOURCE = textwrap.dedent('''
 
 def _load(path: pathlib.Path) -> Any:
     """A module of the test suite, imported for its tables (no mutant is applied here)."""
-    for folder in (str(SUPPORT), str(KERNEL_TESTS)):
+    for folder in (str(SUPPORT), str(EXPLORER_TESTS)):
         if folder not in sys.path:
             sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -163,9 +163,9 @@ def _suite_tables() -> dict[str, Any]:
     return {
         "mutants": {machine: sorted(names) for machine, names in mutants.MUTANTS.items()},
         "behavioural": mutants.BEHAVIOURAL_TESTS,
-        "queue": _load(KERNEL_TESTS / "test_explore_queue.py").CAUGHT_BY,
-        "attempts": _load(KERNEL_TESTS / "test_explore_attempts.py").CAUGHT_BY,
-        "runs": _load(KERNEL_TESTS / "test_explore_runs.py"),
+        "queue": _load(EXPLORER_TESTS / "test_explore_queue.py").CAUGHT_BY,
+        "attempts": _load(EXPLORER_TESTS / "test_explore_attempts.py").CAUGHT_BY,
+        "runs": _load(EXPLORER_TESTS / "test_explore_runs.py"),
     }
 
 
@@ -176,8 +176,8 @@ QUEUE_SCRIPT = textwrap.dedent("""
     import json, sys
     import kernel_mutants
     kernel_mutants.apply(sys.argv[1])
-    from tenure.kernel.explore.engine import explore
-    from tenure.kernel.explore.queue import STANDARD
+    from tenure.conformance.explore.engine import explore
+    from tenure.conformance.explore.queue import STANDARD
     model, depth = STANDARD[int(sys.argv[2])]
     found = explore(model, max_depth=depth)
     violation = found.violation
@@ -190,8 +190,8 @@ ATTEMPT_SCRIPT = textwrap.dedent("""
     import json, sys
     import kernel_mutants
     kernel_mutants.apply(sys.argv[1])
-    from tenure.kernel.explore.attempts import STANDARD, WORLD_PROPERTIES, AttemptModel
-    from tenure.kernel.explore.engine import explore
+    from tenure.conformance.explore.attempts import STANDARD, WORLD_PROPERTIES, AttemptModel
+    from tenure.conformance.explore.engine import explore
     answer = {"world": None, "states": None, "property": None, "actions": None, "states_all_worlds": 0}
     for standard, max_depth in STANDARD:
         model = AttemptModel(standard.configuration, WORLD_PROPERTIES)
@@ -208,7 +208,7 @@ RUN_SCRIPT = textwrap.dedent("""
     import json, sys
     import kernel_mutants
     kernel_mutants.apply(sys.argv[1])
-    from tenure.kernel.explore import engine, runs
+    from tenure.conformance.explore import engine, runs
     model, depth = next((model, depth) for model, depth in runs.STANDARD if model.bounds.name == sys.argv[2])
     result = engine.explore(model, max_depth=depth, max_states=int(sys.argv[3]))
     found = result.violation

@@ -84,7 +84,10 @@ from ..core.tables import json_column
 from ..runs.table import RUNS_BINDING, RUNS_TABLE
 from .table import ATTEMPTS_BINDING
 
-__all__ = ["AttemptLedger", "ATTEMPT_NAMESPACE", "attempt_id_for", "DEFAULT_SUBMIT_LEASE_SECONDS", "MAX_DOCUMENT_BYTES"]
+__all__ = [
+    "AttemptLedger", "ATTEMPT_NAMESPACE", "attempt_id_for", "prepared_row", "DEFAULT_SUBMIT_LEASE_SECONDS",
+    "MAX_DOCUMENT_BYTES",
+]
 
 ATTEMPT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:service-job-attempt")
 """The namespace of derived attempt IDs."""
@@ -176,8 +179,10 @@ def _spec_document(spec: AttemptSpec) -> dict[str, Any]:
     return document
 
 
-def _row_of(spec: AttemptSpec) -> AttemptRow:
-    """The spec as a kernel row (where it stands is set by the kernel's ``insert``)."""
+def prepared_row(spec: AttemptSpec) -> AttemptRow:
+    """The spec as the kernel row :meth:`AttemptLedger.prepare` asks the kernel to insert
+    (where it stands and its times are set by the kernel's ``insert``). Part of the
+    adapters' test seam (``docs/testing.md``): a proof's model inserts the same row."""
     digest = "sha256:" + hashlib.sha256(canonical_json(_spec_document(spec)).encode("utf-8")).hexdigest()
     return AttemptRow(
         attempt_id=attempt_id_for(spec.owner_job_id, spec.generation), envelope=ENVELOPE_TAG,
@@ -256,7 +261,13 @@ class AttemptLedger(Facade):
         connections; closing that ledger closes this one's store)."""
         return cls._on_engine(engine)
 
-    async def _decide(self, attempt_id: object, command: AttemptCommand, *, write: bool = True) -> Decision:
+    async def decide(self, attempt_id: object, command: AttemptCommand, *, write: bool = True) -> Decision:
+        """One attempt kernel command on one attempt, as the named operations send it:
+        the row locked, the database clock read, the kernel's decision written with its
+        compare-and-set; returns the kernel's ``Decision`` (a conflict raises its
+        ``ATTEMPT_*`` code). Part of the adapters' test seam (``docs/testing.md``): a
+        replay of an explorer trace sends the trace's own commands. Applications call
+        the named operations (:meth:`begin_submit`, :meth:`record_accepted`, ...)."""
         key = _identity(attempt_id, "attempt_id")
         async with self._errors():
             decisions = await self._engine.on_keys(
@@ -265,7 +276,33 @@ class AttemptLedger(Facade):
         return decisions[0]
 
     async def _applied(self, attempt_id: object, command: AttemptCommand) -> bool:
-        return isinstance(await self._decide(attempt_id, command), Applied)
+        return isinstance(await self.decide(attempt_id, command), Applied)
+
+    async def _prepare_in(self, tx: Transaction, row: AttemptRow, run_closed: bool) -> Decision:
+        """The prepare decision for ``row`` in ``tx``: every attempt of its owner job and
+        any holding its key locked, the predecessor and the key observed under that lock."""
+        binding = ATTEMPTS_BINDING
+        rows = await tx.locked(binding, finders.of_owner_or_key,
+                               {"owner_job_id": row.owner_job_id, "key": row.idempotency_key})
+        met, predecessor_state, predecessor_generation, key_held = finders.prepare_meets(
+            rows, attempt_id=row.attempt_id, owner_job_id=row.owner_job_id, idempotency_key=row.idempotency_key
+        )
+        command = Prepare(row=row, predecessor_state=predecessor_state,
+                          predecessor_generation=predecessor_generation, key_held_elsewhere=key_held,
+                          run_closed=run_closed)
+        decision = await self._engine.decide_one(tx, binding, met, command)
+        raise_if_conflict(binding, decision)
+        return decision
+
+    async def decide_prepare(self, row: AttemptRow, *, run_closed: bool) -> Decision:
+        """:meth:`prepare`'s transaction for a kernel row as given, with ``run_closed`` as
+        the caller says instead of read under the Run's lock; the predecessor and the key
+        are what the database holds under the attempts' lock. Returns the kernel's
+        ``Decision`` (a conflict raises its ``ATTEMPT_*`` code). Part of the adapters'
+        test seam (``docs/testing.md``): a replay of an explorer trace prepares the
+        trace's own row in a world whose Run exists only in the trace."""
+        async with self._errors():
+            return await self.store.run(lambda tx: self._prepare_in(tx, row, run_closed), write=True)
 
     # --- the operations ----------------------------------------------------------------
 
@@ -277,22 +314,11 @@ class AttemptLedger(Facade):
         is not RUNNING raises RUN_OWNER_MISMATCH. Nothing is stored on a refusal."""
         if type(spec) is not AttemptSpec:
             raise refuse("spec", "attempt_spec_required")
-        row = _row_of(spec)
-        binding = ATTEMPTS_BINDING
+        row = prepared_row(spec)
 
         async def body(tx: Transaction) -> Decision:
-            run_closed = await _run_closed(tx, spec.run_id)
-            rows = await tx.locked(binding, finders.of_owner_or_key,
-                                   {"owner_job_id": spec.owner_job_id, "key": spec.idempotency_key})
-            met, predecessor_state, predecessor_generation, key_held = finders.prepare_meets(
-                rows, attempt_id=row.attempt_id, owner_job_id=spec.owner_job_id, idempotency_key=spec.idempotency_key
-            )
-            command = Prepare(row=row, predecessor_state=predecessor_state,
-                              predecessor_generation=predecessor_generation, key_held_elsewhere=key_held,
-                              run_closed=run_closed)
-            decision = await self._engine.decide_one(tx, binding, met, command)
-            raise_if_conflict(binding, decision)
-            return decision
+            # The Run's lock first (the Run ledger's order), then the attempts'.
+            return await self._prepare_in(tx, row, await _run_closed(tx, spec.run_id))
 
         async with self._errors():
             decision = await self.store.run(body, write=True)
@@ -326,7 +352,7 @@ class AttemptLedger(Facade):
             proof_looked_up_at_us=None if proof is None else _proof_instant(proof, looked_up_at, "looked_up_at"),
             lease_us=_lease_us(lease_seconds),
         )
-        decision = await self._decide(attempt_id, command)
+        decision = await self.decide(attempt_id, command)
         if not isinstance(decision, Applied) or isinstance(decision.reply, EgressDenied):
             return None
         granted = decision.reply

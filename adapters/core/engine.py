@@ -98,8 +98,12 @@ class Engine:
         while len(seen) > SEEN_ROWS:
             seen.popitem(last=False)
 
-    def _last_seen(self, binding: Binding, key: str) -> tuple[bool, Any, int | None]:
-        """(known, the row last seen, its row version if the store reported one)."""
+    def last_seen(self, binding: Binding, key: str) -> tuple[bool, Any, int | None]:
+        """(known, the row last seen, its row version if the store reported one).
+
+        Part of the adapters' test seam (``docs/testing.md``): a proof asks whether the
+        next write of this row will be decided from the row remembered (no read in the
+        write's transaction) before it plants a writer between the two."""
         found = self._seen.get((binding.name, key))
         if found is None:
             return False, None, None
@@ -248,7 +252,7 @@ class Engine:
         decisions: list[Decision] = []
         pairs: list[tuple[Any, Any]] = []
         for key, command in items:
-            known, record, _ = self._last_seen(binding, key)
+            known, record, _ = self.last_seen(binding, key)
             if not known or record is None:
                 return None
             decision = decide(binding.machine, record, command, now)
@@ -320,7 +324,7 @@ class Engine:
         reported as the call's database time.
         """
         reference = ahead.estimated_now_us()
-        known = {key: self._last_seen(binding, key) for key, _ in items}
+        known = {key: self.last_seen(binding, key) for key, _ in items}
         for _ in range(AHEAD_ROUNDS):
             plans = [self._plan(binding, key, command, *known[key], reference, raise_conflicts) for key, command in items]
             windows = [plan for _, plan in plans if plan is not None]

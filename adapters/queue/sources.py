@@ -179,6 +179,10 @@ class JobSource(Facade, Generic[Claimed]):
     _claimed_type: ClassVar[type[Any]]
 
     def __init__(self, db_url: str, config: WorkerConfig | None = None, **operations: Any) -> None:
+        """``operations``: what the queue operations take beyond the store, of which the
+        ID factories ``new_job_id`` and ``new_run_id`` (each a callable returning the next
+        ID; default random UUIDs, time-ordered IDs for tasks) are the adapters' test seam
+        (``docs/testing.md``): a proof names the IDs its model expects."""
         if config is None:
             config = WorkerConfig(db_url)
         elif type(config) is not WorkerConfig:
@@ -230,7 +234,7 @@ class JobSource(Facade, Generic[Claimed]):
     async def _claim_next_owned(self, owner_id: object, claim_token: object, queues: object = None) -> Claimed | None:
         owner = _identity(owner_id, "owner_id")
         token = _identity(claim_token, "claim_token")
-        claimed = await self._operations.claim_owned(owner, [token], self._claimed, self._queues(queues))
+        claimed = await self._operations.claim_owned(owner, [token], self.claimed_view, self._queues(queues))
         return claimed[0] if claimed else None
 
     async def _claim_batch_owned(self, owner_id: object, claim_tokens: object, queues: object = None) -> list[Claimed]:
@@ -239,7 +243,7 @@ class JobSource(Facade, Generic[Claimed]):
         checked = [_identity(token, "claim_tokens") for token in tokens]
         if len(set(checked)) != len(checked):
             raise refuse("claim_tokens", "duplicate_claim_token")
-        return await self._operations.claim_owned(owner, checked, self._claimed, self._queues(queues))
+        return await self._operations.claim_owned(owner, checked, self.claimed_view, self._queues(queues))
 
     def _queues(self, queues: object) -> list[str] | None:
         """The task queues a claim serves (tasks only; checked by the operations)."""
@@ -251,9 +255,13 @@ class JobSource(Facade, Generic[Claimed]):
         owner = _identity(owner_id, "owner_id")
         token = _identity(claim_token, "claim_token")
         record = await self._operations.recover_owned(owner, token)
-        return None if record is None else self._claimed(record)
+        return None if record is None else self.claimed_view(record)
 
-    def _claimed(self, record: QueueRow) -> Claimed:
+    def claimed_view(self, record: QueueRow) -> Claimed:
+        """The claim this source answers for a stored row (what a claim, a recovery or a
+        legacy claim of that row returns). Part of the adapters' test seam
+        (``docs/testing.md``): a proof turns the row its model expects into the reply it
+        expects."""
         fence = None
         if record.claim_token is not None:
             if record.owner_id is None:  # INV-Q7: only a row written outside tenure
@@ -339,7 +347,7 @@ class JobSource(Facade, Generic[Claimed]):
         return self._returned_id(submitted.job_id, submitted.run_id)
 
     async def _claim_next(self, owner_id: object) -> Claimed | None:
-        return await self._operations.claim_legacy(_identity(owner_id, "owner_id"), self._claimed)
+        return await self._operations.claim_legacy(_identity(owner_id, "owner_id"), self.claimed_view)
 
     async def heartbeat(self, job_id: str, worker_id: str) -> bool:
         """Legacy heartbeat by ID and owner; never touches protected or owned work."""
@@ -604,8 +612,8 @@ class TaskSource(JobSource[ClaimedTask]):
     results_any_json = True
     """A task's result is any JSON value (its handler may return a string, a number, ...)."""
 
-    def __init__(self, db_url: str, config: WorkerConfig | None = None) -> None:
-        super().__init__(db_url, config, new_job_id=time_ordered_id)
+    def __init__(self, db_url: str, config: WorkerConfig | None = None, **operations: Any) -> None:
+        super().__init__(db_url, config, **{"new_job_id": time_ordered_id, **operations})
 
     def submit_many(self, jobs: Sequence[TaskJob], *, submission_ids: Sequence[str] | None = None) -> Awaitable[list[str]]:
         """Submit up to 1,000 tasks in one transaction: one answer (the job ID) per task,

@@ -32,6 +32,8 @@ from tenure.kernel.attempts.commands import (
 from tenure.kernel.attempts.record import AttemptRow, AttemptStep
 from tenure.model import ENVELOPE_TAG, TERMINAL_ATTEMPT_STATES, AttemptState
 
+__all__ = ["NOW", "attempt_records", "attempt_commands", "attempt_situations"]
+
 NOW = 1_800_000_000_000_000
 EGRESS = ["egress-1", "egress-2", "egress-3"]
 PROVIDER_IDS = ["job-a", "job-b"]

@@ -45,6 +45,11 @@ from tenure.kernel import (
 from tenure.model import JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 
+__all__ = [
+    "NOW", "JOB_IDS", "RUN_IDS", "OWNERS", "TOKENS", "QUEUE_NAMES", "TASK_NAMES", "records", "fences",
+    "submissions", "queue_names_for", "commands", "situations",
+]
+
 NOW = 1_800_000_000_000_000
 """A database time in 2027, in microseconds."""
 

@@ -21,7 +21,7 @@ import pytest
 
 from tenure.adapters.core.tables import instant_to_sqlite_text
 from tenure.adapters.queue.table import binding_for
-from tenure.conformance.raw import (  # noqa: F401 - the lockstep's raw SQL, shared with the other suites
+from tenure.conformance.lockstep.raw import (  # noqa: F401 - the lockstep's raw SQL, shared with the other suites
     RowHolder,
     _pg,
     expire_lease,
@@ -206,7 +206,7 @@ def migrated_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
 
 
 class LockstepDatabases:
-    """The lockstep harness's :class:`~tenure.conformance.harness.ExampleDatabases` on
+    """The lockstep harness's :class:`~tenure.conformance.lockstep.harness.ExampleDatabases` on
     the test servers: fresh copies of a migrated template."""
 
     def __init__(self, kind: str) -> None:

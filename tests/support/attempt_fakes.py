@@ -16,7 +16,7 @@ import asyncio
 import collections
 import dataclasses
 
-from tenure.conformance.attempts import GUARANTEES, spec  # noqa: F401 - shared with the lockstep
+from tenure.conformance.lockstep.attempts import GUARANTEES, spec  # noqa: F401 - shared with the lockstep
 from tenure.model import (
     AttemptState,
     Found,

@@ -1,5 +1,5 @@
 """The attempt kernel and the ledger in lockstep on the test servers
-(:mod:`tenure.conformance.attempts` holds the machine), and a mutant ledger it must catch.
+(:mod:`tenure.conformance.lockstep.attempts` holds the machine), and a mutant ledger it must catch.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import adapter_support
 import pytest
 
-from tenure.conformance.attempts import AttemptLockstep
-from tenure.conformance.harness import budget, run_lockstep
-from tenure.conformance.harness import machine_for as harness_machine_for
+from tenure.conformance.lockstep.attempts import AttemptLockstep
+from tenure.conformance.lockstep.harness import budget, run_lockstep
+from tenure.conformance.lockstep.harness import machine_for as harness_machine_for
 from tenure.kernel.attempts import finders
 
 

@@ -1,15 +1,23 @@
-"""The floor plan of ``adapters/`` (``specs/README.md``, "Where things live"), held by tests.
+"""The floor plan of ``adapters/`` and ``conformance/`` (``specs/README.md``, "Where things
+live"), held by tests.
 
 Read from the source as text (``ast``), so a rule breaks here before any behaviour does:
 
-- no import circle inside ``tenure.adapters``: every import a module runs, at its top or
-  inside a function, counts (a function-level import is a circle deferred, not removed);
-  only ``if TYPE_CHECKING:`` imports, which never run, are left out. Importing
-  ``a.b.c`` runs the packages ``a.b`` too, so those count as well;
+- no import circle inside ``tenure.adapters``, nor inside ``tenure.conformance``: every
+  import a module runs, at its top or inside a function, counts (a function-level import
+  is a circle deferred, not removed); only ``if TYPE_CHECKING:`` imports, which never
+  run, are left out. Importing ``a.b.c`` runs the packages ``a.b`` too, so those count
+  as well;
 - the table modules import only the persistence core, and the table registry imports
   only table modules (so the schema knows every machine without knowing its behaviour);
-- no module touches another module's private names (``_name``): a leading underscore
-  tells a reader that only its own module uses it;
+- nowhere in the package (``model/``, ``kernel/``, ``adapters/``, ``conformance/``) does
+  a module touch another module's private names (``_name``): a leading underscore tells
+  a reader that only its own module uses it, so a refactor of an adapter's privates
+  cannot break ``tenure conform`` unseen. What a proof needs of an adapter beyond its
+  public API is the adapters' test seam, public and documented (``docs/testing.md``);
+- conformance's rooms import only the rooms the plan allows (:data:`ROOM_IMPORTS`, the
+  table ``tenure.conformance``'s docstring shows), and below conformance only the
+  command line imports it, and only its command room;
 - a package's lazy exports (``core/lazy.py``) name the modules its ``TYPE_CHECKING``
   imports name, so type checkers and the running code see the same names;
 - outside an allow-list, ``adapters/`` compares no state enum: which state allows what
@@ -25,7 +33,10 @@ import paths
 
 ROOT = paths.ROOT
 ADAPTERS = ROOT / "adapters"
+CONFORMANCE = ROOT / "conformance"
 PACKAGE = "tenure.adapters"
+PACKAGE_FOLDERS = [ROOT / folder for folder in ("model", "kernel", "adapters", "conformance")]
+"""Every folder of the installed package (the private-name rule covers them all)."""
 
 
 def _module_name(path: pathlib.Path) -> tuple[str, bool]:
@@ -36,9 +47,12 @@ def _module_name(path: pathlib.Path) -> tuple[str, bool]:
     return "tenure." + ".".join(parts), is_package
 
 
-MODULES: dict[str, tuple[pathlib.Path, bool]] = {
-    _module_name(path)[0]: (path, _module_name(path)[1]) for path in sorted(ADAPTERS.rglob("*.py"))
-}
+def _modules_of(folder: pathlib.Path) -> dict[str, tuple[pathlib.Path, bool]]:
+    return {_module_name(path)[0]: (path, _module_name(path)[1]) for path in sorted(folder.rglob("*.py"))}
+
+
+MODULES = _modules_of(ADAPTERS)
+CONFORMANCE_MODULES = _modules_of(CONFORMANCE)
 
 
 def _runtime_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -54,8 +68,10 @@ def _runtime_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
             pending.extend(ast.iter_child_nodes(node))
 
 
-def _absolute(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
-    """The modules an import statement names (a name imported from a package may be a module)."""
+def _absolute(module: str, is_package: bool, node: ast.Import | ast.ImportFrom,
+              known: dict[str, tuple[pathlib.Path, bool]] = MODULES) -> list[str]:
+    """The modules an import statement names (a name imported from a package may be a
+    module of ``known``)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if node.level == 0:
@@ -64,18 +80,19 @@ def _absolute(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) 
         parts = module.split(".") if is_package else module.split(".")[:-1]
         parts = parts[: len(parts) - (node.level - 1)]
         base = ".".join(parts + ([node.module] if node.module else []))
-    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
 
 
-def _import_graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {name: set() for name in MODULES}
-    for name, (path, is_package) in MODULES.items():
+def _import_graph(modules: dict[str, tuple[pathlib.Path, bool]] = MODULES) -> dict[str, set[str]]:
+    """Which of ``modules`` each of them runs when imported."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, is_package) in modules.items():
         for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
-            for target in _absolute(name, is_package, node):
+            for target in _absolute(name, is_package, node, modules):
                 parts = target.split(".")
                 for end in range(2, len(parts) + 1):  # importing a.b.c runs a.b's __init__ too
                     ran = ".".join(parts[:end])
-                    if ran in MODULES and ran != name and not name.startswith(ran + "."):
+                    if ran in modules and ran != name and not name.startswith(ran + "."):
                         graph[name].add(ran)
     return graph
 
@@ -117,6 +134,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circle_inside_the_adapters() -> None:
     assert _cycles(_import_graph()) == []
+
+
+def test_no_import_circle_inside_conformance() -> None:
+    assert _cycles(_import_graph(CONFORMANCE_MODULES)) == []
 
 
 def test_the_cycle_finder_finds_a_circle() -> None:
@@ -162,33 +183,51 @@ def test_a_machine_package_imports_nothing_when_it_is_imported() -> None:
 PRIVATE_ACCESS_ALLOWED = {
     # aiosqlite offers no public way to run a function on its connection's thread with
     # the sqlite3 connection in hand; tests/adapters/core/test_sqlite_store.py pins that these exist.
-    ("sqlite/store.py", "connection._conn"),
+    ("adapters/sqlite/store.py", "connection._conn"),
+    # The same aiosqlite internals read with a default (the version without them still
+    # runs): the connection's thread (made a daemon) and the sqlite3 connection of a
+    # caller's transaction (main's issue-47 work; listed here so the rule holds after the merge).
+    ("adapters/sqlite/store.py", "getattr(connection, '_thread', connection)"),
+    ("adapters/sqlite/store.py", "getattr(connection, '_conn', None)"),
 }
 
 
-def _defined_names(tree: ast.Module) -> set[str]:
+def _own_names(tree: ast.Module) -> set[str]:
+    """The private names a module owns besides its module-level ones: what its classes
+    define (methods, class attributes) and what it stores on ``self`` or ``cls``. Storing
+    on another object (``engine._id = ...``) owns nothing: it is a reach like a read."""
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        if isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(statement.name)
+                elif isinstance(statement, ast.Assign | ast.AnnAssign):
+                    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                    names.update(target.id for target in targets if isinstance(target, ast.Name))
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
             names.add(node.attr)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
     return names
 
 
 def _is_private(name: str) -> bool:
-    return name.startswith("_") and not name.startswith("__")
+    """``_name``, not ``__dunder__`` and not an enum's documented ``_sunder_`` names
+    (``member._value_``: the explorer reads it in its hot loop)."""
+    return name.startswith("_") and not name.startswith("__") and not (len(name) > 2 and name.endswith("_"))
 
 
-def _private_uses(path: pathlib.Path, root: pathlib.Path = ADAPTERS) -> list[str]:
-    """Private names of other modules that ``path`` imports or reaches through an object.
+def _private_uses(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+    """Private names of other modules that ``path`` imports or reaches through an object
+    (reading, writing, or naming it to ``getattr``/``setattr``/``hasattr``/``delattr``).
 
     An attribute ``x._name`` is the module's own when ``x`` is ``self`` or ``cls``, or when
-    the module itself defines ``_name`` (a class reaching into another instance of itself)."""
+    a class of this module defines ``_name`` (a class reaching into another instance of
+    itself). Imports count from tenure and from the package's relative imports; reaches
+    count into any object, a library's included (Hypothesis's ``_hypothesis_internal_*``:
+    its documented decorators set them)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    own = _defined_names(tree)
+    own = _own_names(tree)
     where = path.relative_to(root).as_posix()
     uses = []
     for node in ast.walk(tree):
@@ -200,17 +239,111 @@ def _private_uses(path: pathlib.Path, root: pathlib.Path = ADAPTERS) -> list[str
             if node.attr in own or (where, ast.unparse(node)) in PRIVATE_ACCESS_ALLOWED:
                 continue
             uses.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and _is_private(node.args[1].value) and node.args[1].value not in own
+              and (where, ast.unparse(node)) not in PRIVATE_ACCESS_ALLOWED):
+            uses.append(f"{where}:{node.lineno} {ast.unparse(node)}")
     return uses
 
 
-def test_no_module_uses_another_modules_private_names() -> None:
-    assert [use for path in sorted(ADAPTERS.rglob("*.py")) for use in _private_uses(path)] == []
+def test_no_module_anywhere_in_the_package_uses_another_modules_private_names() -> None:
+    # conformance/ included: it uses the adapters' documented test seam (docs/testing.md).
+    assert [use for folder in PACKAGE_FOLDERS for path in sorted(folder.rglob("*.py")) for use in _private_uses(path)] == []
 
 
 def test_the_private_name_check_sees_a_reach_into_another_module(tmp_path: pathlib.Path) -> None:
     planted = tmp_path / "planted.py"
-    planted.write_text("from .runs.ledger import _hidden\n\n\ndef f(ledger):\n    return ledger._engine\n")
-    assert [use.split(" ", 1)[1] for use in _private_uses(planted, tmp_path)] == ["imports _hidden", "ledger._engine"]
+    planted.write_text(
+        "from .runs.ledger import _hidden\n"
+        "from tenure.adapters.attempts.ledger import _row_of\n\n\n"
+        "async def _decide(ledger):\n"  # a function of this module named alike owns nothing of the ledger's
+        "    operations._new_job_id = lambda: 'job-1'\n"  # a write into another object is a reach
+        "    setattr(machine, '_hypothesis_internal_use_seed', 1)\n"
+        "    return ledger._engine, await ledger._decide('a', None), Status.DONE._value_\n\n\n"
+        "class Own:\n"
+        "    def __init__(self):\n"
+        "        self._seen = {}\n\n"
+        "    def merge(self, other):\n"
+        "        return other._seen\n"  # its own class's private name: not a reach
+    )
+    assert sorted(use.split(" ", 1)[1] for use in _private_uses(planted, tmp_path)) == sorted([
+        "imports _hidden", "imports _row_of", "operations._new_job_id",
+        "setattr(machine, '_hypothesis_internal_use_seed', 1)", "ledger._engine", "ledger._decide",
+    ])
+
+
+# --- conformance's rooms ---------------------------------------------------------------------
+
+ROOM_IMPORTS: dict[str, set[str]] = {
+    "tenure.conformance": set(),
+    "tenure.conformance.strategies": set(),
+    "tenure.conformance.lockstep": set(),
+    "tenure.conformance.drivers": {"tenure.conformance.lockstep", "tenure.conformance.strategies"},
+    "tenure.conformance.explore": set(),
+    "tenure.conformance.explore.replays": {"tenure.conformance.explore", "tenure.conformance.lockstep",
+                                           "tenure.conformance.drivers"},
+    "tenure.conformance.explore.__main__": {"tenure.conformance.explore", "tenure.conformance.explore.replays"},
+    "tenure.conformance.command": {"tenure.conformance.strategies", "tenure.conformance.lockstep",
+                                   "tenure.conformance.drivers"},
+}
+"""Which rooms each room of conformance may import (its own modules always): the
+explorer is pure and imports no other room (``test_layout.py`` holds its purity); its
+edge (replays, ``__main__``) and the driver proofs stand on the lockstep room; nothing
+imports the command. ``tenure.conformance`` itself (its ``__init__``) imports nothing:
+the pytest plugin in the command room is loaded in every pytest run."""
+
+
+def _room(module: str) -> str:
+    """The room a conformance module lives in: the longest room name it starts with."""
+    return max((room for room in ROOM_IMPORTS if module == room or module.startswith(room + ".")), key=len)
+
+
+def _room_crossings(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} ({_room(module)}) imports {target}"
+        for module, targets in graph.items() for target in targets
+        if _room(target) != _room(module) and _room(target) not in ROOM_IMPORTS[_room(module)]
+        # importing a room's module runs the package tenure.conformance, which imports nothing
+        and target != "tenure.conformance"
+    )
+
+
+def test_every_conformance_module_lives_in_a_room() -> None:
+    rooms = {_room(module) for module in CONFORMANCE_MODULES}
+    assert rooms == set(ROOM_IMPORTS)
+    assert {name for name in CONFORMANCE_MODULES if _room(name) == "tenure.conformance"} == {"tenure.conformance"}
+
+
+def test_conformance_rooms_import_only_the_rooms_the_plan_allows() -> None:
+    assert _room_crossings(_import_graph(CONFORMANCE_MODULES)) == []
+
+
+def test_the_room_check_sees_a_room_importing_one_it_may_not() -> None:
+    graph = {
+        "tenure.conformance.lockstep.queue": {"tenure.conformance.drivers.scratch"},  # lockstep stands on no room
+        "tenure.conformance.explore.engine": {"tenure.conformance.lockstep.raw"},  # the pure explorer neither
+        "tenure.conformance.drivers.stores": {"tenure.conformance.lockstep.harness"},  # allowed
+        "tenure.conformance.command.runner": {"tenure.conformance.lockstep.queue"},  # allowed
+    }
+    assert _room_crossings(graph) == [
+        "tenure.conformance.explore.engine (tenure.conformance.explore) imports tenure.conformance.lockstep.raw",
+        "tenure.conformance.lockstep.queue (tenure.conformance.lockstep) imports tenure.conformance.drivers.scratch",
+    ]
+
+
+def test_below_conformance_only_the_command_line_imports_it_and_only_the_command() -> None:
+    importers = sorted(
+        f"{path.relative_to(ROOT).as_posix()} imports {target}"
+        for folder in PACKAGE_FOLDERS if folder != CONFORMANCE
+        for path in sorted(folder.rglob("*.py"))
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")))
+        for target in _absolute(_module_name(path)[0], _module_name(path)[1], node)
+        if target.startswith("tenure.conformance")
+    )
+    assert all(line.startswith("adapters/apps/") and " imports tenure.conformance.command" in line
+               for line in importers), importers
 
 
 # --- lazy exports ----------------------------------------------------------------------------

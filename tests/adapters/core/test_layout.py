@@ -1,4 +1,5 @@
-"""The package layout: one namespace, no double imports, public modules declare __all__."""
+"""The package layout: one namespace, no double imports, public modules declare __all__;
+the kernel and the explorer are pure."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import pkgutil
 import sys
 
 import tenure.adapters
+import tenure.conformance
 import tenure.kernel
 import tenure.model
 
-PUBLIC_PACKAGES = (tenure.model, tenure.kernel, tenure.adapters)
+PUBLIC_PACKAGES = (tenure.model, tenure.kernel, tenure.adapters, tenure.conformance)
 
 
 def _modules() -> list[str]:
@@ -61,24 +63,66 @@ def test_the_version_comes_from_the_installed_metadata() -> None:
     assert importlib.metadata.version("tenure")
 
 
-def test_the_kernel_imports_only_the_model_and_the_standard_library() -> None:
+def _pure_imports_outside(path: "pathlib.Path", module: str) -> set[str]:
+    """What ``path`` (the module ``module``) imports beyond the standard library,
+    ``tenure.model`` and ``tenure.kernel``: at any depth, relative imports resolved (a
+    relative import is checked like the absolute one it spells)."""
     import ast
+
+    allowed_roots = set(sys.stdlib_module_names)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    outside: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+            names = [".".join([*base, *([node.module] if node.module else [])])]
+        else:
+            continue
+        for name in names:
+            if name.startswith("tenure."):
+                if not name.startswith(("tenure.model", "tenure.kernel", EXPLORER)):
+                    outside.add(name)
+            elif name.split(".")[0] not in allowed_roots:
+                outside.add(name)
+    return outside
+
+
+EXPLORER = "tenure.conformance.explore"
+"""The explorer: a consumer of the kernel, kept as pure as the kernel (its own modules
+may import each other). Its edge is not: ``explore/replays/`` talks to databases and
+``explore/__main__.py`` to people (``tenure.conformance``'s docstring)."""
+
+
+def _pure_modules() -> "list[tuple[pathlib.Path, str]]":
     import pathlib
 
-    allowed_roots = set(sys.stdlib_module_names) | {"tenure"}
     kernel_dir = pathlib.Path(tenure.kernel.__file__).parent
-    for path in kernel_dir.rglob("*.py"):  # every machine folder too
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                roots = {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                roots = {node.module.split(".")[0]}
-                if node.module.startswith("tenure.") and not node.module.startswith(("tenure.model", "tenure.kernel")):
-                    roots = {"forbidden:" + node.module}
-            else:
+    explorer_dir = pathlib.Path(tenure.conformance.__file__).parent / "explore"
+    found = []
+    for root, name in ((kernel_dir, "tenure.kernel"), (explorer_dir, EXPLORER)):
+        for path in sorted(root.rglob("*.py")):  # every machine folder too
+            parts = path.relative_to(root).with_suffix("").parts
+            if root == explorer_dir and (parts[0] == "replays" or parts == ("__main__",)):
                 continue
-            assert roots <= allowed_roots, f"{path.name} imports {roots}"
+            found.append((path, ".".join([name, *(part for part in parts if part != "__init__")])))
+    return found
+
+
+def test_the_kernel_and_the_explorer_import_only_the_model_the_kernel_and_the_standard_library() -> None:
+    modules = _pure_modules()
+    assert {module for _, module in modules} >= {f"{EXPLORER}.engine", f"{EXPLORER}.queue", f"{EXPLORER}.runs",
+                                                f"{EXPLORER}.attempts", "tenure.kernel.queue.machine"}
+    assert {module: outside for path, module in modules if (outside := _pure_imports_outside(path, module))} == {}
+
+
+def test_the_purity_check_sees_a_relative_import_out_of_the_explorer(tmp_path: "pathlib.Path") -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("import time\nimport hypothesis\nfrom ..lockstep import raw\nfrom .engine import explore\n"
+                       "from tenure.kernel.core import Applied\nfrom tenure.adapters import upgrade\n")
+    assert _pure_imports_outside(planted, f"{EXPLORER}.planted") == {
+        "hypothesis", "tenure.conformance.lockstep", "tenure.adapters"}
 
 
 def test_every_kernel_machine_folder_has_the_same_files() -> None:

@@ -1,4 +1,4 @@
-"""The store primitives' conformance suite (``tenure.conformance.stores``) on every
+"""The store primitives' conformance suite (``tenure.conformance.drivers.stores``) on every
 database: each case's checks run through :func:`check_stores`, the same entry point
 ``tenure conform`` uses, on fresh copies of a migrated database; a failure prints the
 failing example. A deliberately broken store shows the suite has teeth.
@@ -14,7 +14,7 @@ import adapter_support
 import pytest
 from hypothesis import settings
 
-from tenure.conformance.stores import CASES, CHECKS, SNAPSHOT_CASES, TABLES, StoreCaseResult, check_stores
+from tenure.conformance.drivers.stores import CASES, CHECKS, SNAPSHOT_CASES, TABLES, StoreCaseResult, check_stores
 
 EXAMPLES = 25
 """Hypothesis examples per (case, check)."""

@@ -1,5 +1,5 @@
 """The owned queue's kernel-backed model and real databases in lockstep
-(:mod:`tenure.conformance.queue` holds the machine; these tests run it on the test
+(:mod:`tenure.conformance.lockstep.queue` holds the machine; these tests run it on the test
 servers, with the budget CI gives it, and hold its teeth to account with mutant stores).
 """
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tenure.conformance.harness import COUNTERS, Counter, LockstepBase, budget, run_lockstep
-from tenure.conformance.harness import machine_for as harness_machine_for
-from tenure.conformance.queue import LockstepMachine
+from tenure.conformance.lockstep.harness import COUNTERS, Counter, LockstepBase, budget, run_lockstep
+from tenure.conformance.lockstep.harness import machine_for as harness_machine_for
+from tenure.conformance.lockstep.queue import LockstepMachine
 
 
 def machine_for(database: str, *, only: frozenset[str] | None = None) -> type[LockstepBase]:

@@ -1,5 +1,5 @@
 """The Run kernels and the RunLedger in lockstep on the test servers
-(:mod:`tenure.conformance.runs` holds the machine and its model).
+(:mod:`tenure.conformance.lockstep.runs` holds the machine and its model).
 """
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import adapter_support
 import pytest
 
-from tenure.conformance.harness import budget, machine_for, run_lockstep
-from tenure.conformance.runs import RunLockstep
+from tenure.conformance.lockstep.harness import budget, machine_for, run_lockstep
+from tenure.conformance.lockstep.runs import RunLockstep
 
 LOCKSTEP_STEPS = budget({"sqlite": 6_000, "postgresql": 6_000})
 """Steps CI runs per database (``TENURE_LOCKSTEP_STEPS=N`` overrides; see docs/testing.md).

@@ -1,0 +1,611 @@
+"""The Run kernels as the model and the RunLedger on every database, in lockstep.
+
+The same command stream goes to the ledger and to a model that keeps kernel records
+(Runs, deliveries, consents, delegated jobs) in dictionaries and decides with the Run,
+consent and job kernels at the database time the ledger's transaction read; every
+answer and every stored row of the four tables must agree after every step. Racing
+rules run two ledgers at once (two claimers of one hop, two resumers of one wait,
+cancellation against completion, release against fail_held, two admissions under one
+key): the database must then have done what one serial order of the two does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, rule
+
+from tenure.adapters import InMemoryBroker, RunLedger
+from tenure.adapters.agent_jobs.facade import cancelled_result, job_id_for, public_job
+from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
+from tenure.adapters.consents.facade import public_consent
+from tenure.adapters.consents.table import CONSENTS_BINDING
+from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, run_id_for
+from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
+from tenure.adapters.runs.transactions import consent_evidence, job_evidence
+from tenure.conformance.lockstep.harness import LockstepBase, outcome
+from tenure.kernel.agent_jobs import machine as job_machine
+from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
+from tenure.kernel.agent_jobs.record import AgentJobRow
+from tenure.kernel.consents import machine as consent_machine
+from tenure.kernel.consents.commands import CancelPending, CreateConsent, DecideConsent
+from tenure.kernel.consents.record import ConsentRow
+from tenure.kernel.core import Applied, Finder, Refused
+from tenure.kernel.runs import finders
+from tenure.kernel.runs.commands import (
+    Admit,
+    Admitted,
+    BeginCancel,
+    Claim,
+    Claimed,
+    Containment,
+    EnterHardwareWait,
+    FailHeld,
+    FinishCancel,
+    LeaveHardwareWait,
+    Park,
+    RecordPublished,
+    RecordPublishError,
+    Release,
+    Resume,
+    Resumed,
+    Settle,
+    Settled,
+    Swept,
+    Ticket,
+)
+from tenure.kernel.runs.machine import RUNS, decide
+from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of, record_violations
+from tenure.model import (
+    TERMINAL_RUN_STATUSES,
+    AgentJobStatus,
+    BrokerJobState,
+    CancelTicket,
+    ConsentStatus,
+    RunClaim,
+    RunIntent,
+    RunStatus,
+    TenureError,
+    WaitKind,
+    WorkflowPin,
+    hop_key,
+)
+
+__all__ = ["RunLockstep", "RunModel"]
+
+WORKFLOW = WorkflowPin("review", "r1", "sha256:workflow")
+SESSIONS = [None, "session-1", "session-2"]
+KEYS = [None, "key-1", "key-2"]
+NODES = ["node-a", "node-b"]
+QUEUES = ["runs", "rites"]
+REQUESTS = ["request-1", "request-2", "request-3"]
+TIMERS = ["sleep:0", "sleep:1"]
+TERMINAL_RESULTS = [AgentJobStatus.SUCCEEDED, AgentJobStatus.FAILED, AgentJobStatus.CANCELLED,
+                    AgentJobStatus.TIMED_OUT, AgentJobStatus.LOST]
+_ALL = Finder("all", ((),), lock="none")
+T = TypeVar("T")
+
+
+def _raise_if_coded(machine: Any, decision: Any) -> None:
+    if isinstance(decision, Refused):
+        code = machine.outcomes[decision.reason]
+        if code is not None:
+            raise TenureError(code, decision.reason.value)
+
+
+def _result(job_id: str, status: AgentJobStatus) -> dict[str, Any]:
+    error = None if status in (AgentJobStatus.SUCCEEDED, AgentJobStatus.CANCELLED) else f"{status.value} happened"
+    return {"job_id": job_id, "status": status.value, "error": error, "output": {"n": 1}}
+
+
+class RunModel:
+    """Kernel records in dictionaries, decided at the database's own times, gathered the
+    way the ledger gathers them."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunRow] = {}
+        self.deliveries: dict[str, DeliveryRow] = {}
+        self.consents: dict[str, ConsentRow] = {}
+        self.jobs: dict[str, AgentJobRow] = {}
+
+    def snapshot(self) -> tuple[dict[str, Any], ...]:
+        return dict(self.runs), dict(self.deliveries), dict(self.consents), dict(self.jobs)
+
+    def restore(self, saved: tuple[dict[str, Any], ...]) -> None:
+        self.runs, self.deliveries, self.consents, self.jobs = (dict(part) for part in saved)
+
+    def pair(self, run_id: str) -> RunPair | None:
+        run = self.runs.get(run_id)
+        return None if run is None else RunPair(run, (self.deliveries[key_of(run_id, run.enqueue_seq)],))
+
+    def containment(self, run_id: str) -> Containment:
+        open_jobs = [job for job in self.jobs.values() if job.run_id == run_id and job.status in finders.OPEN_JOB_STATUSES]
+        return Containment(open_jobs=len(open_jobs), open_attempts=0)
+
+    def evidence(self, kind: WaitKind | None, owner_id: str | None) -> Any:
+        if kind is WaitKind.CONSENT and owner_id in self.consents:
+            return consent_evidence(self.consents[owner_id])
+        if kind is WaitKind.DELEGATE and owner_id in self.jobs:
+            return job_evidence(self.jobs[owner_id])
+        return None
+
+    def run_command(self, run_id: str, command: Any, now: int, pair: Any = "load") -> Any:
+        met = self.pair(run_id) if pair == "load" else pair
+        decision = decide(met, command, now)
+        _raise_if_coded(RUNS, decision)
+        if isinstance(decision, Applied):
+            new = decision.new_record
+            assert new is not None, "no Run command deletes a Run"
+            self.runs[new.run.run_id] = new.run
+            for delivery in new.deliveries:
+                self.deliveries[delivery.delivery_id] = delivery
+            if isinstance(decision.reply, Settled | Swept):
+                for consent in sorted(self.consents.values(), key=lambda row: row.consent_id):
+                    if consent.run_id == run_id:
+                        swept = consent_machine.decide(consent, CancelPending(decided_by=decision.reply.decided_by), now)
+                        if isinstance(swept, Applied):
+                            assert swept.new_record is not None
+                            self.consents[consent.consent_id] = swept.new_record
+        return decision
+
+    # --- the ledger's operations, as the model answers them ----------------------------------
+
+    def admit(self, intent: RunIntent, queue: str, priority: int, key: str | None, hold: bool, fence: bool,
+              fresh_id: str | None, now: int) -> Any:
+        run_id = run_id_for(key) if key is not None else (fresh_id or "run-never-stored")
+        row, template = admission_rows(intent, WORKFLOW, queue, priority, key, run_id)
+        pair = self.pair(run_id)
+        busy = fence and pair is None and any(
+            run.session_id == intent.session_id and run.status not in TERMINAL_RUN_STATUSES for run in self.runs.values()
+        )
+        decision = self.run_command(run_id, Admit(run=row, delivery=template, hold=hold, session_busy=busy), now, pair)
+        stored = decision.new_record
+        assert isinstance(decision.reply, Admitted)
+        return (public_run(stored.run), public_delivery(stored.current), decision.reply.created)
+
+    def changed(self, run_id: str, command: Any, now: int) -> bool:
+        return isinstance(self.run_command(run_id, command, now), Applied)
+
+    def claim(self, run_id: str, seq: int, node: str, now: int, claimant: str | None = None) -> RunClaim | None:
+        decision = self.run_command(run_id, Claim(enqueue_seq=seq, node=node, claimant=claimant), now)
+        if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
+            return None
+        assert decision.new_record is not None
+        run = public_run(decision.new_record.run)
+        return RunClaim(run, decision.reply.enqueue_seq, decision.reply.resume, run.workflow)
+
+    def park(self, run_id: str, seq: int, kind: WaitKind, owner_id: str, now: int) -> bool:
+        command = Park(enqueue_seq=seq, wait=kind, owner_id=owner_id, owner=self.evidence(kind, owner_id))
+        return isinstance(self.run_command(run_id, command, now), Applied)
+
+    def park_timer(self, run_id: str, seq: int, name: str, wake_at_us: int, now: int) -> bool:
+        command = Park(enqueue_seq=seq, wait=WaitKind.TIMER, owner_id=name, owner=None, wake_at_us=wake_at_us)
+        return isinstance(self.run_command(run_id, command, now), Applied)
+
+    def resume(self, run_id: str, owner_id: str, now: int) -> int | None:
+        pair = self.pair(run_id)
+        evidence = None if pair is None else self.evidence(pair.run.owner_kind, pair.run.owner_id)
+        decision = self.run_command(run_id, Resume(owner_id=owner_id, owner=evidence), now)
+        return decision.reply.enqueue_seq if isinstance(decision, Applied) and isinstance(decision.reply, Resumed) else None
+
+    def settle(self, run_id: str, seq: int, status: RunStatus, now: int) -> bool:
+        error = "it broke" if status is RunStatus.FAILED else None
+        command = Settle(enqueue_seq=seq, status=status, error=error, containment=self.containment(run_id))
+        return isinstance(self.run_command(run_id, command, now), Applied)
+
+    def begin_cancel(self, run_id: str, now: int) -> CancelTicket | None:
+        decision = self.run_command(run_id, BeginCancel(), now)
+        if isinstance(decision, Applied) and isinstance(decision.reply, Ticket):
+            return CancelTicket(run_id, decision.reply.enqueue_seq, decision.reply.already_cancelled)
+        return None
+
+    def finish_cancel(self, run_id: str, seq: int, hop: BrokerJobState | None, now: int) -> bool:
+        command = FinishCancel(enqueue_seq=seq, hop=hop, containment=self.containment(run_id))
+        decision = self.run_command(run_id, command, now)
+        return isinstance(decision, Applied) and isinstance(decision.reply, Settled)
+
+    def create_consent(self, row: ConsentRow, now: int) -> Any:
+        run = self.runs.get(row.run_id)
+        decision = consent_machine.decide(None, CreateConsent(row=row, run_running=run is not None
+                                                              and run.status is RunStatus.RUNNING), now)
+        _raise_if_coded(consent_machine.CONSENTS, decision)
+        assert isinstance(decision, Applied) and decision.new_record is not None, "every refused creation is an error"
+        self.consents[row.consent_id] = decision.new_record
+        return public_consent(decision.new_record)
+
+    def decide_consent(self, consent_id: str, verdict: ConsentStatus, now: int) -> bool:
+        decision = consent_machine.decide(self.consents.get(consent_id),
+                                          DecideConsent(verdict=verdict, decided_by="principal-p"), now)
+        if isinstance(decision, Applied):
+            assert decision.new_record is not None
+            self.consents[consent_id] = decision.new_record
+        return isinstance(decision, Applied)
+
+    def submit_job(self, row: AgentJobRow, now: int) -> Any:
+        run = self.runs.get(row.run_id)
+        command = SubmitJob(row=row, run_running=run is not None and run.status is RunStatus.RUNNING)
+        decision = job_machine.decide(self.jobs.get(row.job_id), command, now)
+        _raise_if_coded(job_machine.AGENT_JOBS, decision)
+        assert isinstance(decision, Applied) and decision.new_record is not None, "every refused submission is an error"
+        self.jobs[row.job_id] = decision.new_record
+        return public_job(decision.new_record)
+
+    def job_command(self, job_id: str, command: Any, now: int) -> bool:
+        decision = job_machine.decide(self.jobs.get(job_id), command, now)
+        _raise_if_coded(job_machine.AGENT_JOBS, decision)
+        if isinstance(decision, Applied):
+            assert decision.new_record is not None
+            self.jobs[job_id] = decision.new_record
+        return isinstance(decision, Applied)
+
+
+def _intent(session: str | None, payload: int, requested: int | None) -> RunIntent:
+    return RunIntent(session, "api", "alice", frozenset({"read", "write"}), {"n": payload}, requested)
+
+
+def _job_row(run_id: str, request_id: str, variant: int) -> AgentJobRow:
+    import json as _json
+
+    return AgentJobRow(
+        job_id=job_id_for(request_id), request_id=request_id, run_id=run_id, runtime="runtime-r", profile="profile-p",
+        request_json=_json.dumps({"task": variant}, separators=(",", ":")), status=AgentJobStatus.QUEUED,
+        result_json=None, runtime_job_id=None, created_at_us=0, updated_at_us=0,
+    )
+
+
+class RunLockstep(LockstepBase):
+    machine_name = "runs"
+    model: RunModel
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = RunModel()
+        self.broker = InMemoryBroker()
+        self.ledgers = [RunLedger(self.db_url), RunLedger(self.db_url)]
+        for ledger in self.ledgers:
+            ledger.store.observe_time = self.clock.seen.append
+
+    def close_resources(self) -> None:
+        for ledger in self.ledgers:
+            self.runner.run(ledger.close())
+
+    # --- choices ---------------------------------------------------------------------------
+
+    def run_ids(self) -> list[str]:
+        return list(self.model.runs) + ["00000000-0000-4000-8000-000000000000"]
+
+    @staticmethod
+    def pick(data: st.DataObject, options: list[T]) -> T | None:
+        """One of ``options`` (None when there is none), drawn the same way whatever the
+        state: on PostgreSQL a race's winner shapes the state, so a draw whose shape (a
+        list's length, whether to draw at all) followed the state would replay
+        differently and Hypothesis would call the strategy flaky."""
+        index = data.draw(st.integers(0, 63))
+        return options[index % len(options)] if options else None
+
+    def pick_run(self, data: st.DataObject) -> str:
+        run_id = self.pick(data, self.run_ids())
+        assert run_id is not None  # run_ids() is never empty
+        return run_id
+
+    def pick_seq(self, data: st.DataObject, run_id: str) -> int:
+        run = self.model.runs.get(run_id)
+        current = 0 if run is None else run.enqueue_seq
+        seq = self.pick(data, sorted({current, max(0, current - 1), current + 1}))
+        assert seq is not None
+        return seq
+
+    def owners(self) -> list[str]:
+        return list(self.model.consents) + list(self.model.jobs) + ["00000000-0000-4000-8000-00000000000f", *TIMERS]
+
+    def once(self, call: Callable[[], Any]) -> tuple[tuple[Any, ...], int | None]:
+        """The ledger's answer and the one database time it read (None: no transaction wrote)."""
+        actual = self.run(call())
+        seen = self.clock.take_all()
+        assert len(seen) <= 1, f"one transaction per operation, saw {len(seen)}"
+        return actual, (seen[0] if seen else None)
+
+    def check(self, call: Callable[[], Any], model_step: Callable[[int], Any]) -> None:
+        actual, now = self.once(call)
+        assert now is not None, "every operation here reads the database clock once"
+        self.expect(actual, outcome(lambda: model_step(now)))
+
+    # --- admission and delivery ----------------------------------------------------------------
+
+    @rule(session=st.sampled_from(SESSIONS), key=st.sampled_from(KEYS), hold=st.booleans(), fence=st.booleans(),
+          payload=st.integers(1, 2), priority=st.sampled_from([10, 50]), requested=st.sampled_from([None, 70]),
+          queue=st.sampled_from(QUEUES))
+    def admit(self, session: str | None, key: str | None, hold: bool, fence: bool, payload: int, priority: int,
+              requested: int | None, queue: str) -> None:
+        fence = fence and session is not None
+        intent = _intent(session, payload, requested)
+        actual, now = self.once(lambda: self.ledgers[0].admit(
+            intent, workflow=WORKFLOW, queue=queue, priority=priority, idempotency_key=key, hold=hold, session_fence=fence))
+        assert now is not None
+        fresh = actual[1].run.run_id if actual[0] == "ok" else None
+        if actual[0] == "ok":
+            actual = ("ok", (actual[1].run, actual[1].delivery, actual[1].created))
+        self.expect(actual, outcome(lambda: self.model.admit(intent, queue, priority, key, hold, fence, fresh, now)))
+
+    @rule(data=st.data(), fail=st.booleans())
+    def release_or_fail_held(self, data: st.DataObject, fail: bool) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        if fail:
+            self.check(lambda: self.ledgers[0].fail_held(run_id, seq, error="context lost"),
+                       lambda now: self.model.changed(run_id, FailHeld(enqueue_seq=seq, error="context lost"), now))
+        else:
+            self.check(lambda: self.ledgers[0].release(run_id, seq),
+                       lambda now: self.model.changed(run_id, Release(enqueue_seq=seq), now))
+
+    @rule(data=st.data(), fault=st.sampled_from(["none", "none", "fail", "lose_acknowledgement"]))
+    def publish(self, data: st.DataObject, fault: str) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        self.broker.fail_publishes = int(fault == "fail")
+        self.broker.lose_acknowledgements = int(fault == "lose_acknowledgement")
+        calls_before = self.broker.publish_calls
+        actual, now = self.once(lambda: self.ledgers[0].publish(run_id, seq, self.broker))
+        sent = self.broker.publish_calls > calls_before
+        self.broker.fail_publishes = self.broker.lose_acknowledgements = 0
+        pair = self.model.pair(run_id)
+        publishable = pair is not None and isinstance(decide(pair, RecordPublished(enqueue_seq=seq), 0), Applied)
+        assert sent == publishable, "the broker is called exactly when the kernel says the hop is publishable"
+        if not publishable:
+            assert now is None
+            self.expect(actual, ("ok", False))
+            return
+        assert now is not None and pair is not None
+        if fault != "none":
+            error = RecordPublishError(enqueue_seq=seq, error="publish_failed:BrokerUnavailable")
+            self.model.changed(run_id, error, now)
+            self.expect(actual, ("error", "run_broker_failed", "publish_failed"))
+        else:
+            self.expect(actual, outcome(lambda: self.model.changed(run_id, RecordPublished(enqueue_seq=seq), now)))
+        if fault == "lose_acknowledgement" or fault == "none":
+            assert self.broker.jobs[hop_key(run_id, seq)].queue == pair.current.queue
+
+    @rule(data=st.data(), node=st.sampled_from(NODES), claimant=st.sampled_from([None, "claimant-1", "claimant-2"]))
+    def claim(self, data: st.DataObject, node: str, claimant: str | None) -> None:
+        # A claimant repeated on a running Run is a claim sent again after its lost answer.
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        self.check(lambda: self.ledgers[0].claim(run_id, seq, node=node, claimant=claimant),
+                   lambda now: self.model.claim(run_id, seq, node, now, claimant))
+
+    @rule(data=st.data(), enter=st.booleans())
+    def hardware_wait(self, data: st.DataObject, enter: bool) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        ledger = self.ledgers[0]
+        if enter:
+            self.check(lambda: ledger.enter_hardware_wait(run_id, seq),
+                       lambda now: self.model.changed(run_id, EnterHardwareWait(enqueue_seq=seq), now))
+        else:
+            self.check(lambda: ledger.leave_hardware_wait(run_id, seq),
+                       lambda now: self.model.changed(run_id, LeaveHardwareWait(enqueue_seq=seq), now))
+
+    @rule(data=st.data())
+    def broker_starts_or_finishes_a_hop(self, data: st.DataObject) -> None:
+        """A broker worker takes a queued job (it becomes live and active) or finishes one."""
+        if data.draw(st.booleans()):
+            self.broker.take(data.draw(st.sampled_from(QUEUES)))
+        else:
+            active = sorted(key for key, job in self.broker.jobs.items() if job.state is BrokerJobState.ACTIVE)
+            chosen = self.pick(data, active)
+            if chosen is not None:
+                self.broker.finish(chosen)
+
+    # --- owners --------------------------------------------------------------------------------
+
+    @rule(data=st.data(), preauthorized=st.booleans())
+    def create_consent(self, data: st.DataObject, preauthorized: bool) -> None:
+        run_id = self.pick_run(data)
+        actual, now = self.once(lambda: self.ledgers[0].create_consent(
+            run_id, tool_name="shell", tool_call_id="call-1", payload={"command": "ls"},
+            preauthorized_by="policy-1" if preauthorized else None))
+        assert now is not None
+        consent_id = actual[1].consent_id if actual[0] == "ok" else "consent-never-stored"
+        row = ConsentRow(consent_id=consent_id, run_id=run_id, tool_name="shell", tool_call_id="call-1",
+                         payload_json='{"command":"ls"}', status=ConsentStatus.PENDING, decided_by=None,
+                         decided_at_us=None, preauthorized_by="policy-1" if preauthorized else None, created_at_us=0)
+        self.expect(actual, outcome(lambda: self.model.create_consent(row, now)))
+
+    @rule(data=st.data(), verdict=st.sampled_from([ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED]))
+    def decide_consent(self, data: st.DataObject, verdict: ConsentStatus) -> None:
+        consent_id = self.pick(data, list(self.model.consents) + ["00000000-0000-4000-8000-0000000000c0"])
+        assert consent_id is not None
+        self.check(lambda: self.ledgers[0].decide_consent(consent_id, verdict, decided_by="principal-p"),
+                   lambda now: self.model.decide_consent(consent_id, verdict, now))
+
+    @rule(data=st.data(), request_id=st.sampled_from(REQUESTS), variant=st.integers(1, 2))
+    def submit_job(self, data: st.DataObject, request_id: str, variant: int) -> None:
+        run_id = self.pick_run(data)
+        row = _job_row(run_id, request_id, variant)
+        self.check(lambda: self.ledgers[0].submit_job(run_id, request_id=request_id, runtime="runtime-r",
+                                                      profile="profile-p", request={"task": variant}),
+                   lambda now: self.model.submit_job(row, now))
+
+    @rule(data=st.data(), action=st.sampled_from(["admitted", "preparing", "running", "adopt", "cancelled"]),
+          result=st.sampled_from(TERMINAL_RESULTS))
+    def move_job(self, data: st.DataObject, action: str, result: AgentJobStatus) -> None:
+        job_id = self.pick(data, list(self.model.jobs) + [job_id_for("request-never")])
+        assert job_id is not None
+        ledger = self.ledgers[0]
+        if action == "adopt":
+            document = _result(job_id, result)
+            import json as _json
+
+            text = _json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            self.check(lambda: ledger.adopt_job_result(job_id, document),
+                       lambda now: self.model.job_command(job_id, AdoptResult(status=result, result_json=text), now))
+        elif action == "cancelled":
+            self.check(lambda: ledger.record_job_cancelled(job_id),
+                       lambda now: self.model.job_command(job_id, RecordCancelled(result_json=cancelled_result(job_id)), now))
+        else:
+            status = AgentJobStatus(action)
+            self.check(lambda: ledger.advance_job(job_id, status, runtime_job_id="runtime-job-1"),
+                       lambda now: self.model.job_command(job_id, AdvanceJob(status=status, runtime_job_id="runtime-job-1"), now))
+
+    @rule(data=st.data(), kind=st.sampled_from([WaitKind.CONSENT, WaitKind.DELEGATE]))
+    def park(self, data: st.DataObject, kind: WaitKind) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        owner_id = self.pick(data, self.owners())
+        assert owner_id is not None  # owners() is never empty
+        self.check(lambda: self.ledgers[0].park(run_id, seq, kind=kind, owner_id=owner_id),
+                   lambda now: self.model.park(run_id, seq, kind, owner_id, now))
+
+    @rule(data=st.data(), name=st.sampled_from(TIMERS), delay_s=st.sampled_from([0, 0.000_001, 3600]))
+    def park_timer(self, data: st.DataObject, name: str, delay_s: float) -> None:
+        """A timer due at once, a microsecond after the park, or in an hour; a later
+        resume (any rule's database time) meets it due or not."""
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        self.check(lambda: self.ledgers[0].park_timer(run_id, seq, name=name, delay_s=delay_s),
+                   lambda now: self.model.park_timer(run_id, seq, name, now + round(delay_s * 1_000_000), now))
+
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        run_id = self.pick_run(data)
+        owner_id = self.pick(data, self.owners())
+        assert owner_id is not None  # owners() is never empty
+        self.check(lambda: self.ledgers[0].resume(run_id, owner_id=owner_id),
+                   lambda now: self.model.resume(run_id, owner_id, now))
+
+    # --- settlement and cancellation -------------------------------------------------------
+
+    @rule(data=st.data(), status=st.sampled_from([RunStatus.DONE, RunStatus.FAILED]))
+    def settle(self, data: st.DataObject, status: RunStatus) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        error = "it broke" if status is RunStatus.FAILED else None
+        self.check(lambda: self.ledgers[0].settle(run_id, seq, status, error=error),
+                   lambda now: self.model.settle(run_id, seq, status, now))
+
+    @rule(data=st.data())
+    def begin_cancel(self, data: st.DataObject) -> None:
+        run_id = self.pick_run(data)
+        self.check(lambda: self.ledgers[0].begin_cancel(run_id), lambda now: self.model.begin_cancel(run_id, now))
+
+    @rule(data=st.data(), abort_fails=st.booleans())
+    def finish_cancel(self, data: st.DataObject, abort_fails: bool) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        pair = self.model.pair(run_id)
+        fenced = pair is not None and pair.run.status is RunStatus.CANCELLING and pair.run.enqueue_seq == seq
+        key = hop_key(run_id, seq)
+        before = None if key not in self.broker.jobs else self.broker.jobs[key].state
+        self.broker.fail_aborts = int(abort_fails)
+        actual, now = self.once(lambda: self.ledgers[0].finish_cancel(run_id, seq, self.broker))
+        self.broker.fail_aborts = 0
+        after = None if key not in self.broker.jobs else self.broker.jobs[key].state
+        if fenced:
+            hop: BrokerJobState | None = BrokerJobState.ABSENT if after is None else after
+            if before in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE):
+                assert (after is BrokerJobState.ABORTED) == (not abort_fails), "a live frozen hop is aborted first"
+        else:
+            hop = None  # not probed: unknown, never "absent"
+            assert after == before, "a generation that is not frozen is never aborted"
+        assert now is not None
+        self.expect(actual, outcome(lambda: self.model.finish_cancel(run_id, seq, hop, now)))
+
+    # --- two ledgers at once ------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def two_claimers_of_one_hop(self, data: st.DataObject) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+
+        def call(ledger: RunLedger, node: str) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.claim(run_id, seq, node=node)
+
+        def step(node: str) -> Callable[[int], Any]:
+            return lambda now: self.model.claim(run_id, seq, node, now)
+
+        self.race([call(ledger, node) for ledger, node in zip(self.ledgers, NODES, strict=True)],
+                  [step(node) for node in NODES])
+
+    @rule(data=st.data())
+    def two_resumers_of_one_wait(self, data: st.DataObject) -> None:
+        run_id = self.pick_run(data)
+        run = self.model.runs.get(run_id)
+        drawn = self.pick(data, self.owners())
+        assert drawn is not None
+        owner_id = run.owner_id if run is not None and run.owner_id is not None else drawn
+
+        def call(ledger: RunLedger) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.resume(run_id, owner_id=owner_id)
+
+        def step(now: int) -> Any:
+            return self.model.resume(run_id, owner_id, now)
+
+        self.race([call(ledger) for ledger in self.ledgers], [step] * 2)
+
+    @rule(data=st.data())
+    def cancellation_racing_completion(self, data: st.DataObject) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        self.race([lambda: self.ledgers[0].settle(run_id, seq, RunStatus.DONE),
+                   lambda: self.ledgers[1].begin_cancel(run_id)],
+                  [lambda now: self.model.settle(run_id, seq, RunStatus.DONE, now),
+                   lambda now: self.model.begin_cancel(run_id, now)])
+
+    @rule(data=st.data())
+    def release_racing_fail_held(self, data: st.DataObject) -> None:
+        run_id = self.pick_run(data)
+        seq = self.pick_seq(data, run_id)
+        self.race([lambda: self.ledgers[0].release(run_id, seq),
+                   lambda: self.ledgers[1].fail_held(run_id, seq, error="context lost")],
+                  [lambda now: self.model.changed(run_id, Release(enqueue_seq=seq), now),
+                   lambda now: self.model.changed(run_id, FailHeld(enqueue_seq=seq, error="context lost"), now)])
+
+    @rule(key=st.sampled_from(["key-1", "key-2"]), hold=st.booleans(), payloads=st.tuples(st.integers(1, 2), st.integers(1, 2)))
+    def concurrent_same_key_admissions(self, key: str, hold: bool, payloads: tuple[int, int]) -> None:
+        intents = [_intent("session-1", payload, None) for payload in payloads]
+
+        def normalize(answer: tuple[Any, ...]) -> tuple[Any, ...]:
+            if answer[0] == "ok" and not isinstance(answer[1], tuple):
+                return ("ok", (answer[1].run, answer[1].delivery, answer[1].created))
+            return answer
+
+        def call(ledger: RunLedger, intent: RunIntent) -> Callable[[], Awaitable[Any]]:
+            return lambda: ledger.admit(intent, workflow=WORKFLOW, queue="runs", priority=50, idempotency_key=key,
+                                        hold=hold)
+
+        def step(intent: RunIntent) -> Callable[[int], Any]:
+            return lambda now: self.model.admit(intent, "runs", 50, key, hold, False, None, now)
+
+        self.race([call(ledger, intent) for ledger, intent in zip(self.ledgers, intents, strict=True)],
+                  [step(intent) for intent in intents],
+                  normalize)
+
+    # --- after every step ------------------------------------------------------------------------
+
+    def dump(self) -> tuple[dict[str, Any], ...]:
+        async def read(tx: Any) -> tuple[dict[str, Any], ...]:
+            tables = []
+            for binding in (RUNS_BINDING, DELIVERIES_BINDING, CONSENTS_BINDING, AGENT_JOBS_BINDING):
+                rows = await tx.find(binding, _ALL, {}, 100_000)
+                tables.append({getattr(row, binding.key_field): row for row in rows})
+            return tuple(tables)
+
+        # One read transaction through store.run (SQLite: one hop to the connection's thread).
+        return cast(tuple[dict[str, Any], ...], self.runner.run(self.ledgers[0].store.run(read, write=False)))
+
+    def model_rows(self) -> tuple[dict[str, Any], ...]:
+        return self.model.snapshot()
+
+    @invariant()
+    def every_row_equals_the_model(self) -> None:
+        assert self.rows_after_step() == self.model_rows()
+        for run_id in self.model.runs:
+            pair = self.model.pair(run_id)
+            assert pair is not None and record_violations(pair) == []
+        unsettled: dict[str, int] = {}
+        for delivery in self.model.deliveries.values():
+            if delivery.state.value != "settled":
+                unsettled[delivery.run_id] = unsettled.get(delivery.run_id, 0) + 1
+        assert all(count == 1 for count in unsettled.values()), "at most one unsettled delivery per Run"
