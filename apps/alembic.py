@@ -37,13 +37,13 @@ from typing import Any, Protocol, TypeVar
 
 from tenure.model import ConfigValidationError, TenureError
 
-from .core.dialects import BACKENDS
-from .core.failures import Stage, translate
-from .core.migration_report import MigrationReport
-from .core.migrations import run_downgrade, run_upgrade
-from .core.registry import TABLES
-from .core.schema import MIGRATIONS_TABLE
-from .core.urls import DatabaseKind, check_schema_name
+from tenure.adapters.core.dialects import BACKENDS
+from tenure.adapters.core.failures import Stage, translate
+from tenure.adapters.core.migration_report import MigrationReport
+from tenure.adapters.core.migrations import run_downgrade, run_upgrade
+from tenure.adapters.core.registry import TABLES
+from tenure.adapters.core.schema import MIGRATIONS_TABLE
+from tenure.adapters.core.urls import DatabaseKind, check_schema_name
 
 __all__ = ["upgrade", "downgrade", "include_object", "tenure_table_names", "revision_file", "check_revision_id",
            "AlembicOperations"]
@@ -256,12 +256,12 @@ Printed by {printed_by}. upgrade() applies the steps
 that are missing and qualifies the result, refusing a wrongly prepared database
 (ConfigValidationError); downgrade() removes them, refused while protected work
 remains. Keep tenure's tables out of autogenerate: in env.py,
-context.configure(..., include_object=tenure.adapters.alembic.include_object).
+context.configure(..., include_object=tenure.apps.alembic.include_object).
 """
 
 from alembic import op
 
-from tenure.adapters import alembic as tenure_alembic
+from tenure.apps import alembic as tenure_alembic
 
 {revision_line}
 {down_line}

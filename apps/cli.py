@@ -6,7 +6,7 @@ and ``tenure --version``.
 ``--db URL``) and exits non-zero if any invariant broke. ``tenure migrate --db URL``
 applies and qualifies the owned migration and summarizes its admission checks
 (``--verbose`` lists each); ``tenure migrate --alembic`` prints an Alembic revision that
-runs the same steps (:mod:`tenure.adapters.alembic`).
+runs the same steps (:mod:`tenure.apps.alembic`).
 
 Every command but ``demo`` takes its database from ``--db``, else from the ``TENURE_DB``
 environment variable (so a URL with a password need not appear in ``ps`` or the shell's
@@ -78,7 +78,7 @@ def _quick_parser() -> argparse.ArgumentParser:
 def _parser() -> argparse.ArgumentParser:
     from tenure.conformance.command import add_conform_parser
 
-    from ..console.command import add_console_parser
+    from .console.command import add_console_parser
     from .health_cli import add_health_parser
     from .jobs_cli import add_jobs_parser
     from .reporting import CommandParser
@@ -142,7 +142,7 @@ def _migrate(arguments: argparse.Namespace) -> int:
     from tenure.model import ConfigValidationError
 
     if arguments.alembic:
-        from ..alembic import revision_file
+        from .alembic import revision_file
 
         conflicting = [flag for flag in ("downgrade", "sql", "verbose") if getattr(arguments, flag)]
         if conflicting:
@@ -155,7 +155,7 @@ def _migrate(arguments: argparse.Namespace) -> int:
             raise ConfigValidationError("invalid_arguments", fields=(field,), problems=("only_with_alembic",))
     database_required(arguments)
 
-    from ..core.migrations import downgrade, upgrade
+    from tenure.adapters.core.migrations import downgrade, upgrade
 
     run = downgrade if arguments.downgrade else upgrade
     report = asyncio.run(run(arguments.db, schema=arguments.schema, dry_run=arguments.sql))
@@ -216,7 +216,7 @@ def _health(arguments: argparse.Namespace) -> int:
 
 
 def _console(arguments: argparse.Namespace) -> int:
-    from ..console.command import run_console
+    from .console.command import run_console
 
     return run_console(arguments)
 

@@ -7,7 +7,7 @@ workers then try to write, and every such stale write must be refused. It replay
 submissions (same ID back), submits changed content under old IDs (refused), forces a
 streaming rerun, and finally reads every job back to check that each one ended exactly
 once and none was lost. Then it runs service attempts against a simulated provider with
-injected timeouts, disconnects, rejections and crashes (:mod:`tenure.adapters.apps.demo_attempts`).
+injected timeouts, disconnects, rejections and crashes (:mod:`tenure.apps.demo_attempts`).
 Any broken invariant makes the exit status non-zero.
 
 :func:`check_demo_settings` refuses settings the demo cannot run (before anything is
@@ -42,9 +42,9 @@ from tenure.model import (
     bounds,
 )
 
-from ..core.migrations import upgrade
-from ..core.urls import parse_db_url
-from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from tenure.adapters.core.migrations import upgrade
+from tenure.adapters.core.urls import parse_db_url
+from tenure.adapters.queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from .demo_attempts import run_attempts_demo
 from .demo_runs import run_runs_demo
 

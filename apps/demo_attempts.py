@@ -32,7 +32,7 @@ from tenure.model import (
     Transmission,
 )
 
-from ..attempts import AttemptLedger, AttemptRunner
+from tenure.adapters.attempts import AttemptLedger, AttemptRunner
 
 __all__ = ["run_attempts_demo"]
 

@@ -30,7 +30,7 @@ from tenure.model import (
     WorkflowPin,
 )
 
-from ..runs import InMemoryBroker, RunLedger
+from tenure.adapters.runs import InMemoryBroker, RunLedger
 
 __all__ = ["run_runs_demo"]
 

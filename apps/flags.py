@@ -14,8 +14,8 @@ import dataclasses
 
 from tenure.model import bounds
 
-from ..queue.sources import MAX_BATCH
-from ..queue.worker import MAX_CONCURRENCY, MAX_GRACE_S, MAX_IDLE_WAIT_S
+from tenure.adapters.queue.sources import MAX_BATCH
+from tenure.adapters.queue.worker import MAX_CONCURRENCY, MAX_GRACE_S, MAX_IDLE_WAIT_S
 from .demo import DEMO_LIMITS
 from .health import THRESHOLD_LIMITS
 
@@ -85,7 +85,7 @@ FLAGS: tuple[Flag, ...] = (
          "with --alembic only", "migrate"),
     Flag("down_revision", "--down-revision", "the identifier of the revision it follows: letters, digits and "
          "underscores, 1 to 32; with --alembic only", "migrate"),
-    # tenure console's own (adapters/console/settings.py checks them).
+    # tenure console's own (apps/console/settings.py checks them).
     Flag("host", "--host", "an address of this machine or a host name (default 127.0.0.1); any but loopback "
          "needs --token", "console"),
     Flag("port", "--port", "0 to 65,535 (0: a free port, printed)", "console"),

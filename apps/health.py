@@ -91,16 +91,16 @@ from tenure.kernel.queue import finders as queue_finders
 from tenure.model import ConfigValidationError, JobStatus, RunStatus, TenureError
 from tenure.model.validation import is_queue_name
 
-from ..core.catalog import Executor
-from ..core.dialects import backend_for, open_store, resolve_schema
-from ..core.migrations import RECORDED_STEPS
-from ..core.schema import MIGRATIONS_TABLE
-from ..core.store import Store, Transaction
-from ..core.tables import Binding, Dialect, Step, qualified
-from ..core.urls import parse_db_url
-from ..queue.table import QUEUE_BINDINGS, TASKS_BINDING
-from ..runs.reports import latest_reports, stored_counts
-from ..runs.table import RUNS_BINDING
+from tenure.adapters.core.catalog import Executor
+from tenure.adapters.core.dialects import backend_for, open_store, resolve_schema
+from tenure.adapters.core.migrations import RECORDED_STEPS
+from tenure.adapters.core.schema import MIGRATIONS_TABLE
+from tenure.adapters.core.store import Store, Transaction
+from tenure.adapters.core.tables import Binding, Dialect, Step, qualified
+from tenure.adapters.core.urls import parse_db_url
+from tenure.adapters.queue.table import QUEUE_BINDINGS, TASKS_BINDING
+from tenure.adapters.runs.reports import latest_reports, stored_counts
+from tenure.adapters.runs.table import RUNS_BINDING
 
 __all__ = ["Thresholds", "THRESHOLD_LIMITS", "HealthCheck", "QueueReading", "CancellingReading", "NodeReport",
            "HealthSnapshot", "HealthProbe", "health_snapshot", "CHECK_NAMES", "NEVER_MIGRATED", "MAX_TASK_QUEUES",

@@ -8,7 +8,7 @@ for container probes.
 
 ``--db`` defaults to the ``TENURE_DB`` environment variable (so a password need not sit on
 the command line); the URL is never printed. The checks, their thresholds and defaults
-are :mod:`tenure.adapters.apps.health`'s: ``reachable``, ``migrated``, ``pending_jobs``
+are :mod:`tenure.apps.health`'s: ``reachable``, ``migrated``, ``pending_jobs``
 (no limit unless ``--max-pending-jobs``), ``oldest_pending_seconds`` (300),
 ``expired_claims`` (0, past a grace of 60 s), ``oldest_cancelling_seconds`` (300) and
 ``recovery_reports`` (0 degraded nodes).

@@ -58,11 +58,11 @@ from tenure.model import (
 )
 from tenure.model.validation import is_queue_name, micros_to_datetime
 
-from ..core.tables import Unreadable
-from ..queue import JobSource
-from ..queue.operations import PURGE_LIMIT
-from ..queue.sources import TaskSource
-from ..queue.worker import MAX_ERROR_BYTES, error_text
+from tenure.adapters.core.tables import Unreadable
+from tenure.adapters.queue import JobSource
+from tenure.adapters.queue.operations import PURGE_LIMIT
+from tenure.adapters.queue.sources import TaskSource
+from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
 from .runs_cli import run_table
 from .worker_cli import SOURCES, load_app, refused_unless_migrated
 

@@ -57,7 +57,7 @@ consent's creation to its decision (database clock), observed when a resumed hop
 the decided consent (again if that hop is lost and retried).
 
 Gauges, sampled every ``--metrics-sample-seconds`` (default 15; 0: no sampling) by one
-read-only :class:`~tenure.adapters.apps.health.HealthProbe` snapshot (what ``tenure
+read-only :class:`~tenure.apps.health.HealthProbe` snapshot (what ``tenure
 health`` reads), never per call: ``tenure_queue_jobs{table,queue,status}``,
 ``tenure_queue_oldest_pending_seconds{table,queue}`` (how long the oldest due pending job
 has been due, database clock; 0 when none is due),
@@ -102,16 +102,16 @@ if TYPE_CHECKING:
 
     from tenure.model import ConsentRecord, RunClaim, RunRecord
 
-    from ..queue.worker import JobContext
-    from ..runs.recovery import RecoveryReport
-    from ..runs.runtime import RunRuntime
+    from tenure.adapters.queue.worker import JobContext
+    from tenure.adapters.runs.recovery import RecoveryReport
+    from tenure.adapters.runs.runtime import RunRuntime
     from .health import HealthProbe, HealthSnapshot
 
 __all__ = ["Instruments", "add_metrics_options", "start_metrics", "metrics_installed", "tracing_installed",
            "MAX_LABEL_VALUES", "OTHER_LABEL", "METRICS_HINT", "TRACING_HINT", "DEFAULT_SAMPLE_SECONDS",
            "MAX_SAMPLE_SECONDS", "DURATION_BUCKETS", "WAIT_BUCKETS", "CONSENT_BUCKETS"]
 
-log = logging.getLogger("tenure.adapters.apps.metrics")
+log = logging.getLogger("tenure.apps.metrics")
 
 MAX_LABEL_VALUES = 256
 """Values one label takes per process; later ones are counted under :data:`OTHER_LABEL`."""

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import contextvars
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import NoReturn
 
 from tenure.model import ConfigValidationError, ErrorCode, TenureError
-from tenure.model.errors import is_authored_word
+from tenure.model.errors import ArgumentsRefused, is_authored_word  # re-exported: every command raises it
 
 from .flags import FLAGS, flag_for
 
@@ -28,7 +28,7 @@ __all__ = ["report_refusal", "report_failure", "report_conflict", "run_command",
 
 COMMAND: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenure_command", default=None)
 """The subcommand being run (``main`` sets it once parsed): a refusal spells each field as
-that command's flag (:func:`~tenure.adapters.apps.flags.flag_for`)."""
+that command's flag (:func:`~tenure.apps.flags.flag_for`)."""
 
 HINTS = {
     "schema_missing": "the queue tables are missing or not migrated: run `tenure migrate --db URL`",
@@ -51,18 +51,6 @@ REFUSAL_HINTS = {
     "invalid_arguments": "`tenure COMMAND --help` lists what each option takes",
 }
 """What to do next, printed under a refusal's reason."""
-
-class ArgumentsRefused(ConfigValidationError):
-    """Command-line arguments the parser rejected, with what each named option takes
-    (the hints depend on the option's declaration, so they travel with the refusal)."""
-
-    def __init__(self, *, fields: tuple[str, ...] = (), problems: tuple[str, ...],
-                 hints: Mapping[str, str] | None = None, spellings: Mapping[str, str] | None = None) -> None:
-        super().__init__("invalid_arguments", fields=fields, problems=problems)
-        self.hints = dict(hints or {})
-        self.spellings = dict(spellings or {})
-        """Each field's option as the command line spells it (``--lease-seconds``)."""
-
 
 class RefusedWithDetail(ConfigValidationError):
     """A refusal with one more line that says what went wrong in the operator's own code

@@ -51,8 +51,8 @@ from tenure.model import (
     load_json,
 )
 
-from ..queue.worker import MAX_ERROR_BYTES, error_text
-from ..runs import (
+from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
+from tenure.adapters.runs import (
     QueueBroker,
     RunLedger,
     RunRuntime,
@@ -62,7 +62,7 @@ from ..runs import (
     StartupDegraded,
     Workflows,
 )
-from ..runs.workflows import resume_and_publish
+from tenure.adapters.runs.workflows import resume_and_publish
 from .logs import add_logging_options, configure_logging
 from .metrics import add_metrics_options, start_metrics
 from .reporting import RefusedWithDetail

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.lazy import lazy_exports
+from tenure.adapters.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .app import create_app

@@ -1,6 +1,6 @@
 """The console's HTTP side: a Starlette application (:func:`create_app`) serving
 server-rendered pages (Jinja2, autoescaping on for every template) over
-:mod:`tenure.adapters.console.pages`.
+:mod:`tenure.apps.console.pages`.
 
 URL map (every ID in a path is percent-encoded; ``?outcome=WORD`` on an object's page
 says what the form that redirected there did):
@@ -32,12 +32,12 @@ GET      ``/static/console.css``, ``console.js``      the style sheet and the po
 =======  ==========================================  ===============================================
 
 Every POST carries the form field ``csrf_token`` (see
-:mod:`tenure.adapters.console.security`); a GET never changes anything. Answers: 400 for
+:mod:`tenure.apps.console.security`); a GET never changes anything. Answers: 400 for
 a malformed filter or form (the page names the field and what it takes, never the value),
 403 for a missing or wrong CSRF token, 404 for an unknown page or ID, 401 (or, for a
 page, a redirect to ``/login``) without the token, 429 with ``Retry-After`` for a token
 (login form or Bearer header) from an address locked out after failed guesses (see
-:class:`~tenure.adapters.console.security.SignInThrottle`), 503 when the database failed
+:class:`~tenure.apps.console.security.SignInThrottle`), 503 when the database failed
 (its reason word, never the driver's text), 500 for anything else (logged by its type
 only). No error page repeats what was sent.
 
@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 from tenure.model import ConfigValidationError, TenureError
 from tenure.model.errors import is_authored_word
 
-from ..core.tables import Unreadable
+from tenure.adapters.core.tables import Unreadable
 from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, printable, when
 from .reads import ConsoleData
 from .security import (
@@ -104,7 +104,7 @@ if TYPE_CHECKING:
 
 __all__ = ["create_app", "SECURITY_HEADERS", "MAX_FORM_BYTES", "TEMPLATES", "STATIC"]
 
-log = logging.getLogger("tenure.adapters.console")
+log = logging.getLogger("tenure.apps.console")
 
 TEMPLATES = pathlib.Path(__file__).resolve().parent / "templates"
 STATIC = pathlib.Path(__file__).resolve().parent / "static"

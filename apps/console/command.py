@@ -8,9 +8,9 @@ uvicorn); without it the command is refused (exit 2) with that line. It listens 
 loopback unless ``--host`` names another address, which needs a token (``--token``, or
 ``TENURE_CONSOLE_TOKEN`` so that it stays out of ``ps`` and the shell's history).
 
-A token must look random (see :func:`~tenure.adapters.console.settings.estimated_token_bits`):
+A token must look random (see :func:`~tenure.apps.console.settings.estimated_token_bits`):
 one that does not is refused (``--token: token_too_weak``, never echoed), and
-``--generate-token`` prints one made by :func:`~tenure.adapters.console.settings.generate_token`
+``--generate-token`` prints one made by :func:`~tenure.apps.console.settings.generate_token`
 (it needs no database and serves nothing).
 
 Everything is checked before anything is served, in this order: the flags, the extra,
@@ -36,8 +36,8 @@ from typing import Any
 
 from tenure.model import ConfigValidationError
 
-from ..apps.reporting import ArgumentsRefused
-from ..apps.worker_cli import refused_unless_migrated
+from ..reporting import ArgumentsRefused
+from ..worker_cli import refused_unless_migrated
 from .settings import (
     CONSOLE_HINT,
     DEFAULT_HOST,

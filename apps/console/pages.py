@@ -2,7 +2,7 @@
 a view takes the request's path parameters, query and form as plain strings and answers
 a :class:`Page` (a template and its context), a :class:`Redirect` (after a form: the
 object's page with an ``outcome`` word, so reloading it repeats nothing) or a JSON
-document. :mod:`tenure.adapters.console.app` turns those into HTTP.
+document. :mod:`tenure.apps.console.app` turns those into HTTP.
 
 Input is checked here, before any database work: a malformed filter raises
 :class:`BadInput` naming the field and what it takes (400, the value never echoed); an
@@ -26,9 +26,9 @@ from tenure.model import MAX_JSON_DEPTH, ConfigValidationError, ConsentStatus, J
 from tenure.model.json_values import text_problem
 from tenure.model.validation import is_queue_name, micros_to_datetime
 
-from ..apps.jobs_cli import parse_age
-from ..core.tables import Unreadable, json_column
-from ..queue.worker import MAX_ERROR_BYTES, error_text
+from ..jobs_cli import parse_age
+from tenure.adapters.core.tables import Unreadable, json_column
+from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
 from .reads import QUEUE_SOURCES, ConsoleData, JobView, parse_position
 from .settings import ConsoleSettings
 

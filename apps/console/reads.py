@@ -15,7 +15,7 @@ through its job source (``retry_failed``, ``cancel``), a Run's cancel through
 the resume that follows through ``RunLedger.resume``, exactly as ``tenure jobs`` and
 ``tenure runs`` do without a broker.
 
-The overview reuses :class:`~tenure.adapters.apps.health.HealthProbe` (counts by status,
+The overview reuses :class:`~tenure.apps.health.HealthProbe` (counts by status,
 oldest pending age and claims past their lease, per queue, and the nodes' recovery
 reports) and adds, in one read transaction, the Runs by status, the pending consents
 and each queue's throughput: jobs that finished completed or failed in each of the last
@@ -43,20 +43,20 @@ from tenure.model import ConsentStatus, JobStatus, RunStatus, TenureError, bound
 from tenure.model.runs import check_run_id, check_text
 from tenure.model.validation import is_queue_name
 
-from ..agent_jobs.table import AGENT_JOBS_BINDING
-from ..apps.health import OTHER, HealthProbe, HealthSnapshot, NodeReport, Thresholds
-from ..attempts.table import ATTEMPTS_BINDING
-from ..consents.table import CONSENTS_BINDING
-from ..core.catalog import Executor
-from ..core.dialects import backend_for, resolve_schema
-from ..core.facade import Cursor
-from ..core.store import Transaction
-from ..core.tables import Binding, Dialect, Unreadable, qualified
-from ..core.urls import parse_db_url
-from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
-from ..queue.table import QUEUE_BINDINGS, TASKS_BINDING, envelope_of
-from ..runs.ledger import RunLedger
-from ..runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
+from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
+from ..health import OTHER, HealthProbe, HealthSnapshot, NodeReport, Thresholds
+from tenure.adapters.attempts.table import ATTEMPTS_BINDING
+from tenure.adapters.consents.table import CONSENTS_BINDING
+from tenure.adapters.core.catalog import Executor
+from tenure.adapters.core.dialects import backend_for, resolve_schema
+from tenure.adapters.core.facade import Cursor
+from tenure.adapters.core.store import Transaction
+from tenure.adapters.core.tables import Binding, Dialect, Unreadable, qualified
+from tenure.adapters.core.urls import parse_db_url
+from tenure.adapters.queue.sources import JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
+from tenure.adapters.queue.table import QUEUE_BINDINGS, TASKS_BINDING, envelope_of
+from tenure.adapters.runs.ledger import RunLedger
+from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 
 __all__ = ["ConsoleData", "QUEUE_SOURCES", "QueueView", "Overview", "JobView", "job_view", "JobPage", "RunPage",
            "RunDetail", "ConsentPage", "ConsentDetail", "THROUGHPUT_MINUTES", "MAX_HOPS_SHOWN", "MAX_OWNERS_SHOWN",

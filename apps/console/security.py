@@ -48,7 +48,7 @@ cookie is no guess: it is an HMAC under a 256-bit secret, and a browser that kep
 across a restart is not an attacker; signed-in browsers are never locked out. The
 throttle remembers at most :data:`MAX_TRACKED_CLIENTS` addresses (the ones that failed
 least recently are forgotten first; the global budget still holds against many). Each
-failed guess is logged at WARNING on ``tenure.adapters.console`` (how it came and from
+failed guess is logged at WARNING on ``tenure.apps.console`` (how it came and from
 which address, never what was sent), at most :data:`LOG_BURST` lines a minute; a line
 after a quiet spell counts the failures not logged. Behind a proxy every client has the
 proxy's address, so the per-address lockout is shared: give the proxy its own limit.
@@ -73,7 +73,7 @@ __all__ = ["Guard", "SignInThrottle", "host_allowed", "same_origin", "safe_next"
            "CSRF_FIELD", "SESSION_MAX_AGE_S", "FREE_FAILURES", "FIRST_LOCKOUT_S", "MAX_LOCKOUT_S", "FORGET_AFTER_S",
            "GLOBAL_FAILURE_BURST", "GLOBAL_FAILURES_PER_SECOND", "MAX_TRACKED_CLIENTS", "LOG_BURST"]
 
-log = logging.getLogger("tenure.adapters.console")
+log = logging.getLogger("tenure.apps.console")
 
 SESSION_MAX_AGE_S = 12 * 3600
 """How long a sign-in lasts."""

@@ -1,7 +1,7 @@
 """What a console serves and how it is guarded: :class:`ConsoleSettings`, checked when made.
 
 The console listens on loopback (``127.0.0.1``) unless told otherwise. Any other address
-needs a token: every request must then carry it (see :mod:`tenure.adapters.console.security`).
+needs a token: every request must then carry it (see :mod:`tenure.apps.console.security`).
 A token is a secret of at least :data:`MIN_TOKEN_CHARS` printable ASCII characters without
 spaces (so it travels in a header and a form field unchanged) that looks random: at least
 :data:`MIN_TOKEN_BITS` bits by :func:`estimated_token_bits` (``token_too_weak``
@@ -42,7 +42,7 @@ MIN_TOKEN_CHARS = 16
 MAX_TOKEN_CHARS = 512
 MIN_TOKEN_BITS = 64
 """The least a token's :func:`estimated_token_bits` may be. Guessing is throttled (see
-:mod:`tenure.adapters.console.security`), so 2**64 guesses are out of any attacker's
+:mod:`tenure.apps.console.security`), so 2**64 guesses are out of any attacker's
 reach; a random token of 16 printable characters estimates about 100 bits, and what
 :func:`generate_token` makes over 200."""
 GENERATED_TOKEN_BYTES = 32

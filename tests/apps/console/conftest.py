@@ -52,8 +52,8 @@ def console_url(fresh_db_url: str) -> str:
 def console() -> Iterator[Callable[..., Any]]:
     from starlette.testclient import TestClient
 
-    from tenure.adapters.console.app import create_app
-    from tenure.adapters.console.settings import ConsoleSettings
+    from tenure.apps.console.app import create_app
+    from tenure.apps.console.settings import ConsoleSettings
 
     opened: list[Any] = []
 

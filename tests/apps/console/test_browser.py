@@ -221,7 +221,7 @@ def no_alert(driver: Any) -> bool:
 
 
 def cli(*arguments: str) -> list[str]:
-    return [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", *arguments]
+    return [sys.executable, "-P", "-m", "tenure.apps.cli", *arguments]
 
 
 @contextlib.contextmanager

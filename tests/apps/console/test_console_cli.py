@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tenure.adapters.apps.cli import main
+from tenure.apps.cli import main
 
 TOKEN = "cli-token-0123456789abcdef"
 TOKEN_TAKES = ("at least 16 printable ASCII characters without spaces that look random (`tenure console "
@@ -35,7 +35,7 @@ def refusal(capsys: pytest.CaptureFixture[str], *arguments: str) -> list[str]:
 def test_without_the_extra_the_console_is_refused_with_the_install_line(
     console_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tenure.adapters.console import command
+    from tenure.apps.console import command
 
     monkeypatch.setattr(command, "console_installed", lambda: False)
     assert refusal(capsys, "--db", console_url) == [
@@ -48,7 +48,7 @@ def test_without_the_extra_the_console_is_refused_with_the_install_line(
 def test_the_extra_check_finds_each_library_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from tenure.adapters.console import settings
+    from tenure.apps.console import settings
 
     assert settings.console_installed()
     real = importlib.util.find_spec
@@ -85,7 +85,7 @@ def test_a_weak_token_from_the_environment_is_refused_without_echoing_it(
 def test_generate_token_prints_a_fresh_token_a_console_accepts_and_needs_no_database(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tenure.adapters.console.settings import ConsoleSettings
+    from tenure.apps.console.settings import ConsoleSettings
 
     monkeypatch.delenv("TENURE_DB", raising=False)
     printed = []
@@ -121,7 +121,7 @@ def test_a_port_another_process_serves_is_refused_naming_the_port(
 
 def test_tenure_console_serves_until_sigterm_and_exits_zero(console_url: str) -> None:
     server = subprocess.Popen(
-        [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "console", "--port", "0"],
+        [sys.executable, "-P", "-m", "tenure.apps.cli", "console", "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "TENURE_DB": console_url})
     try:
         assert server.stdout is not None

@@ -119,7 +119,7 @@ def test_a_deep_page_of_runs_starts_at_its_position_in_the_created_index(console
 def test_a_page_read_through_the_store_is_exactly_the_finders_selection(console_url: str) -> None:
     from console_seed import seed
 
-    from tenure.adapters.console.reads import ConsoleData
+    from tenure.apps.console.reads import ConsoleData
 
     data = _run_async(seed(console_url))
 

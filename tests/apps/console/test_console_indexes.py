@@ -177,7 +177,7 @@ async def _all_pages(read: Any) -> list[str]:
 
 
 def test_runs_sharing_one_creation_time_each_appear_once_in_pages_of_one(console_url: str) -> None:
-    from tenure.adapters.console.reads import ConsoleData, parse_position
+    from tenure.apps.console.reads import ConsoleData, parse_position
     from tenure.model import WorkflowPin
 
     async def admit() -> list[str]:
@@ -224,7 +224,7 @@ def test_runs_sharing_one_creation_time_each_appear_once_in_pages_of_one(console
 
 
 def test_consents_sharing_one_time_each_appear_once_in_pages_of_one(console_url: str) -> None:
-    from tenure.adapters.console.reads import ConsoleData, parse_position
+    from tenure.apps.console.reads import ConsoleData, parse_position
 
     async def make() -> tuple[list[str], list[str]]:
         async with RunLedger(console_url) as ledger:
@@ -271,7 +271,7 @@ def test_consents_sharing_one_time_each_appear_once_in_pages_of_one(console_url:
 def test_jobs_of_a_status_or_a_task_queue_sharing_one_creation_time_each_appear_once_in_pages_of_one(
     console_url: str,
 ) -> None:
-    from tenure.adapters.console.reads import ConsoleData
+    from tenure.apps.console.reads import ConsoleData
 
     async def make() -> tuple[list[str], list[str]]:
         async with TaskSource(console_url) as tasks:

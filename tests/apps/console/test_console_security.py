@@ -16,7 +16,7 @@ from adapter_support import _run_async
 from console_html import by_testid, csrf_of, texts
 from console_seed import Seeded, seed
 
-from tenure.adapters.console.security import (
+from tenure.apps.console.security import (
     FORGET_AFTER_S,
     FREE_FAILURES,
     GLOBAL_FAILURE_BURST,
@@ -30,7 +30,7 @@ from tenure.adapters.console.security import (
     host_allowed,
     safe_next,
 )
-from tenure.adapters.console.settings import MIN_TOKEN_BITS, ConsoleSettings, estimated_token_bits, generate_token
+from tenure.apps.console.settings import MIN_TOKEN_BITS, ConsoleSettings, estimated_token_bits, generate_token
 from tenure.model import ConfigValidationError
 
 TOKEN = "console-token-0123456789abcdef"
@@ -280,7 +280,7 @@ def test_failed_sign_ins_lock_the_address_out_with_429_and_retry_after_and_a_loc
     throttle = SignInThrottle(clock)
     options = {"host": "0.0.0.0", "token": TOKEN, "base_url": "http://console.internal:8787", "throttle": throttle}
     guesser = console(console_url, client_address="203.0.113.7", **options)
-    caplog.set_level(logging.WARNING, logger="tenure.adapters.console")
+    caplog.set_level(logging.WARNING, logger="tenure.apps.console")
     for attempt in range(FREE_FAILURES):
         assert sign_in(guesser, f"guess-{attempt}-aZ3kQ9vLp2Xw").status_code == 401, attempt
     # Locked: the right token is not even compared, by the form or by the header.
@@ -331,7 +331,7 @@ def test_failures_across_many_addresses_spend_one_global_budget_and_memory_stays
 ) -> None:
     clock = Clock()
     throttle = SignInThrottle(clock)
-    with caplog.at_level(logging.WARNING, logger="tenure.adapters.console"):
+    with caplog.at_level(logging.WARNING, logger="tenure.apps.console"):
         for n in range(GLOBAL_FAILURE_BURST):
             assert throttle.retry_after(f"10.0.{n // 256}.{n % 256}") is None
             throttle.failed(f"10.0.{n // 256}.{n % 256}", "a bearer token")
@@ -342,7 +342,7 @@ def test_failures_across_many_addresses_spend_one_global_budget_and_memory_stays
     # The log was rate-limited; the next line after a quiet minute counts what it left out.
     assert len([record for record in caplog.records if "sign-in failed" in record.getMessage()]) == LOG_BURST
     clock.now += 60
-    with caplog.at_level(logging.WARNING, logger="tenure.adapters.console"):
+    with caplog.at_level(logging.WARNING, logger="tenure.apps.console"):
         caplog.clear()
         throttle.failed("192.0.2.1", "the login form")
     assert f"{GLOBAL_FAILURE_BURST - LOG_BURST} more failed sign-ins were not logged" in caplog.records[0].getMessage()
@@ -367,7 +367,7 @@ def test_sign_in_comparisons_stay_constant_time_in_the_token() -> None:
 
     import unittest.mock
 
-    with unittest.mock.patch("tenure.adapters.console.security.hmac.compare_digest", spy):
+    with unittest.mock.patch("tenure.apps.console.security.hmac.compare_digest", spy):
         assert guard.token_matches(TOKEN) and not guard.token_matches("x" * 40)
         assert guard.bearer_matches("Bearer " + TOKEN) and not guard.bearer_matches("Bearer wrong")
     assert len(compared) == 4

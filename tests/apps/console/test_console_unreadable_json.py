@@ -18,7 +18,7 @@ from console_html import by_testid, texts
 from console_seed import Seeded, seed
 
 from tenure.adapters import RunLedger
-from tenure.adapters.console.pages import UNREADABLE_TEXT
+from tenure.apps.console.pages import UNREADABLE_TEXT
 from tenure.adapters.queue.sources import TaskSource
 from tenure.model import MAX_JSON_DEPTH, TenureError
 
