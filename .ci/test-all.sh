@@ -34,7 +34,7 @@ if [ ! -x .venv-pycharter/bin/python ]; then "$PYTHON" -m venv .venv-pycharter; 
 touch .venv-pycharter/ready  # tests/adapters/core/test_pycharter.py builds it only when this is missing
 
 step "chromium and chromedriver (the console's browser tests: Debian's packages, never a download)"
-# tests/console/test_browser.py drives /usr/bin/chromium through /usr/bin/chromedriver;
+# tests/apps/console/test_browser.py drives /usr/bin/chromium through /usr/bin/chromedriver;
 # without them those tests fail (never skip), naming these packages.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -63,7 +63,7 @@ trap 'bash "$ROOT/.ci/pgbouncer-stop.sh"; bash "$ROOT/.ci/pg-stop.sh"' EXIT
 echo "PgBouncer (transaction mode) on port $PGBOUNCER_PORT"
 
 step "type check (mypy --strict)"
-.venv/bin/python -m mypy -p tenure.model -p tenure.kernel -p tenure.adapters -p tenure.conformance
+.venv/bin/python -m mypy -p tenure.model -p tenure.kernel -p tenure.adapters -p tenure.conformance -p tenure.apps
 
 step "crosshair over the kernel contracts (in the background)"
 CROSSHAIR_LOG=$(mktemp)
@@ -167,7 +167,7 @@ WHEEL_DIR=$(mktemp -d)
 import importlib, pathlib, sys
 root = pathlib.Path(sys.argv[1])
 names = []
-for folder in ("model", "kernel", "adapters", "conformance"):
+for folder in ("model", "kernel", "adapters", "conformance", "apps"):
     for path in sorted((root / folder).rglob("*.py")):
         parts = path.relative_to(root).with_suffix("").parts
         if parts[-1] == "__init__":

@@ -9,8 +9,9 @@ traceback context.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
-__all__ = ["ErrorCode", "TenureError", "ConfigValidationError", "is_authored_word"]
+__all__ = ["ErrorCode", "TenureError", "ConfigValidationError", "ArgumentsRefused", "is_authored_word"]
 
 
 class ErrorCode(enum.Enum):
@@ -102,6 +103,23 @@ class ConfigValidationError(TenureError):
                 f"{name} ({problem})" for name, problem in zip(fields, problems, strict=True)
             )
             self.args = (f"{ErrorCode.CONFIG.value}: {reason}: {details}",)
+
+
+class ArgumentsRefused(ConfigValidationError):
+    """Command-line arguments a ``tenure`` command rejected, with what each named option
+    takes (the hints depend on the option's declaration, so they travel with the refusal).
+
+    Raised by every subcommand's parser and checks, ``tenure conform``'s included, and
+    printed by the one refusal format of :mod:`tenure.apps.reporting`. It lives here, below
+    both, because ``tenure.conformance`` (which owns ``tenure conform``) may not import the
+    applications (``specs/README.md``, "Where things live")."""
+
+    def __init__(self, *, fields: tuple[str, ...] = (), problems: tuple[str, ...],
+                 hints: Mapping[str, str] | None = None, spellings: Mapping[str, str] | None = None) -> None:
+        super().__init__("invalid_arguments", fields=fields, problems=problems)
+        self.hints = dict(hints or {})
+        self.spellings = dict(spellings or {})
+        """Each field's option as the command line spells it (``--lease-seconds``)."""
 
 
 def _rebuild_error(

@@ -2,7 +2,7 @@
 
 :class:`~tenure.adapters.Worker` and :class:`~tenure.adapters.RunWorker` take an optional
 observer (``metrics=``), and a :class:`~tenure.adapters.RunLedger` has one as its
-``metrics`` attribute; :class:`tenure.adapters.apps.metrics.Instruments` implements every
+``metrics`` attribute; :class:`tenure.apps.metrics.Instruments` implements every
 protocol here (Prometheus counters and histograms, OpenTelemetry spans). With ``None``,
 the default, the hot path pays one ``is None`` check per event and imports nothing.
 

@@ -554,7 +554,7 @@ class Worker:
       left out (its frames, files and lines stay);
     - ``metrics``: an observer of claims, handlers and writes (a
       :class:`~tenure.adapters.core.observers.WorkerObserver`, such as
-      :class:`tenure.adapters.apps.metrics.Instruments`); None (default): nothing is
+      :class:`tenure.apps.metrics.Instruments`); None (default): nothing is
       observed, at the cost of one ``is None`` check per event.
 
     A non-async handler is refused here (an object with an async ``__call__`` and a

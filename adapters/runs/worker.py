@@ -32,7 +32,7 @@ deadline (:meth:`RunWorker.stop`), so a Run whose workflow returned is settled, 
 RUNNING for the next start to fail ``lost``.
 
 ``metrics`` (a :class:`~tenure.adapters.core.observers.RunWorkerObserver`, such as
-:class:`tenure.adapters.apps.metrics.Instruments`) is told of each hop's start, claim and
+:class:`tenure.apps.metrics.Instruments`) is told of each hop's start, claim and
 outcome and of each decided consent a resumed hop loads; None (default) observes nothing.
 """
 

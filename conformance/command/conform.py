@@ -37,8 +37,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tenure.adapters.apps.reporting import ArgumentsRefused
 from tenure.model import ConfigValidationError
+from tenure.model.errors import ArgumentsRefused
 
 if TYPE_CHECKING:
     from tenure.conformance.lockstep.harness import Counter

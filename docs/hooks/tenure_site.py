@@ -3,8 +3,9 @@
 It does what plain configuration cannot:
 
 - **The ``tenure`` namespace for griffe.** ``tenure`` is an implicit namespace package
-  mapped from three folders (``model/`` -> ``tenure.model``, ``kernel/`` ->
-  ``tenure.kernel``, ``adapters/`` -> ``tenure.adapters``: pyproject's ``package-dir``).
+  mapped from five folders (``model/`` -> ``tenure.model``, ``kernel/`` ->
+  ``tenure.kernel``, ``adapters/`` -> ``tenure.adapters``, ``conformance/`` and ``apps/``
+  alike: pyproject's ``package-dir``).
   No folder named ``tenure`` exists in a clone, and an installed copy depends on how it
   was installed (a strict editable install links files under ``build/``, a plain one
   leaves an import hook griffe does not follow). So before mkdocstrings starts, this

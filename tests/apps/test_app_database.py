@@ -41,7 +41,7 @@ async def minutely(ctx, tick: str) -> str:
     return tick
 '''
 
-TENURE = [sys.executable, "-P", "-m", "tenure.adapters.apps.cli"]
+TENURE = [sys.executable, "-P", "-m", "tenure.apps.cli"]
 
 
 def tasks_in(db_url: str) -> list[tuple[str, str, str]]:

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tenure.adapters.apps.cli import main
-from tenure.adapters.apps.reporting import run_command
+from tenure.apps.cli import main
+from tenure.apps.reporting import run_command
 from tenure.kernel.queue import machine as queue_machine
 
 
@@ -37,7 +37,7 @@ def test_the_demo_runs_and_every_invariant_holds(tmp_path: pathlib.Path, capsys:
 
 @pytest.mark.parametrize("database", ["postgresql"])
 async def test_the_demo_runs_on_postgresql(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from tenure.adapters.apps.demo import DemoSettings, run_demo
+    from tenure.apps.demo import DemoSettings, run_demo
 
     status = await run_demo(DemoSettings(db_url=db_url, jobs=80, workers=3, lease_seconds=0.4))
     out = capsys.readouterr().out
@@ -130,7 +130,7 @@ def test_version_prints_the_installed_version_and_exits_zero(capsys: pytest.Capt
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out == f"tenure {importlib.metadata.version('tenure')}\n"
-    done = subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "--version"],
+    done = subprocess.run([sys.executable, "-P", "-m", "tenure.apps.cli", "--version"],
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout) == (0, f"tenure {importlib.metadata.version('tenure')}\n")
 
@@ -239,7 +239,7 @@ def _table(out: str, title: str) -> dict[str, int]:
 async def test_demo_reports_progress_while_it_submits_and_explains_its_counts(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tenure.adapters.apps.demo import DemoSettings, run_demo
+    from tenure.apps.demo import DemoSettings, run_demo
 
     settings = DemoSettings(db_url=f"sqlite:///{tmp_path}/demo.db", jobs=85, workers=3, lease_seconds=0.3,
                             progress_every=20)
@@ -275,7 +275,7 @@ def test_demo_removes_its_temporary_folder_when_it_finishes(
 def test_demo_removes_its_temporary_folder_when_it_fails(
     failure: str, temporary_root: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tenure.adapters.apps import demo
+    from tenure.apps import demo
     from tenure.model import ErrorCode, TenureError
 
     seen: list[pathlib.Path] = []
@@ -302,7 +302,7 @@ def test_a_demo_that_fails_midway_closes_its_sources_and_exits(tmp_path: pathlib
     # An SQLite source left open keeps a thread that stops the process from exiting.
     script = (
         "import sys\n"
-        "from tenure.adapters.apps import cli, demo\n"
+        "from tenure.apps import cli, demo\n"
         "from tenure.model import ErrorCode, TenureError\n"
         "async def drill(self):\n"
         "    raise TenureError(ErrorCode.QUEUE_PERSISTENCE_FAILED, 'connection_lost')\n"
@@ -361,7 +361,7 @@ def secret_command_lines(missing_db_url: str) -> Iterator[list[str]]:
     positional, an unrecognized argument and option, and every ambiguous option prefix.
     The other arguments are valid; the database is a file in a missing folder, so any
     command that gets past its arguments is refused before it runs."""
-    from tenure.adapters.apps import cli
+    from tenure.apps import cli
 
     yield [SECRET]
     yield ["runs", SECRET]
@@ -484,7 +484,7 @@ def test_the_demo_never_reads_tenure_db(
 
 
 def test_version_and_help_are_answered_without_importing_the_library() -> None:
-    script = ("import sys\nfrom tenure.adapters.apps.cli import main\n"
+    script = ("import sys\nfrom tenure.apps.cli import main\n"
               "for argv in (['--version'], ['--help']):\n"
               "    try:\n        main(argv)\n    except SystemExit as exited:\n        assert exited.code == 0\n"
               "heavy = sorted(name for name in sys.modules if name.startswith(('pydantic', 'sqlalchemy', 'asyncpg',"
@@ -496,7 +496,7 @@ def test_version_and_help_are_answered_without_importing_the_library() -> None:
 
 
 def test_the_quick_help_lists_every_command_with_the_full_parsers_help() -> None:
-    from tenure.adapters.apps import cli
+    from tenure.apps import cli
 
     def helps(parser: argparse.ArgumentParser) -> dict[str, str | None]:
         [commands] = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
@@ -622,13 +622,13 @@ def modules(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.
 def test_an_import_failure_names_its_type_message_and_failing_module_never_the_path(
     modules: pathlib.Path, path: str, problem: str
 ) -> None:
-    from tenure.adapters.apps.worker_cli import import_problem
+    from tenure.apps.worker_cli import import_problem
 
     assert import_problem(path, "handler") == (None, problem)
 
 
 def test_a_syntax_error_names_the_file_and_line_never_its_contents(modules: pathlib.Path) -> None:
-    from tenure.adapters.apps.worker_cli import import_problem
+    from tenure.apps.worker_cli import import_problem
 
     target, problem = import_problem("tenure_t_syntax:broken", "handler")
     assert target is None and problem is not None and problem.startswith("the handler's module failed to import: "

@@ -30,8 +30,8 @@ from tenure.adapters import (
     TaskContext,
     ValidationJobSource,
 )
-from tenure.adapters.apps.cli import main
-from tenure.adapters.apps.health import CHECK_NAMES, health_snapshot
+from tenure.apps.cli import main
+from tenure.apps.health import CHECK_NAMES, health_snapshot
 from tenure.adapters.core.tables import instant_from_sqlite_text, instant_to_sqlite_text
 from tenure.adapters.runs.recovery import COUNT_NAMES, RecoveryReport
 from tenure.model import QueueKind, RunStatus, ValidationJob, WorkerConfig
@@ -297,7 +297,7 @@ def test_a_server_that_never_answers_is_unhealthy_with_timeout_and_its_password_
 ) -> None:
     url = f"postgresql://operator:{PASSWORD}@127.0.0.1:{silent_server}/queue"
     for arguments, env in ((["--db", url], {}), ([], {"TENURE_DB": url})):
-        done = subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "health", "--timeout-seconds",
+        done = subprocess.run([sys.executable, "-P", "-m", "tenure.apps.cli", "health", "--timeout-seconds",
                                "0.5", "--json", *arguments], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                               check=False, env={**_environment(), **env})
         assert done.returncode == 1, done.stdout + done.stderr

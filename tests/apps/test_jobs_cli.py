@@ -20,7 +20,7 @@ from tenure.model import JobStatus, QueueKind, StreamingJob, ValidationJob, Work
 
 
 def tenure(folder: pathlib.Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "jobs", *arguments], cwd=folder,
+    return subprocess.run([sys.executable, "-P", "-m", "tenure.apps.cli", "jobs", *arguments], cwd=folder,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -137,7 +137,7 @@ async def build_report(ctx, name: str) -> None:
 
 
 def tasks_cli(folder: pathlib.Path, db_url: str, *arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "jobs", *arguments], cwd=folder,
+    return subprocess.run([sys.executable, "-P", "-m", "tenure.apps.cli", "jobs", *arguments], cwd=folder,
                           capture_output=True, text=True, timeout=120, check=False, input=stdin,
                           env={**__import__("os").environ, "TASKS_DB": db_url})
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tenure.adapters.apps.logs import JsonFormatter, configure_logging
+from tenure.apps.logs import JsonFormatter, configure_logging
 
 
 def test_a_json_line_carries_the_extra_fields_the_traceback_and_escapes_a_lone_surrogate() -> None:

@@ -35,8 +35,8 @@ from tenure.adapters import (
     Worker,
     Workflows,
 )
-from tenure.adapters.apps.cli import main
-from tenure.adapters.apps.metrics import MAX_LABEL_VALUES, OTHER_LABEL, Instruments
+from tenure.apps.cli import main
+from tenure.apps.metrics import MAX_LABEL_VALUES, OTHER_LABEL, Instruments
 from tenure.adapters.runs.recovery import COUNT_NAMES, RecoveryIssue, RecoveryReport
 from tenure.model import (
     ConfigValidationError,
@@ -50,7 +50,7 @@ from tenure.model import (
     WorkflowPin,
 )
 
-CLI = [sys.executable, "-P", "-m", "tenure.adapters.apps.cli"]
+CLI = [sys.executable, "-P", "-m", "tenure.apps.cli"]
 
 TASKS = '''
 import os
@@ -551,7 +551,7 @@ async def main(url):
 
 asyncio.run(main(sys.argv[1]))
 # The command line names the metrics flags without importing the libraries behind them.
-from tenure.adapters.apps import cli
+from tenure.apps import cli
 cli._parser().parse_args(["worker", "--app", "a:b"])
 cli._parser().parse_args(["runs", "worker", "--db", "sqlite:///x.db", "--broker", "queue", "--workflows", "a:b"])
 print(sorted(name for name in sys.modules if name.split(".")[0] in ("prometheus_client", "opentelemetry")))
@@ -605,7 +605,7 @@ def test_a_bad_metrics_flag_is_refused_naming_it_before_the_worker_starts(
 MISSING = '''
 import sys
 sys.modules[sys.argv[1]] = None  # as if the extra were not installed
-from tenure.adapters.apps.cli import main
+from tenure.apps.cli import main
 sys.exit(main(sys.argv[2:]))
 '''
 

@@ -109,7 +109,7 @@ def test_the_documented_example_runs_as_written(
 FIRST_TASK = next(code for _, code in BLOCKS[README] if "send_welcome" in code)
 """The README's first task, which it says to save as ``first_task.py``."""
 
-TENURE = [sys.executable, "-P", "-m", "tenure.adapters.apps.cli"]
+TENURE = [sys.executable, "-P", "-m", "tenure.apps.cli"]
 """The ``tenure`` command of this environment."""
 
 

@@ -34,7 +34,7 @@ async def hello(ctx):
 
 
 def tenure(folder: pathlib.Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", *arguments], cwd=folder,
+    return subprocess.run([sys.executable, "-P", "-m", "tenure.apps.cli", "runs", *arguments], cwd=folder,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -66,7 +66,7 @@ async def test_a_worker_process_runs_what_the_operator_admits_and_decides(
     # No worker has served the queue: the operator is told, the Run is admitted all the same.
     assert "warning: no Run worker has served the queue 'runs'" in admitted.stderr
     worker = subprocess.Popen(
-        [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", "worker", "--db", db_url, "--broker", broker,
+        [sys.executable, "-P", "-m", "tenure.apps.cli", "runs", "worker", "--db", db_url, "--broker", broker,
          "--workflows", "flows:registry", "--node", "node-a", "--relay-seconds", "0.5", "--node-lease-seconds", "10"],
         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
@@ -137,7 +137,7 @@ async def test_operator_commands_work_without_a_broker_and_refuse_bad_input(db_u
 
 
 def test_a_table_without_rows_is_its_header_line() -> None:
-    from tenure.adapters.apps.runs_cli import run_table
+    from tenure.apps.runs_cli import run_table
 
     assert run_table(["run", "status"], []) == "run  status"
 
@@ -192,7 +192,7 @@ def test_every_runs_action_refuses_a_database_never_migrated_with_exit_status_tw
 ) -> None:
     import sqlite3
 
-    from tenure.adapters.apps.cli import main
+    from tenure.apps.cli import main
 
     path = folder / "runs.db"
     if prepared == "empty":
@@ -245,7 +245,7 @@ async def test_a_payload_comes_from_a_file_or_stdin_and_an_unreadable_file_is_re
     admit = ("admit", "--db", db_url, "--workflows", "flows:registry", "--workflow", "hello", "--revision", "1")
     from_file = await asyncio.to_thread(tenure, folder, *admit, "--payload-file", "payload.json", "--key", "f")
     from_stdin = await asyncio.to_thread(lambda: subprocess.run(
-        [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", *admit, "--payload", "-", "--key", "s"],
+        [sys.executable, "-P", "-m", "tenure.apps.cli", "runs", *admit, "--payload", "-", "--key", "s"],
         cwd=folder, input='{"from": "stdin"}', capture_output=True, text=True, timeout=120, check=False))
     assert from_file.returncode == from_stdin.returncode == 0, from_file.stdout + from_stdin.stdout
     async with RunLedger(db_url) as ledger:

@@ -25,7 +25,7 @@ TESTS = paths.SUPPORT  # the handlers module
 
 
 def worker_command(db_url: str, handler: str, *extra: str) -> list[str]:
-    return [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "worker", "--db", db_url, "--queue", "validation",
+    return [sys.executable, "-P", "-m", "tenure.apps.cli", "worker", "--db", db_url, "--queue", "validation",
             "--handler", f"worker_handlers:{handler}", *extra]
 
 

@@ -119,7 +119,7 @@ def test_the_cli_says_what_to_do_and_a_failed_sqlite_open_leaves_no_stray_traceb
     api = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert api.stdout.strip() == "database_missing" and api.stderr == "", api.stderr
     cli = subprocess.run(
-        [sys.executable, "-m", "tenure.adapters.apps.cli", "migrate", "--db", f"sqlite:///{tmp_path}/missing/queue.db"],
+        [sys.executable, "-m", "tenure.apps.cli", "migrate", "--db", f"sqlite:///{tmp_path}/missing/queue.db"],
         capture_output=True, text=True, timeout=60,
     )
     assert cli.returncode == 1

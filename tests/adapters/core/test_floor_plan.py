@@ -1,23 +1,28 @@
-"""The floor plan of ``adapters/`` and ``conformance/`` (``specs/README.md``, "Where things
-live"), held by tests.
+"""The floor plan of the package (``specs/README.md``, "Where things live"), held by tests.
 
 Read from the source as text (``ast``), so a rule breaks here before any behaviour does:
 
-- no import circle inside ``tenure.adapters``, nor inside ``tenure.conformance``: every
+- the floors, bottom up: ``model/``, ``kernel/``, ``adapters/``, ``conformance/``,
+  ``apps/``. A floor imports only the floors :data:`FLOOR_IMPORTS` names: nothing below
+  ``tenure.apps`` imports it, the adapters never import ``tenure.conformance``, and the
+  only import of conformance from above is ``tenure.apps.cli``'s of its command room
+  (``tenure conform``). Every import counts here, ``if TYPE_CHECKING:`` ones included (a
+  type-only import of a floor above is still a floor that knows the one above it), and
+  so do the modules a package's lazy exports and ``importlib.import_module`` name;
+- no import circle inside ``tenure.adapters``, ``tenure.conformance`` or ``tenure.apps``: every
   import a module runs, at its top or inside a function, counts (a function-level import
   is a circle deferred, not removed); only ``if TYPE_CHECKING:`` imports, which never
   run, are left out. Importing ``a.b.c`` runs the packages ``a.b`` too, so those count
   as well;
 - the table modules import only the persistence core, and the table registry imports
   only table modules (so the schema knows every machine without knowing its behaviour);
-- nowhere in the package (``model/``, ``kernel/``, ``adapters/``, ``conformance/``) does
+- nowhere in the package (``model/``, ``kernel/``, ``adapters/``, ``conformance/``, ``apps/``) does
   a module touch another module's private names (``_name``): a leading underscore tells
   a reader that only its own module uses it, so a refactor of an adapter's privates
   cannot break ``tenure conform`` unseen. What a proof needs of an adapter beyond its
   public API is the adapters' test seam, public and documented (``docs/testing.md``);
 - conformance's rooms import only the rooms the plan allows (:data:`ROOM_IMPORTS`, the
-  table ``tenure.conformance``'s docstring shows), and below conformance only the
-  command line imports it, and only its command room;
+  table ``tenure.conformance``'s docstring shows);
 - a package's lazy exports (``core/lazy.py``) name the modules its ``TYPE_CHECKING``
   imports name, so type checkers and the running code see the same names;
 - outside an allow-list, ``adapters/`` compares no state enum: which state allows what
@@ -34,8 +39,11 @@ import paths
 ROOT = paths.ROOT
 ADAPTERS = ROOT / "adapters"
 CONFORMANCE = ROOT / "conformance"
+APPS = ROOT / "apps"
 PACKAGE = "tenure.adapters"
-PACKAGE_FOLDERS = [ROOT / folder for folder in ("model", "kernel", "adapters", "conformance")]
+FLOORS = ("model", "kernel", "adapters", "conformance", "apps")
+"""The package's top-level folders, bottom up (``tenure.<folder>``)."""
+PACKAGE_FOLDERS = [ROOT / folder for folder in FLOORS]
 """Every folder of the installed package (the private-name rule covers them all)."""
 
 
@@ -53,6 +61,7 @@ def _modules_of(folder: pathlib.Path) -> dict[str, tuple[pathlib.Path, bool]]:
 
 MODULES = _modules_of(ADAPTERS)
 CONFORMANCE_MODULES = _modules_of(CONFORMANCE)
+APPS_MODULES = _modules_of(APPS)
 
 
 def _runtime_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -138,6 +147,10 @@ def test_no_import_circle_inside_the_adapters() -> None:
 
 def test_no_import_circle_inside_conformance() -> None:
     assert _cycles(_import_graph(CONFORMANCE_MODULES)) == []
+
+
+def test_no_import_circle_inside_the_apps() -> None:
+    assert _cycles(_import_graph(APPS_MODULES)) == []
 
 
 def test_the_cycle_finder_finds_a_circle() -> None:
@@ -333,17 +346,119 @@ def test_the_room_check_sees_a_room_importing_one_it_may_not() -> None:
     ]
 
 
-def test_below_conformance_only_the_command_line_imports_it_and_only_the_command() -> None:
-    importers = sorted(
-        f"{path.relative_to(ROOT).as_posix()} imports {target}"
-        for folder in PACKAGE_FOLDERS if folder != CONFORMANCE
-        for path in sorted(folder.rglob("*.py"))
-        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")))
-        for target in _absolute(_module_name(path)[0], _module_name(path)[1], node)
-        if target.startswith("tenure.conformance")
-    )
-    assert all(line.startswith("adapters/apps/") and " imports tenure.conformance.command" in line
-               for line in importers), importers
+# --- floors ----------------------------------------------------------------------------------
+
+FLOOR_IMPORTS: dict[str, set[str]] = {
+    "model": set(),
+    "kernel": {"model"},
+    "adapters": {"model", "kernel"},
+    "conformance": {"model", "kernel", "adapters"},
+    "apps": {"model", "kernel", "adapters"},
+}
+"""Which floors each floor may import (its own modules always). The applications stand on
+everything below them except the proof; ``CONFORM_COMMAND`` is their one way into it."""
+
+CONFORM_COMMAND = ("apps/cli.py", "tenure.conformance.command")
+"""The one import of conformance from above it: ``tenure conform``'s subcommand, which
+``tenure.apps.cli`` wires from the command room (and no other room)."""
+
+
+def _named_modules(tree: ast.Module, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """Every module a file names to import, with its line: import statements at any depth
+    (``if TYPE_CHECKING:`` included), relative ones resolved; the modules of a
+    ``lazy_exports`` map; an ``importlib.import_module`` call's constant name (an
+    f-string's leading text)."""
+    package = module if is_package else module.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+            if node.level == 0:
+                base = node.module or ""
+            if base == "tenure":  # `from tenure import apps`: the namespace, so the names are floors
+                yield from ((node.lineno, f"tenure.{alias.name}") for alias in node.names)
+            else:
+                yield node.lineno, base
+        elif isinstance(node, ast.Call) and node.args:
+            callee, first = ast.unparse(node.func), node.args[0]
+            if callee.endswith("import_module"):
+                if isinstance(first, ast.JoinedStr) and first.values and isinstance(first.values[0], ast.Constant):
+                    first = first.values[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    yield node.lineno, first.value
+            elif callee == "lazy_exports" and len(node.args) > 1 and isinstance(node.args[1], ast.Dict):
+                for value in node.args[1].values:
+                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                        name = value.value
+                        yield node.lineno, package + name if name.startswith(".") else name
+
+
+def _floor_crossings(root: pathlib.Path = ROOT) -> list[str]:
+    """Every import of a floor that ``FLOOR_IMPORTS`` does not give the importing floor."""
+    found = []
+    for floor in FLOORS:
+        for path in sorted((root / floor).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            is_package = parts[-1] == "__init__"
+            module = "tenure." + ".".join(parts[:-1] if is_package else parts)
+            where = path.relative_to(root).as_posix()
+            for line, target in _named_modules(ast.parse(path.read_text(encoding="utf-8")), module, is_package):
+                target_parts = target.split(".")
+                if target_parts[0] != "tenure" or len(target_parts) < 2 or target_parts[1] == floor:
+                    continue
+                if target_parts[1] in FLOOR_IMPORTS[floor]:
+                    continue
+                if (where, ".".join(target_parts[:3])) == CONFORM_COMMAND:
+                    continue
+                found.append(f"{where}:{line} imports {target}")
+    return found
+
+
+def test_every_floor_imports_only_the_floors_below_it_that_the_plan_allows() -> None:
+    # Nothing below tenure.apps imports it; the adapters never import tenure.conformance;
+    # from above, only tenure.apps.cli imports conformance, and only its command room.
+    assert {path.name for path in ROOT.iterdir() if (path / "__init__.py").is_file()} == set(FLOORS)
+    assert _floor_crossings() == []
+
+
+def test_the_floor_check_sees_every_kind_of_crossing(tmp_path: pathlib.Path) -> None:
+    files = {
+        # a type-only import of the applications from the adapters (an observer typed against metrics)
+        "adapters/core/observers.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                      "    from tenure.apps.metrics import Instruments\n",
+        # a relative import that climbs out of the adapters into the applications
+        "adapters/runs/worker.py": "def report():\n    from ...apps import reporting\n    from ... import conformance\n",
+        # the adapters naming the proof, at run time and through a lazy export
+        "adapters/queue/__init__.py": "from tenure.conformance.drivers import stores\n"
+                                      "__getattr__ = lazy_exports(__name__, {'Counter': 'tenure.conformance.lockstep'})\n",
+        # the proof reaching up for the applications' refusal format
+        "conformance/command/conform.py": "from tenure.apps.reporting import ArgumentsRefused\nfrom tenure import apps\n",
+        # the model and the kernel reaching up
+        "model/errors.py": "import tenure.adapters.core\n",
+        "kernel/core.py": "importlib.import_module(f'tenure.apps.{name}')\n",
+        # the applications may import conformance only from apps/cli.py, and only its command room
+        "apps/console/command.py": "from tenure.conformance.command import run_conform\n",
+        "apps/cli.py": "from tenure.conformance.command import run_conform\nfrom tenure.conformance.lockstep import raw\n",
+        "apps/health.py": "from tenure.adapters.core.dialects import backend_for\nfrom ..adapters.runs import RunLedger\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _floor_crossings(tmp_path) == [
+        "model/errors.py:1 imports tenure.adapters.core",
+        "kernel/core.py:1 imports tenure.apps.",
+        "adapters/core/observers.py:3 imports tenure.apps.metrics",
+        "adapters/queue/__init__.py:1 imports tenure.conformance.drivers",
+        "adapters/queue/__init__.py:2 imports tenure.conformance.lockstep",
+        "adapters/runs/worker.py:2 imports tenure.apps",
+        "adapters/runs/worker.py:3 imports tenure.conformance",
+        "conformance/command/conform.py:1 imports tenure.apps.reporting",
+        "conformance/command/conform.py:2 imports tenure.apps",
+        "apps/cli.py:2 imports tenure.conformance.lockstep",
+        "apps/console/command.py:1 imports tenure.conformance.command",
+    ]
 
 
 # --- lazy exports ----------------------------------------------------------------------------
@@ -372,7 +487,7 @@ def _type_checking_names(tree: ast.Module) -> dict[str, str]:
 
 def test_lazy_exports_name_what_the_type_checker_imports() -> None:
     packages = 0
-    for name, (path, is_package) in MODULES.items():
+    for name, (path, is_package) in (MODULES | APPS_MODULES).items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         mapping = _lazy_map(tree)
         if mapping is None:
@@ -391,7 +506,6 @@ STATE_ENUMS = {"JobStatus", "RunStatus", "DeliveryState", "ConsentStatus", "Agen
                "NodeStatus", "BrokerJobState"}
 
 ENUM_COMPARISONS_ALLOWED = {
-    "apps/": "the demos and the command line report the states they read back; they decide nothing",
     "attempts/runner.py": "the attempt machine's client: it picks which command to send next from the state it "
                           "read, and the kernel decides whether that command applies",
     "attempts/ledger.py": "an argument check: only a lookup that found the provider's job cancelled is evidence "

@@ -9,11 +9,12 @@ import pkgutil
 import sys
 
 import tenure.adapters
+import tenure.apps
 import tenure.conformance
 import tenure.kernel
 import tenure.model
 
-PUBLIC_PACKAGES = (tenure.model, tenure.kernel, tenure.adapters, tenure.conformance)
+PUBLIC_PACKAGES = (tenure.model, tenure.kernel, tenure.adapters, tenure.conformance, tenure.apps)
 
 
 def _modules() -> list[str]:
@@ -27,19 +28,21 @@ def _modules() -> list[str]:
 
 
 def test_the_top_level_folders_are_never_imported_under_their_own_names() -> None:
-    # `python -m pytest` from the root would make `model`, `kernel`, `adapters`
+    # `python -m pytest` from the root would make `model`, `kernel`, `adapters`, ...
     # importable twice (as themselves and as tenure.*), and enums would stop comparing
     # equal. Tests run with `python -P -m pytest`; this guard fails if that slips.
     for name in _modules():
         importlib.import_module(name)
-    assert not {"model", "kernel", "adapters"} & set(sys.modules)
+    assert not {"model", "kernel", "adapters", "conformance", "apps"} & set(sys.modules)
 
 
-def test_tenure_is_a_namespace_over_the_three_packages() -> None:
+def test_tenure_is_a_namespace_over_the_five_packages() -> None:
     import tenure
 
     assert not hasattr(tenure, "__file__") or tenure.__file__ is None
-    assert tenure.model.__name__ == "tenure.model"
+    assert [package.__name__ for package in PUBLIC_PACKAGES] == [
+        "tenure.model", "tenure.kernel", "tenure.adapters", "tenure.conformance", "tenure.apps"]
+    assert {"tenure.apps.console", "tenure.apps.cli", "tenure.apps.alembic"} <= set(_modules())
 
 
 def test_every_public_module_declares_all() -> None:

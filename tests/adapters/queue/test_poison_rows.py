@@ -26,7 +26,7 @@ import pytest
 from adapter_support import kind_of, raw
 
 from tenure.adapters import TaskApp, TaskContext, ValidationJobSource
-from tenure.adapters.apps.cli import main as tenure_cli
+from tenure.apps.cli import main as tenure_cli
 from tenure.adapters.queue.operations import UNREADABLE_ERROR
 from tenure.kernel.queue.machine import UNREADABLE_ROW_ERROR
 from tenure.model import ValidationJob, WorkerConfig
@@ -145,8 +145,8 @@ async def cli(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int,
 def console_pages(db_url: str, paths: list[str]) -> dict[str, tuple[int, str]]:
     from starlette.testclient import TestClient
 
-    from tenure.adapters.console.app import create_app
-    from tenure.adapters.console.settings import ConsoleSettings
+    from tenure.apps.console.app import create_app
+    from tenure.apps.console.settings import ConsoleSettings
 
     with TestClient(create_app(ConsoleSettings(db_url=db_url)), base_url="http://127.0.0.1:8787") as client:
         answers = {}

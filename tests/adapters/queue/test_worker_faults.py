@@ -22,7 +22,7 @@ from polling import until
 from stalling_proxy import stalling_proxy
 
 from tenure.adapters import FailJob, JobContext, ValidationJobSource, Worker
-from tenure.adapters.apps.logs import TEXT_FORMAT, JsonFormatter
+from tenure.apps.logs import TEXT_FORMAT, JsonFormatter
 from tenure.adapters.queue import worker as worker_module
 from tenure.model import JobStatus, QueueKind, ValidationJob, WorkerConfig
 

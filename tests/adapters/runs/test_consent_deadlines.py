@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from test_run_liveness import admit, ports, serving, status_of, until, worker
 
 from tenure.adapters import InMemoryBroker, RunLedger, RunRuntime, RunWorker, Workflows
-from tenure.adapters.apps.runs_cli import _show
+from tenure.apps.runs_cli import _show
 from tenure.conformance.strategies.consents import DECIDERS, consent_records
 from tenure.kernel.consents.commands import DecideConsent
 from tenure.kernel.consents.finders import due_consents

@@ -82,7 +82,7 @@ async def test_reconciliation_and_a_relay_report_an_unreadable_run_and_recover_t
 
 
 def _tenure(folder: pathlib.Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", *arguments], cwd=folder,
+    return subprocess.run([sys.executable, "-P", "-m", "tenure.apps.cli", "runs", *arguments], cwd=folder,
                           capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)
 
 
@@ -105,8 +105,8 @@ async def _until_done(db_url: str, run_ids: list[str]) -> None:
 def _console_pages(db_url: str, paths: list[str]) -> dict[str, tuple[int, str]]:
     from starlette.testclient import TestClient
 
-    from tenure.adapters.console.app import create_app
-    from tenure.adapters.console.settings import ConsoleSettings
+    from tenure.apps.console.app import create_app
+    from tenure.apps.console.settings import ConsoleSettings
 
     with TestClient(create_app(ConsoleSettings(db_url=db_url)), base_url="http://127.0.0.1:8787") as client:
         return {path: (response.status_code, response.text) for path in paths
@@ -121,7 +121,7 @@ async def test_a_runs_worker_starts_beside_an_unreadable_run_reports_it_and_serv
     healthy = [await _admitted(tmp_path, db_url, f"k-{n}") for n in range(2)]
     poison(db_url, poisoned)
     worker = subprocess.Popen(
-        [sys.executable, "-P", "-m", "tenure.adapters.apps.cli", "runs", "worker", "--db", db_url, "--broker", "queue",
+        [sys.executable, "-P", "-m", "tenure.apps.cli", "runs", "worker", "--db", db_url, "--broker", "queue",
          "--workflows", "flows:registry", "--node", NODE, "--relay-seconds", "0.2", "--node-lease-seconds", "30"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:

@@ -22,7 +22,7 @@ import asyncpg
 import pytest
 
 from tenure.adapters import upgrade
-from tenure.adapters.apps.cli import main
+from tenure.apps.cli import main
 
 MACHINES = ("queue", "attempts", "runs")
 
@@ -225,7 +225,7 @@ MUTANT = textwrap.dedent('''
                                     "(SELECT count(*) FROM locked) AS locked_rows)")
     statements.clear_statement_cache()
     if sys.argv[1] == "conform":
-        from tenure.adapters.apps.cli import main
+        from tenure.apps.cli import main
 
         sys.exit(main(sys.argv[1:]))
     script = sys.argv[1]
@@ -280,7 +280,7 @@ def test_an_interrupted_run_removes_its_scratch_schema_and_exits_130(
 
     before = _user_state(user_database)
     running = subprocess.Popen(
-        [sys.executable, "-m", "tenure.adapters.apps.cli", "conform", "--db", user_database, "--machines", "runs",
+        [sys.executable, "-m", "tenure.apps.cli", "conform", "--db", user_database, "--machines", "runs",
          "--steps", "1000000"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + HANG_GUARD_S
