@@ -3,7 +3,7 @@
 A project that already migrates with Alembic adds one revision whose ``upgrade()`` calls
 :func:`upgrade` and whose ``downgrade()`` calls :func:`downgrade` (``tenure migrate
 --alembic`` prints that file, :func:`revision_file` writes it). Both run the migration
-runner of :mod:`tenure.adapters.core.migrations`, the one ``tenure migrate`` runs: the
+runner of :mod:`tenure.adapters.wiring.migrations`, the one ``tenure migrate`` runs: the
 same steps, compiled from the same table descriptions, the same admission checks and
 refusals, the same idempotence (an up-to-date database is checked and left as it is).
 Only the connection differs: the statements go through Alembic's own connection
@@ -37,11 +37,11 @@ from typing import Any, Protocol, TypeVar
 
 from tenure.model import ConfigValidationError, TenureError
 
-from .core.dialects import BACKENDS
+from .wiring.dialects import BACKENDS
 from .core.failures import Stage, translate
 from .core.migration_report import MigrationReport
-from .core.migrations import run_downgrade, run_upgrade
-from .core.registry import TABLES
+from .wiring.migrations import run_downgrade, run_upgrade
+from .wiring.registry import TABLES
 from .core.schema import MIGRATIONS_TABLE
 from .core.urls import DatabaseKind, check_schema_name
 

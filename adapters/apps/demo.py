@@ -42,7 +42,7 @@ from tenure.model import (
     bounds,
 )
 
-from ..core.migrations import upgrade
+from ..wiring.migrations import upgrade
 from ..core.urls import parse_db_url
 from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
 from .demo_attempts import run_attempts_demo

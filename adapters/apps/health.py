@@ -92,8 +92,8 @@ from tenure.model import ConfigValidationError, JobStatus, RunStatus, TenureErro
 from tenure.model.validation import is_queue_name
 
 from ..core.catalog import Executor
-from ..core.dialects import backend_for, open_store, resolve_schema
-from ..core.migrations import RECORDED_STEPS
+from ..wiring.dialects import backend_for, open_store, resolve_schema
+from ..wiring.migrations import RECORDED_STEPS
 from ..core.schema import MIGRATIONS_TABLE
 from ..core.store import Store, Transaction
 from ..core.tables import Binding, Dialect, Step, qualified

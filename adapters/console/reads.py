@@ -48,7 +48,7 @@ from ..apps.health import OTHER, HealthProbe, HealthSnapshot, NodeReport, Thresh
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
 from ..core.catalog import Executor
-from ..core.dialects import backend_for, resolve_schema
+from ..wiring.dialects import backend_for, resolve_schema
 from ..core.facade import Cursor
 from ..core.store import Transaction
 from ..core.tables import Binding, Dialect, Unreadable, qualified

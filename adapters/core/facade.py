@@ -18,7 +18,7 @@ from typing import ClassVar, TypeVar
 from tenure.model import ConfigValidationError, ErrorCode, TenureError, bounds
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 
-from .dialects import open_store
+from ..wiring.dialects import open_store
 from .engine import Engine
 from .store import Store, Transaction
 

@@ -1,4 +1,4 @@
-"""What PostgreSQL contributes to the migration runner (see :mod:`tenure.adapters.core.migrations`).
+"""What PostgreSQL contributes to the migration runner (see :mod:`tenure.adapters.wiring.migrations`).
 
 One transaction (PostgreSQL DDL is transactional), serialized against concurrent
 migrations by an advisory lock; the catalog comes from ``pg_attribute``, ``pg_index``
@@ -26,7 +26,7 @@ from tenure.model.errors import is_authored_word
 
 from ..core.catalog import CatalogColumn, CatalogIndex, Executor
 from ..core.migration_report import Check
-from ..core.registry import TABLES
+from ..wiring.registry import TABLES
 from ..core.tables import ROW_VERSION, ColumnSpec, TableSpec, qualified, sql_dialect
 from ..queue.table import TABLE_NAMES
 

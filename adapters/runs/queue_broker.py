@@ -74,7 +74,7 @@ from tenure.model import (
 from tenure.model.fingerprint import SubmissionSnapshot, snapshot_submission
 from tenure.model.validation import micros_to_datetime, refuse
 
-from ..core.dialects import open_store
+from ..wiring.dialects import open_store
 from ..core.outages import OutageLog
 from ..core.store import Listener, Transaction
 from ..queue.operations import QueueOperations

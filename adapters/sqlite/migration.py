@@ -1,4 +1,4 @@
-"""What SQLite contributes to the migration runner (see :mod:`tenure.adapters.core.migrations`).
+"""What SQLite contributes to the migration runner (see :mod:`tenure.adapters.wiring.migrations`).
 
 The whole migration runs in one ``BEGIN IMMEDIATE`` transaction. The catalog comes from
 ``PRAGMA table_info``/``index_list``/``index_xinfo``. SQLite-specific rules:

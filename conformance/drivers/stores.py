@@ -32,7 +32,7 @@ from hypothesis.reporting import with_reporter
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.consents.table import CONSENTS_BINDING
-from tenure.adapters.core.dialects import open_store
+from tenure.adapters.wiring.dialects import open_store
 from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import Binding, qualified
 from tenure.adapters.core.urls import parse_db_url

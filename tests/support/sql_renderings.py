@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
-from tenure.adapters.core.registry import BINDINGS
+from tenure.adapters.wiring.registry import BINDINGS
 from tenure.adapters.core.sql import (
     POSTGRESQL,
     SQLITE,

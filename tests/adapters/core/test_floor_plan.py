@@ -164,7 +164,7 @@ def test_every_machine_table_module_imports_only_the_core() -> None:
 
 def test_the_table_registry_imports_only_table_modules() -> None:
     graph = _import_graph()
-    imported = {target for target in graph[f"{PACKAGE}.core.registry"] if target not in MODULES or
+    imported = {target for target in graph[f"{PACKAGE}.wiring.registry"] if target not in MODULES or
                 MODULES[target][1] is False}
     assert imported - {f"{PACKAGE}.core.tables"} <= TABLE_MODULES
 

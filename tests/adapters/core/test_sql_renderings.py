@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import sql_renderings
 
-from tenure.adapters.core.registry import BINDINGS
+from tenure.adapters.wiring.registry import BINDINGS
 from tenure.adapters.postgres import statements
 from tenure.adapters.postgres.store import PostgresStore
 

@@ -17,7 +17,7 @@ from adapter_support import raw, stored_instant
 from polling import until
 
 from tenure.adapters import QueueBroker
-from tenure.adapters.core.dialects import open_store
+from tenure.adapters.wiring.dialects import open_store
 from tenure.adapters.queue.operations import QueueOperations
 from tenure.adapters.queue.sources import time_ordered_id
 from tenure.adapters.queue.table import HOPS_BINDING

@@ -17,7 +17,7 @@ import pytest
 from adapter_support import kind_of, raw, stored_instant
 from run_support import Runs, runs_db, succeeded  # noqa: F401 (runs_db: fixture)
 from tenure.adapters import RunLedger, downgrade, upgrade
-from tenure.adapters.core.registry import RUN_TABLES
+from tenure.adapters.wiring.registry import RUN_TABLES
 from tenure.adapters.queue.table import HOPS_TABLE
 from tenure.adapters.runs.table import CHECKPOINTS_TABLE
 from tenure.model import ConfigValidationError, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind, hop_key

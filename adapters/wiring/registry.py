@@ -22,7 +22,7 @@ from ..runs.table import (
     RUNS_TABLE,
     STEPS_TABLE,
 )
-from .tables import Binding, Step, TableSpec
+from ..core.tables import Binding, Step, TableSpec
 
 __all__ = ["TABLES", "BINDINGS", "RUN_TABLES", "RetirementGuard", "RETIREMENT_GUARDS"]
 

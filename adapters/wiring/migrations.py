@@ -35,12 +35,12 @@ from typing import Any
 
 from tenure.model import ConfigValidationError
 
-from .catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
+from ..core.catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
 from .dialects import open_migration_target
-from .migration_report import Check, MigrationReport, refuse_if_failed
+from ..core.migration_report import Check, MigrationReport, refuse_if_failed
 from .registry import RETIREMENT_GUARDS, TABLES
-from .schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl, row_version_column_ddl
-from .tables import ROW_VERSION, Step, TableSpec, qualified
+from ..core.schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl, row_version_column_ddl
+from ..core.tables import ROW_VERSION, Step, TableSpec, qualified
 
 __all__ = [
     "upgrade",
