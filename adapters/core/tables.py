@@ -294,6 +294,12 @@ class TableSpec:
     """The step that re-creates the checks of a table created before it (a check that
     grew: a new status the old condition refuses). PostgreSQL replaces each constraint;
     SQLite, which cannot alter a constraint, rebuilds the table."""
+    probe_row: Callable[[Dialect, str, str, int], Mapping[str, Any]] | None = None
+    """For a table other clients create, whose :attr:`exact_unique_columns` tenure adds:
+    ``(dialect, suffix, identity, now_us) -> row`` (column name to stored value), a
+    finished row whose identity columns hold ``identity``, for the migration's native
+    probe that identities differing only by case or a trailing space stay distinct (on
+    SQLite; rolled back). None: no probe."""
 
     @functools.cached_property
     def column_names(self) -> tuple[str, ...]:

@@ -32,10 +32,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
+from sqlalchemy.engine import Dialect as SqlDialect
 
 from tenure.kernel.queue.machine import QUEUE
 from tenure.kernel.queue.record import QueueRow
@@ -75,6 +76,7 @@ __all__ = [
     "stored_payload",
     "envelope_of",
     "probe_record",
+    "legacy_ddl",
 ]
 
 TABLE_NAMES: dict[QueueKind, str] = {
@@ -171,6 +173,16 @@ def _listed_indexes(table: str) -> tuple[IndexSpec, ...]:
     return (IndexSpec(f"ix_{table}_status_id", ("status", "id"), step=Step.CONSOLE),)
 
 
+def _probe_row(queue: QueueKind) -> Callable[[Dialect, str, str, int], Mapping[str, Any]]:
+    """The migration's collation probe on ``queue``'s table: :func:`probe_record`, as
+    the table's codec writes it on the probed database."""
+
+    def row(dialect: Dialect, suffix: str, identity: str, now_us: int) -> Mapping[str, Any]:
+        return queue_codec(queue, dialect).write(probe_record(queue, suffix, identity, now_us))
+
+    return row
+
+
 def _payload(name: str, part: int, codec: Codec, sql_type: Any, **more: Any) -> ColumnSpec:
     return ColumnSpec(name, "payload", codec, sql_type, nullable=False, mutable=False, part=part, **more)
 
@@ -195,6 +207,7 @@ VALIDATION_TABLE = TableSpec(
              *_listed_indexes("validation_jobs")),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
+    probe_row=_probe_row(QueueKind.VALIDATION),
 )
 
 PIPELINE_TABLE = TableSpec(
@@ -220,6 +233,7 @@ PIPELINE_TABLE = TableSpec(
     ),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
+    probe_row=_probe_row(QueueKind.PIPELINE),
 )
 
 STREAMING_TABLE = TableSpec(
@@ -250,6 +264,7 @@ STREAMING_TABLE = TableSpec(
     ),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
+    probe_row=_probe_row(QueueKind.STREAMING),
 )
 
 QUEUE_TABLES: dict[QueueKind, TableSpec] = {
@@ -257,6 +272,12 @@ QUEUE_TABLES: dict[QueueKind, TableSpec] = {
     QueueKind.PIPELINE: PIPELINE_TABLE,
     QueueKind.STREAMING: STREAMING_TABLE,
 }
+
+
+def legacy_ddl(dialect: SqlDialect, schema: str | None) -> list[str]:
+    """pycharter's three queue tables and their indexes as pycharter creates them, in
+    idempotent forms (what the legacy step creates where they are missing)."""
+    return [statement for spec in QUEUE_TABLES.values() for statement in spec.create_ddl(dialect, schema)]
 
 PAYLOAD_COLUMNS: dict[QueueKind, tuple[str, ...]] = {
     queue: tuple(

@@ -169,7 +169,8 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
     recorder = Recorder(tx)
     reader = _catalog_reader(recorder)
     await dialect.begin(recorder)
-    schema_checks = await dialect.schema_checks(reader, schema, explicit=explicit_schema)
+    adopted = [spec.name for spec in TABLES if spec.created_by is Step.LEGACY]
+    schema_checks = await dialect.schema_checks(reader, schema, explicit=explicit_schema, adopted=adopted)
     if not own_schema:
         refuse_if_failed(schema_checks, "queue_tables_elsewhere")
     elif any([await dialect.columns(reader, spec.name, schema) for spec in TABLES]):
@@ -277,7 +278,7 @@ async def run_downgrade(dialect: MigrationDialect, tx: Executor, schema: str | N
     applied = await _applied_steps(dialect, reader, schema)
     if not applied:
         return [], [], recorder.statements
-    await dialect.lock_tables(recorder, schema)
+    await dialect.lock_tables(recorder, schema, [spec.name for spec in TABLES])
     checks: list[Check] = []
     for step in RECORDED_STEPS:
         if step not in applied:

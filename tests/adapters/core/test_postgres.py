@@ -18,9 +18,9 @@ from adapter_support import raw, row
 from lock_waits import held_elsewhere, with_longer_leases
 
 from tenure.adapters import StreamingJobSource, ValidationJobSource, downgrade, upgrade
-from tenure.adapters.core.schema import legacy_ddl, owned_column_ddl
+from tenure.adapters.core.schema import owned_column_ddl
 from tenure.adapters.core.tables import Step, sql_dialect
-from tenure.adapters.queue.table import QUEUE_TABLES
+from tenure.adapters.queue.table import QUEUE_TABLES, legacy_ddl
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,

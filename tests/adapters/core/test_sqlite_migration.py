@@ -8,9 +8,9 @@ import sqlite3
 import pytest
 
 from tenure.adapters import ValidationJobSource, downgrade, upgrade
-from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
-from tenure.adapters.core.schema import legacy_ddl, owned_column_ddl
+from tenure.adapters.core.schema import owned_column_ddl
 from tenure.adapters.core.tables import Step, sql_dialect
+from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES, legacy_ddl
 from tenure.model import ConfigValidationError, TenureError, ValidationJob
 
 DIALECT = sql_dialect("sqlite")
