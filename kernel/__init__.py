@@ -98,6 +98,10 @@ from .queue.record import (
 )
 from .runs.machine import RUNS
 
+MACHINES: tuple[Machine, ...] = (QUEUE, ATTEMPTS, RUNS, CONSENTS, AGENT_JOBS, NODES)
+"""Every machine, registered once: the adapters' registry, the spec-table checks and the
+shared tests read this tuple (a machine's folder is :attr:`Machine.folder`)."""
+
 __all__ = [
     "QueueState",
     "JobRecord",
@@ -171,6 +175,7 @@ __all__ = [
     "CONSENTS",
     "AGENT_JOBS",
     "NODES",
+    "MACHINES",
 ]
 
 # The queue's names before every machine was named alike (deprecated; removed in the next

@@ -37,7 +37,6 @@ from ..core.tables import (
     ROW_VERSION,
     SQLITE_DIALECT,
     ColumnSpec,
-    Step,
     TableSpec,
     instant_to_sqlite_text,
     sql_dialect,
@@ -183,7 +182,7 @@ class SqliteMigration:
         for (index,) in await tx.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", [aside]):
             await tx.execute(f"DROP INDEX {index}")  # the new table's indexes take their names
-        table = spec.sqlalchemy_table(schema, steps=frozenset(Step))
+        table = spec.sqlalchemy_table(schema, steps=spec.steps)
         await tx.execute(str(CreateTable(table).compile(dialect=self.sql_dialect)).strip())
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
             await tx.execute(str(CreateIndex(index).compile(dialect=self.sql_dialect)).strip())

@@ -1,94 +1,66 @@
-"""The registry of machines' tables: what the migration runner creates, checks and
-removes, and what the store conformance suite runs against. A new machine adds its
-table module's names here (and its table's step to
-:class:`tenure.adapters.core.tables.Step`); it imports table modules only."""
+"""The registry of machines: every machine is registered once, in
+:data:`tenure.kernel.MACHINES`, and everything the migration runner and the stores'
+conformance suite enumerate is read from the machines' own declarations.
+
+A machine's table module (``adapters/<folder>/table.py``, the folder of its kernel
+machine) declares ``MACHINE_TABLES`` (:class:`~tenure.adapters.core.tables.MachineTables`):
+its kernel machine, its tables, its bindings and the rows that forbid removing its
+schema steps. The registry imports each machine's table module by name (table modules
+import only the core, so the registry closes no circle) and derives :data:`TABLES`,
+:data:`BINDINGS`, :data:`STEPS` (the schema's history, in the order the runner applies
+it) and :data:`RETIREMENT_GUARDS` from them. ``specs/README.md`` ("Adding a machine") gives the
+whole checklist; ``tests/adapters/core/test_new_machine.py`` adds a toy machine in a
+copy of the package and counts the shared lines it needs.
+"""
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
 
-# Table modules only: each imports nothing but the core, so the registry closes no circle.
-from ..agent_jobs.table import AGENT_JOBS_BINDING, AGENT_JOBS_TABLE
-from ..attempts.table import ATTEMPTS_BINDING, ATTEMPTS_TABLE
-from ..consents.table import CONSENTS_BINDING, CONSENTS_TABLE
-from ..nodes.table import NODES_BINDING, NODES_TABLE
-from ..queue.table import HOPS_BINDING, HOPS_TABLE, QUEUE_BINDINGS, QUEUE_TABLES, TASKS_BINDING, TASKS_TABLE
-from ..runs.table import (
-    CHECKPOINTS_TABLE,
-    DELIVERIES_BINDING,
-    DELIVERIES_TABLE,
-    RECOVERY_REPORTS_TABLE,
-    RUNS_BINDING,
-    RUNS_TABLE,
-    STEPS_TABLE,
-)
-from ..core.tables import Binding, Step, TableSpec
+from tenure.kernel import MACHINES as KERNEL_MACHINES
+from tenure.kernel.core import Machine
 
-__all__ = ["TABLES", "BINDINGS", "RUN_TABLES", "RetirementGuard", "RETIREMENT_GUARDS"]
+from ..core.tables import LEGACY_STEP, Binding, MachineTables, RetirementGuard, Step, TableSpec, schema_history
 
-RUN_TABLES: tuple[TableSpec, ...] = (RUNS_TABLE, DELIVERIES_TABLE, CONSENTS_TABLE, AGENT_JOBS_TABLE)
-"""The tables step ``runs_v1`` creates, in its order: the Run machine's pair and its owners'."""
+__all__ = ["MACHINES", "DECLARATIONS", "TABLES", "BINDINGS", "STEPS", "RECORDED_STEPS", "RETIREMENT_GUARDS"]
 
-TABLES: tuple[TableSpec, ...] = (*QUEUE_TABLES.values(), ATTEMPTS_TABLE, *RUN_TABLES, CHECKPOINTS_TABLE, HOPS_TABLE,
-                                 NODES_TABLE, STEPS_TABLE, TASKS_TABLE, RECOVERY_REPORTS_TABLE)
-# The checkpoints table has a binding but no machine (it is evidence the Run machine's
-# callers write under the Run's lock), so it is migrated here and not in BINDINGS. The
-# Run hops' table is the queue machine's, in a table of the validation queue's shape. The
-# step journal, like the checkpoints, is evidence without a machine; the recovery reports
-# are diagnostics without a machine.
-BINDINGS: tuple[Binding, ...] = (*QUEUE_BINDINGS.values(), ATTEMPTS_BINDING, RUNS_BINDING, DELIVERIES_BINDING,
-                                 CONSENTS_BINDING, AGENT_JOBS_BINDING, HOPS_BINDING, NODES_BINDING, TASKS_BINDING)
+MACHINES: dict[str, Machine] = {machine.folder: machine for machine in KERNEL_MACHINES}
+"""Every registered machine, by its folder: ``kernel/<folder>/`` (its decisions) and
+``adapters/<folder>/`` (its table declaration and facades), in the kernel's order, which
+is the order its tables take in a step that creates several (a Run's pair before its
+owners')."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RetirementGuard:
-    """Rows that forbid removing a step: ``SELECT count(*) FROM table WHERE condition``
-    must be zero (``condition`` has one positional parameter, ``True``, when it says ``?``)."""
+def _declared(folder: str, machine: Machine) -> MachineTables:
+    declared = importlib.import_module(f"tenure.adapters.{folder}.table").MACHINE_TABLES
+    if not isinstance(declared, MachineTables) or declared.machine is not machine:
+        raise TypeError(f"adapters/{folder}/table.py declares no MachineTables of its kernel machine")
+    return declared
 
-    table: str
-    subject: str
-    requirement: str
-    condition: str
-    problem: str
 
+DECLARATIONS: dict[str, MachineTables] = {folder: _declared(folder, machine) for folder, machine in MACHINES.items()}
+"""Each registered machine's table declaration, by its folder."""
+
+TABLES: tuple[TableSpec, ...] = tuple(spec for declared in DECLARATIONS.values() for spec in declared.tables)
+"""Every table the migration runner creates, adopts, checks and removes, in the
+machines' order. Some have no binding (checkpoints, the step journal and the recovery
+reports are evidence and diagnostics no machine decides)."""
+
+BINDINGS: tuple[Binding, ...] = tuple(binding for declared in DECLARATIONS.values() for binding in declared.bindings)
+"""Every table a machine decides, with its machine: what the stores and their
+conformance suite run against."""
+
+STEPS: tuple[Step, ...] = schema_history(TABLES)
+"""Every schema step, in the order the runner applies them (the legacy step first)."""
+
+RECORDED_STEPS: tuple[Step, ...] = tuple(step for step in STEPS if step != LEGACY_STEP)
+"""The steps ``tenure_migrations`` records, in the order they are applied."""
 
 RETIREMENT_GUARDS: dict[Step, tuple[RetirementGuard, ...]] = {
-    Step.OWNED: tuple(
-        guard
-        for spec in QUEUE_TABLES.values()
-        for guard in (
-            RetirementGuard(spec.name, "fence_required", "no protected submissions", "fence_required = ?",
-                            "protected_submissions_remain"),
-            RetirementGuard(spec.name, "claim_token", "no live owned claims",
-                            "status = 'claimed' AND claim_token IS NOT NULL", "owned_claims_remain"),
-        )
-    ),
-    Step.ATTEMPTS: (
-        # Every attempt guards an effect (and its prepare replay): none may be dropped.
-        RetirementGuard(ATTEMPTS_TABLE.name, "attempt_id", "no recorded attempts", "TRUE", "attempts_remain"),
-    ),
-    Step.RUNS: (
-        # Runs are canonical workflow truth (and their owners the evidence a resume
-        # reads): removing the step would lose them.
-        RetirementGuard(RUNS_TABLE.name, "run_id", "no recorded runs", "TRUE", "runs_remain"),
-    ),
-    Step.WORKERS: (
-        # A checkpoint is what a parked Run resumes from: dropping one strands its Run.
-        RetirementGuard(CHECKPOINTS_TABLE.name, "run_id", "no saved checkpoints", "TRUE", "checkpoints_remain"),
-        # A queued or running hop is a delivery some Run is waiting on.
-        RetirementGuard(HOPS_TABLE.name, "status", "no queued or running hops",
-                        "status IN ('pending', 'claimed')", "hops_remain"),
-    ),
-    Step.TASKS: (
-        # A queued or running task is work someone deferred; a protected one is also the
-        # record its submission ID replays against.
-        RetirementGuard(TASKS_TABLE.name, "status", "no pending or claimed tasks", "status IN ('pending', 'claimed')",
-                        "tasks_remain"),
-        RetirementGuard(TASKS_TABLE.name, "fence_required", "no protected task submissions", "fence_required = ?",
-                        "protected_submissions_remain"),
-    ),
-    # Step.RECOVERY and Step.ADMISSION_KEYS need no guard of their own: their column and
-    # index live on tenure_runs, and runs_v1's guard already refuses the downgrade while
-    # any Run exists. Step.REPORTS needs none either: a recovery report is a diagnostic
-    # (the next pass writes it again), never evidence any Run is waiting on.
+    step: guards
+    for step in STEPS
+    if (guards := tuple(guard for declared in DECLARATIONS.values() for guard in declared.retirement_guards
+                        if guard.step == step))
 }
+"""What forbids removing each step (a step without an entry needs none: its columns live
+on a table another step's guard keeps, or its rows are diagnostics)."""
