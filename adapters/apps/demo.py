@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from tenure.kernel import LEASE_EXPIRED_ERROR
+from tenure.kernel.queue.machine import LEASE_EXPIRED_ERROR
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
