@@ -22,7 +22,7 @@ from typing import Any
 
 from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus, ErrorCode
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from .commands import Ack, AgentJobCommand, AgentJobCommandType, Submitted
 from .record import AgentJobRow, AgentJobStep, record_violations, step_of
 

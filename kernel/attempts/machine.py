@@ -40,7 +40,7 @@ from typing import Any
 
 from tenure.model import TERMINAL_ATTEMPT_STATES, AttemptState, ErrorCode
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from .commands import (
     Ack,
     AttemptCommand,

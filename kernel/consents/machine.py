@@ -26,7 +26,7 @@ from typing import Any
 
 from tenure.model import ConsentStatus, ErrorCode
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from .commands import Ack, ConsentCommand, ConsentCommandType, DecideConsent
 from .record import ConsentRow, ConsentStep, record_violations, step_of
 

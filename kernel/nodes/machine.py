@@ -27,7 +27,7 @@ from typing import Any
 from tenure.model import ErrorCode, bounds
 from tenure.model.bounds import MAX_INSTANT_US
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from .commands import Ack, Booted, NodeCommand, NodeCommandType, TakingOver
 from .record import MAX_LEASE_US, NodeRow, NodeStatus, NodeStep, record_violations, step_of
 

@@ -45,7 +45,7 @@ from tenure.model import (
     bounds,
 )
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from .commands import (
     Ack,
