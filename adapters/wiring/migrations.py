@@ -244,7 +244,10 @@ async def _keep_row_versions(dialect: MigrationDialect, recorder: Recorder, read
     and the trigger that raises it; a table whose trigger went missing gets it again."""
     missing: list[tuple[TableSpec, bool]] = []  # (table, whether it has the column already)
     for spec in TABLES:
-        has_column = ROW_VERSION in await dialect.columns(reader, spec.name, schema)
+        columns = await dialect.columns(reader, spec.name, schema)
+        if not columns:
+            continue  # created by a later step, which versions it then
+        has_column = ROW_VERSION in columns
         if not has_column or not await dialect.row_version_kept(reader, spec, schema):
             missing.append((spec, has_column))
     if not missing:
