@@ -5,11 +5,20 @@ Read from the source as text (``ast``), so a rule breaks here before any behavio
 
 - no import circle inside ``tenure.adapters``, nor inside ``tenure.conformance``: every
   import a module runs, at its top or inside a function, counts (a function-level import
-  is a circle deferred, not removed); only ``if TYPE_CHECKING:`` imports, which never
-  run, are left out. Importing ``a.b.c`` runs the packages ``a.b`` too, so those count
-  as well;
+  is a circle deferred, not removed). Importing ``a.b.c`` runs the packages ``a.b`` too,
+  so those count as well;
+- no circle inside ``tenure.adapters`` for the type checker either: ``if TYPE_CHECKING:``
+  imports count, and a name taken from a package's lazy exports counts as the module
+  that defines it;
+- one rule per floor (``specs/README.md``): the core imports nothing else of the adapters
+  and no machine of the kernel; a backend imports only the core; a machine's folder
+  imports the core, the wiring's database map and the machines :data:`MACHINE_IMPORTS`
+  allows (a table that forms no circle); the wiring imports anything but the
+  applications; below the applications only the package face and facades opening a URL
+  (the database map) import the wiring;
 - the table modules import only the persistence core, and the table registry imports
-  only table modules (so the schema knows every machine without knowing its behaviour);
+  only the core, reading each registered machine's table module by name (so the schema
+  knows every machine without knowing its behaviour);
 - nowhere in the package (``model/``, ``kernel/``, ``adapters/``, ``conformance/``) does
   a module touch another module's private names (``_name``): a leading underscore tells
   a reader that only its own module uses it, so a refactor of an adapter's privates
