@@ -1,7 +1,7 @@
 """What adding a machine costs (``specs/README.md``, "Adding a machine"): a toy machine
 is written into a copy of the package (its kernel folder and its table declaration, its
-own files), registered, and then found by the registry and migrated on SQLite by the
-one runner. The test counts the lines it had to change in files the package already
+own files), registered, and then found by the registry and migrated by the one runner,
+on both databases. The test counts the lines it had to change in files the package already
 had: the registration in ``tenure.kernel`` (its import, its name in ``__all__`` and in
 ``MACHINES``), nothing else.
 
@@ -217,7 +217,7 @@ REGISTRATION = [
 its place in ``MACHINES``."""
 
 PROOF = '''
-import asyncio, json, sqlite3, sys
+import asyncio, json, sys
 
 import tenure.kernel
 from tenure.adapters import downgrade, upgrade
@@ -228,12 +228,12 @@ from tenure.kernel.core import Applied
 from tenure.kernel.toy.commands import Light
 from tenure.adapters.toy.table import TOY_BINDING, TOY_TABLE
 
-db_url, path = sys.argv[1], sys.argv[2]
+db_url, copy = sys.argv[1], sys.argv[2]
 
 
 async def main():
     found = {
-        "kernel_from_the_copy": tenure.kernel.__file__.startswith(sys.argv[3]),
+        "kernel_from_the_copy": tenure.kernel.__file__.startswith(copy),
         "registered": "toy" in registry.DECLARATIONS and TOY_TABLE in registry.TABLES and TOY_BINDING in registry.BINDINGS,
         "last_step": registry.STEPS[-1].value,
         "guarded": [guard.problem for guards in registry.RETIREMENT_GUARDS.values() for guard in guards
@@ -241,8 +241,7 @@ async def main():
     }
     report = await upgrade(db_url)
     found["applied"] = list(report.changed)
-    columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(tenure_toys)")]
-    found["columns"] = columns
+    found["checks"] = sorted((check.subject, check.passed) for check in report.checks if check.table == "tenure_toys")
     engine = Engine(open_store(db_url, timeout_seconds=30))
     decision = await engine.store.run(lambda tx: engine.decide_one(tx, TOY_BINDING, None, Light(toy_id="lamp")),
                                       write=True)
@@ -281,7 +280,8 @@ def _changed_lines(before: pathlib.Path, after: pathlib.Path) -> dict[str, int]:
     return changed
 
 
-def test_a_new_machine_is_its_own_files_plus_its_registration_in_the_kernel(tmp_path: pathlib.Path) -> None:
+def test_a_new_machine_is_its_own_files_plus_its_registration_in_the_kernel(
+        tmp_path: pathlib.Path, fresh_db_url: str) -> None:
     pristine = _copy_of_the_package(tmp_path / "pristine")
     package = _copy_of_the_package(tmp_path / "copy")
     for relative, text in TOY_FILES.items():
@@ -297,17 +297,18 @@ def test_a_new_machine_is_its_own_files_plus_its_registration_in_the_kernel(tmp_
     # The shared files it touched: one, three lines (an import, a public name, MACHINES).
     assert _changed_lines(pristine, package) == {"kernel/__init__.py": 3}
 
-    database = tmp_path / "toy.db"
     environment = {**os.environ, "PYTHONPATH": str(tmp_path / "copy")}
-    ran = subprocess.run([sys.executable, "-P", "-c", PROOF, f"sqlite:///{database}", str(database), str(package)],
+    ran = subprocess.run([sys.executable, "-P", "-c", PROOF, fresh_db_url, str(package)],
                          env=environment, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-3000:]
     found = json.loads(ran.stdout)
     assert found["kernel_from_the_copy"] and found["registered"]
     assert found["last_step"] == "toy_v1" and found["guarded"] == ["toys_remain"]
-    # The one runner created its table, after versions_v1, and versioned it like every other.
+    # The one runner created its table, after versions_v1, checked it and versioned it
+    # like every other.
     assert found["applied"][-1] == "toy_v1" and "versions_v1" in found["applied"]
-    assert found["columns"] == ["toy_id", "status", "lit_at", "row_version"]
+    assert ["row_version", True] in found["checks"] and all(passed for _, passed in found["checks"])
+    assert {subject for subject, _ in found["checks"]} >= {"toy_id", "status", "lit_at"}
     # The shared engine decides and persists its commands; its guard holds the downgrade.
     assert found["lit"] is True
     assert found["downgrade"] == ["toys_remain"]
