@@ -37,13 +37,13 @@ from typing import Any, Protocol, TypeVar
 
 from tenure.model import ConfigValidationError, TenureError
 
-from .wiring.dialects import BACKENDS
 from .core.failures import Stage, translate
 from .core.migration_report import MigrationReport
-from .wiring.migrations import run_downgrade, run_upgrade
-from .wiring.registry import TABLES
 from .core.schema import MIGRATIONS_TABLE
 from .core.urls import DatabaseKind, check_schema_name
+from .wiring.dialects import BACKENDS
+from .wiring.migrations import run_downgrade, run_upgrade
+from .wiring.registry import TABLES
 
 __all__ = ["upgrade", "downgrade", "include_object", "tenure_table_names", "revision_file", "check_revision_id",
            "AlembicOperations"]

@@ -42,9 +42,9 @@ from tenure.model import (
     bounds,
 )
 
-from ..wiring.migrations import upgrade
 from ..core.urls import parse_db_url
 from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from ..wiring.migrations import upgrade
 from .demo_attempts import run_attempts_demo
 from .demo_runs import run_runs_demo
 

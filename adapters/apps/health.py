@@ -92,8 +92,6 @@ from tenure.model import ConfigValidationError, JobStatus, RunStatus, TenureErro
 from tenure.model.validation import is_queue_name
 
 from ..core.catalog import Executor
-from ..wiring.dialects import backend_for, open_store, resolve_schema
-from ..wiring.migrations import RECORDED_STEPS
 from ..core.schema import MIGRATIONS_TABLE
 from ..core.store import Store, Transaction
 from ..core.tables import Binding, Dialect, Step, qualified
@@ -101,6 +99,8 @@ from ..core.urls import parse_db_url
 from ..queue.table import OWNED_STEP, QUEUE_BINDINGS, TASKS_BINDING, TASKS_STEP
 from ..runs.reports import latest_reports, stored_counts
 from ..runs.table import REPORTS_STEP, RUNS_BINDING, RUNS_STEP
+from ..wiring.dialects import backend_for, open_store, resolve_schema
+from ..wiring.migrations import RECORDED_STEPS
 
 __all__ = ["Thresholds", "THRESHOLD_LIMITS", "HealthCheck", "QueueReading", "CancellingReading", "NodeReport",
            "HealthSnapshot", "HealthProbe", "health_snapshot", "CHECK_NAMES", "NEVER_MIGRATED", "MAX_TASK_QUEUES",

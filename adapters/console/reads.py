@@ -48,7 +48,6 @@ from ..apps.health import OTHER, HealthProbe, HealthSnapshot, NodeReport, Thresh
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
 from ..core.catalog import Executor
-from ..wiring.dialects import backend_for, resolve_schema
 from ..core.facade import Cursor
 from ..core.store import Transaction
 from ..core.tables import Binding, Dialect, Unreadable, qualified
@@ -57,6 +56,7 @@ from ..queue.sources import JobSource, PipelineJobSource, StreamingJobSource, Ta
 from ..queue.table import QUEUE_BINDINGS, TASKS_BINDING, envelope_of
 from ..runs.ledger import RunLedger
 from ..runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
+from ..wiring.dialects import backend_for, resolve_schema
 
 __all__ = ["ConsoleData", "QUEUE_SOURCES", "QueueView", "Overview", "JobView", "job_view", "JobPage", "RunPage",
            "RunDetail", "ConsentPage", "ConsentDetail", "THROUGHPUT_MINUTES", "MAX_HOPS_SHOWN", "MAX_OWNERS_SHOWN",

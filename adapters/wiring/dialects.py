@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.model import ConfigValidationError
 
-from ..postgres.backend import POSTGRESQL_BACKEND
-from ..sqlite.backend import SQLITE_BACKEND
 from ..core.backend import Backend
 from ..core.store import Store
 from ..core.urls import DatabaseKind, DatabaseTarget, check_schema_name, parse_db_url
+from ..postgres.backend import POSTGRESQL_BACKEND
+from ..sqlite.backend import SQLITE_BACKEND
 
 if TYPE_CHECKING:
     from ..core.catalog import MigrationDialect

@@ -36,11 +36,12 @@ from typing import Any
 from tenure.model import ConfigValidationError
 
 from ..core.catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
-from .dialects import open_migration_target
 from ..core.migration_report import Check, MigrationReport, refuse_if_failed
-from .registry import RECORDED_STEPS, RETIREMENT_GUARDS, STEPS, TABLES
 from ..core.schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl, row_version_column_ddl
 from ..core.tables import LEGACY_STEP, ROW_VERSION, VERSIONS_STEP, Step, TableSpec, qualified
+from ..queue.table import OWNED_STEP
+from .dialects import open_migration_target
+from .registry import RECORDED_STEPS, RETIREMENT_GUARDS, STEPS, TABLES
 
 __all__ = [
     "upgrade",
@@ -54,7 +55,7 @@ __all__ = [
     "MigrationDialect",
 ]
 
-OWNED_MIGRATION = "owned_v2"
+OWNED_MIGRATION = OWNED_STEP.value
 """The queue's first step, the one every tenure database has."""
 
 

@@ -53,10 +53,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from tenure.adapters.wiring.dialects import open_store
 from tenure.adapters.core.failures import reason_by_class
 from tenure.adapters.core.tables import qualified
 from tenure.adapters.core.urls import DatabaseKind, DatabaseTarget, Pooler, parse_db_url
+from tenure.adapters.wiring.dialects import open_store
 from tenure.model import ConfigValidationError, TenureError
 
 __all__ = ["Fact", "FACT_NAMES", "CHECKS", "CLOCK_READS", "CHECK_BUDGET_DEADLINES", "check_server_facts"]
