@@ -15,7 +15,7 @@ from .core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
-    from .core.migrations import MigrationReport, downgrade, upgrade
+    from .wiring.migrations import MigrationReport, downgrade, upgrade
     from .queue import (
         FailJob,
         JobContext,
@@ -131,9 +131,9 @@ __getattr__ = lazy_exports(__name__, {
     "Workflows": ".runs",
     "resume_and_publish": ".runs",
     "run_relays": ".runs",
-    "MigrationReport": ".core.migrations",
-    "downgrade": ".core.migrations",
-    "upgrade": ".core.migrations",
+    "MigrationReport": ".wiring.migrations",
+    "downgrade": ".wiring.migrations",
+    "upgrade": ".wiring.migrations",
     "OwnedPipelineJobSource": ".queue",
     "OwnedStreamingJobSource": ".queue",
     "OwnedValidationJobSource": ".queue",

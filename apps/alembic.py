@@ -3,7 +3,7 @@
 A project that already migrates with Alembic adds one revision whose ``upgrade()`` calls
 :func:`upgrade` and whose ``downgrade()`` calls :func:`downgrade` (``tenure migrate
 --alembic`` prints that file, :func:`revision_file` writes it). Both run the migration
-runner of :mod:`tenure.adapters.core.migrations`, the one ``tenure migrate`` runs: the
+runner of :mod:`tenure.adapters.wiring.migrations`, the one ``tenure migrate`` runs: the
 same steps, compiled from the same table descriptions, the same admission checks and
 refusals, the same idempotence (an up-to-date database is checked and left as it is).
 Only the connection differs: the statements go through Alembic's own connection
@@ -37,13 +37,13 @@ from typing import Any, Protocol, TypeVar
 
 from tenure.model import ConfigValidationError, TenureError
 
-from tenure.adapters.core.dialects import BACKENDS
 from tenure.adapters.core.failures import Stage, translate
 from tenure.adapters.core.migration_report import MigrationReport
-from tenure.adapters.core.migrations import run_downgrade, run_upgrade
-from tenure.adapters.core.registry import TABLES
 from tenure.adapters.core.schema import MIGRATIONS_TABLE
 from tenure.adapters.core.urls import DatabaseKind, check_schema_name
+from tenure.adapters.wiring.dialects import BACKENDS
+from tenure.adapters.wiring.migrations import run_downgrade, run_upgrade
+from tenure.adapters.wiring.registry import TABLES
 
 __all__ = ["upgrade", "downgrade", "include_object", "tenure_table_names", "revision_file", "check_revision_id",
            "AlembicOperations"]

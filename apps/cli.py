@@ -155,7 +155,7 @@ def _migrate(arguments: argparse.Namespace) -> int:
             raise ConfigValidationError("invalid_arguments", fields=(field,), problems=("only_with_alembic",))
     database_required(arguments)
 
-    from tenure.adapters.core.migrations import downgrade, upgrade
+    from tenure.adapters.wiring.migrations import downgrade, upgrade
 
     run = downgrade if arguments.downgrade else upgrade
     report = asyncio.run(run(arguments.db, schema=arguments.schema, dry_run=arguments.sql))

@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from tenure.kernel import LEASE_EXPIRED_ERROR
+from tenure.kernel.queue.machine import LEASE_EXPIRED_ERROR
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -42,9 +42,9 @@ from tenure.model import (
     bounds,
 )
 
-from tenure.adapters.core.migrations import upgrade
 from tenure.adapters.core.urls import parse_db_url
 from tenure.adapters.queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
+from tenure.adapters.wiring.migrations import upgrade
 from .demo_attempts import run_attempts_demo
 from .demo_runs import run_runs_demo
 

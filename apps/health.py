@@ -92,15 +92,15 @@ from tenure.model import ConfigValidationError, JobStatus, RunStatus, TenureErro
 from tenure.model.validation import is_queue_name
 
 from tenure.adapters.core.catalog import Executor
-from tenure.adapters.core.dialects import backend_for, open_store, resolve_schema
-from tenure.adapters.core.migrations import RECORDED_STEPS
 from tenure.adapters.core.schema import MIGRATIONS_TABLE
 from tenure.adapters.core.store import Store, Transaction
 from tenure.adapters.core.tables import Binding, Dialect, Step, qualified
 from tenure.adapters.core.urls import parse_db_url
-from tenure.adapters.queue.table import QUEUE_BINDINGS, TASKS_BINDING
+from tenure.adapters.queue.table import OWNED_STEP, QUEUE_BINDINGS, TASKS_BINDING, TASKS_STEP
 from tenure.adapters.runs.reports import latest_reports, stored_counts
-from tenure.adapters.runs.table import RUNS_BINDING
+from tenure.adapters.runs.table import REPORTS_STEP, RUNS_BINDING, RUNS_STEP
+from tenure.adapters.wiring.dialects import backend_for, open_store, resolve_schema
+from tenure.adapters.wiring.migrations import RECORDED_STEPS
 
 __all__ = ["Thresholds", "THRESHOLD_LIMITS", "HealthCheck", "QueueReading", "CancellingReading", "NodeReport",
            "HealthSnapshot", "HealthProbe", "health_snapshot", "CHECK_NAMES", "NEVER_MIGRATED", "MAX_TASK_QUEUES",
@@ -314,8 +314,8 @@ class _Reader:
                 self.unreachable = error.reason
             return
         self.latency_ms = round((loop.time() - started) * 1000, 1)
-        for group, step, body in (("queues", Step.OWNED, self._queues), ("runs", Step.RUNS, self._cancelling),
-                                  ("reports", Step.REPORTS, self._reports)):
+        for group, step, body in (("queues", OWNED_STEP, self._queues), ("runs", RUNS_STEP, self._cancelling),
+                                  ("reports", REPORTS_STEP, self._reports)):
             if not self.has(step):
                 continue
             try:
@@ -338,7 +338,7 @@ class _Reader:
             readings.append(self._reading(binding, kind.value, counts, oldest, now))
             queries.append((binding, _EXPIRED, {"now": cutoff}, None))
         claimed: list[str] = []  # the task queues with claims, whose expired ones are counted apart
-        if self.has(Step.TASKS):
+        if self.has(TASKS_STEP):
             groups = await self._groups(tx, TASKS_BINDING, None)
             for name, (counts, oldest) in sorted(groups.items()):
                 readings.append(self._reading(TASKS_BINDING, name, counts, oldest, now))
@@ -455,12 +455,12 @@ class _Reader:
         for name, threshold in (("pending_jobs", t.max_pending_jobs),
                                 ("oldest_pending_seconds", t.max_oldest_pending_seconds),
                                 ("expired_claims", t.max_expired_claims)):
-            unread = self._unread(name, threshold, "queues", Step.OWNED, timed_out and self.queues is None)
+            unread = self._unread(name, threshold, "queues", OWNED_STEP, timed_out and self.queues is None)
             checks.append(unread or self._queue_check(name, threshold))
-        unread = self._unread("oldest_cancelling_seconds", t.max_cancelling_seconds, "runs", Step.RUNS,
+        unread = self._unread("oldest_cancelling_seconds", t.max_cancelling_seconds, "runs", RUNS_STEP,
                               timed_out and self.cancelling is None)
         checks.append(unread or self._cancelling_check())
-        unread = self._unread("recovery_reports", t.max_degraded_nodes, "reports", Step.REPORTS,
+        unread = self._unread("recovery_reports", t.max_degraded_nodes, "reports", REPORTS_STEP,
                               timed_out and self.reports is None)
         checks.append(unread or self._reports_check())
         return checks

@@ -57,7 +57,9 @@ import asyncpg
 
 from tenure.adapters import ValidationJobSource, Worker, upgrade
 from tenure.adapters.queue.table import stored_payload
-from tenure.kernel import ClaimFence, ClaimOwned, CompleteOwned, HeartbeatOwned, QueueRow, decide
+from tenure.kernel import QUEUE
+from tenure.kernel.queue.commands import ClaimFence, ClaimOwned, CompleteOwned, HeartbeatOwned
+from tenure.kernel.queue.record import QueueRow
 from tenure.model import JobStatus, QueueKind, ValidationJob, WorkerConfig, snapshot_submission
 
 LEASE_SECONDS = 60
@@ -964,7 +966,7 @@ def kernel_decisions(repeat: int) -> None:
         "claim_owned": (pending, ClaimOwned(owner_id="w", claim_token="t", nonce_already_stored=False, lease_us=60_000_000)),
     }
     for name, (record, command) in commands.items():
-        seconds = min(timeit.repeat(lambda: decide(record, command, 10**12), number=repeat, repeat=5))
+        seconds = min(timeit.repeat(lambda: QUEUE.decide(record, command, 10**12), number=repeat, repeat=5))
         emit(bench="kernel", command=name, microseconds=round(seconds / repeat * 1e6, 2))
 
 

@@ -312,6 +312,12 @@ class Machine:
                    time_guards=time_guards, moving_fields=moving_fields,
                    invariants_see_moving_fields_by_bounds=invariants_see_moving_fields_by_bounds)
 
+    @property
+    def folder(self) -> str:
+        """The machine's folder, ``kernel/<folder>/`` (and ``adapters/<folder>/``): the
+        package whose ``record`` module defines its states."""
+        return self.states.__module__.split(".")[-2]
+
     def select_rule(self, record: Any, command: Any, now_us: int) -> Rule:
         """:func:`select_rule` on this machine."""
         return select_rule(self, record, command, now_us)

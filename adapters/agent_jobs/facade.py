@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenure.kernel.agent_jobs import finders as job_finders
 from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
@@ -31,13 +31,10 @@ from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.engine import raise_if_conflict
 from ..core.failures import persistence_failed
+from ..core.facade import Transactions, json_text, parsed_json
 from ..core.store import Transaction
 from ..runs.table import RUNS_BINDING
-from ..runs.transactions import json_text, parsed_json
 from .table import AGENT_JOBS_BINDING
-
-if TYPE_CHECKING:
-    from ..runs.transactions import RunTransactions
 
 __all__ = ["AgentJobs", "AGENT_JOB_NAMESPACE", "job_id_for", "cancelled_result", "public_job"]
 
@@ -67,7 +64,7 @@ def public_job(row: AgentJobRow) -> AgentJobRecord:
 class AgentJobs:
     """The delegated jobs of one Run ledger's database, on the ledger's connections."""
 
-    def __init__(self, transactions: RunTransactions) -> None:
+    def __init__(self, transactions: Transactions) -> None:
         self._tx = transactions
 
     async def submit(self, run_id: str, *, request_id: str, runtime: str, profile: str, request: Any) -> AgentJobRecord:

@@ -12,12 +12,13 @@ from tenure.kernel.agent_jobs.machine import AGENT_JOBS
 from tenure.kernel.agent_jobs.record import AgentJobRow
 from tenure.model import AgentJobStatus
 
-from ..core.tables import Binding, Codec, IndexSpec, Step, TableSpec, column, one_of
+from ..core.tables import Binding, Codec, IndexSpec, MachineTables, Step, TableSpec, column, one_of
 
-__all__ = ["AGENT_JOBS_TABLE", "AGENT_JOBS_BINDING"]
+__all__ = ["AGENT_JOBS_TABLE", "AGENT_JOBS_BINDING", "MACHINE_TABLES"]
 
 C = Codec
-_STEP = Step.RUNS
+_STEP = Step("runs_v1", 3)
+"""The Run machine's first step, which creates the owners' tables with the Runs'."""
 _INSTANT = DateTime(timezone=True)
 _column = functools.partial(column, step=_STEP)
 
@@ -52,3 +53,6 @@ AGENT_JOBS_TABLE = TableSpec(
 )
 
 AGENT_JOBS_BINDING = Binding("agent_jobs", AGENT_JOBS, AGENT_JOBS_TABLE, AgentJobRow, {}, "job_id")
+
+MACHINE_TABLES = MachineTables(machine=AGENT_JOBS, tables=(AGENT_JOBS_TABLE,), bindings=(AGENT_JOBS_BINDING,))
+"""The delegated-job machine's table (removed with runs_v1, whose guard keeps every Run)."""

@@ -77,11 +77,12 @@ from tenure.model.attempts import MAX_REFS, check_reason, check_refs
 from tenure.model.validation import datetime_to_micros, micros_to_datetime, refuse
 
 from ..core.engine import Engine, raise_if_conflict
-from ..core.facade import Cursor, Facade
+from ..core.facade import Cursor, Facade, checked_timeout
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
 from ..core.tables import json_column
 from ..runs.table import RUNS_BINDING, RUNS_TABLE
+from ..wiring.dialects import open_store
 from .table import ATTEMPTS_BINDING
 
 __all__ = [
@@ -254,6 +255,9 @@ class AttemptLedger(Facade):
     """Attempts in one database (SQLite file or PostgreSQL), migrated by ``upgrade``."""
 
     persistence_code = ErrorCode.ATTEMPT_PERSISTENCE_FAILED
+
+    def __init__(self, db_url: str, *, timeout_seconds: float = 30.0, db_schema: str | None = None) -> None:
+        self._on(Engine(open_store(db_url, timeout_seconds=checked_timeout(timeout_seconds), schema=db_schema)))
 
     @classmethod
     def on_engine(cls, engine: Engine) -> AttemptLedger:

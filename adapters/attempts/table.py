@@ -18,12 +18,22 @@ from tenure.kernel.attempts.machine import ATTEMPTS
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.model import AttemptState
 
-from ..core.tables import Binding, Codec, IndexSpec, Step, TableSpec, column
+from ..core.tables import Binding, Codec, IndexSpec, MachineTables, RetirementGuard, Step, TableSpec, column
 
-__all__ = ["ATTEMPTS_TABLE", "ATTEMPTS_BINDING"]
+__all__ = ["ATTEMPTS_TABLE", "ATTEMPTS_BINDING", "ATTEMPTS_STEP", "ATTEMPT_OVERLAP_STEP", "MACHINE_TABLES"]
 
 C = Codec
-_STEP = Step.ATTEMPTS
+ATTEMPTS_STEP = Step("attempts_v1", 2)
+"""``tenure_attempts``."""
+ATTEMPT_OVERLAP_STEP = Step("attempts_v2", 12)
+"""``tenure_attempts.granted_during_earlier_lease``: whether the latest transmission
+was granted while an earlier one could still reach the provider (a rejection of the
+latest then fails nothing). Existing rows get false: before this step the kernel
+never recorded it, and a row whose latest grant overlapped an earlier one is read as
+not overlapping (the rule the kernel had until then)."""
+_RUNS_STEP = Step("runs_v1", 3)
+"""The Run machine's first step, which indexes the attempts by Run."""
+_STEP = ATTEMPTS_STEP
 _INSTANT = DateTime(timezone=True)
 
 
@@ -61,7 +71,7 @@ ATTEMPTS_TABLE = TableSpec(
         _column("submit_lease_expires_at", C.OPTIONAL_INSTANT, _INSTANT, mutable=True,
                 field="submit_lease_expires_at_us"),
         _column("no_effect_proof_for", C.OPTIONAL_INT, BigInteger(), mutable=True),
-        column("granted_during_earlier_lease", C.FLAG, Boolean(), step=Step.ATTEMPT_OVERLAP, mutable=True,
+        column("granted_during_earlier_lease", C.FLAG, Boolean(), step=ATTEMPT_OVERLAP_STEP, mutable=True,
                default_sql="false"),
         _column("progress_cursor", C.OPTIONAL_TEXT, Text(), mutable=True),
         _column("result_refs", C.TEXTS, Text(), mutable=True),
@@ -80,7 +90,7 @@ ATTEMPTS_TABLE = TableSpec(
         IndexSpec("ux_tenure_attempts_owner_generation", ("owner_job_id", "generation"), unique=True, step=_STEP),
         IndexSpec("ix_tenure_attempts_unresolved", ("state", "created_at", "attempt_id"), step=_STEP),
         # Added with the Run ledger: a Run's containment reads the attempts of its Run.
-        IndexSpec("ix_tenure_attempts_run", ("run_id", "state"), step=Step.RUNS),
+        IndexSpec("ix_tenure_attempts_run", ("run_id", "state"), step=_RUNS_STEP),
     ),
     created_by=_STEP,
     exact_unique_columns=("idempotency_key",),
@@ -88,3 +98,14 @@ ATTEMPTS_TABLE = TableSpec(
 
 ATTEMPTS_BINDING = Binding("attempts", ATTEMPTS, ATTEMPTS_TABLE, AttemptRow, {}, "attempt_id")
 """The attempt machine's records in ``tenure_attempts``."""
+
+MACHINE_TABLES = MachineTables(
+    machine=ATTEMPTS,
+    tables=(ATTEMPTS_TABLE,),
+    bindings=(ATTEMPTS_BINDING,),
+    # Every attempt guards an effect (and its prepare replay): none may be dropped.
+    retirement_guards=(
+        RetirementGuard(ATTEMPTS_STEP, ATTEMPTS_TABLE.name, "attempt_id", "no recorded attempts", "TRUE",
+                        "attempts_remain"),
+    ),
+)

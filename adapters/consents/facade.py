@@ -5,13 +5,15 @@ A consent is a person's verdict on one tool call of a RUNNING Run. Creating one 
 the Run row first (the ledger's lock order) and asks the consent kernel whether the Run
 may ask; a verdict is the first one the kernel accepts; a deadline is a verdict the
 relays give as ``tenure:deadline`` once the database clock passed it. The Run resumes
-from a decided consent through the Run ledger (``RunLedger.resume``), never from here.
+from a decided consent through the Run ledger (``RunLedger.resume``), never from here:
+:meth:`Consents.expire_due` hands each consent it expired to the ledger's ``resume``.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tenure.kernel.consents import finders as consent_finders
 from tenure.kernel.consents.commands import CreateConsent, DecideConsent
@@ -25,19 +27,13 @@ from tenure.model.runs import check_run_id, check_text
 from tenure.model.validation import micros_to_datetime, refuse
 
 from ..core.engine import raise_if_conflict
+from ..core.facade import Transactions, json_text, parsed_json
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
-from ..runs.broker import Broker
 from ..runs.table import RUNS_BINDING
-from ..runs.transactions import json_text, parsed_json
-from ..runs.workflows import resume_and_publish
 from .table import CONSENTS_BINDING
 
-if TYPE_CHECKING:
-    from ..runs.ledger import RunLedger
-
 __all__ = ["Consents", "public_consent"]
-
 
 
 def _deadline_us(seconds: object) -> int | None:
@@ -62,9 +58,8 @@ def public_consent(row: ConsentRow) -> ConsentRecord:
 class Consents:
     """The consents of one Run ledger's database, on the ledger's connections."""
 
-    def __init__(self, ledger: RunLedger) -> None:
-        self._ledger = ledger
-        self._tx = ledger.transactions
+    def __init__(self, transactions: Transactions) -> None:
+        self._tx = transactions
 
     async def create(
         self, run_id: str, *, tool_name: str, tool_call_id: str, payload: Any, preauthorized_by: str | None = None,
@@ -112,17 +107,16 @@ class Consents:
                                                       raise_conflicts=True)
         return isinstance(decisions[0], Applied)
 
-    async def expire_due(self, *, limit: int = 32, broker: Broker | None = None) -> int:
+    async def expire_due(self, *, resume: Callable[[str, str], Awaitable[object]], limit: int = 32) -> int:
         """The deadline owner's round: every pending consent whose deadline passed (at most
         ``limit``, oldest deadline first) is decided EXPIRED by ``tenure:deadline``, one
-        consent per transaction on the same path as :meth:`decide`, and its Run resumed
-        and, given a ``broker``, published, as a principal's verdict resumes it (without
-        one, the relays publish it). Returns how many consents this call expired; a
-        consent decided meanwhile is left as it was. The relays call it every round."""
+        consent per transaction on the same path as :meth:`decide`, and handed at once to
+        ``resume(run_id, consent_id)``: the Run ledger resumes its Run (and publishes it,
+        given a broker), as a principal's verdict resumes it
+        (``RunLedger.expire_due_consents``). Returns how many consents this call expired;
+        a consent decided meanwhile is left as it was. The relays call it every round."""
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
             raise refuse("limit", "integer_out_of_range")
-        if broker is not None and not isinstance(broker, Broker):
-            raise refuse("broker", "broker_required")
 
         async def body(tx: Transaction) -> list[ConsentRow]:
             return await tx.find(CONSENTS_BINDING, consent_finders.due_consents, {"now": await tx.now_us()}, limit)
@@ -137,10 +131,7 @@ class Consents:
             if not isinstance(decisions[0], Applied):
                 continue  # decided (or not due, on this clock) since the page was read
             expired += 1
-            if broker is not None:
-                await resume_and_publish(self._ledger, broker, row.run_id, owner_id=row.consent_id)
-            else:
-                await self._ledger.resume(row.run_id, owner_id=row.consent_id)
+            await resume(row.run_id, row.consent_id)
         return expired
 
     async def get(self, consent_id: str) -> ConsentRecord | None:

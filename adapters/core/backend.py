@@ -5,7 +5,7 @@ are spelled and values encoded (:attr:`Backend.capabilities`, whose ``dialect`` 
 row codec), whether it has schemas, how a store for a URL opens (the driver is imported
 only then), and its migration rules. Each database folder (``adapters/sqlite``,
 ``adapters/postgres``) declares one in its ``backend.py``;
-:data:`tenure.adapters.core.dialects.BACKENDS` maps every URL kind to its backend.
+:data:`tenure.adapters.wiring.dialects.BACKENDS` maps every URL kind to its backend.
 """
 
 from __future__ import annotations

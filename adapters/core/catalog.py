@@ -60,7 +60,12 @@ class MigrationDialect(Protocol):
 
     async def begin(self, tx: Executor) -> None: ...
 
-    async def schema_checks(self, tx: Executor, schema: str | None, *, explicit: bool) -> list[Check]: ...
+    async def schema_checks(self, tx: Executor, schema: str | None, *, explicit: bool,
+                            adopted: Sequence[str]) -> list[Check]:
+        """Whether the target schema is the one that holds the tables other clients
+        create (``adopted``, by name): where another schema holds them and the target
+        none, a failed check naming it."""
+        ...
 
     async def columns(self, tx: Executor, table: str, schema: str | None) -> dict[str, CatalogColumn]: ...
 
@@ -76,7 +81,10 @@ class MigrationDialect(Protocol):
 
     def bookkeeping_tables(self) -> tuple[str, ...]: ...
 
-    async def lock_tables(self, tx: Executor, schema: str | None) -> None: ...
+    async def lock_tables(self, tx: Executor, schema: str | None, tables: Sequence[str]) -> None:
+        """Lock the tables (by name, those present) against every other writer until the
+        transaction ends."""
+        ...
 
     async def replace_checks(self, tx: Executor, spec: TableSpec, schema: str | None) -> None:
         """Re-create the table's CHECK constraints as its spec declares them now."""

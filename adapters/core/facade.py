@@ -1,11 +1,16 @@
-"""The shell every facade shares: a ledger's URL, timeout and schema checks, its engine,
-``close`` and ``async with``, one error boundary, and the cursor of its paged listings.
+"""The shell every facade shares: its timeout check, its engine, ``close`` and ``async
+with``, one error boundary, the cursor of its paged listings, and what a sibling facade
+needs of the ledger that made it (:class:`Transactions`).
 
 A facade (``AttemptLedger``, ``RunLedger``, the job sources) owns one engine on one database and answers
 in its own error code: a persistence failure of the shared store
 (``QUEUE_PERSISTENCE_FAILED``) becomes the facade's code with the same reason word,
 raised ``from None`` so a traceback shows one error, not two. Sibling facades reached
 from a ledger (``ledger.attempts``, ``ledger.consents``) run on the same engine.
+
+A facade that takes a database URL opens it through the database map
+(:func:`tenure.adapters.wiring.dialects.open_store`) in its own constructor: the core
+knows no database.
 """
 
 from __future__ import annotations
@@ -13,16 +18,17 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from tenure.model import ConfigValidationError, ErrorCode, TenureError, bounds
+from tenure.model import ConfigValidationError, ErrorCode, TenureError, bounds, canonical_json
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
+from tenure.model.runs import MAX_RUN_DOCUMENT_BYTES, check_document
 
-from .dialects import open_store
 from .engine import Engine
 from .store import Store, Transaction
+from .tables import json_column
 
-__all__ = ["Facade", "Cursor", "persistence_as"]
+__all__ = ["Facade", "Cursor", "Transactions", "persistence_as", "checked_timeout", "parsed_json", "json_text"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound="Facade")
@@ -43,20 +49,52 @@ async def persistence_as(code: ErrorCode) -> AsyncIterator[None]:
     raise TenureError(code, reason) from None
 
 
+def checked_timeout(timeout_seconds: object) -> float:
+    """A facade's ``timeout_seconds``: a number in (0, MAX_TIMEOUT_SECONDS], else
+    ``invalid_timeout_seconds``."""
+    if type(timeout_seconds) not in (int, float) or not 0 < timeout_seconds <= bounds.MAX_TIMEOUT_SECONDS:  # type: ignore[operator]
+        raise ConfigValidationError("invalid_timeout_seconds", fields=("timeout_seconds",),
+                                    problems=("number_out_of_range",))
+    return float(timeout_seconds)  # type: ignore[arg-type]
+
+
+class Transactions(Protocol):
+    """What a sibling facade (consents, delegated jobs, node leases, checkpoints) needs of
+    the ledger that made it: the shared engine, the ledger's error boundary and one
+    transaction behind it. The Run ledger's ``RunTransactions`` is one."""
+
+    engine: Engine
+
+    def errors(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+    async def run(self, body: Callable[[Transaction], Awaitable[T]], *, write: bool = True) -> T: ...
+
+
+def parsed_json(text: str | None) -> Any:
+    """A JSON column of a Run-side table as a value (:func:`~tenure.adapters.core.tables.json_column`,
+    in the Run ledger's code: public records are built outside the transaction)."""
+    return json_column(text, ErrorCode.RUN_PERSISTENCE_FAILED)
+
+
+def json_text(value: Any, field: str) -> str:
+    """A document as the Run-side tables store it: canonical JSON of at most 1 MiB."""
+    check_document(value, field)
+    text = canonical_json(value)
+    if len(text.encode("utf-8")) > MAX_RUN_DOCUMENT_BYTES:
+        raise ConfigValidationError(f"invalid_{field}", fields=(field,), problems=("payload_too_large",))
+    return text
+
+
 class Facade:
-    """A ledger on one database (SQLite file or PostgreSQL), migrated by ``upgrade``."""
+    """A ledger on one database (SQLite file or PostgreSQL), migrated by ``upgrade``. Its
+    constructor opens its URL (:func:`checked_timeout`, then the database map) and hands
+    the engine to :meth:`_on`."""
 
     persistence_code: ClassVar[ErrorCode]
     """The code this facade's persistence failures carry."""
 
     _engine: Engine
     store: Store
-
-    def __init__(self, db_url: str, *, timeout_seconds: float = 30.0, db_schema: str | None = None) -> None:
-        if type(timeout_seconds) not in (int, float) or not 0 < timeout_seconds <= bounds.MAX_TIMEOUT_SECONDS:
-            raise ConfigValidationError("invalid_timeout_seconds", fields=("timeout_seconds",),
-                                        problems=("number_out_of_range",))
-        self._on(Engine(open_store(db_url, timeout_seconds=float(timeout_seconds), schema=db_schema)))
 
     def _on(self, engine: Engine) -> None:
         self._engine = engine

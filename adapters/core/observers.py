@@ -18,22 +18,26 @@ The contract, for any implementation:
 Times: a job's ``due_at_us`` and ``claimed_at_us`` (on its claimed record) are the
 database's clock, read by the claim; every duration an observer measures itself
 (handler, settle, hop) is this process's monotonic clock.
+
+The hooks name no machine's module: what they are handed is typed by the protocols here
+(:class:`JobContextView`, :class:`RecoveryReportView`), and the machine that calls a
+hook names its own type as the parameter (``WorkerObserver[JobContext]`` in the queue's
+worker, ``RuntimeObserver[RecoveryReport]`` for the Run runtime's reports), so an
+observer may be written against either.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from tenure.model import ConsentRecord, RunClaim, RunRecord
-
-    from ..queue.worker import JobContext
-    from ..runs.recovery import RecoveryReport
+    from tenure.model import ConsentRecord, QueueKind, RunClaim, RunRecord
 
 __all__ = ["WorkerObserver", "JobObserver", "RunWorkerObserver", "HopObserver", "LedgerObserver",
-           "RuntimeObserver", "SETTLE_RESULTS", "HANDLER_OUTCOMES"]
+           "RuntimeObserver", "JobContextView", "RecoveryReportView", "RecoveryIssueView", "SETTLE_RESULTS",
+           "HANDLER_OUTCOMES"]
 
 SETTLE_RESULTS = ("completed", "failed", "retried", "cancel_acknowledged", "stale_write_refused")
 """What :meth:`JobObserver.settled` reports: the job's status after the fenced write
@@ -45,6 +49,52 @@ HANDLER_OUTCOMES = ("complete", "fail", "cancelled")
 """What :meth:`JobObserver.handler_ended` reports: the handler returned (``complete``),
 raised or returned what is not a JSON object (``fail``), or was cancelled (its lease was
 lost, or the worker stopped)."""
+
+
+class JobContextView(Protocol):
+    """What an observer may read of a claimed job's context (the queue worker's
+    :class:`~tenure.adapters.queue.worker.JobContext` is one): the fence's public parts,
+    the claim's attempt and, for a task, its name and queue."""
+
+    @property
+    def queue(self) -> QueueKind: ...
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def task_name(self) -> str | None: ...
+
+    @property
+    def queue_name(self) -> str | None: ...
+
+
+class RecoveryIssueView(Protocol):
+    """One Run that made a recovery pass degraded: the reason is an authored word."""
+
+    @property
+    def reason(self) -> str: ...
+
+
+class RecoveryReportView(Protocol):
+    """What an observer may read of a recovery pass's report (the Run recovery's
+    :class:`~tenure.adapters.runs.recovery.RecoveryReport` is one)."""
+
+    @property
+    def degraded(self) -> bool: ...
+
+    @property
+    def counts(self) -> Mapping[str, int]: ...
+
+    @property
+    def issues(self) -> Sequence[RecoveryIssueView]: ...
+
+
+Context = TypeVar("Context", bound=JobContextView, contravariant=True)
+Report = TypeVar("Report", bound=RecoveryReportView, contravariant=True)
 
 
 class JobObserver(Protocol):
@@ -83,8 +133,8 @@ class JobObserver(Protocol):
         ...
 
 
-class WorkerObserver(Protocol):
-    """The hooks of a queue :class:`~tenure.adapters.Worker`."""
+class WorkerObserver(Protocol[Context]):
+    """The hooks of a queue :class:`~tenure.adapters.Worker` (a ``WorkerObserver[JobContext]``)."""
 
     def claim_started(self, want: int) -> object:
         """A claim call for up to ``want`` jobs is sent; the token goes to :meth:`claim_ended`."""
@@ -94,7 +144,7 @@ class WorkerObserver(Protocol):
         """The claim call answered with ``claimed`` jobs (None: it failed or raised)."""
         ...
 
-    def job_claimed(self, claimed: Any, context: JobContext) -> JobObserver:
+    def job_claimed(self, claimed: Any, context: Context) -> JobObserver:
         """One claimed record (``ClaimedTask``, ``ClaimedJob``, ...) and its handler's
         context: the observer of that job."""
         ...
@@ -137,9 +187,9 @@ class LedgerObserver(Protocol):
         ...
 
 
-class RuntimeObserver(Protocol):
-    """What a Run runtime's recovery passes report."""
+class RuntimeObserver(Protocol[Report]):
+    """What a Run runtime's recovery passes report (a ``RuntimeObserver[RecoveryReport]``)."""
 
-    def recovery_report(self, pass_kind: str, report: RecoveryReport) -> None:
+    def recovery_report(self, pass_kind: str, report: Report) -> None:
         """A recovery pass (``startup``, ``relay``, ``reboot``, ``takeover``) finished."""
         ...

@@ -1,7 +1,8 @@
 """The schema steps, compiled for each database from the table descriptions.
 
-* ``legacy``: the three queue tables exactly as pycharter 0.0.67 creates them (see
-  :mod:`tenure.adapters.queue.table`), created only where missing;
+* ``legacy``: the tables other clients create, exactly as they create them (the three
+  queue tables as pycharter 0.0.67 does: :func:`tenure.adapters.queue.table.legacy_ddl`),
+  created only where missing;
 * ``owned`` (additive): tenure's columns and indexes on those tables, plus its own
   bookkeeping tables (``tenure_migrations``; on SQLite ``tenure_clock``, the database
   time's high-water mark). Old rows start with generation 0, no token and no submission
@@ -15,7 +16,6 @@ from __future__ import annotations
 from sqlalchemy import String, Text
 from sqlalchemy.engine import Dialect as SqlDialect
 
-from ..queue.table import QUEUE_TABLES
 from .tables import ROW_VERSION, Codec, ColumnSpec, IndexSpec, TableSpec, qualified
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "CLOCK_TABLE",
     "MIGRATIONS_SPEC",
     "clock_ddl",
-    "legacy_ddl",
     "owned_column_ddl",
     "owned_index_ddl",
     "row_version_column_ddl",
@@ -54,11 +53,6 @@ def clock_ddl() -> list[str]:
         "(id INTEGER PRIMARY KEY CHECK (id = 1), high_water_us INTEGER NOT NULL)",
         f"INSERT OR IGNORE INTO {CLOCK_TABLE} (id, high_water_us) VALUES (1, 0)",
     ]
-
-
-def legacy_ddl(dialect: SqlDialect, schema: str | None) -> list[str]:
-    """The legacy tables and their indexes, in idempotent forms."""
-    return [statement for spec in QUEUE_TABLES.values() for statement in spec.create_ddl(dialect, schema)]
 
 
 def owned_column_ddl(spec: TableSpec, column: ColumnSpec, dialect: SqlDialect, schema: str | None) -> str:

@@ -40,6 +40,7 @@ from sqlalchemy.engine import Dialect as SqlDialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.types import TypeEngine
 
+from tenure.kernel.core import Machine
 from tenure.model import ErrorCode, TenureError
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model.json_values import load_json
@@ -51,6 +52,11 @@ __all__ = [
     "Binding",
     "Codec",
     "Step",
+    "LEGACY_STEP",
+    "VERSIONS_STEP",
+    "schema_history",
+    "RetirementGuard",
+    "MachineTables",
     "ROW_VERSION",
     "ColumnSpec",
     "IndexSpec",
@@ -176,38 +182,27 @@ class Codec(enum.Enum):
         return self.value.rstrip("?")
 
 
-class Step(enum.Enum):
-    """The schema step that creates a table or adds a column or index, in the order the
-    migration applies them. Values are the names ``tenure_migrations`` records (the
-    legacy step, pycharter's own tables, is never recorded)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Step:
+    """One schema step: ``value``, the name ``tenure_migrations`` records, and
+    ``number``, its place in the schema's history (steps apply in increasing number; a
+    new step takes the next free one). A machine's table module declares the steps its
+    tables use; a step the tables of two machines share is declared alike by each (a
+    value: :func:`schema_history` refuses two steps of one name or one number that
+    differ). The core owns two: :data:`LEGACY_STEP` and :data:`VERSIONS_STEP`."""
 
-    LEGACY = "legacy"
-    OWNED = "owned_v2"
-    ATTEMPTS = "attempts_v1"
-    RUNS = "runs_v1"
-    RECOVERY = "runs_v2"
-    WORKERS = "runs_v3"
-    ADMISSION_KEYS = "runs_v4"
-    LIVENESS = "runs_v5"
-    TASKS = "tasks_v1"
-    """``tenure_tasks``. Applied before ``versions_v1`` although it came after it: that
-    step gives every existing table its row version, so a table must exist by then (on a
-    database already at ``versions_v1`` the step runs again and versions the new table)."""
-    REPORTS = "runs_v6"
-    """``tenure_run_recovery_reports``: the latest recovery report of each node (what
-    ``tenure health`` reads). Before ``versions_v1`` for the reason ``tasks_v1`` is."""
-    CONSOLE = "console_v1"
-    """Indexes in the orders the console's lists page in (``tenure console``): a filtered
-    list reads one range of an index instead of sorting every match. Before
-    ``versions_v1`` for the reason ``tasks_v1`` is."""
-    VERSIONS = "versions_v1"
-    """A ``row_version`` on every table, kept by the database (:data:`ROW_VERSION`)."""
-    ATTEMPT_OVERLAP = "attempts_v2"
-    """``tenure_attempts.granted_during_earlier_lease``: whether the latest transmission
-    was granted while an earlier one could still reach the provider (a rejection of the
-    latest then fails nothing). Existing rows get false: before this step the kernel
-    never recorded it, and a row whose latest grant overlapped an earlier one is read as
-    not overlapping (the rule the kernel had until then)."""
+    value: str
+    number: int
+
+
+LEGACY_STEP = Step("legacy", 0)
+"""The tables as other clients created them (pycharter's own queue tables): created
+where missing, never recorded, never removed."""
+
+VERSIONS_STEP = Step("versions_v1", 11)
+"""A ``row_version`` on every table, kept by the database (:data:`ROW_VERSION`). A table
+that a later step creates gets its row version from that step's run (the runner keeps
+every table versioned)."""
 
 
 ROW_VERSION = "row_version"
@@ -236,7 +231,7 @@ class ColumnSpec:
     sql_type: TypeEngine[Any]
     nullable: bool
     mutable: bool
-    step: Step = Step.LEGACY
+    step: Step = LEGACY_STEP
     part: int | None = None
     primary_key: bool = False
     default_sql: str | None = None
@@ -269,7 +264,7 @@ class IndexSpec:
     columns: tuple[str, ...]
     """Column names, in order; ``-name`` indexes that column descending."""
     unique: bool = False
-    step: Step = Step.LEGACY
+    step: Step = LEGACY_STEP
     where: str | None = None
     """A partial index's condition (SQL both databases read the same way)."""
 
@@ -283,7 +278,7 @@ class TableSpec:
     indexes: tuple[IndexSpec, ...] = ()
     unique_columns: tuple[str, ...] = ()
     """Columns with an unnamed UNIQUE constraint in CREATE TABLE (legacy step)."""
-    created_by: Step = Step.LEGACY
+    created_by: Step = LEGACY_STEP
     """The step that creates the table (when missing)."""
     exact_unique_columns: tuple[str, ...] = ()
     """Identity columns that need one full unique index of their own comparing exactly
@@ -294,6 +289,12 @@ class TableSpec:
     """The step that re-creates the checks of a table created before it (a check that
     grew: a new status the old condition refuses). PostgreSQL replaces each constraint;
     SQLite, which cannot alter a constraint, rebuilds the table."""
+    probe_row: Callable[[Dialect, str, str, int], Mapping[str, Any]] | None = None
+    """For a table other clients create, whose :attr:`exact_unique_columns` tenure adds:
+    ``(dialect, suffix, identity, now_us) -> row`` (column name to stored value), a
+    finished row whose identity columns hold ``identity``, for the migration's native
+    probe that identities differing only by case or a trailing space stay distinct (on
+    SQLite; rolled back). None: no probe."""
 
     @functools.cached_property
     def column_names(self) -> tuple[str, ...]:
@@ -307,10 +308,16 @@ class TableSpec:
         return next(column for column in self.columns if column.name == name)
 
     def columns_of(self, step: Step) -> tuple[ColumnSpec, ...]:
-        return tuple(column for column in self.columns if column.step is step)
+        return tuple(column for column in self.columns if column.step == step)
 
     def indexes_of(self, step: Step) -> tuple[IndexSpec, ...]:
-        return tuple(index for index in self.indexes if index.step is step)
+        return tuple(index for index in self.indexes if index.step == step)
+
+    @functools.cached_property
+    def steps(self) -> frozenset[Step]:
+        """Every step that creates or changes this table."""
+        named = {self.created_by, *(column.step for column in self.columns), *(index.step for index in self.indexes)}
+        return frozenset(named | ({self.checks_replaced_by} if self.checks_replaced_by is not None else set()))
 
     @functools.cached_property
     def instant_names(self) -> frozenset[str]:
@@ -779,3 +786,43 @@ class Binding:
 def _binding_codec(binding: Binding, dialect: Dialect, key_as_text: bool) -> RowCodec:
     prepare = _key_as_text(binding.key_index) if key_as_text else None
     return row_codec(binding.spec, dialect, binding.record_type, binding.constants, prepare=prepare)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetirementGuard:
+    """Rows that forbid removing ``step``: ``SELECT count(*) FROM table WHERE condition``
+    must be zero (``condition`` has one positional parameter, ``True``, when it says ``?``)."""
+
+    step: Step
+    table: str
+    subject: str
+    requirement: str
+    condition: str
+    problem: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MachineTables:
+    """What one machine's table module declares (``adapters/<machine>/table.py``,
+    ``MACHINE_TABLES``), all the wiring's registry needs of it: the kernel machine, its
+    tables in the order a step creates them, its bindings, and the rows that forbid
+    removing its steps. Its schema steps are the ones its tables name."""
+
+    machine: Machine
+    tables: tuple[TableSpec, ...]
+    bindings: tuple[Binding, ...]
+    retirement_guards: tuple[RetirementGuard, ...] = ()
+
+
+def schema_history(tables: Iterable[TableSpec]) -> tuple[Step, ...]:
+    """Every step these tables name, with the core's own, in the order they apply (by
+    number). Raises ValueError (at import: a programmer error) when two steps share a
+    name or a number but differ."""
+    steps = {LEGACY_STEP, VERSIONS_STEP, *(step for spec in tables for step in spec.steps)}
+    for attribute in ("value", "number"):
+        seen: dict[object, Step] = {}
+        for step in sorted(steps, key=lambda step: (step.number, step.value)):
+            other = seen.setdefault(getattr(step, attribute), step)
+            if other != step:
+                raise ValueError(f"two schema steps share a {attribute}: {other} and {step}")
+    return tuple(sorted(steps, key=lambda step: step.number))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenure.kernel.core import Applied
 from tenure.kernel.nodes import finders
@@ -22,11 +22,9 @@ from tenure.kernel.nodes.record import MAX_LEASE_US, NodeRow
 from tenure.model.runs import check_text
 from tenure.model.validation import micros_to_datetime, refuse
 
+from ..core.facade import Transactions
 from ..core.store import Transaction
 from .table import NODES_BINDING
-
-if TYPE_CHECKING:
-    from ..runs.transactions import RunTransactions
 
 __all__ = ["NodeLease", "Takeover", "NodeLeases", "DEFAULT_NODE_LEASE_S"]
 
@@ -70,7 +68,7 @@ def _lease_us(lease_s: object) -> int:
 class NodeLeases:
     """The node leases of one Run ledger's database, on its connections (``RunLedger.nodes``)."""
 
-    def __init__(self, transactions: RunTransactions) -> None:
+    def __init__(self, transactions: Transactions) -> None:
         self._tx = transactions
 
     async def decide(self, node: str, command: Any) -> Any:

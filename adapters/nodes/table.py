@@ -9,11 +9,12 @@ from sqlalchemy import BigInteger, DateTime, String
 from tenure.kernel.nodes.machine import NODES
 from tenure.kernel.nodes.record import NodeRow, NodeStatus
 
-from ..core.tables import Binding, Codec, Step, TableSpec, column
+from ..core.tables import Binding, Codec, MachineTables, Step, TableSpec, column
 
-__all__ = ["NODES_TABLE", "NODES_BINDING"]
+__all__ = ["NODES_TABLE", "NODES_BINDING", "MACHINE_TABLES"]
 
-_STEP = Step.LIVENESS
+_STEP = Step("runs_v5", 7)
+"""The Run machine's liveness step, which brought node leases."""
 _INSTANT = DateTime(timezone=True)
 
 
@@ -43,3 +44,6 @@ NODES_TABLE = TableSpec(
 )
 
 NODES_BINDING = Binding("run_nodes", NODES, NODES_TABLE, NodeRow, {}, "node")
+
+MACHINE_TABLES = MachineTables(machine=NODES, tables=(NODES_TABLE,), bindings=(NODES_BINDING,))
+"""The node lease machine's table (its rows are liveness, not evidence: no guard)."""

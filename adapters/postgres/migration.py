@@ -1,4 +1,4 @@
-"""What PostgreSQL contributes to the migration runner (see :mod:`tenure.adapters.core.migrations`).
+"""What PostgreSQL contributes to the migration runner (see :mod:`tenure.adapters.wiring.migrations`).
 
 One transaction (PostgreSQL DDL is transactional), serialized against concurrent
 migrations by an advisory lock; the catalog comes from ``pg_attribute``, ``pg_index``
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from tenure.model.errors import is_authored_word
 
+from collections.abc import Sequence
+
 from ..core.catalog import CatalogColumn, CatalogIndex, Executor
 from ..core.migration_report import Check
-from ..core.registry import TABLES
 from ..core.tables import ROW_VERSION, ColumnSpec, TableSpec, qualified, sql_dialect
-from ..queue.table import TABLE_NAMES
 
 __all__ = ["POSTGRESQL_MIGRATION", "PostgresMigration"]
 
@@ -55,11 +55,12 @@ class PostgresMigration:
         # One migration at a time: concurrent upgrades wait here rather than racing DDL.
         await tx.execute("SELECT pg_advisory_xact_lock(hashtext('tenure-migrations'))")
 
-    async def schema_checks(self, tx: Executor, schema: str | None, *, explicit: bool) -> list[Check]:
+    async def schema_checks(self, tx: Executor, schema: str | None, *, explicit: bool,
+                            adopted: Sequence[str]) -> list[Check]:
         rows = await tx.execute(
             "SELECT table_schema, count(*) FROM information_schema.tables"
             " WHERE table_name = ANY($1::text[]) GROUP BY table_schema ORDER BY table_schema",
-            [list(TABLE_NAMES.values())],
+            [list(adopted)],
         )
         target = schema
         if target is None:
@@ -167,8 +168,8 @@ class PostgresMigration:
     def bookkeeping_tables(self) -> tuple[str, ...]:
         return ()
 
-    async def lock_tables(self, tx: Executor, schema: str | None) -> None:
-        present = [spec.name for spec in TABLES if await self.columns(tx, spec.name, schema)]
+    async def lock_tables(self, tx: Executor, schema: str | None, tables: Sequence[str]) -> None:
+        present = [name for name in tables if await self.columns(tx, name, schema)]
         tables = ", ".join(qualified(schema, name) for name in present)
         await tx.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
 

@@ -57,10 +57,10 @@ from tenure.kernel.queue.commands import (
 from tenure.kernel.queue.machine import (
     CLAIM_LEGACY_REWRITE,
     CLAIM_OWNED_REWRITE,
+    QUEUE,
     SET_ASIDE,
     UNREADABLE_ROW_ERROR,
     claim_identity_problem,
-    decide,
 )
 from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
@@ -316,7 +316,7 @@ class QueueOperations:
                 submission_id = request.submission_id if isinstance(request, SubmissionSnapshot) else None
                 met = finders.submission_meets(staged.sharing(submission_id, job_id), submission_id=submission_id,
                                                job_id=job_id, run_id=None, key=None)
-                decision = decide(met, command_for(request, job_id), now)
+                decision = QUEUE.decide(met, command_for(request, job_id), now)
                 raise_if_conflict(binding, decision)
                 if not isinstance(decision, Applied):  # every submission refusal is a conflict
                     raise persistence_failed("invariant_broken")
@@ -489,7 +489,7 @@ class QueueOperations:
         async def body(tx: Transaction) -> Decision:
             found = await tx.locked(self.binding, finders.by_token, {"claim_token": claim_token})
             met = found[0] if found else None
-            return decide(met, RecoverOwned(owner_id=owner_id, claim_token=claim_token), await tx.now_us())
+            return QUEUE.decide(met, RecoverOwned(owner_id=owner_id, claim_token=claim_token), await tx.now_us())
 
         decision = await self.store.run(body, write=False)
         if isinstance(decision, Refused):
@@ -736,7 +736,7 @@ class _Claim:
         used: set[int] = set()
         unmovable: list[QueueRow] = []
         for index, (met, token) in enumerate(pairs):
-            decision = decide(met, self.command_for(token, stored_tokens), now)
+            decision = QUEUE.decide(met, self.command_for(token, stored_tokens), now)
             raise_if_conflict(binding, decision)
             if isinstance(decision, Refused):
                 continue  # no eligible row for this token

@@ -46,10 +46,10 @@ from tenure.model import (
 )
 from tenure.model.validation import is_queue_name, micros_to_datetime, refuse
 
-from ..core.dialects import open_store
 from ..core.facade import Facade
 from ..core.failures import persistence_failed
 from ..core.tables import Unreadable, json_column
+from ..wiring.dialects import open_store
 from .operations import QueueOperations
 from .table import envelope_of
 

@@ -32,10 +32,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
+from sqlalchemy.engine import Dialect as SqlDialect
 
 from tenure.kernel.queue.machine import QUEUE
 from tenure.kernel.queue.record import QueueRow
@@ -54,6 +55,8 @@ from ..core.tables import (
     ColumnSpec,
     Dialect,
     IndexSpec,
+    MachineTables,
+    RetirementGuard,
     RowCodec,
     Step,
     TableSpec,
@@ -75,7 +78,24 @@ __all__ = [
     "stored_payload",
     "envelope_of",
     "probe_record",
+    "legacy_ddl",
+    "OWNED_STEP",
+    "TASKS_STEP",
+    "MACHINE_TABLES",
 ]
+
+OWNED_STEP = Step("owned_v2", 1)
+"""tenure's columns and indexes on pycharter's three queue tables (the tables themselves
+are the legacy step's: created where missing, as pycharter creates them)."""
+TASKS_STEP = Step("tasks_v1", 8)
+"""``tenure_tasks``. Numbered before ``versions_v1`` although it came after it: that
+step gives every existing table its row version, so a table had to exist by then (on a
+database already at ``versions_v1`` the runner versions the new table)."""
+_HOPS_STEP = Step("runs_v3", 5)
+"""The Run hops' table (the Run machine's ``runs_v3``)."""
+_CONSOLE_STEP = Step("console_v1", 10)
+"""Indexes in the orders the console's lists page in (``tenure console``): a filtered
+list reads one range of an index instead of sorting every match."""
 
 TABLE_NAMES: dict[QueueKind, str] = {
     QueueKind.VALIDATION: "validation_jobs",
@@ -134,7 +154,7 @@ def _tail() -> tuple[ColumnSpec, ...]:
 
 
 def _owned(authored_part: int) -> tuple[ColumnSpec, ...]:
-    owned = Step.OWNED
+    owned = OWNED_STEP
     return (
         ColumnSpec("generation", "generation", C.INT, BigInteger(), nullable=False, mutable=True, step=owned,
                 default_sql="0", admission="generation"),
@@ -156,7 +176,7 @@ OWNED_UNIQUE_COLUMNS: tuple[str, ...] = ("claim_token", "submission_id")
 
 
 def _owned_indexes(table: str) -> tuple[IndexSpec, ...]:
-    owned = Step.OWNED
+    owned = OWNED_STEP
     return (
         *(IndexSpec(f"ux_{table}_{column}", (column,), unique=True, step=owned) for column in OWNED_UNIQUE_COLUMNS),
         # Claims read due rows in (fires_at, id) order; the sweep reads expired leases.
@@ -168,7 +188,17 @@ def _owned_indexes(table: str) -> tuple[IndexSpec, ...]:
 def _listed_indexes(table: str) -> tuple[IndexSpec, ...]:
     # console_v1: the console's job pages of one status, largest job ID first, each one
     # range of this index in the page's order (no sort of every row of that status).
-    return (IndexSpec(f"ix_{table}_status_id", ("status", "id"), step=Step.CONSOLE),)
+    return (IndexSpec(f"ix_{table}_status_id", ("status", "id"), step=_CONSOLE_STEP),)
+
+
+def _probe_row(queue: QueueKind) -> Callable[[Dialect, str, str, int], Mapping[str, Any]]:
+    """The migration's collation probe on ``queue``'s table: :func:`probe_record`, as
+    the table's codec writes it on the probed database."""
+
+    def row(dialect: Dialect, suffix: str, identity: str, now_us: int) -> Mapping[str, Any]:
+        return queue_codec(queue, dialect).write(probe_record(queue, suffix, identity, now_us))
+
+    return row
 
 
 def _payload(name: str, part: int, codec: Codec, sql_type: Any, **more: Any) -> ColumnSpec:
@@ -195,6 +225,7 @@ VALIDATION_TABLE = TableSpec(
              *_listed_indexes("validation_jobs")),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
+    probe_row=_probe_row(QueueKind.VALIDATION),
 )
 
 PIPELINE_TABLE = TableSpec(
@@ -220,6 +251,7 @@ PIPELINE_TABLE = TableSpec(
     ),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
+    probe_row=_probe_row(QueueKind.PIPELINE),
 )
 
 STREAMING_TABLE = TableSpec(
@@ -250,6 +282,7 @@ STREAMING_TABLE = TableSpec(
     ),
     unique_columns=("idempotency_key",),
     exact_unique_columns=OWNED_UNIQUE_COLUMNS,
+    probe_row=_probe_row(QueueKind.STREAMING),
 )
 
 QUEUE_TABLES: dict[QueueKind, TableSpec] = {
@@ -257,6 +290,12 @@ QUEUE_TABLES: dict[QueueKind, TableSpec] = {
     QueueKind.PIPELINE: PIPELINE_TABLE,
     QueueKind.STREAMING: STREAMING_TABLE,
 }
+
+
+def legacy_ddl(dialect: SqlDialect, schema: str | None) -> list[str]:
+    """pycharter's three queue tables and their indexes as pycharter creates them, in
+    idempotent forms (what the legacy step creates where they are missing)."""
+    return [statement for spec in QUEUE_TABLES.values() for statement in spec.create_ddl(dialect, schema)]
 
 PAYLOAD_COLUMNS: dict[QueueKind, tuple[str, ...]] = {
     queue: tuple(
@@ -297,7 +336,6 @@ QUEUE_BINDINGS: dict[QueueKind, Binding] = {
 
 
 _HOPS_NAME = "tenure_run_hops"
-_HOPS_STEP = Step.WORKERS
 
 
 def _hops_table() -> TableSpec:
@@ -327,7 +365,7 @@ HOPS_BINDING = Binding(
 
 
 _TASKS_NAME = "tenure_tasks"
-_TASKS_STEP = Step.TASKS
+_TASKS_STEP = TASKS_STEP
 
 
 def _tasks_table() -> TableSpec:
@@ -371,7 +409,7 @@ def _tasks_table() -> TableSpec:
         # other statuses: no third index, since every index here costs every claim and
         # every completion a write.
         *_listed_indexes(_TASKS_NAME),
-        IndexSpec(f"ix_{_TASKS_NAME}_queue_id", ("queue_name", "id"), step=Step.CONSOLE),
+        IndexSpec(f"ix_{_TASKS_NAME}_queue_id", ("queue_name", "id"), step=_CONSOLE_STEP),
     )
     return TableSpec(_TASKS_NAME, tuple(created(column) for column in columns), indexes=indexes,
                      created_by=_TASKS_STEP)
@@ -389,6 +427,32 @@ TASKS_BINDING = Binding(
      "active_key": None},
     "job_id", announces=_became_pending,
 )
+
+
+MACHINE_TABLES = MachineTables(
+    machine=QUEUE,
+    tables=(*QUEUE_TABLES.values(), HOPS_TABLE, TASKS_TABLE),
+    bindings=(*QUEUE_BINDINGS.values(), HOPS_BINDING, TASKS_BINDING),
+    retirement_guards=(
+        *(guard for spec in QUEUE_TABLES.values() for guard in (
+            RetirementGuard(OWNED_STEP, spec.name, "fence_required", "no protected submissions", "fence_required = ?",
+                            "protected_submissions_remain"),
+            RetirementGuard(OWNED_STEP, spec.name, "claim_token", "no live owned claims",
+                            "status = 'claimed' AND claim_token IS NOT NULL", "owned_claims_remain"),
+        )),
+        # A queued or running hop is a delivery some Run is waiting on.
+        RetirementGuard(_HOPS_STEP, HOPS_TABLE.name, "status", "no queued or running hops",
+                        "status IN ('pending', 'claimed')", "hops_remain"),
+        # A queued or running task is work someone deferred; a protected one is also the
+        # record its submission ID replays against.
+        RetirementGuard(TASKS_STEP, TASKS_TABLE.name, "status", "no pending or claimed tasks",
+                        "status IN ('pending', 'claimed')", "tasks_remain"),
+        RetirementGuard(TASKS_STEP, TASKS_TABLE.name, "fence_required", "no protected task submissions",
+                        "fence_required = ?", "protected_submissions_remain"),
+    ),
+)
+"""The queue machine's tables: pycharter's three, the Run hops' queue and the general
+tasks, all driven by the one queue machine."""
 
 
 def binding_for(queue: QueueKind) -> Binding:

@@ -573,7 +573,7 @@ class Worker:
         shutdown_grace_s: float = 30,
         store_error_text: bool = True,
         queues: Sequence[str] | None = None,
-        metrics: WorkerObserver | None = None,
+        metrics: WorkerObserver[JobContext] | None = None,
     ) -> None:
         if not isinstance(source, (ValidationJobSource, PipelineJobSource, StreamingJobSource, TaskSource)):
             raise refuse("source", "job_source_required")

@@ -11,13 +11,13 @@ from ..core.lazy import lazy_exports
 if TYPE_CHECKING:
     from .broker import Broker, BrokerJobState, BrokerProbe, BrokerUnavailable, InMemoryBroker
     from .checkpoints import Checkpoint, Checkpoints
-    from .ledger import RunLedger
+    from .ledger import RunLedger, resume_and_publish
     from .queue_broker import QueueBroker
     from .recovery import RecoveryIssue, RecoveryPorts, RecoveryReport, run_relays
     from .runtime import RunRuntime, ShutdownIncomplete, StartupDegraded
     from .saq_broker import SaqBroker  # imports SAQ only when it connects (extra tenure[saq])
     from .worker import RunWorker, WorkerStopFailed
-    from .workflows import HopLost, HopParked, RunContext, Workflows, resume_and_publish
+    from .workflows import HopLost, HopParked, RunContext, Workflows
 
 __all__ = ["Broker", "BrokerJobState", "BrokerProbe", "BrokerUnavailable", "InMemoryBroker", "RunLedger",
            "RecoveryPorts", "RecoveryReport", "RecoveryIssue", "run_relays", "SaqBroker", "QueueBroker",
@@ -35,5 +35,5 @@ __getattr__ = lazy_exports(__name__, {
     "SaqBroker": ".saq_broker",
     "RunWorker": ".worker", "WorkerStopFailed": ".worker",
     "HopLost": ".workflows", "HopParked": ".workflows", "RunContext": ".workflows", "Workflows": ".workflows",
-    "resume_and_publish": ".workflows",
+    "resume_and_publish": ".ledger",
 })

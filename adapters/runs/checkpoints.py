@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import RunRow, hop_holds, is_terminal
@@ -64,12 +64,10 @@ from tenure.model.runs import (
 )
 from tenure.model.validation import micros_to_datetime, refuse
 
+from ..core.facade import Transactions
 from ..core.store import Transaction
 from ..core.tables import json_column
 from .table import CHECKPOINTS_BINDING, CHECKPOINTS_TABLE, RUNS_BINDING, CheckpointRow
-
-if TYPE_CHECKING:
-    from .transactions import RunTransactions
 
 __all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "OWNER_KINDS", "RecordedOutcome",
            "recorded_outcome", "delete_in", "clear_outcome_in",
@@ -202,7 +200,7 @@ class Checkpoints:
     (``RunLedger.checkpoints``). Its :meth:`owner` and :meth:`delete` are the recovery
     ports ``checkpoint_owner`` and ``delete_checkpoint``."""
 
-    def __init__(self, transactions: RunTransactions) -> None:
+    def __init__(self, transactions: Transactions) -> None:
         self._tx = transactions
 
     async def save(self, run_id: str, enqueue_seq: int, *, state: Any, owner_kind: WaitKind | None = None,

@@ -87,11 +87,12 @@ from tenure.model.validation import datetime_to_micros, micros_to_datetime, refu
 from ..agent_jobs.facade import AGENT_JOB_NAMESPACE, AgentJobs, cancelled_result, job_id_for
 from ..consents.facade import Consents
 from ..core.engine import Engine
-from ..core.facade import Cursor, Facade
+from ..core.facade import Cursor, Facade, checked_timeout, json_text, parsed_json
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
 from ..core.urls import parse_db_url
 from ..nodes.leases import NodeLeases
+from ..wiring.dialects import open_store
 from . import recovery as _recovery
 from .broker import Broker, fence_hop
 from .checkpoints import Checkpoints, RecordedOutcome, put_in, state_text, stored_in
@@ -104,8 +105,6 @@ from .transactions import (
     attempt_evidence,
     consent_evidence,
     job_evidence,
-    json_text,
-    parsed_json,
 )
 
 if TYPE_CHECKING:
@@ -115,7 +114,7 @@ if TYPE_CHECKING:
 __all__ = ["RunLedger", "result_text", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for",
            "legacy_run_id_for", "job_id_for",
            "admission_rows", "consent_evidence", "job_evidence", "attempt_evidence", "cancelled_result",
-           "public_run", "public_delivery"]
+           "public_run", "public_delivery", "resume_and_publish"]
 
 log = logging.getLogger("tenure.runs.ledger")
 
@@ -209,6 +208,20 @@ def _cursor_of(row: RunRow) -> str:
     return Cursor.encode(row.created_at_us, row.run_id)
 
 
+async def resume_and_publish(ledger: RunLedger, broker: Broker, run_id: str, *, owner_id: str) -> int | None:
+    """Resume a waiting Run from its decided owner and publish the new hop; the sequence
+    (publish failures are left to the relay, which republishes under the same key), or
+    None when the Run did not resume (not waiting on that owner, or not decided yet)."""
+    seq = await ledger.resume(run_id, owner_id=owner_id)
+    if seq is not None:
+        try:
+            await ledger.publish(run_id, seq, broker)
+        except TenureError as error:
+            if error.code is not ErrorCode.RUN_BROKER_FAILED:
+                raise
+    return seq
+
+
 class RunLedger(Facade):
     """Runs in one database (SQLite file or PostgreSQL), migrated by ``upgrade``."""
 
@@ -219,7 +232,7 @@ class RunLedger(Facade):
     one); None: nothing is observed."""
 
     def __init__(self, db_url: str, *, timeout_seconds: float = 30.0, db_schema: str | None = None) -> None:
-        super().__init__(db_url, timeout_seconds=timeout_seconds, db_schema=db_schema)
+        self._on(Engine(open_store(db_url, timeout_seconds=checked_timeout(timeout_seconds), schema=db_schema)))
         self.database = parse_db_url(db_url).kind.value
         """``sqlite`` or ``postgresql``."""
 
@@ -244,7 +257,7 @@ class RunLedger(Facade):
     @functools.cached_property
     def steps(self) -> Steps:
         """The step journal of this database, on this ledger's connections."""
-        return Steps(self)
+        return Steps(self.transactions, self.get)
 
     @functools.cached_property
     def checkpoints(self) -> Checkpoints:
@@ -451,7 +464,7 @@ class RunLedger(Facade):
         One transaction writes the Run's checkpoint (``state``, bound to the timer) and
         the park, so no crash leaves one without the other. The Run resumes once the
         database clock reaches the due time: a relay does it (a timer already due when it
-        is set is resumed by :func:`~tenure.adapters.runs.workflows.resume_and_publish`).
+        is set is resumed by :func:`resume_and_publish`).
         False: the hop does not hold the Run any more."""
         owner = check_text(name, "name")
         key = check_run_id(run_id)
@@ -650,7 +663,7 @@ class RunLedger(Facade):
     @functools.cached_property
     def consents(self) -> Consents:
         """The consents of this database, on this ledger's connections."""
-        return Consents(self)
+        return Consents(self.transactions)
 
     @functools.cached_property
     def jobs(self) -> AgentJobs:
@@ -670,8 +683,20 @@ class RunLedger(Facade):
         return await self.consents.decide(consent_id, verdict, decided_by=decided_by)
 
     async def expire_due_consents(self, *, limit: int = 32, broker: Broker | None = None) -> int:
-        """:meth:`Consents.expire_due <tenure.adapters.consents.facade.Consents.expire_due>`."""
-        return await self.consents.expire_due(limit=limit, broker=broker)
+        """:meth:`Consents.expire_due <tenure.adapters.consents.facade.Consents.expire_due>`:
+        each consent it expires resumes its Run and, given a ``broker``, publishes it
+        (without one, the relays publish it)."""
+        if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
+            raise refuse("limit", "integer_out_of_range")
+        if broker is not None and not isinstance(broker, Broker):
+            raise refuse("broker", "broker_required")
+
+        async def resume(run_id: str, consent_id: str) -> object:
+            if broker is None:
+                return await self.resume(run_id, owner_id=consent_id)
+            return await resume_and_publish(self, broker, run_id, owner_id=consent_id)
+
+        return await self.consents.expire_due(resume=resume, limit=limit)
 
     async def get_consent(self, consent_id: str) -> ConsentRecord | None:
         """:meth:`Consents.get <tenure.adapters.consents.facade.Consents.get>`."""

@@ -74,12 +74,12 @@ from tenure.model import (
 from tenure.model.fingerprint import SubmissionSnapshot, snapshot_submission
 from tenure.model.validation import micros_to_datetime, refuse
 
-from ..core.dialects import open_store
 from ..core.outages import OutageLog
 from ..core.store import Listener, Transaction
 from ..queue.operations import QueueOperations
 from ..queue.sources import time_ordered_id
 from ..queue.table import HOPS_BINDING, TASKS_BINDING
+from ..wiring.dialects import open_store
 from .broker import BrokerProbe, PerformHop, stop_served_hop
 
 __all__ = ["QueueBroker", "HOP_QUEUE", "HOP_TASK", "HOP_CONTRACT", "PRIORITY_EPOCH"]

@@ -42,7 +42,7 @@ import logging
 import math
 import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure.kernel.attempts.record import is_terminal as attempt_is_terminal
 from tenure.kernel.core import Applied
@@ -88,13 +88,13 @@ from ..core.tables import Unreadable
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
-from .transactions import current_pair
+from .transactions import RunTransactions, current_pair
 
 if TYPE_CHECKING:
+    from ..attempts.ledger import AttemptLedger
     from ..core.store import Transaction
-    from .ledger import RunLedger
 
-__all__ = ["RecoveryPorts", "RecoveryIssue", "RecoveryReport", "COUNT_NAMES", "ISSUE_REASONS",
+__all__ = ["RecoveryPorts", "RecoveryLedger", "RecoveryIssue", "RecoveryReport", "COUNT_NAMES", "ISSUE_REASONS",
            "MAX_WRITES_PER_VISIT", "run_relays"]
 
 log = logging.getLogger("tenure.adapters.runs.recovery")
@@ -212,6 +212,38 @@ class RecoveryReport:
         return tuple(issue for issue in self.issues if issue.reason != "corrupt_row")
 
 
+class RecoveryLedger(Protocol):
+    """What recovery asks of the Run ledger it visits Runs on (:class:`~tenure.adapters.RunLedger`
+    is one): the Run machine's transactions, and the ledger's own compare-and-set paths for
+    each action the recovery table chooses. Recovery writes nothing any other way."""
+
+    @property
+    def transactions(self) -> RunTransactions: ...
+
+    @property
+    def attempts(self) -> AttemptLedger: ...
+
+    async def get_job(self, job_id: str) -> AgentJobRecord | None: ...
+
+    async def record_job_cancelled(self, job_id: str) -> bool: ...
+
+    async def publish(self, run_id: str, enqueue_seq: int, broker: Broker) -> bool: ...
+
+    async def fail_held(self, run_id: str, enqueue_seq: int, *, error: str) -> bool: ...
+
+    async def park(self, run_id: str, enqueue_seq: int, *, kind: WaitKind, owner_id: str) -> bool: ...
+
+    async def settle_recorded(self, run_id: str, outcome: RecordedOutcome) -> bool: ...
+
+    async def settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None = None,
+                     result: Any = None) -> bool: ...
+
+    async def resume(self, run_id: str, *, owner_id: str) -> int | None: ...
+
+    async def relay(self, ports: RecoveryPorts, *, cursor: str | None = None, page_size: int = 32) -> RecoveryReport:
+        ...
+
+
 class _PortFailed(Exception):
     """A port raised: the visit ends with ``port_failed``."""
 
@@ -252,7 +284,7 @@ overlap."""
 class _Visits:
     """One pass (a reconciliation or one relay call): visits Runs and tallies the report."""
 
-    def __init__(self, ledger: RunLedger, ports: RecoveryPorts, phase: Pass, *, node: str | None,
+    def __init__(self, ledger: RecoveryLedger, ports: RecoveryPorts, phase: Pass, *, node: str | None,
                  cutoff_us: int | None, stale_after_us: int) -> None:
         self.ledger, self.ports, self.phase = ledger, ports, phase
         self.node, self.cutoff_us, self.stale_after_us = node, cutoff_us, stale_after_us
@@ -594,7 +626,7 @@ def _page_size(value: object) -> int:
     return value  # type: ignore[return-value]
 
 
-async def reconcile(ledger: RunLedger, ports: RecoveryPorts, *, node: str, boot_cutoff: dt.datetime,
+async def reconcile(ledger: RecoveryLedger, ports: RecoveryPorts, *, node: str, boot_cutoff: dt.datetime,
                     page_size: int, stale_after_s: float) -> RecoveryReport:
     """Startup reconciliation (see :meth:`RunLedger.reconcile`)."""
     if type(ports) is not RecoveryPorts:
@@ -621,7 +653,7 @@ async def reconcile(ledger: RunLedger, ports: RecoveryPorts, *, node: str, boot_
     return visits.report()
 
 
-async def relay(ledger: RunLedger, ports: RecoveryPorts, *, cursor: str | None, page_size: int) -> RecoveryReport:
+async def relay(ledger: RecoveryLedger, ports: RecoveryPorts, *, cursor: str | None, page_size: int) -> RecoveryReport:
     """One relay round (see :meth:`RunLedger.relay`)."""
     if type(ports) is not RecoveryPorts:
         raise refuse("ports", "recovery_ports_required")
@@ -694,7 +726,7 @@ def _read_cursor(cursor: object) -> dict[str, Any]:
     return kinds
 
 
-async def run_relays(ledger: RunLedger, ports: RecoveryPorts, *, node: str, stop: asyncio.Event,
+async def run_relays(ledger: RecoveryLedger, ports: RecoveryPorts, *, node: str, stop: asyncio.Event,
                      interval_s: float = 1.0, page_size: int = 32,
                      on_report: Callable[[RecoveryReport], Awaitable[None]] | None = None) -> None:
     """Run relay rounds until ``stop`` is set, passing each round's cursor to the next and

@@ -27,13 +27,13 @@ from tenure.model.errors import is_authored_word
 from tenure.model.runs import check_text
 from tenure.model.validation import refuse
 
+from ..core.facade import Transactions
 from ..core.store import Transaction
 from ..core.tables import json_column
 from .table import RECOVERY_REPORTS_BINDING, RECOVERY_REPORTS_TABLE, REPORT_PASSES, RecoveryReportRow
 
 if TYPE_CHECKING:
     from .recovery import RecoveryReport
-    from .transactions import RunTransactions
 
 __all__ = ["RecoveryReports", "RecoveryReportRow", "RECOVERY_REPORTS_TABLE", "RECOVERY_REPORTS_BINDING",
            "REPORT_PASSES", "report_row", "latest_reports", "stored_counts", "stored_queues", "SERVING_PASSES",
@@ -95,7 +95,7 @@ async def latest_reports(tx: Transaction) -> list[RecoveryReportRow]:
 class RecoveryReports:
     """The recovery reports of one Run ledger's database (``RunLedger.recovery_reports``)."""
 
-    def __init__(self, transactions: RunTransactions) -> None:
+    def __init__(self, transactions: Transactions) -> None:
         self._tx = transactions
 
     async def record(self, node: str, pass_kind: str, report: RecoveryReport,

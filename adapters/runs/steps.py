@@ -13,19 +13,18 @@ machine of its own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.record import hop_holds
-from tenure.model import ConfigValidationError, ErrorCode, TenureError, canonical_json, load_json
+from tenure.model import ConfigValidationError, ErrorCode, RunRecord, TenureError, canonical_json, load_json
 from tenure.model.runs import MAX_RUN_DOCUMENT_BYTES, check_document, check_run_id, check_seq, check_text
 
+from ..core.facade import Transactions
 from ..core.store import Transaction
 from .table import MAX_STEP_NAME_CHARS, RUNS_BINDING, STEPS_BINDING, STEPS_TABLE, StepRow
-
-if TYPE_CHECKING:
-    from .ledger import RunLedger
 
 __all__ = ["Steps", "STEPS_TABLE", "STEPS_BINDING", "MAX_STEP_NAME_CHARS"]
 
@@ -46,10 +45,12 @@ def _value(row: StepRow) -> Any:
 
 
 class Steps:
-    """The step journal of one Run ledger's database (``RunLedger.steps``)."""
+    """The step journal of one Run ledger's database (``RunLedger.steps``), on the
+    ledger's transactions; ``get`` reads a Run as the ledger shows it (``RunLedger.get``)."""
 
-    def __init__(self, ledger: RunLedger) -> None:
-        self._ledger = ledger
+    def __init__(self, transactions: Transactions, get: Callable[[str], Awaitable[RunRecord | None]]) -> None:
+        self._tx = transactions
+        self._get = get
 
     async def recorded(self, run_id: str) -> dict[str, Any]:
         """Every step the Run recorded, by name."""
@@ -58,7 +59,7 @@ class Steps:
         async def body(tx: Transaction) -> list[StepRow]:
             return await tx.find(STEPS_BINDING, _OF_RUN, {"run_id": key})
 
-        rows: list[StepRow] = await self._ledger.transactions.run(body, write=False)
+        rows: list[StepRow] = await self._tx.run(body, write=False)
         return {row.name: _value(row) for row in rows}
 
     async def record(self, run_id: str, enqueue_seq: int, name: str, result: Any) -> tuple[bool, Any]:
@@ -83,11 +84,11 @@ class Steps:
             await tx.insert(STEPS_BINDING, row)
             return text
 
-        kept = await self._ledger.transactions.run(body)
+        kept = await self._tx.run(body)
         return (False, None) if kept is None else (True, load_json(kept))
 
     async def holds(self, run_id: str, enqueue_seq: int) -> bool:
         """Whether the hop ``enqueue_seq`` still holds the Run (read, not locked): checked
         before a step's body runs, so a hop that already lost its Run runs none."""
-        run = await self._ledger.get(run_id)
+        run = await self._get(run_id)
         return run is not None and hop_holds(run, enqueue_seq)

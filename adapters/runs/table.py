@@ -25,16 +25,49 @@ from tenure.kernel.runs.machine import RUNS
 from tenure.kernel.runs.record import DeliveryRow, RunRow
 from tenure.model import DeliveryState, RunStatus, WaitKind
 
-from ..core.tables import Binding, Codec, ColumnSpec, IndexSpec, Step, TableSpec, column, one_of
+from ..core.tables import (
+    Binding,
+    Codec,
+    ColumnSpec,
+    IndexSpec,
+    MachineTables,
+    RetirementGuard,
+    Step,
+    TableSpec,
+    column,
+    one_of,
+)
 
 __all__ = [
     "RUNS_TABLE", "DELIVERIES_TABLE", "RUNS_BINDING", "DELIVERIES_BINDING", "CURRENT_DELIVERY",
     "CheckpointRow", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "StepRow", "STEPS_TABLE", "STEPS_BINDING", "MAX_STEP_NAME_CHARS",
     "RecoveryReportRow", "RECOVERY_REPORTS_TABLE", "RECOVERY_REPORTS_BINDING", "REPORT_PASSES",
+    "RUNS_STEP", "RECOVERY_STEP", "WORKERS_STEP", "ADMISSION_KEYS_STEP", "LIVENESS_STEP", "REPORTS_STEP", "CONSOLE_STEP",
+    "MACHINE_TABLES",
 ]
 
 C = Codec
-_STEP = Step.RUNS
+
+RUNS_STEP = Step("runs_v1", 3)
+"""``tenure_runs`` and ``tenure_run_deliveries``, with the owners' tables (consents,
+delegated jobs) and an index of the attempts by Run."""
+RECOVERY_STEP = Step("runs_v2", 4)
+"""``tenure_runs.admitted_node``."""
+WORKERS_STEP = Step("runs_v3", 5)
+"""``tenure_run_checkpoints`` (and the Run hops' queue table, ``tenure_run_hops``)."""
+ADMISSION_KEYS_STEP = Step("runs_v4", 6)
+"""An index on ``tenure_runs.idempotency_key``."""
+LIVENESS_STEP = Step("runs_v5", 7)
+"""A Run's result and lost-hop retries, timers, the step journal, node leases and
+consent deadlines."""
+REPORTS_STEP = Step("runs_v6", 9)
+"""``tenure_run_recovery_reports``: the latest recovery report of each node (what
+``tenure health`` reads). Numbered before ``versions_v1`` although it came after it, as
+``tasks_v1`` is."""
+CONSOLE_STEP = Step("console_v1", 10)
+"""Indexes in the orders the console's lists page in (``tenure console``)."""
+
+_STEP = RUNS_STEP
 _INSTANT = DateTime(timezone=True)
 
 
@@ -70,16 +103,16 @@ RUNS_TABLE = TableSpec(
         _column("updated_at", C.INSTANT, _INSTANT, mutable=True, field="updated_at_us"),
         # runs_v2 (recovery): the admitting node, so startup fails only its own node's
         # unreleased HELD admissions (NULL: every node's, as in one process).
-        ColumnSpec("admitted_node", "admitted_node", C.OPTIONAL_TEXT, String(128), True, False, step=Step.RECOVERY),
+        ColumnSpec("admitted_node", "admitted_node", C.OPTIONAL_TEXT, String(128), True, False, step=RECOVERY_STEP),
         # runs_v5 (liveness): a DONE Run's result, the lost-hop retries its workflow allows
         # and has used, and the lost Run an operator re-admitted this one for.
-        ColumnSpec("result_json", "result_json", C.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
-        ColumnSpec("max_hop_retries", "max_hop_retries", C.INT, Integer(), False, False, step=Step.LIVENESS,
+        ColumnSpec("result_json", "result_json", C.OPTIONAL_TEXT, Text(), True, True, step=LIVENESS_STEP),
+        ColumnSpec("max_hop_retries", "max_hop_retries", C.INT, Integer(), False, False, step=LIVENESS_STEP,
                    default_sql="0"),
-        ColumnSpec("hop_retries", "hop_retries", C.INT, Integer(), False, True, step=Step.LIVENESS, default_sql="0"),
-        ColumnSpec("retry_of", "retry_of", C.OPTIONAL_TEXT, String(36), True, False, step=Step.LIVENESS),
+        ColumnSpec("hop_retries", "hop_retries", C.INT, Integer(), False, True, step=LIVENESS_STEP, default_sql="0"),
+        ColumnSpec("retry_of", "retry_of", C.OPTIONAL_TEXT, String(36), True, False, step=LIVENESS_STEP),
         # runs_v5: a timer wait's due time (its owner is the database clock).
-        ColumnSpec("wake_at", "wake_at_us", C.OPTIONAL_INSTANT, _INSTANT, True, True, step=Step.LIVENESS),
+        ColumnSpec("wake_at", "wake_at_us", C.OPTIONAL_INSTANT, _INSTANT, True, True, step=LIVENESS_STEP),
     ),
     indexes=(
         IndexSpec("ix_tenure_runs_status_updated", ("status", "updated_at", "run_id"), step=_STEP),
@@ -87,17 +120,17 @@ RUNS_TABLE = TableSpec(
         IndexSpec("ix_tenure_runs_created", ("created_at", "run_id"), step=_STEP),
         # runs_v4: an admission that meets no Run at its key's derived ID looks the key up
         # (Runs admitted before runs_v4 keep their source-scoped IDs).
-        IndexSpec("ix_tenure_runs_idempotency_key", ("idempotency_key",), step=Step.ADMISSION_KEYS),
+        IndexSpec("ix_tenure_runs_idempotency_key", ("idempotency_key",), step=ADMISSION_KEYS_STEP),
         # console_v1: the console's Run pages of one status, one queue or one workflow,
         # newest first, each one range of an index in the page's order.
-        IndexSpec("ix_tenure_runs_status_created", ("status", "created_at", "run_id"), step=Step.CONSOLE),
-        IndexSpec("ix_tenure_runs_queue_created", ("queue_name", "created_at", "run_id"), step=Step.CONSOLE),
-        IndexSpec("ix_tenure_runs_workflow_created", ("workflow_name", "created_at", "run_id"), step=Step.CONSOLE),
+        IndexSpec("ix_tenure_runs_status_created", ("status", "created_at", "run_id"), step=CONSOLE_STEP),
+        IndexSpec("ix_tenure_runs_queue_created", ("queue_name", "created_at", "run_id"), step=CONSOLE_STEP),
+        IndexSpec("ix_tenure_runs_workflow_created", ("workflow_name", "created_at", "run_id"), step=CONSOLE_STEP),
     ),
     created_by=_STEP,
     # runs_v5 added the status awaiting_timer and the owner kind timer: a table created
     # earlier has its status and owner checks re-created with the wider lists.
-    checks_replaced_by=Step.LIVENESS,
+    checks_replaced_by=LIVENESS_STEP,
     checks=(
         ("ck_tenure_runs_status", one_of("status", RunStatus)),
         ("ck_tenure_runs_priority", "priority >= 0 AND priority <= 100"),
@@ -165,7 +198,7 @@ class CheckpointRow:
     outcome_error: str | None = None
 
 
-_checkpoint_column = functools.partial(column, step=Step.WORKERS)
+_checkpoint_column = functools.partial(column, step=WORKERS_STEP)
 
 
 CHECKPOINTS_TABLE = TableSpec(
@@ -178,20 +211,20 @@ CHECKPOINTS_TABLE = TableSpec(
         _checkpoint_column("state_json", Codec.TEXT, Text(), mutable=True),
         _checkpoint_column("saved_at", Codec.INSTANT, DateTime(timezone=True), mutable=True, field="saved_at_us"),
         # runs_v5: the outcome a finished hop recorded before it settles.
-        ColumnSpec("outcome_seq", "outcome_seq", Codec.OPTIONAL_INT, Integer(), True, True, step=Step.LIVENESS),
+        ColumnSpec("outcome_seq", "outcome_seq", Codec.OPTIONAL_INT, Integer(), True, True, step=LIVENESS_STEP),
         ColumnSpec("outcome_status", "outcome_status", Codec.OPTIONAL_ENUM, String(20), True, True,
-                   step=Step.LIVENESS, choices=RunStatus),
-        ColumnSpec("outcome_json", "outcome_json", Codec.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
-        ColumnSpec("outcome_error", "outcome_error", Codec.OPTIONAL_TEXT, Text(), True, True, step=Step.LIVENESS),
+                   step=LIVENESS_STEP, choices=RunStatus),
+        ColumnSpec("outcome_json", "outcome_json", Codec.OPTIONAL_TEXT, Text(), True, True, step=LIVENESS_STEP),
+        ColumnSpec("outcome_error", "outcome_error", Codec.OPTIONAL_TEXT, Text(), True, True, step=LIVENESS_STEP),
     ),
-    created_by=Step.WORKERS,
+    created_by=WORKERS_STEP,
     checks=(
         ("ck_tenure_run_checkpoints_seq", "enqueue_seq >= 0"),
         ("ck_tenure_run_checkpoints_owner",
          "(owner_kind IS NULL AND owner_id IS NULL) OR "
          "(owner_kind IN ('consent', 'delegate', 'service', 'timer') AND owner_id IS NOT NULL)"),
     ),
-    checks_replaced_by=Step.LIVENESS,  # runs_v5: a checkpoint may bind a timer
+    checks_replaced_by=LIVENESS_STEP,  # runs_v5: a checkpoint may bind a timer
 )
 
 CHECKPOINTS_BINDING = Binding("run_checkpoints", None, CHECKPOINTS_TABLE, CheckpointRow, {}, "run_id")
@@ -211,7 +244,7 @@ class StepRow:
     recorded_at_us: int
 
 
-_step_column = functools.partial(column, step=Step.LIVENESS)
+_step_column = functools.partial(column, step=LIVENESS_STEP)
 
 
 STEPS_TABLE = TableSpec(
@@ -224,8 +257,8 @@ STEPS_TABLE = TableSpec(
         _step_column("result_json", Codec.TEXT, Text()),
         _step_column("recorded_at", Codec.INSTANT, DateTime(timezone=True), field="recorded_at_us"),
     ),
-    indexes=(IndexSpec("ix_tenure_run_steps_run", ("run_id", "name"), step=Step.LIVENESS),),
-    created_by=Step.LIVENESS,
+    indexes=(IndexSpec("ix_tenure_run_steps_run", ("run_id", "name"), step=LIVENESS_STEP),),
+    created_by=LIVENESS_STEP,
     checks=(("ck_tenure_run_steps_seq", "enqueue_seq >= 0"),),
 )
 
@@ -260,7 +293,7 @@ class RecoveryReportRow:
     so ``tenure runs admit`` can say when no worker serves a queue."""
 
 
-_report_column = functools.partial(column, step=Step.REPORTS)
+_report_column = functools.partial(column, step=REPORTS_STEP)
 
 
 RECOVERY_REPORTS_TABLE = TableSpec(
@@ -275,7 +308,7 @@ RECOVERY_REPORTS_TABLE = TableSpec(
         _report_column("finished_at", Codec.INSTANT, DateTime(timezone=True), mutable=True, field="finished_at_us"),
         _report_column("queues_json", Codec.TEXT, Text(), mutable=True),
     ),
-    created_by=Step.REPORTS,
+    created_by=REPORTS_STEP,
     checks=(
         ("ck_tenure_run_recovery_reports_pass",
          "pass_kind IN (" + ", ".join(repr(kind) for kind in REPORT_PASSES) + ")"),
@@ -286,3 +319,25 @@ RECOVERY_REPORTS_TABLE = TableSpec(
 
 RECOVERY_REPORTS_BINDING = Binding("run_recovery_reports", None, RECOVERY_REPORTS_TABLE, RecoveryReportRow, {}, "node")
 """Stored through the shared store primitives (see :mod:`tenure.adapters.runs.reports`)."""
+
+
+MACHINE_TABLES = MachineTables(
+    machine=RUNS,
+    tables=(RUNS_TABLE, DELIVERIES_TABLE, CHECKPOINTS_TABLE, STEPS_TABLE, RECOVERY_REPORTS_TABLE),
+    bindings=(RUNS_BINDING, DELIVERIES_BINDING),
+    retirement_guards=(
+        # Runs are canonical workflow truth (and their owners the evidence a resume
+        # reads): removing the step would lose them. runs_v2, runs_v4 and runs_v5 need
+        # no guard of their own: their columns and indexes live on tenure_runs, and
+        # this guard already refuses the downgrade while any Run exists.
+        RetirementGuard(RUNS_STEP, RUNS_TABLE.name, "run_id", "no recorded runs", "TRUE", "runs_remain"),
+        # A checkpoint is what a parked Run resumes from: dropping one strands its Run.
+        RetirementGuard(WORKERS_STEP, CHECKPOINTS_TABLE.name, "run_id", "no saved checkpoints", "TRUE",
+                        "checkpoints_remain"),
+        # runs_v6 needs none: a recovery report is a diagnostic (the next pass writes it
+        # again), never evidence any Run is waiting on.
+    ),
+)
+"""The Run machine's tables: the pair, and the evidence written under the Run's lock
+(checkpoints, the step journal) and the recovery reports, which no machine decides
+(migrated here, bound to no machine)."""

@@ -41,12 +41,9 @@ from tenure.model import (
     ErrorCode,
     RunStatus,
     WaitKind,
-    canonical_json,
 )
 from tenure.model.runs import (
     MAX_ERROR_CHARS,
-    MAX_RUN_DOCUMENT_BYTES,
-    check_document,
     check_run_id,
     check_seq,
     check_text,
@@ -59,12 +56,10 @@ from ..core.engine import Engine, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
-from ..core.tables import json_column
 from .checkpoints import clear_outcome_in, delete_in
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 
-__all__ = ["RunTransactions", "consent_evidence", "job_evidence", "attempt_evidence", "parsed_json",
-           "json_text"]
+__all__ = ["RunTransactions", "consent_evidence", "job_evidence", "attempt_evidence"]
 
 T = TypeVar("T")
 
@@ -80,23 +75,6 @@ def job_evidence(row: AgentJobRow) -> OwnerEvidence:
 
 def attempt_evidence(row: AttemptRow) -> OwnerEvidence:
     return OwnerEvidence(WaitKind.SERVICE, row.attempt_id, row.run_id, row.state.value, True)
-
-
-def parsed_json(text: str | None) -> Any:
-    """A JSON column of a Run-side table as a value (the core's :func:`json_column`, in
-    the Run ledger's code: public records are built outside the transaction)."""
-    return json_column(text, ErrorCode.RUN_PERSISTENCE_FAILED)
-
-
-
-
-def json_text(value: Any, field: str) -> str:
-    """A document as the Run-side tables store it: canonical JSON of at most 1 MiB."""
-    check_document(value, field)
-    text = canonical_json(value)
-    if len(text.encode("utf-8")) > MAX_RUN_DOCUMENT_BYTES:
-        raise ConfigValidationError(f"invalid_{field}", fields=(field,), problems=("payload_too_large",))
-    return text
 
 
 def _parts(pair: RunPair) -> list[tuple[Any, Any]]:

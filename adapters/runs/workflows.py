@@ -60,11 +60,11 @@ from tenure.model.runs import MAX_HOP_RETRIES
 from tenure.model.validation import refuse
 
 from .checkpoints import Checkpoint
+from .ledger import RunLedger, resume_and_publish
 
 if TYPE_CHECKING:
     from ..attempts.runner import AttemptRunner
     from .broker import Broker
-    from .ledger import RunLedger
 
 __all__ = ["Workflows", "RunContext", "HopParked", "HopLost", "Workflow", "resume_and_publish"]
 
@@ -158,20 +158,6 @@ class Workflows:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-async def resume_and_publish(ledger: RunLedger, broker: Broker, run_id: str, *, owner_id: str) -> int | None:
-    """Resume a waiting Run from its decided owner and publish the new hop; the sequence
-    (publish failures are left to the relay, which republishes under the same key), or
-    None when the Run did not resume (not waiting on that owner, or not decided yet)."""
-    seq = await ledger.resume(run_id, owner_id=owner_id)
-    if seq is not None:
-        try:
-            await ledger.publish(run_id, seq, broker)
-        except TenureError as error:
-            if error.code is not ErrorCode.RUN_BROKER_FAILED:
-                raise
-    return seq
 
 
 @dataclasses.dataclass(eq=False)

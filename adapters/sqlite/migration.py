@@ -1,4 +1,4 @@
-"""What SQLite contributes to the migration runner (see :mod:`tenure.adapters.core.migrations`).
+"""What SQLite contributes to the migration runner (see :mod:`tenure.adapters.wiring.migrations`).
 
 The whole migration runs in one ``BEGIN IMMEDIATE`` transaction. The catalog comes from
 ``PRAGMA table_info``/``index_list``/``index_xinfo``. SQLite-specific rules:
@@ -24,6 +24,7 @@ outside their guarantee. Each table's row version is raised by an AFTER UPDATE t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from sqlalchemy.schema import CreateIndex, CreateTable
 
@@ -36,12 +37,10 @@ from ..core.tables import (
     ROW_VERSION,
     SQLITE_DIALECT,
     ColumnSpec,
-    Step,
     TableSpec,
     instant_to_sqlite_text,
     sql_dialect,
 )
-from ..queue.table import OWNED_UNIQUE_COLUMNS, TABLE_NAMES, probe_record, queue_codec
 from .store import wall_clock_us
 
 __all__ = ["SQLITE_MIGRATION", "SqliteMigration"]
@@ -72,7 +71,8 @@ class SqliteMigration:
     async def begin(self, tx: Executor) -> None:
         """The transaction is already ``BEGIN IMMEDIATE``: the file's write lock is held."""
 
-    async def schema_checks(self, tx: Executor, schema: str | None, *, explicit: bool) -> list[Check]:
+    async def schema_checks(self, tx: Executor, schema: str | None, *, explicit: bool,
+                            adopted: Sequence[str]) -> list[Check]:
         return []
 
     async def columns(self, tx: Executor, table: str, schema: str | None) -> dict[str, CatalogColumn]:
@@ -125,19 +125,19 @@ class SqliteMigration:
 
     async def probe(self, tx: Executor, spec: TableSpec, schema: str | None) -> list[Check]:
         """Identities differing only by case or a trailing space must be distinct values
-        (the queue tables, whose identity columns tenure adds to tables it may not have
-        created; tenure's own tables compare with SQLite's BINARY default)."""
-        queue = next((queue for queue, name in TABLE_NAMES.items() if name == spec.name), None)
-        if queue is None:
+        (the tables other clients create, whose identity columns tenure adds: those with a
+        :attr:`~tenure.adapters.core.tables.TableSpec.probe_row`; tenure's own tables
+        compare with SQLite's BINARY default)."""
+        probe_row = spec.probe_row
+        if probe_row is None:
             return []
         table = spec.name
-        codec = queue_codec(queue, SQLITE_DIALECT)
         insert = f"INSERT INTO {table} ({', '.join(spec.column_names)}) VALUES ({', '.join('?' for _ in spec.columns)})"
         await tx.execute("SAVEPOINT tenure_probe")
         problem: str | None = None
         try:
             for number, identity in enumerate(("Case", "case", "case ")):
-                row = codec.write(probe_record(queue, str(number + 1), identity, wall_clock_us()))
+                row = probe_row(SQLITE_DIALECT, str(number + 1), identity, wall_clock_us())
                 try:
                     await tx.execute(insert, [row[name] for name in spec.column_names])
                 except TenureError as error:
@@ -147,7 +147,7 @@ class SqliteMigration:
                     problem = "identities_not_compared_exactly" if collided else "probe_insert_refused"
                     break
             if problem is None:
-                for column in OWNED_UNIQUE_COLUMNS:
+                for column in spec.exact_unique_columns:
                     rows = await tx.execute(f"SELECT count(*) FROM {table} WHERE {column} = ?", ["tenure-probe-case"])
                     if rows[0][0] != 1:
                         problem = "identities_not_compared_exactly"
@@ -156,7 +156,7 @@ class SqliteMigration:
             await tx.execute("RELEASE SAVEPOINT tenure_probe")
         return [
             Check(table, column, "exact comparison (native probe, rolled back)", problem is None, problem or "")
-            for column in OWNED_UNIQUE_COLUMNS
+            for column in spec.exact_unique_columns
         ]
 
     def bookkeeping_ddl(self, schema: str | None) -> list[str]:
@@ -165,7 +165,7 @@ class SqliteMigration:
     def bookkeeping_tables(self) -> tuple[str, ...]:
         return (CLOCK_TABLE,)
 
-    async def lock_tables(self, tx: Executor, schema: str | None) -> None:
+    async def lock_tables(self, tx: Executor, schema: str | None, tables: Sequence[str]) -> None:
         """The write transaction already excludes every other writer."""
 
     async def replace_checks(self, tx: Executor, spec: TableSpec, schema: str | None) -> None:
@@ -182,7 +182,7 @@ class SqliteMigration:
         for (index,) in await tx.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", [aside]):
             await tx.execute(f"DROP INDEX {index}")  # the new table's indexes take their names
-        table = spec.sqlalchemy_table(schema, steps=frozenset(Step))
+        table = spec.sqlalchemy_table(schema, steps=spec.steps)
         await tx.execute(str(CreateTable(table).compile(dialect=self.sql_dialect)).strip())
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
             await tx.execute(str(CreateIndex(index).compile(dialect=self.sql_dialect)).strip())

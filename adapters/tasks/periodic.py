@@ -31,8 +31,8 @@ import dataclasses
 import datetime as dt
 import logging
 import zoneinfo
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from croniter import croniter
 
@@ -40,11 +40,10 @@ from tenure.model import ConfigValidationError, ErrorCode, TenureError
 from tenure.model.validation import refuse
 
 from ..core.outages import OutageLog
+from ..queue.sources import TaskSource
 
-if TYPE_CHECKING:
-    from .app import Task, TaskApp
-
-__all__ = ["Periodic", "Scheduler", "CATCH_UP_WINDOW", "CATCH_UP_LIMIT", "tick_submission_id"]
+__all__ = ["Periodic", "Scheduler", "PeriodicTask", "PeriodicApp", "CATCH_UP_WINDOW", "CATCH_UP_LIMIT",
+           "tick_submission_id"]
 
 log = logging.getLogger("tenure.adapters.tasks.periodic")
 
@@ -84,11 +83,37 @@ def checked_schedule(cron: object, timezone: object) -> tuple[str, zoneinfo.Zone
     return cron, zone
 
 
+class PeriodicTask(Protocol):
+    """What the scheduler needs of a registered task (:class:`~tenure.adapters.tasks.app.Task`
+    is one): its name, the same task on another app, and its deferrals."""
+
+    @property
+    def name(self) -> str: ...
+
+    def on(self, app: Any) -> PeriodicTask: ...
+
+    async def defer(self, *, submission_id: str | None = None, **args: Any) -> str: ...
+
+    async def defer_many(self, many: Sequence[Mapping[str, Any]], *,
+                         submission_ids: Sequence[str] | None = None) -> list[str]: ...
+
+
+class PeriodicApp(Protocol):
+    """What the scheduler needs of an app (:class:`~tenure.adapters.tasks.app.TaskApp` is
+    one): its periodic tasks and the task source it reads through."""
+
+    @property
+    def periodics(self) -> list[Periodic]: ...
+
+    @property
+    def source(self) -> TaskSource: ...
+
+
 @dataclasses.dataclass
 class Periodic:
     """One periodic task: its schedule and the last tick this process deferred."""
 
-    task: Task
+    task: PeriodicTask
     cron: str
     zone: zoneinfo.ZoneInfo
     catch_up: bool
@@ -124,7 +149,7 @@ class Scheduler:
     """Defers the ticks of an app's periodic tasks (see the module docstring). ``now``
     is the clock it reads (an aware datetime each call)."""
 
-    def __init__(self, app: TaskApp, *, now: Callable[[], dt.datetime] = _utc_now) -> None:
+    def __init__(self, app: PeriodicApp, *, now: Callable[[], dt.datetime] = _utc_now) -> None:
         self.app = app
         self.now = now
         self.periodics: list[Periodic] = [dataclasses.replace(periodic) for periodic in app.periodics]

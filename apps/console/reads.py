@@ -48,7 +48,6 @@ from ..health import OTHER, HealthProbe, HealthSnapshot, NodeReport, Thresholds
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.consents.table import CONSENTS_BINDING
 from tenure.adapters.core.catalog import Executor
-from tenure.adapters.core.dialects import backend_for, resolve_schema
 from tenure.adapters.core.facade import Cursor
 from tenure.adapters.core.store import Transaction
 from tenure.adapters.core.tables import Binding, Dialect, Unreadable, qualified
@@ -57,6 +56,7 @@ from tenure.adapters.queue.sources import JobSource, PipelineJobSource, Streamin
 from tenure.adapters.queue.table import QUEUE_BINDINGS, TASKS_BINDING, envelope_of
 from tenure.adapters.runs.ledger import RunLedger
 from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
+from tenure.adapters.wiring.dialects import backend_for, resolve_schema
 
 __all__ = ["ConsoleData", "QUEUE_SOURCES", "QueueView", "Overview", "JobView", "job_view", "JobPage", "RunPage",
            "RunDetail", "ConsentPage", "ConsentDetail", "THROUGHPUT_MINUTES", "MAX_HOPS_SHOWN", "MAX_OWNERS_SHOWN",

@@ -13,7 +13,7 @@ the URL's ``?schema=``; SQLite: a scratch file): the checks create and drop tabl
 their own there (``tenure_facts_<random>``), read and advance tenure's own clock row
 (SQLite), and touch nothing else. Connections are tenure's own
 (:func:`tenure.adapters.postgres.connections.connect` and the stores of
-:func:`tenure.adapters.core.dialects.open_store`), so the URL's ``schema`` and ``pooler``
+:func:`tenure.adapters.wiring.dialects.open_store`), so the URL's ``schema`` and ``pooler``
 hold exactly as they do for tenure: through PgBouncer in transaction mode
 (``pooler=transaction``) LISTEN/NOTIFY and prepared statements fail here, and the
 reason says that tenure's pooler mode does without them; without ``pooler`` every
@@ -53,10 +53,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from tenure.adapters.core.dialects import open_store
 from tenure.adapters.core.failures import reason_by_class
 from tenure.adapters.core.tables import qualified
 from tenure.adapters.core.urls import DatabaseKind, DatabaseTarget, Pooler, parse_db_url
+from tenure.adapters.wiring.dialects import open_store
 from tenure.model import ConfigValidationError, TenureError
 
 __all__ = ["Fact", "FACT_NAMES", "CHECKS", "CLOCK_READS", "CHECK_BUDGET_DEADLINES", "check_server_facts"]

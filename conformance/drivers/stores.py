@@ -32,13 +32,13 @@ from hypothesis.reporting import with_reporter
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.consents.table import CONSENTS_BINDING
-from tenure.adapters.core.dialects import open_store
 from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import Binding, qualified
 from tenure.adapters.core.urls import parse_db_url
 from tenure.adapters.nodes.table import NODES_BINDING
 from tenure.adapters.queue.table import HOPS_BINDING, binding_for
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
+from tenure.adapters.wiring.dialects import open_store
 from tenure.conformance.lockstep.harness import ExampleDatabases, LoopRunner
 from tenure.conformance.lockstep.raw import raw
 from tenure.conformance.strategies.agent_jobs import job_records

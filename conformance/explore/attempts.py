@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A small closed world around one owner job's service attempt (``specs/attempts.md``).
-Every decision is the kernel's own (:func:`tenure.kernel.attempts.machine.decide` on the
+Every decision is the kernel's own (``ATTEMPTS.decide``, :mod:`tenure.kernel.attempts.machine`, on the
 row the command meets: the generation's row, or none before ``prepare``); the model adds
 only what surrounds the machine:
 
@@ -73,7 +73,7 @@ from tenure.kernel.attempts.commands import (
     RequestCancel,
     TransmissionGranted,
 )
-from tenure.kernel.attempts.machine import decide, transition_violations
+from tenure.kernel.attempts.machine import ATTEMPTS, transition_violations
 from tenure.kernel.attempts.record import AttemptRow, record_violations, replace_fields
 from tenure.kernel.core import Applied, Decision, Refused
 from .engine import Property, Step
@@ -349,7 +349,7 @@ class AttemptModel:
     def _decide(self, state: World, generation: int, command: AttemptCommand) -> tuple[Decision, World]:
         """The kernel's decision for ``command`` meeting the generation's row now, and the
         world with the decided row stored (the same world when it was refused)."""
-        decision = decide(state.rows[generation], command, state.now_us)
+        decision = ATTEMPTS.decide(state.rows[generation], command, state.now_us)
         if isinstance(decision, Refused):
             return decision, state
         return decision, _replace(state, rows=_at(state.rows, generation, decision.new_record),

@@ -58,7 +58,7 @@ from tenure.kernel.queue.commands import (
     SubmitOwned,
 )
 from tenure.kernel.queue.finders import claim_finders
-from tenure.kernel.queue.machine import backoff_delay_us, decide, jittered_us
+from tenure.kernel.queue.machine import QUEUE, backoff_delay_us, jittered_us
 from tenure.kernel.queue.record import QueueRow, record_violations
 from .engine import Property, Step
 
@@ -193,7 +193,7 @@ class QueueModel:
         """The world after the kernel decides ``command`` on job ``slot`` (the row is
         written only when the decision applies)."""
         before = world.rows[slot]
-        decision = decide(before, command, world.now_us)
+        decision = QUEUE.decide(before, command, world.now_us)
         applied = isinstance(decision, Applied)
         rows = world.rows
         completions = world.completions
@@ -602,14 +602,14 @@ def _no_job_lost(world: QueueWorld) -> str | None:
             token = f"rescue-{round_number}-{slot}"
             for command in (ExpireLease(), ClaimOwned(owner_id="rescuer", claim_token=token,
                                                       nonce_already_stored=False, lease_us=LEASE_US)):
-                decision = decide(current, command, now)
+                decision = QUEUE.decide(current, command, now)
                 if isinstance(decision, Applied):
                     current = decision.new_record
             if current is not None and current.status is JobStatus.CLAIMED and current.owner_id == "rescuer":
                 fence = _fence_of(current)
                 finish = AcknowledgeCancelOwned(fence=fence) if current.cancel_requested else CompleteOwned(
                     fence=fence, result_json=None)
-                decision = decide(current, finish, now)
+                decision = QUEUE.decide(current, finish, now)
                 if isinstance(decision, Applied):
                     current = decision.new_record
             rows[slot] = current

@@ -4,7 +4,7 @@ Theory of operation. A world (:class:`Bounds`) is a few Runs, the node processes
 their hops (one worker each), the broker that holds each hop under its hop key, the
 owners a parked Run waits on (durable timers, consents, delegated jobs), the node lease
 rows, and the database clock. Every stored row changes only by the kernel's own
-decisions: :func:`tenure.kernel.runs.machine.decide` for the pair (Run, current
+decisions: ``RUNS.decide`` (:mod:`tenure.kernel.runs.machine`) for the pair (Run, current
 delivery), the consent, delegated-job and node machines for their rows, and
 :func:`tenure.kernel.recovery.table.decide` for what a relay or a reconciliation does next
 with one Run, in the ledger's visit loop (gather the evidence the verdict asks for; never
@@ -426,7 +426,7 @@ class RunModel:
         now = START_US
         nodes: list[NodeRow | None] = []
         for index in range(b.nodes):
-            booted = node_machine.decide(None, Boot(node=NODE_NAMES[index], lease_us=b.lease_us), now)
+            booted = node_machine.NODES.decide(None, Boot(node=NODE_NAMES[index], lease_us=b.lease_us), now)
             assert isinstance(booted, Applied)
             nodes.append(booted.new_record)
         world = RunWorld(
@@ -453,7 +453,7 @@ class RunModel:
         """The world after the Run machine decides ``command`` on Run ``slot`` (with the
         consent sweep and the checkpoint's removal a terminal decision brings)."""
         before = world.runs[slot]
-        decision = run_machine.decide(before, command, world.now_us)
+        decision = run_machine.RUNS.decide(before, command, world.now_us)
         last = (*world.last, Decided("runs", slot, command, before, decision, world.now_us, actor))
         if not isinstance(decision, Applied):
             return _with(world, last=last), decision
@@ -478,13 +478,13 @@ class RunModel:
         return world, decision
 
     def _consent(self, world: RunWorld, index: int, command: Any, actor: str) -> tuple[RunWorld, Any]:
-        return _decided_in(world, "consents", "consent", consent_machine.decide, index, command, actor)
+        return _decided_in(world, "consents", "consent", consent_machine.CONSENTS.decide, index, command, actor)
 
     def _job(self, world: RunWorld, index: int, command: Any, actor: str) -> tuple[RunWorld, Any]:
-        return _decided_in(world, "jobs", "agent_jobs", job_machine.decide, index, command, actor)
+        return _decided_in(world, "jobs", "agent_jobs", job_machine.AGENT_JOBS.decide, index, command, actor)
 
     def _node(self, world: RunWorld, index: int, command: Any, actor: str) -> tuple[RunWorld, Any]:
-        return _decided_in(world, "nodes", "nodes", node_machine.decide, index, command, actor)
+        return _decided_in(world, "nodes", "nodes", node_machine.NODES.decide, index, command, actor)
 
     # --- what the ledger reads ------------------------------------------------------------------
 
@@ -984,7 +984,7 @@ class RunModel:
         if action in (A.PUBLISH, A.REPUBLISH):
             pair = world.runs[slot]
             assert pair is not None
-            if isinstance(run_machine.decide(pair, RecordPublished(enqueue_seq=seq), world.now_us), Applied):
+            if isinstance(run_machine.RUNS.decide(pair, RecordPublished(enqueue_seq=seq), world.now_us), Applied):
                 return self._publish(world, slot, acknowledged=True)
             return world
         if action is A.MARK_PUBLISHED:

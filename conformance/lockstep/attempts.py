@@ -39,7 +39,7 @@ from tenure.kernel.attempts.commands import (
     RequestCancel,
     TransmissionGranted,
 )
-from tenure.kernel.attempts.machine import ATTEMPTS, decide
+from tenure.kernel.attempts.machine import ATTEMPTS
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied, Refused
 from tenure.model import (
@@ -104,7 +104,7 @@ class AttemptModel:
         self.rows = dict(saved)
 
     def _apply(self, attempt_id: str, command: Any, now: int) -> Any:
-        decision = decide(self.rows.get(attempt_id), command, now)
+        decision = ATTEMPTS.decide(self.rows.get(attempt_id), command, now)
         if isinstance(decision, Refused):
             code = ATTEMPTS.outcomes[decision.reason]
             if code is not None:
@@ -124,7 +124,7 @@ class AttemptModel:
         # No Run exists in these databases: an attempt's Run is never closed.
         command = Prepare(row=row, predecessor_state=state, predecessor_generation=generation, key_held_elsewhere=held,
                           run_closed=False)
-        decision = decide(met, command, now)
+        decision = ATTEMPTS.decide(met, command, now)
         if isinstance(decision, Refused):
             code = ATTEMPTS.outcomes[decision.reason]
             assert code is not None, "every refused Prepare is an error to the caller"

@@ -319,7 +319,8 @@ class LockstepMachine(LockstepBase):
         self.expect(actual, self._as_reply(kind, expected))
 
     def _as_reply(self, kind: str, expected: tuple[Any, ...]) -> tuple[Any, ...]:
-        from tenure.kernel import Applied, StreamingStateReply
+        from tenure.kernel import Applied
+        from tenure.kernel.queue.commands import StreamingStateReply
         from tenure.model import OwnedStreamingState
 
         if expected[0] != "ok":
@@ -414,9 +415,10 @@ class LockstepMachine(LockstepBase):
             self.expect(actual, self._as_reply("heartbeat", self.model.fenced(queue, fence, "heartbeat", self.clock.take())))
             return
         now = self.clock.take()
-        from tenure.kernel import Applied, ClaimFence, HeartbeatOwned, decide
+        from tenure.kernel import QUEUE, Applied
+        from tenure.kernel.queue.commands import ClaimFence, HeartbeatOwned
 
-        decision = decide(before_interference, HeartbeatOwned(fence=ClaimFence.of(fence), lease_us=self.config.lease_us), now)
+        decision = QUEUE.decide(before_interference, HeartbeatOwned(fence=ClaimFence.of(fence), lease_us=self.config.lease_us), now)
         if isinstance(decision, Applied) and decision.new_record != before_interference:
             expected: tuple[Any, ...] = ("error", "queue_persistence_failed", "row_changed")
         else:

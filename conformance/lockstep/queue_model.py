@@ -14,17 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from tenure.adapters.queue.table import stored_payload
-from tenure.kernel import (
-    OUTCOMES,
+from tenure.kernel import QUEUE, Applied, Decision, Refused
+from tenure.kernel.queue.commands import (
     AcknowledgeCancelOwned,
-    Applied,
     CancelAdmin,
     ClaimFence,
     ClaimLegacy,
     ClaimOwned,
     CompleteLegacy,
     CompleteOwned,
-    Decision,
     DeleteLegacy,
     ExpireLease,
     FailLegacy,
@@ -33,11 +31,8 @@ from tenure.kernel import (
     HeartbeatOwned,
     ProgressOwned,
     PurgeFinished,
-    QueueRefusal,
-    QueueRow,
     ReadStateOwned,
     RecoverOwned,
-    Refused,
     ReleaseKeyForLegacy,
     ReleaseKeyForOwned,
     ReleaseOwned,
@@ -47,8 +42,9 @@ from tenure.kernel import (
     SetPidOwned,
     SubmitLegacy,
     SubmitOwned,
-    decide,
 )
+from tenure.kernel.queue.machine import OUTCOMES, QueueRefusal
+from tenure.kernel.queue.record import QueueRow
 from tenure.model import DEFAULT_MAX_ATTEMPTS, FrozenEnvelope, JobStatus, QueueKind, SubmissionSnapshot, WorkerConfig
 
 __all__ = ["Model", "Conflict", "Result", "SWEEP_LIMIT", "PURGE_LIMIT", "TERMINAL"]
@@ -106,7 +102,7 @@ class Model:
             staged[new.job_id] = new
 
     def _decide(self, staged: dict[str, QueueRow], met: QueueRow | None, command: Any, now: int) -> Decision:
-        decision = decide(met, command, now)
+        decision = QUEUE.decide(met, command, now)
         self._apply(staged, met, decision)
         return decision
 
@@ -256,7 +252,7 @@ class Model:
 
     def recover(self, queue: QueueKind, owner: str, token: str, now: int) -> Result:
         met = self._by(self.rows[queue], claim_token=token)
-        decision = decide(met, RecoverOwned(owner_id=owner, claim_token=token), now)
+        decision = QUEUE.decide(met, RecoverOwned(owner_id=owner, claim_token=token), now)
         return ("ok", decision.new_record if isinstance(decision, Applied) else None)
 
     def on_row(self, queue: QueueKind, job_id: str, command: Any, now: int) -> Result:

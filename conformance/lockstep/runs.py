@@ -56,7 +56,7 @@ from tenure.kernel.runs.commands import (
     Swept,
     Ticket,
 )
-from tenure.kernel.runs.machine import RUNS, decide
+from tenure.kernel.runs.machine import RUNS
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of, record_violations
 from tenure.model import (
     TERMINAL_RUN_STATUSES,
@@ -133,7 +133,7 @@ class RunModel:
 
     def run_command(self, run_id: str, command: Any, now: int, pair: Any = "load") -> Any:
         met = self.pair(run_id) if pair == "load" else pair
-        decision = decide(met, command, now)
+        decision = RUNS.decide(met, command, now)
         _raise_if_coded(RUNS, decision)
         if isinstance(decision, Applied):
             new = decision.new_record
@@ -144,7 +144,7 @@ class RunModel:
             if isinstance(decision.reply, Settled | Swept):
                 for consent in sorted(self.consents.values(), key=lambda row: row.consent_id):
                     if consent.run_id == run_id:
-                        swept = consent_machine.decide(consent, CancelPending(decided_by=decision.reply.decided_by), now)
+                        swept = consent_machine.CONSENTS.decide(consent, CancelPending(decided_by=decision.reply.decided_by), now)
                         if isinstance(swept, Applied):
                             assert swept.new_record is not None
                             self.consents[consent.consent_id] = swept.new_record
@@ -208,7 +208,7 @@ class RunModel:
 
     def create_consent(self, row: ConsentRow, now: int) -> Any:
         run = self.runs.get(row.run_id)
-        decision = consent_machine.decide(None, CreateConsent(row=row, run_running=run is not None
+        decision = consent_machine.CONSENTS.decide(None, CreateConsent(row=row, run_running=run is not None
                                                               and run.status is RunStatus.RUNNING), now)
         _raise_if_coded(consent_machine.CONSENTS, decision)
         assert isinstance(decision, Applied) and decision.new_record is not None, "every refused creation is an error"
@@ -216,7 +216,7 @@ class RunModel:
         return public_consent(decision.new_record)
 
     def decide_consent(self, consent_id: str, verdict: ConsentStatus, now: int) -> bool:
-        decision = consent_machine.decide(self.consents.get(consent_id),
+        decision = consent_machine.CONSENTS.decide(self.consents.get(consent_id),
                                           DecideConsent(verdict=verdict, decided_by="principal-p"), now)
         if isinstance(decision, Applied):
             assert decision.new_record is not None
@@ -226,14 +226,14 @@ class RunModel:
     def submit_job(self, row: AgentJobRow, now: int) -> Any:
         run = self.runs.get(row.run_id)
         command = SubmitJob(row=row, run_running=run is not None and run.status is RunStatus.RUNNING)
-        decision = job_machine.decide(self.jobs.get(row.job_id), command, now)
+        decision = job_machine.AGENT_JOBS.decide(self.jobs.get(row.job_id), command, now)
         _raise_if_coded(job_machine.AGENT_JOBS, decision)
         assert isinstance(decision, Applied) and decision.new_record is not None, "every refused submission is an error"
         self.jobs[row.job_id] = decision.new_record
         return public_job(decision.new_record)
 
     def job_command(self, job_id: str, command: Any, now: int) -> bool:
-        decision = job_machine.decide(self.jobs.get(job_id), command, now)
+        decision = job_machine.AGENT_JOBS.decide(self.jobs.get(job_id), command, now)
         _raise_if_coded(job_machine.AGENT_JOBS, decision)
         if isinstance(decision, Applied):
             assert decision.new_record is not None
@@ -351,7 +351,7 @@ class RunLockstep(LockstepBase):
         sent = self.broker.publish_calls > calls_before
         self.broker.fail_publishes = self.broker.lose_acknowledgements = 0
         pair = self.model.pair(run_id)
-        publishable = pair is not None and isinstance(decide(pair, RecordPublished(enqueue_seq=seq), 0), Applied)
+        publishable = pair is not None and isinstance(RUNS.decide(pair, RecordPublished(enqueue_seq=seq), 0), Applied)
         assert sent == publishable, "the broker is called exactly when the kernel says the hop is publishable"
         if not publishable:
             assert now is None

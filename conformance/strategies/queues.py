@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tenure.kernel import (
+from tenure.kernel.queue.commands import (
     AcknowledgeCancelOwned,
     CancelAdmin,
     ClaimFence,
@@ -28,8 +28,6 @@ from tenure.kernel import (
     ProgressOwned,
     PurgeFinished,
     QueueCommandType,
-    QueueRow,
-    QueueStep,
     ReadStateOwned,
     RecoverOwned,
     ReleaseKeyForLegacy,
@@ -42,6 +40,7 @@ from tenure.kernel import (
     SubmitLegacy,
     SubmitOwned,
 )
+from tenure.kernel.queue.record import QueueRow, QueueStep
 from tenure.model import JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 

@@ -5,6 +5,6 @@
 
 from __future__ import annotations
 
-from .machine import AGENT_JOBS, decide, select_rule
+from .machine import AGENT_JOBS
 
-__all__ = ["AGENT_JOBS", "decide", "select_rule"]
+__all__ = ["AGENT_JOBS"]

@@ -19,7 +19,7 @@ from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
 from .commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
-from .machine import NEXT_STATUS, decide, transition_violations  # noqa: F401
+from .machine import NEXT_STATUS, AGENT_JOBS, transition_violations  # noqa: F401
 from .record import AgentJobRow
 
 __all__ = ["decide_submit_job", "decide_advance_job", "decide_adopt_result", "decide_record_cancelled"]
@@ -30,7 +30,7 @@ def decide_submit_job(record: AgentJobRow | None, command: SubmitJob, now_us: in
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.run_running if record is None else __return__.new_record == record)
     """
-    return decide(record, command, now_us)
+    return AGENT_JOBS.decide(record, command, now_us)
 
 
 def decide_advance_job(record: AgentJobRow | None, command: AdvanceJob, now_us: int) -> Decision:
@@ -38,7 +38,7 @@ def decide_advance_job(record: AgentJobRow | None, command: AdvanceJob, now_us: 
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or NEXT_STATUS.get(record.status) is __return__.new_record.status
     """
-    return decide(record, command, now_us)
+    return AGENT_JOBS.decide(record, command, now_us)
 
 
 def decide_adopt_result(record: AgentJobRow | None, command: AdoptResult, now_us: int) -> Decision:
@@ -46,7 +46,7 @@ def decide_adopt_result(record: AgentJobRow | None, command: AdoptResult, now_us
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (record.status not in TERMINAL_AGENT_JOB_STATUSES and __return__.new_record.status is command.status)
     """
-    return decide(record, command, now_us)
+    return AGENT_JOBS.decide(record, command, now_us)
 
 
 def decide_record_cancelled(record: AgentJobRow | None, command: RecordCancelled, now_us: int) -> Decision:
@@ -54,4 +54,4 @@ def decide_record_cancelled(record: AgentJobRow | None, command: RecordCancelled
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (__return__.new_record.status is AgentJobStatus.CANCELLED and (record.status is AgentJobStatus.LOST or record.status not in TERMINAL_AGENT_JOB_STATUSES))
     """
-    return decide(record, command, now_us)
+    return AGENT_JOBS.decide(record, command, now_us)

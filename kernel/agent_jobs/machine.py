@@ -22,14 +22,11 @@ from typing import Any
 
 from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus, ErrorCode
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
-from ..core import decide as decide_on
-from ..core import select_rule as select_rule_on
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from .commands import Ack, AgentJobCommand, AgentJobCommandType, Submitted
 from .record import AgentJobRow, AgentJobStep, record_violations, step_of
 
-__all__ = ["AgentJobRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "TABLE", "AGENT_JOBS", "decide",
-           "select_rule", "transition_violations", "NEXT_STATUS"]
+__all__ = ["AgentJobRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "AGENT_JOBS", "transition_violations", "NEXT_STATUS"]
 
 
 class AgentJobRefusal(enum.Enum):
@@ -154,7 +151,6 @@ ROWS: tuple[Row, ...] = (
 )
 
 
-
 def transition_violations(record: AgentJobRow | None, command: AgentJobCommand, now_us: int,
                           decision: Decision) -> list[str]:
     """The transition rules (TR-J1 ... TR-J3 in specs/agent_jobs.md) a decision breaks."""
@@ -179,10 +175,6 @@ def transition_violations(record: AgentJobRow | None, command: AgentJobCommand, 
     return broken
 
 
-def _transition_violations(record: Any, command: Any, now_us: int, decision: Decision) -> list[str]:
-    return transition_violations(record, command, now_us, decision)
-
-
 AGENT_JOBS = Machine.define(
     name="agent_jobs",
     states=AgentJobStep,
@@ -193,17 +185,7 @@ AGENT_JOBS = Machine.define(
     outcomes=OUTCOMES,
     state_of=step_of,
     record_violations=record_violations,
-    transition_violations=_transition_violations,
+    transition_violations=transition_violations,
     initial=AgentJobStep.ABSENT,
 )
-
-TABLE: dict[tuple[AgentJobStep, AgentJobCommandType], tuple[Rule, ...]] = AGENT_JOBS.table
-"""The machine's lookup table, built from ``ROWS`` (a broken kernel in the tests patches it in place)."""
-
-
-def select_rule(record: AgentJobRow | None, command: AgentJobCommand, now_us: int) -> Rule:
-    return select_rule_on(AGENT_JOBS, record, command, now_us)
-
-
-def decide(record: AgentJobRow | None, command: AgentJobCommand, now_us: int) -> Decision:
-    return decide_on(AGENT_JOBS, record, command, now_us)
+"""The delegated-job machine: ``AGENT_JOBS.decide(record, command, now_us)``."""

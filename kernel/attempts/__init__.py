@@ -9,6 +9,6 @@ CrossHair checks).
 
 from __future__ import annotations
 
-from .machine import ATTEMPTS, decide, select_rule
+from .machine import ATTEMPTS
 
-__all__ = ["ATTEMPTS", "decide", "select_rule"]
+__all__ = ["ATTEMPTS"]

@@ -33,7 +33,7 @@ from .commands import (
     ExpireSubmitLease,
     ReleaseReservation,
 )
-from .machine import decide, transition_violations  # noqa: F401
+from .machine import ATTEMPTS, transition_violations  # noqa: F401
 from .record import AttemptRow
 
 __all__ = [
@@ -57,7 +57,7 @@ def decide_prepare(record: AttemptRow | None, command: Prepare, now_us: int) -> 
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_begin_submit(record: AttemptRow | None, command: BeginSubmit, now_us: int) -> Decision:
@@ -66,7 +66,7 @@ def decide_begin_submit(record: AttemptRow | None, command: BeginSubmit, now_us:
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or record is None or __return__.new_record is None or __return__.new_record.transmissions <= record.transmissions + 1
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_record_accepted(record: AttemptRow | None, command: RecordAccepted, now_us: int) -> Decision:
@@ -74,35 +74,35 @@ def decide_record_accepted(record: AttemptRow | None, command: RecordAccepted, n
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or record is None or record.provider_job_id is None or __return__.new_record is None or __return__.new_record.provider_job_id == record.provider_job_id
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_record_running(record: AttemptRow | None, command: RecordRunning, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_record_progress(record: AttemptRow | None, command: RecordProgress, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_record_succeeded(record: AttemptRow | None, command: RecordSucceeded, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_record_failed(record: AttemptRow | None, command: RecordFailed, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_record_ambiguous(record: AttemptRow | None, command: RecordAmbiguous, now_us: int) -> Decision:
@@ -110,28 +110,28 @@ def decide_record_ambiguous(record: AttemptRow | None, command: RecordAmbiguous,
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record is None or __return__.new_record.state is not AttemptState.FAILED
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_request_cancel(record: AttemptRow | None, command: RequestCancel, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_record_cancelled(record: AttemptRow | None, command: RecordCancelled, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_reconcile(record: AttemptRow | None, command: Reconcile, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_expire_submit_lease(record: AttemptRow | None, command: ExpireSubmitLease, now_us: int) -> Decision:
@@ -139,7 +139,7 @@ def decide_expire_submit_lease(record: AttemptRow | None, command: ExpireSubmitL
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record is None or __return__.new_record.state is not AttemptState.FAILED
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)
 
 
 def decide_release_reservation(record: AttemptRow | None, command: ReleaseReservation, now_us: int) -> Decision:
@@ -147,4 +147,4 @@ def decide_release_reservation(record: AttemptRow | None, command: ReleaseReserv
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or record is None or record.state is not AttemptState.INDETERMINATE
     """
-    return decide(record, command, now_us)
+    return ATTEMPTS.decide(record, command, now_us)

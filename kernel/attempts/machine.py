@@ -40,9 +40,7 @@ from typing import Any
 
 from tenure.model import TERMINAL_ATTEMPT_STATES, AttemptState, ErrorCode
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
-from ..core import decide as decide_on
-from ..core import select_rule as select_rule_on
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from .commands import (
     Ack,
     AttemptCommand,
@@ -61,10 +59,7 @@ __all__ = [
     "GUARDS",
     "EFFECTS",
     "ROWS",
-    "TABLE",
     "ATTEMPTS",
-    "decide",
-    "select_rule",
     "transition_violations",
 ]
 
@@ -459,7 +454,6 @@ ROWS: tuple[Row, ...] = (
 )
 
 
-
 # --- transition rules (checked by the contracts and by the tests) -----------------------
 
 _IDENTITY_FIELDS = (
@@ -561,10 +555,6 @@ def transition_violations(
     return broken
 
 
-def _transition_violations(record: Any, command: Any, now_us: int, decision: Decision) -> list[str]:
-    return transition_violations(record, command, now_us, decision)
-
-
 ATTEMPTS = Machine.define(
     name="attempts",
     states=AttemptStep,
@@ -575,20 +565,8 @@ ATTEMPTS = Machine.define(
     outcomes=OUTCOMES,
     state_of=step_of,
     record_violations=record_violations,
-    transition_violations=_transition_violations,
+    transition_violations=transition_violations,
     initial=AttemptStep.ABSENT,
 )
-
-TABLE: dict[tuple[AttemptStep, AttemptCommandType], tuple[Rule, ...]] = ATTEMPTS.table
-"""The machine's lookup table, built from ``ROWS`` (a broken kernel in the tests patches it in place)."""
-"""The service-attempt machine, as the shared engine and the table tests see it."""
-
-
-def select_rule(record: AttemptRow | None, command: AttemptCommand, now_us: int) -> Rule:
-    return select_rule_on(ATTEMPTS, record, command, now_us)
-
-
-def decide(record: AttemptRow | None, command: AttemptCommand, now_us: int) -> Decision:
-    """The decision for ``command`` meeting ``record`` at database time ``now_us`` (see
-    :mod:`tenure.kernel.attempts.contracts` for the contract CrossHair checks)."""
-    return decide_on(ATTEMPTS, record, command, now_us)
+"""The service-attempt machine: ``ATTEMPTS.decide(record, command, now_us)`` (see
+:mod:`tenure.kernel.attempts.contracts` for the contract CrossHair checks)."""

@@ -5,6 +5,6 @@
 
 from __future__ import annotations
 
-from .machine import CONSENTS, decide, select_rule
+from .machine import CONSENTS
 
-__all__ = ["CONSENTS", "decide", "select_rule"]
+__all__ = ["CONSENTS"]

@@ -20,7 +20,7 @@ from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
 from .commands import CancelPending, CreateConsent, DecideConsent  # noqa: F401
-from .machine import DEADLINE_OWNER, decide, transition_violations  # noqa: F401
+from .machine import DEADLINE_OWNER, CONSENTS, transition_violations  # noqa: F401
 from .record import MAX_DEADLINE_US, ConsentRow  # noqa: F401
 
 __all__ = ["decide_create_consent", "decide_decide_consent", "decide_cancel_pending"]
@@ -32,7 +32,7 @@ def decide_create_consent(record: ConsentRow | None, command: CreateConsent, now
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (record is None and command.run_running and (__return__.new_record.status is ConsentStatus.PENDING or command.row.preauthorized_by is not None))
     """
-    return decide(record, command, now_us)
+    return CONSENTS.decide(record, command, now_us)
 
 
 def decide_decide_consent(record: ConsentRow | None, command: DecideConsent, now_us: int) -> Decision:
@@ -41,7 +41,7 @@ def decide_decide_consent(record: ConsentRow | None, command: DecideConsent, now
     post: isinstance(__return__, Refused) or (record.status is ConsentStatus.PENDING and __return__.new_record.status is command.verdict and command.verdict in (ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED))
     post: isinstance(__return__, Refused) or command.decided_by != DEADLINE_OWNER or (record.expires_at_us is not None and now_us >= record.expires_at_us)
     """
-    return decide(record, command, now_us)
+    return CONSENTS.decide(record, command, now_us)
 
 
 def decide_cancel_pending(record: ConsentRow | None, command: CancelPending, now_us: int) -> Decision:
@@ -49,4 +49,4 @@ def decide_cancel_pending(record: ConsentRow | None, command: CancelPending, now
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (record.status is ConsentStatus.PENDING and __return__.new_record.decided_by == command.decided_by)
     """
-    return decide(record, command, now_us)
+    return CONSENTS.decide(record, command, now_us)

@@ -26,14 +26,11 @@ from typing import Any
 
 from tenure.model import ConsentStatus, ErrorCode
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
-from ..core import decide as decide_on
-from ..core import select_rule as select_rule_on
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from .commands import Ack, ConsentCommand, ConsentCommandType, DecideConsent
 from .record import ConsentRow, ConsentStep, record_violations, step_of
 
-__all__ = ["ConsentRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "TABLE", "CONSENTS", "decide",
-           "select_rule", "transition_violations", "PREAUTHORIZED_BY", "DEADLINE_OWNER"]
+__all__ = ["ConsentRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "CONSENTS", "transition_violations", "PREAUTHORIZED_BY", "DEADLINE_OWNER"]
 
 PREAUTHORIZED_BY = "tenure:preauthorized"
 """``decided_by`` of a consent a preauthorization granted at creation."""
@@ -138,7 +135,6 @@ ROWS: tuple[Row, ...] = (
 )
 
 
-
 def transition_violations(record: ConsentRow | None, command: ConsentCommand, now_us: int,
                           decision: Decision) -> list[str]:
     """The transition rules (TR-C1 ... TR-C4 in specs/consent.md) a decision breaks."""
@@ -172,10 +168,6 @@ def _early_deadline_verdict(record: ConsentRow, command: ConsentCommand, now_us:
     return not (command.verdict is ConsentStatus.EXPIRED and due)
 
 
-def _transition_violations(record: Any, command: Any, now_us: int, decision: Decision) -> list[str]:
-    return transition_violations(record, command, now_us, decision)
-
-
 CONSENTS = Machine.define(
     name="consent",
     states=ConsentStep,
@@ -186,17 +178,7 @@ CONSENTS = Machine.define(
     outcomes=OUTCOMES,
     state_of=step_of,
     record_violations=record_violations,
-    transition_violations=_transition_violations,
+    transition_violations=transition_violations,
     initial=ConsentStep.ABSENT,
 )
-
-TABLE: dict[tuple[ConsentStep, ConsentCommandType], tuple[Rule, ...]] = CONSENTS.table
-"""The machine's lookup table, built from ``ROWS`` (a broken kernel in the tests patches it in place)."""
-
-
-def select_rule(record: ConsentRow | None, command: ConsentCommand, now_us: int) -> Rule:
-    return select_rule_on(CONSENTS, record, command, now_us)
-
-
-def decide(record: ConsentRow | None, command: ConsentCommand, now_us: int) -> Decision:
-    return decide_on(CONSENTS, record, command, now_us)
+"""The consent machine: ``CONSENTS.decide(record, command, now_us)``."""

@@ -6,6 +6,6 @@ orphans of one that is not.
 
 from __future__ import annotations
 
-from .machine import NODES, decide, select_rule
+from .machine import NODES
 
-__all__ = ["NODES", "decide", "select_rule"]
+__all__ = ["NODES"]

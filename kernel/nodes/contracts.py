@@ -14,7 +14,7 @@ from tenure.model.bounds import MIN_INSTANT_US  # noqa: F401
 from ..core import Decision, Refused  # noqa: F401
 from ..queue.commands import MAX_NOW_US  # noqa: F401
 from .commands import Boot, FinishTakeover, Renew, TakeOver  # noqa: F401
-from .machine import decide, transition_violations  # noqa: F401
+from .machine import NODES, transition_violations  # noqa: F401
 from .record import NodeRow, NodeStatus  # noqa: F401
 
 __all__ = ["decide_boot", "decide_renew", "decide_take_over", "decide_finish_takeover"]
@@ -25,7 +25,7 @@ def decide_boot(record: NodeRow | None, command: Boot, now_us: int) -> Decision:
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record.status is NodeStatus.LIVE
     """
-    return decide(record, command, now_us)
+    return NODES.decide(record, command, now_us)
 
 
 def decide_renew(record: NodeRow | None, command: Renew, now_us: int) -> Decision:
@@ -33,7 +33,7 @@ def decide_renew(record: NodeRow | None, command: Renew, now_us: int) -> Decisio
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.epoch == record.epoch and now_us < record.lease_expires_at_us)
     """
-    return decide(record, command, now_us)
+    return NODES.decide(record, command, now_us)
 
 
 def decide_take_over(record: NodeRow | None, command: TakeOver, now_us: int) -> Decision:
@@ -41,7 +41,7 @@ def decide_take_over(record: NodeRow | None, command: TakeOver, now_us: int) -> 
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.epoch == record.epoch and now_us >= record.lease_expires_at_us and command.taker != record.node)
     """
-    return decide(record, command, now_us)
+    return NODES.decide(record, command, now_us)
 
 
 def decide_finish_takeover(record: NodeRow | None, command: FinishTakeover, now_us: int) -> Decision:
@@ -49,4 +49,4 @@ def decide_finish_takeover(record: NodeRow | None, command: FinishTakeover, now_
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (record.status is NodeStatus.TAKING_OVER and command.taker == record.taker)
     """
-    return decide(record, command, now_us)
+    return NODES.decide(record, command, now_us)

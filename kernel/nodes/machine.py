@@ -27,13 +27,11 @@ from typing import Any
 from tenure.model import ErrorCode, bounds
 from tenure.model.bounds import MAX_INSTANT_US
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
-from ..core import decide as decide_on
-from ..core import select_rule as select_rule_on
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from .commands import Ack, Booted, NodeCommand, NodeCommandType, TakingOver
 from .record import MAX_LEASE_US, NodeRow, NodeStatus, NodeStep, record_violations, step_of
 
-__all__ = ["NodeRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "TABLE", "NODES", "decide", "select_rule",
+__all__ = ["NodeRefusal", "OUTCOMES", "GUARDS", "EFFECTS", "ROWS", "NODES",
            "transition_violations"]
 
 
@@ -150,7 +148,6 @@ ROWS: tuple[Row, ...] = (
 )
 
 
-
 def transition_violations(record: NodeRow | None, command: NodeCommand, now_us: int, decision: Decision) -> list[str]:
     """The transition rules (TR-N1 ... TR-N4 in specs/nodes.md) a decision breaks."""
     if isinstance(decision, Refused):
@@ -187,10 +184,6 @@ def transition_violations(record: NodeRow | None, command: NodeCommand, now_us: 
     return broken
 
 
-def _transition_violations(record: Any, command: Any, now_us: int, decision: Decision) -> list[str]:
-    return transition_violations(record, command, now_us, decision)
-
-
 NODES = Machine.define(
     name="nodes",
     states=NodeStep,
@@ -201,19 +194,7 @@ NODES = Machine.define(
     outcomes=OUTCOMES,
     state_of=step_of,
     record_violations=record_violations,
-    transition_violations=_transition_violations,
+    transition_violations=transition_violations,
     initial=NodeStep.ABSENT,
 )
-
-TABLE: dict[tuple[NodeStep, NodeCommandType], tuple[Rule, ...]] = NODES.table
-"""The machine's lookup table, built from ``ROWS`` (a broken kernel in the tests patches it in place)."""
-"""The node lease machine, as the shared engine and the table tests see it."""
-
-
-def select_rule(record: NodeRow | None, command: NodeCommand, now_us: int) -> Rule:
-    return select_rule_on(NODES, record, command, now_us)
-
-
-def decide(record: NodeRow | None, command: NodeCommand, now_us: int) -> Decision:
-    """The decision for ``command`` meeting ``record`` at database time ``now_us``."""
-    return decide_on(NODES, record, command, now_us)
+"""The node lease machine: ``NODES.decide(record, command, now_us)``."""

@@ -7,6 +7,6 @@ table, guards and effects), ``finders`` (which rows a command meets, as data) an
 
 from __future__ import annotations
 
-from .machine import QUEUE, decide, select_rule
+from .machine import QUEUE
 
-__all__ = ["QUEUE", "decide", "select_rule"]
+__all__ = ["QUEUE"]

@@ -52,7 +52,7 @@ from .commands import (
     SubmitLegacy,
     SubmitOwned,
 )
-from .machine import Decision, Refused, decide, transition_violations  # noqa: F401
+from .machine import Decision, Refused, QUEUE, transition_violations  # noqa: F401
 from .record import MIN_INSTANT_US, QueueRow  # noqa: F401
 
 __all__ = [
@@ -88,28 +88,28 @@ def decide_submit_owned(record: QueueRow | None, command: SubmitOwned, now_us: i
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_submit_legacy(record: QueueRow | None, command: SubmitLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_release_key_for_owned(record: QueueRow | None, command: ReleaseKeyForOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_release_key_for_legacy(record: QueueRow | None, command: ReleaseKeyForLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_claim_owned(record: QueueRow | None, command: ClaimOwned, now_us: int) -> Decision:
@@ -118,7 +118,7 @@ def decide_claim_owned(record: QueueRow | None, command: ClaimOwned, now_us: int
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.claim_token == command.claim_token and __return__.new_record.lease_expires_at_us == now_us + command.lease_us)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_claim_legacy(record: QueueRow | None, command: ClaimLegacy, now_us: int) -> Decision:
@@ -127,7 +127,7 @@ def decide_claim_legacy(record: QueueRow | None, command: ClaimLegacy, now_us: i
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.claim_token is None)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_recover_owned(record: QueueRow | None, command: RecoverOwned, now_us: int) -> Decision:
@@ -135,14 +135,14 @@ def decide_recover_owned(record: QueueRow | None, command: RecoverOwned, now_us:
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record == record
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_expire_lease(record: QueueRow | None, command: ExpireLease, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_heartbeat_owned(record: QueueRow | None, command: HeartbeatOwned, now_us: int) -> Decision:
@@ -151,7 +151,7 @@ def decide_heartbeat_owned(record: QueueRow | None, command: HeartbeatOwned, now
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.lease_expires_at_us == now_us + command.lease_us)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_complete_owned(record: QueueRow | None, command: CompleteOwned, now_us: int) -> Decision:
@@ -159,7 +159,7 @@ def decide_complete_owned(record: QueueRow | None, command: CompleteOwned, now_u
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.status is JobStatus.COMPLETED and __return__.new_record.result_json == command.result_json)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_fail_owned(record: QueueRow | None, command: FailOwned, now_us: int) -> Decision:
@@ -167,14 +167,14 @@ def decide_fail_owned(record: QueueRow | None, command: FailOwned, now_us: int) 
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (__return__.new_record is not None and __return__.new_record.status in (JobStatus.PENDING, JobStatus.FAILED))
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_set_pid_owned(record: QueueRow | None, command: SetPidOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_read_state_owned(record: QueueRow | None, command: ReadStateOwned, now_us: int) -> Decision:
@@ -182,14 +182,14 @@ def decide_read_state_owned(record: QueueRow | None, command: ReadStateOwned, no
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record == record
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_acknowledge_cancel_owned(record: QueueRow | None, command: AcknowledgeCancelOwned, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_release_owned(record: QueueRow | None, command: ReleaseOwned, now_us: int) -> Decision:
@@ -197,7 +197,7 @@ def decide_release_owned(record: QueueRow | None, command: ReleaseOwned, now_us:
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record.generation == record.generation
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_progress_owned(record: QueueRow | None, command: ProgressOwned, now_us: int) -> Decision:
@@ -205,67 +205,67 @@ def decide_progress_owned(record: QueueRow | None, command: ProgressOwned, now_u
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or __return__.new_record.status == record.status
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_retry_failed(record: QueueRow | None, command: RetryFailed, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_request_cancel(record: QueueRow | None, command: RequestCancel, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_cancel_admin(record: QueueRow | None, command: CancelAdmin, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_heartbeat_legacy(record: QueueRow | None, command: HeartbeatLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_complete_legacy(record: QueueRow | None, command: CompleteLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_fail_legacy(record: QueueRow | None, command: FailLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_set_pid_legacy(record: QueueRow | None, command: SetPidLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_delete_legacy(record: QueueRow | None, command: DeleteLegacy, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)
 
 
 def decide_purge_finished(record: QueueRow | None, command: PurgeFinished, now_us: int) -> Decision:
     """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
     post: not transition_violations(record, command, now_us, __return__)
     """
-    return decide(record, command, now_us)
+    return QUEUE.decide(record, command, now_us)

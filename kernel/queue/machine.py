@@ -14,9 +14,9 @@ operator may retry a failed job). Three kinds of actor move it:
   matches the row exactly and the lease is strictly after the database's ``now``;
 * administrators and the lease sweep cancel, expire, delete and purge it.
 
-The adapter locks the row, samples the database clock, calls :func:`decide` and writes
+The adapter locks the row, samples the database clock, calls ``QUEUE.decide`` and writes
 the decision with a compare-and-set. ``decide`` is total: every ``(state, command)``
-pair has an ordered list of rules in :data:`TABLE`; the first rule whose guard holds
+pair has an ordered list of rules in ``QUEUE.table``; the first rule whose guard holds
 decides, and the last guard of every list is ``always``. A rule either applies a named
 effect (a pure function producing the new record and a reply) or refuses with a named
 reason; a refusal changes nothing. :data:`OUTCOMES` says what each refusal
@@ -55,8 +55,6 @@ from ..core import (
     SetValue,
     TimeGuard,
 )
-from ..core import decide as decide_on
-from ..core import select_rule as select_rule_on
 from .commands import (
     FENCED_COMMANDS,
     Ack,
@@ -87,12 +85,9 @@ __all__ = [
     "Decision",
     "Rule",
     "ROWS",
-    "TABLE",
     "QUEUE",
     "GUARDS",
     "EFFECTS",
-    "decide",
-    "select_rule",
     "fence_matches",
     "claim_identity_problem",
     "backoff_delay_us",
@@ -673,53 +668,6 @@ ROWS: tuple[Row, ...] = (
 )
 
 
-
-def _transition_violations(record: QueueRow | None, command: Command, now_us: int, decision: Decision) -> list[str]:
-    return transition_violations(record, command, now_us, decision)
-
-
-QUEUE = Machine.define(
-    name="queue",
-    states=QueueStep,
-    commands=QueueCommandType,
-    rows=ROWS,
-    guards=GUARDS,
-    effects=EFFECTS,
-    outcomes=OUTCOMES,
-    state_of=state_of,
-    record_violations=record_violations,
-    transition_violations=_transition_violations,
-    initial=QueueStep.ABSENT,
-    rewrites={"claim_owned": CLAIM_OWNED_REWRITE, "claim_legacy": CLAIM_LEGACY_REWRITE},
-    time_guards=TIME_GUARDS,
-    moving_fields=MOVING_FIELDS,
-    invariants_see_moving_fields_by_bounds=True,  # INV-Q1 bounds them; INV-Q2 asks only whether they are set
-)
-
-TABLE: dict[tuple[QueueStep, QueueCommandType], tuple[Rule, ...]] = QUEUE.table
-"""The machine's lookup table, built from ``ROWS`` (a broken kernel in the tests patches it in place)."""
-"""The owned-queue machine, as the shared engine and the table tests see it."""
-
-
-def select_rule(record: QueueRow | None, command: Command, now_us: int) -> Rule:
-    """The first rule of the ``(state, command)`` list whose guard holds."""
-    return select_rule_on(QUEUE, record, command, now_us)
-
-
-def decide(record: QueueRow | None, command: Command, now_us: int) -> Decision:
-    """The decision for ``command`` meeting ``record`` at database time ``now_us``.
-
-    The contract (checked by CrossHair through the typed entry points in
-    :mod:`tenure.kernel.queue.contracts`, and by the property tests): the transition
-    rules of :func:`transition_violations` hold for every record and command; for a
-    valid record, a well-formed command and ``MIN_INSTANT_US <= now_us <= MAX_NOW_US``
-    the new record is valid too. The lines are not repeated here as PEP 316 contracts
-    because CrossHair enforces a callee's contract inside its callers' analysis, which
-    hides the callers' counterexamples.
-    """
-    return decide_on(QUEUE, record, command, now_us)
-
-
 def claim_identity_problem(
     expected: QueueRow, stored_owner_id: object, stored_claim_token: object, stored_generation: object
 ) -> str | None:
@@ -852,3 +800,31 @@ _LEGACY_WRITES = frozenset({
     QueueCommandType.CLAIM_LEGACY,
     QueueCommandType.RELEASE_KEY_FOR_LEGACY,
 })
+
+
+QUEUE = Machine.define(
+    name="queue",
+    states=QueueStep,
+    commands=QueueCommandType,
+    rows=ROWS,
+    guards=GUARDS,
+    effects=EFFECTS,
+    outcomes=OUTCOMES,
+    state_of=state_of,
+    record_violations=record_violations,
+    transition_violations=transition_violations,
+    initial=QueueStep.ABSENT,
+    rewrites={"claim_owned": CLAIM_OWNED_REWRITE, "claim_legacy": CLAIM_LEGACY_REWRITE},
+    time_guards=TIME_GUARDS,
+    moving_fields=MOVING_FIELDS,
+    invariants_see_moving_fields_by_bounds=True,  # INV-Q1 bounds them; INV-Q2 asks only whether they are set
+)
+"""The owned-queue machine: ``QUEUE.decide(record, command, now_us)`` is the decision
+for ``command`` meeting ``record`` at database time ``now_us``.
+
+The contract (checked by CrossHair through the typed entry points in
+:mod:`tenure.kernel.queue.contracts`, and by the property tests): the transition rules
+of :func:`transition_violations` hold for every record and command; for a valid record,
+a well-formed command and ``MIN_INSTANT_US <= now_us <= MAX_NOW_US`` the new record is
+valid too. The lines are not repeated as PEP 316 contracts because CrossHair enforces a
+callee's contract inside its callers' analysis, which hides the callers' counterexamples."""

@@ -7,6 +7,6 @@ own: :mod:`tenure.kernel.consents` and :mod:`tenure.kernel.agent_jobs`.
 
 from __future__ import annotations
 
-from .machine import RUNS, decide, select_rule
+from .machine import RUNS
 
-__all__ = ["RUNS", "decide", "select_rule"]
+__all__ = ["RUNS"]

@@ -42,7 +42,7 @@ from .commands import (
     Rotate,
     RetryLost,
 )
-from .machine import decide, transition_violations  # noqa: F401
+from .machine import RUNS, transition_violations  # noqa: F401
 from .record import RunPair
 
 __all__ = [
@@ -70,7 +70,7 @@ def decide_admit(record: RunPair | None, command: Admit, now_us: int) -> Decisio
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or record is None or __return__.new_record == record
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_release(record: RunPair | None, command: Release, now_us: int) -> Decision:
@@ -79,7 +79,7 @@ def decide_release(record: RunPair | None, command: Release, now_us: int) -> Dec
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or command.enqueue_seq == record.run.enqueue_seq
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_fail_held(record: RunPair | None, command: FailHeld, now_us: int) -> Decision:
@@ -88,7 +88,7 @@ def decide_fail_held(record: RunPair | None, command: FailHeld, now_us: int) -> 
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and __return__.new_record.run.status is RunStatus.FAILED)
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_record_published(record: RunPair | None, command: RecordPublished, now_us: int) -> Decision:
@@ -97,7 +97,7 @@ def decide_record_published(record: RunPair | None, command: RecordPublished, no
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or command.enqueue_seq == record.run.enqueue_seq
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_record_publish_error(record: RunPair | None, command: RecordPublishError, now_us: int) -> Decision:
@@ -106,7 +106,7 @@ def decide_record_publish_error(record: RunPair | None, command: RecordPublishEr
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and __return__.new_record.current.state is record.current.state)
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_claim(record: RunPair | None, command: Claim, now_us: int) -> Decision:
@@ -116,7 +116,7 @@ def decide_claim(record: RunPair | None, command: Claim, now_us: int) -> Decisio
     post: isinstance(__return__, Refused) or command.enqueue_seq == record.run.enqueue_seq
     post: isinstance(__return__, Refused) or record.run.status is RunStatus.QUEUED or (command.claimant is not None and record.current.claimed_by == command.claimant and __return__.new_record == record)
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_enter_hardware_wait(record: RunPair | None, command: EnterHardwareWait, now_us: int) -> Decision:
@@ -125,7 +125,7 @@ def decide_enter_hardware_wait(record: RunPair | None, command: EnterHardwareWai
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or command.enqueue_seq == record.run.enqueue_seq
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_leave_hardware_wait(record: RunPair | None, command: LeaveHardwareWait, now_us: int) -> Decision:
@@ -134,7 +134,7 @@ def decide_leave_hardware_wait(record: RunPair | None, command: LeaveHardwareWai
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or command.enqueue_seq == record.run.enqueue_seq
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_park(record: RunPair | None, command: Park, now_us: int) -> Decision:
@@ -143,7 +143,7 @@ def decide_park(record: RunPair | None, command: Park, now_us: int) -> Decision:
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and __return__.new_record.run.owner_id == command.owner_id and ((command.owner is None) if command.wait is WaitKind.TIMER else (command.owner is not None and command.owner.run_id == record.run.run_id)))
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_resume(record: RunPair | None, command: Resume, now_us: int) -> Decision:
@@ -152,7 +152,7 @@ def decide_resume(record: RunPair | None, command: Resume, now_us: int) -> Decis
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.owner_id == record.run.owner_id and command.owner is not None and command.owner.complete)
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_settle(record: RunPair | None, command: Settle, now_us: int) -> Decision:
@@ -161,7 +161,7 @@ def decide_settle(record: RunPair | None, command: Settle, now_us: int) -> Decis
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and command.containment.proven and record.run.status is not RunStatus.CANCELLING)
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_begin_cancel(record: RunPair | None, command: BeginCancel, now_us: int) -> Decision:
@@ -170,7 +170,7 @@ def decide_begin_cancel(record: RunPair | None, command: BeginCancel, now_us: in
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or record.run.status in (RunStatus.CANCELLING, RunStatus.CANCELLED) or __return__.new_record.run.status is RunStatus.CANCELLING
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_finish_cancel(record: RunPair | None, command: FinishCancel, now_us: int) -> Decision:
@@ -179,7 +179,7 @@ def decide_finish_cancel(record: RunPair | None, command: FinishCancel, now_us: 
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or record.run.status is RunStatus.CANCELLED or (command.enqueue_seq == record.run.enqueue_seq and command.containment.proven and command.hop is not None and command.hop not in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE))
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_rotate(record: RunPair | None, command: Rotate, now_us: int) -> Decision:
@@ -188,7 +188,7 @@ def decide_rotate(record: RunPair | None, command: Rotate, now_us: int) -> Decis
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and __return__.new_record.current.resume == record.current.resume and command.hop in (BrokerJobState.COMPLETE, BrokerJobState.FAILED, BrokerJobState.ABORTED))
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)
 
 
 def decide_retry_lost(record: RunPair | None, command: RetryLost, now_us: int) -> Decision:
@@ -197,4 +197,4 @@ def decide_retry_lost(record: RunPair | None, command: RetryLost, now_us: int) -
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and command.containment.proven and command.hop is not None and command.hop not in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE) and record.run.hop_retries < record.run.max_hop_retries and __return__.new_record.run.hop_retries == record.run.hop_retries + 1)
     """
-    return decide(record, command, now_us)
+    return RUNS.decide(record, command, now_us)

@@ -45,9 +45,7 @@ from tenure.model import (
     bounds,
 )
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row, Rule
-from ..core import decide as decide_on
-from ..core import select_rule as select_rule_on
+from ..core import SAME, Applied, Decision, Machine, Refused, Row
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from .commands import (
     Ack,
@@ -79,7 +77,6 @@ __all__ = [
     "GUARDS",
     "EFFECTS",
     "ROWS",
-    "TABLE",
     "RUNS",
     "RESOLVED_OWNER_STATUSES",
     "owner_resolves",
@@ -87,8 +84,6 @@ __all__ = [
     "consent_sweep",
     "SETTLED_BY",
     "CANCELLED_BY",
-    "decide",
-    "select_rule",
     "transition_violations",
 ]
 
@@ -530,7 +525,6 @@ ROWS: tuple[Row, ...] = (
 )
 
 
-
 # --- transition rules (checked by the contracts and by the tests) -----------------------
 
 _IDENTITY_FIELDS = (
@@ -664,10 +658,6 @@ def transition_violations(record: RunPair | None, command: RunCommand, now_us: i
     return broken
 
 
-def _transition_violations(record: Any, command: Any, now_us: int, decision: Decision) -> list[str]:
-    return transition_violations(record, command, now_us, decision)
-
-
 RUNS = Machine.define(
     name="runs",
     states=RunStep,
@@ -678,19 +668,7 @@ RUNS = Machine.define(
     outcomes=OUTCOMES,
     state_of=step_of,
     record_violations=record_violations,
-    transition_violations=_transition_violations,
+    transition_violations=transition_violations,
     initial=RunStep.ABSENT,
 )
-
-TABLE: dict[tuple[RunStep, RunCommandType], tuple[Rule, ...]] = RUNS.table
-"""The machine's lookup table, built from ``ROWS`` (a broken kernel in the tests patches it in place)."""
-"""The Run machine, as the shared engine and the table tests see it."""
-
-
-def select_rule(record: RunPair | None, command: RunCommand, now_us: int) -> Rule:
-    return select_rule_on(RUNS, record, command, now_us)
-
-
-def decide(record: RunPair | None, command: RunCommand, now_us: int) -> Decision:
-    """The decision for ``command`` meeting ``record`` at database time ``now_us``."""
-    return decide_on(RUNS, record, command, now_us)
+"""The Run machine: ``RUNS.decide(pair, command, now_us)``."""

@@ -230,6 +230,165 @@ SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_
 SELECT id, config_name, config_version, status, payload_json, fires_at, claimed_by, claimed_at, lease_expires_at, cancel_requested, pid, attempt, max_attempts, idempotency_key, error_message, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM streaming_jobs WHERE (submission_id = :submission_id) OR (id = :job_id) OR (idempotency_key = :key) ORDER BY id;
 
 
+-- ==== queue.tenure_run_hops (table tenure_run_hops) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_run_hops (id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json) VALUES (:id, :contract_name, :contract_version, :data_json, :status, :fires_at, :claimed_by, :claimed_at, :lease_expires_at, :dlq_record_id, :attempt, :max_attempts, :error_message, :idempotency_key, :created_at, :completed_at, :result_json, :generation, :claim_token, :submission_id, :fingerprint, :fence_required, :authored_json) RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_run_hops SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, dlq_record_id = :dlq_record_id, attempt = :attempt, error_message = :error_message, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- update_seen: compare-and-set of one row decided on as last seen, not read in this transaction (every column), returned as written
+UPDATE tenure_run_hops SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, dlq_record_id = :dlq_record_id, attempt = :attempt, error_message = :error_message, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND contract_name IS :old_contract_name AND contract_version IS :old_contract_version AND data_json IS :old_data_json AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND max_attempts IS :old_max_attempts AND error_message IS :old_error_message AND idempotency_key IS :old_idempotency_key AND created_at IS :old_created_at AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token AND submission_id IS :old_submission_id AND fingerprint IS :old_fingerprint AND fence_required IS :old_fence_required AND authored_json IS :old_authored_json RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_run_hops WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
+
+-- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_run_hops WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_run_hops WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- find queue.by_keys: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
+-- find queue.by_token: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (claim_token = :claim_token);
+
+-- find queue.tokens_stored: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (claim_token IN (SELECT value FROM json_each(:tokens)));
+
+-- find queue.eligible: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.eligible_legacy: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND generation < :c4) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.claimable_legacy: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND generation < :c5) ORDER BY fires_at, id LIMIT :limit;
+
+-- find queue.expired: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.set_aside_guard: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status IN (SELECT value FROM json_each(:c1)));
+
+-- find queue.finished_before: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
+
+-- find queue.finished_before_with_status: lock skip
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
+
+-- find queue.all_rows: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops ORDER BY created_at, id;
+
+-- find queue.with_status: lock none
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :status) ORDER BY created_at, id;
+
+-- find queue.located_batch: lock wait
+SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
+
+-- ==== queue.tenure_tasks (table tenure_tasks) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_tasks (id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json) VALUES (:id, :queue_name, :task_name, :args_json, :priority, :status, :fires_at, :claimed_by, :claimed_at, :lease_expires_at, :attempt, :max_attempts, :retry_json, :error_message, :dlq_record_id, :progress_json, :created_at, :completed_at, :result_json, :generation, :claim_token, :submission_id, :fingerprint, :fence_required, :authored_json) RETURNING id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_tasks SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, attempt = :attempt, error_message = :error_message, dlq_record_id = :dlq_record_id, progress_json = :progress_json, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND attempt IS :old_attempt AND error_message IS :old_error_message AND dlq_record_id IS :old_dlq_record_id AND progress_json IS :old_progress_json AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- update_seen: compare-and-set of one row decided on as last seen, not read in this transaction (every column), returned as written
+UPDATE tenure_tasks SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, attempt = :attempt, error_message = :error_message, dlq_record_id = :dlq_record_id, progress_json = :progress_json, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND queue_name IS :old_queue_name AND task_name IS :old_task_name AND args_json IS :old_args_json AND priority IS :old_priority AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND attempt IS :old_attempt AND max_attempts IS :old_max_attempts AND retry_json IS :old_retry_json AND error_message IS :old_error_message AND dlq_record_id IS :old_dlq_record_id AND progress_json IS :old_progress_json AND created_at IS :old_created_at AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token AND submission_id IS :old_submission_id AND fingerprint IS :old_fingerprint AND fence_required IS :old_fence_required AND authored_json IS :old_authored_json RETURNING id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_tasks WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND attempt IS :old_attempt AND error_message IS :old_error_message AND dlq_record_id IS :old_dlq_record_id AND progress_json IS :old_progress_json AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
+
+-- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
+
+-- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_tasks WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
+DELETE FROM tenure_tasks WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
+
+-- find queue.by_keys: lock wait
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
+-- find queue.by_token: lock wait
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (claim_token = :claim_token);
+
+-- find queue.tokens_stored: lock none
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (claim_token IN (SELECT value FROM json_each(:tokens)));
+
+-- find queue.eligible_tasks: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name IN (SELECT value FROM json_each(:queues))) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.eligible_tasks_legacy: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name IN (SELECT value FROM json_each(:queues))) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.claimable_tasks: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name IN (SELECT value FROM json_each(:queues)) AND generation < :c5) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.claimable_tasks_legacy: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name IN (SELECT value FROM json_each(:queues)) AND generation < :c6) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.eligible_task_queue: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name = :queue) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.eligible_task_queue_legacy: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name = :queue) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.claimable_task_queue: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name = :queue AND generation < :c5) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.claimable_task_queue_legacy: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name = :queue AND generation < :c6) ORDER BY priority DESC, fires_at, id LIMIT :limit;
+
+-- find queue.expired: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
+
+-- find queue.set_aside_guard: lock none
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status IN (SELECT value FROM json_each(:c1)));
+
+-- find queue.finished_before: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
+
+-- find queue.finished_before_with_status: lock skip
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
+
+-- find queue.all_rows: lock none
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks ORDER BY created_at, id;
+
+-- find queue.with_status: lock none
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :status) ORDER BY created_at, id;
+
+-- find queue.located_batch: lock wait
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
+
+-- find queue.locate(TASK): lock wait
+SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (submission_id = :submission_id) OR (id = :job_id) ORDER BY id;
+
+
 -- ==== attempts (table tenure_attempts) ====
 
 -- insert: a new row, returned as stored
@@ -377,78 +536,6 @@ SELECT job_id, request_id, run_id, runtime, profile, request_json, status, resul
 SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (job_id IN (SELECT value FROM json_each(:keys))) ORDER BY job_id;
 
 
--- ==== queue.tenure_run_hops (table tenure_run_hops) ====
-
--- insert: a new row, returned as stored
-INSERT INTO tenure_run_hops (id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json) VALUES (:id, :contract_name, :contract_version, :data_json, :status, :fires_at, :claimed_by, :claimed_at, :lease_expires_at, :dlq_record_id, :attempt, :max_attempts, :error_message, :idempotency_key, :created_at, :completed_at, :result_json, :generation, :claim_token, :submission_id, :fingerprint, :fence_required, :authored_json) RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
-
--- update: compare-and-set of one row (every mutable column as decided on), returned as written
-UPDATE tenure_run_hops SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, dlq_record_id = :dlq_record_id, attempt = :attempt, error_message = :error_message, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
-
--- update_seen: compare-and-set of one row decided on as last seen, not read in this transaction (every column), returned as written
-UPDATE tenure_run_hops SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, dlq_record_id = :dlq_record_id, attempt = :attempt, error_message = :error_message, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND contract_name IS :old_contract_name AND contract_version IS :old_contract_version AND data_json IS :old_data_json AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND max_attempts IS :old_max_attempts AND error_message IS :old_error_message AND idempotency_key IS :old_idempotency_key AND created_at IS :old_created_at AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token AND submission_id IS :old_submission_id AND fingerprint IS :old_fingerprint AND fence_required IS :old_fence_required AND authored_json IS :old_authored_json RETURNING id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
-
--- delete: compare-and-set delete of one row
-DELETE FROM tenure_run_hops WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND dlq_record_id IS :old_dlq_record_id AND attempt IS :old_attempt AND error_message IS :old_error_message AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id;
-
--- read_keys: the rows with these keys as they are (no lock, no clock)
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
-
--- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
-UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
-
--- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
-UPDATE tenure_run_hops SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
-
--- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
-DELETE FROM tenure_run_hops WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
-
--- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
-DELETE FROM tenure_run_hops WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
-
--- find queue.by_keys: lock wait
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
-
--- find queue.by_token: lock wait
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (claim_token = :claim_token);
-
--- find queue.tokens_stored: lock none
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (claim_token IN (SELECT value FROM json_each(:tokens)));
-
--- find queue.eligible: lock skip
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts) ORDER BY fires_at, id LIMIT :limit;
-
--- find queue.eligible_legacy: lock skip
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4) ORDER BY fires_at, id LIMIT :limit;
-
--- find queue.claimable: lock skip
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND generation < :c4) ORDER BY fires_at, id LIMIT :limit;
-
--- find queue.claimable_legacy: lock skip
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND generation < :c5) ORDER BY fires_at, id LIMIT :limit;
-
--- find queue.expired: lock skip
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
-
--- find queue.set_aside_guard: lock none
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status IN (SELECT value FROM json_each(:c1)));
-
--- find queue.finished_before: lock skip
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
-
--- find queue.finished_before_with_status: lock skip
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
-
--- find queue.all_rows: lock none
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops ORDER BY created_at, id;
-
--- find queue.with_status: lock none
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (status = :status) ORDER BY created_at, id;
-
--- find queue.located_batch: lock wait
-SELECT id, contract_name, contract_version, data_json, status, fires_at, claimed_by, claimed_at, lease_expires_at, dlq_record_id, attempt, max_attempts, error_message, idempotency_key, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_run_hops WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
-
-
 -- ==== run_nodes (table tenure_run_nodes) ====
 
 -- insert: a new row, returned as stored
@@ -471,90 +558,3 @@ SELECT node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, 
 
 -- find nodes.expired_nodes: lock none
 SELECT node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, updated_at FROM tenure_run_nodes WHERE (status = :c1 AND lease_expires_at <= :now) OR (status = :c3 AND takeover_until <= :now) ORDER BY lease_expires_at, node;
-
-
--- ==== queue.tenure_tasks (table tenure_tasks) ====
-
--- insert: a new row, returned as stored
-INSERT INTO tenure_tasks (id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json) VALUES (:id, :queue_name, :task_name, :args_json, :priority, :status, :fires_at, :claimed_by, :claimed_at, :lease_expires_at, :attempt, :max_attempts, :retry_json, :error_message, :dlq_record_id, :progress_json, :created_at, :completed_at, :result_json, :generation, :claim_token, :submission_id, :fingerprint, :fence_required, :authored_json) RETURNING id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
-
--- update: compare-and-set of one row (every mutable column as decided on), returned as written
-UPDATE tenure_tasks SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, attempt = :attempt, error_message = :error_message, dlq_record_id = :dlq_record_id, progress_json = :progress_json, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND attempt IS :old_attempt AND error_message IS :old_error_message AND dlq_record_id IS :old_dlq_record_id AND progress_json IS :old_progress_json AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
-
--- update_seen: compare-and-set of one row decided on as last seen, not read in this transaction (every column), returned as written
-UPDATE tenure_tasks SET status = :status, fires_at = :fires_at, claimed_by = :claimed_by, claimed_at = :claimed_at, lease_expires_at = :lease_expires_at, attempt = :attempt, error_message = :error_message, dlq_record_id = :dlq_record_id, progress_json = :progress_json, completed_at = :completed_at, result_json = :result_json, generation = :generation, claim_token = :claim_token WHERE id = :old_key AND queue_name IS :old_queue_name AND task_name IS :old_task_name AND args_json IS :old_args_json AND priority IS :old_priority AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND attempt IS :old_attempt AND max_attempts IS :old_max_attempts AND retry_json IS :old_retry_json AND error_message IS :old_error_message AND dlq_record_id IS :old_dlq_record_id AND progress_json IS :old_progress_json AND created_at IS :old_created_at AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token AND submission_id IS :old_submission_id AND fingerprint IS :old_fingerprint AND fence_required IS :old_fence_required AND authored_json IS :old_authored_json RETURNING id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json;
-
--- delete: compare-and-set delete of one row
-DELETE FROM tenure_tasks WHERE id = :old_key AND status IS :old_status AND fires_at IS :old_fires_at AND claimed_by IS :old_claimed_by AND claimed_at IS :old_claimed_at AND lease_expires_at IS :old_lease_expires_at AND attempt IS :old_attempt AND error_message IS :old_error_message AND dlq_record_id IS :old_dlq_record_id AND progress_json IS :old_progress_json AND completed_at IS :old_completed_at AND result_json IS :old_result_json AND generation IS :old_generation AND claim_token IS :old_claim_token RETURNING id;
-
--- read_keys: the rows with these keys as they are (no lock, no clock)
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE id IN (SELECT value FROM json_each(:keys)) ORDER BY id;
-
--- set_aside: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
-UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE id = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
-
--- set_aside by stored bytes: a row a claim cannot read, set aside by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
-UPDATE tenure_tasks SET status = :set_status, lease_expires_at = :set_lease_expires_at, completed_at = :set_completed_at, error_message = :set_error_message WHERE CAST(id AS BLOB) = :set_aside_key AND ((status IN (SELECT value FROM json_each(:c1)))) RETURNING 1;
-
--- delete_unreadable: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
-DELETE FROM tenure_tasks WHERE id = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
-
--- delete_unreadable by stored bytes: a finished row retention selected but cannot read, deleted by its stored key without reading it (specs/queue.md, 'Rows tenure cannot read')
-DELETE FROM tenure_tasks WHERE CAST(id AS BLOB) = :unreadable_key AND ((status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3)) RETURNING 1;
-
--- find queue.by_keys: lock wait
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
-
--- find queue.by_token: lock wait
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (claim_token = :claim_token);
-
--- find queue.tokens_stored: lock none
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (claim_token IN (SELECT value FROM json_each(:tokens)));
-
--- find queue.eligible_tasks: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name IN (SELECT value FROM json_each(:queues))) ORDER BY priority DESC, fires_at, id LIMIT :limit;
-
--- find queue.eligible_tasks_legacy: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name IN (SELECT value FROM json_each(:queues))) ORDER BY priority DESC, fires_at, id LIMIT :limit;
-
--- find queue.claimable_tasks: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name IN (SELECT value FROM json_each(:queues)) AND generation < :c5) ORDER BY priority DESC, fires_at, id LIMIT :limit;
-
--- find queue.claimable_tasks_legacy: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name IN (SELECT value FROM json_each(:queues)) AND generation < :c6) ORDER BY priority DESC, fires_at, id LIMIT :limit;
-
--- find queue.eligible_task_queue: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name = :queue) ORDER BY priority DESC, fires_at, id LIMIT :limit;
-
--- find queue.eligible_task_queue_legacy: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name = :queue) ORDER BY priority DESC, fires_at, id LIMIT :limit;
-
--- find queue.claimable_task_queue: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND queue_name = :queue AND generation < :c5) ORDER BY priority DESC, fires_at, id LIMIT :limit;
-
--- find queue.claimable_task_queue_legacy: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND fires_at <= :now AND attempt < max_attempts AND fence_required = :c4 AND queue_name = :queue AND generation < :c6) ORDER BY priority DESC, fires_at, id LIMIT :limit;
-
--- find queue.expired: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :c1 AND lease_expires_at <= :now) ORDER BY lease_expires_at, id LIMIT :limit;
-
--- find queue.set_aside_guard: lock none
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status IN (SELECT value FROM json_each(:c1)));
-
--- find queue.finished_before: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status IN (SELECT value FROM json_each(:c1)) AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
-
--- find queue.finished_before_with_status: lock skip
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :status AND completed_at < :cutoff AND fence_required = :c3) ORDER BY completed_at, id LIMIT :limit;
-
--- find queue.all_rows: lock none
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks ORDER BY created_at, id;
-
--- find queue.with_status: lock none
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (status = :status) ORDER BY created_at, id;
-
--- find queue.located_batch: lock wait
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (submission_id IN (SELECT value FROM json_each(:submission_ids))) OR (id IN (SELECT value FROM json_each(:keys))) ORDER BY id;
-
--- find queue.locate(TASK): lock wait
-SELECT id, queue_name, task_name, args_json, priority, status, fires_at, claimed_by, claimed_at, lease_expires_at, attempt, max_attempts, retry_json, error_message, dlq_record_id, progress_json, created_at, completed_at, result_json, generation, claim_token, submission_id, fingerprint, fence_required, authored_json FROM tenure_tasks WHERE (submission_id = :submission_id) OR (id = :job_id) ORDER BY id;

@@ -25,7 +25,7 @@ from tenure.kernel.attempts.commands import (
     RequestCancel,
     TransmissionGranted,
 )
-from tenure.kernel.attempts.machine import OUTCOMES, AttemptRefusal, decide
+from tenure.kernel.attempts.machine import ATTEMPTS, OUTCOMES, AttemptRefusal
 from tenure.kernel.attempts.record import AttemptRow, record_violations
 from tenure.kernel.core import Applied, Refused
 from tenure.model import ENVELOPE_TAG, AttemptState, ErrorCode
@@ -76,14 +76,14 @@ def refused(decision: object, reason: AttemptRefusal) -> bool:
 
 
 def submitting(**changes: object) -> AttemptRow:
-    return applied(decide(prepared(**changes), submit(), NOW))
+    return applied(ATTEMPTS.decide(prepared(**changes), submit(), NOW))
 
 
 # --- prepare ---------------------------------------------------------------------------------
 
 
 def test_prepare_records_a_prepared_attempt_with_nothing_transmitted() -> None:
-    row = applied(decide(None, Prepare(row=prepared(), predecessor_state=None, predecessor_generation=0,
+    row = applied(ATTEMPTS.decide(None, Prepare(row=prepared(), predecessor_state=None, predecessor_generation=0,
                                        key_held_elsewhere=False, run_closed=False), NOW))
     assert (row.state, row.transmissions, row.created_at_us) == (AttemptState.PREPARED, 0, NOW)
 
@@ -92,9 +92,9 @@ def test_prepare_again_with_the_same_spec_replays_and_a_changed_spec_conflicts()
     row = prepared()
     same = Prepare(row=row, predecessor_state=None, predecessor_generation=0, key_held_elsewhere=False,
                    run_closed=False)
-    assert applied(decide(row, same, NOW)) == row
+    assert applied(ATTEMPTS.decide(row, same, NOW)) == row
     changed = dataclasses.replace(same, row=dataclasses.replace(row, spec_digest="sha256:" + "d" * 64))
-    assert refused(decide(row, changed, NOW), AttemptRefusal.SPEC_CHANGED)
+    assert refused(ATTEMPTS.decide(row, changed, NOW), AttemptRefusal.SPEC_CHANGED)
     assert OUTCOMES[AttemptRefusal.SPEC_CHANGED] is ErrorCode.ATTEMPT_PREPARE_CONFLICT
 
 
@@ -103,7 +103,7 @@ def test_prepare_again_with_the_same_spec_replays_and_a_changed_spec_conflicts()
 def test_a_new_generation_over_an_unresolved_predecessor_is_refused(predecessor: AttemptState) -> None:
     command = Prepare(row=prepared(generation=2, idempotency_key="key-2"), predecessor_state=predecessor,
                       predecessor_generation=1, key_held_elsewhere=False, run_closed=False)
-    assert refused(decide(None, command, NOW), AttemptRefusal.PREDECESSOR_UNRESOLVED)
+    assert refused(ATTEMPTS.decide(None, command, NOW), AttemptRefusal.PREDECESSOR_UNRESOLVED)
     assert OUTCOMES[AttemptRefusal.PREDECESSOR_UNRESOLVED] is ErrorCode.ATTEMPT_PREDECESSOR_UNRESOLVED
 
 
@@ -111,47 +111,47 @@ def test_a_new_generation_over_an_unresolved_predecessor_is_refused(predecessor:
 def test_a_new_generation_follows_a_failed_or_cancelled_predecessor(predecessor: AttemptState) -> None:
     command = Prepare(row=prepared(generation=2, idempotency_key="key-2"), predecessor_state=predecessor,
                       predecessor_generation=1, key_held_elsewhere=False, run_closed=False)
-    assert applied(decide(None, command, NOW)).generation == 2
+    assert applied(ATTEMPTS.decide(None, command, NOW)).generation == 2
 
 
 def test_a_gap_a_succeeded_predecessor_or_a_reused_key_conflict() -> None:
     gap = Prepare(row=prepared(generation=3), predecessor_state=AttemptState.FAILED, predecessor_generation=1,
                   key_held_elsewhere=False, run_closed=False)
-    assert refused(decide(None, gap, NOW), AttemptRefusal.GENERATION_GAP)
+    assert refused(ATTEMPTS.decide(None, gap, NOW), AttemptRefusal.GENERATION_GAP)
     after_success = dataclasses.replace(gap, row=prepared(generation=2), predecessor_state=AttemptState.SUCCEEDED)
-    assert refused(decide(None, after_success, NOW), AttemptRefusal.PREDECESSOR_SUCCEEDED)
+    assert refused(ATTEMPTS.decide(None, after_success, NOW), AttemptRefusal.PREDECESSOR_SUCCEEDED)
     reused = dataclasses.replace(gap, row=prepared(generation=2), key_held_elsewhere=True)
-    assert refused(decide(None, reused, NOW), AttemptRefusal.KEY_REUSED)
+    assert refused(ATTEMPTS.decide(None, reused, NOW), AttemptRefusal.KEY_REUSED)
 
 
 def test_a_new_attempt_for_a_run_that_is_not_running_is_refused_as_an_owner_mismatch() -> None:
     # Whatever else holds: the Run's containment check may already have passed.
     fresh = Prepare(row=prepared(run_id="run-1"), predecessor_state=None, predecessor_generation=0,
                     key_held_elsewhere=False, run_closed=True)
-    assert refused(decide(None, fresh, NOW), AttemptRefusal.RUN_CLOSED)
+    assert refused(ATTEMPTS.decide(None, fresh, NOW), AttemptRefusal.RUN_CLOSED)
     retry = Prepare(row=prepared(run_id="run-1", generation=2, idempotency_key="key-2"),
                     predecessor_state=AttemptState.FAILED, predecessor_generation=1, key_held_elsewhere=False,
                     run_closed=True)
-    assert refused(decide(None, retry, NOW), AttemptRefusal.RUN_CLOSED)
+    assert refused(ATTEMPTS.decide(None, retry, NOW), AttemptRefusal.RUN_CLOSED)
     assert OUTCOMES[AttemptRefusal.RUN_CLOSED] is ErrorCode.RUN_OWNER_MISMATCH
-    assert applied(decide(None, dataclasses.replace(fresh, run_closed=False), NOW)).run_id == "run-1"
+    assert applied(ATTEMPTS.decide(None, dataclasses.replace(fresh, run_closed=False), NOW)).run_id == "run-1"
 
 
 def test_a_replay_of_an_existing_attempt_is_answered_even_once_its_run_is_closed() -> None:
     row = prepared(run_id="run-1")
     again = Prepare(row=row, predecessor_state=None, predecessor_generation=0, key_held_elsewhere=False,
                     run_closed=True)
-    decision = decide(row, again, NOW)
+    decision = ATTEMPTS.decide(row, again, NOW)
     assert applied(decision) == row
     changed = dataclasses.replace(again, row=dataclasses.replace(row, spec_digest="sha256:" + "d" * 64))
-    assert refused(decide(row, changed, NOW), AttemptRefusal.SPEC_CHANGED)
+    assert refused(ATTEMPTS.decide(row, changed, NOW), AttemptRefusal.SPEC_CHANGED)
 
 
 # --- transmission ------------------------------------------------------------------------------
 
 
 def test_begin_submit_moves_prepared_to_submitting_and_grants_one_transmission_under_a_submit_lease() -> None:
-    decision = decide(prepared(), submit(), NOW)
+    decision = ATTEMPTS.decide(prepared(), submit(), NOW)
     row = applied(decision)
     assert (row.state, row.transmissions, row.transmission_egress) == (AttemptState.SUBMITTING, 1, ("egress-1",))
     assert row.submit_lease_expires_at_us == NOW + LEASE
@@ -159,23 +159,23 @@ def test_begin_submit_moves_prepared_to_submitting_and_grants_one_transmission_u
 
 
 def test_a_denied_egress_decision_is_recorded_and_leaves_the_attempt_prepared() -> None:
-    row = applied(decide(prepared(), submit(allowed=False), NOW))
+    row = applied(ATTEMPTS.decide(prepared(), submit(allowed=False), NOW))
     assert (row.state, row.transmissions, row.denied_egress) == (AttemptState.PREPARED, 0, ("egress-1",))
-    assert refused(decide(row, submit("egress-1"), NOW), AttemptRefusal.EGRESS_REUSED)
+    assert refused(ATTEMPTS.decide(row, submit("egress-1"), NOW), AttemptRefusal.EGRESS_REUSED)
 
 
 def test_a_resubmission_without_proof_is_refused_even_after_the_lease() -> None:
     row = submitting()
-    assert refused(decide(row, submit("egress-2"), NOW + 2 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
-    indeterminate = applied(decide(row, RecordAmbiguous(reason="timeout"), NOW))
-    assert refused(decide(indeterminate, submit("egress-2"), NOW + 2 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
+    assert refused(ATTEMPTS.decide(row, submit("egress-2"), NOW + 2 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
+    indeterminate = applied(ATTEMPTS.decide(row, RecordAmbiguous(reason="timeout"), NOW))
+    assert refused(ATTEMPTS.decide(indeterminate, submit("egress-2"), NOW + 2 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
     assert OUTCOMES[AttemptRefusal.RESUBMIT_UNPROVEN] is ErrorCode.ATTEMPT_RESUBMIT_UNPROVEN
 
 
 def test_a_no_effect_proof_during_the_submit_lease_proves_nothing() -> None:
     row = submitting()
-    assert refused(decide(row, not_found(NOW + 1), NOW + 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
-    assert refused(decide(row, submit("egress-2", proof_at=NOW + 1), NOW + 1), AttemptRefusal.RESUBMIT_UNPROVEN)
+    assert refused(ATTEMPTS.decide(row, not_found(NOW + 1), NOW + 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    assert refused(ATTEMPTS.decide(row, submit("egress-2", proof_at=NOW + 1), NOW + 1), AttemptRefusal.RESUBMIT_UNPROVEN)
 
 
 def test_a_not_found_is_judged_at_the_instant_of_its_lookup_not_when_it_is_reported() -> None:
@@ -183,44 +183,44 @@ def test_a_not_found_is_judged_at_the_instant_of_its_lookup_not_when_it_is_repor
     between, so the not-found proves nothing (to reconcile or to begin_submit)."""
     row = submitting()
     late = NOW + 5 * LEASE
-    assert refused(decide(row, not_found(NOW + LEASE - 1), late), AttemptRefusal.SUBMIT_LEASE_LIVE)
-    assert refused(decide(row, submit("egress-2", proof_at=NOW + LEASE - 1), late), AttemptRefusal.RESUBMIT_UNPROVEN)
+    assert refused(ATTEMPTS.decide(row, not_found(NOW + LEASE - 1), late), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    assert refused(ATTEMPTS.decide(row, submit("egress-2", proof_at=NOW + LEASE - 1), late), AttemptRefusal.RESUBMIT_UNPROVEN)
     # Looked up once the lease had ended: a proof, however late it is reported.
-    assert applied(decide(row, not_found(NOW + LEASE), late)).no_effect_proof_for == 1
-    assert applied(decide(row, submit("egress-2", proof_at=NOW + LEASE), late)).transmissions == 2
+    assert applied(ATTEMPTS.decide(row, not_found(NOW + LEASE), late)).no_effect_proof_for == 1
+    assert applied(ATTEMPTS.decide(row, submit("egress-2", proof_at=NOW + LEASE), late)).transmissions == 2
     # A lookup older than the latest grant is inside that grant's lease too.
-    again = applied(decide(applied(decide(row, not_found(NOW + LEASE), late)), submit("egress-2"), late))
-    assert refused(decide(again, not_found(late - 1), late + 5 * LEASE), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    again = applied(ATTEMPTS.decide(applied(ATTEMPTS.decide(row, not_found(NOW + LEASE), late)), submit("egress-2"), late))
+    assert refused(ATTEMPTS.decide(again, not_found(late - 1), late + 5 * LEASE), AttemptRefusal.SUBMIT_LEASE_LIVE)
 
 
 def test_a_not_found_without_its_instant_proves_nothing_and_one_from_the_future_counts_as_now() -> None:
     row = submitting()
-    assert refused(decide(row, not_found(None), NOW + 2 * LEASE), AttemptRefusal.NOTHING_PROVEN)
-    assert refused(decide(row, submit("egress-2", proof_at=NOW + 9 * LEASE), NOW + 1),
+    assert refused(ATTEMPTS.decide(row, not_found(None), NOW + 2 * LEASE), AttemptRefusal.NOTHING_PROVEN)
+    assert refused(ATTEMPTS.decide(row, submit("egress-2", proof_at=NOW + 9 * LEASE), NOW + 1),
                    AttemptRefusal.RESUBMIT_UNPROVEN)
-    assert refused(decide(row, not_found(NOW + 9 * LEASE), NOW + 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    assert refused(ATTEMPTS.decide(row, not_found(NOW + 9 * LEASE), NOW + 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
 
 
 def test_a_recorded_no_effect_proof_allows_exactly_one_resubmission_with_the_same_key() -> None:
-    row = applied(decide(submitting(), not_found(NOW + LEASE), NOW + LEASE))
+    row = applied(ATTEMPTS.decide(submitting(), not_found(NOW + LEASE), NOW + LEASE))
     assert row.no_effect_proof_for == 1
-    again = applied(decide(row, submit("egress-2"), NOW + LEASE))
+    again = applied(ATTEMPTS.decide(row, submit("egress-2"), NOW + LEASE))
     assert (again.transmissions, again.idempotency_key, again.no_effect_proof_for) == (2, "key-1", None)
-    assert refused(decide(again, submit("egress-3"), NOW + 3 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
+    assert refused(ATTEMPTS.decide(again, submit("egress-3"), NOW + 3 * LEASE), AttemptRefusal.RESUBMIT_UNPROVEN)
 
 
 def test_a_same_key_replay_binding_may_resubmit_without_proof() -> None:
     row = submitting(same_key_replay=True)
-    again = applied(decide(row, submit("egress-2"), NOW + 1))
+    again = applied(ATTEMPTS.decide(row, submit("egress-2"), NOW + 1))
     assert (again.transmissions, again.granted_during_earlier_lease) == (2, True)
     # Granted once every earlier lease has ended: nothing earlier can still land.
-    later = applied(decide(row, submit("egress-2"), NOW + LEASE))
+    later = applied(ATTEMPTS.decide(row, submit("egress-2"), NOW + LEASE))
     assert (later.transmissions, later.granted_during_earlier_lease) == (2, False)
 
 
 def test_a_cancel_request_stops_resubmission() -> None:
-    row = applied(decide(submitting(same_key_replay=True), RequestCancel(), NOW))
-    assert refused(decide(row, submit("egress-2"), NOW), AttemptRefusal.CANCEL_REQUESTED)
+    row = applied(ATTEMPTS.decide(submitting(same_key_replay=True), RequestCancel(), NOW))
+    assert refused(ATTEMPTS.decide(row, submit("egress-2"), NOW), AttemptRefusal.CANCEL_REQUESTED)
 
 
 # --- never a fabricated failure --------------------------------------------------------------
@@ -231,35 +231,35 @@ def test_an_ambiguous_outcome_becomes_indeterminate_never_failed(state: AttemptS
     row = submitting()
     if state is not AttemptState.SUBMITTING:
         row = dataclasses.replace(row, state=state, provider_job_id="job-a")
-    after = applied(decide(row, RecordAmbiguous(reason="timeout"), NOW))
+    after = applied(ATTEMPTS.decide(row, RecordAmbiguous(reason="timeout"), NOW))
     assert after.state is AttemptState.INDETERMINATE
 
 
 def test_the_submit_lease_ending_without_an_answer_is_indeterminate_never_failed() -> None:
     row = submitting()
-    assert refused(decide(row, ExpireSubmitLease(), NOW + LEASE - 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
-    assert applied(decide(row, ExpireSubmitLease(), NOW + LEASE)).state is AttemptState.INDETERMINATE
+    assert refused(ATTEMPTS.decide(row, ExpireSubmitLease(), NOW + LEASE - 1), AttemptRefusal.SUBMIT_LEASE_LIVE)
+    assert applied(ATTEMPTS.decide(row, ExpireSubmitLease(), NOW + LEASE)).state is AttemptState.INDETERMINATE
 
 
 def test_failed_needs_evidence_of_the_right_kind() -> None:
     row = submitting()
-    assert refused(decide(row, RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason="x"), NOW),
+    assert refused(ATTEMPTS.decide(row, RecordFailed(evidence=FailureKind.PROVIDER_FAILED, reason="x"), NOW),
                    AttemptRefusal.EVIDENCE_INSUFFICIENT)
-    assert applied(decide(row, rejection(1), NOW)).state is AttemptState.FAILED
-    accepted = applied(decide(row, RecordAccepted(provider_job_id="job-a"), NOW))
-    assert refused(decide(accepted, rejection(1), NOW),
+    assert applied(ATTEMPTS.decide(row, rejection(1), NOW)).state is AttemptState.FAILED
+    accepted = applied(ATTEMPTS.decide(row, RecordAccepted(provider_job_id="job-a"), NOW))
+    assert refused(ATTEMPTS.decide(accepted, rejection(1), NOW),
                    AttemptRefusal.EVIDENCE_INSUFFICIENT)
 
 
 def test_a_rejection_fails_the_attempt_only_when_it_answers_the_latest_transmission() -> None:
     """A sender paused past its lease hears transmission 1 rejected; meanwhile transmission
     2 was granted on a no-effect proof and may land: the late rejection fails nothing."""
-    proven = applied(decide(submitting(), not_found(NOW + LEASE), NOW + LEASE))
-    second = applied(decide(proven, submit("egress-2"), NOW + LEASE))
-    assert refused(decide(second, rejection(1), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
-    assert refused(decide(second, rejection(None), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
-    assert refused(decide(second, rejection(3), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
-    assert applied(decide(second, rejection(2), NOW + LEASE + 1)).state is AttemptState.FAILED
+    proven = applied(ATTEMPTS.decide(submitting(), not_found(NOW + LEASE), NOW + LEASE))
+    second = applied(ATTEMPTS.decide(proven, submit("egress-2"), NOW + LEASE))
+    assert refused(ATTEMPTS.decide(second, rejection(1), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
+    assert refused(ATTEMPTS.decide(second, rejection(None), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
+    assert refused(ATTEMPTS.decide(second, rejection(3), NOW + LEASE + 1), AttemptRefusal.STALE_TRANSMISSION)
+    assert applied(ATTEMPTS.decide(second, rejection(2), NOW + LEASE + 1)).state is AttemptState.FAILED
     assert OUTCOMES[AttemptRefusal.STALE_TRANSMISSION] is None
 
 
@@ -268,32 +268,32 @@ def test_a_rejection_beside_an_earlier_transmission_still_in_flight_fails_nothin
     lease is live and is turned away (quota); the first may still land, so the attempt
     stays submitting. A transmission granted after every earlier lease ended fails it."""
     first = submitting(same_key_replay=True)
-    beside = applied(decide(first, submit("egress-2"), NOW + 1))
-    assert refused(decide(beside, rejection(2), NOW + 2), AttemptRefusal.EARLIER_IN_FLIGHT)
+    beside = applied(ATTEMPTS.decide(first, submit("egress-2"), NOW + 1))
+    assert refused(ATTEMPTS.decide(beside, rejection(2), NOW + 2), AttemptRefusal.EARLIER_IN_FLIGHT)
     # Still refused after the first lease ended: the first may have landed after the rejection.
-    assert refused(decide(beside, rejection(2), NOW + 3 * LEASE), AttemptRefusal.EARLIER_IN_FLIGHT)
-    ended = applied(decide(beside, ExpireSubmitLease(), NOW + 3 * LEASE))
-    third = applied(decide(ended, submit("egress-3"), NOW + 3 * LEASE))
+    assert refused(ATTEMPTS.decide(beside, rejection(2), NOW + 3 * LEASE), AttemptRefusal.EARLIER_IN_FLIGHT)
+    ended = applied(ATTEMPTS.decide(beside, ExpireSubmitLease(), NOW + 3 * LEASE))
+    third = applied(ATTEMPTS.decide(ended, submit("egress-3"), NOW + 3 * LEASE))
     assert third.granted_during_earlier_lease is False
-    assert applied(decide(third, rejection(3), NOW + 3 * LEASE + 1)).state is AttemptState.FAILED
+    assert applied(ATTEMPTS.decide(third, rejection(3), NOW + 3 * LEASE + 1)).state is AttemptState.FAILED
     assert OUTCOMES[AttemptRefusal.EARLIER_IN_FLIGHT] is None
 
 
 @given(situation=attempt_situations())
 def test_no_decision_ever_fails_an_attempt_without_evidence(situation: tuple[object, object, int]) -> None:
     record, command, now = situation
-    decision = decide(record, command, now)  # type: ignore[arg-type]
+    decision = ATTEMPTS.decide(record, command, now)  # type: ignore[arg-type]
     if isinstance(decision, Applied) and decision.new_record is not None and record is not None:
         if decision.new_record.state is AttemptState.FAILED and record.state is not AttemptState.FAILED:  # type: ignore[attr-defined]
             assert isinstance(command, (RecordFailed, Reconcile))
 
 
 def test_indeterminate_is_left_only_by_an_observation_or_a_proven_resubmission() -> None:
-    row = applied(decide(submitting(), RecordAmbiguous(reason="timeout"), NOW))
-    assert refused(decide(row, ExpireSubmitLease(), NOW + 10 * LEASE), AttemptRefusal.ALREADY_APPLIED)
+    row = applied(ATTEMPTS.decide(submitting(), RecordAmbiguous(reason="timeout"), NOW))
+    assert refused(ATTEMPTS.decide(row, ExpireSubmitLease(), NOW + 10 * LEASE), AttemptRefusal.ALREADY_APPLIED)
     seen = Reconcile(lookup=LookupKind.FOUND, provider_job_id="job-a", found_state=AttemptState.SUCCEEDED,
                      result_refs=("ref-1",))
-    done = applied(decide(row, seen, NOW))
+    done = applied(ATTEMPTS.decide(row, seen, NOW))
     assert (done.state, done.provider_job_id, done.result_refs) == (AttemptState.SUCCEEDED, "job-a", ("ref-1",))
 
 
@@ -301,17 +301,17 @@ def test_indeterminate_is_left_only_by_an_observation_or_a_proven_resubmission()
 
 
 def test_the_provider_identity_is_recorded_once_and_a_second_one_conflicts() -> None:
-    accepted = applied(decide(submitting(), RecordAccepted(provider_job_id="job-a"), NOW))
-    assert refused(decide(accepted, RecordAccepted(provider_job_id="job-b"), NOW), AttemptRefusal.IDENTITY_CONFLICT)
+    accepted = applied(ATTEMPTS.decide(submitting(), RecordAccepted(provider_job_id="job-a"), NOW))
+    assert refused(ATTEMPTS.decide(accepted, RecordAccepted(provider_job_id="job-b"), NOW), AttemptRefusal.IDENTITY_CONFLICT)
     lying = Reconcile(lookup=LookupKind.FOUND, provider_job_id="job-b", found_state=AttemptState.SUCCEEDED)
-    assert refused(decide(accepted, lying, NOW), AttemptRefusal.IDENTITY_CONFLICT)
+    assert refused(ATTEMPTS.decide(accepted, lying, NOW), AttemptRefusal.IDENTITY_CONFLICT)
     assert OUTCOMES[AttemptRefusal.IDENTITY_CONFLICT] is ErrorCode.ATTEMPT_IDENTITY_CONFLICT
-    assert refused(decide(accepted, RecordAccepted(provider_job_id="job-a"), NOW), AttemptRefusal.ALREADY_APPLIED)
+    assert refused(ATTEMPTS.decide(accepted, RecordAccepted(provider_job_id="job-a"), NOW), AttemptRefusal.ALREADY_APPLIED)
 
 
 def test_success_needs_a_known_identity() -> None:
     row = submitting()
-    assert refused(decide(row, RecordSucceeded(result_refs=("r",), diagnostic_refs=(), usage_json=None,
+    assert refused(ATTEMPTS.decide(row, RecordSucceeded(result_refs=("r",), diagnostic_refs=(), usage_json=None,
                                                 cost_json=None), NOW), AttemptRefusal.IDENTITY_UNKNOWN)
 
 
@@ -319,20 +319,20 @@ def test_success_needs_a_known_identity() -> None:
 
 
 def test_a_prepared_attempt_cancels_at_once_and_a_transmitted_one_only_on_containment_evidence() -> None:
-    assert applied(decide(prepared(), RequestCancel(), NOW)).state is AttemptState.CANCELLED
-    requested = applied(decide(submitting(), RequestCancel(), NOW))
+    assert applied(ATTEMPTS.decide(prepared(), RequestCancel(), NOW)).state is AttemptState.CANCELLED
+    requested = applied(ATTEMPTS.decide(submitting(), RequestCancel(), NOW))
     assert (requested.state, requested.cancel_requested) == (AttemptState.SUBMITTING, True)
-    contained = applied(decide(requested, RecordCancelled(provider_job_id="job-a"), NOW))
+    contained = applied(ATTEMPTS.decide(requested, RecordCancelled(provider_job_id="job-a"), NOW))
     assert (contained.state, contained.provider_job_id) == (AttemptState.CANCELLED, "job-a")
 
 
 def test_the_reservation_is_released_only_after_terminal_containment_never_while_indeterminate() -> None:
     row = submitting(reservation="gpu-0")
-    assert refused(decide(row, ReleaseReservation(), NOW), AttemptRefusal.NOT_FINISHED)
-    indeterminate = applied(decide(row, RecordAmbiguous(reason="crash"), NOW))
-    assert refused(decide(indeterminate, ReleaseReservation(), NOW), AttemptRefusal.CONTAINMENT_UNPROVEN)
-    failed = applied(decide(row, rejection(1), NOW))
-    assert applied(decide(failed, ReleaseReservation(), NOW)).reservation_released is True
+    assert refused(ATTEMPTS.decide(row, ReleaseReservation(), NOW), AttemptRefusal.NOT_FINISHED)
+    indeterminate = applied(ATTEMPTS.decide(row, RecordAmbiguous(reason="crash"), NOW))
+    assert refused(ATTEMPTS.decide(indeterminate, ReleaseReservation(), NOW), AttemptRefusal.CONTAINMENT_UNPROVEN)
+    failed = applied(ATTEMPTS.decide(row, rejection(1), NOW))
+    assert applied(ATTEMPTS.decide(failed, ReleaseReservation(), NOW)).reservation_released is True
 
 
 @given(record=attempt_records())
@@ -346,4 +346,4 @@ def test_terminal_attempts_never_move() -> None:
                        submit_lease_expires_at_us=NOW, result_refs=("r",) if state is AttemptState.SUCCEEDED else ())
         for command in (RecordAmbiguous(reason="x"), RequestCancel(), submit("egress-9"),
                         RecordAccepted(provider_job_id="job-a"), ExpireSubmitLease()):
-            assert isinstance(decide(row, command, NOW), Refused), (state, command)
+            assert isinstance(ATTEMPTS.decide(row, command, NOW), Refused), (state, command)

@@ -17,7 +17,7 @@ from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied
 from tenure.kernel.queue import finders
 from tenure.kernel.queue.commands import ClaimLegacy, ClaimOwned, ExpireLease, PurgeFinished
-from tenure.kernel.queue.machine import QueueRefusal, decide, select_rule
+from tenure.kernel.queue.machine import QUEUE, QueueRefusal
 from tenure.kernel.queue.record import QueueRow, QueueStep, dedupe_key_of
 from tenure.model import UNRESOLVED_STATES, JobStatus, QueueKind
 
@@ -27,7 +27,7 @@ times = st.integers(NOW - 10**12, NOW + 10**12) | st.integers(NOW - 3, NOW + 3)
 def _claimable(record: QueueRow, command: object, now: int) -> bool:
     """The kernel would take the row: a claim, or the overflow conflict (which it raises
     rather than skip); never a refusal as ineligible."""
-    rule = select_rule(record, command, now)  # type: ignore[arg-type]
+    rule = QUEUE.select_rule(record, command, now)  # type: ignore[arg-type]
     return not rule.refusal or rule.outcome is QueueRefusal.GENERATION_EXHAUSTED
 
 
@@ -45,19 +45,19 @@ def test_eligible_legacy_selects_exactly_what_a_legacy_claim_takes(record: Queue
 @given(record=records().filter(lambda r: r is not None), now=times)
 def test_claimable_selects_exactly_what_a_claim_with_a_fresh_nonce_applies_to(record: QueueRow, now: int) -> None:
     fresh = ClaimOwned(owner_id="w", claim_token="fresh", nonce_already_stored=False, lease_us=1)
-    assert finders.claimable.matches(record, {"now": now}) == isinstance(decide(record, fresh, now), Applied)
+    assert finders.claimable.matches(record, {"now": now}) == isinstance(QUEUE.decide(record, fresh, now), Applied)
     legacy = ClaimLegacy(owner_id="w", lease_us=1)
-    assert finders.claimable_legacy.matches(record, {"now": now}) == isinstance(decide(record, legacy, now), Applied)
+    assert finders.claimable_legacy.matches(record, {"now": now}) == isinstance(QUEUE.decide(record, legacy, now), Applied)
 
 
 @given(record=records().filter(lambda r: r is not None), now=times)
 def test_expired_selects_exactly_what_the_sweep_settles(record: QueueRow, now: int) -> None:
-    assert finders.expired.matches(record, {"now": now}) == isinstance(decide(record, ExpireLease(), now), Applied)
+    assert finders.expired.matches(record, {"now": now}) == isinstance(QUEUE.decide(record, ExpireLease(), now), Applied)
 
 
 @given(record=records().filter(lambda r: r is not None), cutoff=times)
 def test_finished_before_selects_exactly_what_retention_deletes(record: QueueRow, cutoff: int) -> None:
-    applied = isinstance(decide(record, PurgeFinished(older_than_us=cutoff), NOW), Applied)
+    applied = isinstance(QUEUE.decide(record, PurgeFinished(older_than_us=cutoff), NOW), Applied)
     assert finders.finished_before.matches(record, {"cutoff": cutoff}) == applied
 
 
@@ -111,8 +111,8 @@ def test_the_task_finders_select_exactly_what_a_claim_serving_those_queues_takes
     legacy = ClaimLegacy(owner_id="w", lease_us=1, queue_names=queues)
     assert finders.eligible_tasks.matches(record, parameters) == _claimable(record, fresh, now)
     assert finders.eligible_tasks_legacy.matches(record, parameters) == _claimable(record, legacy, now)
-    assert finders.claimable_tasks.matches(record, parameters) == isinstance(decide(record, fresh, now), Applied)
-    assert finders.claimable_tasks_legacy.matches(record, parameters) == isinstance(decide(record, legacy, now), Applied)
+    assert finders.claimable_tasks.matches(record, parameters) == isinstance(QUEUE.decide(record, fresh, now), Applied)
+    assert finders.claimable_tasks_legacy.matches(record, parameters) == isinstance(QUEUE.decide(record, legacy, now), Applied)
     # One queue: the equality finders select exactly what a claim serving that queue takes.
     one = (queues[0],)
     single = {"now": now, "queue": one[0]}
@@ -120,9 +120,9 @@ def test_the_task_finders_select_exactly_what_a_claim_serving_those_queues_takes
     legacy_one = dataclasses.replace(legacy, queue_names=one)
     assert finders.eligible_task_queue.matches(record, single) == _claimable(record, fresh_one, now)
     assert finders.eligible_task_queue_legacy.matches(record, single) == _claimable(record, legacy_one, now)
-    assert finders.claimable_task_queue.matches(record, single) == isinstance(decide(record, fresh_one, now), Applied)
+    assert finders.claimable_task_queue.matches(record, single) == isinstance(QUEUE.decide(record, fresh_one, now), Applied)
     assert finders.claimable_task_queue_legacy.matches(record, single) == isinstance(
-        decide(record, legacy_one, now), Applied)
+        QUEUE.decide(record, legacy_one, now), Applied)
 
 
 @given(base=records(state=QueueStep.PENDING, queue=QueueKind.TASK))
@@ -140,7 +140,7 @@ def test_tasks_are_taken_by_priority_then_due_time_then_job_id(base: QueueRow) -
 def test_finished_before_with_status_selects_exactly_what_retention_deletes_of_that_status(
     record: QueueRow, cutoff: int, status: JobStatus
 ) -> None:
-    applied = isinstance(decide(record, PurgeFinished(older_than_us=cutoff), NOW), Applied)
+    applied = isinstance(QUEUE.decide(record, PurgeFinished(older_than_us=cutoff), NOW), Applied)
     selected = finders.finished_before_with_status.matches(record, {"cutoff": cutoff, "status": status})
     assert selected == (applied and record.status is status)
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from tenure.conformance.strategies.nodes import LEASE, NOW, node_row, node_situations
 from tenure.kernel.core import Applied, Refused
 from tenure.kernel.nodes.commands import Boot, Booted, FinishTakeover, Renew, TakeOver, TakingOver
-from tenure.kernel.nodes.machine import NodeRefusal, decide, transition_violations
+from tenure.kernel.nodes.machine import NODES, NodeRefusal, transition_violations
 from tenure.kernel.nodes.record import NodeStatus, record_violations
 
 EXPIRES = NOW - 100 + LEASE  # node_row's lease end
@@ -19,7 +19,7 @@ EXPIRES = NOW - 100 + LEASE  # node_row's lease end
 @given(node_situations())
 def test_every_decision_keeps_the_transition_rules_and_the_record_invariants(situation: tuple) -> None:
     record, command, now = situation
-    decision = decide(record, command, now)
+    decision = NODES.decide(record, command, now)
     assert transition_violations(record, command, now, decision) == []
     if isinstance(decision, Applied):
         assert record_violations(decision.new_record) == []
@@ -38,7 +38,7 @@ def test_a_takeover_applies_exactly_when_the_read_incarnations_lease_ran_out_and
         record.status is NodeStatus.TAKING_OVER and now >= record.takeover_until_us)
     expected = (lease_ok and record.status is not NodeStatus.TAKEN_OVER and command.taker != record.node
                 and command.epoch == record.epoch and now >= record.lease_expires_at_us and claim_free)
-    assert isinstance(decide(record, command, now), Applied) == expected
+    assert isinstance(NODES.decide(record, command, now), Applied) == expected
 
 
 @settings(max_examples=2000, deadline=None)
@@ -49,45 +49,45 @@ def test_a_renewal_applies_exactly_for_the_live_incarnation_before_its_lease_ran
         return
     expected = (0 < command.lease_us <= 3_600_000_000 and record.status is NodeStatus.LIVE
                 and command.epoch == record.epoch and now < record.lease_expires_at_us)
-    assert isinstance(decide(record, command, now), Applied) == expected
+    assert isinstance(NODES.decide(record, command, now), Applied) == expected
 
 
 def test_a_live_lease_is_never_taken_over_not_even_a_microsecond_before_its_end() -> None:
     live = node_row()
-    early = decide(live, TakeOver(taker="node-b", epoch=1, lease_us=LEASE), EXPIRES - 1)
+    early = NODES.decide(live, TakeOver(taker="node-b", epoch=1, lease_us=LEASE), EXPIRES - 1)
     assert early == Refused(NodeRefusal.LEASE_LIVE)
-    taken = decide(live, TakeOver(taker="node-b", epoch=1, lease_us=LEASE), EXPIRES)
+    taken = NODES.decide(live, TakeOver(taker="node-b", epoch=1, lease_us=LEASE), EXPIRES)
     assert isinstance(taken, Applied) and taken.reply == TakingOver(1, EXPIRES)
     assert (taken.new_record.status, taken.new_record.taker) == (NodeStatus.TAKING_OVER, "node-b")
 
 
 def test_a_lease_renewed_in_time_moves_and_one_renewed_late_needs_a_new_boot() -> None:
     live = node_row()
-    renewed = decide(live, Renew(epoch=1, lease_us=LEASE), EXPIRES - 1)
+    renewed = NODES.decide(live, Renew(epoch=1, lease_us=LEASE), EXPIRES - 1)
     assert isinstance(renewed, Applied) and renewed.new_record.lease_expires_at_us == EXPIRES - 1 + LEASE
-    assert decide(live, Renew(epoch=1, lease_us=LEASE), EXPIRES) == Refused(NodeRefusal.LEASE_EXPIRED)
-    booted = decide(live, Boot(node="node-a", lease_us=LEASE), EXPIRES + 5)
+    assert NODES.decide(live, Renew(epoch=1, lease_us=LEASE), EXPIRES) == Refused(NodeRefusal.LEASE_EXPIRED)
+    booted = NODES.decide(live, Boot(node="node-a", lease_us=LEASE), EXPIRES + 5)
     assert isinstance(booted, Applied) and booted.reply == Booted(2, EXPIRES + 5)
-    assert decide(booted.new_record, Renew(epoch=1, lease_us=LEASE), EXPIRES + 6) == Refused(NodeRefusal.STALE_EPOCH)
+    assert NODES.decide(booted.new_record, Renew(epoch=1, lease_us=LEASE), EXPIRES + 6) == Refused(NodeRefusal.STALE_EPOCH)
 
 
 def test_a_takeover_claim_holds_until_it_runs_out_and_only_its_taker_finishes_it() -> None:
-    taking = decide(node_row(), TakeOver(taker="node-b", epoch=1, lease_us=LEASE), EXPIRES).new_record
-    assert decide(taking, TakeOver(taker="node-c", epoch=1, lease_us=LEASE), EXPIRES + LEASE - 1) == Refused(
+    taking = NODES.decide(node_row(), TakeOver(taker="node-b", epoch=1, lease_us=LEASE), EXPIRES).new_record
+    assert NODES.decide(taking, TakeOver(taker="node-c", epoch=1, lease_us=LEASE), EXPIRES + LEASE - 1) == Refused(
         NodeRefusal.TAKEOVER_IN_PROGRESS)
-    replaced = decide(taking, TakeOver(taker="node-c", epoch=1, lease_us=LEASE), EXPIRES + LEASE)
+    replaced = NODES.decide(taking, TakeOver(taker="node-c", epoch=1, lease_us=LEASE), EXPIRES + LEASE)
     assert isinstance(replaced, Applied) and replaced.new_record.taker == "node-c"  # the first taker died
-    assert decide(replaced.new_record, FinishTakeover(taker="node-b", epoch=1), EXPIRES + LEASE) == Refused(
+    assert NODES.decide(replaced.new_record, FinishTakeover(taker="node-b", epoch=1), EXPIRES + LEASE) == Refused(
         NodeRefusal.NOT_TAKER)
-    done = decide(replaced.new_record, FinishTakeover(taker="node-c", epoch=1), EXPIRES + LEASE + 1)
+    done = NODES.decide(replaced.new_record, FinishTakeover(taker="node-c", epoch=1), EXPIRES + LEASE + 1)
     assert isinstance(done, Applied) and done.new_record.status is NodeStatus.TAKEN_OVER
-    assert decide(done.new_record, Renew(epoch=1, lease_us=LEASE), EXPIRES + LEASE + 2) == Refused(
+    assert NODES.decide(done.new_record, Renew(epoch=1, lease_us=LEASE), EXPIRES + LEASE + 2) == Refused(
         NodeRefusal.NOT_LIVE)
 
 
 def test_a_node_never_takes_itself_over_and_a_newer_boot_is_not_taken_over_for_an_old_one() -> None:
-    assert decide(node_row(), TakeOver(taker="node-a", epoch=1, lease_us=LEASE), EXPIRES) == Refused(
+    assert NODES.decide(node_row(), TakeOver(taker="node-a", epoch=1, lease_us=LEASE), EXPIRES) == Refused(
         NodeRefusal.OWN_NODE)
     rebooted = node_row(epoch=2)
-    assert decide(rebooted, TakeOver(taker="node-b", epoch=1, lease_us=LEASE), EXPIRES) == Refused(
+    assert NODES.decide(rebooted, TakeOver(taker="node-b", epoch=1, lease_us=LEASE), EXPIRES) == Refused(
         NodeRefusal.STALE_EPOCH)

@@ -9,18 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tenure.conformance.strategies.queues import NOW, records, situations
-from tenure.kernel import (
-    Applied,
-    ClaimGranted,
-    QueueCommandType,
-    QueueStep,
-    Refused,
-    Submitted,
-    decide,
-    is_valid_record,
-    record_violations,
-    transition_violations,
-)
+from tenure.kernel import QUEUE, Applied, Refused
+from tenure.kernel.queue.commands import ClaimGranted, QueueCommandType, Submitted
+from tenure.kernel.queue.machine import transition_violations
+from tenure.kernel.queue.record import QueueStep, is_valid_record, record_violations
 from tenure.kernel.queue.commands import command_violations
 from tenure.kernel.queue.record import QueueRow
 
@@ -41,7 +33,7 @@ def test_every_decision_keeps_the_record_invariants_and_the_transition_rules(
 ) -> None:
     record, command, now_us = data.draw(situations(state, kind))
     assert command_violations(command) == []  # type: ignore[arg-type]
-    decision = decide(record, command, now_us)  # type: ignore[arg-type]
+    decision = QUEUE.decide(record, command, now_us)  # type: ignore[arg-type]
     assert transition_violations(record, command, now_us, decision) == []  # type: ignore[arg-type]
     if isinstance(decision, Applied) and decision.new_record is not None:
         assert record_violations(decision.new_record) == []
@@ -51,7 +43,7 @@ def test_every_decision_keeps_the_record_invariants_and_the_transition_rules(
 @given(situation=situations())
 def test_read_only_commands_never_change_the_record(situation: tuple[Any, Any, int]) -> None:
     record, command, now_us = situation
-    decision = decide(record, command, now_us)
+    decision = QUEUE.decide(record, command, now_us)
     read_only = {QueueCommandType.RECOVER_OWNED, QueueCommandType.READ_STATE_OWNED}
     if command.kind in read_only and isinstance(decision, Applied):
         assert decision.new_record == record
@@ -63,7 +55,7 @@ def test_a_replayed_submission_returns_the_original_ids_and_changes_nothing(
     situation: tuple[Any, Any, int],
 ) -> None:
     record, command, now_us = situation
-    decision = decide(record, command, now_us)
+    decision = QUEUE.decide(record, command, now_us)
     if isinstance(decision, Applied) and record is not None:
         assert decision.new_record == record
         assert decision.reply == Submitted(record.job_id, record.run_id, replayed=True)
@@ -76,7 +68,7 @@ def test_an_owned_claim_stores_exactly_the_requested_owner_and_nonce_with_a_fres
     situation: tuple[Any, Any, int],
 ) -> None:
     record, command, now_us = situation
-    decision = decide(record, command, now_us)
+    decision = QUEUE.decide(record, command, now_us)
     if isinstance(decision, Applied):
         new = decision.new_record
         assert isinstance(decision.reply, ClaimGranted)

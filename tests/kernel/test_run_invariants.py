@@ -246,13 +246,13 @@ def test_a_job_decision_breaking_one_transition_rule_is_reported_by_that_name(na
 
 
 def test_the_sweep_and_the_containment_commands_break_no_rule_when_they_apply() -> None:
-    swept = consent_machine.decide(_PENDING_CONSENT, CancelPending(decided_by="tenure:run-settled"), CONSENT_NOW)
+    swept = consent_machine.CONSENTS.decide(_PENDING_CONSENT, CancelPending(decided_by="tenure:run-settled"), CONSENT_NOW)
     assert isinstance(swept, Applied)
     assert consent_machine.transition_violations(_PENDING_CONSENT, CancelPending(decided_by="x"), CONSENT_NOW,
                                                  swept) == []
     lost = dataclasses.replace(_RUNNING_JOB, status=AgentJobStatus.LOST,
                                result_json=result_for(AgentJobStatus.LOST, _RUNNING_JOB.job_id))
-    contained = job_machine.decide(lost, RecordCancelled(result_json=result_for(AgentJobStatus.CANCELLED, lost.job_id)),
+    contained = job_machine.AGENT_JOBS.decide(lost, RecordCancelled(result_json=result_for(AgentJobStatus.CANCELLED, lost.job_id)),
                                    JOB_NOW)
     assert isinstance(contained, Applied) and contained.new_record.status is AgentJobStatus.CANCELLED
     assert job_machine.transition_violations(lost, RecordCancelled(result_json="{}"), JOB_NOW, contained) == []

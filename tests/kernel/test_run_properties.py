@@ -747,7 +747,7 @@ def test_a_rotation_keeps_the_resume_mode_of_the_hop_it_replaces() -> None:
     from tenure.conformance.strategies.runs import base_run, delivery_for
     from tenure.kernel.core import Applied as Done
     from tenure.kernel.runs.commands import Rotate
-    from tenure.kernel.runs.machine import decide as decide_run
+    from tenure.kernel.runs.machine import RUNS
     from tenure.kernel.runs.record import RunPair as Pair
     from tenure.model import BrokerJobState as Hop
     from tenure.model import DeliveryState as State
@@ -757,7 +757,7 @@ def test_a_rotation_keeps_the_resume_mode_of_the_hop_it_replaces() -> None:
         run = base_run(status=Status.QUEUED, enqueue_seq=seq, started_at_us=1 if seq else None,
                        node="node-a" if seq else None)
         pair = Pair(run, (delivery_for(run, State.PUBLISHED),))
-        decision = decide_run(pair, Rotate(enqueue_seq=seq, hop=Hop.ABORTED), run.updated_at_us + 1)
+        decision = RUNS.decide(pair, Rotate(enqueue_seq=seq, hop=Hop.ABORTED), run.updated_at_us + 1)
         assert isinstance(decision, Done)
         opened = decision.new_record.current
         assert (opened.enqueue_seq, opened.resume, opened.state) == (seq + 1, seq > 0, State.PENDING)

@@ -1,7 +1,9 @@
 """Deliberately broken kernels, per machine. The suite must fail for every one (test_mutants.py).
 
-Each mutant patches the kernel's tables in place, the way a plausible bug would look:
-one comparison dropped, one rule missing, one effect off by one.
+Each mutant patches a machine's own table, guards or effects in place (``QUEUE.table``,
+``QUEUE.guards``, ``QUEUE.effects``: the dictionaries the machine module declared), the
+way a plausible bug would look: one comparison dropped, one rule missing, one effect off
+by one.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from tenure.kernel.queue import machine
+from tenure.kernel import AGENT_JOBS, ATTEMPTS, CONSENTS, NODES, QUEUE, RUNS, Applied, Rule
+from tenure.kernel.queue.commands import Ack, Submitted
 from tenure.kernel.queue.commands import QueueCommandType as C
 from tenure.kernel.queue.record import QueueStep as S
 
@@ -35,28 +38,28 @@ def _fence_mismatch_without(part: str) -> Callable[[Any, Any, int], bool]:
 
 
 def _drop_rule(state: S, command: C, guard: str) -> None:
-    machine.TABLE[(state, command)] = tuple(
-        rule for rule in machine.TABLE[(state, command)] if rule.guard != guard
+    QUEUE.table[(state, command)] = tuple(
+        rule for rule in QUEUE.table[(state, command)] if rule.guard != guard
     )
 
 
 def _replace_outcome(state: S, command: C, guard: str, target: S, outcome: str) -> None:
-    machine.TABLE[(state, command)] = tuple(
-        machine.Rule(guard, target, outcome) if rule.guard == guard else rule
-        for rule in machine.TABLE[(state, command)]
+    QUEUE.table[(state, command)] = tuple(
+        Rule(guard, target, outcome) if rule.guard == guard else rule
+        for rule in QUEUE.table[(state, command)]
     )
 
 
 def skip_owner_check() -> None:
-    machine.GUARDS["fence_mismatch"] = _fence_mismatch_without("owner_id")
+    QUEUE.guards["fence_mismatch"] = _fence_mismatch_without("owner_id")
 
 
 def accept_older_generation() -> None:
-    machine.GUARDS["fence_mismatch"] = _fence_mismatch_without("older_generation")
+    QUEUE.guards["fence_mismatch"] = _fence_mismatch_without("older_generation")
 
 
 def accept_lease_ending_now() -> None:
-    machine.GUARDS["lease_not_live"] = lambda record, command, now_us: (
+    QUEUE.guards["lease_not_live"] = lambda record, command, now_us: (
         record.lease_expires_at_us is None or record.lease_expires_at_us < now_us
     )
 
@@ -70,31 +73,31 @@ def promote_legacy_row() -> None:
         promoted = dataclasses.replace(
             record, fence_required=True, submission_id=command.submission_id, fingerprint=command.fingerprint
         )
-        return machine.Applied(promoted, machine.Submitted(record.job_id, record.run_id, replayed=True))
+        return Applied(promoted, Submitted(record.job_id, record.run_id, replayed=True))
 
-    machine.EFFECTS["promote"] = promote
+    QUEUE.effects["promote"] = promote
     for state in (S.PENDING, S.CLAIMED, S.COMPLETED, S.FAILED, S.CANCELLED):
         _replace_outcome(state, C.SUBMIT_OWNED, "legacy_row", state, "promote")
 
 
 def reuse_generation() -> None:
-    original = machine.EFFECTS["claim_owned"]
+    original = QUEUE.effects["claim_owned"]
 
     def claim(record: Any, command: Any, now_us: int) -> Any:
         decision = original(record, command, now_us)
-        return machine.Applied(
+        return Applied(
             dataclasses.replace(decision.new_record, generation=record.generation), decision.reply
         )
 
-    machine.EFFECTS["claim_owned"] = claim
+    QUEUE.effects["claim_owned"] = claim
 
 
 def ignore_stored_nonce() -> None:
-    machine.GUARDS["nonce_stored"] = lambda record, command, now_us: False
+    QUEUE.guards["nonce_stored"] = lambda record, command, now_us: False
 
 
 def replay_changed_content() -> None:
-    machine.GUARDS["fingerprint_differs"] = lambda record, command, now_us: False
+    QUEUE.guards["fingerprint_differs"] = lambda record, command, now_us: False
 
 
 def legacy_write_on_owned_claim() -> None:
@@ -107,13 +110,17 @@ def requeue_expired_cancel_request() -> None:
 
 
 def claim_before_due() -> None:
-    machine.GUARDS["not_due"] = lambda record, command, now_us: False
+    QUEUE.guards["not_due"] = lambda record, command, now_us: False
 
 
 def release_spends_the_attempt() -> None:
-    machine.EFFECTS["release"] = lambda record, command, now_us: machine.Applied(
-        machine._requeue(record, record.fires_at_us), machine.Ack()
-    )
+    original = QUEUE.effects["release"]
+
+    def release(record: Any, command: Any, now_us: int) -> Any:
+        decision = original(record, command, now_us)
+        return Applied(dataclasses.replace(decision.new_record, attempts=record.attempts), decision.reply)
+
+    QUEUE.effects["release"] = release
 
 
 def release_without_fence() -> None:
@@ -137,13 +144,13 @@ def retry_completed_job() -> None:
 
 
 def retry_keeps_spent_attempts() -> None:
-    original = machine.EFFECTS["retry_failed"]
+    original = QUEUE.effects["retry_failed"]
 
     def retry(record: Any, command: Any, now_us: int) -> Any:
         decision = original(record, command, now_us)
-        return machine.Applied(dataclasses.replace(decision.new_record, attempts=record.attempts), decision.reply)
+        return Applied(dataclasses.replace(decision.new_record, attempts=record.attempts), decision.reply)
 
-    machine.EFFECTS["retry_failed"] = retry
+    QUEUE.effects["retry_failed"] = retry
 
 
 def retry_failed_stream() -> None:
@@ -164,6 +171,10 @@ def progress_on_any_queue() -> None:
 
 
 def jitter_beyond_half() -> None:
+    # The jitter is a function the effects call, not a row of the table: patched where
+    # they look it up.
+    from tenure.kernel.queue import machine
+
     original = machine.jittered_us
     machine.jittered_us = lambda delay_us, per_mille: original(delay_us, per_mille) - delay_us * per_mille // 1000
 
@@ -207,33 +218,34 @@ QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
 
 # --- the attempt machine -------------------------------------------------------------------
 
-from tenure.kernel.attempts import machine as attempts  # noqa: E402
+from tenure.kernel.attempts.commands import Ack as AttemptAck  # noqa: E402
 from tenure.kernel.attempts.commands import AttemptCommandType as AC  # noqa: E402
 from tenure.kernel.attempts.record import AttemptStep as AS  # noqa: E402
+from tenure.kernel.attempts.record import replace_fields as replace_attempt  # noqa: E402
 from tenure.model import AttemptState  # noqa: E402
 
 
 def _attempt_rules(state: AS, command: AC, replace: Callable[[Any], Any]) -> None:
-    attempts.TABLE[(state, command)] = tuple(replace(rule) for rule in attempts.TABLE[(state, command)])
+    ATTEMPTS.table[(state, command)] = tuple(replace(rule) for rule in ATTEMPTS.table[(state, command)])
 
 
 def fabricate_failure_on_timeout() -> None:
     def fail(record: Any, command: Any, now_us: int) -> Any:
-        return attempts.Applied(attempts.replace_fields(record, state=AttemptState.FAILED, updated_at_us=now_us),
-                                attempts.Ack())
+        return Applied(replace_attempt(record, state=AttemptState.FAILED, updated_at_us=now_us),
+                                AttemptAck())
 
-    attempts.EFFECTS["fail_on_timeout"] = fail
+    ATTEMPTS.effects["fail_on_timeout"] = fail
     for state in (AS.SUBMITTING, AS.ACCEPTED, AS.RUNNING):
         _attempt_rules(state, AC.RECORD_AMBIGUOUS, lambda rule: dataclasses.replace(
             rule, target=AS.FAILED, outcome="fail_on_timeout"))
 
 
 def resubmit_without_proof() -> None:
-    attempts.GUARDS["resubmit_unproven"] = lambda record, command, now_us: False
+    ATTEMPTS.guards["resubmit_unproven"] = lambda record, command, now_us: False
 
 
 def accept_second_identity() -> None:
-    attempts.GUARDS["identity_differs"] = lambda record, command, now_us: False
+    ATTEMPTS.guards["identity_differs"] = lambda record, command, now_us: False
 
 
 def release_while_indeterminate() -> None:
@@ -241,23 +253,23 @@ def release_while_indeterminate() -> None:
 
 
 def new_generation_over_open_one() -> None:
-    attempts.GUARDS["predecessor_unresolved"] = lambda record, command, now_us: False
+    ATTEMPTS.guards["predecessor_unresolved"] = lambda record, command, now_us: False
 
 
 def not_found_during_lease_proves_no_effect() -> None:
-    attempts.GUARDS["not_found_during_submit_lease"] = lambda record, command, now_us: False
+    ATTEMPTS.guards["not_found_during_submit_lease"] = lambda record, command, now_us: False
 
 
 def rejection_of_any_transmission_fails() -> None:
     # A late rejection of an earlier transmission fails the attempt after a later one
     # was granted (and may land).
-    attempts.GUARDS["rejection_not_of_the_latest"] = lambda record, command, now_us: False
+    ATTEMPTS.guards["rejection_not_of_the_latest"] = lambda record, command, now_us: False
 
 
 def rejection_beside_an_earlier_one_fails() -> None:
     # A rejection of the latest transmission fails the attempt while an earlier one,
     # granted beside it on a same-key-replay binding, may still land.
-    attempts.GUARDS["rejection_beside_an_earlier_transmission"] = lambda record, command, now_us: False
+    ATTEMPTS.guards["rejection_beside_an_earlier_transmission"] = lambda record, command, now_us: False
 
 
 def not_found_judged_when_decided() -> None:
@@ -268,14 +280,14 @@ def not_found_judged_when_decided() -> None:
         lease = record.submit_lease_expires_at_us
         return command.lookup.value == "not_found" and lease is not None and lease > now_us
 
-    attempts.GUARDS["not_found_during_submit_lease"] = during_lease
+    ATTEMPTS.guards["not_found_during_submit_lease"] = during_lease
 
 
 def prepare_ignores_closed_run() -> None:
     # A new attempt lands for a Run that is settled or being cancelled: an effect behind
     # the Run's containment check.
     key = (AS.ABSENT, AC.PREPARE)
-    attempts.TABLE[key] = tuple(rule for rule in attempts.TABLE[key] if rule.guard != "run_closed")
+    ATTEMPTS.table[key] = tuple(rule for rule in ATTEMPTS.table[key] if rule.guard != "run_closed")
 
 
 def cancelled_on_request() -> None:
@@ -303,13 +315,11 @@ ATTEMPT_MUTANTS: dict[str, Callable[[], None]] = {
 
 # --- the Run machine, the consent machine, the delegated-job machine -----------------------
 
-from tenure.kernel.agent_jobs import machine as agent_jobs  # noqa: E402
 from tenure.kernel.agent_jobs.commands import AgentJobCommandType as JC  # noqa: E402
 from tenure.kernel.agent_jobs.record import AgentJobStep as JS  # noqa: E402
-from tenure.kernel.consents import machine as consents  # noqa: E402
 from tenure.kernel.consents.commands import ConsentCommandType as CC  # noqa: E402
+from tenure.kernel.consents.machine import DEADLINE_OWNER  # noqa: E402
 from tenure.kernel.consents.record import ConsentStep as CS  # noqa: E402
-from tenure.kernel.runs import machine as runs  # noqa: E402
 from tenure.kernel.runs.commands import Admitted  # noqa: E402
 from tenure.kernel.runs.commands import RunCommandType as RC
 from tenure.kernel.runs.record import RunPair, replace_delivery, replace_run  # noqa: E402
@@ -318,13 +328,13 @@ from tenure.model import ConsentStatus  # noqa: E402
 
 
 def _run_rules(state: RS, command: RC, replace: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
-    runs.TABLE[(state, command)] = replace(runs.TABLE[(state, command)])
+    RUNS.table[(state, command)] = replace(RUNS.table[(state, command)])
 
 
 def resume_without_owner_check() -> None:
     # The resume trusts whoever names the current owner: the owner row's status, its
     # completeness and its Run are never looked at.
-    runs.GUARDS["owner_unresolved"] = lambda record, command, now_us: False
+    RUNS.guards["owner_unresolved"] = lambda record, command, now_us: False
 
 
 def claim_ignores_sequence() -> None:
@@ -333,7 +343,7 @@ def claim_ignores_sequence() -> None:
 
 def settle_over_cancelling() -> None:
     _run_rules(RS.CANCELLING, RC.SETTLE, lambda rules: (
-        runs.Rule("settles_done", RS.DONE, "settle_done"), runs.Rule("always", RS.FAILED, "settle_failed")))
+        Rule("settles_done", RS.DONE, "settle_done"), Rule("always", RS.FAILED, "settle_failed")))
 
 
 def cancelled_without_containment() -> None:
@@ -346,9 +356,9 @@ def replay_reroutes() -> None:
         route = {"queue": command.run.queue, "priority": command.run.priority}
         rerouted = RunPair(replace_run(record.run, **route),
                            tuple(replace_delivery(delivery, **route) for delivery in record.deliveries))
-        return runs.Applied(rerouted, Admitted(created=False))
+        return Applied(rerouted, Admitted(created=False))
 
-    runs.EFFECTS["replay"] = replay
+    RUNS.effects["replay"] = replay
 
 
 def retry_without_retries_left() -> None:
@@ -358,14 +368,14 @@ def retry_without_retries_left() -> None:
 
 
 def result_kept_with_failure() -> None:
-    settle = runs.EFFECTS["settle_failed"]
+    settle = RUNS.effects["settle_failed"]
 
     def keeps(record: Any, command: Any, now_us: int) -> Any:
         decided = settle(record, command, now_us)
         kept = replace_run(decided.new_record.run, result_json='{"kept":true}')
-        return runs.Applied(RunPair(kept, decided.new_record.deliveries), decided.reply)
+        return Applied(RunPair(kept, decided.new_record.deliveries), decided.reply)
 
-    runs.EFFECTS["settle_failed"] = keeps
+    RUNS.effects["settle_failed"] = keeps
 
 
 def timer_resumed_before_due() -> None:
@@ -375,31 +385,31 @@ def timer_resumed_before_due() -> None:
 
 def timer_due_time_moved_by_resume() -> None:
     # The resume keeps the timer's due time: a queued Run carrying a wake time.
-    resume = runs.EFFECTS["resume"]
+    resume = RUNS.effects["resume"]
 
     def keeps(record: Any, command: Any, now_us: int) -> Any:
         decided = resume(record, command, now_us)
         kept = replace_run(decided.new_record.run, wake_at_us=record.run.wake_at_us)
-        return runs.Applied(RunPair(kept, decided.new_record.deliveries), decided.reply)
+        return Applied(RunPair(kept, decided.new_record.deliveries), decided.reply)
 
-    runs.EFFECTS["resume"] = keeps
+    RUNS.effects["resume"] = keeps
 
 
 def claim_replayed_to_any_claimant() -> None:
     # A claim of a running Run is answered whoever sends it: a duplicate delivery runs
     # the hop a second time beside the first.
-    runs.GUARDS["claimed_by_claimant"] = lambda record, command, now_us: (
+    RUNS.guards["claimed_by_claimant"] = lambda record, command, now_us: (
         command.enqueue_seq == record.run.enqueue_seq and record.current.state.value == "claimed")
 
 
 def claim_records_the_node_not_the_claimant() -> None:
     # The claim keeps the node, not the hop's token: its repeat is never recognised.
-    claim = runs.EFFECTS["claim"]
+    claim = RUNS.effects["claim"]
 
     def by_node(record: Any, command: Any, now_us: int) -> Any:
         return claim(record, dataclasses.replace(command, claimant=None), now_us)
 
-    runs.EFFECTS["claim"] = by_node
+    RUNS.effects["claim"] = by_node
 
 
 RUN_MUTANTS: dict[str, Callable[[], None]] = {
@@ -422,32 +432,32 @@ RUN_MUTANTS: dict[str, Callable[[], None]] = {
 
 def second_verdict_wins() -> None:
     for state in (CS.GRANTED, CS.DENIED, CS.EXPIRED):
-        consents.TABLE[(state, CC.DECIDE)] = (
-            consents.Rule("verdict_granted", CS.GRANTED, "grant"),
-            consents.Rule("verdict_denied", CS.DENIED, "deny"),
-            consents.Rule("verdict_expired", CS.EXPIRED, "expire"),
-            *consents.TABLE[(state, CC.DECIDE)],
+        CONSENTS.table[(state, CC.DECIDE)] = (
+            Rule("verdict_granted", CS.GRANTED, "grant"),
+            Rule("verdict_denied", CS.DENIED, "deny"),
+            Rule("verdict_expired", CS.EXPIRED, "expire"),
+            *CONSENTS.table[(state, CC.DECIDE)],
         )
 
 
 def expire_before_the_deadline() -> None:
     # The deadline owner's expiry is taken whenever it is sent.
-    consents.TABLE[(CS.PENDING, CC.DECIDE)] = tuple(
-        rule for rule in consents.TABLE[(CS.PENDING, CC.DECIDE)] if rule.guard != "deadline_not_due")
+    CONSENTS.table[(CS.PENDING, CC.DECIDE)] = tuple(
+        rule for rule in CONSENTS.table[(CS.PENDING, CC.DECIDE)] if rule.guard != "deadline_not_due")
 
 
 def expire_a_second_early() -> None:
     # Off by a second: a deadline counts as passed one second before it.
-    consents.GUARDS["deadline_not_due"] = lambda record, command, now_us: (
-        command.decided_by == consents.DEADLINE_OWNER and not (
+    CONSENTS.guards["deadline_not_due"] = lambda record, command, now_us: (
+        command.decided_by == DEADLINE_OWNER and not (
             command.verdict is ConsentStatus.EXPIRED and record.expires_at_us is not None
             and now_us + 1_000_000 >= record.expires_at_us))
 
 
 def expire_without_a_deadline() -> None:
     # A consent without a deadline counts as due.
-    consents.GUARDS["deadline_not_due"] = lambda record, command, now_us: (
-        command.decided_by == consents.DEADLINE_OWNER and not (
+    CONSENTS.guards["deadline_not_due"] = lambda record, command, now_us: (
+        command.decided_by == DEADLINE_OWNER and not (
             command.verdict is ConsentStatus.EXPIRED
             and (record.expires_at_us is None or now_us >= record.expires_at_us)))
 
@@ -459,24 +469,24 @@ CONSENT_MUTANTS: dict[str, Callable[[], None]] = {
 
 
 def result_adopted_twice() -> None:
-    open_rules = agent_jobs.TABLE[(JS.RUNNING, JC.ADOPT_RESULT)]
+    open_rules = AGENT_JOBS.table[(JS.RUNNING, JC.ADOPT_RESULT)]
     for state in (JS.SUCCEEDED, JS.FAILED, JS.CANCELLED, JS.TIMED_OUT, JS.LOST):
-        agent_jobs.TABLE[(state, JC.ADOPT_RESULT)] = open_rules
+        AGENT_JOBS.table[(state, JC.ADOPT_RESULT)] = open_rules
 
 
 AGENT_JOB_MUTANTS: dict[str, Callable[[], None]] = {mutant.__name__: mutant for mutant in (result_adopted_twice,)}
 
 
 def rotation_loses_resume_mode() -> None:
-    rotate = runs.EFFECTS["rotate"]
+    rotate = RUNS.effects["rotate"]
 
     def effect(record: Any, command: Any, now_us: int) -> Any:
         decided = rotate(record, command, now_us)
         pair = decided.new_record
         fresh = replace_delivery(pair.deliveries[-1], resume=False)  # the mode guessed, not kept
-        return runs.Applied(RunPair(pair.run, (*pair.deliveries[:-1], fresh)), decided.reply)
+        return Applied(RunPair(pair.run, (*pair.deliveries[:-1], fresh)), decided.reply)
 
-    runs.EFFECTS["rotate"] = effect
+    RUNS.effects["rotate"] = effect
 
 
 RUN_MUTANTS[rotation_loses_resume_mode.__name__] = rotation_loses_resume_mode
@@ -548,13 +558,12 @@ RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
 }
 
 
-from tenure.kernel.nodes import machine as nodes  # noqa: E402
 from tenure.kernel.nodes.commands import NodeCommandType as NC  # noqa: E402
 from tenure.kernel.nodes.record import NodeStep as NS  # noqa: E402
 
 
 def _node_rules(state: NS, command: NC, guard: str) -> None:
-    nodes.TABLE[(state, command)] = tuple(rule for rule in nodes.TABLE[(state, command)] if rule.guard != guard)
+    NODES.table[(state, command)] = tuple(rule for rule in NODES.table[(state, command)] if rule.guard != guard)
 
 
 def takeover_of_a_live_node() -> None:
@@ -563,7 +572,7 @@ def takeover_of_a_live_node() -> None:
 
 def takeover_before_expiry() -> None:
     # Off by a second: a lease is counted as run out one second before its end.
-    nodes.GUARDS["lease_live"] = lambda record, command, now_us: now_us + 1_000_000 < record.lease_expires_at_us
+    NODES.guards["lease_live"] = lambda record, command, now_us: now_us + 1_000_000 < record.lease_expires_at_us
 
 
 def renewal_after_expiry() -> None:

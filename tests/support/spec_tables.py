@@ -16,10 +16,14 @@ import dataclasses
 import pathlib
 import sys
 
+import tenure.kernel
+
 SPEC_DIR = pathlib.Path(__file__).resolve().parents[2] / "specs"
 HEADER = ("from", "command", "guard", "to", "effect or refusal")
 DIAGRAM_START = "<!-- diagram:start (rendered by tests/support/spec_tables.py from the rows above) -->"
 DIAGRAM_END = "<!-- diagram:end -->"
+MACHINES = {machine.name: machine for machine in tenure.kernel.MACHINES}
+"""Every registered machine, by its name (its spec file is ``specs/<name>.md``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,47 +136,20 @@ def with_diagram(text: str, diagram: str) -> str:
     return text[:start] + "\n```mermaid\n" + diagram + "```\n" + text[end:]
 
 
-MACHINES = {
-    # machine name -> (states in display order, initial state, diagram title)
-    "queue": (
-        ["absent", "pending", "claimed", "completed", "failed", "cancelled"],
-        "absent",
-        "owned queue job",
-    ),
-    "attempts": (
-        ["absent", "prepared", "submitting", "accepted", "running", "succeeded", "failed", "cancelled",
-         "indeterminate"],
-        "absent",
-        "service job attempt",
-    ),
-    "runs": (
-        ["absent", "queued", "running", "awaiting_hardware", "awaiting_consent", "awaiting_delegate",
-         "awaiting_service", "cancelling", "done", "failed", "cancelled"],
-        "absent",
-        "workflow Run",
-    ),
-    "consent": (
-        ["absent", "pending", "granted", "denied", "expired", "cancelled"],
-        "absent",
-        "consent",
-    ),
-    "agent_jobs": (
-        ["absent", "queued", "admitted", "preparing", "running", "succeeded", "failed", "cancelled", "timed_out",
-         "lost"],
-        "absent",
-        "delegated job",
-    ),
-    "nodes": (
-        ["absent", "live", "taking_over", "taken_over"],
-        "absent",
-        "node lease",
-    ),
-}
+def title_of(text: str) -> str:
+    """A diagram's title: the spec's heading without its article and its parenthesis
+    (``# The owned queue machine`` -> ``owned queue machine``)."""
+    heading = text.splitlines()[0].removeprefix("# ").split(" (")[0]
+    return heading.removeprefix("The ").removeprefix("the ")
 
 
 def render_for(machine: str) -> str:
-    states, initial, title = MACHINES[machine]
-    return render_mermaid(parse_rows(read_spec(machine)), states, initial, title)
+    """The diagram of the registered machine named ``machine`` (its spec file's name): its
+    states in the order the kernel declares them, from its initial state."""
+    kernel = MACHINES[machine]
+    text = read_spec(machine)
+    return render_mermaid(parse_rows(text), [state.value for state in kernel.states], kernel.initial.value,
+                          title_of(text))
 
 
 def main(argv: list[str]) -> int:

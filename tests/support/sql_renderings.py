@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
-from tenure.adapters.core.registry import BINDINGS
+from tenure.adapters.wiring.registry import BINDINGS, DECLARATIONS
 from tenure.adapters.core.sql import (
     POSTGRESQL,
     SQLITE,
@@ -47,15 +47,14 @@ from tenure.model import QueueKind
 
 SQL_DIR = pathlib.Path(__file__).resolve().parents[2] / "specs" / "sql"
 
-FINDER_MODULES = ("queue", "attempts", "runs", "consents", "agent_jobs", "nodes")
-"""The kernel machines whose ``finders`` modules are rendered."""
+FINDER_MODULES = tuple(DECLARATIONS)
+"""The registered machines, whose ``finders`` modules are rendered (``kernel/<folder>/finders.py``)."""
 
-MACHINE_BINDINGS = {
-    "queue": tuple(binding.name for binding in BINDINGS if binding.name.startswith("queue.")),
-    "attempts": ("attempts",), "runs": ("runs",), "consents": ("consents",), "agent_jobs": ("agent_jobs",),
-    "nodes": ("run_nodes",),
-}
-"""The bindings a machine's finders run against."""
+MACHINE_BINDINGS = {folder: tuple(binding.name for binding in declared.bindings)
+                    for folder, declared in DECLARATIONS.items()}
+"""The bindings a machine's finders run against: the ones it declares (the Run
+machine's own finders run against its Runs, and :data:`RUN_OWNER_FINDERS` against the
+other tables a Run reads)."""
 
 RUN_OWNER_FINDERS = {
     "deliveries_by_keys": "run_deliveries", "attempts_by_keys": "attempts", "pending_consents_of_run": "consents",

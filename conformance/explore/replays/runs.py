@@ -186,7 +186,7 @@ def prelude(model: RunModel) -> tuple[Decided, ...]:
         if row is None:
             continue
         boot = Boot(node=row.node, lease_us=row.lease_expires_at_us - row.booted_at_us)
-        decision = node_machine.decide(None, boot, initial.now_us)
+        decision = node_machine.NODES.decide(None, boot, initial.now_us)
         boots.append(Decided("nodes", index, boot, None, decision, initial.now_us, row.node))
     return (*boots, *watched.watched)
 

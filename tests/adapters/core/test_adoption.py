@@ -42,7 +42,7 @@ def insert_pycharter_row(db_url: str, job_id: str, *, status: str = "pending", o
 
 
 def create_legacy_tables(fresh_db_url: str) -> None:
-    from tenure.adapters.core.schema import legacy_ddl
+    from tenure.adapters.queue.table import legacy_ddl
     from tenure.adapters.core.tables import sql_dialect
 
     for statement in legacy_ddl(sql_dialect(kind_of(fresh_db_url)), None):
@@ -155,7 +155,7 @@ async def test_a_row_whose_time_cannot_be_read_is_corrupt(db_url: str) -> None:
 
 
 def _legacy_column_as(db_url: str, column: str, declared: str) -> None:
-    from tenure.adapters.core.schema import legacy_ddl
+    from tenure.adapters.queue.table import legacy_ddl
     from tenure.adapters.core.tables import sql_dialect
 
     for statement in legacy_ddl(sql_dialect(kind_of(db_url)), None):

@@ -11,11 +11,20 @@ Read from the source as text (``ast``), so a rule breaks here before any behavio
   so do the modules a package's lazy exports and ``importlib.import_module`` name;
 - no import circle inside ``tenure.adapters``, ``tenure.conformance`` or ``tenure.apps``: every
   import a module runs, at its top or inside a function, counts (a function-level import
-  is a circle deferred, not removed); only ``if TYPE_CHECKING:`` imports, which never
-  run, are left out. Importing ``a.b.c`` runs the packages ``a.b`` too, so those count
-  as well;
+  is a circle deferred, not removed). Importing ``a.b.c`` runs the packages ``a.b`` too,
+  so those count as well;
+- no circle inside ``tenure.adapters`` for the type checker either: ``if TYPE_CHECKING:``
+  imports count, and a name taken from a package's lazy exports counts as the module
+  that defines it;
+- one rule per floor (``specs/README.md``): the core imports nothing else of the adapters
+  and no machine of the kernel; a backend imports only the core; a machine's folder
+  imports the core, the wiring's database map and the machines :data:`MACHINE_IMPORTS`
+  allows (a table that forms no circle); the wiring imports anything but the
+  applications; below the applications only the package face and facades opening a URL
+  (the database map) import the wiring;
 - the table modules import only the persistence core, and the table registry imports
-  only table modules (so the schema knows every machine without knowing its behaviour);
+  only the core, reading each registered machine's table module by name (so the schema
+  knows every machine without knowing its behaviour);
 - nowhere in the package (``model/``, ``kernel/``, ``adapters/``, ``conformance/``, ``apps/``) does
   a module touch another module's private names (``_name``): a leading underscore tells
   a reader that only its own module uses it, so a refactor of an adapter's privates
@@ -34,7 +43,10 @@ from __future__ import annotations
 import ast
 import pathlib
 from collections.abc import Iterator
+
 import paths
+
+import tenure.kernel
 
 ROOT = paths.ROOT
 ADAPTERS = ROOT / "adapters"
@@ -145,6 +157,197 @@ def test_no_import_circle_inside_the_adapters() -> None:
     assert _cycles(_import_graph()) == []
 
 
+def _faces(modules: dict[str, tuple[pathlib.Path, bool]]) -> dict[str, dict[str, str]]:
+    """Each package face (an ``__init__`` with lazy exports) and the module, absolute,
+    that defines each name it hands on."""
+    faces = {}
+    for name, (path, is_package) in modules.items():
+        mapping = _lazy_map(ast.parse(path.read_text(encoding="utf-8"))) if is_package else None
+        if mapping is not None:
+            faces[name] = {exported: name + where for exported, where in mapping.items()}
+    return faces
+
+
+def _type_graph(modules: dict[str, tuple[pathlib.Path, bool]] = MODULES) -> dict[str, set[str]]:
+    """Which of ``modules`` each of them needs, for running or for type checking: every
+    edge of :func:`_import_graph`, plus every import under ``if TYPE_CHECKING:``, with a
+    name taken from a package face (lazy exports) counted as the module that defines it
+    (the face only hands it on: its own ``TYPE_CHECKING`` list is not an edge, and the
+    lazy-exports test holds it equal to what runs)."""
+    graph = _import_graph(modules)
+    if f"{WIRING}.registry" in graph:  # it imports each table module by name
+        graph[f"{WIRING}.registry"] |= TABLE_MODULES & set(modules)
+    faces = _faces(modules)
+    for name, (path, is_package) in modules.items():
+        if name in faces:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            targets = _absolute(name, is_package, node, modules)
+            if isinstance(node, ast.ImportFrom):
+                targets = [faces[target].get(alias.name, target) if target in faces else target
+                           for target, alias in zip(targets, node.names, strict=True)]
+            graph[name] |= {target for target in targets if target in modules and target != name}
+    return graph
+
+
+def test_no_import_circle_inside_the_adapters_at_type_level() -> None:
+    # An import under TYPE_CHECKING ties two modules as surely as one that runs: the
+    # type checker (and the reader) needs both to understand either.
+    assert _cycles(_type_graph()) == []
+
+
+def test_the_type_level_graph_sees_a_circle_through_type_checking_and_a_face(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / "adapters"
+    (package / "runs").mkdir(parents=True)
+    (package / "core").mkdir()
+    (package / "core" / "__init__.py").write_text("")
+    (package / "core" / "observers.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from ..runs import RunLedger\n")
+    (package / "runs" / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\n\nfrom ..core.lazy import lazy_exports\n\n"
+        "if TYPE_CHECKING:\n    from .ledger import RunLedger\n\n"
+        "__getattr__ = lazy_exports(__name__, {\"RunLedger\": \".ledger\"})\n")
+    (package / "runs" / "ledger.py").write_text("from ..core.observers import LedgerObserver\n")
+    modules = {"tenure." + ".".join(path.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"):
+               (path, path.name == "__init__.py") for path in sorted(package.rglob("*.py"))}
+    assert _cycles(_import_graph(modules)) == []
+    assert _cycles(_type_graph(modules)) == [["tenure.adapters.core.observers", "tenure.adapters.runs.ledger"]]
+
+
+# --- floors: one rule per floor -----------------------------------------------------------------
+
+CORE = f"{PACKAGE}.core"
+BACKENDS = (f"{PACKAGE}.sqlite", f"{PACKAGE}.postgres")
+WIRING = f"{PACKAGE}.wiring"
+DATABASE_MAP = f"{WIRING}.dialects"
+APPLICATIONS = (f"{PACKAGE}.apps", f"{PACKAGE}.console", f"{PACKAGE}.alembic")
+"""The applications on top of the adapters (moving to ``tenure.apps``): they may import
+anything of the adapters, and nothing of the adapters imports them."""
+
+MACHINE_IMPORTS: dict[str, set[str]] = {
+    "queue": set(),
+    "attempts": {"runs.table"},
+    "consents": {"runs.table"},
+    "agent_jobs": {"runs.table"},
+    "nodes": set(),
+    "runs": {"queue", "attempts", "consents", "agent_jobs", "nodes"},
+    "tasks": {"queue"},
+}
+"""What each machine folder of ``adapters/`` may import beside the core and the wiring's
+database map (a facade opens its URL there): other machines' folders, or only one
+table module of one (``runs.table``: the owners a Run waits for lock their Run's row
+and ask the kernel whether it still opens owners; the Run's table is a declaration
+beneath every facade). The machines' facades form no circle: the Run ledger stands on
+the queue (its hops), the attempts, consents, delegated jobs and node leases; the
+general tasks stand on the queue."""
+
+
+def _folder(module: str) -> str:
+    """The folder of ``adapters/`` a module lives in (``tenure.adapters`` for the package's own)."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) > 2 else module
+
+
+def _floor_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that breaks the plan's rule for the floor its module stands on."""
+    breaches = []
+    for module, targets in sorted(graph.items()):
+        folder = _folder(module)
+        for target in sorted(targets):
+            there = _folder(target)
+            if there == folder or there == CORE or (folder == PACKAGE and target == f"{CORE}.lazy"):
+                continue
+            if folder == CORE:
+                allowed = False  # the core knows no machine, no database, no wiring and no application
+            elif folder in BACKENDS:
+                allowed = False  # a backend knows the core only
+            elif folder.removeprefix(PACKAGE + ".") in MACHINE_IMPORTS:
+                uses = MACHINE_IMPORTS[folder.removeprefix(PACKAGE + ".")]
+                # (importing runs.table runs the package tenure.adapters.runs, a face that imports nothing)
+                allowed = target in (WIRING, DATABASE_MAP) or any(
+                    target == f"{PACKAGE}.{use}" or target.startswith(f"{PACKAGE}.{use}.")
+                    or f"{PACKAGE}.{use}".startswith(target + ".") for use in uses)
+            elif folder == WIRING:
+                allowed = not target.startswith(APPLICATIONS)  # the wiring knows every machine and backend
+            elif folder == PACKAGE:
+                allowed = target.startswith(WIRING) or _folder(target).removeprefix(PACKAGE + ".") in MACHINE_IMPORTS
+            else:
+                allowed = folder.startswith(APPLICATIONS)
+            if not allowed:
+                breaches.append(f"{module} imports {target}")
+    return breaches
+
+
+def _kernel_machines_named(path: pathlib.Path) -> set[str]:
+    """The kernel's machine folders a module imports (``tenure.kernel.queue...``)."""
+    machines = {folder.name for folder in (ROOT / "kernel").iterdir() if (folder / "__init__.py").exists()}
+    named = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+        for name in names:
+            parts = name.split(".")
+            if parts[:2] == ["tenure", "kernel"] and len(parts) > 2 and parts[2] in machines:
+                named.add(name)
+    return named
+
+
+def test_every_module_of_the_adapters_keeps_its_floors_rule() -> None:
+    assert _floor_breaches(_type_graph()) == []
+
+
+def test_the_core_and_the_backends_know_no_machine_of_the_kernel_either() -> None:
+    found = {
+        name: machines for name, (path, _) in MODULES.items()
+        if _folder(name) in (CORE, *BACKENDS) and (machines := _kernel_machines_named(path))
+    }
+    assert found == {}
+
+
+def test_the_machines_facades_form_no_circle() -> None:
+    folders = {machine: {use.split(".")[0] for use in uses if "." not in use} for machine, uses in MACHINE_IMPORTS.items()}
+    assert _cycles(folders) == []
+
+
+def test_below_the_applications_only_facades_opening_a_url_and_the_package_face_import_the_wiring() -> None:
+    # The registry, the migration runner and its steps are imported by the applications
+    # and by tenure.adapters' lazy exports (upgrade, downgrade, MigrationReport) only; a
+    # facade that opens a database URL imports the database map, which stands on the
+    # backends and the core alone.
+    graph = _type_graph()
+    importers = {
+        f"{module} imports {target}"
+        for module, targets in graph.items() if not module.startswith((WIRING, *APPLICATIONS)) and module != PACKAGE
+        for target in targets if target.startswith(WIRING) and target not in (WIRING, DATABASE_MAP)
+    }
+    assert importers == set()
+    assert {_folder(target) for target in graph[DATABASE_MAP]} <= {CORE, *BACKENDS}
+    assert graph[WIRING] == set()  # the package itself imports nothing: importing its map runs it
+
+
+def test_the_floor_check_sees_each_rule_broken() -> None:
+    graph = {
+        f"{CORE}.observers": {f"{PACKAGE}.queue.worker"},  # the core knows no machine
+        f"{CORE}.facade": {DATABASE_MAP},  # nor the wiring
+        f"{PACKAGE}.sqlite.migration": {f"{PACKAGE}.queue.table"},  # a backend knows the core only
+        f"{PACKAGE}.consents.facade": {f"{PACKAGE}.runs.ledger", f"{PACKAGE}.runs.table"},  # the table only
+        f"{PACKAGE}.queue.worker": {f"{PACKAGE}.tasks.app"},  # the queue stands on no machine
+        f"{PACKAGE}.runs.ledger": {f"{PACKAGE}.consents.facade", DATABASE_MAP},  # allowed
+        f"{WIRING}.registry": {f"{PACKAGE}.apps.cli"},  # nothing imports an application
+        f"{PACKAGE}.apps.cli": {f"{WIRING}.migrations"},  # allowed
+    }
+    assert _floor_breaches(graph) == [
+        f"{PACKAGE}.consents.facade imports {PACKAGE}.runs.ledger",
+        f"{CORE}.facade imports {DATABASE_MAP}",
+        f"{CORE}.observers imports {PACKAGE}.queue.worker",
+        f"{PACKAGE}.queue.worker imports {PACKAGE}.tasks.app",
+        f"{PACKAGE}.sqlite.migration imports {PACKAGE}.queue.table",
+        f"{WIRING}.registry imports {PACKAGE}.apps.cli",
+    ]
+
+
 def test_no_import_circle_inside_conformance() -> None:
     assert _cycles(_import_graph(CONFORMANCE_MODULES)) == []
 
@@ -159,9 +362,8 @@ def test_the_cycle_finder_finds_a_circle() -> None:
     assert _cycles(graph) == [["a", "b", "c"]]
 
 
-TABLE_MODULES = {
-    f"{PACKAGE}.{machine}.table" for machine in ("queue", "attempts", "runs", "consents", "agent_jobs", "nodes")
-}
+TABLE_MODULES = {f"{PACKAGE}.{machine.folder}.table" for machine in tenure.kernel.MACHINES}
+"""Every registered machine's table module (the registry reads each by name)."""
 
 
 def test_every_machine_table_module_imports_only_the_core() -> None:
@@ -175,11 +377,12 @@ def test_every_machine_table_module_imports_only_the_core() -> None:
         assert outside == set(), f"{table_module} imports {sorted(outside)}"
 
 
-def test_the_table_registry_imports_only_table_modules() -> None:
+def test_the_table_registry_imports_only_the_core_and_reads_the_table_modules_by_name() -> None:
+    # Registering a machine names it once (tenure.kernel.MACHINES); the registry imports
+    # its table module by the machine's folder, never one by one.
     graph = _import_graph()
-    imported = {target for target in graph[f"{PACKAGE}.core.registry"] if target not in MODULES or
-                MODULES[target][1] is False}
-    assert imported - {f"{PACKAGE}.core.tables"} <= TABLE_MODULES
+    assert graph[f"{PACKAGE}.wiring.registry"] == {CORE, f"{CORE}.tables"}
+    assert {module for module in MODULES if module.endswith(".table")} == TABLE_MODULES
 
 
 def test_a_machine_package_imports_nothing_when_it_is_imported() -> None:
@@ -441,7 +644,7 @@ def test_the_floor_check_sees_every_kind_of_crossing(tmp_path: pathlib.Path) -> 
         # the applications may import conformance only from apps/cli.py, and only its command room
         "apps/console/command.py": "from tenure.conformance.command import run_conform\n",
         "apps/cli.py": "from tenure.conformance.command import run_conform\nfrom tenure.conformance.lockstep import raw\n",
-        "apps/health.py": "from tenure.adapters.core.dialects import backend_for\nfrom ..adapters.runs import RunLedger\n",
+        "apps/health.py": "from tenure.adapters.wiring.dialects import backend_for\nfrom ..adapters.runs import RunLedger\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

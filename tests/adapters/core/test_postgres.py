@@ -18,9 +18,9 @@ from adapter_support import raw, row
 from lock_waits import held_elsewhere, with_longer_leases
 
 from tenure.adapters import StreamingJobSource, ValidationJobSource, downgrade, upgrade
-from tenure.adapters.core.schema import legacy_ddl, owned_column_ddl
-from tenure.adapters.core.tables import Step, sql_dialect
-from tenure.adapters.queue.table import QUEUE_TABLES
+from tenure.adapters.core.schema import owned_column_ddl
+from tenure.adapters.core.tables import sql_dialect
+from tenure.adapters.queue.table import OWNED_STEP, QUEUE_TABLES, legacy_ddl
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -173,7 +173,7 @@ def _prepare(db_url: str, replace: dict[str, str], extra: list[str]) -> None:
         raw(db_url, statement)
     for spec in QUEUE_TABLES.values():
         table = spec.name
-        for column in spec.columns_of(Step.OWNED):
+        for column in spec.columns_of(OWNED_STEP):
             ddl = owned_column_ddl(spec, column, DIALECT, None)
             if table == "validation_jobs" and column.name in replace:
                 ddl = f"ALTER TABLE {table} ADD COLUMN {column.name} {replace[column.name]}"

@@ -20,7 +20,7 @@ from tenure.adapters.core.tables import (
 )
 from tenure.adapters.queue.table import QUEUE_TABLES, binding_for, envelope_of, queue_codec
 from tenure.conformance.strategies.queues import records
-from tenure.kernel import MAX_INSTANT_US, MIN_INSTANT_US, QueueRow
+from tenure.kernel.queue.record import MAX_INSTANT_US, MIN_INSTANT_US, QueueRow
 from tenure.model import ErrorCode, JobStatus, QueueKind, TenureError
 
 DIALECTS = [SQLITE_DIALECT, POSTGRESQL_DIALECT]

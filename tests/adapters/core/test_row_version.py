@@ -11,7 +11,7 @@ import pytest
 from adapter_support import kind_of, raw
 
 from tenure.adapters import ValidationJobSource, downgrade, upgrade
-from tenure.adapters.core.registry import TABLES
+from tenure.adapters.wiring.registry import TABLES
 from tenure.model import ValidationJob, WorkerConfig
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import sql_renderings
 
-from tenure.adapters.core.registry import BINDINGS
 from tenure.adapters.postgres import statements
 from tenure.adapters.postgres.store import PostgresStore
+from tenure.adapters.wiring.registry import BINDINGS
 
 
 def test_the_checked_in_sql_renderings_are_current() -> None:

@@ -8,9 +8,9 @@ import sqlite3
 import pytest
 
 from tenure.adapters import ValidationJobSource, downgrade, upgrade
-from tenure.adapters.queue.table import QUEUE_TABLES, TABLE_NAMES
-from tenure.adapters.core.schema import legacy_ddl, owned_column_ddl
-from tenure.adapters.core.tables import Step, sql_dialect
+from tenure.adapters.core.schema import owned_column_ddl
+from tenure.adapters.core.tables import sql_dialect
+from tenure.adapters.queue.table import OWNED_STEP, QUEUE_TABLES, TABLE_NAMES, legacy_ddl
 from tenure.model import ConfigValidationError, TenureError, ValidationJob
 
 DIALECT = sql_dialect("sqlite")
@@ -25,7 +25,7 @@ def prepare(path: pathlib.Path, *, replace: dict[str, str] | None = None, extra:
     replace = replace or {}
     for spec in QUEUE_TABLES.values():
         table = spec.name
-        for column in spec.columns_of(Step.OWNED):
+        for column in spec.columns_of(OWNED_STEP):
             ddl = owned_column_ddl(spec, column, DIALECT, None)
             if table == "validation_jobs" and column.name in replace:
                 ddl = f"ALTER TABLE {table} ADD COLUMN {column.name} {replace[column.name]}"

@@ -72,6 +72,6 @@ def test_an_unknown_case_is_refused() -> None:
 
 
 def test_the_suite_covers_every_registered_table() -> None:
-    from tenure.adapters.core.registry import BINDINGS
+    from tenure.adapters.wiring.registry import BINDINGS
 
     assert {case.binding.name for case in TABLES.values()} == {binding.name for binding in BINDINGS}

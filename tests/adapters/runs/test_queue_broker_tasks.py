@@ -17,11 +17,11 @@ from adapter_support import raw, stored_instant
 from polling import until
 
 from tenure.adapters import QueueBroker
-from tenure.adapters.core.dialects import open_store
 from tenure.adapters.queue.operations import QueueOperations
 from tenure.adapters.queue.sources import time_ordered_id
 from tenure.adapters.queue.table import HOPS_BINDING
 from tenure.adapters.runs.queue_broker import HOP_CONTRACT, HOP_QUEUE, HOP_TASK, PRIORITY_EPOCH
+from tenure.adapters.wiring.dialects import open_store
 from tenure.model import (
     BrokerJobState,
     JobStatus,

@@ -17,9 +17,9 @@ import pytest
 from adapter_support import kind_of, raw, stored_instant
 from run_support import Runs, runs_db, succeeded  # noqa: F401 (runs_db: fixture)
 from tenure.adapters import RunLedger, downgrade, upgrade
-from tenure.adapters.core.registry import RUN_TABLES
 from tenure.adapters.queue.table import HOPS_TABLE
-from tenure.adapters.runs.table import CHECKPOINTS_TABLE
+from tenure.adapters.runs.table import CHECKPOINTS_TABLE, RUNS_STEP
+from tenure.adapters.wiring.registry import TABLES
 from tenure.model import ConfigValidationError, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind, hop_key
 
 NOW_US = 1_800_000_000_000_000
@@ -207,6 +207,8 @@ async def test_the_ledger_answers_a_raw_second_delivery_with_its_own_error(runs:
 # --- the migration step ------------------------------------------------------------------------
 
 
+RUN_TABLES = tuple(spec for spec in TABLES if spec.created_by == RUNS_STEP)
+"""The tables step ``runs_v1`` creates: the Run machine's pair and its owners'."""
 RUN_TABLE_NAMES = {spec.name for spec in RUN_TABLES} | {CHECKPOINTS_TABLE.name, HOPS_TABLE.name}
 
 

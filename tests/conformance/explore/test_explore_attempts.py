@@ -20,7 +20,7 @@ import pytest
 from kernel_mutants import ATTEMPT_MUTANTS
 
 from tenure.kernel.attempts.commands import AttemptCommand
-from tenure.kernel.attempts.machine import decide
+from tenure.kernel.attempts.machine import ATTEMPTS
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied, Decision, Refused
 from tenure.conformance.explore.attempts import (
@@ -116,7 +116,7 @@ class _ProbedModel(AttemptModel):
             for field in ("looked_up_at_us", "proof_looked_up_at_us"):
                 if getattr(command, field, None) is not None:
                     other_command = dataclasses.replace(other_command, **{field: getattr(command, field) - _PAST_US})
-            other = decide(other_row, other_command, now)
+            other = ATTEMPTS.decide(other_row, other_command, now)
             if isinstance(decision, Refused):
                 assert isinstance(other, Refused) and other.reason is decision.reason, (row, command)
             else:

@@ -35,12 +35,13 @@ from typing import Any
 
 from tenure.model import ConfigValidationError
 
-from .catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
+from ..core.catalog import CatalogColumn, CatalogIndex, Executor, MigrationDialect
+from ..core.migration_report import Check, MigrationReport, refuse_if_failed
+from ..core.schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl, row_version_column_ddl
+from ..core.tables import LEGACY_STEP, ROW_VERSION, VERSIONS_STEP, Step, TableSpec, qualified
+from ..queue.table import OWNED_STEP
 from .dialects import open_migration_target
-from .migration_report import Check, MigrationReport, refuse_if_failed
-from .registry import RETIREMENT_GUARDS, TABLES
-from .schema import MIGRATIONS_TABLE, migrations_ddl, owned_column_ddl, owned_index_ddl, row_version_column_ddl
-from .tables import ROW_VERSION, Step, TableSpec, qualified
+from .registry import RECORDED_STEPS, RETIREMENT_GUARDS, STEPS, TABLES
 
 __all__ = [
     "upgrade",
@@ -48,12 +49,14 @@ __all__ = [
     "MigrationReport",
     "Check",
     "OWNED_MIGRATION",
+    "RECORDED_STEPS",
     "CatalogColumn",
     "CatalogIndex",
     "MigrationDialect",
 ]
 
-OWNED_MIGRATION = Step.OWNED.value
+OWNED_MIGRATION = OWNED_STEP.value
+"""The queue's first step, the one every tenure database has."""
 
 
 class Recorder:
@@ -92,12 +95,12 @@ def _type_checks(dialect: MigrationDialect, spec: TableSpec, found: dict[str, Ca
             continue
         existing = found.get(column.name)
         if existing is None:
-            missing = "missing_legacy_column" if column.step is Step.LEGACY else "missing_column"
+            missing = "missing_legacy_column" if column.step == LEGACY_STEP else "missing_column"
             checks.append(Check(spec.name, column.name, "present", False, missing))
             continue
         requirement, problem = dialect.type_check(column, existing)
         checks.append(Check(spec.name, column.name, requirement, problem is None, problem or ""))
-        if spec.created_by is not Step.LEGACY and column.step is spec.created_by and not column.admission:
+        if spec.created_by != LEGACY_STEP and column.step == spec.created_by and not column.admission:
             # tenure's own tables: their nullability is tenure's too.
             wanted_not_null = not column.nullable
             ok = existing.notnull == wanted_not_null or column.primary_key
@@ -154,11 +157,9 @@ async def _applied_steps(dialect: MigrationDialect, reader: Executor, schema: st
         return set()
     rows = await reader.execute(f"SELECT name FROM {qualified(schema, MIGRATIONS_TABLE)}")
     names = {name for (name,) in rows}
-    return {step for step in Step if step.value in names}
+    return {step for step in STEPS if step.value in names}
 
 
-RECORDED_STEPS = tuple(step for step in Step if step is not Step.LEGACY)
-"""The steps ``tenure_migrations`` records, in the order they are applied."""
 
 
 async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | None, *, explicit_schema: bool,
@@ -169,7 +170,8 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
     recorder = Recorder(tx)
     reader = _catalog_reader(recorder)
     await dialect.begin(recorder)
-    schema_checks = await dialect.schema_checks(reader, schema, explicit=explicit_schema)
+    adopted = [spec.name for spec in TABLES if spec.created_by == LEGACY_STEP]
+    schema_checks = await dialect.schema_checks(reader, schema, explicit=explicit_schema, adopted=adopted)
     if not own_schema:
         refuse_if_failed(schema_checks, "queue_tables_elsewhere")
     elif any([await dialect.columns(reader, spec.name, schema) for spec in TABLES]):
@@ -178,17 +180,17 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
 
     async def create_missing(step: Step) -> None:
         for spec in TABLES:
-            if spec.created_by is step and not await dialect.columns(reader, spec.name, schema):
+            if spec.created_by == step and not await dialect.columns(reader, spec.name, schema):
                 for statement in spec.create_ddl(dialect.sql_dialect, schema):
                     await recorder.execute(statement)
 
     existed_before = {spec.name for spec in TABLES if await dialect.columns(reader, spec.name, schema)}
-    await create_missing(Step.LEGACY)
+    await create_missing(LEGACY_STEP)
     # An existing table must hold every legacy column, each of a type tenure can read.
     legacy_checks: list[Check] = []
     for spec in TABLES:
-        if spec.created_by is Step.LEGACY:
-            legacy_checks += _type_checks(dialect, spec, await dialect.columns(reader, spec.name, schema), {Step.LEGACY})
+        if spec.created_by == LEGACY_STEP:
+            legacy_checks += _type_checks(dialect, spec, await dialect.columns(reader, spec.name, schema), {LEGACY_STEP})
     refuse_if_failed(legacy_checks)
     applied_before = await _applied_steps(dialect, reader, schema)
     for statement in migrations_ddl(dialect.sql_dialect, schema) + dialect.bookkeeping_ddl(schema):
@@ -196,7 +198,7 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
     for step in RECORDED_STEPS:
         await create_missing(step)
         for spec in TABLES:
-            if spec.created_by is step:
+            if spec.created_by == step:
                 continue  # created whole above, or existing: its columns are checked below
             existing = await dialect.columns(reader, spec.name, schema)
             for column in spec.columns_of(step):
@@ -204,12 +206,15 @@ async def run_upgrade(dialect: MigrationDialect, tx: Executor, schema: str | Non
                     await recorder.execute(owned_column_ddl(spec, column, dialect.sql_dialect, schema))
             for index in spec.indexes_of(step):
                 await recorder.execute(owned_index_ddl(spec, index, schema))
-        if step is Step.VERSIONS:
+        if step == VERSIONS_STEP or (step.number > VERSIONS_STEP.number
+                                     and any(spec.created_by == step for spec in TABLES)):
+            # Every table gets its row version: at versions_v1, and again after a later
+            # step that creates one.
             await _keep_row_versions(dialect, recorder, reader, schema)
         for spec in TABLES:
             # A table created before this step keeps the checks it was created with
             # until the step that widened them replaces them (once: the step records).
-            if spec.checks_replaced_by is step and step not in applied_before and spec.name in existed_before:
+            if spec.checks_replaced_by == step and step not in applied_before and spec.name in existed_before:
                 await dialect.replace_checks(recorder, spec, schema)
     checks = list(legacy_checks)
     later_steps: set[Step] = set(RECORDED_STEPS)
@@ -240,7 +245,10 @@ async def _keep_row_versions(dialect: MigrationDialect, recorder: Recorder, read
     and the trigger that raises it; a table whose trigger went missing gets it again."""
     missing: list[tuple[TableSpec, bool]] = []  # (table, whether it has the column already)
     for spec in TABLES:
-        has_column = ROW_VERSION in await dialect.columns(reader, spec.name, schema)
+        columns = await dialect.columns(reader, spec.name, schema)
+        if not columns:
+            continue  # created by a later step, which versions it then
+        has_column = ROW_VERSION in columns
         if not has_column or not await dialect.row_version_kept(reader, spec, schema):
             missing.append((spec, has_column))
     if not missing:
@@ -277,7 +285,7 @@ async def run_downgrade(dialect: MigrationDialect, tx: Executor, schema: str | N
     applied = await _applied_steps(dialect, reader, schema)
     if not applied:
         return [], [], recorder.statements
-    await dialect.lock_tables(recorder, schema)
+    await dialect.lock_tables(recorder, schema, [spec.name for spec in TABLES])
     checks: list[Check] = []
     for step in RECORDED_STEPS:
         if step not in applied:
@@ -297,7 +305,7 @@ async def run_downgrade(dialect: MigrationDialect, tx: Executor, schema: str | N
     for step in reversed(RECORDED_STEPS):
         if step not in applied:
             continue
-        if step is Step.VERSIONS:
+        if step == VERSIONS_STEP:
             for spec in TABLES:
                 if ROW_VERSION in await dialect.columns(reader, spec.name, schema):
                     for statement in dialect.row_version_drop(spec, schema):
@@ -307,7 +315,7 @@ async def run_downgrade(dialect: MigrationDialect, tx: Executor, schema: str | N
                 await recorder.execute(statement)
         for spec in TABLES:
             table = qualified(schema, spec.name)
-            if spec.created_by is step:
+            if spec.created_by == step:
                 await recorder.execute(f"DROP TABLE IF EXISTS {table}")
                 continue
             for index in spec.indexes_of(step):

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.model import ConfigValidationError
 
+from ..core.backend import Backend
+from ..core.store import Store
+from ..core.urls import DatabaseKind, DatabaseTarget, check_schema_name, parse_db_url
 from ..postgres.backend import POSTGRESQL_BACKEND
 from ..sqlite.backend import SQLITE_BACKEND
-from .backend import Backend
-from .store import Store
-from .urls import DatabaseKind, DatabaseTarget, check_schema_name, parse_db_url
 
 if TYPE_CHECKING:
-    from .catalog import MigrationDialect
+    from ..core.catalog import MigrationDialect
 
 __all__ = ["BACKENDS", "backend_for", "open_store", "open_migration_target", "resolve_schema", "MigrationTarget"]
 
