@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 from hypothesis import HealthCheck, seed as seeded, settings
-from hypothesis.stateful import RULE_MARKER, Rule, RuleBasedStateMachine, run_state_machine_as_test
+from hypothesis.stateful import (
+    INVARIANT_MARKER, RULE_MARKER, Invariant, Rule, RuleBasedStateMachine, run_state_machine_as_test,
+)
 
 from tenure.model import TenureError
 
@@ -83,6 +85,11 @@ class Counter:
     """How often each rule ran."""
     on_step: Callable[[Counter], None] | None = None
     """Called after every step (a progress display)."""
+    findings: list[str] = dataclasses.field(default_factory=list)
+    """What each failed rule or invariant raised (its type and message), as it was raised:
+    a mutant test reads the finding here, because the draws read database times and
+    Hypothesis's replay of a failing run may then draw differently and report only that
+    the run was flaky."""
 
     def step(self) -> None:
         self.steps += 1
@@ -241,19 +248,43 @@ class LockstepBase(RuleBasedStateMachine):
         raise AssertionError(f"no serial order explains {actual!r}")
 
 
+def _recorded(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` again, keeping what it raises in the machine's
+    :attr:`Counter.findings`; the function keeps its name, so a printed counterexample
+    names the rule as written."""
+
+    def recorded(self: LockstepBase, **arguments: Any) -> Any:
+        try:
+            return function(self, **arguments)
+        except AssertionError as finding:
+            self.counter.findings.append(f"{type(finding).__name__}: {finding}")
+            raise
+
+    recorded.__name__ = recorded.__qualname__ = function.__name__
+    return recorded
+
+
 def _counted(name: str, rule: Rule) -> Any:
-    """``rule`` again, counting each run in the machine's :class:`Counter`; the function
-    keeps its name, so a printed counterexample names the rule as written."""
-    function = rule.function
+    """``rule`` again, counting each run in the machine's :class:`Counter` and keeping
+    its findings (:func:`_recorded`)."""
+    function = _recorded(rule.function)
 
     def counted(self: LockstepBase, **arguments: Any) -> Any:
         self.counter.rules[name] = self.counter.rules.get(name, 0) + 1
         return function(self, **arguments)
 
-    counted.__name__ = counted.__qualname__ = function.__name__
+    counted.__name__ = counted.__qualname__ = rule.function.__name__
     setattr(counted, RULE_MARKER, Rule(targets=rule.targets, function=counted, arguments=rule.arguments,
                                        preconditions=rule.preconditions))
     return counted
+
+
+def _kept(check: Invariant) -> Any:
+    """An invariant again, keeping its findings (:func:`_recorded`)."""
+    function = _recorded(check.function)
+    setattr(function, INVARIANT_MARKER, Invariant(function=function, preconditions=check.preconditions,
+                                                  check_during_init=check.check_during_init))
+    return function
 
 
 def rule_names(machine: type[LockstepBase]) -> list[str]:
@@ -268,6 +299,9 @@ def machine_for(base: type[LockstepBase], databases: ExampleDatabases, *,
     attributes: dict[str, Any] = {"database": databases.kind, "databases": databases}
     for name in dir(base):
         member = getattr(base, name)
+        check = getattr(member, INVARIANT_MARKER, None)
+        if check is not None:
+            attributes[name] = _kept(check)
         rule = getattr(member, RULE_MARKER, None)
         if rule is None:
             continue

@@ -205,6 +205,27 @@ def migrated_database_for_machine(kind: str, workdir: pathlib.Path) -> str:
     return _with_database(_SERVER_DSN[0], name)
 
 
+def lockstep_findings(machine: Any, *, max_examples: int, step_count: int) -> list[str]:
+    """Run a (mutant) lockstep ``machine`` until it fails and return what its rules and
+    invariants raised (:attr:`~tenure.conformance.lockstep.harness.Counter.findings`).
+    The draws read database times, so Hypothesis's replay of the failing run may draw
+    differently and report only that it was flaky: the finding is read where it was
+    raised, not from Hypothesis's report. Fails when the machine never failed."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from tenure.conformance.lockstep.harness import COUNTERS, Counter
+
+    COUNTERS[machine.key()] = Counter()
+    with pytest.raises(Exception):  # noqa: PT011 - a finding, or Hypothesis's flaky report of one
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=max_examples, stateful_step_count=step_count, deadline=None,
+            suppress_health_check=list(HealthCheck), database=None, derandomize=True, phases=[Phase.generate],
+            report_multiple_bugs=False,
+        ))
+    return COUNTERS[machine.key()].findings
+
+
 class LockstepDatabases:
     """The lockstep harness's :class:`~tenure.conformance.lockstep.harness.ExampleDatabases` on
     the test servers: fresh copies of a migrated template."""

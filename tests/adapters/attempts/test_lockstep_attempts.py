@@ -46,9 +46,6 @@ def test_the_lockstep_catches_a_ledger_that_decides_without_locking_the_attempt(
     has no such mutant: its write lock serializes whole transactions.)"""
     import dataclasses
 
-    from hypothesis import HealthCheck, Phase, settings
-    from hypothesis.stateful import run_state_machine_as_test
-
     adapter_support.prepare_machine_databases(database, request)
     monkeypatch.setattr(finders, "by_keys", dataclasses.replace(finders.by_keys, lock="none"))
     # The ledger's writes run as transactions here (the path every fallback takes), whose
@@ -62,26 +59,7 @@ def test_the_lockstep_catches_a_ledger_that_decides_without_locking_the_attempt(
         return None
 
     monkeypatch.setattr(Engine, "_on_keys_ahead", no_statement_ahead)
-    base = machine_for(AttemptLockstep, database, only=frozenset({"prepare", "concurrent_first_submissions",
-                                                                  "racing_observations", "begin_submit"}))
-    findings: list[str] = []
-
-    class Focused(base):  # type: ignore[misc, valid-type]
-        """The focused machine, keeping every finding of its racing check as it is raised:
-        the lockstep's draws read database times, so Hypothesis's replay of a failing run
-        may draw differently and report only that it was flaky (seen on a loaded machine),
-        which would hide the finding."""
-
-        def race(self, *arguments: Any, **keywords: Any) -> None:
-            try:
-                super().race(*arguments, **keywords)
-            except AssertionError as finding:
-                findings.append(str(finding))
-                raise
-
-    with pytest.raises(Exception):  # noqa: PT011 - the finding is checked below
-        run_state_machine_as_test(Focused, settings=settings(
-            max_examples=300, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck),
-            database=None, derandomize=True, phases=[Phase.generate], report_multiple_bugs=False,
-        ))
+    focused = machine_for(AttemptLockstep, database, only=frozenset({"prepare", "concurrent_first_submissions",
+                                                                     "racing_observations", "begin_submit"}))
+    findings = adapter_support.lockstep_findings(focused, max_examples=300, step_count=30)
     assert any("no serial order explains" in finding for finding in findings), findings
