@@ -62,7 +62,7 @@ from tenure.adapters.core.tables import Unreadable
 from tenure.adapters.queue import JobSource
 from tenure.adapters.queue.operations import PURGE_LIMIT
 from tenure.adapters.queue.sources import TaskSource
-from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
+from tenure.adapters.core.failure_text import MAX_ERROR_BYTES, error_text
 from .runs_cli import run_table
 from .worker_cli import SOURCES, load_app, refused_unless_migrated
 

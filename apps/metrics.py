@@ -102,7 +102,7 @@ if TYPE_CHECKING:
 
     from tenure.model import ConsentRecord, RunClaim, RunRecord
 
-    from tenure.adapters.queue.worker import JobContext
+    from tenure.adapters.queue.job import JobContext
     from tenure.adapters.runs.recovery import RecoveryReport
     from tenure.adapters.runs.runtime import RunRuntime
     from .health import HealthProbe, HealthSnapshot

@@ -51,7 +51,7 @@ from tenure.model import (
     load_json,
 )
 
-from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
+from tenure.adapters.core.failure_text import MAX_ERROR_BYTES, error_text
 from tenure.adapters.runs import (
     QueueBroker,
     RunLedger,

@@ -35,7 +35,7 @@ from tenure.model import ConfigValidationError, ErrorCode, TenureError, WorkerCo
 from tenure.model.validation import is_queue_name
 
 from tenure.adapters.queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
-from tenure.adapters.queue.worker import Worker, WorkerStats
+from tenure.adapters.queue import Worker, WorkerStats
 from .logs import add_logging_options, configure_logging
 from .metrics import add_metrics_options, start_metrics
 from .reporting import report_refusal  # the one refusal format of every subcommand
@@ -172,7 +172,7 @@ def import_problem(path: str, what: str) -> tuple[Any, str | None]:
     type and message (the code's own words, bounded and cleaned, never a file's
     contents), and so is the dependency it failed to import: a handler whose module
     imports a missing package must not read as if the handler's own module were missing."""
-    from tenure.adapters.queue.worker import error_text
+    from tenure.adapters.core.failure_text import error_text
 
     module_name, separator, attribute = path.partition(":")
     if (not separator or not all(part.isidentifier() for part in module_name.split("."))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from tenure.model import ConsentRecord, RunClaim, RunRecord
 
-    from ..queue.worker import JobContext
+    from ..queue.job import JobContext
     from ..runs.recovery import RecoveryReport
 
 __all__ = ["WorkerObserver", "JobObserver", "RunWorkerObserver", "HopObserver", "LedgerObserver",
@@ -57,7 +57,7 @@ class JobObserver(Protocol):
 
     def handler_ended(self, outcome: str, error: BaseException | None) -> None:
         """The handler ended: one of :data:`HANDLER_OUTCOMES`, with what it raised as the
-        worker logs it (:func:`~tenure.adapters.queue.worker.loggable_exception`: the
+        worker logs it (:func:`~tenure.adapters.core.failure_text.loggable_exception`: the
         type's name, frames and chain, each message cleaned and cut as the stored error
         text, or left out under ``store_error_text=False``)."""
         ...

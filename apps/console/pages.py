@@ -28,7 +28,7 @@ from tenure.model.validation import is_queue_name, micros_to_datetime
 
 from ..jobs_cli import parse_age
 from tenure.adapters.core.tables import Unreadable, json_column
-from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
+from tenure.adapters.core.failure_text import MAX_ERROR_BYTES, error_text
 from .reads import QUEUE_SOURCES, ConsoleData, JobView, parse_position
 from .settings import ConsoleSettings
 
