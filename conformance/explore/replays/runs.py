@@ -8,7 +8,7 @@ scratch area, as ``tenure conform`` makes), step by step. Each kernel decision o
 ``nodes``) goes, in order, as the same kernel command to the same record through the
 engine path the adapters use for it:
 
-- ``runs``: ``RunLedger.transactions.decide(run_id, command)`` (lock the Run and its
+- ``runs``: ``RunLedger.transactions.send(run_id, command)`` (lock the Run and its
   current delivery, read the clock, decide, compare-and-set; a decision that sweeps the
   Run's pending consents sweeps them in the same transaction);
 - ``consent``: a creation through the consents facade's transaction (the Run locked
@@ -236,7 +236,7 @@ def _on_row(binding: Binding, finder: Finder) -> Callable[[RunLedger, str, Any],
 
 
 _SENDERS: dict[tuple[str, type[Any] | None], Callable[[RunLedger, str, Any], Awaitable[Decision]]] = {
-    ("runs", None): lambda ledger, key, command: ledger.transactions.decide(key, command),
+    ("runs", None): lambda ledger, key, command: ledger.transactions.send(key, command),
     ("consent", CreateConsent): lambda ledger, key, command: _create_consent(ledger.transactions, command),
     ("consent", None): _on_row(CONSENTS_BINDING, consent_finders.consents_by_keys),
     ("agent_jobs", SubmitJob): lambda ledger, key, command: _submit_job(ledger.transactions, command),
