@@ -17,7 +17,7 @@ engine path the adapters use for it:
   sent: the Run's decision made it, and the replay compares what it did to the consent;
 - ``agent_jobs``: a submission through the delegated jobs facade's transaction, a result
   or a containment through the engine on the job's row (``AgentJobs._command``'s path);
-- ``nodes``: ``NodeLeases.decide`` (the node row locked, the kernel decides; the adapters' test seam).
+- ``nodes``: ``NodeLeases.send`` (the node row locked, the kernel decides; the adapters' test seam).
 
 Commands go as the world made them, with the evidence the explorer gathered (an owner's
 status, a containment count, what the broker said): in lockstep the database holds what
@@ -241,7 +241,7 @@ _SENDERS: dict[tuple[str, type[Any] | None], Callable[[RunLedger, str, Any], Awa
     ("consent", None): _on_row(CONSENTS_BINDING, consent_finders.consents_by_keys),
     ("agent_jobs", SubmitJob): lambda ledger, key, command: _submit_job(ledger.transactions, command),
     ("agent_jobs", None): _on_row(AGENT_JOBS_BINDING, job_finders.jobs_by_keys),
-    ("nodes", None): lambda ledger, key, command: ledger.nodes.decide(key, command),
+    ("nodes", None): lambda ledger, key, command: ledger.nodes.send(key, command),
 }
 """How each machine's commands reach the database: by (machine, command type), else by
 machine (None)."""
