@@ -8,29 +8,19 @@ observer whole, and what is stored is what is logged.
 
 from __future__ import annotations
 
-__all__ = ["MAX_ERROR_BYTES", "MAX_LOGGED_CHAIN", "error_text", "exception_text", "loggable_exception"]
+from .text import MAX_TEXT_BYTES, clean_text
 
-MAX_ERROR_BYTES = 2048
+__all__ = ["MAX_ERROR_BYTES", "MAX_LOGGED_CHAIN", "error_bytes", "exception_text", "loggable_exception"]
+
+MAX_ERROR_BYTES = MAX_TEXT_BYTES
 """The most UTF-8 bytes of a failure's stored text (less when the source's
-``max_payload_bytes`` is smaller)."""
-
-_CONTROL = {code: "\ufffd" for code in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0))}
-"""Control characters a stored error must not carry (tab and line breaks stay: a
-message may span lines); each becomes U+FFFD."""
+``max_payload_bytes`` is smaller: :func:`error_bytes`)."""
 
 
-def error_text(text: str, max_bytes: int) -> str:
-    """``text`` as a storable error: control characters (except tab and line breaks) and
-    unencodable code points replaced, cut to ``max_bytes`` UTF-8 bytes (at most
-    :data:`MAX_ERROR_BYTES`) on a character boundary (marked with an ellipsis)."""
-    max_bytes = min(max_bytes, MAX_ERROR_BYTES)
-    # Every character is at least one byte once cleaned, so what lies past the first
-    # max_bytes + 1 characters is cut anyway: never clean megabytes to keep two KiB.
-    cleaned = text[: max_bytes + 1].translate(_CONTROL).encode("utf-8", "replace")
-    if len(cleaned) <= max_bytes:
-        return cleaned.decode("utf-8")
-    ellipsis = "\u2026".encode()
-    return cleaned[: max(0, max_bytes - len(ellipsis))].decode("utf-8", "ignore") + ellipsis.decode()
+def error_bytes(max_payload_bytes: int) -> int:
+    """The most UTF-8 bytes of a failure's stored text on a source whose payloads hold at
+    most ``max_payload_bytes``."""
+    return min(max_payload_bytes, MAX_ERROR_BYTES)
 
 
 def _message(error: BaseException) -> str:
@@ -42,11 +32,13 @@ def _message(error: BaseException) -> str:
 
 def exception_text(error: BaseException, max_bytes: int, *, with_message: bool = True) -> str:
     """``"<ExceptionType>: <message>"`` (the type alone when the message is empty, or
-    when ``with_message`` is False)."""
+    when ``with_message`` is False), cleaned (:func:`~tenure.adapters.core.text.clean_text`,
+    line breaks kept) and cut to :func:`error_bytes` of ``max_bytes``."""
     if not with_message:
-        return error_text(type(error).__name__, max_bytes)
+        return clean_text(type(error).__name__, error_bytes(max_bytes))
     message = _message(error)
-    return error_text(f"{type(error).__name__}: {message}" if message else type(error).__name__, max_bytes)
+    return clean_text(f"{type(error).__name__}: {message}" if message else type(error).__name__,
+                      error_bytes(max_bytes))
 
 
 MAX_LOGGED_CHAIN = 8
@@ -57,9 +49,9 @@ def loggable_exception(error: BaseException, max_bytes: int, *, with_message: bo
     """A stand-in for ``error`` that a log line or a trace may carry: its type's name,
     its traceback's frames and its chain (causes and contexts, up to
     :data:`MAX_LOGGED_CHAIN`, each likewise), but each message cleaned and cut as a
-    stored error text is (:func:`error_text`), or left out with ``with_message=False``,
-    and no notes. So a handler's message reaches no output whole: a 10 MB message, an
-    escape sequence or a NUL is logged as it is stored, and a message that must not be
+    stored error text is (:func:`~tenure.adapters.core.text.clean_text`), or left out
+    with ``with_message=False``, and no notes. So a handler's message reaches no output whole: a 10 MB message, an
+    escape sequence, a NUL or a bidirectional override is logged as it is stored, and a message that must not be
     stored is not logged either (the frames, files and lines stay to debug with)."""
     copies: dict[int, BaseException] = {}
 
@@ -73,7 +65,7 @@ def loggable_exception(error: BaseException, max_bytes: int, *, with_message: bo
         stand_in_type: type[Exception] = type(kind.__name__, (Exception,), {"__module__": kind.__module__,
                                                                             "__qualname__": kind.__qualname__})
         message = _message(original) if with_message else ""
-        stand_in = stand_in_type(error_text(message, max_bytes)) if message else stand_in_type()
+        stand_in = stand_in_type(clean_text(message, error_bytes(max_bytes))) if message else stand_in_type()
         copies[id(original)] = stand_in
         stand_in.__traceback__ = original.__traceback__
         if depth < MAX_LOGGED_CHAIN:

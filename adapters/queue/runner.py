@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from tenure.model import ConfigValidationError, JobStatus, QueueClaimFence, QueueKind, TenureError
 
-from ..core.failure_text import error_text, exception_text, loggable_exception
+from ..core.failure_text import error_bytes, exception_text, loggable_exception
+from ..core.text import clean_text
 from ..core.outages import OutageLog
 from .batcher import Batcher
 from .job import LOST_RENEWAL, LOST_STATE, LOST_UNRETURNED, ClaimInFlight, FailJob, Handler
@@ -367,7 +368,7 @@ class JobRunner:
                            jitter_per_mille=random.randint(0, 500) if task.retry_jitter else 0)
 
             async def fail() -> JobStatus | None:
-                return await source.fail_owned_status(fence, error_text(outcome.error, source.config.max_payload_bytes),
+                return await source.fail_owned_status(fence, clean_text(outcome.error, error_bytes(source.config.max_payload_bytes)),
                                                        retry=outcome.retry, **dlq)
 
             status = await self._fenced(job, fail, {JobStatus.FAILED, JobStatus.PENDING})

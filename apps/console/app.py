@@ -82,7 +82,8 @@ from tenure.model import ConfigValidationError, TenureError
 from tenure.model.errors import is_authored_word
 
 from tenure.adapters.core.tables import Unreadable
-from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, printable, when
+from tenure.adapters.core.text import clean_text
+from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, when
 from .reads import ConsoleData
 from .security import (
     CSRF_COOKIE,
@@ -157,7 +158,7 @@ def _environment() -> Environment:
 
     environment = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True)
-    environment.filters.update(when=when, ago=ago, duration=duration, printable=printable,
+    environment.filters.update(when=when, ago=ago, duration=duration, printable=clean_text,
                                q=lambda value: urllib.parse.quote(str(value), safe=""))
     # ``row is unreadable``: a listed row tenure cannot read (shown as corrupt_row).
     environment.tests["unreadable"] = lambda value: isinstance(value, Unreadable)

@@ -10,9 +10,11 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import uuid
+
 import markupsafe
 import pytest
-from adapter_support import raw
+from adapter_support import _run_async, raw
 from console_html import attribute, by_testid, texts
 from console_seed import (
     CONSENT_SECRET,
@@ -26,6 +28,9 @@ from console_seed import (
     TASK_SECRET,
     Seeded,
 )
+
+from tenure.adapters import ValidationJobSource
+from tenure.model import ValidationJob, WorkerConfig
 
 SECRETS = (TASK_SECRET, RUN_SECRET, CONSENT_SECRET)
 HOSTILE_TEXTS = (HOSTILE, HOSTILE_ERROR, HOSTILE_NODE, HOSTILE_QUEUE, HOSTILE_TOOL, HOSTILE_WORKFLOW)
@@ -333,3 +338,28 @@ def test_no_get_changes_anything_even_one_addressed_at_an_action(
         response = client.get(path)
         assert response.status_code in (404, 405), path
     assert _state(url) == before
+
+
+SPOOFING_ERROR = "boom \u202eevil\u202c \u2066x\u2069 \x1b[31mred\rOVER\u2028next\u2029para"
+"""A stored error another client wrote (the worker would have cleaned it): an override,
+an isolate, an escape sequence, a carriage return and the line and paragraph separators."""
+
+
+async def _failed_with(db_url: str, error: str) -> str:
+    async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=30, heartbeat_seconds=10)) as source:
+        await source.submit_owned(ValidationJob("orders", "1", "a.jsonl"), submission_id="s-1")
+        claimed = await source.claim_next_owned("worker-a", claim_token=uuid.uuid4().hex)
+        assert claimed is not None and await source.fail_owned(claimed.claim_fence, error, retry=False)
+        return str(claimed.job_id)
+
+
+def test_a_stored_error_shows_without_its_control_bidirectional_or_separator_characters(
+    console_url: str, console: Callable[..., Any],
+) -> None:
+    job_id = _run_async(_failed_with(console_url, SPOOFING_ERROR))
+    client = console(console_url)
+    for path in (f"/jobs/validation/{job_id}", "/jobs?queue=validation"):
+        page = client.get(path).text
+        assert not {"\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\r", "\u2028", "\u2029"} & set(page), path
+        assert "boom \ufffdevil\ufffd \ufffdx\ufffd \ufffd[31mred" in page, path
+    assert "OVER" in texts(client.get(f"/jobs/validation/{job_id}").text, "job-error")[0]
