@@ -319,8 +319,8 @@ class Pages:
         return Page("job.html", {
             "info": view, "source": source, "reveal": reveal, "revealed": revealed,
             "result_bytes": None if _parsed(view.result_json) is None else _text_size(view.result_json),
-            "progress_bytes": _text_size(view.progress_json), "error": clean_text(view.error),
-            "retry_offered": source != "streaming", "path": f"/jobs/{source}/{_quoted(view.job_id)}",
+            "progress_bytes": _text_size(view.progress_json), "error": clean_text(view.state.error),
+            "retry_offered": source != "streaming", "path": f"/jobs/{source}/{_quoted(view.state.job_id)}",
             "outcome": outcome, "message": message, "pending_consents": await self._badge(), "title": "Job",
             "nav": "jobs"})
 
@@ -332,14 +332,14 @@ class Pages:
         if isinstance(view, Unreadable):  # nothing can act on it (its page offers nothing)
             return Redirect(f"/jobs/{source}/{_quoted(job_id)}")
         if action == "retry":
-            retried = await self.data.retry_job(source, view.job_id)
+            retried = await self.data.retry_job(source, view.state.job_id)
             outcome = "retry_unsupported" if retried is None else "retried" if retried else "not_retried"
         else:
-            cancelled = await self.data.cancel_job(source, view.job_id)
-            now = await self.data.job(source, view.job_id) if cancelled else None
-            requested = isinstance(now, JobView) and now.cancel_requested
+            cancelled = await self.data.cancel_job(source, view.state.job_id)
+            now = await self.data.job(source, view.state.job_id) if cancelled else None
+            requested = isinstance(now, JobView) and now.state.cancel_requested
             outcome = "not_cancelled" if not cancelled else "cancel_requested" if requested else "cancelled"
-        return Redirect(f"/jobs/{source}/{_quoted(view.job_id)}?outcome={outcome}")
+        return Redirect(f"/jobs/{source}/{_quoted(view.state.job_id)}?outcome={outcome}")
 
     # --- Runs ------------------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.record import QueueRow
 from tenure.kernel.runs import finders as run_finders
 from tenure.kernel.runs.record import DeliveryRow, RunRow, key_of
-from tenure.model import ConsentStatus, JobStatus, RunStatus, TenureError, bounds
+from tenure.model import ConsentStatus, JobState, JobStatus, RunStatus, TenureError, bounds
 from tenure.model.runs import check_run_id, check_text
 
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
@@ -51,7 +51,8 @@ from tenure.adapters.core.facade import Cursor
 from tenure.adapters.core.store import Transaction
 from tenure.adapters.core.tables import Binding, Unreadable, qualified
 from tenure.adapters.core.urls import parse_db_url
-from tenure.adapters.queue.sources import JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
+from tenure.adapters.queue.sources import (JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource,
+                                           job_state)
 from tenure.adapters.queue.table import QUEUE_BINDINGS, TASKS_BINDING, envelope_of
 from tenure.adapters.runs.ledger import RunLedger
 from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
@@ -133,26 +134,13 @@ class Overview:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobView:
-    """One job as a page shows it (never its claim token): its row's state, and its
-    envelope and result when they can be read (a row another client wrote may hold
-    neither in a shape tenure reads: the page then says so and shows the rest)."""
+    """One job as a page shows it (never its claim token): its row's
+    :class:`~tenure.model.JobState` (the part of a :class:`~tenure.model.JobInfo`, what
+    ``tenure jobs`` shows, read from the row's columns alone), and what it carries as
+    stored, read when it can be (a row another client wrote may hold neither in a shape
+    tenure reads: the page then says so and shows the rest)."""
 
-    job_id: str
-    run_id: str | None
-    status: JobStatus
-    attempt: int
-    max_attempts: int
-    generation: int
-    owner_id: str | None
-    protected: bool
-    fires_at_us: int
-    created_at_us: int
-    claimed_at_us: int | None
-    lease_expires_at_us: int | None
-    completed_at_us: int | None
-    cancel_requested: bool
-    dlq_record_id: str | None
-    error: str | None
+    state: JobState
     task: tuple[str, str, int] | None
     """Tasks: (task queue, task name, priority)."""
     envelope: dict[str, Any] | None
@@ -168,10 +156,7 @@ def job_view(record: QueueRow) -> JobView:
         envelope = None
     task = None if record.queue_name is None or record.task_name is None else (
         record.queue_name, record.task_name, record.priority)
-    return JobView(record.job_id, record.run_id, record.status, record.attempts, record.max_attempts,
-                   record.generation, record.owner_id, record.fence_required, record.fires_at_us, record.created_at_us,
-                   record.claimed_at_us, record.lease_expires_at_us, record.completed_at_us, record.cancel_requested,
-                   record.dlq_record_id, record.error_message, task, envelope, record.result_json, record.progress_json)
+    return JobView(job_state(record), task, envelope, record.result_json, record.progress_json)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ revealed, ``Server-Timing`` everywhere, and that no GET changes anything."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import urllib.parse
 from collections.abc import Callable
@@ -30,7 +31,9 @@ from console_seed import (
 )
 
 from tenure.adapters import ValidationJobSource
-from tenure.model import ValidationJob, WorkerConfig
+from tenure.adapters.queue.sources import TaskSource
+from tenure.apps.console.reads import ConsoleData, JobView
+from tenure.model import JobInfo, JobState, ValidationJob, WorkerConfig
 
 SECRETS = (TASK_SECRET, RUN_SECRET, CONSENT_SECRET)
 HOSTILE_TEXTS = (HOSTILE, HOSTILE_ERROR, HOSTILE_NODE, HOSTILE_QUEUE, HOSTILE_TOOL, HOSTILE_WORKFLOW)
@@ -363,3 +366,27 @@ def test_a_stored_error_shows_without_its_control_bidirectional_or_separator_cha
         assert not {"\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\r", "\u2028", "\u2029"} & set(page), path
         assert "boom \ufffdevil\ufffd \ufffdx\ufffd \ufffd[31mred" in page, path
     assert "OVER" in texts(client.get(f"/jobs/validation/{job_id}").text, "job-error")[0]
+
+
+async def _job_seen_twice(db_url: str, job_id: str) -> tuple[Any, JobInfo | None]:
+    """The console's view of a task and what ``get_job`` (``tenure jobs show``) answers."""
+    data = ConsoleData(db_url)
+    try:
+        view = await data.job("tasks", job_id)
+    finally:
+        await data.close()
+    async with TaskSource(db_url) as source:
+        return view, await source.get_job(job_id)
+
+
+def test_a_job_page_holds_the_job_state_tenure_jobs_shows_and_repeats_none_of_its_fields(
+    seeded: tuple[str, Seeded],
+) -> None:
+    url, data = seeded
+    assert not {field.name for field in dataclasses.fields(JobView)} & {
+        field.name for field in dataclasses.fields(JobInfo)}
+    for job_id in (data.failed_task, data.completed_task, data.pending_task):
+        view, info = _run_async(_job_seen_twice(url, job_id))
+        assert isinstance(view, JobView) and info is not None
+        assert view.state == JobState(**{field.name: getattr(info, field.name) for field in dataclasses.fields(JobState)})
+        assert isinstance(info, JobState) and (view.result_json is None) == (info.result is None)
