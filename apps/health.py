@@ -65,16 +65,18 @@ store's own deadline of the same length): a database that does not answer, or st
 answering midway, makes every check not yet read not ok with reason ``timeout``; closing
 the connections is bounded too. It never hangs, so it suits a container probe.
 
-Costs. Per queue table one ``GROUP BY`` over its rows (an index-only scan where
-PostgreSQL can) and one statement counting the expired claims of every queue; one
-statement over the Runs in CANCELLING (the status index); one over the reports. A table
+Costs. The queues are read by :class:`~tenure.apps.queue_counts.QueueCounts` (the
+reader the console's overview shows too): per queue table one ``GROUP BY`` over its
+rows (an index-only scan where PostgreSQL can) and one statement counting the expired
+claims of every queue; one statement over the Runs in CANCELLING (the status index); one over the reports. A table
 holding millions of finished rows costs a scan of them per probe: purge them
 (``tenure jobs purge``) or probe less often.
 
 Nothing here reads or returns a payload, a claim token or a Run ID. Queue names are
 reported as stored only when they are identifiers (:func:`~tenure.model.validation.is_queue_name`);
-any other name, and names past the first :data:`MAX_TASK_QUEUES`, are counted under
-``(other)``. Statuses other than the queue machine's are counted as ``other``.
+any other name, and names past the first
+:data:`~tenure.apps.queue_counts.MAX_TASK_QUEUES`, are counted under ``(other)``.
+Statuses other than the queue machine's are counted as ``other``.
 """
 
 from __future__ import annotations
@@ -87,24 +89,24 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from tenure.kernel.core import Condition, Finder, Param
-from tenure.kernel.queue import finders as queue_finders
 from tenure.model import ConfigValidationError, JobStatus, RunStatus, TenureError
-from tenure.model.validation import is_queue_name
 
 from tenure.adapters.core.catalog import Executor
 from tenure.adapters.core.schema import MIGRATIONS_TABLE
 from tenure.adapters.core.store import Store, Transaction
 from tenure.adapters.core.tables import Binding, Dialect, Step, qualified
 from tenure.adapters.core.urls import parse_db_url
-from tenure.adapters.queue.table import OWNED_STEP, QUEUE_BINDINGS, TASKS_BINDING, TASKS_STEP
+from tenure.adapters.queue.table import OWNED_STEP, TASKS_STEP
 from tenure.adapters.runs.reports import latest_reports, stored_counts
 from tenure.adapters.runs.table import REPORTS_STEP, RUNS_BINDING, RUNS_STEP
 from tenure.adapters.wiring.dialects import backend_for, open_store, resolve_schema
 from tenure.adapters.wiring.migrations import RECORDED_STEPS
 
-__all__ = ["Thresholds", "THRESHOLD_LIMITS", "HealthCheck", "QueueReading", "CancellingReading", "NodeReport",
-           "HealthSnapshot", "HealthProbe", "health_snapshot", "CHECK_NAMES", "NEVER_MIGRATED", "MAX_TASK_QUEUES",
-           "DEFAULT_TIMEOUT_SECONDS", "OTHER", "check_setting"]
+from .queue_counts import QueueCounts, QueueReading
+
+__all__ = ["Thresholds", "THRESHOLD_LIMITS", "HealthCheck", "CancellingReading", "NodeReport",
+           "HealthSnapshot", "HealthProbe", "health_snapshot", "CHECK_NAMES", "NEVER_MIGRATED",
+           "DEFAULT_TIMEOUT_SECONDS", "check_setting"]
 
 CHECK_NAMES = ("reachable", "migrated", "pending_jobs", "oldest_pending_seconds", "expired_claims",
                "oldest_cancelling_seconds", "recovery_reports")
@@ -112,12 +114,6 @@ CHECK_NAMES = ("reachable", "migrated", "pending_jobs", "oldest_pending_seconds"
 
 NEVER_MIGRATED = ("schema_missing", "database_missing")
 """The persistence reasons of a database no ``tenure migrate`` ever ran on."""
-
-MAX_TASK_QUEUES = 256
-"""Task queue names reported one by one; the rest are counted under :data:`OTHER`."""
-
-OTHER = "(other)"
-"""The queue every task queue name not reported by itself is counted under."""
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 
@@ -184,26 +180,6 @@ class HealthCheck:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class QueueReading:
-    """One queue: pycharter's (``table`` its table, ``queue`` its kind) or a task queue
-    of ``tenure_tasks`` (``queue`` its name, or :data:`OTHER`)."""
-
-    table: str
-    queue: str
-    counts: Mapping[str, int]
-    """Jobs by status: every status of the queue machine (zeros included), and ``other``
-    when rows hold a status it does not know."""
-    oldest_pending_seconds: float | None
-    """How long the oldest due pending job has been due; None: none is due."""
-    expired_claims: int
-    """Claims whose lease ran out longer ago than the grace."""
-
-    def document(self) -> dict[str, Any]:
-        return {"table": self.table, "queue": self.queue, "counts": dict(self.counts),
-                "oldest_pending_seconds": self.oldest_pending_seconds, "expired_claims": self.expired_claims}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class CancellingReading:
     """The Runs in CANCELLING: how many, the oldest's age, and how many are past the threshold."""
 
@@ -257,19 +233,11 @@ class HealthSnapshot:
 
 # --- reading -----------------------------------------------------------------------------------
 
-_EXPIRED = dataclasses.replace(queue_finders.expired, lock="none")
-_CLAIMED = Condition("status", "=", JobStatus.CLAIMED)
-_EXPIRED_OF_TASK_QUEUE = Finder(
-    "health_expired_of_task_queue",
-    ((_CLAIMED, Condition("lease_expires_at_us", "<=", Param("now")), Condition("queue_name", "=", Param("queue"))),),
-    lock="none",
-)
 _STUCK_CANCELLING = Finder(
     "health_stuck_cancelling",
     ((Condition("status", "=", RunStatus.CANCELLING), Condition("updated_at_us", "<", Param("cutoff"))),),
     lock="none",
 )
-_STATUSES = tuple(status.value for status in JobStatus)
 
 
 def _seconds(micros: int) -> float:
@@ -284,8 +252,9 @@ class _Reader:
     """One snapshot's reads, each group in its own read transaction, filled in as they
     answer (what a timeout leaves unread stays None)."""
 
-    def __init__(self, store: Store, codec: Dialect, schema: str | None, thresholds: Thresholds) -> None:
-        self.store, self.codec, self.schema, self.thresholds = store, codec, schema, thresholds
+    def __init__(self, store: Store, counts: QueueCounts, codec: Dialect, schema: str | None,
+                 thresholds: Thresholds) -> None:
+        self.store, self.counts, self.codec, self.schema, self.thresholds = store, counts, codec, schema, thresholds
         self.latency_ms: float | None = None
         self.unreachable: str | None = None
         self.never_migrated: str | None = None
@@ -329,69 +298,8 @@ class _Reader:
         return frozenset(str(name) for (name,) in rows)
 
     async def _queues(self, tx: Transaction) -> None:
-        now = await tx.now_us()
-        cutoff = now - _micros(self.thresholds.expired_claim_grace_seconds)
-        readings: list[QueueReading] = []
-        queries: list[tuple[Binding, Finder, Mapping[str, Any], int | None]] = []
-        for kind, binding in QUEUE_BINDINGS.items():
-            counts, oldest = (await self._groups(tx, binding, kind.value)).get(kind.value, ({}, None))
-            readings.append(self._reading(binding, kind.value, counts, oldest, now))
-            queries.append((binding, _EXPIRED, {"now": cutoff}, None))
-        claimed: list[str] = []  # the task queues with claims, whose expired ones are counted apart
-        if self.has(TASKS_STEP):
-            groups = await self._groups(tx, TASKS_BINDING, None)
-            for name, (counts, oldest) in sorted(groups.items()):
-                readings.append(self._reading(TASKS_BINDING, name, counts, oldest, now))
-                if name != OTHER and counts.get(JobStatus.CLAIMED.value):
-                    claimed.append(name)
-            queries.append((TASKS_BINDING, _EXPIRED, {"now": cutoff}, None))
-            queries.extend((TASKS_BINDING, _EXPIRED_OF_TASK_QUEUE, {"now": cutoff, "queue": name}, None)
-                           for name in claimed)
-        answers = iter(await tx.count_each(queries))
-        expired = {binding.spec.name: next(answers) for binding in QUEUE_BINDINGS.values()}
-        tasks_expired = next(answers, 0)
-        of_task_queue = dict(zip(claimed, answers))
-        of_task_queue[OTHER] = tasks_expired - sum(of_task_queue.values())
-        self.queues = tuple(
-            dataclasses.replace(reading, expired_claims=of_task_queue.get(reading.queue, 0)
-                                if reading.table == TASKS_BINDING.spec.name else expired[reading.table])
-            for reading in readings)
-
-    async def _groups(self, tx: Transaction, binding: Binding, queue: str | None,
-                      ) -> dict[str, tuple[dict[str, int], int | None]]:
-        """Per queue (one of pycharter's tables: ``queue``; None: the task queues of
-        ``tenure_tasks``): jobs by status, and the earliest ``fires_at`` of a pending job."""
-        status = binding.column_of("status").name
-        fires = binding.column_of("fires_at_us").name
-        keys = status if queue is not None else f"{binding.column_of('queue_name').name}, {status}"
-        rows = await cast(Executor, tx).execute(
-            f"SELECT {keys}, count(*), min({fires}) FROM {self.table(binding)} GROUP BY {keys}")
-        groups: dict[str, tuple[dict[str, int], int | None]] = {}
-        for row in rows:
-            if queue is not None:
-                name = queue
-                stored_status, count, earliest = row
-            else:
-                stored_name, stored_status, count, earliest = row
-                known = is_queue_name(stored_name) and (
-                    stored_name in groups or len(groups) - (OTHER in groups) < MAX_TASK_QUEUES)
-                name = stored_name if known else OTHER
-            counts, oldest = groups.setdefault(name, ({}, None))
-            key = stored_status if stored_status in _STATUSES else "other"
-            counts[key] = counts.get(key, 0) + int(count)
-            if key == JobStatus.PENDING.value and earliest is not None:
-                due = self.codec.instant_from_stored(earliest)
-                groups[name] = (counts, due if oldest is None else min(oldest, due))
-        return groups
-
-    @staticmethod
-    def _reading(binding: Binding, queue: str, counts: Mapping[str, int], oldest: int | None,
-                 now: int) -> QueueReading:
-        every = {status: counts.get(status, 0) for status in _STATUSES}
-        if counts.get("other"):
-            every["other"] = counts["other"]
-        age = None if oldest is None or oldest > now else _seconds(now - oldest)
-        return QueueReading(binding.spec.name, queue, every, age, 0)
+        cutoff = await tx.now_us() - _micros(self.thresholds.expired_claim_grace_seconds)
+        self.queues = await self.counts.read(tx, tasks=self.has(TASKS_STEP), expired_before_us=cutoff)
 
     async def _cancelling(self, tx: Transaction) -> None:
         now = await tx.now_us()
@@ -533,11 +441,12 @@ class HealthProbe:
         self.timeout_seconds = float(timeout_seconds)
         self._schema = resolve_schema(target, None)
         self._codec = backend.codec
+        self._counts = QueueCounts(backend, self._schema)
         self._store = open_store(db_url, timeout_seconds=self.timeout_seconds)
 
     async def snapshot(self, thresholds: Thresholds | None = None) -> HealthSnapshot:
         """One reading, within ``timeout_seconds`` (see the module docstring)."""
-        reader = _Reader(self._store, self._codec, self._schema, thresholds or Thresholds())
+        reader = _Reader(self._store, self._counts, self._codec, self._schema, thresholds or Thresholds())
         timed_out = False
         try:
             async with asyncio.timeout(self.timeout_seconds):

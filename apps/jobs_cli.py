@@ -62,7 +62,7 @@ from tenure.adapters.core.tables import Unreadable
 from tenure.adapters.queue import JobSource
 from tenure.adapters.queue.operations import PURGE_LIMIT
 from tenure.adapters.queue.sources import TaskSource
-from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
+from tenure.adapters.core.text import clean_text
 from .runs_cli import run_table
 from .worker_cli import SOURCES, load_app, refused_unless_migrated
 
@@ -141,12 +141,6 @@ def add_jobs_parser(commands: Any) -> None:
     defer.add_argument("--db", help="database URL (default: $TENURE_DB, else the app's own)")
 
 
-def _printable(error: str | None) -> str | None:
-    """A stored error as it may reach a terminal: another client may have stored control
-    characters (escape sequences), which are replaced as the worker replaces them."""
-    return None if error is None else error_text(error, MAX_ERROR_BYTES)
-
-
 def _kind(info: JobInfo, tasks: bool) -> str:
     """An owned submission (replay-safe under its submission ID), or not."""
     if tasks:
@@ -178,7 +172,7 @@ def _stored(entry: Unreadable, field: str) -> Any:
     if field.endswith("_at_us"):
         return _when(micros_to_datetime(value)) if type(value) is int else None
     if type(value) is str:
-        return _printable(value)
+        return clean_text(value)
     return value if value is None or type(value) in (int, bool) else None
 
 
@@ -209,7 +203,7 @@ def _document(info: JobInfo, *, with_args: bool) -> dict[str, Any]:
         "owner_id": info.owner_id, "protected": info.protected, "submission_id": info.submission_id,
         "fires_at": _when(info.fires_at), "created_at": _when(info.created_at), "claimed_at": _when(info.claimed_at),
         "lease_expires_at": _when(info.lease_expires_at), "completed_at": _when(info.completed_at),
-        "cancel_requested": info.cancel_requested, "pid": info.pid, "error": _printable(info.error),
+        "cancel_requested": info.cancel_requested, "pid": info.pid, "error": clean_text(info.error),
         "result_bytes": None if info.result is None else len(canonical_json(info.result).encode()),
         "dlq_record_id": info.dlq_record_id, "corrupt_row": False,
     }
@@ -234,7 +228,7 @@ def _line(entry: JobInfo | Unreadable, tasks: bool) -> list[Any]:
         return [entry.job_id, *(_task_columns(entry) if tasks else []), entry.status.value,
                 f"{entry.attempt}/{entry.max_attempts}", entry.generation,
                 _kind(entry, tasks), entry.owner_id, entry.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                (_printable(entry.error) or "").splitlines()[0][:60] if entry.error else None]
+                (clean_text(entry.error) or "").splitlines()[0][:60] if entry.error else None]
     document = _corrupt_document(QueueKind.TASK if tasks else QueueKind.VALIDATION, entry)
     created = document["created_at"]
     return [document["job_id"], *([document["task_queue"], document["task"], document["priority"]] if tasks else []),

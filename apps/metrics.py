@@ -58,7 +58,8 @@ the decided consent (again if that hop is lost and retried).
 
 Gauges, sampled every ``--metrics-sample-seconds`` (default 15; 0: no sampling) by one
 read-only :class:`~tenure.apps.health.HealthProbe` snapshot (what ``tenure
-health`` reads), never per call: ``tenure_queue_jobs{table,queue,status}``,
+health`` reads; its queues through :class:`~tenure.apps.queue_counts.QueueCounts`, the reader
+the console's overview shows too), never per call: ``tenure_queue_jobs{table,queue,status}``,
 ``tenure_queue_oldest_pending_seconds{table,queue}`` (how long the oldest due pending job
 has been due, database clock; 0 when none is due),
 ``tenure_queue_expired_claims{table,queue}``, ``tenure_runs_cancelling``,
@@ -102,7 +103,7 @@ if TYPE_CHECKING:
 
     from tenure.model import ConsentRecord, RunClaim, RunRecord
 
-    from tenure.adapters.queue.worker import JobContext
+    from tenure.adapters.queue.job import JobContext
     from tenure.adapters.runs.recovery import RecoveryReport
     from tenure.adapters.runs.runtime import RunRuntime
     from .health import HealthProbe, HealthSnapshot

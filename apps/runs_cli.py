@@ -51,7 +51,7 @@ from tenure.model import (
     load_json,
 )
 
-from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
+from tenure.adapters.core.text import clean_text
 from tenure.adapters.runs import (
     QueueBroker,
     RunLedger,
@@ -283,12 +283,6 @@ async def _warn_unless_served(ledger: RunLedger, queue: str) -> None:
               f"waits until one does (tenure runs worker --queue {shlex.quote(queue)} ...)", file=sys.stderr)
 
 
-def _cell(text: str) -> str:
-    """Stored text as one table cell: control characters replaced, every run of white space
-    (line breaks, tabs) one space, at most 2,048 bytes (a workflow's error may span lines)."""
-    return " ".join(error_text(text, MAX_ERROR_BYTES).split())
-
-
 MAX_PAYLOAD_FILE_BYTES = 16 * 1024 * 1024
 """The most a payload file or stdin may hold (the ledger bounds the payload itself)."""
 
@@ -339,13 +333,13 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
             payload_bytes = len(canonical_json(consent.payload).encode())
             waits_on += [
                 ["consent", f"{consent.status.value}, deadline {_when(consent.expires_at) or 'none'}"],
-                ["consent for", f"tool {_cell(consent.tool_name)}"],
+                ["consent for", f"tool {clean_text(consent.tool_name, one_line=True)}"],
                 ["consent asked", _when(consent.created_at)],
                 ["consent payload", f"{payload_bytes} bytes of JSON"
                  + ("" if arguments.show_payload else " (--show-payload prints it)")],
             ]
             if consent.decided_by is not None:
-                waits_on.append(["consent decided", f"by {_cell(consent.decided_by)} at {_when(consent.decided_at)}"])
+                waits_on.append(["consent decided", f"by {clean_text(consent.decided_by, one_line=True)} at {_when(consent.decided_at)}"])
     wakes: list[list[object]] = [] if run.wake_at is None else [["wakes at", _when(run.wake_at)]]
     rows: list[list[object]] = [
         ["status", run.status.value], ["workflow", f"{run.workflow.name}@{run.workflow.revision}"],
@@ -353,7 +347,7 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
         ["owner", None if run.owner_kind is None else f"{run.owner_kind.value} {run.owner_id}"],
         *waits_on,
         *wakes,
-        ["error", None if run.error is None else _cell(run.error)], ["started", _when(run.started_at)],
+        ["error", clean_text(run.error, one_line=True)], ["started", _when(run.started_at)],
         ["updated", _when(run.updated_at)],
         ["result", None if run.result is None else f"{len(canonical_json(run.result).encode())} bytes of JSON"
          + ("" if arguments.result else " (--result prints it)")],

@@ -35,7 +35,7 @@ from tenure.model import ConfigValidationError, ErrorCode, TenureError, WorkerCo
 from tenure.model.validation import is_queue_name
 
 from tenure.adapters.queue.sources import JobSource, PipelineJobSource, StreamingJobSource, ValidationJobSource
-from tenure.adapters.queue.worker import Worker, WorkerStats
+from tenure.adapters.queue import Worker, WorkerStats
 from .logs import add_logging_options, configure_logging
 from .metrics import add_metrics_options, start_metrics
 from .reporting import report_refusal  # the one refusal format of every subcommand
@@ -172,7 +172,7 @@ def import_problem(path: str, what: str) -> tuple[Any, str | None]:
     type and message (the code's own words, bounded and cleaned, never a file's
     contents), and so is the dependency it failed to import: a handler whose module
     imports a missing package must not read as if the handler's own module were missing."""
-    from tenure.adapters.queue.worker import error_text
+    from tenure.adapters.core.text import clean_text
 
     module_name, separator, attribute = path.partition(":")
     if (not separator or not all(part.isidentifier() for part in module_name.split("."))
@@ -189,7 +189,7 @@ def import_problem(path: str, what: str) -> tuple[Any, str | None]:
         return None, f"the {what}'s module imports a module that is not installed ({missing!r})"
     except Exception as error:  # noqa: BLE001 - any import failure is a bad argument
         failing = _failing_module(error)
-        message = " ".join(error_text(str(error), IMPORT_MESSAGE_BYTES).split()) if str(error) else ""
+        message = clean_text(str(error), IMPORT_MESSAGE_BYTES, one_line=True)
         # A dependency is named; the module given, or a package of its path, never is.
         named = failing and failing != module_name and not module_name.startswith(failing + ".")
         where = f" while importing {failing!r}" if named else ""

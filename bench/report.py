@@ -52,7 +52,7 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
         "",
         "- **floor**: one autocommit statement per step (four round trips per job). Its fenced UPDATE compares the",
         "  lease with a clock read *before* a row-lock wait, so it can accept a write after the lease expired",
-        "  (tests/adapters/core/test_postgres.py proves it); tenure refuses that write.",
+        "  (tests/adapters/postgres/test_postgres.py proves it); tenure refuses that write.",
         "- **locked floor**: tenure's guarantee with the fewest round trips asyncpg allows: BEGIN, one statement that",
         "  locks the rows and then reads the clock, a compare-and-set write, COMMIT (sixteen round trips per job).",
         "  It decides in a few lines of Python instead of the kernel and reads nothing back.",

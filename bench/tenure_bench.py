@@ -223,7 +223,7 @@ class LockFirstFloor(Floor):
 #
 # The guarantee tenure keeps is "lock the rows, then read the database clock, then decide,
 # then write with a compare-and-set": a decision never rests on a clock read before a lock
-# wait. The single-statement floor above cannot keep it (tests/adapters/core/test_postgres.py shows its
+# wait. The single-statement floor above cannot keep it (tests/adapters/postgres/test_postgres.py shows its
 # fenced UPDATE accepting a write after the lease expired behind a lock wait). This floor
 # keeps it with the fewest round trips asyncpg allows: BEGIN, one statement that locks and
 # then reads the clock, one compare-and-set write, COMMIT. It decides in a few lines of

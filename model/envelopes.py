@@ -53,6 +53,7 @@ __all__ = [
     "ClaimedTask",
     "ENVELOPE_FOR_QUEUE",
     "DEFAULT_MAX_ATTEMPTS",
+    "JobState",
     "JobInfo",
 ]
 
@@ -359,8 +360,10 @@ class ClaimedTask:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class JobInfo:
-    """What ``get_job`` and ``list_jobs`` show of a job. Never its claim token."""
+class JobState:
+    """A job's row without what it carries (its envelope, result and progress): what a
+    display shows of a job even when another client stored those in a shape tenure does
+    not read (the console's job page). Never its claim token."""
 
     queue: QueueKind
     job_id: str
@@ -381,8 +384,15 @@ class JobInfo:
     cancel_requested: bool
     pid: int | None
     error: str | None
-    result: Any
     dlq_record_id: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class JobInfo(JobState):
+    """What ``get_job`` and ``list_jobs`` show of a job: its :class:`JobState` and what it
+    carries, read. Never its claim token."""
+
+    result: Any
     job: SubmissionEnvelope
     progress: Any = None
     """A task's last reported progress (None for pycharter's queues)."""

@@ -265,8 +265,8 @@ class AttemptLedger(Facade):
         connections; closing that ledger closes this one's store)."""
         return cls._on_engine(engine)
 
-    async def decide(self, attempt_id: object, command: AttemptCommand, *, write: bool = True) -> Decision:
-        """One attempt kernel command on one attempt, as the named operations send it:
+    async def send(self, attempt_id: object, command: AttemptCommand, *, write: bool = True) -> Decision:
+        """Send one attempt kernel command to one attempt, as the named operations do:
         the row locked, the database clock read, the kernel's decision written with its
         compare-and-set; returns the kernel's ``Decision`` (a conflict raises its
         ``ATTEMPT_*`` code). Part of the adapters' test seam (``docs/testing.md``): a
@@ -280,7 +280,7 @@ class AttemptLedger(Facade):
         return decisions[0]
 
     async def _applied(self, attempt_id: object, command: AttemptCommand) -> bool:
-        return isinstance(await self.decide(attempt_id, command), Applied)
+        return isinstance(await self.send(attempt_id, command), Applied)
 
     async def _prepare_in(self, tx: Transaction, row: AttemptRow, run_closed: bool) -> Decision:
         """The prepare decision for ``row`` in ``tx``: every attempt of its owner job and
@@ -298,7 +298,7 @@ class AttemptLedger(Facade):
         raise_if_conflict(binding, decision)
         return decision
 
-    async def decide_prepare(self, row: AttemptRow, *, run_closed: bool) -> Decision:
+    async def send_prepare(self, row: AttemptRow, *, run_closed: bool) -> Decision:
         """:meth:`prepare`'s transaction for a kernel row as given, with ``run_closed`` as
         the caller says instead of read under the Run's lock; the predecessor and the key
         are what the database holds under the attempts' lock. Returns the kernel's
@@ -356,7 +356,7 @@ class AttemptLedger(Facade):
             proof_looked_up_at_us=None if proof is None else _proof_instant(proof, looked_up_at, "looked_up_at"),
             lease_us=_lease_us(lease_seconds),
         )
-        decision = await self.decide(attempt_id, command)
+        decision = await self.send(attempt_id, command)
         if not isinstance(decision, Applied) or isinstance(decision.reply, EgressDenied):
             return None
         granted = decision.reply

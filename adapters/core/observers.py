@@ -53,7 +53,7 @@ lost, or the worker stopped)."""
 
 class JobContextView(Protocol):
     """What an observer may read of a claimed job's context (the queue worker's
-    :class:`~tenure.adapters.queue.worker.JobContext` is one): the fence's public parts,
+    :class:`~tenure.adapters.queue.job.JobContext` is one): the fence's public parts,
     the claim's attempt and, for a task, its name and queue."""
 
     @property
@@ -107,7 +107,7 @@ class JobObserver(Protocol):
 
     def handler_ended(self, outcome: str, error: BaseException | None) -> None:
         """The handler ended: one of :data:`HANDLER_OUTCOMES`, with what it raised as the
-        worker logs it (:func:`~tenure.adapters.queue.worker.loggable_exception`: the
+        worker logs it (:func:`~tenure.adapters.core.failure_text.loggable_exception`: the
         type's name, frames and chain, each message cleaned and cut as the stored error
         text, or left out under ``store_error_text=False``)."""
         ...

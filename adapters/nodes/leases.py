@@ -71,9 +71,9 @@ class NodeLeases:
     def __init__(self, transactions: Transactions) -> None:
         self._tx = transactions
 
-    async def decide(self, node: str, command: Any) -> Any:
-        """One node-lease kernel command on ``node``'s row, as the named operations send
-        it: the row locked, the database clock read, the kernel's decision written with
+    async def send(self, node: str, command: Any) -> Any:
+        """Send one node-lease kernel command to ``node``'s row, as the named operations
+        do: the row locked, the database clock read, the kernel's decision written with
         its compare-and-set; returns the kernel's ``Decision``. Part of the adapters'
         test seam (``docs/testing.md``): a replay of an explorer trace sends the trace's
         own commands. Applications call :meth:`boot`, :meth:`renew`, ..."""
@@ -88,7 +88,7 @@ class NodeLeases:
     async def boot(self, node: str, *, lease_s: float = DEFAULT_NODE_LEASE_S) -> NodeLease:
         """A new incarnation of ``node`` holding the lease for ``lease_s`` from now."""
         name = check_text(node, "node")
-        decision = await self.decide(name, Boot(node=name, lease_us=_lease_us(lease_s)))
+        decision = await self.send(name, Boot(node=name, lease_us=_lease_us(lease_s)))
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Booted):
             raise _refuse("node", "node_cannot_boot")  # epoch exhausted: unreachable in practice
         return NodeLease(name, decision.reply.epoch, micros_to_datetime(decision.reply.cutoff_us))
@@ -96,7 +96,7 @@ class NodeLeases:
     async def renew(self, lease: NodeLease, *, lease_s: float = DEFAULT_NODE_LEASE_S) -> bool:
         """Extend this incarnation's lease by ``lease_s`` from now. False: it ran out, or
         the node was taken over or booted again; the process must stop its hops and boot."""
-        decision = await self.decide(lease.node, Renew(epoch=lease.epoch, lease_us=_lease_us(lease_s)))
+        decision = await self.send(lease.node, Renew(epoch=lease.epoch, lease_us=_lease_us(lease_s)))
         return isinstance(decision, Applied)
 
     async def expired(self, *, limit: int = 16) -> list[NodeRow]:
@@ -111,14 +111,14 @@ class NodeLeases:
         """Claim the orphans of ``row``'s incarnation for ``lease_s``; None when the kernel
         refuses (its lease holds, another taker's claim holds, a newer boot, itself)."""
         name = check_text(taker, "taker")
-        decision = await self.decide(row.node, TakeOver(taker=name, epoch=row.epoch, lease_us=_lease_us(lease_s)))
+        decision = await self.send(row.node, TakeOver(taker=name, epoch=row.epoch, lease_us=_lease_us(lease_s)))
         if not isinstance(decision, Applied) or not isinstance(decision.reply, TakingOver):
             return None
         return Takeover(row.node, decision.reply.epoch, micros_to_datetime(decision.reply.cutoff_us))
 
     async def finish(self, taker: str, takeover: Takeover) -> bool:
         """Record that ``taker`` reconciled every orphan of the takeover's incarnation."""
-        decision = await self.decide(takeover.node, FinishTakeover(taker=check_text(taker, "taker"),
+        decision = await self.send(takeover.node, FinishTakeover(taker=check_text(taker, "taker"),
                                                                     epoch=takeover.epoch))
         return isinstance(decision, Applied)
 

@@ -226,7 +226,7 @@ class Connections:
     to keep, and is off under ``pooler=transaction``): a connection is only handed out again when its transaction ended cleanly
     (committed or rolled back) and it is still open; any other connection is terminated
     and replaced by a fresh one on demand. Idle connections stay open until the store is
-    closed (there is no idle timeout). tests/adapters/core/test_postgres.py holds these rules.
+    closed (there is no idle timeout). tests/adapters/postgres/test_postgres.py holds these rules.
 
     Waiting for a free slot and connecting run under the caller's deadline.
     """

@@ -179,7 +179,7 @@ def _instant(expression: str) -> str:
 
 CLOCK_AFTER_LOCKS = "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked)"
 """The clock, read in an aggregate over the locked rows: only once every lock is held
-(tests/adapters/core/test_ahead_postgres.py replaces it with a clock read first and sees stale writes)."""
+(tests/adapters/postgres/test_ahead_postgres.py replaces it with a clock read first and sees stale writes)."""
 
 
 def _as_text(binding: Binding, udt: Mapping[str, str], column: str) -> bool:
@@ -212,7 +212,7 @@ WINDOW = "clock.now >= :not_before AND clock.now < :not_after"
 
 VERSION_UNCHANGED = f"EXISTS (SELECT 1 FROM locked l WHERE l.{ROW_VERSION} = (:version)::bigint)"
 """The verdict's proof that the locked row is the one decided on: it still has the version
-it was read or written with (tests/adapters/core/test_ahead_postgres.py replaces it with
+it was read or written with (tests/adapters/postgres/test_ahead_postgres.py replaces it with
 ``true`` and sees a write on a stale row)."""
 
 

@@ -10,7 +10,9 @@ from ..core.lazy import lazy_exports
 if TYPE_CHECKING:
     from .owned import OwnedPipelineJobSource, OwnedStreamingJobSource, OwnedValidationJobSource
     from .sources import JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
-    from .worker import FailJob, JobContext, Worker, WorkerStats
+    from .job import FailJob, JobContext
+    from .runner import WorkerStats
+    from .worker import Worker
 
 __all__ = ["JobSource", "ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "TaskSource",
            "OwnedValidationJobSource", "OwnedPipelineJobSource", "OwnedStreamingJobSource",
@@ -20,5 +22,5 @@ __getattr__ = lazy_exports(__name__, {
     "JobSource": ".sources", "ValidationJobSource": ".sources", "PipelineJobSource": ".sources",
     "StreamingJobSource": ".sources", "TaskSource": ".sources",
     "OwnedValidationJobSource": ".owned", "OwnedPipelineJobSource": ".owned", "OwnedStreamingJobSource": ".owned",
-    "Worker": ".worker", "JobContext": ".worker", "WorkerStats": ".worker", "FailJob": ".worker",
+    "Worker": ".worker", "JobContext": ".job", "WorkerStats": ".runner", "FailJob": ".job",
 })

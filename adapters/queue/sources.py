@@ -29,6 +29,7 @@ from tenure.model import (
     ClaimedTask,
     ErrorCode,
     JobInfo,
+    JobState,
     JobStatus,
     OwnedStreamingState,
     QueueClaimFence,
@@ -420,11 +421,14 @@ def info_or_unreadable(entry: QueueRow | Unreadable) -> JobInfo | Unreadable:
     return Unreadable(entry.job_id, {field.name: getattr(entry, field.name) for field in dataclasses.fields(entry)})
 
 
-def _info(record: QueueRow) -> JobInfo:
+def job_state(record: QueueRow) -> JobState:
+    """A stored row's :class:`JobState`, read from its columns alone (what it carries,
+    envelope, result and progress, is not read here, so a row another client wrote in a
+    shape tenure does not read still has its state shown)."""
     fires_at = micros_to_datetime(record.fires_at_us)
     created_at = micros_to_datetime(record.created_at_us)
     assert fires_at is not None and created_at is not None  # the codec reads both as required
-    return JobInfo(
+    return JobState(
         queue=record.queue,
         job_id=record.job_id,
         run_id=record.run_id,
@@ -443,8 +447,15 @@ def _info(record: QueueRow) -> JobInfo:
         cancel_requested=record.cancel_requested,
         pid=record.pid,
         error=record.error_message,
-        result=json_column(record.result_json),  # pycharter stores a missing result as JSON null
         dlq_record_id=record.dlq_record_id,
+    )
+
+
+def _info(record: QueueRow) -> JobInfo:
+    state = job_state(record)
+    return JobInfo(
+        **{field.name: getattr(state, field.name) for field in dataclasses.fields(JobState)},
+        result=json_column(record.result_json),  # pycharter stores a missing result as JSON null
         job=envelope_of(record),
         progress=json_column(record.progress_json),
     )

@@ -364,12 +364,12 @@ class RunLedger(Facade):
 
     async def release(self, run_id: str, enqueue_seq: int) -> bool:
         """HELD -> PENDING for exactly this admission's delivery (then publish it)."""
-        return await self.transactions.changed(run_id, Release(enqueue_seq=check_seq(enqueue_seq)))
+        return await self.transactions.applied(run_id, Release(enqueue_seq=check_seq(enqueue_seq)))
 
     async def fail_held(self, run_id: str, enqueue_seq: int, *, error: str) -> bool:
         """Fail exactly this HELD admission: Run FAILED, delivery SETTLED."""
         command = FailHeld(enqueue_seq=check_seq(enqueue_seq), error=check_text(error, "error", MAX_ERROR_CHARS))
-        return await self.transactions.changed(run_id, command)
+        return await self.transactions.applied(run_id, command)
 
     # --- delivery --------------------------------------------------------------------
 
@@ -400,9 +400,9 @@ class RunLedger(Facade):
         if failure is not None:
             # Outside the except block: the broker's exception (and its text) never rides
             # along as the context of ours, nor of a persistence failure while recording.
-            await self.transactions.decide(key, RecordPublishError(enqueue_seq=seq, error=failure))
+            await self.transactions.send(key, RecordPublishError(enqueue_seq=seq, error=failure))
             raise TenureError(ErrorCode.RUN_BROKER_FAILED, "publish_failed")
-        return await self.transactions.changed(key, RecordPublished(enqueue_seq=seq))
+        return await self.transactions.applied(key, RecordPublished(enqueue_seq=seq))
 
     async def claim(self, run_id: str, enqueue_seq: int, *, node: str, claimant: str | None = None) -> RunClaim | None:
         """Claim exactly this hop: QUEUED at ``enqueue_seq`` with a pending or published
@@ -415,7 +415,7 @@ class RunLedger(Facade):
         ``RUN_PERSISTENCE_FAILED`` ``corrupt_row``."""
         command = Claim(enqueue_seq=check_seq(enqueue_seq), node=check_text(node, "node"),
                         claimant=None if claimant is None else check_text(claimant, "claimant"))
-        decision = await self.transactions.decide(check_run_id(run_id), command)
+        decision = await self.transactions.send(check_run_id(run_id), command)
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None
         pair: RunPair = decision.new_record  # type: ignore[assignment]
@@ -433,10 +433,10 @@ class RunLedger(Facade):
         return RunClaim(run, decision.reply.enqueue_seq, decision.reply.resume, run.workflow)
 
     async def enter_hardware_wait(self, run_id: str, enqueue_seq: int) -> bool:
-        return await self.transactions.changed(run_id, EnterHardwareWait(enqueue_seq=check_seq(enqueue_seq)))
+        return await self.transactions.applied(run_id, EnterHardwareWait(enqueue_seq=check_seq(enqueue_seq)))
 
     async def leave_hardware_wait(self, run_id: str, enqueue_seq: int) -> bool:
-        return await self.transactions.changed(run_id, LeaveHardwareWait(enqueue_seq=check_seq(enqueue_seq)))
+        return await self.transactions.applied(run_id, LeaveHardwareWait(enqueue_seq=check_seq(enqueue_seq)))
 
     async def park(self, run_id: str, enqueue_seq: int, *, kind: WaitKind, owner_id: str) -> bool:
         """Park the RUNNING hop ``enqueue_seq`` on an owner of this Run (a consent, a
@@ -537,7 +537,7 @@ class RunLedger(Facade):
         delivery generation. Re-entrant: CANCELLING returns the same ticket, CANCELLED a
         ticket with ``already_cancelled`` (repeat the sweep). None: the Run finished
         (DONE or FAILED won) or does not exist."""
-        decision = await self.transactions.decide(check_run_id(run_id), BeginCancel())
+        decision = await self.transactions.send(check_run_id(run_id), BeginCancel())
         if isinstance(decision, Applied) and isinstance(decision.reply, Ticket):
             return CancelTicket(run_id, decision.reply.enqueue_seq, decision.reply.already_cancelled)
         return None

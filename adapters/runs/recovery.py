@@ -539,11 +539,11 @@ class _Visits:
             if await ledger.publish(run_id, seq, self.ports.broker):
                 self.counts["published" if action is Action.PUBLISH else "republished"] += 1
         elif action is Action.MARK_PUBLISHED:
-            if await ledger.transactions.changed(run_id, RecordPublished(enqueue_seq=seq)):
+            if await ledger.transactions.applied(run_id, RecordPublished(enqueue_seq=seq)):
                 self.counts["published"] += 1
         elif action is Action.ROTATE:
             assert s.probe is not None
-            decision = await ledger.transactions.decide(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
+            decision = await ledger.transactions.send(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
             if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
                 self.counts["rotated"] += 1
         elif action is Action.FAIL_HELD:

@@ -183,7 +183,7 @@ class RunTransactions:
             return attempt_evidence(attempts[0]) if attempts else None
         return None
 
-    # --- deciding -------------------------------------------------------------------------
+    # --- sending commands ---------------------------------------------------------------
 
     async def sweep_consents(self, tx: Transaction, run_id: str, decided_by: str) -> None:
         """Cancel the Run's pending consents (in the Run's own transaction)."""
@@ -209,16 +209,21 @@ class RunTransactions:
             await self.sweep_consents(tx, pair.run.run_id, swept_by)
         return decision
 
-    async def decide(self, run_id: str, command: RunCommand) -> Decision:
-        """``command`` on the Run, in a transaction of its own."""
+    async def send(self, run_id: str, command: RunCommand) -> Decision:
+        """Send ``command`` to the Run in a transaction of its own: the Run and its current
+        delivery locked, the clock read, the kernel's decision persisted
+        (:meth:`run_command`); returns that decision. (``decide`` is the kernel's word:
+        here the kernel decides and this writes what it decided.) Part of the adapters'
+        test seam (``docs/testing.md``): the Run replay sends a trace's commands here."""
         async def body(tx: Transaction) -> Decision:
             return await self.run_command(tx, await self.locked_pair(tx, run_id), command)
 
         return await self.run(body)
 
-    async def changed(self, run_id: object, command: RunCommand) -> bool:
-        """Whether ``command`` applied to the Run (after checking its ID)."""
-        return isinstance(await self.decide(check_run_id(run_id), command), Applied)
+    async def applied(self, run_id: object, command: RunCommand) -> bool:
+        """:meth:`send` ``command`` to the Run (after checking its ID): whether the kernel's
+        decision applied (and was persisted)."""
+        return isinstance(await self.send(check_run_id(run_id), command), Applied)
 
     async def settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None,
                      result_json: str | None) -> bool:

@@ -60,7 +60,7 @@ from tenure.model import (
 )
 from tenure.model.validation import refuse
 
-from ..queue.worker import MAX_ERROR_BYTES, exception_text, loggable_exception
+from ..core.failure_text import MAX_ERROR_BYTES, exception_text, loggable_exception
 from .broker import Broker, HopSource, Touch
 from .ledger import RunLedger, result_text
 from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decided

@@ -143,7 +143,7 @@ async def _run(
     failure: Exception | None = None
     try:
         # aiosqlite's own way of running a function in its thread (every public method
-        # goes through it); tests/adapters/core/test_sqlite_store.py pins that it exists.
+        # goes through it); tests/adapters/sqlite/test_sqlite_store.py pins that it exists.
         return await connection._execute(lambda: _statement(connection._conn, sql, parameters))  # type: ignore[no-any-return, no-untyped-call]  # noqa: SLF001
     except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass
         failure = error
@@ -232,7 +232,7 @@ def _daemon_thread_of(connection: aiosqlite.Connection) -> None:
     COMMIT has returned only once SQLite wrote it to the file, and a transaction cut off
     midway is rolled back by the next connection, as after any crash. aiosqlite before
     0.22 makes the connection itself the thread (a ``Thread`` subclass); from 0.22 it
-    creates one, ``_thread`` (tests/adapters/core/test_sqlite_store.py pins both)."""
+    creates one, ``_thread`` (tests/adapters/sqlite/test_sqlite_store.py pins both)."""
     thread: Any = getattr(connection, "_thread", connection)
     assert isinstance(thread, threading.Thread), "aiosqlite runs each connection in a thread"
     thread.daemon = True

@@ -62,8 +62,9 @@ from tenure.model import (
 )
 from tenure.model.validation import is_queue_name, refuse
 
+from ..queue.job import JobContext
 from ..queue.sources import MAX_BATCH, TaskSource
-from ..queue.worker import JobContext, Worker
+from ..queue.worker import Worker
 from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
 
 __all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "RESERVED_ARGUMENTS"]

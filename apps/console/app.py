@@ -82,7 +82,8 @@ from tenure.model import ConfigValidationError, TenureError
 from tenure.model.errors import is_authored_word
 
 from tenure.adapters.core.tables import Unreadable
-from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, printable, when
+from tenure.adapters.core.text import clean_text
+from .pages import BadInput, NotFound, Page, Pages, Redirect, ago, duration, when
 from .reads import ConsoleData
 from .security import (
     CSRF_COOKIE,
@@ -157,7 +158,7 @@ def _environment() -> Environment:
 
     environment = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True)
-    environment.filters.update(when=when, ago=ago, duration=duration, printable=printable,
+    environment.filters.update(when=when, ago=ago, duration=duration, printable=clean_text,
                                q=lambda value: urllib.parse.quote(str(value), safe=""))
     # ``row is unreadable``: a listed row tenure cannot read (shown as corrupt_row).
     environment.tests["unreadable"] = lambda value: isinstance(value, Unreadable)
@@ -182,9 +183,11 @@ class _Console:
     """One console's state: settings, guard, views, templates and the live-count cache."""
 
     def __init__(self, settings: ConsoleSettings, data: ConsoleData, secret: bytes | None,
-                 throttle: SignInThrottle | None) -> None:
+                 throttle: SignInThrottle | None, *, owns_data: bool) -> None:
         self.settings = settings
         self.data = data
+        self.owns_data = owns_data
+        """Whether the application made ``data`` (then its lifespan's end closes it)."""
         self.guard = Guard(settings.token, secret)
         self.throttle = SignInThrottle() if throttle is None else throttle
         self.pages = Pages(data, settings)
@@ -310,234 +313,291 @@ def create_app(settings: ConsoleSettings, *, data: ConsoleData | None = None, se
     application's lifespan ends (those made here; a caller closes its own). ``secret``
     keys the session and CSRF HMACs (default: fresh, so a restart ends every session).
     ``throttle`` counts failed sign-ins (default: a fresh one on the monotonic clock; a
-    test passes one on a clock it steps)."""
+    test passes one on a clock it steps).
+
+    The views are this module's functions; each finds the console's state on
+    ``request.app.state.console`` (set here), so nothing of a request lives in a closure."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
-    from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
     from starlette.routing import Route
 
-    owned = data is None
-    console = _Console(settings, ConsoleData(settings.db_url) if data is None else data, secret, throttle)
+    console = _Console(settings, ConsoleData(settings.db_url) if data is None else data, secret, throttle,
+                       owns_data=data is None)
+    routes = [Route(path, endpoint, methods=list(methods)) for path, endpoint, methods in _ROUTES]
+    app = Starlette(routes=routes, middleware=[Middleware(_Gatekeeper, console=console)],
+                    exception_handlers={HTTPException: _http_error}, lifespan=_lifespan)
+    app.state.console = console
+    return app
 
-    def html(request: Request, status: int, body: str, nonce: str | None, fresh: bool) -> Response:
-        response = HTMLResponse(body, status_code=status)
-        if fresh and nonce is not None:
-            response.set_cookie(CSRF_COOKIE, nonce, httponly=True, samesite="strict", path="/",
-                                secure=request.url.scheme == "https")
+
+def _console_of(request: Request) -> _Console:
+    console: _Console = request.app.state.console
+    return console
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        console: _Console = app.state.console
+        if console.owns_data:
+            await console.data.close()
+
+
+# --- answering a view ----------------------------------------------------------------------------
+
+def _html(request: Request, status: int, body: str, nonce: str | None, fresh: bool) -> Response:
+    from starlette.responses import HTMLResponse
+
+    response = HTMLResponse(body, status_code=status)
+    if fresh and nonce is not None:
+        response.set_cookie(CSRF_COOKIE, nonce, httponly=True, samesite="strict", path="/",
+                            secure=request.url.scheme == "https")
+    return response
+
+
+async def _answer(request: Request, view: Awaitable[Page | Redirect]) -> Response:
+    """Await a view (a coroutine not started yet) and turn what it answers (or raises)
+    into a response."""
+    from starlette.responses import RedirectResponse
+
+    console = _console_of(request)
+    nonce = request.cookies.get(CSRF_COOKIE)
+    fresh = not console.guard.csrf_nonce_valid(nonce)
+    if fresh:
+        nonce = console.guard.new_csrf_nonce()
+    try:
+        result = await view
+        if isinstance(result, Redirect):
+            return RedirectResponse(result.location, status_code=303)
+        body = console.render(result.template, result.context, nonce, request.cookies.get(SESSION_COOKIE))
+    except _Refused as refused:
+        response = _html(request, refused.status,
+                         console.error_page(refused.status, refused.title, refused.message), nonce, fresh)
+        response.headers.update(refused.headers)
         return response
+    except BadInput as bad:
+        body = console.error_page(400, "Bad request", "The request was not understood.", field=bad.field,
+                                  takes=bad.takes)
+        return _html(request, 400, body, nonce, fresh)
+    except NotFound:
+        return _html(request, 404, console.error_page(404, "Not found", "Nothing is stored under that address."),
+                     nonce, fresh)
+    except ConfigValidationError as refused_by_library:
+        fields = [name for name in refused_by_library.fields if is_authored_word(name)]
+        body = console.error_page(400, "Refused", "The request was refused.",
+                                  field=", ".join(fields) or None, takes=", ".join(refused_by_library.problems))
+        return _html(request, 400, body, nonce, fresh)
+    except TenureError as failure:
+        body = console.error_page(503, "Database failed", f"The database failed ({failure.reason}). Try again.")
+        return _html(request, 503, body, nonce, fresh)
+    except Exception as error:  # noqa: BLE001 - never a traceback page; the type alone is logged
+        log.error("console: a request failed with %s", type(error).__name__)
+        return _html(request, 500, console.error_page(500, "Server error", "The console failed to answer."),
+                     nonce, fresh)
+    return _html(request, result.status, body, nonce, fresh)
 
-    async def answer(request: Request, produce: Callable[[], Awaitable[Page | Redirect]]) -> Response:
-        """Run a view and turn what it answers (or raises) into a response."""
-        nonce = request.cookies.get(CSRF_COOKIE)
-        fresh = not console.guard.csrf_nonce_valid(nonce)
-        if fresh:
-            nonce = console.guard.new_csrf_nonce()
-        try:
-            result = await produce()
-            if isinstance(result, Redirect):
-                return RedirectResponse(result.location, status_code=303)
-            body = console.render(result.template, result.context, nonce, request.cookies.get(SESSION_COOKIE))
-        except _Refused as refused:
-            response = html(request, refused.status,
-                            console.error_page(refused.status, refused.title, refused.message), nonce, fresh)
-            response.headers.update(refused.headers)
-            return response
-        except BadInput as bad:
-            body = console.error_page(400, "Bad request", "The request was not understood.", field=bad.field,
-                                      takes=bad.takes)
-            return html(request, 400, body, nonce, fresh)
-        except NotFound:
-            return html(request, 404, console.error_page(404, "Not found", "Nothing is stored under that address."),
-                        nonce, fresh)
-        except ConfigValidationError as refused_by_library:
-            fields = [name for name in refused_by_library.fields if is_authored_word(name)]
-            body = console.error_page(400, "Refused", "The request was refused.",
-                                      field=", ".join(fields) or None, takes=", ".join(refused_by_library.problems))
-            return html(request, 400, body, nonce, fresh)
-        except TenureError as failure:
-            body = console.error_page(503, "Database failed", f"The database failed ({failure.reason}). Try again.")
-            return html(request, 503, body, nonce, fresh)
-        except Exception as error:  # noqa: BLE001 - never a traceback page; the type alone is logged
-            log.error("console: a request failed with %s", type(error).__name__)
-            return html(request, 500, console.error_page(500, "Server error", "The console failed to answer."),
-                        nonce, fresh)
-        return html(request, result.status, body, nonce, fresh)
 
-    async def form(request: Request) -> dict[str, str]:
-        """The POSTed form, once its CSRF token proved it came from a page of this console."""
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type != "application/x-www-form-urlencoded":
-            raise _Refused(415, "Not a form", "Send the console's own form (application/x-www-form-urlencoded).")
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > MAX_FORM_BYTES:
+async def _form(request: Request) -> dict[str, str]:
+    """The POSTed form, once its CSRF token proved it came from a page of this console."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/x-www-form-urlencoded":
+        raise _Refused(415, "Not a form", "Send the console's own form (application/x-www-form-urlencoded).")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_FORM_BYTES:
+        raise _Refused(413, "Too large", "The form is larger than the console takes.")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
             raise _Refused(413, "Too large", "The form is larger than the console takes.")
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                raise _Refused(413, "Too large", "The form is larger than the console takes.")
-        try:
-            pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=32,
-                                           strict_parsing=False)
-        except (UnicodeDecodeError, ValueError):
-            raise BadInput("form", "the console's own form") from None
-        fields = dict(pairs)
-        if not same_origin(request.headers) or not console.guard.csrf_valid(
-                request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD), request.cookies.get(SESSION_COOKIE)):
-            raise _Refused(403, "Refused", "The form's CSRF token is missing or not this console's: reload the "
-                                           "page and submit it again.")
-        return fields
-
-    def query(request: Request) -> dict[str, str]:
-        return dict(request.query_params)
-
-    async def overview(request: Request) -> Response:
-        return await answer(request, lambda: console.pages.overview(query(request)))
-
-    async def live(request: Request) -> Response:
-        try:
-            return JSONResponse(await console.live(request.query_params.get("scope")))
-        except TenureError as failure:
-            return JSONResponse({"error": failure.reason}, status_code=503)
-        except Exception as error:  # noqa: BLE001 - the poll only misses one round
-            log.error("console: a live read failed with %s", type(error).__name__)
-            return JSONResponse({"error": "failed"}, status_code=500)
-
-    async def jobs(request: Request) -> Response:
-        return await answer(request, lambda: console.pages.jobs(query(request)))
-
-    async def job(request: Request) -> Response:
-        parameters = request.path_params
-        return await answer(request, lambda: console.pages.job(parameters["queue"], parameters["job_id"],
-                                                               query(request)))
-
-    def job_action(action: str) -> Callable[[Request], Awaitable[Response]]:
-        async def act(request: Request) -> Response:
-            async def produce() -> Redirect:
-                await form(request)
-                return await console.pages.job_action(request.path_params["queue"], request.path_params["job_id"],
-                                                      action)
-
-            return await answer(request, produce)
-
-        return act
-
-    async def runs(request: Request) -> Response:
-        return await answer(request, lambda: console.pages.runs(query(request)))
-
-    async def run(request: Request) -> Response:
-        return await answer(request, lambda: console.pages.run(request.path_params["run_id"], query(request)))
-
-    async def run_cancel(request: Request) -> Response:
-        async def produce() -> Redirect:
-            await form(request)
-            return await console.pages.run_cancel(request.path_params["run_id"])
-
-        return await answer(request, produce)
-
-    async def consents(request: Request) -> Response:
-        return await answer(request, lambda: console.pages.consents(query(request)))
-
-    async def consent(request: Request) -> Response:
-        return await answer(request, lambda: console.pages.consent(request.path_params["consent_id"],
-                                                                   query(request)))
-
-    async def consent_decide(request: Request) -> Response:
-        async def produce() -> Redirect:
-            fields = await form(request)
-            return await console.pages.consent_decide(request.path_params["consent_id"], fields)
-
-        return await answer(request, produce)
-
-    async def login(request: Request) -> Response:
-        if not console.guard.token_required:
-            return RedirectResponse("/", status_code=303)
-        target = safe_next(request.query_params.get("next"))
-        if request.method == "GET":
-            return await answer(request, _page("login.html", {"title": "Sign in", "next": target, "failed": False}))
-        failed = False
-
-        async def produce() -> Page | Redirect:
-            nonlocal failed
-            fields = await form(request)
-            client = _client(request.scope)
-            wait = console.throttle.retry_after(client)
-            if wait is not None:  # not compared: a locked-out guess learns nothing
-                failed = True
-                raise _Refused(429, _TOO_MANY_TITLE, _TOO_MANY_MESSAGE, {"retry-after": str(wait)})
-            if console.guard.token_matches(fields.get("token")):
-                return Redirect(safe_next(fields.get("next")))
-            console.throttle.failed(client, "the login form")
-            failed = True
-            return Page("login.html", {"title": "Sign in", "next": safe_next(fields.get("next")), "failed": True},
-                        status=401)
-
-        response = await answer(request, produce)
-        if response.status_code == 303 and not failed:
-            response.set_cookie(SESSION_COOKIE, console.guard.new_session(), httponly=True, samesite="strict",
-                                path="/", secure=request.url.scheme == "https")
-        return response
-
-    async def logout(request: Request) -> Response:
-        async def produce() -> Redirect:
-            await form(request)
-            return Redirect("/login" if console.guard.token_required else "/")
-
-        response = await answer(request, produce)
-        if response.status_code == 303:
-            console.guard.revoke(request.cookies.get(SESSION_COOKIE))  # a copied cookie dies with the sign-out
-            response.delete_cookie(SESSION_COOKIE, path="/")
-        return response
-
-    async def static(request: Request) -> Response:
-        name = request.path_params["name"]
-        if name not in _STATIC_TYPES:
-            return HTMLResponse(console.error_page(404, "Not found", "Nothing is stored under that address."),
-                                status_code=404)
-        return Response(STATIC_FILES[name], media_type=_STATIC_TYPES[name], headers={"cache-control": "no-cache"})
-
-    async def http_error(request: Request, error: Exception) -> Response:
-        status = error.status_code if isinstance(error, HTTPException) else 500
-        if status == 405:
-            body = console.error_page(405, "Method not allowed", "This address does not take that method.")
-        elif status == 404:
-            body = console.error_page(404, "Not found", "Nothing is stored under that address.")
-        else:
-            body = console.error_page(status, "Refused", "The request was refused.")
-        return HTMLResponse(body, status_code=status)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            if owned:
-                await console.data.close()
-
-    routes = [
-        Route("/", overview, methods=["GET"]),
-        Route("/api/live", live, methods=["GET"]),
-        Route("/jobs", jobs, methods=["GET"]),
-        Route("/jobs/{queue}/{job_id:path}/retry", job_action("retry"), methods=["POST"]),
-        Route("/jobs/{queue}/{job_id:path}/cancel", job_action("cancel"), methods=["POST"]),
-        Route("/jobs/{queue}/{job_id:path}", job, methods=["GET"]),
-        Route("/runs", runs, methods=["GET"]),
-        Route("/runs/{run_id}/cancel", run_cancel, methods=["POST"]),
-        Route("/runs/{run_id}", run, methods=["GET"]),
-        Route("/consents", consents, methods=["GET"]),
-        Route("/consents/{consent_id}/decide", consent_decide, methods=["POST"]),
-        Route("/consents/{consent_id}", consent, methods=["GET"]),
-        Route("/login", login, methods=["GET", "POST"]),
-        Route("/logout", logout, methods=["POST"]),
-        Route("/static/{name}", static, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, middleware=[Middleware(_Gatekeeper, console=console)],
-                     exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    try:
+        pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=32,
+                                       strict_parsing=False)
+    except (UnicodeDecodeError, ValueError):
+        raise BadInput("form", "the console's own form") from None
+    fields = dict(pairs)
+    if not same_origin(request.headers) or not _console_of(request).guard.csrf_valid(
+            request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD), request.cookies.get(SESSION_COOKIE)):
+        raise _Refused(403, "Refused", "The form's CSRF token is missing or not this console's: reload the "
+                                       "page and submit it again.")
+    return fields
 
 
-def _page(template: str, context: dict[str, Any]) -> Callable[[], Awaitable[Page]]:
-    async def produce() -> Page:
-        return Page(template, context)
+def _query(request: Request) -> dict[str, str]:
+    return dict(request.query_params)
 
-    return produce
+
+# --- the pages (GET) -----------------------------------------------------------------------------
+
+async def _overview(request: Request) -> Response:
+    return await _answer(request, _console_of(request).pages.overview(_query(request)))
+
+
+async def _live(request: Request) -> Response:
+    from starlette.responses import JSONResponse
+
+    try:
+        return JSONResponse(await _console_of(request).live(request.query_params.get("scope")))
+    except TenureError as failure:
+        return JSONResponse({"error": failure.reason}, status_code=503)
+    except Exception as error:  # noqa: BLE001 - the poll only misses one round
+        log.error("console: a live read failed with %s", type(error).__name__)
+        return JSONResponse({"error": "failed"}, status_code=500)
+
+
+async def _jobs(request: Request) -> Response:
+    return await _answer(request, _console_of(request).pages.jobs(_query(request)))
+
+
+async def _job(request: Request) -> Response:
+    parameters = request.path_params
+    return await _answer(request, _console_of(request).pages.job(parameters["queue"], parameters["job_id"],
+                                                                 _query(request)))
+
+
+async def _runs(request: Request) -> Response:
+    return await _answer(request, _console_of(request).pages.runs(_query(request)))
+
+
+async def _run(request: Request) -> Response:
+    return await _answer(request, _console_of(request).pages.run(request.path_params["run_id"], _query(request)))
+
+
+async def _consents(request: Request) -> Response:
+    return await _answer(request, _console_of(request).pages.consents(_query(request)))
+
+
+async def _consent(request: Request) -> Response:
+    return await _answer(request, _console_of(request).pages.consent(request.path_params["consent_id"],
+                                                                     _query(request)))
+
+
+async def _static(request: Request) -> Response:
+    from starlette.responses import HTMLResponse, Response
+
+    name = request.path_params["name"]
+    if name not in _STATIC_TYPES:
+        return HTMLResponse(_console_of(request).error_page(404, "Not found", "Nothing is stored under that address."),
+                            status_code=404)
+    return Response(STATIC_FILES[name], media_type=_STATIC_TYPES[name], headers={"cache-control": "no-cache"})
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    from starlette.exceptions import HTTPException
+    from starlette.responses import HTMLResponse
+
+    console = _console_of(request)
+    status = error.status_code if isinstance(error, HTTPException) else 500
+    if status == 405:
+        body = console.error_page(405, "Method not allowed", "This address does not take that method.")
+    elif status == 404:
+        body = console.error_page(404, "Not found", "Nothing is stored under that address.")
+    else:
+        body = console.error_page(status, "Refused", "The request was refused.")
+    return HTMLResponse(body, status_code=status)
+
+
+# --- the actions (POST: each reads the form first, which proves its CSRF token) ------------------
+
+async def _job_acted(request: Request, action: str) -> Redirect:
+    await _form(request)
+    return await _console_of(request).pages.job_action(request.path_params["queue"], request.path_params["job_id"],
+                                                       action)
+
+
+async def _job_retry(request: Request) -> Response:
+    return await _answer(request, _job_acted(request, "retry"))
+
+
+async def _job_cancel(request: Request) -> Response:
+    return await _answer(request, _job_acted(request, "cancel"))
+
+
+async def _run_cancelled(request: Request) -> Redirect:
+    await _form(request)
+    return await _console_of(request).pages.run_cancel(request.path_params["run_id"])
+
+
+async def _run_cancel(request: Request) -> Response:
+    return await _answer(request, _run_cancelled(request))
+
+
+async def _consent_decided(request: Request) -> Redirect:
+    fields = await _form(request)
+    return await _console_of(request).pages.consent_decide(request.path_params["consent_id"], fields)
+
+
+async def _consent_decide(request: Request) -> Response:
+    return await _answer(request, _consent_decided(request))
+
+
+async def _login_form(request: Request) -> Page:
+    return Page("login.html", {"title": "Sign in", "next": safe_next(request.query_params.get("next")),
+                               "failed": False})
+
+
+async def _signed_in(request: Request) -> Page | Redirect:
+    """A login form's token checked: a Redirect (to the page it came from) only when it
+    is the console's token; a failed or locked-out guess answers anything else."""
+    console = _console_of(request)
+    fields = await _form(request)
+    client = _client(request.scope)
+    wait = console.throttle.retry_after(client)
+    if wait is not None:  # not compared: a locked-out guess learns nothing
+        raise _Refused(429, _TOO_MANY_TITLE, _TOO_MANY_MESSAGE, {"retry-after": str(wait)})
+    if console.guard.token_matches(fields.get("token")):
+        return Redirect(safe_next(fields.get("next")))
+    console.throttle.failed(client, "the login form")
+    return Page("login.html", {"title": "Sign in", "next": safe_next(fields.get("next")), "failed": True}, status=401)
+
+
+async def _login(request: Request) -> Response:
+    from starlette.responses import RedirectResponse
+
+    console = _console_of(request)
+    if not console.guard.token_required:
+        return RedirectResponse("/", status_code=303)
+    if request.method == "GET":
+        return await _answer(request, _login_form(request))
+    response = await _answer(request, _signed_in(request))
+    if response.status_code == 303:  # only a matching token redirects (see _signed_in)
+        response.set_cookie(SESSION_COOKIE, console.guard.new_session(), httponly=True, samesite="strict",
+                            path="/", secure=request.url.scheme == "https")
+    return response
+
+
+async def _signed_out(request: Request) -> Redirect:
+    await _form(request)
+    return Redirect("/login" if _console_of(request).guard.token_required else "/")
+
+
+async def _logout(request: Request) -> Response:
+    response = await _answer(request, _signed_out(request))
+    if response.status_code == 303:
+        _console_of(request).guard.revoke(request.cookies.get(SESSION_COOKIE))  # a copied cookie dies with it
+        response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+_ROUTES: tuple[tuple[str, Callable[[Request], Awaitable[Response]], tuple[str, ...]], ...] = (
+    ("/", _overview, ("GET",)),
+    ("/api/live", _live, ("GET",)),
+    ("/jobs", _jobs, ("GET",)),
+    ("/jobs/{queue}/{job_id:path}/retry", _job_retry, ("POST",)),
+    ("/jobs/{queue}/{job_id:path}/cancel", _job_cancel, ("POST",)),
+    ("/jobs/{queue}/{job_id:path}", _job, ("GET",)),
+    ("/runs", _runs, ("GET",)),
+    ("/runs/{run_id}/cancel", _run_cancel, ("POST",)),
+    ("/runs/{run_id}", _run, ("GET",)),
+    ("/consents", _consents, ("GET",)),
+    ("/consents/{consent_id}/decide", _consent_decide, ("POST",)),
+    ("/consents/{consent_id}", _consent, ("GET",)),
+    ("/login", _login, ("GET", "POST")),
+    ("/logout", _logout, ("POST",)),
+    ("/static/{name}", _static, ("GET",)),
+)
+"""The URL map (see the module docstring): path, view, methods. The order matters: an
+action's path is tried before the object's own (``job_id`` is a path and could swallow it)."""

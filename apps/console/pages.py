@@ -28,12 +28,12 @@ from tenure.model.validation import is_queue_name, micros_to_datetime
 
 from ..jobs_cli import parse_age
 from tenure.adapters.core.tables import Unreadable, json_column
-from tenure.adapters.queue.worker import MAX_ERROR_BYTES, error_text
+from tenure.adapters.core.text import clean_text
 from .reads import QUEUE_SOURCES, ConsoleData, JobView, parse_position
 from .settings import ConsoleSettings
 
 __all__ = ["Pages", "Page", "Redirect", "BadInput", "NotFound", "JOB_OUTCOMES", "RUN_OUTCOMES", "CONSENT_OUTCOMES",
-           "timeline", "printable", "MAX_OPERATOR_CHARS", "when", "ago", "duration", "UNREADABLE_TEXT"]
+           "timeline", "MAX_OPERATOR_CHARS", "when", "ago", "duration", "UNREADABLE_TEXT"]
 
 MAX_OPERATOR_CHARS = bounds.MAX_IDENTITY_CHARS
 
@@ -96,12 +96,6 @@ class Redirect:
 
 def _quoted(value: str) -> str:
     return urllib.parse.quote(value, safe="")
-
-
-def printable(text: str | None) -> str | None:
-    """Stored text as a page shows it: control characters replaced, at most 2 KiB (a
-    stored error is written by other clients too)."""
-    return None if text is None else error_text(text, MAX_ERROR_BYTES)
 
 
 def _storable(text: str, max_chars: int) -> bool:
@@ -234,7 +228,7 @@ def timeline(detail: Any) -> list[dict[str, Any]]:
     add(run.wake_at_us, "timer due")
     add(run.updated_at_us, f"status {run.status.value} (the latest change)")
     events.sort()
-    return [{"at_us": at_us, "text": printable(text)} for at_us, _, text in events]
+    return [{"at_us": at_us, "text": clean_text(text)} for at_us, _, text in events]
 
 
 _JOB_STATUSES = tuple(status.value for status in JobStatus)
@@ -325,8 +319,8 @@ class Pages:
         return Page("job.html", {
             "info": view, "source": source, "reveal": reveal, "revealed": revealed,
             "result_bytes": None if _parsed(view.result_json) is None else _text_size(view.result_json),
-            "progress_bytes": _text_size(view.progress_json), "error": printable(view.error),
-            "retry_offered": source != "streaming", "path": f"/jobs/{source}/{_quoted(view.job_id)}",
+            "progress_bytes": _text_size(view.progress_json), "error": clean_text(view.state.error),
+            "retry_offered": source != "streaming", "path": f"/jobs/{source}/{_quoted(view.state.job_id)}",
             "outcome": outcome, "message": message, "pending_consents": await self._badge(), "title": "Job",
             "nav": "jobs"})
 
@@ -338,14 +332,14 @@ class Pages:
         if isinstance(view, Unreadable):  # nothing can act on it (its page offers nothing)
             return Redirect(f"/jobs/{source}/{_quoted(job_id)}")
         if action == "retry":
-            retried = await self.data.retry_job(source, view.job_id)
+            retried = await self.data.retry_job(source, view.state.job_id)
             outcome = "retry_unsupported" if retried is None else "retried" if retried else "not_retried"
         else:
-            cancelled = await self.data.cancel_job(source, view.job_id)
-            now = await self.data.job(source, view.job_id) if cancelled else None
-            requested = isinstance(now, JobView) and now.cancel_requested
+            cancelled = await self.data.cancel_job(source, view.state.job_id)
+            now = await self.data.job(source, view.state.job_id) if cancelled else None
+            requested = isinstance(now, JobView) and now.state.cancel_requested
             outcome = "not_cancelled" if not cancelled else "cancel_requested" if requested else "cancelled"
-        return Redirect(f"/jobs/{source}/{_quoted(view.job_id)}?outcome={outcome}")
+        return Redirect(f"/jobs/{source}/{_quoted(view.state.job_id)}?outcome={outcome}")
 
     # --- Runs ------------------------------------------------------------------------------------
 
@@ -383,7 +377,7 @@ class Pages:
             "detail": detail, "run": run, "reveal": reveal, "revealed": revealed,
             "payload_bytes": _text_size(run.payload_json), "result_bytes": _text_size(run.result_json),
             "checkpoint_bytes": None if checkpoint is None else _text_size(checkpoint.state_json),
-            "error": printable(run.error), "timeline": timeline(detail), "path": f"/runs/{_quoted(run.run_id)}",
+            "error": clean_text(run.error), "timeline": timeline(detail), "path": f"/runs/{_quoted(run.run_id)}",
             "jobs": [{"row": job, "request_bytes": _text_size(job.request_json),
                       "result_bytes": _text_size(job.result_json)} for job in detail.jobs],
             "outcome": outcome, "message": message, "pending_consents": await self._badge(),
@@ -482,7 +476,7 @@ def _field_text(field: str, value: Any) -> str:
     if isinstance(value, enum.Enum):
         return str(value.value)
     if type(value) is str:
-        return printable(value) or ""
+        return clean_text(value) or ""
     return str(value)
 
 

@@ -19,9 +19,9 @@ The overview reuses :class:`~tenure.apps.health.HealthProbe` (counts by status,
 oldest pending age and claims past their lease, per queue, and the nodes' recovery
 reports) and adds, in one read transaction, the Runs by status, the pending consents
 and each queue's throughput: jobs that finished completed or failed in each of the last
-five minutes, by their ``completed_at`` (``tenure_tasks``: its ``(status,
-completed_at)`` index; pycharter's tables have none, so that read scans them, as the
-health probe's counts do).
+five minutes, by their ``completed_at``. Both the counts and the throughput are read by
+:class:`~tenure.apps.queue_counts.QueueCounts`, the one per-queue reader ``tenure
+health`` uses too, so a queue's throughput lands on the queue whose counts are shown.
 """
 
 from __future__ import annotations
@@ -39,24 +39,26 @@ from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.record import QueueRow
 from tenure.kernel.runs import finders as run_finders
 from tenure.kernel.runs.record import DeliveryRow, RunRow, key_of
-from tenure.model import ConsentStatus, JobStatus, RunStatus, TenureError, bounds
+from tenure.model import ConsentStatus, JobState, JobStatus, RunStatus, TenureError, bounds
 from tenure.model.runs import check_run_id, check_text
-from tenure.model.validation import is_queue_name
 
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
-from ..health import OTHER, HealthProbe, HealthSnapshot, NodeReport, Thresholds
 from tenure.adapters.attempts.table import ATTEMPTS_BINDING
 from tenure.adapters.consents.table import CONSENTS_BINDING
 from tenure.adapters.core.catalog import Executor
 from tenure.adapters.core.facade import Cursor
 from tenure.adapters.core.store import Transaction
-from tenure.adapters.core.tables import Binding, Dialect, Unreadable, qualified
+from tenure.adapters.core.tables import Binding, Unreadable, qualified
 from tenure.adapters.core.urls import parse_db_url
-from tenure.adapters.queue.sources import JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
+from tenure.adapters.queue.sources import (JobSource, PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource,
+                                           job_state)
 from tenure.adapters.queue.table import QUEUE_BINDINGS, TASKS_BINDING, envelope_of
 from tenure.adapters.runs.ledger import RunLedger
 from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 from tenure.adapters.wiring.dialects import backend_for, resolve_schema
+
+from ..health import HealthProbe, HealthSnapshot, NodeReport, Thresholds
+from ..queue_counts import Finished, QueueCounts
 
 __all__ = ["ConsoleData", "QUEUE_SOURCES", "QueueView", "Overview", "JobView", "job_view", "JobPage", "RunPage",
            "RunDetail", "ConsentPage", "ConsentDetail", "THROUGHPUT_MINUTES", "MAX_HOPS_SHOWN", "MAX_OWNERS_SHOWN",
@@ -77,7 +79,6 @@ MAX_HOPS_SHOWN = 100
 MAX_OWNERS_SHOWN = 200
 """A Run page lists at most this many consents, delegated jobs and service attempts each."""
 
-_FINISHED = (JobStatus.COMPLETED.value, JobStatus.FAILED.value)
 _VERDICTS = frozenset({"exceeded", "degraded", "behind"})
 """Reasons of a health check that read its data and judged it against a threshold: the
 overview shows the data, and says nothing of thresholds it does not use."""
@@ -133,26 +134,13 @@ class Overview:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobView:
-    """One job as a page shows it (never its claim token): its row's state, and its
-    envelope and result when they can be read (a row another client wrote may hold
-    neither in a shape tenure reads: the page then says so and shows the rest)."""
+    """One job as a page shows it (never its claim token): its row's
+    :class:`~tenure.model.JobState` (the part of a :class:`~tenure.model.JobInfo`, what
+    ``tenure jobs`` shows, read from the row's columns alone), and what it carries as
+    stored, read when it can be (a row another client wrote may hold neither in a shape
+    tenure reads: the page then says so and shows the rest)."""
 
-    job_id: str
-    run_id: str | None
-    status: JobStatus
-    attempt: int
-    max_attempts: int
-    generation: int
-    owner_id: str | None
-    protected: bool
-    fires_at_us: int
-    created_at_us: int
-    claimed_at_us: int | None
-    lease_expires_at_us: int | None
-    completed_at_us: int | None
-    cancel_requested: bool
-    dlq_record_id: str | None
-    error: str | None
+    state: JobState
     task: tuple[str, str, int] | None
     """Tasks: (task queue, task name, priority)."""
     envelope: dict[str, Any] | None
@@ -168,10 +156,7 @@ def job_view(record: QueueRow) -> JobView:
         envelope = None
     task = None if record.queue_name is None or record.task_name is None else (
         record.queue_name, record.task_name, record.priority)
-    return JobView(record.job_id, record.run_id, record.status, record.attempts, record.max_attempts,
-                   record.generation, record.owner_id, record.fence_required, record.fires_at_us, record.created_at_us,
-                   record.claimed_at_us, record.lease_expires_at_us, record.completed_at_us, record.cancel_requested,
-                   record.dlq_record_id, record.error_message, task, envelope, record.result_json, record.progress_json)
+    return JobView(job_state(record), task, envelope, record.result_json, record.progress_json)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -254,8 +239,7 @@ class ConsoleData:
         backend = backend_for(target)
         self.database = target.kind.value
         self._schema = resolve_schema(target, None)
-        self._codec: Dialect = backend.codec
-        self._first_mark = backend.migration_rules().placeholder
+        self._counts = QueueCounts(backend, self._schema)
         self.ledger = RunLedger(db_url)
         self.sources: dict[str, JobSource[Any]] = {name: kind(db_url) for name, kind in QUEUE_SOURCES.items()}
         self._probe = HealthProbe(db_url)
@@ -266,10 +250,6 @@ class ConsoleData:
             await source.close()
         await self.ledger.close()
 
-    def _marks(self, count: int) -> list[str]:
-        """Positional parameter marks of this database (``?`` or ``$1``, ``$2``, ...)."""
-        return [self._first_mark.replace("1", str(number)) for number in range(1, count + 1)]
-
     def _table(self, binding: Binding) -> str:
         return qualified(self._schema, binding.spec.name)
 
@@ -277,7 +257,11 @@ class ConsoleData:
 
     async def overview(self) -> Overview:
         snapshot = await self._probe.snapshot(Thresholds(expired_claim_grace_seconds=0.0))
-        throughput, runs, pending = await self.ledger.transactions.run(self._overview_rest, write=False)
+
+        async def rest(tx: Transaction) -> tuple[Finished, dict[str, int], int]:
+            return await self._overview_rest(tx, snapshot)
+
+        throughput, runs, pending = await self.ledger.transactions.run(rest, write=False)
         unread = {check.reason for check in snapshot.checks if not check.ok and check.reason not in _VERDICTS}
         if snapshot.never_migrated is not None:
             unread.add(snapshot.never_migrated)
@@ -285,8 +269,7 @@ class ConsoleData:
                         tuple(sorted(unread)))
 
     @staticmethod
-    def _queues(snapshot: HealthSnapshot, throughput: Mapping[tuple[str, str], dict[str, list[int]]],
-                ) -> tuple[QueueView, ...]:
+    def _queues(snapshot: HealthSnapshot, throughput: Finished) -> tuple[QueueView, ...]:
         by_table = {binding.spec.name: kind.value for kind, binding in QUEUE_BINDINGS.items()}
         by_table[TASKS_BINDING.spec.name] = "tasks"
         views = []
@@ -299,13 +282,9 @@ class ConsoleData:
                                    tuple(finished.get(JobStatus.FAILED.value, empty))))
         return tuple(views)
 
-    async def _overview_rest(self, tx: Transaction,
-                             ) -> tuple[dict[tuple[str, str], dict[str, list[int]]], dict[str, int], int]:
-        now = await tx.now_us()
-        throughput: dict[tuple[str, str], dict[str, list[int]]] = {}
-        for kind, binding in QUEUE_BINDINGS.items():
-            await self._throughput(tx, binding, kind.value, now, throughput)
-        await self._throughput(tx, TASKS_BINDING, None, now, throughput)
+    async def _overview_rest(self, tx: Transaction, snapshot: HealthSnapshot,
+                             ) -> tuple[Finished, dict[str, int], int]:
+        throughput = await self._counts.finished_per_minute(tx, snapshot.queues or (), minutes=THROUGHPUT_MINUTES)
         status = RUNS_BINDING.column_of("status").name
         rows = await cast(Executor, tx).execute(
             f"SELECT {status}, count(*) FROM {self._table(RUNS_BINDING)} GROUP BY {status}")
@@ -317,35 +296,6 @@ class ConsoleData:
         finder = consent_finders.pending_page()
         (pending,) = await tx.count_each([(CONSENTS_BINDING, finder, consent_finders.PENDING_PARAMETERS, None)])
         return throughput, runs, pending
-
-    async def _throughput(self, tx: Transaction, binding: Binding, queue: str | None, now: int,
-                          into: dict[tuple[str, str], dict[str, list[int]]]) -> None:
-        """Jobs of ``binding``'s table that finished completed or failed in each of the
-        last minutes (the database clock), per queue (``queue``: pycharter's; None: each
-        task queue)."""
-        status = binding.column_of("status").name
-        finished = binding.column_of("completed_at_us").name
-        marks = self._marks(THROUGHPUT_MINUTES)
-        boundaries = [self._codec.instant_to_stored(now - minute * 60_000_000)
-                      for minute in range(1, THROUGHPUT_MINUTES + 1)]
-        minute = "CASE " + " ".join(f"WHEN {finished} > {mark} THEN {index}"
-                                    for index, mark in enumerate(marks[:-1])) + f" ELSE {THROUGHPUT_MINUTES - 1} END"
-        keys = status if queue is not None else f"{binding.column_of('queue_name').name}, {status}"
-        groups = "1, 2" if queue is not None else "1, 2, 3"  # by position: the minute's marks appear once
-        statuses = ", ".join(f"'{value}'" for value in _FINISHED)
-        rows = await cast(Executor, tx).execute(
-            f"SELECT {keys}, {minute}, count(*) FROM {self._table(binding)} "
-            f"WHERE {status} IN ({statuses}) AND {finished} > {marks[-1]} GROUP BY {groups}", boundaries)
-        for row in rows:
-            if queue is not None:
-                name = queue
-                stored_status, index, count = row
-            else:
-                stored_name, stored_status, index, count = row
-                name = stored_name if is_queue_name(stored_name) else OTHER
-            per_status = into.setdefault((binding.spec.name, name), {})
-            counts = per_status.setdefault(str(stored_status), [0] * THROUGHPUT_MINUTES)
-            counts[int(index)] += int(count)
 
     # --- jobs ----------------------------------------------------------------------------
 

@@ -208,7 +208,7 @@ class LockstepMachine(LockstepBase):
             queue: sorted((r for r in self.model.rows[queue].values() if r.claim_token is not None), key=lambda r: r.job_id)
             for queue in QueueKind
         }
-        # Two rows at least: a single row's lock wait is tests/adapters/core/test_postgres.py's; the
+        # Two rows at least: a single row's lock wait is tests/adapters/postgres/test_postgres.py's; the
         # batch is where a clock read between two locks hides.
         queues = [queue for queue in QueueKind if len(with_tokens[queue]) >= 2]
         if not queues or self.contention_steps >= CONTENTION_STEPS_PER_RUN:

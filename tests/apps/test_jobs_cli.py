@@ -221,3 +221,20 @@ async def test_a_deferral_that_changes_an_existing_submission_is_refused_with_wh
     assert "welcome-secret-7" not in changed.stdout + changed.stderr and "user_id" not in changed.stdout
     listed = json.loads((await asyncio.to_thread(run, "list", "--db", db_url, "--json")).stdout)
     assert len(listed) == 1  # nothing was written
+
+
+async def test_a_stored_error_another_client_wrote_is_shown_without_control_bidirectional_or_separator_characters(
+    db_url: str, tmp_path: pathlib.Path
+) -> None:
+    hostile = "boom \u202eevil\u202c \u2066x\u2069 \x1b[31mred\rOVER\u2028next\u2029para"
+    async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=30, heartbeat_seconds=10)) as source:
+        job_id = await source.submit_owned(ValidationJob("orders", "1", "a.jsonl"), submission_id="s-1")
+        claimed = await source.claim_next_owned("worker-a", claim_token=uuid.uuid4().hex)
+        assert claimed is not None and await source.fail_owned(claimed.claim_fence, hostile, retry=False)
+    shown = await jobs(tmp_path, "show", "--db", db_url, "--queue", "validation", job_id, "--json")
+    assert json.loads(shown.stdout)["error"] == "boom \ufffdevil\ufffd \ufffdx\ufffd \ufffd[31mred\nOVER\nnext\npara"
+    for arguments in (("show", job_id), ("list",)):
+        printed = await jobs(tmp_path, *arguments[:1], "--db", db_url, "--queue", "validation", *arguments[1:])
+        assert printed.returncode == 0, printed.stdout + printed.stderr
+        assert not {"\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\r", "\u2028", "\u2029"} & set(printed.stdout)
+        assert "boom \ufffdevil\ufffd" in printed.stdout

@@ -10,9 +10,11 @@ that count rows count only that test's rows.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import pathlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,19 +22,23 @@ from adapter_support import AVAILABLE_DATABASES, _run_async, bind_server, create
 from attempt_fakes import spec
 from polling import until
 
-from tenure.adapters import AttemptLedger, InMemoryBroker, RunLedger, upgrade
+from tenure.adapters import AttemptLedger, InMemoryBroker, RunLedger, RunWorker, Workflows, upgrade
 from tenure.adapters.runs.ledger import run_id_for
+from tenure.adapters.runs.recovery import RecoveryPorts
 from tenure.model import (
     Admission,
     AgentJobStatus,
     ConsentStatus,
+    ErrorCode,
     RunIntent,
     RunStatus,
+    TenureError,
     WaitKind,
     WorkflowPin,
 )
 
-__all__ = ["PIN", "runs_db", "Runs", "unique", "succeeded", "result_of", "status_of", "parked_and_ended"]
+__all__ = ["PIN", "OTHER_PIN", "runs_db", "ledger", "runs", "raises", "on_ledgers", "Runs", "unique", "succeeded",
+           "result_of", "status_of", "parked_and_ended", "WATCH_S", "admit", "worker", "serving", "ports"]
 
 PIN = WorkflowPin("review", "rev-1", "sha256:" + "a" * 64)
 OTHER_PIN = WorkflowPin("review", "rev-2", "sha256:" + "b" * 64)
@@ -145,6 +151,48 @@ class Runs:
         return int(raw(self.db_url, "SELECT count(*) FROM tenure_runs WHERE source = ?", (self.source,))[0][0])
 
 
+# --- one test module's ledger (import the fixtures with runs_db) ----------------------------
+
+@pytest.fixture
+async def ledger(runs_db: str) -> AsyncIterator[RunLedger]:
+    """A Run ledger on the module's database (:func:`runs_db`)."""
+    async with RunLedger(runs_db) as made:
+        yield made
+
+
+@pytest.fixture
+def runs(ledger: RunLedger, runs_db: str) -> Runs:
+    """This test's Runs on that ledger."""
+    return Runs(ledger, runs_db)
+
+
+async def raises(code: ErrorCode, call: Awaitable[Any]) -> TenureError:
+    """The TenureError ``call`` raises, checked to carry ``code``."""
+    with pytest.raises(TenureError) as caught:
+        await call
+    assert caught.value.code is code, caught.value
+    return caught.value
+
+
+async def on_ledgers(db_url: str, count: int, call: Callable[[RunLedger, int], Awaitable[Any]]) -> list[Any]:
+    """``call`` on ``count`` ledgers of their own (separate connections), all at once;
+    a TenureError is returned as its code."""
+    ledgers = [RunLedger(db_url) for _ in range(count)]
+
+    async def one(ledger: RunLedger, number: int) -> Any:
+        try:
+            return await call(ledger, number)
+        except TenureError as error:
+            return error.code
+
+    try:
+        return list(await asyncio.gather(*(one(ledger, number) for number, ledger in enumerate(ledgers))))
+    finally:
+        for ledger in ledgers:
+            await ledger.close()
+
+
+
 async def status_of(ledger: RunLedger, run_id: str, *wanted: RunStatus, timeout_s: float = 20.0) -> Any:
     """The Run once it is in one of the ``wanted`` states (a hang guard, not a timing)."""
     async def check() -> Any:
@@ -161,3 +209,32 @@ async def parked_and_ended(ledger: RunLedger, runner: Any, run_id: str, *wanted:
     parked = await status_of(ledger, run_id, *wanted)
     await until(lambda: runner.running_hops == 0, what="the parking hop to end")
     return parked
+
+
+# --- a Run worker serving one ledger (the liveness, timer and consent-deadline tests) -------
+
+WATCH_S = 0.05
+
+
+async def admit(ledger: RunLedger, pin: WorkflowPin) -> str:
+    admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {"n": 1}), workflow=pin,
+                                   queue="runs", priority=50)
+    return admission.run.run_id
+
+
+def worker(ledger: RunLedger, broker: Any, flows: Workflows) -> RunWorker:
+    return RunWorker(ledger, broker, flows, node="node-a", watch_interval_s=WATCH_S)
+
+
+@contextlib.asynccontextmanager
+async def serving(runner: RunWorker) -> AsyncIterator[RunWorker]:
+    await runner.start()
+    try:
+        yield runner
+    finally:
+        await runner.stop(10)
+
+
+def ports(ledger: RunLedger, broker: Any) -> RecoveryPorts:
+    return RecoveryPorts(broker=broker, checkpoint_owner=ledger.checkpoints.owner,
+                         delete_checkpoint=ledger.checkpoints.delete, checkpoint_outcome=ledger.checkpoints.outcome)

@@ -8,7 +8,7 @@ a database (a scratch area, as ``tenure conform`` makes), step by step:
   command to the same attempt through the ledger's engine: it locks the row, reads the
   database clock, asks the kernel and persists the decision with its compare-and-set
   (``AttemptLedger.decide``; a ``prepare`` goes through the ledger's own prepare
-  transaction, ``AttemptLedger.decide_prepare``, which locks the owner's attempts and the
+  transaction, ``AttemptLedger.send_prepare``, which locks the owner's attempts and the
   key's and observes the predecessor and the key in the database: both are the adapters'
   test seam, docs/testing.md). The database's answer (applied, or refused
   with the kernel's reason, whether the ledger answers the refusal or raises its error
@@ -107,11 +107,11 @@ async def _database_now(ledger: AttemptLedger) -> int:
 async def _prepare(ledger: AttemptLedger, command: Prepare) -> Decision:
     """The ledger's prepare transaction, for the trace's row: the predecessor and the key
     are what the database holds under the lock; the Run's closure is the world's."""
-    return await ledger.decide_prepare(command.row, run_closed=command.run_closed)
+    return await ledger.send_prepare(command.row, run_closed=command.run_closed)
 
 
-async def _decide(ledger: AttemptLedger, command: AttemptCommand, attempt_id: str) -> Decision:
-    return await ledger.decide(attempt_id, command)
+async def _send(ledger: AttemptLedger, command: AttemptCommand, attempt_id: str) -> Decision:
+    return await ledger.send(attempt_id, command)
 
 
 _SENDERS: dict[type[Any], Callable[[AttemptLedger, Any, str], Awaitable[Decision]]] = {
@@ -129,7 +129,7 @@ async def _answer(ledger: AttemptLedger, command: AttemptCommand, attempt_id: st
 
     translate = _WITH_INSTANTS.get(type(command))
     sent = command if translate is None else translate(command, at)
-    send = _SENDERS.get(type(command), _decide)
+    send = _SENDERS.get(type(command), _send)
     return await answer_of(ATTEMPTS_BINDING.machine, lambda: send(ledger, sent, attempt_id))
 
 

@@ -8,7 +8,7 @@ scratch area, as ``tenure conform`` makes), step by step. Each kernel decision o
 ``nodes``) goes, in order, as the same kernel command to the same record through the
 engine path the adapters use for it:
 
-- ``runs``: ``RunLedger.transactions.decide(run_id, command)`` (lock the Run and its
+- ``runs``: ``RunLedger.transactions.send(run_id, command)`` (lock the Run and its
   current delivery, read the clock, decide, compare-and-set; a decision that sweeps the
   Run's pending consents sweeps them in the same transaction);
 - ``consent``: a creation through the consents facade's transaction (the Run locked
@@ -17,7 +17,7 @@ engine path the adapters use for it:
   sent: the Run's decision made it, and the replay compares what it did to the consent;
 - ``agent_jobs``: a submission through the delegated jobs facade's transaction, a result
   or a containment through the engine on the job's row (``AgentJobs._command``'s path);
-- ``nodes``: ``NodeLeases.decide`` (the node row locked, the kernel decides; the adapters' test seam).
+- ``nodes``: ``NodeLeases.send`` (the node row locked, the kernel decides; the adapters' test seam).
 
 Commands go as the world made them, with the evidence the explorer gathered (an owner's
 status, a containment count, what the broker said): in lockstep the database holds what
@@ -236,12 +236,12 @@ def _on_row(binding: Binding, finder: Finder) -> Callable[[RunLedger, str, Any],
 
 
 _SENDERS: dict[tuple[str, type[Any] | None], Callable[[RunLedger, str, Any], Awaitable[Decision]]] = {
-    ("runs", None): lambda ledger, key, command: ledger.transactions.decide(key, command),
+    ("runs", None): lambda ledger, key, command: ledger.transactions.send(key, command),
     ("consent", CreateConsent): lambda ledger, key, command: _create_consent(ledger.transactions, command),
     ("consent", None): _on_row(CONSENTS_BINDING, consent_finders.consents_by_keys),
     ("agent_jobs", SubmitJob): lambda ledger, key, command: _submit_job(ledger.transactions, command),
     ("agent_jobs", None): _on_row(AGENT_JOBS_BINDING, job_finders.jobs_by_keys),
-    ("nodes", None): lambda ledger, key, command: ledger.nodes.decide(key, command),
+    ("nodes", None): lambda ledger, key, command: ledger.nodes.send(key, command),
 }
 """How each machine's commands reach the database: by (machine, command type), else by
 machine (None)."""

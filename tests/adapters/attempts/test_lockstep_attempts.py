@@ -51,7 +51,7 @@ def test_the_lockstep_catches_a_ledger_that_decides_without_locking_the_attempt(
     # The ledger's writes run as transactions here (the path every fallback takes), whose
     # unlocked read leaves a wide window between the read and the write. The one-statement
     # path's window is a few microseconds inside one statement, too narrow to race
-    # reliably; its lock is held to account by tests/adapters/core/test_ahead_postgres.py instead (the
+    # reliably; its lock is held to account by tests/adapters/postgres/test_ahead_postgres.py instead (the
     # same unlocked finder writes after a lease ran out behind a lock wait).
     from tenure.adapters.core.engine import Engine
 

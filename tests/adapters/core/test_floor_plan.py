@@ -398,7 +398,7 @@ def test_a_machine_package_imports_nothing_when_it_is_imported() -> None:
 
 PRIVATE_ACCESS_ALLOWED = {
     # aiosqlite offers no public way to run a function on its connection's thread with
-    # the sqlite3 connection in hand; tests/adapters/core/test_sqlite_store.py pins that these exist.
+    # the sqlite3 connection in hand; tests/adapters/sqlite/test_sqlite_store.py pins that these exist.
     ("adapters/sqlite/store.py", "connection._conn"),
     # The same aiosqlite internals read with a default (the version without them still
     # runs): the connection's thread (made a daemon) and the sqlite3 connection of a

@@ -203,6 +203,19 @@ async def test_a_stored_error_loses_its_control_characters_and_stops_at_two_kib(
         assert info.error.startswith("RuntimeError: bell\ufffd escape\ufffd[31m del\ufffd c1\ufffd\nsecond line\ttab x")
 
 
+async def test_a_stored_error_neutralises_bidirectional_controls_and_makes_line_separators_plain(db_url: str) -> None:
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        [job_id] = await submit(source, 1, max_attempts=1)
+
+        async def handler(claimed: Any, context: JobContext) -> None:
+            raise RuntimeError("total \u202e01$\u202c isolate \u2066x\u2069 ok\rFAILED\u2028line\u2029para\r\nend")
+
+        await Worker(source, handler).run_until_idle()
+        info = await source.get_job(job_id)
+        assert info.status is JobStatus.FAILED
+        assert info.error == ("RuntimeError: total \ufffd01$\ufffd isolate \ufffdx\ufffd ok\nFAILED\nline\npara\nend")
+
+
 async def test_store_error_text_false_keeps_only_the_exception_type(db_url: str) -> None:
     async with ValidationJobSource(db_url, config(db_url)) as source:
         ids = await submit(source, 3, max_attempts=1)

@@ -23,7 +23,7 @@ from stalling_proxy import stalling_proxy
 
 from tenure.adapters import FailJob, JobContext, ValidationJobSource, Worker
 from tenure.apps.logs import TEXT_FORMAT, JsonFormatter
-from tenure.adapters.queue import worker as worker_module
+from tenure.adapters.queue import runner as runner_module
 from tenure.model import JobStatus, QueueKind, ValidationJob, WorkerConfig
 
 LOGGER = "tenure.adapters.queue.worker"
@@ -205,7 +205,7 @@ async def test_a_late_claim_never_renewed_in_time_is_given_back_with_its_attempt
     """Every answer (the claim's and its renewal's) arrives too close to its deadline:
     the database holds the claim, but the worker cannot keep it renewed, so it gives it
     back (pending at once, the attempt returned) instead of letting it expire."""
-    monkeypatch.setattr(worker_module, "LATE_CLAIM_RENEWALS", 1, raising=False)
+    monkeypatch.setattr(runner_module, "LATE_CLAIM_RENEWALS", 1)
     lease = config(db_url, lease_seconds=4, heartbeat_seconds=1.5)  # renewed with > 1.5 s left: in time
     async with ValidationJobSource(db_url, lease) as source:
         [job_id] = await submit(source, 1, max_attempts=1)

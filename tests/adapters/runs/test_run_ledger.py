@@ -1,7 +1,9 @@
 """The Run ledger on every database, rule by rule (issue 14's "Rules", specs/runs.md):
 admission and its replays, the session fence, priorities, publication, claims, hardware
-waits, parks and resumes, settlement with containment, cancellation, consents and
-delegated jobs, and the reads. Each test states one rule and fails if the ledger breaks it.
+waits, parks and resumes, settlement with containment, cancellation, and the reads (a
+consent's verdicts: tests/adapters/consents/test_consent_verdicts.py; delegated jobs:
+tests/adapters/agent_jobs/test_agent_jobs.py). Each test states one rule and fails if the
+ledger breaks it.
 
 The tests of a module share one migrated database per kind (see run_support.py); each
 test's Runs come from its own admitting surface.
@@ -9,20 +11,19 @@ test's Runs come from its own admitting surface.
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 import sqlite3
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from adapter_support import raw, stored_instant
 from attempt_fakes import spec
-from run_support import OTHER_PIN, PIN, Runs, result_of, runs_db, succeeded, unique  # noqa: F401 (runs_db: fixture)
+from run_support import (  # noqa: F401 (ledger, runs, runs_db: fixtures)
+    OTHER_PIN, PIN, Runs, ledger, on_ledgers, raises, result_of, runs, runs_db, succeeded, unique,
+)
 from tenure.adapters import AttemptLedger, InMemoryBroker, RunLedger
 from tenure.adapters.runs.ledger import job_id_for, run_id_for
-from tenure.kernel.consents.machine import PREAUTHORIZED_BY
 from tenure.kernel.runs.machine import CANCELLED_BY, SETTLED_BY
 from tenure.model import (
     AgentJobStatus,
@@ -42,42 +43,6 @@ from tenure.model import (
     hop_key,
     parse_hop_key,
 )
-
-
-@pytest.fixture
-async def ledger(runs_db: str) -> Any:
-    async with RunLedger(runs_db) as made:
-        yield made
-
-
-@pytest.fixture
-def runs(ledger: RunLedger, runs_db: str) -> Runs:
-    return Runs(ledger, runs_db)
-
-
-async def raises(code: ErrorCode, call: Awaitable[Any]) -> TenureError:
-    with pytest.raises(TenureError) as caught:
-        await call
-    assert caught.value.code is code, caught.value
-    return caught.value
-
-
-async def on_ledgers(db_url: str, count: int, call: Callable[[RunLedger, int], Awaitable[Any]]) -> list[Any]:
-    """``call`` on ``count`` ledgers of their own (separate connections), all at once;
-    a TenureError is returned as its code."""
-    ledgers = [RunLedger(db_url) for _ in range(count)]
-
-    async def one(ledger: RunLedger, number: int) -> Any:
-        try:
-            return await call(ledger, number)
-        except TenureError as error:
-            return error.code
-
-    try:
-        return list(await asyncio.gather(*(one(ledger, number) for number, ledger in enumerate(ledgers))))
-    finally:
-        for ledger in ledgers:
-            await ledger.close()
 
 
 def stored(db_url: str, table: str, key_column: str, key: str, columns: str) -> tuple[Any, ...]:
@@ -1043,187 +1008,6 @@ async def test_finish_cancel_racing_the_election_never_cancels_a_hop_it_did_not_
     assert (outcome, status) == (ErrorCode.RUN_CONTAINMENT_UNPROVEN, RunStatus.CANCELLING)
     assert await ledger.finish_cancel(run_id, 0, runs.broker) is True
     assert runs.broker.jobs[key].state is BrokerJobState.ABORTED
-
-
-# --- consents ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("first", [ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED])
-async def test_the_first_verdict_wins(runs: Runs, first: ConsentStatus) -> None:
-    run_id = await runs.running("run-1")
-    consent_id = await runs.consent(run_id)
-    made = await runs.ledger.get_consent(consent_id)
-    assert made is not None and (made.status, made.verdict, made.decided_by, made.decided_at) == (
-        ConsentStatus.PENDING, None, None, None)
-    assert (made.run_id, made.tool_name, made.payload) == (run_id, "mail.send", {"to": "bob"})
-    assert await runs.ledger.decide_consent(consent_id, first, decided_by="bob") is True
-    for later in (ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED):
-        assert await runs.ledger.decide_consent(consent_id, later, decided_by="carol") is False
-    consent = await runs.ledger.get_consent(consent_id)
-    assert consent is not None and (consent.status, consent.decided_by) == (first, "bob")
-    assert consent.decided_at is not None and consent.decided_at >= consent.created_at
-    assert consent.verdict is (first is ConsentStatus.GRANTED)
-
-
-async def test_concurrent_verdicts_on_one_consent_have_one_winner(runs: Runs, runs_db: str) -> None:
-    consent_id = await runs.consent(await runs.running("run-1"))
-    verdicts = [ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED] * 2
-
-    async def call(ledger: RunLedger, number: int) -> bool:
-        return await ledger.decide_consent(consent_id, verdicts[number], decided_by=f"principal-{number}")
-
-    outcomes = await on_ledgers(runs_db, len(verdicts), call)
-    assert outcomes.count(True) == 1
-    consent = await runs.ledger.get_consent(consent_id)
-    winner = outcomes.index(True)
-    assert consent is not None and (consent.status, consent.decided_by) == (verdicts[winner], f"principal-{winner}")
-
-
-async def test_a_preauthorized_consent_is_created_granted(runs: Runs) -> None:
-    consent_id = await runs.consent(await runs.running("run-1"), preauthorized=True)
-    consent = await runs.ledger.get_consent(consent_id)
-    assert consent is not None
-    assert (consent.status, consent.decided_by, consent.preauthorized_by) == (
-        ConsentStatus.GRANTED, PREAUTHORIZED_BY, "policy-7")
-    assert consent.decided_at == consent.created_at
-    assert await runs.ledger.decide_consent(consent_id, ConsentStatus.DENIED, decided_by="bob") is False
-
-
-async def test_expiry_is_a_verdict_and_never_derived_from_a_clock(runs: Runs, runs_db: str) -> None:
-    run_id, consent_id = await runs.waiting_on_consent("run-1")
-    # A consent a year old is still pending: nothing reads a clock to expire it.
-    raw(runs_db, "UPDATE tenure_consents SET created_at = ? WHERE consent_id = ?",
-        (stored_instant(runs_db, 1_700_000_000_000_000), consent_id))
-    assert (await runs.ledger.get_consent(consent_id)).status is ConsentStatus.PENDING  # type: ignore[union-attr]
-    assert await runs.ledger.resume(run_id, owner_id=consent_id) is None
-    assert await runs.ledger.decide_consent(consent_id, ConsentStatus.EXPIRED, decided_by="deadline-keeper")
-    assert (await runs.ledger.get_consent(consent_id)).status is ConsentStatus.EXPIRED  # type: ignore[union-attr]
-    for verdict in (ConsentStatus.PENDING, ConsentStatus.CANCELLED, "granted"):
-        with pytest.raises(ConfigValidationError) as caught:
-            await runs.ledger.decide_consent(consent_id, verdict, decided_by="bob")  # type: ignore[arg-type]
-        assert caught.value.fields == ("verdict",)
-    assert await runs.ledger.decide_consent(unique("consent")[:36], ConsentStatus.GRANTED, decided_by="bob") is False
-
-
-# --- delegated jobs ----------------------------------------------------------------------------
-
-
-async def test_a_job_is_submitted_once_per_request_id_and_changed_content_conflicts(runs: Runs) -> None:
-    ledger = runs.ledger
-    run_id = await runs.running("run-1")
-    request_id = unique("request")
-    job = await ledger.submit_job(run_id, request_id=request_id, runtime="sandbox", profile="small",
-                                  request={"prompt": "count"})
-    assert job.job_id == job_id_for(request_id)
-    assert (job.status, job.run_id, job.request, job.result, job.runtime_job_id) == (
-        AgentJobStatus.QUEUED, run_id, {"prompt": "count"}, None, None)
-    again = await ledger.submit_job(run_id, request_id=request_id, runtime="sandbox", profile="small",
-                                    request={"prompt": "count"})
-    assert again == job
-    other = await runs.running("run-other")
-    for changes in ({"request": {"prompt": "other"}}, {"runtime": "cluster"}, {"profile": "large"}, {"run_id": other}):
-        fields: dict[str, Any] = dict(run_id=run_id, request_id=request_id, runtime="sandbox", profile="small",
-                                      request={"prompt": "count"})
-        fields.update(changes)
-        error = await raises(ErrorCode.JOB_REQUEST_CONFLICT, ledger.submit_job(**fields))
-        assert error.reason == "request_changed"
-    assert runs.count("tenure_agent_jobs", run_id) == 1 and runs.count("tenure_agent_jobs", other) == 0
-    assert await ledger.get_job(job.job_id) == job
-    # A replay after the Run parked on the job still answers the stored job.
-    assert await ledger.park(run_id, 0, kind=WaitKind.DELEGATE, owner_id=job.job_id)
-    replay = await ledger.submit_job(run_id, request_id=request_id, runtime="sandbox", profile="small",
-                                     request={"prompt": "count"})
-    assert replay == job
-
-
-async def test_a_job_advances_one_step_at_a_time(runs: Runs) -> None:
-    ledger = runs.ledger
-    job_id = await runs.job(await runs.running("run-1"))
-    assert await ledger.advance_job(job_id, AgentJobStatus.PREPARING) is False
-    assert await ledger.advance_job(job_id, AgentJobStatus.ADMITTED) is True
-    assert await ledger.advance_job(job_id, AgentJobStatus.ADMITTED) is False
-    assert await ledger.advance_job(job_id, AgentJobStatus.RUNNING) is False
-    assert await ledger.advance_job(job_id, AgentJobStatus.PREPARING) is True
-    assert await ledger.advance_job(job_id, AgentJobStatus.RUNNING) is True
-    assert (await ledger.get_job(job_id)).status is AgentJobStatus.RUNNING  # type: ignore[union-attr]
-    assert await ledger.adopt_job_result(job_id, succeeded(job_id))
-    assert await ledger.advance_job(job_id, AgentJobStatus.RUNNING) is False
-    for status in (AgentJobStatus.QUEUED, AgentJobStatus.SUCCEEDED, AgentJobStatus.LOST):
-        with pytest.raises(ConfigValidationError) as caught:
-            await ledger.advance_job(job_id, status)
-        assert caught.value.fields == ("status",)
-    assert await ledger.advance_job(job_id_for(unique("request")), AgentJobStatus.ADMITTED) is False
-
-
-async def test_the_runtimes_job_identity_is_recorded_once(runs: Runs) -> None:
-    ledger = runs.ledger
-    job_id = await runs.job(await runs.running("run-1"))
-    assert await ledger.advance_job(job_id, AgentJobStatus.ADMITTED, runtime_job_id="runtime-1")
-    error = await raises(ErrorCode.JOB_REQUEST_CONFLICT,
-                         ledger.advance_job(job_id, AgentJobStatus.PREPARING, runtime_job_id="runtime-2"))
-    assert error.reason == "identity_conflict"
-    assert (await ledger.get_job(job_id)).status is AgentJobStatus.ADMITTED  # type: ignore[union-attr]
-    assert await ledger.advance_job(job_id, AgentJobStatus.PREPARING)
-    assert await ledger.advance_job(job_id, AgentJobStatus.RUNNING, runtime_job_id="runtime-1")
-    job = await ledger.get_job(job_id)
-    assert job is not None and (job.status, job.runtime_job_id) == (AgentJobStatus.RUNNING, "runtime-1")
-
-
-async def test_a_result_is_adopted_once_and_must_have_its_shape(runs: Runs) -> None:
-    ledger = runs.ledger
-    job_id = await runs.job(await runs.running("run-1"))
-    other = job_id_for(unique("request"))
-    with pytest.raises(ConfigValidationError) as caught:
-        await ledger.adopt_job_result(job_id, ["not", "an", "object"])
-    assert caught.value.fields == ("result",)
-    bad = [
-        ({"job_id": job_id, "status": ["succeeded"]}, "result_status_mismatch"),
-        ({"job_id": job_id, "status": {"is": "succeeded"}}, "result_status_mismatch"),
-        (succeeded(other), "result_job_mismatch"),
-        ({"job_id": job_id}, "result_status_mismatch"),
-        (result_of(job_id, AgentJobStatus.RUNNING), "result_status_mismatch"),
-        ({**succeeded(job_id), "error": "but it worked"}, "result_error_unexpected"),
-        (result_of(job_id, AgentJobStatus.FAILED), "result_error_required"),
-        (result_of(job_id, AgentJobStatus.TIMED_OUT), "result_error_required"),
-        (result_of(job_id, AgentJobStatus.LOST), "result_error_required"),
-        (result_of(job_id, AgentJobStatus.FAILED, error=""), "result_error_required"),
-        (result_of(job_id, AgentJobStatus.FAILED, error=7), "result_error_required"),
-    ]
-    for result, problem in bad:
-        with pytest.raises(ConfigValidationError) as caught:
-            await ledger.adopt_job_result(job_id, result)
-        assert (caught.value.fields, caught.value.problems) == (("result",), (problem,)), result
-    assert (await ledger.get_job(job_id)).status is AgentJobStatus.QUEUED  # type: ignore[union-attr]
-    assert await ledger.adopt_job_result(job_id, succeeded(job_id)) is True
-    assert await ledger.adopt_job_result(job_id, result_of(job_id, AgentJobStatus.FAILED, error="late")) is False
-    assert await ledger.adopt_job_result(job_id, succeeded(job_id)) is False
-    job = await ledger.get_job(job_id)
-    assert job is not None and (job.status, job.result) == (AgentJobStatus.SUCCEEDED, succeeded(job_id))
-    assert await ledger.record_job_cancelled(job_id) is False
-    assert await ledger.adopt_job_result(other, succeeded(other)) is False
-
-
-async def test_containment_is_recorded_from_lost_or_an_open_job_but_never_over_another_result(runs: Runs) -> None:
-    ledger = runs.ledger
-    run_id = await runs.running("run-1")
-    lost = await runs.job(run_id)
-    assert await ledger.adopt_job_result(lost, result_of(lost, AgentJobStatus.LOST, error="ambiguous start"))
-    assert (await ledger.get_job(lost)).status is AgentJobStatus.LOST  # type: ignore[union-attr]
-    assert await ledger.advance_job(lost, AgentJobStatus.ADMITTED) is False
-    assert await ledger.adopt_job_result(lost, result_of(lost, AgentJobStatus.FAILED, error="x")) is False
-    assert await ledger.record_job_cancelled(lost) is True
-    job = await ledger.get_job(lost)
-    assert job is not None and job.status is AgentJobStatus.CANCELLED
-    assert job.result == {"job_id": lost, "status": "cancelled", "contained": True}
-    assert await ledger.record_job_cancelled(lost) is False
-    running = await runs.job(run_id)
-    assert await ledger.advance_job(running, AgentJobStatus.ADMITTED)
-    assert await ledger.record_job_cancelled(running) is True
-    failed = await runs.job(run_id)
-    assert await ledger.adopt_job_result(failed, result_of(failed, AgentJobStatus.FAILED, error="tool crashed"))
-    assert await ledger.record_job_cancelled(failed) is False
-    assert (await ledger.get_job(failed)).status is AgentJobStatus.FAILED  # type: ignore[union-attr]
-    assert await ledger.list_jobs(run_id) == ()
 
 
 # --- reads -------------------------------------------------------------------------------------

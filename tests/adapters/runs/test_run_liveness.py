@@ -8,7 +8,6 @@ runs on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sqlite3
 import time
@@ -18,53 +17,26 @@ from typing import Any
 import pytest
 from adapter_support import sqlite_path
 from polling import until
-from run_support import parked_and_ended, status_of
+from run_support import admit, parked_and_ended, ports, serving, status_of, worker
 
-from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, RunWorker, Workflows, resume_and_publish
+from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, Workflows, resume_and_publish
 from tenure.adapters.runs.queue_broker import HOP_QUEUE
-from tenure.adapters.runs.recovery import RecoveryPorts, run_relays
+from tenure.adapters.runs.recovery import run_relays
 from tenure.model import (
     BrokerJobState,
     ConfigValidationError,
     ConsentStatus,
     ErrorCode,
-    RunIntent,
     RunStatus,
     TenureError,
     WorkflowPin,
 )
-
-WATCH_S = 0.05
 
 
 @pytest.fixture
 async def ledger(db_url: str) -> AsyncIterator[RunLedger]:
     async with RunLedger(db_url) as made:
         yield made
-
-
-async def admit(ledger: RunLedger, pin: WorkflowPin) -> str:
-    admission = await ledger.admit(RunIntent(None, "api", "alice", frozenset(), {"n": 1}), workflow=pin,
-                                   queue="runs", priority=50)
-    return admission.run.run_id
-
-
-def worker(ledger: RunLedger, broker: Any, flows: Workflows) -> RunWorker:
-    return RunWorker(ledger, broker, flows, node="node-a", watch_interval_s=WATCH_S)
-
-
-@contextlib.asynccontextmanager
-async def serving(runner: RunWorker) -> AsyncIterator[RunWorker]:
-    await runner.start()
-    try:
-        yield runner
-    finally:
-        await runner.stop(10)
-
-
-def ports(ledger: RunLedger, broker: Any) -> RecoveryPorts:
-    return RecoveryPorts(broker=broker, checkpoint_owner=ledger.checkpoints.owner,
-                         delete_checkpoint=ledger.checkpoints.delete, checkpoint_outcome=ledger.checkpoints.outcome)
 
 
 async def reconcile(ledger: RunLedger, broker: Any, node: str = "node-a") -> Any:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from test_run_liveness import admit, ports, serving, status_of, worker
 import paths
+from run_support import admit, ports, serving, status_of, worker
 from tenure.adapters import InMemoryBroker, RunLedger, RunRuntime, RunWorker, Workflows, upgrade
 from tenure.model import ConfigValidationError, RunStatus, WaitKind
 

@@ -250,7 +250,7 @@ async def test_a_progress_report_after_the_lease_was_lost_is_refused(db_url: str
         assert answers == [True]
         # An operator cancels the task: the fence no longer matches, progress is refused.
         assert await app.source.cancel(job_id)
-        job = next(iter(worker._jobs.values()))  # noqa: SLF001 - the claim in flight
+        job = next(iter(worker._runner.jobs.values()))  # noqa: SLF001 - the claim in flight
         assert await job.context.progress({"step": 2}) is False
         assert job.context.lease_lost.is_set()
         stop.set()

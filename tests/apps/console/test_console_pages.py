@@ -5,14 +5,17 @@ revealed, ``Server-Timing`` everywhere, and that no GET changes anything."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import uuid
+
 import markupsafe
 import pytest
-from adapter_support import raw
+from adapter_support import _run_async, raw
 from console_html import attribute, by_testid, texts
 from console_seed import (
     CONSENT_SECRET,
@@ -26,6 +29,11 @@ from console_seed import (
     TASK_SECRET,
     Seeded,
 )
+
+from tenure.adapters import ValidationJobSource
+from tenure.adapters.queue.sources import TaskSource
+from tenure.apps.console.reads import ConsoleData, JobView
+from tenure.model import JobInfo, JobState, ValidationJob, WorkerConfig
 
 SECRETS = (TASK_SECRET, RUN_SECRET, CONSENT_SECRET)
 HOSTILE_TEXTS = (HOSTILE, HOSTILE_ERROR, HOSTILE_NODE, HOSTILE_QUEUE, HOSTILE_TOOL, HOSTILE_WORKFLOW)
@@ -333,3 +341,52 @@ def test_no_get_changes_anything_even_one_addressed_at_an_action(
         response = client.get(path)
         assert response.status_code in (404, 405), path
     assert _state(url) == before
+
+
+SPOOFING_ERROR = "boom \u202eevil\u202c \u2066x\u2069 \x1b[31mred\rOVER\u2028next\u2029para"
+"""A stored error another client wrote (the worker would have cleaned it): an override,
+an isolate, an escape sequence, a carriage return and the line and paragraph separators."""
+
+
+async def _failed_with(db_url: str, error: str) -> str:
+    async with ValidationJobSource(db_url, WorkerConfig(db_url, lease_seconds=30, heartbeat_seconds=10)) as source:
+        await source.submit_owned(ValidationJob("orders", "1", "a.jsonl"), submission_id="s-1")
+        claimed = await source.claim_next_owned("worker-a", claim_token=uuid.uuid4().hex)
+        assert claimed is not None and await source.fail_owned(claimed.claim_fence, error, retry=False)
+        return str(claimed.job_id)
+
+
+def test_a_stored_error_shows_without_its_control_bidirectional_or_separator_characters(
+    console_url: str, console: Callable[..., Any],
+) -> None:
+    job_id = _run_async(_failed_with(console_url, SPOOFING_ERROR))
+    client = console(console_url)
+    for path in (f"/jobs/validation/{job_id}", "/jobs?queue=validation"):
+        page = client.get(path).text
+        assert not {"\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\r", "\u2028", "\u2029"} & set(page), path
+        assert "boom \ufffdevil\ufffd \ufffdx\ufffd \ufffd[31mred" in page, path
+    assert "OVER" in texts(client.get(f"/jobs/validation/{job_id}").text, "job-error")[0]
+
+
+async def _job_seen_twice(db_url: str, job_id: str) -> tuple[Any, JobInfo | None]:
+    """The console's view of a task and what ``get_job`` (``tenure jobs show``) answers."""
+    data = ConsoleData(db_url)
+    try:
+        view = await data.job("tasks", job_id)
+    finally:
+        await data.close()
+    async with TaskSource(db_url) as source:
+        return view, await source.get_job(job_id)
+
+
+def test_a_job_page_holds_the_job_state_tenure_jobs_shows_and_repeats_none_of_its_fields(
+    seeded: tuple[str, Seeded],
+) -> None:
+    url, data = seeded
+    assert not {field.name for field in dataclasses.fields(JobView)} & {
+        field.name for field in dataclasses.fields(JobInfo)}
+    for job_id in (data.failed_task, data.completed_task, data.pending_task):
+        view, info = _run_async(_job_seen_twice(url, job_id))
+        assert isinstance(view, JobView) and info is not None
+        assert view.state == JobState(**{field.name: getattr(info, field.name) for field in dataclasses.fields(JobState)})
+        assert isinstance(info, JobState) and (view.result_json is None) == (info.result is None)

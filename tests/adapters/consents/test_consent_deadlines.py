@@ -20,7 +20,8 @@ import pytest
 from adapter_support import raw
 from hypothesis import given
 from hypothesis import strategies as st
-from test_run_liveness import admit, ports, serving, status_of, until, worker
+from polling import until
+from run_support import admit, ports, serving, status_of, worker
 
 from tenure.adapters import InMemoryBroker, RunLedger, RunRuntime, RunWorker, Workflows
 from tenure.apps.runs_cli import _show
