@@ -219,6 +219,21 @@ class LockstepDatabases:
         release_database_for_machine(self.kind, db_url, reuse=reuse)
 
 
+def every_rule_ran(machine: Any) -> None:
+    """At CI's lockstep budget (not a ``TENURE_LOCKSTEP_STEPS`` override, which may be a
+    quick check too short for it), every rule of ``machine`` ran: the budget is chosen
+    with a margin over the steps that takes, so a rule that stopped being reachable
+    fails here instead of leaving part of the adapter unchecked."""
+    import os
+
+    from tenure.conformance.lockstep.harness import COUNTERS, rule_names
+
+    if os.environ.get("TENURE_LOCKSTEP_STEPS"):
+        return
+    missing = sorted(set(rule_names(machine)) - set(COUNTERS[machine.key()].rules))
+    assert missing == [], f"rules that never ran at CI's budget: {missing}"
+
+
 def release_database_for_machine(kind: str, db_url: str, *, reuse: bool) -> None:
     """The end of a run's database. PostgreSQL: with ``reuse`` (the run closed everything
     it opened), emptied and kept for the next run; otherwise, or if it cannot be emptied
