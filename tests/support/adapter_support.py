@@ -291,6 +291,23 @@ def as_on_a_loaded_machine(db_url: str, queue: QueueKind, job_id: str) -> None:
     expire_lease(db_url, queue, job_id, by_us=LOADED_MACHINE_US)
 
 
+def counting_empty_claims(source: Any) -> list[int]:
+    """Count, in the returned one-item list, the single-job claims through ``source`` that
+    came back empty: a worker's first claim is a single job, and an empty one is the worker
+    finding nothing to do, just before it waits for work. Tests wait on this count (with
+    ``polling.until``) instead of sleeping until a worker is "idle by now"."""
+    empty = [0]
+    claim_next_owned = source.claim_next_owned
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        claimed = await claim_next_owned(*args, **kwargs)
+        empty[0] += claimed is None
+        return claimed
+
+    source.claim_next_owned = counted
+    return empty
+
+
 def age_finished_rows(db_url: str, queue: QueueKind, *, hours: int) -> None:
     """Pretend every finished row finished ``hours`` earlier (retention tests)."""
     shift_instants(db_url, queue, "completed_at", hours * 3_600_000_000)
