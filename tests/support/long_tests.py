@@ -23,29 +23,32 @@ from typing import TypeVar
 __all__ = ["LONG_TESTS", "weight", "shares", "ordered"]
 
 LONG_TESTS: dict[str, float] = {
-    # The teeth: a broken store or kernel must fail (their time is mostly Hypothesis's shrinking).
+    # The teeth: a broken store or kernel must fail (the conform one is mostly Hypothesis's
+    # shrinking, which Hypothesis stops after five minutes).
     "tests/conformance/command/test_conform.py::test_a_store_that_reads_the_clock_before_its_last_lock": 360,
-    "tests/conformance/command/test_plugin.py::test_the_plugin_fails_a_broken_store": 60,
+    "tests/conformance/command/test_plugin.py::test_the_plugin_fails_a_broken_store": 15,
+    "tests/kernel/test_contracts.py::test_crosshair_finds_a_counterexample": 10,
+    "tests/kernel/test_mutants.py::test_the_suite_catches_the_mutant": 25,
+    # tenure conform and its plugin on every database.
     "tests/conformance/command/test_plugin.py::test_the_plugin_runs_against_postgresql": 130,
     "tests/conformance/command/test_plugin.py::test_a_selection_picks": 50,
     "tests/conformance/command/test_conform.py::test_conform_through_pgbouncer": 60,
     "tests/conformance/command/test_conform.py::test_conform_on_postgresql": 50,
-    "tests/kernel/test_contracts.py::test_crosshair_finds_a_counterexample": 30,
-    "tests/kernel/test_mutants.py::test_the_suite_catches_the_mutant": 25,
     # Processes killed, frozen and restarted.
-    "tests/processes/test_chaos.py::test_postgresql_workers": 120,
-    "tests/processes/test_chaos.py::test_sqlite_workers": 100,
-    "tests/processes/test_task_chaos.py::": 60,
-    "tests/processes/test_run_chaos.py::": 60,
+    "tests/processes/test_chaos.py::test_postgresql_workers": 180,
+    "tests/processes/test_chaos.py::test_sqlite_workers": 145,
+    "tests/processes/test_task_chaos.py::": 70,
+    "tests/processes/test_run_chaos.py::": 50,
     "tests/processes/test_run_outage.py::": 40,
     # Lockstep runs at CI's budgets.
-    "tests/adapters/queue/test_lockstep.py::test_kernel_model_and_database_stay_in_lockstep": 60,
-    "tests/adapters/attempts/test_lockstep_attempts.py::test_the_attempt_kernel_and_the_ledger_stay_in_lockstep": 40,
-    "tests/adapters/runs/test_lockstep_runs.py::test_the_run_kernels_and_the_ledger_stay_in_lockstep": 40,
+    "tests/adapters/queue/test_lockstep.py::test_kernel_model_and_database_stay_in_lockstep[postgresql]": 80,
+    "tests/adapters/queue/test_lockstep.py::test_kernel_model_and_database_stay_in_lockstep[sqlite]": 30,
+    "tests/adapters/attempts/test_lockstep_attempts.py::test_the_attempt_kernel_and_the_ledger_stay_in_lockstep": 35,
+    "tests/adapters/runs/test_lockstep_runs.py::test_the_run_kernels_and_the_ledger_stay_in_lockstep": 45,
     # Large property runs and explorations.
     "tests/kernel/test_recovery_table.py::test_every_verdict_keeps_the_recovery_rules": 90,
     "tests/kernel/test_machine_tables.py::test_the_transitions_oracle_picks_the_same_row_as_the_kernel": 55,
-    "tests/conformance/explore/test_explore_replay_attempts.py::test_a_mutants_attempt_trace_replays": 50,
+    "tests/conformance/explore/test_explore_replay_attempts.py::test_a_mutants_attempt_trace_replays": 40,
     "tests/conformance/explore/test_explore_replay_runs.py::test_a_mutants_run_trace_replays": 40,
     "tests/conformance/explore/test_explore_replay_runs.py::test_the_command_line_writes_a_run_replay": 45,
     "tests/conformance/explore/test_explore_runs.py::test_every_property_holds_for_the_real_kernel": 30,
