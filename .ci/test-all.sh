@@ -1,20 +1,61 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone on a fresh machine:
-#   bash .ci/test-all.sh
+#   bash .ci/test-all.sh                        (about 20 minutes on a 2-core machine)
+#   TENURE_TEST_STRESS=1 bash .ci/test-all.sh   (the same beside a CPU burner on every core)
+#   bash .ci/test-all.sh tests/kernel           (every step, with pytest given these arguments)
 # 1. a virtual environment (.venv) with tenure, its test dependencies and the docs tools;
-# 2. pycharter 0.0.67 in .venv-pycharter (tests/adapters/core/test_pycharter.py drives it as a real client);
-#    Chromium and its driver from Debian's packages if missing (the console's browser tests);
+#    then, in the background while the rest goes on: pycharter 0.0.67 in .venv-pycharter
+#    (tests/adapters/core/test_pycharter.py drives it as a real client) followed by the
+#    benchmark harness's smoke run, and the wheel check (built once, installed into a clean
+#    environment, every module imported);
+# 2. Chromium and its driver from Debian's packages if missing (the console's browser tests);
 #    PostgreSQL from Debian's packages if missing, and a throwaway server on a free
-#    loopback port (stopped on exit; a missing server is a failure, never a skip);
-# 3. the pytest suite in four processes (python -P: see tests/adapters/core/test_layout.py) and, alongside it,
-#    CrossHair over the kernel contracts (a counterexample fails the run); the documentation
-#    site built with `mkdocs build --strict` first, while CrossHair starts (any warning fails);
-# 4. the wheel, built once, installed into a clean environment, every module imported.
+#    loopback port, with PgBouncer in front (stopped on exit; a missing server is a
+#    failure, never a skip);
+# 3. mypy --strict and the documentation site (`mkdocs build --strict`, any warning fails);
+# 4. the pytest suite in four processes (python -P: see tests/adapters/core/test_layout.py),
+#    its long tests first (tests/support/long_tests.py), and beside it CrossHair over the
+#    kernel contracts (a counterexample fails the run) and `tenure conform` on SQLite,
+#    PostgreSQL and PgBouncer; then every background step's result, with its time.
+# The soak-sized runs (the explorer's two largest worlds, 20,000-step lockstep runs, the
+# Run chaos soak) are `bash .ci/soak`'s, not this script's: docs/testing.md has both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 START=$(date +%s)
 step() { echo; echo "== $* ($(( $(date +%s) - START )) s)"; }
+# What runs on exit, last registered first: background steps and servers end with the script.
+CLEANUP=()
+cleanup() { local i; for (( i=${#CLEANUP[@]}-1; i>=0; i-- )); do eval "${CLEANUP[i]}" || true; done; }
+trap cleanup EXIT
+# A process and everything it started (a background step left running by a failure).
+kill_tree() { local child; for child in $(pgrep -P "$1"); do kill_tree "$child"; done; kill "$1" 2>/dev/null || true; }
+# A background step, a command run under `set -e`: its output in LOG, its exit status in
+# LOG.status, its seconds in LOG.seconds.
+background() {
+  local log=$1; shift
+  ( started=$(date +%s); set +e; ( set -e; "$@" ) >"$log" 2>&1; status=$?
+    echo $(( $(date +%s) - started )) >"$log.seconds"; echo "$status" >"$log.status" ) &
+  CLEANUP+=("kill_tree $!")
+}
+# Wait for a background step (by its log) and print how it went; its exit status is returned.
+finished() {
+  local log=$1
+  while [ ! -s "$log.status" ]; do sleep 1; done
+  echo "(exit $(cat "$log.status") after $(cat "$log.seconds") s)"
+  return "$(cat "$log.status")"
+}
+WORK=$(mktemp -d)
+CLEANUP+=('rm -rf "$WORK"')
+
+if [ "${TENURE_TEST_STRESS:-}" = 1 ]; then
+  step "stress mode: a CPU burner on each of $(nproc) cores, for the whole run"
+  # tests/support/stress.py: one busy process per core at normal priority. pytest is told
+  # they run (it would otherwise start its own).
+  python3 tests/support/stress.py &
+  CLEANUP+=("kill_tree $!")
+  export TENURE_TEST_STRESS=running
+fi
 
 step "python"
 PYTHON=${PYTHON:-python3}
@@ -28,10 +69,36 @@ if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
   2> >(grep -v "is ignored" >&2)
 .venv/bin/python -m pip check
 
-step "pycharter 0.0.67 in its own environment (the real-client adoption test)"
-if [ ! -x .venv-pycharter/bin/python ]; then "$PYTHON" -m venv .venv-pycharter; fi
-.venv-pycharter/bin/python -m pip install -q 'pycharter==0.0.67' 'psycopg[binary]' 2> >(grep -v "is ignored" >&2)
-touch .venv-pycharter/ready  # tests/adapters/core/test_pycharter.py builds it only when this is missing
+step "in the background: pycharter 0.0.67's environment, the wheel check, the benchmark smoke run"
+# One after the other (the wheel and the benchmark's own install both build tenure in this
+# tree, and the benchmark uses .venv-pycharter), beside everything that follows:
+# pycharter's environment first (pytest waits for it); the wheel, built once, installed
+# into a clean environment, every module imported (it catches a package or *.sql file left
+# out of pyproject's list); the benchmark harness's smoke run, which checks the harness and
+# asserts no timing (it starts its own PostgreSQL).
+pycharter_environment() {
+  if [ ! -x .venv-pycharter/bin/python ]; then "$PYTHON" -m venv .venv-pycharter; fi
+  .venv-pycharter/bin/python -m pip install -q 'pycharter==0.0.67' 'psycopg[binary]' 2> >(grep -v "is ignored" >&2)
+  touch .venv-pycharter/ready  # tests/adapters/core/test_pycharter.py builds it only when this is missing
+}
+wheel_check() {
+  local wheels="$WORK/wheel"
+  mkdir -p "$wheels"
+  .venv/bin/python -m pip wheel -q --no-deps -w "$wheels" . 2> >(grep -v "is ignored" >&2)
+  "$PYTHON" -m venv "$wheels/venv"
+  # With the conform extra (tenure.conformance imports Hypothesis) and pytest (its plugin's host).
+  "$wheels/venv/bin/python" -m pip install -q "$(ls "$wheels"/tenure-*.whl)[conform]" pytest \
+    2> >(grep -v "is ignored" >&2)
+  ( cd "$wheels" && "$wheels/venv/bin/python" "$ROOT/.ci/import-every-module.py" "$ROOT" )
+}
+one_after_the_other() {
+  background "$WORK/pycharter.log" pycharter_environment
+  wait $!
+  background "$WORK/wheel.log" wheel_check
+  wait $!
+  bash bench/run.sh --smoke
+}
+background "$WORK/bench.log" one_after_the_other
 
 step "chromium and chromedriver (the console's browser tests: Debian's packages, never a download)"
 # tests/apps/console/test_browser.py drives /usr/bin/chromium through /usr/bin/chromedriver;
@@ -50,7 +117,7 @@ fi
 step "postgresql"
 eval "$(bash .ci/pg-start.sh)"
 export PGTMP PGBIN
-trap 'bash "$ROOT/.ci/pg-stop.sh"' EXIT
+CLEANUP+=('bash "$ROOT/.ci/pg-stop.sh"')
 echo "throwaway server on port $PGPORT"
 
 step "pgbouncer (transaction mode, in front of that server)"
@@ -59,128 +126,92 @@ step "pgbouncer (transaction mode, in front of that server)"
 # (a missing PgBouncer is a failure, never a skip).
 eval "$(bash .ci/pgbouncer-start.sh)"
 export PGBOUNCER_TMP TEST_PGBOUNCER_DSN
-trap 'bash "$ROOT/.ci/pgbouncer-stop.sh"; bash "$ROOT/.ci/pg-stop.sh"' EXIT
+CLEANUP+=('bash "$ROOT/.ci/pgbouncer-stop.sh"')
 echo "PgBouncer (transaction mode) on port $PGBOUNCER_PORT"
 
 step "type check (mypy --strict)"
 .venv/bin/python -m mypy -p tenure.model -p tenure.kernel -p tenure.adapters -p tenure.conformance -p tenure.apps
 
 step "crosshair over the kernel contracts (in the background)"
-CROSSHAIR_LOG=$(mktemp)
-( cd /tmp && "$ROOT/.venv/bin/python" "$ROOT/.ci/crosshair_kernel.py" check --analysis_kind=PEP316 \
-    --per_condition_timeout=3 --report_all "$ROOT/kernel" ) >"$CROSSHAIR_LOG" 2>&1 &
-CROSSHAIR_PID=$!
+crosshair_kernel() {
+  cd /tmp && "$ROOT/.venv/bin/python" "$ROOT/.ci/crosshair_kernel.py" check --analysis_kind=PEP316 \
+    --per_condition_timeout=3 --report_all "$ROOT/kernel"
+}
+background "$WORK/crosshair.log" crosshair_kernel
 
 step "documentation site (mkdocs build --strict: a broken link, anchor or API reference fails)"
 # A few seconds on one core, beside CrossHair on the other. Never `--quiet`: it silences
 # the warnings that --strict counts, and the build would pass. The site goes to a
 # temporary folder; NO_MKDOCS_2_WARNING drops the theme's banner about MkDocs 2.
-DOCS_SITE=$(mktemp -d)
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --config-file "$ROOT/mkdocs.yml" --site-dir "$DOCS_SITE"
-rm -rf "$DOCS_SITE"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --config-file "$ROOT/mkdocs.yml" --site-dir "$WORK/site"
 
 step "tenure conform against SQLite, PostgreSQL and PgBouncer in transaction mode (in the background)"
 # The README's command, as a user runs it, on each setup CI has: the server facts and a
 # table per machine. Each run works in a scratch area it removes; a divergence, a failed
 # fact or a refusal fails CI (their exit status is checked after pytest).
-CONFORM_DIR=$(mktemp -d)
-(
-  cd "$CONFORM_DIR"
-  for setup in "sqlite sqlite:///$CONFORM_DIR/app.db" "postgresql $TEST_PG_DSN" \
+mkdir -p "$WORK/conform"
+conform_everywhere() {
+  cd "$WORK/conform"
+  local failed=0 setup name status
+  for setup in "sqlite sqlite:///$WORK/conform/app.db" "postgresql $TEST_PG_DSN" \
                "pgbouncer $TEST_PGBOUNCER_DSN?pooler=transaction"; do
     name=${setup%% *}
-    if "$ROOT/.venv/bin/tenure" conform --db "${setup#* }" --steps "${CONFORM_STEPS:-500}" --seed 20261205 \
-        >"$CONFORM_DIR/$name.log" 2>"$CONFORM_DIR/$name.progress"; then
-      echo 0 >"$CONFORM_DIR/$name.status"
-    else
-      echo $? >"$CONFORM_DIR/$name.status"
-    fi
+    status=0
+    "$ROOT/.venv/bin/tenure" conform --db "${setup#* }" --steps "${CONFORM_STEPS:-500}" --seed 20261205 \
+      >"$name.log" 2>"$name.progress" || status=$?
+    echo "$status" >"$name.status"
+    if [ "$status" != 0 ]; then failed=1; fi
   done
-) &
-CONFORM_PID=$!
+  return "$failed"
+}
+background "$WORK/conform.log" conform_everywhere
 
-step "the explorer over the kernel's standard bounds (in the background)"
-# Every interleaving of the queue, attempt and Run worlds to their standard depths
-# (tenure.conformance.explore): one line per world with its states, transitions and depth; a
-# broken property prints its shortest trace and fails CI (checked after pytest).
-EXPLORE_LOG=$(mktemp)
-( "$ROOT/.venv/bin/python" -P -m tenure.conformance.explore >"$EXPLORE_LOG" 2>&1; echo $? >>"$EXPLORE_LOG.status" ) &
-EXPLORE_PID=$!
-
-step "pytest (four worker processes; each test's databases are its own)"
+step "pytest (four worker processes, the long tests first; each test's databases are its own)"
 export CI=${CI:-true}
+while [ ! -s "$WORK/pycharter.log.status" ]; do sleep 1; done  # the adoption test's client
+if [ "$(cat "$WORK/pycharter.log.status")" != 0 ]; then cat "$WORK/pycharter.log"; echo "pycharter's environment failed"; exit 1; fi
 # Four processes on two cores: much of the suite waits (on PostgreSQL, on subprocesses,
-# on leases running out), so more workers than cores keep both busy. worksteal hands
-# the long tail (lockstep runs, mutants, chaos) to whichever worker is free.
-.venv/bin/python -P -m pytest -q -n "${PYTEST_WORKERS:-4}" --dist worksteal --durations=30
+# on leases running out), so more workers than cores keep both busy. worksteal with the
+# long tests dealt to the front of every worker's share (tests/support/long_tests.py)
+# starts each worker on its long tests and lets the short ones fill in around them.
+.venv/bin/python -P -m pytest -q -n "${PYTEST_WORKERS:-4}" --dist worksteal --durations=30 "$@"
 
 step "tenure conform result"
-wait "$CONFORM_PID"
-CONFORM_FAILED=0
+CONFORM_STATUS=0
+finished "$WORK/conform.log" || CONFORM_STATUS=$?
 for name in sqlite postgresql pgbouncer; do
-  echo "-- tenure conform on $name: exit $(cat "$CONFORM_DIR/$name.status")"
-  cat "$CONFORM_DIR/$name.log"
-  if [ "$(cat "$CONFORM_DIR/$name.status")" != 0 ]; then CONFORM_FAILED=1; fi
+  echo "-- tenure conform on $name: exit $(cat "$WORK/conform/$name.status" 2>/dev/null || echo '?')"
+  cat "$WORK/conform/$name.log"
 done
-rm -rf "$CONFORM_DIR"
-if [ "$CONFORM_FAILED" != 0 ]; then echo "tenure conform failed"; exit 1; fi
-
-step "explorer result"
-wait "$EXPLORE_PID"
-cat "$EXPLORE_LOG"
-if [ "$(cat "$EXPLORE_LOG.status")" != 0 ]; then echo "the explorer found a broken property"; exit 1; fi
-rm -f "$EXPLORE_LOG" "$EXPLORE_LOG.status"
+if [ "$CONFORM_STATUS" != 0 ]; then cat "$WORK/conform.log"; echo "tenure conform failed"; exit 1; fi
 
 step "crosshair result"
 # A condition CrossHair could not even start (a precondition it cannot meet, or one that
 # raises) checks nothing: that fails the gate too.
-if wait "$CROSSHAIR_PID" && ! grep -q "Unable to meet precondition" "$CROSSHAIR_LOG"; then
-  echo "crosshair: no counterexample in $(grep -c 'info:' "$CROSSHAIR_LOG") conditions"
-  sed 's/.*: info: //' "$CROSSHAIR_LOG" | sort | uniq -c
+if finished "$WORK/crosshair.log" && ! grep -q "Unable to meet precondition" "$WORK/crosshair.log"; then
+  echo "crosshair: no counterexample in $(grep -c 'info:' "$WORK/crosshair.log") conditions"
+  sed 's/.*: info: //' "$WORK/crosshair.log" | sort | uniq -c
 else
   echo "crosshair found a counterexample or failed:"
-  cat "$CROSSHAIR_LOG"
+  cat "$WORK/crosshair.log"
   exit 1
 fi
 
-step "benchmark harness smoke run (checks the harness; asserts no timing)"
-SMOKE_LOG=$(mktemp)
-if bash bench/run.sh --smoke >"$SMOKE_LOG" 2>&1; then
-  echo "benchmark harness ran every benchmark and wrote its report:"
-  sed -n '/^## Targets/,$p' "$SMOKE_LOG"
+step "wheel result (built once, installed into a clean environment, every module imported)"
+if finished "$WORK/wheel.log"; then
+  cat "$WORK/wheel.log"
 else
-  cat "$SMOKE_LOG"
+  cat "$WORK/wheel.log"; echo "the wheel check failed"; exit 1
+fi
+
+step "benchmark harness smoke run result (checks the harness; asserts no timing)"
+if finished "$WORK/bench.log"; then  # its seconds include pycharter's environment and the wheel check
+  echo "benchmark harness ran every benchmark and wrote its report:"
+  sed -n '/^## Targets/,$p' "$WORK/bench.log"
+else
+  cat "$WORK/bench.log"
   echo "benchmark smoke run failed"
   exit 1
 fi
-
-step "wheel: build once, install into a clean environment, import every module"
-WHEEL_DIR=$(mktemp -d)
-.venv/bin/python -m pip wheel -q --no-deps -w "$WHEEL_DIR" . 2> >(grep -v "is ignored" >&2)
-"$PYTHON" -m venv "$WHEEL_DIR/venv"
-# With the conform extra (tenure.conformance imports Hypothesis) and pytest (its plugin's host).
-"$WHEEL_DIR/venv/bin/python" -m pip install -q "$(ls "$WHEEL_DIR"/tenure-*.whl)[conform]" pytest \
-  2> >(grep -v "is ignored" >&2)
-( cd "$WHEEL_DIR" && "$WHEEL_DIR/venv/bin/python" - "$ROOT" <<'PY'
-# Every module in the source tree must import from the installed wheel (a package left
-# out of pyproject's list would be missing here), and nothing may come from the tree.
-import importlib, pathlib, sys
-root = pathlib.Path(sys.argv[1])
-names = []
-for folder in ("model", "kernel", "adapters", "conformance", "apps"):
-    for path in sorted((root / folder).rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        names.append("tenure." + ".".join(parts))
-for name in names:
-    module = importlib.import_module(name)
-    assert "site-packages" in (module.__file__ or ""), name
-import shutil
-assert shutil.which("tenure", path=str(pathlib.Path(sys.executable).parent)), "console script missing"
-print(f"imported {len(names)} modules from the installed wheel; the tenure command is installed")
-PY
-)
-rm -rf "$WHEEL_DIR"
 
 step "all checks passed"

@@ -39,6 +39,7 @@ import pathlib  # noqa: E402
 import subprocess  # noqa: E402
 import urllib.parse  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -140,3 +141,41 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter is not None:
             reporter.write_line(f"CI: {skipped} test(s) skipped; a skip hides what it was meant to test", red=True)
         session.exitstatus = 1
+
+
+# --- The long tests start first on every worker (see long_tests.py). ------------------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import long_tests
+
+    # In each pytest-xdist worker, where the collection the scheduler hands out is made
+    # (every worker computes the same order, as xdist requires). A worker's own ``dist``
+    # option reads "no": the scheduler's is on the main process's command line.
+    worker_input = getattr(config, "workerinput", None)
+    if worker_input is None or worker_input["workercount"] < 2:
+        return
+    argv = [str(argument) for argument in worker_input["mainargv"]]
+    pairs = zip(argv, argv[1:] + [""])
+    if any(argument == "--dist=worksteal" or (argument, after) == ("--dist", "worksteal") for argument, after in pairs):
+        items[:] = long_tests.ordered(items, [item.nodeid for item in items], worker_input["workercount"])
+
+
+# --- Stress mode: TENURE_TEST_STRESS=1 runs the tests beside a CPU burner per core. -----
+
+_BURNERS: list[Any] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import stress
+
+    if stress.requested() and not hasattr(config, "workerinput"):  # the main process only
+        _BURNERS.extend(stress.start())
+        os.environ["TENURE_TEST_STRESS"] = "running"  # xdist's workers start none of their own
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import stress
+
+    stress.stop(_BURNERS)
+    _BURNERS.clear()

@@ -372,6 +372,11 @@ class RunWorker:
                 run = await self.ledger.get(claim.run.run_id)
             except TenureError:
                 continue  # the database is unreachable: nothing proves the hop lost its Run
+            if context.parked:
+                # The hop parked while the read was under way (the flag is set before the
+                # park's commit, so a read that shows the parked Run finished after it):
+                # the Run was parked by this very hop, which is no lost hop.
+                continue
             if run is None or not hop_holds(run, claim.enqueue_seq):
                 return run
 

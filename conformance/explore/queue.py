@@ -655,7 +655,8 @@ STANDARD: list[tuple[QueueModel, int]] = [
     (QueueModel((QueueKind.VALIDATION,), 2, legacy=True), 12),
     (QueueModel((QueueKind.TASK, QueueKind.TASK), 2), 12),
 ]
-"""The bounds CI explores, each 12 actions deep:
+"""The standard bounds, each 12 actions deep (CI's suite explores the last two; ``bash
+.ci/soak`` all three):
 
 * 3 workers x 2 jobs (a validation job and a streaming launch) on the owned API: enough
   for both jobs to be submitted, claimed, lost to a lease, claimed again by another

@@ -1718,13 +1718,13 @@ STANDARD: list[tuple[RunModel, int]] = [
     (RunModel(LEASES), 16),
     (RunModel(TAKERS), 16),
 ]
-"""The bounds CI explores (``python -m tenure.conformance.explore``, beside the suite).
+"""The standard bounds (``python -m tenure.conformance.explore``; ``bash .ci/soak`` runs them all).
 ``HOPS`` is the issue's 2 workers x 2 Runs + a relay + a reboot, to 12 actions (about
 226,000 states, two minutes of one core; its two Runs interleave, about 2.5 times more
 states per action than one Run; at 10 actions it is 42,185 states, 84,672 transitions):
 enough for both Runs to be published, taken, claimed and parked or settled around a
 crash, a restart and a relay round, and for a redelivered hop to meet a resumed one. The
-test suite runs the other worlds (under a minute together); CI's explorer step all. ``RECOVERY`` gives one Run every recovery path to 12 actions
+test suite runs the other worlds (under a minute together); ``.ci/soak`` all. ``RECOVERY`` gives one Run every recovery path to 12 actions
 (35,469 states); ``CONSENTS`` (10,953) and ``DELEGATES`` (4,355) go to 12; ``ADMISSIONS``
 and the lease worlds are explored to exhaustion (their budgets bound them: 155, 12,242
 and 222 states). Every mutant the bounds reach is caught within 9 actions (the longest:

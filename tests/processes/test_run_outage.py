@@ -63,7 +63,7 @@ async def test_a_settlement_across_a_server_stop_is_retried_and_the_run_ends_don
             pg_ctl(server, "stop")
             try:
                 finish.set()
-                await until(lambda: runner.persist_retries >= 2, 20)
+                await until(lambda: runner.persist_retries >= 2)
             finally:
                 pg_ctl(server, "start")
             await until(lambda: runner.outcomes["done"] == 1 or runner.outcomes["lost"] == 1)

@@ -204,7 +204,7 @@ async def test_a_stop_at_the_moment_a_hop_ended_lets_saq_record_its_job_complete
 
         monkeypatch.setattr(queue, "finish", held_finish)
         (run_id,) = await admitted_and_published(ledger, broker, 1)
-        await asyncio.wait_for(recording.wait(), 15)
+        await asyncio.wait_for(recording.wait(), 60)
         assert runner.outcomes["done"] == 1 and runner.running_hops == 0
         stopping = asyncio.ensure_future(runtime.__aexit__(None, None, None))
         # SAQ's worker is told to stop (its event) in the step that decides what to cancel.

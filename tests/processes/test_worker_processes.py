@@ -111,15 +111,19 @@ async def test_kill_9_in_the_middle_of_jobs_loses_nothing_and_each_job_has_one_a
 
 async def test_sigterm_lets_in_flight_work_finish_within_the_grace_and_loses_nothing(db_url: str) -> None:
     ids = await submit(db_url, 30, "term")
-    process = start(db_url, "third_of_a_second", *LONG_LEASE, "--concurrency", "4", "--grace-seconds", "10")
+    # Handlers of a third of a second and a grace of a minute: every claim held at the
+    # signal ends completed, none is given back (no timing asserted; a loaded machine
+    # only makes the handlers slower, never the grace shorter than they need).
+    process = start(db_url, "third_of_a_second", *LONG_LEASE, "--concurrency", "4", "--grace-seconds", "60")
     await wait_until(db_url, lambda rows: sum(r.status is JobStatus.COMPLETED for r in rows.values()) >= 4, 60)
     process.send_signal(signal.SIGTERM)
-    began = time.monotonic()
-    output, _ = process.communicate(timeout=30)
-    assert process.returncode == 0 and time.monotonic() - began < 10
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0
     assert b"stopped: claimed" in output
     rows = await statuses(db_url)
     assert not [row for row in rows.values() if row.status is JobStatus.CLAIMED], "in-flight handlers finished"
+    given_back = [row for row in rows.values() if row.status is JobStatus.PENDING and row.generation > 0]
+    assert not given_back, "a claim held at the signal was given back: its handler did not finish within the grace"
     finished = sum(row.status is JobStatus.COMPLETED for row in rows.values())
     async with ValidationJobSource(db_url, WorkerConfig(db_url)) as source:
         async def handler(claimed: Any, context: Any) -> dict[str, Any]:
@@ -136,9 +140,10 @@ async def test_sigterm_stops_handlers_that_outlast_the_grace_and_gives_their_cla
     process = start(db_url, "stuck", *LONG_LEASE, "--concurrency", "3", "--batch", "3", "--grace-seconds", "0.5")
     await wait_until(db_url, lambda rows: sum(r.status is JobStatus.CLAIMED for r in rows.values()) == 3, 60)
     process.send_signal(signal.SIGTERM)
-    began = time.monotonic()
-    output, _ = process.communicate(timeout=30)
-    assert process.returncode == 0 and time.monotonic() - began < 8
+    # The handlers never end: only the half-second grace ends the process within the
+    # hang guard (no timing asserted).
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0
     rows = await statuses(db_url)
     # Given back: pending at once, the attempt returned, nothing else written.
     assert all((row.status, row.attempt, row.generation, row.result) == (JobStatus.PENDING, 0, 1, None)

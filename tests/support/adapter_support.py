@@ -240,6 +240,21 @@ class LockstepDatabases:
         release_database_for_machine(self.kind, db_url, reuse=reuse)
 
 
+def every_rule_ran(machine: Any) -> None:
+    """At CI's lockstep budget (not a ``TENURE_LOCKSTEP_STEPS`` override, which may be a
+    quick check too short for it), every rule of ``machine`` ran: the budget is chosen
+    with a margin over the steps that takes, so a rule that stopped being reachable
+    fails here instead of leaving part of the adapter unchecked."""
+    import os
+
+    from tenure.conformance.lockstep.harness import COUNTERS, rule_names
+
+    if os.environ.get("TENURE_LOCKSTEP_STEPS"):
+        return
+    missing = sorted(set(rule_names(machine)) - set(COUNTERS[machine.key()].rules))
+    assert missing == [], f"rules that never ran at CI's budget: {missing}"
+
+
 def release_database_for_machine(kind: str, db_url: str, *, reuse: bool) -> None:
     """The end of a run's database. PostgreSQL: with ``reuse`` (the run closed everything
     it opened), emptied and kept for the next run; otherwise, or if it cannot be emptied
@@ -295,6 +310,23 @@ def as_on_a_loaded_machine(db_url: str, queue: QueueKind, job_id: str) -> None:
     """Move a claim's lease back by :data:`LOADED_MACHINE_US`: from now on the test sees it
     as a loaded machine would, ten minutes older."""
     expire_lease(db_url, queue, job_id, by_us=LOADED_MACHINE_US)
+
+
+def counting_empty_claims(source: Any) -> list[int]:
+    """Count, in the returned one-item list, the single-job claims through ``source`` that
+    came back empty: a worker's first claim is a single job, and an empty one is the worker
+    finding nothing to do, just before it waits for work. Tests wait on this count (with
+    ``polling.until``) instead of sleeping until a worker is "idle by now"."""
+    empty = [0]
+    claim_next_owned = source.claim_next_owned
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        claimed = await claim_next_owned(*args, **kwargs)
+        empty[0] += claimed is None
+        return claimed
+
+    source.claim_next_owned = counted
+    return empty
 
 
 def age_finished_rows(db_url: str, queue: QueueKind, *, hours: int) -> None:

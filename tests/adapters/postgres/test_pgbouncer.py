@@ -22,7 +22,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from adapter_support import expire_lease
+from adapter_support import counting_empty_claims, expire_lease
+from polling import until
 
 from tenure.adapters import (
     JobContext,
@@ -260,14 +261,16 @@ async def test_an_idle_worker_polls_instead_of_listening_and_still_finds_new_wor
             return {}
 
         stop = asyncio.Event()
+        empty_claims = counting_empty_claims(source)
         worker = Worker(source, handler, idle_wait_s=0.5)
         running = asyncio.create_task(worker.run(stop))
-        await asyncio.sleep(1.0)  # idle by now
+        # Idle: a claim came back empty (a hang guard, not an "idle by now" sleep).
+        await until(lambda: empty_claims[0] > 0, what="the worker finds nothing to do")
         assert worker.listening is False
         await submitter.submit_owned(ValidationJob("orders", "1", "late.jsonl"), submission_id="late")
-        await asyncio.wait_for(done.wait(), 15)
+        await asyncio.wait_for(done.wait(), 60)
         stop.set()
-        stats = await asyncio.wait_for(running, 10)
+        stats = await asyncio.wait_for(running, 60)
         assert stats.completed == 1
 
 

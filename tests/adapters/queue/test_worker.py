@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 import uuid
 from typing import Any
 
@@ -257,14 +256,17 @@ async def test_a_handler_failure_is_logged_once_written_with_its_traceback_ids_a
 
 
 async def test_a_stalled_handler_is_cancelled_at_its_lease_and_another_worker_finishes_the_job(db_url: str) -> None:
+    # Worker A's claim lapses on purpose (a second's lease, its heartbeats stuck); worker B's
+    # takes ten minutes', which no stall of a loaded machine outlives.
     lease = config(db_url, lease_seconds=1, heartbeat_seconds=0.25)
-    async with ValidationJobSource(db_url, lease) as source_a, ValidationJobSource(db_url, lease) as source_b:
+    long_lease = config(db_url, lease_seconds=600, heartbeat_seconds=10)
+    async with ValidationJobSource(db_url, lease) as source_a, ValidationJobSource(db_url, long_lease) as source_b:
         [job_id] = await submit(source_a, 1)
         cancelled = asyncio.Event()
 
         async def stalls(claimed: Any, context: JobContext) -> dict[str, Any]:
             try:
-                await asyncio.sleep(30)
+                await asyncio.sleep(3600)  # only the lease's end stops it
             except asyncio.CancelledError:
                 assert context.lease_lost.is_set()
                 cancelled.set()
@@ -272,14 +274,14 @@ async def test_a_stalled_handler_is_cancelled_at_its_lease_and_another_worker_fi
             return {"by": "a"}
 
         async def stalled_heartbeats(fences: Any) -> list[bool]:
-            await asyncio.sleep(30)  # the heartbeat path is stuck (a frozen connection, say)
+            await asyncio.sleep(3600)  # the heartbeat path is stuck (a frozen connection, say)
             return [True for _ in fences]
 
         source_a.heartbeat_many_owned = stalled_heartbeats  # type: ignore[method-assign]
         stop_a = asyncio.Event()
         worker_a = Worker(source_a, stalls, worker_id="worker-a", shutdown_grace_s=0)
         running_a = asyncio.create_task(worker_a.run(stop_a))
-        await asyncio.wait_for(cancelled.wait(), 10)
+        await asyncio.wait_for(cancelled.wait(), 60)
         assert worker_a.stats.lease_losses == 1 and worker_a.in_flight == 0
 
         async def finishes(claimed: Any, context: JobContext) -> dict[str, Any]:
@@ -292,7 +294,7 @@ async def test_a_stalled_handler_is_cancelled_at_its_lease_and_another_worker_fi
             stats = await Worker(source_b, finishes, worker_id="worker-b").run_until_idle()
             return stats if stats.completed else None
 
-        stats_b = await until(drained_by_b, 10, what="worker B finishes the job")
+        stats_b = await until(drained_by_b, what="worker B finishes the job")
         stop_a.set()
         stats_a = await running_a
         assert (stats_a.claimed, stats_a.completed, stats_a.stale_writes_refused) == (1, 0, 0)
@@ -444,15 +446,15 @@ async def test_a_streaming_cancel_request_reaches_the_handler_and_is_acknowledge
         async def launcher(claimed: Any, context: JobContext) -> dict[str, Any]:
             assert await context.set_pid(4242)
             launched.set()
-            await asyncio.wait_for(context.cancel_requested.wait(), 10)
+            await asyncio.wait_for(context.cancel_requested.wait(), 60)
             return {"stopped": True}
 
         worker = Worker(source, launcher)
         running = asyncio.create_task(worker.run_until_idle())
-        await asyncio.wait_for(launched.wait(), 10)
+        await asyncio.wait_for(launched.wait(), 60)
         assert (await source.get_job(job_id)).pid == 4242
         assert await source.request_cancel(job_id)
-        stats = await asyncio.wait_for(running, 20)
+        stats = await asyncio.wait_for(running, 60)
         assert (stats.cancels_acknowledged, stats.completed, stats.stale_writes_refused) == (1, 0, 0)
         info = await source.get_job(job_id)
         assert (info.status, info.pid) == (JobStatus.CANCELLED, None)
@@ -473,10 +475,21 @@ async def test_set_pid_is_only_for_streaming_launches(db_url: str) -> None:
         assert problems == ["streaming_only"]
 
 
+async def idle(worker: Worker, empty_claims: list[int], database: str, *, after: int = 0) -> int:
+    """Until ``worker`` waits for work: a claim came back empty (more than ``after`` of
+    them) and, on PostgreSQL, it listens (it starts listening once nothing is claimable,
+    then waits on its notifications). Returns the count of empty claims (a hang guard,
+    never a timing: no "idle by now" sleep)."""
+    await until(lambda: empty_claims[0] > after and worker.listening is (database == "postgresql"),
+                what="the worker waits for work")
+    return empty_claims[0]
+
+
 async def test_an_idle_worker_wakes_on_new_work_and_stop_ends_an_idle_wait_at_once(db_url: str, database: str) -> None:
-    # On PostgreSQL the fallback poll is 60 s: only a notification can wake the worker in
-    # time. On SQLite the worker polls, backing off from 50 ms up to its 0.5 s bound.
-    idle_wait = 60.0 if database == "postgresql" else 0.5
+    # On PostgreSQL the fallback poll is half an hour: only a notification can wake the
+    # worker within the hang guards below. On SQLite the worker polls, backing off from
+    # 50 ms up to its 0.5 s bound.
+    idle_wait = 1800.0 if database == "postgresql" else 0.5
     async with ValidationJobSource(db_url, config(db_url)) as source, \
             ValidationJobSource(db_url, config(db_url)) as submitter:
         done = asyncio.Event()
@@ -486,20 +499,23 @@ async def test_an_idle_worker_wakes_on_new_work_and_stop_ends_an_idle_wait_at_on
             return {}
 
         stop = asyncio.Event()
+        empty_claims = adapter_support.counting_empty_claims(source)
         worker = Worker(source, handler, idle_wait_s=idle_wait)
         running = asyncio.create_task(worker.run(stop))
-        await asyncio.sleep(1.0)  # idle by now
-        assert worker.listening is (database == "postgresql")
+        idle_before = await idle(worker, empty_claims, database)
         await submitter.submit_owned(ValidationJob("orders", "1", "late.jsonl"), submission_id="late")
-        await asyncio.wait_for(done.wait(), 15)
-        await asyncio.sleep(1.0)  # idle again
+        await asyncio.wait_for(done.wait(), 60)
+        # Idle again: the job settled and a claim after the job's came back empty. On
+        # PostgreSQL the worker now waits up to half an hour: only stop can end it in time.
+        await until(lambda: worker.stats.completed == 1 and worker.in_flight == 0, what="the job settles")
+        await idle(worker, empty_claims, database, after=idle_before)
         stop.set()
-        stats = await asyncio.wait_for(running, 10)
+        stats = await asyncio.wait_for(running, 60)
         assert stats.completed == 1
 
 
 async def test_legacy_submissions_and_retries_sent_back_wake_idle_workers(db_url: str, database: str) -> None:
-    idle_wait = 60.0 if database == "postgresql" else 0.5  # as above: only NOTIFY is in time on PostgreSQL
+    idle_wait = 1800.0 if database == "postgresql" else 0.5  # as above: only NOTIFY is in time on PostgreSQL
     async with ValidationJobSource(db_url, config(db_url)) as source, \
             ValidationJobSource(db_url, config(db_url)) as submitter:
         handled: list[int] = []
@@ -513,10 +529,12 @@ async def test_legacy_submissions_and_retries_sent_back_wake_idle_workers(db_url
             return {}
 
         stop = asyncio.Event()
-        running = asyncio.create_task(Worker(source, handler, idle_wait_s=idle_wait).run(stop))
-        await asyncio.sleep(1.0)
+        empty_claims = adapter_support.counting_empty_claims(source)
+        worker = Worker(source, handler, idle_wait_s=idle_wait)
+        running = asyncio.create_task(worker.run(stop))
+        await idle(worker, empty_claims, database)
         await submitter.submit(ValidationJob("orders", "1", "legacy.jsonl"))
-        await asyncio.wait_for(both.wait(), 15)
+        await asyncio.wait_for(both.wait(), 60)
         stop.set()
         stats = await running
         assert handled == [1, 2] and (stats.retried, stats.completed) == (1, 1)
@@ -526,20 +544,23 @@ async def test_shutdown_lets_handlers_finish_within_the_grace_then_gives_the_res
     async with ValidationJobSource(db_url, config(db_url)) as source:
         ids = await submit(source, 2)
         started = asyncio.Event()
+        stop = asyncio.Event()
 
         async def handler(claimed: Any, context: JobContext) -> dict[str, Any]:
             started.set()
-            await asyncio.sleep(0.2 if claimed.job_id == ids[0] else 30)
+            if claimed.job_id == ids[0]:
+                await stop.wait()  # the first ends as the shutdown begins, well within the grace
+            else:
+                await asyncio.sleep(3600)  # the second outlasts the grace
             return {}
 
-        stop = asyncio.Event()
-        worker = Worker(source, handler, concurrency=2, batch_size=2, shutdown_grace_s=1.0)
+        worker = Worker(source, handler, concurrency=2, batch_size=2, shutdown_grace_s=3.0)
         running = asyncio.create_task(worker.run(stop))
-        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(started.wait(), 60)
         stop.set()
-        began = time.monotonic()
-        stats = await asyncio.wait_for(running, 10)
-        assert time.monotonic() - began < 5
+        # The second handler would take an hour: only the grace can end the shutdown
+        # within the hang guard (no timing asserted).
+        stats = await asyncio.wait_for(running, 60)
         assert (stats.completed, stats.released, stats.abandoned) == (1, 1, 0) and worker.in_flight == 0
         first, second = [await source.get_job(job_id) for job_id in ids]
         assert first.status is JobStatus.COMPLETED
@@ -559,13 +580,13 @@ async def test_shutdown_does_not_give_back_a_launch_whose_process_started(db_url
         async def launcher(claimed: Any, context: JobContext) -> None:
             assert await context.set_pid(4242)
             started.set()
-            await asyncio.sleep(30)
+            await asyncio.sleep(3600)
 
         stop = asyncio.Event()
         running = asyncio.create_task(Worker(source, launcher, shutdown_grace_s=0).run(stop))
-        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(started.wait(), 60)
         stop.set()
-        stats = await asyncio.wait_for(running, 10)
+        stats = await asyncio.wait_for(running, 60)
         # Its process may still run: the claim is left to expire, the PID kept as evidence.
         assert (stats.released, stats.abandoned) == (0, 1)
         info = await source.get_job(job_id)
@@ -590,10 +611,10 @@ async def test_a_handler_that_ignores_its_cancellation_makes_shutdown_raise(
 
         stop = asyncio.Event()
         running = asyncio.create_task(Worker(source, stubborn, shutdown_grace_s=0).run(stop))
-        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(started.wait(), 60)
         stop.set()
         with pytest.raises(TenureError) as caught:
-            await asyncio.wait_for(running, 10)
+            await asyncio.wait_for(running, 60)
         assert (caught.value.code, caught.value.reason) == (ErrorCode.WORKER_SHUTDOWN_INCOMPLETE, "handler_ignored_cancellation")
         # It may still be doing the job's work: its claim is not given back.
         [info] = await source.list_jobs()

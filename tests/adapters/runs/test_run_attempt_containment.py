@@ -166,7 +166,7 @@ async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_i
         monkeypatch.undo()
         outcome: Any
         try:
-            outcome = await asyncio.wait_for(prepares[0], timeout=10)
+            outcome = await asyncio.wait_for(prepares[0], 60)
         except TenureError as error:
             outcome = error
         attempt = await other.get(attempt_id_for(request.owner_job_id, request.generation))

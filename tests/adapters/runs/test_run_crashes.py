@@ -479,6 +479,13 @@ async def _crash(ledgers: Ledgers, operation: Operation, crash: Crash, expected:
     return scenario, struck, dying
 
 
+BELOW_THE_CALL_BOUND_S = 20
+"""The hang guard on a call after the crash: far above what one call takes, even on a loaded
+machine, and below the ledger's own 30 s call bound (``RunLedger``'s default), so that a call
+stuck on a lock the dead call held fails here instead of ending in a timeout the repeat's
+check forgives."""
+
+
 async def _crash_once(ledgers: Ledgers, operation: Operation, crash: Crash, expected: tuple[Any, Any],
                       *, at: int | None = None, mode: str = "", broker_point: str | None = None) -> str:
     """One crash of one operation at one point, then the checks and a repeat; returns
@@ -488,7 +495,7 @@ async def _crash_once(ledgers: Ledgers, operation: Operation, crash: Crash, expe
                                            broker_point=broker_point)
     if mode.startswith("cancel"):
         # A cancelled call leaves its ledger fit for the next one.
-        await asyncio.wait_for(dying.get(scenario.run_id), 10)
+        await asyncio.wait_for(dying.get(scenario.run_id), BELOW_THE_CALL_BOUND_S)
     with contextlib.suppress(Exception):
         await dying.close()
     state = await stored_state(ledgers.checker, scenario)
@@ -496,7 +503,7 @@ async def _crash_once(ledgers: Ledgers, operation: Operation, crash: Crash, expe
     # Repeating the operation afterwards neither waits on a lock the dead call held nor
     # leaves a state the kernel forbids, and it ends where the uninterrupted run ended.
     with contextlib.suppress(TenureError):
-        await asyncio.wait_for(operation.call(ledgers.again, scenario), 10)
+        await asyncio.wait_for(operation.call(ledgers.again, scenario), BELOW_THE_CALL_BOUND_S)
     repeated = await stored_state(ledgers.checker, scenario)
     assert repeated[0] is not None and after_expected[0] is not None
     assert dict(repeated[0])["status"] == dict(after_expected[0])["status"], (operation.name, mode, at, struck)

@@ -245,7 +245,7 @@ async def test_a_hop_frozen_past_its_queue_lease_keeps_its_run_and_settles_it(
         async with RunLedger(db_url) as ledger, serving(worker(ledger, hops, flows)):
             run_id = await admit(ledger, flows.pin("stall", "1"))
             await ledger.publish(run_id, 0, hops)
-            await asyncio.wait_for(thawed.wait(), 20)
+            await asyncio.wait_for(thawed.wait(), 60)
             # A claim elsewhere sweeps the lapsed claim (the queue lets go). Repeated until
             # it has: under load the server may run the last heartbeat sent before the
             # stall late, so the lease may lapse only after the thaw (a hang guard).
@@ -282,7 +282,7 @@ async def test_a_hop_frozen_past_its_saq_heartbeat_keeps_its_run_and_settles_it(
         async with RunLedger(db_url) as ledger, serving(worker(ledger, hops, flows)):
             run_id = await admit(ledger, flows.pin("stall", "1"))
             await ledger.publish(run_id, 0, hops)
-            await asyncio.wait_for(thawed.wait(), 20)
+            await asyncio.wait_for(thawed.wait(), 60)
             assert await hops.queue("runs").sweep(abort=0.5) == [f"run:{run_id}:0"]  # SAQ let go
             await until(lambda: _true(any("aborted" in r.getMessage() for r in caplog.records)))
             assert (await ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]

@@ -204,7 +204,61 @@ async def test_a_hop_whose_park_commits_before_it_hears_back_is_counted_parked_n
     try:
         run_id = await admit(ledger, pin, {"to": "ops"})
         assert await ledger.publish(run_id, 0, broker)
-        await asyncio.wait_for(committed.wait(), 15)
+        await asyncio.wait_for(committed.wait(), 60)
+        await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
+        await until(lambda: _true(runner.outcomes["parked"] + runner.outcomes["lost"] == 1))
+        assert (runner.outcomes["parked"], runner.outcomes["lost"]) == (1, 0)
+    finally:
+        await runner.stop(5)
+
+
+async def test_a_watch_read_under_way_while_the_hop_parks_does_not_count_the_hop_lost(
+    ledger: RunLedger, broker: Faulty, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch checked that the hop had not parked and began to read the Run; the hop
+    parked (its commit) before that read's answer came back (a loaded machine: found by
+    ``TENURE_TEST_STRESS=1``). The read shows the Run parked by this very hop, which is
+    no lost hop. Deterministic: the watch's read is held until the park committed."""
+    from tenure.adapters.runs.checkpoints import Checkpoints
+
+    flows, pin = consent_flow([])
+    hold_next_read, reading, committed, answered = [False], asyncio.Event(), asyncio.Event(), asyncio.Event()
+    original_save, original_park, original_get = Checkpoints.save, RunLedger.park, RunLedger.get
+
+    async def save_then_wait_for_a_read(self: Checkpoints, *args: Any, **kwargs: Any) -> bool:
+        saved = await original_save(self, *args, **kwargs)
+        if kwargs.get("owner_kind") is not None:  # the park's checkpoint: the park comes next
+            hold_next_read[0] = True
+            await asyncio.wait_for(reading.wait(), 60)  # the watch is inside a read, the hop not parked yet
+        return saved
+
+    async def held_get(self: RunLedger, run_id: str) -> Any:
+        task = asyncio.current_task()
+        watching = task is not None and task.get_coro().__qualname__ == "RunWorker._watch"  # type: ignore[union-attr]
+        if hold_next_read[0] and watching:
+            hold_next_read[0] = False
+            reading.set()
+            await asyncio.wait_for(committed.wait(), 60)  # the answer comes back after the park's commit
+            run = await original_get(self, run_id)
+            answered.set()
+            return run
+        return await original_get(self, run_id)
+
+    async def park_and_say_so(self: RunLedger, *args: Any, **kwargs: Any) -> bool:
+        parked = await original_park(self, *args, **kwargs)
+        committed.set()
+        await asyncio.wait_for(answered.wait(), 60)
+        await asyncio.sleep(WATCH_S * 10)  # the park's own answer comes back later still
+        return parked
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_wait_for_a_read)
+    monkeypatch.setattr(RunLedger, "get", held_get)
+    monkeypatch.setattr(RunLedger, "park", park_and_say_so)
+    runner = worker(ledger, broker, flows)
+    await runner.start()
+    try:
+        run_id = await admit(ledger, pin, {"to": "ops"})
+        assert await ledger.publish(run_id, 0, broker)
         await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
         await until(lambda: _true(runner.outcomes["parked"] + runner.outcomes["lost"] == 1))
         assert (runner.outcomes["parked"], runner.outcomes["lost"]) == (1, 0)
@@ -351,7 +405,7 @@ async def test_cancelling_a_running_hop_aborts_it_and_reaches_cancelled(ledger: 
     try:
         run_id = await admit(ledger, pin)
         await ledger.publish(run_id, 0, broker)
-        await asyncio.wait_for(started.wait(), 15)
+        await asyncio.wait_for(started.wait(), 60)
         ticket = await ledger.begin_cancel(run_id)
         assert ticket is not None and ticket.enqueue_seq == 0
         assert await until(lambda: _finish(ledger, run_id, broker))
@@ -382,7 +436,7 @@ async def test_a_failed_abort_leaves_the_run_cancelling_until_a_later_fence(ledg
     try:
         run_id = await admit(ledger, pin)
         await ledger.publish(run_id, 0, broker)
-        await asyncio.wait_for(started.wait(), 15)
+        await asyncio.wait_for(started.wait(), 60)
         assert await ledger.begin_cancel(run_id) is not None
         broker.fail_aborts = 1
         first = await _finish(ledger, run_id, broker)
@@ -480,7 +534,7 @@ async def test_shutdown_with_a_stuck_workflow_raises_and_leaves_the_brokers_conn
             async with runtime:
                 run_id = await admit(ledger, flows.pin("stuck", "1"))
                 await ledger.publish(run_id, 0, broker)
-                await asyncio.wait_for(started.wait(), 15)
+                await asyncio.wait_for(started.wait(), 60)
         assert caught.value.live_tasks >= 1 and disconnected == []
         assert runner.running_hops == 1
         assert (await broker.probe(hop_key(run_id, 0))).state is BrokerJobState.ACTIVE  # still connected, still live

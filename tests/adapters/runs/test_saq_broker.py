@@ -61,7 +61,7 @@ async def test_saq_dequeues_the_lowest_wire_priority_first_and_probes_report_its
     for priority, hop in hops.items():
         await broker.publish(hop, queue="runs", wire_priority=priority)
     queue = broker.queue("runs")
-    taken = [(await queue.dequeue(timeout=5)).key for _ in hops]
+    taken = [(await queue.dequeue(timeout=60)).key for _ in hops]
     assert taken == [hops[10], hops[50], hops[90]]
     probe = await broker.probe(hops[10])
     assert probe.state is BrokerJobState.ACTIVE and probe.started_at is not None
@@ -76,7 +76,7 @@ async def test_abort_stops_a_queued_job_at_once_and_answers_false_while_an_activ
     assert await broker.abort(queued) is True
     assert (await broker.probe(queued)).state is BrokerJobState.ABORTED
     await broker.publish(active, queue="runs", wire_priority=1)
-    assert (await broker.queue("runs").dequeue(timeout=5)).key == active
+    assert (await broker.queue("runs").dequeue(timeout=60)).key == active
     # Nobody runs the job's worker loop here, so nothing acknowledges the abort: it stays
     # aborting, which the port reports as live.
     assert await broker.abort(active) is False
@@ -159,7 +159,7 @@ async def test_reconcile_fences_this_nodes_dead_hop_terminally_and_another_nodes
         for name, node in (("orphan", "node-a"), ("elsewhere", "node-b")):
             run_id = (await runs.admit(name, queue="runs")).run.run_id
             assert await ledger.publish(run_id, 0, broker)
-            assert (await broker.queue("runs").dequeue(timeout=5)).key == hop_key(run_id, 0)  # a worker took it
+            assert (await broker.queue("runs").dequeue(timeout=60)).key == hop_key(run_id, 0)  # a worker took it
             assert await ledger.claim(run_id, 0, node=node) is not None
             hops[name] = run_id
         assert await ledger.begin_cancel(hops["elsewhere"]) is not None  # node-b's hop is still live
@@ -194,7 +194,7 @@ async def cancelled_mid_publish(broker: SaqBroker, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(queue, "enqueue", acknowledgement_lost)
     hop = key()
     publishing = asyncio.create_task(broker.publish(hop, queue="runs", wire_priority=50))
-    await asyncio.wait_for(stored.wait(), 10)
+    await asyncio.wait_for(stored.wait(), 60)
     publishing.cancel()
     return hop, publishing
 

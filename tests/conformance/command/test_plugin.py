@@ -23,7 +23,8 @@ USER_TEST = textwrap.dedent('''
 ''')
 
 BROKEN_STORE = textwrap.dedent('''
-    """The user's store is broken: its UPDATE matches a row by key alone (no compare-and-set)."""
+    """The user's store is broken in one table (agent jobs): its UPDATE matches a row by
+    key alone (no compare-and-set)."""
     import dataclasses
     import re
 
@@ -34,6 +35,8 @@ BROKEN_STORE = textwrap.dedent('''
 
     def _without_compare_and_set(binding, caps, schema=None):
         statements = _original(binding, caps, schema)
+        if binding.name != "agent_jobs":
+            return statements
         update = re.sub(r"WHERE (\\w+) = :old_key AND .* RETURNING", r"WHERE \\1 = :old_key RETURNING",
                         statements.update)
         return dataclasses.replace(statements, update=update)
@@ -96,12 +99,22 @@ def test_the_plugin_runs_against_postgresql(tmp_path: pathlib.Path, pg_dsn: str)
     assert "4 passed" in ran.stdout, ran.stdout
 
 
+BROKEN_STORE_STEPS = 180
+"""The smallest budget with a threefold margin: ``steps / 20`` = 9 examples per check,
+and the broken table's compare-and-set check failed within 3 examples for every seed
+tried (0 to 19, measured December 2026; seed 0, this test's, within 1). The time goes
+to Hypothesis shrinking each failure, hence one broken table (the cheapest to shrink)
+rather than all of them: 400 steps with every table broken cost about eight times the
+CPU of this."""
+
+
 def test_the_plugin_fails_a_broken_store_and_names_what_failed(tmp_path: pathlib.Path) -> None:
     project = _project(tmp_path, conftest=BROKEN_STORE)
-    ran = _pytest(project, f"--tenure-conform=sqlite:///{project / 'app.db'}", "--tenure-conform-steps=400",
-                  "--tenure-conform-machines=stores", "--tenure-conform-seed=0")
+    ran = _pytest(project, f"--tenure-conform=sqlite:///{project / 'app.db'}",
+                  f"--tenure-conform-steps={BROKEN_STORE_STEPS}", "--tenure-conform-machines=stores",
+                  "--tenure-conform-seed=0")
     assert ran.returncode == 1, ran.stdout + ran.stderr
-    assert "FAILED tenure-conform[stores]" in ran.stdout and "compare_and_set" in ran.stdout, ran.stdout
+    assert "FAILED tenure-conform[stores]" in ran.stdout and "agent_jobs (compare_and_set)" in ran.stdout, ran.stdout
     assert "1 failed, 2 passed" in ran.stdout, ran.stdout  # the user's test and the facts still pass
 
 

@@ -104,9 +104,9 @@ def _explore_mutant(mutant: str, world: str) -> dict[str, Any]:
 
 
 IN_THE_SUITE = [(model, depth) for model, depth in STANDARD if model.bounds.name != "hops"]
-"""Every standard world but the largest (2 workers x 2 Runs to 12 actions: two minutes of
-one core), which CI's explorer step (``python -m tenure.conformance.explore``) runs once
-per CI run beside the suite, failing CI on any broken property."""
+"""Every standard world but the largest (2 workers x 2 Runs to 12 actions: several minutes
+of one core), which is the soak's: ``bash .ci/soak`` runs ``python -m
+tenure.conformance.explore`` over every standard world, failing on any broken property."""
 
 
 @pytest.mark.parametrize(("model", "depth"), IN_THE_SUITE, ids=[model.bounds.name for model, _ in IN_THE_SUITE])
