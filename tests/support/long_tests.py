@@ -35,8 +35,8 @@ LONG_TESTS: dict[str, float] = {
     "tests/conformance/command/test_conform.py::test_conform_through_pgbouncer": 60,
     "tests/conformance/command/test_conform.py::test_conform_on_postgresql": 50,
     # Processes killed, frozen and restarted.
-    "tests/processes/test_chaos.py::test_postgresql_workers": 180,
-    "tests/processes/test_chaos.py::test_sqlite_workers": 145,
+    "tests/processes/test_chaos.py::test_postgresql_workers": 100,
+    "tests/processes/test_chaos.py::test_sqlite_workers": 80,
     "tests/processes/test_task_chaos.py::": 70,
     "tests/processes/test_run_chaos.py::": 50,
     "tests/processes/test_run_outage.py::": 40,
