@@ -97,6 +97,9 @@ def add_conform_parser(commands: Any, help_line: str = COMMAND_HELP_LINE) -> Non
     conform.add_argument("--rules", default=None,
                          help="comma-separated rule names: run only these rules of the chosen machines (to narrow "
                               "down a divergence; default: every rule)")
+    conform.add_argument("--no-shrink", action="store_true",
+                         help="report a divergence as found instead of shrinking it first (Hypothesis shrinks "
+                              "for up to five minutes; the replay is then longer)")
     conform.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     conform.add_argument("--replay-dir", default=".", help="where a divergence's replay script is written "
                                                          "(default: the current folder)")
@@ -142,7 +145,8 @@ def _settings(arguments: argparse.Namespace) -> dict[str, Any]:
             raise _refusal("rules", "unknown_rule", "--rules takes rule names of the chosen machines "
                                                     "(see tenure.conformance.command.runner.MACHINES)")
     return {"machines": list(dict.fromkeys(machines)), "rules": rules, "steps": arguments.steps, "seed": arguments.seed,
-            "replay_dir": replay_dir, "scratch_schema": arguments.scratch_schema, "json": arguments.json}
+            "replay_dir": replay_dir, "scratch_schema": arguments.scratch_schema, "json": arguments.json,
+            "shrink": not arguments.no_shrink}
 
 
 class Progress:
@@ -311,7 +315,7 @@ def _conform_in(area: Any, label: str, pooler: str | None, settings: dict[str, A
         if only is not None and not only:
             continue  # none of the rules asked for is this machine's
         result = run_machine(name, area, settings["steps"], seed=settings["seed"], only=only,
-                             on_step=_showing(progress), label=label)
+                             on_step=_showing(progress), label=label, shrink=settings["shrink"])
         progress.finish()
         if result.divergence is not None:
             path = _free_path(settings["replay_dir"], f"tenure-conform-replay-{name}")

@@ -166,9 +166,10 @@ def _divergence(machine: str, lines: list[object], error: BaseException) -> Dive
 
 def run_machine(name: str, databases: ExampleDatabases, steps: int, *, seed: int | None = None,
                 on_step: Callable[[Counter], None] | None = None, label: str | None = None,
-                only: frozenset[str] | None = None) -> MachineResult:
+                only: frozenset[str] | None = None, shrink: bool = True) -> MachineResult:
     """Run machine ``name`` for ``steps`` steps on ``databases`` (see the module's
-    docstring); with ``only``, just those of its rules."""
+    docstring); with ``only``, just those of its rules; ``shrink=False`` reports a
+    divergence as found, unshrunk."""
     spec = MACHINES[name]
     machine = machine_for(spec.base, databases, only=only)
     lines: list[object] = []
@@ -177,7 +178,8 @@ def run_machine(name: str, databases: ExampleDatabases, steps: int, *, seed: int
     failure = None
     try:
         with with_reporter(lines.append):
-            run_lockstep(machine, steps, step_count=spec.step_count, seed=seed, on_step=on_step, print_blob=True)
+            run_lockstep(machine, steps, step_count=spec.step_count, seed=seed, on_step=on_step, print_blob=True,
+                         shrink=shrink)
     except Exception as error:  # noqa: BLE001 - any departure is reported, with what Hypothesis shrank it to
         if _is_divergence(error):
             divergence = _divergence(name, lines, error)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
-from hypothesis import HealthCheck, seed as seeded, settings
+from hypothesis import HealthCheck, Phase, seed as seeded, settings
 from hypothesis.stateful import (
     INVARIANT_MARKER, RULE_MARKER, Invariant, Rule, RuleBasedStateMachine, run_state_machine_as_test,
 )
@@ -321,10 +321,13 @@ def budget(defaults: dict[str, int]) -> dict[str, int]:
 
 
 def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 50, seed: int | None = None,
-                 on_step: Callable[[Counter], None] | None = None, print_blob: bool = False) -> str:
+                 on_step: Callable[[Counter], None] | None = None, print_blob: bool = False,
+                 shrink: bool = True) -> str:
     """Run ``machine`` until ``target`` steps ran; returns the summary line (the counts
     are in ``COUNTERS[machine.key()]``). With ``seed``, the runs are the same each time
-    (for the same Hypothesis version); a divergence raises what the machine raised."""
+    (for the same Hypothesis version); a divergence raises what the machine raised,
+    shrunk by Hypothesis unless ``shrink`` is false (then as found: sooner, longer)."""
+    phases = tuple(phase for phase in Phase if shrink or phase is not Phase.shrink)
     key = machine.key()
     COUNTERS[key] = Counter(on_step=on_step)
     started = time.perf_counter()
@@ -343,7 +346,7 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
             machine,
             settings=settings(
                 max_examples=examples, stateful_step_count=step_count, deadline=None,
-                suppress_health_check=list(HealthCheck), database=None, print_blob=print_blob,
+                suppress_health_check=list(HealthCheck), database=None, print_blob=print_blob, phases=phases,
             ),
         )
     elapsed = time.perf_counter() - started

@@ -23,9 +23,8 @@ from typing import TypeVar
 __all__ = ["LONG_TESTS", "weight", "shares", "ordered"]
 
 LONG_TESTS: dict[str, float] = {
-    # The teeth: a broken store or kernel must fail (the conform one is mostly Hypothesis's
-    # shrinking, which Hypothesis stops after five minutes).
-    "tests/conformance/command/test_conform.py::test_a_store_that_reads_the_clock_before_its_last_lock": 360,
+    # The teeth: a broken store or kernel must fail.
+    "tests/conformance/command/test_conform.py::test_a_store_that_reads_the_clock_before_its_last_lock": 60,
     "tests/conformance/command/test_plugin.py::test_the_plugin_fails_a_broken_store": 15,
     "tests/kernel/test_contracts.py::test_crosshair_finds_a_counterexample": 10,
     "tests/kernel/test_mutants.py::test_the_suite_catches_the_mutant": 25,

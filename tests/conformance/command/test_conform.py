@@ -238,9 +238,10 @@ HANG_GUARD_S = 900
 MUTANT_STEPS = 6_000
 """A cap with a threefold margin: with this test's seed (1) conform meets the divergence
 at step 64; over seeds 1 to 20 it met it by step 1,785 at the latest (measured December
-2026). The test's time is not the search (seconds) but Hypothesis's shrinking of the
-divergence, which Hypothesis itself stops after five minutes; a smaller cap would save
-nothing."""
+2026). The run reports the divergence as found (``--no-shrink``): shrinking it, which
+Hypothesis stops after five minutes, was this test's whole time (five to six minutes)
+and proves nothing the replay does not; the plugin's broken-store test
+(tests/conformance/command/test_plugin.py) runs conform's default, shrinking."""
 
 
 @pytest.mark.slow
@@ -252,13 +253,13 @@ def test_a_store_that_reads_the_clock_before_its_last_lock_fails_conform_with_a_
     found = subprocess.run(
         [sys.executable, str(mutant), "conform", "--db", user_database, "--machines", "queue",
          "--rules", "submit_owned,claim_owned,batch_waits_for_a_row_locked_elsewhere",
-         "--steps", str(MUTANT_STEPS), "--seed", "1", "--replay-dir", str(tmp_path)],
+         "--steps", str(MUTANT_STEPS), "--seed", "1", "--replay-dir", str(tmp_path), "--no-shrink"],
         capture_output=True, text=True, timeout=HANG_GUARD_S, check=False, cwd=tmp_path,
     )
     assert found.returncode == 1, found.stdout + found.stderr
     assert "divergence in queue: AssertionError: the database time was read before the batch's last row lock" \
         in found.stdout
-    assert "state.batch_waits_for_a_row_locked_elsewhere(" in found.stdout, found.stdout  # the shrunk sequence
+    assert "state.batch_waits_for_a_row_locked_elsewhere(" in found.stdout, found.stdout  # the sequence as found
     replay = tmp_path / "tenure-conform-replay-queue.py"
     assert replay.exists() and "batch_waits_for_a_row_locked_elsewhere" in replay.read_text()
     assert user_database.split("@", 1)[1] not in found.stdout + replay.read_text()  # no URL anywhere
