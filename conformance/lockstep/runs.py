@@ -165,7 +165,8 @@ class RunModel:
         assert isinstance(decision.reply, Admitted)
         return (public_run(stored.run), public_delivery(stored.current), decision.reply.created)
 
-    def changed(self, run_id: str, command: Any, now: int) -> bool:
+    def applied(self, run_id: str, command: Any, now: int) -> bool:
+        """Whether the kernel applied ``command`` (as ``RunTransactions.applied`` answers)."""
         return isinstance(self.run_command(run_id, command, now), Applied)
 
     def claim(self, run_id: str, seq: int, node: str, now: int, claimant: str | None = None) -> RunClaim | None:
@@ -335,10 +336,10 @@ class RunLockstep(LockstepBase):
         seq = self.pick_seq(data, run_id)
         if fail:
             self.check(lambda: self.ledgers[0].fail_held(run_id, seq, error="context lost"),
-                       lambda now: self.model.changed(run_id, FailHeld(enqueue_seq=seq, error="context lost"), now))
+                       lambda now: self.model.applied(run_id, FailHeld(enqueue_seq=seq, error="context lost"), now))
         else:
             self.check(lambda: self.ledgers[0].release(run_id, seq),
-                       lambda now: self.model.changed(run_id, Release(enqueue_seq=seq), now))
+                       lambda now: self.model.applied(run_id, Release(enqueue_seq=seq), now))
 
     @rule(data=st.data(), fault=st.sampled_from(["none", "none", "fail", "lose_acknowledgement"]))
     def publish(self, data: st.DataObject, fault: str) -> None:
@@ -360,10 +361,10 @@ class RunLockstep(LockstepBase):
         assert now is not None and pair is not None
         if fault != "none":
             error = RecordPublishError(enqueue_seq=seq, error="publish_failed:BrokerUnavailable")
-            self.model.changed(run_id, error, now)
+            self.model.applied(run_id, error, now)
             self.expect(actual, ("error", "run_broker_failed", "publish_failed"))
         else:
-            self.expect(actual, outcome(lambda: self.model.changed(run_id, RecordPublished(enqueue_seq=seq), now)))
+            self.expect(actual, outcome(lambda: self.model.applied(run_id, RecordPublished(enqueue_seq=seq), now)))
         if fault == "lose_acknowledgement" or fault == "none":
             assert self.broker.jobs[hop_key(run_id, seq)].queue == pair.current.queue
 
@@ -382,10 +383,10 @@ class RunLockstep(LockstepBase):
         ledger = self.ledgers[0]
         if enter:
             self.check(lambda: ledger.enter_hardware_wait(run_id, seq),
-                       lambda now: self.model.changed(run_id, EnterHardwareWait(enqueue_seq=seq), now))
+                       lambda now: self.model.applied(run_id, EnterHardwareWait(enqueue_seq=seq), now))
         else:
             self.check(lambda: ledger.leave_hardware_wait(run_id, seq),
-                       lambda now: self.model.changed(run_id, LeaveHardwareWait(enqueue_seq=seq), now))
+                       lambda now: self.model.applied(run_id, LeaveHardwareWait(enqueue_seq=seq), now))
 
     @rule(data=st.data())
     def broker_starts_or_finishes_a_hop(self, data: st.DataObject) -> None:
@@ -559,8 +560,8 @@ class RunLockstep(LockstepBase):
         seq = self.pick_seq(data, run_id)
         self.race([lambda: self.ledgers[0].release(run_id, seq),
                    lambda: self.ledgers[1].fail_held(run_id, seq, error="context lost")],
-                  [lambda now: self.model.changed(run_id, Release(enqueue_seq=seq), now),
-                   lambda now: self.model.changed(run_id, FailHeld(enqueue_seq=seq, error="context lost"), now)])
+                  [lambda now: self.model.applied(run_id, Release(enqueue_seq=seq), now),
+                   lambda now: self.model.applied(run_id, FailHeld(enqueue_seq=seq, error="context lost"), now)])
 
     @rule(key=st.sampled_from(["key-1", "key-2"]), hold=st.booleans(), payloads=st.tuples(st.integers(1, 2), st.integers(1, 2)))
     def concurrent_same_key_admissions(self, key: str, hold: bool, payloads: tuple[int, int]) -> None:
