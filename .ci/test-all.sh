@@ -21,6 +21,12 @@
 # Run chaos soak) are `bash .ci/soak`'s, not this script's: docs/testing.md has both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python keeps each module it compiles in __pycache__ (ignored by git). A machine that sets
+# PYTHONDONTWRITEBYTECODE=1 (this one does) makes every process compile tenure, its tests
+# and pytest's rewritten asserts from source again: about a second of CPU for each of the
+# hundreds of processes the suite starts (CLI commands, workers killed and restarted, the
+# mutant runs, the benchmark's clients). The clone is CI's own, so the cache is written.
+unset PYTHONDONTWRITEBYTECODE
 ROOT=$(pwd)
 START=$(date +%s)
 step() { echo; echo "== $* ($(( $(date +%s) - START )) s)"; }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(
     "default",
@@ -31,6 +31,15 @@ if _mutant:
     import kernel_mutants
 
     kernel_mutants.apply(_mutant)
+    # A mutant run only has to fail (test_mutants.py asserts the exit status): the first
+    # counterexample proves it, and shrinking it would only spend time. Same examples,
+    # same order; no shrink phase.
+    settings.register_profile(
+        "mutant",
+        parent=settings.get_profile("ci" if os.environ.get("CI") else "default"),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    )
+    settings.load_profile("mutant")
 
 
 # --- A real PostgreSQL server for the tests that need one. ---------------------------
