@@ -19,6 +19,8 @@ from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, AgentJobC
 from tenure.kernel.agent_jobs.record import ERROR_REQUIRED, AgentJobRow, AgentJobStep
 from tenure.model import TERMINAL_AGENT_JOB_STATUSES, AgentJobStatus
 
+from .pools import BOOLEANS, integers, optional, sampled
+
 __all__ = ["NOW", "JOB_ID", "job_row", "result_for", "job_records", "job_commands", "job_situations"]
 
 NOW = 1_800_000_000_000_000
@@ -53,32 +55,32 @@ def result_for(status: AgentJobStatus, job_id: str = JOB_ID, *, contained: bool 
 def job_records(draw: st.DrawFn, step: AgentJobStep | None = None) -> AgentJobRow | None:
     """A job keeping every invariant (INV-J1 ... INV-J3), or None for ``absent``."""
     if step is None:
-        step = draw(st.sampled_from(AgentJobStep))
+        step = draw(sampled(AgentJobStep))
     if step is AgentJobStep.ABSENT:
         return None
     status = AgentJobStatus(step.value)
     created = draw(instants)
-    runtime_job_id = None if status is AgentJobStatus.QUEUED else draw(st.none() | st.sampled_from(RUNTIME_IDS))
+    runtime_job_id = None if status is AgentJobStatus.QUEUED else draw(optional(sampled(RUNTIME_IDS)))
     result = None
     if status in TERMINAL_AGENT_JOB_STATUSES:
-        result = result_for(status, contained=status is AgentJobStatus.CANCELLED and draw(st.booleans()))
+        result = result_for(status, contained=status is AgentJobStatus.CANCELLED and draw(BOOLEANS))
     return job_row(status=status, result_json=result, runtime_job_id=runtime_job_id, created_at_us=created,
-                   updated_at_us=created + draw(st.integers(0, 10)))
+                   updated_at_us=created + draw(integers(0, 10)))
 
 
 @st.composite
 def job_commands(draw: st.DrawFn, kind: AgentJobCommandType, record: AgentJobRow | None) -> object:
     C = AgentJobCommandType
     if kind is C.SUBMIT:
-        change = draw(st.sampled_from(["same", "same", "request_json", "profile", "runtime", "run_id"]))
+        change = draw(sampled(["same", "same", "request_json", "profile", "runtime", "run_id"]))
         changed = {} if change == "same" else {change: {"request_json": '{"task":"translate"}', "profile": "large",
                                                          "runtime": "other", "run_id": "run-2"}[change]}
-        return SubmitJob(row=job_row(created_at_us=0, updated_at_us=0, **changed), run_running=draw(st.booleans()))
+        return SubmitJob(row=job_row(created_at_us=0, updated_at_us=0, **changed), run_running=draw(BOOLEANS))
     if kind is C.ADVANCE:
-        return AdvanceJob(status=draw(st.sampled_from(AgentJobStatus)),
-                          runtime_job_id=draw(st.none() | st.sampled_from(RUNTIME_IDS)))
+        return AdvanceJob(status=draw(sampled(AgentJobStatus)),
+                          runtime_job_id=draw(optional(sampled(RUNTIME_IDS))))
     if kind is C.ADOPT_RESULT:
-        status = draw(st.sampled_from(AgentJobStatus))
+        status = draw(sampled(AgentJobStatus))
         return AdoptResult(status=status, result_json=result_for(status))
     return RecordCancelled(result_json=result_for(AgentJobStatus.CANCELLED, contained=True))
 
@@ -88,9 +90,9 @@ def job_situations(
     draw: st.DrawFn, step: AgentJobStep | None = None, kind: AgentJobCommandType | None = None
 ) -> tuple[AgentJobRow | None, object, int]:
     record = draw(job_records(step))
-    command = draw(job_commands(kind or draw(st.sampled_from(AgentJobCommandType)), record))
-    if record is not None and draw(st.booleans()):
-        now = record.updated_at_us + draw(st.integers(-1, 1))
+    command = draw(job_commands(kind or draw(sampled(AgentJobCommandType)), record))
+    if record is not None and draw(BOOLEANS):
+        now = record.updated_at_us + draw(integers(-1, 1))
     else:
         now = draw(instants)
     return record, command, now

@@ -21,6 +21,8 @@ from tenure.kernel.consents.record import MAX_DEADLINE_US, ConsentRow, ConsentSt
 from tenure.kernel.runs.machine import CANCELLED_BY, SETTLED_BY
 from tenure.model import ConsentStatus
 
+from .pools import BOOLEANS, integers, maybe, optional, sampled
+
 __all__ = ["NOW", "consent_row", "consent_records", "consent_commands", "consent_situations"]
 
 NOW = 1_800_000_000_000_000
@@ -44,7 +46,7 @@ def consent_row(**changes: Any) -> ConsentRow:
 def consent_records(draw: st.DrawFn, step: ConsentStep | None = None) -> ConsentRow | None:
     """A consent keeping every invariant (INV-C1 ... INV-C3), or None for ``absent``."""
     if step is None:
-        step = draw(st.sampled_from(ConsentStep))
+        step = draw(sampled(ConsentStep))
     if step is ConsentStep.ABSENT:
         return None
     status = ConsentStatus(step.value)
@@ -52,27 +54,27 @@ def consent_records(draw: st.DrawFn, step: ConsentStep | None = None) -> Consent
     expires = draw(st.none() | st.integers(-3, 3).map(lambda offset: created + offset) | instants)
     if status is ConsentStatus.PENDING:
         return consent_row(created_at_us=created, expires_at_us=expires)
-    if status is ConsentStatus.GRANTED and draw(st.booleans()):
+    if status is ConsentStatus.GRANTED and draw(BOOLEANS):
         return consent_row(status=status, decided_by=PREAUTHORIZED_BY, decided_at_us=created,
                            preauthorized_by="policy-7", created_at_us=created, expires_at_us=expires)
-    decided_by = draw(st.sampled_from([SETTLED_BY, CANCELLED_BY])) if status is ConsentStatus.CANCELLED else (
-        draw(st.sampled_from(DECIDERS)))
-    return consent_row(status=status, decided_by=decided_by, decided_at_us=created + draw(st.integers(0, 10)),
+    decided_by = draw(sampled([SETTLED_BY, CANCELLED_BY])) if status is ConsentStatus.CANCELLED else (
+        draw(sampled(DECIDERS)))
+    return consent_row(status=status, decided_by=decided_by, decided_at_us=created + draw(integers(0, 10)),
                        created_at_us=created, expires_at_us=expires)
 
 
 @st.composite
 def consent_commands(draw: st.DrawFn, kind: ConsentCommandType, record: ConsentRow | None) -> object:
     if kind is ConsentCommandType.CREATE:
-        preauthorized = draw(st.none() | st.just("policy-7"))
+        preauthorized = draw(maybe("policy-7"))
         return CreateConsent(row=consent_row(preauthorized_by=preauthorized, created_at_us=0),
-                             run_running=draw(st.booleans()),
-                             expires_in_us=draw(st.none() | st.integers(1, MAX_DEADLINE_US)))
+                             run_running=draw(BOOLEANS),
+                             expires_in_us=draw(optional(integers(1, MAX_DEADLINE_US))))
     if kind is ConsentCommandType.DECIDE:
         # Expiry half the time: the deadline owner's rule is about nothing else.
-        verdict = draw(st.just(ConsentStatus.EXPIRED) | st.sampled_from(ConsentStatus))
-        return DecideConsent(verdict=verdict, decided_by=draw(st.sampled_from(DECIDERS)))
-    return CancelPending(decided_by=draw(st.sampled_from([SETTLED_BY, CANCELLED_BY])))
+        verdict = draw(st.just(ConsentStatus.EXPIRED) | sampled(ConsentStatus))
+        return DecideConsent(verdict=verdict, decided_by=draw(sampled(DECIDERS)))
+    return CancelPending(decided_by=draw(sampled([SETTLED_BY, CANCELLED_BY])))
 
 
 @st.composite
@@ -80,12 +82,12 @@ def consent_situations(
     draw: st.DrawFn, step: ConsentStep | None = None, kind: ConsentCommandType | None = None
 ) -> tuple[ConsentRow | None, object, int]:
     record = draw(consent_records(step))
-    command = draw(consent_commands(kind or draw(st.sampled_from(ConsentCommandType)), record))
-    edge = draw(st.integers(0, 2))
+    command = draw(consent_commands(kind or draw(sampled(ConsentCommandType)), record))
+    edge = draw(integers(0, 2))
     if record is not None and edge == 0:
-        now = record.created_at_us + draw(st.integers(-1, 1))  # a verdict is never dated before creation
+        now = record.created_at_us + draw(integers(-1, 1))  # a verdict is never dated before creation
     elif record is not None and record.expires_at_us is not None and edge == 1:
-        now = record.expires_at_us + draw(st.integers(-1, 1))  # the deadline owner's expiry is due only from it
+        now = record.expires_at_us + draw(integers(-1, 1))  # the deadline owner's expiry is due only from it
     else:
         now = draw(instants)
     return record, command, now

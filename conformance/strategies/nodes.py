@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from tenure.kernel.nodes.commands import Boot, FinishTakeover, NodeCommandType, Renew, TakeOver
 from tenure.kernel.nodes.record import MAX_LEASE_US, NodeRow, NodeStatus, NodeStep
 
+from .pools import integers, sampled
+
 __all__ = ["NOW", "NODE", "node_row", "node_records", "node_commands", "node_situations"]
 
 NOW = 1_800_000_000_000_000
@@ -35,29 +37,29 @@ def node_row(**changes: Any) -> NodeRow:
 @st.composite
 def node_records(draw: st.DrawFn, step: NodeStep | None = None) -> NodeRow | None:
     if step is None:
-        step = draw(st.sampled_from(NodeStep))
+        step = draw(sampled(NodeStep))
     if step is NodeStep.ABSENT:
         return None
-    booted = NOW - draw(st.integers(0, 2 * LEASE))
-    row = node_row(epoch=draw(st.integers(1, 5)), booted_at_us=booted, lease_expires_at_us=booted + LEASE,
-                   updated_at_us=booted + draw(st.integers(0, LEASE)))
+    booted = NOW - draw(integers(0, 2 * LEASE))
+    row = node_row(epoch=draw(integers(1, 5)), booted_at_us=booted, lease_expires_at_us=booted + LEASE,
+                   updated_at_us=booted + draw(integers(0, LEASE)))
     if step is NodeStep.LIVE:
         return row
-    taken = row.lease_expires_at_us + draw(st.integers(0, LEASE))
+    taken = row.lease_expires_at_us + draw(integers(0, LEASE))
     return node_row(**{**{name: getattr(row, name) for name in NodeRow.__dataclass_fields__},
-                       "status": NodeStatus(step.value), "taker": draw(st.sampled_from(TAKERS)),
+                       "status": NodeStatus(step.value), "taker": draw(sampled(TAKERS)),
                        "takeover_until_us": taken + LEASE, "updated_at_us": max(row.updated_at_us, taken)})
 
 
 @st.composite
 def node_commands(draw: st.DrawFn, kind: NodeCommandType, record: NodeRow | None) -> object:
-    epoch = (record.epoch if record is not None else 1) + draw(st.sampled_from([0, 0, 0, -1, 1]))
-    lease = draw(st.sampled_from([LEASE, 1, MAX_LEASE_US, 0, -1, MAX_LEASE_US + 1]))
+    epoch = (record.epoch if record is not None else 1) + draw(sampled([0, 0, 0, -1, 1]))
+    lease = draw(sampled([LEASE, 1, MAX_LEASE_US, 0, -1, MAX_LEASE_US + 1]))
     if kind is NodeCommandType.BOOT:
         return Boot(node=NODE, lease_us=lease)
     if kind is NodeCommandType.RENEW:
         return Renew(epoch=epoch, lease_us=lease)
-    taker = draw(st.sampled_from([*TAKERS, NODE]))
+    taker = draw(sampled([*TAKERS, NODE]))
     if kind is NodeCommandType.TAKE_OVER:
         return TakeOver(taker=taker, epoch=epoch, lease_us=lease)
     return FinishTakeover(taker=taker, epoch=epoch)
@@ -68,12 +70,12 @@ def node_situations(
     draw: st.DrawFn, step: NodeStep | None = None, kind: NodeCommandType | None = None
 ) -> tuple[NodeRow | None, object, int]:
     record = draw(node_records(step))
-    command = draw(node_commands(kind or draw(st.sampled_from(NodeCommandType)), record))
+    command = draw(node_commands(kind or draw(sampled(NodeCommandType)), record))
     if record is None:
-        now = NOW + draw(st.integers(-LEASE, LEASE))
+        now = NOW + draw(integers(-LEASE, LEASE))
     else:
         marks = [record.lease_expires_at_us, record.updated_at_us]
         if record.takeover_until_us is not None:
             marks.append(record.takeover_until_us)
-        now = draw(st.sampled_from(marks)) + draw(st.sampled_from([-1, 0, 1, -LEASE // 2, LEASE // 2]))
+        now = draw(sampled(marks)) + draw(sampled([-1, 0, 1, -LEASE // 2, LEASE // 2]))
     return record, command, now

@@ -46,6 +46,8 @@ from tenure.model import (
     WaitKind,
 )
 
+from .pools import BOOLEANS, integers, maybe, optional, sampled
+
 __all__ = [
     "NOW",
     "RUN_ID",
@@ -114,28 +116,28 @@ def delivery_for(run: RunRow, state: DeliveryState, **changes: Any) -> DeliveryR
 
 
 def _identity(draw: st.DrawFn) -> dict[str, Any]:
-    priority = draw(st.sampled_from([0, 50, 100]))
+    priority = draw(sampled([0, 50, 100]))
     created = draw(instants)
     return dict(
-        session_id=draw(st.none() | st.just("session-1")),
-        scopes=draw(st.sampled_from([(), ("read",), ("read", "write")])),
-        requested_priority=draw(st.none() | st.just(priority)), priority=priority,
-        intent_digest=DIGESTS[0], idempotency_key=draw(st.none() | st.just("key-1")),
-        created_at_us=created, updated_at_us=created + draw(st.integers(0, 10)),
-        max_hop_retries=draw(st.sampled_from([0, 0, 1, 2])),
+        session_id=draw(maybe("session-1")),
+        scopes=draw(sampled([(), ("read",), ("read", "write")])),
+        requested_priority=draw(maybe(priority)), priority=priority,
+        intent_digest=DIGESTS[0], idempotency_key=draw(maybe("key-1")),
+        created_at_us=created, updated_at_us=created + draw(integers(0, 10)),
+        max_hop_retries=draw(sampled([0, 0, 1, 2])),
     )
 
 
 def _queued(draw: st.DrawFn, run: RunRow, seq: int) -> tuple[RunRow, DeliveryRow]:
     if seq == 0:
-        state = draw(st.sampled_from([DeliveryState.HELD, DeliveryState.PENDING, DeliveryState.PUBLISHED]))
+        state = draw(sampled([DeliveryState.HELD, DeliveryState.PENDING, DeliveryState.PUBLISHED]))
     else:
-        state = draw(st.sampled_from([DeliveryState.PENDING, DeliveryState.PUBLISHED]))
+        state = draw(sampled([DeliveryState.PENDING, DeliveryState.PUBLISHED]))
     run = _ran(run, seq) if seq else run
-    attempts = 0 if state is DeliveryState.HELD else draw(st.integers(0, 3))
+    attempts = 0 if state is DeliveryState.HELD else draw(integers(0, 3))
     if state is DeliveryState.PUBLISHED:
         attempts = max(attempts, 1)
-    error = "publish_failed:Timeout" if attempts and draw(st.booleans()) else None
+    error = "publish_failed:Timeout" if attempts and draw(BOOLEANS) else None
     return run, delivery_for(run, state, publish_attempts=attempts, last_error=error)
 
 
@@ -153,9 +155,9 @@ def _with(run: RunRow, **changes: Any) -> RunRow:
 
 def _before_cancel(draw: st.DrawFn, run: RunRow, seq: int) -> tuple[RunRow, DeliveryRow]:
     """What a CANCELLING or CANCELLED Run froze: a queued, executing or waiting hop."""
-    frozen = draw(st.sampled_from([RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE,
-                                   RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE,
-                                   RunStatus.AWAITING_SERVICE, RunStatus.AWAITING_TIMER]))
+    frozen = draw(sampled([RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE,
+                           RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE,
+                           RunStatus.AWAITING_SERVICE, RunStatus.AWAITING_TIMER]))
     return _in_status(draw, run, frozen, seq)
 
 
@@ -163,11 +165,11 @@ def _in_status(draw: st.DrawFn, run: RunRow, status: RunStatus, seq: int) -> tup
     if status is RunStatus.QUEUED:
         run, delivery = _queued(draw, run, seq)
         return _with(run, status=status), delivery
-    run = _with(_ran(run, seq, draw(st.sampled_from(NODES))), status=status)
+    run = _with(_ran(run, seq, draw(sampled(NODES))), status=status)
     if status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE):
         # Claimed by the node, or by a hop's claimant token (what a worker sends).
-        return run, delivery_for(run, DeliveryState.CLAIMED, publish_attempts=draw(st.integers(0, 2)),
-                                 claimed_by=draw(st.sampled_from([run.node, "claimant-1"])))
+        return run, delivery_for(run, DeliveryState.CLAIMED, publish_attempts=draw(integers(0, 2)),
+                                 claimed_by=draw(sampled([run.node, "claimant-1"])))
     kind = _WAIT_OF_STATUS[status]
     run = _with(run, owner_kind=kind, owner_id=OWNER_IDS[kind],
                 wake_at_us=draw(instants) if kind is WaitKind.TIMER else None)
@@ -180,13 +182,13 @@ def run_records(draw: st.DrawFn, step: RunStep | None = None) -> RunPair | None:
     every pair a command meets, it holds the Run and its current delivery only (two
     deliveries appear only in the decision of a resume, which the ledger writes)."""
     if step is None:
-        step = draw(st.sampled_from(RunStep))
+        step = draw(sampled(RunStep))
     if step is RunStep.ABSENT:
         return None
     status = RunStatus(step.value)
     run = base_run(**_identity(draw))
-    run = _with(run, hop_retries=draw(st.integers(0, run.max_hop_retries)))
-    seq = draw(st.sampled_from([0, 0, 1, 2]))
+    run = _with(run, hop_retries=draw(integers(0, run.max_hop_retries)))
+    seq = draw(sampled([0, 0, 1, 2]))
     if status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
         run, delivery = _before_cancel(draw, run, seq)
         run = _with(run, status=status)
@@ -194,12 +196,12 @@ def run_records(draw: st.DrawFn, step: RunStep | None = None) -> RunPair | None:
             delivery = delivery_for(run, DeliveryState.SETTLED, was_claimed=delivery.claimed_by is not None,
                                     publish_attempts=delivery.publish_attempts, last_error=delivery.last_error)
     elif status in (RunStatus.DONE, RunStatus.FAILED):
-        held_failure = status is RunStatus.FAILED and draw(st.booleans())
+        held_failure = status is RunStatus.FAILED and draw(BOOLEANS)
         if held_failure:  # fail_held: an admission that never ran
             run = _with(run, status=status, error="retention_failed")
             delivery = delivery_for(run, DeliveryState.SETTLED)
         else:
-            result = draw(st.sampled_from([None, '{"answer":42}'])) if status is RunStatus.DONE else None
+            result = draw(sampled([None, '{"answer":42}'])) if status is RunStatus.DONE else None
             run = _with(_ran(run, seq), status=status, error="boom" if status is RunStatus.FAILED else None,
                         result_json=result)
             delivery = delivery_for(run, DeliveryState.SETTLED, was_claimed=True)
@@ -212,30 +214,30 @@ def owner_evidence(draw: st.DrawFn, run_id: str, kind: WaitKind | None, owner_id
     """An owner row as the ledger would read it: usually the one named, else missing, of
     another kind, with another ID or of another Run; in any status its kind has, complete
     or not."""
-    miss = draw(st.sampled_from(["none", "exact", "exact", "exact", "kind", "id", "run"]))
+    miss = draw(sampled(["none", "exact", "exact", "exact", "kind", "id", "run"]))
     if miss == "none":
         return None
     if kind is None or kind not in _OWNED_KINDS or miss == "kind":
-        kind = draw(st.sampled_from(_OWNED_KINDS))
+        kind = draw(sampled(_OWNED_KINDS))
     if owner_id is None or miss == "id":
         owner_id = draw(st.sampled_from([OWNER_IDS[kind], OTHER_OWNER]))
-    run = draw(st.sampled_from([OTHER_RUN_ID, None])) if miss == "run" else run_id
+    run = draw(sampled([OTHER_RUN_ID, None])) if miss == "run" else run_id
     status = draw(st.sampled_from(OWNER_STATUSES[kind]))
-    return OwnerEvidence(kind, owner_id, run, status, draw(st.sampled_from([True, True, True, False])))
+    return OwnerEvidence(kind, owner_id, run, status, draw(sampled([True, True, True, False])))
 
 
 def _containment(draw: st.DrawFn) -> Containment:
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         return Containment(0, 0)
-    return Containment(draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    return Containment(draw(integers(0, 2)), draw(integers(0, 2)))
 
 
 def _admit(draw: st.DrawFn, record: RunPair | None) -> Admit:
     stored = record.run if record is not None else base_run()
     changed: dict[str, Any] = {}
-    variation = draw(st.sampled_from(["same", "same", "other_key", "other_intent", "rerouted"]))
+    variation = draw(sampled(["same", "same", "other_key", "other_intent", "rerouted"]))
     if variation == "other_key":
-        changed["idempotency_key"] = draw(st.sampled_from([None, "key-2"]))
+        changed["idempotency_key"] = draw(sampled([None, "key-2"]))
     elif variation == "other_intent":
         changed["intent_digest"] = DIGESTS[1]
     elif variation == "rerouted":  # the router would choose another route today
@@ -246,12 +248,12 @@ def _admit(draw: st.DrawFn, record: RunPair | None) -> Admit:
     row = _with(stored, status=RunStatus.QUEUED, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
                 owner_id=None, error=None, created_at_us=0, updated_at_us=0, **changed)
     template = delivery_for(row, DeliveryState.PENDING, created_at_us=0)
-    return Admit(run=row, delivery=template, hold=draw(st.booleans()), session_busy=draw(st.booleans()))
+    return Admit(run=row, delivery=template, hold=draw(BOOLEANS), session_busy=draw(BOOLEANS))
 
 
 def _seq_near(draw: st.DrawFn, record: RunPair | None) -> int:
     seq = record.run.enqueue_seq if record is not None else 0
-    return max(0, seq + draw(st.sampled_from([0, 0, 0, -1, 1])))
+    return max(0, seq + draw(sampled([0, 0, 0, -1, 1])))
 
 
 @st.composite
@@ -263,8 +265,8 @@ def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) 
         return BeginCancel()
     if kind is C.RESUME:
         run = record.run if record is not None else None
-        owner_id = run.owner_id if run is not None and run.owner_id is not None and draw(st.integers(0, 4)) else (
-            draw(st.sampled_from([*OWNER_IDS.values(), OTHER_OWNER])))
+        owner_id = run.owner_id if run is not None and run.owner_id is not None and draw(integers(0, 4)) else (
+            draw(sampled([*OWNER_IDS.values(), OTHER_OWNER])))
         evidence = owner_evidence(draw, RUN_ID, run.owner_kind if run else None, run.owner_id if run else None)
         return Resume(owner_id=owner_id, owner=evidence)
     seq = _seq_near(draw, record)
@@ -278,29 +280,29 @@ def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) 
         return RecordPublishError(enqueue_seq=seq, error="publish_failed:Timeout")
     if kind is C.CLAIM:
         # No claimant, the one the record's claim holds (its repeat), or another.
-        claimant = draw(st.sampled_from([None, "claimant-1", "claimant-2"]))
-        return Claim(enqueue_seq=seq, node=draw(st.sampled_from(NODES)), claimant=claimant)
+        claimant = draw(sampled([None, "claimant-1", "claimant-2"]))
+        return Claim(enqueue_seq=seq, node=draw(sampled(NODES)), claimant=claimant)
     if kind is C.ENTER_HARDWARE_WAIT:
         return EnterHardwareWait(enqueue_seq=seq)
     if kind is C.LEAVE_HARDWARE_WAIT:
         return LeaveHardwareWait(enqueue_seq=seq)
     if kind is C.PARK:
-        wait = draw(st.sampled_from(WaitKind))
-        owner_id = OWNER_IDS.get(wait, "gpu-0") if draw(st.integers(0, 3)) else OTHER_OWNER
+        wait = draw(sampled(WaitKind))
+        owner_id = OWNER_IDS.get(wait, "gpu-0") if draw(integers(0, 3)) else OTHER_OWNER
         # A timer names its due time (now and then none, or one no record can hold);
         # another kind names none (now and then one it must not carry).
-        wake = draw(st.one_of(instants, instants, st.none(), st.sampled_from([-(2**62), 2**62])))
-        if wait is not WaitKind.TIMER and draw(st.integers(0, 4)):
+        wake = draw(st.one_of(instants, instants, st.none(), sampled([-(2**62), 2**62])))
+        if wait is not WaitKind.TIMER and draw(integers(0, 4)):
             wake = None
         # A timer has no owner row (now and then it carries one it must not).
-        owner = None if wait is WaitKind.TIMER and draw(st.integers(0, 3)) else owner_evidence(draw, RUN_ID, wait, owner_id)
+        owner = None if wait is WaitKind.TIMER and draw(integers(0, 3)) else owner_evidence(draw, RUN_ID, wait, owner_id)
         return Park(enqueue_seq=seq, wait=wait, owner_id=owner_id, owner=owner, wake_at_us=wake)
     if kind is C.SETTLE:
-        status = draw(st.sampled_from([RunStatus.DONE, RunStatus.FAILED]))
+        status = draw(sampled([RunStatus.DONE, RunStatus.FAILED]))
         error = "boom" if status is RunStatus.FAILED else None
-        result = draw(st.sampled_from([None, '{"answer":42}'])) if status is RunStatus.DONE else None
+        result = draw(sampled([None, '{"answer":42}'])) if status is RunStatus.DONE else None
         return Settle(enqueue_seq=seq, status=status, error=error, containment=_containment(draw), result_json=result)
-    hop = draw(st.none() | st.sampled_from(BrokerJobState))
+    hop = draw(optional(sampled(BrokerJobState)))
     if kind is C.ROTATE:
         return Rotate(enqueue_seq=seq, hop=hop)
     if kind is C.RETRY_LOST:
@@ -313,11 +315,11 @@ def run_situations(
     draw: st.DrawFn, step: RunStep | None = None, kind: RunCommandType | None = None
 ) -> tuple[RunPair | None, object, int]:
     record = draw(run_records(step))
-    command = draw(run_commands(kind or draw(st.sampled_from(RunCommandType)), record))
-    if record is not None and record.run.wake_at_us is not None and draw(st.booleans()):
-        now = record.run.wake_at_us + draw(st.integers(-1, 1))  # where a timer falls due
-    elif record is not None and draw(st.booleans()):
-        now = record.run.updated_at_us + draw(st.integers(-1, 1))  # where updated_at stops moving
+    command = draw(run_commands(kind or draw(sampled(RunCommandType)), record))
+    if record is not None and record.run.wake_at_us is not None and draw(BOOLEANS):
+        now = record.run.wake_at_us + draw(integers(-1, 1))  # where a timer falls due
+    elif record is not None and draw(BOOLEANS):
+        now = record.run.updated_at_us + draw(integers(-1, 1))  # where updated_at stops moving
     else:
         now = draw(instants)
     return record, command, now

@@ -1,0 +1,2 @@
+"""Hypothesis strategies for every machine's records, commands and database times: the
+situations the kernel properties, the spec-table checks and the lockstep runs draw."""
