@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
+from typing import Any
 
 import paths
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tenure.conformance.strategies.pools import BOOLEANS, integers, optional, sampled
 from tenure.conformance.strategies.runs import NODES, NOW, base_run, delivery_for
 from tenure.kernel.recovery import table
 from tenure.kernel.recovery.table import Action, Case, Pass, Probe, Reason, Situation, decide, verdict_violations
@@ -58,48 +61,76 @@ CUTOFF = NOW
 STALE = 240_000_000
 
 
+def _probes(queue: str, priority: int) -> st.SearchStrategy[Probe | None]:
+    return _built(("probe", queue, priority), lambda: st.none() | st.builds(
+        Probe, optional(sampled(BrokerJobState)),
+        optional(sampled([CUTOFF - STALE - 10, CUTOFF - 10, CUTOFF + 10])),
+        optional(sampled([queue, "elsewhere"])), optional(sampled([100 - priority, 3]))))
+
+
+def _owners(run_id: str) -> st.SearchStrategy[OwnerEvidence | None]:
+    return _built(("owner", run_id), lambda: st.none() | st.builds(
+        OwnerEvidence, sampled(WaitKind), sampled(["owner-1", "x"]), sampled([run_id, "run-2"]),
+        sampled(["granted", "pending", "succeeded", "cancelled"]), BOOLEANS))
+
+
+def _outcomes(seq: int) -> st.SearchStrategy[tuple[RunStatus, int] | None]:
+    return _built(("outcome", seq), lambda: st.none() | st.tuples(
+        sampled([RunStatus.DONE, RunStatus.FAILED, RunStatus.RUNNING]), sampled([seq, seq + 1, max(0, seq - 1)])))
+
+
+_BUILT: dict[tuple[object, ...], st.SearchStrategy[Any]] = {}
+
+
+def _built(key: tuple[object, ...], build: Callable[[], st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+    """A strategy that depends on drawn values, built once per value (see
+    conformance/strategies/pools.py: building it in every draw cost a third of the CPU)."""
+    if key not in _BUILT:
+        _BUILT[key] = build()
+    return _BUILT[key]
+
+
+_LATEST_OWNERS = st.none() | st.tuples(sampled([WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE]),
+                                       sampled(["owner-1", "owner-2"]))
+_CHECKPOINT_OWNERS = optional(sampled(["owner-1", "owner-2"]))
+_NOW_VALUES = optional(sampled([NOW - 1, NOW, NOW + 1]))
+
+
 @st.composite
 def situations(draw: st.DrawFn) -> Situation:
-    status = draw(st.sampled_from(RunStatus))
-    seq = draw(st.integers(0, 2))
-    node = draw(st.sampled_from(NODES))
+    status = draw(sampled(RunStatus))
+    seq = draw(integers(0, 2))
+    node = draw(sampled(NODES))
     run = base_run(status=status, enqueue_seq=seq, started_at_us=NOW - 500 if seq or status is not RunStatus.QUEUED
                    else None, node=node if seq or status is not RunStatus.QUEUED else None,
-                   admitted_node=draw(st.sampled_from([None, *NODES])))
-    allowed = draw(st.sampled_from([0, 0, 1, 2]))
-    run = dataclasses.replace(run, max_hop_retries=allowed, hop_retries=draw(st.integers(0, allowed)))
+                   admitted_node=draw(sampled([None, *NODES])))
+    allowed = draw(sampled([0, 0, 1, 2]))
+    run = dataclasses.replace(run, max_hop_retries=allowed, hop_retries=draw(integers(0, allowed)))
     if status in (RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE):
         kind = {RunStatus.AWAITING_CONSENT: WaitKind.CONSENT, RunStatus.AWAITING_DELEGATE: WaitKind.DELEGATE,
                 RunStatus.AWAITING_SERVICE: WaitKind.SERVICE}[status]
         run = dataclasses.replace(run, owner_kind=kind, owner_id="owner-1")
     if status is RunStatus.AWAITING_TIMER:
         run = dataclasses.replace(run, owner_kind=WaitKind.TIMER, owner_id="sleep:0", wake_at_us=NOW)
-    state = draw(st.sampled_from(DeliveryState))
-    delivery = None if draw(st.integers(0, 15)) == 0 else delivery_for(
-        run, state, claimed_by=draw(st.sampled_from(NODES)) if state is DeliveryState.CLAIMED else None,
-        claimed_at_us=draw(st.sampled_from([CUTOFF - 10, CUTOFF + 10])) if state is DeliveryState.CLAIMED else None,
-        created_at_us=draw(st.sampled_from([CUTOFF - 10, CUTOFF + 10])),
-        queue=draw(st.sampled_from([run.queue, run.queue, "elsewhere"])))
-    phase = draw(st.sampled_from(Pass))
-    probe = draw(st.none() | st.builds(
-        Probe, st.none() | st.sampled_from(BrokerJobState),
-        st.none() | st.sampled_from([CUTOFF - STALE - 10, CUTOFF - 10, CUTOFF + 10]),
-        st.none() | st.sampled_from([run.queue, "elsewhere"]), st.none() | st.sampled_from([100 - run.priority, 3])))
-    latest = draw(st.none() | st.tuples(st.sampled_from([WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE]),
-                                        st.sampled_from(["owner-1", "owner-2"])))
-    owner = draw(st.none() | st.builds(OwnerEvidence, st.sampled_from(WaitKind), st.sampled_from(["owner-1", "x"]),
-                                       st.sampled_from([run.run_id, "run-2"]),
-                                       st.sampled_from(["granted", "pending", "succeeded", "cancelled"]), st.booleans()))
+    state = draw(sampled(DeliveryState))
+    delivery = None if draw(integers(0, 15)) == 0 else delivery_for(
+        run, state, claimed_by=draw(sampled(NODES)) if state is DeliveryState.CLAIMED else None,
+        claimed_at_us=draw(sampled([CUTOFF - 10, CUTOFF + 10])) if state is DeliveryState.CLAIMED else None,
+        created_at_us=draw(sampled([CUTOFF - 10, CUTOFF + 10])),
+        queue=draw(sampled([run.queue, run.queue, "elsewhere"])))
+    phase = draw(sampled(Pass))
+    probe = draw(_probes(run.queue, run.priority))
+    latest = draw(_LATEST_OWNERS)
+    owner = draw(_owners(run.run_id))
     return Situation(
         phase=phase, run=run, delivery=delivery, node=node if phase is Pass.RECONCILE else None,
-        cutoff_us=CUTOFF if phase is Pass.RECONCILE else None, stale_after_us=STALE, queue_known=draw(st.booleans()),
-        probe=probe, fenced=draw(st.booleans()), checkpoint_asked=draw(st.booleans()),
-        checkpoint_owner=draw(st.none() | st.sampled_from(["owner-1", "owner-2"])), latest_owner=latest, owner=owner,
-        containment=Containment(draw(st.integers(0, 1)), draw(st.integers(0, 1))), contained=draw(st.booleans()),
-        observed=draw(st.booleans()),
-        outcome=draw(st.none() | st.tuples(st.sampled_from([RunStatus.DONE, RunStatus.FAILED, RunStatus.RUNNING]),
-                                           st.sampled_from([seq, seq + 1, max(0, seq - 1)]))),
-        now_us=draw(st.none() | st.sampled_from([NOW - 1, NOW, NOW + 1])),
+        cutoff_us=CUTOFF if phase is Pass.RECONCILE else None, stale_after_us=STALE, queue_known=draw(BOOLEANS),
+        probe=probe, fenced=draw(BOOLEANS), checkpoint_asked=draw(BOOLEANS),
+        checkpoint_owner=draw(_CHECKPOINT_OWNERS), latest_owner=latest, owner=owner,
+        containment=Containment(draw(integers(0, 1)), draw(integers(0, 1))), contained=draw(BOOLEANS),
+        observed=draw(BOOLEANS),
+        outcome=draw(_outcomes(seq)),
+        now_us=draw(_NOW_VALUES),
     )
 
 
