@@ -62,9 +62,9 @@ def count_visits() -> list[int]:
     counter = [0]
     visit = recovery._Visits.visit
 
-    async def counted(self: recovery._Visits, run_id: str) -> bool:
+    async def counted(self: recovery._Visits, run_id: str, entry: recovery.PageEntry | None = None) -> bool:
         counter[0] += 1
-        return await visit(self, run_id)
+        return await visit(self, run_id, entry)
 
     recovery._Visits.visit = counted  # type: ignore[method-assign]
     return counter

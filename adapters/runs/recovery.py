@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure.kernel.attempts.record import is_terminal as attempt_is_terminal
-from tenure.kernel.core import Applied
+from tenure.kernel.core import Applied, Decision
 from tenure.kernel.recovery.table import (
     HELD_ERROR,
     LOST_ERROR,
@@ -62,7 +62,7 @@ from tenure.kernel.recovery.table import (
 )
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import Containment, RecordPublished, Rotate, Rotated
-from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunRow, key_of
+from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import (
     AgentJobRecord,
     BrokerJobState,
@@ -87,6 +87,7 @@ from ..core.outages import OutageLog
 from ..core.tables import Unreadable
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
+from .pages import PageEntry, read_page
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 from .transactions import RunTransactions, current_pair
 
@@ -345,30 +346,46 @@ class _Visits:
             rows = await self.page(statuses, after, page_size)
             fresh = [run_id for run_id in self.readable(rows) if run_id not in seen]
             seen.update(fresh)
-            await self.visit_all(fresh)
+            await self.visit_all(fresh, await self.entries(fresh))
             after = _last_position(rows)
             if len(rows) < page_size or after is None:
                 return
 
-    async def visit_all(self, run_ids: Sequence[str]) -> list[bool]:
-        """:meth:`visit` each Run, up to the ports' ``concurrency`` at once; the answers in
-        the order given."""
+    async def entries(self, run_ids: Sequence[str]) -> Mapping[str, PageEntry]:
+        """The page's Runs with their deliveries and evidence (:func:`read_page`: a constant
+        number of statements for the page). When that read fails (a row of the page
+        tenure cannot read, a database failure) the answer is empty and every visit reads
+        its own Run, so the failure stays with the Run it belongs to."""
+        async def body(tx: Transaction) -> dict[str, PageEntry]:
+            return await read_page(tx, run_ids)
+
+        try:
+            found: dict[str, PageEntry] = await self.ledger.transactions.run(body, write=False)
+        except TenureError:
+            return {}
+        return found
+
+    async def visit_all(self, run_ids: Sequence[str], entries: Mapping[str, PageEntry] | None = None) -> list[bool]:
+        """:meth:`visit` each Run (from its page entry when ``entries`` has one), up to the
+        ports' ``concurrency`` at once; the answers in the order given."""
+        given = entries or {}
         if len(run_ids) <= 1 or self.ports.concurrency == 1:
-            return [await self.visit(run_id) for run_id in run_ids]
+            return [await self.visit(run_id, given.get(run_id)) for run_id in run_ids]
         slots = asyncio.Semaphore(self.ports.concurrency)
 
         async def one(run_id: str) -> bool:
             async with slots:
-                return await self.visit(run_id)
+                return await self.visit(run_id, given.get(run_id))
 
         return list(await asyncio.gather(*(one(run_id) for run_id in run_ids)))
 
     # --- one Run -------------------------------------------------------------------------
 
-    async def visit(self, run_id: str) -> bool:
-        """Recover one Run; True when it is kept (revisit it: held, waiting, degraded)."""
+    async def visit(self, run_id: str, entry: PageEntry | None = None) -> bool:
+        """Recover one Run (from ``entry``, its page's reading, when given; otherwise read
+        alone); True when it is kept (revisit it: held, waiting, degraded)."""
         try:
-            return await self._visit(run_id)
+            return await self._visit(run_id, entry)
         except asyncio.CancelledError:
             raise
         except _PortFailed:
@@ -388,8 +405,8 @@ class _Visits:
             self._issue(run_id, "internal_error")
         return True
 
-    async def _visit(self, run_id: str) -> bool:
-        situation = await self._situation(run_id)
+    async def _visit(self, run_id: str, entry: PageEntry | None) -> bool:
+        situation = await self._situation(run_id) if entry is None else self._situation_of(entry)
         writes = 0
         for _ in range(_MAX_STEPS):
             if situation is None:
@@ -416,14 +433,37 @@ class _Visits:
                 if self.ports.delete_checkpoint is not None:
                     await _port(self.ports.delete_checkpoint(run_id))
                 return False
-            await self._write(situation, verdict)
+            written = await self._write(situation, verdict)
             writes += 1
             if writes >= MAX_WRITES_PER_VISIT:
                 return True
-            situation = await self._situation(run_id)
+            situation = await self._after_write(run_id, written)
         return True
 
+    async def _after_write(self, run_id: str, written: RunPair | None) -> Situation | None:
+        """The Run after a write, to decide afresh. Taken from the write's own decision
+        when the write hands it back (``written``: the pair the kernel decided and the
+        engine stored and checked under the Run's lock) and the new status is decided
+        on nothing else (no evidence: a QUEUED Run after a rotation or a publication
+        mark). Read again otherwise: the write was refused (someone else moved the Run),
+        the ledger's path says only whether it applied (publish, fail_held, park, settle,
+        resume: their decision stays inside the ledger), or the new status needs evidence
+        that is not part of the Run (owner rows, containment, the clock)."""
+        if written is None or evidence_for(written.run.status):
+            return await self._situation(run_id)
+        return self._situation_of(PageEntry(written.run, written.current))
+
+    def _situation_of(self, entry: PageEntry) -> Situation:
+        run, known = entry.run, self.ports.known_queues
+        return Situation(
+            phase=self.phase, run=run, delivery=entry.delivery, node=self.node,
+            cutoff_us=self.cutoff_us, stale_after_us=self.stale_after_us,
+            queue_known=known is None or run.queue in known, owner=entry.owner, containment=entry.containment,
+            latest_owner=entry.latest_owner, now_us=entry.now_us,
+        )
+
     async def _situation(self, run_id: str) -> Situation | None:
+        """One Run read alone (a Run its page could not answer for, and after a write)."""
         ledger = self.ledger
 
         async def body(tx: Transaction) -> Situation | None:
@@ -440,13 +480,8 @@ class _Visits:
             latest = await _latest_owner(tx, run_id) if Evidence.LATEST_OWNER in needs else None
             # A timer's owner is the database clock: read it in the same visit.
             now = await tx.now_us() if Evidence.CLOCK in needs else None
-            known = self.ports.known_queues
-            return Situation(
-                phase=self.phase, run=run, delivery=delivery, node=self.node,
-                cutoff_us=self.cutoff_us, stale_after_us=self.stale_after_us,
-                queue_known=known is None or run.queue in known, owner=owner, containment=containment,
-                latest_owner=latest, now_us=now,
-            )
+            return self._situation_of(PageEntry(run, delivery, owner=owner, containment=containment,
+                                                latest_owner=latest, now_us=now))
 
         found: Situation | None = await ledger.transactions.run(body, write=False)
         return found
@@ -532,20 +567,32 @@ class _Visits:
 
     # --- writes --------------------------------------------------------------------------
 
-    async def _write(self, s: Situation, verdict: Verdict) -> None:
+    async def _write(self, s: Situation, verdict: Verdict) -> RunPair | None:
+        """Do the verdict's write through the ledger's own path; the pair it wrote when
+        the path hands back its decision (a command sent to the Run machine), else None."""
+        ledger, run = self.ledger, s.run
+        run_id, seq, action = run.run_id, run.enqueue_seq, verdict.action
+        if action is Action.MARK_PUBLISHED:
+            decision = await ledger.transactions.send(run_id, RecordPublished(enqueue_seq=seq))
+            if isinstance(decision, Applied):
+                self.counts["published"] += 1
+            return _written(decision)
+        if action is Action.ROTATE:
+            assert s.probe is not None
+            decision = await ledger.transactions.send(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
+            if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
+                self.counts["rotated"] += 1
+            return _written(decision)
+        await self._write_through_ledger(s, verdict)
+        return None
+
+    async def _write_through_ledger(self, s: Situation, verdict: Verdict) -> None:
+        """The writes whose ledger path says only whether it applied."""
         ledger, run = self.ledger, s.run
         run_id, seq, action = run.run_id, run.enqueue_seq, verdict.action
         if action in (Action.PUBLISH, Action.REPUBLISH):
             if await ledger.publish(run_id, seq, self.ports.broker):
                 self.counts["published" if action is Action.PUBLISH else "republished"] += 1
-        elif action is Action.MARK_PUBLISHED:
-            if await ledger.transactions.applied(run_id, RecordPublished(enqueue_seq=seq)):
-                self.counts["published"] += 1
-        elif action is Action.ROTATE:
-            assert s.probe is not None
-            decision = await ledger.transactions.send(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
-            if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
-                self.counts["rotated"] += 1
         elif action is Action.FAIL_HELD:
             if await ledger.fail_held(run_id, seq, error=HELD_ERROR):
                 self.counts["held_failed"] += 1
@@ -575,6 +622,13 @@ class _Visits:
                 self.counts["cancels_finished"] += 1
         else:  # pragma: no cover - every write action is listed above
             raise AssertionError(action)
+
+
+def _written(decision: Decision) -> RunPair | None:
+    """The pair an applied decision wrote (None: refused, or not a pair)."""
+    if isinstance(decision, Applied) and isinstance(decision.new_record, RunPair):
+        return decision.new_record
+    return None
 
 
 async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, DeliveryRow | None] | None:
@@ -667,7 +721,7 @@ async def relay(ledger: RecoveryLedger, ports: RecoveryPorts, *, cursor: str | N
         after = None if start is None else (start[0], start[1])
         rows = await visits.page(statuses, after, size)
         visited = visits.readable(rows)
-        kept = any(await visits.visit_all(visited)) or len(visited) < len(rows)
+        kept = any(await visits.visit_all(visited, await visits.entries(visited))) or len(visited) < len(rows)
         if kept and start not in position["r"] and len(position["r"]) < _MAX_REVISITS:
             position["r"].append(start)
         if not revisiting:
