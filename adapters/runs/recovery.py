@@ -1,15 +1,18 @@
 """Run recovery on a ledger: startup reconciliation and the relays, as visits the kernel's
 recovery table decides.
 
-A visit reads one Run as it is stored (its current delivery, and the evidence its state
-needs: the persisted owner of a wait, the newest non-cancelled owner row and the
-containment counts of a hop or a cancellation), asks
+A visit starts from one Run as it is stored (its current delivery, and the evidence its
+state needs: the persisted owner of a wait, the newest non-cancelled owner row and the
+containment counts of a hop or a cancellation), read with the rest of its page in a
+constant number of statements (:func:`tenure.adapters.runs.pages.read_page`; a Run the
+page could not answer for is read alone), asks
 :func:`tenure.kernel.recovery.table.decide`, and does what the verdict names. Evidence
 actions (probe, fence, ask the checkpoint, contain, observe) call the ports and ask
 again with what they learned; a write goes through the ledger's own compare-and-set
 paths (publish, fail_held, park, settle, resume, rotate, finish the cancellation), after
-which the Run is read again and decided afresh, at most :data:`MAX_WRITES_PER_VISIT`
-times. Every verdict is checked against the recovery rules (REC-1 ... REC-8) before it
+which the Run is decided afresh, at most :data:`MAX_WRITES_PER_VISIT` times: on the pair
+the write stored when its path hands the decision back and the new status needs no
+evidence (rotate, mark published), otherwise read again (see ``_Visits._after_write``). Every verdict is checked against the recovery rules (REC-1 ... REC-8) before it
 acts; a verdict that breaks one is a defect and is reported, never executed.
 
 Failures are isolated per Run: a port that raises is the issue ``port_failed``, a

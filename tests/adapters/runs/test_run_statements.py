@@ -36,7 +36,8 @@ admission, its publication, and its hop (claim, checkpoint, settle, checkpoint c
 RECONCILE_BOUNDS = {"postgresql": 67, "sqlite": 127}
 """Startup reconciliation of the eight Runs :func:`dead_node` leaves (two each: an orphaned
 hop failed ``lost``, a lost publication republished, a decided consent resumed and
-published, a held publication kept): 76 and 110 before recovery read by the page."""
+published, a held publication kept); 81 on PostgreSQL and 159 on SQLite before recovery read by
+the page."""
 
 
 def database_of(db_url: str) -> str:
