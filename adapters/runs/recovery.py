@@ -364,7 +364,13 @@ class _Visits:
 
         try:
             found: dict[str, PageEntry] = await self.ledger.transactions.run(body, write=False)
+        except asyncio.CancelledError:
+            raise
         except TenureError:
+            return {}
+        except Exception as error:  # noqa: BLE001 - a defect of the page read stops no pass: each Run is read alone
+            log.error("reading a page of Runs failed with %s; its Runs are read one by one", type(error).__name__,
+                      exc_info=error)
             return {}
         return found
 
