@@ -12,7 +12,10 @@ again with what they learned; a write goes through the ledger's own compare-and-
 paths (publish, fail_held, park, settle, resume, rotate, finish the cancellation), after
 which the Run is decided afresh, at most :data:`MAX_WRITES_PER_VISIT` times: on the pair
 the write stored when its path hands the decision back and the new status needs no
-evidence (rotate, mark published), otherwise read again (see ``_Visits._after_write``). Every verdict is checked against the recovery rules (REC-1 ... REC-8) before it
+evidence (rotate, mark published), otherwise read again (see ``_Visits._after_write``).
+A fence (an abort at the broker) is never sent on a page's reading alone: the Run's row
+is read again first and must be unchanged since the page (``_Visits._unchanged``), so a
+hop claimed after the page was read keeps its job. Every verdict is checked against the recovery rules (REC-1 ... REC-8) before it
 acts; a verdict that breaks one is a defect and is reported, never executed.
 
 Failures are isolated per Run: a port that raises is the issue ``port_failed``, a
@@ -416,7 +419,7 @@ class _Visits:
 
     async def _visit(self, run_id: str, entry: PageEntry | None) -> bool:
         situation = await self._situation(run_id) if entry is None else self._situation_of(entry)
-        writes = 0
+        from_page, writes = entry is not None, 0
         for _ in range(_MAX_STEPS):
             if situation is None:
                 return False  # the Run is gone: nothing to recover
@@ -427,6 +430,13 @@ class _Visits:
                 self._issue(run_id, "internal_error")
                 return True
             action = verdict.action
+            if action is Action.FENCE and from_page:
+                # A fence aborts a broker job: it is decided on the Run as stored now, not
+                # as its page read it a page of visits ago (a hop claimed meanwhile).
+                from_page = False
+                if not await self._unchanged(situation.run):
+                    situation = await self._situation(run_id)
+                    continue
             if action in _EVIDENCE:
                 situation = await self._gather(situation, verdict)
                 continue
@@ -448,6 +458,15 @@ class _Visits:
                 return True
             situation = await self._after_write(run_id, written)
         return True
+
+    async def _unchanged(self, run: RunRow) -> bool:
+        """Whether the Run's row is still exactly ``run`` (one statement): every transition
+        rewrites it (its ``updated_at`` at least), so an equal row proves none came since."""
+        async def body(tx: Transaction) -> list[RunRow]:
+            return await tx.read(RUNS_BINDING, [run.run_id])
+
+        rows: list[RunRow] = await self.ledger.transactions.run(body, write=False)
+        return rows == [run]
 
     async def _after_write(self, run_id: str, written: RunPair | None) -> Situation | None:
         """The Run after a write, to decide afresh. Taken from the write's own decision

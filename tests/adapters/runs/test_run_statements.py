@@ -33,11 +33,12 @@ SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 4, "publish": 5, "hop": 15}, "sqlit
 """A single-hop no-op Run on the in-memory broker (the ledger's own statements): its
 admission, its publication, and its hop (claim, checkpoint, settle, checkpoint cleanup)."""
 
-RECONCILE_BOUNDS = {"postgresql": 67, "sqlite": 127}
+RECONCILE_BOUNDS = {"postgresql": 69, "sqlite": 133}
 """Startup reconciliation of the eight Runs :func:`dead_node` leaves (two each: an orphaned
 hop failed ``lost``, a lost publication republished, a decided consent resumed and
-published, a held publication kept); 81 on PostgreSQL and 159 on SQLite before recovery read by
-the page."""
+published, a held publication kept); 81 on PostgreSQL and 159 on SQLite before recovery read
+by the page (each orphan's fence costs one read of its Run: a fence is decided on the Run as
+stored when it is sent, not as its page read it)."""
 
 
 def database_of(db_url: str) -> str:
