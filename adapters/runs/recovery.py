@@ -15,8 +15,9 @@ the write stored when its path hands the decision back and the new status needs 
 evidence (rotate, mark published), otherwise read again (see ``_Visits._after_write``).
 A fence (an abort at the broker) is never sent on a page's reading alone: the Run's row
 is read again first and must be unchanged since the page (``_Visits._unchanged``), so a
-hop claimed after the page was read keeps its job. Every verdict is checked against the recovery rules (REC-1 ... REC-8) before it
-acts; a verdict that breaks one is a defect and is reported, never executed.
+hop claimed after the page was read keeps its job. Every verdict is checked against the
+recovery rules (REC-1 ... REC-8) before it acts; a verdict that breaks one is a defect
+and is reported, never executed.
 
 Failures are isolated per Run: a port that raises is the issue ``port_failed``, a
 database failure ``persistence_failed``, a containment refusal raised by the kernel
