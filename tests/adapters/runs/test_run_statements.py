@@ -9,6 +9,7 @@ a count may lower its bound; one that raises it says why in its commit.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Any
 
@@ -94,7 +95,9 @@ async def dead_node(runs: Runs, count: int) -> None:
 
 async def test_startup_reconciliation_sends_no_more_statements_per_run_than_when_pinned(runs: Runs) -> None:
     await dead_node(runs, 8)
-    cutoff = dt.datetime.now(dt.timezone.utc) + dt.timedelta(microseconds=1)
+    await asyncio.sleep(0.002)  # a boot cutoff strictly after every claim above (as test_recovery.py's boot)
+    cutoff = dt.datetime.now(dt.timezone.utc)
+    await asyncio.sleep(0.002)
     with count_statements() as counted:
         report = await runs.ledger.reconcile(RecoveryPorts(runs.broker), node="node-a", boot_cutoff=cutoff)
     assert {name: count for name, count in report.counts.items() if count} == {
