@@ -1,6 +1,6 @@
 """How fast recovery goes through Runs: one startup reconciliation, then relay rounds.
 
-    python bench/recovery.py DB_URL [RUNS] [--json]
+    python bench/recovery.py DB_URL [RUNS] [--json] [--profile]
 
 Migrates ``DB_URL`` (a SQLite file URL or a PostgreSQL DSN; use a throwaway database),
 then stores ``RUNS`` Runs (default 2,000) as a dead process of ``node-a`` leaves them, a
@@ -11,8 +11,10 @@ published), and deliveries the broker still holds (marked nothing). It times
 Runs the reconciliation left (twice as many calls as pages: revisits alternate with
 forward pages), visiting up to ``VISIT_CONCURRENCY`` Runs of a page at once (the
 in-memory broker allows it; ``RecoveryPorts``' default visits one at a time). Prints one
-line per pass: Runs visited, seconds, Runs per second, this process's CPU per Run. The
-broker is in memory, so the figures are the ledger's and the database's cost alone.
+line per pass: Runs visited, seconds, Runs per second, this process's CPU per Run and the
+SQL statements sent per Run (each one round trip on PostgreSQL; counted by
+``tests/support/statements.py``). The broker is in memory, so the figures are the
+ledger's and the database's cost alone.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import pathlib
 import sys
 import time
 import uuid
@@ -27,6 +30,9 @@ import uuid
 from tenure.adapters import InMemoryBroker, RecoveryPorts, RunLedger, upgrade
 from tenure.adapters.runs import recovery
 from tenure.model import ConsentStatus, RunIntent, WaitKind, WorkflowPin, hop_key
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "support"))
+from statements import StatementCount, count_statements  # noqa: E402 - the suite's counter, by path
 
 PIN = WorkflowPin("bench", "1", "sha256:" + "b" * 64)
 
@@ -56,9 +62,9 @@ def count_visits() -> list[int]:
     counter = [0]
     visit = recovery._Visits.visit
 
-    async def counted(self: recovery._Visits, run_id: str) -> bool:
+    async def counted(self: recovery._Visits, run_id: str, entry: recovery.PageEntry | None = None) -> bool:
         counter[0] += 1
-        return await visit(self, run_id)
+        return await visit(self, run_id, entry)
 
     recovery._Visits.visit = counted  # type: ignore[method-assign]
     return counter
@@ -67,15 +73,25 @@ def count_visits() -> list[int]:
 AS_JSON = "--json" in sys.argv
 """One JSON line per pass instead of text (bench/run.sh)."""
 
+PROFILE = "--profile" in sys.argv
+"""After each pass, the statements it sent, most frequent first (what a figure is made of)."""
 
-def line(label: str, runs: int, seconds: float, cpu_seconds: float) -> None:
+
+def profile(counted: StatementCount, runs: int) -> None:
+    if PROFILE and not AS_JSON:
+        for text, times in counted.profile().most_common(12):
+            print(f"    {times / runs:6.2f}/Run  {text}", flush=True)
+
+
+def line(label: str, runs: int, seconds: float, cpu_seconds: float, statements: int) -> None:
     if AS_JSON:
         print(json.dumps({"bench": "recovery", "pass": label.split(" ")[0], "runs": runs, "seconds": round(seconds, 3),
                           "runs_per_second": round(runs / seconds, 1),
-                          "cpu_us_per_run": round(cpu_seconds / runs * 1e6, 1)}), flush=True)
+                          "cpu_us_per_run": round(cpu_seconds / runs * 1e6, 1),
+                          "statements_per_run": round(statements / runs, 2)}), flush=True)
         return
     print(f"{label:<34} {runs:>7} Runs  {seconds:8.2f} s  {runs / seconds:9.0f} Runs/s  "
-          f"client cpu {cpu_seconds / runs * 1e6:7.0f} us/Run", flush=True)
+          f"client cpu {cpu_seconds / runs * 1e6:7.0f} us/Run  {statements / runs:6.2f} statements/Run", flush=True)
 
 
 async def main(db_url: str, runs: int) -> None:
@@ -86,9 +102,12 @@ async def main(db_url: str, runs: int) -> None:
         ports = RecoveryPorts(broker, concurrency=recovery.VISIT_CONCURRENCY)  # the in-memory broker allows it
         await asyncio.sleep(0.01)
         cutoff = dt.datetime.now(dt.timezone.utc)
-        started, cpu = time.perf_counter(), time.process_time()
-        report = await ledger.reconcile(ports, node="node-a", boot_cutoff=cutoff)
-        line("reconcile (every Run)", runs, time.perf_counter() - started, time.process_time() - cpu)
+        with count_statements() as counted:
+            started, cpu = time.perf_counter(), time.process_time()
+            report = await ledger.reconcile(ports, node="node-a", boot_cutoff=cutoff)
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        line("reconcile (every Run)", runs, elapsed, cpu, counted.total)
+        profile(counted, runs)
         if not AS_JSON:
             print(f"  counts: {dict((name, count) for name, count in report.counts.items() if count)}", flush=True)
         # Every queued Run is kept (the broker holds its job), so every page is also
@@ -97,15 +116,17 @@ async def main(db_url: str, runs: int) -> None:
         queued = runs - runs // 4  # the orphans failed; everything else is queued now
         calls = 2 * -(-queued // 32)
         visits = count_visits()
-        cursor, started, cpu = None, time.perf_counter(), time.process_time()
-        for _ in range(calls):
-            cursor = (await ledger.relay(ports, cursor=cursor)).cursor
-        elapsed = time.perf_counter() - started
-        line("relay calls (32-Run pages)", visits[0], elapsed, time.process_time() - cpu)
+        with count_statements() as counted:
+            cursor, started, cpu = None, time.perf_counter(), time.process_time()
+            for _ in range(calls):
+                cursor = (await ledger.relay(ports, cursor=cursor)).cursor
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        line("relay calls (32-Run pages)", visits[0], elapsed, cpu, counted.total)
+        profile(counted, visits[0])
         if not AS_JSON:
             print(f"  {calls} relay calls, {elapsed / calls * 1000:.1f} ms each", flush=True)
 
 
 if __name__ == "__main__":
-    positional = [argument for argument in sys.argv[1:] if argument != "--json"]
+    positional = [argument for argument in sys.argv[1:] if argument not in ("--json", "--profile")]
     asyncio.run(main(positional[0], int(positional[1]) if len(positional) > 1 else 2000))

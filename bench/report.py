@@ -442,6 +442,18 @@ def runs_section(tenure: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
               f"broker): {reconcile['runs_per_second']:,.0f} Runs/s, {reconcile['cpu_us_per_run']:,.0f} us of client CPU per Run"
               + (f"; relay rounds over the Runs it left queued: {recovery['relay']['runs_per_second']:,.0f} Runs/s."
                  if "relay" in recovery else ".")]
+    costs = [r["costs"] for r in runs if "costs" in r]
+    if costs:  # issue 49: statements (round trips on PostgreSQL) and client CPU per Run, counted
+        for case, label in (("memory", "in-memory broker"), ("runs_on_queue", "QueueBroker")):
+            figures = [c[case] for c in costs]
+            lines.append(f"Statements per single-hop Run, {label}: {spread([f['statements'] for f in figures], 1)} "
+                         f"(admit {spread([f['admit'] for f in figures], 1)}, publish "
+                         f"{spread([f['publish'] for f in figures], 1)}, hop {spread([f['hop'] for f in figures], 1)}); "
+                         f"client CPU {spread([f['cpu_us'] for f in figures])} us per Run.")
+    if "statements_per_run" in reconcile:
+        lines.append(f"Statements per reconciled Run: {reconcile['statements_per_run']:.2f}"
+                     + (f"; per relayed Run: {recovery['relay']['statements_per_run']:.2f}." if "relay" in recovery
+                        else "."))
     met = reconcile["runs_per_second"] >= 1000
     targets.append(f"- reconcile after a dead node: {reconcile['runs_per_second']:,.0f} Runs/s "
                    f"({'met' if met else 'missed'}, target >= 1,000 Runs/s)")

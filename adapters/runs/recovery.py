@@ -1,16 +1,23 @@
 """Run recovery on a ledger: startup reconciliation and the relays, as visits the kernel's
 recovery table decides.
 
-A visit reads one Run as it is stored (its current delivery, and the evidence its state
-needs: the persisted owner of a wait, the newest non-cancelled owner row and the
-containment counts of a hop or a cancellation), asks
+A visit starts from one Run as it is stored (its current delivery, and the evidence its
+state needs: the persisted owner of a wait, the newest non-cancelled owner row and the
+containment counts of a hop or a cancellation), read with the rest of its page in a
+constant number of statements (:func:`tenure.adapters.runs.pages.read_page`; a Run the
+page could not answer for is read alone), asks
 :func:`tenure.kernel.recovery.table.decide`, and does what the verdict names. Evidence
 actions (probe, fence, ask the checkpoint, contain, observe) call the ports and ask
 again with what they learned; a write goes through the ledger's own compare-and-set
 paths (publish, fail_held, park, settle, resume, rotate, finish the cancellation), after
-which the Run is read again and decided afresh, at most :data:`MAX_WRITES_PER_VISIT`
-times. Every verdict is checked against the recovery rules (REC-1 ... REC-8) before it
-acts; a verdict that breaks one is a defect and is reported, never executed.
+which the Run is decided afresh, at most :data:`MAX_WRITES_PER_VISIT` times: on the pair
+the write stored when its path hands the decision back and the new status needs no
+evidence (rotate, mark published), otherwise read again (see ``_Visits._after_write``).
+A fence (an abort at the broker) is never sent on a page's reading alone: the Run's row
+is read again first and must be unchanged since the page (``_Visits._unchanged``), so a
+hop claimed after the page was read keeps its job. Every verdict is checked against the
+recovery rules (REC-1 ... REC-8) before it acts; a verdict that breaks one is a defect
+and is reported, never executed.
 
 Failures are isolated per Run: a port that raises is the issue ``port_failed``, a
 database failure ``persistence_failed``, a containment refusal raised by the kernel
@@ -45,7 +52,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure.kernel.attempts.record import is_terminal as attempt_is_terminal
-from tenure.kernel.core import Applied
+from tenure.kernel.core import Applied, Decision
 from tenure.kernel.recovery.table import (
     HELD_ERROR,
     LOST_ERROR,
@@ -62,7 +69,7 @@ from tenure.kernel.recovery.table import (
 )
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.commands import Containment, RecordPublished, Rotate, Rotated
-from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunRow, key_of
+from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import (
     AgentJobRecord,
     BrokerJobState,
@@ -87,6 +94,7 @@ from ..core.outages import OutageLog
 from ..core.tables import Unreadable
 from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
+from .pages import PageEntry, read_page
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 from .transactions import RunTransactions, current_pair
 
@@ -345,30 +353,52 @@ class _Visits:
             rows = await self.page(statuses, after, page_size)
             fresh = [run_id for run_id in self.readable(rows) if run_id not in seen]
             seen.update(fresh)
-            await self.visit_all(fresh)
+            await self.visit_all(fresh, await self.entries(fresh))
             after = _last_position(rows)
             if len(rows) < page_size or after is None:
                 return
 
-    async def visit_all(self, run_ids: Sequence[str]) -> list[bool]:
-        """:meth:`visit` each Run, up to the ports' ``concurrency`` at once; the answers in
-        the order given."""
+    async def entries(self, run_ids: Sequence[str]) -> Mapping[str, PageEntry]:
+        """The page's Runs with their deliveries and evidence (:func:`read_page`: a constant
+        number of statements for the page). When that read fails (a row of the page
+        tenure cannot read, a database failure) the answer is empty and every visit reads
+        its own Run, so the failure stays with the Run it belongs to."""
+        async def body(tx: Transaction) -> dict[str, PageEntry]:
+            return await read_page(tx, run_ids)
+
+        try:
+            found: dict[str, PageEntry] = await self.ledger.transactions.run(body, write=False)
+        except asyncio.CancelledError:
+            raise
+        except TenureError:
+            return {}
+        except Exception as error:  # noqa: BLE001 - a defect of the page read stops no pass: each Run is read alone
+            log.error("reading a page of Runs failed with %s; its Runs are read one by one", type(error).__name__,
+                      exc_info=error)
+            return {}
+        return found
+
+    async def visit_all(self, run_ids: Sequence[str], entries: Mapping[str, PageEntry] | None = None) -> list[bool]:
+        """:meth:`visit` each Run (from its page entry when ``entries`` has one), up to the
+        ports' ``concurrency`` at once; the answers in the order given."""
+        given = entries or {}
         if len(run_ids) <= 1 or self.ports.concurrency == 1:
-            return [await self.visit(run_id) for run_id in run_ids]
+            return [await self.visit(run_id, given.get(run_id)) for run_id in run_ids]
         slots = asyncio.Semaphore(self.ports.concurrency)
 
         async def one(run_id: str) -> bool:
             async with slots:
-                return await self.visit(run_id)
+                return await self.visit(run_id, given.get(run_id))
 
         return list(await asyncio.gather(*(one(run_id) for run_id in run_ids)))
 
     # --- one Run -------------------------------------------------------------------------
 
-    async def visit(self, run_id: str) -> bool:
-        """Recover one Run; True when it is kept (revisit it: held, waiting, degraded)."""
+    async def visit(self, run_id: str, entry: PageEntry | None = None) -> bool:
+        """Recover one Run (from ``entry``, its page's reading, when given; otherwise read
+        alone); True when it is kept (revisit it: held, waiting, degraded)."""
         try:
-            return await self._visit(run_id)
+            return await self._visit(run_id, entry)
         except asyncio.CancelledError:
             raise
         except _PortFailed:
@@ -388,9 +418,9 @@ class _Visits:
             self._issue(run_id, "internal_error")
         return True
 
-    async def _visit(self, run_id: str) -> bool:
-        situation = await self._situation(run_id)
-        writes = 0
+    async def _visit(self, run_id: str, entry: PageEntry | None) -> bool:
+        situation = await self._situation(run_id) if entry is None else self._situation_of(entry)
+        from_page, writes = entry is not None, 0
         for _ in range(_MAX_STEPS):
             if situation is None:
                 return False  # the Run is gone: nothing to recover
@@ -401,6 +431,13 @@ class _Visits:
                 self._issue(run_id, "internal_error")
                 return True
             action = verdict.action
+            if action is Action.FENCE and from_page:
+                # A fence aborts a broker job: it is decided on the Run as stored now, not
+                # as its page read it a page of visits ago (a hop claimed meanwhile).
+                from_page = False
+                if not await self._unchanged(situation.run):
+                    situation = await self._situation(run_id)
+                    continue
             if action in _EVIDENCE:
                 situation = await self._gather(situation, verdict)
                 continue
@@ -416,14 +453,46 @@ class _Visits:
                 if self.ports.delete_checkpoint is not None:
                     await _port(self.ports.delete_checkpoint(run_id))
                 return False
-            await self._write(situation, verdict)
+            written = await self._write(situation, verdict)
             writes += 1
             if writes >= MAX_WRITES_PER_VISIT:
                 return True
-            situation = await self._situation(run_id)
+            situation = await self._after_write(run_id, written)
         return True
 
+    async def _unchanged(self, run: RunRow) -> bool:
+        """Whether the Run's row is still exactly ``run`` (one statement): every transition
+        rewrites it (its ``updated_at`` at least), so an equal row proves none came since."""
+        async def body(tx: Transaction) -> list[RunRow]:
+            return await tx.read(RUNS_BINDING, [run.run_id])
+
+        rows: list[RunRow] = await self.ledger.transactions.run(body, write=False)
+        return rows == [run]
+
+    async def _after_write(self, run_id: str, written: RunPair | None) -> Situation | None:
+        """The Run after a write, to decide afresh. Taken from the write's own decision
+        when the write hands it back (``written``: the pair the kernel decided and the
+        engine stored and checked under the Run's lock) and the new status is decided
+        on nothing else (no evidence: a QUEUED Run after a rotation or a publication
+        mark). Read again otherwise: the write was refused (someone else moved the Run),
+        the ledger's path says only whether it applied (publish, fail_held, park, settle,
+        resume: their decision stays inside the ledger), or the new status needs evidence
+        that is not part of the Run (owner rows, containment, the clock)."""
+        if written is None or evidence_for(written.run.status):
+            return await self._situation(run_id)
+        return self._situation_of(PageEntry(written.run, written.current))
+
+    def _situation_of(self, entry: PageEntry) -> Situation:
+        run, known = entry.run, self.ports.known_queues
+        return Situation(
+            phase=self.phase, run=run, delivery=entry.delivery, node=self.node,
+            cutoff_us=self.cutoff_us, stale_after_us=self.stale_after_us,
+            queue_known=known is None or run.queue in known, owner=entry.owner, containment=entry.containment,
+            latest_owner=entry.latest_owner, now_us=entry.now_us,
+        )
+
     async def _situation(self, run_id: str) -> Situation | None:
+        """One Run read alone (a Run its page could not answer for, and after a write)."""
         ledger = self.ledger
 
         async def body(tx: Transaction) -> Situation | None:
@@ -440,13 +509,8 @@ class _Visits:
             latest = await _latest_owner(tx, run_id) if Evidence.LATEST_OWNER in needs else None
             # A timer's owner is the database clock: read it in the same visit.
             now = await tx.now_us() if Evidence.CLOCK in needs else None
-            known = self.ports.known_queues
-            return Situation(
-                phase=self.phase, run=run, delivery=delivery, node=self.node,
-                cutoff_us=self.cutoff_us, stale_after_us=self.stale_after_us,
-                queue_known=known is None or run.queue in known, owner=owner, containment=containment,
-                latest_owner=latest, now_us=now,
-            )
+            return self._situation_of(PageEntry(run, delivery, owner=owner, containment=containment,
+                                                latest_owner=latest, now_us=now))
 
         found: Situation | None = await ledger.transactions.run(body, write=False)
         return found
@@ -532,20 +596,32 @@ class _Visits:
 
     # --- writes --------------------------------------------------------------------------
 
-    async def _write(self, s: Situation, verdict: Verdict) -> None:
+    async def _write(self, s: Situation, verdict: Verdict) -> RunPair | None:
+        """Do the verdict's write through the ledger's own path; the pair it wrote when
+        the path hands back its decision (a command sent to the Run machine), else None."""
+        ledger, run = self.ledger, s.run
+        run_id, seq, action = run.run_id, run.enqueue_seq, verdict.action
+        if action is Action.MARK_PUBLISHED:
+            decision = await ledger.transactions.send(run_id, RecordPublished(enqueue_seq=seq))
+            if isinstance(decision, Applied):
+                self.counts["published"] += 1
+            return _written(decision)
+        if action is Action.ROTATE:
+            assert s.probe is not None
+            decision = await ledger.transactions.send(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
+            if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
+                self.counts["rotated"] += 1
+            return _written(decision)
+        await self._write_through_ledger(s, verdict)
+        return None
+
+    async def _write_through_ledger(self, s: Situation, verdict: Verdict) -> None:
+        """The writes whose ledger path says only whether it applied."""
         ledger, run = self.ledger, s.run
         run_id, seq, action = run.run_id, run.enqueue_seq, verdict.action
         if action in (Action.PUBLISH, Action.REPUBLISH):
             if await ledger.publish(run_id, seq, self.ports.broker):
                 self.counts["published" if action is Action.PUBLISH else "republished"] += 1
-        elif action is Action.MARK_PUBLISHED:
-            if await ledger.transactions.applied(run_id, RecordPublished(enqueue_seq=seq)):
-                self.counts["published"] += 1
-        elif action is Action.ROTATE:
-            assert s.probe is not None
-            decision = await ledger.transactions.send(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
-            if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
-                self.counts["rotated"] += 1
         elif action is Action.FAIL_HELD:
             if await ledger.fail_held(run_id, seq, error=HELD_ERROR):
                 self.counts["held_failed"] += 1
@@ -575,6 +651,13 @@ class _Visits:
                 self.counts["cancels_finished"] += 1
         else:  # pragma: no cover - every write action is listed above
             raise AssertionError(action)
+
+
+def _written(decision: Decision) -> RunPair | None:
+    """The pair an applied decision wrote (None: refused, or not a pair)."""
+    if isinstance(decision, Applied) and isinstance(decision.new_record, RunPair):
+        return decision.new_record
+    return None
 
 
 async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, DeliveryRow | None] | None:
@@ -667,7 +750,7 @@ async def relay(ledger: RecoveryLedger, ports: RecoveryPorts, *, cursor: str | N
         after = None if start is None else (start[0], start[1])
         rows = await visits.page(statuses, after, size)
         visited = visits.readable(rows)
-        kept = any(await visits.visit_all(visited)) or len(visited) < len(rows)
+        kept = any(await visits.visit_all(visited, await visits.entries(visited))) or len(visited) < len(rows)
         if kept and start not in position["r"] and len(position["r"]) < _MAX_REVISITS:
             position["r"].append(start)
         if not revisiting:

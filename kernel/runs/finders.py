@@ -41,6 +41,11 @@ __all__ = [
     "consents_of_run",
     "jobs_of_run",
     "attempts_of_run",
+    "consents_of_runs",
+    "jobs_of_runs",
+    "attempts_of_runs",
+    "open_jobs_of_runs",
+    "open_attempts_of_runs",
     "OPEN_JOB_STATUSES",
     "OPEN_ATTEMPT_STATES",
 ]
@@ -186,3 +191,20 @@ consents_of_run = _of_run("consents_of_run", "consent_id")
 jobs_of_run = _of_run("jobs_of_run", "job_id")
 attempts_of_run = _of_run("attempts_of_run", "attempt_id")
 """Every owner row of one Run (recovery picks the newest that is not cancelled)."""
+
+
+def _of_runs(name: str, key: str, *also: Condition) -> Finder:
+    return Finder(name, ((Condition("run_id", "in", Param("run_ids")), *also),), order=("run_id", key), lock="none")
+
+
+consents_of_runs = _of_runs("consents_of_runs", "consent_id")
+jobs_of_runs = _of_runs("jobs_of_runs", "job_id")
+attempts_of_runs = _of_runs("attempts_of_runs", "attempt_id")
+"""Every owner row of several Runs (``run_ids``): recovery's page reads each Run's latest
+owner from these, one statement per table for a whole page."""
+
+open_jobs_of_runs = _of_runs("open_jobs_of_runs", "job_id", Condition("status", "in", OPEN_JOB_STATUSES))
+open_attempts_of_runs = _of_runs("open_attempts_of_runs", "attempt_id",
+                                 Condition("state", "in", OPEN_ATTEMPT_STATES))
+"""The open delegated jobs and service attempts of several Runs (``run_ids``): a page's
+containment counts, one statement per table (the rows are counted per Run)."""

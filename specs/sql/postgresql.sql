@@ -496,6 +496,12 @@ SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generatio
 -- find runs.attempts_of_run: lock none
 SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, granted_during_earlier_lease, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (run_id = :run_id) ORDER BY attempt_id;
 
+-- find runs.attempts_of_runs: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, granted_during_earlier_lease, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (run_id = ANY(:run_ids)) ORDER BY run_id, attempt_id;
+
+-- find runs.open_attempts_of_runs: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, granted_during_earlier_lease, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (run_id = ANY(:run_ids) AND state = ANY(:c2)) ORDER BY run_id, attempt_id;
+
 
 -- ==== runs (table tenure_runs) ====
 
@@ -598,6 +604,9 @@ WITH locked AS MATERIALIZED (SELECT consent_id, run_id, tool_name, tool_call_id,
 -- find runs.consents_of_run: lock none
 SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (run_id = :run_id) ORDER BY consent_id;
 
+-- find runs.consents_of_runs: lock none
+SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (run_id = ANY(:run_ids)) ORDER BY run_id, consent_id;
+
 -- locked consents.consents_by_keys: the rows locked, then the clock read once every lock is held (Transaction.locked)
 WITH locked AS MATERIALIZED (SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (consent_id = ANY(:keys)) ORDER BY consent_id FOR UPDATE), clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true;
 
@@ -636,6 +645,12 @@ SELECT job_id, request_id, run_id, runtime, profile, request_json, status, resul
 
 -- find runs.jobs_of_run: lock none
 SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (run_id = :run_id) ORDER BY job_id;
+
+-- find runs.jobs_of_runs: lock none
+SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (run_id = ANY(:run_ids)) ORDER BY run_id, job_id;
+
+-- find runs.open_jobs_of_runs: lock none
+SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (run_id = ANY(:run_ids) AND status = ANY(:c2)) ORDER BY run_id, job_id;
 
 -- locked agent_jobs.jobs_by_keys: the rows locked, then the clock read once every lock is held (Transaction.locked)
 WITH locked AS MATERIALIZED (SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (job_id = ANY(:keys)) ORDER BY job_id FOR UPDATE), clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true;

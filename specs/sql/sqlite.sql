@@ -430,6 +430,12 @@ SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generatio
 -- find runs.attempts_of_run: lock none
 SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, granted_during_earlier_lease, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (run_id = :run_id) ORDER BY attempt_id;
 
+-- find runs.attempts_of_runs: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, granted_during_earlier_lease, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (run_id IN (SELECT value FROM json_each(:run_ids))) ORDER BY run_id, attempt_id;
+
+-- find runs.open_attempts_of_runs: lock none
+SELECT attempt_id, envelope, owner_job_id, run_id, station_attempt_id, generation, request_digest, idempotency_key, binding_json, same_key_replay, lookup, target, source_refs, working_refs, destination, purpose, consent_decision, policy_revisions_json, reservation, spec_digest, state, provider_job_id, transmissions, transmission_egress, denied_egress, submit_lease_expires_at, no_effect_proof_for, granted_during_earlier_lease, progress_cursor, result_refs, diagnostic_refs, usage_json, cost_json, warnings, cancel_requested, evidence, reservation_released, created_at, updated_at FROM tenure_attempts WHERE (run_id IN (SELECT value FROM json_each(:run_ids)) AND state IN (SELECT value FROM json_each(:c2))) ORDER BY run_id, attempt_id;
+
 
 -- ==== runs (table tenure_runs) ====
 
@@ -502,6 +508,9 @@ SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decide
 -- find runs.consents_of_run: lock none
 SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (run_id = :run_id) ORDER BY consent_id;
 
+-- find runs.consents_of_runs: lock none
+SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (run_id IN (SELECT value FROM json_each(:run_ids))) ORDER BY run_id, consent_id;
+
 -- find consents.consents_by_keys: lock wait
 SELECT consent_id, run_id, tool_name, tool_call_id, payload_json, status, decided_by, decided_at, preauthorized_by, created_at, expires_at FROM tenure_consents WHERE (consent_id IN (SELECT value FROM json_each(:keys))) ORDER BY consent_id;
 
@@ -531,6 +540,12 @@ SELECT job_id, request_id, run_id, runtime, profile, request_json, status, resul
 
 -- find runs.jobs_of_run: lock none
 SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (run_id = :run_id) ORDER BY job_id;
+
+-- find runs.jobs_of_runs: lock none
+SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (run_id IN (SELECT value FROM json_each(:run_ids))) ORDER BY run_id, job_id;
+
+-- find runs.open_jobs_of_runs: lock none
+SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (run_id IN (SELECT value FROM json_each(:run_ids)) AND status IN (SELECT value FROM json_each(:c2))) ORDER BY run_id, job_id;
 
 -- find agent_jobs.jobs_by_keys: lock wait
 SELECT job_id, request_id, run_id, runtime, profile, request_json, status, result_json, runtime_job_id, created_at, updated_at FROM tenure_agent_jobs WHERE (job_id IN (SELECT value FROM json_each(:keys))) ORDER BY job_id;

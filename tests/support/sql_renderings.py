@@ -59,7 +59,9 @@ other tables a Run reads)."""
 RUN_OWNER_FINDERS = {
     "deliveries_by_keys": "run_deliveries", "attempts_by_keys": "attempts", "pending_consents_of_run": "consents",
     "open_jobs_of_run": "agent_jobs", "open_attempts_of_run": "attempts", "consents_of_run": "consents",
-    "jobs_of_run": "agent_jobs", "attempts_of_run": "attempts",
+    "jobs_of_run": "agent_jobs", "attempts_of_run": "attempts", "consents_of_runs": "consents",
+    "jobs_of_runs": "agent_jobs", "attempts_of_runs": "attempts", "open_jobs_of_runs": "agent_jobs",
+    "open_attempts_of_runs": "attempts",
 }
 """The Run machine's finders over its owners' tables (a Run reads its consents, jobs,
 attempts and deliveries), by the binding each runs against."""

@@ -268,6 +268,33 @@ async def test_a_stale_active_hop_is_fenced_and_rotated_and_a_young_one_is_left_
     assert nonzero(report) == {"rotated": 1, "published": 1}
 
 
+async def test_a_stale_active_hop_claimed_after_its_page_was_read_is_not_fenced(
+    runs: Runs, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A visit starts from its page's reading (adapters/runs/pages.py), but a fence (an
+    abort) is decided on the Run as stored when it is sent: a worker that claims the hop
+    after the page was read keeps its broker job."""
+    run_id = await runs.published("claimed-meanwhile")
+    cutoff = await boot()
+    job = runs.broker.jobs[hop_key(run_id, 0)]
+    job.state, job.started_at = BrokerJobState.ACTIVE, cutoff - dt.timedelta(seconds=600)
+    read_entries = recovery_module._Visits.entries
+
+    async def page_then_claim(visits: Any, run_ids: Any) -> Any:
+        entries = await read_entries(visits, run_ids)
+        if run_id in entries and entries[run_id].run.status is RunStatus.QUEUED:
+            claimed.append(await runs.ledger.claim(run_id, 0, node="node-b"))  # a live worker, after the read
+        return entries
+
+    claimed: list[Any] = []
+    monkeypatch.setattr(recovery_module._Visits, "entries", page_then_claim)
+    report = await runs.ledger.reconcile(RecoveryPorts(runs.broker), node=NODE, boot_cutoff=cutoff)
+    assert claimed and claimed[0] is not None
+    assert runs.broker.jobs[hop_key(run_id, 0)].state is BrokerJobState.ACTIVE  # not aborted
+    assert await status_of(runs.ledger, run_id) == (RunStatus.RUNNING, 0, None)
+    assert nonzero(report) == {} and not report.issues
+
+
 async def test_an_active_hop_without_a_start_time_is_reported(runs: Runs) -> None:
     run_id = await runs.published()
     runs.broker.jobs[hop_key(run_id, 0)].state = BrokerJobState.ACTIVE  # no started_at

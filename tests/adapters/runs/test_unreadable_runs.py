@@ -140,3 +140,17 @@ async def test_a_runs_worker_starts_beside_an_unreadable_run_reports_it_and_serv
     assert pages["/runs"][1].count('data-status="corrupt_row"') == 1
     assert 'data-testid="run-corrupt"' in pages[f"/runs/{poisoned}"][1]
     assert 'data-status="done"' in pages["/runs"][1]
+
+
+async def test_an_unreadable_owner_row_in_a_page_stays_with_its_own_run(runs: Runs) -> None:
+    """Recovery reads a page's evidence together (adapters/runs/pages.py); when one row of
+    it cannot be read, every Run of the page is read alone, so the issue is that Run's and
+    the page's other Runs are recovered."""
+    stuck, poisoned_consent = await runs.waiting_on_consent("stuck")
+    resumable, _ = await runs.waiting_on_consent("resumable", decided=True)
+    unreadable = {"sqlite": "created_at = 'not a date'", "postgresql": "created_at = 'infinity'"}
+    raw(runs.db_url, f"UPDATE tenure_consents SET {unreadable[kind_of(runs.db_url)]} WHERE consent_id = ?",
+        (poisoned_consent,))
+    report = await runs.ledger.reconcile(RecoveryPorts(runs.broker), node=NODE, boot_cutoff=await boot())
+    assert {(issue.run_id, issue.reason) for issue in report.issues} == {(stuck, "corrupt_row")}
+    assert report.counts["resumed"] == 1 and hop_key(resumable, 1) in runs.broker.jobs

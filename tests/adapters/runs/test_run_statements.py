@@ -1,0 +1,139 @@
+"""How many SQL statements a Run and its recovery send, counted (never timed) on every
+database: each figure is an upper bound, so a change that sends more fails here
+(``tests/support/statements.py`` counts; ``bench/runs.py`` and ``bench/recovery.py`` report
+the same figures beside their times).
+
+The bounds are the counts measured when they were pinned (issue 49): a change that lowers
+a count may lower its bound; one that raises it says why in its commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import pytest
+from run_support import Runs
+from statements import StatementCount, count_statements
+
+from tenure.adapters import InMemoryBroker, RecoveryPorts, RunLedger, RunWorker, Workflows
+from tenure.model import ConsentStatus, RunIntent, WaitKind, hop_key
+
+workflows = Workflows()
+
+
+@workflows.workflow("noop", "1")
+async def noop(ctx: Any) -> None:
+    return None
+
+
+PIN = workflows.pin("noop", "1")
+
+SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 4, "publish": 5, "hop": 15}, "sqlite": {"admit": 6, "publish": 9, "hop": 20}}
+"""A single-hop no-op Run on the in-memory broker (the ledger's own statements): its
+admission, its publication, and its hop (claim, checkpoint, settle, checkpoint cleanup)."""
+
+RECONCILE_BOUNDS = {"postgresql": 69, "sqlite": 133}
+"""Startup reconciliation of the eight Runs :func:`dead_node` leaves (two each: an orphaned
+hop failed ``lost``, a lost publication republished, a decided consent resumed and
+published, a held publication kept); 81 on PostgreSQL and 159 on SQLite before recovery read
+by the page (each orphan's fence costs one read of its Run: a fence is decided on the Run as
+stored when it is sent, not as its page read it)."""
+
+
+def database_of(db_url: str) -> str:
+    return "sqlite" if db_url.startswith("sqlite") else "postgresql"
+
+
+@pytest.fixture
+async def runs(db_url: str) -> Any:
+    async with RunLedger(db_url) as ledger:
+        yield Runs(ledger, db_url)
+
+
+async def single_hop(ledger: RunLedger, worker: RunWorker, counted: StatementCount, n: int) -> dict[str, int]:
+    mark = counted.total
+    intent = RunIntent(None, f"statements-{n}", "bench", frozenset(), {"n": n})
+    run_id = (await ledger.admit(intent, workflow=PIN, queue="runs", priority=50)).run.run_id
+    admit, mark = counted.since(mark), counted.total
+    assert await ledger.publish(run_id, 0, worker.broker)
+    publish, mark = counted.since(mark), counted.total
+    assert await worker.perform(run_id, 0) == "done"
+    return {"admit": admit, "publish": publish, "hop": counted.since(mark)}
+
+
+async def test_a_single_hop_run_sends_no_more_statements_than_when_pinned(db_url: str) -> None:
+    async with RunLedger(db_url) as ledger:
+        # A long watch interval: the no-op workflow ends before any watch re-reads the Run.
+        worker = RunWorker(ledger, InMemoryBroker(), workflows, node="n", concurrency=1, watch_interval_s=60)
+        with count_statements() as counted:
+            await single_hop(ledger, worker, counted, 0)  # warm: statements prepared, tables met once
+            measured = [await single_hop(ledger, worker, counted, n) for n in (1, 2)]
+    assert measured[0] == measured[1], "a Run's statements are a count, the same for every Run"
+    bounds = SINGLE_HOP_BOUNDS[database_of(db_url)]
+    assert all(measured[0][step] <= bounds[step] for step in bounds), (measured[0], bounds)
+
+
+async def dead_node(runs: Runs, count: int) -> None:
+    """``count`` Runs as a dead ``node-a`` leaves them, a quarter of each kind (see
+    :data:`RECONCILE_BOUNDS`)."""
+    ledger, broker = runs.ledger, runs.broker
+    for n in range(count):
+        kind = n % 4
+        if kind in (0, 2):
+            run_id = await runs.running(f"run-{n}")
+        else:
+            run_id = await runs.published(f"run-{n}")
+        if kind == 1:
+            del broker.jobs[hop_key(run_id, 0)]
+        elif kind == 2:
+            consent_id = await runs.consent(run_id)
+            assert await ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent_id)
+            assert await ledger.decide_consent(consent_id, ConsentStatus.GRANTED, decided_by="bob")
+
+
+async def test_startup_reconciliation_sends_no_more_statements_per_run_than_when_pinned(runs: Runs) -> None:
+    await dead_node(runs, 8)
+    await asyncio.sleep(0.002)  # a boot cutoff strictly after every claim above (as test_recovery.py's boot)
+    cutoff = dt.datetime.now(dt.timezone.utc)
+    await asyncio.sleep(0.002)
+    with count_statements() as counted:
+        report = await runs.ledger.reconcile(RecoveryPorts(runs.broker), node="node-a", boot_cutoff=cutoff)
+    assert {name: count for name, count in report.counts.items() if count} == {
+        "orphans_failed": 2, "republished": 2, "resumed": 2, "published": 2}
+    bound = RECONCILE_BOUNDS[database_of(runs.db_url)]
+    assert counted.total <= bound, (counted.total, bound, counted.profile())
+
+
+async def kept_runs(runs: Runs, start: int, count: int) -> None:
+    """Runs every pass keeps or leaves without a write: published (the broker holds the
+    hop), waiting on a pending consent, and running on another node with a consent of
+    their own (a hop's evidence: containment and the latest owner)."""
+    for n in range(start, start + count):
+        await runs.published(f"queued-{n}")
+        run_id = await runs.running(f"waiting-{n}")
+        assert await runs.ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=await runs.consent(run_id))
+        await runs.consent(await runs.running(f"elsewhere-{n}", node="node-b"))
+
+
+async def statements_of_passes(runs: Runs) -> tuple[int, int]:
+    """The statements of one reconciliation by ``node-a`` and one relay round, every Run
+    in one page of each status group."""
+    ports = RecoveryPorts(runs.broker)
+    cutoff = dt.datetime.now(dt.timezone.utc)
+    with count_statements() as counted:
+        reconciled = await runs.ledger.reconcile(ports, node="node-a", boot_cutoff=cutoff, page_size=100)
+        mark = counted.total
+        relayed = await runs.ledger.relay(ports, page_size=100)
+    assert not reconciled.degraded and not relayed.degraded
+    assert not any(reconciled.counts.values()) and not any(relayed.counts.values()), "nothing was written"
+    return mark, counted.since(mark)
+
+
+async def test_a_page_of_runs_is_read_in_as_many_statements_for_two_runs_as_for_twenty(runs: Runs) -> None:
+    await kept_runs(runs, 0, 2)
+    with_two = await statements_of_passes(runs)
+    await kept_runs(runs, 2, 18)
+    with_twenty = await statements_of_passes(runs)
+    assert with_two == with_twenty, "statements per page, not per Run"
