@@ -261,7 +261,7 @@ class ConsoleData:
         async def rest(tx: Transaction) -> tuple[Finished, dict[str, int], int]:
             return await self._overview_rest(tx, snapshot)
 
-        throughput, runs, pending = await self.ledger.transactions.run(rest, write=False)
+        throughput, runs, pending = await self.ledger.engine.run(rest, write=False)
         unread = {check.reason for check in snapshot.checks if not check.ok and check.reason not in _VERDICTS}
         if snapshot.never_migrated is not None:
             unread.add(snapshot.never_migrated)
@@ -359,7 +359,7 @@ class ConsoleData:
         async def body(tx: Transaction) -> list[RunRow | Unreadable]:
             return await tx.find_or_unreadable(RUNS_BINDING, finder, parameters, limit + 1)
 
-        rows = await self.ledger.transactions.run(body, write=False)
+        rows = await self.ledger.engine.run(body, write=False)
         more = len(rows) > limit
         return RunPage(tuple(rows[:limit]), _position(_created_position(rows[:limit])) if more else None)
 
@@ -402,7 +402,7 @@ class ConsoleData:
                 checkpoints[0] if checkpoints else None, now,
                 sum(len(part) for part in parts) - sum(len(part) for part in readable))
 
-        detail: RunDetail | Unreadable | None = await self.ledger.transactions.run(body, write=False)
+        detail: RunDetail | Unreadable | None = await self.ledger.engine.run(body, write=False)
         return detail
 
     async def cancel_run(self, run_id: str) -> str:
@@ -425,7 +425,7 @@ class ConsoleData:
             (pending,) = await tx.count_each([(CONSENTS_BINDING, finder, consent_finders.PENDING_PARAMETERS, None)])
             return pending
 
-        return await self.ledger.transactions.run(body, write=False)
+        return await self.ledger.engine.run(body, write=False)
 
     async def consents_page(self, *, pending_after: tuple[int, str] | None, decided_after: tuple[int, str] | None,
                             limit: int) -> ConsentPage:
@@ -454,7 +454,7 @@ class ConsoleData:
                 else Cursor.encode(decided_next.decided_at_us, decided_next.consent_id),
                 {run.run_id: run for run in runs}, now)
 
-        return await self.ledger.transactions.run(body, write=False)
+        return await self.ledger.engine.run(body, write=False)
 
     async def consent(self, consent_id: str) -> ConsentDetail | None:
         key = check_text(consent_id, "consent_id", 36)
@@ -466,7 +466,7 @@ class ConsoleData:
             runs = await tx.read_or_unreadable(RUNS_BINDING, [found[0].run_id])
             return ConsentDetail(found[0], runs[0] if runs and isinstance(runs[0], RunRow) else None)
 
-        return await self.ledger.transactions.run(body, write=False)
+        return await self.ledger.engine.run(body, write=False)
 
     async def decide_consent(self, consent_id: str, verdict: ConsentStatus, decided_by: str) -> tuple[bool, int | None]:
         """The verdict through ``RunLedger.decide_consent`` (the first one wins), then the
@@ -474,14 +474,14 @@ class ConsoleData:
         consent`` does without a broker (the relays of a running Run worker publish the
         new hop): whether this call decided it, and the hop it resumed the Run at (None:
         not resumed by this call; a relay may have been first)."""
-        consent = await self.ledger.get_consent(consent_id)
+        consent = await self.ledger.consents.get(consent_id)
         if consent is None:
             raise LookupError("no such consent")
-        decided = await self.ledger.decide_consent(consent.consent_id, verdict, decided_by=decided_by)
+        decided = await self.ledger.consents.decide(consent.consent_id, verdict, decided_by=decided_by)
         if not decided:
             # The same operator's same verdict sent again (the first answer was lost, or
             # its resume failed) is theirs, not "someone decided first".
-            stored = await self.ledger.get_consent(consent.consent_id)
+            stored = await self.ledger.consents.get(consent.consent_id)
             decided = stored is not None and stored.decided_by == decided_by and stored.status is verdict
         resumed = await self.ledger.resume(consent.run_id, owner_id=consent.consent_id)
         return decided, resumed
