@@ -325,7 +325,7 @@ class RunContext:
 
     async def delegate(self, *, request_id: str, runtime: str, profile: str, request: Any, state: Any) -> NoReturn:
         """Record a delegated job and park AWAITING_DELEGATE; the hop ends. Whoever runs
-        the job adopts its result (``RunLedger.adopt_job_result``) and resumes the Run
+        the job adopts its result (``RunLedger.jobs.adopt_result``) and resumes the Run
         (:func:`resume_and_publish`, or the relay); the resumed hop sees ``ctx.job``."""
         try:
             # Submitting again after a failure is safe: the same request answers the same job.

@@ -11,7 +11,7 @@ after the last row shown, so a page costs the same however deep it is.
 
 Writes go through the public, fenced API and nothing else: a job's retry and cancel
 through its job source (``retry_failed``, ``cancel``), a Run's cancel through
-``RunLedger.begin_cancel``, a consent's verdict through ``RunLedger.decide_consent`` and
+``RunLedger.begin_cancel``, a consent's verdict through ``RunLedger.consents.decide`` and
 the resume that follows through ``RunLedger.resume``, exactly as ``tenure jobs`` and
 ``tenure runs`` do without a broker.
 
@@ -366,7 +366,7 @@ class ConsoleData:
     async def run(self, run_id: str) -> RunDetail | Unreadable | None:
         """A Run and what the database holds about it, or None: its latest deliveries (what
         ``get_delivery`` reads per hop), its consents, its delegated jobs (what
-        ``RunLedger.list_jobs`` reads) and service attempts, and its checkpoint, all in
+        ``RunLedger.jobs.list`` reads) and service attempts, and its checkpoint, all in
         one read transaction (one snapshot, so the parts agree)."""
         key = check_run_id(run_id)
 
@@ -469,7 +469,7 @@ class ConsoleData:
         return await self.ledger.engine.run(body, write=False)
 
     async def decide_consent(self, consent_id: str, verdict: ConsentStatus, decided_by: str) -> tuple[bool, int | None]:
-        """The verdict through ``RunLedger.decide_consent`` (the first one wins), then the
+        """The verdict through ``RunLedger.consents.decide`` (the first one wins), then the
         Run resumed from it through ``RunLedger.resume``, exactly as ``tenure runs
         consent`` does without a broker (the relays of a running Run worker publish the
         new hop): whether this call decided it, and the hop it resumed the Run at (None:
