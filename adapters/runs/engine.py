@@ -33,8 +33,8 @@ from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.core import Applied, Decision, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
-    AGGREGATE,
     FILLS,
+    READS,
     UNREAD_CONTAINMENT,
     Evidence,
     FollowUp,
@@ -174,7 +174,7 @@ class RunEngine:
         """Inside ``tx``: read what the declaration names (in its order), complete the
         command, decide, persist with compare-and-set, run the in-transaction follow-ups."""
         aggregate = _Aggregate(run_id, command, inputs)
-        for evidence in AGGREGATE[command.kind].reads:
+        for evidence in READS[command.kind]:
             value = await READERS[evidence](self, tx, aggregate)
             field = FILLS[evidence]
             if field is not None and value is not _NOTHING:

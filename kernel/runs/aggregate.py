@@ -28,7 +28,6 @@ an owner; a verdict or an end sets off the Run's resume (after commit, by the ca
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Mapping
 
@@ -47,12 +46,10 @@ __all__ = [
     "Evidence",
     "FollowUp",
     "OwnerCommand",
-    "Declaration",
     "READS",
     "FILLS",
     "FOLLOW_UPS",
     "AFTER_COMMIT",
-    "AGGREGATE",
     "OWNER_COMMANDS",
     "UNREAD_CONTAINMENT",
     "follow_ups",
@@ -173,20 +170,6 @@ FOLLOW_UPS: dict[RunCommandType, Mapping[type, tuple[FollowUp, ...]]] = {
 listed sets off nothing). :attr:`FollowUp.BIND_CHECKPOINT` writes only when the caller
 handed a checkpoint over (``park_timer`` does); the consents a finished cancellation
 sweeps keep their checkpoint for recovery's ``delete_checkpoint``, as before."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Declaration:
-    """One command's part of the aggregate: what it reads and what its replies set off."""
-
-    reads: tuple[Evidence, ...]
-    follow_ups: Mapping[type, tuple[FollowUp, ...]]
-
-
-AGGREGATE: dict[RunCommandType, Declaration] = {
-    command: Declaration(READS[command], FOLLOW_UPS[command]) for command in RunCommandType
-}
-"""Both tables by command (what the engine looks up)."""
 
 
 class OwnerCommand(enum.Enum):

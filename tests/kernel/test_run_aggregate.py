@@ -11,7 +11,6 @@ import paths
 from tenure.kernel.runs import commands
 from tenure.kernel.runs.aggregate import (
     AFTER_COMMIT,
-    AGGREGATE,
     FILLS,
     FOLLOW_UPS,
     OWNER_COMMANDS,
@@ -72,7 +71,7 @@ def test_the_spec_owner_table_is_the_kernel_declaration_in_the_same_order() -> N
 
 
 def test_every_run_command_is_declared_and_reads_its_pair() -> None:
-    assert set(READS) == set(FOLLOW_UPS) == set(AGGREGATE) == set(RunCommandType)
+    assert set(READS) == set(FOLLOW_UPS) == set(RunCommandType)
     for command, reads in READS.items():
         assert Evidence.PAIR in reads, command
         assert len(set(reads)) == len(reads), command
