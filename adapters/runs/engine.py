@@ -125,6 +125,15 @@ class Sent:
     def reply(self) -> object:
         return self.decision.reply if isinstance(self.decision, Applied) else None
 
+    @property
+    def hop_to_publish(self) -> int | None:
+        """The sequence of the hop the caller publishes after commit (the declared
+        ``publish_hop``: the Run's current sequence as decided), or None."""
+        if FollowUp.PUBLISH_HOP not in self.after_commit:
+            return None
+        pair: RunPair = self.decision.new_record  # type: ignore[union-attr,assignment]
+        return pair.run.enqueue_seq
+
 
 @dataclasses.dataclass(slots=True)
 class _Aggregate:

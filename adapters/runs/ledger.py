@@ -103,7 +103,7 @@ from .recovery import RecoveryPorts, RecoveryReport
 from .reports import RecoveryReports
 from .steps import Steps
 from .table import DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
-from .engine import Inputs, RunEngine, attempt_evidence, consent_evidence, job_evidence
+from .engine import Inputs, RunEngine, Sent, attempt_evidence, consent_evidence, job_evidence
 from .transactions import RunTransactions
 
 if TYPE_CHECKING:
@@ -211,7 +211,8 @@ async def resume_and_publish(ledger: RunLedger, broker: Broker, run_id: str, *, 
     """Resume a waiting Run from its decided owner and publish the new hop; the sequence
     (publish failures are left to the relay, which republishes under the same key), or
     None when the Run did not resume (not waiting on that owner, or not decided yet)."""
-    seq = await ledger.resume(run_id, owner_id=owner_id)
+    # The hop to publish is the decision's declared ``publish_hop`` follow-up.
+    seq = (await ledger._resume(run_id, owner_id)).hop_to_publish
     if seq is not None:
         try:
             await ledger.publish(run_id, seq, broker)
@@ -461,11 +462,13 @@ class RunLedger(Facade):
         sequence with a new PENDING delivery marked resume. Returns that sequence
         (publish it); None when ``owner_id`` is not the Run's current owner, the owner is
         not decided, or the Run is not waiting."""
+        reply = (await self._resume(run_id, owner_id)).reply
+        return reply.enqueue_seq if isinstance(reply, Resumed) else None
+
+    async def _resume(self, run_id: str, owner_id: str) -> Sent:
         owner = check_text(owner_id, "owner_id")
         key = check_run_id(run_id)
-
-        reply = (await self.engine.send(key, Resume(owner_id=owner, owner=None))).reply
-        return reply.enqueue_seq if isinstance(reply, Resumed) else None
+        return await self.engine.send(key, Resume(owner_id=owner, owner=None))
 
     async def settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None = None,
                      result: Any = None) -> bool:

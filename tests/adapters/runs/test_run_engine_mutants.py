@@ -4,7 +4,7 @@ Each breakage changes one thing the Run engine (``tenure.adapters.runs.engine``)
 kernel's aggregate declaration (``tenure.kernel.runs.aggregate``) holds: a part of the
 aggregate left out of the compare-and-set (the Run, or its delivery), a declared
 follow-up lost (the checkpoint delete or the consent sweep after a settle, the checkpoint
-a timer's park binds), or a declaration naming the wrong evidence (a settle that does not
+a timer's park binds, the publication of a resumed hop), or a declaration naming the wrong evidence (a settle that does not
 count containment, a park that reads the Run's owner instead of the one it names, a
 resume that reads no owner). Each scenario below holds on the engine as built and must
 fail with its breakage applied (an assertion, or the error the broken path raises)."""
@@ -19,11 +19,12 @@ import pytest
 from run_support import Runs, ledger, runs, runs_db, unique  # noqa: F401 (fixtures)
 
 from tenure.adapters.runs import engine as engine_module
+from tenure.adapters.runs.ledger import resume_and_publish
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.runs import aggregate
 from tenure.kernel.runs.aggregate import Evidence, FollowUp
 from tenure.kernel.runs.commands import RunCommandType, Settled
-from tenure.model import ConsentStatus, DeliveryState, RunStatus, TenureError, WaitKind
+from tenure.model import ConsentStatus, DeliveryState, RunStatus, TenureError, WaitKind, hop_key
 
 C = RunCommandType
 E = Evidence
@@ -78,6 +79,15 @@ async def a_park_on_its_own_consent_applies_and_its_verdict_resumes_it(runs: Run
     assert await runs.ledger.resume(run_id, owner_id=consent.consent_id) == 1
 
 
+async def a_resume_and_publish_publishes_the_resumed_hop(runs: Runs) -> None:
+    run_id = await runs.running(unique("publish"))
+    consent = await runs.ledger.consents.create(run_id, tool_name="shell", tool_call_id="call-1", payload={})
+    assert await runs.ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent.consent_id)
+    assert await runs.ledger.consents.decide(consent.consent_id, ConsentStatus.GRANTED, decided_by="alice")
+    assert await resume_and_publish(runs.ledger, runs.broker, run_id, owner_id=consent.consent_id) == 1
+    assert hop_key(run_id, 1) in runs.broker.jobs
+
+
 Scenario = Callable[[Runs], Awaitable[None]]
 
 
@@ -112,6 +122,7 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario]] = {
     "a_settle_loses_its_consent_sweep": (_follow_ups(C.SETTLE, {Settled: (F.DELETE_CHECKPOINT,)}),
                                          settle_sweeps_pending_consents),
     "a_timer_park_loses_its_checkpoint": (_follow_ups(C.PARK, {}), a_timer_park_binds_its_checkpoint),
+    "a_resume_loses_its_publication": (_follow_ups(C.RESUME, {}), a_resume_and_publish_publishes_the_resumed_hop),
     # (c) a declaration naming the wrong evidence
     "a_settle_does_not_count_containment": (_reads(C.SETTLE, (E.PAIR,)),
                                                             a_contained_settle_applies),
