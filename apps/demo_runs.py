@@ -116,17 +116,17 @@ class _RunsDemo:
         if claim.resume or kind == "simple":
             await self.ledger.settle(run_id, seq, RunStatus.DONE)
         elif kind == "consent":
-            consent = await self.ledger.create_consent(run_id, tool_name="publish", tool_call_id=f"call-{run_id}",
+            consent = await self.ledger.consents.create(run_id, tool_name="publish", tool_call_id=f"call-{run_id}",
                                                        payload={"target": "site"})
             await self.ledger.park(run_id, seq, kind=WaitKind.CONSENT, owner_id=consent.consent_id)
             verdict = self.chooser.choice([ConsentStatus.GRANTED, ConsentStatus.DENIED])
-            await self.ledger.decide_consent(consent.consent_id, verdict, decided_by="reviewer")
+            await self.ledger.consents.decide(consent.consent_id, verdict, decided_by="reviewer")
             await self.resume(run_id, consent.consent_id, "parked on consent, resumed")
         elif kind == "delegate":
-            job = await self.ledger.submit_job(run_id, request_id=f"job-{run_id}", runtime="demo-runtime",
+            job = await self.ledger.jobs.submit(run_id, request_id=f"job-{run_id}", runtime="demo-runtime",
                                                profile="default", request={"task": "summarize"})
             await self.ledger.park(run_id, seq, kind=WaitKind.DELEGATE, owner_id=job.job_id)
-            await self.ledger.adopt_job_result(job.job_id, {"job_id": job.job_id,
+            await self.ledger.jobs.adopt_result(job.job_id, {"job_id": job.job_id,
                                                             "status": AgentJobStatus.SUCCEEDED.value})
             await self.resume(run_id, job.job_id, "parked on a delegated job, resumed")
         else:

@@ -328,7 +328,7 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     waits_on: list[list[object]] = []
     consent = None
     if run.owner_kind is WaitKind.CONSENT and run.owner_id is not None:
-        consent = await ledger.get_consent(run.owner_id)
+        consent = await ledger.consents.get(run.owner_id)
         if consent is not None:
             payload_bytes = len(canonical_json(consent.payload).encode())
             waits_on += [
@@ -404,18 +404,18 @@ async def _cancel(ledger: RunLedger, arguments: argparse.Namespace) -> int:
 
 
 async def _consent(ledger: RunLedger, arguments: argparse.Namespace) -> int:
-    consent = await ledger.get_consent(arguments.consent_id)
+    consent = await ledger.consents.get(arguments.consent_id)
     if consent is None:
         print("no such consent")
         return 2
-    decided = await ledger.decide_consent(consent.consent_id, VERDICTS[arguments.verdict], decided_by=arguments.by)
+    decided = await ledger.consents.decide(consent.consent_id, VERDICTS[arguments.verdict], decided_by=arguments.by)
     broker = _broker(arguments)
     if broker is not None:
         async with _Closing(broker):
             seq = await resume_and_publish(ledger, broker, consent.run_id, owner_id=consent.consent_id)
     else:
         seq = await ledger.resume(consent.run_id, owner_id=consent.consent_id)
-    now = await ledger.get_consent(consent.consent_id)
+    now = await ledger.consents.get(consent.consent_id)
     run = await ledger.get(consent.run_id)
     assert now is not None and run is not None
     # A relay of a running worker may resume the Run first: the Run's state says where it is.

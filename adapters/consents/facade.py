@@ -113,7 +113,7 @@ class Consents:
         consent per transaction on the same path as :meth:`decide`, and handed at once to
         ``resume(run_id, consent_id)``: the Run ledger resumes its Run (and publishes it,
         given a broker), as a principal's verdict resumes it
-        (``RunLedger.expire_due_consents``). Returns how many consents this call expired;
+        (``tenure.adapters.runs.ledger.expire_due_consents``). Returns how many consents this call expired;
         a consent decided meanwhile is left as it was. The relays call it every round."""
         if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
             raise refuse("limit", "integer_out_of_range")

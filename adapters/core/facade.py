@@ -61,7 +61,7 @@ def checked_timeout(timeout_seconds: object) -> float:
 class Transactions(Protocol):
     """What a sibling facade (consents, delegated jobs, node leases, checkpoints) needs of
     the ledger that made it: the shared engine, the ledger's error boundary and one
-    transaction behind it. The Run ledger's ``RunTransactions`` is one."""
+    transaction behind it. The Run ledger's ``RunEngine`` is one."""
 
     engine: Engine
 

@@ -45,6 +45,7 @@ from tenure.kernel.runs.commands import (
     Claimed,
     EnterHardwareWait,
     FailHeld,
+    FinishCancel,
     LeaveHardwareWait,
     Park,
     RecordPublished,
@@ -52,8 +53,10 @@ from tenure.kernel.runs.commands import (
     Release,
     Resume,
     Resumed,
+    Settled,
     Ticket,
 )
+from tenure.kernel.runs.aggregate import UNREAD_CONTAINMENT
 from tenure.kernel.runs.machine import RUNS
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, cancel_frozen_at, key_of
 from tenure.model import (
@@ -95,17 +98,13 @@ from ..nodes.leases import NodeLeases
 from ..wiring.dialects import open_store
 from . import recovery as _recovery
 from .broker import Broker, fence_hop
-from .checkpoints import Checkpoints, RecordedOutcome, put_in, state_text, stored_in
+from .checkpoints import Checkpoints, RecordedOutcome, state_text
 from .recovery import RecoveryPorts, RecoveryReport
 from .reports import RecoveryReports
 from .steps import Steps
 from .table import DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
-from .transactions import (
-    RunTransactions,
-    attempt_evidence,
-    consent_evidence,
-    job_evidence,
-)
+from .engine import Inputs, RunEngine, Sent, attempt_evidence, consent_evidence, job_evidence
+from .transactions import RunTransactions
 
 if TYPE_CHECKING:
     from ..attempts.ledger import AttemptLedger
@@ -114,7 +113,7 @@ if TYPE_CHECKING:
 __all__ = ["RunLedger", "result_text", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for",
            "legacy_run_id_for", "job_id_for",
            "admission_rows", "consent_evidence", "job_evidence", "attempt_evidence", "cancelled_result",
-           "public_run", "public_delivery", "resume_and_publish"]
+           "public_run", "public_delivery", "resume_and_publish", "expire_due_consents"]
 
 log = logging.getLogger("tenure.runs.ledger")
 
@@ -212,7 +211,8 @@ async def resume_and_publish(ledger: RunLedger, broker: Broker, run_id: str, *, 
     """Resume a waiting Run from its decided owner and publish the new hop; the sequence
     (publish failures are left to the relay, which republishes under the same key), or
     None when the Run did not resume (not waiting on that owner, or not decided yet)."""
-    seq = await ledger.resume(run_id, owner_id=owner_id)
+    # The hop to publish is the decision's declared ``publish_hop`` follow-up.
+    seq = (await ledger._resume(run_id, owner_id)).hop_to_publish
     if seq is not None:
         try:
             await ledger.publish(run_id, seq, broker)
@@ -238,9 +238,13 @@ class RunLedger(Facade):
 
     def _on(self, engine: Engine) -> None:
         super()._on(engine)
-        self.transactions = RunTransactions(engine)
-        """The Run machine's transaction toolkit its sibling facades, recovery and the Run
-        worker share (:mod:`tenure.adapters.runs.transactions`); not an application API."""
+        self.engine = RunEngine(engine)
+        """The Run engine (:mod:`tenure.adapters.runs.engine`): the one entry every Run
+        command goes through, and the transaction toolkit the sibling facades, recovery
+        and the Run worker share (documented in ``docs/runs.md``, "The Run engine")."""
+        self.transactions = RunTransactions(self.engine)
+        """The pre-engine toolkit's names (:mod:`tenure.adapters.runs.transactions`), kept
+        while startup recovery still calls them; use :attr:`engine`."""
 
     @functools.cached_property
     def attempts(self) -> AttemptLedger:
@@ -252,22 +256,22 @@ class RunLedger(Facade):
     @functools.cached_property
     def nodes(self) -> NodeLeases:
         """The node leases of this database, on this ledger's connections."""
-        return NodeLeases(self.transactions)
+        return NodeLeases(self.engine)
 
     @functools.cached_property
     def steps(self) -> Steps:
         """The step journal of this database, on this ledger's connections."""
-        return Steps(self.transactions, self.get)
+        return Steps(self.engine, self.get)
 
     @functools.cached_property
     def checkpoints(self) -> Checkpoints:
         """The workflow checkpoints of this database, on this ledger's connections."""
-        return Checkpoints(self.transactions)
+        return Checkpoints(self.engine)
 
     @functools.cached_property
     def recovery_reports(self) -> RecoveryReports:
         """The latest recovery report of each node, on this ledger's connections."""
-        return RecoveryReports(self.transactions)
+        return RecoveryReports(self.engine)
 
     # --- admission -----------------------------------------------------------------------
 
@@ -306,29 +310,12 @@ class RunLedger(Facade):
         run_id = run_id_for(idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
         row, template = admission_rows(intent, workflow, queue, priority, idempotency_key, run_id, node, retry_of)
 
-        async def body(tx: Transaction) -> Admission:
-            # Named locks first, always in this order: same-key admissions and one
-            # session's fenced admissions then decide one after another.
-            if idempotency_key is not None:
-                await tx.lock_name(f"tenure:run:{run_id}")
-            if session_fence:
-                await tx.lock_name(f"tenure:run-session:{intent.session_id}")
-            pair = await self.transactions.locked_pair(tx, run_id)
-            if pair is None and idempotency_key is not None:
-                pair = await self._pair_holding_key(tx, idempotency_key, intent.source)
-            busy = False
-            if session_fence and pair is None:
-                open_runs = await tx.find(RUNS_BINDING, finders.session_open, {"session_id": intent.session_id}, 1)
-                busy = bool(open_runs)
-            decision = await self.transactions.run_command(
-                tx, pair, Admit(run=row, delivery=template, hold=hold, session_busy=busy)
-            )
-            stored = decision.new_record if isinstance(decision, Applied) else None
-            if not isinstance(stored, RunPair) or not isinstance(decision.reply, Admitted):  # type: ignore[union-attr]
-                raise persistence_failed("invariant_broken")
-            return Admission(public_run(stored.run), public_delivery(stored.current), decision.reply.created)  # type: ignore[union-attr]
-
-        admission = await self.transactions.run(body)
+        command = Admit(run=row, delivery=template, hold=hold, session_busy=False)
+        sent = await self.engine.send(run_id, command, Inputs(session_fence=session_fence))
+        stored = sent.decision.new_record if isinstance(sent.decision, Applied) else None
+        if not isinstance(stored, RunPair) or not isinstance(sent.reply, Admitted):
+            raise persistence_failed("invariant_broken")
+        admission = Admission(public_run(stored.run), public_delivery(stored.current), sent.reply.created)
         if admission.created and self.metrics is not None:
             self.metrics.run_admitted(admission.run)
         return admission
@@ -351,25 +338,14 @@ class RunLedger(Facade):
                                  idempotency_key=key, hold=False, session_fence=False, node=node,
                                  retry_of=old.run_id)
 
-    async def _pair_holding_key(self, tx: Transaction, idempotency_key: str, source: str) -> RunPair | None:
-        """The stored Run an admission under this key meets when none holds its derived
-        ID: a Run admitted before ``runs_v4`` (source-scoped ID), or one another writer
-        stored. Of several (the same key once admitted from several sources), the one from
-        this source, else the oldest: the kernel then replays it or refuses the reuse."""
-        holders = await tx.find(RUNS_BINDING, finders.runs_by_admission_key, {"key": idempotency_key}, 16)
-        if not holders:
-            return None
-        chosen = next((run for run in holders if run.source == source), holders[0])
-        return await self.transactions.locked_pair(tx, chosen.run_id)
-
     async def release(self, run_id: str, enqueue_seq: int) -> bool:
         """HELD -> PENDING for exactly this admission's delivery (then publish it)."""
-        return await self.transactions.applied(run_id, Release(enqueue_seq=check_seq(enqueue_seq)))
+        return await self.engine.applied(check_run_id(run_id), Release(enqueue_seq=check_seq(enqueue_seq)))
 
     async def fail_held(self, run_id: str, enqueue_seq: int, *, error: str) -> bool:
         """Fail exactly this HELD admission: Run FAILED, delivery SETTLED."""
         command = FailHeld(enqueue_seq=check_seq(enqueue_seq), error=check_text(error, "error", MAX_ERROR_CHARS))
-        return await self.transactions.applied(run_id, command)
+        return await self.engine.applied(check_run_id(run_id), command)
 
     # --- delivery --------------------------------------------------------------------
 
@@ -383,10 +359,7 @@ class RunLedger(Facade):
         key = check_run_id(run_id)
         seq = check_seq(enqueue_seq)
 
-        async def read(tx: Transaction) -> RunPair | None:
-            return await self.transactions.read_pair(tx, key)
-
-        pair = await self.transactions.run(read, write=False)
+        pair = await self.engine.read(lambda tx: self.engine.read_pair(tx, key))
         # The kernel's own answer, from the row as read, says whether anything may be sent.
         if pair is None or isinstance(decide(RUNS, pair, RecordPublished(enqueue_seq=seq), pair.run.updated_at_us),
                                       Refused):
@@ -400,9 +373,9 @@ class RunLedger(Facade):
         if failure is not None:
             # Outside the except block: the broker's exception (and its text) never rides
             # along as the context of ours, nor of a persistence failure while recording.
-            await self.transactions.send(key, RecordPublishError(enqueue_seq=seq, error=failure))
+            await self.engine.send(key, RecordPublishError(enqueue_seq=seq, error=failure))
             raise TenureError(ErrorCode.RUN_BROKER_FAILED, "publish_failed")
-        return await self.transactions.applied(key, RecordPublished(enqueue_seq=seq))
+        return await self.engine.applied(key, RecordPublished(enqueue_seq=seq))
 
     async def claim(self, run_id: str, enqueue_seq: int, *, node: str, claimant: str | None = None) -> RunClaim | None:
         """Claim exactly this hop: QUEUED at ``enqueue_seq`` with a pending or published
@@ -415,7 +388,7 @@ class RunLedger(Facade):
         ``RUN_PERSISTENCE_FAILED`` ``corrupt_row``."""
         command = Claim(enqueue_seq=check_seq(enqueue_seq), node=check_text(node, "node"),
                         claimant=None if claimant is None else check_text(claimant, "claimant"))
-        decision = await self.transactions.send(check_run_id(run_id), command)
+        decision = (await self.engine.send(check_run_id(run_id), command)).decision
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None
         pair: RunPair = decision.new_record  # type: ignore[assignment]
@@ -433,10 +406,10 @@ class RunLedger(Facade):
         return RunClaim(run, decision.reply.enqueue_seq, decision.reply.resume, run.workflow)
 
     async def enter_hardware_wait(self, run_id: str, enqueue_seq: int) -> bool:
-        return await self.transactions.applied(run_id, EnterHardwareWait(enqueue_seq=check_seq(enqueue_seq)))
+        return await self.engine.applied(check_run_id(run_id), EnterHardwareWait(enqueue_seq=check_seq(enqueue_seq)))
 
     async def leave_hardware_wait(self, run_id: str, enqueue_seq: int) -> bool:
-        return await self.transactions.applied(run_id, LeaveHardwareWait(enqueue_seq=check_seq(enqueue_seq)))
+        return await self.engine.applied(check_run_id(run_id), LeaveHardwareWait(enqueue_seq=check_seq(enqueue_seq)))
 
     async def park(self, run_id: str, enqueue_seq: int, *, kind: WaitKind, owner_id: str) -> bool:
         """Park the RUNNING hop ``enqueue_seq`` on an owner of this Run (a consent, a
@@ -449,12 +422,7 @@ class RunLedger(Facade):
         key = check_run_id(run_id)
         seq = check_seq(enqueue_seq)
 
-        async def body(tx: Transaction) -> Decision:
-            pair = await self.transactions.locked_pair(tx, key)
-            evidence = await self.transactions.owner(tx, kind, owner)
-            return await self.transactions.run_command(tx, pair, Park(enqueue_seq=seq, wait=kind, owner_id=owner, owner=evidence))
-
-        return isinstance(await self.transactions.run(body), Applied)
+        return await self.engine.applied(key, Park(enqueue_seq=seq, wait=kind, owner_id=owner, owner=None))
 
     async def park_timer(self, run_id: str, enqueue_seq: int, *, name: str, state: Any = None,
                          wake_at: dt.datetime | None = None, delay_s: float | None = None) -> bool:
@@ -482,35 +450,25 @@ class RunLedger(Facade):
         elif type(delay_s) not in (int, float) or not 0 <= delay_s <= MAX_TIMER_DELAY_S:  # type: ignore[operator]
             raise refuse("delay_s", "number_out_of_range")
 
-        async def body(tx: Transaction) -> Decision:
-            pair = await self.transactions.locked_pair(tx, key)
-            now = await tx.now_us()
-            wake = due_us if due_us is not None else now + round(delay_s * 1_000_000)  # type: ignore[operator]
-            command = Park(enqueue_seq=seq, wait=WaitKind.TIMER, owner_id=owner, owner=None, wake_at_us=wake)
-            decision = await self.transactions.run_command(tx, pair, command)
-            if isinstance(decision, Applied):
-                await put_in(tx, CheckpointRow(key, seq, WaitKind.TIMER, owner, text, now), await stored_in(tx, key))
-            return decision
-
-        return isinstance(await self.transactions.run(body), Applied)
+        # A delay is added to the clock read under the Run's lock (the aggregate's
+        # ``clock``); the checkpoint is bound in the park's transaction (``bind_checkpoint``).
+        delay_us = None if due_us is not None else round(delay_s * 1_000_000)  # type: ignore[operator]
+        command = Park(enqueue_seq=seq, wait=WaitKind.TIMER, owner_id=owner, owner=None, wake_at_us=due_us)
+        inputs = Inputs(delay_us=delay_us, checkpoint=CheckpointRow(key, seq, WaitKind.TIMER, owner, text, 0))
+        return await self.engine.applied(key, command, inputs)
 
     async def resume(self, run_id: str, *, owner_id: str) -> int | None:
         """Resume a waiting Run from its current owner, once decided: QUEUED at the next
         sequence with a new PENDING delivery marked resume. Returns that sequence
         (publish it); None when ``owner_id`` is not the Run's current owner, the owner is
         not decided, or the Run is not waiting."""
+        reply = (await self._resume(run_id, owner_id)).reply
+        return reply.enqueue_seq if isinstance(reply, Resumed) else None
+
+    async def _resume(self, run_id: str, owner_id: str) -> Sent:
         owner = check_text(owner_id, "owner_id")
         key = check_run_id(run_id)
-
-        async def body(tx: Transaction) -> Decision:
-            pair = await self.transactions.locked_pair(tx, key)
-            evidence = None if pair is None else await self.transactions.owner(tx, pair.run.owner_kind, pair.run.owner_id)
-            return await self.transactions.run_command(tx, pair, Resume(owner_id=owner, owner=evidence))
-
-        decision = await self.transactions.run(body)
-        if isinstance(decision, Applied) and isinstance(decision.reply, Resumed):
-            return decision.reply.enqueue_seq
-        return None
+        return await self.engine.send(key, Resume(owner_id=owner, owner=None))
 
     async def settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None = None,
                      result: Any = None) -> bool:
@@ -520,15 +478,17 @@ class RunLedger(Facade):
         a Run that is not executing, or one being cancelled. While a delegated job is open
         or LOST, or a service attempt of this Run is not terminal, raises
         RUN_CONTAINMENT_UNPROVEN: contain them first."""
-        return await self.transactions.settle(run_id, enqueue_seq, status, error=error, result_json=result_text(status, result))
+        text = result_text(status, result)
+        return await self.engine.settle(run_id, RecordedOutcome(enqueue_seq, status, text, error))
 
     async def settle_recorded(self, run_id: str, outcome: RecordedOutcome) -> bool:
-        """Settle the Run's hop from the outcome its checkpoint records (recovery's
-        ``settle_recorded``: the hop finished, then died before it settled)."""
+        """Deprecated (kept while ``adapters/runs/recovery.py`` calls it): settle from the
+        outcome a checkpoint records, as :meth:`RunEngine.settle
+        <tenure.adapters.runs.engine.RunEngine.settle>` does (the one settle the ledger's
+        :meth:`settle`, the worker and recovery share)."""
         if not isinstance(outcome, RecordedOutcome):
             raise refuse("outcome", "recorded_outcome_required")
-        return await self.transactions.settle(run_id, outcome.enqueue_seq, outcome.status, error=outcome.error,
-                                  result_json=outcome.result_json)
+        return await self.engine.settle(run_id, outcome)
 
     # --- cancellation ------------------------------------------------------------------
 
@@ -537,9 +497,9 @@ class RunLedger(Facade):
         delivery generation. Re-entrant: CANCELLING returns the same ticket, CANCELLED a
         ticket with ``already_cancelled`` (repeat the sweep). None: the Run finished
         (DONE or FAILED won) or does not exist."""
-        decision = await self.transactions.send(check_run_id(run_id), BeginCancel())
-        if isinstance(decision, Applied) and isinstance(decision.reply, Ticket):
-            return CancelTicket(run_id, decision.reply.enqueue_seq, decision.reply.already_cancelled)
+        reply = (await self.engine.send(check_run_id(run_id), BeginCancel())).reply
+        if isinstance(reply, Ticket):
+            return CancelTicket(run_id, reply.enqueue_seq, reply.already_cancelled)
         return None
 
     async def finish_cancel(self, run_id: str, enqueue_seq: int, broker: Broker) -> bool:
@@ -552,10 +512,7 @@ class RunLedger(Facade):
         key = check_run_id(run_id)
         seq = check_seq(enqueue_seq)
 
-        async def read(tx: Transaction) -> RunPair | None:
-            return await self.transactions.read_pair(tx, key)
-
-        seen = await self.transactions.run(read, write=False)
+        seen = await self.engine.read(lambda tx: self.engine.read_pair(tx, key))
         # Unprobed is unknown (None), never "absent": a cancellation elected after this
         # read must not reach CANCELLED on a broker answer nobody asked for.
         hop: BrokerJobState | None = None
@@ -563,7 +520,8 @@ class RunLedger(Facade):
             # Only a frozen generation is fenced: nothing can claim it any more.
             fenced = await fence_hop(broker, hop_key(key, seq))
             hop = None if fenced is None or type(fenced.state) is not BrokerJobState else fenced.state
-        return await self.transactions.finish_cancel_on(key, seq, hop)
+        command = FinishCancel(enqueue_seq=seq, hop=hop, containment=UNREAD_CONTAINMENT)
+        return isinstance((await self.engine.send(key, command)).reply, Settled)
 
     # --- recovery ----------------------------------------------------------------------
 
@@ -588,7 +546,7 @@ class RunLedger(Facade):
         """One relay round: at most one page each of QUEUED deliveries (published,
         republished under the same key, or rotated once the broker finished them) and of
         consent, delegated-job and service waits (resumed once their owner decided);
-        then one page of consent deadlines that passed (:meth:`expire_due_consents`,
+        then one page of consent deadlines that passed (:func:`expire_due_consents`,
         publishing through ``ports.broker``; a failure there is logged and retried the
         next round, never raised). Relays never fail, re-park or finish a Run (only
         reconciliation has a boot cutoff). Pass the report's ``cursor`` to the next
@@ -596,7 +554,7 @@ class RunLedger(Facade):
         compare-and-set)."""
         report = await _recovery.relay(self, ports, cursor=cursor, page_size=page_size)
         try:
-            await self.expire_due_consents(limit=page_size, broker=ports.broker)
+            await expire_due_consents(self, limit=page_size, broker=ports.broker)
         except Exception as error:  # noqa: BLE001 - the deadlines stay due; the next round applies them
             log.warning("relay: applying consent deadlines failed with %s", type(error).__name__)
         return report
@@ -609,7 +567,7 @@ class RunLedger(Facade):
         async def body(tx: Transaction) -> int:
             return await tx.now_us()
 
-        micros = await self.transactions.run(body, write=False)
+        micros = await self.engine.read(body)
         return micros_to_datetime(micros)
 
     async def get(self, run_id: str) -> RunRecord | None:
@@ -618,7 +576,7 @@ class RunLedger(Facade):
         async def body(tx: Transaction) -> list[RunRow]:
             return await tx.read(RUNS_BINDING, [key])
 
-        found = await self.transactions.run(body, write=False)
+        found = await self.engine.read(body)
         return public_run(found[0]) if found else None
 
     async def get_delivery(self, run_id: str, enqueue_seq: int) -> DeliveryRecord | None:
@@ -627,7 +585,7 @@ class RunLedger(Facade):
         async def body(tx: Transaction) -> list[DeliveryRow]:
             return await tx.read(DELIVERIES_BINDING, [key])
 
-        found = await self.transactions.run(body, write=False)
+        found = await self.engine.read(body)
         return public_delivery(found[0]) if found else None
 
     async def list_runs(
@@ -654,74 +612,49 @@ class RunLedger(Facade):
         async def body(tx: Transaction) -> list[RunRow]:
             return await tx.find(RUNS_BINDING, finder, parameters, limit + 1)
 
-        rows = await self.transactions.run(body, write=False)
+        rows = await self.engine.read(body)
         items = tuple(public_run(row) for row in rows[:limit])
         return RunPage(items, _cursor_of(rows[limit - 1]) if len(rows) > limit else None)
 
-    # --- consents and delegated jobs: their facades, and the ledger's names for them ------
+    # --- consents and delegated jobs: their own facades ---------------------------------
 
     @functools.cached_property
     def consents(self) -> Consents:
         """The consents of this database, on this ledger's connections."""
-        return Consents(self.transactions)
+        return Consents(self.engine)
 
     @functools.cached_property
     def jobs(self) -> AgentJobs:
         """The delegated jobs of this database, on this ledger's connections."""
-        return AgentJobs(self.transactions)
+        return AgentJobs(self.engine)
 
-    async def create_consent(
-        self, run_id: str, *, tool_name: str, tool_call_id: str, payload: Any, preauthorized_by: str | None = None,
-        expires_in_s: float | None = None,
-    ) -> ConsentRecord:
-        """:meth:`Consents.create <tenure.adapters.consents.facade.Consents.create>`."""
-        return await self.consents.create(run_id, tool_name=tool_name, tool_call_id=tool_call_id, payload=payload,
-                                          preauthorized_by=preauthorized_by, expires_in_s=expires_in_s)
-
-    async def decide_consent(self, consent_id: str, verdict: ConsentStatus, *, decided_by: str) -> bool:
-        """:meth:`Consents.decide <tenure.adapters.consents.facade.Consents.decide>`."""
-        return await self.consents.decide(consent_id, verdict, decided_by=decided_by)
-
-    async def expire_due_consents(self, *, limit: int = 32, broker: Broker | None = None) -> int:
-        """:meth:`Consents.expire_due <tenure.adapters.consents.facade.Consents.expire_due>`:
-        each consent it expires resumes its Run and, given a ``broker``, publishes it
-        (without one, the relays publish it)."""
-        if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
-            raise refuse("limit", "integer_out_of_range")
-        if broker is not None and not isinstance(broker, Broker):
-            raise refuse("broker", "broker_required")
-
-        async def resume(run_id: str, consent_id: str) -> object:
-            if broker is None:
-                return await self.resume(run_id, owner_id=consent_id)
-            return await resume_and_publish(self, broker, run_id, owner_id=consent_id)
-
-        return await self.consents.expire_due(resume=resume, limit=limit)
-
-    async def get_consent(self, consent_id: str) -> ConsentRecord | None:
-        """:meth:`Consents.get <tenure.adapters.consents.facade.Consents.get>`."""
-        return await self.consents.get(consent_id)
-
-    async def submit_job(self, run_id: str, *, request_id: str, runtime: str, profile: str, request: Any) -> AgentJobRecord:
-        """:meth:`AgentJobs.submit <tenure.adapters.agent_jobs.facade.AgentJobs.submit>`."""
-        return await self.jobs.submit(run_id, request_id=request_id, runtime=runtime, profile=profile, request=request)
-
-    async def advance_job(self, job_id: str, status: AgentJobStatus, *, runtime_job_id: str | None = None) -> bool:
-        """:meth:`AgentJobs.advance <tenure.adapters.agent_jobs.facade.AgentJobs.advance>`."""
-        return await self.jobs.advance(job_id, status, runtime_job_id=runtime_job_id)
-
-    async def adopt_job_result(self, job_id: str, result: Any) -> bool:
-        """:meth:`AgentJobs.adopt_result <tenure.adapters.agent_jobs.facade.AgentJobs.adopt_result>`."""
-        return await self.jobs.adopt_result(job_id, result)
-
-    async def record_job_cancelled(self, job_id: str) -> bool:
-        """:meth:`AgentJobs.record_cancelled <tenure.adapters.agent_jobs.facade.AgentJobs.record_cancelled>`."""
-        return await self.jobs.record_cancelled(job_id)
+    # --- deprecated: kept while adapters/runs/recovery.py calls them --------------------
 
     async def get_job(self, job_id: str) -> AgentJobRecord | None:
-        """:meth:`AgentJobs.get <tenure.adapters.agent_jobs.facade.AgentJobs.get>`."""
+        """Deprecated: :meth:`AgentJobs.get <tenure.adapters.agent_jobs.facade.AgentJobs.get>`
+        (``ledger.jobs.get``); kept while startup recovery calls it."""
         return await self.jobs.get(job_id)
 
-    async def list_jobs(self, run_id: str) -> Sequence[AgentJobRecord]:
-        """:meth:`AgentJobs.list <tenure.adapters.agent_jobs.facade.AgentJobs.list>`."""
-        return await self.jobs.list(run_id)
+    async def record_job_cancelled(self, job_id: str) -> bool:
+        """Deprecated: :meth:`AgentJobs.record_cancelled
+        <tenure.adapters.agent_jobs.facade.AgentJobs.record_cancelled>` (``ledger.jobs.record_cancelled``);
+        kept while startup recovery calls it."""
+        return await self.jobs.record_cancelled(job_id)
+
+
+async def expire_due_consents(ledger: RunLedger, *, limit: int = 32, broker: Broker | None = None) -> int:
+    """:meth:`Consents.expire_due <tenure.adapters.consents.facade.Consents.expire_due>` on
+    the ledger's consents: each consent it expires resumes its Run (the declared
+    ``resume_run`` follow-up of a verdict) and, given a ``broker``, publishes it (without
+    one, the relays publish it). The relays call it every round."""
+    if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
+        raise refuse("limit", "integer_out_of_range")
+    if broker is not None and not isinstance(broker, Broker):
+        raise refuse("broker", "broker_required")
+
+    async def resume(run_id: str, consent_id: str) -> object:
+        if broker is None:
+            return await ledger.resume(run_id, owner_id=consent_id)
+        return await resume_and_publish(ledger, broker, run_id, owner_id=consent_id)
+
+    return await ledger.consents.expire_due(resume=resume, limit=limit)

@@ -62,6 +62,7 @@ from tenure.model.validation import refuse
 
 from ..core.failure_text import MAX_ERROR_BYTES, exception_text, loggable_exception
 from .broker import Broker, HopSource, Touch
+from .checkpoints import RecordedOutcome
 from .ledger import RunLedger, result_text
 from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decided
 
@@ -344,9 +345,9 @@ class RunWorker:
                 return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, None, None, None,
                                   self.ledger, self.broker, _retry=functools.partial(self._durably, run_id))
             if checkpoint.owner_kind is WaitKind.CONSENT:
-                owner = consent = await self.ledger.get_consent(checkpoint.owner_id)
+                owner = consent = await self.ledger.consents.get(checkpoint.owner_id)
             elif checkpoint.owner_kind is WaitKind.DELEGATE:
-                owner = job = await self.ledger.get_job(checkpoint.owner_id)
+                owner = job = await self.ledger.jobs.get(checkpoint.owner_id)
             else:
                 owner = attempt = await self.ledger.attempts.get(checkpoint.owner_id)
             if not owner_is_decided(checkpoint.owner_kind, owner) or owner.run_id != run_id:
@@ -427,7 +428,7 @@ class RunWorker:
             return await self._gone(claim)  # the Run moved on without this hop: whoever holds it finishes it
         try:
             settled = await self._persist(
-                run_id, lambda: self.ledger.transactions.settle(run_id, seq, status, error=error, result_json=result_json))
+                run_id, lambda: self.ledger.engine.settle(run_id, RecordedOutcome(seq, status, result_json, error)))
         except TenureError as failure:
             if failure.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
                 return "unsettled"  # the outcome stays recorded; recovery settles it once contained

@@ -313,7 +313,7 @@ class RunContext:
         a relay round after it passed decides it expired (``tenure:deadline``) unless a
         verdict came first, and resumes the Run."""
         try:
-            consent = await self._call("consent", lambda: self._ledger.create_consent(
+            consent = await self._call("consent", lambda: self._ledger.consents.create(
                 self.run_id, tool_name=tool_name, tool_call_id=tool_call_id, payload=payload,
                 preauthorized_by=preauthorized_by, expires_in_s=expires_in_s))
         except TenureError as error:
@@ -325,11 +325,11 @@ class RunContext:
 
     async def delegate(self, *, request_id: str, runtime: str, profile: str, request: Any, state: Any) -> NoReturn:
         """Record a delegated job and park AWAITING_DELEGATE; the hop ends. Whoever runs
-        the job adopts its result (``RunLedger.adopt_job_result``) and resumes the Run
+        the job adopts its result (``RunLedger.jobs.adopt_result``) and resumes the Run
         (:func:`resume_and_publish`, or the relay); the resumed hop sees ``ctx.job``."""
         try:
             # Submitting again after a failure is safe: the same request answers the same job.
-            job = await self._call("delegated job", lambda: self._ledger.submit_job(
+            job = await self._call("delegated job", lambda: self._ledger.jobs.submit(
                 self.run_id, request_id=request_id, runtime=runtime, profile=profile, request=request))
         except TenureError as error:
             if error.code is ErrorCode.RUN_OWNER_MISMATCH:

@@ -11,7 +11,7 @@ after the last row shown, so a page costs the same however deep it is.
 
 Writes go through the public, fenced API and nothing else: a job's retry and cancel
 through its job source (``retry_failed``, ``cancel``), a Run's cancel through
-``RunLedger.begin_cancel``, a consent's verdict through ``RunLedger.decide_consent`` and
+``RunLedger.begin_cancel``, a consent's verdict through ``RunLedger.consents.decide`` and
 the resume that follows through ``RunLedger.resume``, exactly as ``tenure jobs`` and
 ``tenure runs`` do without a broker.
 
@@ -261,7 +261,7 @@ class ConsoleData:
         async def rest(tx: Transaction) -> tuple[Finished, dict[str, int], int]:
             return await self._overview_rest(tx, snapshot)
 
-        throughput, runs, pending = await self.ledger.transactions.run(rest, write=False)
+        throughput, runs, pending = await self.ledger.engine.run(rest, write=False)
         unread = {check.reason for check in snapshot.checks if not check.ok and check.reason not in _VERDICTS}
         if snapshot.never_migrated is not None:
             unread.add(snapshot.never_migrated)
@@ -359,14 +359,14 @@ class ConsoleData:
         async def body(tx: Transaction) -> list[RunRow | Unreadable]:
             return await tx.find_or_unreadable(RUNS_BINDING, finder, parameters, limit + 1)
 
-        rows = await self.ledger.transactions.run(body, write=False)
+        rows = await self.ledger.engine.run(body, write=False)
         more = len(rows) > limit
         return RunPage(tuple(rows[:limit]), _position(_created_position(rows[:limit])) if more else None)
 
     async def run(self, run_id: str) -> RunDetail | Unreadable | None:
         """A Run and what the database holds about it, or None: its latest deliveries (what
         ``get_delivery`` reads per hop), its consents, its delegated jobs (what
-        ``RunLedger.list_jobs`` reads) and service attempts, and its checkpoint, all in
+        ``RunLedger.jobs.list`` reads) and service attempts, and its checkpoint, all in
         one read transaction (one snapshot, so the parts agree)."""
         key = check_run_id(run_id)
 
@@ -402,7 +402,7 @@ class ConsoleData:
                 checkpoints[0] if checkpoints else None, now,
                 sum(len(part) for part in parts) - sum(len(part) for part in readable))
 
-        detail: RunDetail | Unreadable | None = await self.ledger.transactions.run(body, write=False)
+        detail: RunDetail | Unreadable | None = await self.ledger.engine.run(body, write=False)
         return detail
 
     async def cancel_run(self, run_id: str) -> str:
@@ -425,7 +425,7 @@ class ConsoleData:
             (pending,) = await tx.count_each([(CONSENTS_BINDING, finder, consent_finders.PENDING_PARAMETERS, None)])
             return pending
 
-        return await self.ledger.transactions.run(body, write=False)
+        return await self.ledger.engine.run(body, write=False)
 
     async def consents_page(self, *, pending_after: tuple[int, str] | None, decided_after: tuple[int, str] | None,
                             limit: int) -> ConsentPage:
@@ -454,7 +454,7 @@ class ConsoleData:
                 else Cursor.encode(decided_next.decided_at_us, decided_next.consent_id),
                 {run.run_id: run for run in runs}, now)
 
-        return await self.ledger.transactions.run(body, write=False)
+        return await self.ledger.engine.run(body, write=False)
 
     async def consent(self, consent_id: str) -> ConsentDetail | None:
         key = check_text(consent_id, "consent_id", 36)
@@ -466,22 +466,22 @@ class ConsoleData:
             runs = await tx.read_or_unreadable(RUNS_BINDING, [found[0].run_id])
             return ConsentDetail(found[0], runs[0] if runs and isinstance(runs[0], RunRow) else None)
 
-        return await self.ledger.transactions.run(body, write=False)
+        return await self.ledger.engine.run(body, write=False)
 
     async def decide_consent(self, consent_id: str, verdict: ConsentStatus, decided_by: str) -> tuple[bool, int | None]:
-        """The verdict through ``RunLedger.decide_consent`` (the first one wins), then the
+        """The verdict through ``RunLedger.consents.decide`` (the first one wins), then the
         Run resumed from it through ``RunLedger.resume``, exactly as ``tenure runs
         consent`` does without a broker (the relays of a running Run worker publish the
         new hop): whether this call decided it, and the hop it resumed the Run at (None:
         not resumed by this call; a relay may have been first)."""
-        consent = await self.ledger.get_consent(consent_id)
+        consent = await self.ledger.consents.get(consent_id)
         if consent is None:
             raise LookupError("no such consent")
-        decided = await self.ledger.decide_consent(consent.consent_id, verdict, decided_by=decided_by)
+        decided = await self.ledger.consents.decide(consent.consent_id, verdict, decided_by=decided_by)
         if not decided:
             # The same operator's same verdict sent again (the first answer was lost, or
             # its resume failed) is theirs, not "someone decided first".
-            stored = await self.ledger.get_consent(consent.consent_id)
+            stored = await self.ledger.consents.get(consent.consent_id)
             decided = stored is not None and stored.decided_by == decided_by and stored.status is verdict
         resumed = await self.ledger.resume(consent.run_id, owner_id=consent.consent_id)
         return decided, resumed

@@ -404,7 +404,7 @@ class RunLockstep(LockstepBase):
     @rule(data=st.data(), preauthorized=st.booleans())
     def create_consent(self, data: st.DataObject, preauthorized: bool) -> None:
         run_id = self.pick_run(data)
-        actual, now = self.once(lambda: self.ledgers[0].create_consent(
+        actual, now = self.once(lambda: self.ledgers[0].consents.create(
             run_id, tool_name="shell", tool_call_id="call-1", payload={"command": "ls"},
             preauthorized_by="policy-1" if preauthorized else None))
         assert now is not None
@@ -418,14 +418,14 @@ class RunLockstep(LockstepBase):
     def decide_consent(self, data: st.DataObject, verdict: ConsentStatus) -> None:
         consent_id = self.pick(data, list(self.model.consents) + ["00000000-0000-4000-8000-0000000000c0"])
         assert consent_id is not None
-        self.check(lambda: self.ledgers[0].decide_consent(consent_id, verdict, decided_by="principal-p"),
+        self.check(lambda: self.ledgers[0].consents.decide(consent_id, verdict, decided_by="principal-p"),
                    lambda now: self.model.decide_consent(consent_id, verdict, now))
 
     @rule(data=st.data(), request_id=st.sampled_from(REQUESTS), variant=st.integers(1, 2))
     def submit_job(self, data: st.DataObject, request_id: str, variant: int) -> None:
         run_id = self.pick_run(data)
         row = _job_row(run_id, request_id, variant)
-        self.check(lambda: self.ledgers[0].submit_job(run_id, request_id=request_id, runtime="runtime-r",
+        self.check(lambda: self.ledgers[0].jobs.submit(run_id, request_id=request_id, runtime="runtime-r",
                                                       profile="profile-p", request={"task": variant}),
                    lambda now: self.model.submit_job(row, now))
 
@@ -440,14 +440,14 @@ class RunLockstep(LockstepBase):
             import json as _json
 
             text = _json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-            self.check(lambda: ledger.adopt_job_result(job_id, document),
+            self.check(lambda: ledger.jobs.adopt_result(job_id, document),
                        lambda now: self.model.job_command(job_id, AdoptResult(status=result, result_json=text), now))
         elif action == "cancelled":
-            self.check(lambda: ledger.record_job_cancelled(job_id),
+            self.check(lambda: ledger.jobs.record_cancelled(job_id),
                        lambda now: self.model.job_command(job_id, RecordCancelled(result_json=cancelled_result(job_id)), now))
         else:
             status = AgentJobStatus(action)
-            self.check(lambda: ledger.advance_job(job_id, status, runtime_job_id="runtime-job-1"),
+            self.check(lambda: ledger.jobs.advance(job_id, status, runtime_job_id="runtime-job-1"),
                        lambda now: self.model.job_command(job_id, AdvanceJob(status=status, runtime_job_id="runtime-job-1"), now))
 
     @rule(data=st.data(), kind=st.sampled_from([WaitKind.CONSENT, WaitKind.DELEGATE]))

@@ -216,7 +216,7 @@ async def test_a_runs_worker_process_serves_hop_outcomes_consent_waits_and_recov
 
                 run = await until(parked, 60, what="the Run parked on its consent")
                 assert run.owner_kind is WaitKind.CONSENT
-                assert await ledger.decide_consent(run.owner_id, verdict, decided_by="bob")
+                assert await ledger.consents.decide(run.owner_id, verdict, decided_by="bob")
             # The worker's relays resume both; one ends DONE, the other FAILED (consent denied).
 
             async def ended() -> bool:
@@ -472,7 +472,7 @@ async def test_a_run_worker_counts_its_hops_and_consent_waits_and_the_workflow_r
         assert await runner.perform(run_id, 0) == "skipped"  # a duplicate delivery claims nothing
         run = await ledger.get(run_id)
         assert run is not None and run.owner_id is not None
-        assert await ledger.decide_consent(run.owner_id, ConsentStatus.GRANTED, decided_by="bob")
+        assert await ledger.consents.decide(run.owner_id, ConsentStatus.GRANTED, decided_by="bob")
         assert await ledger.resume(run_id, owner_id=run.owner_id) == 1
         assert await runner.perform(run_id, 1) == "done"
     registry = instruments.registry

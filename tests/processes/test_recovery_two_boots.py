@@ -83,7 +83,7 @@ async def test_a_killed_process_is_recovered_by_the_next_boot_and_everything_fin
         for run_id in made["parked"]:
             run = await ledger.get(run_id)
             assert run is not None and run.status is RunStatus.AWAITING_CONSENT and run.owner_id is not None
-            assert await ledger.decide_consent(run.owner_id, ConsentStatus.GRANTED, decided_by="bob")
+            assert await ledger.consents.decide(run.owner_id, ConsentStatus.GRANTED, decided_by="bob")
         [lost] = made["lost_publication"]
         await broker.forget(hop_key(lost, 0))
         [stale] = made["stale_active"]
@@ -107,7 +107,7 @@ async def test_a_killed_process_is_recovered_by_the_next_boot_and_everything_fin
             run = await ledger.get(run_id)
             assert run is not None and run.status is RunStatus.AWAITING_CONSENT
             assert run.owner_id == await broker.checkpoint_owner(run_id)
-            assert await ledger.decide_consent(run.owner_id, ConsentStatus.GRANTED, decided_by="carol")
+            assert await ledger.consents.decide(run.owner_id, ConsentStatus.GRANTED, decided_by="carol")
         executed = await drain(ledger, broker, ports)
         finished = {run_id: await ledger.get(run_id) for run_id in everything}
     for run_id, run in finished.items():

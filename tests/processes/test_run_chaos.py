@@ -291,7 +291,7 @@ async def grant_consents(ledger: RunLedger, publisher: QueueBroker, stop: asynci
             for run in page.items:
                 if run.owner_kind is not WaitKind.CONSENT or run.owner_id is None:
                     continue
-                if await ledger.decide_consent(run.owner_id, ConsentStatus.GRANTED, decided_by="chaos"):
+                if await ledger.consents.decide(run.owner_id, ConsentStatus.GRANTED, decided_by="chaos"):
                     granted["granted"] += 1
                 if int(run.run_id[-1], 16) % 2 and await resume_and_publish(ledger, publisher, run.run_id,
                                                                            owner_id=run.owner_id) is not None:
@@ -418,7 +418,7 @@ async def run_chaos(db_url: str, server: dict[str, str], folder: pathlib.Path) -
             await settle(ledger, cluster, len(admitted))
             runs = await durably(lambda: every_run(ledger), "read the Runs")
             assert set(runs) == set(admitted)
-            consents = {run_id: await ledger.get_consent(run.result["consent"]) for run_id, run in runs.items()
+            consents = {run_id: await ledger.consents.get(run.result["consent"]) for run_id, run in runs.items()
                         if run.status is RunStatus.DONE and "consent" in (run.result or {})}
             epochs = {}
             for node in cluster.everyone:

@@ -69,7 +69,7 @@ async def test_a_killed_worker_is_fenced_and_its_runs_failed_or_reparked_by_the_
             assert parked is not None and parked.status is RunStatus.AWAITING_CONSENT
             assert parked.owner_kind is WaitKind.CONSENT
             assert parked.owner_id == (await ledger.checkpoints.load(runs["pre-park"])).owner_id  # type: ignore[union-attr]
-            assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="bob")
+            assert await ledger.consents.decide(parked.owner_id, ConsentStatus.GRANTED, decided_by="bob")
             await resume_and_publish(ledger, broker, runs["pre-park"], owner_id=parked.owner_id)
 
             async def done() -> bool:

@@ -45,12 +45,12 @@ async def main(db_url: str, source: str) -> None:
             await claimed("orphan")
             # A hop that asked for consent and saved its snapshot, killed before parking.
             run_id = await claimed("orphan_checkpointed")
-            consent = await ledger.create_consent(run_id, tool_name="mail.send", tool_call_id=f"call-{run_id}",
+            consent = await ledger.consents.create(run_id, tool_name="mail.send", tool_call_id=f"call-{run_id}",
                                                   payload={"to": "bob"})
             await broker.save_checkpoint(run_id, consent.consent_id)
             # Parked on a consent; the consent is decided while the process is dead.
             run_id = await claimed("parked")
-            consent = await ledger.create_consent(run_id, tool_name="mail.send", tool_call_id=f"call-{run_id}",
+            consent = await ledger.consents.create(run_id, tool_name="mail.send", tool_call_id=f"call-{run_id}",
                                                   payload={"to": "bob"})
             await broker.save_checkpoint(run_id, consent.consent_id)
             assert await ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent.consent_id)

@@ -116,14 +116,14 @@ class Runs:
         return run_id
 
     async def consent(self, run_id: str, *, preauthorized: bool = False) -> str:
-        made = await self.ledger.create_consent(
+        made = await self.ledger.consents.create(
             run_id, tool_name="mail.send", tool_call_id=unique("call"), payload={"to": "bob"},
             preauthorized_by="policy-7" if preauthorized else None,
         )
         return made.consent_id
 
     async def job(self, run_id: str, request_id: str | None = None) -> str:
-        made = await self.ledger.submit_job(run_id, request_id=request_id or unique("request"), runtime="sandbox",
+        made = await self.ledger.jobs.submit(run_id, request_id=request_id or unique("request"), runtime="sandbox",
                                             profile="small", request={"prompt": "count the files"})
         return made.job_id
 
@@ -137,7 +137,7 @@ class Runs:
         consent_id = await self.consent(run_id)
         assert await self.ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent_id)
         if decided:
-            assert await self.ledger.decide_consent(consent_id, ConsentStatus.GRANTED, decided_by="bob")
+            assert await self.ledger.consents.decide(consent_id, ConsentStatus.GRANTED, decided_by="bob")
         return run_id, consent_id
 
     def count(self, table: str, run_id: str) -> int:

@@ -42,7 +42,7 @@ async def pre_park(ctx: Any) -> None:
     if ctx.resumed:
         assert ctx.consent.status is ConsentStatus.GRANTED and ctx.state == {"step": "asked"}
         return
-    consent = await ctx._ledger.create_consent(ctx.run_id, tool_name="send", tool_call_id="call-1", payload={})
+    consent = await ctx._ledger.consents.create(ctx.run_id, tool_name="send", tool_call_id="call-1", payload={})
     assert await ctx._ledger.checkpoints.save(ctx.run_id, ctx.enqueue_seq, state={"step": "asked"},
                                               owner_kind=WaitKind.CONSENT, owner_id=consent.consent_id)
     await asyncio.Event().wait()  # killed here: after checkpoint and consent, before the park

@@ -8,9 +8,11 @@ scratch area, as ``tenure conform`` makes), step by step. Each kernel decision o
 ``nodes``) goes, in order, as the same kernel command to the same record through the
 engine path the adapters use for it:
 
-- ``runs``: ``RunLedger.transactions.send(run_id, command)`` (lock the Run and its
-  current delivery, read the clock, decide, compare-and-set; a decision that sweeps the
-  Run's pending consents sweeps them in the same transaction);
+- ``runs``: ``RunLedger.engine.send(run_id, command)``, the Run engine's one entry (lock
+  the Run and its current delivery, read the evidence the kernel's aggregate declares
+  from the replay's database and complete the command with it, read the clock, decide,
+  compare-and-set, run the declared follow-ups: a decision that sweeps the Run's pending
+  consents sweeps them in the same transaction);
 - ``consent``: a creation through the consents facade's transaction (the Run locked
   first, whether it may ask read from the database), a verdict through the engine on the
   consent's row (``Consents.decide``'s path); a sweep (actor ``ledger (sweep)``) is not
@@ -69,7 +71,7 @@ from tenure.adapters.core.tables import Binding
 from tenure.adapters.core.urls import parse_db_url
 from tenure.adapters.nodes.table import NODES_BINDING
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
-from tenure.adapters.runs.transactions import RunTransactions
+from tenure.adapters.runs.engine import RunEngine
 from tenure.kernel.agent_jobs import finders as job_finders
 from tenure.kernel.agent_jobs.commands import SubmitJob
 from tenure.kernel.consents import finders as consent_finders
@@ -194,7 +196,7 @@ def prelude(model: RunModel) -> tuple[Decided, ...]:
 # --- sending a decision ----------------------------------------------------------------------
 
 
-async def _create_consent(tx_kit: RunTransactions, command: CreateConsent) -> Decision:
+async def _create_consent(tx_kit: RunEngine, command: CreateConsent) -> Decision:
     """The consents facade's creation, for the world's row: the Run locked first, and
     whether it may ask read from the database."""
     async def body(tx: Transaction) -> Decision:
@@ -207,7 +209,7 @@ async def _create_consent(tx_kit: RunTransactions, command: CreateConsent) -> De
     return await tx_kit.run(body)
 
 
-async def _submit_job(tx_kit: RunTransactions, command: SubmitJob) -> Decision:
+async def _submit_job(tx_kit: RunEngine, command: SubmitJob) -> Decision:
     """The delegated jobs facade's submission, for the world's row (its named lock, the
     Run, then the job, as the facade takes them)."""
     job_id = command.row.job_id
@@ -224,11 +226,17 @@ async def _submit_job(tx_kit: RunTransactions, command: SubmitJob) -> Decision:
     return await tx_kit.run(body)
 
 
+async def _send_run(ledger: RunLedger, key: str, command: Any) -> Decision:
+    """A Run command through the Run engine, which reads the evidence the aggregate
+    declares from the replay's database and completes the command with it."""
+    return (await ledger.engine.send(key, command)).decision
+
+
 def _on_row(binding: Binding, finder: Finder) -> Callable[[RunLedger, str, Any], Awaitable[Decision]]:
     """A command on one row through the engine, as the consents and jobs facades send it."""
     async def send(ledger: RunLedger, key: str, command: Any) -> Decision:
-        async with ledger.transactions.errors():
-            decisions = await ledger.transactions.engine.on_keys(binding, [(key, command)], finder,
+        async with ledger.engine.errors():
+            decisions = await ledger.engine.engine.on_keys(binding, [(key, command)], finder,
                                                                  raise_conflicts=True)
         return decisions[0]
 
@@ -236,10 +244,10 @@ def _on_row(binding: Binding, finder: Finder) -> Callable[[RunLedger, str, Any],
 
 
 _SENDERS: dict[tuple[str, type[Any] | None], Callable[[RunLedger, str, Any], Awaitable[Decision]]] = {
-    ("runs", None): lambda ledger, key, command: ledger.transactions.send(key, command),
-    ("consent", CreateConsent): lambda ledger, key, command: _create_consent(ledger.transactions, command),
+    ("runs", None): _send_run,
+    ("consent", CreateConsent): lambda ledger, key, command: _create_consent(ledger.engine, command),
     ("consent", None): _on_row(CONSENTS_BINDING, consent_finders.consents_by_keys),
-    ("agent_jobs", SubmitJob): lambda ledger, key, command: _submit_job(ledger.transactions, command),
+    ("agent_jobs", SubmitJob): lambda ledger, key, command: _submit_job(ledger.engine, command),
     ("agent_jobs", None): _on_row(AGENT_JOBS_BINDING, job_finders.jobs_by_keys),
     ("nodes", None): lambda ledger, key, command: ledger.nodes.send(key, command),
 }
@@ -251,7 +259,7 @@ async def _database_now(ledger: RunLedger) -> int:
     async def body(tx: Transaction) -> int:
         return await tx.now_us()
 
-    return await ledger.transactions.run(body, write=False)
+    return await ledger.engine.run(body, write=False)
 
 
 async def _answer(ledger: RunLedger, decided: Decided, world_now_us: int) -> str:
@@ -278,7 +286,7 @@ async def _read_stored(ledger: RunLedger, keys: dict[str, list[str | None]]) -> 
     async def body(tx: Transaction) -> tuple[Stored, int]:
         stored: Stored = {"runs": {}}
         for run_id in filter(None, keys["runs"]):
-            pair = await RunTransactions.read_pair(tx, run_id)
+            pair = await RunEngine.read_pair(tx, run_id)
             if pair is not None:
                 stored["runs"][run_id] = pair
         for machine, binding in bindings.items():
@@ -286,7 +294,7 @@ async def _read_stored(ledger: RunLedger, keys: dict[str, list[str | None]]) -> 
             stored[machine] = {_KINDS[machine].key(row): row for row in rows}
         return stored, await tx.now_us()
 
-    return await ledger.transactions.run(body, write=False)
+    return await ledger.engine.run(body, write=False)
 
 
 def _shape_of(kind: _Kind, record: Any, now_us: int) -> dict[str, Any]:

@@ -20,12 +20,12 @@ async def test_a_job_is_submitted_once_per_request_id_and_changed_content_confli
     ledger = runs.ledger
     run_id = await runs.running("run-1")
     request_id = unique("request")
-    job = await ledger.submit_job(run_id, request_id=request_id, runtime="sandbox", profile="small",
+    job = await ledger.jobs.submit(run_id, request_id=request_id, runtime="sandbox", profile="small",
                                   request={"prompt": "count"})
     assert job.job_id == job_id_for(request_id)
     assert (job.status, job.run_id, job.request, job.result, job.runtime_job_id) == (
         AgentJobStatus.QUEUED, run_id, {"prompt": "count"}, None, None)
-    again = await ledger.submit_job(run_id, request_id=request_id, runtime="sandbox", profile="small",
+    again = await ledger.jobs.submit(run_id, request_id=request_id, runtime="sandbox", profile="small",
                                     request={"prompt": "count"})
     assert again == job
     other = await runs.running("run-other")
@@ -33,13 +33,13 @@ async def test_a_job_is_submitted_once_per_request_id_and_changed_content_confli
         fields: dict[str, Any] = dict(run_id=run_id, request_id=request_id, runtime="sandbox", profile="small",
                                       request={"prompt": "count"})
         fields.update(changes)
-        error = await raises(ErrorCode.JOB_REQUEST_CONFLICT, ledger.submit_job(**fields))
+        error = await raises(ErrorCode.JOB_REQUEST_CONFLICT, ledger.jobs.submit(**fields))
         assert error.reason == "request_changed"
     assert runs.count("tenure_agent_jobs", run_id) == 1 and runs.count("tenure_agent_jobs", other) == 0
-    assert await ledger.get_job(job.job_id) == job
+    assert await ledger.jobs.get(job.job_id) == job
     # A replay after the Run parked on the job still answers the stored job.
     assert await ledger.park(run_id, 0, kind=WaitKind.DELEGATE, owner_id=job.job_id)
-    replay = await ledger.submit_job(run_id, request_id=request_id, runtime="sandbox", profile="small",
+    replay = await ledger.jobs.submit(run_id, request_id=request_id, runtime="sandbox", profile="small",
                                      request={"prompt": "count"})
     assert replay == job
 
@@ -47,33 +47,33 @@ async def test_a_job_is_submitted_once_per_request_id_and_changed_content_confli
 async def test_a_job_advances_one_step_at_a_time(runs: Runs) -> None:
     ledger = runs.ledger
     job_id = await runs.job(await runs.running("run-1"))
-    assert await ledger.advance_job(job_id, AgentJobStatus.PREPARING) is False
-    assert await ledger.advance_job(job_id, AgentJobStatus.ADMITTED) is True
-    assert await ledger.advance_job(job_id, AgentJobStatus.ADMITTED) is False
-    assert await ledger.advance_job(job_id, AgentJobStatus.RUNNING) is False
-    assert await ledger.advance_job(job_id, AgentJobStatus.PREPARING) is True
-    assert await ledger.advance_job(job_id, AgentJobStatus.RUNNING) is True
-    assert (await ledger.get_job(job_id)).status is AgentJobStatus.RUNNING  # type: ignore[union-attr]
-    assert await ledger.adopt_job_result(job_id, succeeded(job_id))
-    assert await ledger.advance_job(job_id, AgentJobStatus.RUNNING) is False
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.PREPARING) is False
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.ADMITTED) is True
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.ADMITTED) is False
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.RUNNING) is False
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.PREPARING) is True
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.RUNNING) is True
+    assert (await ledger.jobs.get(job_id)).status is AgentJobStatus.RUNNING  # type: ignore[union-attr]
+    assert await ledger.jobs.adopt_result(job_id, succeeded(job_id))
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.RUNNING) is False
     for status in (AgentJobStatus.QUEUED, AgentJobStatus.SUCCEEDED, AgentJobStatus.LOST):
         with pytest.raises(ConfigValidationError) as caught:
-            await ledger.advance_job(job_id, status)
+            await ledger.jobs.advance(job_id, status)
         assert caught.value.fields == ("status",)
-    assert await ledger.advance_job(job_id_for(unique("request")), AgentJobStatus.ADMITTED) is False
+    assert await ledger.jobs.advance(job_id_for(unique("request")), AgentJobStatus.ADMITTED) is False
 
 
 async def test_the_runtimes_job_identity_is_recorded_once(runs: Runs) -> None:
     ledger = runs.ledger
     job_id = await runs.job(await runs.running("run-1"))
-    assert await ledger.advance_job(job_id, AgentJobStatus.ADMITTED, runtime_job_id="runtime-1")
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.ADMITTED, runtime_job_id="runtime-1")
     error = await raises(ErrorCode.JOB_REQUEST_CONFLICT,
-                         ledger.advance_job(job_id, AgentJobStatus.PREPARING, runtime_job_id="runtime-2"))
+                         ledger.jobs.advance(job_id, AgentJobStatus.PREPARING, runtime_job_id="runtime-2"))
     assert error.reason == "identity_conflict"
-    assert (await ledger.get_job(job_id)).status is AgentJobStatus.ADMITTED  # type: ignore[union-attr]
-    assert await ledger.advance_job(job_id, AgentJobStatus.PREPARING)
-    assert await ledger.advance_job(job_id, AgentJobStatus.RUNNING, runtime_job_id="runtime-1")
-    job = await ledger.get_job(job_id)
+    assert (await ledger.jobs.get(job_id)).status is AgentJobStatus.ADMITTED  # type: ignore[union-attr]
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.PREPARING)
+    assert await ledger.jobs.advance(job_id, AgentJobStatus.RUNNING, runtime_job_id="runtime-1")
+    job = await ledger.jobs.get(job_id)
     assert job is not None and (job.status, job.runtime_job_id) == (AgentJobStatus.RUNNING, "runtime-1")
 
 
@@ -82,7 +82,7 @@ async def test_a_result_is_adopted_once_and_must_have_its_shape(runs: Runs) -> N
     job_id = await runs.job(await runs.running("run-1"))
     other = job_id_for(unique("request"))
     with pytest.raises(ConfigValidationError) as caught:
-        await ledger.adopt_job_result(job_id, ["not", "an", "object"])
+        await ledger.jobs.adopt_result(job_id, ["not", "an", "object"])
     assert caught.value.fields == ("result",)
     bad = [
         ({"job_id": job_id, "status": ["succeeded"]}, "result_status_mismatch"),
@@ -99,36 +99,36 @@ async def test_a_result_is_adopted_once_and_must_have_its_shape(runs: Runs) -> N
     ]
     for result, problem in bad:
         with pytest.raises(ConfigValidationError) as caught:
-            await ledger.adopt_job_result(job_id, result)
+            await ledger.jobs.adopt_result(job_id, result)
         assert (caught.value.fields, caught.value.problems) == (("result",), (problem,)), result
-    assert (await ledger.get_job(job_id)).status is AgentJobStatus.QUEUED  # type: ignore[union-attr]
-    assert await ledger.adopt_job_result(job_id, succeeded(job_id)) is True
-    assert await ledger.adopt_job_result(job_id, result_of(job_id, AgentJobStatus.FAILED, error="late")) is False
-    assert await ledger.adopt_job_result(job_id, succeeded(job_id)) is False
-    job = await ledger.get_job(job_id)
+    assert (await ledger.jobs.get(job_id)).status is AgentJobStatus.QUEUED  # type: ignore[union-attr]
+    assert await ledger.jobs.adopt_result(job_id, succeeded(job_id)) is True
+    assert await ledger.jobs.adopt_result(job_id, result_of(job_id, AgentJobStatus.FAILED, error="late")) is False
+    assert await ledger.jobs.adopt_result(job_id, succeeded(job_id)) is False
+    job = await ledger.jobs.get(job_id)
     assert job is not None and (job.status, job.result) == (AgentJobStatus.SUCCEEDED, succeeded(job_id))
-    assert await ledger.record_job_cancelled(job_id) is False
-    assert await ledger.adopt_job_result(other, succeeded(other)) is False
+    assert await ledger.jobs.record_cancelled(job_id) is False
+    assert await ledger.jobs.adopt_result(other, succeeded(other)) is False
 
 
 async def test_containment_is_recorded_from_lost_or_an_open_job_but_never_over_another_result(runs: Runs) -> None:
     ledger = runs.ledger
     run_id = await runs.running("run-1")
     lost = await runs.job(run_id)
-    assert await ledger.adopt_job_result(lost, result_of(lost, AgentJobStatus.LOST, error="ambiguous start"))
-    assert (await ledger.get_job(lost)).status is AgentJobStatus.LOST  # type: ignore[union-attr]
-    assert await ledger.advance_job(lost, AgentJobStatus.ADMITTED) is False
-    assert await ledger.adopt_job_result(lost, result_of(lost, AgentJobStatus.FAILED, error="x")) is False
-    assert await ledger.record_job_cancelled(lost) is True
-    job = await ledger.get_job(lost)
+    assert await ledger.jobs.adopt_result(lost, result_of(lost, AgentJobStatus.LOST, error="ambiguous start"))
+    assert (await ledger.jobs.get(lost)).status is AgentJobStatus.LOST  # type: ignore[union-attr]
+    assert await ledger.jobs.advance(lost, AgentJobStatus.ADMITTED) is False
+    assert await ledger.jobs.adopt_result(lost, result_of(lost, AgentJobStatus.FAILED, error="x")) is False
+    assert await ledger.jobs.record_cancelled(lost) is True
+    job = await ledger.jobs.get(lost)
     assert job is not None and job.status is AgentJobStatus.CANCELLED
     assert job.result == {"job_id": lost, "status": "cancelled", "contained": True}
-    assert await ledger.record_job_cancelled(lost) is False
+    assert await ledger.jobs.record_cancelled(lost) is False
     running = await runs.job(run_id)
-    assert await ledger.advance_job(running, AgentJobStatus.ADMITTED)
-    assert await ledger.record_job_cancelled(running) is True
+    assert await ledger.jobs.advance(running, AgentJobStatus.ADMITTED)
+    assert await ledger.jobs.record_cancelled(running) is True
     failed = await runs.job(run_id)
-    assert await ledger.adopt_job_result(failed, result_of(failed, AgentJobStatus.FAILED, error="tool crashed"))
-    assert await ledger.record_job_cancelled(failed) is False
-    assert (await ledger.get_job(failed)).status is AgentJobStatus.FAILED  # type: ignore[union-attr]
-    assert await ledger.list_jobs(run_id) == ()
+    assert await ledger.jobs.adopt_result(failed, result_of(failed, AgentJobStatus.FAILED, error="tool crashed"))
+    assert await ledger.jobs.record_cancelled(failed) is False
+    assert (await ledger.jobs.get(failed)).status is AgentJobStatus.FAILED  # type: ignore[union-attr]
+    assert await ledger.jobs.list(run_id) == ()

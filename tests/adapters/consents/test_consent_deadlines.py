@@ -24,6 +24,7 @@ from polling import until
 from run_support import admit, ports, serving, status_of, worker
 
 from tenure.adapters import InMemoryBroker, RunLedger, RunRuntime, RunWorker, Workflows
+from tenure.adapters.runs.ledger import expire_due_consents
 from tenure.apps.runs_cli import _show
 from tenure.conformance.strategies.consents import DECIDERS, consent_records
 from tenure.kernel.consents.commands import DecideConsent
@@ -68,7 +69,7 @@ async def parked_consent(ledger: RunLedger, broker: Any, flows: Workflows) -> tu
     async with serving(worker(ledger, broker, flows)):
         await ledger.publish(run_id, 0, broker)
         parked = await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
-    consent = await ledger.get_consent(parked.owner_id)
+    consent = await ledger.consents.get(parked.owner_id)
     assert consent is not None and consent.status is ConsentStatus.PENDING
     return run_id, consent
 
@@ -96,7 +97,7 @@ async def test_a_relay_round_after_the_deadline_expires_the_consent_and_the_resu
     assert done.enqueue_seq == 1
     assert seen == [(ConsentStatus.EXPIRED, DEADLINE_OWNER, {"asked": True})]  # the resumed hop ran once
     consents = raw(db_url, "SELECT consent_id FROM tenure_consents")
-    consent = await ledger.get_consent(consents[0][0])
+    consent = await ledger.consents.get(consents[0][0])
     assert consent is not None and consent.expires_at is not None and consent.decided_at is not None
     assert consent.expires_at - consent.created_at == dt.timedelta(seconds=SHORT_S)
     assert consent.decided_at >= consent.expires_at  # never before its deadline
@@ -111,26 +112,26 @@ async def test_a_parked_consent_is_expired_by_the_first_relay_round_after_its_de
     assert consent.expires_at - consent.created_at == dt.timedelta(seconds=SHORT_S)
     await past(ledger, consent.expires_at)
     await ledger.relay(ports(ledger, broker))
-    expired = await ledger.get_consent(consent.consent_id)
+    expired = await ledger.consents.get(consent.consent_id)
     assert expired is not None and (expired.status, expired.decided_by) == (ConsentStatus.EXPIRED, DEADLINE_OWNER)
     run = await ledger.get(run_id)
     delivery = await ledger.get_delivery(run_id, 1)
     assert run is not None and (run.status, run.enqueue_seq) == (RunStatus.QUEUED, 1)
     assert delivery is not None and delivery.resume and delivery.publish_attempts == 1  # published, not left over
-    assert await ledger.expire_due_consents() == 0  # once
+    assert await expire_due_consents(ledger) == 0  # once
 
 
 async def test_a_consent_decided_before_its_deadline_is_not_expired(ledger: RunLedger) -> None:
     flows, broker, seen = Workflows(), InMemoryBroker(), []
     asker(flows, seen)
     run_id, consent = await parked_consent(ledger, broker, flows)
-    assert await ledger.decide_consent(consent.consent_id, ConsentStatus.GRANTED, decided_by="bob")
+    assert await ledger.consents.decide(consent.consent_id, ConsentStatus.GRANTED, decided_by="bob")
     await past(ledger, consent.expires_at)
-    assert await ledger.expire_due_consents() == 0
+    assert await expire_due_consents(ledger) == 0
     await ledger.relay(ports(ledger, broker))
-    decided = await ledger.get_consent(consent.consent_id)
+    decided = await ledger.consents.get(consent.consent_id)
     assert decided is not None and (decided.status, decided.decided_by) == (ConsentStatus.GRANTED, "bob")
-    assert not await ledger.decide_consent(consent.consent_id, ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER)
+    assert not await ledger.consents.decide(consent.consent_id, ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER)
 
 
 async def test_the_deadline_owners_expiry_before_the_deadline_is_refused_and_nothing_changes(
@@ -140,13 +141,13 @@ async def test_the_deadline_owners_expiry_before_the_deadline_is_refused_and_not
     asker(flows, seen, expires_in_s=3600)
     run_id, consent = await parked_consent(ledger, broker, flows)
     assert consent.expires_at - consent.created_at == dt.timedelta(hours=1)
-    assert not await ledger.decide_consent(consent.consent_id, ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER)
-    assert await ledger.expire_due_consents() == 0
+    assert not await ledger.consents.decide(consent.consent_id, ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER)
+    assert await expire_due_consents(ledger) == 0
     await ledger.relay(ports(ledger, broker))
-    assert await ledger.get_consent(consent.consent_id) == consent
+    assert await ledger.consents.get(consent.consent_id) == consent
     assert (await ledger.get(run_id)).status is RunStatus.AWAITING_CONSENT  # type: ignore[union-attr]
     # Any other principal may still send ``expired`` at any time.
-    assert await ledger.decide_consent(consent.consent_id, ConsentStatus.EXPIRED, decided_by="bob")
+    assert await ledger.consents.decide(consent.consent_id, ConsentStatus.EXPIRED, decided_by="bob")
 
 
 async def test_a_consent_without_a_deadline_is_never_expired_by_relays(ledger: RunLedger, db_url: str) -> None:
@@ -158,9 +159,9 @@ async def test_a_consent_without_a_deadline_is_never_expired_by_relays(ledger: R
                (consent.consent_id,)) == [(None,)]
     for _ in range(3):
         await ledger.relay(ports(ledger, broker))
-    assert await ledger.expire_due_consents() == 0
-    assert not await ledger.decide_consent(consent.consent_id, ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER)
-    assert await ledger.get_consent(consent.consent_id) == consent
+    assert await expire_due_consents(ledger) == 0
+    assert not await ledger.consents.decide(consent.consent_id, ConsentStatus.EXPIRED, decided_by=DEADLINE_OWNER)
+    assert await ledger.consents.get(consent.consent_id) == consent
     assert (await ledger.get(run_id)).status is RunStatus.AWAITING_CONSENT  # type: ignore[union-attr]
 
 
@@ -170,7 +171,7 @@ async def test_a_failure_while_applying_deadlines_is_logged_and_the_relay_round_
     async def broken(**_: Any) -> int:
         raise RuntimeError("secret-payload")
 
-    monkeypatch.setattr(ledger, "expire_due_consents", broken)
+    monkeypatch.setattr(ledger.consents, "expire_due", broken)
     with caplog.at_level(logging.WARNING, logger="tenure.runs.ledger"):
         report = await ledger.relay(ports(ledger, InMemoryBroker()))
     assert not report.degraded and report.cursor is not None
@@ -188,12 +189,12 @@ async def test_a_deadline_out_of_range_raises_config_validation_error_and_writes
     pin = Workflows().register("ask", "1", _noop)
     run_id = await admit(ledger, pin)
     with pytest.raises(ConfigValidationError) as caught:
-        await ledger.create_consent(run_id, tool_name="mail.send", tool_call_id="call-1", payload={},
+        await ledger.consents.create(run_id, tool_name="mail.send", tool_call_id="call-1", payload={},
                                     expires_in_s=bad)
     assert caught.value.fields == ("expires_in_s",) and run_id not in str(caught.value)
     assert raw(db_url, "SELECT count(*) FROM tenure_consents")[0][0] == 0
     with pytest.raises(ConfigValidationError):
-        await ledger.expire_due_consents(limit=0)
+        await expire_due_consents(ledger, limit=0)
 
 
 async def _noop(ctx: Any) -> None:
@@ -207,7 +208,7 @@ async def test_the_longest_deadline_is_thirty_days_and_the_shortest_a_microsecon
         run_id = await admit(ledger, pin)
         await ledger.publish(run_id, 0, broker)
         assert await ledger.claim(run_id, 0, node="node-a") is not None
-        made.append(await ledger.create_consent(run_id, tool_name="t", tool_call_id="c", payload={},
+        made.append(await ledger.consents.create(run_id, tool_name="t", tool_call_id="c", payload={},
                                                 expires_in_s=seconds))
     assert made[0].expires_at - made[0].created_at == dt.timedelta(days=30)  # type: ignore[operator]
     assert made[1].expires_at - made[1].created_at == dt.timedelta(microseconds=1)  # type: ignore[operator]

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tenure.adapters.runs.ledger import expire_due_consents
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -323,55 +324,55 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
         ("list_runs", "after", lambda ledger: ledger.list_runs(after=f"--5:{m}")),
         ("list_runs", "after", lambda ledger: ledger.list_runs(after="9" * 5000 + f":{m}")),
         ("list_runs", "after", lambda ledger: ledger.list_runs(after="9" * 25 + f":{m}")),
-        ("create_consent", "tool_name", lambda ledger: ledger.create_consent(
+        ("create_consent", "tool_name", lambda ledger: ledger.consents.create(
             RUN_ID, tool_name=m * 9, tool_call_id="call-1", payload={})),
-        ("create_consent", "tool_call_id", lambda ledger: ledger.create_consent(
+        ("create_consent", "tool_call_id", lambda ledger: ledger.consents.create(
             RUN_ID, tool_name="mail", tool_call_id="", payload={})),
-        ("create_consent", "payload", lambda ledger: ledger.create_consent(
+        ("create_consent", "payload", lambda ledger: ledger.consents.create(
             RUN_ID, tool_name="mail", tool_call_id="call-1", payload={m: float("nan")})),
-        ("create_consent", "preauthorized_by", lambda ledger: ledger.create_consent(
+        ("create_consent", "preauthorized_by", lambda ledger: ledger.consents.create(
             RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, preauthorized_by=m * 9)),
-        ("create_consent", "expires_in_s", lambda ledger: ledger.create_consent(
+        ("create_consent", "expires_in_s", lambda ledger: ledger.consents.create(
             RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, expires_in_s=m)),
-        ("create_consent", "expires_in_s", lambda ledger: ledger.create_consent(
+        ("create_consent", "expires_in_s", lambda ledger: ledger.consents.create(
             RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, expires_in_s=0)),
-        ("create_consent", "expires_in_s", lambda ledger: ledger.create_consent(
+        ("create_consent", "expires_in_s", lambda ledger: ledger.consents.create(
             RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, expires_in_s=float("nan"))),
-        ("create_consent", "expires_in_s", lambda ledger: ledger.create_consent(
+        ("create_consent", "expires_in_s", lambda ledger: ledger.consents.create(
             RUN_ID, tool_name="mail", tool_call_id="call-1", payload={}, expires_in_s=30 * 24 * 3600 + 1)),
-        ("expire_due_consents", "limit", lambda ledger: ledger.expire_due_consents(limit=0)),
-        ("expire_due_consents", "limit", lambda ledger: ledger.expire_due_consents(limit=True)),
-        ("expire_due_consents", "broker", lambda ledger: ledger.expire_due_consents(broker=m)),
-        ("decide_consent", "verdict", lambda ledger: ledger.decide_consent("consent-1", m, decided_by="bob")),
-        ("decide_consent", "verdict", lambda ledger: ledger.decide_consent(
+        ("expire_due_consents", "limit", lambda ledger: expire_due_consents(ledger, limit=0)),
+        ("expire_due_consents", "limit", lambda ledger: expire_due_consents(ledger, limit=True)),
+        ("expire_due_consents", "broker", lambda ledger: expire_due_consents(ledger, broker=m)),
+        ("decide_consent", "verdict", lambda ledger: ledger.consents.decide("consent-1", m, decided_by="bob")),
+        ("decide_consent", "verdict", lambda ledger: ledger.consents.decide(
             "consent-1", ConsentStatus.CANCELLED, decided_by="bob")),
-        ("decide_consent", "decided_by", lambda ledger: ledger.decide_consent(
+        ("decide_consent", "decided_by", lambda ledger: ledger.consents.decide(
             "consent-1", ConsentStatus.GRANTED, decided_by=m * 20)),
-        ("decide_consent", "consent_id", lambda ledger: ledger.decide_consent(
+        ("decide_consent", "consent_id", lambda ledger: ledger.consents.decide(
             m * 3, ConsentStatus.GRANTED, decided_by="bob")),
-        ("get_consent", "consent_id", lambda ledger: ledger.get_consent(m * 3)),
-        ("submit_job", "request_id", lambda ledger: ledger.submit_job(
+        ("get_consent", "consent_id", lambda ledger: ledger.consents.get(m * 3)),
+        ("submit_job", "request_id", lambda ledger: ledger.jobs.submit(
             RUN_ID, request_id=m * 9, runtime="sandbox", profile="small", request={})),
-        ("submit_job", "runtime", lambda ledger: ledger.submit_job(
+        ("submit_job", "runtime", lambda ledger: ledger.jobs.submit(
             RUN_ID, request_id="request-1", runtime="", profile="small", request={})),
-        ("submit_job", "profile", lambda ledger: ledger.submit_job(
+        ("submit_job", "profile", lambda ledger: ledger.jobs.submit(
             RUN_ID, request_id="request-1", runtime="sandbox", profile=7, request={})),
-        ("submit_job", "request", lambda ledger: ledger.submit_job(
+        ("submit_job", "request", lambda ledger: ledger.jobs.submit(
             RUN_ID, request_id="request-1", runtime="sandbox", profile="small", request={m: float("inf")})),
-        ("advance_job", "status", lambda ledger: ledger.advance_job("job-1", m)),
-        ("advance_job", "status", lambda ledger: ledger.advance_job("job-1", AgentJobStatus.SUCCEEDED)),
-        ("advance_job", "runtime_job_id", lambda ledger: ledger.advance_job(
+        ("advance_job", "status", lambda ledger: ledger.jobs.advance("job-1", m)),
+        ("advance_job", "status", lambda ledger: ledger.jobs.advance("job-1", AgentJobStatus.SUCCEEDED)),
+        ("advance_job", "runtime_job_id", lambda ledger: ledger.jobs.advance(
             "job-1", AgentJobStatus.ADMITTED, runtime_job_id=m * 9)),
-        ("advance_job", "job_id", lambda ledger: ledger.advance_job(m * 3, AgentJobStatus.ADMITTED)),
-        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result("job-1", m)),
-        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result("job-1", {m: float("nan")})),
-        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result("job-1", {"job_id": "job-1", "status": [m]})),
-        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result("job-1", {"job_id": m, "status": "lost"})),
-        ("adopt_job_result", "result", lambda ledger: ledger.adopt_job_result(
+        ("advance_job", "job_id", lambda ledger: ledger.jobs.advance(m * 3, AgentJobStatus.ADMITTED)),
+        ("adopt_job_result", "result", lambda ledger: ledger.jobs.adopt_result("job-1", m)),
+        ("adopt_job_result", "result", lambda ledger: ledger.jobs.adopt_result("job-1", {m: float("nan")})),
+        ("adopt_job_result", "result", lambda ledger: ledger.jobs.adopt_result("job-1", {"job_id": "job-1", "status": [m]})),
+        ("adopt_job_result", "result", lambda ledger: ledger.jobs.adopt_result("job-1", {"job_id": m, "status": "lost"})),
+        ("adopt_job_result", "result", lambda ledger: ledger.jobs.adopt_result(
             "job-1", {"job_id": "job-1", "status": "failed", "error": [m]})),
-        ("record_job_cancelled", "job_id", lambda ledger: ledger.record_job_cancelled(m * 3)),
-        ("get_job", "job_id", lambda ledger: ledger.get_job("")),
-        ("list_jobs", "run_id", lambda ledger: ledger.list_jobs(m * 3)),
+        ("record_job_cancelled", "job_id", lambda ledger: ledger.jobs.record_cancelled(m * 3)),
+        ("get_job", "job_id", lambda ledger: ledger.jobs.get("")),
+        ("list_jobs", "run_id", lambda ledger: ledger.jobs.list(m * 3)),
         ("reconcile", "ports", lambda ledger: ledger.reconcile(m, node="node-a", boot_cutoff=_aware())),
         ("reconcile", "node", lambda ledger: ledger.reconcile(_ports(), node=m * 9, boot_cutoff=_aware())),
         ("reconcile", "boot_cutoff", lambda ledger: ledger.reconcile(_ports(), node="node-a", boot_cutoff=m)),

@@ -768,3 +768,26 @@ def test_the_state_comparison_check_sees_one(tmp_path: pathlib.Path) -> None:
     planted.write_text("HOLDING = frozenset({RunStatus.RUNNING})\n\n\ndef f(run, status):\n"
                        "    return run.status in HOLDING or status is RunStatus.DONE\n")
     assert [line.split(": ", 1)[1] for line in _state_comparisons(planted, tmp_path)] == ["run.status in HOLDING"]
+
+
+# --- the Run side: one engine entry ----------------------------------------------------------
+
+RUN_ENGINE = "runs/engine.py"
+"""The one module that decides and persists a Run command (``RunEngine.send``)."""
+
+
+def _run_command_writers(root: pathlib.Path) -> list[str]:
+    """Modules under ``root`` that persist a decision of the Run machine themselves: a call
+    of the engine's ``decide_composite`` (the Run and its deliveries, compared and set)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "decide_composite":
+                found.append(path.relative_to(root).as_posix())
+    return sorted(set(found))
+
+
+def test_only_the_run_engine_persists_run_commands() -> None:
+    assert _run_command_writers(ADAPTERS) == [RUN_ENGINE]

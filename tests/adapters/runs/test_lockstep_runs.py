@@ -28,3 +28,30 @@ def test_the_run_kernels_and_the_ledger_stay_in_lockstep(
     with capsys.disabled():
         print("\n" + summary)
     adapter_support.every_rule_ran(machine)
+
+
+
+BROKEN_ENGINES: dict[str, frozenset[str] | None] = {
+    "the_cas_skips_the_delivery": None,
+    "the_cas_skips_the_run": None,
+}
+"""Broken Run engines (``test_run_engine_mutants.BREAKAGES``) the Run lockstep must catch
+on its own, without a scenario written for them; the rules a focused machine keeps to
+reach the broken path sooner (None: every rule). A lost consent sweep and a park that
+reads the wrong owner are caught by their scenarios there; this lockstep budget (200
+examples of 40 steps, focused or not) did not reach them on every database (issue 49's
+engine report)."""
+
+
+@pytest.mark.parametrize("breakage", sorted(BROKEN_ENGINES))
+@pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
+def test_the_lockstep_catches_a_broken_run_engine(
+    database: str, breakage: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    from test_run_engine_mutants import BREAKAGES
+
+    adapter_support.prepare_machine_databases(database, request)
+    BREAKAGES[breakage][0](monkeypatch)
+    machine = machine_for(RunLockstep, adapter_support.LockstepDatabases(database), only=BROKEN_ENGINES[breakage])
+    findings = adapter_support.lockstep_findings(machine, max_examples=200, step_count=40)
+    assert findings, breakage

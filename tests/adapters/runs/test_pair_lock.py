@@ -1,7 +1,7 @@
 """A Run and its current delivery are locked in one statement, Run first, and the clock
 is read after both locks; a write to both is all or nothing.
 
-Every Run write locks the pair (``RunTransactions.locked_pair``). On PostgreSQL that is
+Every Run write locks the pair (``RunEngine.locked_pair``). On PostgreSQL that is
 one statement (``locked_joined_sql``): a lock wait on the delivery row must happen
 before the clock is read, or a decision could use a time from before the wait. Here a
 second session holds the delivery row (only) until a Run write waits for it; the clock
@@ -24,7 +24,7 @@ from tenure.adapters import InMemoryBroker, RunLedger
 from tenure.adapters.core.store import Transaction
 from tenure.adapters.postgres import statements
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
-from tenure.adapters.runs.transactions import RunTransactions
+from tenure.adapters.runs.engine import RunEngine
 from tenure.model import RunIntent, RunStatus, TenureError, WorkflowPin
 
 PIN = WorkflowPin("pair", "1", "sha256:" + "a" * 64)
@@ -44,10 +44,10 @@ async def decided_at_after_a_delivery_lock_wait(db_url: str) -> tuple[int, int, 
             await holder.fetch("SELECT 1 FROM tenure_run_deliveries WHERE run_id = $1 FOR UPDATE", run_id)
 
             async def body(tx: Transaction) -> tuple[Any, int]:
-                pair = await RunTransactions.locked_pair(tx, run_id)
+                pair = await RunEngine.locked_pair(tx, run_id)
                 return pair, await tx.now_us()
 
-            waiting = asyncio.create_task(ledger.transactions.run(body))
+            waiting = asyncio.create_task(ledger.engine.run(body))
 
             async def waits_for_a_lock() -> bool:
                 return bool(await holder.fetchval(
@@ -104,7 +104,7 @@ async def test_a_pair_written_across_its_tables_keeps_nothing_when_one_row_chang
         before = await ledger.get(run_id)
 
         async def body(tx: Transaction) -> None:
-            pair = await RunTransactions.locked_pair(tx, run_id)
+            pair = await RunEngine.locked_pair(tx, run_id)
             assert pair is not None
             run, delivery = pair.run, pair.current
             stale = dataclasses.replace(delivery, last_error="not what is stored")
@@ -114,7 +114,7 @@ async def test_a_pair_written_across_its_tables_keeps_nothing_when_one_row_chang
             ])
 
         with pytest.raises(TenureError) as raised:
-            await ledger.transactions.run(body)
+            await ledger.engine.run(body)
         assert raised.value.reason == "row_changed"
         after = await ledger.get(run_id)
         assert after == before and after.node is None

@@ -101,7 +101,7 @@ async def test_an_orphan_is_reparked_only_on_a_checkpoint_that_binds_its_latest_
     assert await status_of(runs.ledger, stale) == (RunStatus.FAILED, 0, "lost")
     assert nonzero(report) == {"orphans_parked": 1, "orphans_failed": 1}
     # The stale Run's pending consents were swept with its failure.
-    consent = await runs.ledger.get_consent(older)
+    consent = await runs.ledger.consents.get(older)
     assert consent is not None and consent.status is ConsentStatus.CANCELLED
 
 
@@ -160,7 +160,7 @@ async def test_an_orphans_delegated_job_is_contained_before_it_fails_and_unprove
     report = await runs.ledger.reconcile(RecoveryPorts(runs.broker, contain_job=contain_job), node=NODE,
                                          boot_cutoff=await boot())
     assert sorted(asked) == sorted([contained_job, stuck_job])
-    job = await runs.ledger.get_job(contained_job)
+    job = await runs.ledger.jobs.get(contained_job)
     assert job is not None and job.status is AgentJobStatus.CANCELLED
     assert await status_of(runs.ledger, contained) == (RunStatus.FAILED, 0, "lost")
     assert await status_of(runs.ledger, stuck) == (RunStatus.RUNNING, 0, None)
@@ -355,7 +355,7 @@ async def test_decided_waits_are_resumed_and_published_and_undecided_ones_kept(r
     delegated = await runs.running("delegated")
     job_id = await runs.job(delegated)
     assert await runs.ledger.park(delegated, 0, kind=WaitKind.DELEGATE, owner_id=job_id)
-    assert await runs.ledger.adopt_job_result(job_id, succeeded(job_id))
+    assert await runs.ledger.jobs.adopt_result(job_id, succeeded(job_id))
     report = await runs.ledger.reconcile(RecoveryPorts(runs.broker), node=NODE, boot_cutoff=await boot())
     for run_id in (decided, delegated):
         assert await status_of(runs.ledger, run_id) == (RunStatus.QUEUED, 1, None)
@@ -368,7 +368,7 @@ async def test_a_relay_resumes_a_consent_decided_while_nobody_listened(runs: Run
     run_id, consent_id = await runs.waiting_on_consent()
     first = await runs.ledger.relay(RecoveryPorts(runs.broker))
     assert nonzero(first) == {}
-    assert await runs.ledger.decide_consent(consent_id, ConsentStatus.GRANTED, decided_by="bob")
+    assert await runs.ledger.consents.decide(consent_id, ConsentStatus.GRANTED, decided_by="bob")
     second = await runs.ledger.relay(RecoveryPorts(runs.broker), cursor=first.cursor)
     assert nonzero(second) == {"resumed": 1, "published": 1}
     assert await status_of(runs.ledger, run_id) == (RunStatus.QUEUED, 1, None)
@@ -559,14 +559,14 @@ async def test_a_run_and_its_delivery_are_read_in_one_statement_and_stray_rows_f
         async def body(tx: Any) -> Any:
             return await recovery_module._consistent_pair(tx, run_id)  # noqa: SLF001
 
-        return await runs.ledger.transactions.run(body, write=False)
+        return await runs.ledger.engine.run(body, write=False)
 
     async def joined() -> Any:
         async def body(tx: Any) -> Any:
             return await tx.read_joined(recovery_module.RUNS_BINDING, [run_id], recovery_module.DELIVERIES_BINDING,
                                         recovery_module.CURRENT_DELIVERY)
 
-        return await runs.ledger.transactions.run(body, write=False)
+        return await runs.ledger.engine.run(body, write=False)
 
     [(run, delivery)] = await joined()
     assert run.run_id == run_id and delivery.delivery_id == hop_key(run_id, 0)
@@ -574,6 +574,6 @@ async def test_a_run_and_its_delivery_are_read_in_one_statement_and_stray_rows_f
     raw(db_url, "UPDATE tenure_run_deliveries SET delivery_id = 'stray' WHERE delivery_id = ?", (hop_key(run_id, 0),))
     assert [found.delivery_id for _, found in await joined()] == ["stray"]
     assert await pair() == (run, None)
-    assert await runs.ledger.transactions.run(
+    assert await runs.ledger.engine.run(
         lambda tx: tx.read_joined(recovery_module.RUNS_BINDING, ["no-such-run"], recovery_module.DELIVERIES_BINDING,
                                   recovery_module.CURRENT_DELIVERY), write=False) == []

@@ -21,8 +21,10 @@ from adapter_support import raw
 from run_support import PIN, Runs, runs_db, unique  # noqa: F401 (runs_db: fixture)
 import paths
 from tenure.adapters import RunLedger, upgrade
+from tenure.adapters.runs import engine as engine_module
 from tenure.adapters.runs import ledger as ledger_module
 from tenure.adapters.runs.ledger import legacy_run_id_for, run_id_for
+from tenure.kernel.runs.aggregate import Evidence
 from tenure.model import ErrorCode, RunIntent, TenureError
 
 OLD_DATABASE = paths.SUPPORT / "data" / "runs_before_v4.db"
@@ -97,7 +99,7 @@ async def admit_before_runs_v4(ledger: RunLedger, monkeypatch: pytest.MonkeyPatc
 
     with monkeypatch.context() as patched:
         patched.setattr(ledger_module, "run_id_for", lambda k: legacy_run_id_for(source, k))
-        patched.setattr(RunLedger, "_pair_holding_key", meets_nothing)
+        patched.setitem(engine_module.READERS, Evidence.KEY_HOLDER, meets_nothing)
         admission = await admit(ledger, source, {"n": 1}, key)
     assert admission.run.run_id == legacy_run_id_for(source, key) != run_id_for(key)
     return admission.run.run_id

@@ -20,7 +20,7 @@ from attempt_fakes import spec
 from run_support import Runs, runs_db, unique  # noqa: F401 (runs_db: fixture)
 from tenure.adapters import AttemptLedger, RunLedger
 from tenure.adapters.attempts.ledger import attempt_id_for
-from tenure.adapters.runs.transactions import RunTransactions
+from tenure.adapters.runs.engine import RunEngine
 from tenure.model import TERMINAL_ATTEMPT_STATES, AttemptState, ErrorCode, RunStatus, TenureError, WaitKind
 
 
@@ -150,7 +150,7 @@ async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_i
     assert kind_of(runs_db) == "postgresql"
     run_id = await runs.running("run-1")
     request = spec(unique("owner"), run_id=run_id)
-    counted = RunTransactions.containment
+    counted = RunEngine.containment
     prepares: list[asyncio.Future[str]] = []
 
     async with AttemptLedger(runs_db) as other:
@@ -161,7 +161,7 @@ async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_i
             await asyncio.wait(prepares, timeout=1.0)
             return result
 
-        monkeypatch.setattr(RunTransactions, "containment", staticmethod(containment))
+        monkeypatch.setattr(RunEngine, "containment", staticmethod(containment))
         settled = await runs.ledger.settle(run_id, 0, RunStatus.DONE)
         monkeypatch.undo()
         outcome: Any

@@ -117,7 +117,7 @@ async def test_a_context_call_whose_ledger_writes_fail_is_retried_and_the_run_go
             steps.recorded = failing(steps.recorded, 2)  # type: ignore[method-assign]
             steps.record = failing(steps.record, 2)  # type: ignore[method-assign]
         elif call == "request_consent":
-            ledger.create_consent = failing(ledger.create_consent, 2)  # type: ignore[method-assign]
+            ledger.consents.create = failing(ledger.consents.create, 2)  # type: ignore[method-assign]
             ledger.checkpoints.save = failing(ledger.checkpoints.save, 1)  # type: ignore[method-assign]
             ledger.park = failing(ledger.park, 1)  # type: ignore[method-assign]
         else:

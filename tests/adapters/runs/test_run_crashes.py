@@ -288,7 +288,7 @@ async def _running_with_consent(runs: Runs, broker: DyingBroker) -> Scenario:
 async def _parked_on_granted(runs: Runs, broker: DyingBroker) -> Scenario:
     scenario = await _running_with_consent(runs, broker)
     assert await runs.ledger.park(scenario.run_id, 0, kind=WaitKind.CONSENT, owner_id=scenario.owner_id)  # type: ignore[arg-type]
-    assert await runs.ledger.decide_consent(scenario.owner_id, ConsentStatus.GRANTED, decided_by="bob")  # type: ignore[arg-type]
+    assert await runs.ledger.consents.decide(scenario.owner_id, ConsentStatus.GRANTED, decided_by="bob")  # type: ignore[arg-type]
     return scenario
 
 
@@ -296,7 +296,7 @@ async def _settle_ready(runs: Runs, broker: DyingBroker) -> Scenario:
     """RUNNING with a pending consent (swept by the settlement) and a finished job."""
     scenario = await _running_with_consent(runs, broker)
     job_id = await runs.job(scenario.run_id)
-    assert await runs.ledger.adopt_job_result(job_id, succeeded(job_id))
+    assert await runs.ledger.jobs.adopt_result(job_id, succeeded(job_id))
     return scenario
 
 
@@ -615,7 +615,7 @@ async def _recovered(checker: RunLedger, scenario: Scenario, issues: set[str]) -
         assert run.status not in TERMINAL_RUN_STATUSES, "a reported Run is left as it was"
         return "reported"
     if run.status in TERMINAL_RUN_STATUSES:
-        assert await checker.list_jobs(run.run_id) == (), "terminal only with its jobs contained"
+        assert await checker.jobs.list(run.run_id) == (), "terminal only with its jobs contained"
         return "terminal"
     if run.status in WAIT_STATUSES:
         assert run.owner_id is not None

@@ -542,15 +542,15 @@ async def test_settlement_is_unproven_while_a_delegated_job_is_open_or_lost(runs
     run_id = await runs.running("run-1")
     job_id = await runs.job(run_id)
     await raises(ErrorCode.RUN_CONTAINMENT_UNPROVEN, runs.ledger.settle(run_id, 0, RunStatus.DONE))
-    assert await runs.ledger.advance_job(job_id, AgentJobStatus.ADMITTED)
+    assert await runs.ledger.jobs.advance(job_id, AgentJobStatus.ADMITTED)
     await raises(ErrorCode.RUN_CONTAINMENT_UNPROVEN, runs.ledger.settle(run_id, 0, RunStatus.FAILED, error="x"))
-    assert await runs.ledger.adopt_job_result(job_id, result_of(job_id, AgentJobStatus.LOST, error="runtime gone"))
+    assert await runs.ledger.jobs.adopt_result(job_id, result_of(job_id, AgentJobStatus.LOST, error="runtime gone"))
     await raises(ErrorCode.RUN_CONTAINMENT_UNPROVEN, runs.ledger.settle(run_id, 0, RunStatus.DONE))
-    assert [job.job_id for job in await runs.ledger.list_jobs(run_id)] == [job_id]
+    assert [job.job_id for job in await runs.ledger.jobs.list(run_id)] == [job_id]
     assert (await runs.ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
     assert (await runs.ledger.get_delivery(run_id, 0)).state is DeliveryState.CLAIMED  # type: ignore[union-attr]
-    assert await runs.ledger.record_job_cancelled(job_id)
-    assert await runs.ledger.list_jobs(run_id) == ()
+    assert await runs.ledger.jobs.record_cancelled(job_id)
+    assert await runs.ledger.jobs.list(run_id) == ()
     assert await runs.ledger.settle(run_id, 0, RunStatus.DONE) is True
 
 
@@ -560,7 +560,7 @@ async def test_a_job_with_an_adopted_result_other_than_lost_is_contained(runs: R
     run_id = await runs.running("run-1")
     job_id = await runs.job(run_id)
     more = {"error": "it broke"} if ending in (AgentJobStatus.FAILED, AgentJobStatus.TIMED_OUT) else {}
-    assert await runs.ledger.adopt_job_result(job_id, result_of(job_id, ending, **more))
+    assert await runs.ledger.jobs.adopt_result(job_id, result_of(job_id, ending, **more))
     assert await runs.ledger.settle(run_id, 0, RunStatus.DONE) is True
 
 
@@ -587,20 +587,20 @@ async def test_settlement_cancels_pending_consents_in_the_same_transaction(runs:
     pending = [await runs.consent(run_id), await runs.consent(run_id)]
     granted = await runs.consent(run_id, preauthorized=True)
     denied = await runs.consent(run_id)
-    assert await runs.ledger.decide_consent(denied, ConsentStatus.DENIED, decided_by="bob")
+    assert await runs.ledger.consents.decide(denied, ConsentStatus.DENIED, decided_by="bob")
     job_id = await runs.job(run_id)
     # A refused settlement changes nothing, the consents included.
     await raises(ErrorCode.RUN_CONTAINMENT_UNPROVEN, runs.ledger.settle(run_id, 0, RunStatus.DONE))
     for consent_id in pending:
-        assert (await runs.ledger.get_consent(consent_id)).status is ConsentStatus.PENDING  # type: ignore[union-attr]
-    assert await runs.ledger.adopt_job_result(job_id, succeeded(job_id))
+        assert (await runs.ledger.consents.get(consent_id)).status is ConsentStatus.PENDING  # type: ignore[union-attr]
+    assert await runs.ledger.jobs.adopt_result(job_id, succeeded(job_id))
     assert await runs.ledger.settle(run_id, 0, RunStatus.DONE)
     for consent_id in pending:
-        consent = await runs.ledger.get_consent(consent_id)
+        consent = await runs.ledger.consents.get(consent_id)
         assert consent is not None and (consent.status, consent.decided_by) == (ConsentStatus.CANCELLED, SETTLED_BY)
         assert consent.decided_at is not None and consent.verdict is False
-    assert (await runs.ledger.get_consent(granted)).status is ConsentStatus.GRANTED  # type: ignore[union-attr]
-    assert (await runs.ledger.get_consent(denied)).decided_by == "bob"  # type: ignore[union-attr]
+    assert (await runs.ledger.consents.get(granted)).status is ConsentStatus.GRANTED  # type: ignore[union-attr]
+    assert (await runs.ledger.consents.get(denied)).decided_by == "bob"  # type: ignore[union-attr]
 
 
 # --- parks and hardware waits -----------------------------------------------------------------
@@ -665,7 +665,7 @@ async def test_parking_on_an_already_decided_owner_may_be_resumed_at_once(runs: 
         owner_id = await runs.consent(run_id, preauthorized=True)
     elif kind is WaitKind.DELEGATE:
         owner_id = await runs.job(run_id)
-        assert await runs.ledger.adopt_job_result(owner_id, succeeded(owner_id))
+        assert await runs.ledger.jobs.adopt_result(owner_id, succeeded(owner_id))
     else:
         owner_id = await runs.attempt(run_id)
         async with AttemptLedger(runs_db) as attempts:
@@ -714,7 +714,7 @@ async def test_only_the_current_decided_owner_resumes_a_waiting_run(runs: Runs) 
     run_id, consent_id = await runs.waiting_on_consent("run-1")
     foreign = await runs.consent(await runs.running("run-other"), preauthorized=True)
     assert await ledger.resume(run_id, owner_id=consent_id) is None  # still pending
-    assert await ledger.decide_consent(consent_id, ConsentStatus.GRANTED, decided_by="bob")
+    assert await ledger.consents.decide(consent_id, ConsentStatus.GRANTED, decided_by="bob")
     assert await ledger.resume(run_id, owner_id=foreign) is None
     assert await ledger.resume(run_id, owner_id=unique("nobody")) is None
     assert (await ledger.get(run_id)).status is RunStatus.AWAITING_CONSENT  # type: ignore[union-attr]
@@ -737,7 +737,7 @@ async def test_only_the_current_decided_owner_resumes_a_waiting_run(runs: Runs) 
 @pytest.mark.parametrize("verdict", [ConsentStatus.DENIED, ConsentStatus.EXPIRED])
 async def test_a_denied_or_expired_consent_resumes_its_run_too(runs: Runs, verdict: ConsentStatus) -> None:
     run_id, consent_id = await runs.waiting_on_consent("run-1")
-    assert await runs.ledger.decide_consent(consent_id, verdict, decided_by="deadline-keeper")
+    assert await runs.ledger.consents.decide(consent_id, verdict, decided_by="deadline-keeper")
     assert await runs.ledger.resume(run_id, owner_id=consent_id) == 1
 
 
@@ -756,9 +756,9 @@ async def test_a_delegated_job_resumes_its_run_only_with_an_adopted_result(runs:
     assert await ledger.park(run_id, 0, kind=WaitKind.DELEGATE, owner_id=job_id)
     assert await ledger.resume(run_id, owner_id=job_id) is None
     for status in (AgentJobStatus.ADMITTED, AgentJobStatus.PREPARING, AgentJobStatus.RUNNING):
-        assert await ledger.advance_job(job_id, status)
+        assert await ledger.jobs.advance(job_id, status)
         assert await ledger.resume(run_id, owner_id=job_id) is None
-    assert await ledger.adopt_job_result(job_id, succeeded(job_id))
+    assert await ledger.jobs.adopt_result(job_id, succeeded(job_id))
     assert await ledger.resume(run_id, owner_id=job_id) == 1
 
 
@@ -823,7 +823,7 @@ async def test_every_nonterminal_run_can_be_cancelled(runs: Runs, state: str) ->
     assert await ledger.release(run_id, 0) is False
     assert await ledger.leave_hardware_wait(run_id, 0) is False
     if state == "waiting":
-        assert await ledger.decide_consent(consent_id, ConsentStatus.GRANTED, decided_by="bob")
+        assert await ledger.consents.decide(consent_id, ConsentStatus.GRANTED, decided_by="bob")
         assert await ledger.resume(run_id, owner_id=consent_id) is None
     assert await ledger.finish_cancel(run_id, 0, runs.broker) is True
     assert (await ledger.get(run_id)).status is RunStatus.CANCELLED  # type: ignore[union-attr]
@@ -912,9 +912,9 @@ async def test_finish_cancel_needs_every_job_contained_and_every_attempt_resolve
     assert ticket is not None
     error = await raises(ErrorCode.RUN_CONTAINMENT_UNPROVEN, ledger.finish_cancel(run_id, 0, runs.broker))
     assert error.reason == "containment_unproven"
-    assert await ledger.adopt_job_result(job_id, result_of(job_id, AgentJobStatus.LOST, error="ambiguous start"))
+    assert await ledger.jobs.adopt_result(job_id, result_of(job_id, AgentJobStatus.LOST, error="ambiguous start"))
     await raises(ErrorCode.RUN_CONTAINMENT_UNPROVEN, ledger.finish_cancel(run_id, 0, runs.broker))
-    assert await ledger.record_job_cancelled(job_id)
+    assert await ledger.jobs.record_cancelled(job_id)
     await raises(ErrorCode.RUN_CONTAINMENT_UNPROVEN, ledger.finish_cancel(run_id, 0, runs.broker))
     assert (await ledger.get(run_id)).status is RunStatus.CANCELLING  # type: ignore[union-attr]
     async with AttemptLedger(runs_db) as attempts:
@@ -943,11 +943,11 @@ async def test_finish_cancel_cancels_pending_consents_and_settles_the_delivery(r
     run_id, consent_id = await runs.waiting_on_consent("run-1")
     ticket = await runs.ledger.begin_cancel(run_id)
     assert ticket is not None
-    assert (await runs.ledger.get_consent(consent_id)).status is ConsentStatus.PENDING  # type: ignore[union-attr]
+    assert (await runs.ledger.consents.get(consent_id)).status is ConsentStatus.PENDING  # type: ignore[union-attr]
     assert await runs.ledger.finish_cancel(run_id, ticket.enqueue_seq, runs.broker) is True
-    consent = await runs.ledger.get_consent(consent_id)
+    consent = await runs.ledger.consents.get(consent_id)
     assert consent is not None and (consent.status, consent.decided_by) == (ConsentStatus.CANCELLED, CANCELLED_BY)
-    assert await runs.ledger.decide_consent(consent_id, ConsentStatus.GRANTED, decided_by="bob") is False
+    assert await runs.ledger.consents.decide(consent_id, ConsentStatus.GRANTED, decided_by="bob") is False
 
 
 async def test_finish_cancel_with_another_generation_answers_false(runs: Runs) -> None:
@@ -973,7 +973,7 @@ async def test_finish_cancel_on_a_cancelled_run_repeats_the_sweep_and_answers_fa
                  "VALUES (?, ?, 'mail.send', 'call-1', '{}', 'pending', NULL, NULL, NULL, ?)",
         (straggler, run_id, created))
     assert await runs.ledger.finish_cancel(run_id, again.enqueue_seq, runs.broker) is False
-    consent = await runs.ledger.get_consent(straggler)
+    consent = await runs.ledger.consents.get(straggler)
     assert consent is not None and (consent.status, consent.decided_by) == (ConsentStatus.CANCELLED, CANCELLED_BY)
     assert (await runs.ledger.get(run_id)).status is RunStatus.CANCELLED  # type: ignore[union-attr]
 
@@ -982,7 +982,7 @@ async def test_finish_cancel_racing_the_election_never_cancels_a_hop_it_did_not_
     run_id = await runs.published("run-1")
     key = hop_key(run_id, 0)
     ledger = runs.ledger
-    original = ledger.transactions.run
+    original = ledger.engine.run
     elected: list[CancelTicket | None] = []
 
     async def elect_after_the_read(body: Any, *, write: bool = True) -> Any:
@@ -992,7 +992,7 @@ async def test_finish_cancel_racing_the_election_never_cancels_a_hop_it_did_not_
                 elected.append(await operator.begin_cancel(run_id))
         return result
 
-    ledger.transactions.run = elect_after_the_read  # type: ignore[method-assign]
+    ledger.engine.run = elect_after_the_read  # type: ignore[method-assign]
     try:
         outcome: Any
         try:
@@ -1000,7 +1000,7 @@ async def test_finish_cancel_racing_the_election_never_cancels_a_hop_it_did_not_
         except TenureError as error:
             outcome = error.code
     finally:
-        del ledger.transactions.run
+        del ledger.engine.run
     assert elected == [CancelTicket(run_id, 0, False)]
     status = (await ledger.get(run_id)).status  # type: ignore[union-attr]
     # The hop is still queued at the broker: a CANCELLED Run here would be unproven.
@@ -1064,8 +1064,8 @@ async def test_get_delivery_reads_each_hop_and_unknown_things_are_none(runs: Run
     assert await ledger.get_delivery(run_id, 2) is None
     unknown = runs.run_id("no-such-run")
     assert await ledger.get(unknown) is None and await ledger.get_delivery(unknown, 0) is None
-    assert await ledger.get_consent(unique("consent")[:36]) is None
-    assert await ledger.get_job(job_id_for(unique("request"))) is None
+    assert await ledger.consents.get(unique("consent")[:36]) is None
+    assert await ledger.jobs.get(job_id_for(unique("request"))) is None
 
 
 async def test_an_unknown_run_answers_false_or_none_to_every_operation(runs: Runs) -> None:

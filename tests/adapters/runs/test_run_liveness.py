@@ -139,7 +139,7 @@ async def test_a_resumed_hop_whose_checkpoint_read_meets_a_database_failure_retr
         await ledger.publish(run_id, 0, broker)
         parked = await parked_and_ended(ledger, runner, run_id, RunStatus.AWAITING_CONSENT)
         ledger.checkpoints.load = failing_load  # type: ignore[method-assign]
-        assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="ops")
+        assert await ledger.consents.decide(parked.owner_id, ConsentStatus.GRANTED, decided_by="ops")
         assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) == 1
         done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
     assert (done.status, done.result) == (RunStatus.DONE, {"granted": "granted", "state": {"asked": 1}})

@@ -108,11 +108,11 @@ async def test_a_resumed_hop_of_a_consent_that_saved_and_died_resumes_again_with
     verdict, from the state saved last; no retry is spent."""
     flows, broker = flows_seen(on_lost), InMemoryBroker()
     run_id = await claimed(ledger, broker, flows)
-    consent = await ledger.create_consent(run_id, tool_name="mail.send", tool_call_id="call-1", payload={})
+    consent = await ledger.consents.create(run_id, tool_name="mail.send", tool_call_id="call-1", payload={})
     assert await ledger.checkpoints.save(run_id, 0, state={"asked": 1}, owner_kind=WaitKind.CONSENT,
                                          owner_id=consent.consent_id)
     assert await ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent.consent_id)
-    assert await ledger.decide_consent(consent.consent_id, ConsentStatus.GRANTED, decided_by="ops")
+    assert await ledger.consents.decide(consent.consent_id, ConsentStatus.GRANTED, decided_by="ops")
     assert await ledger.resume(run_id, owner_id=consent.consent_id) == 1
     await ledger.publish(run_id, 1, broker)
     assert await ledger.claim(run_id, 1, node="node-a") is not None
@@ -145,7 +145,7 @@ async def test_a_park_replaces_the_owner_a_plain_save_kept(ledger: RunLedger) ->
     await ledger.publish(run_id, 1, broker)
     assert await ledger.claim(run_id, 1, node="node-a") is not None
     assert await ledger.checkpoints.save(run_id, 1, state={"n": 1})
-    consent = await ledger.create_consent(run_id, tool_name="mail.send", tool_call_id="call-2", payload={})
+    consent = await ledger.consents.create(run_id, tool_name="mail.send", tool_call_id="call-2", payload={})
     assert await ledger.checkpoints.save(run_id, 1, state={"n": 2}, owner_kind=WaitKind.CONSENT,
                                          owner_id=consent.consent_id)
     saved = await ledger.checkpoints.load(run_id)

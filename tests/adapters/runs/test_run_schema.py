@@ -109,9 +109,9 @@ async def test_a_raw_writer_cannot_store_a_verdict_without_its_principal_and_tim
     refused(db, "ck_tenure_consents_decision", update.format("status = 'granted', decided_by = 'bob'"), (consent_id,))
     refused(db, "ck_tenure_consents_decision", update.format("decided_by = 'bob', decided_at = created_at"),
             (consent_id,))
-    assert (await runs.ledger.get_consent(consent_id)).status.value == "pending"  # type: ignore[union-attr]
+    assert (await runs.ledger.consents.get(consent_id)).status.value == "pending"  # type: ignore[union-attr]
     raw(db, update.format("status = 'granted', decided_by = 'bob', decided_at = created_at"), (consent_id,))
-    assert (await runs.ledger.get_consent(consent_id)).decided_by == "bob"  # type: ignore[union-attr]
+    assert (await runs.ledger.consents.get(consent_id)).decided_by == "bob"  # type: ignore[union-attr]
     refused(db, "ck_tenure_consents_decision", update.format("status = 'pending'"), (consent_id,))
 
 
@@ -124,8 +124,8 @@ async def test_a_raw_writer_cannot_end_a_job_without_a_result_or_open_one_with_o
     refused(db, "ck_tenure_agent_jobs_result", update.format("status = 'succeeded'"), (job_id,))
     refused(db, "ck_tenure_agent_jobs_result", update.format("result_json = '{}'"), (job_id,))
     refused(db, "ck_tenure_agent_jobs_result", update.format("status = 'lost'"), (job_id,))
-    assert (await runs.ledger.get_job(job_id)).status.value == "queued"  # type: ignore[union-attr]
-    assert await runs.ledger.adopt_job_result(job_id, succeeded(job_id))
+    assert (await runs.ledger.jobs.get(job_id)).status.value == "queued"  # type: ignore[union-attr]
+    assert await runs.ledger.jobs.adopt_result(job_id, succeeded(job_id))
     refused(db, "ck_tenure_agent_jobs_result", update.format("status = 'running'"), (job_id,))
     refused(db, "ck_tenure_agent_jobs_result", update.format("result_json = NULL"), (job_id,))
     raw(db, update.format("status = 'cancelled'"), (job_id,))  # terminal with a result: the shape allows it

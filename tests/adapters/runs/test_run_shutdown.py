@@ -100,7 +100,7 @@ async def test_a_resumed_hop_that_returned_as_the_runtime_stops_is_not_parked_on
         await ledger.publish(run_id, 0, broker)
         parked = await parked_and_ended(ledger, runner, run_id, RunStatus.AWAITING_CONSENT)
         recording = stop_while_recording(ledger, runner)
-        assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="ops")
+        assert await ledger.consents.decide(parked.owner_id, ConsentStatus.GRANTED, decided_by="ops")
         await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id)
         await asyncio.wait_for(recording.wait(), 60)
     run = await ledger.get(run_id)

@@ -166,7 +166,7 @@ async def test_a_run_parks_on_consent_and_its_resumed_hop_finishes_it(ledger: Ru
         checkpoint = await ledger.checkpoints.load(run_id)
         assert checkpoint is not None and (checkpoint.owner_id, checkpoint.state) == (parked.owner_id, {"drafted": True})
         assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) is None  # not decided yet
-        assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="bob")
+        assert await ledger.consents.decide(parked.owner_id, ConsentStatus.GRANTED, decided_by="bob")
         assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) == 1
         done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
         assert done.status is RunStatus.DONE
@@ -274,7 +274,7 @@ async def test_a_denied_consent_fails_the_run_with_the_exception_type_only(ledge
         run_id = await admit(ledger, pin, {"to": "ops"})
         await ledger.publish(run_id, 0, broker)
         parked = await status_of(ledger, run_id, RunStatus.AWAITING_CONSENT)
-        await ledger.decide_consent(parked.owner_id, ConsentStatus.DENIED, decided_by="bob")
+        await ledger.consents.decide(parked.owner_id, ConsentStatus.DENIED, decided_by="bob")
         await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id)
         failed = await status_of(ledger, run_id, RunStatus.FAILED)
         assert failed.error == "workflow_error:PermissionError"
@@ -475,7 +475,7 @@ async def test_a_delegated_job_parks_the_run_and_its_adopted_result_resumes_it(l
         run_id = await admit(ledger, flows.pin("delegate", "1"))
         await ledger.publish(run_id, 0, broker)
         parked = await parked_and_ended(ledger, runner, run_id, RunStatus.AWAITING_DELEGATE)
-        assert await ledger.adopt_job_result(parked.owner_id, result_of(parked.owner_id, AgentJobStatus.SUCCEEDED))
+        assert await ledger.jobs.adopt_result(parked.owner_id, result_of(parked.owner_id, AgentJobStatus.SUCCEEDED))
         assert await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id) == 1
         await status_of(ledger, run_id, RunStatus.DONE)
         assert seen == [(AgentJobStatus.SUCCEEDED, {"asked": 1})]

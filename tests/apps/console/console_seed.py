@@ -77,9 +77,9 @@ async def park_on_consent(ledger: RunLedger, *, queue: str = "runs", tool_name: 
     assert await ledger.publish(run_id, 0, InMemoryBroker())
     assert await ledger.claim(run_id, 0, node="node-a") is not None
     if with_job:
-        await ledger.submit_job(run_id, request_id=f"request-{uuid.uuid4().hex[:8]}", runtime="sandbox",
+        await ledger.jobs.submit(run_id, request_id=f"request-{uuid.uuid4().hex[:8]}", runtime="sandbox",
                                 profile="small", request={"secret": RUN_SECRET})
-    consent = await ledger.create_consent(run_id, tool_name=tool_name, tool_call_id=f"call-{uuid.uuid4().hex[:8]}",
+    consent = await ledger.consents.create(run_id, tool_name=tool_name, tool_call_id=f"call-{uuid.uuid4().hex[:8]}",
                                           payload={"secret": CONSENT_SECRET, "html": "<b>bold</b> & more"},
                                           expires_in_s=3600)
     assert await ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent.consent_id)
@@ -120,7 +120,7 @@ async def seed(db_url: str) -> Seeded:
     async with RunLedger(db_url) as ledger:
         waiting_run, pending_consent = await park_on_consent(ledger, with_job=True)
         decided_run, decided_consent = await park_on_consent(ledger, tool_name="files.delete")
-        assert await ledger.decide_consent(decided_consent, ConsentStatus.DENIED, decided_by="carol")
+        assert await ledger.consents.decide(decided_consent, ConsentStatus.DENIED, decided_by="carol")
         queued = await ledger.admit(_intent("bob"), workflow=WorkflowPin(HOSTILE_WORKFLOW, "rev-1", PIN.digest),
                                     queue=HOSTILE_QUEUE, priority=10)
         failing = await ledger.admit(_intent(), workflow=PIN, queue="runs", priority=50)

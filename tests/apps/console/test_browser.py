@@ -291,7 +291,7 @@ async def decided_and_settled(ledger: RunLedger, tool_name: str, verdict: Consen
                               status: RunStatus) -> None:
     """A Run parked on a consent, decided, resumed and settled as its workflow would."""
     run_id, consent_id = await park_on_consent(ledger, tool_name=tool_name)
-    assert await ledger.decide_consent(consent_id, verdict, decided_by=by)
+    assert await ledger.consents.decide(consent_id, verdict, decided_by=by)
     hop = await ledger.resume(run_id, owner_id=consent_id)
     assert hop is not None and await ledger.publish(run_id, hop, InMemoryBroker())
     assert await ledger.claim(run_id, hop, node="worker-a") is not None

@@ -231,7 +231,7 @@ def test_consents_sharing_one_time_each_appear_once_in_pages_of_one(console_url:
             made = [(await park_on_consent(ledger, tool_name="files.delete"))[1] for _ in range(6)]
             for consent_id, verdict in zip(made[3:], (ConsentStatus.DENIED, ConsentStatus.GRANTED,
                                                       ConsentStatus.DENIED), strict=True):
-                assert await ledger.decide_consent(consent_id, verdict, decided_by="carol")
+                assert await ledger.consents.decide(consent_id, verdict, decided_by="carol")
             return made[:3], made[3:]
 
     pending, decided = _run_async(make())

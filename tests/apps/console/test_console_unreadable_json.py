@@ -99,7 +99,7 @@ def test_the_api_answers_corrupt_row_for_the_same_values(seeded_url: tuple[str, 
         reasons = []
         async with TaskSource(url) as tasks, RunLedger(url) as ledger:
             for call in (lambda: tasks.get_job(data.completed_task), lambda: ledger.get(data.waiting_run),
-                         lambda: ledger.get_consent(data.pending_consent)):
+                         lambda: ledger.consents.get(data.pending_consent)):
                 try:
                     await call()
                 except TenureError as error:

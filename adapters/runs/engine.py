@@ -1,0 +1,439 @@
+"""The Run engine: the one entry every Run command goes through.
+
+:meth:`RunEngine.send` takes a Run command and, in one transaction, reads what the
+kernel's aggregate declaration (:mod:`tenure.kernel.runs.aggregate`) names for it (the
+Run and its current delivery always, then the evidence: owner rows, containment counts,
+a busy session, the clock for a timer's delay), completes the command with that
+evidence, asks the Run machine, persists the decided pair with compare-and-set writes on
+the Run and every delivery it touches, runs the declared in-transaction follow-ups
+(sweep consents, delete or bind the checkpoint, clear a lost hop's outcome) and returns
+the decision with the follow-ups its caller runs after commit (publish the opened hop).
+Nothing here looks at where a Run stands: the readers and follow-ups are tables keyed
+by the declaration's names.
+
+``RunEngine`` is also the Run side's transaction toolkit (one per ledger, reached as
+``RunLedger.engine``): :meth:`run` and :meth:`read` (one transaction behind the Run
+ledger's error boundary), :meth:`locked_pair` / :meth:`read_pair`, :meth:`containment`
+and :meth:`owner` (the readers recovery's page visits share). It is public and
+documented in ``docs/runs.md`` ("The Run engine") because recovery, the console's
+reads and the conformance replays use it; an application uses ``RunLedger``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
+from tenure.kernel.attempts.record import AttemptRow
+from tenure.kernel.consents.commands import CancelPending
+from tenure.kernel.consents.record import ConsentRow
+from tenure.kernel.core import Applied, Decision, decide
+from tenure.kernel.runs import finders
+from tenure.kernel.runs.aggregate import (
+    FILLS,
+    READS,
+    UNREAD_CONTAINMENT,
+    Evidence,
+    FollowUp,
+    after_commit,
+    in_transaction,
+)
+from tenure.kernel.runs.commands import Containment, OwnerEvidence, RunCommand, Settle
+from tenure.kernel.runs.machine import RUNS, consent_sweep
+from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of
+from tenure.model import ConfigValidationError, ErrorCode, RunStatus, WaitKind
+from tenure.model.runs import MAX_ERROR_CHARS, check_run_id, check_seq, check_text
+
+from ..agent_jobs.table import AGENT_JOBS_BINDING
+from ..attempts.table import ATTEMPTS_BINDING
+from ..consents.table import CONSENTS_BINDING
+from ..core.engine import Engine, raise_if_conflict
+from ..core.facade import persistence_as
+from ..core.failures import persistence_failed
+from ..core.store import Transaction
+from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, stored_in
+from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
+
+__all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "consent_evidence", "job_evidence", "attempt_evidence",
+           "current_pair"]
+
+T = TypeVar("T")
+
+
+def consent_evidence(row: ConsentRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.CONSENT, row.consent_id, row.run_id, row.status.value,
+                         row.decided_by is not None and row.decided_at_us is not None)
+
+
+def job_evidence(row: AgentJobRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.DELEGATE, row.job_id, row.run_id, row.status.value, job_complete(row))
+
+
+def attempt_evidence(row: AttemptRow) -> OwnerEvidence:
+    return OwnerEvidence(WaitKind.SERVICE, row.attempt_id, row.run_id, row.state.value, True)
+
+
+def _parts(pair: RunPair) -> list[tuple[Any, Any]]:
+    """The rows of the aggregate the engine compares and sets, in the lock order (the Run,
+    then its deliveries)."""
+    return [(RUNS_BINDING, pair.run), *((DELIVERIES_BINDING, delivery) for delivery in pair.deliveries)]
+
+
+def current_pair(run_id: str, joined: list[tuple[RunRow, DeliveryRow | None]]) -> tuple[RunRow, DeliveryRow] | None:
+    """The Run with its current delivery from a join on :data:`CURRENT_DELIVERY`, when the
+    join found exactly one Run and the delivery its sequence's key names; None when it
+    did not (rows out of shape, or a delivery the join could not see: read it by key)."""
+    if len(joined) != 1:
+        return None
+    run, delivery = joined[0]
+    if delivery is None or delivery.delivery_id != key_of(run_id, run.enqueue_seq):
+        return None
+    return run, delivery
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Inputs:
+    """What a caller hands the engine beside the command, for the readings and follow-ups
+    the declaration names: the session fence an admission asked for, a timer's delay (its
+    due time is the clock read under the lock plus this), and the checkpoint a timer's
+    park binds (``bind_checkpoint``; its ``saved_at_us`` is the clock's)."""
+
+    session_fence: bool = False
+    delay_us: int | None = None
+    checkpoint: CheckpointRow | None = None
+
+
+NO_INPUTS = Inputs()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sent:
+    """The kernel's decision on a command, as persisted, and the follow-ups the caller runs
+    after commit (:data:`~tenure.kernel.runs.aggregate.AFTER_COMMIT`)."""
+
+    decision: Decision
+    after_commit: tuple[FollowUp, ...]
+
+    @property
+    def applied(self) -> bool:
+        return isinstance(self.decision, Applied)
+
+    @property
+    def reply(self) -> object:
+        return self.decision.reply if isinstance(self.decision, Applied) else None
+
+    @property
+    def hop_to_publish(self) -> int | None:
+        """The sequence of the hop the caller publishes after commit (the declared
+        ``publish_hop``: the Run's current sequence as decided), or None."""
+        if FollowUp.PUBLISH_HOP not in self.after_commit:
+            return None
+        pair: RunPair = self.decision.new_record  # type: ignore[union-attr,assignment]
+        return pair.run.enqueue_seq
+
+
+@dataclasses.dataclass(slots=True)
+class _Aggregate:
+    """What one send read so far: the Run it names, the pair met, the command's fields."""
+
+    run_id: str
+    command: Any
+    inputs: Inputs
+    pair: RunPair | None = None
+    fills: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+_Reader = Callable[["RunEngine", Transaction, _Aggregate], Awaitable[Any]]
+_Step = Callable[["RunEngine", Transaction, _Aggregate, Decision], Awaitable[None]]
+
+
+class RunEngine:
+    """The Run side's one engine entry and transaction toolkit (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # --- the one boundary --------------------------------------------------------------
+
+    def errors(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """A persistence failure of the shared stores becomes the Run ledger's code."""
+        return persistence_as(ErrorCode.RUN_PERSISTENCE_FAILED)
+
+    async def run(self, body: Callable[[Transaction], Awaitable[T]], *, write: bool = True) -> T:
+        """``body`` in one transaction, behind :meth:`errors`."""
+        async with self.errors():
+            return await self.engine.store.run(body, write=write)
+
+    async def read(self, body: Callable[[Transaction], Awaitable[T]]) -> T:
+        """A pure read (``get``, lists, the clock) in one read-only transaction."""
+        return await self.run(body, write=False)
+
+    # --- the engine entry ----------------------------------------------------------------
+
+    async def send(self, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> Sent:
+        """``command`` to the Run ``run_id`` in a transaction of its own
+        (:meth:`send_in`). Part of the adapters' test seam (``docs/testing.md``): the Run
+        replay sends a trace's commands here."""
+        return await self.run(lambda tx: self.send_in(tx, run_id, command, inputs))
+
+    async def send_in(self, tx: Transaction, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> Sent:
+        """Inside ``tx``: read what the declaration names (in its order), complete the
+        command, decide, persist with compare-and-set, run the in-transaction follow-ups."""
+        aggregate = _Aggregate(run_id, command, inputs)
+        for evidence in READS[command.kind]:
+            value = await READERS[evidence](self, tx, aggregate)
+            field = FILLS[evidence]
+            if field is not None and value is not _NOTHING:
+                aggregate.fills[field] = value
+        complete = dataclasses.replace(command, **aggregate.fills) if aggregate.fills else command
+        decision = await self.engine.decide_composite(tx, RUNS, _parts, aggregate.pair, complete)
+        raise_if_conflict(RUNS_BINDING, decision)
+        if not isinstance(decision, Applied):
+            return Sent(decision, ())
+        for step in in_transaction(command.kind, decision.reply):
+            await FOLLOW_UP_STEPS[step](self, tx, aggregate, decision)
+        return Sent(decision, after_commit(command.kind, decision.reply))
+
+    async def applied(self, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> bool:
+        """:meth:`send`: whether the kernel's decision applied (and was persisted)."""
+        return (await self.send(run_id, command, inputs)).applied
+
+    async def settle(self, run_id: str, outcome: RecordedOutcome) -> bool:
+        """Settle the Run's hop with an outcome in its stored form (a DONE hop's result as
+        canonical JSON text, a FAILED hop's error): the worker's settle after it recorded
+        the outcome, and recovery's ``settle_recorded``. ``RunLedger.settle`` is the
+        public settle; this is the one it and they share."""
+        status, error = outcome.status, outcome.error
+        if status not in (RunStatus.DONE, RunStatus.FAILED):
+            raise ConfigValidationError("invalid_status", fields=("status",), problems=("done_or_failed_required",))
+        if status is RunStatus.FAILED:
+            error = check_text(error, "error", MAX_ERROR_CHARS)
+        elif error is not None:
+            raise ConfigValidationError("invalid_error", fields=("error",), problems=("done_has_no_error",))
+        command = Settle(enqueue_seq=check_seq(outcome.enqueue_seq), status=status, error=error,
+                         containment=UNREAD_CONTAINMENT, result_json=outcome.result_json)
+        return await self.applied(check_run_id(run_id), command)
+
+    # --- reading under the Run's lock ----------------------------------------------------
+
+    @staticmethod
+    async def locked_pair(tx: Transaction, run_id: str) -> RunPair | None:
+        """The Run and its current delivery, locked in that order (None: no such Run): one
+        statement when it finds the delivery the Run's sequence names by its columns.
+        Otherwise (rows another writer left out of shape, or, on PostgreSQL, a Run lock
+        that waited behind a hop rotation: the new delivery is then invisible to the
+        statement's snapshot) the delivery is locked by its key in a second statement.
+        The clock stays the first statement's, read after the Run's lock: every path that
+        locks a delivery holds its Run's lock first, so that second lock cannot wait."""
+        joined: list[tuple[RunRow, DeliveryRow | None]] = await tx.locked_joined(
+            RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
+        if not joined:
+            return None
+        found = current_pair(run_id, joined)
+        if found is not None:
+            return RunPair(found[0], (found[1],))
+        run = joined[0][0]
+        deliveries = await tx.locked(DELIVERIES_BINDING, finders.deliveries_by_keys,
+                                     {"keys": [key_of(run_id, run.enqueue_seq)]})
+        if not deliveries:
+            raise persistence_failed("delivery_missing")
+        return RunPair(run, (deliveries[0],))
+
+    @staticmethod
+    async def read_pair(tx: Transaction, run_id: str) -> RunPair | None:
+        """The Run and its current delivery, read without a lock (None: no such Run): one
+        statement (one snapshot) when the rows are in shape, as :meth:`locked_pair`."""
+        joined: list[tuple[RunRow, DeliveryRow | None]] = await tx.read_joined(
+            RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY)
+        if not joined:
+            return None
+        found = current_pair(run_id, joined)
+        if found is not None:
+            return RunPair(found[0], (found[1],))
+        runs = await tx.read(RUNS_BINDING, [run_id])
+        if not runs:
+            return None
+        deliveries = await tx.read(DELIVERIES_BINDING, [key_of(run_id, runs[0].enqueue_seq)])
+        if not deliveries:
+            raise persistence_failed("delivery_missing")
+        return RunPair(runs[0], (deliveries[0],))
+
+    @staticmethod
+    async def containment(tx: Transaction, run_id: str) -> Containment:
+        """How many delegated jobs and service attempts of the Run are still open."""
+        jobs, attempts = await tx.count_each([
+            (AGENT_JOBS_BINDING, finders.open_jobs_of_run, {"run_id": run_id}, None),
+            (ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id}, None),
+        ])
+        return Containment(open_jobs=jobs, open_attempts=attempts)
+
+    @staticmethod
+    async def owner(tx: Transaction, kind: WaitKind | None, owner_id: str | None) -> OwnerEvidence | None:
+        """The owner row of ``kind`` and ``owner_id`` as evidence (None: none such)."""
+        if kind is None or owner_id is None:
+            return None
+        reader = _OWNER_READERS.get(kind)
+        return None if reader is None else await reader(tx, owner_id)
+
+    async def sweep_consents(self, tx: Transaction, run_id: str, decided_by: str) -> None:
+        """Cancel the Run's pending consents (in the Run's own transaction)."""
+        pending = await tx.locked(CONSENTS_BINDING, finders.pending_consents_of_run, {"run_id": run_id})
+        if not pending:
+            return
+        now = await tx.now_us()
+        changes = []
+        for consent in pending:
+            decision = decide(CONSENTS_BINDING.machine, consent, CancelPending(decided_by=decided_by), now)
+            if isinstance(decision, Applied):
+                changes.append((consent, decision.new_record))
+        await self.engine.persist(tx, CONSENTS_BINDING, changes)
+
+
+# --- owner rows as evidence, by kind ---------------------------------------------------------
+
+
+async def _consent_owner(tx: Transaction, owner_id: str) -> OwnerEvidence | None:
+    rows: list[ConsentRow] = await tx.read(CONSENTS_BINDING, [owner_id])
+    return consent_evidence(rows[0]) if rows else None
+
+
+async def _job_owner(tx: Transaction, owner_id: str) -> OwnerEvidence | None:
+    rows: list[AgentJobRow] = await tx.read(AGENT_JOBS_BINDING, [owner_id])
+    return job_evidence(rows[0]) if rows else None
+
+
+async def _attempt_owner(tx: Transaction, owner_id: str) -> OwnerEvidence | None:
+    rows: list[AttemptRow] = await tx.find(ATTEMPTS_BINDING, finders.attempts_by_keys, {"keys": [owner_id]})
+    return attempt_evidence(rows[0]) if rows else None
+
+
+_OWNER_READERS: Mapping[WaitKind, Callable[[Transaction, str], Awaitable[OwnerEvidence | None]]] = {
+    WaitKind.CONSENT: _consent_owner,
+    WaitKind.DELEGATE: _job_owner,
+    WaitKind.SERVICE: _attempt_owner,
+}
+"""A timer and a hardware wait have no owner row: their evidence is None."""
+
+
+# --- the readers the declaration names ---------------------------------------------------------
+
+_NOTHING = object()
+"""A reading with nothing to fill (a lock, the pair itself, a reading that did not apply)."""
+
+
+async def _admission_locks(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    # Named locks first, always in this order: same-key admissions and one session's
+    # fenced admissions then decide one after another.
+    run = aggregate.command.run
+    if run.idempotency_key is not None:
+        await tx.lock_name(f"tenure:run:{aggregate.run_id}")
+    if aggregate.inputs.session_fence:
+        await tx.lock_name(f"tenure:run-session:{run.session_id}")
+    return _NOTHING
+
+
+async def _pair(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    aggregate.pair = await engine.locked_pair(tx, aggregate.run_id)
+    return _NOTHING
+
+
+async def _key_holder(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    """The stored Run an admission under this key meets when none holds its derived ID: a
+    Run admitted before ``runs_v4`` (source-scoped ID), or one another writer stored. Of
+    several (the same key once admitted from several sources), the one from this source,
+    else the oldest: the kernel then replays it or refuses the reuse."""
+    run = aggregate.command.run
+    if aggregate.pair is not None or run.idempotency_key is None:
+        return _NOTHING
+    holders = await tx.find(RUNS_BINDING, finders.runs_by_admission_key, {"key": run.idempotency_key}, 16)
+    if holders:
+        chosen = next((holder for holder in holders if holder.source == run.source), holders[0])
+        aggregate.pair = await engine.locked_pair(tx, chosen.run_id)
+    return _NOTHING
+
+
+async def _session(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    if not aggregate.inputs.session_fence or aggregate.pair is not None:
+        return False
+    session = aggregate.command.run.session_id
+    return bool(await tx.find(RUNS_BINDING, finders.session_open, {"session_id": session}, 1))
+
+
+async def _named_owner(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    if aggregate.pair is None:
+        return _NOTHING
+    return await engine.owner(tx, aggregate.command.wait, aggregate.command.owner_id)
+
+
+async def _run_owner(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    if aggregate.pair is None:
+        return _NOTHING
+    return await engine.owner(tx, aggregate.pair.run.owner_kind, aggregate.pair.run.owner_id)
+
+
+async def _containment(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    if aggregate.pair is None:
+        return _NOTHING
+    return await engine.containment(tx, aggregate.pair.run.run_id)
+
+
+async def _clock(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    delay = aggregate.inputs.delay_us
+    return _NOTHING if delay is None else await tx.now_us() + delay
+
+
+READERS: dict[Evidence, _Reader] = {
+    Evidence.ADMISSION_LOCKS: _admission_locks,
+    Evidence.PAIR: _pair,
+    Evidence.KEY_HOLDER: _key_holder,
+    Evidence.SESSION: _session,
+    Evidence.NAMED_OWNER: _named_owner,
+    Evidence.RUN_OWNER: _run_owner,
+    Evidence.CONTAINMENT: _containment,
+    Evidence.CLOCK: _clock,
+}
+"""How each piece of evidence the declaration names is read. The pair's readings after it
+read nothing for a Run that does not exist (the kernel refuses ``not_found`` on its own);
+the key holder and the session only matter to an admission that met no Run."""
+
+
+# --- the follow-ups inside the transaction -------------------------------------------------------
+
+
+def _run_of(decision: Decision) -> str:
+    pair: RunPair = decision.new_record  # type: ignore[union-attr,assignment]
+    return pair.run.run_id
+
+
+async def _sweep(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+    decided_by = consent_sweep(decision.reply)  # type: ignore[union-attr]
+    if decided_by is not None:
+        await engine.sweep_consents(tx, _run_of(decision), decided_by)
+
+
+async def _delete_checkpoint(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+    await delete_in(tx, _run_of(decision))  # terminal now: the snapshot's debt is paid
+
+
+async def _clear_outcome(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+    await clear_outcome_in(tx, _run_of(decision))  # the lost hop's outcome belongs to it
+
+
+async def _bind_checkpoint(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+    row = aggregate.inputs.checkpoint
+    if row is not None:
+        run_id = _run_of(decision)
+        stored = await stored_in(tx, run_id)
+        await put_in(tx, dataclasses.replace(row, run_id=run_id, saved_at_us=await tx.now_us()), stored)
+
+
+FOLLOW_UP_STEPS: dict[FollowUp, _Step] = {
+    FollowUp.SWEEP_CONSENTS: _sweep,
+    FollowUp.DELETE_CHECKPOINT: _delete_checkpoint,
+    FollowUp.CLEAR_OUTCOME: _clear_outcome,
+    FollowUp.BIND_CHECKPOINT: _bind_checkpoint,
+}
+"""How each in-transaction follow-up is done (the after-commit ones are the caller's)."""

@@ -1,0 +1,213 @@
+"""The Run aggregate: what each Run command reads and what its decision sets off, as data.
+
+Theory of operation
+-------------------
+A Run command is decided on more than the Run row. The aggregate a command meets is the
+Run with its current delivery (always: both are compared-and-set together), plus the
+evidence the command carries (an owner row, containment counts, whether a session is
+busy, the database clock for a timer's delay). A decision may also set off work beside
+the pair: cancel the Run's pending consents, delete or bind its checkpoint, forget a
+lost hop's recorded outcome (all in the same transaction), or publish the hop the
+decision opened (the caller, after commit: a broker call never runs inside a
+transaction).
+
+This module declares both, one table each, keyed by the command: :data:`READS` (what
+the engine reads under the Run's lock, in that order, and which command field each
+reading fills: :data:`FILLS`) and :data:`FOLLOW_UPS` (by the reply the decision gave).
+The engine (``tenure.adapters.runs.engine``) reads exactly what :data:`READS` names,
+completes the command with it, asks the Run machine, persists the pair, runs the
+in-transaction follow-ups and hands the after-commit ones back to its caller; it
+branches on nothing else. ``specs/runs.md`` ("The Run aggregate") shows the same two
+tables, and a test compares them both ways.
+
+:data:`OWNER_COMMANDS` declares the same for the commands of the Run's owners that
+touch the Run (a consent's creation and verdict, a delegated job's submission and end,
+a service attempt's preparation): they lock the Run first and read whether it may open
+an owner; a verdict or an end sets off the Run's resume (after commit, by the caller).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+from .commands import (
+    Ack,
+    Admitted,
+    Containment,
+    Resumed,
+    Rotated,
+    RunCommandType,
+    Settled,
+    Swept,
+)
+
+__all__ = [
+    "Evidence",
+    "FollowUp",
+    "OwnerCommand",
+    "READS",
+    "FILLS",
+    "FOLLOW_UPS",
+    "AFTER_COMMIT",
+    "OWNER_COMMANDS",
+    "UNREAD_CONTAINMENT",
+    "follow_ups",
+    "in_transaction",
+    "after_commit",
+]
+
+
+class Evidence(enum.Enum):
+    """What the engine reads for a command, under the Run's lock (values are the spec's)."""
+
+    ADMISSION_LOCKS = "admission_locks"
+    """The named locks of the admission's key and (with the session fence) its session,
+    taken before the Run's own lock: same-key and same-session admissions queue up."""
+    PAIR = "pair"
+    """The Run and its current delivery, locked in that order (every command)."""
+    KEY_HOLDER = "key_holder"
+    """When no Run holds the derived ID: the Run that holds the admission's key (one
+    admitted before ``runs_v4``), locked with its current delivery."""
+    SESSION = "session"
+    """With the session fence and no Run met: whether another nonterminal Run holds the
+    session (``session_busy``)."""
+    NAMED_OWNER = "named_owner"
+    """The owner row the command names, by its kind and ID (None for a timer)."""
+    RUN_OWNER = "run_owner"
+    """The Run's persisted owner row, re-read (None for a timer)."""
+    CONTAINMENT = "containment"
+    """The Run's delegated jobs that are open or LOST and its service attempts that are
+    not terminal, counted."""
+    CLOCK = "clock"
+    """The database clock read after the lock, for a timer given as a delay (its due
+    time is the clock plus the delay)."""
+
+
+class FollowUp(enum.Enum):
+    """What an applied decision sets off beside the pair (values are the spec's)."""
+
+    SWEEP_CONSENTS = "sweep_consents"
+    """Cancel the Run's pending consents, with the reply's ``decided_by`` (same transaction)."""
+    DELETE_CHECKPOINT = "delete_checkpoint"
+    """Delete the Run's checkpoint: the Run is terminal, the snapshot's debt paid (same transaction)."""
+    CLEAR_OUTCOME = "clear_outcome"
+    """Forget the outcome the lost hop recorded: the retried hop starts clean (same transaction)."""
+    BIND_CHECKPOINT = "bind_checkpoint"
+    """Write the checkpoint the caller handed over, bound to the owner the park names (a
+    timer's park: the state and the wait in one transaction)."""
+    PUBLISH_HOP = "publish_hop"
+    """Publish the hop the decision opened (the caller, after commit, through its broker;
+    the publish asks the kernel again whether the hop is publishable)."""
+    RESUME_RUN = "resume_run"
+    """The owner decided: resume the Run waiting on it (the caller, after commit)."""
+
+
+AFTER_COMMIT = frozenset({FollowUp.PUBLISH_HOP, FollowUp.RESUME_RUN})
+"""The follow-ups the caller runs after the transaction committed; every other one runs
+inside the command's own transaction."""
+
+UNREAD_CONTAINMENT = Containment(open_jobs=1, open_attempts=1)
+"""The containment a caller builds a command with before the engine reads it: unproven,
+so a declaration that forgot to name :attr:`Evidence.CONTAINMENT` refuses, never settles."""
+
+C = RunCommandType
+E = Evidence
+F = FollowUp
+
+READS: dict[RunCommandType, tuple[Evidence, ...]] = {
+    C.ADMIT: (E.ADMISSION_LOCKS, E.PAIR, E.KEY_HOLDER, E.SESSION),
+    C.RELEASE: (E.PAIR,),
+    C.FAIL_HELD: (E.PAIR,),
+    C.RECORD_PUBLISHED: (E.PAIR,),
+    C.RECORD_PUBLISH_ERROR: (E.PAIR,),
+    C.CLAIM: (E.PAIR,),
+    C.ENTER_HARDWARE_WAIT: (E.PAIR,),
+    C.LEAVE_HARDWARE_WAIT: (E.PAIR,),
+    C.PARK: (E.PAIR, E.NAMED_OWNER, E.CLOCK),
+    C.RESUME: (E.PAIR, E.RUN_OWNER),
+    C.SETTLE: (E.PAIR, E.CONTAINMENT),
+    C.BEGIN_CANCEL: (E.PAIR,),
+    C.FINISH_CANCEL: (E.PAIR, E.CONTAINMENT),
+    C.ROTATE: (E.PAIR,),
+    C.RETRY_LOST: (E.PAIR, E.CONTAINMENT),
+}
+"""What each command reads, in this order. Everything after the pair is read only when
+the pair exists (a missing Run is refused ``not_found`` on its own)."""
+
+FILLS: dict[Evidence, str | None] = {
+    E.ADMISSION_LOCKS: None,
+    E.PAIR: None,
+    E.KEY_HOLDER: None,
+    E.SESSION: "session_busy",
+    E.NAMED_OWNER: "owner",
+    E.RUN_OWNER: "owner",
+    E.CONTAINMENT: "containment",
+    E.CLOCK: "wake_at_us",
+}
+"""The command field each reading completes (None: it is the record, or a lock). A
+reading with nothing to say (no delay for :attr:`Evidence.CLOCK`) leaves the field as
+the caller built it."""
+
+FOLLOW_UPS: dict[RunCommandType, Mapping[type, tuple[FollowUp, ...]]] = {
+    C.ADMIT: {Admitted: (F.PUBLISH_HOP,)},
+    C.RELEASE: {Ack: (F.PUBLISH_HOP,)},
+    C.FAIL_HELD: {},
+    C.RECORD_PUBLISHED: {},
+    C.RECORD_PUBLISH_ERROR: {},
+    C.CLAIM: {},
+    C.ENTER_HARDWARE_WAIT: {},
+    C.LEAVE_HARDWARE_WAIT: {},
+    C.PARK: {Ack: (F.BIND_CHECKPOINT,)},
+    C.RESUME: {Resumed: (F.PUBLISH_HOP,)},
+    C.SETTLE: {Settled: (F.SWEEP_CONSENTS, F.DELETE_CHECKPOINT)},
+    C.BEGIN_CANCEL: {},
+    C.FINISH_CANCEL: {Settled: (F.SWEEP_CONSENTS,), Swept: (F.SWEEP_CONSENTS,)},
+    C.ROTATE: {Rotated: (F.PUBLISH_HOP,)},
+    C.RETRY_LOST: {Rotated: (F.CLEAR_OUTCOME, F.PUBLISH_HOP)},
+}
+"""What an applied decision sets off, by the command and the reply it gave (a reply not
+listed sets off nothing). :attr:`FollowUp.BIND_CHECKPOINT` writes only when the caller
+handed a checkpoint over (``park_timer`` does); the consents a finished cancellation
+sweeps keep their checkpoint for recovery's ``delete_checkpoint``, as before."""
+
+
+class OwnerCommand(enum.Enum):
+    """The commands of the Run's owners that touch the Run (values are the spec's)."""
+
+    CONSENT_CREATE = "consent.create"
+    CONSENT_DECIDE = "consent.decide"
+    JOB_SUBMIT = "job.submit"
+    JOB_ADOPT_RESULT = "job.adopt_result"
+    JOB_RECORD_CANCELLED = "job.record_cancelled"
+    ATTEMPT_PREPARE = "attempt.prepare"
+
+
+O = OwnerCommand
+
+OWNER_COMMANDS: dict[OwnerCommand, tuple[tuple[str, ...], tuple[FollowUp, ...]]] = {
+    O.CONSENT_CREATE: (("run_locked", "consent"), ()),
+    O.CONSENT_DECIDE: (("consent",), (F.RESUME_RUN,)),
+    O.JOB_SUBMIT: (("run_locked", "job"), ()),
+    O.JOB_ADOPT_RESULT: (("job",), (F.RESUME_RUN,)),
+    O.JOB_RECORD_CANCELLED: (("job",), (F.RESUME_RUN,)),
+    O.ATTEMPT_PREPARE: (("run_locked", "attempts_of_owner_job"), ()),
+}
+"""What each owner command reads (``run_locked``: the Run's row, locked first, as the
+evidence whether it may open an owner) and what it sets off: a verdict or a job's end
+lets the Run waiting on that owner resume (``resume_and_publish``, or the relays)."""
+
+
+def follow_ups(command: RunCommandType, reply: object) -> tuple[FollowUp, ...]:
+    """What an applied decision of ``command`` with ``reply`` sets off."""
+    return FOLLOW_UPS[command].get(type(reply), ())
+
+
+def in_transaction(command: RunCommandType, reply: object) -> tuple[FollowUp, ...]:
+    """The follow-ups the engine runs inside the command's transaction."""
+    return tuple(step for step in follow_ups(command, reply) if step not in AFTER_COMMIT)
+
+
+def after_commit(command: RunCommandType, reply: object) -> tuple[FollowUp, ...]:
+    """The follow-ups the caller runs after commit."""
+    return tuple(step for step in follow_ups(command, reply) if step in AFTER_COMMIT)

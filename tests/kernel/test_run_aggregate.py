@@ -1,0 +1,114 @@
+"""The Run aggregate's declaration (``tenure.kernel.runs.aggregate``): the same as the
+table in specs/runs.md both ways, complete, and in agreement with the kernel's own rules
+(which replies sweep consents, which fields a reading fills)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import paths
+
+from tenure.kernel.runs import commands
+from tenure.kernel.runs.aggregate import (
+    AFTER_COMMIT,
+    FILLS,
+    FOLLOW_UPS,
+    OWNER_COMMANDS,
+    READS,
+    UNREAD_CONTAINMENT,
+    Evidence,
+    FollowUp,
+    after_commit,
+    in_transaction,
+)
+from tenure.kernel.runs.commands import RunCommandType, Settled, Swept
+from tenure.kernel.runs.machine import CANCELLED_BY, SETTLED_BY, consent_sweep
+
+SPEC = paths.ROOT / "specs" / "runs.md"
+HEADER = ["command", "reads under the Run's lock", "reply", "in the transaction", "after commit"]
+OWNER_HEADER = ["owner command", "reads", "after commit"]
+
+
+def _table(header: list[str]) -> list[list[str]]:
+    rows: list[list[str]] = []
+    inside = False
+    for line in SPEC.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|"):
+            inside = False
+            continue
+        cells = [cell.strip().replace("`", "") for cell in line.strip().strip("|").split("|")]
+        if cells == header:
+            inside = True
+        elif inside and not set("".join(cells)) <= set("-: "):
+            rows.append(cells)
+    return rows
+
+
+def _names(values: tuple[object, ...] | list[object]) -> str:
+    return ", ".join(value.value for value in values) if values else "none"  # type: ignore[attr-defined]
+
+
+def _kernel_rows() -> list[list[str]]:
+    rows = []
+    for command, reads in READS.items():
+        replies = FOLLOW_UPS[command]
+        if not replies:
+            rows.append([command.value, _names(reads), "any", "none", "none"])
+        for reply, steps in replies.items():
+            rows.append([command.value, _names(reads), reply.__name__,
+                         _names([step for step in steps if step not in AFTER_COMMIT]),
+                         _names([step for step in steps if step in AFTER_COMMIT])])
+    return rows
+
+
+def test_the_spec_aggregate_table_is_the_kernel_declaration_in_the_same_order() -> None:
+    assert _table(HEADER) == _kernel_rows()
+
+
+def test_the_spec_owner_table_is_the_kernel_declaration_in_the_same_order() -> None:
+    kernel = [[command.value, ", ".join(reads), _names(steps)] for command, (reads, steps) in OWNER_COMMANDS.items()]
+    assert _table(OWNER_HEADER) == kernel
+
+
+def test_every_run_command_is_declared_and_reads_its_pair() -> None:
+    assert set(READS) == set(FOLLOW_UPS) == set(RunCommandType)
+    for command, reads in READS.items():
+        assert Evidence.PAIR in reads, command
+        assert len(set(reads)) == len(reads), command
+    assert set(FILLS) == set(Evidence)
+
+
+def test_every_filled_field_exists_on_the_commands_that_read_it() -> None:
+    by_kind = {cls.kind: cls for cls in commands.RunCommand.__args__}  # type: ignore[attr-defined]
+    for command, reads in READS.items():
+        fields = {field.name for field in dataclasses.fields(by_kind[command])}
+        for evidence in reads:
+            if FILLS[evidence] is not None:
+                assert FILLS[evidence] in fields, (command, evidence)
+
+
+def test_the_declaration_sweeps_consents_exactly_where_the_kernel_names_a_sweep() -> None:
+    replies = [Settled(SETTLED_BY), Settled(CANCELLED_BY), Swept(CANCELLED_BY), commands.Ack(), commands.Ticket(0, False),
+               commands.Rotated(1), commands.Resumed(1), commands.Claimed(0, False), commands.Admitted(True)]
+    for command in RunCommandType:
+        for reply in replies:
+            declared = FollowUp.SWEEP_CONSENTS in in_transaction(command, reply)
+            if declared:
+                assert consent_sweep(reply) is not None, (command, reply)
+    # Every command whose replies the kernel sweeps on declares the sweep.
+    assert FollowUp.SWEEP_CONSENTS in in_transaction(RunCommandType.SETTLE, Settled(SETTLED_BY))
+    assert FollowUp.SWEEP_CONSENTS in in_transaction(RunCommandType.FINISH_CANCEL, Settled(CANCELLED_BY))
+    assert FollowUp.SWEEP_CONSENTS in in_transaction(RunCommandType.FINISH_CANCEL, Swept(CANCELLED_BY))
+
+
+def test_follow_ups_split_into_the_transaction_and_after_commit() -> None:
+    settled = Settled(SETTLED_BY)
+    assert in_transaction(RunCommandType.SETTLE, settled) == (FollowUp.SWEEP_CONSENTS, FollowUp.DELETE_CHECKPOINT)
+    assert after_commit(RunCommandType.SETTLE, settled) == ()
+    assert after_commit(RunCommandType.RESUME, commands.Resumed(2)) == (FollowUp.PUBLISH_HOP,)
+    assert in_transaction(RunCommandType.RETRY_LOST, commands.Rotated(2)) == (FollowUp.CLEAR_OUTCOME,)
+    assert after_commit(RunCommandType.CLAIM, commands.Claimed(0, False)) == ()
+
+
+def test_the_unread_containment_placeholder_is_unproven() -> None:
+    assert not UNREAD_CONTAINMENT.proven
