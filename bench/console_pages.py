@@ -78,7 +78,7 @@ async def seed(db_url: str, jobs: int, runs: int) -> None:
             if n % 10 == 0:  # parked on a pending consent
                 await ledger.publish(run_id, 0, broker)
                 await ledger.claim(run_id, 0, node="bench")
-                consent = await ledger.create_consent(run_id, tool_name="send_email", tool_call_id=f"call-{n}",
+                consent = await ledger.consents.create(run_id, tool_name="send_email", tool_call_id=f"call-{n}",
                                                       payload={"to": "ops@example.org"})
                 await ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent.consent_id)
             elif n % 10 == 1:

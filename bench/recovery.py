@@ -52,9 +52,9 @@ async def populate(ledger: RunLedger, broker: InMemoryBroker, runs: int) -> None
             del broker.jobs[hop_key(run_id, 0)]
         elif kind == 2:  # parked on a consent decided while the process was dead
             assert await ledger.claim(run_id, 0, node="node-a") is not None
-            consent = await ledger.create_consent(run_id, tool_name="t", tool_call_id=f"c-{n}", payload={})
+            consent = await ledger.consents.create(run_id, tool_name="t", tool_call_id=f"c-{n}", payload={})
             assert await ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent.consent_id)
-            assert await ledger.decide_consent(consent.consent_id, ConsentStatus.GRANTED, decided_by="bench")
+            assert await ledger.consents.decide(consent.consent_id, ConsentStatus.GRANTED, decided_by="bench")
 
 
 def count_visits() -> list[int]:

@@ -58,7 +58,7 @@ async def measure(db_url: str, broker: Any, samples: int) -> list[float]:
                 resumed[run_id] = asyncio.get_running_loop().create_future()
                 await asyncio.sleep(0.2)  # the worker idles, as a Run waiting on a person would find it
                 started = time.perf_counter()
-                assert await ledger.decide_consent(parked.owner_id, ConsentStatus.GRANTED, decided_by="bob")
+                assert await ledger.consents.decide(parked.owner_id, ConsentStatus.GRANTED, decided_by="bob")
                 await resume_and_publish(ledger, broker, run_id, owner_id=parked.owner_id)
                 latencies.append(await asyncio.wait_for(resumed[run_id], 20) - started)
                 await wait_status(ledger, run_id, RunStatus.DONE)

@@ -46,6 +46,7 @@ from tenure.kernel.runs.machine import RUNS, consent_sweep
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import ConfigValidationError, ErrorCode, RunStatus, WaitKind
 from tenure.model.runs import MAX_ERROR_CHARS, check_run_id, check_seq, check_text
+from tenure.model.validation import refuse
 
 from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
@@ -204,8 +205,10 @@ class RunEngine:
     async def settle(self, run_id: str, outcome: RecordedOutcome) -> bool:
         """Settle the Run's hop with an outcome in its stored form (a DONE hop's result as
         canonical JSON text, a FAILED hop's error): the worker's settle after it recorded
-        the outcome, and recovery's ``settle_recorded``. ``RunLedger.settle`` is the
+        the outcome, and recovery's ``settle_recorded`` action. ``RunLedger.settle`` is the
         public settle; this is the one it and they share."""
+        if not isinstance(outcome, RecordedOutcome):
+            raise refuse("outcome", "recorded_outcome_required")
         status, error = outcome.status, outcome.error
         if status not in (RunStatus.DONE, RunStatus.FAILED):
             raise ConfigValidationError("invalid_status", fields=("status",), problems=("done_or_failed_required",))

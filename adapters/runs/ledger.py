@@ -104,7 +104,6 @@ from .reports import RecoveryReports
 from .steps import Steps
 from .table import DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 from .engine import Inputs, RunEngine, Sent, attempt_evidence, consent_evidence, job_evidence
-from .transactions import RunTransactions
 
 if TYPE_CHECKING:
     from ..attempts.ledger import AttemptLedger
@@ -242,9 +241,6 @@ class RunLedger(Facade):
         """The Run engine (:mod:`tenure.adapters.runs.engine`): the one entry every Run
         command goes through, and the transaction toolkit the sibling facades, recovery
         and the Run worker share (documented in ``docs/runs.md``, "The Run engine")."""
-        self.transactions = RunTransactions(self.engine)
-        """The pre-engine toolkit's names (:mod:`tenure.adapters.runs.transactions`), kept
-        while startup recovery still calls them; use :attr:`engine`."""
 
     @functools.cached_property
     def attempts(self) -> AttemptLedger:
@@ -481,15 +477,6 @@ class RunLedger(Facade):
         text = result_text(status, result)
         return await self.engine.settle(run_id, RecordedOutcome(enqueue_seq, status, text, error))
 
-    async def settle_recorded(self, run_id: str, outcome: RecordedOutcome) -> bool:
-        """Deprecated (kept while ``adapters/runs/recovery.py`` calls it): settle from the
-        outcome a checkpoint records, as :meth:`RunEngine.settle
-        <tenure.adapters.runs.engine.RunEngine.settle>` does (the one settle the ledger's
-        :meth:`settle`, the worker and recovery share)."""
-        if not isinstance(outcome, RecordedOutcome):
-            raise refuse("outcome", "recorded_outcome_required")
-        return await self.engine.settle(run_id, outcome)
-
     # --- cancellation ------------------------------------------------------------------
 
     async def begin_cancel(self, run_id: str) -> CancelTicket | None:
@@ -628,18 +615,6 @@ class RunLedger(Facade):
         """The delegated jobs of this database, on this ledger's connections."""
         return AgentJobs(self.engine)
 
-    # --- deprecated: kept while adapters/runs/recovery.py calls them --------------------
-
-    async def get_job(self, job_id: str) -> AgentJobRecord | None:
-        """Deprecated: :meth:`AgentJobs.get <tenure.adapters.agent_jobs.facade.AgentJobs.get>`
-        (``ledger.jobs.get``); kept while startup recovery calls it."""
-        return await self.jobs.get(job_id)
-
-    async def record_job_cancelled(self, job_id: str) -> bool:
-        """Deprecated: :meth:`AgentJobs.record_cancelled
-        <tenure.adapters.agent_jobs.facade.AgentJobs.record_cancelled>` (``ledger.jobs.record_cancelled``);
-        kept while startup recovery calls it."""
-        return await self.jobs.record_cancelled(job_id)
 
 
 async def expire_due_consents(ledger: RunLedger, *, limit: int = 32, broker: Broker | None = None) -> int:

@@ -41,7 +41,7 @@ from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
-from .transactions import attempt_evidence, consent_evidence, current_pair, job_evidence
+from .engine import attempt_evidence, consent_evidence, current_pair, job_evidence
 
 if TYPE_CHECKING:
     from ..core.store import Transaction
@@ -68,12 +68,12 @@ async def _by_keys(tx: Transaction, binding: Any, keys: list[str]) -> list[Any]:
 
 
 async def _attempts_by_keys(tx: Transaction, binding: Any, keys: list[str]) -> list[Any]:
-    # As RunTransactions.owner reads a service attempt: through its finder, never locked.
+    # As RunEngine.owner reads a service attempt: through its finder, never locked.
     return await tx.find(binding, finders.attempts_by_keys, {"keys": keys})
 
 
 # Where a wait's owner of each kind is read by its key, and the evidence its row gives
-# (the same reads as RunTransactions.owner, for several owners at once).
+# (the same reads as RunEngine.owner, for several owners at once).
 _OWNER_READS: tuple[tuple[WaitKind, Any, str, Callable[..., Awaitable[list[Any]]], Callable[[Any], OwnerEvidence]],
                     ...] = (
     (WaitKind.CONSENT, CONSENTS_BINDING, "consent_id", _by_keys, consent_evidence),

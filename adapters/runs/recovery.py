@@ -12,7 +12,7 @@ again with what they learned; a write goes through the ledger's own compare-and-
 paths (publish, fail_held, park, settle, resume, rotate, finish the cancellation), after
 which the Run is decided afresh, at most :data:`MAX_WRITES_PER_VISIT` times: on the pair
 the write stored when its path hands the decision back and the new status needs no
-evidence (rotate, mark published), otherwise read again (see ``_Visits._after_write``).
+evidence (rotate, mark published, retry a lost hop, finish a cancellation), otherwise read again (see ``_Visits._after_write``).
 A fence (an abort at the broker) is never sent on a page's reading alone: the Run's row
 is read again first and must be unchanged since the page (``_Visits._unchanged``), so a
 hop claimed after the page was read keeps its job. Every verdict is checked against the
@@ -68,7 +68,17 @@ from tenure.kernel.recovery.table import (
     verdict_violations,
 )
 from tenure.kernel.runs import finders
-from tenure.kernel.runs.commands import Containment, RecordPublished, Rotate, Rotated
+from tenure.kernel.runs.aggregate import UNREAD_CONTAINMENT
+from tenure.kernel.runs.commands import (
+    Containment,
+    FinishCancel,
+    RecordPublished,
+    RetryLost,
+    Rotate,
+    Rotated,
+    RunCommand,
+    Settled,
+)
 from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import (
     AgentJobRecord,
@@ -96,7 +106,7 @@ from .broker import Broker, BrokerProbe, fence_hop, probe_or_none
 from .checkpoints import RecordedOutcome
 from .pages import PageEntry, read_page
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
-from .transactions import RunTransactions, current_pair
+from .engine import RunEngine, current_pair
 
 if TYPE_CHECKING:
     from ..attempts.ledger import AttemptLedger
@@ -220,28 +230,34 @@ class RecoveryReport:
         return tuple(issue for issue in self.issues if issue.reason != "corrupt_row")
 
 
+class RecoveryJobs(Protocol):
+    """The delegated jobs recovery contains (``RunLedger.jobs``)."""
+
+    async def get(self, job_id: str) -> AgentJobRecord | None: ...
+
+    async def record_cancelled(self, job_id: str) -> bool: ...
+
+
 class RecoveryLedger(Protocol):
     """What recovery asks of the Run ledger it visits Runs on (:class:`~tenure.adapters.RunLedger`
-    is one): the Run machine's transactions, and the ledger's own compare-and-set paths for
-    each action the recovery table chooses. Recovery writes nothing any other way."""
+    is one): its Run engine (every Run command and every read of recovery), its delegated
+    jobs and service attempts, and the ledger's own compare-and-set paths for each action
+    the recovery table chooses. Recovery writes nothing any other way."""
 
     @property
-    def transactions(self) -> RunTransactions: ...
+    def engine(self) -> RunEngine: ...
 
     @property
     def attempts(self) -> AttemptLedger: ...
 
-    async def get_job(self, job_id: str) -> AgentJobRecord | None: ...
-
-    async def record_job_cancelled(self, job_id: str) -> bool: ...
+    @property
+    def jobs(self) -> RecoveryJobs: ...
 
     async def publish(self, run_id: str, enqueue_seq: int, broker: Broker) -> bool: ...
 
     async def fail_held(self, run_id: str, enqueue_seq: int, *, error: str) -> bool: ...
 
     async def park(self, run_id: str, enqueue_seq: int, *, kind: WaitKind, owner_id: str) -> bool: ...
-
-    async def settle_recorded(self, run_id: str, outcome: RecordedOutcome) -> bool: ...
 
     async def settle(self, run_id: str, enqueue_seq: int, status: RunStatus, *, error: str | None = None,
                      result: Any = None) -> bool: ...
@@ -321,7 +337,7 @@ class _Visits:
         async def body(tx: Transaction) -> list[RunRow | Unreadable]:
             return await tx.find_or_unreadable(RUNS_BINDING, finder, parameters, limit)
 
-        rows: list[RunRow | Unreadable] = await self.ledger.transactions.run(body, write=False)
+        rows: list[RunRow | Unreadable] = await self.ledger.engine.read(body)
         return rows
 
     def readable(self, rows: Sequence[RunRow | Unreadable]) -> list[str]:
@@ -367,7 +383,7 @@ class _Visits:
             return await read_page(tx, run_ids)
 
         try:
-            found: dict[str, PageEntry] = await self.ledger.transactions.run(body, write=False)
+            found: dict[str, PageEntry] = await self.ledger.engine.read(body)
         except asyncio.CancelledError:
             raise
         except TenureError:
@@ -466,7 +482,7 @@ class _Visits:
         async def body(tx: Transaction) -> list[RunRow]:
             return await tx.read(RUNS_BINDING, [run.run_id])
 
-        rows: list[RunRow] = await self.ledger.transactions.run(body, write=False)
+        rows: list[RunRow] = await self.ledger.engine.read(body)
         return rows == [run]
 
     async def _after_write(self, run_id: str, written: RunPair | None) -> Situation | None:
@@ -502,17 +518,16 @@ class _Visits:
             run, delivery = pair
             # Only the evidence the recovery table decides this status on is read.
             needs = evidence_for(run.status)
-            toolkit = ledger.transactions
-            owner = await toolkit.owner(tx, run.owner_kind, run.owner_id) if Evidence.OWNER in needs else None
+            owner = await RunEngine.owner(tx, run.owner_kind, run.owner_id) if Evidence.OWNER in needs else None
             examined = Evidence.CONTAINMENT in needs
-            containment = await toolkit.containment(tx, run_id) if examined else Containment(0, 0)
+            containment = await RunEngine.containment(tx, run_id) if examined else Containment(0, 0)
             latest = await _latest_owner(tx, run_id) if Evidence.LATEST_OWNER in needs else None
             # A timer's owner is the database clock: read it in the same visit.
             now = await tx.now_us() if Evidence.CLOCK in needs else None
             return self._situation_of(PageEntry(run, delivery, owner=owner, containment=containment,
                                                 latest_owner=latest, now_us=now))
 
-        found: Situation | None = await ledger.transactions.run(body, write=False)
+        found: Situation | None = await ledger.engine.read(body)
         return found
 
     # --- evidence ------------------------------------------------------------------------
@@ -555,9 +570,9 @@ class _Visits:
 
     async def _containment(self, run_id: str) -> Containment:
         async def body(tx: Transaction) -> Containment:
-            return await self.ledger.transactions.containment(tx, run_id)
+            return await RunEngine.containment(tx, run_id)
 
-        counts: Containment = await self.ledger.transactions.run(body, write=False)
+        counts: Containment = await self.ledger.engine.read(body)
         return counts
 
     async def _contain(self, run_id: str) -> None:
@@ -569,13 +584,13 @@ class _Visits:
             attempts = await tx.find(ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id})
             return jobs, attempts
 
-        jobs, attempts = await self.ledger.transactions.run(body, write=False)
+        jobs, attempts = await self.ledger.engine.read(body)
         for job in jobs:
-            record = await self.ledger.get_job(job.job_id)
+            record = await self.ledger.jobs.get(job.job_id)
             if record is None or self.ports.contain_job is None:
                 continue
             if await _port(self.ports.contain_job(record)) is True:
-                await self.ledger.record_job_cancelled(job.job_id)
+                await self.ledger.jobs.record_cancelled(job.job_id)
         for attempt in attempts:
             await self.ledger.attempts.request_cancel(attempt.attempt_id)
             await self._observe(attempt.attempt_id, cancel=True)
@@ -602,15 +617,28 @@ class _Visits:
         ledger, run = self.ledger, s.run
         run_id, seq, action = run.run_id, run.enqueue_seq, verdict.action
         if action is Action.MARK_PUBLISHED:
-            decision = await ledger.transactions.send(run_id, RecordPublished(enqueue_seq=seq))
+            decision = (await ledger.engine.send(run_id, RecordPublished(enqueue_seq=seq))).decision
             if isinstance(decision, Applied):
                 self.counts["published"] += 1
             return _written(decision)
         if action is Action.ROTATE:
             assert s.probe is not None
-            decision = await ledger.transactions.send(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))
+            decision = (await ledger.engine.send(run_id, Rotate(enqueue_seq=seq, hop=s.probe.state))).decision
             if isinstance(decision, Applied) and isinstance(decision.reply, Rotated):
                 self.counts["rotated"] += 1
+            return _written(decision)
+        if action in (Action.RETRY_LOST, Action.FINISH_CANCEL):
+            assert s.probe is not None
+            # The fence observed the hop's state: the command carries it, and the engine
+            # counts the Run's open effects under its lock (the aggregate's containment).
+            command: RunCommand = (
+                RetryLost(enqueue_seq=seq, hop=s.probe.state, containment=UNREAD_CONTAINMENT)
+                if action is Action.RETRY_LOST
+                else FinishCancel(enqueue_seq=seq, hop=s.probe.state, containment=UNREAD_CONTAINMENT))
+            decision = (await ledger.engine.send(run_id, command)).decision
+            retried = action is Action.RETRY_LOST
+            if isinstance(decision, Applied) and isinstance(decision.reply, Rotated if retried else Settled):
+                self.counts["hops_retried" if retried else "cancels_finished"] += 1
             return _written(decision)
         await self._write_through_ledger(s, verdict)
         return None
@@ -632,12 +660,8 @@ class _Visits:
                 self.counts["orphans_parked"] += 1
         elif action is Action.SETTLE_RECORDED:
             outcome = await self._outcome(run_id)
-            if outcome is not None and outcome.enqueue_seq == seq and await ledger.settle_recorded(run_id, outcome):
+            if outcome is not None and outcome.enqueue_seq == seq and await ledger.engine.settle(run_id, outcome):
                 self.counts["outcomes_settled"] += 1
-        elif action is Action.RETRY_LOST:
-            assert s.probe is not None
-            if await ledger.transactions.retry_lost_on(run_id, seq, s.probe.state) is not None:
-                self.counts["hops_retried"] += 1
         elif action is Action.FAIL_LOST:
             if await ledger.settle(run_id, seq, RunStatus.FAILED, error=LOST_ERROR):
                 self.counts["orphans_failed"] += 1
@@ -645,10 +669,6 @@ class _Visits:
             assert run.owner_id is not None
             if await ledger.resume(run_id, owner_id=run.owner_id) is not None:
                 self.counts["resumed"] += 1
-        elif action is Action.FINISH_CANCEL:
-            assert s.probe is not None
-            if await ledger.transactions.finish_cancel_on(run_id, seq, s.probe.state):
-                self.counts["cancels_finished"] += 1
         else:  # pragma: no cover - every write action is listed above
             raise AssertionError(action)
 

@@ -24,7 +24,7 @@ from tenure.adapters.consents.facade import public_consent
 from tenure.adapters.consents.table import CONSENTS_BINDING
 from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, run_id_for
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
-from tenure.adapters.runs.transactions import consent_evidence, job_evidence
+from tenure.adapters.runs.engine import consent_evidence, job_evidence
 from tenure.conformance.lockstep.harness import LockstepBase, outcome
 from tenure.kernel.agent_jobs import machine as job_machine
 from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
@@ -166,7 +166,7 @@ class RunModel:
         return (public_run(stored.run), public_delivery(stored.current), decision.reply.created)
 
     def applied(self, run_id: str, command: Any, now: int) -> bool:
-        """Whether the kernel applied ``command`` (as ``RunTransactions.applied`` answers)."""
+        """Whether the kernel applied ``command`` (as ``RunEngine.applied`` answers)."""
         return isinstance(self.run_command(run_id, command, now), Applied)
 
     def claim(self, run_id: str, seq: int, node: str, now: int, claimant: str | None = None) -> RunClaim | None:

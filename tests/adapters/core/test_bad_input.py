@@ -307,7 +307,7 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
         ("settle", "result", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.DONE, result=[m])),
         ("settle", "result", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.FAILED, error="x", result={m: 1})),
         ("settle", "result", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.DONE, result={m: "x" * (1024 * 1024)})),
-        ("settle_recorded", "outcome", lambda ledger: ledger.settle_recorded(RUN_ID, m)),
+        ("engine.settle", "outcome", lambda ledger: ledger.engine.settle(RUN_ID, m)),
         ("retry", "run_id", lambda ledger: ledger.retry(m * 3)),
         ("retry", "run_id", lambda ledger: ledger.retry(7)),
         ("settle", "status", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.CANCELLED)),

@@ -2,7 +2,7 @@
 
 ``decide`` is what the kernel does: ``(record, command, now) -> Decision``, pure. An
 adapter that locks a row, lets the kernel decide and writes the decision *sends* a
-command (``RunTransactions.send``, ``AttemptLedger.send``, ``NodeLeases.send``); a
+command (``RunEngine.send``, ``AttemptLedger.send``, ``NodeLeases.send``); a
 method named ``decide`` on an adapter class would read as if the adapter decided. The
 one exception is the domain's own verb: a consent's verdict is *decided* by a principal
 (``Consents.decide``, the spec's ``decide`` command, ``specs/consent.md``).

@@ -90,7 +90,7 @@ async def dead_node(runs: Runs, count: int) -> None:
         elif kind == 2:
             consent_id = await runs.consent(run_id)
             assert await ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent_id)
-            assert await ledger.decide_consent(consent_id, ConsentStatus.GRANTED, decided_by="bob")
+            assert await ledger.consents.decide(consent_id, ConsentStatus.GRANTED, decided_by="bob")
 
 
 async def test_startup_reconciliation_sends_no_more_statements_per_run_than_when_pinned(runs: Runs) -> None:
