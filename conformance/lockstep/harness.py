@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 from tenure.model import TenureError
 
 __all__ = [
-    "outcome", "Clock", "Counter", "COUNTERS", "ExampleDatabases", "LockstepBase", "machine_for", "rule_names",
+    "outcome", "applied_counts", "Clock", "Counter", "COUNTERS", "ExampleDatabases", "LockstepBase", "machine_for", "rule_names",
     "run_lockstep", "budget", "RacingModel",
 ]
 
@@ -83,6 +83,13 @@ class Counter:
     """Steps that ran two calls at once (:meth:`LockstepBase.race`)."""
     rules: dict[str, int] = dataclasses.field(default_factory=dict)
     """How often each rule ran."""
+    applied: dict[str, int] = dataclasses.field(default_factory=dict)
+    """By rule: the steps whose expected answer applied something (the model answered
+    with a value other than None or False); see :func:`applied_counts`."""
+    refused: dict[str, int] = dataclasses.field(default_factory=dict)
+    """By rule: the steps the model refused (None, False, or a coded error)."""
+    rule: str | None = None
+    """The rule running now (set by a counted machine's rules)."""
     on_step: Callable[[Counter], None] | None = None
     """Called after every step (a progress display)."""
     findings: list[str] = dataclasses.field(default_factory=list)
@@ -95,6 +102,28 @@ class Counter:
         self.steps += 1
         if self.on_step is not None:
             self.on_step(self)
+
+    def answered(self, *expected: tuple[Any, ...]) -> None:
+        """Count the model's answers of the running rule's step: applied when any of
+        them applied something (a race applies when one of its calls did)."""
+        if self.rule is None:
+            return
+        tally = self.applied if any(_applies(answer) for answer in expected) else self.refused
+        tally[self.rule] = tally.get(self.rule, 0) + 1
+
+
+def _applies(answer: tuple[Any, ...]) -> bool:
+    return answer[0] == "ok" and answer[1] is not None and answer[1] is not False
+
+
+def applied_counts(counter: Counter) -> str:
+    """One line per rule: how often it ran, applied and was refused (a rule that rarely
+    applies leaves the paths behind it unchecked)."""
+    lines = []
+    for name in sorted(counter.rules):
+        applied, refused = counter.applied.get(name, 0), counter.refused.get(name, 0)
+        lines.append(f"{name}: ran {counter.rules[name]}, applied {applied}, refused {refused}")
+    return "\n".join(lines)
 
 
 COUNTERS: dict[str, Counter] = {}
@@ -193,6 +222,7 @@ class LockstepBase(RuleBasedStateMachine):
 
     def expect(self, actual: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
         self.counter.step()
+        self.counter.answered(expected)
         assert actual == expected, f"adapter {actual!r} != model {expected!r}"
 
     # --- two calls at once ----------------------------------------------------------------
@@ -241,6 +271,7 @@ class LockstepBase(RuleBasedStateMachine):
             for position, index in enumerate(order):
                 expected[index] = normalize(self.model_outcome(functools.partial(model_steps[index], times[position])))
             if expected == actual and self.model_rows() == stored:
+                self.counter.answered(*expected)
                 self.counter.races += 1
                 self.counter.step()
                 self.step_dump = stored  # the invariant compares every row with the model next
@@ -271,7 +302,11 @@ def _counted(name: str, rule: Rule) -> Any:
 
     def counted(self: LockstepBase, **arguments: Any) -> Any:
         self.counter.rules[name] = self.counter.rules.get(name, 0) + 1
-        return function(self, **arguments)
+        self.counter.rule = name
+        try:
+            return function(self, **arguments)
+        finally:
+            self.counter.rule = None
 
     counted.__name__ = counted.__qualname__ = rule.function.__name__
     setattr(counted, RULE_MARKER, Rule(targets=rule.targets, function=counted, arguments=rule.arguments,

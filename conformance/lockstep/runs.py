@@ -57,13 +57,14 @@ from tenure.kernel.runs.commands import (
     Ticket,
 )
 from tenure.kernel.runs.machine import RUNS
-from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of, record_violations
+from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, key_of, record_violations
 from tenure.model import (
     TERMINAL_RUN_STATUSES,
     AgentJobStatus,
     BrokerJobState,
     CancelTicket,
     ConsentStatus,
+    DeliveryState,
     RunClaim,
     RunIntent,
     RunStatus,
@@ -256,6 +257,34 @@ def _job_row(run_id: str, request_id: str, variant: int) -> AgentJobRow:
     )
 
 
+def _held(pair: RunPair) -> bool:
+    return pair.run.status is RunStatus.QUEUED and pair.current.state is DeliveryState.HELD
+
+
+def _publishable(pair: RunPair) -> bool:
+    return pair.run.status is RunStatus.QUEUED and pair.current.state in (DeliveryState.PENDING, DeliveryState.PUBLISHED)
+
+
+def _holding(pair: RunPair) -> bool:
+    return pair.run.status in HOP_STATUSES
+
+
+def _running(pair: RunPair) -> bool:
+    return pair.run.status is RunStatus.RUNNING
+
+
+def _waiting(pair: RunPair) -> bool:
+    return pair.run.owner_id is not None
+
+
+def _cancelling(pair: RunPair) -> bool:
+    return pair.run.status is RunStatus.CANCELLING
+
+
+def _open(pair: RunPair) -> bool:
+    return pair.run.status not in TERMINAL_RUN_STATUSES
+
+
 class RunLockstep(LockstepBase):
     machine_name = "runs"
     model: RunModel
@@ -286,20 +315,52 @@ class RunLockstep(LockstepBase):
         index = data.draw(st.integers(0, 63))
         return options[index % len(options)] if options else None
 
-    def pick_run(self, data: st.DataObject) -> str:
-        run_id = self.pick(data, self.run_ids())
+    @staticmethod
+    def aim(data: st.DataObject) -> bool:
+        """Whether this draw aims at the live state the rule acts on (four times in five)
+        or takes any choice, a near miss (the rest): drawn at random, most commands meet a
+        Run in a state that refuses them, and the paths behind an applied settle, park or
+        resume go unchecked (issue 49: no settle applied in 929 tries). Shrinks towards
+        aiming."""
+        return data.draw(st.integers(0, 9), label="aim") < 8
+
+    def pick_run(self, data: st.DataObject, wanted: Callable[[RunPair], bool] | None = None) -> str:
+        """A Run: when aiming, one whose pair ``wanted`` accepts (any known Run without
+        ``wanted``), if there is one; otherwise any known Run or a missing one."""
+        aiming = self.aim(data)
+        live = [run_id for run_id, run in self.model.runs.items()
+                if wanted is None or wanted(RunPair(run, (self.model.deliveries[key_of(run_id, run.enqueue_seq)],)))]
+        run_id = self.pick(data, live if aiming and live else self.run_ids())
         assert run_id is not None  # run_ids() is never empty
         return run_id
 
     def pick_seq(self, data: st.DataObject, run_id: str) -> int:
+        """The Run's current sequence, or a near miss (the one before, the one after) one
+        time in four."""
         run = self.model.runs.get(run_id)
         current = 0 if run is None else run.enqueue_seq
-        seq = self.pick(data, sorted({current, max(0, current - 1), current + 1}))
-        assert seq is not None
-        return seq
+        offset = data.draw(st.sampled_from([0, 0, 0, 0, 0, 0, -1, 1]), label="sequence offset")
+        return max(0, current + offset)
 
     def owners(self) -> list[str]:
         return list(self.model.consents) + list(self.model.jobs) + ["00000000-0000-4000-8000-00000000000f", *TIMERS]
+
+    def pick_owner(self, data: st.DataObject, aimed: list[str]) -> str:
+        """One of ``aimed`` (the owners the rule's Run can use) when aiming, else any owner."""
+        aiming = self.aim(data)
+        owner_id = self.pick(data, aimed if aiming and aimed else self.owners())
+        assert owner_id is not None  # owners() is never empty
+        return owner_id
+
+    def current_owner(self, run_id: str) -> list[str]:
+        """The owner the Run waits on, if any (a resume's aim)."""
+        run = self.model.runs.get(run_id)
+        return [] if run is None or run.owner_id is None else [run.owner_id]
+
+    def owners_of(self, run_id: str, kind: WaitKind) -> list[str]:
+        """The owners of ``kind`` that belong to ``run_id`` (a park's own owners)."""
+        rows: dict[str, Any] = self.model.consents if kind is WaitKind.CONSENT else self.model.jobs
+        return [owner_id for owner_id, row in rows.items() if row.run_id == run_id]
 
     def once(self, call: Callable[[], Any]) -> tuple[tuple[Any, ...], int | None]:
         """The ledger's answer and the one database time it read (None: no transaction wrote)."""
@@ -332,7 +393,7 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data(), fail=st.booleans())
     def release_or_fail_held(self, data: st.DataObject, fail: bool) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _held)
         seq = self.pick_seq(data, run_id)
         if fail:
             self.check(lambda: self.ledgers[0].fail_held(run_id, seq, error="context lost"),
@@ -343,7 +404,7 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data(), fault=st.sampled_from(["none", "none", "fail", "lose_acknowledgement"]))
     def publish(self, data: st.DataObject, fault: str) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _publishable)
         seq = self.pick_seq(data, run_id)
         self.broker.fail_publishes = int(fault == "fail")
         self.broker.lose_acknowledgements = int(fault == "lose_acknowledgement")
@@ -371,14 +432,14 @@ class RunLockstep(LockstepBase):
     @rule(data=st.data(), node=st.sampled_from(NODES), claimant=st.sampled_from([None, "claimant-1", "claimant-2"]))
     def claim(self, data: st.DataObject, node: str, claimant: str | None) -> None:
         # A claimant repeated on a running Run is a claim sent again after its lost answer.
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _publishable)
         seq = self.pick_seq(data, run_id)
         self.check(lambda: self.ledgers[0].claim(run_id, seq, node=node, claimant=claimant),
                    lambda now: self.model.claim(run_id, seq, node, now, claimant))
 
     @rule(data=st.data(), enter=st.booleans())
     def hardware_wait(self, data: st.DataObject, enter: bool) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _holding)
         seq = self.pick_seq(data, run_id)
         ledger = self.ledgers[0]
         if enter:
@@ -403,7 +464,7 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data(), preauthorized=st.booleans())
     def create_consent(self, data: st.DataObject, preauthorized: bool) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _running)
         actual, now = self.once(lambda: self.ledgers[0].consents.create(
             run_id, tool_name="shell", tool_call_id="call-1", payload={"command": "ls"},
             preauthorized_by="policy-1" if preauthorized else None))
@@ -416,14 +477,19 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data(), verdict=st.sampled_from([ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED]))
     def decide_consent(self, data: st.DataObject, verdict: ConsentStatus) -> None:
-        consent_id = self.pick(data, list(self.model.consents) + ["00000000-0000-4000-8000-0000000000c0"])
+        # Aimed: a pending consent, one its Run waits on first (its verdict lets a resume apply).
+        pending = [row.consent_id for row in self.model.consents.values() if row.status is ConsentStatus.PENDING]
+        waited = [consent_id for consent_id in pending if self.current_owner(self.model.consents[consent_id].run_id) == [consent_id]]
+        aiming = self.aim(data)
+        consent_id = self.pick(data, (waited or pending) if aiming and pending
+                               else list(self.model.consents) + ["00000000-0000-4000-8000-0000000000c0"])
         assert consent_id is not None
         self.check(lambda: self.ledgers[0].consents.decide(consent_id, verdict, decided_by="principal-p"),
                    lambda now: self.model.decide_consent(consent_id, verdict, now))
 
     @rule(data=st.data(), request_id=st.sampled_from(REQUESTS), variant=st.integers(1, 2))
     def submit_job(self, data: st.DataObject, request_id: str, variant: int) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _running)
         row = _job_row(run_id, request_id, variant)
         self.check(lambda: self.ledgers[0].jobs.submit(run_id, request_id=request_id, runtime="runtime-r",
                                                       profile="profile-p", request={"task": variant}),
@@ -432,7 +498,9 @@ class RunLockstep(LockstepBase):
     @rule(data=st.data(), action=st.sampled_from(["admitted", "preparing", "running", "adopt", "cancelled"]),
           result=st.sampled_from(TERMINAL_RESULTS))
     def move_job(self, data: st.DataObject, action: str, result: AgentJobStatus) -> None:
-        job_id = self.pick(data, list(self.model.jobs) + [job_id_for("request-never")])
+        open_jobs = [row.job_id for row in self.model.jobs.values() if row.status in finders.OPEN_JOB_STATUSES]
+        aiming = self.aim(data)
+        job_id = self.pick(data, open_jobs if aiming and open_jobs else list(self.model.jobs) + [job_id_for("request-never")])
         assert job_id is not None
         ledger = self.ledgers[0]
         if action == "adopt":
@@ -452,10 +520,9 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data(), kind=st.sampled_from([WaitKind.CONSENT, WaitKind.DELEGATE]))
     def park(self, data: st.DataObject, kind: WaitKind) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _running)
         seq = self.pick_seq(data, run_id)
-        owner_id = self.pick(data, self.owners())
-        assert owner_id is not None  # owners() is never empty
+        owner_id = self.pick_owner(data, self.owners_of(run_id, kind))
         self.check(lambda: self.ledgers[0].park(run_id, seq, kind=kind, owner_id=owner_id),
                    lambda now: self.model.park(run_id, seq, kind, owner_id, now))
 
@@ -463,16 +530,15 @@ class RunLockstep(LockstepBase):
     def park_timer(self, data: st.DataObject, name: str, delay_s: float) -> None:
         """A timer due at once, a microsecond after the park, or in an hour; a later
         resume (any rule's database time) meets it due or not."""
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _running)
         seq = self.pick_seq(data, run_id)
         self.check(lambda: self.ledgers[0].park_timer(run_id, seq, name=name, delay_s=delay_s),
                    lambda now: self.model.park_timer(run_id, seq, name, now + round(delay_s * 1_000_000), now))
 
     @rule(data=st.data())
     def resume(self, data: st.DataObject) -> None:
-        run_id = self.pick_run(data)
-        owner_id = self.pick(data, self.owners())
-        assert owner_id is not None  # owners() is never empty
+        run_id = self.pick_run(data, _waiting)
+        owner_id = self.pick_owner(data, self.current_owner(run_id))
         self.check(lambda: self.ledgers[0].resume(run_id, owner_id=owner_id),
                    lambda now: self.model.resume(run_id, owner_id, now))
 
@@ -480,7 +546,7 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data(), status=st.sampled_from([RunStatus.DONE, RunStatus.FAILED]))
     def settle(self, data: st.DataObject, status: RunStatus) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _holding)
         seq = self.pick_seq(data, run_id)
         error = "it broke" if status is RunStatus.FAILED else None
         self.check(lambda: self.ledgers[0].settle(run_id, seq, status, error=error),
@@ -488,12 +554,12 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data())
     def begin_cancel(self, data: st.DataObject) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _open)
         self.check(lambda: self.ledgers[0].begin_cancel(run_id), lambda now: self.model.begin_cancel(run_id, now))
 
     @rule(data=st.data(), abort_fails=st.booleans())
     def finish_cancel(self, data: st.DataObject, abort_fails: bool) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _cancelling)
         seq = self.pick_seq(data, run_id)
         pair = self.model.pair(run_id)
         fenced = pair is not None and pair.run.status is RunStatus.CANCELLING and pair.run.enqueue_seq == seq
@@ -517,7 +583,7 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data())
     def two_claimers_of_one_hop(self, data: st.DataObject) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _publishable)
         seq = self.pick_seq(data, run_id)
 
         def call(ledger: RunLedger, node: str) -> Callable[[], Awaitable[Any]]:
@@ -531,7 +597,7 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data())
     def two_resumers_of_one_wait(self, data: st.DataObject) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _waiting)
         run = self.model.runs.get(run_id)
         drawn = self.pick(data, self.owners())
         assert drawn is not None
@@ -547,7 +613,7 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data())
     def cancellation_racing_completion(self, data: st.DataObject) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _holding)
         seq = self.pick_seq(data, run_id)
         self.race([lambda: self.ledgers[0].settle(run_id, seq, RunStatus.DONE),
                    lambda: self.ledgers[1].begin_cancel(run_id)],
@@ -556,7 +622,7 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data())
     def release_racing_fail_held(self, data: st.DataObject) -> None:
-        run_id = self.pick_run(data)
+        run_id = self.pick_run(data, _held)
         seq = self.pick_seq(data, run_id)
         self.race([lambda: self.ledgers[0].release(run_id, seq),
                    lambda: self.ledgers[1].fail_held(run_id, seq, error="context lost")],
