@@ -36,7 +36,7 @@ BROKEN_ENGINES: dict[str, frozenset[str] | None] = {
     "the_cas_skips_the_run": None,
     "a_settle_loses_its_consent_sweep": frozenset({"admit", "claim", "create_consent", "settle"}),
     "a_settle_does_not_count_containment": frozenset({"admit", "claim", "settle"}),
-    "a_park_reads_the_run_owner_instead_of_the_named_one": frozenset({"admit", "claim", "create_consent", "park"}),
+    "a_park_reads_the_run_owner_instead_of_the_named_one": frozenset({"admit", "claim", "create_consent", "submit_job", "park"}),
 }
 """Broken Run engines (``test_run_engine_mutants.BREAKAGES``) the Run lockstep must catch
 on its own, without a scenario written for them; the rules a focused machine keeps to
