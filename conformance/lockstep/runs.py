@@ -23,7 +23,7 @@ from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.consents.facade import public_consent
 from tenure.adapters.consents.table import CONSENTS_BINDING
 from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, run_id_for
-from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
+from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 from tenure.adapters.runs.engine import consent_evidence, job_evidence
 from tenure.conformance.lockstep.harness import LockstepBase, outcome
 from tenure.kernel.agent_jobs import machine as job_machine
@@ -57,7 +57,7 @@ from tenure.kernel.runs.commands import (
     Ticket,
 )
 from tenure.kernel.runs.machine import RUNS
-from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, key_of, record_violations
+from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, hop_holds, RunPair, RunRow, key_of, record_violations
 from tenure.model import (
     TERMINAL_RUN_STATUSES,
     AgentJobStatus,
@@ -112,12 +112,16 @@ class RunModel:
         self.deliveries: dict[str, DeliveryRow] = {}
         self.consents: dict[str, ConsentRow] = {}
         self.jobs: dict[str, AgentJobRow] = {}
+        self.checkpoints: dict[str, CheckpointRow] = {}
+        """The Runs' checkpoints, as the engine's follow-ups leave them: a timer's park
+        binds one, a settle deletes it (not the kernel's: the model keeps them by hand,
+        so a follow-up the aggregate declaration lost shows as a row that differs)."""
 
     def snapshot(self) -> tuple[dict[str, Any], ...]:
-        return dict(self.runs), dict(self.deliveries), dict(self.consents), dict(self.jobs)
+        return dict(self.runs), dict(self.deliveries), dict(self.consents), dict(self.jobs), dict(self.checkpoints)
 
     def restore(self, saved: tuple[dict[str, Any], ...]) -> None:
-        self.runs, self.deliveries, self.consents, self.jobs = (dict(part) for part in saved)
+        self.runs, self.deliveries, self.consents, self.jobs, self.checkpoints = (dict(part) for part in saved)
 
     def pair(self, run_id: str) -> RunPair | None:
         run = self.runs.get(run_id)
@@ -144,6 +148,8 @@ class RunModel:
             self.runs[new.run.run_id] = new.run
             for delivery in new.deliveries:
                 self.deliveries[delivery.delivery_id] = delivery
+            if isinstance(command, Settle):
+                self.checkpoints.pop(run_id, None)  # terminal: the snapshot's debt is paid
             if isinstance(decision.reply, Settled | Swept):
                 for consent in sorted(self.consents.values(), key=lambda row: row.consent_id):
                     if consent.run_id == run_id:
@@ -186,7 +192,23 @@ class RunModel:
 
     def park_timer(self, run_id: str, seq: int, name: str, wake_at_us: int, now: int) -> bool:
         command = Park(enqueue_seq=seq, wait=WaitKind.TIMER, owner_id=name, owner=None, wake_at_us=wake_at_us)
-        return isinstance(self.run_command(run_id, command, now), Applied)
+        applied = isinstance(self.run_command(run_id, command, now), Applied)
+        if applied:  # the park and its checkpoint (the state, none here) in one transaction
+            self.checkpoints[run_id] = CheckpointRow(run_id, seq, WaitKind.TIMER, name, "null", now)
+        return applied
+
+    def save_checkpoint(self, run_id: str, seq: int, state_json: str, owner_id: str | None, now: int) -> bool:
+        """``Checkpoints.save``: written only while the hop holds its Run; a save without
+        an owner keeps the one the stored snapshot binds."""
+        run = self.runs.get(run_id)
+        if run is None or not hop_holds(run, seq):
+            return False
+        kind: WaitKind | None = None if owner_id is None else WaitKind.CONSENT
+        stored = self.checkpoints.get(run_id)
+        if owner_id is None and stored is not None:
+            kind, owner_id = stored.owner_kind, stored.owner_id
+        self.checkpoints[run_id] = CheckpointRow(run_id, seq, kind, owner_id, state_json, now)
+        return True
 
     def resume(self, run_id: str, owner_id: str, now: int) -> int | None:
         pair = self.pair(run_id)
@@ -540,6 +562,22 @@ class RunLockstep(LockstepBase):
         self.check(lambda: self.ledgers[0].park_timer(run_id, seq, name=name, delay_s=delay_s),
                    lambda now: self.model.park_timer(run_id, seq, name, now + round(delay_s * 1_000_000), now))
 
+    @rule(data=st.data(), step=st.integers(1, 2), bind=st.booleans())
+    def save_checkpoint(self, data: st.DataObject, step: int, bind: bool) -> None:
+        """A hop saves its snapshot, bound to one of its Run's consents or keeping the
+        stored binding; a settle must then delete it."""
+        run_id = self.pick_run(data, _holding)
+        seq = self.pick_seq(data, run_id)
+        drawn = self.pick_owner(data, self.owners_of(run_id, WaitKind.CONSENT))
+        owner_id = drawn if bind else None
+        actual, now = self.once(lambda: self.ledgers[0].checkpoints.save(
+            run_id, seq, state={"step": step}, owner_kind=None if owner_id is None else WaitKind.CONSENT,
+            owner_id=owner_id))
+        if now is None:  # no Run to lock: nothing read the clock, nothing written
+            self.expect(actual, ("ok", False))
+            return
+        self.expect(actual, outcome(lambda: self.model.save_checkpoint(run_id, seq, f'{{"step":{step}}}', owner_id, now)))
+
     @rule(data=st.data())
     def resume(self, data: st.DataObject) -> None:
         run_id = self.pick_run(data, _waiting)
@@ -666,7 +704,7 @@ class RunLockstep(LockstepBase):
     def dump(self) -> tuple[dict[str, Any], ...]:
         async def read(tx: Any) -> tuple[dict[str, Any], ...]:
             tables = []
-            for binding in (RUNS_BINDING, DELIVERIES_BINDING, CONSENTS_BINDING, AGENT_JOBS_BINDING):
+            for binding in (RUNS_BINDING, DELIVERIES_BINDING, CONSENTS_BINDING, AGENT_JOBS_BINDING, CHECKPOINTS_BINDING):
                 rows = await tx.find(binding, _ALL, {}, 100_000)
                 tables.append({getattr(row, binding.key_field): row for row in rows})
             return tuple(tables)
