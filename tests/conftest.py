@@ -132,12 +132,19 @@ def fresh_db_url(database: str, tmp_path: pathlib.Path, request: pytest.FixtureR
 
 
 @pytest.fixture
-async def db_url(fresh_db_url: str) -> str:
-    """A freshly migrated database of the parametrized kind."""
-    from tenure.adapters import upgrade
+def db_url(database: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> str:
+    """A freshly migrated database of the parametrized kind: a copy of one ``upgrade``
+    migrated in this process (``adapter_support.migrated_database``). A test that also
+    asks for ``fresh_db_url`` gets that very database, migrated by ``upgrade``."""
+    import adapter_support
 
-    await upgrade(fresh_db_url)
-    return fresh_db_url
+    if "fresh_db_url" in request.fixturenames:
+        from tenure.adapters import upgrade
+
+        fresh: str = request.getfixturevalue("fresh_db_url")
+        adapter_support.run_async(upgrade(fresh))
+        return fresh
+    return adapter_support.migrated_database(database, tmp_path, request)
 
 
 # --- In CI a skipped test is a failure: it would hide a missing dependency. ------------

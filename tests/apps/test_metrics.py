@@ -196,6 +196,11 @@ async def test_a_worker_process_serves_its_counts_histograms_and_sampled_gauges(
 # --- a live `tenure runs worker` process -------------------------------------------------------
 
 
+def hop_tasks_of(samples: dict[Any, float]) -> list[Any]:
+    """The per-queue job gauges of the tasks table (where QueueBroker's hops live)."""
+    return [labels for name, labels in samples if name == "tenure_queue_jobs" and ("table", "tenure_tasks") in labels]
+
+
 async def test_a_runs_worker_process_serves_hop_outcomes_consent_waits_and_recovery_counts(
     db_url: str, tmp_path: pathlib.Path,
 ) -> None:
@@ -226,10 +231,14 @@ async def test_a_runs_worker_process_serves_hop_outcomes_consent_waits_and_recov
             await until(ended, 60, what="both Runs ended")
 
         def counted() -> dict[Any, float] | None:
+            # The hop counters move as hops end; the per-queue gauges only with the next
+            # health sample (every 0.2 s, later on a loaded machine): wait for a sample
+            # that saw QueueBroker's hop tasks, not merely for the first sample.
             samples = scrape(port)
             hops = [value(samples, "tenure_run_hops_total", queue="runs", workflow="hello", outcome=outcome)
                     for outcome in ("parked", "done", "failed")]
-            return samples if hops == [2, 1, 1] and value(samples, "tenure_health_sample_up") == 1 else None
+            sampled = value(samples, "tenure_health_sample_up") == 1 and hop_tasks_of(samples)
+            return samples if hops == [2, 1, 1] and sampled else None
 
         samples = await until(lambda: asyncio.to_thread(counted), 60, what="the hops counted", interval_s=0.2)
     finally:
@@ -249,9 +258,7 @@ async def test_a_runs_worker_process_serves_hop_outcomes_consent_waits_and_recov
     assert sum(published) >= 2, published
     assert value(samples, "tenure_runs_cancelling") == 0
     assert value(samples, "tenure_recovery_degraded_nodes") == 0
-    hop_tasks = [labels for name, labels in samples if name == "tenure_queue_jobs"
-                 and ("table", "tenure_tasks") in labels]
-    assert hop_tasks  # QueueBroker's hop tasks live in tenure_tasks
+    assert hop_tasks_of(samples)  # QueueBroker's hop tasks live in tenure_tasks
     assert labels_hold_none_of(samples, run_ids)
     assert "done 1" in out and "failed 1" in out and "parked 2" in out
 
