@@ -357,17 +357,30 @@ def budget(defaults: dict[str, int]) -> dict[str, int]:
 
 def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 50, seed: int | None = None,
                  on_step: Callable[[Counter], None] | None = None, print_blob: bool = False,
-                 shrink: bool = True) -> str:
+                 shrink: bool = True, every_rule_by: int | None = None) -> str:
     """Run ``machine`` until ``target`` steps ran; returns the summary line (the counts
     are in ``COUNTERS[machine.key()]``). With ``seed``, the runs are the same each time
     (for the same Hypothesis version); a divergence raises what the machine raised,
-    shrunk by Hypothesis unless ``shrink`` is false (then as found: sooner, longer)."""
+    shrunk by Hypothesis unless ``shrink`` is false (then as found: sooner, longer).
+
+    With ``every_rule_by``, a rule that has not run yet at ``target`` keeps the runs
+    going until it has, or until ``every_rule_by`` steps ran (the caller then checks that
+    every rule ran). The rules a run chooses depend on the database's answers (times,
+    races), so a fixed budget that covers every rule on a quiet machine can miss one on
+    a loaded machine; a budget this way is a floor, not a gamble."""
     phases = tuple(phase for phase in Phase if shrink or phase is not Phase.shrink)
     key = machine.key()
     COUNTERS[key] = Counter(on_step=on_step)
+    wanted = frozenset(rule_names(machine))
+
+    def more(counter: Counter) -> bool:
+        if counter.steps < target:
+            return True
+        return every_rule_by is not None and counter.steps < every_rule_by and not wanted <= set(counter.rules)
+
     started = time.perf_counter()
     batch = 0
-    while COUNTERS[key].steps < target:
+    while more(COUNTERS[key]):
         counter = COUNTERS[key]
         # Before the first run, guess that runs use most of their step count.
         average = counter.steps / counter.examples if counter.examples else step_count * 0.7
@@ -376,6 +389,11 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
             # Each batch its own seed: the same seed again would replay the same runs.
             # Hypothesis's @seed, applied to the machine class as its documentation shows.
             seeded(seed + batch)(machine)
+        elif batch and settings.default.derandomize:
+            # A derandomized profile (CI's) derives every call's seed from the machine, so
+            # a second batch would replay the first one's runs: each later batch gets a
+            # seed of its own, the same in every derandomized run.
+            seeded(batch)(machine)
         batch += 1
         run_state_machine_as_test(
             machine,
