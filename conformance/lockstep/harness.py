@@ -389,7 +389,7 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
             # Each batch its own seed: the same seed again would replay the same runs.
             # Hypothesis's @seed, applied to the machine class as its documentation shows.
             seeded(seed + batch)(machine)
-        elif batch and settings.default.derandomize:
+        elif batch and getattr(settings.default, "derandomize", False):
             # A derandomized profile (CI's) derives every call's seed from the machine, so
             # a second batch would replay the first one's runs: each later batch gets a
             # seed of its own, the same in every derandomized run.
