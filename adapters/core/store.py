@@ -41,7 +41,7 @@ from .tables import Binding, Dialect, RowCodec, record_or_unreadable
 
 __all__ = [
     "Store", "Transaction", "Body", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver",
-    "Expected", "AheadAnswer", "AheadWriter", "Picked",
+    "Expected", "AheadAnswer", "AheadWriter", "Picked", "JoinedAnswer",
 ]
 
 T = TypeVar("T")
@@ -101,6 +101,17 @@ class AheadAnswer:
     key, from a store that keeps versions."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class JoinedAnswer:
+    """What a joined decided-ahead statement (:meth:`AheadWriter.joined_ahead`) saw and
+    did: its clock (read after both rows' locks), whether it wrote, and, when it did
+    not, the rows as locked (as :meth:`Transaction.locked_joined` answers them)."""
+
+    now_us: int
+    went: bool
+    joined: list[tuple[Any, Any]]
+
+
 class AheadWriter(Protocol):
     """A store that can persist decisions made ahead in one statement (PostgreSQL)."""
 
@@ -133,6 +144,20 @@ class AheadWriter(Protocol):
         the window (verified in the same statement); the rows met otherwise come back
         in ``locked``. ``announce``: notify the table's channel when it inserts. None:
         nothing was sent (the caller uses a transaction)."""
+
+    async def joined_ahead(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], items: Sequence[Expected],
+        not_before_us: int, not_after_us: int,
+    ) -> JoinedAnswer | None:
+        """One autocommit statement for a row of ``binding`` and the one row of ``other``
+        it meets (``on``, as :meth:`Transaction.locked_joined`; ``items``: the row of
+        ``binding``, then the row of ``other``): lock both in that order, read the clock
+        after both locks, and write each item's ``new`` (relative fields at that clock
+        plus their offsets) only if exactly one row of ``other`` was met, with the second
+        item's key, both rows equal their expected records in every mutable column, and
+        the clock lies in the window; both or neither. Written values are verified in
+        the same statement. ``known`` False on the first item: it only locks and reads.
+        None: this store cannot spell it (nothing was sent)."""
 
     async def claim_ahead(
         self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
