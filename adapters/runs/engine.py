@@ -203,7 +203,7 @@ class RunEngine:
         sent = await self.run(lambda tx: self._send_in(tx, run_id, command, inputs, aggregate))
         if self.engine.store.ahead is not None:
             # Committed: the pair as it now stands is what the next command decides from.
-            pair = sent.decision.new_record if sent.applied else aggregate[-1].pair
+            pair = sent.decision.new_record if isinstance(sent.decision, Applied) else aggregate[-1].pair
             if pair is not None:
                 self.engine.remember_parts(_parts(pair))
         return sent
