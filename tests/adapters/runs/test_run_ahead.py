@@ -91,7 +91,7 @@ async def a_claim_from_a_stale_pair_is_refused_where_another_engine_claimed(runs
     assert ledger.engine.last_pair(run_id) is not None, "the published pair is remembered"
     async with RunLedger(runs.db_url) as other:
         assert await other.claim(run_id, 0, node="node-b") is not None
-    assert await ledger.claim(run_id, 0, node="node-a") is None
+    assert await ledger.claim(run_id, 0, node="node-a") is None, "claimed over another engine's claim"
     delivery = (await _stored(ledger, run_id)).current
     assert delivery.state is DeliveryState.CLAIMED and delivery.claimed_by == "node-b"
 
@@ -126,15 +126,19 @@ def _written_without_the_fence(patch: pytest.MonkeyPatch) -> None:
     statements.clear_statement_cache()
 
 
-BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario]] = {
-    "the_window_from_the_guards_alone": (_window_from_the_guards_alone, a_claim_keeps_an_updated_at_later_than_its_clock),
-    "written_without_the_fence": (_written_without_the_fence, a_claim_from_a_stale_pair_is_refused_where_another_engine_claimed),
+BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario, str]] = {
+    "the_window_from_the_guards_alone": (_window_from_the_guards_alone, a_claim_keeps_an_updated_at_later_than_its_clock,
+                                         "updated_at moved backwards"),
+    "written_without_the_fence": (_written_without_the_fence,
+                                  a_claim_from_a_stale_pair_is_refused_where_another_engine_claimed,
+                                  "claimed over another engine's claim"),
 }
+"""Each breakage, the scenario that catches it, and what that scenario's failure says."""
 
 
 @contextlib.contextmanager
 def _broken(name: str) -> Iterator[Scenario]:
-    breakage, scenario = BREAKAGES[name]
+    breakage, scenario, _ = BREAKAGES[name]
     try:
         with pytest.MonkeyPatch.context() as patch:
             breakage(patch)
@@ -150,7 +154,7 @@ async def test_each_scenario_holds_on_the_run_engine_as_built(runs: Runs, name: 
 
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 async def test_each_broken_decided_ahead_run_engine_is_caught_by_its_scenario(runs: Runs, name: str) -> None:
-    with _broken(name) as scenario, pytest.raises(AssertionError):
+    with _broken(name) as scenario, pytest.raises(AssertionError, match=BREAKAGES[name][2]):
         await scenario(runs)
 
 
