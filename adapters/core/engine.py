@@ -473,7 +473,12 @@ class Engine:
             if items is None:
                 return None
             window = (0, 0) if plan is None else (plan.not_before_us, plan.not_after_us)
-            answer = await ahead.joined_ahead(*joined, items, *window)
+            try:
+                answer = await ahead.joined_ahead(*joined, items, *window)
+            except TenureError as error:
+                if error.reason != "read_back_mismatch":
+                    raise
+                return None  # a written value did not read back as intended; nothing kept
             if answer is None:
                 return None
             if answer.went:
@@ -493,6 +498,54 @@ class Engine:
                 self.observe(answer.now_us)
                 return decision
             record, reference = locked, answer.now_us
+        return None
+
+    async def joined_insert_ahead(
+        self, machine: Machine, parts: Parts, joined: Joined, key: str, command: Any, assemble: Assemble,
+        holder: tuple[str, Any] | None = None,
+    ) -> Decision | None:
+        """A command that creates a composite record of two rows (``joined``) when none
+        holds ``key`` (nor, with ``holder``, a field's value), decided ahead and inserted in
+        one statement. When rows are met, the kernel decides there at the statement's
+        clock: a refusal or an unchanged record (a replay) is the answer. None: anything
+        else (rows out of shape, rows another writer inserted meanwhile, the window
+        missed, a decision that cannot be made ahead): the caller's transaction decides;
+        nothing was written."""
+        ahead = self.store.ahead
+        reference = None if ahead is None else ahead.estimated_now_us()
+        if ahead is None or reference is None:
+            return None
+        plan = decide_ahead(machine, None, command, reference)
+        if plan is None or not isinstance(plan.decision, Applied) or plan.decision.new_record is None:
+            return None
+        new = plan.decision.new_record if plan.invariants_checked else checked_by(machine, None, plan.decision)
+        news, later = parts(new), parts(plan.at(reference + 1).new_record)  # type: ignore[union-attr]
+        if [binding for binding, _ in news] != [joined[0], joined[1]]:
+            return None
+        try:
+            answer = await ahead.joined_insert_ahead(
+                *joined, [row for _, row in news],
+                [moving_fields(row, moved_row, reference) for (_, row), (_, moved_row) in zip(news, later, strict=True)],
+                holder, plan.not_before_us, plan.not_after_us)
+        except TenureError as error:
+            if error.reason != "read_back_mismatch":
+                raise
+            return None  # an inserted value did not read back as intended; nothing kept
+        if answer is None or answer.collided:
+            return None
+        if answer.went:
+            decision = plan.at(answer.now_us)
+            self.remember_parts(parts(decision.new_record))  # type: ignore[union-attr]
+            self.observe(answer.now_us)
+            return decision
+        in_shape, met = assemble(key, answer.joined)
+        if not in_shape or met is None:
+            return None
+        self.remember_parts(parts(met))
+        decision = decide(machine, met, command, answer.now_us)
+        if isinstance(decision, Refused) or decision.new_record == met:
+            self.observe(answer.now_us)
+            return decision
         return None
 
     def _joined_items(

@@ -110,6 +110,10 @@ class JoinedAnswer:
     now_us: int
     went: bool
     joined: list[tuple[Any, Any]]
+    collided: bool = False
+    """An insert that went found its rows taken meanwhile (a concurrent writer's, which
+    the statement's snapshot could not see) and wrote nothing: the caller's transaction
+    path decides on them."""
 
 
 class AheadWriter(Protocol):
@@ -158,6 +162,19 @@ class AheadWriter(Protocol):
         the clock lies in the window; both or neither. Written values are verified in
         the same statement. ``known`` False on the first item: it only locks and reads.
         None: this store cannot spell it (nothing was sent)."""
+
+    async def joined_insert_ahead(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], rows: Sequence[Any],
+        relative: Sequence[Mapping[str, int]], holder: tuple[str, Any] | None, not_before_us: int, not_after_us: int,
+    ) -> JoinedAnswer | None:
+        """One autocommit statement that inserts a row of ``binding`` and the row of
+        ``other`` it meets (``rows``, each with the fields that move with the clock and
+        their offsets) only if no row of ``binding`` has the first row's key (or, with
+        ``holder``, a field and its value, holds that value), and the clock read after
+        the locks lies in the window. The rows met otherwise come back in ``joined``
+        (with the row of ``other`` each meets); rows inserted meanwhile by a writer the
+        statement could not see make it write nothing (``collided``). None: nothing was
+        sent."""
 
     async def claim_ahead(
         self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,

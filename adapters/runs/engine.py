@@ -33,6 +33,7 @@ from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.core import Applied, Decision, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
+    ADMITTED_AHEAD,
     DECIDED_AHEAD,
     FILLS,
     READS,
@@ -195,7 +196,8 @@ class RunEngine:
         store with decided-ahead statements: :meth:`send_ahead`), else in a transaction of
         its own (:meth:`send_in`, the reference and the fallback). Part of the adapters'
         test seam (``docs/testing.md``): the Run replay sends a trace's commands here."""
-        if command.kind in DECIDED_AHEAD and inputs == NO_INPUTS and self.engine.store.ahead is not None:
+        if inputs == NO_INPUTS and self.engine.store.ahead is not None and (
+                command.kind in DECIDED_AHEAD or command.kind in ADMITTED_AHEAD):
             sent = await self.send_ahead(run_id, command)
             if sent is not None:
                 return sent
@@ -213,8 +215,14 @@ class RunEngine:
         same statement), in one statement per round (:meth:`Engine.joined_ahead`); None:
         it needs the transaction path after all (nothing was written)."""
         async with self.errors():
-            decision = await self.engine.joined_ahead(
-                RUNS, _parts, PAIR_JOIN, run_id, command, self.last_pair(run_id), _assembled)
+            if command.kind in ADMITTED_AHEAD:
+                key = command.run.idempotency_key  # type: ignore[union-attr]
+                decision = await self.engine.joined_insert_ahead(
+                    RUNS, _parts, PAIR_JOIN, run_id, command, _assembled,
+                    None if key is None else ("idempotency_key", key))
+            else:
+                decision = await self.engine.joined_ahead(
+                    RUNS, _parts, PAIR_JOIN, run_id, command, self.last_pair(run_id), _assembled)
         if decision is None:
             return None
         raise_if_conflict(RUNS_BINDING, decision)

@@ -53,6 +53,7 @@ __all__ = [
     "OWNER_COMMANDS",
     "UNREAD_CONTAINMENT",
     "DECIDED_AHEAD",
+    "ADMITTED_AHEAD",
     "follow_ups",
     "in_transaction",
     "after_commit",
@@ -184,6 +185,19 @@ the pair (:data:`READS`), sets off nothing inside the transaction (:data:`FOLLOW
 and writes the pair's two rows in place, never opening a delivery (``rotate`` reads
 only the pair too, but opens the next delivery: an insert, so it keeps the transaction).
 ``tests/kernel/test_run_aggregate.py`` holds every one of them to that."""
+
+
+ADMITTED_AHEAD: frozenset[RunCommandType] = frozenset({C.ADMIT})
+"""The commands a store with decided-ahead statements may decide ahead when they create
+the pair: an admission without the session fence, decided from no record, inserted in
+one statement only if no Run holds its ID or its idempotency key (the
+:attr:`Evidence.KEY_HOLDER` reading, made by the statement) and the clock lies in the
+window; a Run met there is answered (a replay, or the refusal the kernel decides on
+it). What the named admission lock guarantees (same-key admissions decide one after
+another) the Run's primary key keeps: of two racing inserts the second writes nothing
+and takes the transaction path, which waits on the lock and replays. With the session
+fence the admission always takes the transaction (the session's lock, and the
+:attr:`Evidence.SESSION` reading)."""
 
 
 class OwnerCommand(enum.Enum):

@@ -5,11 +5,15 @@ if both still equal the pair decided on and the clock lies in the decision's win
 Each scenario holds on the engine as built and fails on a broken one: a window taken
 from the guards alone (the claim's effect compares the time too: ``updated_at`` never
 moves backwards, INV-R9) and a statement that writes without comparing the pair it
-decided on (the fence). SQLite keeps the transaction path (no decided-ahead writer).
+decided on (the fence). An admission without the session fence is inserted ahead too:
+one statement creates the Run and its delivery, or answers the Run it meets (a replay,
+or the refusal the transaction path would decide). SQLite keeps the transaction path (no
+decided-ahead writer).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -17,14 +21,15 @@ from typing import Any
 
 import pytest
 from adapter_support import raw
-from run_support import Runs, unique
+from run_support import Runs, raises, unique
+from statements import count_statements
 
 from tenure.adapters import RunLedger
 from tenure.adapters.core import engine as core_engine
 from tenure.adapters.postgres import statements
 from tenure.adapters.runs.engine import RunEngine
 from tenure.kernel.ahead import decide_ahead
-from tenure.model import DeliveryState, RunStatus
+from tenure.model import DeliveryState, ErrorCode, RunStatus
 
 pytestmark = pytest.mark.parametrize("database", ["postgresql"])
 
@@ -192,3 +197,41 @@ def _shape(pair: Any) -> tuple[Any, ...]:
     run, delivery = pair.run, pair.current
     return (run.status, run.enqueue_seq, run.node, run.started_at_us == run.updated_at_us == delivery.claimed_at_us,
             delivery.state, delivery.claimed_by, delivery.settled_at_us)
+
+
+# --- admission decided ahead ------------------------------------------------------------------
+
+
+async def test_an_admission_is_one_statement_and_its_replay_one_more(runs: Runs) -> None:
+    await runs.admit("warm")  # the store's first call reads its catalog and the database clock
+    with count_statements() as counted:
+        first = await runs.admit("once")
+        assert counted.total == 1, counted.texts
+        again = await runs.admit("once")
+        assert counted.total == 2, counted.texts
+    assert first.created and not again.created
+    assert again.run.run_id == first.run.run_id and again.delivery == first.delivery
+
+
+async def test_a_changed_intent_under_an_admitted_key_is_refused_in_one_statement(runs: Runs) -> None:
+    await runs.admit("changed")
+    with count_statements() as counted:
+        error = await raises(ErrorCode.RUN_ADMISSION_CONFLICT,
+                             runs.admit("changed", intent=runs.intent(payload={"task": "another"})))
+    assert error.reason == "intent_changed" and counted.total == 1, counted.texts
+
+
+async def test_racing_admissions_under_one_key_create_one_run_and_replay_it(runs: Runs) -> None:
+    # Each racer's statement may miss a row another inserts meanwhile (its snapshot began
+    # first): that insert then writes nothing and the racer takes the transaction path,
+    # which waits on the named lock and replays.
+    admissions = await asyncio.gather(*(runs.admit("raced") for _ in range(8)))
+    assert sum(admission.created for admission in admissions) == 1
+    assert len({admission.run.run_id for admission in admissions}) == 1
+
+
+async def test_a_session_fenced_admission_keeps_the_transaction(runs: Runs) -> None:
+    await runs.admit("warm")
+    with count_statements() as counted:
+        admission = await runs.admit("fenced", intent=runs.intent(session_id=unique("session")), session_fence=True)
+    assert admission.created and counted.texts[0] == "BEGIN", counted.texts
