@@ -158,7 +158,7 @@ class AheadWriter(Protocol):
         ``binding``, then the row of ``other``): lock both in that order, read the clock
         after both locks, and write each item's ``new`` (relative fields at that clock
         plus their offsets) only if exactly one row of ``other`` was met, with the second
-        item's key, both rows equal their expected records in every mutable column, and
+        item's key, both rows equal their expected records in every column, and
         the clock lies in the window; both or neither. Written values are verified in
         the same statement. ``known`` False on the first item: it only locks and reads.
         None: this store cannot spell it (nothing was sent)."""

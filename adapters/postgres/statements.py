@@ -385,7 +385,7 @@ def _one_expected(binding: Binding, udt: Mapping[str, str], column: str, prefix:
 
 PAIR_UNCHANGED = "EXISTS (SELECT 1 FROM {rows} l WHERE {key} AND {same})"
 """The verdict's proof that a locked row of a joined decided-ahead statement is the one
-decided on: every mutable column as decided (tests/adapters/runs/test_run_ahead.py
+decided on: every column as decided (tests/adapters/runs/test_run_ahead.py
 replaces it with ``true`` and sees a write on a stale pair)."""
 
 
@@ -400,7 +400,7 @@ def joined_ahead_sql(
     order of :func:`locked_joined_sql`), read the clock after both (an aggregate over
     both), and write each row (parameters ``a_`` and ``b_``: old, new, offsets, whether
     to write it) only if the clock lies in the window, exactly one row of ``other`` was
-    met, it has the key ``:b_key``, and both rows equal, column by column, the rows
+    met, it has the key ``:b_key``, and both rows equal, in every column, the rows
     decided on. Every written value is verified in the RETURNING lists (a mismatch
     divides by zero: nothing kept). The answer: the clock, the verdict, how many rows
     each write wrote, and (when nothing was written) the rows as locked."""
@@ -416,7 +416,10 @@ def joined_ahead_sql(
            f"ORDER BY b.{other_key} FOR UPDATE OF b")
 
     def unchanged(side: Binding, udt: Mapping[str, str], rows: str, prefix: str, key_check: str) -> str:
-        same = " AND ".join(_one_expected(side, udt, c, prefix) for c in side.spec.mutable_names)
+        # Every column, not only the mutable ones: a value another writer changed where
+        # tenure never writes (a corrupted payload) must make the statement answer the
+        # row, which the transaction path would have read (and refused to decode).
+        same = " AND ".join(_one_expected(side, udt, c, prefix) for c in side.spec.column_names)
         return PAIR_UNCHANGED.format(rows=rows, key=key_check, same=same)
 
     def write(side: Binding, udt: Mapping[str, str], prefix: str, target: str) -> str:
@@ -517,6 +520,9 @@ def joined_ahead_parameters(binding: Binding, codec: RowCodec, item: Expected, p
     parameters = ahead_one_parameters(binding, codec, item)
     if parameters is None:
         return None
+    old = codec.write(item.record) if item.known and item.record is not None else {}
+    for column in binding.spec.column_names:  # the verdict compares every column
+        parameters[f"old_{column}"] = old.get(column)
     return {f"{prefix}{name}": value for name, value in parameters.items()}
 
 
