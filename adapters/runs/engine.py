@@ -11,6 +11,16 @@ the decision with the follow-ups its caller runs after commit (publish the opene
 Nothing here looks at where a Run stands: the readers and follow-ups are tables keyed
 by the declaration's names.
 
+On a store with decided-ahead statements (PostgreSQL), the commands the declaration
+names ``DECIDED_AHEAD`` (they read only the pair and write its two rows in place) and an
+admission without the session fence (``ADMITTED_AHEAD``) go first through
+:meth:`RunEngine.send_ahead`: the kernel decides from the pair this engine last saw (or
+from no record, for an admission) with the window of database time its decision holds
+for, and one statement checks both rows and the window after the locks and writes both
+(:meth:`~tenure.adapters.core.engine.Engine.joined_ahead`,
+:meth:`~tenure.adapters.core.engine.Engine.joined_insert_ahead`). Whatever that cannot
+settle takes the transaction above, which stays the reference.
+
 ``RunEngine`` is also the Run side's transaction toolkit (one per ledger, reached as
 ``RunLedger.engine``): :meth:`run` and :meth:`read` (one transaction behind the Run
 ledger's error boundary), :meth:`locked_pair` / :meth:`read_pair`, :meth:`containment`
