@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -29,7 +30,18 @@ from tenure.adapters.core import engine as core_engine
 from tenure.adapters.postgres import statements
 from tenure.adapters.runs.engine import RunEngine
 from tenure.kernel.ahead import decide_ahead
-from tenure.model import DeliveryState, ErrorCode, RunStatus
+from tenure.kernel.core import Applied
+from tenure.kernel.runs.commands import (
+    BeginCancel,
+    Claim,
+    EnterHardwareWait,
+    FailHeld,
+    LeaveHardwareWait,
+    RecordPublished,
+    RecordPublishError,
+    Release,
+)
+from tenure.model import DeliveryState, ErrorCode, RunStatus, TenureError
 
 pytestmark = pytest.mark.parametrize("database", ["postgresql"])
 
@@ -235,3 +247,72 @@ async def test_a_session_fenced_admission_keeps_the_transaction(runs: Runs) -> N
     with count_statements() as counted:
         admission = await runs.admit("fenced", intent=runs.intent(session_id=unique("session")), session_fence=True)
     assert admission.created and counted.texts[0] == "BEGIN", counted.texts
+
+
+# --- the decided-ahead path and the transaction path decide alike -------------------------------
+
+MAKERS: tuple[Callable[[int], Any], ...] = (
+    lambda seq: Release(enqueue_seq=seq),
+    lambda seq: FailHeld(enqueue_seq=seq, error="gave_up"),
+    lambda seq: RecordPublished(enqueue_seq=seq),
+    lambda seq: RecordPublishError(enqueue_seq=seq, error="publish_failed:Timeout"),
+    lambda seq: Claim(enqueue_seq=seq, node="node-a"),
+    lambda seq: Claim(enqueue_seq=seq, node="node-b", claimant="hop-1"),
+    lambda seq: EnterHardwareWait(enqueue_seq=seq),
+    lambda seq: LeaveHardwareWait(enqueue_seq=seq),
+    lambda seq: BeginCancel(),
+)
+"""Every command the declaration decides ahead, for a sequence drawn by the stream."""
+
+
+async def _sent(engine: RunEngine, run_id: str, command: Any) -> Any:
+    """What a send answers, comparable across Runs: the reply or the refusal, or the
+    error's code (the decided pairs are compared as stored, by :func:`_normal`)."""
+    try:
+        decision = (await engine.send(run_id, command)).decision
+    except TenureError as error:
+        return error.code, error.reason
+    return decision.reply if isinstance(decision, Applied) else decision
+
+
+def _normal(pair: Any) -> tuple[Any, ...]:
+    """A stored pair without its Run's identity and times (two Runs compared)."""
+    run, delivery = pair.run, pair.current
+    return (run.status, run.enqueue_seq, run.node, run.error, run.owner_kind, run.started_at_us is None,
+            run.updated_at_us >= run.created_at_us, delivery.state, delivery.publish_attempts, delivery.last_error,
+            delivery.claimed_by, delivery.published_at_us is None, delivery.claimed_at_us is None)
+
+
+async def test_random_command_streams_decide_alike_ahead_and_in_a_transaction(runs: Runs) -> None:
+    # Two Runs admitted alike get the same random stream, one through the engine that
+    # decides ahead, one through an engine held to the transaction path; a third engine
+    # (another process) sometimes writes both first, so the first engine's memory is stale:
+    # its statement answers the rows, and the kernel decides again from them.
+    rng = random.Random(49)
+    ahead = runs.ledger.engine
+    statements_per_send: list[int] = []
+    store = ahead.engine.store
+    joined_ahead = store.joined_ahead  # type: ignore[attr-defined]
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        statements_per_send[-1] += 1
+        return await joined_ahead(*args, **kwargs)
+
+    store.joined_ahead = counted  # type: ignore[attr-defined]
+    async with RunLedger(runs.db_url) as reference_ledger, RunLedger(runs.db_url) as other_ledger:
+        reference, other = reference_ledger.engine, other_ledger.engine
+        reference.send_ahead = _no_ahead  # type: ignore[method-assign]
+        for stream in range(6):
+            hold = rng.random() < 0.4
+            fast = (await runs.admit(f"fast-{stream}", hold=hold)).run.run_id
+            slow = (await runs.admit(f"slow-{stream}", hold=hold)).run.run_id
+            for _ in range(10):
+                command = rng.choice(MAKERS)(rng.choice((0, 0, 0, 1)))
+                if rng.random() < 0.25:  # another writer first: a publish error counted (or refused alike)
+                    meddling = RecordPublishError(enqueue_seq=0, error="publish_failed:Reset")
+                    assert await _sent(other, fast, meddling) == await _sent(other, slow, meddling)
+                statements_per_send.append(0)
+                assert await _sent(ahead, fast, command) == await _sent(reference, slow, command), command
+                assert _normal(await _stored(runs.ledger, fast)) == _normal(await _stored(runs.ledger, slow)), command
+    del store.joined_ahead  # type: ignore[attr-defined]
+    assert 1 in statements_per_send and 2 in statements_per_send, "the fast path and the stale read both ran"
