@@ -53,7 +53,7 @@ from tenure.model.bounds import is_instant
 
 from .core import Applied, Decision, Machine, Refused, replaced, select_rule, slots_of
 
-__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "decide_windowed", "DEFAULT_SPAN_US"]
+__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "decide_windowed", "moved", "DEFAULT_SPAN_US"]
 
 DEFAULT_SPAN_US = 600_000_000
 """How far from the reference time a decision made ahead may be used: ten minutes."""
@@ -225,38 +225,75 @@ class Ahead:
         decision = self.decision
         if not self.relative or not isinstance(decision, Applied) or decision.new_record is None:
             return decision
-        moved = {field: now_us + offset for field, offset in self.relative.items()}
-        return Applied(replaced(decision.new_record, moved), decision.reply)
+        return Applied(moved(decision.new_record, self.relative, now_us), decision.reply)
 
 
 _FLAT = frozenset({str, int, bool, float, type(None)})
 """Types whose values hold no Moment inside (a Moment is its own type, never one of these)."""
 
 
-def _plain(value: Any, relative: dict[str, int], old: Any = None) -> Any:
+def _plain(value: Any, relative: dict[str, int], old: Any = None, path: str = "") -> Any:
     """``value`` (a decided record) with every Moment field replaced by its value at the
-    reference time, noting its offset in ``relative``. Raises AheadUnsupported when a
-    Moment sits deeper (a record nesting rows, such as the Run pair): ``relative`` names
-    top-level fields only, so such a decision cannot be moved with the time. A field
-    that still holds the very object of ``old`` (the record decided on, read from the
-    database: it holds no Moment) is not looked into."""
+    reference time, noting its offset in ``relative`` under its path: the field's name,
+    or, in a record that nests rows (the Run pair: a Run and a tuple of deliveries),
+    the names and tuple indexes down to it joined by dots (``run.updated_at_us``,
+    ``deliveries.0.claimed_at_us``). Raises AheadUnsupported when a Moment sits
+    anywhere else (a list, a mapping). A field that still holds the very object of
+    ``old`` (the record decided on, read from the database: it holds no Moment) is not
+    looked into."""
     if value is None or not dataclasses.is_dataclass(value):
         return value
     carried = old is not None and type(old) is type(value)
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     for name, slot in slots_of(type(value)):
         item = slot.__get__(value)
-        if carried and item is slot.__get__(old):
+        before = slot.__get__(old) if carried else None
+        if carried and item is before:
             continue
         kind = type(item)
         if kind is Moment:
-            relative[name] = item.offset
+            relative[path + name] = item.offset
             changes[name] = int(item)
         elif kind in _FLAT or isinstance(item, enum.Enum):
             continue
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            plain = _plain(item, relative, before, f"{path}{name}.")
+            if plain is not item:
+                changes[name] = plain
+        elif kind is tuple and any(dataclasses.is_dataclass(part) for part in item):
+            olds = before if type(before) is tuple else ()
+            parts = tuple(_plain(part, relative, olds[index] if index < len(olds) else None, f"{path}{name}.{index}.")
+                          for index, part in enumerate(item))
+            if any(new is not part for new, part in zip(parts, item, strict=True)):
+                changes[name] = parts
         elif _holds_moment(item):
             raise AheadUnsupported
     return replaced(value, changes) if changes else value
+
+
+def moved(record: Any, relative: Mapping[str, int], now_us: int) -> Any:
+    """``record`` with each field ``relative`` names (a path, see :func:`_plain`) at
+    ``now_us`` plus its offset."""
+    flat: dict[str, Any] = {}
+    deeper: dict[str, dict[str, int]] = {}
+    for path, offset in relative.items():
+        head, _, rest = path.partition(".")
+        if rest:
+            deeper.setdefault(head, {})[rest] = offset
+        else:
+            flat[head] = now_us + offset
+    for head, inner in deeper.items():
+        value = getattr(record, head)
+        if type(value) is tuple:
+            by_index: dict[int, dict[str, int]] = {}
+            for path, offset in inner.items():
+                index, _, rest = path.partition(".")
+                by_index.setdefault(int(index), {})[rest] = offset
+            flat[head] = tuple(moved(part, by_index[index], now_us) if index in by_index else part
+                               for index, part in enumerate(value))
+        else:
+            flat[head] = moved(value, inner, now_us)
+    return replaced(record, flat)
 
 
 def _holds_moment(value: Any) -> bool:

@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tenure.kernel.ahead import Ahead, decide_ahead, decide_windowed
-from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, decide
+from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, decide, slots_of
 from tenure.model import TenureError
 
 from .failures import persistence_failed
-from .store import AheadAnswer, AheadWriter, Expected, Store, Transaction
+from .store import AheadAnswer, AheadWriter, Expected, JoinedAnswer, Store, Transaction
 from .tables import Binding
 
 AHEAD_ROUNDS = 3
@@ -35,7 +35,7 @@ SEEN_ROWS = 10_000
 its row version when the store reported one), the records the kernel decides ahead from.
 A stale one costs one more round trip."""
 
-__all__ = ["Engine", "require", "raise_if_conflict", "checked", "checked_by", "Parts"]
+__all__ = ["Engine", "require", "raise_if_conflict", "checked", "checked_by", "Parts", "Joined", "Assemble"]
 
 
 def require(condition: bool) -> None:
@@ -72,6 +72,29 @@ def checked_by(machine: Machine, old: Any, decision: Applied[Any]) -> Any:
 
 Parts = Callable[[Any], Sequence[tuple[Binding, Any]]]
 """The stored rows a composite record consists of, each with its table's binding."""
+
+
+Joined = tuple[Binding, Binding, tuple[tuple[str, str], ...]]
+"""A composite record's two rows as one join: the table of the row named by its key, the
+table of the one row it meets, and the fields they meet on (a Run and its current
+delivery)."""
+
+Assemble = Callable[[str, list[tuple[Any, Any]]], tuple[bool, Any]]
+"""The composite record from the rows a join on its key locked: (in shape, the record or
+None when no row holds the key); not in shape: the rows are not one record the kernel
+can decide on (the caller's transaction path reads them its own way)."""
+
+
+def moving_fields(before: Any, after: Any, reference_us: int) -> dict[str, int]:
+    """The fields of one stored row that move with the time, with their offsets, read off
+    the same decided row at the reference time (``before``) and a microsecond later
+    (``after``): a field that moved by exactly that microsecond moves with the clock."""
+    return {name: value - reference_us for name, value in vars_of(before).items()
+            if type(value) is int and getattr(after, name) == value + 1}
+
+
+def vars_of(row: Any) -> dict[str, Any]:
+    return {name: slot.__get__(row) for name, slot in slots_of(type(row))}
 
 
 class Engine:
@@ -424,6 +447,132 @@ class Engine:
             self.observe(answer.now_us)
             return decision
         return None
+
+    async def joined_ahead(
+        self, machine: Machine, parts: Parts, joined: Joined, key: str, command: Any, seen: Any,
+        assemble: Assemble,
+    ) -> Decision | None:
+        """Decide ``command`` on a composite record of two rows (``joined``: a row and the
+        one row it meets, ``parts`` in that order) in decided-ahead statements: from
+        ``seen`` (the record as last seen; None: only read it, in the same statement),
+        one statement locks both rows, reads the clock after both locks and writes both
+        only if both still equal the record decided on and the clock lies in the
+        decision's window. Otherwise it answers the rows and the clock: a refusal or an
+        unchanged record there is the answer; anything else is decided ahead again from
+        those rows. None: the call needs a transaction (a decision that adds or removes
+        a row, rows out of shape, rounds spent, a store without the statement); nothing
+        was written. Every decision is the kernel's: this method compares nothing."""
+        ahead = self.store.ahead
+        reference = None if ahead is None else ahead.estimated_now_us()
+        if ahead is None:
+            return None
+        record = seen
+        for _ in range(AHEAD_ROUNDS):
+            plan = None if record is None or reference is None else decide_ahead(machine, record, command, reference)
+            items = self._joined_items(machine, parts, key, record, plan, reference)
+            if items is None:
+                return None
+            window = (0, 0) if plan is None else (plan.not_before_us, plan.not_after_us)
+            try:
+                answer = await ahead.joined_ahead(*joined, items, *window)
+            except TenureError as error:
+                if error.reason != "read_back_mismatch":
+                    raise
+                return None  # a written value did not read back as intended; nothing kept
+            if answer is None:
+                return None
+            if answer.went:
+                assert plan is not None
+                decision = plan.at(answer.now_us)
+                written = decision.new_record if isinstance(decision, Applied) else record
+                self.remember_parts(parts(written))
+                self.observe(answer.now_us)
+                return decision
+            in_shape, locked = assemble(key, answer.joined)
+            if not in_shape:
+                return None
+            if locked is not None:
+                self.remember_parts(parts(locked))
+            decision = decide(machine, locked, command, answer.now_us)
+            if isinstance(decision, Refused) or decision.new_record == locked:
+                self.observe(answer.now_us)
+                return decision
+            record, reference = locked, answer.now_us
+        return None
+
+    async def joined_insert_ahead(
+        self, machine: Machine, parts: Parts, joined: Joined, key: str, command: Any, assemble: Assemble,
+        holder: tuple[str, Any] | None = None,
+    ) -> Decision | None:
+        """A command that creates a composite record of two rows (``joined``) when none
+        holds ``key`` (nor, with ``holder``, a field's value), decided ahead and inserted in
+        one statement. When rows are met, the kernel decides there at the statement's
+        clock: a refusal or an unchanged record (a replay) is the answer. None: anything
+        else (rows out of shape, rows another writer inserted meanwhile, the window
+        missed, a decision that cannot be made ahead): the caller's transaction decides;
+        nothing was written."""
+        ahead = self.store.ahead
+        reference = None if ahead is None else ahead.estimated_now_us()
+        if ahead is None or reference is None:
+            return None
+        plan = decide_ahead(machine, None, command, reference)
+        if plan is None or not isinstance(plan.decision, Applied) or plan.decision.new_record is None:
+            return None
+        new = plan.decision.new_record if plan.invariants_checked else checked_by(machine, None, plan.decision)
+        news, later = parts(new), parts(plan.at(reference + 1).new_record)  # type: ignore[union-attr]
+        if [binding for binding, _ in news] != [joined[0], joined[1]]:
+            return None
+        try:
+            answer = await ahead.joined_insert_ahead(
+                *joined, [row for _, row in news],
+                [moving_fields(row, moved_row, reference) for (_, row), (_, moved_row) in zip(news, later, strict=True)],
+                holder, plan.not_before_us, plan.not_after_us)
+        except TenureError as error:
+            if error.reason != "read_back_mismatch":
+                raise
+            return None  # an inserted value did not read back as intended; nothing kept
+        if answer is None or answer.collided:
+            return None
+        if answer.went:
+            decision = plan.at(answer.now_us)
+            self.remember_parts(parts(decision.new_record))  # type: ignore[union-attr]
+            self.observe(answer.now_us)
+            return decision
+        in_shape, met = assemble(key, answer.joined)
+        if not in_shape or met is None:
+            return None
+        self.remember_parts(parts(met))
+        decision = decide(machine, met, command, answer.now_us)
+        if isinstance(decision, Refused) or decision.new_record == met:
+            self.observe(answer.now_us)
+            return decision
+        return None
+
+    def _joined_items(
+        self, machine: Machine, parts: Parts, key: str, record: Any, plan: Ahead | None, reference: int | None,
+    ) -> list[Expected] | None:
+        """What a joined decided-ahead statement expects of each row and writes to it
+        (nothing known: it only reads); None: the decision adds or removes a row, which
+        the statement does not do."""
+        if plan is None or reference is None:
+            return [Expected(key, known=False), Expected("", known=False)]
+        olds = parts(record)
+        decision = plan.decision
+        if not isinstance(decision, Applied) or decision.new_record == record:
+            return [Expected(getattr(row, binding.key_field), row) for binding, row in olds]
+        new = decision.new_record if plan.invariants_checked else checked_by(machine, record, decision)
+        news, later = parts(new), parts(plan.at(reference + 1).new_record)  # type: ignore[union-attr]
+        if [(binding, getattr(row, binding.key_field)) for binding, row in news] != [
+                (binding, getattr(row, binding.key_field)) for binding, row in olds]:
+            return None
+        return [Expected(getattr(old, binding.key_field), old, new=None if row == old else row,
+                         relative=moving_fields(row, moved_row, reference))
+                for (binding, old), (_, row), (_, moved_row) in zip(olds, news, later, strict=True)]
+
+    def remember_parts(self, rows: Sequence[tuple[Binding, Any]]) -> None:
+        """Keep each row of a composite record (``parts``) as the last version seen."""
+        for binding, row in rows:
+            self.remember(binding, [row])
 
     def observe(self, now_us: int) -> None:
         """Report ``now_us`` as a call's database time (the store's time observer)."""

@@ -41,7 +41,7 @@ from .tables import Binding, Dialect, RowCodec, record_or_unreadable
 
 __all__ = [
     "Store", "Transaction", "Body", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver",
-    "Expected", "AheadAnswer", "AheadWriter", "Picked",
+    "Expected", "AheadAnswer", "AheadWriter", "Picked", "JoinedAnswer",
 ]
 
 T = TypeVar("T")
@@ -101,6 +101,21 @@ class AheadAnswer:
     key, from a store that keeps versions."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class JoinedAnswer:
+    """What a joined decided-ahead statement (:meth:`AheadWriter.joined_ahead`) saw and
+    did: its clock (read after both rows' locks), whether it wrote, and, when it did
+    not, the rows as locked (as :meth:`Transaction.locked_joined` answers them)."""
+
+    now_us: int
+    went: bool
+    joined: list[tuple[Any, Any]]
+    collided: bool = False
+    """An insert that went found its rows taken meanwhile (a concurrent writer's, which
+    the statement's snapshot could not see) and wrote nothing: the caller's transaction
+    path decides on them."""
+
+
 class AheadWriter(Protocol):
     """A store that can persist decisions made ahead in one statement (PostgreSQL)."""
 
@@ -133,6 +148,33 @@ class AheadWriter(Protocol):
         the window (verified in the same statement); the rows met otherwise come back
         in ``locked``. ``announce``: notify the table's channel when it inserts. None:
         nothing was sent (the caller uses a transaction)."""
+
+    async def joined_ahead(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], items: Sequence[Expected],
+        not_before_us: int, not_after_us: int,
+    ) -> JoinedAnswer | None:
+        """One autocommit statement for a row of ``binding`` and the one row of ``other``
+        it meets (``on``, as :meth:`Transaction.locked_joined`; ``items``: the row of
+        ``binding``, then the row of ``other``): lock both in that order, read the clock
+        after both locks, and write each item's ``new`` (relative fields at that clock
+        plus their offsets) only if exactly one row of ``other`` was met, with the second
+        item's key, both rows equal their expected records in every column, and
+        the clock lies in the window; both or neither. Written values are verified in
+        the same statement. ``known`` False on the first item: it only locks and reads.
+        None: this store cannot spell it (nothing was sent)."""
+
+    async def joined_insert_ahead(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], rows: Sequence[Any],
+        relative: Sequence[Mapping[str, int]], holder: tuple[str, Any] | None, not_before_us: int, not_after_us: int,
+    ) -> JoinedAnswer | None:
+        """One autocommit statement that inserts a row of ``binding`` and the row of
+        ``other`` it meets (``rows``, each with the fields that move with the clock and
+        their offsets) only if no row of ``binding`` has the first row's key (or, with
+        ``holder``, a field and its value, holds that value), and the clock read after
+        the locks lies in the window. The rows met otherwise come back in ``joined``
+        (with the row of ``other`` each meets); rows inserted meanwhile by a writer the
+        statement could not see make it write nothing (``collided``). None: nothing was
+        sent."""
 
     async def claim_ahead(
         self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,

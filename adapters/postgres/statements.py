@@ -18,6 +18,9 @@ The statements, one line each:
 - :func:`ahead_version_sql`: a decided-ahead write of one row known by its version
   (compares the version alone; writes, verifies and sends only the changed columns);
 - :func:`insert_sql`: a decided-ahead insert;
+- :func:`joined_ahead_sql`: a decided-ahead compare-and-set of a row and the one row of
+  another table it meets (a Run and its current delivery);
+- :func:`joined_insert_sql`: a decided-ahead insert of two such rows (an admission);
 - :func:`pick_sql` / :func:`claim_statement`: the claim fast path (clock, SKIP LOCKED pick,
   the kernel's rewrite);
 - :func:`probe_sql`: one probe of a snapshot or a claim, its parameters renamed;
@@ -43,7 +46,8 @@ __all__ = [
     "PARAMETER", "Numbered", "numbered", "with_clock", "locked_joined_sql", "write_across_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
     "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
-    "ahead_version_parameters",
+    "ahead_version_parameters", "joined_ahead_sql", "joined_ahead_parameters", "PAIR_UNCHANGED",
+    "joined_insert_sql",
 ]
 
 PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -351,22 +355,175 @@ def ahead_one_sql(
     )
 
 
-def _one_intended(binding: Binding, udt: Mapping[str, str], column: str) -> str:
+def _one_intended(binding: Binding, udt: Mapping[str, str], column: str, prefix: str = "") -> str:
     """The value a one-row decided-ahead UPDATE writes to ``column``: a time that moves
-    with the clock is the verdict's clock plus its offset."""
+    with the clock is the verdict's clock plus its offset (``prefix``: of the parameters,
+    where one statement writes rows of several tables)."""
     if column in binding.spec.instant_names:
-        return (f"CASE WHEN (:rel_{column})::bigint IS NULL THEN (:new_{column})::timestamptz "
-                f"ELSE verdict.now + (:rel_{column})::bigint * interval '1 microsecond' END")
-    return f"(:new_{column})::{udt[column]}"
+        return (f"CASE WHEN (:{prefix}rel_{column})::bigint IS NULL THEN (:{prefix}new_{column})::timestamptz "
+                f"ELSE verdict.now + (:{prefix}rel_{column})::bigint * interval '1 microsecond' END")
+    return f"(:{prefix}new_{column})::{udt[column]}"
 
 
-def _one_verified(binding: Binding, udt: Mapping[str, str], column: str) -> str:
+def _one_verified(binding: Binding, udt: Mapping[str, str], column: str, prefix: str = "") -> str:
     """Whether the row as written holds the intended value in ``column``."""
     if column in binding.spec.instant_names:
-        return f"t.{column} IS NOT DISTINCT FROM {_one_intended(binding, udt, column)}"
+        return f"t.{column} IS NOT DISTINCT FROM {_one_intended(binding, udt, column, prefix)}"
     if _as_text(binding, udt, column):
-        return f"t.{column}::text IS NOT DISTINCT FROM (:check_{column})::text"
-    return _strictly_equal(udt, f"t.{column}", f"(:new_{column})::{udt[column]}", column)
+        return f"t.{column}::text IS NOT DISTINCT FROM (:{prefix}check_{column})::text"
+    return _strictly_equal(udt, f"t.{column}", f"(:{prefix}new_{column})::{udt[column]}", column)
+
+
+def _one_expected(binding: Binding, udt: Mapping[str, str], column: str, prefix: str = "") -> str:
+    """Whether the locked row ``l`` holds the value decided on in ``column``."""
+    if column in binding.spec.instant_names:
+        return f"l.{column} IS NOT DISTINCT FROM (:{prefix}old_{column})::timestamptz"
+    if _as_text(binding, udt, column):
+        return f"l.{column}::text IS NOT DISTINCT FROM (:{prefix}old_{column})::text"
+    return f"l.{column} IS NOT DISTINCT FROM (:{prefix}old_{column})::{udt[column]}"
+
+
+PAIR_UNCHANGED = "EXISTS (SELECT 1 FROM {rows} l WHERE {key} AND {same})"
+"""The verdict's proof that a locked row of a joined decided-ahead statement is the one
+decided on: every column as decided (tests/adapters/runs/test_run_ahead.py
+replaces it with ``true`` and sees a write on a stale pair)."""
+
+
+@functools.cache
+def joined_ahead_sql(
+    binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
+    types: tuple[tuple[str, str], ...], other_types: tuple[tuple[str, str], ...],
+) -> str:
+    """The decided-ahead compare-and-set of a row and the one row of another table it
+    meets (a Run and its current delivery), in one statement: lock the row of
+    ``binding`` with ``:keys``, then the rows of ``other`` it meets (``on``, the lock
+    order of :func:`locked_joined_sql`), read the clock after both (an aggregate over
+    both), and write each row (parameters ``a_`` and ``b_``: old, new, offsets, whether
+    to write it) only if the clock lies in the window, exactly one row of ``other`` was
+    met, it has the key ``:b_key``, and both rows equal, in every column, the rows
+    decided on. Every written value is verified in the RETURNING lists (a mismatch
+    divides by zero: nothing kept). The answer: the clock, the verdict, how many rows
+    each write wrote, and (when nothing was written) the rows as locked."""
+    udt_a, udt_b = dict(types), dict(other_types)
+    mine, its = binding.spec.column_names, other.spec.column_names
+    ours = [binding.column_of(field).name for field, _ in on]
+    theirs = [other.column_of(field).name for _, field in on]
+    key, other_key = binding.key_column, other.key_column
+    locking = (f"SELECT {', '.join(mine)} FROM {qualified(schema, binding.spec.name)} "
+               f"WHERE {key} = ANY(:keys) ORDER BY {key} FOR UPDATE")
+    met = (f"SELECT {', '.join('b.' + column for column in its)} FROM {qualified(schema, other.spec.name)} AS b "
+           f"WHERE ({', '.join('b.' + column for column in theirs)}) IN (SELECT {', '.join(ours)} FROM locked) "
+           f"ORDER BY b.{other_key} FOR UPDATE OF b")
+
+    def unchanged(side: Binding, udt: Mapping[str, str], rows: str, prefix: str, key_check: str) -> str:
+        # Every column, not only the mutable ones: a value another writer changed where
+        # tenure never writes (a corrupted payload) must make the statement answer the
+        # row, which the transaction path would have read (and refused to decode).
+        same = " AND ".join(_one_expected(side, udt, c, prefix) for c in side.spec.column_names)
+        return PAIR_UNCHANGED.format(rows=rows, key=key_check, same=same)
+
+    def write(side: Binding, udt: Mapping[str, str], prefix: str, target: str) -> str:
+        mutable = side.spec.mutable_names
+        checks = " AND ".join(_one_verified(side, udt, c, prefix) for c in mutable)
+        return (f"UPDATE {qualified(schema, side.spec.name)} AS t "
+                f"SET {', '.join(f'{c} = {_one_intended(side, udt, c, prefix)}' for c in mutable)} "
+                f"FROM verdict WHERE verdict.go AND (:{prefix}write)::boolean AND t.{side.key_column} = {target} "
+                f"RETURNING 1 / (CASE WHEN {checks} THEN 1 ELSE 0 END) AS verified")
+
+    other_key_check = f"{_compared(other, udt_b, 'l', other_key)} = (:b_key)::text"
+    other_target = f"(:b_key)::{udt_b.get(other_key, 'text')}"
+    go = (f"{WINDOW} AND (:a_present)::boolean IS NOT NULL "
+          f"AND {unchanged(binding, udt_a, 'locked', 'a_', 'true')} "
+          "AND (SELECT count(*) FROM joined) = 1 "
+          f"AND {unchanged(other, udt_b, 'joined', 'b_', other_key_check)}")
+    joined = " AND ".join(f"joined.{t} = locked.{o}" for o, t in zip(ours, theirs, strict=True))
+    return (f"WITH locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), "
+            "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows "
+            "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock), "
+            f"verdict AS MATERIALIZED (SELECT clock.now, ({go}) AS go FROM clock), "
+            f"wrote_a AS ({write(binding, udt_a, 'a_', 'ANY(:keys)')}), "
+            f"wrote_b AS ({write(other, udt_b, 'b_', other_target)}) "
+            "SELECT verdict.now, verdict.go, (SELECT count(*) FROM wrote_a), (SELECT count(*) FROM wrote_b), "
+            f"{', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)} "
+            f"FROM verdict LEFT JOIN locked ON NOT verdict.go LEFT JOIN joined ON NOT verdict.go AND {joined}")
+
+
+def _inserted(binding: Binding, udt: Mapping[str, str], column: str, prefix: str) -> str:
+    """The value a decided-ahead INSERT writes to ``column``: a time that moves with the
+    clock is the verdict's clock plus its offset (the clock as a scalar subquery: the
+    RETURNING list sees the CTEs, not the FROM list)."""
+    if binding.spec.column(column).codec.base == "instant":
+        return (f"CASE WHEN (:{prefix}rel_{column})::bigint IS NULL THEN {_instant(f'(:{prefix}v_{column})::bigint')} "
+                f"ELSE (SELECT now FROM verdict) + (:{prefix}rel_{column})::bigint * interval '1 microsecond' END")
+    return f"(:{prefix}v_{column})::{udt[column]}"
+
+
+def _insert_verified(binding: Binding, udt: Mapping[str, str], column: str, prefix: str) -> str:
+    """Whether the row as inserted holds the intended value in ``column``."""
+    if _as_text(binding, udt, column):
+        return f"t.{column}::text IS NOT DISTINCT FROM (:{prefix}v_{column})::text"
+    if binding.spec.column(column).codec.base == "instant":
+        return f"t.{column} IS NOT DISTINCT FROM {_inserted(binding, udt, column, prefix)}"
+    return _strictly_equal(udt, f"t.{column}", _inserted(binding, udt, column, prefix), column)
+
+
+@functools.cache
+def joined_insert_sql(
+    binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
+    types: tuple[tuple[str, str], ...], other_types: tuple[tuple[str, str], ...], holder: str | None,
+) -> str:
+    """The decided-ahead insert of a row and the one row of another table it meets (an
+    admitted Run and its first delivery), in one statement: lock the rows of ``binding``
+    with ``:keys`` or (``holder``, a column) holding ``:holder``, and the rows of
+    ``other`` they meet; read the clock after every lock; insert both rows (parameters
+    ``a_`` and ``b_``) only if no row was met and the clock lies in the window. A row
+    that appeared meanwhile (a concurrent insert the statement's snapshot cannot see)
+    makes its insert do nothing (``ON CONFLICT DO NOTHING``); both inserts must then have
+    done nothing, or the statement divides by zero and keeps nothing. Every inserted
+    value is verified in the RETURNING lists. The answer: the clock, the verdict, how
+    many rows each insert wrote, and the rows met (when the verdict said no)."""
+    udt_a, udt_b = dict(types), dict(other_types)
+    mine, its = binding.spec.column_names, other.spec.column_names
+    ours = [binding.column_of(field).name for field, _ in on]
+    theirs = [other.column_of(field).name for _, field in on]
+    key, other_key = binding.key_column, other.key_column
+    held = "" if holder is None else f" OR {holder} = (:holder)::{udt_a[holder]}"
+    locking = (f"SELECT {', '.join(mine)} FROM {qualified(schema, binding.spec.name)} "
+               f"WHERE {key} = ANY(:keys){held} ORDER BY {key} FOR UPDATE")
+    met = (f"SELECT {', '.join('b.' + column for column in its)} FROM {qualified(schema, other.spec.name)} AS b "
+           f"WHERE ({', '.join('b.' + column for column in theirs)}) IN (SELECT {', '.join(ours)} FROM locked) "
+           f"ORDER BY b.{other_key} FOR UPDATE OF b")
+
+    def insert(side: Binding, udt: Mapping[str, str], prefix: str) -> str:
+        columns = side.spec.column_names
+        checks = " AND ".join(_insert_verified(side, udt, c, prefix) for c in columns)
+        return (f"INSERT INTO {qualified(schema, side.spec.name)} AS t ({', '.join(columns)}) "
+                f"SELECT {', '.join(_inserted(side, udt, c, prefix) for c in columns)} FROM verdict WHERE verdict.go "
+                f"ON CONFLICT DO NOTHING RETURNING 1 / (CASE WHEN {checks} THEN 1 ELSE 0 END) AS verified")
+
+    joined = " AND ".join(f"joined.{t} = locked.{o}" for o, t in zip(ours, theirs, strict=True))
+    return (f"WITH locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), "
+            "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows "
+            "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock), "
+            f"verdict AS MATERIALIZED (SELECT clock.now, (clock.locked_rows = 0 AND {WINDOW}) AS go FROM clock), "
+            f"wrote_a AS ({insert(binding, udt_a, 'a_')}), wrote_b AS ({insert(other, udt_b, 'b_')}) "
+            "SELECT verdict.now, verdict.go, (SELECT count(*) FROM wrote_a), (SELECT count(*) FROM wrote_b), "
+            f"{', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)}, "
+            "1 / (CASE WHEN (SELECT count(*) FROM wrote_a) = (SELECT count(*) FROM wrote_b) THEN 1 ELSE 0 END) "
+            f"AS both_or_neither FROM verdict LEFT JOIN locked ON NOT verdict.go "
+            f"LEFT JOIN joined ON NOT verdict.go AND {joined}")
+
+
+def joined_ahead_parameters(binding: Binding, codec: RowCodec, item: Expected, prefix: str) -> dict[str, Any] | None:
+    """:func:`joined_ahead_sql`'s parameters for one of its two rows, under ``prefix``
+    (None: the item changes a column the statement does not write)."""
+    parameters = ahead_one_parameters(binding, codec, item)
+    if parameters is None:
+        return None
+    old = codec.write(item.record) if item.known and item.record is not None else {}
+    for column in binding.spec.column_names:  # the verdict compares every column
+        parameters[f"old_{column}"] = old.get(column)
+    return {f"{prefix}{name}": value for name, value in parameters.items()}
 
 
 @functools.cache
@@ -520,7 +677,7 @@ def literal(text: str) -> str:
 def clear_statement_cache() -> None:
     """Forget the decided-ahead statements built so far (tests that replace a part of
     their SQL, such as :data:`CLOCK_AFTER_LOCKS`, rebuild them)."""
-    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, _probe_text, _claim_text, pick_sql, snapshot_sql):
+    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, joined_ahead_sql, joined_insert_sql, _probe_text, _claim_text, pick_sql, snapshot_sql):
         built.cache_clear()
 
 

@@ -38,7 +38,7 @@ from tenure.model import ConfigValidationError
 
 from ..core.failures import Stage, persistence_failed
 from ..core.sql import POSTGRESQL, compile_finder
-from ..core.store import AheadAnswer, Body, Expected, Picked, Probe, SharedPrimitives, TimeObserver
+from ..core.store import AheadAnswer, Body, Expected, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel, record_or_unreadable
 from ..core.urls import Pooler
 from . import statements
@@ -519,6 +519,78 @@ class PostgresStore:
         arguments = statement.arguments(parameters)
         rows = await self._fetch_once(pool, deadline, statement.sql, arguments)
         return self._answer(binding, codec, rows, versioned)
+
+    async def joined_ahead(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], items: Sequence[Expected],
+        not_before_us: int, not_after_us: int,
+    ) -> JoinedAnswer | None:
+        """See :meth:`tenure.adapters.core.store.AheadWriter.joined_ahead` (the statement:
+        :func:`.statements.joined_ahead_sql`)."""
+        opened = await self._one_statement(binding)
+        other_types = self.column_types.get(other.spec.name, ())
+        if opened is None or not set(other.spec.column_names) <= {column for column, _ in other_types} or any(
+                (side.spec.name, side.key_column) in self.uuid_columns for side in (binding, other)):
+            return None  # a table not seen whole, or keys the database canonicalizes: the transaction path
+        pool, deadline, types = opened
+        mine, its = items
+        parameters: dict[str, Any] = {}
+        for side, item, prefix in ((binding, mine, "a_"), (other, its, "b_")):
+            bound = statements.joined_ahead_parameters(side, self.codec(side), item, prefix)
+            if bound is None:
+                return None
+            parameters.update(bound)
+        parameters["keys"] = POSTGRESQL.list_parameter([mine.key])
+        parameters["b_key"] = its.key
+        parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
+        statement = numbered(statements.joined_ahead_sql(binding, other, on, self.schema, types, other_types))
+        rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
+        now, went = rows[0][0], bool(rows[0][1])
+        self.saw_clock(now)
+        if went and (rows[0][2] != int(mine.new is not None) or rows[0][3] != int(its.new is not None)):
+            raise persistence_failed("read_back_mismatch")  # a verified write that wrote no row: never expected
+        if went:
+            return JoinedAnswer(now, True, [])
+        mine_at, theirs = 4 + binding.key_index, 4 + len(binding.spec.columns)
+        read, read_other = self.codec(binding).read, self.codec(other).read
+        joined = [(read(row, 4), None if row[theirs + other.key_index] is None else read_other(row, theirs))
+                  for row in rows if row[mine_at] is not None]
+        return JoinedAnswer(now, False, joined)
+
+    async def joined_insert_ahead(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], rows: Sequence[Any],
+        relative: Sequence[Mapping[str, int]], holder: tuple[str, Any] | None, not_before_us: int, not_after_us: int,
+    ) -> JoinedAnswer | None:
+        """See :meth:`tenure.adapters.core.store.AheadWriter.joined_insert_ahead` (the
+        statement: :func:`.statements.joined_insert_sql`)."""
+        opened = await self._one_statement(binding)
+        other_types = self.column_types.get(other.spec.name, ())
+        if opened is None or not set(other.spec.column_names) <= {column for column, _ in other_types} or any(
+                (side.spec.name, side.key_column) in self.uuid_columns for side in (binding, other)):
+            return None  # a table not seen whole, or keys the database canonicalizes: the transaction path
+        pool, deadline, types = opened
+        parameters: dict[str, Any] = {}
+        for side, record, moving, prefix in ((binding, rows[0], relative[0], "a_"), (other, rows[1], relative[1], "b_")):
+            for column, value in self.codec(side).write(record).items():
+                parameters[f"{prefix}v_{column}"] = value
+            moving_columns = {side.column_of(field).name: offset for field, offset in moving.items()}
+            for column in side.spec.instant_names:
+                parameters[f"{prefix}rel_{column}"] = moving_columns.get(column)
+        holder_column = None if holder is None else binding.column_of(holder[0]).name
+        parameters["holder"] = None if holder is None else holder[1]
+        parameters["keys"] = POSTGRESQL.list_parameter([getattr(rows[0], binding.key_field)])
+        parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
+        statement = numbered(statements.joined_insert_sql(binding, other, on, self.schema, types, other_types,
+                                                          holder_column))
+        answered = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
+        now, went = answered[0][0], bool(answered[0][1])
+        self.saw_clock(now)
+        if went:
+            return JoinedAnswer(now, True, [], collided=answered[0][2] == 0)
+        mine_at, theirs = 4 + binding.key_index, 4 + len(binding.spec.columns)
+        read, read_other = self.codec(binding).read, self.codec(other).read
+        joined = [(read(row, 4), None if row[theirs + other.key_index] is None else read_other(row, theirs))
+                  for row in answered if row[mine_at] is not None]
+        return JoinedAnswer(now, False, joined)
 
     async def claim_ahead(
         self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,

@@ -11,6 +11,16 @@ the decision with the follow-ups its caller runs after commit (publish the opene
 Nothing here looks at where a Run stands: the readers and follow-ups are tables keyed
 by the declaration's names.
 
+On a store with decided-ahead statements (PostgreSQL), the commands the declaration
+names ``DECIDED_AHEAD`` (they read only the pair and write its two rows in place) and an
+admission without the session fence (``ADMITTED_AHEAD``) go first through
+:meth:`RunEngine.send_ahead`: the kernel decides from the pair this engine last saw (or
+from no record, for an admission) with the window of database time its decision holds
+for, and one statement checks both rows and the window after the locks and writes both
+(:meth:`~tenure.adapters.core.engine.Engine.joined_ahead`,
+:meth:`~tenure.adapters.core.engine.Engine.joined_insert_ahead`). Whatever that cannot
+settle takes the transaction above, which stays the reference.
+
 ``RunEngine`` is also the Run side's transaction toolkit (one per ledger, reached as
 ``RunLedger.engine``): :meth:`run` and :meth:`read` (one transaction behind the Run
 ledger's error boundary), :meth:`locked_pair` / :meth:`read_pair`, :meth:`containment`
@@ -33,6 +43,8 @@ from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.core import Applied, Decision, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
+    ADMITTED_AHEAD,
+    DECIDED_AHEAD,
     FILLS,
     READS,
     UNREAD_CONTAINMENT,
@@ -51,7 +63,7 @@ from tenure.model.validation import refuse
 from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
-from ..core.engine import Engine, raise_if_conflict
+from ..core.engine import Engine, Joined, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
@@ -81,6 +93,20 @@ def _parts(pair: RunPair) -> list[tuple[Any, Any]]:
     """The rows of the aggregate the engine compares and sets, in the lock order (the Run,
     then its deliveries)."""
     return [(RUNS_BINDING, pair.run), *((DELIVERIES_BINDING, delivery) for delivery in pair.deliveries)]
+
+
+PAIR_JOIN: Joined = (RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY)
+"""The Run and its current delivery as one join (the lock order: the Run first)."""
+
+
+def _assembled(run_id: str, joined: list[tuple[RunRow, DeliveryRow | None]]) -> tuple[bool, RunPair | None]:
+    """The pair a joined statement locked (in shape, the pair or None: no such Run); not in
+    shape when the join did not find the delivery the Run's sequence names (the
+    transaction path reads it by key: see :meth:`RunEngine.locked_pair`)."""
+    if not joined:
+        return True, None
+    found = current_pair(run_id, joined)
+    return (False, None) if found is None else (True, RunPair(found[0], (found[1],)))
 
 
 def current_pair(run_id: str, joined: list[tuple[RunRow, DeliveryRow | None]]) -> tuple[RunRow, DeliveryRow] | None:
@@ -175,15 +201,63 @@ class RunEngine:
     # --- the engine entry ----------------------------------------------------------------
 
     async def send(self, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> Sent:
-        """``command`` to the Run ``run_id`` in a transaction of its own
-        (:meth:`send_in`). Part of the adapters' test seam (``docs/testing.md``): the Run
-        replay sends a trace's commands here."""
-        return await self.run(lambda tx: self.send_in(tx, run_id, command, inputs))
+        """``command`` to the Run ``run_id``: decided ahead in one statement where the
+        declaration allows it (:data:`~tenure.kernel.runs.aggregate.DECIDED_AHEAD`, a
+        store with decided-ahead statements: :meth:`send_ahead`), else in a transaction of
+        its own (:meth:`send_in`, the reference and the fallback). Part of the adapters'
+        test seam (``docs/testing.md``): the Run replay sends a trace's commands here."""
+        if inputs == NO_INPUTS and self.engine.store.ahead is not None and (
+                command.kind in DECIDED_AHEAD or command.kind in ADMITTED_AHEAD):
+            sent = await self.send_ahead(run_id, command)
+            if sent is not None:
+                return sent
+        aggregate: list[_Aggregate] = []
+        sent = await self.run(lambda tx: self._send_in(tx, run_id, command, inputs, aggregate))
+        if self.engine.store.ahead is not None:
+            # Committed: the pair as it now stands is what the next command decides from.
+            pair = sent.decision.new_record if isinstance(sent.decision, Applied) else aggregate[-1].pair
+            if pair is not None:
+                self.engine.remember_parts(_parts(pair))
+        return sent
+
+    async def send_ahead(self, run_id: str, command: RunCommand) -> Sent | None:
+        """``command`` decided ahead from the pair this engine last saw (or read in the
+        same statement), in one statement per round (:meth:`Engine.joined_ahead`); None:
+        it needs the transaction path after all (nothing was written)."""
+        async with self.errors():
+            if command.kind in ADMITTED_AHEAD:
+                key = command.run.idempotency_key  # type: ignore[union-attr]
+                decision = await self.engine.joined_insert_ahead(
+                    RUNS, _parts, PAIR_JOIN, run_id, command, _assembled,
+                    None if key is None else ("idempotency_key", key))
+            else:
+                decision = await self.engine.joined_ahead(
+                    RUNS, _parts, PAIR_JOIN, run_id, command, self.last_pair(run_id), _assembled)
+        if decision is None:
+            return None
+        raise_if_conflict(RUNS_BINDING, decision)
+        return Sent(decision, after_commit(command.kind, decision.reply) if isinstance(decision, Applied) else ())
+
+    def last_pair(self, run_id: str) -> RunPair | None:
+        """The Run and its current delivery as this engine last saw them (None: not both
+        seen): the pair a command decided ahead is decided from."""
+        known, run, _ = self.engine.last_seen(RUNS_BINDING, run_id)
+        if not known or run is None:
+            return None
+        known, delivery, _ = self.engine.last_seen(DELIVERIES_BINDING, key_of(run_id, run.enqueue_seq))
+        return RunPair(run, (delivery,)) if known and delivery is not None else None
 
     async def send_in(self, tx: Transaction, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> Sent:
         """Inside ``tx``: read what the declaration names (in its order), complete the
         command, decide, persist with compare-and-set, run the in-transaction follow-ups."""
+        return await self._send_in(tx, run_id, command, inputs, [])
+
+    async def _send_in(
+        self, tx: Transaction, run_id: str, command: RunCommand, inputs: Inputs, read: list[_Aggregate],
+    ) -> Sent:
+        """:meth:`send_in`, leaving what it read in ``read`` (the pair it met)."""
         aggregate = _Aggregate(run_id, command, inputs)
+        read.append(aggregate)
         for evidence in READS[command.kind]:
             value = await READERS[evidence](self, tx, aggregate)
             field = FILLS[evidence]

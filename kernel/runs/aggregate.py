@@ -52,6 +52,8 @@ __all__ = [
     "AFTER_COMMIT",
     "OWNER_COMMANDS",
     "UNREAD_CONTAINMENT",
+    "DECIDED_AHEAD",
+    "ADMITTED_AHEAD",
     "follow_ups",
     "in_transaction",
     "after_commit",
@@ -170,6 +172,32 @@ FOLLOW_UPS: dict[RunCommandType, Mapping[type, tuple[FollowUp, ...]]] = {
 listed sets off nothing). :attr:`FollowUp.BIND_CHECKPOINT` writes only when the caller
 handed a checkpoint over (``park_timer`` does); the consents a finished cancellation
 sweeps keep their checkpoint for recovery's ``delete_checkpoint``, as before."""
+
+
+DECIDED_AHEAD: frozenset[RunCommandType] = frozenset({
+    C.RELEASE, C.FAIL_HELD, C.RECORD_PUBLISHED, C.RECORD_PUBLISH_ERROR, C.CLAIM, C.ENTER_HARDWARE_WAIT,
+    C.LEAVE_HARDWARE_WAIT, C.BEGIN_CANCEL,
+})
+"""The commands a store with decided-ahead statements may decide ahead, from the pair last
+seen, in one statement that locks the Run and its current delivery, checks both against
+the pair decided on and the decision's window, and writes both: each reads nothing but
+the pair (:data:`READS`), sets off nothing inside the transaction (:data:`FOLLOW_UPS`)
+and writes the pair's two rows in place, never opening a delivery (``rotate`` reads
+only the pair too, but opens the next delivery: an insert, so it keeps the transaction).
+``tests/kernel/test_run_aggregate.py`` holds every one of them to that."""
+
+
+ADMITTED_AHEAD: frozenset[RunCommandType] = frozenset({C.ADMIT})
+"""The commands a store with decided-ahead statements may decide ahead when they create
+the pair: an admission without the session fence, decided from no record, inserted in
+one statement only if no Run holds its ID or its idempotency key (the
+:attr:`Evidence.KEY_HOLDER` reading, made by the statement) and the clock lies in the
+window; a Run met there is answered (a replay, or the refusal the kernel decides on
+it). What the named admission lock guarantees (same-key admissions decide one after
+another) the Run's primary key keeps: of two racing inserts the second writes nothing
+and takes the transaction path, which waits on the lock and replays. With the session
+fence the admission always takes the transaction (the session's lock, and the
+:attr:`Evidence.SESSION` reading)."""
 
 
 class OwnerCommand(enum.Enum):

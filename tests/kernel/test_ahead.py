@@ -131,14 +131,22 @@ def test_the_time_dependent_fields_of_a_decision_made_ahead_move_with_the_time(
     later = data.draw(st.integers(now, ahead.not_after_us - 1), label="later")
     at_now, at_later = ahead.at(now), ahead.at(later)
     assert isinstance(at_now, Applied) and isinstance(at_later, Applied)
-    for field, offset in ahead.relative.items():
-        assert getattr(at_now.new_record, field) == now + offset
-        assert getattr(at_later.new_record, field) == later + offset
+    for path, offset in ahead.relative.items():
+        assert _at_path(at_now.new_record, path) == now + offset
+        assert _at_path(at_later.new_record, path) == later + offset
 
 
-def test_a_change_to_a_record_that_nests_rows_is_declined_rather_than_made_with_the_time_frozen() -> None:
-    # The Run pair nests its rows: a claim's times sit inside the Run and its delivery,
-    # where a window's offsets cannot reach them, so the decision is made the ordinary way.
+def _at_path(record: Any, path: str) -> Any:
+    """The field a path of :attr:`Ahead.relative` names (``deliveries.0.claimed_at_us``)."""
+    for step in path.split("."):
+        record = record[int(step)] if step.isdigit() else getattr(record, step)
+    return record
+
+
+def test_a_change_to_a_record_that_nests_rows_moves_its_nested_times_with_the_clock() -> None:
+    # The Run pair nests its rows: a claim's times sit inside the Run and its delivery;
+    # the window's offsets reach them by their paths, so the claim is made ahead and,
+    # at every instant of its window, equals the ordinary decision.
     from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
     from tenure.kernel.runs.commands import Claim, Release
     from tenure.kernel.runs.machine import RUNS
@@ -147,7 +155,13 @@ def test_a_change_to_a_record_that_nests_rows_is_declined_rather_than_made_with_
 
     run = base_run()
     pair = RunPair(run, (delivery_for(run, DeliveryState.PUBLISHED),))
-    assert decide_ahead(RUNS, pair, Claim(enqueue_seq=0, node="node-a"), NOW) is None
+    claim = Claim(enqueue_seq=0, node="node-a")
+    ahead = decide_ahead(RUNS, pair, claim, NOW)
+    assert ahead is not None
+    assert ahead.relative == {"run.started_at_us": 0, "run.updated_at_us": 0, "deliveries.0.claimed_at_us": 0}
+    assert ahead.not_before_us == run.updated_at_us + 1  # updated_at never moves backwards
+    for instant in (ahead.not_before_us, NOW, ahead.not_after_us - 1):
+        assert ahead.at(instant) == decide(RUNS, pair, claim, instant)
     refused = decide_ahead(RUNS, pair, Release(enqueue_seq=0), NOW)  # not held: a refusal, made ahead
     assert refused is not None and refused.decision == decide(RUNS, pair, Release(enqueue_seq=0), NOW)
 

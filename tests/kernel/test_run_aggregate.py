@@ -7,10 +7,17 @@ from __future__ import annotations
 import dataclasses
 
 import paths
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tenure.conformance.strategies.runs import run_situations
+from tenure.kernel.core import Applied, decide
+from tenure.kernel.runs.machine import RUNS
 
 from tenure.kernel.runs import commands
 from tenure.kernel.runs.aggregate import (
     AFTER_COMMIT,
+    DECIDED_AHEAD,
     FILLS,
     FOLLOW_UPS,
     OWNER_COMMANDS,
@@ -112,3 +119,20 @@ def test_follow_ups_split_into_the_transaction_and_after_commit() -> None:
 
 def test_the_unread_containment_placeholder_is_unproven() -> None:
     assert not UNREAD_CONTAINMENT.proven
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_every_command_decided_ahead_reads_only_the_pair_and_writes_its_two_rows_in_place(data: st.DataObject) -> None:
+    # What the joined decided-ahead statement can do: lock, compare and write the Run and
+    # its current delivery; no other reading, no follow-up inside the transaction, no
+    # delivery opened or removed.
+    kind = data.draw(st.sampled_from(sorted(DECIDED_AHEAD, key=lambda each: each.value)))
+    assert READS[kind] == (Evidence.PAIR,)
+    assert all(not set(steps) - AFTER_COMMIT for steps in FOLLOW_UPS[kind].values())
+    record, command, now = data.draw(run_situations(None, kind))
+    decision = decide(RUNS, record, command, now)
+    if isinstance(decision, Applied) and record is not None:
+        new = decision.new_record
+        assert new is not None
+        assert [row.delivery_id for row in new.deliveries] == [row.delivery_id for row in record.deliveries]

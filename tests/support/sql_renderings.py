@@ -197,6 +197,20 @@ def render_postgresql() -> str:
             lines.append(_statement("locked_joined runs+run_deliveries", "a Run and its current delivery locked in "
                                     "that order, then the clock once both locks are held (every Run write)",
                                     statements.locked_joined_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None)))
+            lines.append(_statement("joined_ahead runs+run_deliveries", "a Run command decided ahead from the pair "
+                                    "last seen (claim, publish, ...): both rows locked in that order, the clock once "
+                                    "both locks are held, verdict on both rows and the window, both written and "
+                                    "verified (AheadWriter.joined_ahead)",
+                                    statements.joined_ahead_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None,
+                                                                types, postgres_types(DELIVERIES_BINDING))))
+            lines.append(_statement("joined_insert runs+run_deliveries", "an admission decided ahead: the Runs "
+                                    "holding its ID or its key locked with their deliveries, the clock after the "
+                                    "locks, both rows inserted only if none was met and the clock lies in the window "
+                                    "(a concurrent insert makes both do nothing), every value verified "
+                                    "(AheadWriter.joined_insert_ahead)",
+                                    statements.joined_insert_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY,
+                                                                 None, types, postgres_types(DELIVERIES_BINDING),
+                                                                 RUNS_BINDING.column_of("idempotency_key").name)))
             containment = ((AGENT_JOBS_BINDING, run_finders.open_jobs_of_run, None),
                            (ATTEMPTS_BINDING, run_finders.open_attempts_of_run, None))
             lines.append(_statement("count_each containment", "a Run's open delegated jobs and service attempts, "

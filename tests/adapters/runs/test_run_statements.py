@@ -30,7 +30,7 @@ async def noop(ctx: Any) -> None:
 
 PIN = workflows.pin("noop", "1")
 
-SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 4, "publish": 5, "hop": 15}, "sqlite": {"admit": 6, "publish": 9, "hop": 20}}
+SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 1, "publish": 2, "hop": 12}, "sqlite": {"admit": 6, "publish": 9, "hop": 20}}
 """A single-hop no-op Run on the in-memory broker (the ledger's own statements): its
 admission, its publication, and its hop (claim, checkpoint, settle, checkpoint cleanup)."""
 
