@@ -30,7 +30,7 @@ from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.consents.commands import CancelPending
 from tenure.kernel.consents.record import ConsentRow
-from tenure.kernel.core import Applied, Decision, decide
+from tenure.kernel.core import Applied, Decision, Refused, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
     FILLS,
@@ -40,12 +40,13 @@ from tenure.kernel.runs.aggregate import (
     FollowUp,
     after_commit,
     in_transaction,
+    on_refusal,
 )
 from tenure.kernel.runs.commands import Containment, OwnerEvidence, RunCommand, Settle
 from tenure.kernel.runs.machine import RUNS, consent_sweep
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import ConfigValidationError, ErrorCode, RunStatus, WaitKind
-from tenure.model.runs import MAX_ERROR_CHARS, check_run_id, check_seq, check_text
+from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_run_id, check_seq, check_text
 from tenure.model.validation import refuse
 
 from ..agent_jobs.table import AGENT_JOBS_BINDING
@@ -55,7 +56,7 @@ from ..core.engine import Engine, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
 from ..core.store import Transaction
-from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, stored_in
+from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, record_outcome_in, stored_in
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 
 __all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "consent_evidence", "job_evidence", "attempt_evidence",
@@ -100,11 +101,14 @@ class Inputs:
     """What a caller hands the engine beside the command, for the readings and follow-ups
     the declaration names: the session fence an admission asked for, a timer's delay (its
     due time is the clock read under the lock plus this), and the checkpoint a timer's
-    park binds (``bind_checkpoint``; its ``saved_at_us`` is the clock's)."""
+    park binds (``bind_checkpoint``; its ``saved_at_us`` is the clock's), and the outcome
+    a worker's settle records when the kernel refuses it for unproven containment
+    (``record_outcome``)."""
 
     session_fence: bool = False
     delay_us: int | None = None
     checkpoint: CheckpointRow | None = None
+    outcome: RecordedOutcome | None = None
 
 
 NO_INPUTS = Inputs()
@@ -177,8 +181,12 @@ class RunEngine:
     async def send(self, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> Sent:
         """``command`` to the Run ``run_id`` in a transaction of its own
         (:meth:`send_in`). Part of the adapters' test seam (``docs/testing.md``): the Run
-        replay sends a trace's commands here."""
-        return await self.run(lambda tx: self.send_in(tx, run_id, command, inputs))
+        replay sends a trace's commands here. A refusal that set off follow-ups
+        (:func:`~tenure.kernel.runs.aggregate.on_refusal`) commits them, then raises the
+        error the refusal maps to, if any."""
+        sent = await self.run(lambda tx: self.send_in(tx, run_id, command, inputs))
+        raise_if_conflict(RUNS_BINDING, sent.decision)
+        return sent
 
     async def send_in(self, tx: Transaction, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> Sent:
         """Inside ``tx``: read what the declaration names (in its order), complete the
@@ -191,7 +199,13 @@ class RunEngine:
                 aggregate.fills[field] = value
         complete = dataclasses.replace(command, **aggregate.fills) if aggregate.fills else command
         decision = await self.engine.decide_composite(tx, RUNS, _parts, aggregate.pair, complete)
-        raise_if_conflict(RUNS_BINDING, decision)
+        if isinstance(decision, Refused):
+            refused = on_refusal(command.kind, decision.reason)
+            if not refused:
+                raise_if_conflict(RUNS_BINDING, decision)
+            for step in refused:
+                await FOLLOW_UP_STEPS[step](self, tx, aggregate, decision)
+            return Sent(decision, ())  # a refusal's error, if any, is raised after commit (send)
         if not isinstance(decision, Applied):
             return Sent(decision, ())
         for step in in_transaction(command.kind, decision.reply):
@@ -202,11 +216,19 @@ class RunEngine:
         """:meth:`send`: whether the kernel's decision applied (and was persisted)."""
         return (await self.send(run_id, command, inputs)).applied
 
-    async def settle(self, run_id: str, outcome: RecordedOutcome) -> bool:
+    async def settle(self, run_id: str, outcome: RecordedOutcome, *, record: bool = False) -> bool:
         """Settle the Run's hop with an outcome in its stored form (a DONE hop's result as
-        canonical JSON text, a FAILED hop's error): the worker's settle after it recorded
-        the outcome, and recovery's ``settle_recorded`` action. ``RunLedger.settle`` is the
-        public settle; this is the one it and they share."""
+        canonical JSON text, a FAILED hop's error): the worker's settle of its finished
+        hop, and recovery's ``settle_recorded`` action. ``RunLedger.settle`` is the
+        public settle; this is the one it and they share.
+
+        ``record`` (the worker's): when the kernel refuses because containment is
+        unproven, the outcome is recorded in the Run's checkpoint row in the same
+        transaction (the declared ``record_outcome``), then ``RUN_CONTAINMENT_UNPROVEN``
+        is raised; recovery settles the Run with that outcome once contained. One
+        transaction either way: the Run settled (checkpoint deleted, consents swept),
+        or its outcome recorded, or (the hop no longer holds the Run) nothing written
+        and False."""
         if not isinstance(outcome, RecordedOutcome):
             raise refuse("outcome", "recorded_outcome_required")
         status, error = outcome.status, outcome.error
@@ -216,9 +238,14 @@ class RunEngine:
             error = check_text(error, "error", MAX_ERROR_CHARS)
         elif error is not None:
             raise ConfigValidationError("invalid_error", fields=("error",), problems=("done_has_no_error",))
+        if outcome.result_json is not None and (type(outcome.result_json) is not str
+                                                or len(outcome.result_json.encode()) > MAX_RUN_DOCUMENT_BYTES):
+            raise refuse("result_json", "document_too_large")
         command = Settle(enqueue_seq=check_seq(outcome.enqueue_seq), status=status, error=error,
                          containment=UNREAD_CONTAINMENT, result_json=outcome.result_json)
-        return await self.applied(check_run_id(run_id), command)
+        inputs = Inputs(outcome=RecordedOutcome(command.enqueue_seq, status, outcome.result_json, error)) \
+            if record else NO_INPUTS
+        return await self.applied(check_run_id(run_id), command, inputs)
 
     # --- reading under the Run's lock ----------------------------------------------------
 
@@ -433,8 +460,17 @@ async def _bind_checkpoint(engine: RunEngine, tx: Transaction, aggregate: _Aggre
         await put_in(tx, dataclasses.replace(row, run_id=run_id, saved_at_us=await tx.now_us()), stored)
 
 
+async def _record_outcome(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+    # A refusal for unproven containment: the kernel refused a hop that does not hold the
+    # Run before it looked at containment, so this hop holds it (the record's fence).
+    outcome = aggregate.inputs.outcome
+    if outcome is not None:
+        await record_outcome_in(tx, aggregate.run_id, outcome, await tx.now_us())
+
+
 FOLLOW_UP_STEPS: dict[FollowUp, _Step] = {
     FollowUp.SWEEP_CONSENTS: _sweep,
+    FollowUp.RECORD_OUTCOME: _record_outcome,
     FollowUp.DELETE_CHECKPOINT: _delete_checkpoint,
     FollowUp.CLEAR_OUTCOME: _clear_outcome,
     FollowUp.BIND_CHECKPOINT: _bind_checkpoint,
