@@ -33,8 +33,10 @@ from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.core import Applied, Decision, Refused, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
+    COUNTED_WITH_PAIR,
     FILLS,
     READS,
+    WRITTEN_WITH_PAIR,
     UNREAD_CONTAINMENT,
     Evidence,
     FollowUp,
@@ -55,9 +57,9 @@ from ..consents.table import CONSENTS_BINDING
 from ..core.engine import Engine, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
-from ..core.store import Transaction
+from ..core.store import Count, Guard, Transaction
 from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, record_outcome_in, stored_in
-from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
+from .table import CHECKPOINTS_BINDING, CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 
 __all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "consent_evidence", "job_evidence", "attempt_evidence",
            "current_pair"]
@@ -149,6 +151,12 @@ class _Aggregate:
     inputs: Inputs
     pair: RunPair | None = None
     fills: dict[str, Any] = dataclasses.field(default_factory=dict)
+    counted: dict[Evidence, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    """The counts read with the pair (:data:`COUNTED_WITH_PAIR`), by evidence."""
+    guards: list[Guard] = dataclasses.field(default_factory=list)
+    """Those counts as the pair's write verifies them (empty once counted again after the lock)."""
+    written: set[FollowUp] = dataclasses.field(default_factory=set)
+    """The follow-ups written with the pair (:data:`WRITTEN_WITH_PAIR`)."""
 
 
 _Reader = Callable[["RunEngine", Transaction, _Aggregate], Awaitable[Any]]
@@ -197,8 +205,12 @@ class RunEngine:
             field = FILLS[evidence]
             if field is not None and value is not _NOTHING:
                 aggregate.fills[field] = value
-        complete = dataclasses.replace(command, **aggregate.fills) if aggregate.fills else command
-        decision = await self.engine.decide_composite(tx, RUNS, _parts, aggregate.pair, complete)
+        decision = await self._decide(tx, aggregate)
+        if decision is None:  # a count moved between the pair's snapshot and its lock
+            await self._count_again(tx, aggregate)
+            decision = await self._decide(tx, aggregate)
+            if decision is None:
+                raise persistence_failed("invariant_broken")  # unguarded: it cannot be refused
         if isinstance(decision, Refused):
             refused = on_refusal(command.kind, decision.reason)
             if not refused:
@@ -209,8 +221,39 @@ class RunEngine:
         if not isinstance(decision, Applied):
             return Sent(decision, ())
         for step in in_transaction(command.kind, decision.reply):
-            await FOLLOW_UP_STEPS[step](self, tx, aggregate, decision)
+            if step not in aggregate.written:
+                await FOLLOW_UP_STEPS[step](self, tx, aggregate, decision)
         return Sent(decision, after_commit(command.kind, decision.reply))
+
+    async def _decide(self, tx: Transaction, aggregate: _Aggregate) -> Decision | None:
+        """Complete the command, decide, and write the pair with the follow-ups written
+        with it (deletes by the Run's key), verifying the counts read with the pair's
+        lock: None when one moved (nothing written)."""
+        command = aggregate.command
+        complete = dataclasses.replace(command, **aggregate.fills) if aggregate.fills else command
+        with_pair: list[FollowUp] = []
+
+        def deletes(decision: Decision) -> list[tuple[Any, list[str]]]:
+            with_pair[:] = [step for step in in_transaction(command.kind, decision.reply)  # type: ignore[union-attr]
+                            if step in WRITTEN_WITH_PAIR]
+            return [(DELETED_WITH_PAIR[step], [_run_of(decision)]) for step in with_pair]
+
+        decision = await self.engine.decide_composite(tx, RUNS, _parts, aggregate.pair, complete, deletes=deletes,
+                                                      guards=aggregate.guards)
+        if decision is not None:
+            aggregate.written = set(with_pair) if isinstance(decision, Applied) else set()
+        return decision
+
+    async def _count_again(self, tx: Transaction, aggregate: _Aggregate) -> None:
+        """The counts read with the pair, read again in a statement of their own (after the
+        Run's lock: current), and the fields they fill; no guard left to verify."""
+        aggregate.guards = []
+        for evidence in list(aggregate.counted):
+            aggregate.counted[evidence] = tuple(await aggregate_counts(tx, _counts(evidence, aggregate.run_id)))
+            value = await READERS[evidence](self, tx, aggregate)
+            field = FILLS[evidence]
+            if field is not None and value is not _NOTHING:
+                aggregate.fills[field] = value
 
     async def applied(self, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> bool:
         """:meth:`send`: whether the kernel's decision applied (and was persisted)."""
@@ -271,6 +314,21 @@ class RunEngine:
         if not deliveries:
             raise persistence_failed("delivery_missing")
         return RunPair(run, (deliveries[0],))
+
+    @staticmethod
+    async def locked_pair_counting(tx: Transaction, run_id: str, counts: list[Count]) -> tuple[RunPair | None, list[int]]:
+        """:meth:`locked_pair` with ``counts`` read in the same statement (see
+        :meth:`~tenure.adapters.core.store.Transaction.locked_joined_counting`: on
+        PostgreSQL they may predate the lock, and the pair's write verifies them)."""
+        joined: list[tuple[RunRow, DeliveryRow | None]]
+        joined, values = await tx.locked_joined_counting(RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY,
+                                                         counts)
+        if not joined:
+            return None, values
+        found = current_pair(run_id, joined)
+        if found is not None:
+            return RunPair(found[0], (found[1],)), values
+        return await RunEngine.locked_pair(tx, run_id), values
 
     @staticmethod
     async def read_pair(tx: Transaction, run_id: str) -> RunPair | None:
@@ -366,7 +424,19 @@ async def _admission_locks(engine: RunEngine, tx: Transaction, aggregate: _Aggre
 
 
 async def _pair(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
-    aggregate.pair = await engine.locked_pair(tx, aggregate.run_id)
+    counted = [evidence for evidence in READS[aggregate.command.kind] if evidence in COUNTED_WITH_PAIR]
+    if not counted:
+        aggregate.pair = await engine.locked_pair(tx, aggregate.run_id)
+        return _NOTHING
+    queries = [query for evidence in counted for query in _counts(evidence, aggregate.run_id)]
+    aggregate.pair, values = await engine.locked_pair_counting(tx, aggregate.run_id, queries)
+    position = 0
+    for evidence in counted:
+        size = len(_counts(evidence, aggregate.run_id))
+        aggregate.counted[evidence] = tuple(values[position:position + size])
+        position += size
+    if not tx.counts_current:
+        aggregate.guards = list(zip(queries, values, strict=True))
     return _NOTHING
 
 
@@ -407,7 +477,15 @@ async def _run_owner(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) 
 async def _containment(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
     if aggregate.pair is None:
         return _NOTHING
-    return await engine.containment(tx, aggregate.pair.run.run_id)
+    counted = aggregate.counted.get(Evidence.CONTAINMENT)
+    if counted is None:
+        return await engine.containment(tx, aggregate.pair.run.run_id)
+    return Containment(open_jobs=counted[0], open_attempts=counted[1])
+
+
+async def _pending_consents(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    # The count is kept beside the aggregate (read with the pair): the sweep reads it.
+    return _NOTHING
 
 
 async def _clock(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
@@ -423,6 +501,7 @@ READERS: dict[Evidence, _Reader] = {
     Evidence.NAMED_OWNER: _named_owner,
     Evidence.RUN_OWNER: _run_owner,
     Evidence.CONTAINMENT: _containment,
+    Evidence.PENDING_CONSENTS: _pending_consents,
     Evidence.CLOCK: _clock,
 }
 """How each piece of evidence the declaration names is read. The pair's readings after it
@@ -440,6 +519,8 @@ def _run_of(decision: Decision) -> str:
 
 async def _sweep(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
     decided_by = consent_sweep(decision.reply)  # type: ignore[union-attr]
+    if aggregate.counted.get(Evidence.PENDING_CONSENTS) == (0,):
+        return  # none pending, counted with the pair (and verified by its write)
     if decided_by is not None:
         await engine.sweep_consents(tx, _run_of(decision), decided_by)
 
@@ -466,6 +547,28 @@ async def _record_outcome(engine: RunEngine, tx: Transaction, aggregate: _Aggreg
     outcome = aggregate.inputs.outcome
     if outcome is not None:
         await record_outcome_in(tx, aggregate.run_id, outcome, await tx.now_us())
+
+
+DELETED_WITH_PAIR: dict[FollowUp, Any] = {FollowUp.DELETE_CHECKPOINT: CHECKPOINTS_BINDING}
+"""The table each follow-up written with the pair (:data:`WRITTEN_WITH_PAIR`) deletes the
+Run's row of, by its key (the checkpoint: every writer of it holds the Run's lock)."""
+
+
+def _counts(evidence: Evidence, run_id: str) -> list[Count]:
+    """The counts a piece of evidence read with the pair is made of."""
+    return [(binding, finder, {"run_id": run_id}, None) for binding, finder in COUNTS[evidence]]
+
+
+async def aggregate_counts(tx: Transaction, queries: list[Count]) -> list[int]:
+    return await tx.count_each(queries)
+
+
+COUNTS: dict[Evidence, tuple[tuple[Any, Any], ...]] = {
+    Evidence.CONTAINMENT: ((AGENT_JOBS_BINDING, finders.open_jobs_of_run), (ATTEMPTS_BINDING, finders.open_attempts_of_run)),
+    Evidence.PENDING_CONSENTS: ((CONSENTS_BINDING, dataclasses.replace(finders.pending_consents_of_run, lock="none")),),
+}
+"""The finders each counted evidence (:data:`COUNTED_WITH_PAIR`) counts, by the Run's ID
+(a count takes no lock: the sweep locks the pending consents it cancels)."""
 
 
 FOLLOW_UP_STEPS: dict[FollowUp, _Step] = {

@@ -57,6 +57,8 @@ __all__ = [
     "AFTER_COMMIT",
     "OWNER_COMMANDS",
     "UNREAD_CONTAINMENT",
+    "COUNTED_WITH_PAIR",
+    "WRITTEN_WITH_PAIR",
     "follow_ups",
     "on_refusal",
     "in_transaction",
@@ -85,6 +87,9 @@ class Evidence(enum.Enum):
     CONTAINMENT = "containment"
     """The Run's delegated jobs that are open or LOST and its service attempts that are
     not terminal, counted."""
+    PENDING_CONSENTS = "pending_consents"
+    """The Run's pending consents, counted: the consents a settled or cancelled Run's
+    ``sweep_consents`` cancels (none: the sweep reads and writes nothing)."""
     CLOCK = "clock"
     """The database clock read after the lock, for a timer given as a delay (its due
     time is the clock plus the delay)."""
@@ -140,9 +145,9 @@ READS: dict[RunCommandType, tuple[Evidence, ...]] = {
     C.LEAVE_HARDWARE_WAIT: (E.PAIR,),
     C.PARK: (E.PAIR, E.NAMED_OWNER, E.CLOCK),
     C.RESUME: (E.PAIR, E.RUN_OWNER),
-    C.SETTLE: (E.PAIR, E.CONTAINMENT),
+    C.SETTLE: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS),
     C.BEGIN_CANCEL: (E.PAIR,),
-    C.FINISH_CANCEL: (E.PAIR, E.CONTAINMENT),
+    C.FINISH_CANCEL: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS),
     C.ROTATE: (E.PAIR,),
     C.RETRY_LOST: (E.PAIR, E.CONTAINMENT),
 }
@@ -157,11 +162,25 @@ FILLS: dict[Evidence, str | None] = {
     E.NAMED_OWNER: "owner",
     E.RUN_OWNER: "owner",
     E.CONTAINMENT: "containment",
+    E.PENDING_CONSENTS: None,
     E.CLOCK: "wake_at_us",
 }
 """The command field each reading completes (None: it is the record, or a lock). A
 reading with nothing to say (no delay for :attr:`Evidence.CLOCK`) leaves the field as
 the caller built it."""
+
+COUNTED_WITH_PAIR = frozenset({E.CONTAINMENT, E.PENDING_CONSENTS})
+"""The evidence that is a count of rows, read in the same statement as the pair's lock
+(one round trip for the Run, its delivery and every count its command names). A
+database whose statement snapshot can be older than that statement's lock wait
+(PostgreSQL) may count without the rows a writer holding the Run's lock committed
+meanwhile, so the pair's write verifies every such count unchanged in its own statement
+(one read after the lock) and writes nothing otherwise: the engine then counts again and
+asks the kernel again."""
+
+WRITTEN_WITH_PAIR = frozenset({F.DELETE_CHECKPOINT})
+"""The in-transaction follow-ups that are deletes by the Run's key: written in the same
+statement as the pair (the checkpoint a settle deletes)."""
 
 FOLLOW_UPS: dict[RunCommandType, Mapping[type | RunRefusal, tuple[FollowUp, ...]]] = {
     C.ADMIT: {Admitted: (F.PUBLISH_HOP,)},

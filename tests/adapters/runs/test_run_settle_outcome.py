@@ -20,6 +20,7 @@ from statements import count_statements
 
 from tenure.adapters import InMemoryBroker, RunLedger, RunWorker, Workflows
 from tenure.adapters.runs.checkpoints import RecordedOutcome
+from tenure.adapters.runs.engine import RunEngine
 from tenure.model import ConsentStatus, ErrorCode, RunIntent, RunStatus, TenureError
 
 flows = Workflows()
@@ -182,6 +183,41 @@ async def test_a_hop_that_dies_before_its_settle_commits_is_an_orphan_recovery_f
     assert report.counts["orphans_failed"] == 1
     run = await ledger.get(run_id)
     assert run is not None and (run.status, run.error) == (RunStatus.FAILED, "lost")
+
+
+async def test_a_settle_counted_before_a_job_committed_is_verified_at_its_write_and_refused(
+    ledger: RunLedger, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The counts read in the pair's statement as PostgreSQL can see them: from a snapshot
+    taken before the statement waited for the Run's lock, so without the job a writer
+    holding that lock committed meanwhile (played by a counting reader that answers
+    zero). The settle's write verifies the counts in its own statement, writes nothing,
+    and the engine counts again and refuses. SQLite's transaction holds the write lock
+    from its start: its counts are current, and nothing is left to verify."""
+    worker = runner(ledger)
+    run_id = await published(ledger, worker, "answer")
+    assert await ledger.claim(run_id, 0, node="node-a") is not None
+    job = await ledger.jobs.submit(run_id, request_id=unique("request"), runtime="sandbox", profile="small",
+                                   request={})
+    counted = RunEngine.locked_pair_counting
+
+    async def before_the_job(tx: Any, counted_run_id: str, counts: Any) -> Any:
+        pair, values = await counted(tx, counted_run_id, counts)
+        return pair, [0] * len(values)
+
+    monkeypatch.setattr(RunEngine, "locked_pair_counting", staticmethod(before_the_job))
+    async with ledger.engine.engine.store.transaction(write=True) as tx:
+        current = tx.counts_current
+    if current:  # SQLite: nothing can commit between its lock and its counts
+        assert ledger.engine.engine.store.__class__.__name__.lower().startswith("sqlite")
+        return
+    with pytest.raises(TenureError) as refused:
+        await ledger.engine.settle(run_id, RecordedOutcome(0, RunStatus.DONE, None, None), record=True)
+    assert refused.value.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN
+    run = await ledger.get(run_id)
+    assert run is not None and run.status is RunStatus.RUNNING
+    assert await ledger.checkpoints.outcome(run_id) == RecordedOutcome(0, RunStatus.DONE, None, None)
+    assert (await ledger.jobs.get(job.job_id)) is not None
 
 
 class _nothing:
