@@ -271,7 +271,7 @@ class Transaction(Protocol):
         a writer that held the lock committed meanwhile (:attr:`counts_current` False):
         a write made on them then verifies them (:meth:`write_guarded`)."""
 
-    counts_current: bool
+    counts_current: ClassVar[bool]
     """Whether counts read after a lock see every write committed before that lock
     (SQLite: the transaction holds the database's write lock from its start); when
     True, :meth:`write_guarded` has nothing to verify."""

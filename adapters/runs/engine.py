@@ -45,7 +45,7 @@ from tenure.kernel.runs.aggregate import (
     on_refusal,
 )
 from tenure.kernel.runs.commands import Containment, OwnerEvidence, RunCommand, Settle
-from tenure.kernel.runs.machine import RUNS, consent_sweep
+from tenure.kernel.runs.machine import RUNS, RunRefusal, consent_sweep
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import ConfigValidationError, ErrorCode, RunStatus, WaitKind
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_run_id, check_seq, check_text
@@ -212,7 +212,7 @@ class RunEngine:
             if decision is None:
                 raise persistence_failed("invariant_broken")  # unguarded: it cannot be refused
         if isinstance(decision, Refused):
-            refused = on_refusal(command.kind, decision.reason)
+            refused = on_refusal(command.kind, RunRefusal(decision.reason.value))
             if not refused:
                 raise_if_conflict(RUNS_BINDING, decision)
             for step in refused:
