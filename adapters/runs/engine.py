@@ -61,7 +61,7 @@ from ..core.store import Count, Guard, Transaction
 from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, record_outcome_in, stored_in
 from .table import CHECKPOINTS_BINDING, CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 
-__all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "consent_evidence", "job_evidence", "attempt_evidence",
+__all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "COUNTS", "consent_evidence", "job_evidence", "attempt_evidence",
            "current_pair"]
 
 T = TypeVar("T")
@@ -206,7 +206,10 @@ class RunEngine:
             if field is not None and value is not _NOTHING:
                 aggregate.fills[field] = value
         decision = await self._decide(tx, aggregate)
-        if decision is None:  # a count moved between the pair's snapshot and its lock
+        if decision is None or (isinstance(decision, Refused) and aggregate.guards):
+            # A count moved between the pair's snapshot and its lock (nothing written), or
+            # a refusal was decided on counts no write verified (they may predate a job
+            # that closed meanwhile): counted again after the lock, decided again.
             await self._count_again(tx, aggregate)
             decision = await self._decide(tx, aggregate)
             if decision is None:
@@ -249,7 +252,7 @@ class RunEngine:
         Run's lock: current), and the fields they fill; no guard left to verify."""
         aggregate.guards = []
         for evidence in list(aggregate.counted):
-            aggregate.counted[evidence] = tuple(await aggregate_counts(tx, _counts(evidence, aggregate.run_id)))
+            aggregate.counted[evidence] = tuple(await tx.count_each(_counts(evidence, aggregate.run_id)))
             value = await READERS[evidence](self, tx, aggregate)
             field = FILLS[evidence]
             if field is not None and value is not _NOTHING:
@@ -557,10 +560,6 @@ Run's row of, by its key (the checkpoint: every writer of it holds the Run's loc
 def _counts(evidence: Evidence, run_id: str) -> list[Count]:
     """The counts a piece of evidence read with the pair is made of."""
     return [(binding, finder, {"run_id": run_id}, None) for binding, finder in COUNTS[evidence]]
-
-
-async def aggregate_counts(tx: Transaction, queries: list[Count]) -> list[int]:
-    return await tx.count_each(queries)
 
 
 COUNTS: dict[Evidence, tuple[tuple[Any, Any], ...]] = {

@@ -176,7 +176,9 @@ database whose statement snapshot can be older than that statement's lock wait
 (PostgreSQL) may count without the rows a writer holding the Run's lock committed
 meanwhile, so the pair's write verifies every such count unchanged in its own statement
 (one read after the lock) and writes nothing otherwise: the engine then counts again and
-asks the kernel again."""
+asks the kernel again. A refusal there, which writes no pair to verify them with, is
+decided again on counts read after the lock too (a job that closed meanwhile may still
+be counted open): a refused settle costs one more statement, never a wrong refusal."""
 
 WRITTEN_WITH_PAIR = frozenset({F.DELETE_CHECKPOINT})
 """The in-transaction follow-ups that are deletes by the Run's key: written in the same

@@ -220,6 +220,34 @@ async def test_a_settle_counted_before_a_job_committed_is_verified_at_its_write_
     assert (await ledger.jobs.get(job.job_id)) is not None
 
 
+async def test_a_settle_counted_before_a_job_closed_is_decided_again_on_fresh_counts_and_settles(
+    ledger: RunLedger, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The other side of a count read before the pair's lock on PostgreSQL: a job that
+    closed meanwhile still counted open (played by a counting reader that answers one). A
+    refusal decided on counts no write verified is decided again on counts read after the
+    lock, as a settle whose count came after its lock always was: the Run settles."""
+    worker = runner(ledger)
+    run_id = await published(ledger, worker, "answer")
+    assert await ledger.claim(run_id, 0, node="node-a") is not None
+    counted = RunEngine.locked_pair_counting
+
+    async def before_the_close(tx: Any, counted_run_id: str, counts: Any) -> Any:
+        pair, values = await counted(tx, counted_run_id, counts)
+        return pair, [1] * len(values)
+
+    monkeypatch.setattr(RunEngine, "locked_pair_counting", staticmethod(before_the_close))
+    async with ledger.engine.engine.store.transaction(write=True) as tx:
+        current = tx.counts_current
+    if current:  # SQLite: nothing can commit between its lock and its counts
+        assert ledger.engine.engine.store.__class__.__name__.lower().startswith("sqlite")
+        return
+    assert await ledger.engine.settle(run_id, RecordedOutcome(0, RunStatus.DONE, None, None), record=True)
+    run = await ledger.get(run_id)
+    assert run is not None and run.status is RunStatus.DONE
+    assert await ledger.checkpoints.load(run_id) is None
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
