@@ -10,6 +10,7 @@ an orphan recovery treats as its table says. Every test runs on SQLite and Postg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -135,6 +136,18 @@ async def test_a_hop_that_no_longer_holds_its_run_writes_no_outcome(ledger: RunL
     assert await ledger.checkpoints.load(run_id) is None  # no outcome row written for a hop that lost its Run
 
 
+async def test_a_settle_of_a_hop_that_lost_its_run_with_an_open_job_records_nothing(ledger: RunLedger) -> None:
+    """The kernel refuses a hop that no longer holds its Run (here: cancelling) before it
+    looks at containment, so the outcome is recorded only for a hop that holds it."""
+    worker = runner(ledger)
+    run_id = await published(ledger, worker, "answer")
+    assert await ledger.claim(run_id, 0, node="node-a") is not None
+    await ledger.jobs.submit(run_id, request_id=unique("request"), runtime="sandbox", profile="small", request={})
+    await ledger.begin_cancel(run_id)
+    assert not await ledger.engine.settle(run_id, RecordedOutcome(0, RunStatus.DONE, None, None), record=True)
+    assert await ledger.checkpoints.load(run_id) is None
+
+
 @pytest.mark.parametrize("name", ["answer", "leaves_a_job"])
 async def test_a_settle_retried_after_its_commit_applied_unacknowledged_finds_its_own_result(
     ledger: RunLedger, name: str,
@@ -146,7 +159,7 @@ async def test_a_settle_retried_after_its_commit_applied_unacknowledged_finds_it
         calls.append(1)
         answer = settle(*args, **kwargs)
         if len(calls) == 1:
-            with pytest.raises(TenureError) if name == "leaves_a_job" else _nothing():
+            with pytest.raises(TenureError) if name == "leaves_a_job" else contextlib.nullcontext():
                 await answer
             raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "commit_unacknowledged")
         return await answer
@@ -247,10 +260,3 @@ async def test_a_settle_counted_before_a_job_closed_is_decided_again_on_fresh_co
     assert run is not None and run.status is RunStatus.DONE
     assert await ledger.checkpoints.load(run_id) is None
 
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
