@@ -175,14 +175,16 @@ def ledger() -> RunLedger:
 
 
 def prepare(run_ledger: RunLedger) -> None:
-    """Keep the node's ledger, and log every outcome its worker settles with (one
-    transaction: settled, or recorded for recovery when containment is unproven) and
+    """Keep the node's ledger, and log every outcome its worker settles with (``record``:
+    one transaction, settled or recorded for recovery when containment is unproven) and
     whether the ledger accepted it (``recorded``: the Run settled or the outcome was
     recorded; False: the hop no longer held the Run)."""
     _LEDGER.append(run_ledger)
     settle = run_ledger.engine.settle
 
     async def observed(run_id: str, outcome: RecordedOutcome, **more: Any) -> bool:
+        if not more.get("record"):  # recovery's settles (a recorded outcome, or failed lost) are not a hop's
+            return await settle(run_id, outcome, **more)
         try:
             recorded = await settle(run_id, outcome, **more)
         except TenureError as failure:
