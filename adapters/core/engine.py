@@ -22,7 +22,7 @@ from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, deci
 from tenure.model import TenureError
 
 from .failures import persistence_failed
-from .store import AheadAnswer, AheadWriter, Expected, JoinedAnswer, Store, Transaction
+from .store import AheadAnswer, AheadWriter, Expected, Guard, JoinedAnswer, Store, Transaction
 from .tables import Binding
 
 AHEAD_ROUNDS = 3
@@ -159,22 +159,37 @@ class Engine:
             await self.persist(tx, binding, [(record, checked(binding, record, decision))])
         return decision
 
-    async def decide_composite(self, tx: Transaction, machine: Machine, parts: Parts, record: Any, command: Any) -> Decision:
+    async def decide_composite(
+        self, tx: Transaction, machine: Machine, parts: Parts, record: Any, command: Any, *,
+        deletes: Callable[[Decision], Sequence[tuple[Binding, Sequence[str]]]] | None = None,
+        guards: Sequence[Guard] = (),
+    ) -> Decision | None:
         """Decide a command on a record that spans several rows (a Run and its
         deliveries) at the transaction's time, and persist every row that changed:
         rows the new record no longer holds are deleted, new ones inserted, changed ones
-        compared-and-set; every stored row must equal the decided one."""
+        compared-and-set; every stored row must equal the decided one. ``deletes`` (of an
+        applied decision): rows of other tables deleted by key with that write (a
+        settled Run's checkpoint); ``guards``: counts the decision was made on, verified
+        with the write (:meth:`~tenure.adapters.core.store.Transaction.write_guarded`).
+        None: a guard's count moved, nothing was written (read the counts again and
+        decide again)."""
         decision = decide(machine, record, command, await tx.now_us())
         if isinstance(decision, Applied):
             new = checked_by(machine, record, decision)
-            await self.persist_parts(tx, [] if record is None else parts(record), [] if new is None else parts(new))
+            removed = [] if deletes is None else deletes(decision)
+            if not await self.persist_parts(tx, [] if record is None else parts(record),
+                                            [] if new is None else parts(new), deletes=removed, guards=guards):
+                return None
         return decision
 
     async def persist_parts(
-        self, tx: Transaction, old_parts: Sequence[tuple[Binding, Any]], new_parts: Sequence[tuple[Binding, Any]]
-    ) -> None:
+        self, tx: Transaction, old_parts: Sequence[tuple[Binding, Any]], new_parts: Sequence[tuple[Binding, Any]], *,
+        deletes: Sequence[tuple[Binding, Sequence[str]]] = (), guards: Sequence[Guard] = (),
+    ) -> bool:
         """Write the difference between two versions of a composite record, table by
-        table in the order the parts are listed (the lock order)."""
+        table in the order the parts are listed (the lock order), with ``deletes`` and
+        only while ``guards`` hold (see :meth:`decide_composite`): False when a guard
+        failed and nothing was written."""
         def keyed(parts: Sequence[tuple[Binding, Any]]) -> dict[tuple[str, str], tuple[Binding, Any]]:
             return {(binding.name, getattr(row, binding.key_field)): (binding, row) for binding, row in parts}
 
@@ -189,17 +204,25 @@ class Engine:
         writes = [(binding, *pairs[0]) for binding, pairs in changes.values() if len(pairs) == 1 and pairs[0][1] is not None]
         if len(writes) == len(changes) > 1:
             # One row inserted or changed in each of several tables (a Run and its
-            # delivery): one statement where the store allows it; every stored row must
-            # equal the decided one.
-            stored = await tx.write_across(writes)
+            # delivery): one statement where the store allows it, with the deletes and
+            # the guards; every stored row must equal the decided one.
+            if deletes or guards:
+                stored = await tx.write_guarded(writes, deletes, guards)
+                if stored is None:
+                    return False
+            else:
+                stored = await tx.write_across(writes)
             if stored != [new for _, _, new in writes]:
                 raise persistence_failed("read_back_mismatch")
             for binding, old, new in writes:
                 if binding.announced([(old, new)]):
                     tx.announce(binding)
-            return
+            return True
+        if (deletes or guards) and await tx.write_guarded([], deletes, guards) is None:
+            return False
         for binding, pairs in changes.values():
             await self.persist(tx, binding, pairs)
+        return True
 
     def decide_all(self, binding: Binding, met: Sequence[tuple[Any, Any]], now_us: int) -> tuple[list[Decision], list[tuple[Any, Any]]]:
         """Decide each ``(record, command)`` at ``now_us``; the changes to persist."""

@@ -179,6 +179,8 @@ class CompiledCounts:
     sql: str
     parts: tuple[tuple[str, CompiledFinder], ...]
     """Each finder compiled, with the prefix its parameters carry in ``sql``."""
+    columns: tuple[str, ...] = ()
+    """Each count's scalar subquery (the columns of ``sql``), to place in another statement."""
 
     def parameters(self, values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         bound: dict[str, Any] = {}
@@ -210,7 +212,7 @@ def counts_sql(
         else:
             selects.append(f"(SELECT count(*) FROM (SELECT 1 {rows} LIMIT {int(limit)}) AS q{index})")
         parts.append((prefix, compiled))
-    return CompiledCounts("SELECT " + ", ".join(selects), tuple(parts))
+    return CompiledCounts("SELECT " + ", ".join(selects), tuple(parts), tuple(selects))
 
 
 @functools.cache

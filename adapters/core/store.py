@@ -41,10 +41,17 @@ from .tables import Binding, Dialect, RowCodec, record_or_unreadable
 
 __all__ = [
     "Store", "Transaction", "Body", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver",
-    "Expected", "AheadAnswer", "AheadWriter", "Picked", "JoinedAnswer",
+    "Expected", "AheadAnswer", "AheadWriter", "Picked", "JoinedAnswer", "Count", "Guard",
 ]
 
 T = TypeVar("T")
+
+Count = tuple[Binding, Finder, Mapping[str, Any], int | None]
+"""How many rows a non-waiting finder selects: ``(binding, finder, parameters, limit)``."""
+
+Guard = tuple[Count, int]
+"""A count a write is made on, and the value it was read with: the write goes only while
+the count still has that value (see :meth:`Transaction.write_guarded`)."""
 
 TimeObserver = Callable[[int], None]
 """Called with the database time each transaction read (tracing, conformance tests)."""
@@ -295,6 +302,33 @@ class Transaction(Protocol):
         """How many rows each non-waiting ``(binding, finder, parameters, limit)`` selects
         (up to ``limit`` when given), as of one snapshot (one statement: no lock, no clock)."""
 
+    async def locked_joined_counting(
+        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
+        counts: Sequence[Count],
+    ) -> tuple[list[tuple[Any, Any]], list[int]]:
+        """:meth:`locked_joined` and :meth:`count_each` of ``counts`` together, in one
+        statement where the database allows it (a Run's pair with the evidence counted
+        beside it). The counts are as of that statement's snapshot, which on a database
+        whose statement snapshot is taken before its lock waits (PostgreSQL) may miss rows
+        a writer that held the lock committed meanwhile (:attr:`counts_current` False):
+        a write made on them then verifies them (:meth:`write_guarded`)."""
+
+    counts_current: ClassVar[bool]
+    """Whether counts read after a lock see every write committed before that lock
+    (SQLite: the transaction holds the database's write lock from its start); when
+    True, :meth:`write_guarded` has nothing to verify."""
+
+    async def write_guarded(
+        self, parts: Sequence[tuple[Binding, Any, Any]], deletes: Sequence[tuple[Binding, Sequence[str]]],
+        guards: Sequence[Guard],
+    ) -> list[Any] | None:
+        """:meth:`write_across` of ``parts`` and :meth:`delete_keys` of ``deletes`` (rows
+        every writer of which holds a lock the caller holds), only while every guard's
+        count still has its value: the rows as stored, in order, or None when a guard
+        failed (then nothing was written; the caller reads the counts again and decides
+        again). One statement where the database allows it (a Run's settle: the pair
+        written, its checkpoint deleted, its evidence verified)."""
+
     async def read_joined(
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
     ) -> list[tuple[Any, Any]]:
@@ -509,6 +543,27 @@ class SharedPrimitives:
 
     async def delete_keys(self, binding: Binding, keys: Sequence[str]) -> int:
         return len(await self._rows(self.statements(binding).delete_keys, {"keys": self.key_list(keys)}))
+
+    counts_current: ClassVar[bool] = False
+
+    async def locked_joined_counting(
+        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
+        counts: Sequence[Count],
+    ) -> tuple[list[tuple[Any, Any]], list[int]]:
+        joined = await self.locked_joined(binding, keys, other, on)  # type: ignore[attr-defined]
+        return joined, (await self.count_each(counts) if counts else [])
+
+    async def write_guarded(
+        self, parts: Sequence[tuple[Binding, Any, Any]], deletes: Sequence[tuple[Binding, Sequence[str]]],
+        guards: Sequence[Guard],
+    ) -> list[Any] | None:
+        if guards and not self.counts_current:
+            if await self.count_each([count for count, _ in guards]) != [value for _, value in guards]:
+                return None
+        stored = await self.write_across(parts) if parts else []
+        for binding, keys in deletes:
+            await self.delete_keys(binding, keys)
+        return stored
 
     async def read_joined(
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],

@@ -43,7 +43,7 @@ from ..core.store import Expected, Probe
 from ..core.tables import ROW_VERSION, Binding, RowCodec, qualified
 
 __all__ = [
-    "PARAMETER", "Numbered", "numbered", "with_clock", "locked_joined_sql", "write_across_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
+    "PARAMETER", "Numbered", "numbered", "with_clock", "locked_joined_sql", "locked_joined_counting_sql", "write_across_sql", "guarded_write_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
     "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
     "ahead_version_parameters", "joined_ahead_sql", "joined_ahead_parameters", "PAIR_UNCHANGED",
@@ -128,6 +128,43 @@ def locked_joined_sql(binding: Binding, other: Binding, on: tuple[tuple[str, str
             "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock) "
             f"SELECT clock.now, {', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)} "
             f"FROM clock LEFT JOIN locked ON true LEFT JOIN joined ON {joined} ORDER BY locked.{key}")
+
+
+@functools.cache
+def locked_joined_counting_sql(binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
+                               counts: tuple[str, ...]) -> str:
+    """:func:`locked_joined_sql` with ``counts`` (scalar subqueries, their parameters
+    prefixed ``q<i>_``) as columns after the rows': the evidence counted beside the
+    locked rows in the same round trip. The counts see the statement's snapshot, taken
+    before its lock waits: a write made on them verifies them (:func:`guarded_write_sql`)."""
+    locked = locked_joined_sql(binding, other, on, schema)
+    return locked.replace(" FROM clock LEFT JOIN ", f", {', '.join(counts)} FROM clock LEFT JOIN ", 1)
+
+
+@functools.cache
+def guarded_write_sql(shape: tuple[Binding, ...], deletes: tuple[Binding, ...], counts: tuple[str, ...],
+                      schema: str | None) -> str:
+    """One statement that compares-and-sets one row of each binding of ``shape`` (as
+    :func:`write_across_sql`, parameters ``w<i>_``) and deletes the rows of each binding
+    of ``deletes`` with the keys ``:d<j>_keys``, all only while each count of ``counts``
+    (parameters ``q<i>_``) equals ``:g<i>``: its one row is that verdict, then every
+    written row side by side (NULL columns for an UPDATE whose row no longer matched, and
+    for every one when the verdict was false: nothing was written). The counts see the
+    statement's snapshot, taken after the caller's earlier lock: every write its lock
+    orders committed before it."""
+    verdict = " AND ".join(f"{column} = :g{i}" for i, column in enumerate(counts)) if counts else "true"
+    ctes = [f"guard AS MATERIALIZED (SELECT {verdict} AS holds)"]
+    gate = " AND (SELECT holds FROM guard) RETURNING "
+    for i, binding in enumerate(shape):
+        ctes.append(f"w{i} AS ({update_sql(binding, POSTGRESQL, schema, f'w{i}_').replace(' RETURNING ', gate, 1)})")
+    for j, binding in enumerate(deletes):
+        key = binding.key_column
+        ctes.append(f"d{j} AS (DELETE FROM {qualified(schema, binding.spec.name)} WHERE {key} = ANY(:d{j}_keys) "
+                    f"AND (SELECT holds FROM guard) RETURNING {key})")
+    columns = ", ".join(["guard.holds", *(f"w{i}.{column}" for i, binding in enumerate(shape)
+                                          for column in binding.spec.column_names)])
+    joins = " ".join(f"LEFT JOIN w{i} ON true" for i in range(len(shape)))
+    return f"WITH {', '.join(ctes)} SELECT {columns} FROM guard {joins}"
 
 
 @functools.cache

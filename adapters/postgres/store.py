@@ -37,8 +37,8 @@ from tenure.kernel.core import Finder, Rewrite, SetValue
 from tenure.model import ConfigValidationError
 
 from ..core.failures import Stage, persistence_failed
-from ..core.sql import POSTGRESQL, compile_finder
-from ..core.store import AheadAnswer, Body, Expected, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
+from ..core.sql import POSTGRESQL, CompiledCounts, compile_finder, counts_sql
+from ..core.store import AheadAnswer, Body, Count, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel, record_or_unreadable
 from ..core.urls import Pooler
 from . import statements
@@ -144,6 +144,57 @@ class PostgresTransaction(SharedPrimitives):
         rows = await self._fetch(sql, {"keys": self.key_list(keys)})
         self._observe(rows[0][0])
         return self.joined_records(binding, other, rows, 1)
+
+    async def locked_joined_counting(
+        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
+        counts: Sequence[Count],
+    ) -> tuple[list[tuple[Any, Any]], list[int]]:
+        if not counts:
+            return await self.locked_joined(binding, keys, other, on), []
+        compiled = self._counts(counts)
+        sql = statements.locked_joined_counting_sql(binding, other, on, self.schema, compiled.columns)
+        rows = await self._fetch(sql, {"keys": self.key_list(keys),
+                                       **compiled.parameters([parameters for _, _, parameters, _ in counts])})
+        self._observe(rows[0][0])
+        counted = [int(value) for value in rows[0][-len(counts):]]
+        return self.joined_records(binding, other, rows, 1), counted
+
+    def _counts(self, counts: Sequence[Count]) -> CompiledCounts:
+        return counts_sql(tuple((binding, finder, limit) for binding, finder, _, limit in counts), self.capabilities,
+                          self.schema)
+
+    async def write_guarded(
+        self, parts: Sequence[tuple[Binding, Any, Any]], deletes: Sequence[tuple[Binding, Sequence[str]]],
+        guards: Sequence[Guard],
+    ) -> list[Any] | None:
+        if any(old is None for _, old, _ in parts) or len({binding for binding, _, _ in parts}) != len(parts):
+            return await super().write_guarded(parts, deletes, guards)  # inserts, or two rows of one table
+        self._require_writable()
+        parameters: dict[str, Any] = {}
+        for index, (binding, old, new) in enumerate(parts):
+            parameters.update((f"w{index}_{name}", value)
+                              for name, value in self.write_parameters(binding, old, new).items())
+        for index, (_, keys) in enumerate(deletes):
+            parameters[f"d{index}_keys"] = self.key_list(keys)
+        columns: tuple[str, ...] = ()
+        if guards:
+            compiled = self._counts([count for count, _ in guards])
+            columns = compiled.columns
+            parameters.update(compiled.parameters([count[2] for count, _ in guards]))
+            parameters.update((f"g{index}", value) for index, (_, value) in enumerate(guards))
+        shape = tuple(binding for binding, _, _ in parts)
+        sql = statements.guarded_write_sql(shape, tuple(binding for binding, _ in deletes), columns, self.schema)
+        row = (await self._fetch(sql, parameters))[0]
+        if not row[0]:
+            return None  # a count moved since it was read: nothing written
+        stored: list[Any] = []
+        offset = 1
+        for binding in shape:
+            if row[offset + binding.key_index] is None:
+                raise persistence_failed("row_changed")  # its compare-and-set found the row changed
+            stored.append(self.codec(binding).read(row, offset))
+            offset += len(binding.spec.columns)
+        return stored
 
     async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
         parts: list[tuple[str, str, str | None]] = []

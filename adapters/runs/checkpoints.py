@@ -28,14 +28,17 @@ cannot overwrite the snapshot of the hop after it. A delete writes only once the
 is terminal. A checkpoint is not a state machine: it is evidence the Run machine's
 callers read, stored next to the Run's rows and written under the Run's lock.
 
-Outcomes (schema step ``runs_v5``): when a hop's workflow has finished, the worker
-records its outcome in the same row, under the same fence as a save
-(:meth:`Checkpoints.record_outcome`: DONE with the workflow's result, or FAILED with
-its error, for the hop's sequence), before it settles. A settlement that then meets a
-database outage is retried; a process that dies first leaves the outcome as evidence,
-and recovery settles the Run with it instead of failing it ``lost``
-(``specs/recovery.md``, ``outcome_recorded``). Settling a Run deletes its checkpoint in
-the same transaction.
+Outcomes (schema step ``runs_v5``): a hop's outcome (DONE with the workflow's result,
+or FAILED with its error, for the hop's sequence) can be recorded in the same row,
+under the same fence as a save. The worker settles its finished hop in one transaction
+(``RunEngine.settle`` with ``record``, issue 49): the Run settles (its checkpoint
+deleted in that transaction), or, when the kernel refuses because an effect is not
+contained yet, the outcome is recorded here instead (the declared ``record_outcome``
+follow-up, :func:`record_outcome_in`), and recovery settles the Run with it once
+contained (``specs/recovery.md``, ``outcome_recorded``). A process that dies before
+that COMMIT leaves an orphaned hop, which recovery treats as its table says (failed
+``lost``, or retried); :meth:`Checkpoints.record_outcome` records an outcome on its own
+(the transaction the worker sent before its settle until issue 49).
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ from ..core.tables import json_column
 from .table import CHECKPOINTS_BINDING, CHECKPOINTS_TABLE, RUNS_BINDING, CheckpointRow
 
 __all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "OWNER_KINDS", "RecordedOutcome",
-           "recorded_outcome", "delete_in", "clear_outcome_in",
+           "recorded_outcome", "record_outcome_in", "delete_in", "clear_outcome_in",
            "stored_in", "held_with_checkpoint"]
 
 OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE})
@@ -126,6 +129,23 @@ async def clear_outcome_in(tx: Transaction, run_id: str) -> None:
         cleared = dataclasses.replace(stored, outcome_seq=None, outcome_status=None, outcome_json=None,
                                       outcome_error=None)
         await tx.update_many(CHECKPOINTS_BINDING, [(stored, cleared)], read_back=False)
+
+
+_UNREAD = object()
+
+
+async def record_outcome_in(tx: Transaction, run_id: str, outcome: RecordedOutcome, now_us: int, *,
+                            stored: Any = _UNREAD) -> None:
+    """Record ``outcome`` in the Run's checkpoint row inside the caller's transaction (which
+    holds the Run's lock and has checked that the outcome's hop holds the Run), keeping
+    the snapshot; ``stored``: the row as read under that lock, when the caller read it."""
+    if stored is _UNREAD:
+        stored = await stored_in(tx, run_id)
+    seq = outcome.enqueue_seq
+    base = stored if stored is not None else CheckpointRow(run_id, seq, None, None, "null", now_us)
+    row = dataclasses.replace(base, saved_at_us=now_us, outcome_seq=seq, outcome_status=outcome.status,
+                              outcome_json=outcome.result_json, outcome_error=outcome.error)
+    await put_in(tx, row, stored)
 
 
 def state_text(state: Any) -> str:
@@ -258,11 +278,8 @@ class Checkpoints:
             holds, stored = await held_with_checkpoint(tx, key, seq)
             if not holds:
                 return False
-            now = await tx.now_us()
-            base = stored if stored is not None else CheckpointRow(key, seq, None, None, "null", now)
-            row = dataclasses.replace(base, saved_at_us=now, outcome_seq=seq, outcome_status=status,
-                                      outcome_json=result_json, outcome_error=error)
-            await put_in(tx, row, stored)
+            await record_outcome_in(tx, key, RecordedOutcome(seq, status, result_json, error), await tx.now_us(),
+                                    stored=stored)
             return True
 
         return bool(await self._tx.run(body))

@@ -40,24 +40,27 @@ from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.consents.commands import CancelPending
 from tenure.kernel.consents.record import ConsentRow
-from tenure.kernel.core import Applied, Decision, decide
+from tenure.kernel.core import Applied, Decision, Refused, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
     ADMITTED_AHEAD,
+    COUNTED_WITH_PAIR,
     DECIDED_AHEAD,
     FILLS,
     READS,
+    WRITTEN_WITH_PAIR,
     UNREAD_CONTAINMENT,
     Evidence,
     FollowUp,
     after_commit,
     in_transaction,
+    on_refusal,
 )
 from tenure.kernel.runs.commands import Containment, OwnerEvidence, RunCommand, Settle
-from tenure.kernel.runs.machine import RUNS, consent_sweep
+from tenure.kernel.runs.machine import RUNS, RunRefusal, consent_sweep
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import ConfigValidationError, ErrorCode, RunStatus, WaitKind
-from tenure.model.runs import MAX_ERROR_CHARS, check_run_id, check_seq, check_text
+from tenure.model.runs import MAX_ERROR_CHARS, MAX_RUN_DOCUMENT_BYTES, check_run_id, check_seq, check_text
 from tenure.model.validation import refuse
 
 from ..agent_jobs.table import AGENT_JOBS_BINDING
@@ -66,11 +69,11 @@ from ..consents.table import CONSENTS_BINDING
 from ..core.engine import Engine, Joined, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
-from ..core.store import Transaction
-from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, stored_in
-from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
+from ..core.store import Count, Guard, Transaction
+from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, record_outcome_in, stored_in
+from .table import CHECKPOINTS_BINDING, CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 
-__all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "consent_evidence", "job_evidence", "attempt_evidence",
+__all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "COUNTS", "consent_evidence", "job_evidence", "attempt_evidence",
            "current_pair"]
 
 T = TypeVar("T")
@@ -126,11 +129,14 @@ class Inputs:
     """What a caller hands the engine beside the command, for the readings and follow-ups
     the declaration names: the session fence an admission asked for, a timer's delay (its
     due time is the clock read under the lock plus this), and the checkpoint a timer's
-    park binds (``bind_checkpoint``; its ``saved_at_us`` is the clock's)."""
+    park binds (``bind_checkpoint``; its ``saved_at_us`` is the clock's), and the outcome
+    a worker's settle records when the kernel refuses it for unproven containment
+    (``record_outcome``)."""
 
     session_fence: bool = False
     delay_us: int | None = None
     checkpoint: CheckpointRow | None = None
+    outcome: RecordedOutcome | None = None
 
 
 NO_INPUTS = Inputs()
@@ -171,6 +177,12 @@ class _Aggregate:
     inputs: Inputs
     pair: RunPair | None = None
     fills: dict[str, Any] = dataclasses.field(default_factory=dict)
+    counted: dict[Evidence, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    """The counts read with the pair (:data:`COUNTED_WITH_PAIR`), by evidence."""
+    guards: list[Guard] = dataclasses.field(default_factory=list)
+    """Those counts as the pair's write verifies them (empty once counted again after the lock)."""
+    written: set[FollowUp] = dataclasses.field(default_factory=set)
+    """The follow-ups written with the pair (:data:`WRITTEN_WITH_PAIR`)."""
 
 
 _Reader = Callable[["RunEngine", Transaction, _Aggregate], Awaitable[Any]]
@@ -205,7 +217,9 @@ class RunEngine:
         declaration allows it (:data:`~tenure.kernel.runs.aggregate.DECIDED_AHEAD`, a
         store with decided-ahead statements: :meth:`send_ahead`), else in a transaction of
         its own (:meth:`send_in`, the reference and the fallback). Part of the adapters'
-        test seam (``docs/testing.md``): the Run replay sends a trace's commands here."""
+        test seam (``docs/testing.md``): the Run replay sends a trace's commands here. A
+        refusal that set off follow-ups commits them, then raises the error the refusal
+        maps to, if any."""
         if inputs == NO_INPUTS and self.engine.store.ahead is not None and (
                 command.kind in DECIDED_AHEAD or command.kind in ADMITTED_AHEAD):
             sent = await self.send_ahead(run_id, command)
@@ -218,6 +232,10 @@ class RunEngine:
             pair = sent.decision.new_record if isinstance(sent.decision, Applied) else aggregate[-1].pair
             if pair is not None:
                 self.engine.remember_parts(_parts(pair))
+        # A refusal that set off follow-ups (:func:`~tenure.kernel.runs.aggregate.on_refusal`:
+        # a settle refused for containment records its outcome) committed them; its error,
+        # if any, is raised now.
+        raise_if_conflict(RUNS_BINDING, sent.decision)
         return sent
 
     async def send_ahead(self, run_id: str, command: RunCommand) -> Sent | None:
@@ -263,24 +281,76 @@ class RunEngine:
             field = FILLS[evidence]
             if field is not None and value is not _NOTHING:
                 aggregate.fills[field] = value
-        complete = dataclasses.replace(command, **aggregate.fills) if aggregate.fills else command
-        decision = await self.engine.decide_composite(tx, RUNS, _parts, aggregate.pair, complete)
-        raise_if_conflict(RUNS_BINDING, decision)
+        decision = await self._decide(tx, aggregate)
+        if decision is None or (isinstance(decision, Refused) and aggregate.guards):
+            # A count moved between the pair's snapshot and its lock (nothing written), or
+            # a refusal was decided on counts no write verified (they may predate a job
+            # that closed meanwhile): counted again after the lock, decided again.
+            await self._count_again(tx, aggregate)
+            decision = await self._decide(tx, aggregate)
+            if decision is None:
+                raise persistence_failed("invariant_broken")  # unguarded: it cannot be refused
+        if isinstance(decision, Refused):
+            refused = on_refusal(command.kind, RunRefusal(decision.reason.value))
+            if not refused:
+                raise_if_conflict(RUNS_BINDING, decision)
+            for step in refused:
+                await FOLLOW_UP_STEPS[step](self, tx, aggregate, decision)
+            return Sent(decision, ())  # a refusal's error, if any, is raised after commit (send)
         if not isinstance(decision, Applied):
             return Sent(decision, ())
         for step in in_transaction(command.kind, decision.reply):
-            await FOLLOW_UP_STEPS[step](self, tx, aggregate, decision)
+            if step not in aggregate.written:
+                await FOLLOW_UP_STEPS[step](self, tx, aggregate, decision)
         return Sent(decision, after_commit(command.kind, decision.reply))
+
+    async def _decide(self, tx: Transaction, aggregate: _Aggregate) -> Decision | None:
+        """Complete the command, decide, and write the pair with the follow-ups written
+        with it (deletes by the Run's key), verifying the counts read with the pair's
+        lock: None when one moved (nothing written)."""
+        command = aggregate.command
+        complete = dataclasses.replace(command, **aggregate.fills) if aggregate.fills else command
+        with_pair: list[FollowUp] = []
+
+        def deletes(decision: Decision) -> list[tuple[Any, list[str]]]:
+            with_pair[:] = [step for step in in_transaction(command.kind, decision.reply)  # type: ignore[union-attr]
+                            if step in WRITTEN_WITH_PAIR]
+            return [(DELETED_WITH_PAIR[step], [_run_of(decision)]) for step in with_pair]
+
+        decision = await self.engine.decide_composite(tx, RUNS, _parts, aggregate.pair, complete, deletes=deletes,
+                                                      guards=aggregate.guards)
+        if decision is not None:
+            aggregate.written = set(with_pair) if isinstance(decision, Applied) else set()
+        return decision
+
+    async def _count_again(self, tx: Transaction, aggregate: _Aggregate) -> None:
+        """The counts read with the pair, read again in a statement of their own (after the
+        Run's lock: current), and the fields they fill; no guard left to verify."""
+        aggregate.guards = []
+        for evidence in list(aggregate.counted):
+            aggregate.counted[evidence] = tuple(await tx.count_each(_counts(evidence, aggregate.run_id)))
+            value = await READERS[evidence](self, tx, aggregate)
+            field = FILLS[evidence]
+            if field is not None and value is not _NOTHING:
+                aggregate.fills[field] = value
 
     async def applied(self, run_id: str, command: RunCommand, inputs: Inputs = NO_INPUTS) -> bool:
         """:meth:`send`: whether the kernel's decision applied (and was persisted)."""
         return (await self.send(run_id, command, inputs)).applied
 
-    async def settle(self, run_id: str, outcome: RecordedOutcome) -> bool:
+    async def settle(self, run_id: str, outcome: RecordedOutcome, *, record: bool = False) -> bool:
         """Settle the Run's hop with an outcome in its stored form (a DONE hop's result as
-        canonical JSON text, a FAILED hop's error): the worker's settle after it recorded
-        the outcome, and recovery's ``settle_recorded`` action. ``RunLedger.settle`` is the
-        public settle; this is the one it and they share."""
+        canonical JSON text, a FAILED hop's error): the worker's settle of its finished
+        hop, and recovery's ``settle_recorded`` action. ``RunLedger.settle`` is the
+        public settle; this is the one it and they share.
+
+        ``record`` (the worker's): when the kernel refuses because containment is
+        unproven, the outcome is recorded in the Run's checkpoint row in the same
+        transaction (the declared ``record_outcome``), then ``RUN_CONTAINMENT_UNPROVEN``
+        is raised; recovery settles the Run with that outcome once contained. One
+        transaction either way: the Run settled (checkpoint deleted, consents swept),
+        or its outcome recorded, or (the hop no longer holds the Run) nothing written
+        and False."""
         if not isinstance(outcome, RecordedOutcome):
             raise refuse("outcome", "recorded_outcome_required")
         status, error = outcome.status, outcome.error
@@ -290,9 +360,14 @@ class RunEngine:
             error = check_text(error, "error", MAX_ERROR_CHARS)
         elif error is not None:
             raise ConfigValidationError("invalid_error", fields=("error",), problems=("done_has_no_error",))
+        if outcome.result_json is not None and (type(outcome.result_json) is not str
+                                                or len(outcome.result_json.encode()) > MAX_RUN_DOCUMENT_BYTES):
+            raise refuse("result_json", "document_too_large")
         command = Settle(enqueue_seq=check_seq(outcome.enqueue_seq), status=status, error=error,
                          containment=UNREAD_CONTAINMENT, result_json=outcome.result_json)
-        return await self.applied(check_run_id(run_id), command)
+        inputs = Inputs(outcome=RecordedOutcome(command.enqueue_seq, status, outcome.result_json, error)) \
+            if record else NO_INPUTS
+        return await self.applied(check_run_id(run_id), command, inputs)
 
     # --- reading under the Run's lock ----------------------------------------------------
 
@@ -318,6 +393,21 @@ class RunEngine:
         if not deliveries:
             raise persistence_failed("delivery_missing")
         return RunPair(run, (deliveries[0],))
+
+    @staticmethod
+    async def locked_pair_counting(tx: Transaction, run_id: str, counts: list[Count]) -> tuple[RunPair | None, list[int]]:
+        """:meth:`locked_pair` with ``counts`` read in the same statement (see
+        :meth:`~tenure.adapters.core.store.Transaction.locked_joined_counting`: on
+        PostgreSQL they may predate the lock, and the pair's write verifies them)."""
+        joined: list[tuple[RunRow, DeliveryRow | None]]
+        joined, values = await tx.locked_joined_counting(RUNS_BINDING, [run_id], DELIVERIES_BINDING, CURRENT_DELIVERY,
+                                                         counts)
+        if not joined:
+            return None, values
+        found = current_pair(run_id, joined)
+        if found is not None:
+            return RunPair(found[0], (found[1],)), values
+        return await RunEngine.locked_pair(tx, run_id), values
 
     @staticmethod
     async def read_pair(tx: Transaction, run_id: str) -> RunPair | None:
@@ -413,7 +503,19 @@ async def _admission_locks(engine: RunEngine, tx: Transaction, aggregate: _Aggre
 
 
 async def _pair(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
-    aggregate.pair = await engine.locked_pair(tx, aggregate.run_id)
+    counted = [evidence for evidence in READS[aggregate.command.kind] if evidence in COUNTED_WITH_PAIR]
+    if not counted:
+        aggregate.pair = await engine.locked_pair(tx, aggregate.run_id)
+        return _NOTHING
+    queries = [query for evidence in counted for query in _counts(evidence, aggregate.run_id)]
+    aggregate.pair, values = await engine.locked_pair_counting(tx, aggregate.run_id, queries)
+    position = 0
+    for evidence in counted:
+        size = len(_counts(evidence, aggregate.run_id))
+        aggregate.counted[evidence] = tuple(values[position:position + size])
+        position += size
+    if not tx.counts_current:
+        aggregate.guards = list(zip(queries, values, strict=True))
     return _NOTHING
 
 
@@ -454,7 +556,15 @@ async def _run_owner(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) 
 async def _containment(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
     if aggregate.pair is None:
         return _NOTHING
-    return await engine.containment(tx, aggregate.pair.run.run_id)
+    counted = aggregate.counted.get(Evidence.CONTAINMENT)
+    if counted is None:
+        return await engine.containment(tx, aggregate.pair.run.run_id)
+    return Containment(open_jobs=counted[0], open_attempts=counted[1])
+
+
+async def _pending_consents(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    # The count is kept beside the aggregate (read with the pair): the sweep reads it.
+    return _NOTHING
 
 
 async def _clock(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
@@ -470,6 +580,7 @@ READERS: dict[Evidence, _Reader] = {
     Evidence.NAMED_OWNER: _named_owner,
     Evidence.RUN_OWNER: _run_owner,
     Evidence.CONTAINMENT: _containment,
+    Evidence.PENDING_CONSENTS: _pending_consents,
     Evidence.CLOCK: _clock,
 }
 """How each piece of evidence the declaration names is read. The pair's readings after it
@@ -487,6 +598,8 @@ def _run_of(decision: Decision) -> str:
 
 async def _sweep(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
     decided_by = consent_sweep(decision.reply)  # type: ignore[union-attr]
+    if aggregate.counted.get(Evidence.PENDING_CONSENTS) == (0,):
+        return  # none pending, counted with the pair (and verified by its write)
     if decided_by is not None:
         await engine.sweep_consents(tx, _run_of(decision), decided_by)
 
@@ -507,8 +620,35 @@ async def _bind_checkpoint(engine: RunEngine, tx: Transaction, aggregate: _Aggre
         await put_in(tx, dataclasses.replace(row, run_id=run_id, saved_at_us=await tx.now_us()), stored)
 
 
+async def _record_outcome(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+    # A refusal for unproven containment: the kernel refused a hop that does not hold the
+    # Run before it looked at containment, so this hop holds it (the record's fence).
+    outcome = aggregate.inputs.outcome
+    if outcome is not None:
+        await record_outcome_in(tx, aggregate.run_id, outcome, await tx.now_us())
+
+
+DELETED_WITH_PAIR: dict[FollowUp, Any] = {FollowUp.DELETE_CHECKPOINT: CHECKPOINTS_BINDING}
+"""The table each follow-up written with the pair (:data:`WRITTEN_WITH_PAIR`) deletes the
+Run's row of, by its key (the checkpoint: every writer of it holds the Run's lock)."""
+
+
+def _counts(evidence: Evidence, run_id: str) -> list[Count]:
+    """The counts a piece of evidence read with the pair is made of."""
+    return [(binding, finder, {"run_id": run_id}, None) for binding, finder in COUNTS[evidence]]
+
+
+COUNTS: dict[Evidence, tuple[tuple[Any, Any], ...]] = {
+    Evidence.CONTAINMENT: ((AGENT_JOBS_BINDING, finders.open_jobs_of_run), (ATTEMPTS_BINDING, finders.open_attempts_of_run)),
+    Evidence.PENDING_CONSENTS: ((CONSENTS_BINDING, dataclasses.replace(finders.pending_consents_of_run, lock="none")),),
+}
+"""The finders each counted evidence (:data:`COUNTED_WITH_PAIR`) counts, by the Run's ID
+(a count takes no lock: the sweep locks the pending consents it cancels)."""
+
+
 FOLLOW_UP_STEPS: dict[FollowUp, _Step] = {
     FollowUp.SWEEP_CONSENTS: _sweep,
+    FollowUp.RECORD_OUTCOME: _record_outcome,
     FollowUp.DELETE_CHECKPOINT: _delete_checkpoint,
     FollowUp.CLEAR_OUTCOME: _clear_outcome,
     FollowUp.BIND_CHECKPOINT: _bind_checkpoint,

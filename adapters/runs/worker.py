@@ -418,24 +418,25 @@ class RunWorker:
 
     async def _outcome(self, claim: RunClaim, status: RunStatus, *, result_json: str | None = None,
                        error: str | None = None) -> str:
-        """Make the hop's outcome durable, then settle it (the settlement deletes the
-        checkpoint), each retried through database failures for as long as this process
-        lives and the ledger still assigns the Run to this hop. A process that dies after
-        the record leaves evidence recovery settles the Run with (``outcome_recorded``)."""
+        """Settle the hop with its outcome in one transaction (``RunEngine.settle`` with
+        ``record``): the Run settles (checkpoint deleted, consents swept), or, refused
+        because an effect is not contained, the outcome is recorded in its checkpoint row
+        for recovery (``unsettled``), or, when the hop no longer holds the Run, nothing is
+        written. Retried through database failures for as long as this process lives: a
+        retry whose first COMMIT applied unacknowledged finds its own result. A process
+        that dies before a COMMIT leaves an orphaned hop (``specs/recovery.md``)."""
         run_id, seq = claim.run.run_id, claim.enqueue_seq
-        record = self.ledger.checkpoints.record_outcome
-        if not await self._persist(run_id, lambda: record(run_id, seq, status, result_json=result_json, error=error)):
-            return await self._gone(claim)  # the Run moved on without this hop: whoever holds it finishes it
+        outcome = RecordedOutcome(seq, status, result_json, error)
         try:
-            settled = await self._persist(
-                run_id, lambda: self.ledger.engine.settle(run_id, RecordedOutcome(seq, status, result_json, error)))
+            settled = await self._persist(run_id, lambda: self.ledger.engine.settle(run_id, outcome, record=True))
         except TenureError as failure:
             if failure.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
-                return "unsettled"  # the outcome stays recorded; recovery settles it once contained
+                return "unsettled"  # the outcome is recorded; recovery settles it once contained
             raise
         if not settled:
             # A retried settlement whose first COMMIT applied but went unacknowledged finds
-            # its own result; anything else means the Run moved on (cancelling, recovered).
+            # its own result; anything else means the Run moved on without this hop
+            # (cancelling, recovered, a later hop): whoever holds it finishes it.
             run = await self._persist_read(run_id)
             if run is None or run.status is not status or run.enqueue_seq != seq or run.error != error:
                 return self._moved_on(claim, run)

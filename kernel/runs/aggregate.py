@@ -9,11 +9,15 @@ busy, the database clock for a timer's delay). A decision may also set off work 
 the pair: cancel the Run's pending consents, delete or bind its checkpoint, forget a
 lost hop's recorded outcome (all in the same transaction), or publish the hop the
 decision opened (the caller, after commit: a broker call never runs inside a
-transaction).
+transaction). A refusal may set off work too: a worker's settle that the kernel refuses
+because containment is unproven records the hop's outcome in the checkpoint row, in the
+same transaction, so recovery settles the Run with it once contained (a refusal changes
+nothing of the pair; the outcome is evidence beside it).
 
 This module declares both, one table each, keyed by the command: :data:`READS` (what
 the engine reads under the Run's lock, in that order, and which command field each
-reading fills: :data:`FILLS`) and :data:`FOLLOW_UPS` (by the reply the decision gave).
+reading fills: :data:`FILLS`) and :data:`FOLLOW_UPS` (by the reply the decision gave,
+or by the refusal's reason).
 The engine (``tenure.adapters.runs.engine``) reads exactly what :data:`READS` names,
 completes the command with it, asks the Run machine, persists the pair, runs the
 in-transaction follow-ups and hands the after-commit ones back to its caller; it
@@ -41,6 +45,7 @@ from .commands import (
     Settled,
     Swept,
 )
+from .machine import RunRefusal
 
 __all__ = [
     "Evidence",
@@ -54,7 +59,10 @@ __all__ = [
     "UNREAD_CONTAINMENT",
     "DECIDED_AHEAD",
     "ADMITTED_AHEAD",
+    "COUNTED_WITH_PAIR",
+    "WRITTEN_WITH_PAIR",
     "follow_ups",
+    "on_refusal",
     "in_transaction",
     "after_commit",
 ]
@@ -81,6 +89,9 @@ class Evidence(enum.Enum):
     CONTAINMENT = "containment"
     """The Run's delegated jobs that are open or LOST and its service attempts that are
     not terminal, counted."""
+    PENDING_CONSENTS = "pending_consents"
+    """The Run's pending consents, counted: the consents a settled or cancelled Run's
+    ``sweep_consents`` cancels (none: the sweep reads and writes nothing)."""
     CLOCK = "clock"
     """The database clock read after the lock, for a timer given as a delay (its due
     time is the clock plus the delay)."""
@@ -95,6 +106,14 @@ class FollowUp(enum.Enum):
     """Delete the Run's checkpoint: the Run is terminal, the snapshot's debt paid (same transaction)."""
     CLEAR_OUTCOME = "clear_outcome"
     """Forget the outcome the lost hop recorded: the retried hop starts clean (same transaction)."""
+    RECORD_OUTCOME = "record_outcome"
+    """Record the hop's outcome (the settle's status, result or error, for its sequence)
+    in the Run's checkpoint row, keeping the snapshot: a settle refused because
+    containment is unproven, whose hop still holds the Run (the kernel refuses a hop
+    that does not as stale or not running first). Recovery's ``settle_recorded`` settles
+    the Run with it once contained. Written only when the caller handed the outcome over
+    (the worker does; recovery's own settle of a recorded outcome does not write it
+    again). Same transaction."""
     BIND_CHECKPOINT = "bind_checkpoint"
     """Write the checkpoint the caller handed over, bound to the owner the park names (a
     timer's park: the state and the wait in one transaction)."""
@@ -128,9 +147,9 @@ READS: dict[RunCommandType, tuple[Evidence, ...]] = {
     C.LEAVE_HARDWARE_WAIT: (E.PAIR,),
     C.PARK: (E.PAIR, E.NAMED_OWNER, E.CLOCK),
     C.RESUME: (E.PAIR, E.RUN_OWNER),
-    C.SETTLE: (E.PAIR, E.CONTAINMENT),
+    C.SETTLE: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS),
     C.BEGIN_CANCEL: (E.PAIR,),
-    C.FINISH_CANCEL: (E.PAIR, E.CONTAINMENT),
+    C.FINISH_CANCEL: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS),
     C.ROTATE: (E.PAIR,),
     C.RETRY_LOST: (E.PAIR, E.CONTAINMENT),
 }
@@ -145,13 +164,29 @@ FILLS: dict[Evidence, str | None] = {
     E.NAMED_OWNER: "owner",
     E.RUN_OWNER: "owner",
     E.CONTAINMENT: "containment",
+    E.PENDING_CONSENTS: None,
     E.CLOCK: "wake_at_us",
 }
 """The command field each reading completes (None: it is the record, or a lock). A
 reading with nothing to say (no delay for :attr:`Evidence.CLOCK`) leaves the field as
 the caller built it."""
 
-FOLLOW_UPS: dict[RunCommandType, Mapping[type, tuple[FollowUp, ...]]] = {
+COUNTED_WITH_PAIR = frozenset({E.CONTAINMENT, E.PENDING_CONSENTS})
+"""The evidence that is a count of rows, read in the same statement as the pair's lock
+(one round trip for the Run, its delivery and every count its command names). A
+database whose statement snapshot can be older than that statement's lock wait
+(PostgreSQL) may count without the rows a writer holding the Run's lock committed
+meanwhile, so the pair's write verifies every such count unchanged in its own statement
+(one read after the lock) and writes nothing otherwise: the engine then counts again and
+asks the kernel again. A refusal there, which writes no pair to verify them with, is
+decided again on counts read after the lock too (a job that closed meanwhile may still
+be counted open): a refused settle costs one more statement, never a wrong refusal."""
+
+WRITTEN_WITH_PAIR = frozenset({F.DELETE_CHECKPOINT})
+"""The in-transaction follow-ups that are deletes by the Run's key: written in the same
+statement as the pair (the checkpoint a settle deletes)."""
+
+FOLLOW_UPS: dict[RunCommandType, Mapping[type | RunRefusal, tuple[FollowUp, ...]]] = {
     C.ADMIT: {Admitted: (F.PUBLISH_HOP,)},
     C.RELEASE: {Ack: (F.PUBLISH_HOP,)},
     C.FAIL_HELD: {},
@@ -162,14 +197,16 @@ FOLLOW_UPS: dict[RunCommandType, Mapping[type, tuple[FollowUp, ...]]] = {
     C.LEAVE_HARDWARE_WAIT: {},
     C.PARK: {Ack: (F.BIND_CHECKPOINT,)},
     C.RESUME: {Resumed: (F.PUBLISH_HOP,)},
-    C.SETTLE: {Settled: (F.SWEEP_CONSENTS, F.DELETE_CHECKPOINT)},
+    C.SETTLE: {Settled: (F.SWEEP_CONSENTS, F.DELETE_CHECKPOINT), RunRefusal.CONTAINMENT_UNPROVEN: (F.RECORD_OUTCOME,)},
     C.BEGIN_CANCEL: {},
     C.FINISH_CANCEL: {Settled: (F.SWEEP_CONSENTS,), Swept: (F.SWEEP_CONSENTS,)},
     C.ROTATE: {Rotated: (F.PUBLISH_HOP,)},
     C.RETRY_LOST: {Rotated: (F.CLEAR_OUTCOME, F.PUBLISH_HOP)},
 }
-"""What an applied decision sets off, by the command and the reply it gave (a reply not
-listed sets off nothing). :attr:`FollowUp.BIND_CHECKPOINT` writes only when the caller
+"""What a decision sets off, by the command and the reply it gave (applied) or the
+reason it was refused (a reply or reason not listed sets off nothing; a refusal's
+follow-ups run in the transaction, which then commits, and the refusal's error, if it
+maps to one, is raised after the commit). :attr:`FollowUp.BIND_CHECKPOINT` writes only when the caller
 handed a checkpoint over (``park_timer`` does); the consents a finished cancellation
 sweeps keep their checkpoint for recovery's ``delete_checkpoint``, as before."""
 
@@ -229,6 +266,11 @@ lets the Run waiting on that owner resume (``resume_and_publish``, or the relays
 def follow_ups(command: RunCommandType, reply: object) -> tuple[FollowUp, ...]:
     """What an applied decision of ``command`` with ``reply`` sets off."""
     return FOLLOW_UPS[command].get(type(reply), ())
+
+
+def on_refusal(command: RunCommandType, reason: RunRefusal) -> tuple[FollowUp, ...]:
+    """What a decision of ``command`` refused for ``reason`` sets off (in the transaction)."""
+    return FOLLOW_UPS[command].get(reason, ())
 
 
 def in_transaction(command: RunCommandType, reply: object) -> tuple[FollowUp, ...]:

@@ -62,7 +62,8 @@ def _kernel_rows() -> list[list[str]]:
         if not replies:
             rows.append([command.value, _names(reads), "any", "none", "none"])
         for reply, steps in replies.items():
-            rows.append([command.value, _names(reads), reply.__name__,
+            name = reply.__name__ if isinstance(reply, type) else f"refused {reply.value}"
+            rows.append([command.value, _names(reads), name,
                          _names([step for step in steps if step not in AFTER_COMMIT]),
                          _names([step for step in steps if step in AFTER_COMMIT])])
     return rows

@@ -42,6 +42,7 @@ from typing import Any
 
 from run_worker_process import serve_node
 from tenure.adapters import RunLedger, Workflows
+from tenure.adapters.runs.checkpoints import RecordedOutcome
 from tenure.adapters.runs.workflows import HopLost
 from tenure.model import ConsentStatus, ErrorCode, RunStatus, TenureError
 
@@ -174,17 +175,27 @@ def ledger() -> RunLedger:
 
 
 def prepare(run_ledger: RunLedger) -> None:
-    """Keep the node's ledger, and log every outcome its worker records before it settles
-    (and whether the ledger accepted it)."""
+    """Keep the node's ledger, and log every outcome its worker settles with (``record``:
+    one transaction, settled or recorded for recovery when containment is unproven) and
+    whether the ledger accepted it (``recorded``: the Run settled or the outcome was
+    recorded; False: the hop no longer held the Run)."""
     _LEDGER.append(run_ledger)
-    record = run_ledger.checkpoints.record_outcome
+    settle = run_ledger.engine.settle
 
-    async def observed(run_id: str, enqueue_seq: int, status: RunStatus, **more: Any) -> bool:
-        recorded = await record(run_id, enqueue_seq, status, **more)
-        effects.write("outcome", run_id, enqueue_seq, status=status.value, recorded=recorded)
+    async def observed(run_id: str, outcome: RecordedOutcome, **more: Any) -> bool:
+        if not more.get("record"):  # recovery's settles (a recorded outcome, or failed lost) are not a hop's
+            return await settle(run_id, outcome, **more)
+        try:
+            recorded = await settle(run_id, outcome, **more)
+        except TenureError as failure:
+            if failure.code is not ErrorCode.RUN_CONTAINMENT_UNPROVEN:
+                raise
+            effects.write("outcome", run_id, outcome.enqueue_seq, status=outcome.status.value, recorded=True)
+            raise
+        effects.write("outcome", run_id, outcome.enqueue_seq, status=outcome.status.value, recorded=recorded)
         return recorded
 
-    run_ledger.checkpoints.record_outcome = observed  # type: ignore[method-assign]
+    run_ledger.engine.settle = observed  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -38,11 +38,13 @@ from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import ROW_VERSION, Binding, sql_dialect
 from tenure.adapters.postgres import statements
 from tenure.adapters.queue.table import TASKS_BINDING, binding_for
-from tenure.adapters.runs.table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
+from tenure.adapters.runs.engine import COUNTS
+from tenure.adapters.runs.table import CHECKPOINTS_BINDING, CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.core import Finder
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.machine import CLAIM_LEGACY_REWRITE, CLAIM_OWNED_REWRITE, QUEUE, SET_ASIDE
 from tenure.kernel.runs import finders as run_finders
+from tenure.kernel.runs.aggregate import Evidence
 from tenure.model import QueueKind
 
 SQL_DIR = pathlib.Path(__file__).resolve().parents[2] / "specs" / "sql"
@@ -220,6 +222,21 @@ def render_postgresql() -> str:
                                     statements.write_across_sql(((RUNS_BINDING, False), (DELIVERIES_BINDING, False)), None)))
             lines.append(_statement("write_across admission", "a new Run and its first delivery inserted in one statement",
                                     statements.write_across_sql(((RUNS_BINDING, True), (DELIVERIES_BINDING, True)), None)))
+            # The settle's two statements (issue 49): its counted evidence read with the
+            # pair's lock, then verified by the pair's write, which deletes the checkpoint.
+            settle_counts = counts_sql(tuple((binding, finder, None) for evidence in (Evidence.CONTAINMENT,
+                                                                                        Evidence.PENDING_CONSENTS)
+                                             for binding, finder in COUNTS[evidence]), POSTGRESQL, None).columns
+            lines.append(_statement("locked_joined_counting settle", "a Run and its current delivery locked, the clock "
+                                    "after both locks, and the settle's evidence counted (open jobs, open attempts, "
+                                    "pending consents) in the same statement (its snapshot: verified by the write)",
+                                    statements.locked_joined_counting_sql(RUNS_BINDING, DELIVERIES_BINDING,
+                                                                          CURRENT_DELIVERY, None, settle_counts)))
+            lines.append(_statement("write_guarded settle", "a Run and its delivery compare-and-set and its "
+                                    "checkpoint deleted, only while every count still has the value it was read "
+                                    "with (nothing written otherwise)",
+                                    statements.guarded_write_sql((RUNS_BINDING, DELIVERIES_BINDING),
+                                                                 (CHECKPOINTS_BINDING,), settle_counts, None)))
     return "\n".join(lines)
 
 

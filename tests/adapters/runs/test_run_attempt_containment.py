@@ -150,18 +150,19 @@ async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_i
     assert kind_of(runs_db) == "postgresql"
     run_id = await runs.running("run-1")
     request = spec(unique("owner"), run_id=run_id)
-    counted = RunEngine.containment
+    counted = RunEngine.locked_pair_counting
     prepares: list[asyncio.Future[str]] = []
 
     async with AttemptLedger(runs_db) as other:
-        async def containment(tx: Any, counted_run_id: str) -> Any:
-            result = await counted(tx, counted_run_id)
+        async def containment(tx: Any, counted_run_id: str, counts: Any) -> Any:
+            # The settle locks its pair and counts its containment in one statement.
+            result = await counted(tx, counted_run_id, counts)
             prepares.append(asyncio.ensure_future(other.prepare(request)))
             # Long enough for an unfenced prepare to commit; a fenced one waits for the Run's lock.
             await asyncio.wait(prepares, timeout=1.0)
             return result
 
-        monkeypatch.setattr(RunEngine, "containment", staticmethod(containment))
+        monkeypatch.setattr(RunEngine, "locked_pair_counting", staticmethod(containment))
         settled = await runs.ledger.settle(run_id, 0, RunStatus.DONE)
         monkeypatch.undo()
         outcome: Any

@@ -3,7 +3,8 @@
 Each breakage changes one thing the Run engine (``tenure.adapters.runs.engine``) or the
 kernel's aggregate declaration (``tenure.kernel.runs.aggregate``) holds: a part of the
 aggregate left out of the compare-and-set (the Run, or its delivery), a declared
-follow-up lost (the checkpoint delete or the consent sweep after a settle, the checkpoint
+follow-up lost (the checkpoint delete or the consent sweep after a settle, the outcome a
+settle refused for unproven containment records, the checkpoint
 a timer's park binds, the publication of a resumed hop), or a declaration naming the wrong evidence (a settle that does not
 count containment, a park that reads the Run's owner instead of the one it names, a
 resume that reads no owner). Each scenario below holds on the engine as built and must
@@ -19,12 +20,13 @@ import pytest
 from run_support import Runs, ledger, runs, runs_db, unique  # noqa: F401 (fixtures)
 
 from tenure.adapters.runs import engine as engine_module
+from tenure.adapters.runs.checkpoints import RecordedOutcome
 from tenure.adapters.runs.ledger import resume_and_publish
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.runs import aggregate
 from tenure.kernel.runs.aggregate import Evidence, FollowUp
 from tenure.kernel.runs.commands import RunCommandType, Settled
-from tenure.model import ConsentStatus, DeliveryState, RunStatus, TenureError, WaitKind, hop_key
+from tenure.model import ConsentStatus, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind, hop_key
 
 C = RunCommandType
 E = Evidence
@@ -56,6 +58,16 @@ async def settle_sweeps_pending_consents(runs: Runs) -> None:
     assert await runs.ledger.settle(run_id, 0, RunStatus.FAILED, error="gave up")
     stored = await runs.ledger.consents.get(consent.consent_id)
     assert stored is not None and stored.status is ConsentStatus.CANCELLED
+
+
+async def an_uncontained_settle_records_its_outcome(runs: Runs) -> None:
+    run_id = await runs.running(unique("uncontained"))
+    await runs.job(run_id)
+    outcome = RecordedOutcome(0, RunStatus.DONE, '{"ok":true}', None)
+    with pytest.raises(TenureError) as refused:
+        await runs.ledger.engine.settle(run_id, outcome, record=True)
+    assert refused.value.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN
+    assert await runs.ledger.checkpoints.outcome(run_id) == outcome
 
 
 async def a_timer_park_binds_its_checkpoint(runs: Runs) -> None:
@@ -102,7 +114,7 @@ def _only_the_deliveries(pair: Any) -> list[tuple[Any, Any]]:
     return [(DELIVERIES_BINDING, delivery) for delivery in pair.deliveries]
 
 
-def _follow_ups(command: RunCommandType, replies: dict[type, tuple[FollowUp, ...]]) -> Callable[[pytest.MonkeyPatch], None]:
+def _follow_ups(command: RunCommandType, replies: dict[Any, tuple[FollowUp, ...]]) -> Callable[[pytest.MonkeyPatch], None]:
     return lambda patch: patch.setitem(aggregate.FOLLOW_UPS, command, replies)
 
 
@@ -121,6 +133,8 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario]] = {
                                              settle_deletes_the_checkpoint),
     "a_settle_loses_its_consent_sweep": (_follow_ups(C.SETTLE, {Settled: (F.DELETE_CHECKPOINT,)}),
                                          settle_sweeps_pending_consents),
+    "a_refused_settle_loses_its_outcome_record": (_follow_ups(C.SETTLE, {Settled: (F.SWEEP_CONSENTS, F.DELETE_CHECKPOINT)}),
+                                                  an_uncontained_settle_records_its_outcome),
     "a_timer_park_loses_its_checkpoint": (_follow_ups(C.PARK, {}), a_timer_park_binds_its_checkpoint),
     "a_resume_loses_its_publication": (_follow_ups(C.RESUME, {}), a_resume_and_publish_publishes_the_resumed_hop),
     # (c) a declaration naming the wrong evidence

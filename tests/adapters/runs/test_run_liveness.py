@@ -1,7 +1,8 @@
 """Runs that always finish (issue 27): the ledger's fence, not the broker's, decides
-whether a hop still holds its Run; a hop's outcome is recorded before it settles and
-is retried through a database outage; a hop that finished and died is settled with its
-recorded outcome at the next start; a workflow that declared its hops safe to repeat
+whether a hop still holds its Run; a hop's outcome settles it in one transaction
+(recorded in its checkpoint instead when its settle is refused for unproven containment:
+``test_run_settle_outcome.py``), retried through a database outage; a hop whose outcome
+was recorded and which died is settled with that outcome at the next start; a workflow that declared its hops safe to repeat
 has a lost hop run again; an operator re-admits a Run that failed ``lost``. Every test
 runs on SQLite and PostgreSQL."""
 

@@ -37,10 +37,11 @@ async def admit(ledger: RunLedger, flows: Workflows, name: str) -> str:
 
 
 def stop_while_recording(ledger: RunLedger, runner: RunWorker, *, failures: int = 0) -> asyncio.Event:
-    """Hold the hop's outcome write until the worker is stopping (so the stop meets the
-    write in flight: a deterministic hook, not a sleep), failing its first ``failures``
-    tries with a database failure; returns the event set when the write began."""
-    record, recording = ledger.checkpoints.record_outcome, asyncio.Event()
+    """Hold the hop's outcome write (its settle with the outcome, one transaction) until
+    the worker is stopping (so the stop meets the write in flight: a deterministic hook,
+    not a sleep), failing its first ``failures`` tries with a database failure; returns
+    the event set when the write began."""
+    record, recording = ledger.engine.settle, asyncio.Event()
     failed: list[int] = []
 
     async def held(*args: Any, **kwargs: Any) -> bool:
@@ -51,7 +52,7 @@ def stop_while_recording(ledger: RunLedger, runner: RunWorker, *, failures: int 
             raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "connection_refused")
         return await record(*args, **kwargs)
 
-    ledger.checkpoints.record_outcome = held  # type: ignore[method-assign]
+    ledger.engine.settle = held  # type: ignore[method-assign]
     return recording
 
 

@@ -30,9 +30,13 @@ async def noop(ctx: Any) -> None:
 
 PIN = workflows.pin("noop", "1")
 
-SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 1, "publish": 2, "hop": 12}, "sqlite": {"admit": 6, "publish": 9, "hop": 20}}
+SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 1, "publish": 2, "hop": 5}, "sqlite": {"admit": 6, "publish": 9, "hop": 13}}
 """A single-hop no-op Run on the in-memory broker (the ledger's own statements): its
-admission, its publication, and its hop (claim, checkpoint, settle, checkpoint cleanup)."""
+admission, its publication, and its hop (claim; the settle with its outcome, one
+transaction: on PostgreSQL BEGIN, the pair locked with its counted evidence, the pair
+written with its checkpoint delete and the counts verified, COMMIT). The hop was 15 on
+PostgreSQL and 20 on SQLite while the outcome was recorded in a transaction of its own
+before the settle, whose evidence, consents and checkpoint took a statement each."""
 
 RECONCILE_BOUNDS = {"postgresql": 69, "sqlite": 133}
 """Startup reconciliation of the eight Runs :func:`dead_node` leaves (two each: an orphaned
