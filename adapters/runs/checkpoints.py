@@ -35,10 +35,12 @@ under the same fence as a save. The worker settles its finished hop in one trans
 deleted in that transaction), or, when the kernel refuses because an effect is not
 contained yet, the outcome is recorded here instead (the declared ``record_outcome``
 follow-up, :func:`record_outcome_in`), and recovery settles the Run with it once
-contained (``specs/recovery.md``, ``outcome_recorded``). A process that dies before
-that COMMIT leaves an orphaned hop, which recovery treats as its table says (failed
-``lost``, or retried); :meth:`Checkpoints.record_outcome` records an outcome on its own
-(the transaction the worker sent before its settle until issue 49).
+contained (``specs/recovery.md``, ``outcome_recorded``). After a database failure of
+that settle the worker records the outcome on its own first
+(:meth:`Checkpoints.record_outcome`, the retry path; every hop did so before its settle
+until issue 49), then retries the settle. A process that dies before any of these
+COMMITs leaves an orphaned hop, which recovery treats as its table says (failed
+``lost``, or retried).
 """
 
 from __future__ import annotations

@@ -422,13 +422,14 @@ class RunWorker:
         ``record``): the Run settles (checkpoint deleted, consents swept), or, refused
         because an effect is not contained, the outcome is recorded in its checkpoint row
         for recovery (``unsettled``), or, when the hop no longer holds the Run, nothing is
-        written. Retried through database failures for as long as this process lives: a
-        retry whose first COMMIT applied unacknowledged finds its own result. A process
-        that dies before a COMMIT leaves an orphaned hop (``specs/recovery.md``)."""
+        written. After a database failure the retry path (:meth:`_settled`) records the
+        outcome on its own first, then retries the settle, for as long as this process
+        lives: a retry whose first COMMIT applied unacknowledged finds its own result. A
+        process that dies before any COMMIT leaves an orphaned hop (``specs/recovery.md``)."""
         run_id, seq = claim.run.run_id, claim.enqueue_seq
         outcome = RecordedOutcome(seq, status, result_json, error)
         try:
-            settled = await self._persist(run_id, lambda: self.ledger.engine.settle(run_id, outcome, record=True))
+            settled = await self._settled(run_id, outcome)
         except TenureError as failure:
             if failure.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
                 return "unsettled"  # the outcome is recorded; recovery settles it once contained
@@ -441,6 +442,32 @@ class RunWorker:
             if run is None or run.status is not status or run.enqueue_seq != seq or run.error != error:
                 return self._moved_on(claim, run)
         return "done" if status is RunStatus.DONE else "failed"
+
+    async def _settled(self, run_id: str, outcome: RecordedOutcome) -> bool:
+        """The settle with its outcome, one transaction in the common case. After a
+        database failure, the retry path: the outcome is recorded in a transaction of its
+        own first (evidence recovery's ``settle_recorded`` settles the Run with, should
+        this process die while the database is away: the hop's answer is kept, never
+        failed ``lost``), then the settle is retried; each retried through failures. A
+        record refused means the hop no longer holds the Run, or the first settle applied
+        unacknowledged: False, and the caller reads which."""
+        def settle() -> Awaitable[bool]:
+            return self.ledger.engine.settle(run_id, outcome, record=True)
+
+        try:
+            return await settle()
+        except TenureError as failure:
+            if failure.code is not ErrorCode.RUN_PERSISTENCE_FAILED or failure.reason == "corrupt_row":
+                raise
+            log.warning("run %s: the hop's settle met a database failure (%s); recording its outcome on its own, "
+                        "then retrying", run_id, failure.reason,
+                        extra={"run_id": run_id, "node": self.node, "reason": failure.reason})
+            self.persist_retries += 1
+        record = self.ledger.checkpoints.record_outcome
+        if not await self._persist(run_id, lambda: record(run_id, outcome.enqueue_seq, outcome.status,
+                                                          result_json=outcome.result_json, error=outcome.error)):
+            return False
+        return await self._persist(run_id, settle)
 
     async def _persist_read(self, run_id: str) -> RunRecord | None:
         return await self._durably(run_id, "outcome", lambda: self.ledger.get(run_id))

@@ -4,8 +4,11 @@ checkpoint is deleted and its pending consents are swept; refused because an eff
 not contained, the outcome is recorded in the checkpoint row in that same transaction
 (recovery's ``settle_recorded`` settles the Run with it once contained); refused because
 the hop no longer holds the Run, nothing is written. A retried settle whose COMMIT
-applied unacknowledged finds its own result, and a hop that dies before that COMMIT is
-an orphan recovery treats as its table says. Every test runs on SQLite and PostgreSQL."""
+applied unacknowledged finds its own result. After a database failure the worker records
+the outcome in a transaction of its own before it retries the settle (the retry path), so
+a process that dies then still leaves the hop's answer for recovery; one that dies before
+any write committed is an orphan recovery treats as its table says. Every test runs on
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -168,14 +171,23 @@ async def test_a_settle_retried_after_its_commit_applied_unacknowledged_finds_it
     run_id = await published(ledger, worker, name)
     expected = "unsettled" if name == "leaves_a_job" else "done"
     assert await worker.perform(run_id, 0) == expected
-    assert len(calls) == 2 and worker.persist_retries == 1
+    # The retry path records the outcome on its own first: refused for the settled Run
+    # (no hop holds it: the worker reads its own result, no second settle), written for
+    # the one still running (then the settle is retried, and refused again).
+    assert len(calls) == (2 if name == "leaves_a_job" else 1) and worker.persist_retries == 1
     run = await ledger.get(run_id)
     assert run is not None and run.status is (RunStatus.RUNNING if name == "leaves_a_job" else RunStatus.DONE)
     if name == "leaves_a_job":
         assert await ledger.checkpoints.outcome(run_id) == RecordedOutcome(0, RunStatus.DONE, '{"answer":7}', None)
 
 
-async def test_a_hop_that_dies_before_its_settle_commits_is_an_orphan_recovery_fails_lost(ledger: RunLedger) -> None:
+async def test_a_hop_whose_settle_fails_records_its_outcome_on_its_own_and_recovery_settles_with_it(
+    ledger: RunLedger,
+) -> None:
+    """The retry path: the one-transaction settle met a database failure, so the worker
+    records the outcome in a transaction of its own before it retries the settle. The
+    process dies while the settle still fails: the next start settles the Run with the
+    hop's answer, never fails it ``lost``."""
     worker = runner(ledger)
     tries: list[int] = []
 
@@ -191,6 +203,34 @@ async def test_a_hop_that_dies_before_its_settle_commits_is_an_orphan_recovery_f
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(hop, 60)
     del ledger.engine.settle
+    assert await ledger.checkpoints.outcome(run_id) == RecordedOutcome(0, RunStatus.DONE, '{"answer":7}', None)
+    report = await reconcile(ledger, worker)
+    assert (report.counts["outcomes_settled"], report.counts["orphans_failed"]) == (1, 0)
+    run = await ledger.get(run_id)
+    assert run is not None and (run.status, run.result) == (RunStatus.DONE, {"answer": 7})
+
+
+async def test_a_hop_that_dies_before_any_outcome_write_commits_is_an_orphan_recovery_fails_lost(
+    ledger: RunLedger,
+) -> None:
+    """With the database away for the settle and the outcome's own record alike, nothing
+    of the hop's answer is durable when the process dies: an orphan, failed ``lost``."""
+    worker = runner(ledger)
+    tries: list[int] = []
+
+    async def unreachable(*args: Any, **kwargs: Any) -> bool:
+        tries.append(1)
+        raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "connection_refused")
+
+    ledger.engine.settle = unreachable  # type: ignore[method-assign]
+    ledger.checkpoints.record_outcome = unreachable  # type: ignore[method-assign]
+    run_id = await published(ledger, worker, "answer")
+    hop = asyncio.ensure_future(worker.perform(run_id, 0))
+    await until(lambda: len(tries) >= 3, what="the outcome's record to be retried")
+    hop.cancel()  # the process dies here: nothing committed
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(hop, 60)
+    del ledger.engine.settle, ledger.checkpoints.record_outcome
     assert await ledger.checkpoints.outcome(run_id) is None
     report = await reconcile(ledger, worker)
     assert report.counts["orphans_failed"] == 1
