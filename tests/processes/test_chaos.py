@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import multiprocessing
 import os
@@ -112,7 +113,7 @@ def read_log(path: pathlib.Path) -> list[dict[str, Any]]:
     return events
 
 
-async def submit_jobs(db_url: str, count: int) -> list[str]:
+async def submit_jobs(db_url: str, count: int, first: int = 0) -> list[str]:
     async with ValidationJobSource(db_url, WorkerConfig(db_url)) as source:
         return [
             # Attempts never run out here (kills and stalls cost attempts): every job must
@@ -120,7 +121,7 @@ async def submit_jobs(db_url: str, count: int) -> list[str]:
             await source.submit_owned(
                 ValidationJob("chaos", "1", f"job-{n}.jsonl", max_attempts=CHAOS_MAX_ATTEMPTS), submission_id=f"chaos-{n}"
             )
-            for n in range(count)
+            for n in range(first, first + count)
         ]
 
 
@@ -171,6 +172,13 @@ loaded machine restarts processes, so a busy CI could outlast any budget. CI kil
 restarts and backend terminations all inside it; 90 s before issue 48); the soak
 (``.ci/soak``) sets ``TENURE_CHAOS_WINDOW_S=180``."""
 
+MIN_KILLS = 10
+"""Kills a run must have had to count as chaotic. Only a process that finished a job is
+killed (``Workers._working``), so on a loaded machine (a stress run: a CPU burner on
+every core) the workers could finish every job before ten kills: the window is then
+stretched and more jobs submitted, a quarter of the first count at a time, until the
+kills happened (a stress run once ended after 8)."""
+
 HANG_GUARD_S = 600.0
 """A run that has not finished by then hangs (a lost job would never finish): a hang
 guard, not a timing."""
@@ -188,7 +196,7 @@ def run_chaos(db_url: str, *, jobs: int, workers_count: int, lease_s: float, fau
         while True:
             time.sleep(rng.uniform(0.2, 0.6))
             elapsed = time.monotonic() - started
-            if elapsed < CHAOS_WINDOW_S:
+            if elapsed < CHAOS_WINDOW_S or workers.kills < MIN_KILLS:
                 workers.kill_one()
             workers.reap_exited()
             fault(elapsed, faults)
@@ -197,11 +205,14 @@ def run_chaos(db_url: str, *, jobs: int, workers_count: int, lease_s: float, fau
             except Exception:  # noqa: BLE001 - the server may be restarting this instant
                 remaining = None
             if remaining is not None and not remaining:
-                break
+                if workers.kills >= MIN_KILLS:
+                    break
+                with contextlib.suppress(Exception):  # the server may be restarting: next round
+                    job_ids += asyncio.run(submit_jobs(db_url, max(1, jobs // 4), first=len(job_ids)))
             assert time.monotonic() - started < HANG_GUARD_S, f"jobs unfinished after {HANG_GUARD_S} s: {remaining}"
     finally:
         workers.stop()
-    assert workers.kills >= 10, "the run was chaotic: workers were killed mid-work"
+    assert workers.kills >= MIN_KILLS, "the run was chaotic: workers were killed mid-work"
     return verify(db_url, job_ids, log_path, workers, dict(faults))
 
 
