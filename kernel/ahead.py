@@ -51,9 +51,9 @@ from typing import Any
 
 from tenure.model.bounds import is_instant
 
-from .core import Applied, Decision, Machine, Refused, replaced, select_rule, slots_of
+from .core import Applied, Decision, KeptLater, Machine, MovingField, Refused, SetOnce, replaced, select_rule, slots_of
 
-__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "decide_windowed", "moved", "DEFAULT_SPAN_US"]
+__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "decide_windowed", "moved", "at_path", "DEFAULT_SPAN_US"]
 
 DEFAULT_SPAN_US = 600_000_000
 """How far from the reference time a decision made ahead may be used: ten minutes."""
@@ -364,6 +364,16 @@ def _breaks_anew(machine: Machine, record: Any, new: Any) -> bool:
     return bool(broken) and not broken <= (set(machine.record_violations(record)) if record is not None else set())
 
 
+def at_path(record: Any, path: str) -> Any:
+    """The field ``path`` names in ``record`` (a field's name, or names and tuple indexes
+    joined by dots: ``deliveries.0.claimed_at_us``, see :data:`~tenure.kernel.core.MovingField`)."""
+    if "." not in path:
+        return getattr(record, path)
+    for step in path.split("."):
+        record = record[int(step)] if step.isdigit() else getattr(record, step)
+    return record
+
+
 def decide_windowed(
     machine: Machine, record: Any, command: Any, reference_us: int, *, span_us: int = DEFAULT_SPAN_US
 ) -> Ahead | None:
@@ -373,11 +383,12 @@ def decide_windowed(
     with the time (:attr:`~tenure.kernel.core.Machine.moving_fields`): the plain
     decision at the reference time; its window, where every declared guard tried (those
     that failed before the deciding one, and that one) keeps its answer, that is, where
-    the time stays on the same side of each guard's instant; and each moving field's
-    offset from the reference time. None: nothing is declared for this machine or for
-    the deciding effect, or the new record breaks an invariant at an edge of the window
-    (the caller decides ahead by instrumenting, which finds the same, or the ordinary
-    way). tests/kernel/test_ahead.py holds every declaring machine to
+    the time stays on the same side of each guard's instant, narrowed where a
+    :class:`~tenure.kernel.core.KeptLater` field would stop (or start) moving; and each
+    moving field's offset from the reference time. None: nothing is declared for this
+    machine or for the deciding effect, or the new record breaks an invariant at an edge
+    of the window (the caller decides ahead by instrumenting, which finds the same, or
+    the ordinary way). tests/kernel/test_ahead.py holds every declaring machine to
     :func:`decide_ahead`: the same decision, window and offsets."""
     time_guards, moving = machine.time_guards, machine.moving_fields
     if time_guards is None or moving is None:
@@ -387,7 +398,7 @@ def decide_windowed(
     for rule in machine.table[(machine.state_of(record), command.kind)]:
         declared = time_guards.get(rule.guard)
         if declared is not None and record is not None:
-            instant = getattr(record, declared.field)
+            instant = at_path(record, declared.field)
             if instant is not None:
                 if reference_us < instant:
                     end = min(end, instant)
@@ -404,21 +415,52 @@ def decide_windowed(
     if fields is None:
         return None
     decided = machine.effects[outcome](record, command, reference_us)
-    relative: dict[str, int] = {}
     new = decided.new_record
-    if new is not None:
-        for field in fields:
-            instant = getattr(new, field)
-            if type(instant) is not int:
-                return None  # declared as moving, yet not a time here: decide by instrumenting
-            relative[field] = instant - reference_us
-    ahead = Ahead(decided, start, end, relative, start, end)
+    moved_by = _offsets(fields, record, new, reference_us, start, end) if new is not None else ({}, start, end)
+    if moved_by is None:
+        return None
+    relative, not_before, not_after = moved_by
+    ahead = Ahead(decided, not_before, not_after, relative, start, end)
     if not relative or not machine.invariants_see_moving_fields_by_bounds:
         return _kept_throughout(machine, record, ahead)
     # The invariants see the moving fields only through their bounds: checked once, at
     # the reference time, with each moving field's bounds at both edges of the window.
-    if any(not is_instant(edge + offset) for offset in relative.values() for edge in (start, end - 1)):
+    if any(not is_instant(edge + offset) for offset in relative.values() for edge in (not_before, not_after - 1)):
         return None
     if _breaks_anew(machine, record, new):
         return None
     return dataclasses.replace(ahead, invariants_checked=True)
+
+
+def _offsets(
+    fields: tuple[MovingField, ...], record: Any, new: Any, reference_us: int, start: int, end: int
+) -> tuple[dict[str, int], int, int] | None:
+    """Each declared field of ``new`` that moves with the time here, with its offset from
+    the reference time, and the window ``[start, end)`` narrowed to where each
+    :class:`~tenure.kernel.core.KeptLater` field keeps moving (or keeps its value). None:
+    a field declared as moving is not a time here (decide by instrumenting)."""
+    relative: dict[str, int] = {}
+    for field in fields:
+        if isinstance(field, str):
+            path = field
+        else:
+            path = field.field
+            before = None if record is None else at_path(record, path)
+            if type(field) is SetOnce:
+                if before is not None:
+                    continue  # kept: the record decided on has it already
+            elif type(field) is KeptLater and before is not None:
+                # ``now > before`` decided whether the field moves: the decision holds on that side.
+                if reference_us > before:
+                    start = max(start, before + 1)
+                else:
+                    end = min(end, before + 1)
+                    continue
+        try:
+            instant = at_path(new, path)
+        except (IndexError, AttributeError):
+            return None
+        if type(instant) is not int:
+            return None  # declared as moving, yet not a time here: decide by instrumenting
+        relative[path] = instant - reference_us
+    return relative, start, end

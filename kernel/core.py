@@ -46,6 +46,9 @@ __all__ = [
     "Finder",
     "Rewrite",
     "TimeGuard",
+    "KeptLater",
+    "SetOnce",
+    "MovingField",
     "Change",
     "SetValue",
     "FromCommand",
@@ -229,10 +232,40 @@ class TimeGuard:
     ``now >= field``. A decision therefore keeps while the time stays on the same side
     of the field: the window a decision holds for is read from these declarations (see
     :func:`tenure.kernel.ahead.decide_windowed`); tests/kernel/test_ahead.py holds them
-    to the guards themselves."""
+    to the guards themselves. ``field`` is a path (see :data:`MovingField`) in a record
+    that nests rows."""
 
     field: str
     holds_before: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeptLater:
+    """A moving field (see :attr:`Machine.moving_fields`) an effect sets to the later of
+    the time and the field's value in the record decided on (a time that never moves
+    backwards, a Run's ``updated_at``: ``now if now > old else old``): while the time
+    is after that value the field moves with it, otherwise it keeps the value; a
+    decision made ahead holds on one side of that value only, so the window ends (or
+    starts) there. ``field`` is a path like :attr:`TimeGuard.field`'s."""
+
+    field: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetOnce:
+    """A moving field an effect sets to the time only when the record decided on has
+    none (a Run's first start, kept across hops): it moves with the time then and keeps
+    its value otherwise."""
+
+    field: str
+
+
+MovingField = str | KeptLater | SetOnce
+"""A field an effect sets from the time: a path (always ``now + offset``), a
+:class:`KeptLater` or a :class:`SetOnce`. A path names a field of the record, or, in a
+record that nests rows (the Run pair), the names and tuple indexes down to it joined
+by dots (``run.updated_at_us``, ``deliveries.0.claimed_at_us``), as
+:attr:`tenure.kernel.ahead.Ahead.relative` does."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,10 +301,11 @@ class Machine:
     """The guards that read the time (:class:`TimeGuard`), by name; every other guard
     ignores it. None: not declared (decisions ahead are then made by instrumenting the
     comparisons, :func:`tenure.kernel.ahead.decide_ahead`)."""
-    moving_fields: Mapping[str, tuple[str, ...]] | None = None
+    moving_fields: Mapping[str, tuple[MovingField, ...]] | None = None
     """For each effect whose new record holds times that move with the database time
-    (``now + offset``), those fields; an effect not listed is not declared (its
-    decisions ahead are made by instrumenting). Declared with ``time_guards``."""
+    (``now + offset``), those fields (:data:`MovingField`); an effect not listed is not
+    declared (its decisions ahead are made by instrumenting). Declared with
+    ``time_guards``."""
     invariants_see_moving_fields_by_bounds: bool = False
     """The record invariants read a field that moves with the time only through whether
     it is set and whether it lies within the instant bounds: a decision made ahead then
@@ -286,7 +320,7 @@ class Machine:
         state_of: Callable[[Any], enum.Enum], record_violations: Callable[[Any], list[str]],
         transition_violations: Callable[[Any, Any, int, Decision], list[str]], initial: enum.Enum,
         rewrites: Mapping[str, Rewrite] | None = None, time_guards: Mapping[str, TimeGuard] | None = None,
-        moving_fields: Mapping[str, tuple[str, ...]] | None = None, invariants_see_moving_fields_by_bounds: bool = False,
+        moving_fields: Mapping[str, tuple[MovingField, ...]] | None = None, invariants_see_moving_fields_by_bounds: bool = False,
     ) -> Machine:
         """The machine of these declarations. Raises ValueError (at import: a programmer
         error) unless the rows make a total table (:func:`table_from_rows`), every guard

@@ -437,7 +437,8 @@ class Engine:
         reference = None if ahead is None else ahead.estimated_now_us()
         if ahead is None or reference is None:
             return None
-        plan = decide_ahead(binding.machine, None, command, reference)
+        plan = decide_windowed(binding.machine, None, command, reference) or decide_ahead(
+            binding.machine, None, command, reference)
         if plan is None or not isinstance(plan.decision, Applied) or plan.decision.new_record is None:
             return None
         new = checked(binding, None, plan.decision)
@@ -491,7 +492,9 @@ class Engine:
             return None
         record = seen
         for _ in range(AHEAD_ROUNDS):
-            plan = None if record is None or reference is None else decide_ahead(machine, record, command, reference)
+            # Read from the machine's declarations where it makes them (plain, cheap), else instrumented.
+            plan = None if record is None or reference is None else (
+                decide_windowed(machine, record, command, reference) or decide_ahead(machine, record, command, reference))
             items = self._joined_items(machine, parts, key, record, plan, reference)
             if items is None:
                 return None
@@ -538,7 +541,7 @@ class Engine:
         reference = None if ahead is None else ahead.estimated_now_us()
         if ahead is None or reference is None:
             return None
-        plan = decide_ahead(machine, None, command, reference)
+        plan = decide_windowed(machine, None, command, reference) or decide_ahead(machine, None, command, reference)
         if plan is None or not isinstance(plan.decision, Applied) or plan.decision.new_record is None:
             return None
         new = plan.decision.new_record if plan.invariants_checked else checked_by(machine, None, plan.decision)

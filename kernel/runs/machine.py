@@ -45,7 +45,7 @@ from tenure.model import (
     bounds,
 )
 
-from ..core import SAME, Applied, Decision, Machine, Refused, Row
+from ..core import SAME, Applied, Decision, KeptLater, Machine, MovingField, Refused, Row, SetOnce, TimeGuard
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from .commands import (
     Ack,
@@ -76,6 +76,8 @@ __all__ = [
     "OUTCOMES",
     "GUARDS",
     "EFFECTS",
+    "TIME_GUARDS",
+    "MOVING_FIELDS",
     "ROWS",
     "RUNS",
     "RESOLVED_OWNER_STATUSES",
@@ -397,6 +399,38 @@ EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
     "claim_replay": _unchanged(lambda record: Claimed(record.run.enqueue_seq, record.current.resume)),
 }
 
+TIME_GUARDS: dict[str, TimeGuard] = {
+    "timer_not_due": TimeGuard("run.wake_at_us"),
+}
+"""The guards that read the time, as data (every other guard ignores it): a decision
+made ahead holds while the time stays on the same side of each one's instant."""
+
+_UPDATED = KeptLater("run.updated_at_us")  # every change moves it, never backwards (``_later``)
+_SETTLES = (_UPDATED, "deliveries.0.settled_at_us")
+_OPENS = ("deliveries.1.created_at_us",)
+
+MOVING_FIELDS: dict[str, tuple[MovingField, ...]] = {
+    "insert": ("run.created_at_us", "run.updated_at_us", "deliveries.0.created_at_us"),
+    **{effect: (_UPDATED,) for effect in ("release", "note_publish_error", "enter_hardware_wait",
+                                         "leave_hardware_wait", "begin_cancel")},
+    **{effect: _SETTLES for effect in ("fail_held", "park_consent", "park_delegate", "park_service", "park_timer",
+                                      "settle_done", "settle_failed")},
+    "mark_published": (_UPDATED, "deliveries.0.published_at_us"),
+    "claim": (_UPDATED, SetOnce("run.started_at_us"), "deliveries.0.claimed_at_us"),
+    "resume": (_UPDATED, *_OPENS),
+    "rotate": (*_SETTLES, *_OPENS),
+    "retry_lost": (*_SETTLES, *_OPENS),
+    **{effect: () for effect in ("replay", "ticket", "ticket_cancelled", "sweep_again", "claim_replay")},
+}
+"""The fields each effect sets from the time (paths into the pair, see
+:data:`~tenure.kernel.core.MovingField`); the others keep or set fixed values. Every
+command a store decides ahead (:data:`~tenure.kernel.runs.aggregate.DECIDED_AHEAD`,
+:data:`~tenure.kernel.runs.aggregate.ADMITTED_AHEAD`) is declared, and every other
+effect but ``finish_cancel``, which settles the current delivery only when it is not
+settled yet (its decisions ahead are made by instrumenting). The invariants compare a
+moving field with a fixed one (INV-R9: ``created_at <= updated_at``), so a decision
+made ahead is held to them at both edges of its window."""
+
 
 # --- the table ---------------------------------------------------------------------------
 
@@ -670,5 +704,7 @@ RUNS = Machine.define(
     record_violations=record_violations,
     transition_violations=transition_violations,
     initial=RunStep.ABSENT,
+    time_guards=TIME_GUARDS,
+    moving_fields=MOVING_FIELDS,
 )
 """The Run machine: ``RUNS.decide(pair, command, now_us)``."""

@@ -13,19 +13,20 @@ from hypothesis import strategies as st
 from machines import MACHINES, MachineUnderTest
 
 from tenure.kernel.ahead import DEFAULT_SPAN_US, Ahead, AheadUnsupported, Moment, Window, decide_ahead, decide_windowed
-from tenure.kernel.core import Applied, decide, select_rule
+from tenure.kernel.core import Applied, SetOnce, decide, select_rule
 
 MACHINE_NAMES = sorted(MACHINES)
 DECLARING = sorted(name for name, under_test in MACHINES.items() if under_test.machine.time_guards is not None)
 """Machines that declare their time guards and moving fields (the fast path reads them)."""
 
 
-def _situation(under_test: MachineUnderTest, data: st.DataObject) -> tuple[Any, Any, int]:
-    """A situation whose time is often right at one of the record's instants (where a
-    guard flips), not only where the machine's strategy put it."""
-    record, command, now = data.draw(under_test.situations())
+def _situation(under_test: MachineUnderTest, data: st.DataObject, **where: Any) -> tuple[Any, Any, int]:
+    """A situation (in a state and of a command kind ``where`` names, if it does) whose
+    time is often right at one of the record's instants (where a guard flips), not only
+    where the machine's strategy put it."""
+    record, command, now = data.draw(under_test.situations(**where))
     if record is not None:
-        instants = sorted({value for field, value in vars_of(record).items() if field.endswith("_us") and type(value) is int})
+        instants = sorted(_instants(record))
         if instants:
             edge = data.draw(st.sampled_from(instants), label="edge")
             now = data.draw(st.sampled_from([now, edge - 1, edge, edge + 1]), label="now")
@@ -34,6 +35,22 @@ def _situation(under_test: MachineUnderTest, data: st.DataObject) -> tuple[Any, 
 
 def vars_of(record: Any) -> dict[str, Any]:
     return {field: getattr(record, field) for field in record.__dataclass_fields__}
+
+
+def _instants(record: Any) -> set[int]:
+    """Every instant of ``record``, down into the rows it nests (the Run pair's Run and
+    deliveries): where a time guard may flip or a time that never moves backwards stops."""
+    found: set[int] = set()
+    for field, value in vars_of(record).items():
+        if field.endswith("_us") and type(value) is int:
+            found.add(value)
+        elif hasattr(value, "__dataclass_fields__"):
+            found |= _instants(value)
+        elif type(value) is tuple:
+            for part in value:
+                if hasattr(part, "__dataclass_fields__"):
+                    found |= _instants(part)
+    return found
 
 
 def _violations(under_test: MachineUnderTest, record: Any) -> set[str]:
@@ -77,8 +94,21 @@ def test_a_decision_made_ahead_equals_the_ordinary_decision_everywhere_in_its_wi
             assert _violations(under_test, decided.new_record) <= allowed, instant
 
 
-def test_the_queue_declares_its_time_guards() -> None:
-    assert "queue" in DECLARING  # the fast path's machine: the test below must not pass vacuously
+def test_the_queue_and_the_run_machine_declare_their_time_guards() -> None:
+    # The fast path's machines: the test below must not pass vacuously.
+    assert "queue" in DECLARING and "runs" in DECLARING
+
+
+def test_the_run_machine_declares_every_command_it_decides_ahead() -> None:
+    """Every effect a Run command decided ahead on PostgreSQL can reach has its moving
+    fields declared: the hot path never instruments its comparisons."""
+    from tenure.kernel.runs.aggregate import ADMITTED_AHEAD, DECIDED_AHEAD
+    from tenure.kernel.runs.machine import RUNS
+
+    assert RUNS.moving_fields is not None
+    reached = {rule.outcome for (_, kind), rules in RUNS.table.items() if kind in DECIDED_AHEAD | ADMITTED_AHEAD
+               for rule in rules if isinstance(rule.outcome, str)}
+    assert reached and reached <= set(RUNS.moving_fields), sorted(reached - set(RUNS.moving_fields))
 
 
 @pytest.mark.parametrize("name", DECLARING)
@@ -91,6 +121,43 @@ def test_a_decision_read_from_the_declarations_equals_the_instrumented_one(name:
     window and fails here)."""
     machine = MACHINES[name].machine
     record, command, now = _situation(MACHINES[name], data)
+    windowed = decide_windowed(machine, record, command, now)
+    instrumented = decide_ahead(machine, record, command, now)
+    if windowed is None:
+        outcome = select_rule(machine, record, command, now).outcome
+        assert instrumented is None or (isinstance(outcome, str) and outcome not in machine.moving_fields), outcome
+        return
+    assert windowed == instrumented
+
+
+def _reading_the_time(name: str) -> list[tuple[Any, Any]]:
+    """The (state, command kind) pairs whose rules try a declared time guard or apply an
+    effect with a field set only once (:class:`SetOnce`: a claim of a Run that ran
+    before keeps its first start): both too rare among all the situations. A
+    :class:`KeptLater` field is everywhere (a Run's ``updated_at``) and the situations
+    put the time at its edge often."""
+    machine = MACHINES[name].machine
+    assert machine.time_guards is not None and machine.moving_fields is not None
+    moving = machine.moving_fields
+
+    def reads(rule: Any) -> bool:
+        return rule.guard in machine.time_guards or any(
+            type(field) is SetOnce for field in moving.get(rule.outcome, ()) if isinstance(rule.outcome, str))
+
+    return sorted(((state, kind) for (state, kind), rules in machine.table.items() if any(map(reads, rules))), key=str)
+
+
+@pytest.mark.parametrize("name", DECLARING)
+@settings(max_examples=300)
+@given(data=st.data())
+def test_a_decision_read_from_the_declarations_equals_the_instrumented_one_where_a_time_guard_is_tried(
+    name: str, data: st.DataObject
+) -> None:
+    """The same, in the states and for the commands whose rules read the time (a Run's
+    timer resume is too rare among all the situations to hold its declaration)."""
+    machine = MACHINES[name].machine
+    state, kind = data.draw(st.sampled_from(_reading_the_time(name)), label="where")
+    record, command, now = _situation(MACHINES[name], data, state=state, kind=kind)
     windowed = decide_windowed(machine, record, command, now)
     instrumented = decide_ahead(machine, record, command, now)
     if windowed is None:
@@ -285,6 +352,65 @@ def test_a_wrong_declaration_is_caught_by_the_instrumented_reference(mutant: str
     if mutant == "window from the wrong guard":
         # What it would do: renew the lease at a time after it ran out.
         assert windowed.not_after_us > record.lease_expires_at_us
+
+
+def _run_situation(mutant: str) -> tuple[Any, Any, int]:
+    """A Run pair and a command where the mutant's declaration changes the window or
+    the offsets: a claim of a Run that ran before (its first start is kept), or a
+    timer's resume before it is due."""
+    from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
+    from tenure.kernel.runs.commands import Claim, Resume
+    from tenure.kernel.runs.record import RunPair
+    from tenure.model import DeliveryState, RunStatus, WaitKind
+
+    if mutant in ("timer guard undeclared", "window from the wrong guard"):
+        run = base_run(status=RunStatus.AWAITING_TIMER, enqueue_seq=1, started_at_us=NOW - 500, node="node-a",
+                       owner_kind=WaitKind.TIMER, owner_id="timer-1", wake_at_us=NOW + 1_000)
+        pair = RunPair(run, (delivery_for(run, DeliveryState.SETTLED, was_claimed=True),))
+        return pair, Resume(owner_id="timer-1", owner=None), NOW
+    run = base_run(enqueue_seq=1, started_at_us=NOW - 500, node="node-a")
+    return RunPair(run, (delivery_for(run, DeliveryState.PUBLISHED),)), Claim(enqueue_seq=1, node="node-b"), NOW
+
+
+@pytest.mark.parametrize("mutant", ["timer guard undeclared", "window from the wrong guard",
+                                    "updated_at always moves", "first start always moves"])
+def test_a_wrong_run_declaration_is_caught_by_the_instrumented_reference(
+    mutant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tenure.kernel.core import TimeGuard
+    from tenure.kernel.runs import machine as run_machine
+
+    if mutant == "timer guard undeclared":
+        monkeypatch.delitem(run_machine.TIME_GUARDS, "timer_not_due")
+    elif mutant == "window from the wrong guard":
+        monkeypatch.setitem(run_machine.TIME_GUARDS, "timer_not_due", TimeGuard("run.updated_at_us"))
+    elif mutant == "updated_at always moves":
+        claim = run_machine.MOVING_FIELDS["claim"]
+        monkeypatch.setitem(run_machine.MOVING_FIELDS, "claim", ("run.updated_at_us", *claim[1:]))
+    else:
+        claim = run_machine.MOVING_FIELDS["claim"]
+        monkeypatch.setitem(run_machine.MOVING_FIELDS, "claim", (claim[0], "run.started_at_us", claim[2]))
+    record, command, now = _run_situation(mutant)
+    reference = decide_ahead(run_machine.RUNS, record, command, now)
+    assert reference is not None
+    windowed = decide_windowed(run_machine.RUNS, record, command, now)
+    # A wrong window or offset, or (a time that moves backwards breaks INV-R9 at the
+    # window's start) no decision where the reference makes one.
+    assert windowed != reference, "the mutant's window or offsets differ"
+    if mutant in ("timer guard undeclared", "window from the wrong guard"):
+        # What it would do: refuse a resume that is due by then.
+        assert windowed is not None and windowed.not_after_us > record.run.wake_at_us
+
+
+def test_the_run_declarations_agree_with_the_reference_where_the_mutants_differ() -> None:
+    # The same situations with the declarations as they are: the mutants above differ
+    # from the reference, the declarations do not.
+    from tenure.kernel.runs.machine import RUNS
+
+    for mutant in ("timer guard undeclared", "updated_at always moves"):
+        record, command, now = _run_situation(mutant)
+        windowed = decide_windowed(RUNS, record, command, now)
+        assert windowed is not None and windowed == decide_ahead(RUNS, record, command, now)
 
 
 def test_a_decision_read_from_the_declarations_checks_the_invariants_at_both_edges(monkeypatch: pytest.MonkeyPatch) -> None:

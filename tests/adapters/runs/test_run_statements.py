@@ -79,6 +79,34 @@ async def test_a_single_hop_run_sends_no_more_statements_than_when_pinned(db_url
     assert all(measured[0][step] <= bounds[step] for step in bounds), (measured[0], bounds)
 
 
+async def test_a_single_hop_run_is_decided_ahead_from_the_machine_declarations_alone(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Run machine declares its time guards and moving fields: every decision a
+    single-hop Run makes ahead (admission, publication, claim) reads its window from
+    them (``decide_windowed``), never by instrumenting every comparison
+    (``decide_ahead``, the reference, which costs client CPU), and still in as few
+    statements as pinned."""
+    from tenure.adapters.core import engine
+
+    instrumented: list[object] = []
+    reference = engine.decide_ahead
+
+    def counted_reference(machine: Any, record: Any, command: Any, now_us: int, **options: Any) -> Any:
+        instrumented.append(command.kind)
+        return reference(machine, record, command, now_us, **options)
+
+    monkeypatch.setattr(engine, "decide_ahead", counted_reference)
+    async with RunLedger(db_url) as ledger:
+        worker = RunWorker(ledger, InMemoryBroker(), workflows, node="n", concurrency=1, watch_interval_s=60)
+        with count_statements() as counted:
+            await single_hop(ledger, worker, counted, 0)
+            measured = await single_hop(ledger, worker, counted, 1)
+    assert instrumented == []
+    bounds = SINGLE_HOP_BOUNDS[database_of(db_url)]
+    assert all(measured[step] <= bounds[step] for step in bounds), (measured, bounds)
+
+
 async def dead_node(runs: Runs, count: int) -> None:
     """``count`` Runs as a dead ``node-a`` leaves them, a quarter of each kind (see
     :data:`RECONCILE_BOUNDS`)."""
