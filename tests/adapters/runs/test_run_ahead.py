@@ -29,7 +29,7 @@ from tenure.adapters import RunLedger
 from tenure.adapters.core import engine as core_engine
 from tenure.adapters.postgres import statements
 from tenure.adapters.runs.engine import RunEngine
-from tenure.kernel.ahead import decide_ahead
+from tenure.kernel.ahead import decide_ahead, decide_windowed
 from tenure.kernel.core import Applied
 from tenure.kernel.runs.commands import (
     BeginCancel,
@@ -125,17 +125,24 @@ Scenario = Callable[[Runs], Awaitable[None]]
 # --- breakages ----------------------------------------------------------------------------------
 
 
-def _guards_alone(*args: Any, **kwargs: Any) -> Any:
-    """decide_ahead with the window the guards imply, ignoring the effect's own comparison
-    with the time (the claim's ``updated_at`` never moving backwards)."""
-    ahead = decide_ahead(*args, **kwargs)
-    if ahead is None:
-        return None
-    return dataclasses.replace(ahead, not_before_us=ahead.rule_not_before_us, not_after_us=ahead.rule_not_after_us)
+def _guards_alone(decider: Callable[..., Any]) -> Callable[..., Any]:
+    """``decider`` (decide_windowed or decide_ahead) with the window the guards imply,
+    ignoring the effect's own comparison with the time (the claim's ``updated_at`` never
+    moving backwards)."""
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        ahead = decider(*args, **kwargs)
+        if ahead is None:
+            return None
+        return dataclasses.replace(ahead, not_before_us=ahead.rule_not_before_us, not_after_us=ahead.rule_not_after_us)
+
+    return broken
 
 
 def _window_from_the_guards_alone(patch: pytest.MonkeyPatch) -> None:
-    patch.setattr(core_engine, "decide_ahead", _guards_alone)
+    # Both deciders the engine asks (the declared one first, the instrumented reference
+    # for what the declarations do not cover).
+    patch.setattr(core_engine, "decide_windowed", _guards_alone(decide_windowed))
+    patch.setattr(core_engine, "decide_ahead", _guards_alone(decide_ahead))
 
 
 def _written_without_the_fence(patch: pytest.MonkeyPatch) -> None:
