@@ -16,11 +16,16 @@ One task queue holds every Run queue of a database: the Run queue rides in the t
 arguments (``{"key": ..., "queue": ...}``) and a worker of this broker serves all of
 ``queues`` (its ``RunWorker.queues`` must be the same set).
 
-Waking: a publish wakes this process's serving loop at once, and on PostgreSQL every
-serving loop listening on the task table's channel (a task that becomes pending
-notifies it in its own transaction); the poll (``poll_s``) is the fallback. A
-listener whose connection was lost wakes its loop, which opens another one (logged
-once per loss) and claims once before it waits again.
+Waking: on PostgreSQL every serving loop listening on the task table's channel is woken
+by the submit itself (a task that becomes pending notifies it in its own transaction);
+where nobody listens (SQLite, a lost listener) a publish wakes this process's serving
+loop at once; the poll (``poll_s``) is the fallback. A listener whose connection was
+lost wakes its loop, which opens another one (logged once per loss) and claims once
+before it waits again. A loop claims only when a hop may be due (one of those wakes, or
+its last claim filled every free slot), so a hop that ends frees its slot without a
+claim that would find nothing; where a claim is one statement (PostgreSQL) it claims
+without looking first, and where it is a transaction (SQLite) it looks first without a
+lock.
 
 Hops of earlier versions: they lived in ``tenure_run_hops`` (a table of the validation
 queue's shape, step ``runs_v3``). A serving loop adopts them (when it starts, then once
