@@ -422,8 +422,10 @@ class QueueBroker:
                 tokens = [secrets.token_hex(16) for _ in range(free)]
                 set_aside = self._ops.unreadable_failed
                 claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record, [HOP_QUEUE])
-                # A claim that filled every free slot, or set rows aside, may have left more due.
-                self._maybe_due = len(claimed) == free or self._ops.unreadable_failed != set_aside
+                # A claim that filled every free slot, or set rows aside, may have left more
+                # due. Set, never cleared here: an announcement heard while the claim ran stays.
+                if len(claimed) == free or self._ops.unreadable_failed != set_aside:
+                    self._maybe_due = True
         for record in claimed:
             hop = str(record.submission_id)  # the hop key
             run_id, seq = parse_hop_key(hop)
