@@ -16,11 +16,16 @@ One task queue holds every Run queue of a database: the Run queue rides in the t
 arguments (``{"key": ..., "queue": ...}``) and a worker of this broker serves all of
 ``queues`` (its ``RunWorker.queues`` must be the same set).
 
-Waking: a publish wakes this process's serving loop at once, and on PostgreSQL every
-serving loop listening on the task table's channel (a task that becomes pending
-notifies it in its own transaction); the poll (``poll_s``) is the fallback. A
-listener whose connection was lost wakes its loop, which opens another one (logged
-once per loss) and claims once before it waits again.
+Waking: on PostgreSQL every serving loop listening on the task table's channel is woken
+by the submit itself (a task that becomes pending notifies it in its own transaction);
+where nobody listens (SQLite, a lost listener) a publish wakes this process's serving
+loop at once; the poll (``poll_s``) is the fallback. A listener whose connection was
+lost wakes its loop, which opens another one (logged once per loss) and claims once
+before it waits again. A loop claims only when a hop may be due (one of those wakes, or
+its last claim filled every free slot), so a hop that ends frees its slot without a
+claim that would find nothing; where a claim is one statement (PostgreSQL) it claims
+without looking first, and where it is a transaction (SQLite) it looks first without a
+lock.
 
 Hops of earlier versions: they lived in ``tenure_run_hops`` (a table of the validation
 queue's shape, step ``runs_v3``). A serving loop adopts them (when it starts, then once
@@ -52,7 +57,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
@@ -154,9 +159,9 @@ class _Listening:
     cut it, or its own check found it silent), so a long ``poll_s`` is only ever the
     fallback. A loss is logged once, the reconnect once it succeeds."""
 
-    def __init__(self, operations: QueueOperations, wake: asyncio.Event) -> None:
+    def __init__(self, operations: QueueOperations, announce: Callable[[], None]) -> None:
         self._operations = operations
-        self._wake = wake
+        self._announce = announce
         self._listener: Listener | None = None
         self._listens = True
         """False once the store answered that it has no notifications (SQLite)."""
@@ -171,7 +176,7 @@ class _Listening:
             self._lost = True
             log.warning("the hop queue's notification listener lost its connection; reconnecting")
         try:
-            listener = await self._operations.store.listen(TASKS_BINDING, self._wake.set)
+            listener = await self._operations.store.listen(TASKS_BINDING, self._announce)
         except TenureError:
             return False  # the database is away: the poll goes on, and the next idle round tries again
         if listener is None:
@@ -185,6 +190,11 @@ class _Listening:
         with contextlib.suppress(Exception):
             await old.close()
         return True
+
+    @property
+    def hears(self) -> bool:
+        """True while a live listener hears every hop that becomes pending."""
+        return self._listener is not None and self._listener.alive
 
     async def close(self) -> None:
         listener, self._listener = self._listener, None
@@ -219,7 +229,12 @@ class QueueBroker:
         """The hops table of earlier versions (adopted, read and cancelled; never claimed)."""
         self._owner = f"tenure-hops:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake: asyncio.Event | None = None
-        """Set by a publish to wake this process's serving loop at once."""
+        """Set to wake this process's serving loop at once (a hop ended, or may be due)."""
+        self._maybe_due = True
+        """Whether a claim could find a hop (see :meth:`_serve_round`): set by an
+        announcement, a publish of this process nobody announces, a claim that filled every
+        free slot, the fallback poll and a failed round; cleared just before a claim."""
+        self._listening: _Listening | None = None
         self._served: dict[str, asyncio.Task[Any]] = {}
         self._fenced_terminally: set[str] = set()
         """Keys this process fenced with startup's authority: stopped, whoever claimed them."""
@@ -239,6 +254,12 @@ class QueueBroker:
         if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
             raise refuse("wire_priority", "integer_out_of_range")
         await self._publish(key, queue, wire_priority)
+        if self._listening is None or not self._listening.hears:
+            self._announce()  # a live listener hears the submit's own announcement instead
+
+    def _announce(self) -> None:
+        """A hop may be due: the serving loop claims in its next round, at once."""
+        self._maybe_due = True
         if self._wake is not None:
             self._wake.set()
 
@@ -317,13 +338,14 @@ class QueueBroker:
         lapsed: set[str] = set()
         wake = asyncio.Event()
         self._wake = wake
+        self._maybe_due = True
         heartbeat_every = float(self._config.heartbeat_seconds)
         last_beat = time.monotonic()
         adopt_every = float(self._config.lease_seconds)
         last_adoption: float | None = None
         failures = 0
         outage = OutageLog(log, "the hop queue's database")
-        listening = _Listening(self._ops, wake)
+        listening = self._listening = _Listening(self._ops, self._announce)
         await listening.ensure()
         try:
             while not stopping.is_set():
@@ -331,7 +353,8 @@ class QueueBroker:
                     if last_adoption is None or time.monotonic() - last_adoption >= adopt_every:
                         last_adoption = time.monotonic()
                         try:
-                            await self._adopt_legacy_hops()
+                            if await self._adopt_legacy_hops():
+                                self._maybe_due = True
                         except TenureError as error:  # tried again after a lease; serving goes on
                             log.warning("adopting an earlier version's hops failed (%s); trying again later",
                                         error.reason)
@@ -345,18 +368,23 @@ class QueueBroker:
                     # The database failed this round (an outage, a busy SQLite file): the
                     # hops already running go on, and serving resumes after a backoff.
                     failures += 1
+                    self._maybe_due = True  # the round's claim may not have run
                     outage.failed("serving hops", error.code.value, error.reason)
                     claimed = []
                     await _wait_any(stopping, None, min(SERVE_BACKOFF_MAX_S, self._poll_s * 2 ** failures))
                     continue
                 if not claimed:
                     if await listening.ensure():
+                        self._maybe_due = True
                         continue  # listening again: what was announced while nobody listened was not heard
-                    # Idle or full: wait for a hop to end, the stop, or the poll interval.
+                    # Idle or full: wait for a hop to end, an announcement, the stop, or the poll interval.
                     await _wait_any(stopping, wake, self._poll_s)
+                    if not wake.is_set():
+                        self._maybe_due = True  # the fallback poll
                     wake.clear()
         finally:
             self._wake = None
+            self._listening = None
             await listening.close()
             running = list(self._served.items())
             for _, task in running:
@@ -371,7 +399,15 @@ class QueueBroker:
     async def _serve_round(self, perform: PerformHop, concurrency: int, fences: dict[str, QueueClaimFence],
                            lapsed: set[str], wake: asyncio.Event) -> list[QueueRow]:
         """Finish the hops that ended (a finish that fails is retried next round), then
-        claim up to the free slots and start each claimed hop."""
+        claim up to the free slots and start each claimed hop.
+
+        A round claims only while a hop may be due (``_maybe_due``): a claim that took
+        fewer hops than it asked for left none due, and every hop that becomes due after
+        it is announced (the task table's notification, or this process's publish where
+        nobody listens) or met by the fallback poll; so a hop that ends frees its slot
+        without a claim that would find nothing. The flag is cleared before the claim: an
+        announcement that arrives while it runs sets it again. Where a claim is one
+        statement (a decided-ahead store), it claims without looking first."""
         for key, task in list(self._served.items()):
             if task.done():
                 await self._finish(fences[key], task)
@@ -380,9 +416,16 @@ class QueueBroker:
                 lapsed.discard(key)
         free = concurrency - len(self._served)
         claimed: list[QueueRow] = []
-        if free > 0 and await self._any_due():
-            tokens = [secrets.token_hex(16) for _ in range(free)]
-            claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record, [HOP_QUEUE])
+        if free > 0 and self._maybe_due:
+            self._maybe_due = False
+            if self._ops.store.ahead is not None or await self._any_due():
+                tokens = [secrets.token_hex(16) for _ in range(free)]
+                set_aside = self._ops.unreadable_failed
+                claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record, [HOP_QUEUE])
+                # A claim that filled every free slot, or set rows aside, may have left more
+                # due. Set, never cleared here: an announcement heard while the claim ran stays.
+                if len(claimed) == free or self._ops.unreadable_failed != set_aside:
+                    self._maybe_due = True
         for record in claimed:
             hop = str(record.submission_id)  # the hop key
             run_id, seq = parse_hop_key(hop)
@@ -407,6 +450,8 @@ class QueueBroker:
                             extra={"hop": key})
 
     async def _any_due(self) -> bool:
+        """Whether a claim would find a hop (read, never locked: where a claim is a
+        transaction, as on SQLite, an idle poll takes no write lock)."""
         async def body(tx: Transaction) -> bool:
             return bool(await tx.find(TASKS_BINDING, _DUE, {"now": await tx.now_us()}, 1))
 

@@ -213,3 +213,39 @@ async def test_a_serving_loop_whose_listen_connection_was_cut_listens_again_logs
         await serving
         await broker.close()
         await publisher.close()
+
+
+async def test_a_hop_published_while_a_claim_runs_is_claimed_without_waiting_for_the_poll(db_url: str) -> None:
+    # A poll longer than the hang guard below: only the announcement can start the second hop.
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=3600, heartbeat_seconds=600, poll_s=60)
+    claim_owned = broker._ops.claim_owned  # noqa: SLF001
+    calls = 0
+
+    async def claim_then_publish(*args: Any, **kwargs: Any) -> Any:
+        # The first claim took what was due; a hop published before it returns is
+        # announced while it runs, and must not be forgotten when it returns.
+        nonlocal calls
+        calls += 1
+        claimed = await claim_owned(*args, **kwargs)
+        if calls == 1:
+            await broker.publish(hop_key(RUN_B, 0), queue="runs", wire_priority=50)
+        return claimed
+
+    broker._ops.claim_owned = claim_then_publish  # type: ignore[method-assign]  # noqa: SLF001
+    stopping = asyncio.Event()
+    ran: list[tuple[str, int]] = []
+
+    async def perform(run_id: str, seq: int, _: Any) -> None:
+        ran.append((run_id, seq))
+
+    try:
+        await broker.publish(hop_key(RUN_A, 0), queue="runs", wire_priority=50)
+        serving = asyncio.create_task(broker.serve(frozenset({"runs"}), perform, concurrency=2, stopping=stopping))
+        try:
+            await until(lambda: _at_least(ran, 2), timeout_s=30, what="the second hop ran before the poll")
+        finally:
+            stopping.set()
+            await serving
+        assert ran == [(RUN_A, 0), (RUN_B, 0)]
+    finally:
+        await broker.close()
