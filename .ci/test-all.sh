@@ -139,13 +139,13 @@ step "type check (mypy --strict)"
 .venv/bin/python -m mypy -p tenure.model -p tenure.kernel -p tenure.adapters -p tenure.conformance -p tenure.apps
 
 step "crosshair over the kernel contracts (in the background)"
-# Two CPU seconds per condition (CrossHair's per-condition timeout counts CPU time, so the
-# budget does not shrink on a loaded machine): 108 conditions, about 220 CPU seconds. Each
+# 1.5 CPU seconds per condition (CrossHair's per-condition timeout counts CPU time, so the
+# budget does not shrink on a loaded machine): 108 conditions, about 160 CPU seconds. Each
 # broken kernel of tests/kernel/test_contracts.py is found within a third of its own
 # budget; the soak (.ci/soak) sweeps every condition again at ten seconds.
 crosshair_kernel() {
   cd /tmp && "$ROOT/.venv/bin/python" "$ROOT/.ci/crosshair_kernel.py" check --analysis_kind=PEP316 \
-    --per_condition_timeout="${CROSSHAIR_CONDITION_S:-2}" --report_all "$ROOT/kernel"
+    --per_condition_timeout="${CROSSHAIR_CONDITION_S:-1.5}" --report_all "$ROOT/kernel"
 }
 background "$WORK/crosshair.log" crosshair_kernel
 
@@ -169,7 +169,7 @@ conform_everywhere() {
   for setup in "sqlite sqlite:///$WORK/conform/app.db" "postgresql $TEST_PG_DSN"; do
     name=${setup%% *}
     status=0
-    "$ROOT/.venv/bin/tenure" conform --db "${setup#* }" --steps "${CONFORM_STEPS:-500}" --seed 20261205 \
+    "$ROOT/.venv/bin/tenure" conform --db "${setup#* }" --steps "${CONFORM_STEPS:-300}" --seed 20261205 \
       >"$name.log" 2>"$name.progress" || status=$?
     echo "$status" >"$name.status"
     if [ "$status" != 0 ]; then failed=1; fi
