@@ -262,6 +262,14 @@ async def _advisory_locks(probe: _Probe) -> tuple[bool | None, str]:
 # --- what a pooler may drop ------------------------------------------------------------------
 
 
+POOLED_NOTIFY_WAIT_S = 2.0
+"""How long the notification probe waits through a transaction pooler. There tenure opens
+no listener (its workers poll), so the verdict is "not needed" either way and the wait
+only tells the user what the pooler does; a server delivers a notification within
+milliseconds, and a transaction pooler never does, so waiting out the whole per-call
+deadline (``tenure conform``'s is 30 s) would only spend time."""
+
+
 async def _listen_notify(probe: _Probe) -> tuple[bool | None, str]:
     channel = f"tenure_facts_{secrets.token_hex(6)}"
     heard = asyncio.Event()
@@ -269,11 +277,12 @@ async def _listen_notify(probe: _Probe) -> tuple[bool | None, str]:
     def hear(*_: object) -> None:
         heard.set()
 
+    wait_s = min(probe.deadline_seconds, POOLED_NOTIFY_WAIT_S) if probe.transaction_pooler else probe.deadline_seconds
     async with probe.connections(2) as (listener, sender):
         await listener.add_listener(channel, hear)
         await sender.fetchval("SELECT pg_notify($1, 'probe')", channel)
         try:
-            async with asyncio.timeout(probe.deadline_seconds):
+            async with asyncio.timeout(wait_s):
                 await heard.wait()
         except TimeoutError:
             # tenure's pooler mode opens no listener: its workers poll instead.
