@@ -37,8 +37,8 @@ from tenure.kernel.core import Finder, Rewrite, SetValue
 from tenure.model import ConfigValidationError
 
 from ..core.failures import Stage, persistence_failed
-from ..core.sql import POSTGRESQL, CompiledCounts, compile_finder, counts_sql
-from ..core.store import AheadAnswer, Body, Count, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
+from ..core.sql import POSTGRESQL, compile_finder
+from ..core.store import AheadAnswer, Body, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel, record_or_unreadable
 from ..core.urls import Pooler
 from . import statements
@@ -145,23 +145,14 @@ class PostgresTransaction(SharedPrimitives):
         self._observe(rows[0][0])
         return self.joined_records(binding, other, rows, 1)
 
-    async def locked_joined_counting(
-        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
-        counts: Sequence[Count],
-    ) -> tuple[list[tuple[Any, Any]], list[int]]:
-        if not counts:
-            return await self.locked_joined(binding, keys, other, on), []
-        compiled = self._counts(counts)
-        sql = statements.locked_joined_counting_sql(binding, other, on, self.schema, compiled.columns)
-        rows = await self._fetch(sql, {"keys": self.key_list(keys),
-                                       **compiled.parameters([parameters for _, _, parameters, _ in counts])})
+    async def _locked_joined_beside(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], columns: tuple[str, ...],
+        parameters: Mapping[str, Any],
+    ) -> tuple[list[Any], int]:
+        rows = await self._fetch(statements.locked_joined_counting_sql(binding, other, on, self.schema, columns),
+                                 parameters)
         self._observe(rows[0][0])
-        counted = [int(value) for value in rows[0][-len(counts):]]
-        return self.joined_records(binding, other, rows, 1), counted
-
-    def _counts(self, counts: Sequence[Count]) -> CompiledCounts:
-        return counts_sql(tuple((binding, finder, limit) for binding, finder, _, limit in counts), self.capabilities,
-                          self.schema)
+        return rows, 1
 
     async def write_guarded(
         self, parts: Sequence[tuple[Binding, Any, Any]], deletes: Sequence[tuple[Binding, Sequence[str]]],
@@ -175,9 +166,9 @@ class PostgresTransaction(SharedPrimitives):
             parameters[f"d{index}_keys"] = self.key_list(keys)
         columns: tuple[str, ...] = ()
         if guards:
-            compiled = self._counts([count for count, _ in guards])
+            compiled, bound = self.compiled_counts([count for count, _ in guards])
             columns = compiled.columns
-            parameters.update(compiled.parameters([count[2] for count, _ in guards]))
+            parameters.update(bound)
             parameters.update((f"g{index}", value) for index, (_, value) in enumerate(guards))
         shape = tuple(binding for binding, _, _ in parts)
         sql = statements.guarded_write_sql(shape, tuple(binding for binding, _ in deletes), columns, self.schema)
