@@ -28,6 +28,7 @@ from tenure.kernel.core import Finder, Rewrite
 from .failures import persistence_failed
 from .sql import (
     Capabilities,
+    CompiledCounts,
     CompiledFinder,
     TableStatements,
     compile_finder,
@@ -438,6 +439,16 @@ class SharedPrimitives:
     def compiled(self, binding: Binding, finder: Finder, *, limited: bool = False) -> CompiledFinder:
         return compile_finder(binding, finder, self.capabilities, self.schema, limited=limited)
 
+    def compiled_counts(self, counts: Sequence[Count]) -> tuple[CompiledCounts, dict[str, Any]]:
+        """``counts`` as one scalar subquery each (:func:`~tenure.adapters.core.sql.counts_sql`,
+        built once per shape), with their parameters bound: the one way every store compiles
+        a count, whether it runs the counts alone (:meth:`count_each`) or places them in
+        another statement (a Run's pair locked with its evidence counted beside it, a write
+        guarded by its counts)."""
+        compiled = counts_sql(tuple((binding, finder, limit) for binding, finder, _, limit in counts),
+                              self.capabilities, self.schema)
+        return compiled, compiled.parameters([parameters for _, _, parameters, _ in counts])
+
     def compare_parameters(self, binding: Binding, old: Any, *, every_column: bool = False) -> dict[str, Any]:
         """``old_<column>`` for every column the compare-and-set compares (the mutable ones;
         ``every_column``: all, as ``update_seen`` compares), and ``old_key``."""
@@ -536,9 +547,8 @@ class SharedPrimitives:
 
     async def count_each(self, queries: Sequence[tuple[Binding, Finder, Mapping[str, Any], int | None]]) -> list[int]:
         assert all(finder.lock == "none" for _, finder, _, _ in queries), "counts take no locks"
-        shape = tuple((binding, finder, limit) for binding, finder, _, limit in queries)
-        compiled = counts_sql(shape, self.capabilities, self.schema)
-        rows = await self._rows(compiled.sql, compiled.parameters([parameters for _, _, parameters, _ in queries]))
+        compiled, parameters = self.compiled_counts(queries)
+        rows = await self._rows(compiled.sql, parameters)
         return [int(count) for count in rows[0]]
 
     async def delete_keys(self, binding: Binding, keys: Sequence[str]) -> int:
@@ -550,8 +560,25 @@ class SharedPrimitives:
         self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
         counts: Sequence[Count],
     ) -> tuple[list[tuple[Any, Any]], list[int]]:
-        joined = await self.locked_joined(binding, keys, other, on)  # type: ignore[attr-defined]
-        return joined, (await self.count_each(counts) if counts else [])
+        if not counts:
+            return await self.locked_joined(binding, keys, other, on), []  # type: ignore[attr-defined]
+        compiled, parameters = self.compiled_counts(counts)
+        rows, offset = await self._locked_joined_beside(binding, other, on, compiled.columns,
+                                                        {"keys": self.key_list(keys), **parameters})
+        # Every row carries the counts as its last columns; no row (a store whose joined
+        # read answers none when no row has the keys) leaves nothing they could be evidence for.
+        counted = [int(value) for value in rows[0][-len(counts):]] if rows else [0] * len(counts)
+        return self.joined_records(binding, other, rows, offset), counted
+
+    async def _locked_joined_beside(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], columns: tuple[str, ...],
+        parameters: Mapping[str, Any],
+    ) -> tuple[list[Any], int]:
+        """The rows of :meth:`locked_joined` (the ``:keys`` of ``parameters``), each with
+        ``columns`` (scalar subqueries, their parameters in ``parameters``) as its last
+        columns, in one statement, and where the pair's columns start in a row: each store
+        spells its locking statement and reads its clock its way."""
+        raise NotImplementedError
 
     async def write_guarded(
         self, parts: Sequence[tuple[Binding, Any, Any]], deletes: Sequence[tuple[Binding, Sequence[str]]],

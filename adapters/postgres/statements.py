@@ -33,7 +33,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, SetValue
 
@@ -104,30 +104,63 @@ def with_clock(locking_select: str) -> str:
     )
 
 
+class _LockedPair(NamedTuple):
+    """The start every statement that locks a row and the one row of another table it
+    meets shares (:func:`_locked_pair_ctes`)."""
+
+    ctes: str
+    """``locked``, ``joined`` and ``clock``, as the first CTEs of a ``WITH`` list."""
+    columns: str
+    """Every column of ``locked``, then every column of ``joined``, for a select list."""
+    meets: str
+    """The condition on which a row of ``joined`` meets its row of ``locked``."""
+
+
 @functools.cache
-def locked_joined_sql(binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None) -> str:
-    """One statement that locks the rows of ``binding`` with the ``:keys`` (in key order),
-    then the rows of ``other`` whose fields ``on[i][1]`` equal theirs ``on[i][0]`` (in key
-    order: the lock order of every path that locks both), then reads the clock; its
-    rows are the clock, then each locked row of ``binding`` with its row of ``other``
-    (NULL columns when there is none; one row of NULLs when nothing was locked). The
-    second CTE reads the first, so it runs after it; the clock is an aggregate over both,
-    computed only once every lock of both is taken (see :func:`with_clock`)."""
+def _locked_pair_ctes(binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
+                      held: str = "") -> _LockedPair:
+    """The CTEs that lock the rows of ``binding`` with the ``:keys`` (or meeting ``held``,
+    an ``OR`` condition), in key order, then the rows of ``other`` whose fields
+    ``on[i][1]`` equal theirs ``on[i][0]``, in key order (the lock order of every path
+    that locks both), then read the clock. ``joined`` reads ``locked``, so it runs after
+    it; the clock is an aggregate over both, computed only once every lock of both is
+    taken (see :func:`with_clock`). One spelling for every pair statement: the lock order
+    and the clock after both locks are what a pair's decision relies on."""
     ours = [binding.column_of(field).name for field, _ in on]
     theirs = [other.column_of(field).name for _, field in on]
     key, other_key = binding.key_column, other.key_column
     mine, its = binding.spec.column_names, other.spec.column_names
     locking = (f"SELECT {', '.join(mine)} FROM {qualified(schema, binding.spec.name)} "
-               f"WHERE {key} = ANY(:keys) ORDER BY {key} FOR UPDATE")
+               f"WHERE {key} = ANY(:keys){held} ORDER BY {key} FOR UPDATE")
     met = (f"SELECT {', '.join('b.' + column for column in its)} FROM {qualified(schema, other.spec.name)} AS b "
            f"WHERE ({', '.join('b.' + column for column in theirs)}) IN (SELECT {', '.join(ours)} FROM locked) "
            f"ORDER BY b.{other_key} FOR UPDATE OF b")
-    joined = " AND ".join(f"joined.{t} = locked.{o}" for o, t in zip(ours, theirs, strict=True))
-    return (f"WITH locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), "
-            "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows "
-            "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock) "
-            f"SELECT clock.now, {', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)} "
-            f"FROM clock LEFT JOIN locked ON true LEFT JOIN joined ON {joined} ORDER BY locked.{key}")
+    return _LockedPair(
+        ctes=(f"locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), "
+              "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows "
+              "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock)"),
+        columns=f"{', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)}",
+        meets=" AND ".join(f"joined.{t} = locked.{o}" for o, t in zip(ours, theirs, strict=True)),
+    )
+
+
+def _locked_joined_text(binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
+                        counts: tuple[str, ...]) -> str:
+    """The locked pair's rows in key order after the clock, each row of ``binding`` with its
+    row of ``other``, and ``counts`` (if any) as the last columns."""
+    pair = _locked_pair_ctes(binding, other, on, schema)
+    counted = "".join(f", {count}" for count in counts)
+    return (f"WITH {pair.ctes} SELECT clock.now, {pair.columns}{counted} "
+            f"FROM clock LEFT JOIN locked ON true LEFT JOIN joined ON {pair.meets} ORDER BY locked.{binding.key_column}")
+
+
+@functools.cache
+def locked_joined_sql(binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None) -> str:
+    """One statement that locks the rows of ``binding`` with the ``:keys``, then the rows
+    of ``other`` they meet (``on``), then reads the clock (:func:`_locked_pair_ctes`); its
+    rows are the clock, then each locked row of ``binding`` with its row of ``other``
+    (NULL columns when there is none; one row of NULLs when nothing was locked)."""
+    return _locked_joined_text(binding, other, on, schema, ())
 
 
 @functools.cache
@@ -137,8 +170,7 @@ def locked_joined_counting_sql(binding: Binding, other: Binding, on: tuple[tuple
     prefixed ``q<i>_``) as columns after the rows': the evidence counted beside the
     locked rows in the same round trip. The counts see the statement's snapshot, taken
     before its lock waits: a write made on them verifies them (:func:`guarded_write_sql`)."""
-    locked = locked_joined_sql(binding, other, on, schema)
-    return locked.replace(" FROM clock LEFT JOIN ", f", {', '.join(counts)} FROM clock LEFT JOIN ", 1)
+    return _locked_joined_text(binding, other, on, schema, counts)
 
 
 @functools.cache
@@ -434,7 +466,7 @@ def joined_ahead_sql(
     """The decided-ahead compare-and-set of a row and the one row of another table it
     meets (a Run and its current delivery), in one statement: lock the row of
     ``binding`` with ``:keys``, then the rows of ``other`` it meets (``on``, the lock
-    order of :func:`locked_joined_sql`), read the clock after both (an aggregate over
+    order of :func:`_locked_pair_ctes`), read the clock after both (an aggregate over
     both), and write each row (parameters ``a_`` and ``b_``: old, new, offsets, whether
     to write it) only if the clock lies in the window, exactly one row of ``other`` was
     met, it has the key ``:b_key``, and both rows equal, in every column, the rows
@@ -442,15 +474,8 @@ def joined_ahead_sql(
     divides by zero: nothing kept). The answer: the clock, the verdict, how many rows
     each write wrote, and (when nothing was written) the rows as locked."""
     udt_a, udt_b = dict(types), dict(other_types)
-    mine, its = binding.spec.column_names, other.spec.column_names
-    ours = [binding.column_of(field).name for field, _ in on]
-    theirs = [other.column_of(field).name for _, field in on]
-    key, other_key = binding.key_column, other.key_column
-    locking = (f"SELECT {', '.join(mine)} FROM {qualified(schema, binding.spec.name)} "
-               f"WHERE {key} = ANY(:keys) ORDER BY {key} FOR UPDATE")
-    met = (f"SELECT {', '.join('b.' + column for column in its)} FROM {qualified(schema, other.spec.name)} AS b "
-           f"WHERE ({', '.join('b.' + column for column in theirs)}) IN (SELECT {', '.join(ours)} FROM locked) "
-           f"ORDER BY b.{other_key} FOR UPDATE OF b")
+    other_key = other.key_column
+    pair = _locked_pair_ctes(binding, other, on, schema)
 
     def unchanged(side: Binding, udt: Mapping[str, str], rows: str, prefix: str, key_check: str) -> str:
         # Every column, not only the mutable ones: a value another writer changed where
@@ -473,16 +498,13 @@ def joined_ahead_sql(
           f"AND {unchanged(binding, udt_a, 'locked', 'a_', 'true')} "
           "AND (SELECT count(*) FROM joined) = 1 "
           f"AND {unchanged(other, udt_b, 'joined', 'b_', other_key_check)}")
-    joined = " AND ".join(f"joined.{t} = locked.{o}" for o, t in zip(ours, theirs, strict=True))
-    return (f"WITH locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), "
-            "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows "
-            "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock), "
+    return (f"WITH {pair.ctes}, "
             f"verdict AS MATERIALIZED (SELECT clock.now, ({go}) AS go FROM clock), "
             f"wrote_a AS ({write(binding, udt_a, 'a_', 'ANY(:keys)')}), "
             f"wrote_b AS ({write(other, udt_b, 'b_', other_target)}) "
             "SELECT verdict.now, verdict.go, (SELECT count(*) FROM wrote_a), (SELECT count(*) FROM wrote_b), "
-            f"{', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)} "
-            f"FROM verdict LEFT JOIN locked ON NOT verdict.go LEFT JOIN joined ON NOT verdict.go AND {joined}")
+            f"{pair.columns} "
+            f"FROM verdict LEFT JOIN locked ON NOT verdict.go LEFT JOIN joined ON NOT verdict.go AND {pair.meets}")
 
 
 def _inserted(binding: Binding, udt: Mapping[str, str], column: str, prefix: str) -> str:
@@ -520,16 +542,8 @@ def joined_insert_sql(
     value is verified in the RETURNING lists. The answer: the clock, the verdict, how
     many rows each insert wrote, and the rows met (when the verdict said no)."""
     udt_a, udt_b = dict(types), dict(other_types)
-    mine, its = binding.spec.column_names, other.spec.column_names
-    ours = [binding.column_of(field).name for field, _ in on]
-    theirs = [other.column_of(field).name for _, field in on]
-    key, other_key = binding.key_column, other.key_column
     held = "" if holder is None else f" OR {holder} = (:holder)::{udt_a[holder]}"
-    locking = (f"SELECT {', '.join(mine)} FROM {qualified(schema, binding.spec.name)} "
-               f"WHERE {key} = ANY(:keys){held} ORDER BY {key} FOR UPDATE")
-    met = (f"SELECT {', '.join('b.' + column for column in its)} FROM {qualified(schema, other.spec.name)} AS b "
-           f"WHERE ({', '.join('b.' + column for column in theirs)}) IN (SELECT {', '.join(ours)} FROM locked) "
-           f"ORDER BY b.{other_key} FOR UPDATE OF b")
+    pair = _locked_pair_ctes(binding, other, on, schema, held)
 
     def insert(side: Binding, udt: Mapping[str, str], prefix: str) -> str:
         columns = side.spec.column_names
@@ -538,17 +552,14 @@ def joined_insert_sql(
                 f"SELECT {', '.join(_inserted(side, udt, c, prefix) for c in columns)} FROM verdict WHERE verdict.go "
                 f"ON CONFLICT DO NOTHING RETURNING 1 / (CASE WHEN {checks} THEN 1 ELSE 0 END) AS verified")
 
-    joined = " AND ".join(f"joined.{t} = locked.{o}" for o, t in zip(ours, theirs, strict=True))
-    return (f"WITH locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), "
-            "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows "
-            "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock), "
+    return (f"WITH {pair.ctes}, "
             f"verdict AS MATERIALIZED (SELECT clock.now, (clock.locked_rows = 0 AND {WINDOW}) AS go FROM clock), "
             f"wrote_a AS ({insert(binding, udt_a, 'a_')}), wrote_b AS ({insert(other, udt_b, 'b_')}) "
             "SELECT verdict.now, verdict.go, (SELECT count(*) FROM wrote_a), (SELECT count(*) FROM wrote_b), "
-            f"{', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)}, "
+            f"{pair.columns}, "
             "1 / (CASE WHEN (SELECT count(*) FROM wrote_a) = (SELECT count(*) FROM wrote_b) THEN 1 ELSE 0 END) "
             f"AS both_or_neither FROM verdict LEFT JOIN locked ON NOT verdict.go "
-            f"LEFT JOIN joined ON NOT verdict.go AND {joined}")
+            f"LEFT JOIN joined ON NOT verdict.go AND {pair.meets}")
 
 
 def joined_ahead_parameters(binding: Binding, codec: RowCodec, item: Expected, prefix: str) -> dict[str, Any] | None:

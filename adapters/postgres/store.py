@@ -37,8 +37,8 @@ from tenure.kernel.core import Finder, Rewrite, SetValue
 from tenure.model import ConfigValidationError
 
 from ..core.failures import Stage, persistence_failed
-from ..core.sql import POSTGRESQL, CompiledCounts, compile_finder, counts_sql
-from ..core.store import AheadAnswer, Body, Count, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
+from ..core.sql import POSTGRESQL, compile_finder
+from ..core.store import AheadAnswer, Body, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel, record_or_unreadable
 from ..core.urls import Pooler
 from . import statements
@@ -145,23 +145,14 @@ class PostgresTransaction(SharedPrimitives):
         self._observe(rows[0][0])
         return self.joined_records(binding, other, rows, 1)
 
-    async def locked_joined_counting(
-        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
-        counts: Sequence[Count],
-    ) -> tuple[list[tuple[Any, Any]], list[int]]:
-        if not counts:
-            return await self.locked_joined(binding, keys, other, on), []
-        compiled = self._counts(counts)
-        sql = statements.locked_joined_counting_sql(binding, other, on, self.schema, compiled.columns)
-        rows = await self._fetch(sql, {"keys": self.key_list(keys),
-                                       **compiled.parameters([parameters for _, _, parameters, _ in counts])})
+    async def _locked_joined_beside(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], columns: tuple[str, ...],
+        parameters: Mapping[str, Any],
+    ) -> tuple[list[Any], int]:
+        rows = await self._fetch(statements.locked_joined_counting_sql(binding, other, on, self.schema, columns),
+                                 parameters)
         self._observe(rows[0][0])
-        counted = [int(value) for value in rows[0][-len(counts):]]
-        return self.joined_records(binding, other, rows, 1), counted
-
-    def _counts(self, counts: Sequence[Count]) -> CompiledCounts:
-        return counts_sql(tuple((binding, finder, limit) for binding, finder, _, limit in counts), self.capabilities,
-                          self.schema)
+        return rows, 1
 
     async def write_guarded(
         self, parts: Sequence[tuple[Binding, Any, Any]], deletes: Sequence[tuple[Binding, Sequence[str]]],
@@ -170,26 +161,38 @@ class PostgresTransaction(SharedPrimitives):
         if any(old is None for _, old, _ in parts) or len({binding for binding, _, _ in parts}) != len(parts):
             return await super().write_guarded(parts, deletes, guards)  # inserts, or two rows of one table
         self._require_writable()
-        parameters: dict[str, Any] = {}
-        for index, (binding, old, new) in enumerate(parts):
-            parameters.update((f"w{index}_{name}", value)
-                              for name, value in self.write_parameters(binding, old, new).items())
+        parameters = self._part_parameters(parts)
         for index, (_, keys) in enumerate(deletes):
             parameters[f"d{index}_keys"] = self.key_list(keys)
         columns: tuple[str, ...] = ()
         if guards:
-            compiled = self._counts([count for count, _ in guards])
+            compiled, bound = self.compiled_counts([count for count, _ in guards])
             columns = compiled.columns
-            parameters.update(compiled.parameters([count[2] for count, _ in guards]))
+            parameters.update(bound)
             parameters.update((f"g{index}", value) for index, (_, value) in enumerate(guards))
         shape = tuple(binding for binding, _, _ in parts)
         sql = statements.guarded_write_sql(shape, tuple(binding for binding, _ in deletes), columns, self.schema)
         row = (await self._fetch(sql, parameters))[0]
         if not row[0]:
             return None  # a count moved since it was read: nothing written
+        return self._stored_parts(shape, row, 1)
+
+    def _part_parameters(self, parts: Sequence[tuple[Binding, Any, Any]]) -> dict[str, Any]:
+        """The parameters of the one-row-per-table writes of :func:`.statements.write_across_sql`
+        and :func:`.statements.guarded_write_sql`, each part's under ``w<i>_``: the new row's
+        values for an insert (no old row), a compare-and-set's otherwise."""
+        parameters: dict[str, Any] = {}
+        for index, (binding, old, new) in enumerate(parts):
+            written = self.codec(binding).write(new) if old is None else self.write_parameters(binding, old, new)
+            parameters.update((f"w{index}_{name}", value) for name, value in written.items())
+        return parameters
+
+    def _stored_parts(self, bindings: Sequence[Binding], row: Any, offset: int) -> list[Any]:
+        """The rows those statements answer side by side from ``offset``, one per binding
+        and as stored; a part whose compare-and-set found its row changed (NULL columns)
+        raises ``row_changed``, for the caller's transaction to roll every write back."""
         stored: list[Any] = []
-        offset = 1
-        for binding in shape:
+        for binding in bindings:
             if row[offset + binding.key_index] is None:
                 raise persistence_failed("row_changed")  # its compare-and-set found the row changed
             stored.append(self.codec(binding).read(row, offset))
@@ -270,20 +273,9 @@ class PostgresTransaction(SharedPrimitives):
         if len(parts) < 2 or len(set(bindings)) != len(bindings):
             return await super().write_across(parts)
         self._require_writable()
-        parameters: dict[str, Any] = {}
-        for index, (binding, old, new) in enumerate(parts):
-            written = self.codec(binding).write(new) if old is None else self.write_parameters(binding, old, new)
-            parameters.update((f"w{index}_{name}", value) for name, value in written.items())
         shape = tuple((binding, old is None) for binding, old, _ in parts)
-        row = (await self._fetch(statements.write_across_sql(shape, self.schema), parameters))[0]
-        stored: list[Any] = []
-        offset = 0
-        for binding in bindings:
-            if row[offset + binding.key_index] is None:
-                raise persistence_failed("row_changed")  # its compare-and-set found the row changed
-            stored.append(self.codec(binding).read(row, offset))
-            offset += len(binding.spec.columns)
-        return stored
+        row = (await self._fetch(statements.write_across_sql(shape, self.schema), self._part_parameters(parts)))[0]
+        return self._stored_parts(bindings, row, 0)
 
     async def delete_keys(self, binding: Binding, keys: Sequence[str]) -> int:
         self._require_writable()

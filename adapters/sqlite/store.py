@@ -55,8 +55,8 @@ from tenure.model import ConfigValidationError, TenureError
 
 from ..core.failures import Stage, persistence_failed, translate
 from ..core.schema import CLOCK_TABLE
-from ..core.sql import SQLITE, counts_sql, joined_read_sql
-from ..core.store import Body, Count, Probe, SharedPrimitives, TimeObserver
+from ..core.sql import SQLITE, joined_read_sql
+from ..core.store import Body, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import SQLITE_DIALECT, Binding, UndecodableText
 
 __all__ = ["SqliteStore", "SqliteTransaction", "DEFAULT_TIMEOUT_SECONDS", "wall_clock_us"]
@@ -322,21 +322,14 @@ class SqliteTransaction(SharedPrimitives):
 
     counts_current = True  # the transaction holds the database's write lock from its start
 
-    async def locked_joined_counting(
-        self, binding: Binding, keys: Sequence[str], other: Binding, on: tuple[tuple[str, str], ...],
-        counts: Sequence[Count],
-    ) -> tuple[list[tuple[Any, Any]], list[int]]:
-        if not counts:
-            return await self.locked_joined(binding, keys, other, on), []
-        compiled = counts_sql(tuple((b, finder, limit) for b, finder, _, limit in counts), self.capabilities,
-                              self.schema)
+    async def _locked_joined_beside(
+        self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], columns: tuple[str, ...],
+        parameters: Mapping[str, Any],
+    ) -> tuple[list[Any], int]:
         joined = joined_read_sql(binding, other, on, self.capabilities, self.schema)
-        sql = joined.replace(" FROM ", f", {', '.join(compiled.columns)} FROM ", 1)
-        rows = await self._rows(sql, {"keys": self.key_list(keys),
-                                      **compiled.parameters([parameters for _, _, parameters, _ in counts])})
+        rows = await self._rows(joined.replace(" FROM ", f", {', '.join(columns)} FROM ", 1), parameters)
         await self.now_us()  # the whole database is already locked: any time now is after the lock
-        counted = [int(value) for value in rows[0][-len(counts):]] if rows else [0] * len(counts)
-        return self.joined_records(binding, other, rows, 0), counted
+        return rows, 0
 
     async def snapshot(self, binding: Binding, probes: Sequence[Probe]) -> list[Any]:
         """The clock, then every probe under the write lock: the questions (``exists``,

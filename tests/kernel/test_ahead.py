@@ -5,7 +5,7 @@ throughout. One suite, parameterized by machine (tests/support/machines.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import given, settings
@@ -69,18 +69,53 @@ def _made_ahead(under_test: MachineUnderTest, record: Any, command: Any, now: in
     return ahead
 
 
+class DrawnAhead(NamedTuple):
+    """A situation with its decision made ahead (:func:`_drawn_ahead`)."""
+
+    under_test: MachineUnderTest
+    record: Any
+    command: Any
+    now: int
+    ahead: Ahead
+
+
+def _drawn_ahead(name: str, data: st.DataObject) -> DrawnAhead | None:
+    """A situation of the machine ``name`` (:func:`_situation`: its time often at an
+    edge) with its decision made ahead, or None where the machine may decline to make it
+    ahead (:func:`_made_ahead`): the one way the properties of a decision made ahead
+    draw what they check."""
+    under_test = MACHINES[name]
+    record, command, now = _situation(under_test, data)
+    ahead = _made_ahead(under_test, record, command, now)
+    return None if ahead is None else DrawnAhead(under_test, record, command, now, ahead)
+
+
+def _assert_the_declarations_agree_with_the_instrumented_reference(machine: Any, record: Any, command: Any,
+                                                                    now: int) -> None:
+    """The decision read from the declared time guards and moving fields
+    (:func:`decide_windowed`) equals the one instrumenting every comparison finds
+    (:func:`decide_ahead`); where the declared path declines, so does the reference, or
+    the rule's effect declares no moving fields."""
+    windowed = decide_windowed(machine, record, command, now)
+    instrumented = decide_ahead(machine, record, command, now)
+    if windowed is None:
+        outcome = select_rule(machine, record, command, now).outcome
+        assert instrumented is None or (isinstance(outcome, str) and outcome not in machine.moving_fields), outcome
+        return
+    assert windowed == instrumented
+
+
 @pytest.mark.parametrize("name", MACHINE_NAMES)
 @settings(max_examples=400)
 @given(data=st.data())
 def test_a_decision_made_ahead_equals_the_ordinary_decision_everywhere_in_its_window(
     name: str, data: st.DataObject
 ) -> None:
-    under_test = MACHINES[name]
-    machine = under_test.machine
-    record, command, now = _situation(under_test, data)
-    ahead = _made_ahead(under_test, record, command, now)
-    if ahead is None:
+    drawn = _drawn_ahead(name, data)
+    if drawn is None:
         return
+    under_test, record, command, now, ahead = drawn
+    machine = under_test.machine
     start, end = ahead.not_before_us, ahead.not_after_us
     assert start <= now < end
     assert now - DEFAULT_SPAN_US <= start and end <= now + DEFAULT_SPAN_US
@@ -119,15 +154,8 @@ def test_a_decision_read_from_the_declarations_equals_the_instrumented_one(name:
     comparison finds: the same decision, window, offsets and invariant check (a guard
     or an effect that reads the time without a declaration narrows the instrumented
     window and fails here)."""
-    machine = MACHINES[name].machine
     record, command, now = _situation(MACHINES[name], data)
-    windowed = decide_windowed(machine, record, command, now)
-    instrumented = decide_ahead(machine, record, command, now)
-    if windowed is None:
-        outcome = select_rule(machine, record, command, now).outcome
-        assert instrumented is None or (isinstance(outcome, str) and outcome not in machine.moving_fields), outcome
-        return
-    assert windowed == instrumented
+    _assert_the_declarations_agree_with_the_instrumented_reference(MACHINES[name].machine, record, command, now)
 
 
 def _reading_the_time(name: str) -> list[tuple[Any, Any]]:
@@ -155,28 +183,20 @@ def test_a_decision_read_from_the_declarations_equals_the_instrumented_one_where
 ) -> None:
     """The same, in the states and for the commands whose rules read the time (a Run's
     timer resume is too rare among all the situations to hold its declaration)."""
-    machine = MACHINES[name].machine
     state, kind = data.draw(st.sampled_from(_reading_the_time(name)), label="where")
     record, command, now = _situation(MACHINES[name], data, state=state, kind=kind)
-    windowed = decide_windowed(machine, record, command, now)
-    instrumented = decide_ahead(machine, record, command, now)
-    if windowed is None:
-        outcome = select_rule(machine, record, command, now).outcome
-        assert instrumented is None or (isinstance(outcome, str) and outcome not in machine.moving_fields), outcome
-        return
-    assert windowed == instrumented
+    _assert_the_declarations_agree_with_the_instrumented_reference(MACHINES[name].machine, record, command, now)
 
 
 @pytest.mark.parametrize("name", MACHINE_NAMES)
 @settings(max_examples=400)
 @given(data=st.data())
 def test_the_guards_flip_at_the_edges_of_the_window_they_imply(name: str, data: st.DataObject) -> None:
-    under_test = MACHINES[name]
-    machine = under_test.machine
-    record, command, now = _situation(under_test, data)
-    ahead = _made_ahead(under_test, record, command, now)
-    if ahead is None:
+    drawn = _drawn_ahead(name, data)
+    if drawn is None:
         return
+    under_test, record, command, now, ahead = drawn
+    machine = under_test.machine
     rule = select_rule(machine, record, command, now)
     if ahead.rule_not_before_us > now - DEFAULT_SPAN_US:
         assert select_rule(machine, record, command, ahead.rule_not_before_us - 1) != rule
@@ -190,11 +210,10 @@ def test_the_guards_flip_at_the_edges_of_the_window_they_imply(name: str, data: 
 def test_the_time_dependent_fields_of_a_decision_made_ahead_move_with_the_time(
     name: str, data: st.DataObject
 ) -> None:
-    under_test = MACHINES[name]
-    record, command, now = _situation(under_test, data)
-    ahead = _made_ahead(under_test, record, command, now)
-    if ahead is None or not ahead.relative:
+    drawn = _drawn_ahead(name, data)
+    if drawn is None or not drawn.ahead.relative:
         return
+    _, _, _, now, ahead = drawn
     later = data.draw(st.integers(now, ahead.not_after_us - 1), label="later")
     at_now, at_later = ahead.at(now), ahead.at(later)
     assert isinstance(at_now, Applied) and isinstance(at_later, Applied)
