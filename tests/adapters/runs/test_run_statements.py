@@ -31,7 +31,7 @@ async def noop(ctx: Any) -> None:
 
 PIN = workflows.pin("noop", "1")
 
-SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 1, "publish": 2, "hop": 5}, "sqlite": {"admit": 6, "publish": 9, "hop": 13}}
+SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 1, "publish": 2, "hop": 2}, "sqlite": {"admit": 6, "publish": 9, "hop": 13}}
 """A single-hop no-op Run on the in-memory broker (the ledger's own statements): its
 admission, its publication, and its hop (claim; the settle with its outcome, one
 transaction: on PostgreSQL BEGIN, the pair locked with its counted evidence, the pair
@@ -39,7 +39,7 @@ written with its checkpoint delete and the counts verified, COMMIT). The hop was
 PostgreSQL and 20 on SQLite while the outcome was recorded in a transaction of its own
 before the settle, whose evidence, consents and checkpoint took a statement each."""
 
-QUEUE_BROKER_BOUNDS = {"postgresql": 11, "sqlite": 48}
+QUEUE_BROKER_BOUNDS = {"postgresql": 8, "sqlite": 48}
 """A single-hop no-op Run end to end on tenure's own queue (:class:`QueueBroker`, a worker
 of two slots, alone on its queue), from its admission until its hop task is complete: the
 ledger's statements above (on PostgreSQL: admit 1, publish 2, claim 1, settle 4), plus the
