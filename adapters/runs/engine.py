@@ -18,8 +18,11 @@ admission without the session fence (``ADMITTED_AHEAD``) go first through
 from no record, for an admission) with the window of database time its decision holds
 for, and one statement checks both rows and the window after the locks and writes both
 (:meth:`~tenure.adapters.core.engine.Engine.joined_ahead`,
-:meth:`~tenure.adapters.core.engine.Engine.joined_insert_ahead`). Whatever that cannot
-settle takes the transaction above, which stays the reference.
+:meth:`~tenure.adapters.core.engine.Engine.joined_insert_ahead`). A command that also
+reads counts (``COUNTED_AHEAD``: a hop's settle) is decided ahead the same way on the
+counts the declaration starts from, which the statement counts after its locks and
+verifies, with the checkpoint delete written with the pair (:func:`_counted_ahead`).
+Whatever that cannot settle takes the transaction above, which stays the reference.
 
 ``RunEngine`` is also the Run side's transaction toolkit (one per ledger, reached as
 ``RunLedger.engine``): :meth:`run` and :meth:`read` (one transaction behind the Run
