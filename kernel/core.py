@@ -428,7 +428,10 @@ class Finder:
     """Rows meeting every condition of one of ``any_of`` (a disjunction of conjunctions),
     in ``order`` (field names; ties broken by the fields that follow). ``lock`` says how
     a store takes the rows: ``wait`` (lock, waiting for other holders; the clock is read
-    after), ``skip`` (lock, skipping rows others hold; never waits) or ``none``."""
+    after), ``skip`` (lock, skipping rows others hold; never waits), ``touch`` (as ``wait``, and
+    write each row unchanged: a concurrent statement whose snapshot predates this
+    transaction's commit can tell that the row it then locks is newer than its snapshot)
+    or ``none``."""
 
     name: str
     any_of: tuple[tuple[Condition, ...], ...]

@@ -83,7 +83,7 @@ class AgentJobs:
 
         async def body(tx: Transaction) -> AgentJobRow:
             await tx.lock_name(f"tenure:agent-job:{job_id}")
-            runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
+            runs = await tx.locked(RUNS_BINDING, finders.runs_opening_owners, {"keys": [key]})
             running = bool(runs) and opens_owners(runs[0])
             jobs = await tx.locked(AGENT_JOBS_BINDING, job_finders.jobs_by_keys, {"keys": [job_id]})
             met = jobs[0] if jobs else None

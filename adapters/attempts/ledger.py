@@ -48,7 +48,7 @@ from tenure.kernel.attempts.commands import (
 )
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.core import Applied, Decision
-from tenure.kernel.runs.finders import runs_by_keys
+from tenure.kernel.runs.finders import runs_opening_owners
 from tenure.kernel.runs.record import opens_owners
 from tenure.model import (
     ENVELOPE_TAG,
@@ -214,7 +214,7 @@ async def _run_closed(tx: Transaction, run_id: str | None) -> bool:
     can hold, is never closed: attempts are also used without Runs."""
     if run_id is None or len(run_id) > _RUN_ID_CHARS:
         return False
-    runs = await tx.locked(RUNS_BINDING, runs_by_keys, {"keys": [run_id]})
+    runs = await tx.locked(RUNS_BINDING, runs_opening_owners, {"keys": [run_id]})
     return bool(runs) and not opens_owners(runs[0])
 
 

@@ -82,7 +82,7 @@ class Consents:
         engine = self._tx.engine
 
         async def body(tx: Transaction) -> ConsentRow:
-            runs = await tx.locked(RUNS_BINDING, finders.runs_by_keys, {"keys": [key]})
+            runs = await tx.locked(RUNS_BINDING, finders.runs_opening_owners, {"keys": [key]})
             running = bool(runs) and opens_owners(runs[0])
             decision = await engine.decide_one(
                 tx, CONSENTS_BINDING, None, CreateConsent(row=row, run_running=running, expires_in_us=expires_in_us))

@@ -14,6 +14,7 @@ branches here are on the kernel's decisions.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, deci
 from tenure.model import TenureError
 
 from .failures import persistence_failed
-from .store import AheadAnswer, AheadWriter, Expected, Guard, JoinedAnswer, Store, Transaction
+from .store import AheadAnswer, AheadWriter, Count, Expected, Guard, JoinedAnswer, Store, Transaction
 from .tables import Binding
 
 AHEAD_ROUNDS = 3
@@ -35,7 +36,7 @@ SEEN_ROWS = 10_000
 its row version when the store reported one), the records the kernel decides ahead from.
 A stale one costs one more round trip."""
 
-__all__ = ["Engine", "require", "raise_if_conflict", "checked", "checked_by", "Parts", "Joined", "Assemble"]
+__all__ = ["Engine", "CountedAhead", "require", "raise_if_conflict", "checked", "checked_by", "Parts", "Joined", "Assemble"]
 
 
 def require(condition: bool) -> None:
@@ -95,6 +96,22 @@ def moving_fields(before: Any, after: Any, reference_us: int) -> dict[str, int]:
 
 def vars_of(row: Any) -> dict[str, Any]:
     return {name: slot.__get__(row) for name, slot in slots_of(type(row))}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CountedAhead:
+    """What a composite command that reads counts beside its record needs to be decided
+    ahead (:meth:`Engine.joined_ahead`): the counts, the values the first decision starts
+    from, the command completed with a set of values, the rows of other tables an applied
+    decision deletes with the record, and whether a decision is one the statement does
+    whole (it sets off nothing the statement does not do). The machine declares all of
+    it; the caller reads it off the declaration."""
+
+    counts: Sequence[Count]
+    values: tuple[int, ...]
+    complete: Callable[[Any, Sequence[int]], Any]
+    deletes: Callable[[Decision], Sequence[tuple[Binding, Sequence[str]]]]
+    whole: Callable[[Decision, Sequence[int]], bool]
 
 
 class Engine:
@@ -474,7 +491,7 @@ class Engine:
 
     async def joined_ahead(
         self, machine: Machine, parts: Parts, joined: Joined, key: str, command: Any, seen: Any,
-        assemble: Assemble,
+        assemble: Assemble, counted: CountedAhead | None = None,
     ) -> Decision | None:
         """Decide ``command`` on a composite record of two rows (``joined``: a row and the
         one row it meets, ``parts`` in that order) in decided-ahead statements: from
@@ -485,22 +502,37 @@ class Engine:
         unchanged record there is the answer; anything else is decided ahead again from
         those rows. None: the call needs a transaction (a decision that adds or removes
         a row, rows out of shape, rounds spent, a store without the statement); nothing
-        was written. Every decision is the kernel's: this method compares nothing."""
+        was written. Every decision is the kernel's: this method compares nothing.
+
+        ``counted``: the command also reads counts (see :class:`CountedAhead`): each round
+        decides it completed with the counts it starts from, or those the previous
+        statement read; the statement writes only while every count still has its value,
+        read in a snapshot that sees the row it locked. A decision that leaves work for
+        a transaction, or counts the statement could not prove current, return None."""
         ahead = self.store.ahead
         reference = None if ahead is None else ahead.estimated_now_us()
         if ahead is None:
             return None
         record = seen
+        values = () if counted is None else counted.values
         for _ in range(AHEAD_ROUNDS):
+            complete = command if counted is None else counted.complete(command, values)
             # Read from the machine's declarations where it makes them (plain, cheap), else instrumented.
             plan = None if record is None or reference is None else (
-                decide_windowed(machine, record, command, reference) or decide_ahead(machine, record, command, reference))
+                decide_windowed(machine, record, complete, reference) or decide_ahead(machine, record, complete, reference))
+            if plan is not None and counted is not None and not counted.whole(plan.decision, values):
+                return None  # it sets off work the statement does not do
             items = self._joined_items(machine, parts, key, record, plan, reference)
             if items is None:
                 return None
             window = (0, 0) if plan is None else (plan.not_before_us, plan.not_after_us)
+            extra: dict[str, Any] = {}
+            if counted is not None:
+                extra["guards"] = list(zip(counted.counts, values, strict=True))
+                if plan is not None and isinstance(plan.decision, Applied):
+                    extra["deletes"] = counted.deletes(plan.decision)
             try:
-                answer = await ahead.joined_ahead(*joined, items, *window)
+                answer = await ahead.joined_ahead(*joined, items, *window, **extra)
             except TenureError as error:
                 if error.reason != "read_back_mismatch":
                     raise
@@ -519,7 +551,14 @@ class Engine:
                 return None
             if locked is not None:
                 self.remember_parts(parts(locked))
-            decision = decide(machine, locked, command, answer.now_us)
+            if counted is not None:
+                if not answer.current:
+                    return None  # its counts may miss what a writer of the row committed meanwhile
+                values = tuple(answer.counted)
+                complete = counted.complete(command, values)
+            decision = decide(machine, locked, complete, answer.now_us)
+            if counted is not None and not counted.whole(decision, values):
+                return None
             if isinstance(decision, Refused) or decision.new_record == locked:
                 self.observe(answer.now_us)
                 return decision

@@ -168,7 +168,9 @@ def compile_finder(
         sql += " ORDER BY " + order_sql(binding, finder)
     if limited:
         sql += " LIMIT :limit"
-    sql += {"wait": caps.lock_wait, "skip": caps.lock_skip, "none": ""}[finder.lock]
+    # ``touch`` locks as ``wait`` here; the store writes the rows it locked (see
+    # :class:`~tenure.kernel.core.Finder`), where its database needs it.
+    sql += {"wait": caps.lock_wait, "touch": caps.lock_wait, "skip": caps.lock_skip, "none": ""}[finder.lock]
     return CompiledFinder(sql, where, tuple(encoders.items()), constants)
 
 

@@ -122,6 +122,12 @@ class JoinedAnswer:
     """An insert that went found its rows taken meanwhile (a concurrent writer's, which
     the statement's snapshot could not see) and wrote nothing: the caller's transaction
     path decides on them."""
+    counted: list[int] = dataclasses.field(default_factory=list)
+    """The counts a statement with guards read (in the order of its guards)."""
+    current: bool = True
+    """Whether those counts are current: the row the statement locked is the version its
+    snapshot sees (False: a writer of that row committed after the statement began, and
+    the counts may miss what it wrote beside the row)."""
 
 
 class AheadWriter(Protocol):
@@ -159,7 +165,8 @@ class AheadWriter(Protocol):
 
     async def joined_ahead(
         self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], items: Sequence[Expected],
-        not_before_us: int, not_after_us: int,
+        not_before_us: int, not_after_us: int, *, guards: Sequence[Guard] = (),
+        deletes: Sequence[tuple[Binding, Sequence[str]]] = (),
     ) -> JoinedAnswer | None:
         """One autocommit statement for a row of ``binding`` and the one row of ``other``
         it meets (``on``, as :meth:`Transaction.locked_joined`; ``items``: the row of
@@ -169,7 +176,11 @@ class AheadWriter(Protocol):
         item's key, both rows equal their expected records in every column, and
         the clock lies in the window; both or neither. Written values are verified in
         the same statement. ``known`` False on the first item: it only locks and reads.
-        None: this store cannot spell it (nothing was sent)."""
+        ``guards``: counts the decision was made on, read after the locks, each of which
+        must still have its value, in a snapshot that sees the row of ``binding`` it
+        locked (the answer carries the counts and whether they were current); ``deletes``:
+        rows of other tables deleted by key when the statement writes. None: this store
+        cannot spell it (nothing was sent)."""
 
     async def joined_insert_ahead(
         self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], rows: Sequence[Any],

@@ -43,7 +43,7 @@ from ..core.store import Expected, Probe
 from ..core.tables import ROW_VERSION, Binding, RowCodec, qualified
 
 __all__ = [
-    "PARAMETER", "Numbered", "numbered", "with_clock", "locked_joined_sql", "locked_joined_counting_sql", "write_across_sql", "guarded_write_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
+    "PARAMETER", "Numbered", "numbered", "with_clock", "touching", "SNAPSHOT_SEES_LOCKED", "COUNTS_UNCHANGED", "locked_joined_sql", "locked_joined_counting_sql", "write_across_sql", "guarded_write_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
     "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
     "ahead_version_parameters", "joined_ahead_sql", "joined_ahead_parameters", "PAIR_UNCHANGED",
@@ -104,6 +104,22 @@ def with_clock(locking_select: str) -> str:
     )
 
 
+def touching(binding: Binding, locking_select: str, schema: str | None) -> str:
+    """:func:`with_clock` for a finder that locks by writing (``touch``): the rows the
+    locking select locked are written unchanged (their key set to itself), so a
+    statement of another transaction whose snapshot predates this one's commit, locking
+    such a row afterwards, locks a version its snapshot does not see
+    (:data:`SNAPSHOT_SEES_LOCKED`); then the clock, read once every row is locked."""
+    key, columns = binding.key_column, binding.spec.column_names
+    return (
+        f"WITH met AS MATERIALIZED ({locking_select}), "
+        f"locked AS (UPDATE {qualified(schema, binding.spec.name)} AS t SET {key} = t.{key} FROM met "
+        f"WHERE t.{key} = met.{key} RETURNING {', '.join('t.' + column for column in columns)}), "
+        "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) "
+        "SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true"
+    )
+
+
 class _LockedPair(NamedTuple):
     """The start every statement that locks a row and the one row of another table it
     meets shares (:func:`_locked_pair_ctes`)."""
@@ -118,19 +134,22 @@ class _LockedPair(NamedTuple):
 
 @functools.cache
 def _locked_pair_ctes(binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
-                      held: str = "") -> _LockedPair:
+                      held: str = "", version: bool = False) -> _LockedPair:
     """The CTEs that lock the rows of ``binding`` with the ``:keys`` (or meeting ``held``,
     an ``OR`` condition), in key order, then the rows of ``other`` whose fields
     ``on[i][1]`` equal theirs ``on[i][0]``, in key order (the lock order of every path
     that locks both), then read the clock. ``joined`` reads ``locked``, so it runs after
     it; the clock is an aggregate over both, computed only once every lock of both is
     taken (see :func:`with_clock`). One spelling for every pair statement: the lock order
-    and the clock after both locks are what a pair's decision relies on."""
+    and the clock after both locks are what a pair's decision relies on. With
+    ``version``, ``locked`` also carries the physical version of each row it locked
+    (``locked_version``, for :data:`SNAPSHOT_SEES_LOCKED`)."""
     ours = [binding.column_of(field).name for field, _ in on]
     theirs = [other.column_of(field).name for _, field in on]
     key, other_key = binding.key_column, other.key_column
     mine, its = binding.spec.column_names, other.spec.column_names
-    locking = (f"SELECT {', '.join(mine)} FROM {qualified(schema, binding.spec.name)} "
+    locked_version = ", ctid AS locked_version" if version else ""
+    locking = (f"SELECT {', '.join(mine)}{locked_version} FROM {qualified(schema, binding.spec.name)} "
                f"WHERE {key} = ANY(:keys){held} ORDER BY {key} FOR UPDATE")
     met = (f"SELECT {', '.join('b.' + column for column in its)} FROM {qualified(schema, other.spec.name)} AS b "
            f"WHERE ({', '.join('b.' + column for column in theirs)}) IN (SELECT {', '.join(ours)} FROM locked) "
@@ -458,10 +477,24 @@ decided on: every column as decided (tests/adapters/runs/test_run_ahead.py
 replaces it with ``true`` and sees a write on a stale pair)."""
 
 
+SNAPSHOT_SEES_LOCKED = "EXISTS (SELECT 1 FROM {table} AS seen WHERE seen.ctid = (SELECT locked_version FROM locked))"
+"""Whether the row a joined decided-ahead statement locked is the version its snapshot
+sees: false when a writer that wrote it (``touch``, see :func:`touching`) committed after
+the statement began, whose other rows the statement's counts, read in that snapshot,
+could miss (tests/adapters/runs/test_run_ahead.py replaces it with ``true`` and sees a
+Run settled beside a job its owner's opening committed meanwhile)."""
+
+COUNTS_UNCHANGED = "counted.{column} = (:g{index})::bigint"
+"""The verdict's proof that a count the decision was made on still holds
+(tests/adapters/runs/test_run_ahead.py replaces it with ``true`` and sees a Run settled
+with an open job)."""
+
+
 @functools.cache
 def joined_ahead_sql(
     binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
     types: tuple[tuple[str, str], ...], other_types: tuple[tuple[str, str], ...],
+    counts: tuple[str, ...] = (), deletes: tuple[Binding, ...] = (),
 ) -> str:
     """The decided-ahead compare-and-set of a row and the one row of another table it
     meets (a Run and its current delivery), in one statement: lock the row of
@@ -472,10 +505,19 @@ def joined_ahead_sql(
     met, it has the key ``:b_key``, and both rows equal, in every column, the rows
     decided on. Every written value is verified in the RETURNING lists (a mismatch
     divides by zero: nothing kept). The answer: the clock, the verdict, how many rows
-    each write wrote, and (when nothing was written) the rows as locked."""
+    each write wrote, and (when nothing was written) the rows as locked.
+
+    With ``counts`` (scalar subqueries, parameters ``q<i>_``: the evidence a decision
+    was made on, :data:`~tenure.kernel.runs.aggregate.COUNTED_AHEAD`) the verdict also
+    needs each count equal to ``:g<i>`` (:data:`COUNTS_UNCHANGED`) and the row of
+    ``binding`` locked to be the version the statement's snapshot sees, in which the
+    counts were read (:data:`SNAPSHOT_SEES_LOCKED`); each of ``deletes`` deletes its
+    table's rows with the keys ``:d<j>_keys`` when the verdict says go (a settled Run's
+    checkpoint). The answer then ends with whether the counts are current (the snapshot
+    check) and the counts."""
     udt_a, udt_b = dict(types), dict(other_types)
     other_key = other.key_column
-    pair = _locked_pair_ctes(binding, other, on, schema)
+    pair = _locked_pair_ctes(binding, other, on, schema, version=bool(counts))
 
     def unchanged(side: Binding, udt: Mapping[str, str], rows: str, prefix: str, key_check: str) -> str:
         # Every column, not only the mutable ones: a value another writer changed where
@@ -498,13 +540,29 @@ def joined_ahead_sql(
           f"AND {unchanged(binding, udt_a, 'locked', 'a_', 'true')} "
           "AND (SELECT count(*) FROM joined) = 1 "
           f"AND {unchanged(other, udt_b, 'joined', 'b_', other_key_check)}")
+    counting, current, answered = "", "", ""
+    if counts:
+        # The counts and the snapshot check after every lock (the clock's CTE): the
+        # snapshot is the statement's, but what it is checked against is the row locked.
+        names = [f"c{index}" for index in range(len(counts))]
+        seen = SNAPSHOT_SEES_LOCKED.format(table=qualified(schema, binding.spec.name))
+        counting = (f"counted AS MATERIALIZED (SELECT {seen} AS current, "
+                    f"{', '.join(f'{count} AS {name}' for count, name in zip(counts, names, strict=True))} FROM clock), ")
+        go += " AND counted.current AND " + " AND ".join(
+            COUNTS_UNCHANGED.format(column=name, index=index) for index, name in enumerate(names))
+        current = ", counted"
+        answered = ", counted.current, " + ", ".join(f"counted.{name}" for name in names)
+    removals = "".join(
+        f", d{index} AS (DELETE FROM {qualified(schema, table.spec.name)} WHERE {table.key_column} = ANY(:d{index}_keys) "
+        f"AND (SELECT go FROM verdict) RETURNING 1)" for index, table in enumerate(deletes))
     return (f"WITH {pair.ctes}, "
-            f"verdict AS MATERIALIZED (SELECT clock.now, ({go}) AS go FROM clock), "
+            f"{counting}verdict AS MATERIALIZED (SELECT clock.now, ({go}) AS go FROM clock{current}), "
             f"wrote_a AS ({write(binding, udt_a, 'a_', 'ANY(:keys)')}), "
-            f"wrote_b AS ({write(other, udt_b, 'b_', other_target)}) "
+            f"wrote_b AS ({write(other, udt_b, 'b_', other_target)}){removals} "
             "SELECT verdict.now, verdict.go, (SELECT count(*) FROM wrote_a), (SELECT count(*) FROM wrote_b), "
-            f"{pair.columns} "
-            f"FROM verdict LEFT JOIN locked ON NOT verdict.go LEFT JOIN joined ON NOT verdict.go AND {pair.meets}")
+            f"{pair.columns}{answered} "
+            f"FROM verdict{current.replace(', ', ' CROSS JOIN ')} LEFT JOIN locked ON NOT verdict.go "
+            f"LEFT JOIN joined ON NOT verdict.go AND {pair.meets}")
 
 
 def _inserted(binding: Binding, udt: Mapping[str, str], column: str, prefix: str) -> str:
@@ -725,7 +783,7 @@ def literal(text: str) -> str:
 def clear_statement_cache() -> None:
     """Forget the decided-ahead statements built so far (tests that replace a part of
     their SQL, such as :data:`CLOCK_AFTER_LOCKS`, rebuild them)."""
-    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, joined_ahead_sql, joined_insert_sql, _probe_text, _claim_text, pick_sql, snapshot_sql):
+    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, joined_ahead_sql, joined_insert_sql, touching, _probe_text, _claim_text, pick_sql, snapshot_sql):
         built.cache_clear()
 
 

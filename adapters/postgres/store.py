@@ -132,7 +132,9 @@ class PostgresTransaction(SharedPrimitives):
 
     async def locked(self, binding: Binding, finder: Finder, parameters: Mapping[str, Any]) -> list[Any]:
         compiled = self.compiled(binding, finder)
-        rows = await self._fetch(statements.with_clock(compiled.sql), compiled.parameters(parameters))
+        sql = statements.touching(binding, compiled.sql, self.schema) if finder.lock == "touch" else (
+            statements.with_clock(compiled.sql))
+        rows = await self._fetch(sql, compiled.parameters(parameters))
         self._observe(rows[0][0])
         read = self.codec(binding).read
         return [read(row, 1) for row in rows if row[1] is not None]
@@ -565,7 +567,8 @@ class PostgresStore:
 
     async def joined_ahead(
         self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], items: Sequence[Expected],
-        not_before_us: int, not_after_us: int,
+        not_before_us: int, not_after_us: int, *, guards: Sequence[Guard] = (),
+        deletes: Sequence[tuple[Binding, Sequence[str]]] = (),
     ) -> JoinedAnswer | None:
         """See :meth:`tenure.adapters.core.store.AheadWriter.joined_ahead` (the statement:
         :func:`.statements.joined_ahead_sql`)."""
@@ -585,19 +588,32 @@ class PostgresStore:
         parameters["keys"] = POSTGRESQL.list_parameter([mine.key])
         parameters["b_key"] = its.key
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
-        statement = numbered(statements.joined_ahead_sql(binding, other, on, self.schema, types, other_types))
+        columns: tuple[str, ...] = ()
+        if guards:
+            compiled = counts_sql(tuple((table, finder, limit) for (table, finder, _, limit), _ in guards), POSTGRESQL,
+                                  self.schema)
+            columns = compiled.columns
+            parameters.update(compiled.parameters([count[2] for count, _ in guards]))
+            parameters.update((f"g{index}", value) for index, (_, value) in enumerate(guards))
+        for index, (_, keys) in enumerate(deletes):
+            parameters[f"d{index}_keys"] = POSTGRESQL.list_parameter(list(keys))
+        statement = numbered(statements.joined_ahead_sql(binding, other, on, self.schema, types, other_types, columns,
+                                                         tuple(table for table, _ in deletes)))
         rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
         now, went = rows[0][0], bool(rows[0][1])
         self.saw_clock(now)
         if went and (rows[0][2] != int(mine.new is not None) or rows[0][3] != int(its.new is not None)):
             raise persistence_failed("read_back_mismatch")  # a verified write that wrote no row: never expected
+        theirs = 4 + len(binding.spec.columns)
+        after = theirs + len(other.spec.columns)
+        current, counted = (bool(rows[0][after]), [int(value) for value in rows[0][after + 1:]]) if guards else (True, [])
         if went:
-            return JoinedAnswer(now, True, [])
-        mine_at, theirs = 4 + binding.key_index, 4 + len(binding.spec.columns)
+            return JoinedAnswer(now, True, [], counted=counted, current=current)
+        mine_at = 4 + binding.key_index
         read, read_other = self.codec(binding).read, self.codec(other).read
         joined = [(read(row, 4), None if row[theirs + other.key_index] is None else read_other(row, theirs))
                   for row in rows if row[mine_at] is not None]
-        return JoinedAnswer(now, False, joined)
+        return JoinedAnswer(now, False, joined, counted=counted, current=current)
 
     async def joined_insert_ahead(
         self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], rows: Sequence[Any],

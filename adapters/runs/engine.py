@@ -18,8 +18,11 @@ admission without the session fence (``ADMITTED_AHEAD``) go first through
 from no record, for an admission) with the window of database time its decision holds
 for, and one statement checks both rows and the window after the locks and writes both
 (:meth:`~tenure.adapters.core.engine.Engine.joined_ahead`,
-:meth:`~tenure.adapters.core.engine.Engine.joined_insert_ahead`). Whatever that cannot
-settle takes the transaction above, which stays the reference.
+:meth:`~tenure.adapters.core.engine.Engine.joined_insert_ahead`). A command that also
+reads counts (``COUNTED_AHEAD``: a hop's settle) is decided ahead the same way on the
+counts the declaration starts from, which the statement counts after its locks and
+verifies, with the checkpoint delete written with the pair (:func:`_counted_ahead`).
+Whatever that cannot settle takes the transaction above, which stays the reference.
 
 ``RunEngine`` is also the Run side's transaction toolkit (one per ledger, reached as
 ``RunLedger.engine``): :meth:`run` and :meth:`read` (one transaction behind the Run
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
@@ -44,9 +47,11 @@ from tenure.kernel.core import Applied, Decision, Refused, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
     ADMITTED_AHEAD,
+    COUNTED_AHEAD,
     COUNTED_WITH_PAIR,
     DECIDED_AHEAD,
     FILLS,
+    IDLE_WHEN_NONE_COUNTED,
     READS,
     WRITTEN_WITH_PAIR,
     UNREAD_CONTAINMENT,
@@ -54,6 +59,7 @@ from tenure.kernel.runs.aggregate import (
     FollowUp,
     after_commit,
     in_transaction,
+    left_for_transaction,
     on_refusal,
 )
 from tenure.kernel.runs.commands import Containment, OwnerEvidence, RunCommand, Settle
@@ -66,7 +72,7 @@ from tenure.model.validation import refuse
 from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
-from ..core.engine import Engine, Joined, raise_if_conflict
+from ..core.engine import CountedAhead, Engine, Joined, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
 from ..core.store import Count, Guard, Transaction
@@ -220,8 +226,12 @@ class RunEngine:
         test seam (``docs/testing.md``): the Run replay sends a trace's commands here. A
         refusal that set off follow-ups commits them, then raises the error the refusal
         maps to, if any."""
-        if inputs == NO_INPUTS and self.engine.store.ahead is not None and (
-                command.kind in DECIDED_AHEAD or command.kind in ADMITTED_AHEAD):
+        if self.engine.store.ahead is not None and (
+                (inputs == NO_INPUTS and (command.kind in DECIDED_AHEAD or command.kind in ADMITTED_AHEAD))
+                # The outcome a worker's settle hands over is written only by a refusal's
+                # follow-up (record_outcome), which a decided-ahead statement never does:
+                # such a decision takes the transaction below, with the outcome.
+                or (command.kind in COUNTED_AHEAD and dataclasses.replace(inputs, outcome=None) == NO_INPUTS)):
             sent = await self.send_ahead(run_id, command)
             if sent is not None:
                 return sent
@@ -249,8 +259,9 @@ class RunEngine:
                     RUNS, _parts, PAIR_JOIN, run_id, command, _assembled,
                     None if key is None else ("idempotency_key", key))
             else:
+                counted = _counted_ahead(run_id, command) if command.kind in COUNTED_AHEAD else None
                 decision = await self.engine.joined_ahead(
-                    RUNS, _parts, PAIR_JOIN, run_id, command, self.last_pair(run_id), _assembled)
+                    RUNS, _parts, PAIR_JOIN, run_id, command, self.last_pair(run_id), _assembled, counted)
         if decision is None:
             return None
         raise_if_conflict(RUNS_BINDING, decision)
@@ -559,7 +570,7 @@ async def _containment(engine: RunEngine, tx: Transaction, aggregate: _Aggregate
     counted = aggregate.counted.get(Evidence.CONTAINMENT)
     if counted is None:
         return await engine.containment(tx, aggregate.pair.run.run_id)
-    return Containment(open_jobs=counted[0], open_attempts=counted[1])
+    return FROM_COUNTS[Evidence.CONTAINMENT](counted)
 
 
 async def _pending_consents(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
@@ -598,7 +609,8 @@ def _run_of(decision: Decision) -> str:
 
 async def _sweep(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
     decided_by = consent_sweep(decision.reply)  # type: ignore[union-attr]
-    if aggregate.counted.get(Evidence.PENDING_CONSENTS) == (0,):
+    counted = aggregate.counted.get(IDLE_WHEN_NONE_COUNTED[FollowUp.SWEEP_CONSENTS])
+    if counted is not None and not any(counted):
         return  # none pending, counted with the pair (and verified by its write)
     if decided_by is not None:
         await engine.sweep_consents(tx, _run_of(decision), decided_by)
@@ -644,6 +656,48 @@ COUNTS: dict[Evidence, tuple[tuple[Any, Any], ...]] = {
 }
 """The finders each counted evidence (:data:`COUNTED_WITH_PAIR`) counts, by the Run's ID
 (a count takes no lock: the sweep locks the pending consents it cancels)."""
+
+
+FROM_COUNTS: dict[Evidence, Callable[[tuple[int, ...]], Any]] = {
+    Evidence.CONTAINMENT: lambda counted: Containment(open_jobs=counted[0], open_attempts=counted[1]),
+}
+"""The value a counted evidence fills its command field with (:data:`FILLS`), from its
+counts (:data:`COUNTS`, in that order)."""
+
+
+def _counted_ahead(run_id: str, command: RunCommand) -> CountedAhead:
+    """What deciding ``command`` ahead on its counted evidence needs, read off the
+    declaration (:data:`~tenure.kernel.runs.aggregate.COUNTED_AHEAD`): the counts of each
+    evidence in the order the command reads them, the values it starts from, the command
+    completed with values, the deletes written with the pair and whether a decision sets
+    off anything the statement does not do."""
+    kind = command.kind
+    evidences = [evidence for evidence in READS[kind] if evidence in COUNTED_WITH_PAIR]
+    start = COUNTED_AHEAD[kind]
+    sizes = [len(COUNTS[evidence]) for evidence in evidences]
+
+    def by_evidence(values: Sequence[int]) -> dict[Evidence, tuple[int, ...]]:
+        ends = [sum(sizes[:index + 1]) for index in range(len(sizes))]
+        return {evidence: tuple(values[end - size:end]) for evidence, size, end in zip(evidences, sizes, ends, strict=True)}
+
+    def complete(plain: Any, values: Sequence[int]) -> Any:
+        counted = by_evidence(values)
+        fills = {FILLS[evidence]: FROM_COUNTS[evidence](counted[evidence])
+                 for evidence in evidences if FILLS[evidence] is not None}
+        return dataclasses.replace(plain, **fills)  # type: ignore[arg-type]
+
+    def deletes(decision: Decision) -> list[tuple[Any, list[str]]]:
+        return [(DELETED_WITH_PAIR[step], [run_id]) for step in in_transaction(kind, decision.reply)  # type: ignore[union-attr]
+                if step in WRITTEN_WITH_PAIR]
+
+    def whole(decision: Decision, values: Sequence[int]) -> bool:
+        if isinstance(decision, Refused):
+            return not left_for_transaction(kind, None, {}, refused=RunRefusal(decision.reason.value))
+        return not left_for_transaction(kind, decision.reply, by_evidence(values))
+
+    counts = [count for evidence in evidences for count in _counts(evidence, run_id)]
+    return CountedAhead(counts, tuple(value for evidence in evidences for value in start[evidence]), complete, deletes,
+                        whole)
 
 
 FOLLOW_UP_STEPS: dict[FollowUp, _Step] = {

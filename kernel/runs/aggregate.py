@@ -59,6 +59,9 @@ __all__ = [
     "UNREAD_CONTAINMENT",
     "DECIDED_AHEAD",
     "ADMITTED_AHEAD",
+    "COUNTED_AHEAD",
+    "IDLE_WHEN_NONE_COUNTED",
+    "left_for_transaction",
     "COUNTED_WITH_PAIR",
     "WRITTEN_WITH_PAIR",
     "follow_ups",
@@ -237,6 +240,54 @@ fence the admission always takes the transaction (the session's lock, and the
 :attr:`Evidence.SESSION` reading)."""
 
 
+COUNTED_AHEAD: dict[RunCommandType, Mapping[Evidence, tuple[int, ...]]] = {
+    C.SETTLE: {E.CONTAINMENT: (0, 0), E.PENDING_CONSENTS: (0,)},
+}
+"""The commands a store with decided-ahead statements may decide ahead although they read
+counted evidence (:data:`COUNTED_WITH_PAIR`), with the counts each decision starts from:
+a hop's settle in the common case, every effect contained and no consent pending. The
+kernel decides from the pair last seen with those counts (each filling its command field
+as in the transaction: :data:`FILLS`), and one statement locks the pair, counts what each
+evidence names, and writes the pair (with the follow-ups written with it,
+:data:`WRITTEN_WITH_PAIR`) only where the pair is unchanged, every count equals the one
+decided on, the Run's row it locked is the one its snapshot sees, and the clock lies in
+the window. Otherwise it answers the rows, the counts and whether they are current, and
+the kernel decides again from them; a decision that sets off anything else in the
+transaction (a sweep of pending consents, the outcome a refusal records:
+:func:`left_for_transaction`), or counts the statement could not prove current, take the
+transaction path (the reference).
+
+Why the Run's row: a PostgreSQL statement counts in the snapshot it took when it began,
+before it waited for the Run's lock, so it cannot see rows a writer holding that lock
+committed meanwhile. Every writer that raises such a count (an owner's opening:
+:data:`OWNER_COMMANDS` reading ``run_locked``, through ``finders.runs_opening_owners``)
+locks the Run by writing its row (unchanged), so a statement whose snapshot predates that
+commit locks a row its snapshot does not see, and writes nothing. A count that falls
+meanwhile (a job ending takes no Run lock) only makes the statement write nothing."""
+
+
+IDLE_WHEN_NONE_COUNTED: dict[FollowUp, Evidence] = {F.SWEEP_CONSENTS: E.PENDING_CONSENTS}
+"""The in-transaction follow-ups that have nothing to do when the evidence they act on was
+counted zero with the pair (and the count verified by the pair's write): no pending
+consent, nothing to sweep."""
+
+
+def left_for_transaction(
+    command: RunCommandType, decision_reply: object, counted: Mapping[Evidence, tuple[int, ...]], *,
+    refused: RunRefusal | None = None,
+) -> tuple[FollowUp, ...]:
+    """The in-transaction follow-ups a decision sets off that a decided-ahead statement
+    does not do: every follow-up of a refusal (``refused``: its reason), and of an applied
+    decision (its reply) those neither written with the pair nor idle on the counts it
+    was decided on (:data:`IDLE_WHEN_NONE_COUNTED`). Empty: the statement does all of it."""
+    if refused is not None:
+        return on_refusal(command, refused)
+    return tuple(step for step in in_transaction(command, decision_reply)
+                 if step not in WRITTEN_WITH_PAIR and not (
+                     step in IDLE_WHEN_NONE_COUNTED
+                     and not any(counted.get(IDLE_WHEN_NONE_COUNTED[step], (1,)))))
+
+
 class OwnerCommand(enum.Enum):
     """The commands of the Run's owners that touch the Run (values are the spec's)."""
 
@@ -258,7 +309,8 @@ OWNER_COMMANDS: dict[OwnerCommand, tuple[tuple[str, ...], tuple[FollowUp, ...]]]
     O.JOB_RECORD_CANCELLED: (("job",), (F.RESUME_RUN,)),
     O.ATTEMPT_PREPARE: (("run_locked", "attempts_of_owner_job"), ()),
 }
-"""What each owner command reads (``run_locked``: the Run's row, locked first, as the
+"""What each owner command reads (``run_locked``: the Run's row, locked first by writing
+it unchanged, ``finders.runs_opening_owners``: see :data:`COUNTED_AHEAD`; as the
 evidence whether it may open an owner) and what it sets off: a verdict or a job's end
 lets the Run waiting on that owner resume (``resume_and_publish``, or the relays)."""
 

@@ -28,6 +28,7 @@ from ..core import Condition, Finder, Param
 
 __all__ = [
     "runs_by_keys",
+    "runs_opening_owners",
     "deliveries_by_keys",
     "attempts_by_keys",
     "session_open",
@@ -61,6 +62,11 @@ def _by_keys(name: str, field: str) -> Finder:
 
 runs_by_keys = _by_keys("runs_by_keys", "run_id")
 deliveries_by_keys = _by_keys("deliveries_by_keys", "delivery_id")
+runs_opening_owners = Finder("runs_opening_owners", runs_by_keys.any_of, order=runs_by_keys.order, lock="touch")
+"""The Run an owner's opening (a consent, a delegated job, a service attempt) is checked
+against, locked by writing its row unchanged: the counts of its owners only ever rise
+under this lock, and a decided-ahead settle whose snapshot predates it sees that the Run
+it locked is newer than its snapshot (``aggregate.COUNTED_AHEAD``)."""
 attempts_by_keys = Finder("attempts_by_run_owner", ((Condition("attempt_id", "in", Param("keys")),),),
                           order=("attempt_id",), lock="none")
 """A service-attempt owner, read (not locked) after the Run's lock."""

@@ -457,6 +457,9 @@ SELECT run_id, status, session_id, source, principal, scopes, payload_json, requ
 -- find runs.runs_by_keys: lock wait
 SELECT run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at FROM tenure_runs WHERE (run_id IN (SELECT value FROM json_each(:keys))) ORDER BY run_id;
 
+-- find runs.runs_opening_owners: lock touch
+SELECT run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at FROM tenure_runs WHERE (run_id IN (SELECT value FROM json_each(:keys))) ORDER BY run_id;
+
 -- find runs.session_open: lock none
 SELECT run_id, status, session_id, source, principal, scopes, payload_json, requested_priority, intent_digest, idempotency_key, queue_name, priority, workflow_name, workflow_revision, workflow_digest, enqueue_seq, started_at, node, owner_kind, owner_id, error, created_at, updated_at, admitted_node, result_json, max_hop_retries, hop_retries, retry_of, wake_at FROM tenure_runs WHERE (session_id = :session_id AND status IN (SELECT value FROM json_each(:c2))) ORDER BY run_id;
 

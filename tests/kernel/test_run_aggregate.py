@@ -17,7 +17,10 @@ from tenure.kernel.runs.machine import RUNS
 from tenure.kernel.runs import commands
 from tenure.kernel.runs.aggregate import (
     AFTER_COMMIT,
+    COUNTED_AHEAD,
+    COUNTED_WITH_PAIR,
     DECIDED_AHEAD,
+    IDLE_WHEN_NONE_COUNTED,
     FILLS,
     FOLLOW_UPS,
     OWNER_COMMANDS,
@@ -27,9 +30,10 @@ from tenure.kernel.runs.aggregate import (
     FollowUp,
     after_commit,
     in_transaction,
+    left_for_transaction,
 )
 from tenure.kernel.runs.commands import RunCommandType, Settled, Swept
-from tenure.kernel.runs.machine import CANCELLED_BY, SETTLED_BY, consent_sweep
+from tenure.kernel.runs.machine import CANCELLED_BY, SETTLED_BY, RunRefusal, consent_sweep
 
 SPEC = paths.ROOT / "specs" / "runs.md"
 HEADER = ["command", "reads under the Run's lock", "reply", "in the transaction", "after commit"]
@@ -137,3 +141,44 @@ def test_every_command_decided_ahead_reads_only_the_pair_and_writes_its_two_rows
         new = decision.new_record
         assert new is not None
         assert [row.delivery_id for row in new.deliveries] == [row.delivery_id for row in record.deliveries]
+
+
+def test_every_command_decided_ahead_on_counts_reads_the_pair_and_counts_and_starts_from_each_of_them() -> None:
+    # What the counted decided-ahead statement can read: the pair and counts; it starts
+    # from a value for every count the command reads, and from nothing else.
+    for kind, start in COUNTED_AHEAD.items():
+        assert READS[kind][0] is Evidence.PAIR and set(READS[kind][1:]) <= COUNTED_WITH_PAIR
+        assert set(start) == set(READS[kind][1:])
+    assert set(IDLE_WHEN_NONE_COUNTED.values()) <= COUNTED_WITH_PAIR
+
+
+def test_a_follow_up_idle_on_counts_is_left_for_the_transaction_once_its_count_is_not_zero() -> None:
+    settle = commands.RunCommandType.SETTLE
+    reply = Settled(SETTLED_BY)
+    assert left_for_transaction(settle, reply, {Evidence.PENDING_CONSENTS: (0,)}) == ()
+    assert left_for_transaction(settle, reply, {Evidence.PENDING_CONSENTS: (2,)}) == (FollowUp.SWEEP_CONSENTS,)
+    assert left_for_transaction(settle, reply, {}) == (FollowUp.SWEEP_CONSENTS,)
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_every_command_decided_ahead_on_its_starting_counts_is_done_whole_by_the_statement(
+    data: st.DataObject,
+) -> None:
+    # Decided on the counts the declaration starts from (the common case), a command sets
+    # off nothing the statement does not do (no sweep, no outcome recorded), is never
+    # refused for its counts, and writes the pair's two rows in place.
+    kind = data.draw(st.sampled_from(sorted(COUNTED_AHEAD, key=lambda each: each.value)))
+    record, command, now = data.draw(run_situations(None, kind))
+    start = COUNTED_AHEAD[kind]
+    if Evidence.CONTAINMENT in start:
+        jobs, attempts = start[Evidence.CONTAINMENT]
+        command = dataclasses.replace(command, containment=commands.Containment(open_jobs=jobs, open_attempts=attempts))
+    decision = decide(RUNS, record, command, now)
+    if isinstance(decision, Applied):
+        assert left_for_transaction(kind, decision.reply, start) == ()
+        if record is not None and decision.new_record is not None:
+            assert [row.delivery_id for row in decision.new_record.deliveries] == [
+                row.delivery_id for row in record.deliveries]
+    else:
+        assert left_for_transaction(kind, None, start, refused=RunRefusal(decision.reason.value)) == ()

@@ -161,6 +161,10 @@ def render_postgresql() -> str:
             if finder.lock == "wait":
                 lines.append(_statement(f"locked {name}", "the rows locked, then the clock read once every lock "
                                         "is held (Transaction.locked)", statements.with_clock(compiled.sql)))
+            elif finder.lock == "touch":
+                lines.append(_statement(f"locked {name}", "the rows locked and written unchanged, then the clock "
+                                        "read once every lock is held (Transaction.locked, lock touch)",
+                                        statements.touching(binding, compiled.sql, None)))
             else:
                 lines.append(_statement(f"find {name}", f"lock {finder.lock}", compiled.sql))
             if finder.lock == "wait" and name.endswith("by_keys") and binding.key_field in str(finder.any_of):
@@ -232,6 +236,14 @@ def render_postgresql() -> str:
                                     "pending consents) in the same statement (its snapshot: verified by the write)",
                                     statements.locked_joined_counting_sql(RUNS_BINDING, DELIVERIES_BINDING,
                                                                           CURRENT_DELIVERY, None, settle_counts)))
+            lines.append(_statement("joined_ahead settle", "a settle decided ahead from the pair last seen and "
+                                    "the counts declared (COUNTED_AHEAD): both rows locked, the clock after both "
+                                    "locks, the counts and whether the Run locked is the version the snapshot sees, "
+                                    "verdict on both rows, every count and the window, both written and verified "
+                                    "and the checkpoint deleted (AheadWriter.joined_ahead with guards)",
+                                    statements.joined_ahead_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None,
+                                                                types, postgres_types(DELIVERIES_BINDING), settle_counts,
+                                                                (CHECKPOINTS_BINDING,))))
             lines.append(_statement("write_guarded settle", "a Run and its delivery compare-and-set and its "
                                     "checkpoint deleted, only while every count still has the value it was read "
                                     "with (nothing written otherwise)",

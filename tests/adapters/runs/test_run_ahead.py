@@ -7,8 +7,14 @@ from the guards alone (the claim's effect compares the time too: ``updated_at`` 
 moves backwards, INV-R9) and a statement that writes without comparing the pair it
 decided on (the fence). An admission without the session fence is inserted ahead too:
 one statement creates the Run and its delivery, or answers the Run it meets (a replay,
-or the refusal the transaction path would decide). SQLite keeps the transaction path (no
-decided-ahead writer).
+or the refusal the transaction path would decide). A hop's settle is decided ahead on
+the counts it reads (``COUNTED_AHEAD``: every effect contained, no consent pending): one
+statement locks the pair, counts after the locks, and writes the pair and deletes the
+checkpoint only where the pair, every count and the window hold and the Run it locked is
+the version its snapshot counted in; its breakages (the counts not compared, the
+snapshot not checked, an owner's opening that locks the Run without writing it) are
+caught by their scenarios too. SQLite keeps the transaction path (no decided-ahead
+writer).
 """
 
 from __future__ import annotations
@@ -20,17 +26,21 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+import asyncpg
 import pytest
 from adapter_support import raw
-from run_support import Runs, raises, unique
+from polling import until
+from run_support import Runs, raises, succeeded, unique
 from statements import count_statements
 
 from tenure.adapters import RunLedger
 from tenure.adapters.core import engine as core_engine
 from tenure.adapters.postgres import statements
+from tenure.adapters.runs.checkpoints import RecordedOutcome
 from tenure.adapters.runs.engine import RunEngine
 from tenure.kernel.ahead import decide_ahead, decide_windowed
 from tenure.kernel.core import Applied
+from tenure.kernel.runs.finders import OPEN_JOB_STATUSES
 from tenure.kernel.runs.commands import (
     BeginCancel,
     Claim,
@@ -41,7 +51,7 @@ from tenure.kernel.runs.commands import (
     RecordPublishError,
     Release,
 )
-from tenure.model import DeliveryState, ErrorCode, RunStatus, TenureError
+from tenure.model import ConsentStatus, DeliveryState, ErrorCode, RunStatus, TenureError
 
 pytestmark = pytest.mark.parametrize("database", ["postgresql"])
 
@@ -113,6 +123,85 @@ async def a_claim_from_a_stale_pair_is_refused_where_another_engine_claimed(runs
     assert delivery.state is DeliveryState.CLAIMED and delivery.claimed_by == "node-b"
 
 
+DONE_AT_0 = RecordedOutcome(0, RunStatus.DONE, None, None)
+
+
+async def _settled(engine: RunEngine, run_id: str, outcome: RecordedOutcome = DONE_AT_0, *,
+                   record: bool = False) -> Any:
+    """What a settle answers: True or False, or the error's code."""
+    try:
+        return await engine.settle(run_id, outcome, record=record)
+    except TenureError as error:
+        return error.code
+
+
+async def a_settle_with_an_open_job_is_refused(runs: Runs) -> None:
+    """The engine remembers the pair its claim wrote; a delegated job of the hop is still
+    open (its submit writes nothing the pair shows): the settle decided ahead on no open
+    job must not write, and the transaction path refuses it."""
+    ledger = runs.ledger
+    run_id = await runs.running(unique("open-job"))
+    await runs.job(run_id)
+    assert ledger.engine.last_pair(run_id) is not None, "the claimed pair is remembered"
+    assert await _settled(ledger.engine, run_id) is ErrorCode.RUN_CONTAINMENT_UNPROVEN, "settled with an open job"
+    assert (await _stored(ledger, run_id)).run.status is RunStatus.RUNNING
+
+
+async def a_settle_from_a_stale_pair_is_refused_where_another_engine_cancelled(runs: Runs) -> None:
+    """The engine remembers the Run running; another engine begins its cancellation; the
+    settle decided ahead from the pair remembered must not write over it."""
+    ledger = runs.ledger
+    run_id = await runs.running(unique("cancelled"))
+    async with RunLedger(runs.db_url) as other:
+        await other.begin_cancel(run_id)
+    answered = await _settled(ledger.engine, run_id)
+    assert (await _stored(ledger, run_id)).run.status is RunStatus.CANCELLING, "settled over another engine's cancel"
+    assert answered is not True
+
+
+async def a_settle_waiting_for_an_owners_opening_sees_the_job_it_opened(runs: Runs) -> None:
+    """Another process submits a delegated job of the running hop and holds its
+    transaction open (the Run locked, the job inserted) until the settle's statement
+    waits for the Run's lock; then it commits. That statement's snapshot predates the
+    job: it must not settle on it (the Run it locks is newer than its snapshot), and the
+    transaction path, counting after the lock, refuses."""
+    ledger = runs.ledger
+    run_id = await runs.running(unique("opening"))
+    assert ledger.engine.last_pair(run_id) is not None
+    opened, release = asyncio.Event(), asyncio.Event()
+    async with RunLedger(runs.db_url) as other:
+        core = other.engine.engine
+        decide_one = core.decide_one
+
+        async def held_open(*args: Any, **kwargs: Any) -> Any:
+            decision = await decide_one(*args, **kwargs)  # the job inserted, not committed
+            opened.set()
+            await release.wait()
+            return decision
+
+        core.decide_one = held_open  # type: ignore[method-assign]
+        submit = asyncio.ensure_future(other.jobs.submit(run_id, request_id=unique("request"), runtime="sandbox",
+                                                         profile="small", request={}))
+        await asyncio.wait_for(opened.wait(), 60)  # a hang guard
+        settle = asyncio.ensure_future(_settled(ledger.engine, run_id))
+        watcher = await asyncpg.connect(runs.db_url)
+        try:
+            async def waits_for_the_run() -> bool:
+                return bool(await watcher.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"))
+
+            await until(waits_for_the_run, what="the settle's statement waits for the Run's lock")  # a hang guard
+        finally:
+            await watcher.close()
+        release.set()
+        await submit
+        answered = await settle
+    assert (await _stored(ledger, run_id)).run.status is RunStatus.RUNNING, (
+        "settled beside a job an owner's opening committed meanwhile")
+    assert answered is ErrorCode.RUN_CONTAINMENT_UNPROVEN
+
+
 def _pair_parts(pair: Any) -> list[tuple[Any, Any]]:
     from tenure.adapters.runs.engine import _parts
 
@@ -150,12 +239,39 @@ def _written_without_the_fence(patch: pytest.MonkeyPatch) -> None:
     statements.clear_statement_cache()
 
 
+def _counts_not_compared(patch: pytest.MonkeyPatch) -> None:
+    patch.setattr(statements, "COUNTS_UNCHANGED", "true")
+    statements.clear_statement_cache()
+
+
+def _snapshot_not_checked(patch: pytest.MonkeyPatch) -> None:
+    patch.setattr(statements, "SNAPSHOT_SEES_LOCKED", "true")
+    statements.clear_statement_cache()
+
+
+def _openings_lock_without_writing(patch: pytest.MonkeyPatch) -> None:
+    # An owner's opening locks the Run as any read does (FOR UPDATE): nothing a later
+    # statement can see.
+    patch.setattr(statements, "touching", lambda binding, select, schema: statements.with_clock(select))
+
+
 BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario, str]] = {
     "the_window_from_the_guards_alone": (_window_from_the_guards_alone, a_claim_keeps_an_updated_at_later_than_its_clock,
                                          "updated_at moved backwards"),
     "written_without_the_fence": (_written_without_the_fence,
                                   a_claim_from_a_stale_pair_is_refused_where_another_engine_claimed,
                                   "claimed over another engine's claim"),
+    "a_settle_written_without_the_fence": (_written_without_the_fence,
+                                           a_settle_from_a_stale_pair_is_refused_where_another_engine_cancelled,
+                                           "settled over another engine's cancel"),
+    "a_settle_ignoring_the_counts": (_counts_not_compared, a_settle_with_an_open_job_is_refused,
+                                     "settled with an open job"),
+    "a_settle_counting_in_a_stale_snapshot": (_snapshot_not_checked,
+                                              a_settle_waiting_for_an_owners_opening_sees_the_job_it_opened,
+                                              "settled beside a job an owner's opening committed meanwhile"),
+    "an_opening_that_locks_the_run_without_writing_it": (
+        _openings_lock_without_writing, a_settle_waiting_for_an_owners_opening_sees_the_job_it_opened,
+        "settled beside a job an owner's opening committed meanwhile"),
 }
 """Each breakage, the scenario that catches it, and what that scenario's failure says."""
 
@@ -323,3 +439,120 @@ async def test_random_command_streams_decide_alike_ahead_and_in_a_transaction(ru
                 assert _normal(await _stored(runs.ledger, fast)) == _normal(await _stored(runs.ledger, slow)), command
     del store.joined_ahead  # type: ignore[attr-defined]
     assert 1 in statements_per_send and 2 in statements_per_send, "the fast path and the stale read both ran"
+
+
+# --- the settle decided ahead ------------------------------------------------------------------
+
+
+async def test_a_settle_from_the_pair_last_seen_is_one_statement_and_writes_what_the_transaction_path_writes(
+    runs: Runs,
+) -> None:
+    ledger = runs.ledger
+    ahead_id, reference_id = await runs.running(unique("ahead")), await runs.running(unique("reference"))
+    for run_id in (ahead_id, reference_id):
+        assert await ledger.checkpoints.save(run_id, 0, state={"step": 1})
+    outcome = RecordedOutcome(0, RunStatus.DONE, '{"answer":7}', None)
+    with count_statements() as counted:
+        assert await ledger.engine.settle(ahead_id, outcome, record=True)
+    assert counted.total == 1, counted.texts
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ledger.engine, "send_ahead", _no_ahead)
+        assert await ledger.engine.settle(reference_id, outcome, record=True)
+    for run_id in (ahead_id, reference_id):
+        assert await ledger.checkpoints.load(run_id) is None, "the settled Run's checkpoint is deleted"
+    ahead, reference = await _stored(ledger, ahead_id), await _stored(ledger, reference_id)
+    assert _normal(ahead) == _normal(reference)
+    assert ahead.run.result_json == reference.run.result_json == '{"answer":7}'
+    assert ahead.run.updated_at_us == ahead.current.settled_at_us, "one clock, read after both locks"
+
+
+async def test_a_settle_with_a_pending_consent_keeps_the_transaction_and_sweeps_it(runs: Runs) -> None:
+    ledger = runs.ledger
+    run_id = await runs.running(unique("consent"))
+    consent_id = await runs.consent(run_id)
+    with count_statements() as counted:
+        assert await ledger.engine.settle(run_id, DONE_AT_0)
+    assert "BEGIN" in counted.texts, counted.texts
+    consent = await ledger.consents.get(consent_id)
+    assert consent is not None and consent.status is ConsentStatus.CANCELLED
+
+
+async def _stream_step(rng: random.Random, runs: Runs, other: RunLedger, engines: tuple[RunEngine, RunEngine],
+                       pair: tuple[str, str], jobs: dict[str, list[str]]) -> tuple[Any, Any]:
+    """One random step on both Runs: a Run command, a settle (with or without its outcome
+    recorded on refusal), or another process opening or closing an owner of the Run."""
+    ahead, reference = engines
+    roll = rng.random()
+    if roll < 0.15:  # another process opens a delegated job of each Run (refused alike when not running)
+        async def submit(run_id: str) -> Any:
+            try:
+                job = await other.jobs.submit(run_id, request_id=unique("request"), runtime="sandbox",
+                                              profile="small", request={})
+            except TenureError as error:
+                return error.code
+            jobs[run_id].append(job.job_id)
+            return "opened"
+        return await submit(pair[0]), await submit(pair[1])
+    if roll < 0.25:  # another process ends each Run's oldest open job
+        async def close(run_id: str) -> Any:
+            return bool(jobs[run_id]) and await other.jobs.adopt_result(jobs[run_id][0], succeeded(jobs[run_id].pop(0)))
+        return await close(pair[0]), await close(pair[1])
+    if roll < 0.55:
+        status = rng.choice((RunStatus.DONE, RunStatus.FAILED))
+        outcome = RecordedOutcome(rng.choice((0, 0, 0, 1)), status, '{"n":1}' if status is RunStatus.DONE else None,
+                                  "workflow_error:x" if status is RunStatus.FAILED else None)
+        record = rng.random() < 0.5
+        return (await _settled(ahead, pair[0], outcome, record=record),
+                await _settled(reference, pair[1], outcome, record=record))
+    command = rng.choice(MAKERS)(rng.choice((0, 0, 0, 1)))
+    return await _sent(ahead, pair[0], command), await _sent(reference, pair[1], command)
+
+
+async def _aggregate(runs: Runs, run_id: str) -> tuple[Any, ...]:
+    """What a settle decides beside the pair: the outcome recorded, whether a checkpoint
+    row is left, how many jobs stay open."""
+    ledger = runs.ledger
+    return (_normal(await _stored(ledger, run_id)), await ledger.checkpoints.outcome(run_id),
+            runs.count("tenure_run_checkpoints", run_id),
+            sum(status in OPEN for (status,) in raw(runs.db_url, "SELECT status FROM tenure_agent_jobs WHERE run_id = ?",
+                                                      (run_id,))))
+
+
+OPEN = frozenset(status.value for status in OPEN_JOB_STATUSES)
+
+
+async def test_random_streams_with_settles_decide_alike_ahead_and_in_a_transaction(runs: Runs) -> None:
+    # As the stream above, with settles (decided ahead on the counts the declaration names)
+    # and another process opening and ending delegated jobs of the Runs: the engine that
+    # decides ahead and the one held to the transaction path answer alike and leave the
+    # same pair, outcome, checkpoint and open jobs; both the one-statement settle and its
+    # fallback ran.
+    rng = random.Random(4903)
+    ahead = runs.ledger.engine
+    settle_statements: list[int] = []
+    settle = ahead.settle
+
+    async def counted_settle(*args: Any, **kwargs: Any) -> Any:
+        with count_statements() as counted:
+            try:
+                return await settle(*args, **kwargs)
+            finally:
+                settle_statements.append(counted.total)
+
+    ahead.settle = counted_settle  # type: ignore[method-assign]
+    async with RunLedger(runs.db_url) as reference_ledger, RunLedger(runs.db_url) as other:
+        reference = reference_ledger.engine
+        reference.send_ahead = _no_ahead  # type: ignore[method-assign]
+        for stream in range(8):
+            fast = await runs.running(f"settle-fast-{stream}")
+            slow = await runs.running(f"settle-slow-{stream}")
+            jobs: dict[str, list[str]] = {fast: [], slow: []}
+            if rng.random() < 0.5:
+                for run_id in (fast, slow):
+                    assert await runs.ledger.checkpoints.save(run_id, 0, state={"stream": stream})
+            for _ in range(12):
+                answers = await _stream_step(rng, runs, other, (ahead, reference), (fast, slow), jobs)
+                assert answers[0] == answers[1], answers
+                assert await _aggregate(runs, fast) == await _aggregate(runs, slow)
+    del ahead.settle
+    assert 1 in settle_statements and any(count > 1 for count in settle_statements), settle_statements

@@ -146,7 +146,9 @@ async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_i
     runs: Runs, runs_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The race's exact interleaving, made certain: another process prepares an attempt for
-    the Run after the settlement counted the Run's open attempts and before it commits."""
+    the Run after the settlement counted the Run's open attempts and before it commits.
+    The settle's transaction path (the decided-ahead settle, one statement, meets the
+    same race in tests/adapters/runs/test_run_ahead.py)."""
     assert kind_of(runs_db) == "postgresql"
     run_id = await runs.running("run-1")
     request = spec(unique("owner"), run_id=run_id)
@@ -163,6 +165,7 @@ async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_i
             return result
 
         monkeypatch.setattr(RunEngine, "locked_pair_counting", staticmethod(containment))
+        monkeypatch.setattr(runs.ledger.engine, "send_ahead", _no_ahead)
         settled = await runs.ledger.settle(run_id, 0, RunStatus.DONE)
         monkeypatch.undo()
         outcome: Any
@@ -176,6 +179,10 @@ async def test_a_prepare_meeting_a_settlement_between_its_count_and_its_commit_i
     assert _contained(status, attempt), f"the Run is DONE with an attempt {attempt.state.value}"  # type: ignore[union-attr]
     assert isinstance(outcome, TenureError) and outcome.code is ErrorCode.RUN_OWNER_MISMATCH, outcome
     assert runs.count("tenure_attempts", run_id) == 0
+
+
+async def _no_ahead(*_: Any) -> None:
+    return None
 
 
 RACE_ROUNDS = 40
