@@ -104,6 +104,7 @@ def with_clock(locking_select: str) -> str:
     )
 
 
+@functools.cache
 def touching(binding: Binding, locking_select: str, schema: str | None) -> str:
     """:func:`with_clock` for a finder that locks by writing (``touch``): the rows the
     locking select locked are written unchanged (their key set to itself), so a

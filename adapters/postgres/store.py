@@ -37,7 +37,7 @@ from tenure.kernel.core import Finder, Rewrite, SetValue
 from tenure.model import ConfigValidationError
 
 from ..core.failures import Stage, persistence_failed
-from ..core.sql import POSTGRESQL, compile_finder
+from ..core.sql import POSTGRESQL, compile_finder, counts_sql
 from ..core.store import AheadAnswer, Body, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel, record_or_unreadable
 from ..core.urls import Pooler
