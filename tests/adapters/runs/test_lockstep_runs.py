@@ -92,7 +92,7 @@ BROKEN_PATHS: dict[str, tuple[str, frozenset[str]]] = {
     "the_engine_never_decides_ahead": (AHEAD, frozenset({"admit", "claim", "decided_ahead_behind_a_rotation"})),
     "the_engine_never_falls_back": (FALLBACK, frozenset({"admit", "claim", "decided_ahead_behind_a_rotation"})),
 }
-"""Broken Run engines on PostgreSQL (``test_run_ahead.BREAKAGES``) that decide every
+"""Broken Run engines on PostgreSQL (``test_run_engine_paths.BREAKAGES``) that decide every
 command right, but never take one of the engine's two paths: the transaction path is the
 reference, so an engine that never decides ahead answers every step as the model does,
 and only the path counts show it; one that never falls back answers a command behind a
@@ -104,7 +104,7 @@ takes and the rules of the focused machine that catches it."""
 def test_the_postgresql_lockstep_catches_an_engine_that_never_takes_one_of_its_paths(
     breakage: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
 ) -> None:
-    from test_run_ahead import BREAKAGES
+    from test_run_engine_paths import BREAKAGES
 
     if "postgresql" not in adapter_support.AVAILABLE_DATABASES:
         pytest.skip("no PostgreSQL server")

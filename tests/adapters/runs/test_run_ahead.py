@@ -4,9 +4,8 @@ if both still equal the pair decided on and the clock lies in the decision's win
 
 Each scenario holds on the engine as built and fails on a broken one: a window taken
 from the guards alone (the claim's effect compares the time too: ``updated_at`` never
-moves backwards, INV-R9), a statement that writes without comparing the pair it
-decided on (the fence), an engine that never decides ahead, and one that never falls
-back to the transaction (it takes "not decided ahead" for a refusal). An admission without the session fence is inserted ahead too:
+moves backwards, INV-R9) and a statement that writes without comparing the pair it
+decided on (the fence). An admission without the session fence is inserted ahead too:
 one statement creates the Run and its delivery, or answers the Run it meets (a replay,
 or the refusal the transaction path would decide). SQLite keeps the transaction path (no
 decided-ahead writer).
@@ -29,11 +28,7 @@ from statements import count_statements
 from tenure.adapters import RunLedger
 from tenure.adapters.core import engine as core_engine
 from tenure.adapters.postgres import statements
-from tenure.adapters.runs.engine import AHEAD, FALLBACK, NO_INPUTS, Inputs, RunEngine, Sent
-from tenure.conformance.lockstep import raw as raw_sql
-from tenure.kernel.core import Refused
-from tenure.kernel.runs.aggregate import DECIDED_AHEAD
-from tenure.kernel.runs.machine import RunRefusal
+from tenure.adapters.runs.engine import RunEngine
 from tenure.kernel.ahead import decide_ahead, decide_windowed
 from tenure.kernel.core import Applied
 from tenure.kernel.runs.commands import (
@@ -42,13 +37,11 @@ from tenure.kernel.runs.commands import (
     EnterHardwareWait,
     FailHeld,
     LeaveHardwareWait,
-    Park,
     RecordPublished,
     RecordPublishError,
     Release,
-    Resume,
 )
-from tenure.model import DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind
+from tenure.model import DeliveryState, ErrorCode, RunStatus, TenureError
 
 pytestmark = pytest.mark.parametrize("database", ["postgresql"])
 
@@ -120,49 +113,6 @@ async def a_claim_from_a_stale_pair_is_refused_where_another_engine_claimed(runs
     assert delivery.state is DeliveryState.CLAIMED and delivery.claimed_by == "node-b"
 
 
-def _paths_of(engine: RunEngine) -> list[tuple[str, str]]:
-    """Every (command kind, engine path) the engine reports from now on."""
-    taken: list[tuple[str, str]] = []
-    engine.path_observer = lambda kind, path: taken.append((kind.value, path))
-    return taken
-
-
-async def a_claim_from_the_pair_last_seen_is_decided_ahead(runs: Runs) -> None:
-    ledger = runs.ledger
-    run_id = await runs.published(unique("ahead"))
-    taken = _paths_of(ledger.engine)
-    assert await ledger.claim(run_id, 0, node="node-a") is not None
-    assert taken == [("claim", AHEAD)], "not decided ahead"
-
-
-async def a_claim_behind_a_rotation_falls_back_and_applies(runs: Runs) -> None:
-    """Another session claims the Run's hop, parks it on a timer due at once and resumes
-    it (the next hop opened) in one transaction, held open until this engine's claim of
-    the new hop waits on the Run's lock: the claim's statement cannot see the new
-    delivery (its snapshot predates the commit), so the claim falls back to the
-    transaction, which sees it and claims."""
-    ledger = runs.ledger
-    run_id = await runs.published(unique("rotation"))
-    taken = _paths_of(ledger.engine)
-    async with RunLedger(runs.db_url) as other:
-        async def rotate(connection: Any) -> None:
-            park = Park(enqueue_seq=0, wait=WaitKind.TIMER, owner_id="nap", owner=None)
-            async with other.store.borrowed(connection) as tx:
-                for command, inputs in ((Claim(enqueue_seq=0, node="node-b"), NO_INPUTS),
-                                        (park, Inputs(delay_us=0)), (Resume(owner_id="nap", owner=None), NO_INPUTS)):
-                    assert (await other.engine.send_in(tx, run_id, command, inputs)).applied
-
-        holder = await raw_sql.connect(runs.db_url)
-        try:
-            held, claimed, waited = await raw_sql.holding_open(holder, runs.db_url, rotate,
-                                                               lambda: ledger.claim(run_id, 1, node="node-a"))
-        finally:
-            await holder.close()
-    assert held[0] == "ok" and waited, (held, waited)
-    assert claimed[0] == "ok" and claimed[1] is not None, "the claim behind a rotation was refused"
-    assert taken == [("claim", FALLBACK)], taken
-
-
 def _pair_parts(pair: Any) -> list[tuple[Any, Any]]:
     from tenure.adapters.runs.engine import _parts
 
@@ -195,29 +145,6 @@ def _window_from_the_guards_alone(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(core_engine, "decide_ahead", _guards_alone(decide_ahead))
 
 
-async def _never_ahead(self: RunEngine, run_id: str, command: Any) -> Sent | None:
-    return None
-
-
-def _never_decides_ahead(patch: pytest.MonkeyPatch) -> None:
-    patch.setattr(RunEngine, "send_ahead", _never_ahead)
-
-
-def _never_falls_back(patch: pytest.MonkeyPatch) -> None:
-    """A command on the pair that the statement could not decide is answered as refused
-    (a stale hop), never sent to the transaction path (an admission still falls back:
-    the first one of a fresh engine always does, before it has seen the clock)."""
-    send_ahead = RunEngine.send_ahead
-
-    async def refused_instead(self: RunEngine, run_id: str, command: Any) -> Sent | None:
-        sent = await send_ahead(self, run_id, command)
-        if sent is None and command.kind in DECIDED_AHEAD:
-            return Sent(Refused(RunRefusal.STALE_HOP), ())
-        return sent
-
-    patch.setattr(RunEngine, "send_ahead", refused_instead)
-
-
 def _written_without_the_fence(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(statements, "PAIR_UNCHANGED", "true")
     statements.clear_statement_cache()
@@ -229,10 +156,6 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario, str]]
     "written_without_the_fence": (_written_without_the_fence,
                                   a_claim_from_a_stale_pair_is_refused_where_another_engine_claimed,
                                   "claimed over another engine's claim"),
-    "the_engine_never_decides_ahead": (_never_decides_ahead, a_claim_from_the_pair_last_seen_is_decided_ahead,
-                                       "not decided ahead"),
-    "the_engine_never_falls_back": (_never_falls_back, a_claim_behind_a_rotation_falls_back_and_applies,
-                                    "the claim behind a rotation was refused"),
 }
 """Each breakage, the scenario that catches it, and what that scenario's failure says."""
 
