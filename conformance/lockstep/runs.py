@@ -23,7 +23,7 @@ from tenure.adapters.agent_jobs.facade import cancelled_result, job_id_for, publ
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.consents.facade import public_consent
 from tenure.adapters.consents.table import CONSENTS_BINDING
-from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, run_id_for
+from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, resume_and_publish, run_id_for
 from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 from tenure.adapters.runs.engine import AHEAD, FALLBACK, NO_INPUTS, Inputs, consent_evidence, job_evidence
 from tenure.conformance.lockstep import raw
@@ -639,12 +639,36 @@ class RunLockstep(LockstepBase):
             return
         self.expect(actual, outcome(lambda: self.model.save_checkpoint(run_id, seq, f'{{"step":{step}}}', owner_id, now)))
 
-    @rule(data=st.data())
-    def resume(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), and_publish=st.booleans())
+    def resume(self, data: st.DataObject, and_publish: bool) -> None:
+        """The ledger's resume, or (``and_publish``) the worker's: the Run resumed and the
+        hop it opens published, in one call (:meth:`resume_and_publish`)."""
         run_id = self.pick_run(data, _waiting)
         owner_id = self.pick_owner(data, self.current_owner(run_id))
+        if and_publish:
+            self.resume_and_publish(run_id, owner_id)
+            return
         self.check(lambda: self.ledgers[0].resume(run_id, owner_id=owner_id),
                    lambda now: self.model.resume(run_id, owner_id, now))
+
+    def resume_and_publish(self, run_id: str, owner_id: str) -> None:
+        """``resume_and_publish``, as the worker and the relays call it: the resume's
+        transaction, then (when it opened a hop: the declared ``publish_hop``) the
+        broker's publication of that hop and its acknowledgement, recorded in a second
+        transaction. The broker must hold exactly the hop the model opened."""
+        published_before = set(self.broker.jobs)
+        actual = self.run(resume_and_publish(self.ledgers[0], self.broker, run_id, owner_id=owner_id))
+        times = self.clock.take_all()
+        assert times, "the resume reads the database clock"
+        self.latest_us = max([self.latest_us, *times])
+        expected = outcome(lambda: self.model.resume(run_id, owner_id, times[0]))
+        self.expect(actual, expected)
+        seq = expected[1] if expected[0] == "ok" else None
+        opened = set() if seq is None else {hop_key(run_id, seq)}
+        assert set(self.broker.jobs) - published_before == opened, "the broker holds exactly the hop the resume opened"
+        assert len(times) == 1 + len(opened), f"one transaction for the resume, one for the acknowledgement; saw {len(times)}"
+        if seq is not None:
+            self.model.applied(run_id, RecordPublished(enqueue_seq=seq), times[1])
 
     # --- settlement and cancellation -------------------------------------------------------
 

@@ -61,17 +61,21 @@ BROKEN_ENGINES: dict[str, frozenset[str] | None] = {
     "a_park_reads_the_run_owner_instead_of_the_named_one": frozenset({"admit", "claim", "create_consent", "submit_job", "park"}),
     "a_settle_loses_its_checkpoint_delete": frozenset({"admit", "claim", "save_checkpoint", "settle"}),
     "a_timer_park_loses_its_checkpoint": frozenset({"admit", "claim", "park_timer"}),
+    "a_resume_loses_its_publication": frozenset({"admit", "claim", "park_timer", "resume"}),
+    "a_resume_reads_no_owner": frozenset({"admit", "claim", "create_consent", "decide_consent", "park", "resume"}),
 }
 """Broken Run engines (``test_run_engine_mutants.BREAKAGES``) the Run lockstep must catch
 on its own, without a scenario written for them; the rules a focused machine keeps to
 reach the broken path sooner (None: every rule). Since the rules aim at the model's live
-Runs and the model keeps the Runs' checkpoints (issue 49), seven of the nine are caught
-here. Two stay with their scenarios there: no lockstep rule resumes and publishes in one
-call (the publication is the caller's after-commit follow-up, which the ledger's
-``resume`` does not run), so a lost publication is invisible here; a resume that reads
-no owner needs a park, a verdict and a resume of one Run in a row: a focused machine
-catches it, but took 33 s on PostgreSQL (measured December 2026), over this file's
-budget."""
+Runs and the model keeps the Runs' checkpoints (issue 49), every one of them but the
+refused settle's lost outcome record is caught here: the ``resume`` rule also resumes
+and publishes in one call the way the worker does (``resume_and_publish``, comparing
+the hop the broker holds), so a resume that loses its publication answers None where
+the model opened a hop; a resume that reads no owner refuses a resume the model applies
+(its focused machine took 33 s on PostgreSQL before the decided-ahead paths and the
+aimed verdicts, about 1 s now, measured December 2026). The refused settle's outcome
+record is written only by the worker's settle (``RunEngine.settle(record=True)``), which
+no rule sends: its scenario catches it."""
 
 
 @pytest.mark.parametrize("breakage", sorted(BROKEN_ENGINES))
