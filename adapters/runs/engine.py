@@ -62,7 +62,7 @@ from tenure.kernel.runs.aggregate import (
     left_for_transaction,
     on_refusal,
 )
-from tenure.kernel.runs.commands import Containment, OwnerEvidence, RunCommand, Settle
+from tenure.kernel.runs.commands import Containment, OwnerEvidence, RunCommand, RunCommandType, Settle
 from tenure.kernel.runs.machine import RUNS, RunRefusal, consent_sweep
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import ConfigValidationError, ErrorCode, RunStatus, WaitKind
@@ -80,7 +80,21 @@ from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, r
 from .table import CHECKPOINTS_BINDING, CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 
 __all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "COUNTS", "consent_evidence", "job_evidence", "attempt_evidence",
-           "current_pair"]
+           "current_pair", "PathObserver", "AHEAD", "FALLBACK"]
+
+AHEAD = "ahead"
+"""A command decided ahead: one statement decided it, with or without writing
+(:meth:`RunEngine.send_ahead` answered)."""
+
+FALLBACK = "fallback"
+"""A command with a decided-ahead form that the statement could not decide (rows out of
+shape, an insert that collided, rounds spent, a missed window): it took the transaction
+path after all (the reference). Nothing was written ahead."""
+
+PathObserver = Callable[[RunCommandType, str], None]
+"""Told, for every command :meth:`RunEngine.send` may decide ahead on this store, which
+path decided it (:data:`AHEAD` or :data:`FALLBACK`); the commands and stores without a
+decided-ahead form (SQLite) take the transaction and tell it nothing."""
 
 T = TypeVar("T")
 
@@ -200,6 +214,10 @@ class RunEngine:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.path_observer: PathObserver | None = None
+        """Part of the adapters' test seam (``docs/testing.md``): told which path each
+        command that may be decided ahead took (the Run lockstep counts them, so a run
+        in which one path never ran fails). It only watches; None: nothing is told."""
 
     # --- the one boundary --------------------------------------------------------------
 
@@ -235,6 +253,8 @@ class RunEngine:
             sent = await self.send_ahead(run_id, command)
             if sent is not None:
                 return sent
+            if self.path_observer is not None:
+                self.path_observer(command.kind, FALLBACK)
         aggregate: list[_Aggregate] = []
         sent = await self.run(lambda tx: self._send_in(tx, run_id, command, inputs, aggregate))
         if self.engine.store.ahead is not None:
@@ -264,6 +284,8 @@ class RunEngine:
                     RUNS, _parts, PAIR_JOIN, run_id, command, self.last_pair(run_id), _assembled, counted)
         if decision is None:
             return None
+        if self.path_observer is not None:
+            self.path_observer(command.kind, AHEAD)
         raise_if_conflict(RUNS_BINDING, decision)
         return Sent(decision, after_commit(command.kind, decision.reply) if isinstance(decision, Applied) else ())
 

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 from tenure.model import TenureError
 
 __all__ = [
-    "outcome", "applied_counts", "Clock", "Counter", "COUNTERS", "ExampleDatabases", "LockstepBase", "machine_for", "rule_names",
+    "outcome", "applied_counts", "path_counts", "Clock", "Counter", "COUNTERS", "ExampleDatabases", "LockstepBase", "machine_for", "rule_names",
     "run_lockstep", "budget", "RacingModel",
 ]
 
@@ -92,6 +92,10 @@ class Counter:
     """The rule running now (set by a counted machine's rules)."""
     on_step: Callable[[Counter], None] | None = None
     """Called after every step (a progress display)."""
+    paths: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """By command kind: how often each engine path decided it (a machine whose engine
+    decides some commands ahead counts them: ``ahead`` and ``fallback``); see
+    :func:`path_counts`."""
     findings: list[str] = dataclasses.field(default_factory=list)
     """What each failed rule or invariant raised (its type and message), as it was raised:
     a mutant test reads the finding here, because the draws read database times and
@@ -102,6 +106,11 @@ class Counter:
         self.steps += 1
         if self.on_step is not None:
             self.on_step(self)
+
+    def took(self, kind: str, path: str) -> None:
+        """Count one command of ``kind`` decided by ``path``."""
+        by_path = self.paths.setdefault(kind, {})
+        by_path[path] = by_path.get(path, 0) + 1
 
     def answered(self, *expected: tuple[Any, ...]) -> None:
         """Count the model's answers of the running rule's step: applied when any of
@@ -124,6 +133,13 @@ def applied_counts(counter: Counter) -> str:
         applied, refused = counter.applied.get(name, 0), counter.refused.get(name, 0)
         lines.append(f"{name}: ran {counter.rules[name]}, applied {applied}, refused {refused}")
     return "\n".join(lines)
+
+
+def path_counts(counter: Counter) -> str:
+    """One line per command kind: how often each engine path decided it (empty when the
+    machine counts none: a store without decided-ahead statements)."""
+    return "\n".join(f"{kind}: " + ", ".join(f"{path} {count}" for path, count in sorted(by_path.items()))
+                     for kind, by_path in sorted(counter.paths.items()))
 
 
 COUNTERS: dict[str, Counter] = {}
@@ -357,7 +373,8 @@ def budget(defaults: dict[str, int]) -> dict[str, int]:
 
 def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 50, seed: int | None = None,
                  on_step: Callable[[Counter], None] | None = None, print_blob: bool = False,
-                 shrink: bool = True, every_rule_by: int | None = None) -> str:
+                 shrink: bool = True, every_rule_by: int | None = None,
+                 covered: Callable[[Counter], bool] | None = None) -> str:
     """Run ``machine`` until ``target`` steps ran; returns the summary line (the counts
     are in ``COUNTERS[machine.key()]``). With ``seed``, the runs are the same each time
     (for the same Hypothesis version); a divergence raises what the machine raised,
@@ -367,7 +384,9 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
     going until it has, or until ``every_rule_by`` steps ran (the caller then checks that
     every rule ran). The rules a run chooses depend on the database's answers (times,
     races), so a fixed budget that covers every rule on a quiet machine can miss one on
-    a loaded machine; a budget this way is a floor, not a gamble."""
+    a loaded machine; a budget this way is a floor, not a gamble. ``covered`` (with
+    ``every_rule_by``) keeps the runs going the same way until it says the counts cover
+    what the caller checks next (the engine paths every command kind must take)."""
     phases = tuple(phase for phase in Phase if shrink or phase is not Phase.shrink)
     key = machine.key()
     COUNTERS[key] = Counter(on_step=on_step)
@@ -376,7 +395,8 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
     def more(counter: Counter) -> bool:
         if counter.steps < target:
             return True
-        return every_rule_by is not None and counter.steps < every_rule_by and not wanted <= set(counter.rules)
+        return every_rule_by is not None and counter.steps < every_rule_by and (
+            not wanted <= set(counter.rules) or (covered is not None and not covered(counter)))
 
     started = time.perf_counter()
     batch = 0
@@ -405,5 +425,6 @@ def run_lockstep(machine: type[LockstepBase], target: int, *, step_count: int = 
     elapsed = time.perf_counter() - started
     counter = COUNTERS[key]
     assert counter.steps >= target
+    paths = path_counts(counter)
     return (f"lockstep[{key}]: {counter.steps} steps in {counter.examples} runs, "
-            f"{elapsed:.1f} s, {counter.steps / elapsed:.0f} steps/s")
+            f"{elapsed:.1f} s, {counter.steps / elapsed:.0f} steps/s" + (f"\nengine paths by command:\n{paths}" if paths else ""))

@@ -1,6 +1,7 @@
 """Raw SQL the public API cannot express, for the lockstep machines: an operator moving a
 lease into the past, another session holding a row lock, a writer changing a row between
-the engine's read and its write. It plays the adversary and the clock; it never bypasses
+the engine's read and its write, a writer whose transaction stays open while a statement
+waits on its locks. It plays the adversary and the clock; it never bypasses
 what the lockstep checks. The rooms standing on this one use it too: the driver proofs
 (a raw read), the scratch area (its connections) and the explorer's replays (the clock). Statements use ``?`` placeholders (PostgreSQL gets ``$n``) and
 run in the URL's schema: a scratch schema in a user's database, or a test database.
@@ -12,17 +13,17 @@ import asyncio
 import concurrent.futures
 import contextlib
 import sqlite3
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from tenure.adapters.core.tables import instant_from_sqlite_text, instant_to_sqlite_text
 from tenure.adapters.core.urls import parse_db_url
 from tenure.adapters.queue.table import binding_for
-from tenure.model import QueueKind
+from tenure.model import QueueKind, TenureError
 
 __all__ = [
     "kind_of", "sqlite_path", "raw", "run_async", "connect", "table", "shift_instants", "expire_lease",
-    "interfering_after_load", "RowHolder", "store_module",
+    "interfering_after_load", "RowHolder", "store_module", "holding_open",
 ]
 
 
@@ -280,3 +281,47 @@ class RowHolder:
         finally:
             connection.close()
         return await task
+
+
+async def holding_open(
+    connection: Any, db_url: str, hold: Callable[[Any], Awaitable[Any]], call: Callable[[], Awaitable[Any]],
+) -> tuple[tuple[Any, ...], tuple[Any, ...], bool]:
+    """PostgreSQL: ``hold(connection)`` inside a transaction on ``connection`` (a session of
+    the caller's own, from :func:`connect`, left as it was found; the caller writes
+    through ``Store.borrowed(connection)``), then ``call`` while that transaction is still
+    open, until ``call`` waits on one of its locks (``pg_blocking_pids``), then the commit:
+    the writer that commits while a statement waits on the rows it locked. Returns both
+    outcomes (``("ok", value)`` or ``("error", code, reason)``: a ``hold`` that raised is
+    rolled back, and ``call`` then runs on its own) and whether ``call`` waited. The wait
+    is bounded by a hang guard only: releasing before ``call`` waits would make what it
+    meets depend on the machine's load."""
+    try:
+        await connection.execute("BEGIN")
+        await in_schema(connection, db_url)
+        held = await _outcome(hold(connection))
+        if held[0] == "error":
+            await connection.execute("ROLLBACK")
+            return held, await _outcome(call()), False
+        task = asyncio.ensure_future(_outcome(call()))
+        holder_pid = await connection.fetchval("SELECT pg_backend_pid()")
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + RowHolder.WAIT_FOR_THE_BATCH_S
+        waited = False
+        while not task.done() and loop.time() < give_up_at:
+            waited = bool(await connection.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", holder_pid))
+            if waited:
+                break
+            await asyncio.sleep(0.002)
+        await connection.execute("COMMIT")
+    finally:
+        if connection.is_in_transaction():
+            await connection.execute("ROLLBACK")
+    return held, await task, waited
+
+
+async def _outcome(call: Awaitable[Any]) -> tuple[Any, ...]:
+    try:
+        return ("ok", await call)
+    except TenureError as error:
+        return ("error", error.code.value, error.reason)

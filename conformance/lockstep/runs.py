@@ -11,6 +11,7 @@ key): the database must then have done what one serial order of the two does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -22,18 +23,20 @@ from tenure.adapters.agent_jobs.facade import cancelled_result, job_id_for, publ
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.consents.facade import public_consent
 from tenure.adapters.consents.table import CONSENTS_BINDING
-from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, run_id_for
+from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, resume_and_publish, run_id_for
 from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
-from tenure.adapters.runs.engine import consent_evidence, job_evidence
-from tenure.conformance.lockstep.harness import LockstepBase, outcome
+from tenure.adapters.runs.engine import AHEAD, FALLBACK, NO_INPUTS, Inputs, consent_evidence, job_evidence
+from tenure.conformance.lockstep import raw
+from tenure.conformance.lockstep.harness import Counter, LockstepBase, outcome
 from tenure.kernel.agent_jobs import machine as job_machine
 from tenure.kernel.agent_jobs.commands import AdoptResult, AdvanceJob, RecordCancelled, SubmitJob
 from tenure.kernel.agent_jobs.record import AgentJobRow
 from tenure.kernel.consents import machine as consent_machine
 from tenure.kernel.consents.commands import CancelPending, CreateConsent, DecideConsent
 from tenure.kernel.consents.record import ConsentRow
-from tenure.kernel.core import Applied, Finder, Refused
+from tenure.kernel.core import Applied, Decision, Finder, Refused
 from tenure.kernel.runs import finders
+from tenure.kernel.runs.aggregate import ADMITTED_AHEAD, DECIDED_AHEAD, UNREAD_CONTAINMENT
 from tenure.kernel.runs.commands import (
     Admit,
     Admitted,
@@ -51,6 +54,8 @@ from tenure.kernel.runs.commands import (
     Release,
     Resume,
     Resumed,
+    RunCommand,
+    RunCommandType,
     Settle,
     Settled,
     Swept,
@@ -74,7 +79,7 @@ from tenure.model import (
     hop_key,
 )
 
-__all__ = ["RunLockstep", "RunModel"]
+__all__ = ["RunLockstep", "RunModel", "AHEAD_KINDS", "BEHIND_A_ROTATION", "missing_paths"]
 
 WORKFLOW = WorkflowPin("review", "r1", "sha256:workflow")
 SESSIONS = [None, "session-1", "session-2"]
@@ -89,6 +94,36 @@ TERMINAL_RESULTS = [AgentJobStatus.SUCCEEDED, AgentJobStatus.FAILED, AgentJobSta
                     AgentJobStatus.TIMED_OUT, AgentJobStatus.LOST]
 _ALL = Finder("all", ((),), lock="none")
 T = TypeVar("T")
+
+AHEAD_KINDS: frozenset[RunCommandType] = DECIDED_AHEAD | ADMITTED_AHEAD
+"""The Run commands that have a decided-ahead form (the kernel's declaration): on a store
+with decided-ahead statements the lockstep must see each of them both decided ahead and
+fallen back to the transaction (:func:`missing_paths`)."""
+
+BEHIND_A_ROTATION: dict[RunCommandType, Callable[[int], RunCommand]] = {
+    RunCommandType.RELEASE: lambda seq: Release(enqueue_seq=seq),
+    RunCommandType.FAIL_HELD: lambda seq: FailHeld(enqueue_seq=seq, error="context lost"),
+    RunCommandType.RECORD_PUBLISHED: lambda seq: RecordPublished(enqueue_seq=seq),
+    RunCommandType.RECORD_PUBLISH_ERROR: lambda seq: RecordPublishError(enqueue_seq=seq,
+                                                                        error="publish_failed:BrokerUnavailable"),
+    RunCommandType.CLAIM: lambda seq: Claim(enqueue_seq=seq, node="node-a"),
+    RunCommandType.ENTER_HARDWARE_WAIT: lambda seq: EnterHardwareWait(enqueue_seq=seq),
+    RunCommandType.LEAVE_HARDWARE_WAIT: lambda seq: LeaveHardwareWait(enqueue_seq=seq),
+    RunCommandType.BEGIN_CANCEL: lambda seq: BeginCancel(),
+    RunCommandType.SETTLE: lambda seq: Settle(enqueue_seq=seq, status=RunStatus.DONE, error=None,
+                                              containment=UNREAD_CONTAINMENT),
+}
+"""The commands :meth:`RunLockstep.decided_ahead_behind_a_rotation` sends (by kind, for a
+sequence): every command on the pair that a store may decide ahead (the admission has a
+rule of its own), and the settle (it reads counted evidence: the engine fills it)."""
+
+
+def missing_paths(counter: Counter) -> list[tuple[str, str]]:
+    """The (command kind, engine path) pairs a lockstep run never took, for every command
+    kind with a decided-ahead form (:data:`AHEAD_KINDS`): empty when each was decided
+    both ahead and by the fallback."""
+    return [(kind.value, path) for kind in sorted(AHEAD_KINDS, key=lambda kind: kind.value)
+            for path in (AHEAD, FALLBACK) if not counter.paths.get(kind.value, {}).get(path)]
 
 
 def _raise_if_coded(machine: Any, decision: Any) -> None:
@@ -267,6 +302,17 @@ class RunModel:
         return isinstance(decision, Applied)
 
 
+def _decided(answer: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An answer holding kernel decisions, with its refusals spelled as such (a refusal is
+    counted as refused, not as a value that applied)."""
+    if answer[0] != "ok":
+        return answer
+    decisions = answer[1] if isinstance(answer[1], list) else [answer[1]]
+    if all(isinstance(decision, Refused) for decision in decisions):
+        return ("refused", *(decision.reason.value for decision in decisions))
+    return answer
+
+
 def _intent(session: str | None, payload: int, requested: int | None) -> RunIntent:
     return RunIntent(session, "api", "alice", frozenset({"read", "write"}), {"n": payload}, requested)
 
@@ -318,12 +364,26 @@ class RunLockstep(LockstepBase):
         self.model = RunModel()
         self.broker = InMemoryBroker()
         self.ledgers = [RunLedger(self.db_url), RunLedger(self.db_url)]
+        self.paths_this_step: list[tuple[RunCommandType, str]] = []
+        """The engine paths the commands of the running step took (both ledgers)."""
+        self.latest_us = 0
+        """The latest database time a step read (the aim of a resume that applies)."""
+        self.held_keys = 0
+        self.holder: Any = None
+        """The session of :meth:`while_written`'s writer (PostgreSQL; opened once)."""
         for ledger in self.ledgers:
             ledger.store.observe_time = self.clock.seen.append
+            ledger.engine.path_observer = self.took_path
+
+    def took_path(self, kind: RunCommandType, path: str) -> None:
+        self.counter.took(kind.value, path)
+        self.paths_this_step.append((kind, path))
 
     def close_resources(self) -> None:
         for ledger in self.ledgers:
             self.runner.run(ledger.close())
+        if self.holder is not None:
+            self.runner.run(self.holder.close())
 
     # --- choices ---------------------------------------------------------------------------
 
@@ -391,6 +451,7 @@ class RunLockstep(LockstepBase):
         actual = self.run(call())
         seen = self.clock.take_all()
         assert len(seen) <= 1, f"one transaction per operation, saw {len(seen)}"
+        self.latest_us = max([self.latest_us, *seen])
         return actual, (seen[0] if seen else None)
 
     def check(self, call: Callable[[], Any], model_step: Callable[[int], Any]) -> None:
@@ -578,12 +639,36 @@ class RunLockstep(LockstepBase):
             return
         self.expect(actual, outcome(lambda: self.model.save_checkpoint(run_id, seq, f'{{"step":{step}}}', owner_id, now)))
 
-    @rule(data=st.data())
-    def resume(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), and_publish=st.booleans())
+    def resume(self, data: st.DataObject, and_publish: bool) -> None:
+        """The ledger's resume, or (``and_publish``) the worker's: the Run resumed and the
+        hop it opens published, in one call (:meth:`resume_and_publish`)."""
         run_id = self.pick_run(data, _waiting)
         owner_id = self.pick_owner(data, self.current_owner(run_id))
+        if and_publish:
+            self.resume_and_publish(run_id, owner_id)
+            return
         self.check(lambda: self.ledgers[0].resume(run_id, owner_id=owner_id),
                    lambda now: self.model.resume(run_id, owner_id, now))
+
+    def resume_and_publish(self, run_id: str, owner_id: str) -> None:
+        """``resume_and_publish``, as the worker and the relays call it: the resume's
+        transaction, then (when it opened a hop: the declared ``publish_hop``) the
+        broker's publication of that hop and its acknowledgement, recorded in a second
+        transaction. The broker must hold exactly the hop the model opened."""
+        published_before = set(self.broker.jobs)
+        actual = self.run(resume_and_publish(self.ledgers[0], self.broker, run_id, owner_id=owner_id))
+        times = self.clock.take_all()
+        assert times, "the resume reads the database clock"
+        self.latest_us = max([self.latest_us, *times])
+        expected = outcome(lambda: self.model.resume(run_id, owner_id, times[0]))
+        self.expect(actual, expected)
+        seq = expected[1] if expected[0] == "ok" else None
+        opened = set() if seq is None else {hop_key(run_id, seq)}
+        assert set(self.broker.jobs) - published_before == opened, "the broker holds exactly the hop the resume opened"
+        assert len(times) == 1 + len(opened), f"one transaction for the resume, one for the acknowledgement; saw {len(times)}"
+        if seq is not None:
+            self.model.applied(run_id, RecordPublished(enqueue_seq=seq), times[1])
 
     # --- settlement and cancellation -------------------------------------------------------
 
@@ -679,8 +764,14 @@ class RunLockstep(LockstepBase):
                   [lambda now: self.model.applied(run_id, Release(enqueue_seq=seq), now),
                    lambda now: self.model.applied(run_id, FailHeld(enqueue_seq=seq, error="context lost"), now)])
 
-    @rule(key=st.sampled_from(["key-1", "key-2"]), hold=st.booleans(), payloads=st.tuples(st.integers(1, 2), st.integers(1, 2)))
-    def concurrent_same_key_admissions(self, key: str, hold: bool, payloads: tuple[int, int]) -> None:
+    @rule(key=st.sampled_from(["key-1", "key-2"]), hold=st.booleans(), payloads=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+          behind=st.sampled_from([False, False, False, True]))
+    def concurrent_same_key_admissions(self, key: str, hold: bool, payloads: tuple[int, int], behind: bool) -> None:
+        """Two admissions under one key at once; one time in four, one behind the other
+        under a fresh key (:meth:`admission_behind_an_insert`)."""
+        if behind:
+            self.admission_behind_an_insert(hold, payloads)
+            return
         intents = [_intent("session-1", payload, None) for payload in payloads]
 
         def normalize(answer: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -698,6 +789,177 @@ class RunLockstep(LockstepBase):
         self.race([call(ledger, intent) for ledger, intent in zip(self.ledgers, intents, strict=True)],
                   [step(intent) for intent in intents],
                   normalize)
+
+    # --- the decided-ahead path's fallback, on purpose ------------------------------------------
+    #
+    # On PostgreSQL a command with a decided-ahead form takes the transaction path only
+    # when its one statement cannot decide it: a serial stream rarely meets such a case,
+    # so these rules plant one. Another session's transaction writes the Run (a resume
+    # that opens the next hop) or the same admission, and stays open until the command's
+    # statement waits on its locks: that statement's snapshot predates the commit, so it
+    # cannot see the new delivery (or the inserted Run) and falls back. Both are compared
+    # with the model in their serial order (the writer first: the command's clock is read
+    # after the writer's commit). On SQLite (no decided-ahead statements) the two run one
+    # after the other.
+
+    def resumable(self, pair: RunPair) -> bool:
+        """Whether a resume from the Run's current owner applies (at the latest database
+        time seen: a timer due then is due at any later time)."""
+        run = pair.run
+        owner = self.model.evidence(run.owner_kind, run.owner_id)
+        command = Resume(owner_id=run.owner_id or "", owner=owner)
+        return run.owner_id is not None and isinstance(RUNS.decide(pair, command, self.latest_us), Applied)
+
+    def rotatable(self, pair: RunPair) -> bool:
+        """A Run whose next hop one transaction can open (:meth:`rotation`)."""
+        return _held(pair) or _publishable(pair) or _running(pair) or self.resumable(pair)
+
+    def rotation(self, run_id: str, owner_id: str) -> list[tuple[RunCommand, Inputs]]:
+        """The commands one transaction sends to open the Run's next hop, from where the
+        Run stands: a held hop is released, a queued one claimed, a running one parks on
+        a timer due at the clock read under the lock, and the Run resumes (from
+        ``owner_id`` when it already waits: a resume that may not apply)."""
+        pair = self.model.pair(run_id)
+        if pair is None or not (_held(pair) or _publishable(pair) or _running(pair)):
+            return [(Resume(owner_id=owner_id, owner=None), NO_INPUTS)]
+        seq = pair.run.enqueue_seq
+        steps: list[tuple[RunCommand, Inputs]] = []
+        if _held(pair):
+            steps.append((Release(enqueue_seq=seq), NO_INPUTS))
+        if not _running(pair):
+            steps.append((Claim(enqueue_seq=seq, node=NODES[1]), NO_INPUTS))
+        park = Park(enqueue_seq=seq, wait=WaitKind.TIMER, owner_id=TIMERS[0], owner=None)
+        return [*steps, (park, Inputs(delay_us=0)), (Resume(owner_id=TIMERS[0], owner=None), NO_INPUTS)]
+
+    def model_rotation(self, run_id: str, steps: list[tuple[RunCommand, Inputs]], now: int) -> list[Decision]:
+        """The model's decisions of :meth:`rotation`'s commands at ``now`` (their one
+        transaction's time; the engine fills the evidence each reads). A coded refusal
+        raises, and the model keeps nothing of the transaction it rolls back."""
+        saved = self.model.snapshot()
+        decisions = []
+        try:
+            for command, inputs in steps:
+                if isinstance(command, Park):
+                    command = dataclasses.replace(command, wake_at_us=now + (inputs.delay_us or 0))
+                elif isinstance(command, Resume):
+                    run = self.model.runs.get(run_id)
+                    owner = None if run is None else self.model.evidence(run.owner_kind, run.owner_id)
+                    command = dataclasses.replace(command, owner=owner)
+                decisions.append(self.model.run_command(run_id, command, now))
+        except TenureError:
+            self.model.restore(saved)
+            raise
+        return decisions
+
+    def while_written(self, write: Callable[[Any], Awaitable[Any]], call: Callable[[], Awaitable[Any]],
+                      ) -> tuple[tuple[Any, ...], tuple[Any, ...], bool, list[int]]:
+        """``write(tx)`` in the second ledger's transaction, held open until ``call`` (the
+        first ledger's) waits on its locks (PostgreSQL), else one after the other: both
+        outcomes, whether ``call`` waited, and the database times the two read, in order."""
+        writer = self.ledgers[1]
+        self.clock.seen.clear()
+        self.paths_this_step.clear()
+        self.step_dump = None
+
+        async def hold(connection: Any) -> Any:
+            async with writer.store.borrowed(connection) as tx:
+                return await write(tx)
+
+        async def serially() -> tuple[tuple[Any, ...], tuple[Any, ...], bool]:
+            held = await self.awaited(writer.engine.run(write))
+            return held, await self.awaited(call()), False
+
+        if self.database == "postgresql":
+            if self.holder is None:
+                self.holder = self.runner.run(raw.connect(self.db_url))
+            held, called, waited = self.runner.run(raw.holding_open(self.holder, self.db_url, hold, call))
+        else:
+            held, called, waited = self.runner.run(serially())
+        times = self.clock.take_all()
+        self.latest_us = max([self.latest_us, *times])
+        return held, called, waited, times
+
+    def expect_both(self, actual: tuple[tuple[Any, ...], ...], expected: tuple[tuple[Any, ...], ...]) -> None:
+        """Both answers of a step of two calls equal the model's (one step, as a race is)."""
+        self.counter.step()
+        self.counter.answered(*expected)
+        assert actual == expected, f"adapter {actual!r} != model {expected!r}"
+
+    @staticmethod
+    def two_times(times: list[int]) -> tuple[int, int]:
+        assert len(times) == 2, f"one transaction per call, saw {len(times)}"
+        return times[0], times[1]
+
+    @staticmethod
+    async def awaited(call: Awaitable[Any]) -> tuple[Any, ...]:
+        """What ``call`` answers, as :func:`~tenure.conformance.lockstep.harness.outcome` reports it."""
+        try:
+            return ("ok", await call)
+        except TenureError as error:
+            return ("error", error.code.value, error.reason)
+
+    def fell_back(self, kind: RunCommandType, waited: bool, premise: bool) -> None:
+        """A command that waited behind a writer whose commit it cannot see (``premise``)
+        took the transaction path: the decided-ahead statement must not decide it."""
+        if self.database == "postgresql" and waited and premise:
+            assert (kind, FALLBACK) in self.paths_this_step, (
+                f"{kind.value} waited behind a concurrent commit and never fell back: {self.paths_this_step}")
+
+    @rule(data=st.data(), kind=st.sampled_from(sorted(BEHIND_A_ROTATION, key=lambda kind: kind.value)),
+          offset=st.sampled_from([1, 1, 1, 0]))
+    def decided_ahead_behind_a_rotation(self, data: st.DataObject, kind: RunCommandType, offset: int) -> None:
+        """Another session opens a Run's next hop (:meth:`rotation`) while a command sent
+        to the hop it opens (``offset`` 1) or to the one before waits on the Run's lock."""
+        run_id = self.pick_run(data, self.rotatable)
+        pair = self.model.pair(run_id)
+        owner_id = self.pick_owner(data, self.current_owner(run_id))
+        steps = self.rotation(run_id, owner_id)
+        command = BEHIND_A_ROTATION[kind]((0 if pair is None else pair.run.enqueue_seq) + offset)
+
+        async def write(tx: Any) -> list[Decision]:
+            engine = self.ledgers[1].engine
+            return [(await engine.send_in(tx, run_id, step, inputs)).decision for step, inputs in steps]
+
+        async def call() -> Decision:
+            return (await self.ledgers[0].engine.send(run_id, command)).decision
+
+        held, called, waited, times = self.while_written(write, call)
+        self.fell_back(kind, waited, held[0] == "ok" and isinstance(held[1][-1], Applied) and kind in AHEAD_KINDS)
+        rotated_at, sent_at = self.two_times(times)
+        expected = _decided(outcome(lambda: self.model_rotation(run_id, steps, rotated_at)))
+        model_command = command
+        if isinstance(command, Settle):  # the engine counts the containment the settle reads
+            model_command = dataclasses.replace(command, containment=self.model.containment(run_id))
+        self.expect_both((_decided(held), _decided(called)),
+                         (expected, _decided(outcome(lambda: self.model.run_command(run_id, model_command, sent_at)))))
+
+    def admission_behind_an_insert(self, hold: bool, payloads: tuple[int, int]) -> None:
+        """Two admissions under a fresh key: one inserts the Run in another session's
+        transaction, held open while the other's statement waits on that insert (a
+        variant of :meth:`concurrent_same_key_admissions`, where the two race freely)."""
+        self.held_keys += 1
+        key = f"key-held-{self.held_keys}"
+        run_id = run_id_for(key)
+        intents = [_intent("session-1", payload, None) for payload in payloads]
+        row, template = admission_rows(intents[0], WORKFLOW, "runs", 50, key, run_id)
+        admit = Admit(run=row, delivery=template, hold=hold, session_busy=False)
+
+        async def write(tx: Any) -> Decision:
+            return (await self.ledgers[1].engine.send_in(tx, run_id, admit)).decision
+
+        async def call() -> tuple[Any, ...]:
+            admission = await self.ledgers[0].admit(intents[1], workflow=WORKFLOW, queue="runs", priority=50,
+                                                    idempotency_key=key, hold=hold)
+            return admission.run, admission.delivery, admission.created
+
+        held, called, waited, times = self.while_written(write, call)
+        created = held[0] == "ok" and isinstance(held[1], Applied)
+        self.fell_back(RunCommandType.ADMIT, waited, created and RunCommandType.ADMIT in AHEAD_KINDS)
+        inserted_at, admitted_at = self.two_times(times)
+        expected = _decided(outcome(lambda: self.model.run_command(run_id, admit, inserted_at)))
+        self.expect_both((_decided(held), called),
+                         (expected, outcome(lambda: self.model.admit(intents[1], "runs", 50, key, hold, False, None,
+                                                                      admitted_at))))
 
     # --- after every step ------------------------------------------------------------------------
 

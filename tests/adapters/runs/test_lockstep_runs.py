@@ -4,11 +4,14 @@
 
 from __future__ import annotations
 
+import os
+
 import adapter_support
 import pytest
 
-from tenure.conformance.lockstep.harness import budget, machine_for, run_lockstep
-from tenure.conformance.lockstep.runs import RunLockstep
+from tenure.adapters.runs.engine import AHEAD, FALLBACK
+from tenure.conformance.lockstep.harness import COUNTERS, Counter, budget, machine_for, run_lockstep
+from tenure.conformance.lockstep.runs import AHEAD_KINDS, RunLockstep, missing_paths
 
 LOCKSTEP_STEPS = budget({"sqlite": 2_500, "postgresql": 2_500})
 """Steps CI runs per database (``TENURE_LOCKSTEP_STEPS=N`` overrides; see docs/testing.md),
@@ -31,10 +34,22 @@ def test_the_run_kernels_and_the_ledger_stay_in_lockstep(
 ) -> None:
     adapter_support.prepare_machine_databases(database, request)
     machine = machine_for(RunLockstep, adapter_support.LockstepDatabases(database))
-    summary = run_lockstep(machine, LOCKSTEP_STEPS[database], step_count=150, every_rule_by=EVERY_RULE_BY)
+    covered = _both_paths if database == "postgresql" else None
+    summary = run_lockstep(machine, LOCKSTEP_STEPS[database], step_count=150, every_rule_by=EVERY_RULE_BY,
+                           covered=covered)
     with capsys.disabled():
         print("\n" + summary)
     adapter_support.every_rule_ran(machine)
+    if database == "postgresql" and not os.environ.get("TENURE_LOCKSTEP_STEPS"):
+        assert missing_paths(COUNTERS[machine.key()]) == [], "a decided-ahead command kind never took one of its paths"
+
+
+def _both_paths(counter: Counter) -> bool:
+    """Whether every command kind with a decided-ahead form was decided both ahead and by
+    the fallback (PostgreSQL's decided-ahead statements; the rules that reach the
+    fallback on purpose are ``decided_ahead_behind_a_rotation`` and
+    ``concurrent_same_key_admissions``'s variant ``admission_behind_an_insert``)."""
+    return not missing_paths(counter)
 
 
 
@@ -46,17 +61,21 @@ BROKEN_ENGINES: dict[str, frozenset[str] | None] = {
     "a_park_reads_the_run_owner_instead_of_the_named_one": frozenset({"admit", "claim", "create_consent", "submit_job", "park"}),
     "a_settle_loses_its_checkpoint_delete": frozenset({"admit", "claim", "save_checkpoint", "settle"}),
     "a_timer_park_loses_its_checkpoint": frozenset({"admit", "claim", "park_timer"}),
+    "a_resume_loses_its_publication": frozenset({"admit", "claim", "park_timer", "resume"}),
+    "a_resume_reads_no_owner": frozenset({"admit", "claim", "create_consent", "decide_consent", "park", "resume"}),
 }
 """Broken Run engines (``test_run_engine_mutants.BREAKAGES``) the Run lockstep must catch
 on its own, without a scenario written for them; the rules a focused machine keeps to
 reach the broken path sooner (None: every rule). Since the rules aim at the model's live
-Runs and the model keeps the Runs' checkpoints (issue 49), seven of the nine are caught
-here. Two stay with their scenarios there: no lockstep rule resumes and publishes in one
-call (the publication is the caller's after-commit follow-up, which the ledger's
-``resume`` does not run), so a lost publication is invisible here; a resume that reads
-no owner needs a park, a verdict and a resume of one Run in a row: a focused machine
-catches it, but took 33 s on PostgreSQL (measured December 2026), over this file's
-budget."""
+Runs and the model keeps the Runs' checkpoints (issue 49), every one of them but the
+refused settle's lost outcome record is caught here: the ``resume`` rule also resumes
+and publishes in one call the way the worker does (``resume_and_publish``, comparing
+the hop the broker holds), so a resume that loses its publication answers None where
+the model opened a hop; a resume that reads no owner refuses a resume the model applies
+(its focused machine took 33 s on PostgreSQL before the decided-ahead paths and the
+aimed verdicts, about 1 s now, measured December 2026). The refused settle's outcome
+record is written only by the worker's settle (``RunEngine.settle(record=True)``), which
+no rule sends: its scenario catches it."""
 
 
 @pytest.mark.parametrize("breakage", sorted(BROKEN_ENGINES))
@@ -71,3 +90,42 @@ def test_the_lockstep_catches_a_broken_run_engine(
     machine = machine_for(RunLockstep, adapter_support.LockstepDatabases(database), only=BROKEN_ENGINES[breakage])
     findings = adapter_support.lockstep_findings(machine, max_examples=200, step_count=40)
     assert findings, breakage
+
+
+BROKEN_PATHS: dict[str, tuple[str, frozenset[str]]] = {
+    "the_engine_never_decides_ahead": (AHEAD, frozenset({"admit", "claim", "decided_ahead_behind_a_rotation"})),
+    "the_engine_never_falls_back": (FALLBACK, frozenset({"admit", "claim", "decided_ahead_behind_a_rotation"})),
+}
+"""Broken Run engines on PostgreSQL (``test_run_engine_paths.BREAKAGES``) that decide every
+command right, but never take one of the engine's two paths: the transaction path is the
+reference, so an engine that never decides ahead answers every step as the model does,
+and only the path counts show it; one that never falls back answers a command behind a
+concurrent commit wrongly, or never counts a fallback. Each with the path it never
+takes and the rules of the focused machine that catches it."""
+
+
+@pytest.mark.parametrize("breakage", sorted(BROKEN_PATHS))
+def test_the_postgresql_lockstep_catches_an_engine_that_never_takes_one_of_its_paths(
+    breakage: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
+) -> None:
+    from test_run_engine_paths import BREAKAGES
+
+    if "postgresql" not in adapter_support.AVAILABLE_DATABASES:
+        pytest.skip("no PostgreSQL server")
+    adapter_support.prepare_machine_databases("postgresql", request)
+    BREAKAGES[breakage][0](monkeypatch)
+    never, only = BROKEN_PATHS[breakage]
+    machine = machine_for(RunLockstep, adapter_support.LockstepDatabases("postgresql"), only=only)
+    try:
+        run_lockstep(machine, 300, step_count=40, shrink=False)
+    except Exception:  # noqa: BLE001 - a finding (kept in the counter), or Hypothesis's report of one
+        pass
+    counter = COUNTERS[machine.key()]
+    taken = {path for by_path in counter.paths.values() for path in by_path}
+    assert taken, "the engine decided no command with a decided-ahead form"
+    if never == AHEAD:  # the answers are the reference's: only the counts see it, for every kind
+        assert counter.findings == []
+        assert {kind for kind, path in missing_paths(counter) if path == AHEAD} == {kind.value for kind in AHEAD_KINDS}
+    else:  # a command behind a concurrent commit: the rule that planted it sees no fallback
+        assert any("never fell back" in finding for finding in counter.findings), counter.findings
+

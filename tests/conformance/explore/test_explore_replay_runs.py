@@ -81,6 +81,26 @@ REPLAY_UNDER_A_MUTANT = textwrap.dedent("""
     runpy.run_path(script, run_name="__main__")
 """)
 
+REPLAY_COUNTING_PATHS = textwrap.dedent("""
+    # The replay with every Run engine telling which path each command took (the
+    # adapters' test seam), printed as one line at exit.
+    import atexit
+    import collections
+    import runpy
+    import sys
+    from tenure.adapters.runs import engine as run_engine
+    taken = collections.Counter()
+    built = run_engine.RunEngine.__init__
+    def counting(self, engine):
+        built(self, engine)
+        self.path_observer = lambda kind, path: taken.update([f"{kind.value}:{path}"])
+    run_engine.RunEngine.__init__ = counting
+    atexit.register(lambda: print("engine paths:", " ".join(f"{key}={count}" for key, count in sorted(taken.items()))))
+    script = sys.argv[1]
+    sys.argv = [script, *sys.argv[2:]]
+    runpy.run_path(script, run_name="__main__")
+""")
+
 DEPARTS_FROM_TENURES_KERNEL = {
     # (mutant, world): the first line where the database running tenure's kernel departs
     ("runs:resume_without_owner_check", "consents"):
@@ -199,6 +219,22 @@ def test_a_trace_of_tenures_kernel_replays_without_a_departure(
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert any(shown in line for line in _lines(replayed.stdout)), replayed.stdout
     assert not _departures(replayed.stdout)
+
+
+def test_a_trace_of_tenures_kernel_replays_on_postgresql_through_the_decided_ahead_path(
+    tmp_path: pathlib.Path, pg_dsn: str
+) -> None:
+    # The timer witness's trace admits, publishes and claims: on PostgreSQL each of those
+    # is decided ahead (one statement) as the ledger's callers send it.
+    world, shown = WITNESSES["timer"]
+    script = _written(tmp_path, world=world, witness="timer")
+    replayed = _run("-c", REPLAY_COUNTING_PATHS, str(script), "--db", pg_dsn, cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert any(shown in line for line in _lines(replayed.stdout)), replayed.stdout
+    counts = dict(pair.split("=") for line in _lines(replayed.stdout) if line.startswith("engine paths:")
+                  for pair in line.removeprefix("engine paths:").split())
+    for kind in ("admit", "record_published", "claim"):
+        assert int(counts.get(f"{kind}:ahead", 0)) >= 1, counts
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
