@@ -36,7 +36,7 @@ from tenure.kernel.consents.commands import CancelPending, CreateConsent, Decide
 from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.core import Applied, Decision, Finder, Refused
 from tenure.kernel.runs import finders
-from tenure.kernel.runs.aggregate import ADMITTED_AHEAD, DECIDED_AHEAD, UNREAD_CONTAINMENT
+from tenure.kernel.runs.aggregate import ADMITTED_AHEAD, COUNTED_AHEAD, DECIDED_AHEAD, UNREAD_CONTAINMENT
 from tenure.kernel.runs.commands import (
     Admit,
     Admitted,
@@ -95,7 +95,7 @@ TERMINAL_RESULTS = [AgentJobStatus.SUCCEEDED, AgentJobStatus.FAILED, AgentJobSta
 _ALL = Finder("all", ((),), lock="none")
 T = TypeVar("T")
 
-AHEAD_KINDS: frozenset[RunCommandType] = DECIDED_AHEAD | ADMITTED_AHEAD
+AHEAD_KINDS: frozenset[RunCommandType] = DECIDED_AHEAD | ADMITTED_AHEAD | frozenset(COUNTED_AHEAD)
 """The Run commands that have a decided-ahead form (the kernel's declaration): on a store
 with decided-ahead statements the lockstep must see each of them both decided ahead and
 fallen back to the transaction (:func:`missing_paths`)."""
