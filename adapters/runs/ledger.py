@@ -97,7 +97,7 @@ from ..core.urls import parse_db_url
 from ..nodes.leases import NodeLeases
 from ..wiring.dialects import open_store
 from . import recovery as _recovery
-from .broker import Broker, fence_hop
+from .broker import Broker, JoinedPublisher, fence_hop
 from .checkpoints import Checkpoints, RecordedOutcome, state_text
 from .recovery import RecoveryPorts, RecoveryReport
 from .reports import RecoveryReports
@@ -358,6 +358,9 @@ class RunLedger(Facade):
         pair = await self._publishable(key, seq)
         if pair is None:
             return False
+        joined = await self._publish_joined(broker, key, seq, pair)
+        if joined is not None:
+            return joined
         delivery = pair.current
         failure: str | None = None
         try:
@@ -370,6 +373,32 @@ class RunLedger(Facade):
             await self.engine.send(key, RecordPublishError(enqueue_seq=seq, error=failure))
             raise TenureError(ErrorCode.RUN_BROKER_FAILED, "publish_failed")
         return await self.engine.applied(key, RecordPublished(enqueue_seq=seq))
+
+    async def _publish_joined(self, broker: Broker, run_id: str, seq: int, pair: RunPair) -> bool | None:
+        """Submit the hop and record its publication in one statement, where the broker
+        keeps its hops in this ledger's database (:class:`JoinedPublisher`: tenure's own
+        queue on the same PostgreSQL database and schema): the queue kernel decides the
+        hop's task as a first submission, the Run kernel ``RECORD_PUBLISHED`` from
+        ``pair``, and the statement writes both or neither. True: both written; False:
+        the kernel refused the publication on the rows as locked (nothing sent, nothing
+        written); None: nothing written (another broker or database, a task already
+        stored under the hop's key, a stale pair the kernel still publishes on, a missed
+        window): the ordinary path (the broker's publish, then the record) runs, and
+        stays the reference."""
+        if not isinstance(broker, JoinedPublisher):
+            return None
+        key = hop_key(run_id, seq)
+        delivery = pair.current
+        insertion = broker.hop_insertion(key, queue=delivery.queue, wire_priority=broker_priority(delivery.priority),
+                                         store=self.engine.engine.store)
+        if insertion is None:
+            return None
+        sent = await self.engine.send_beside(run_id, RecordPublished(enqueue_seq=seq), pair, insertion)
+        if sent is None:
+            return None
+        if sent.applied:
+            broker.hop_inserted(key)
+        return sent.applied
 
     async def _publishable(self, run_id: str, seq: int) -> RunPair | None:
         """The pair the kernel finds the hop ``seq`` publishable on, or None (send nothing).
