@@ -23,7 +23,7 @@ from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, deci
 from tenure.model import TenureError
 
 from .failures import persistence_failed
-from .store import AheadAnswer, AheadWriter, Count, Expected, Guard, JoinedAnswer, Store, Transaction
+from .store import AheadAnswer, AheadWriter, Beside, Count, Expected, Guard, JoinedAnswer, Store, Transaction
 from .tables import Binding
 
 AHEAD_ROUNDS = 3
@@ -36,7 +36,7 @@ SEEN_ROWS = 10_000
 its row version when the store reported one), the records the kernel decides ahead from.
 A stale one costs one more round trip."""
 
-__all__ = ["Engine", "CountedAhead", "require", "raise_if_conflict", "checked", "checked_by", "Parts", "Joined", "Assemble"]
+__all__ = ["Engine", "CountedAhead", "Insertion", "require", "raise_if_conflict", "checked", "checked_by", "Parts", "Joined", "Assemble"]
 
 
 def require(condition: bool) -> None:
@@ -112,6 +112,20 @@ class CountedAhead:
     complete: Callable[[Any, Sequence[int]], Any]
     deletes: Callable[[Decision], Sequence[tuple[Binding, Sequence[str]]]]
     whole: Callable[[Decision, Sequence[int]], bool]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Insertion:
+    """A command of another machine that inserts one row where ``finder`` (a waiting
+    finder over the identities the row must not share, with ``parameters``) meets none:
+    what :meth:`Engine.joined_ahead_beside` decides ahead on no record and inserts beside
+    a composite record's write (a hop's task submitted with the Run's record of its
+    publication). The machine that owns the table builds it; its kernel decides it."""
+
+    binding: Binding
+    finder: Finder
+    parameters: Mapping[str, Any]
+    command: Any
 
 
 class Engine:
@@ -563,6 +577,63 @@ class Engine:
                 self.observe(answer.now_us)
                 return decision
             record, reference = locked, answer.now_us
+        return None
+
+    async def joined_ahead_beside(
+        self, machine: Machine, parts: Parts, joined: Joined, key: str, command: Any, seen: Any, assemble: Assemble,
+        insertion: Insertion,
+    ) -> Decision | None:
+        """Decide ``command`` on a composite record of two rows ahead from ``seen`` (as
+        :meth:`joined_ahead`) and, in the same statement, insert the row ``insertion``'s
+        machine decides on no record: both only if the pair is unchanged, no row shares an
+        identity with the new one and the clock lies in both decisions' windows; neither
+        otherwise. One round: when the statement does not write, a refusal the kernel
+        decides on the rows it locked is the answer (nothing was inserted either); None
+        for anything else (a decision that changes nothing or cannot be made ahead, the
+        row met, the window missed, rows out of shape, a store without the statement):
+        the caller takes its ordinary path. Every decision is the kernel's."""
+        ahead = self.store.ahead
+        reference = None if ahead is None else ahead.estimated_now_us()
+        if ahead is None or reference is None or seen is None:
+            return None
+        plan = decide_windowed(machine, seen, command, reference) or decide_ahead(machine, seen, command, reference)
+        other = insertion.binding.machine
+        row_plan = decide_windowed(other, None, insertion.command, reference) or decide_ahead(
+            other, None, insertion.command, reference)
+        if plan is None or row_plan is None or not isinstance(row_plan.decision, Applied) \
+                or row_plan.decision.new_record is None or not isinstance(plan.decision, Applied):
+            return None
+        items = self._joined_items(machine, parts, key, seen, plan, reference)
+        if items is None or all(item.new is None for item in items):
+            return None  # a write the statement does not make, or none at all
+        row = checked(insertion.binding, None, row_plan.decision)
+        beside = Beside(insertion.binding, insertion.finder, insertion.parameters, row, row_plan.relative,
+                        announce=insertion.binding.announced([(None, row)]))
+        window = (max(plan.not_before_us, row_plan.not_before_us), min(plan.not_after_us, row_plan.not_after_us))
+        if window[0] >= window[1]:
+            return None  # no time at which both decisions hold
+        try:
+            answer = await ahead.joined_ahead(*joined, items, *window, beside=beside)
+        except TenureError as error:
+            if error.reason != "read_back_mismatch":
+                raise
+            return None  # a row inserted meanwhile, or a value that did not read back: nothing kept
+        if answer is None:
+            return None
+        if answer.went:
+            decision = plan.at(answer.now_us)
+            self.remember_parts(parts(decision.new_record))  # type: ignore[union-attr]
+            self.observe(answer.now_us)
+            return decision
+        in_shape, locked = assemble(key, answer.joined)
+        if not in_shape:
+            return None
+        if locked is not None:
+            self.remember_parts(parts(locked))
+        decision = decide(machine, locked, command, answer.now_us)
+        if isinstance(decision, Refused):
+            self.observe(answer.now_us)
+            return decision
         return None
 
     async def joined_insert_ahead(

@@ -42,7 +42,7 @@ from .tables import Binding, Dialect, RowCodec, record_or_unreadable
 
 __all__ = [
     "Store", "Transaction", "Body", "Probe", "SharedPrimitives", "persistence_failed", "TimeObserver",
-    "Expected", "AheadAnswer", "AheadWriter", "Picked", "JoinedAnswer", "Count", "Guard",
+    "Expected", "AheadAnswer", "AheadWriter", "Picked", "JoinedAnswer", "Count", "Guard", "Beside",
 ]
 
 T = TypeVar("T")
@@ -110,6 +110,22 @@ class AheadAnswer:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Beside:
+    """A row of a third table a joined decided-ahead statement inserts beside the pair it
+    writes (:meth:`AheadWriter.joined_ahead`): ``record`` (its ``relative`` fields at the
+    statement's clock plus their offsets), only where ``finder`` (a waiting finder, with
+    ``parameters``: every row sharing an identity with it) meets no row. ``announce``:
+    notify the table's channel when it is inserted."""
+
+    binding: Binding
+    finder: Finder
+    parameters: Mapping[str, Any]
+    record: Any
+    relative: Mapping[str, int]
+    announce: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class JoinedAnswer:
     """What a joined decided-ahead statement (:meth:`AheadWriter.joined_ahead`) saw and
     did: its clock (read after both rows' locks), whether it wrote, and, when it did
@@ -166,7 +182,7 @@ class AheadWriter(Protocol):
     async def joined_ahead(
         self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], items: Sequence[Expected],
         not_before_us: int, not_after_us: int, *, guards: Sequence[Guard] = (),
-        deletes: Sequence[tuple[Binding, Sequence[str]]] = (),
+        deletes: Sequence[tuple[Binding, Sequence[str]]] = (), beside: Beside | None = None,
     ) -> JoinedAnswer | None:
         """One autocommit statement for a row of ``binding`` and the one row of ``other``
         it meets (``on``, as :meth:`Transaction.locked_joined`; ``items``: the row of
@@ -179,8 +195,18 @@ class AheadWriter(Protocol):
         ``guards``: counts the decision was made on, read after the locks, each of which
         must still have its value, in a snapshot that sees the row of ``binding`` it
         locked (the answer carries the counts and whether they were current); ``deletes``:
-        rows of other tables deleted by key when the statement writes. None: this store
-        cannot spell it (nothing was sent)."""
+        rows of other tables deleted by key when the statement writes. ``beside``: a row
+        of a third table inserted when the statement writes, and the statement writes
+        only if the rows its finder locks (after the pair's, before the clock) are none;
+        a row of it that appeared meanwhile (a writer the statement's snapshot cannot
+        see) makes the statement keep nothing (``read_back_mismatch``): the pair is
+        written exactly when the row is inserted. None: this store cannot spell it
+        (nothing was sent)."""
+
+    def same_database(self, other: object) -> bool:
+        """Whether ``other`` (another store) reaches the same tables as this one (the same
+        server, database and schema): one statement of this store may then write both
+        stores' rows (:class:`Beside`). False when it cannot tell."""
 
     async def joined_insert_ahead(
         self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], rows: Sequence[Any],

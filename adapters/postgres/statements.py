@@ -135,7 +135,7 @@ class _LockedPair(NamedTuple):
 
 @functools.cache
 def _locked_pair_ctes(binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
-                      held: str = "", version: bool = False) -> _LockedPair:
+                      held: str = "", version: bool = False, beside: str = "") -> _LockedPair:
     """The CTEs that lock the rows of ``binding`` with the ``:keys`` (or meeting ``held``,
     an ``OR`` condition), in key order, then the rows of ``other`` whose fields
     ``on[i][1]`` equal theirs ``on[i][0]``, in key order (the lock order of every path
@@ -144,7 +144,8 @@ def _locked_pair_ctes(binding: Binding, other: Binding, on: tuple[tuple[str, str
     taken (see :func:`with_clock`). One spelling for every pair statement: the lock order
     and the clock after both locks are what a pair's decision relies on. With
     ``version``, ``locked`` also carries the physical version of each row it locked
-    (``locked_version``, for :data:`SNAPSHOT_SEES_LOCKED`)."""
+    (``locked_version``, for :data:`SNAPSHOT_SEES_LOCKED`). With ``beside`` (a locking
+    select of a third table), ``beside`` locks its rows after both, before the clock."""
     ours = [binding.column_of(field).name for field, _ in on]
     theirs = [other.column_of(field).name for _, field in on]
     key, other_key = binding.key_column, other.key_column
@@ -155,10 +156,11 @@ def _locked_pair_ctes(binding: Binding, other: Binding, on: tuple[tuple[str, str
     met = (f"SELECT {', '.join('b.' + column for column in its)} FROM {qualified(schema, other.spec.name)} AS b "
            f"WHERE ({', '.join('b.' + column for column in theirs)}) IN (SELECT {', '.join(ours)} FROM locked) "
            f"ORDER BY b.{other_key} FOR UPDATE OF b")
+    third, every_third = (f"beside AS MATERIALIZED ({beside}), ", " UNION ALL SELECT 1 FROM beside") if beside else ("", "")
     return _LockedPair(
-        ctes=(f"locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), "
+        ctes=(f"locked AS MATERIALIZED ({locking}), joined AS MATERIALIZED ({met}), {third}"
               "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows "
-              "FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined) AS every_lock)"),
+              f"FROM (SELECT 1 FROM locked UNION ALL SELECT 1 FROM joined{every_third}) AS every_lock)"),
         columns=f"{', '.join('locked.' + c for c in mine)}, {', '.join('joined.' + c for c in its)}",
         meets=" AND ".join(f"joined.{t} = locked.{o}" for o, t in zip(ours, theirs, strict=True)),
     )
@@ -485,6 +487,22 @@ the statement began, whose other rows the statement's counts, read in that snaps
 could miss (tests/adapters/runs/test_run_ahead.py replaces it with ``true`` and sees a
 Run settled beside a job its owner's opening committed meanwhile)."""
 
+BESIDE_MET_NONE = "(SELECT count(*) FROM beside) = 0"
+"""The verdict's proof that the row a joined decided-ahead statement inserts beside the pair
+(a hop's task) shares no identity with a row stored (tests/adapters/runs/test_run_joined_publish.py
+replaces it with ``true``, with :data:`INSERTED_WITH_PAIR`, and sees a publication recorded
+where the broker refused the hop)."""
+
+BESIDE_GATE = "verdict.go"
+"""When the row beside the pair is inserted: only when the verdict writes the pair
+(tests/adapters/runs/test_run_joined_publish.py replaces it with ``true``, with
+:data:`INSERTED_WITH_PAIR`, and sees a hop submitted for a Run that was not published)."""
+
+INSERTED_WITH_PAIR = "verdict.go = ((SELECT count(*) FROM wrote_c) = 1)"
+"""The statement's last check: the row beside the pair was inserted exactly when the pair
+was written (a row inserted meanwhile, which the snapshot could not see, makes the insert
+do nothing: the statement then divides by zero and keeps nothing)."""
+
 COUNTS_UNCHANGED = "counted.{column} = (:g{index})::bigint"
 """The verdict's proof that a count the decision was made on still holds
 (tests/adapters/runs/test_run_ahead.py replaces it with ``true`` and sees a Run settled
@@ -496,6 +514,7 @@ def joined_ahead_sql(
     binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], schema: str | None,
     types: tuple[tuple[str, str], ...], other_types: tuple[tuple[str, str], ...],
     counts: tuple[str, ...] = (), deletes: tuple[Binding, ...] = (),
+    beside: tuple[Binding, str, tuple[tuple[str, str], ...], bool] | None = None,
 ) -> str:
     """The decided-ahead compare-and-set of a row and the one row of another table it
     meets (a Run and its current delivery), in one statement: lock the row of
@@ -515,10 +534,19 @@ def joined_ahead_sql(
     counts were read (:data:`SNAPSHOT_SEES_LOCKED`); each of ``deletes`` deletes its
     table's rows with the keys ``:d<j>_keys`` when the verdict says go (a settled Run's
     checkpoint). The answer then ends with whether the counts are current (the snapshot
-    check) and the counts."""
+    check) and the counts.
+
+    With ``beside`` (a third table, the locking select of the rows sharing an identity
+    with the row to insert, its column types, whether to announce), those rows are locked
+    after the pair's, before the clock; the verdict also needs them to be none
+    (:data:`BESIDE_MET_NONE`), and the row (parameters ``c_``: values and offsets, as
+    :func:`joined_insert_sql`'s) is inserted exactly when the pair is written (ON
+    CONFLICT DO NOTHING, then :data:`INSERTED_WITH_PAIR`: otherwise nothing is kept).
+    The answer then ends with how many rows it inserted (and, announcing, whether it
+    notified the table's channel)."""
     udt_a, udt_b = dict(types), dict(other_types)
     other_key = other.key_column
-    pair = _locked_pair_ctes(binding, other, on, schema, version=bool(counts))
+    pair = _locked_pair_ctes(binding, other, on, schema, version=bool(counts), beside="" if beside is None else beside[1])
 
     def unchanged(side: Binding, udt: Mapping[str, str], rows: str, prefix: str, key_check: str) -> str:
         # Every column, not only the mutable ones: a value another writer changed where
@@ -556,6 +584,12 @@ def joined_ahead_sql(
     removals = "".join(
         f", d{index} AS (DELETE FROM {qualified(schema, table.spec.name)} WHERE {table.key_column} = ANY(:d{index}_keys) "
         f"AND (SELECT go FROM verdict) RETURNING 1)" for index, table in enumerate(deletes))
+    if beside is not None:
+        removals += _inserted_beside(beside[0], dict(beside[2]), schema)
+        go += f" AND {BESIDE_MET_NONE}"
+        answered += (f", (SELECT count(*) FROM wrote_c), 1 / (CASE WHEN {INSERTED_WITH_PAIR} THEN 1 ELSE 0 END)"
+                     + (", (SELECT count(*) FROM (SELECT pg_notify(:channel, '') FROM wrote_c LIMIT 1) AS sent)"
+                        if beside[3] else ""))
     return (f"WITH {pair.ctes}, "
             f"{counting}verdict AS MATERIALIZED (SELECT clock.now, ({go}) AS go FROM clock{current}), "
             f"wrote_a AS ({write(binding, udt_a, 'a_', 'ANY(:keys)')}), "
@@ -564,6 +598,22 @@ def joined_ahead_sql(
             f"{pair.columns}{answered} "
             f"FROM verdict{current.replace(', ', ' CROSS JOIN ')} LEFT JOIN locked ON NOT verdict.go "
             f"LEFT JOIN joined ON NOT verdict.go AND {pair.meets}")
+
+
+def prefixed(sql: str, prefix: str) -> str:
+    """``sql`` with every ``:name`` parameter renamed ``:<prefix>name`` (a finder's
+    locking select inside a statement whose own parameters it must not meet)."""
+    return PARAMETER.sub(lambda match: f":{prefix}{match.group(1)}", sql)
+
+
+def _inserted_beside(binding: Binding, udt: Mapping[str, str], schema: str | None) -> str:
+    """The CTE ``wrote_c`` that inserts the row beside a joined pair (parameters ``c_``),
+    when :data:`BESIDE_GATE` holds, verifying every value as inserted."""
+    columns = binding.spec.column_names
+    checks = " AND ".join(_insert_verified(binding, udt, c, "c_") for c in columns)
+    return (f", wrote_c AS (INSERT INTO {qualified(schema, binding.spec.name)} AS t ({', '.join(columns)}) "
+            f"SELECT {', '.join(_inserted(binding, udt, c, 'c_') for c in columns)} FROM verdict WHERE {BESIDE_GATE} "
+            f"ON CONFLICT DO NOTHING RETURNING 1 / (CASE WHEN {checks} THEN 1 ELSE 0 END) AS verified)")
 
 
 def _inserted(binding: Binding, udt: Mapping[str, str], column: str, prefix: str) -> str:

@@ -38,7 +38,7 @@ from tenure.model import ConfigValidationError
 
 from ..core.failures import Stage, persistence_failed
 from ..core.sql import POSTGRESQL, compile_finder, counts_sql
-from ..core.store import AheadAnswer, Body, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
+from ..core.store import AheadAnswer, Beside, Body, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel, record_or_unreadable
 from ..core.urls import Pooler
 from . import statements
@@ -568,15 +568,16 @@ class PostgresStore:
     async def joined_ahead(
         self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], items: Sequence[Expected],
         not_before_us: int, not_after_us: int, *, guards: Sequence[Guard] = (),
-        deletes: Sequence[tuple[Binding, Sequence[str]]] = (),
+        deletes: Sequence[tuple[Binding, Sequence[str]]] = (), beside: Beside | None = None,
     ) -> JoinedAnswer | None:
         """See :meth:`tenure.adapters.core.store.AheadWriter.joined_ahead` (the statement:
         :func:`.statements.joined_ahead_sql`)."""
         opened = await self._one_statement(binding)
-        other_types = self.column_types.get(other.spec.name, ())
-        if opened is None or not set(other.spec.column_names) <= {column for column, _ in other_types} or any(
-                (side.spec.name, side.key_column) in self.uuid_columns for side in (binding, other)):
+        sides = (binding, other) if beside is None else (binding, other, beside.binding)
+        if opened is None or any(not set(side.spec.column_names) <= {c for c, _ in self.column_types.get(side.spec.name, ())}
+                                 or (side.spec.name, side.key_column) in self.uuid_columns for side in sides):
             return None  # a table not seen whole, or keys the database canonicalizes: the transaction path
+        other_types = self.column_types[other.spec.name]
         pool, deadline, types = opened
         mine, its = items
         parameters: dict[str, Any] = {}
@@ -597,16 +598,20 @@ class PostgresStore:
             parameters.update((f"g{index}", value) for index, (_, value) in enumerate(guards))
         for index, (_, keys) in enumerate(deletes):
             parameters[f"d{index}_keys"] = POSTGRESQL.list_parameter(list(keys))
+        third = None if beside is None else self._beside(beside, parameters)
         statement = numbered(statements.joined_ahead_sql(binding, other, on, self.schema, types, other_types, columns,
-                                                         tuple(table for table, _ in deletes)))
+                                                         tuple(table for table, _ in deletes), third))
         rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
         now, went = rows[0][0], bool(rows[0][1])
         self.saw_clock(now)
-        if went and (rows[0][2] != int(mine.new is not None) or rows[0][3] != int(its.new is not None)):
-            raise persistence_failed("read_back_mismatch")  # a verified write that wrote no row: never expected
         theirs = 4 + len(binding.spec.columns)
         after = theirs + len(other.spec.columns)
-        current, counted = (bool(rows[0][after]), [int(value) for value in rows[0][after + 1:]]) if guards else (True, [])
+        counted_at = after + (1 + len(guards) if guards else 0)
+        if went and (rows[0][2] != int(mine.new is not None) or rows[0][3] != int(its.new is not None)
+                     or (beside is not None and rows[0][counted_at] != 1)):
+            raise persistence_failed("read_back_mismatch")  # a verified write that wrote no row: never expected
+        current, counted = (bool(rows[0][after]), [int(value) for value in rows[0][after + 1:counted_at]]) \
+            if guards else (True, [])
         if went:
             return JoinedAnswer(now, True, [], counted=counted, current=current)
         mine_at = 4 + binding.key_index
@@ -614,6 +619,29 @@ class PostgresStore:
         joined = [(read(row, 4), None if row[theirs + other.key_index] is None else read_other(row, theirs))
                   for row in rows if row[mine_at] is not None]
         return JoinedAnswer(now, False, joined, counted=counted, current=current)
+
+    def _beside(self, beside: Beside, parameters: dict[str, Any]) -> tuple[Binding, str, tuple[tuple[str, str], ...], bool]:
+        """:func:`.statements.joined_ahead_sql`'s ``beside`` for a row inserted beside a
+        joined pair, binding its parameters (its finder's under ``f_``, its values and
+        offsets under ``c_``) into ``parameters``."""
+        binding = beside.binding
+        compiled = compile_finder(binding, beside.finder, POSTGRESQL, self.schema)
+        for name, value in compiled.parameters(beside.parameters).items():
+            parameters[f"f_{name}"] = value
+        moving = {binding.column_of(field).name: offset for field, offset in beside.relative.items()}
+        for column, value in self.codec(binding).write(beside.record).items():
+            parameters[f"c_v_{column}"] = value
+        for column in binding.spec.instant_names:
+            parameters[f"c_rel_{column}"] = moving.get(column)
+        if beside.announce:
+            parameters["channel"] = announce_channel(self.schema, binding.spec.name)
+        locking = statements.prefixed(compiled.sql, "f_")
+        return binding, locking, self.column_types[binding.spec.name], beside.announce
+
+    def same_database(self, other: object) -> bool:
+        """See :meth:`tenure.adapters.core.store.AheadWriter.same_database`: the same
+        connection string and schema."""
+        return isinstance(other, PostgresStore) and (other._dsn, other.schema) == (self._dsn, self.schema)
 
     async def joined_insert_ahead(
         self, binding: Binding, other: Binding, on: tuple[tuple[str, str], ...], rows: Sequence[Any],

@@ -77,7 +77,7 @@ from tenure.model import (
 )
 from tenure.model.validation import is_queue_name
 
-from ..core.engine import Engine, checked, raise_if_conflict, require
+from ..core.engine import Engine, Insertion, checked, raise_if_conflict, require
 from ..core.failures import persistence_failed
 from ..core.store import Probe, Store, Transaction
 from ..core.tables import Binding, Unreadable
@@ -209,28 +209,43 @@ class QueueOperations:
         parameters = {"submission_id": submission_id, "job_id": job_id, "run_id": run_id, "key": key}
         return await tx.locked(self.binding, finders.locate(self.queue), parameters)
 
+    def _owned_command(self, snapshot: SubmissionSnapshot, job_id: str, run_id: str | None) -> SubmitOwned:
+        return SubmitOwned(
+            queue=self.queue,
+            submission_id=snapshot.submission_id,
+            fingerprint=snapshot.fingerprint,
+            job_id=job_id,
+            run_id=run_id,
+            fires_at_us=snapshot.fires_at_us,
+            max_attempts=self._max_attempts(snapshot.max_attempts),
+            idempotency_key=snapshot.idempotency_key,
+            active_key=snapshot.active_key,
+            payload=stored_payload(self.queue, snapshot.field_texts),
+            queue_name=snapshot.queue_name,
+            task_name=snapshot.task_name,
+            priority=snapshot.priority,
+            delay_us=snapshot.delay_us,
+        )
+
+    def owned_insertion(self, snapshot: SubmissionSnapshot) -> Insertion:
+        """An owned submission as a row another machine's decided-ahead statement inserts
+        beside its own write (:meth:`~tenure.adapters.core.engine.Engine.joined_ahead_beside`),
+        where no row shares an identity with it: the queue kernel decides it there as
+        :meth:`submit_owned` decides a first submission. A row met (a replay, a conflict)
+        makes that statement write nothing; :meth:`submit_owned` then decides it."""
+        job_id, run_id = self._ids(snapshot.job_id, snapshot.run_id)
+        key = snapshot.active_key if snapshot.active_key is not None else snapshot.idempotency_key
+        return Insertion(self.binding, finders.locate(self.queue),
+                         {"submission_id": snapshot.submission_id, "job_id": job_id, "run_id": run_id, "key": key},
+                         self._owned_command(snapshot, job_id, run_id))
+
     async def _submit_owned_once(self, snapshot: SubmissionSnapshot) -> Submitted:
         authored_job_id, run_id = self._ids(snapshot.job_id, snapshot.run_id)
         binding = self.binding
         key = snapshot.active_key if snapshot.active_key is not None else snapshot.idempotency_key
 
         def command_for(job_id: str) -> SubmitOwned:
-            return SubmitOwned(
-                queue=self.queue,
-                submission_id=snapshot.submission_id,
-                fingerprint=snapshot.fingerprint,
-                job_id=job_id,
-                run_id=run_id,
-                fires_at_us=snapshot.fires_at_us,
-                max_attempts=self._max_attempts(snapshot.max_attempts),
-                idempotency_key=snapshot.idempotency_key,
-                active_key=snapshot.active_key,
-                payload=stored_payload(self.queue, snapshot.field_texts),
-                queue_name=snapshot.queue_name,
-                task_name=snapshot.task_name,
-                priority=snapshot.priority,
-                delay_us=snapshot.delay_us,
-            )
+            return self._owned_command(snapshot, job_id, run_id)
 
         def meets(rows: Sequence[QueueRow], job_id: str) -> QueueRow | None:
             return finders.submission_meets(

@@ -19,8 +19,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from tenure.model import LIVE_BROKER_STATES, BrokerJobState, parse_hop_key
 
+from ..core.engine import Insertion
+
 __all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES",
-           "fence_hop", "probe_or_none", "HopSource", "PerformHop", "Touch"]
+           "fence_hop", "probe_or_none", "HopSource", "PerformHop", "Touch", "JoinedPublisher"]
 
 LIVE_STATES = LIVE_BROKER_STATES
 """A job in these states may still start or is executing (the model's set)."""
@@ -56,6 +58,24 @@ class Broker(Protocol):
     # A broker may also declare ``concurrent_calls = True`` (a class attribute): its
     # methods accept calls for several keys at once, so the runtime's recovery visits
     # several Runs of a page at once (RecoveryPorts.concurrency).
+
+
+@runtime_checkable
+class JoinedPublisher(Protocol):
+    """A broker that keeps its hops in the Run ledger's own database (tenure's own queue,
+    :class:`~tenure.adapters.runs.queue_broker.QueueBroker`) may offer this: the ledger
+    then submits a hop and records its publication in one statement where it can
+    (``RunLedger.publish``); any other broker is published to as the port says."""
+
+    def hop_insertion(self, key: str, *, queue: str, wire_priority: int, store: object) -> Insertion | None:
+        """The hop ``key``'s submission as a row one statement of ``store`` (the ledger's)
+        may insert beside the ledger's write, or None (``store`` does not reach this
+        broker's tables, or :meth:`Broker.publish` would refuse the arguments): the
+        ledger then publishes it the ordinary way."""
+
+    def hop_inserted(self, key: str) -> None:
+        """Told after a statement of the ledger inserted the hop: what ``publish`` does
+        after its submit (wake this process's serving loop where nobody listens)."""
 
 
 Touch = Callable[[], Awaitable[None]]

@@ -72,7 +72,7 @@ from tenure.model.validation import refuse
 from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
-from ..core.engine import CountedAhead, Engine, Joined, raise_if_conflict
+from ..core.engine import CountedAhead, Engine, Insertion, Joined, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
 from ..core.store import Count, Guard, Transaction
@@ -286,6 +286,22 @@ class RunEngine:
             return None
         if self.path_observer is not None:
             self.path_observer(command.kind, AHEAD)
+        raise_if_conflict(RUNS_BINDING, decision)
+        return Sent(decision, after_commit(command.kind, decision.reply) if isinstance(decision, Applied) else ())
+
+    async def send_beside(self, run_id: str, command: RunCommand, pair: RunPair, insertion: Insertion) -> Sent | None:
+        """``command`` (one the declaration decides ahead) decided from ``pair`` and written
+        in one statement with the row ``insertion``'s machine decides (a hop's task):
+        both or neither (:meth:`Engine.joined_ahead_beside`). The decision applied, or a
+        refusal on the rows as locked (nothing written, nothing inserted); None: nothing
+        was written, take the ordinary path."""
+        if command.kind not in DECIDED_AHEAD:
+            return None
+        async with self.errors():
+            decision = await self.engine.joined_ahead_beside(RUNS, _parts, PAIR_JOIN, run_id, command, pair, _assembled,
+                                                             insertion)
+        if decision is None:
+            return None
         raise_if_conflict(RUNS_BINDING, decision)
         return Sent(decision, after_commit(command.kind, decision.reply) if isinstance(decision, Applied) else ())
 

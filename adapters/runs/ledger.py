@@ -97,7 +97,7 @@ from ..core.urls import parse_db_url
 from ..nodes.leases import NodeLeases
 from ..wiring.dialects import open_store
 from . import recovery as _recovery
-from .broker import Broker, fence_hop
+from .broker import Broker, JoinedPublisher, fence_hop
 from .checkpoints import Checkpoints, RecordedOutcome, state_text
 from .recovery import RecoveryPorts, RecoveryReport
 from .reports import RecoveryReports
@@ -355,11 +355,12 @@ class RunLedger(Facade):
         key = check_run_id(run_id)
         seq = check_seq(enqueue_seq)
 
-        pair = await self.engine.read(lambda tx: self.engine.read_pair(tx, key))
-        # The kernel's own answer, from the row as read, says whether anything may be sent.
-        if pair is None or isinstance(decide(RUNS, pair, RecordPublished(enqueue_seq=seq), pair.run.updated_at_us),
-                                      Refused):
+        pair = await self._publishable(key, seq)
+        if pair is None:
             return False
+        joined = await self._publish_joined(broker, key, seq, pair)
+        if joined is not None:
+            return joined
         delivery = pair.current
         failure: str | None = None
         try:
@@ -372,6 +373,59 @@ class RunLedger(Facade):
             await self.engine.send(key, RecordPublishError(enqueue_seq=seq, error=failure))
             raise TenureError(ErrorCode.RUN_BROKER_FAILED, "publish_failed")
         return await self.engine.applied(key, RecordPublished(enqueue_seq=seq))
+
+    async def _publish_joined(self, broker: Broker, run_id: str, seq: int, pair: RunPair) -> bool | None:
+        """Submit the hop and record its publication in one statement, where the broker
+        keeps its hops in this ledger's database (:class:`JoinedPublisher`: tenure's own
+        queue on the same PostgreSQL database and schema): the queue kernel decides the
+        hop's task as a first submission, the Run kernel ``RECORD_PUBLISHED`` from
+        ``pair``, and the statement writes both or neither. True: both written; False:
+        the kernel refused the publication on the rows as locked (nothing sent, nothing
+        written); None: nothing written (another broker or database, a task already
+        stored under the hop's key, a stale pair the kernel still publishes on, a missed
+        window): the ordinary path (the broker's publish, then the record) runs, and
+        stays the reference."""
+        if not isinstance(broker, JoinedPublisher):
+            return None
+        key = hop_key(run_id, seq)
+        delivery = pair.current
+        insertion = broker.hop_insertion(key, queue=delivery.queue, wire_priority=broker_priority(delivery.priority),
+                                         store=self.engine.engine.store)
+        if insertion is None:
+            return None
+        sent = await self.engine.send_beside(run_id, RecordPublished(enqueue_seq=seq), pair, insertion)
+        if sent is None:
+            return None
+        if sent.applied:
+            broker.hop_inserted(key)
+        return sent.applied
+
+    async def _publishable(self, run_id: str, seq: int) -> RunPair | None:
+        """The pair the kernel finds the hop ``seq`` publishable on, or None (send nothing).
+
+        Asked first of the pair this engine last saw (on PostgreSQL: the pair the
+        admission, the resume or the publication it sent just wrote), with no read; only
+        when none is known, or the kernel refuses on it, is the pair read (a refusal from
+        a remembered pair proves nothing: another process may have moved the Run on to
+        the hop asked for). A remembered pair that is stale the other way (another
+        process cancelled, claimed or settled the Run since) lets the broker be called
+        for a hop nobody may run: its ``RECORD_PUBLISHED``, decided ahead from that same
+        pair, finds the rows changed and is decided again on the rows as locked, where
+        the kernel refuses it (nothing recorded, ``publish`` answers False, as after the
+        read); the job the broker holds is then a hop whose claim the Run's fence refuses
+        as stale, exactly as a republication racing the same change after the read (and
+        a relay's republication) leaves one."""
+        command = RecordPublished(enqueue_seq=seq)
+
+        def publishable(pair: RunPair | None) -> bool:
+            # The kernel's own answer, from the pair as known, says whether anything may be sent.
+            return pair is not None and not isinstance(decide(RUNS, pair, command, pair.run.updated_at_us), Refused)
+
+        remembered = self.engine.last_pair(run_id)
+        if publishable(remembered):
+            return remembered
+        pair = await self.engine.read(lambda tx: self.engine.read_pair(tx, run_id))
+        return pair if publishable(pair) else None
 
     async def claim(self, run_id: str, enqueue_seq: int, *, node: str, claimant: str | None = None) -> RunClaim | None:
         """Claim exactly this hop: QUEUED at ``enqueue_seq`` with a pending or published

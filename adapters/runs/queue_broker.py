@@ -16,6 +16,13 @@ One task queue holds every Run queue of a database: the Run queue rides in the t
 arguments (``{"key": ..., "queue": ...}``) and a worker of this broker serves all of
 ``queues`` (its ``RunWorker.queues`` must be the same set).
 
+Publishing with the ledger: on PostgreSQL, a ledger on the same database and schema
+submits a hop and records its publication in one statement (the
+:class:`~tenure.adapters.runs.broker.JoinedPublisher` capability: :meth:`QueueBroker.hop_insertion`
+gives the hop's submission as the queue kernel decides it; ``RunLedger.publish`` writes it
+beside ``RECORD_PUBLISHED``, both or neither); whatever that statement does not write goes
+through :meth:`QueueBroker.publish` as before.
+
 Waking: on PostgreSQL every serving loop listening on the task table's channel is woken
 by the submit itself (a task that becomes pending notifies it in its own transaction);
 where nobody listens (SQLite, a lost listener) a publish wakes this process's serving
@@ -79,6 +86,7 @@ from tenure.model import (
 from tenure.model.fingerprint import SubmissionSnapshot, snapshot_submission
 from tenure.model.validation import micros_to_datetime, refuse
 
+from ..core.engine import Insertion
 from ..core.outages import OutageLog
 from ..core.store import Listener, Transaction
 from ..queue.operations import QueueOperations
@@ -256,6 +264,20 @@ class QueueBroker:
         await self._publish(key, queue, wire_priority)
         if self._listening is None or not self._listening.hears:
             self._announce()  # a live listener hears the submit's own announcement instead
+
+    def hop_insertion(self, key: str, *, queue: str, wire_priority: int, store: object) -> Insertion | None:
+        """See :class:`~tenure.adapters.runs.broker.JoinedPublisher`: this broker's
+        submission of the hop where ``store`` writes to this broker's own tables (the same
+        database and schema, a store with decided-ahead statements: PostgreSQL)."""
+        ahead = getattr(store, "ahead", None)
+        if ahead is None or not ahead.same_database(self._ops.store) or queue not in self._queues \
+                or not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
+            return None
+        return self._ops.owned_insertion(_hop_submission(key, queue, wire_priority))
+
+    def hop_inserted(self, key: str) -> None:
+        if self._listening is None or not self._listening.hears:
+            self._announce()  # a live listener hears the statement's own announcement instead
 
     def _announce(self) -> None:
         """A hop may be due: the serving loop claims in its next round, at once."""

@@ -209,6 +209,18 @@ def render_postgresql() -> str:
                                     "verified (AheadWriter.joined_ahead)",
                                     statements.joined_ahead_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None,
                                                                 types, postgres_types(DELIVERIES_BINDING))))
+            hop_task = statements.prefixed(compile_finder(TASKS_BINDING, queue_finders.locate(QueueKind.TASK),
+                                                          POSTGRESQL, None).sql, "f_")
+            lines.append(_statement("joined_ahead publish beside its hop task", "a hop's publication on tenure's own "
+                                    "queue (RunLedger.publish, QueueBroker on the same database): the pair locked, "
+                                    "then the tasks sharing an identity with the hop's, the clock after every lock, "
+                                    "verdict on both rows, no task met and the window; both rows written and the "
+                                    "task inserted, every value verified, all or nothing "
+                                    "(AheadWriter.joined_ahead with beside)",
+                                    statements.joined_ahead_sql(RUNS_BINDING, DELIVERIES_BINDING, CURRENT_DELIVERY, None,
+                                                                types, postgres_types(DELIVERIES_BINDING),
+                                                                beside=(TASKS_BINDING, hop_task,
+                                                                        postgres_types(TASKS_BINDING), True))))
             lines.append(_statement("joined_insert runs+run_deliveries", "an admission decided ahead: the Runs "
                                     "holding its ID or its key locked with their deliveries, the clock after the "
                                     "locks, both rows inserted only if none was met and the clock lies in the window "

@@ -13,8 +13,11 @@ statement locks the pair, counts after the locks, and writes the pair and delete
 checkpoint only where the pair, every count and the window hold and the Run it locked is
 the version its snapshot counted in; its breakages (the counts not compared, the
 snapshot not checked, an owner's opening that locks the Run without writing it) are
-caught by their scenarios too. SQLite keeps the transaction path (no decided-ahead
-writer).
+caught by their scenarios too. A publication asks the kernel on the pair last seen
+instead of reading it: a stale pair calls the broker for a hop whose acknowledgement is
+then refused on the rows as locked (a breakage that writes it without the fence is
+caught), and a refusal on a stale pair reads the pair before answering. SQLite keeps the
+transaction path (no decided-ahead writer).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from tenure.kernel.runs.commands import (
     RecordPublishError,
     Release,
 )
-from tenure.model import ConsentStatus, DeliveryState, ErrorCode, RunStatus, TenureError
+from tenure.model import ConsentStatus, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind, hop_key
 
 pytestmark = pytest.mark.parametrize("database", ["postgresql"])
 
@@ -202,6 +205,35 @@ async def a_settle_waiting_for_an_owners_opening_sees_the_job_it_opened(runs: Ru
     assert answered is ErrorCode.RUN_CONTAINMENT_UNPROVEN
 
 
+async def a_publication_from_a_stale_pair_records_nothing_where_another_engine_cancelled(runs: Runs) -> None:
+    """The engine remembers the Run its admission inserted (QUEUED, delivery PENDING);
+    another engine cancels it to the end. The publication asks the kernel on the pair
+    remembered (no read), so the broker is called for the hop; its ``RECORD_PUBLISHED``,
+    decided ahead from that same pair, must not write over the cancellation: the
+    statement finds the pair changed and the kernel refuses on the rows it locked. The
+    answer and the rows equal the read path's (a Run admitted alike, published by an
+    engine that remembers nothing); the job left at the broker is a hop the claim refuses
+    as stale, as after a republication."""
+    ledger = runs.ledger
+    stale = (await runs.admit(unique("stale"))).run.run_id
+    reference = (await runs.admit(unique("read"))).run.run_id
+    assert ledger.engine.last_pair(stale) is not None, "the admitted pair is remembered"
+    async with RunLedger(runs.db_url) as other:
+        for run_id in (stale, reference):
+            ticket = await other.begin_cancel(run_id)
+            assert ticket is not None and await other.finish_cancel(run_id, ticket.enqueue_seq, runs.broker)
+    published = await ledger.publish(stale, 0, runs.broker)
+    assert (await _stored(ledger, stale)).run.status is RunStatus.CANCELLED, "recorded over another engine's cancel"
+    assert published is False
+    assert hop_key(stale, 0) in runs.broker.jobs, "the broker was asked on the pair remembered, without a read"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ledger.engine, "last_pair", lambda run_id: None)
+        assert await ledger.publish(reference, 0, runs.broker) is False
+    assert hop_key(reference, 0) not in runs.broker.jobs, "the read path sends nothing"
+    assert _normal(await _stored(ledger, stale)) == _normal(await _stored(ledger, reference))
+    assert await ledger.claim(stale, 0, node="node-a") is None, "the stale hop is refused by its claim"
+
+
 def _pair_parts(pair: Any) -> list[tuple[Any, Any]]:
     from tenure.adapters.runs.engine import _parts
 
@@ -261,6 +293,9 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario, str]]
     "written_without_the_fence": (_written_without_the_fence,
                                   a_claim_from_a_stale_pair_is_refused_where_another_engine_claimed,
                                   "claimed over another engine's claim"),
+    "a_publication_recorded_without_the_fence": (
+        _written_without_the_fence, a_publication_from_a_stale_pair_records_nothing_where_another_engine_cancelled,
+        "recorded over another engine's cancel"),
     "a_settle_written_without_the_fence": (_written_without_the_fence,
                                            a_settle_from_a_stale_pair_is_refused_where_another_engine_cancelled,
                                            "settled over another engine's cancel"),
@@ -313,6 +348,46 @@ async def test_a_claim_from_the_pair_last_seen_is_one_statement_and_writes_what_
     assert len(sent) == 1, "the reference claim ran in a transaction"
     ahead, reference = await _stored(ledger, ahead_id), await _stored(ledger, reference_id)
     assert _shape(ahead) == _shape(reference)
+
+
+# --- the publication asked of the pair last seen ------------------------------------------------
+
+
+async def test_a_publication_from_the_pair_its_admission_remembered_is_one_statement_and_records_what_the_read_path_records(
+    runs: Runs,
+) -> None:
+    ledger = runs.ledger
+    ahead_id, reference_id = (await runs.admit(unique("ahead"))).run.run_id, (await runs.admit(unique("read"))).run.run_id
+    with count_statements() as counted:
+        assert await ledger.publish(ahead_id, 0, runs.broker)
+    assert counted.total == 1, counted.texts
+    with pytest.MonkeyPatch.context() as patch, count_statements() as counted:
+        patch.setattr(ledger.engine, "last_pair", lambda run_id: None)
+        assert await ledger.publish(reference_id, 0, runs.broker)
+    assert counted.total > 1, "the reference publication read the pair first"
+    assert _normal(await _stored(ledger, ahead_id)) == _normal(await _stored(ledger, reference_id))
+
+
+async def test_a_publication_the_remembered_pair_refuses_reads_the_pair_where_another_engine_moved_the_run_on(
+    runs: Runs,
+) -> None:
+    """The engine remembers the Run running its hop 0 (it claimed it); another engine
+    parks it on a consent, decides the consent and resumes the Run at hop 1. Asked of the
+    pair remembered, the kernel refuses hop 1; that refusal proves nothing (the pair is
+    stale), so the pair is read and the hop published."""
+    ledger = runs.ledger
+    run_id = await runs.running(unique("moved-on"))
+    assert ledger.engine.last_pair(run_id) is not None, "the claimed pair is remembered"
+    async with RunLedger(runs.db_url) as other:
+        consent = await other.consents.create(run_id, tool_name="mail.send", tool_call_id=unique("call"),
+                                              payload={"to": "bob"})
+        assert await other.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent.consent_id)
+        assert await other.consents.decide(consent.consent_id, ConsentStatus.GRANTED, decided_by="bob")
+        assert await other.resume(run_id, owner_id=consent.consent_id) == 1
+    assert await ledger.publish(run_id, 1, runs.broker), "a stale pair's refusal was taken for the Run's"
+    assert hop_key(run_id, 1) in runs.broker.jobs
+    stored = await _stored(ledger, run_id)
+    assert (stored.run.enqueue_seq, stored.current.state) == (1, DeliveryState.PUBLISHED)
 
 
 async def _no_ahead(*_: Any) -> None:

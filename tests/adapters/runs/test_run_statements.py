@@ -31,7 +31,7 @@ async def noop(ctx: Any) -> None:
 
 PIN = workflows.pin("noop", "1")
 
-SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 1, "publish": 2, "hop": 2}, "sqlite": {"admit": 6, "publish": 9, "hop": 13}}
+SINGLE_HOP_BOUNDS = {"postgresql": {"admit": 1, "publish": 1, "hop": 2}, "sqlite": {"admit": 6, "publish": 9, "hop": 13}}
 """A single-hop no-op Run on the in-memory broker (the ledger's own statements): its
 admission, its publication, and its hop (claim; the settle with its outcome: on
 PostgreSQL one statement decided ahead, ``COUNTED_AHEAD``, that locks the pair, counts
@@ -40,20 +40,24 @@ one transaction). The hop was 5 on PostgreSQL while the settle took a transactio
 own (BEGIN, the pair locked with its counted evidence, the pair written with its
 checkpoint delete and the counts verified, COMMIT), and 15 on PostgreSQL and 20 on
 SQLite while the outcome was recorded in a transaction of its own before the settle,
-whose evidence, consents and checkpoint took a statement each."""
+whose evidence, consents and checkpoint took a statement each. The publication was 2
+on PostgreSQL while it read the pair before asking the kernel whether to send (it now
+asks on the pair its admission remembered)."""
 
-QUEUE_BROKER_BOUNDS = {"postgresql": 8, "sqlite": 48}
+QUEUE_BROKER_BOUNDS = {"postgresql": 6, "sqlite": 48}
 """A single-hop no-op Run end to end on tenure's own queue (:class:`QueueBroker`, a worker
 of two slots, alone on its queue), from its admission until its hop task is complete: the
-ledger's statements above (on PostgreSQL: admit 1, publish 2, claim 1, settle 1), plus the
-hop task's submit (with the publication), its claim (one statement, woken by the submit's
-announcement) and its complete. Measured with the hop starting once its publication is
-recorded: a hop is claimable once its task is submitted, before the ledger records the
-publication, and a hop claimed in between sends one or two statements more (the later of
-the two Run writes was decided ahead from the Run as it was before the earlier one, and
-is sent again from the Run as it is).
+ledger's statements above (on PostgreSQL: admit 1, publish 1, claim 1, settle 1; the hop
+task's submit is inserted by the publication's statement, ``JoinedPublisher``), plus the
+hop task's claim (one statement, woken by the publication's announcement) and its
+complete. Measured with the hop starting once its publication is recorded (on PostgreSQL
+the task becomes claimable only with the publication, in one statement; on SQLite the
+task is submitted before the ledger records the publication, and a hop claimed in between
+sends one or two statements more).
 
-11 on PostgreSQL while the settle took a transaction of its own (four statements).
+7 on PostgreSQL while the hop task's submit was a statement of its own before the record.
+8 while a publication read the pair before sending; 11 while the settle took a transaction
+of its own (four statements).
 17 to 20 on PostgreSQL and 52 to 60 on SQLite (varying with the serving loop's wakes)
 before the loop claimed only when a hop may be due (an announcement, a publish of this
 process nobody announces, a claim that filled every free slot, the fallback poll) instead
