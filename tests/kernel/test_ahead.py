@@ -394,6 +394,47 @@ def test_a_run_decision_read_from_the_declarations_checks_the_invariants_once(co
     assert asked == [windowed.decision.new_record], "checked once, at the reference time"
 
 
+@pytest.mark.parametrize("command_name", ["claim", "record_published", "settle"])
+def test_a_run_decision_on_the_hot_path_copies_its_rows_without_dataclasses_replace(
+    command_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Run's effects copy a row through its slots (``replace_run``/``replace_delivery``
+    use :func:`~tenure.kernel.core.replaced`, as the queue's ``replace_fields`` does), not
+    through ``dataclasses.replace``'s per-call introspection; a field the row does not
+    have is still refused."""
+    import dataclasses
+
+    from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
+    from tenure.kernel.runs.commands import Claim, Containment, RecordPublished, Settle
+    from tenure.kernel.runs.machine import RUNS
+    from tenure.kernel.runs.record import RunPair, replace_delivery, replace_run
+    from tenure.model import DeliveryState, RunStatus
+
+    queued = base_run()
+    running = base_run(status=RunStatus.RUNNING, started_at_us=NOW - 50, node="node-a")
+    pair, command = {
+        "claim": (RunPair(queued, (delivery_for(queued, DeliveryState.PUBLISHED),)), Claim(enqueue_seq=0, node="node-a")),
+        "record_published": (RunPair(queued, (delivery_for(queued, DeliveryState.PENDING),)), RecordPublished(enqueue_seq=0)),
+        "settle": (RunPair(running, (delivery_for(running, DeliveryState.CLAIMED),)),
+                   Settle(enqueue_seq=0, status=RunStatus.DONE, error=None,
+                          containment=Containment(open_jobs=0, open_attempts=0))),
+    }[command_name]
+    expected = decide_ahead(RUNS, pair, command, NOW)
+
+    def introspecting(*_: Any, **__: Any) -> Any:
+        raise AssertionError("dataclasses.replace on the hot path")
+
+    monkeypatch.setattr(dataclasses, "replace", introspecting)
+    windowed = decide_windowed(RUNS, pair, command, NOW)
+    assert windowed is not None and windowed == expected
+    monkeypatch.undo()
+    assert replace_run(queued, node="node-b") == dataclasses.replace(queued, node="node-b")
+    with pytest.raises(AssertionError):
+        replace_run(queued, nodes="node-b")
+    with pytest.raises(AssertionError):
+        replace_delivery(pair.current, node="node-b")
+
+
 def test_a_run_order_left_undeclared_is_caught_by_the_shifting_property() -> None:
     """The mutant the Run's declared order exists for: a claim moves ``updated_at`` and
     keeps ``created_at``; shifted back past ``created_at`` it breaks INV-R9, which a
