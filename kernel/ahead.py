@@ -423,13 +423,38 @@ def decide_windowed(
     ahead = Ahead(decided, not_before, not_after, relative, start, end)
     if not relative or not machine.invariants_see_moving_fields_by_bounds:
         return _kept_throughout(machine, record, ahead)
-    # The invariants see the moving fields only through their bounds: checked once, at
-    # the reference time, with each moving field's bounds at both edges of the window.
-    if any(not is_instant(edge + offset) for offset in relative.values() for edge in (not_before, not_after - 1)):
+    # The invariants see the moving fields only through their bounds and the declared
+    # orders: checked once, at the reference time, with each moving field's bounds and
+    # each order at both edges of the window (so throughout it, see Machine.moving_field_orders).
+    edges = (not_before, not_after - 1)
+    if any(not is_instant(edge + offset) for offset in relative.values() for edge in edges):
         return None
+    if not _orders_kept(machine.moving_field_orders, new, relative, reference_us, edges):
+        return _kept_throughout(machine, record, ahead)  # an order flips inside the window: check both edges whole
     if _breaks_anew(machine, record, new):
         return None
-    return dataclasses.replace(ahead, invariants_checked=True)
+    return Ahead(decided, not_before, not_after, relative, start, end, invariants_checked=True)
+
+
+def _orders_kept(
+    orders: tuple[tuple[str, str], ...], new: Any, relative: Mapping[str, int], reference_us: int,
+    edges: tuple[int, int],
+) -> bool:
+    """Whether each declared order (``first <= second``) of ``new``, decided at
+    ``reference_us``, says the same at both ``edges`` as at the reference time (a field
+    ``relative`` names at the edge plus its offset, any other as decided)."""
+    for first, second in orders:
+        at_reference = (at_path(new, first), at_path(new, second))
+        if at_reference[0] is None or at_reference[1] is None:
+            continue  # an unset time is unset at every edge: the order is not compared
+        holds = at_reference[0] <= at_reference[1]
+        for edge in edges:
+            shift = edge - reference_us
+            low = at_reference[0] + shift if first in relative else at_reference[0]
+            high = at_reference[1] + shift if second in relative else at_reference[1]
+            if (low <= high) is not holds:
+                return False
+    return True
 
 
 def _offsets(

@@ -312,6 +312,16 @@ class Machine:
     needs its invariants checked once (at the reference time) and its moving fields'
     bounds at the window's edges (tests/kernel/test_ahead.py holds a declaring machine
     to it: shifting the moving fields never changes what the invariants say)."""
+    moving_field_orders: tuple[tuple[str, str], ...] = ()
+    """With ``invariants_see_moving_fields_by_bounds``: the pairs of fields (paths, as in
+    :data:`MovingField`) whose order ``first <= second`` the invariants also read, where
+    a field moves with the time (a Run's ``created_at <= updated_at``). Each side is
+    fixed or moves at the time's own rate, so an order that holds (or fails) at both
+    edges of a window does so throughout: a decision made ahead is then checked once at
+    the reference time, with each order and each moving field's bounds at both edges
+    (tests/kernel/test_ahead.py holds a declaring machine to it: shifting the moving
+    fields changes what the invariants say only where a bound or a declared order
+    changes)."""
 
     @classmethod
     def define(
@@ -321,6 +331,7 @@ class Machine:
         transition_violations: Callable[[Any, Any, int, Decision], list[str]], initial: enum.Enum,
         rewrites: Mapping[str, Rewrite] | None = None, time_guards: Mapping[str, TimeGuard] | None = None,
         moving_fields: Mapping[str, tuple[MovingField, ...]] | None = None, invariants_see_moving_fields_by_bounds: bool = False,
+        moving_field_orders: tuple[tuple[str, str], ...] = (),
     ) -> Machine:
         """The machine of these declarations. Raises ValueError (at import: a programmer
         error) unless the rows make a total table (:func:`table_from_rows`), every guard
@@ -337,6 +348,8 @@ class Machine:
             *(f"rewrite {effect!r} is no effect" for effect in sorted(set(rewrites or {}) - set(effects))),
             *(f"time guard {guard!r} is no guard" for guard in sorted(set(time_guards or {}) - set(guards))),
             *(f"moving fields of {effect!r}: no such effect" for effect in sorted(set(moving_fields or {}) - set(effects))),
+            *(["moving field orders need the invariants to see moving fields by bounds"]
+              if moving_field_orders and not invariants_see_moving_fields_by_bounds else []),
         ]
         if problems:
             raise ValueError(f"machine {name}: " + "; ".join(problems))
@@ -344,7 +357,8 @@ class Machine:
                    effects=effects, outcomes=outcomes, state_of=state_of, record_violations=record_violations,
                    transition_violations=transition_violations, initial=initial, rewrites=rewrites or {},
                    time_guards=time_guards, moving_fields=moving_fields,
-                   invariants_see_moving_fields_by_bounds=invariants_see_moving_fields_by_bounds)
+                   invariants_see_moving_fields_by_bounds=invariants_see_moving_fields_by_bounds,
+                   moving_field_orders=moving_field_orders)
 
     @property
     def folder(self) -> str:

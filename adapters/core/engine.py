@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tenure.kernel.ahead import Ahead, decide_ahead, decide_windowed
+from tenure.kernel.ahead import Ahead, at_path, decide_ahead, decide_windowed
 from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, decide, slots_of
 from tenure.model import TenureError
 
@@ -92,6 +92,28 @@ def moving_fields(before: Any, after: Any, reference_us: int) -> dict[str, int]:
     (``after``): a field that moved by exactly that microsecond moves with the clock."""
     return {name: value - reference_us for name, value in vars_of(before).items()
             if type(value) is int and getattr(after, name) == value + 1}
+
+
+def moving_by_row(plan: Ahead, parts: Parts, rows: Sequence[tuple[Binding, Any]], reference_us: int) -> list[dict[str, int]]:
+    """:func:`moving_fields` of each stored row of a decision made ahead (``rows``: the
+    ``parts`` of its new record), read off the plan's own offsets (``relative``: paths into
+    the record) when each names a field of one of these rows, found by identity (no
+    record moved, no row compared field by field); otherwise read off the record moved a
+    microsecond later, as :func:`moving_fields` does."""
+    decided = plan.decision
+    assert isinstance(decided, Applied)
+    found: list[dict[str, int]] = [{} for _ in rows]
+    for path, offset in plan.relative.items():
+        head, _, field = path.rpartition(".")
+        holder = at_path(decided.new_record, head) if head else decided.new_record
+        index = next((index for index, (_, row) in enumerate(rows) if row is holder), None)
+        if index is None:
+            later = plan.at(reference_us + 1)
+            assert isinstance(later, Applied)
+            return [moving_fields(row, moved, reference_us) for (_, row), (_, moved) in zip(
+                rows, parts(later.new_record), strict=True)]
+        found[index][field] = offset
+    return found
 
 
 def vars_of(row: Any) -> dict[str, Any]:
@@ -655,13 +677,12 @@ class Engine:
         if plan is None or not isinstance(plan.decision, Applied) or plan.decision.new_record is None:
             return None
         new = plan.decision.new_record if plan.invariants_checked else checked_by(machine, None, plan.decision)
-        news, later = parts(new), parts(plan.at(reference + 1).new_record)  # type: ignore[union-attr]
+        news = parts(new)
         if [binding for binding, _ in news] != [joined[0], joined[1]]:
             return None
         try:
             answer = await ahead.joined_insert_ahead(
-                *joined, [row for _, row in news],
-                [moving_fields(row, moved_row, reference) for (_, row), (_, moved_row) in zip(news, later, strict=True)],
+                *joined, [row for _, row in news], moving_by_row(plan, parts, news, reference),
                 holder, plan.not_before_us, plan.not_after_us)
         except TenureError as error:
             if error.reason != "read_back_mismatch":
@@ -697,13 +718,13 @@ class Engine:
         if not isinstance(decision, Applied) or decision.new_record == record:
             return [Expected(getattr(row, binding.key_field), row) for binding, row in olds]
         new = decision.new_record if plan.invariants_checked else checked_by(machine, record, decision)
-        news, later = parts(new), parts(plan.at(reference + 1).new_record)  # type: ignore[union-attr]
+        news = parts(new)
         if [(binding, getattr(row, binding.key_field)) for binding, row in news] != [
                 (binding, getattr(row, binding.key_field)) for binding, row in olds]:
             return None
-        return [Expected(getattr(old, binding.key_field), old, new=None if row == old else row,
-                         relative=moving_fields(row, moved_row, reference))
-                for (binding, old), (_, row), (_, moved_row) in zip(olds, news, later, strict=True)]
+        return [Expected(getattr(old, binding.key_field), old, new=None if row == old else row, relative=moving)
+                for (binding, old), (_, row), moving in zip(olds, news, moving_by_row(plan, parts, news, reference),
+                                                            strict=True)]
 
     def remember_parts(self, rows: Sequence[tuple[Binding, Any]]) -> None:
         """Keep each row of a composite record (``parts``) as the last version seen."""

@@ -30,6 +30,7 @@ import dataclasses
 import enum
 import functools
 import json
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -582,7 +583,13 @@ def _texts_to_stored(value: tuple[str, ...]) -> str:
     return json.dumps(list(value), ensure_ascii=False, separators=(",", ":"))
 
 
+_ENCODED_BASES = frozenset({"texts", "enum", "instant", "json"})
+"""The codec bases :func:`_writer` encodes; every other is stored as the record holds it."""
+
+
 def _writer(codec: Codec, dialect: Dialect) -> Callable[[Any], Any]:
+    if codec.base not in _ENCODED_BASES:
+        return lambda value: value
     if codec.base == "texts":
         return _texts_to_stored
     if codec.base == "enum":
@@ -590,10 +597,8 @@ def _writer(codec: Codec, dialect: Dialect) -> Callable[[Any], Any]:
     if codec.base == "instant":
         write_instant = dialect.instant_to_stored
         return lambda value: None if value is None else write_instant(value)
-    if codec.base == "json":
-        write_json = dialect.json_to_stored
-        return lambda value: None if value is None else write_json(value)
-    return lambda value: value
+    write_json = dialect.json_to_stored  # "json", the last of the encoded bases
+    return lambda value: None if value is None else write_json(value)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -661,24 +666,36 @@ def row_codec(
     writers = [
         (column.name, column.field, column.part, _writer(column.codec, dialect)) for column in spec.columns
     ]
+    # Every column's field read in one C call, in column order; a column stored as the
+    # record holds it is not passed through a writer (the hot path: a decided-ahead
+    # statement encodes each row it compares).
+    fields_of = operator.attrgetter(*(column.field for column in spec.columns))
+    encoders = [(column.name, column.part, writer if column.codec.base in _ENCODED_BASES else None)
+                for column, (_, _, _, writer) in zip(spec.columns, writers, strict=True)]
 
     def write(record: Any) -> dict[str, Any]:
+        values = fields_of(record)
+        if len(encoders) == 1:
+            values = (values,)
         row: dict[str, Any] = {}
-        for name, field, part, writer in writers:
-            value = getattr(record, field)
-            row[name] = writer(value if part is None else value[part])
+        for (name, part, writer), value in zip(encoders, values):
+            if part is not None:
+                value = value[part]
+            row[name] = value if writer is None else writer(value)
         return row
 
     def changes(old: Any, new: Any) -> dict[str, Any]:
+        befores, afters = fields_of(old), fields_of(new)
+        if len(encoders) == 1:
+            befores, afters = (befores,), (afters,)
         row: dict[str, Any] = {}
-        for name, field, part, writer in writers:
-            before, after = getattr(old, field), getattr(new, field)
+        for (name, part, writer), before, after in zip(encoders, befores, afters):
             if before is after:
                 continue
             if part is not None:
                 before, after = before[part], after[part]
             if before != after:
-                row[name] = writer(after)
+                row[name] = after if writer is None else writer(after)
         return row
 
     named = [(column.field, index, _reader(column, dialect)) for index, column in enumerate(spec.columns)

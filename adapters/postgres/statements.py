@@ -671,16 +671,58 @@ def joined_insert_sql(
             f"LEFT JOIN joined ON NOT verdict.go AND {pair.meets}")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _JoinedNames:
+    """The parameter names of one row of :func:`joined_ahead_sql` under one prefix, built
+    once per binding and prefix (not per call): whether the row was met and is written,
+    each column's old value, and each mutable column's new value with its offset from the
+    clock (a time) or its check (any other)."""
+
+    present: str
+    write: str
+    old: tuple[tuple[str, str], ...]
+    intended: tuple[tuple[str, str, str, bool], ...]
+
+
+@functools.cache
+def _joined_names(binding: Binding, prefix: str) -> _JoinedNames:
+    spec = binding.spec
+    return _JoinedNames(
+        f"{prefix}present", f"{prefix}write", tuple((c, f"{prefix}old_{c}") for c in spec.column_names),
+        tuple((c, f"{prefix}new_{c}", f"{prefix}rel_{c}" if c in spec.instant_names else f"{prefix}check_{c}",
+               c in spec.instant_names) for c in spec.mutable_names))
+
+
+def _new_columns(codec: RowCodec, item: Expected, old: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored value of every column of the item's new row (empty: it writes none):
+    only the columns whose record value changed are encoded again, the others are the
+    old row's (``old``, already encoded)."""
+    if item.new is None:
+        return {}
+    if not old or item.record is None:
+        return codec.write(item.new)
+    return {**old, **codec.changes(item.record, item.new)}
+
+
 def joined_ahead_parameters(binding: Binding, codec: RowCodec, item: Expected, prefix: str) -> dict[str, Any] | None:
     """:func:`joined_ahead_sql`'s parameters for one of its two rows, under ``prefix``
-    (None: the item changes a column the statement does not write)."""
-    parameters = ahead_one_parameters(binding, codec, item)
-    if parameters is None:
-        return None
+    (None: the item changes a column the statement does not write). The same values as
+    :func:`ahead_one_parameters`, with every column's old value (the verdict compares
+    every column)."""
     old = codec.write(item.record) if item.known and item.record is not None else {}
-    for column in binding.spec.column_names:  # the verdict compares every column
-        parameters[f"old_{column}"] = old.get(column)
-    return {f"{prefix}{name}": value for name, value in parameters.items()}
+    new = _new_columns(codec, item, old)
+    if new and not keeps_unwritten_columns(binding, old, new):
+        return None
+    names = _joined_names(binding, prefix)
+    relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}
+    parameters: dict[str, Any] = {names.present: None if not item.known else item.record is not None,
+                                  names.write: item.new is not None}
+    for column, name in names.old:
+        parameters[name] = old.get(column)
+    for column, new_name, other_name, instant in names.intended:
+        parameters[new_name] = value = new.get(column)
+        parameters[other_name] = relative.get(column) if instant else value
+    return parameters
 
 
 @functools.cache
@@ -771,7 +813,7 @@ def ahead_one_parameters(binding: Binding, codec: RowCodec, item: Expected) -> d
     statement does not write)."""
     spec = binding.spec
     old = codec.write(item.record) if item.known and item.record is not None else {}
-    new = codec.write(item.new) if item.new is not None else {}
+    new = _new_columns(codec, item, old)
     if new and not keeps_unwritten_columns(binding, old, new):
         return None
     relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}

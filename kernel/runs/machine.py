@@ -78,6 +78,7 @@ __all__ = [
     "EFFECTS",
     "TIME_GUARDS",
     "MOVING_FIELDS",
+    "MOVING_FIELD_ORDERS",
     "ROWS",
     "RUNS",
     "RESOLVED_OWNER_STATUSES",
@@ -427,9 +428,14 @@ MOVING_FIELDS: dict[str, tuple[MovingField, ...]] = {
 command a store decides ahead (:data:`~tenure.kernel.runs.aggregate.DECIDED_AHEAD`,
 :data:`~tenure.kernel.runs.aggregate.ADMITTED_AHEAD`) is declared, and every other
 effect but ``finish_cancel``, which settles the current delivery only when it is not
-settled yet (its decisions ahead are made by instrumenting). The invariants compare a
-moving field with a fixed one (INV-R9: ``created_at <= updated_at``), so a decision
-made ahead is held to them at both edges of its window."""
+settled yet (its decisions ahead are made by instrumenting). The invariants read a
+moving field through its bounds (INV-R1), whether it is set (INV-R5, INV-R8) and one
+order (:data:`MOVING_FIELD_ORDERS`), so a decision made ahead is checked once, with its
+bounds and that order at both edges of its window."""
+
+MOVING_FIELD_ORDERS: tuple[tuple[str, str], ...] = (("run.created_at_us", "run.updated_at_us"),)
+"""The one order the invariants read between times that may move with the clock (INV-R9:
+time runs forward), ``first <= second`` (:attr:`~tenure.kernel.core.Machine.moving_field_orders`)."""
 
 
 # --- the table ---------------------------------------------------------------------------
@@ -706,5 +712,7 @@ RUNS = Machine.define(
     initial=RunStep.ABSENT,
     time_guards=TIME_GUARDS,
     moving_fields=MOVING_FIELDS,
+    invariants_see_moving_fields_by_bounds=True,
+    moving_field_orders=MOVING_FIELD_ORDERS,
 )
 """The Run machine: ``RUNS.decide(pair, command, now_us)``."""

@@ -24,6 +24,8 @@ from tenure.model import (
 )
 from tenure.model.runs import MAX_ERROR_CHARS, MAX_HOP_RETRIES, MAX_QUEUE_CHARS, MAX_RUN_TEXT_CHARS, MAX_SCOPES
 
+from ..core import replaced
+
 
 __all__ = [
     "RunRow",
@@ -171,11 +173,20 @@ def step_of(record: RunPair | None) -> RunStep:
 
 
 def replace_run(record: RunRow, **changes: object) -> RunRow:
-    return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+    """``dataclasses.replace`` for the decision's hot path (see :func:`tenure.kernel.core.replaced`,
+    as the queue's ``replace_fields``); a field the row does not have is a programmer's error."""
+    assert changes.keys() <= _RUN_FIELDS, sorted(changes.keys() - _RUN_FIELDS)
+    return replaced(record, changes)
 
 
 def replace_delivery(record: DeliveryRow, **changes: object) -> DeliveryRow:
-    return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+    """:func:`replace_run` for a delivery."""
+    assert changes.keys() <= _DELIVERY_FIELDS, sorted(changes.keys() - _DELIVERY_FIELDS)
+    return replaced(record, changes)
+
+
+_RUN_FIELDS = frozenset(field.name for field in dataclasses.fields(RunRow))
+_DELIVERY_FIELDS = frozenset(field.name for field in dataclasses.fields(DeliveryRow))
 
 
 # --- invariants ------------------------------------------------------------------------

@@ -311,8 +311,10 @@ def test_any_other_use_of_the_time_is_refused_rather_than_hidden(use: Any) -> No
 
 def _shifting_keeps_the_invariants(machine: Any, record: Any, command: Any, now: int, shift: int) -> bool:
     """Whether the decision's new record breaks the same invariants with every field its
-    effect moves with the time shifted by ``shift`` (as far as the instant bounds allow)."""
-    from tenure.kernel.core import replaced
+    effect moves with the time shifted by ``shift`` (as far as the instant bounds allow,
+    and where every order the machine declares, :attr:`Machine.moving_field_orders`,
+    says the same as before the shift)."""
+    from tenure.kernel.ahead import at_path, moved
     from tenure.model.bounds import is_instant
 
     rule = select_rule(machine, record, command, now)
@@ -321,10 +323,16 @@ def _shifting_keeps_the_invariants(machine: Any, record: Any, command: Any, now:
     if not isinstance(decided, Applied) or decided.new_record is None or not fields:
         return True
     new = decided.new_record
-    moved = {field: getattr(new, field) + shift for field in fields if type(getattr(new, field)) is int}
-    if not all(is_instant(value) for value in moved.values()):
+    paths = [field if isinstance(field, str) else field.field for field in fields]
+    offsets = {path: at_path(new, path) - now for path in paths if type(at_path(new, path)) is int}
+    shifted = moved(new, offsets, now + shift)
+    if not all(is_instant(at_path(shifted, path)) for path in offsets):
         return True  # past the bounds: the bounds check refuses it at the edge
-    return set(machine.record_violations(replaced(new, moved))) == set(machine.record_violations(new))
+    for first, second in machine.moving_field_orders:
+        values = [(at_path(row, first), at_path(row, second)) for row in (new, shifted)]
+        if None not in values[0] and (values[0][0] <= values[0][1]) != (values[1][0] <= values[1][1]):
+            return True  # a declared order flips: decided ahead, both edges are checked whole
+    return set(machine.record_violations(shifted)) == set(machine.record_violations(new))
 
 
 @pytest.mark.parametrize("name", [name for name in DECLARING if MACHINES[name].machine.invariants_see_moving_fields_by_bounds])
@@ -332,11 +340,139 @@ def _shifting_keeps_the_invariants(machine: Any, record: Any, command: Any, now:
 @given(data=st.data())
 def test_the_invariants_see_the_moving_fields_only_through_their_bounds(name: str, data: st.DataObject) -> None:
     """What lets the fast path check the invariants once per decision
-    (``Machine.invariants_see_moving_fields_by_bounds``)."""
+    (``Machine.invariants_see_moving_fields_by_bounds`` and ``Machine.moving_field_orders``)."""
     machine = MACHINES[name].machine
     record, command, now = _situation(MACHINES[name], data)
     shift = data.draw(st.sampled_from([-DEFAULT_SPAN_US, -1, 1, DEFAULT_SPAN_US]) | st.integers(-DEFAULT_SPAN_US, DEFAULT_SPAN_US))
     assert _shifting_keeps_the_invariants(machine, record, command, now, shift)
+
+
+def test_both_the_queue_and_the_run_machine_check_their_invariants_once_per_decision() -> None:
+    # The property above must not pass vacuously for either hot path.
+    names = [name for name in DECLARING if MACHINES[name].machine.invariants_see_moving_fields_by_bounds]
+    assert "queue" in names and "runs" in names
+
+
+def _counting_violations(machine: Any) -> tuple[Any, list[Any]]:
+    """``machine`` with its record invariants counting the records they are asked about."""
+    import dataclasses
+
+    asked: list[Any] = []
+
+    def counted(record: Any) -> list[str]:
+        asked.append(record)
+        return machine.record_violations(record)
+
+    return dataclasses.replace(machine, record_violations=counted), asked
+
+
+@pytest.mark.parametrize("command_name", ["claim", "record_published", "settle"])
+def test_a_run_decision_read_from_the_declarations_checks_the_invariants_once(command_name: str) -> None:
+    """The Run's hot path (a claim, a publication, a settle) holds its new pair to the
+    invariants once, at the reference time, with the bounds and INV-R9's order at both
+    edges, instead of the whole invariants at each edge (twice): the same answer
+    (tests above), half the work."""
+    from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
+    from tenure.kernel.runs.commands import Claim, Containment, RecordPublished, Settle
+    from tenure.kernel.runs.machine import RUNS
+    from tenure.kernel.runs.record import RunPair
+    from tenure.model import DeliveryState, RunStatus
+
+    queued = base_run()
+    running = base_run(status=RunStatus.RUNNING, started_at_us=NOW - 50, node="node-a")
+    pair, command = {
+        "claim": (RunPair(queued, (delivery_for(queued, DeliveryState.PUBLISHED),)), Claim(enqueue_seq=0, node="node-a")),
+        "record_published": (RunPair(queued, (delivery_for(queued, DeliveryState.PENDING),)), RecordPublished(enqueue_seq=0)),
+        "settle": (RunPair(running, (delivery_for(running, DeliveryState.CLAIMED),)),
+                   Settle(enqueue_seq=0, status=RunStatus.DONE, error=None,
+                          containment=Containment(open_jobs=0, open_attempts=0))),
+    }[command_name]
+    counting, asked = _counting_violations(RUNS)
+    windowed = decide_windowed(counting, pair, command, NOW)
+    assert windowed is not None and windowed.invariants_checked and isinstance(windowed.decision, Applied)
+    assert windowed == decide_ahead(RUNS, pair, command, NOW)
+    assert asked == [windowed.decision.new_record], "checked once, at the reference time"
+
+
+@pytest.mark.parametrize("command_name", ["claim", "record_published", "settle"])
+def test_a_run_decision_on_the_hot_path_copies_its_rows_without_dataclasses_replace(
+    command_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Run's effects copy a row through its slots (``replace_run``/``replace_delivery``
+    use :func:`~tenure.kernel.core.replaced`, as the queue's ``replace_fields`` does), not
+    through ``dataclasses.replace``'s per-call introspection; a field the row does not
+    have is still refused."""
+    import dataclasses
+
+    from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
+    from tenure.kernel.runs.commands import Claim, Containment, RecordPublished, Settle
+    from tenure.kernel.runs.machine import RUNS
+    from tenure.kernel.runs.record import RunPair, replace_delivery, replace_run
+    from tenure.model import DeliveryState, RunStatus
+
+    queued = base_run()
+    running = base_run(status=RunStatus.RUNNING, started_at_us=NOW - 50, node="node-a")
+    pair, command = {
+        "claim": (RunPair(queued, (delivery_for(queued, DeliveryState.PUBLISHED),)), Claim(enqueue_seq=0, node="node-a")),
+        "record_published": (RunPair(queued, (delivery_for(queued, DeliveryState.PENDING),)), RecordPublished(enqueue_seq=0)),
+        "settle": (RunPair(running, (delivery_for(running, DeliveryState.CLAIMED),)),
+                   Settle(enqueue_seq=0, status=RunStatus.DONE, error=None,
+                          containment=Containment(open_jobs=0, open_attempts=0))),
+    }[command_name]
+    expected = decide_ahead(RUNS, pair, command, NOW)
+
+    def introspecting(*_: Any, **__: Any) -> Any:
+        raise AssertionError("dataclasses.replace on the hot path")
+
+    monkeypatch.setattr(dataclasses, "replace", introspecting)
+    windowed = decide_windowed(RUNS, pair, command, NOW)
+    assert windowed is not None and windowed == expected
+    monkeypatch.undo()
+    assert replace_run(queued, node="node-b") == dataclasses.replace(queued, node="node-b")
+    with pytest.raises(AssertionError):
+        replace_run(queued, nodes="node-b")
+    with pytest.raises(AssertionError):
+        replace_delivery(pair.current, node="node-b")
+
+
+def test_a_run_order_left_undeclared_is_caught_by_the_shifting_property() -> None:
+    """The mutant the Run's declared order exists for: a claim moves ``updated_at`` and
+    keeps ``created_at``; shifted back past ``created_at`` it breaks INV-R9, which a
+    check at the reference time alone would miss."""
+    import dataclasses
+
+    from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
+    from tenure.kernel.runs.commands import Claim
+    from tenure.kernel.runs.machine import RUNS
+    from tenure.kernel.runs.record import RunPair
+    from tenure.model import DeliveryState
+
+    queued = base_run()
+    pair = RunPair(queued, (delivery_for(queued, DeliveryState.PUBLISHED),))
+    claim, shift = Claim(enqueue_seq=0, node="node-a"), -1_000
+    assert _shifting_keeps_the_invariants(RUNS, pair, claim, NOW, shift)
+    undeclared = dataclasses.replace(RUNS, moving_field_orders=())
+    assert not _shifting_keeps_the_invariants(undeclared, pair, claim, NOW, shift)
+
+
+def test_a_run_decision_whose_declared_order_flips_inside_its_window_is_checked_at_both_edges() -> None:
+    """A pair already out of order (created after updated, INV-R9 broken as read) whose
+    claim moves ``updated_at`` across ``created_at`` inside the window: the order flips,
+    so the declared path checks the invariants at both edges whole, as the reference does."""
+    from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
+    from tenure.kernel.runs.commands import Claim
+    from tenure.kernel.runs.machine import RUNS
+    from tenure.kernel.runs.record import RunPair
+    from tenure.model import DeliveryState
+
+    queued = base_run(created_at_us=NOW - 10, updated_at_us=NOW - 100)
+    pair = RunPair(queued, (delivery_for(queued, DeliveryState.PUBLISHED),))
+    claim = Claim(enqueue_seq=0, node="node-a")
+    counting, asked = _counting_violations(RUNS)
+    windowed = decide_windowed(counting, pair, claim, NOW)
+    assert windowed is not None and windowed.not_before_us < queued.created_at_us < windowed.not_after_us
+    assert windowed == decide_ahead(RUNS, pair, claim, NOW)
+    assert len(asked) > 1, "both edges checked whole"
 
 
 # --- mutants of the declarations: the suite above must catch each -------------------------

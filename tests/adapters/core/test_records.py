@@ -180,3 +180,44 @@ def test_a_pycharter_payload_reads_as_its_envelope() -> None:
     envelope = envelope_of(record)
     assert (envelope.contract_name, envelope.data_source, envelope.options) == ("orders", "d.jsonl", {"n": 1})  # type: ignore[union-attr]
     assert envelope.job_id == record.job_id and envelope.fires_at is None
+
+
+# --- every binding's codec: the row encoded whole and by changes, column by column -------
+
+
+def _encoded_column_by_column(binding: Any, dialect: Dialect, record: Any) -> dict[str, Any]:
+    """The reference: each column's record value (its part, for a tuple field) through the
+    dialect's own writer for that column."""
+    row = {}
+    for column in binding.spec.columns:
+        value = getattr(record, column.field)
+        row[column.name] = dialect.value_writer(column)(value if column.part is None else value[column.part])
+    return row
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
+@given(data=st.data())
+def test_a_run_pairs_rows_encode_whole_and_by_changes_as_column_by_column(dialect: Dialect, data: st.DataObject) -> None:
+    # The decided-ahead statements encode the old row whole and the new one by its
+    # changes (tenure.adapters.postgres.statements.joined_ahead_parameters): both equal
+    # the column-by-column reference, for the Run and its delivery, after any decision.
+    from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
+    from tenure.conformance.strategies.runs import run_situations
+    from tenure.kernel.core import Applied, decide
+    from tenure.kernel.runs.machine import RUNS
+
+    record, command, now = data.draw(run_situations())
+    if record is None:
+        return
+    decided = decide(RUNS, record, command, now)
+    new = decided.new_record if isinstance(decided, Applied) and decided.new_record is not None else record
+    for binding, old_row, new_row in ((RUNS_BINDING, record.run, new.run),
+                                      (DELIVERIES_BINDING, record.current, new.deliveries[0])):
+        codec = binding.codec(dialect)
+        old_whole, new_whole = codec.write(old_row), codec.write(new_row)
+        assert old_whole == _encoded_column_by_column(binding, dialect, old_row)
+        assert new_whole == _encoded_column_by_column(binding, dialect, new_row)
+        assert list(new_whole) == list(binding.spec.column_names), "in column order"
+        changed = codec.changes(old_row, new_row)
+        assert {**old_whole, **changed} == new_whole
+        assert set(changed) == {column for column, value in new_whole.items() if value != old_whole[column]}
