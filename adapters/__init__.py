@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .app import App, AppWorker, Workflow, WorkflowFailed, WorkflowHandle
     from .attempts import AttemptLedger, AttemptRunner, EgressPolicy, ProviderDriver
     from .wiring.migrations import MigrationReport, downgrade, upgrade
     from .queue import (
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
         RecoveryIssue,
         RecoveryPorts,
         RecoveryReport,
+        ConsentAnswer,
+        JobAnswer,
         RunContext,
         RunLedger,
         RunRuntime,
@@ -47,7 +50,10 @@ if TYPE_CHECKING:
         SaqBroker,
         ShutdownIncomplete,
         StartupDegraded,
+        ServiceAnswer,
         WorkerStopFailed,
+        WorkflowContext,
+        WorkflowDiverged,
         Workflows,
         resume_and_publish,
         run_relays,
@@ -55,6 +61,16 @@ if TYPE_CHECKING:
     from .tasks import Backoff, Task, TaskApp, TaskContext, TaskOutcome
 
 __all__ = [
+    "App",
+    "AppWorker",
+    "Workflow",
+    "WorkflowHandle",
+    "WorkflowFailed",
+    "WorkflowContext",
+    "WorkflowDiverged",
+    "ConsentAnswer",
+    "JobAnswer",
+    "ServiceAnswer",
     "TaskApp",
     "Task",
     "Backoff",
@@ -102,6 +118,16 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
+    "App": ".app",
+    "AppWorker": ".app",
+    "Workflow": ".app",
+    "WorkflowHandle": ".app",
+    "WorkflowFailed": ".app",
+    "WorkflowContext": ".runs",
+    "WorkflowDiverged": ".runs",
+    "ConsentAnswer": ".runs",
+    "JobAnswer": ".runs",
+    "ServiceAnswer": ".runs",
     "TaskApp": ".tasks",
     "Task": ".tasks",
     "Backoff": ".tasks",

@@ -14,8 +14,10 @@ never raced with FAILED. The watch also refreshes the broker's liveness of the j
 Outcomes of one hop (counted in :attr:`RunWorker.outcomes`): ``skipped`` (not claimed),
 ``done`` (settled DONE, checkpoint deleted), ``failed`` (settled FAILED:
 ``workflow_unavailable``, ``checkpoint_invalid``, ``workflow_error:<Type>: <message>``
-(the type alone with ``store_error_text=False``), or ``corrupt_row`` when the claimed
-Run's stored intent cannot be read), ``parked`` (waits for an owner), ``cancelled`` (an
+(the type alone with ``store_error_text=False``), ``workflow_diverged: ...`` (a
+replayed workflow asked for another call than its journal holds:
+:class:`WorkflowDiverged`), or ``corrupt_row`` when the claimed Run's stored intent
+cannot be read), ``parked`` (waits for an owner), ``cancelled`` (an
 operator cancelled the Run while the hop ran: CANCELLING or CANCELLED when the hop
 learned it), ``lost`` (the Run moved on without this hop otherwise: failed by recovery,
 or a later hop holds it), ``unsettled`` (the ledger refused the settle because an effect
@@ -61,10 +63,11 @@ from tenure.model import (
 from tenure.model.validation import refuse
 
 from ..core.failure_text import MAX_ERROR_BYTES, exception_text, loggable_exception
+from ..core.text import clean_text
 from .broker import Broker, HopSource, Touch
 from .checkpoints import RecordedOutcome
 from .ledger import RunLedger, result_text
-from .workflows import HopLost, HopParked, RunContext, Workflows, owner_is_decided
+from .workflows import HopLost, HopParked, RunContext, WorkflowDiverged, Workflows, owner_is_decided
 
 if TYPE_CHECKING:
     from ..core.observers import HopObserver, RunWorkerObserver
@@ -401,6 +404,10 @@ class RunWorker:
                           extra=self._fields(claim, outcome))
                 return outcome
             return await self._outcome(claim, RunStatus.DONE, result_json=result_json)
+        if isinstance(error, WorkflowDiverged):
+            # A replay that met another call than its journal holds: the error names the
+            # position and both calls (code, never data), kept whatever store_error_text says.
+            return await self._fail(claim, clean_text(error.stored_text(), MAX_ERROR_BYTES, one_line=True))
         stored = "workflow_error:" + exception_text(error, MAX_ERROR_BYTES - len("workflow_error:"),
                                                     with_message=self.store_error_text)
         outcome = await self._outcome(claim, RunStatus.FAILED, error=stored)

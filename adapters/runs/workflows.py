@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from ..attempts.runner import AttemptRunner
     from .broker import Broker
 
-__all__ = ["Workflows", "RunContext", "HopParked", "HopLost", "Workflow", "resume_and_publish"]
+__all__ = ["Workflows", "RunContext", "HopParked", "HopLost", "WorkflowDiverged", "Workflow", "resume_and_publish"]
 
 Workflow = Callable[["RunContext"], Awaitable[Any]]
 F = TypeVar("F", bound=Workflow)
@@ -82,6 +82,30 @@ class HopParked(BaseException):
 class HopLost(BaseException):
     """The hop does not hold its Run any more (cancelled, failed by recovery, or a later
     hop holds it): nothing it writes would apply, so it stops."""
+
+
+class WorkflowDiverged(BaseException):
+    """A replayed workflow asked, at a position of its step journal, for another call than
+    the one recorded there (its code changed under the same version, or it called
+    something outside its context that changed the order): the hop ends and the worker
+    fails the Run ``workflow_diverged`` with :meth:`stored_text`, never guessing which call
+    was meant. A ``BaseException``, like :class:`HopParked`, so that ``except Exception``
+    in a workflow does not swallow it."""
+
+    def __init__(self, position: int, recorded: str, asked: str) -> None:
+        super().__init__(position, recorded, asked)
+        self.position = position
+        self.recorded = recorded
+        self.asked = asked
+
+    def stored_text(self) -> str:
+        """The Run's stored error: the position and both calls (a call is its kind and the
+        code's name for it, never an argument or an answer)."""
+        return f"workflow_diverged: at position {self.position} the journal holds {self.recorded}, " \
+               f"the workflow asked for {self.asked}"
+
+    def __str__(self) -> str:
+        return self.stored_text()
 
 
 _refuse = functools.partial(refuse, reason="invalid_workflow")
@@ -254,10 +278,9 @@ class RunContext:
         external effect belongs in a service attempt (``call_service``): a step whose
         process dies between its body and its record runs again in the next hop."""
         steps = self._ledger.steps
-        if self._steps is None:
-            self._steps = await self._call("step journal", lambda: steps.recorded(self.run_id))
-        if name in self._steps:
-            return self._steps[name]
+        journal = await self.journal()
+        if name in journal:
+            return journal[name]
         if not await self._call("step journal", lambda: steps.holds(self.run_id, self.enqueue_seq)):
             raise HopLost()
         value = fn(*args)
@@ -267,8 +290,16 @@ class RunContext:
         held, kept = await self._call("step journal", lambda: steps.record(self.run_id, self.enqueue_seq, name, value))
         if not held:
             raise HopLost()
-        self._steps[name] = kept
+        journal[name] = kept
         return kept
+
+    async def journal(self) -> dict[str, Any]:
+        """The Run's step journal by step name, as this hop read it first (once, on first
+        use) with what it recorded since."""
+        if self._steps is None:
+            steps = self._ledger.steps
+            self._steps = await self._call("step journal", lambda: steps.recorded(self.run_id))
+        return self._steps
 
     async def save(self, state: Any) -> None:
         """Write a plain checkpoint for this hop: the state a hop that runs in its place

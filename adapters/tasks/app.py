@@ -67,7 +67,8 @@ from ..queue.sources import MAX_BATCH, TaskSource
 from ..queue.worker import Worker
 from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
 
-__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "RESERVED_ARGUMENTS"]
+__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "RESERVED_ARGUMENTS", "default_name",
+           "MAX_WAIT_S"]
 
 TaskContext = JobContext
 """What a task handler may know and do about its claim (see :class:`JobContext`)."""
@@ -159,7 +160,7 @@ def _priority(value: object, field: str = "priority") -> int:
     return value  # type: ignore[return-value]
 
 
-def _default_name(function: Callable[..., Any]) -> str:
+def default_name(function: Callable[..., Any]) -> str:
     """``module.qualname`` (a nested function's without its "<locals>" parts), the module
     named as an import names it (see :func:`_main_module_name`)."""
     module = function.__module__
@@ -317,9 +318,9 @@ class TaskApp:
         (``send_welcome.defer``) still defers to the app it was registered on."""
         if db_url == self.db_url and (config is None or config == self.config):
             return self
-        other = TaskApp(db_url, config=config)
-        other._tasks = self._tasks
-        other._periodics = self._periodics
+        fresh = TaskApp(db_url, config=config)  # the URL and settings checked as a new app's
+        other = copy.copy(self)  # the same registries (and a subclass's own), no connection
+        other.db_url, other.config, other._source = fresh.db_url, fresh.config, None
         return other
 
     # --- registering -------------------------------------------------------------------
@@ -354,7 +355,7 @@ class TaskApp:
         # without its "<locals>" parts; a script's module named as an import names it).
         # Give ``name`` when the code may move: a task deferred under one name is run only
         # by a worker that registers that name.
-        chosen = name if name is not None else _default_name(function)
+        chosen = name if name is not None else default_name(function)
         if not is_queue_name(queue):
             raise refuse("queue", "identifier_required", reason="invalid_task")
         if not bounds.is_strict_int(max_attempts) or not 1 <= max_attempts <= bounds.INT32_MAX:
@@ -390,7 +391,7 @@ class TaskApp:
             if inspect.iscoroutinefunction(function) and periodic_parameters_problem(
                     list(inspect.signature(function).parameters.values())):
                 raise refuse("function", "tick_parameter_required", reason="invalid_periodic")
-            if len(name if name is not None else _default_name(function)) > MAX_PERIODIC_NAME_CHARS:
+            if len(name if name is not None else default_name(function)) > MAX_PERIODIC_NAME_CHARS:
                 raise refuse("name", "too_long_for_periodic", reason="invalid_periodic")
             task = self._register(function, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
                                   retry=Backoff() if retry is None else retry)

@@ -1,0 +1,442 @@
+"""One front door for tasks and workflows: :class:`App`.
+
+::
+
+    app = App("sqlite:///hello.db")
+
+    @app.workflow()
+    async def greet(ctx, name: str) -> dict:
+        title = await ctx.step(str.title, name)          # recorded once per Run
+        return {"greeting": f"hello, {title}"}
+
+    async with app.launch():                              # a worker in this process
+        handle = await greet.start("ada", key="greet-ada")
+        print(await handle.result())                      # {'greeting': 'hello, Ada'}
+
+``App`` is a :class:`~tenure.adapters.TaskApp` (``@app.task``, ``defer``, ``result``) that
+also registers workflows. A workflow is an ``async def f(ctx, ...)``: ``ctx`` is a
+:class:`~tenure.adapters.runs.replay.WorkflowContext`, whose waits return their answers
+by replay (``verdict = await ctx.consent(...)``, ``await ctx.sleep(5)``), and the other
+parameters are the arguments ``start`` binds.
+
+``start`` admits a Run and publishes its first hop. With ``key``, admission is
+replay-safe: the same key with the same arguments answers the same Run (a retried
+request never starts a second one); the same key with other arguments, or for another
+workflow, is refused (``RUN_ADMISSION_CONFLICT``), nothing written. Without a key every
+call starts a new Run. The admission's other fields default to: ``principal="app"``,
+``source="app"``, no session, no scopes (pass ``principal=``, ``scopes=``, ``session_id=``
+to record who asked).
+
+Workers: ``async with app.launch():`` serves this app's tasks and workflows in this
+process (migrating the database first unless ``migrate=False``); ``tenure worker --app
+module:app`` does the same as a process of its own, until SIGTERM. Every Run is held by
+exactly one hop at a time, parks while it waits and is resumed only by the owner it waited
+for (``docs/runs.md``); a process that dies leaves its Runs to the recovery of the next
+worker to start, or of a live one once its node lease lapsed.
+
+Versions: a Run keeps the version it was admitted with, and a worker runs it only when it
+registers that exact name and version (``workflow_unavailable`` otherwise). Under one
+version, a changed body is checked by replay: a Run whose journal holds another call at a
+position than the changed code asks for fails ``workflow_diverged``. An app workflow's pin
+therefore carries no digest of its source (:data:`REPLAY_DIGEST`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from tenure.model import (
+    TERMINAL_RUN_STATUSES,
+    ConfigValidationError,
+    ConsentStatus,
+    ErrorCode,
+    RunIntent,
+    RunRecord,
+    RunStatus,
+    TenureError,
+    WorkerConfig,
+    bounds,
+)
+from tenure.model.validation import refuse
+
+from ..queue.runner import WorkerStats
+from ..queue.worker import Worker
+from ..runs.ledger import RunLedger, resume_and_publish, run_id_for
+from ..runs.queue_broker import QueueBroker
+from ..runs.replay import WorkflowContext
+from ..runs.runtime import RunRuntime
+from ..runs.worker import RunWorker
+from ..runs.workflows import RunContext, Workflows
+from ..tasks.app import MAX_WAIT_S, TaskApp, default_name
+from ..wiring.migrations import upgrade
+
+__all__ = ["App", "Workflow", "WorkflowHandle", "WorkflowFailed", "AppWorker", "START_OPTIONS", "REPLAY_DIGEST",
+           "DEFAULT_WORKFLOW_QUEUE"]
+
+START_OPTIONS = frozenset({"key", "priority", "principal", "scopes", "session_id", "timeout_s"})
+"""``start``'s own options: a workflow's parameters may not use these names."""
+
+REPLAY_DIGEST = "replay"
+"""The digest of an app workflow's pin: its body is checked by replay, not by its source."""
+
+DEFAULT_WORKFLOW_QUEUE = "workflows"
+MAX_WORKFLOW_NAME_CHARS = 100
+MAX_VERSION_CHARS = 64
+DEFAULT_PRINCIPAL = "app"
+DEFAULT_SOURCE = "app"
+DEFAULT_WORKFLOW_PRIORITY = 50
+_FIRST_POLL_S = 0.02
+_MAX_POLL_S = 0.25
+
+_refuse = functools.partial(refuse, reason="invalid_workflow")
+
+
+class WorkflowFailed(Exception):
+    """``handle.result()`` of a Run that did not end DONE: ``status`` is ``failed`` or
+    ``cancelled``, ``error`` the Run's stored error (``lost``, ``workflow_error:...``,
+    ``workflow_diverged: ...``; None for an operator's cancel). The message names the
+    status and the error, never the Run's payload."""
+
+    def __init__(self, status: RunStatus, error: str | None) -> None:
+        super().__init__(f"the workflow Run ended {status.value}" + (f": {error}" if error else ""))
+        self.status = status
+        self.error = error
+
+
+class WorkflowHandle:
+    """A started Run of an app workflow: ``run_id``, and :meth:`status`, :meth:`result`,
+    :meth:`cancel`. ``app.handle(run_id)`` makes one for a Run started elsewhere."""
+
+    def __init__(self, app: App, run_id: str) -> None:
+        self.app = app
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle(run_id={self.run_id!r})"
+
+    async def status(self) -> RunRecord | None:
+        """The Run as stored now (its ``status``, ``result``, ``error``, the owner it waits
+        for); None when no Run has this ID."""
+        return await self.app.ledger.get(self.run_id)
+
+    async def result(self, *, wait_s: float = 60.0) -> Any:
+        """Wait up to ``wait_s`` seconds (0 to 3,600) for the Run to end and return what
+        its workflow returned. Raises :class:`WorkflowFailed` when it ended FAILED or
+        CANCELLED, ``TimeoutError`` when it has not ended by then (it goes on), and
+        ``ConfigValidationError`` (``unknown_run``) when no Run has this ID."""
+        if type(wait_s) not in (int, float) or not 0 <= wait_s <= MAX_WAIT_S:
+            raise refuse("wait_s", "number_out_of_range", reason="invalid_wait")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        pause = _FIRST_POLL_S
+        while True:
+            run = await self.status()
+            if run is None:
+                raise ConfigValidationError("unknown_run", fields=("run_id",), problems=("not_found",))
+            if run.status in TERMINAL_RUN_STATUSES:
+                if run.status is RunStatus.DONE:
+                    return run.result
+                raise WorkflowFailed(run.status, run.error)
+            if loop.time() >= deadline:
+                raise TimeoutError("the workflow Run has not ended yet")
+            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+            pause = min(pause * 2, _MAX_POLL_S)
+
+    async def cancel(self) -> bool:
+        """Cancel the Run: elect the cancellation (its running hop is fenced, its waits
+        are voided) and finish it once containment is proven (``docs/runs.md``). True
+        when this call cancelled it or elected a cancellation the relays finish (an
+        effect not contained yet: a delegated job still running, a service attempt
+        unsettled); False when the Run had already ended DONE or FAILED."""
+        ledger = self.app.ledger
+        ticket = await ledger.begin_cancel(self.run_id)
+        if ticket is None:
+            return False
+        try:
+            await ledger.finish_cancel(ticket.run_id, ticket.enqueue_seq, self.app.broker)
+        except TenureError as error:
+            if error.code is not ErrorCode.RUN_CONTAINMENT_UNPROVEN:
+                raise
+        return True
+
+
+class Workflow:
+    """An app workflow: ``start(...)`` admits a Run of it (see :class:`App`)."""
+
+    def __init__(self, app: App, function: Callable[..., Awaitable[Any]], *, name: str, version: str, queue: str,
+                 priority: int) -> None:
+        self.app = app
+        self.function = function
+        self.name = name
+        self.version = version
+        self.queue = queue
+        self.priority = priority
+        self.signature = inspect.signature(function)
+        self._parameters = inspect.Signature(list(self.signature.parameters.values())[1:])
+
+    def __repr__(self) -> str:
+        return f"Workflow(name={self.name!r}, version={self.version!r})"
+
+    def arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The Run's payload: ``args`` and ``kwargs`` bound to the workflow's parameters, as a
+        JSON object by parameter name (``invalid_workflow_arguments`` naming the problem)."""
+        try:
+            bound = self._parameters.bind(*args, **kwargs)
+        except TypeError:
+            raise refuse("args", "arguments_do_not_match_parameters", reason="invalid_workflow_arguments") from None
+        return dict(bound.arguments)
+
+    async def run(self, hop: RunContext) -> Any:
+        """One hop of a Run of this workflow (what the Run worker calls)."""
+        payload = hop.payload if isinstance(hop.payload, dict) else {}
+        bound = inspect.BoundArguments(self._parameters, dict(payload))
+        return await self.function(WorkflowContext(hop), *bound.args, **bound.kwargs)
+
+    async def start(self, *args: Any, key: str | None = None, priority: int | None = None,
+                    principal: str = DEFAULT_PRINCIPAL, scopes: Iterable[str] = (), session_id: str | None = None,
+                    **kwargs: Any) -> WorkflowHandle:
+        """Admit a Run of this workflow with these arguments and publish its first hop;
+        its handle. See :class:`App` for ``key`` and the admission's fields."""
+        payload = self.arguments(args, kwargs)
+        return await self.app.start_run(self, payload, key=key, priority=priority, principal=principal,
+                                        scopes=scopes, session_id=session_id)
+
+
+class AppWorker:
+    """Serves one app's tasks (a fenced :class:`~tenure.adapters.Worker`) and workflows
+    (a :class:`~tenure.adapters.RunRuntime` with one :class:`~tenure.adapters.RunWorker`
+    on the app's :class:`~tenure.adapters.QueueBroker`) in this process:
+    ``async with worker:`` runs both until the block ends, :meth:`run` until ``stop`` is
+    set. ``node`` names this process in the node leases (default: host and PID)."""
+
+    def __init__(self, app: App, *, node: str | None = None, run_concurrency: int = 4,
+                 queues: Sequence[str] | None = None, **task_settings: Any) -> None:
+        self.app = app
+        self.node = node if node is not None else f"{socket.gethostname()[:100]}:{os.getpid()}"
+        self.tasks: Worker | None = app.task_worker(queues=queues, **task_settings) if app.tasks else None
+        self.runs: RunWorker | None = None
+        self.runtime: RunRuntime | None = None
+        if app.workflows:
+            self.runs = RunWorker(app.ledger, app.broker, app.registry, node=self.node, concurrency=run_concurrency,
+                                  queues=app.workflow_queues)
+            self.runtime = RunRuntime(app.ledger, brokers=[app.broker], workers=[self.runs], node=self.node)
+        if self.tasks is None and self.runtime is None:
+            raise refuse("app", "no_tasks_or_workflows_registered", reason="invalid_worker")
+        self._stop = asyncio.Event()
+        self._serving: asyncio.Task[WorkerStats] | None = None
+
+    @property
+    def stats(self) -> WorkerStats | None:
+        """The task worker's counts (None without tasks); the Run worker's are in
+        ``self.runs.outcomes``."""
+        return None if self.tasks is None else self.tasks.stats
+
+    async def __aenter__(self) -> AppWorker:
+        if self.runtime is not None:
+            await self.runtime.__aenter__()  # startup reconciliation, relays, the Run worker
+        if self.tasks is not None:
+            self._serving = asyncio.ensure_future(self.tasks.run(self._stop))
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        try:
+            if self._serving is not None:
+                await self._serving
+        finally:
+            if self.runtime is not None:
+                await self.runtime.__aexit__(*exc_info)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve until ``stop`` is set (or this task is cancelled), then shut down: the task
+        worker finishes what is in flight within its grace, and the Run runtime proves every
+        hop ended."""
+        waiting = stop if stop is not None else asyncio.Event()
+        async with self:
+            await waiting.wait()
+
+
+class App(TaskApp):
+    """Tasks and workflows of one application on one database (``db_url``: ``sqlite:///path``
+    or ``postgresql://...``). See the module docstring."""
+
+    def __init__(self, db_url: str, *, config: WorkerConfig | None = None) -> None:
+        super().__init__(db_url, config=config)
+        self.registry = Workflows()
+        """The low-level registry the Run worker resolves pins in."""
+        self._workflows: dict[str, Workflow] = {}
+        self._ledger: RunLedger | None = None
+        self._broker: QueueBroker | None = None
+
+    def on(self, db_url: str, config: WorkerConfig | None = None) -> App:
+        """This app's tasks and workflows on another database (see :meth:`TaskApp.on`)."""
+        other = super().on(db_url, config)
+        assert isinstance(other, App)
+        if other is not self:
+            other._ledger = other._broker = None  # its own connections, on its database
+        return other
+
+    # --- registering -------------------------------------------------------------------
+
+    def workflow(self, function: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None,
+                 version: str = "1", queue: str = DEFAULT_WORKFLOW_QUEUE, priority: int = DEFAULT_WORKFLOW_PRIORITY,
+                 on_lost: str = "fail", max_hop_retries: int | None = None) -> Any:
+        """Register ``async def f(ctx, ...)`` as a workflow (``@app.workflow`` or
+        ``@app.workflow(...)``). ``name`` defaults to ``module.qualname`` (as for tasks);
+        ``version`` (default ``"1"``) is kept by every Run admitted under it; ``queue`` and
+        ``priority`` (0..100) route its hops; ``on_lost``/``max_hop_retries`` as
+        :meth:`Workflows.register` (``"retry"``: a hop lost with its process runs again,
+        replaying its journal)."""
+        def register(target: Callable[..., Awaitable[Any]]) -> Workflow:
+            return self._register_workflow(target, name=name, version=version, queue=queue, priority=priority,
+                                           on_lost=on_lost, max_hop_retries=max_hop_retries)
+
+        return register if function is None else register(function)
+
+    def _register_workflow(self, function: Callable[..., Awaitable[Any]], *, name: str | None, version: str,
+                           queue: str, priority: int, on_lost: str, max_hop_retries: int | None) -> Workflow:
+        if not inspect.iscoroutinefunction(function):
+            raise _refuse("function", "async_function_required")
+        parameters = list(inspect.signature(function).parameters.values())
+        if not parameters or parameters[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
+                                                        inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            raise _refuse("function", "context_parameter_required")
+        if any(parameter.name in START_OPTIONS for parameter in parameters[1:]):
+            raise _refuse("function", "reserved_argument_name")
+        chosen = name if name is not None else default_name(function)
+        if not bounds.is_bounded_text(chosen, MAX_WORKFLOW_NAME_CHARS):
+            raise _refuse("name", "text_of_at_most_100_characters_required")
+        if not bounds.is_bounded_text(version, MAX_VERSION_CHARS):
+            raise _refuse("version", "text_of_at_most_64_characters_required")
+        if not bounds.is_bounded_text(queue, 50):
+            raise _refuse("queue", "text_required")
+        if not bounds.is_strict_int(priority) or not 0 <= priority <= 100:
+            raise _refuse("priority", "integer_out_of_range")
+        if chosen in self._workflows:
+            raise _refuse("name", "workflow_registered")
+        flow = Workflow(self, function, name=chosen, version=version, queue=queue, priority=priority)
+        self.registry.register(chosen, version, flow.run, digest=REPLAY_DIGEST, on_lost=on_lost,
+                               max_hop_retries=max_hop_retries)
+        self._workflows[chosen] = flow
+        return flow
+
+    @property
+    def workflows(self) -> Mapping[str, Workflow]:
+        """The registered workflows by name."""
+        return dict(self._workflows)
+
+    @property
+    def workflow_queues(self) -> list[str]:
+        """The Run queues of the registered workflows, in registration order."""
+        return list(dict.fromkeys(flow.queue for flow in self._workflows.values()))
+
+    def get_workflow(self, name: object) -> Workflow:
+        """The workflow registered under ``name``; ``unknown_workflow`` otherwise."""
+        flow = self._workflows.get(name) if type(name) is str else None
+        if flow is None:
+            raise ConfigValidationError("unknown_workflow", fields=("workflow",), problems=("not_registered",))
+        return flow
+
+    # --- the Run side ------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> RunLedger:
+        """The Run ledger this app admits and reads Runs through (opened on first use)."""
+        if self._ledger is None:
+            self._ledger = RunLedger(self.db_url, timeout_seconds=self.config.timeout_seconds,
+                                     db_schema=self.config.db_schema)
+        return self._ledger
+
+    @property
+    def broker(self) -> QueueBroker:
+        """The broker this app's Run hops go through: tenure's own task table in the same
+        database (no broker service), serving every workflow queue of the app."""
+        if self._broker is None:
+            if not self._workflows:
+                raise refuse("app", "no_workflows_registered", reason="invalid_worker")
+            self._broker = QueueBroker(self.db_url, queues=self.workflow_queues)
+        return self._broker
+
+    async def start_run(self, flow: Workflow, payload: dict[str, Any], *, key: str | None, priority: int | None,
+                        principal: str, scopes: Iterable[str], session_id: str | None) -> WorkflowHandle:
+        """Admit and publish a Run of ``flow`` with ``payload`` (its bound arguments);
+        what :meth:`Workflow.start` calls."""
+        if isinstance(scopes, str) or not isinstance(scopes, Iterable):
+            raise refuse("scopes", "scope_names_required", reason="invalid_workflow_arguments")
+        intent = RunIntent(session_id, DEFAULT_SOURCE, principal, frozenset(scopes), payload)
+        pin = self.registry.pin(flow.name, flow.version)
+        admission = await self.ledger.admit(intent, workflow=pin, queue=flow.queue,
+                                            priority=flow.priority if priority is None else priority,
+                                            idempotency_key=key)
+        run_id = admission.run.run_id
+        with contextlib.suppress(TenureError):
+            # Publishing again is safe (the hop key is the same); a broker failure leaves
+            # the delivery PENDING for the relays of any running worker to publish.
+            await self.ledger.publish(run_id, 0, self.broker)
+        return WorkflowHandle(self, run_id)
+
+    def handle(self, run_id: str) -> WorkflowHandle:
+        """The handle of a Run started elsewhere (by its ID, or ``key_run_id(key)``)."""
+        if not bounds.is_bounded_text(run_id, 64):
+            raise refuse("run_id", "text_required", reason="invalid_run_id")
+        return WorkflowHandle(self, run_id)
+
+    @staticmethod
+    def key_run_id(key: str) -> str:
+        """The Run ID a start under ``key`` gets (from any process)."""
+        return run_id_for(key)
+
+    async def decide_consent(self, consent_id: str, *, granted: bool, decided_by: str) -> bool:
+        """Grant or deny a consent a Run waits for, and resume the Run at once (the relays
+        would, within a round): True when this verdict was the first."""
+        if type(granted) is not bool:
+            raise refuse("granted", "bool_required", reason="invalid_consent")
+        verdict = ConsentStatus.GRANTED if granted else ConsentStatus.DENIED
+        consents = self.ledger.consents
+        if not await consents.decide(consent_id, verdict, decided_by=decided_by):
+            return False
+        consent = await consents.get(consent_id)
+        if consent is not None:
+            with contextlib.suppress(TenureError):
+                await resume_and_publish(self.ledger, self.broker, consent.run_id, owner_id=consent_id)
+        return True
+
+    # --- running -----------------------------------------------------------------------
+
+    def task_worker(self, *, queues: Sequence[str] | None = None, **settings: Any) -> Worker:
+        """The fenced task :class:`Worker` alone (:meth:`TaskApp.worker`)."""
+        return super().worker(queues=queues, **settings)
+
+    def worker(self, *, queues: Sequence[str] | None = None, **settings: Any) -> AppWorker:  # type: ignore[override]
+        """An :class:`AppWorker` serving this app's tasks and workflows (``node``,
+        ``run_concurrency``; the task Worker's settings otherwise)."""
+        return AppWorker(self, queues=queues, **settings)
+
+    @contextlib.asynccontextmanager
+    async def launch(self, *, migrate: bool = True, **settings: Any) -> AsyncIterator[AppWorker]:
+        """Serve this app's tasks and workflows in this process for the ``async with``
+        block (:meth:`worker`'s settings), migrating the database first unless
+        ``migrate=False`` (:func:`~tenure.adapters.upgrade`: safe to repeat)."""
+        if type(migrate) is not bool:
+            raise refuse("migrate", "bool_required", reason="invalid_worker")
+        if migrate:
+            await upgrade(self.db_url, schema=self.config.db_schema)
+        async with self.worker(**settings) as worker:
+            yield worker
+
+    async def close(self) -> None:
+        await super().close()
+        if self._broker is not None:
+            await self._broker.close()
+            self._broker = None
+        if self._ledger is not None:
+            await self._ledger.close()
+            self._ledger = None
+

@@ -1,0 +1,228 @@
+"""The App's workflows on every database: a three-concept hello world, admission replay by
+key that fails closed on changed arguments, waits that return their answers by replay
+(each step's body run once across hops), determinism checked against the journal, a
+cancel through the handle, and bad input refused with nothing written."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from polling import until
+
+from tenure.adapters import App, ConsentAnswer, JobAnswer, WorkflowContext, WorkflowFailed, upgrade
+from tenure.adapters.runs.replay import JOURNAL_PREFIX
+from tenure.model import ConfigValidationError, ErrorCode, RunStatus, TenureError, WaitKind
+
+HANG_GUARD_S = 120.0
+"""Only stops a hang: every wait below ends as soon as its condition holds."""
+
+
+async def parked_on(app: App, run_id: str, kind: WaitKind) -> str:
+    """The owner a Run parks on, once it parks on one of ``kind``."""
+    async def parked() -> bool:
+        run = await app.ledger.get(run_id)
+        return run is not None and run.owner_kind is kind and run.status.value.startswith("awaiting")
+
+    await until(parked, HANG_GUARD_S, what="the Run parks")
+    run = await app.ledger.get(run_id)
+    assert run is not None and run.owner_id is not None
+    return run.owner_id
+
+
+async def test_the_hello_world_workflow_runs_and_a_replayed_start_answers_the_same_run(db_url: str) -> None:
+    app = App(db_url)
+
+    @app.workflow(name="greet")
+    async def greet(ctx: WorkflowContext, name: str) -> dict[str, str]:
+        title = await ctx.step(str.title, name)
+        return {"greeting": f"hello, {title}"}
+
+    async with app.launch(migrate=False):
+        handle = await greet.start("ada", key="greet-ada")
+        assert await handle.result(wait_s=HANG_GUARD_S) == {"greeting": "hello, Ada"}
+        again = await greet.start(name="ada", key="greet-ada")  # the same arguments, by keyword
+        assert again.run_id == handle.run_id == App.key_run_id("greet-ada")
+        with pytest.raises(TenureError) as changed:
+            await greet.start("grace", key="greet-ada")
+        assert changed.value.code is ErrorCode.RUN_ADMISSION_CONFLICT
+        assert "grace" not in str(changed.value)
+        run = await handle.status()
+        assert run is not None and run.status is RunStatus.DONE and run.workflow.name == greet.name
+        assert run.payload == {"name": "ada"} and run.principal == "app"
+        assert len((await app.ledger.list_runs()).items) == 1  # the refused start wrote nothing
+    await app.close()
+
+
+async def test_waits_return_their_answers_and_each_step_runs_once_across_hops(db_url: str) -> None:
+    app = App(db_url)
+    bodies: list[str] = []
+
+    def count(what: str) -> str:
+        bodies.append(what)
+        return what.upper()
+
+    @app.workflow(name="refund")
+    async def refund(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+        first = await ctx.step(count, order)
+        verdict = await ctx.consent("refund_order", {"order": order})
+        await ctx.sleep(0.05)
+        job = await ctx.delegate("agent", "refunds", {"order": order})
+        second = await ctx.step(count, "after")
+        return {"first": first, "granted": verdict.granted, "decided_by": verdict.decided_by,
+                "job": [job.status, job.result["amount"]], "second": second, "resumed": ctx.resumed}
+
+    async with app.launch(migrate=False):
+        handle = await refund.start("o-1")
+        consent_id = await parked_on(app, handle.run_id, WaitKind.CONSENT)
+        assert await app.decide_consent(consent_id, granted=True, decided_by="alice")
+        assert not await app.decide_consent(consent_id, granted=False, decided_by="bob")  # the first verdict wins
+        job_id = await parked_on(app, handle.run_id, WaitKind.DELEGATE)
+        assert await app.ledger.jobs.adopt_result(job_id, {"job_id": job_id, "status": "succeeded",
+                                                           "amount": 12})
+        result = await handle.result(wait_s=HANG_GUARD_S)  # the relays resume the Run from the adopted job
+    assert result == {"first": "O-1", "granted": True, "decided_by": "alice", "job": ["succeeded", 12],
+                      "second": "AFTER", "resumed": True}
+    assert bodies == ["o-1", "after"]  # four hops ran the workflow; each step's body ran once
+    journal = await app.ledger.steps.recorded(handle.run_id)
+    counted = f"step:{count.__qualname__}"
+    assert [journal[f"{JOURNAL_PREFIX}{p}"]["call"] for p in range(5)] == [
+        counted, "consent:refund_order", "sleep", "delegate:agent/refunds", counted]
+    await app.close()
+
+
+async def test_a_changed_body_under_the_same_version_fails_the_run_naming_the_position_and_both_calls(
+        db_url: str) -> None:
+    before = App(db_url)
+
+    @before.workflow(name="ship", version="3")
+    async def ship(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+        await ctx.step(str.upper, order, name="reserve")
+        verdict = await ctx.consent("ship_order")
+        return {"granted": verdict.granted}
+
+    async with before.launch(migrate=False):
+        handle = await ship.start("o-2", key="ship-o-2")
+        consent_id = await parked_on(before, handle.run_id, WaitKind.CONSENT)
+    await before.close()
+
+    after = App(db_url)  # the next deploy: the same name and version, another first call
+
+    @after.workflow(name="ship", version="3")
+    async def ship_changed(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+        await ctx.step(str.lower, order, name="weigh")
+        verdict = await ctx.consent("ship_order")
+        return {"granted": verdict.granted}
+
+    async with after.launch(migrate=False):
+        assert await after.decide_consent(consent_id, granted=True, decided_by="alice")
+        with pytest.raises(WorkflowFailed) as failed:
+            await after.handle(handle.run_id).result(wait_s=HANG_GUARD_S)
+    assert failed.value.status is RunStatus.FAILED
+    assert failed.value.error == ("workflow_diverged: at position 0 the journal holds step:reserve, "
+                                  "the workflow asked for step:weigh")
+    await after.close()
+
+
+async def test_a_replay_that_skips_a_call_before_the_wait_it_resumes_from_diverges(db_url: str) -> None:
+    before = App(db_url)
+
+    @before.workflow(name="audit")
+    async def audit(ctx: WorkflowContext) -> None:
+        await ctx.step(int, "1", name="one")
+        await ctx.step(int, "2", name="two")
+        await ctx.consent("publish")
+
+    async with before.launch(migrate=False):
+        handle = await audit.start()
+        consent_id = await parked_on(before, handle.run_id, WaitKind.CONSENT)
+    await before.close()
+    # The journal loses position 1 (as if the body had changed order): the resumed hop
+    # reaches the consent at position 1, while the Run waited at position 2.
+    after = App(db_url)
+
+    @after.workflow(name="audit")
+    async def audit_shorter(ctx: WorkflowContext) -> None:
+        await ctx.step(int, "1", name="one")
+        await ctx.consent("publish")
+
+    async with after.launch(migrate=False):
+        assert await after.decide_consent(consent_id, granted=True, decided_by="alice")
+        with pytest.raises(WorkflowFailed) as failed:
+            await after.handle(handle.run_id).result(wait_s=HANG_GUARD_S)
+    assert failed.value.error == ("workflow_diverged: at position 1 the journal holds step:two, "
+                                  "the workflow asked for consent:publish")
+    await after.close()
+
+
+async def test_cancelling_a_waiting_run_through_its_handle_ends_it_cancelled(db_url: str) -> None:
+    app = App(db_url)
+
+    @app.workflow(name="wait_forever")
+    async def wait_forever(ctx: WorkflowContext) -> None:
+        answer: ConsentAnswer = await ctx.consent("never")
+        raise AssertionError(f"resumed with {answer}")
+
+    async with app.launch(migrate=False):
+        handle = await wait_forever.start()
+        consent_id = await parked_on(app, handle.run_id, WaitKind.CONSENT)
+        assert await handle.cancel()
+        with pytest.raises(WorkflowFailed) as cancelled:
+            await handle.result(wait_s=HANG_GUARD_S)
+        assert cancelled.value.status is RunStatus.CANCELLED
+        consent = await app.ledger.consents.get(consent_id)
+        assert consent is not None and consent.status.value == "cancelled"  # swept with the Run
+        assert not await handle.cancel() or (await handle.status()).status is RunStatus.CANCELLED  # type: ignore[union-attr]
+    await app.close()
+
+
+async def test_bad_workflows_and_bad_arguments_are_refused_with_nothing_written(db_url: str) -> None:
+    app = App(db_url)
+
+    @app.workflow(name="pay")
+    async def pay(ctx: WorkflowContext, amount: int, note: str = "") -> None:
+        return None
+
+    with pytest.raises(ConfigValidationError) as unbound:
+        await pay.start(amount=1, currency="EUR")
+    assert unbound.value.reason == "invalid_workflow_arguments"
+    with pytest.raises(ConfigValidationError):
+        await pay.start(amount=object())  # not JSON
+    with pytest.raises(ConfigValidationError):
+        await pay.start(amount=1, key="")  # an empty key
+    with pytest.raises(ConfigValidationError) as sync:
+        app.workflow(name="sync")(lambda ctx: None)
+    assert sync.value.problems == ("async_function_required",)
+
+    async def reserved(ctx: WorkflowContext, key: str) -> None:
+        return None
+
+    with pytest.raises(ConfigValidationError) as clash:
+        app.workflow(name="reserved")(reserved)
+    assert clash.value.problems == ("reserved_argument_name",)
+    with pytest.raises(ConfigValidationError):
+        app.workflow(name="pay")(reserved)  # the name is taken
+    with pytest.raises(ConfigValidationError):
+        app.get_workflow("nope")
+    assert (await app.ledger.list_runs()).items == ()
+    await app.close()
+
+
+async def test_launch_migrates_a_fresh_database_first(fresh_db_url: str) -> None:
+    app = App(fresh_db_url)
+
+    @app.workflow(name="noop")
+    async def noop(ctx: WorkflowContext) -> dict[str, int]:
+        return {"answer": await ctx.step(len, "four")}
+
+    async with app.launch():
+        assert await (await noop.start()).result(wait_s=HANG_GUARD_S) == {"answer": 4}
+    await app.close()
+    await upgrade(fresh_db_url)  # migrating again is a no-op
+
+
+def test_the_answers_a_workflow_gets_are_plain_values() -> None:
+    assert ConsentAnswer("granted", "alice").granted and not ConsentAnswer("expired", "tenure:deadline").granted
+    assert JobAnswer("succeeded", {"x": 1}).ok and not JobAnswer("lost", None).ok
+
