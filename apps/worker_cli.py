@@ -3,7 +3,9 @@
     tenure worker --db URL --app package.module:app [--queue emails --queue reports]
     tenure worker --db URL --queue validation --handler package.module:function
 
-With ``--app`` (a :class:`~tenure.adapters.TaskApp`) the worker runs that app's tasks on
+With ``--app`` (a :class:`~tenure.adapters.TaskApp`, or an :class:`~tenure.adapters.App`,
+whose workflows it serves too, through a Run runtime on the app's own broker: startup
+reconciliation, relays and a Run worker) the worker runs that app's tasks on
 the task queues named by ``--queue`` (any number; default: every queue the app's tasks
 use), against ``--db`` (default: the app's own database), which is then the only
 database it uses: its claims, and the ticks its scheduler defers for the app's periodic
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import signal
@@ -57,7 +60,8 @@ def add_worker_parser(commands: Any) -> None:
                                                 "until SIGTERM or SIGINT")
     worker.add_argument("--db", help="database URL (already migrated: see `tenure migrate`); with --app, "
                                      "default: the app's own")
-    worker.add_argument("--app", help="a TaskApp, as package.module:app: run its tasks")
+    worker.add_argument("--app", help="a TaskApp or App, as package.module:app: run its tasks (and an App's "
+                                      "workflows)")
     worker.add_argument("--queue", action="append", default=[],
                         help="with --app: a task queue to serve (repeat for several; default: every queue of the "
                              "app's tasks); else one of " + ", ".join(sorted(SOURCES)))
@@ -213,8 +217,19 @@ def _imported(path: str, what: str) -> Any:
     return target
 
 
+def _is_app(target: Any) -> bool:
+    from tenure.adapters.app.front import App  # only a command that takes --app pays for it
+
+    return isinstance(target, App)
+
+
+def _workflows_of(target: Any) -> dict[str, Any]:
+    """The workflows an ``--app`` registers (a TaskApp has none)."""
+    return dict(target.workflows) if _is_app(target) else {}
+
+
 def load_app(path: str) -> Any:
-    """The TaskApp at ``path``, or None once the refusal is printed (see :func:`_imported`)."""
+    """The TaskApp (or App) at ``path``, or None once the refusal is printed (see :func:`_imported`)."""
     from tenure.adapters.tasks.app import TaskApp  # only a command that takes --app pays for it
 
     app = _imported(path, "app")
@@ -225,6 +240,8 @@ def load_app(path: str) -> Any:
 
 
 async def run_worker(arguments: argparse.Namespace) -> int:
+    from tenure.adapters.runs.runtime import ShutdownIncomplete, StartupDegraded  # raised by an App's Run runtime
+
     configure_logging(arguments.log_level, arguments.log_format)
     if sys.path[0] != "":
         sys.path.insert(0, "")  # the handler's package may live in the current folder
@@ -240,8 +257,9 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         return 2
     settings = dict(worker_id=arguments.worker_id, concurrency=arguments.concurrency, batch_size=arguments.batch,
                     idle_wait_s=arguments.idle_wait, shutdown_grace_s=arguments.grace_seconds)
-    if arguments.app is not None and not target.tasks:
-        print("refused: the app registers no tasks")
+    flows = _workflows_of(target) if arguments.app is not None else {}
+    if arguments.app is not None and not target.tasks and not flows:
+        print("refused: the app registers no tasks" + (" or workflows" if _is_app(target) else ""))
         return 2
     try:
         db_url = arguments.db if arguments.db is not None else target.db_url
@@ -261,8 +279,14 @@ async def run_worker(arguments: argparse.Namespace) -> int:
     except ConfigValidationError as error:
         return _refused(error)
     try:
+        runtime: Any = None
         try:
-            if arguments.app is not None:
+            if arguments.app is not None and flows:
+                # An App's workflows are served beside its tasks: a Run runtime (startup
+                # reconciliation, relays, one Run worker) on the app's own broker.
+                front = app.worker(queues=arguments.queue or None, **settings)
+                worker, runtime = front.tasks, front.runtime
+            elif arguments.app is not None:
                 worker = app.worker(queues=arguments.queue or None, **settings)
             else:
                 worker = Worker(source, target, **settings)
@@ -279,29 +303,44 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        status = asyncio.create_task(_status(worker, arguments.status_seconds))
-        serving = (f"the {arguments.queue[0]} queue" if worker.queues is None
-                   else "task queues " + ", ".join(worker.queues))
-        print(f"worker on {serving}: concurrency {worker.concurrency}, batch {worker.batch_size}", flush=True)
+        status = asyncio.create_task(_status(worker, arguments.status_seconds)) if worker is not None else None
+        if worker is not None:
+            serving = (f"the {arguments.queue[0]} queue" if worker.queues is None
+                       else "task queues " + ", ".join(worker.queues))
+            print(f"worker on {serving}: concurrency {worker.concurrency}, batch {worker.batch_size}", flush=True)
+        if runtime is not None:
+            print(f"workflows {', '.join(sorted(flows))} on Run queues {', '.join(app.workflow_queues)}: "
+                  f"node {runtime.node}", flush=True)
         # An app's periodic tasks are deferred by a scheduler beside the worker (every
         # worker runs one: each tick is deferred once however many do).
         scheduler = (asyncio.create_task(app.scheduler().run(stop))
                      if arguments.app is not None and app.periodics else None)
         try:
-            stats = await worker.run(stop)
+            async with contextlib.AsyncExitStack() as serving_runs:
+                if runtime is not None:
+                    await serving_runs.enter_async_context(runtime)
+                if worker is not None:
+                    stats = await worker.run(stop)
+                else:
+                    await stop.wait()
+                    stats = WorkerStats()
         except TenureError as error:
             if error.code is not ErrorCode.WORKER_SHUTDOWN_INCOMPLETE:
                 raise
             print(f"failed: {error.code.value}: {error.reason}")
             return 1
+        except (StartupDegraded, ShutdownIncomplete) as error:  # the Run runtime's (see RunRuntime)
+            print(f"failed: {type(error).__name__}: {error}")
+            return 1
         finally:
             stop.set()
             if scheduler is not None:
                 await asyncio.gather(scheduler, return_exceptions=True)
-            status.cancel()
+            if status is not None:
+                status.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
-        print("stopped: " + status_line(stats, worker.in_flight), flush=True)
+        print("stopped: " + status_line(stats, worker.in_flight if worker is not None else 0), flush=True)
         return 0
     finally:
         await source.close()

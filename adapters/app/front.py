@@ -214,12 +214,18 @@ class AppWorker:
     (a :class:`~tenure.adapters.RunRuntime` with one :class:`~tenure.adapters.RunWorker`
     on the app's :class:`~tenure.adapters.QueueBroker`) in this process:
     ``async with worker:`` runs both until the block ends, :meth:`run` until ``stop`` is
-    set. ``node`` names this process in the node leases (default: host and PID)."""
+    set. ``node`` names this process in the node leases (default: the task worker's
+    ``worker_id`` when given, else host and PID): a process started again under the same
+    node reconciles what its last incarnation left at once, where another node waits for
+    that node's lease to lapse first."""
 
     def __init__(self, app: App, *, node: str | None = None, run_concurrency: int = 4,
                  queues: Sequence[str] | None = None, **task_settings: Any) -> None:
         self.app = app
-        self.node = node if node is not None else f"{socket.gethostname()[:100]}:{os.getpid()}"
+        if node is None:
+            given = task_settings.get("worker_id")
+            node = given if given is not None else f"{socket.gethostname()[:100]}:{os.getpid()}"
+        self.node = node
         self.tasks: Worker | None = app.task_worker(queues=queues, **task_settings) if app.tasks else None
         self.runs: RunWorker | None = None
         self.runtime: RunRuntime | None = None
