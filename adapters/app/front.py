@@ -47,13 +47,16 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tenure.model import (
+    TERMINAL_AGENT_JOB_STATUSES,
     TERMINAL_RUN_STATUSES,
+    AgentJobRecord,
     ConfigValidationError,
     ConsentStatus,
     ErrorCode,
@@ -70,7 +73,8 @@ from ..queue.runner import WorkerStats
 from ..queue.worker import Worker
 from ..runs.ledger import RunLedger, resume_and_publish, run_id_for
 from ..runs.queue_broker import QueueBroker
-from ..runs.replay import WorkflowContext
+from ..runs.recovery import VISIT_CONCURRENCY, RecoveryPorts
+from ..runs.replay import CHILD_RUNTIME, WorkflowContext, child_job_result
 from ..runs.runtime import RunRuntime
 from ..runs.worker import RunWorker
 from ..runs.workflows import RunContext, Workflows
@@ -92,10 +96,15 @@ MAX_VERSION_CHARS = 64
 DEFAULT_PRINCIPAL = "app"
 DEFAULT_SOURCE = "app"
 DEFAULT_WORKFLOW_PRIORITY = 50
+CHILD_JOB_STATUS = {RunStatus.DONE: "succeeded", RunStatus.FAILED: "failed", RunStatus.CANCELLED: "cancelled"}
+"""The status a child Run's job adopts for each way the child Run ended."""
+CHILDREN_RELAY_S = 1.0
+"""How often an :class:`AppWorker` adopts ended children and resumes their parents."""
 _FIRST_POLL_S = 0.02
 _MAX_POLL_S = 0.25
 
 _refuse = functools.partial(refuse, reason="invalid_workflow")
+log = logging.getLogger("tenure.app")
 
 
 class WorkflowFailed(Exception):
@@ -154,11 +163,17 @@ class WorkflowHandle:
         are voided) and finish it once containment is proven (``docs/runs.md``). True
         when this call cancelled it or elected a cancellation the relays finish (an
         effect not contained yet: a delegated job still running, a service attempt
-        unsettled); False when the Run had already ended DONE or FAILED."""
+        unsettled, a child that could not be cancelled yet); False when the Run had
+        already ended DONE or FAILED. A child Run (``ctx.start_child``) still running is
+        cancelled first, the same way."""
         ledger = self.app.ledger
         ticket = await ledger.begin_cancel(self.run_id)
         if ticket is None:
             return False
+        # Its running children first: each is cancelled the same way, and its job in this
+        # Run recorded CANCELLED once the child ended (the containment finish_cancel asks).
+        for job in await ledger.jobs.list(self.run_id):  # the Run's open (or LOST) jobs
+            await self.app.contain_child(job)
         try:
             await ledger.finish_cancel(ticket.run_id, ticket.enqueue_seq, self.app.broker)
         except TenureError as error:
@@ -197,7 +212,8 @@ class Workflow:
         """One hop of a Run of this workflow (what the Run worker calls)."""
         payload = hop.payload if isinstance(hop.payload, dict) else {}
         bound = inspect.BoundArguments(self._parameters, dict(payload))
-        return await self.function(WorkflowContext(hop), *bound.args, **bound.kwargs)
+        return await self.function(WorkflowContext(hop, starter=self.app.start_child_run), *bound.args,
+                                   **bound.kwargs)
 
     async def start(self, *args: Any, key: str | None = None, priority: int | None = None,
                     principal: str = DEFAULT_PRINCIPAL, scopes: Iterable[str] = (), session_id: str | None = None,
@@ -232,11 +248,20 @@ class AppWorker:
         if app.workflows:
             self.runs = RunWorker(app.ledger, app.broker, app.registry, node=self.node, concurrency=run_concurrency,
                                   queues=app.workflow_queues)
-            self.runtime = RunRuntime(app.ledger, brokers=[app.broker], workers=[self.runs], node=self.node)
+            ledger = app.ledger
+            # The runtime's default ports, and the containment of child Runs (a parent's
+            # cancellation that startup reconciliation finishes cancels its children).
+            ports = RecoveryPorts(broker=app.broker, checkpoint_owner=ledger.checkpoints.owner,
+                                  delete_checkpoint=ledger.checkpoints.delete,
+                                  known_queues=frozenset(app.workflow_queues),
+                                  checkpoint_outcome=ledger.checkpoints.outcome, contain_job=app.contain_child,
+                                  concurrency=VISIT_CONCURRENCY)
+            self.runtime = RunRuntime(ledger, brokers=[app.broker], workers=[self.runs], node=self.node, ports=ports)
         if self.tasks is None and self.runtime is None:
             raise refuse("app", "no_tasks_or_workflows_registered", reason="invalid_worker")
         self._stop = asyncio.Event()
         self._serving: asyncio.Task[WorkerStats] | None = None
+        self._children: asyncio.Task[None] | None = None
 
     @property
     def stats(self) -> WorkerStats | None:
@@ -247,6 +272,7 @@ class AppWorker:
     async def __aenter__(self) -> AppWorker:
         if self.runtime is not None:
             await self.runtime.__aenter__()  # startup reconciliation, relays, the Run worker
+            self._children = asyncio.ensure_future(self._relay_children())
         if self.tasks is not None:
             self._serving = asyncio.ensure_future(self.tasks.run(self._stop))
         return self
@@ -254,11 +280,24 @@ class AppWorker:
     async def __aexit__(self, *exc_info: object) -> None:
         self._stop.set()
         try:
+            if self._children is not None:
+                await self._children
             if self._serving is not None:
                 await self._serving
         finally:
             if self.runtime is not None:
                 await self.runtime.__aexit__(*exc_info)
+
+    async def _relay_children(self) -> None:
+        """Adopt ended child Runs and resume their parents, once per :data:`CHILDREN_RELAY_S`
+        until the worker stops (a round that meets a database failure is tried again)."""
+        while not self._stop.is_set():
+            try:
+                await self.app.settle_children()
+            except TenureError as error:
+                log.warning("the children relay met a database failure (%s); trying again", error.reason)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), CHILDREN_RELAY_S)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set (or this task is cancelled), then shut down: the task
@@ -387,6 +426,63 @@ class App(TaskApp):
             # the delivery PENDING for the relays of any running worker to publish.
             await self.ledger.publish(run_id, 0, self.broker)
         return WorkflowHandle(self, run_id)
+
+    async def start_child_run(self, flow: Any, payload: Mapping[str, Any], key: str, parent: RunRecord) -> str:
+        """Admit and publish a child Run of ``flow`` for the Run ``parent`` (the starter a
+        replayed workflow's ``start_child`` calls): the workflow registered under the same
+        name in this app, under ``key``, with the parent's principal and scopes."""
+        registered = self.get_workflow(getattr(flow, "name", None))
+        handle = await self.start_run(registered, dict(payload), key=key, priority=None, principal=parent.principal,
+                                      scopes=parent.scopes, session_id=None)
+        return handle.run_id
+
+    async def adopt_child(self, job: AgentJobRecord) -> bool:
+        """Adopt a child Run's end into the delegated job that stands for it in its parent:
+        True once the job ended (now or before), False while the child runs."""
+        if job.runtime != CHILD_RUNTIME or job.runtime_job_id is None:
+            return False
+        if job.status in TERMINAL_AGENT_JOB_STATUSES:
+            return True
+        child = await self.ledger.get(job.runtime_job_id)
+        if child is None or child.status not in TERMINAL_RUN_STATUSES:
+            return False
+        adopted = child_job_result(job.job_id, CHILD_JOB_STATUS[child.status], child.result, child.error)
+        await self.ledger.jobs.adopt_result(job.job_id, adopted)  # False: another process adopted it first
+        return True
+
+    async def contain_child(self, job: AgentJobRecord) -> bool:
+        """Recovery's ``contain_job`` for a child Run's job: cancel the child (and its own
+        children) and answer True once it ended, after recording the job CANCELLED when
+        its end was not adopted. A job of another runtime is not this app's to contain."""
+        if job.runtime != CHILD_RUNTIME or job.runtime_job_id is None:
+            return False
+        await self.handle(job.runtime_job_id).cancel()
+        child = await self.ledger.get(job.runtime_job_id)
+        if child is None or child.status not in TERMINAL_RUN_STATUSES:
+            return False
+        await self.ledger.jobs.record_cancelled(job.job_id)  # False when its end was adopted already
+        return True
+
+    async def settle_children(self, *, limit: int = 256) -> int:
+        """One round of the children relay: every Run waiting on a child Run's job whose
+        child ended gets that end adopted and is resumed. How many it resumed. Every
+        :class:`AppWorker` runs one round per relay interval."""
+        resumed = 0
+        after: str | None = None
+        while limit > 0:
+            page = await self.ledger.list_runs(status=RunStatus.AWAITING_DELEGATE, after=after, limit=min(limit, 64))
+            for parent in page.items:
+                job = None if parent.owner_id is None else await self.ledger.jobs.get(parent.owner_id)
+                if job is not None and job.runtime == CHILD_RUNTIME and await self.adopt_child(job):
+                    with contextlib.suppress(TenureError):
+                        if await resume_and_publish(self.ledger, self.broker, parent.run_id,
+                                                    owner_id=job.job_id) is not None:
+                            resumed += 1
+            limit -= len(page.items)
+            if page.next_cursor is None:
+                break
+            after = page.next_cursor
+        return resumed
 
     def handle(self, run_id: str) -> WorkflowHandle:
         """The handle of a Run started elsewhere (by its ID, or ``key_run_id(key)``)."""

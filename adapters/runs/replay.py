@@ -39,9 +39,10 @@ import dataclasses
 import datetime as dt
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tenure.model import AgentJobStatus, RunRecord
 from tenure.model.validation import refuse
 
 from .workflows import RunContext, WorkflowDiverged
@@ -51,7 +52,8 @@ if TYPE_CHECKING:
 
     from ..attempts.runner import AttemptRunner
 
-__all__ = ["WorkflowContext", "ConsentAnswer", "JobAnswer", "ServiceAnswer", "JOURNAL_PREFIX", "REPLAY_STATE"]
+__all__ = ["WorkflowContext", "ConsentAnswer", "JobAnswer", "ServiceAnswer", "ChildHandle", "ChildFailed",
+           "ChildStarter", "JOURNAL_PREFIX", "REPLAY_STATE", "CHILD_RUNTIME", "child_job_result"]
 
 JOURNAL_PREFIX = "@"
 """A replay position's name in the step journal: ``@0``, ``@1``, ... (a named step of
@@ -60,7 +62,38 @@ JOURNAL_PREFIX = "@"
 REPLAY_STATE = "replay"
 """The key of the checkpoint state a replayed wait parks with: ``{"position": p, "call": c}``."""
 
+_ADMITTED = AgentJobStatus.ADMITTED
+
+CHILD_RUNTIME = "tenure:workflow"
+"""The runtime of the delegated job that stands for a child Run in its parent."""
+
+ChildStarter = Callable[[Any, Mapping[str, Any], str, RunRecord], Awaitable[str]]
+"""``starter(flow, payload, key, parent)``: admit (once per ``key``) and publish a Run of
+``flow`` (an app workflow) with ``payload`` for the Run ``parent``; its Run ID."""
+
 _refuse = functools.partial(refuse, reason="invalid_workflow_call")
+
+
+class ChildFailed(Exception):
+    """``await child.result()`` of a child Run that did not end DONE: ``status`` is the
+    delegated job's (``failed``, ``cancelled``), ``error`` the child Run's stored error.
+    An ``Exception``: the parent may catch it (its answer is recorded like any other)."""
+
+    def __init__(self, status: str, error: str | None) -> None:
+        super().__init__(f"the child workflow Run ended {status}" + (f": {error}" if error else ""))
+        self.status = status
+        self.error = error
+
+
+def child_job_result(job_id: str, status: str, result: Any, error: str | None) -> dict[str, Any]:
+    """What a child Run's delegated job adopts when the child ended: ``status`` the job's
+    terminal status, the child's result (DONE) or its error."""
+    adopted: dict[str, Any] = {"job_id": job_id, "status": status}
+    if status == "succeeded":
+        adopted["result"] = result
+    else:
+        adopted["error"] = error or status
+    return adopted
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,6 +159,8 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "delegate": _job,
     "service": _service,
     "sleep": lambda answer: None,
+    "child": lambda answer: answer,
+    "child_result": _job,
 }
 """How a recorded answer of each call kind becomes what the workflow receives."""
 
@@ -156,8 +191,9 @@ class WorkflowContext:
     :class:`RunContext` of this hop (``ctx.hop.request_consent(...)`` and the other
     park-and-return calls stay available, outside the replay)."""
 
-    def __init__(self, hop: RunContext) -> None:
+    def __init__(self, hop: RunContext, *, starter: ChildStarter | None = None) -> None:
         self.hop = hop
+        self._starter = starter
         self._position = 0
         self._resumed_at: tuple[int, str] | None = None
         if hop.resumed and hop.checkpoint is not None and isinstance(hop.checkpoint.state, dict):
@@ -276,9 +312,66 @@ class WorkflowContext:
         the database clock); returns once a later hop has woken from it."""
         await self._sleep(lambda hop, name, state: hop.sleep_until(when, state=state, name=name))
 
+    async def start_child(self, flow: Any, *args: Any, key: str | None = None, **kwargs: Any) -> ChildHandle:
+        """Start a child Run of ``flow`` (an app workflow) with these arguments, once per
+        position: its handle, whose :meth:`ChildHandle.result` waits for it. The child is
+        admitted under ``key`` (default: the parent and this position, so a replay never
+        starts a second one), inherits the parent's principal and scopes, and stands in
+        the parent as a delegated job (runtime ``tenure:workflow``): the parent's
+        cancellation is contained only once the child ended, and cancelling the parent
+        through its handle cancels its running children first."""
+        if self._starter is None:
+            raise _refuse("flow", "app_workflow_required")
+        name = getattr(flow, "name", None)
+        if type(name) is not str:
+            raise _refuse("flow", "app_workflow_required")
+        position, call, found, answer = await self._replayed("child", name)
+        if found:
+            return ChildHandle(self, answer["run_id"], answer["job_id"], answer["request_id"], name, answer["request"])
+        payload = flow.arguments(args, kwargs)
+        request_id = f"{self.run_id}@{position}"
+        request = {"workflow": name, "key": key if key is not None else f"child:{request_id}"}
+        job = await self.hop.submit_job(request_id=request_id, runtime=CHILD_RUNTIME, profile=name, request=request)
+        run_id = await self._starter(flow, payload, request["key"], self.hop.run)
+        # The job records the child Run it stands for (once: a replay finds it recorded).
+        await self.hop.ledger.jobs.advance(job.job_id, _ADMITTED, runtime_job_id=run_id)
+        await self._record(position, call, {"run_id": run_id, "job_id": job.job_id, "request_id": request_id,
+                                            "request": request})
+        return ChildHandle(self, run_id, job.job_id, request_id, name, request)
+
     async def _sleep(self, park: Callable[[RunContext, str, Any], Awaitable[NoReturn]]) -> None:
         position, call, found, _answer = await self._replayed("sleep", "")
         if found:
             return
         await park(self.hop, f"sleep@{position}", self._parked_state(position, call))
 
+
+class ChildHandle:
+    """A child Run started by :meth:`WorkflowContext.start_child`: ``run_id`` and
+    :meth:`result`."""
+
+    def __init__(self, parent: WorkflowContext, run_id: str, job_id: str, request_id: str, name: str,
+                 request: Any) -> None:
+        self.parent = parent
+        self.run_id = run_id
+        self.job_id = job_id
+        self._request_id = request_id
+        self._name = name
+        self._request = request
+
+    def __repr__(self) -> str:
+        return f"ChildHandle(run_id={self.run_id!r})"
+
+    async def result(self) -> Any:
+        """Wait for the child Run to end (the parent parks AWAITING_DELEGATE on the child's
+        job until the child's end is adopted) and return what the child returned; raises
+        :class:`ChildFailed` when it ended FAILED or CANCELLED."""
+        parent = self.parent
+        position, call, found, answer = await parent._replayed("child_result", self._name)
+        if not found:
+            await parent.hop.delegate(request_id=self._request_id, runtime=CHILD_RUNTIME, profile=self._name,
+                                      request=self._request, state=parent._parked_state(position, call))
+        adopted = answer.result if isinstance(answer.result, dict) else {}
+        if not answer.ok:
+            raise ChildFailed(answer.status, adopted.get("error"))
+        return adopted.get("result")

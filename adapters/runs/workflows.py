@@ -358,16 +358,27 @@ class RunContext:
         """Record a delegated job and park AWAITING_DELEGATE; the hop ends. Whoever runs
         the job adopts its result (``RunLedger.jobs.adopt_result``) and resumes the Run
         (:func:`resume_and_publish`, or the relay); the resumed hop sees ``ctx.job``."""
+        job = await self.submit_job(request_id=request_id, runtime=runtime, profile=profile, request=request)
+        await self._park(WaitKind.DELEGATE, job.job_id, state)
+        await self._refire(job.job_id)
+
+    async def submit_job(self, *, request_id: str, runtime: str, profile: str, request: Any) -> AgentJobRecord:
+        """Record a delegated job of this Run without parking (once per ``request_id``: the
+        same request answers the same job); :meth:`delegate` parks on it. A hop whose Run
+        is not RUNNING any more gets :class:`HopLost`."""
         try:
             # Submitting again after a failure is safe: the same request answers the same job.
-            job = await self._call("delegated job", lambda: self._ledger.jobs.submit(
+            return await self._call("delegated job", lambda: self._ledger.jobs.submit(
                 self.run_id, request_id=request_id, runtime=runtime, profile=profile, request=request))
         except TenureError as error:
             if error.code is ErrorCode.RUN_OWNER_MISMATCH:
                 raise HopLost() from None
             raise
-        await self._park(WaitKind.DELEGATE, job.job_id, state)
-        await self._refire(job.job_id)
+
+    @property
+    def ledger(self) -> RunLedger:
+        """The Run ledger this hop writes through."""
+        return self._ledger
 
     async def call_service(self, runner: AttemptRunner, spec: AttemptSpec, *, state: Any) -> NoReturn:
         """Prepare a service attempt of this Run, park AWAITING_SERVICE and run the attempt

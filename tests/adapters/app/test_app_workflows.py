@@ -12,6 +12,7 @@ import pytest
 from polling import until
 
 from tenure.adapters import App, ConsentAnswer, JobAnswer, WorkflowContext, WorkflowFailed, upgrade
+from tenure.adapters.runs.replay import ChildFailed
 from tenure.adapters.runs.replay import JOURNAL_PREFIX
 from tenure.model import ConfigValidationError, ErrorCode, RunStatus, TenureError, WaitKind
 
@@ -226,3 +227,73 @@ def test_the_answers_a_workflow_gets_are_plain_values() -> None:
     assert ConsentAnswer("granted", "alice").granted and not ConsentAnswer("expired", "tenure:deadline").granted
     assert JobAnswer("succeeded", {"x": 1}).ok and not JobAnswer("lost", None).ok
 
+
+
+def family(app: App, child_calls: list[str]) -> dict[str, Any]:
+    @app.workflow(name="pack")
+    async def pack(ctx: WorkflowContext, item: str) -> dict[str, Any]:
+        child_calls.append(item)
+        if item == "broken":
+            raise ValueError("cannot pack")
+        if item == "slow":
+            await ctx.consent("pack_slowly")
+        return {"packed": item.upper()}
+
+    @app.workflow(name="order")
+    async def order(ctx: WorkflowContext, items: list[str]) -> dict[str, Any]:
+        children = [await ctx.start_child(pack, item) for item in items]
+        await ctx.sleep(0.01)  # one more hop: the children are not started again
+        packed: list[Any] = []
+        for child in children:
+            try:
+                packed.append(await child.result())
+            except ChildFailed as failed:
+                packed.append({"failed": failed.status, "error": failed.error})
+        return {"packed": packed, "children": [child.run_id for child in children]}
+
+    return {"pack": pack, "order": order}
+
+
+async def test_a_parent_waits_for_its_children_and_gets_their_results_or_their_failures(db_url: str) -> None:
+    app = App(db_url)
+    child_calls: list[str] = []
+    flows = family(app, child_calls)
+    async with app.launch(migrate=False):
+        handle = await flows["order"].start(["a", "broken"])
+        result = await handle.result(wait_s=HANG_GUARD_S)
+    assert result["packed"] == [{"packed": "A"}, {"failed": "failed",
+                                                  "error": "workflow_error:ValueError: cannot pack"}]
+    assert sorted(child_calls) == ["a", "broken"]  # each child ran once, however many hops the parent made
+    runs = (await app.ledger.list_runs()).items
+    assert len(runs) == 3
+    for child_id in result["children"]:
+        child = await app.ledger.get(child_id)
+        assert child is not None and child.principal == "app"
+    journal = await app.ledger.steps.recorded(handle.run_id)
+    jobs = [await app.ledger.jobs.get(entry["answer"]["job_id"]) for entry in journal.values()
+            if entry["call"] == "child:pack"]
+    assert [job.status.value for job in jobs if job is not None] == ["succeeded", "failed"]
+    assert await app.ledger.jobs.list(handle.run_id) == ()  # none open
+    await app.close()
+
+
+async def test_cancelling_a_parent_cancels_its_running_child_with_containment_proven(db_url: str) -> None:
+    app = App(db_url)
+    flows = family(app, [])
+    async with app.launch(migrate=False):
+        handle = await flows["order"].start(["slow"])
+        await parked_on(app, handle.run_id, WaitKind.DELEGATE)  # waiting on its child
+        job = (await app.ledger.jobs.list(handle.run_id))[0]
+        assert job.runtime_job_id is not None
+        consent_id = await parked_on(app, job.runtime_job_id, WaitKind.CONSENT)  # the child waits too
+        assert await handle.cancel()
+        with pytest.raises(WorkflowFailed) as cancelled:
+            await handle.result(wait_s=HANG_GUARD_S)
+        assert cancelled.value.status is RunStatus.CANCELLED
+        child = await app.ledger.get(job.runtime_job_id)
+        assert child is not None and child.status is RunStatus.CANCELLED
+        consent = await app.ledger.consents.get(consent_id)
+        assert consent is not None and consent.status.value == "cancelled"
+        contained = await app.ledger.jobs.get(job.job_id)
+        assert contained is not None and contained.status.value == "cancelled"
+    await app.close()

@@ -728,8 +728,9 @@ ENUM_COMPARISONS_ALLOWED = {
                             "no transition is decided there",
     "tasks/app.py": "TaskApp.result reports where a task stands and waits until it finished (TaskOutcome.done, "
                     ".ok); it decides no transition",
-    "app/front.py": "WorkflowHandle.result waits until a Run ended and reports how (its result, or WorkflowFailed); "
-                    "it decides no transition",
+    "app/front.py": "WorkflowHandle.result waits until a Run ended and reports how (its result, or WorkflowFailed), "
+                    "and the children relay reads whether a child Run ended before asking the kernel to adopt its "
+                    "end; it decides no transition",
 }
 
 
