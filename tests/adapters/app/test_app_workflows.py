@@ -192,6 +192,9 @@ async def test_bad_workflows_and_bad_arguments_are_refused_with_nothing_written(
         await pay.start(amount=object())  # not JSON
     with pytest.raises(ConfigValidationError):
         await pay.start(amount=1, key="")  # an empty key
+    with pytest.raises(ConfigValidationError) as oversized:
+        await pay.start(amount=1, note="x" * (2 * 1024 * 1024))
+    assert oversized.value.problems == ("payload_too_large",) and "xxx" not in str(oversized.value)
     with pytest.raises(ConfigValidationError) as sync:
         app.workflow(name="sync")(lambda ctx: None)
     assert sync.value.problems == ("async_function_required",)
