@@ -263,10 +263,17 @@ class WorkflowContext:
         position, call, found, answer = await self._replayed("step", label)
         if found:
             return answer
-        value = fn(*args)
-        if inspect.isawaitable(value):
-            value = await value
-        return await self._record(position, call, value)
+
+        async def body() -> dict[str, Any]:
+            value = fn(*args)
+            if inspect.isawaitable(value):
+                value = await value
+            return {"call": call, "answer": value}
+
+        # Through the hop's own step: it checks that the hop still holds its Run before
+        # ``fn`` runs (a hop that lost it runs no step), then records under the fence.
+        entry = await self.hop.step(f"{JOURNAL_PREFIX}{position}", body)
+        return entry["answer"]
 
     async def consent(self, tool_name: str, payload: Any = None, *, tool_call_id: str | None = None,
                       preauthorized_by: str | None = None, expires_in_s: float | None = None) -> ConsentAnswer:

@@ -300,3 +300,31 @@ async def test_cancelling_a_parent_cancels_its_running_child_with_containment_pr
         contained = await app.ledger.jobs.get(job.job_id)
         assert contained is not None and contained.status.value == "cancelled"
     await app.close()
+
+
+async def test_a_hop_that_lost_its_run_runs_no_step_body(db_url: str) -> None:
+    app = App(db_url)
+    ran: list[str] = []
+    cancelled = asyncio.Event()
+
+    @app.workflow(name="slow_start")
+    async def slow_start(ctx: WorkflowContext) -> None:
+        await cancelled.wait()  # the Run is cancelled while this hop holds it
+        await ctx.step(ran.append, "body")
+
+    async with app.launch(migrate=False) as worker:
+        handle = await slow_start.start()
+
+        async def running() -> bool:
+            run = await handle.status()
+            return run is not None and run.status is RunStatus.RUNNING
+
+        await until(running, HANG_GUARD_S, what="the hop runs")
+        ticket = await app.ledger.begin_cancel(handle.run_id)  # elected, not finished: the hop still runs
+        assert ticket is not None
+        cancelled.set()  # the body goes on to its step at once (the worker's watch reads once a second)
+        assert worker.runs is not None
+        runs = worker.runs
+        await until(lambda: runs.outcomes["cancelled"] + runs.outcomes["lost"], HANG_GUARD_S, what="the hop ended")
+    assert ran == []  # the hop checked that it still held its Run before the step's body
+    await app.close()
