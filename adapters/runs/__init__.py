@@ -17,13 +17,13 @@ if TYPE_CHECKING:
     from .runtime import RunRuntime, ShutdownIncomplete, StartupDegraded
     from .saq_broker import SaqBroker  # imports SAQ only when it connects (extra tenure[saq])
     from .worker import RunWorker, WorkerStopFailed
-    from .replay import ConsentAnswer, JobAnswer, ServiceAnswer, WorkflowContext
+    from .replay import ChildFailed, ChildHandle, ConsentAnswer, JobAnswer, ServiceAnswer, WorkflowContext
     from .workflows import HopLost, HopParked, RunContext, WorkflowDiverged, Workflows
 
 __all__ = ["Broker", "BrokerJobState", "BrokerProbe", "BrokerUnavailable", "InMemoryBroker", "RunLedger",
            "RecoveryPorts", "RecoveryReport", "RecoveryIssue", "run_relays", "SaqBroker", "QueueBroker",
            "Checkpoint", "Checkpoints", "Workflows", "RunContext", "HopParked", "HopLost", "WorkflowDiverged", "WorkflowContext", "ConsentAnswer",
-           "JobAnswer", "ServiceAnswer", "resume_and_publish",
+           "JobAnswer", "ChildFailed", "ChildHandle", "ServiceAnswer", "resume_and_publish",
            "RunWorker", "WorkerStopFailed", "RunRuntime", "StartupDegraded", "ShutdownIncomplete"]
 
 __getattr__ = lazy_exports(__name__, {
@@ -38,6 +38,6 @@ __getattr__ = lazy_exports(__name__, {
     "RunWorker": ".worker", "WorkerStopFailed": ".worker",
     "HopLost": ".workflows", "HopParked": ".workflows", "RunContext": ".workflows", "Workflows": ".workflows",
     "WorkflowDiverged": ".workflows", "WorkflowContext": ".replay", "ConsentAnswer": ".replay", "JobAnswer": ".replay",
-    "ServiceAnswer": ".replay",
+    "ServiceAnswer": ".replay", "ChildFailed": ".replay", "ChildHandle": ".replay",
     "resume_and_publish": ".ledger",
 })
