@@ -4,8 +4,10 @@
 finders, ``decide``) and ``tenure.kernel.ahead`` the decisions made ahead of a write.
 Each machine has its own folder: ``queue/`` (the owned queue), ``attempts/`` (service
 job attempts), ``runs/`` (workflow Runs and their deliveries), ``consents/`` and
-``agent_jobs/`` (the owners a Run waits for), ``nodes/`` (node leases), and
-``recovery/`` (the decision table startup reconciliation and relays follow). See
+``agent_jobs/`` (the owners a Run waits for), ``nodes/`` (node leases), and two
+decision tables that are not state machines: ``recovery/`` (what startup reconciliation
+and relays do with a Run) and ``replay/`` (what a replayed workflow's call does at its
+journal position). See
 ``specs/`` for the tables reviewers read and the invariants every decision keeps.
 
 Exported here: the core (``Machine``, ``Row``, ``Rule``, ``Applied``, ``Refused``,

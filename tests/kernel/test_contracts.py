@@ -18,11 +18,12 @@ import tenure.kernel.consents.contracts as consent_contracts
 import tenure.kernel.nodes.contracts as node_contracts
 import tenure.kernel.queue.contracts as queue_contracts
 import tenure.kernel.queue.machine as queue_machine
+import tenure.kernel.replay.table as replay_table
 import tenure.kernel.runs.contracts as run_contracts
 
 ROOT = paths.ROOT
 CONTRACT_MODULES = [queue_contracts, queue_machine, attempt_contracts, run_contracts, consent_contracts,
-                    agent_job_contracts, node_contracts]
+                    agent_job_contracts, node_contracts, replay_table]
 
 
 def _conditions(function: object) -> list[str]:
@@ -70,6 +71,9 @@ CROSSHAIR_MUTANTS = [
     ("consent:second_verdict_wins", "consents.contracts.decide_decide_consent", 3),
     ("consent:expire_before_the_deadline", "consents.contracts.decide_decide_consent", 3),
     ("agent_jobs:result_adopted_twice", "agent_jobs.contracts.decide_adopt_result", 6),
+    ("replay:recorded_answer_for_any_call", "replay.table.decide", 3),
+    ("replay:missing_entry_before_the_wait_runs", "replay.table.decide", 3),
+    ("replay:owner_answers_any_call_at_its_position", "replay.table.decide", 3),
 ]
 """Each condition the mutant leaves true is searched for its whole budget, so the budget
 is most of a case's cost: a per-mutant budget instead of one generous budget for all

@@ -558,6 +558,35 @@ RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
 }
 
 
+# --- workflow replay ---------------------------------------------------------------------------
+
+from tenure.kernel.replay import table as replay  # noqa: E402
+from tenure.kernel.replay.table import Case as PK  # noqa: E402
+
+
+def recorded_answer_for_any_call() -> None:
+    # The journal's entry answers whatever the workflow asks for at its position.
+    replay.GUARDS["call_differs"] = lambda s: False
+
+
+def missing_entry_before_the_wait_runs() -> None:
+    # A position before the resumed wait that the journal lacks runs for real (a step
+    # runs twice, a wait parks the Run again) instead of diverging.
+    replay.TABLE[PK.BEFORE_WAIT] = (replay.ReplayRule("always", replay.Action.RUN, replay.Held.NOTHING),)
+
+
+def owner_answers_any_call_at_its_position() -> None:
+    # The resumed wait's owner answers whichever call reaches its position.
+    replay.GUARDS["parked_call_differs"] = lambda s: False
+
+
+REPLAY_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (recorded_answer_for_any_call, missing_entry_before_the_wait_runs,
+                   owner_answers_any_call_at_its_position)
+}
+
+
 from tenure.kernel.nodes.commands import NodeCommandType as NC  # noqa: E402
 from tenure.kernel.nodes.record import NodeStep as NS  # noqa: E402
 
@@ -601,6 +630,7 @@ MUTANTS: dict[str, dict[str, Callable[[], None]]] = {
     "consent": CONSENT_MUTANTS,
     "agent_jobs": AGENT_JOB_MUTANTS,
     "recovery": RECOVERY_MUTANTS,
+    "replay": REPLAY_MUTANTS,
     "nodes": NODE_MUTANTS,
 }
 """Mutants by machine; ``TENURE_KERNEL_MUTANT=<machine>:<mutant>`` applies one."""
@@ -622,6 +652,12 @@ BEHAVIOURAL_TESTS: dict[str, list[str]] = {
                  # Last: the broad property costs about a minute when it passes; with -x a
                  # mutant a targeted test above already caught never waits for it.
                  "tests/kernel/test_recovery_table.py::test_every_verdict_keeps_the_recovery_rules"],
+    "replay": ["tests/kernel/test_replay_table.py::test_a_recorded_call_answers_from_the_journal_and_another_call_diverges_naming_both",
+               "tests/kernel/test_replay_table.py::test_a_position_before_the_resumed_wait_that_the_journal_lacks_diverges_naming_nothing",
+               "tests/kernel/test_replay_table.py::test_the_resumed_wait_answers_only_at_its_own_position_with_its_own_call",
+               "tests/kernel/test_replay_table.py::test_a_position_past_the_wait_runs_for_real_only_where_the_journal_holds_nothing",
+               "tests/kernel/test_replay_table.py::test_every_situation_of_a_small_world_gets_one_verdict_that_keeps_the_rules",
+               "tests/kernel/test_replay_table.py::test_every_verdict_keeps_the_replay_rules"],
     "nodes": ["tests/kernel/test_node_properties.py"],
 }
 """The tests of behaviour each machine's mutants must fail (never the spec comparison,
