@@ -17,7 +17,10 @@ database's clock, a Run's accepted writes follow its sequences in order and none
 after the Run ended; every DONE Run kept the result of an accepted hop of its own
 workflow; no Run whose workflow declared ``on_lost="retry"`` failed ``lost``; no Run
 failed ``lost`` after its hop recorded its outcome. The ``lost`` Runs are counted per
-declared policy and printed with the other figures (``-s`` shows them).
+declared policy and printed with the other figures (``-s`` shows them). A share of the
+Runs are replayed workflows (``story``, issue 50): their waits (a consent, a timer, a
+child Run) return answers by replay, and each DONE one shows its journal's calls once and
+in order, a step answer recorded once whatever re-ran its body, and its child DONE.
 
 ``TENURE_CHAOS_RUNS`` sets the number of Runs (default 60; the soak is 300, with one
 round of the four faults per 60 Runs); ``TENURE_CHAOS_SEED`` the seed (printed).
@@ -151,7 +154,7 @@ class Cluster:
 
     async def start(self, name: str) -> NodeProcess:
         node = await start_node("run_chaos_node.py", self.db_url, node=name, lease_s=NODE_LEASE_S, log_dir=self.folder,
-                                env={"TENURE_CHAOS_LOG_DIR": str(self.effects),
+                                env={"TENURE_CHAOS_LOG_DIR": str(self.effects), "TENURE_CHAOS_DB": self.db_url,
                                      "TENURE_CHAOS_RELAY_S": str(RELAY_INTERVAL_S)})
         self.everyone.append(node)
         return node
@@ -265,7 +268,7 @@ class Planned:
 
 def plan(rng: random.Random) -> list[Planned]:
     fails = max(3, round(RUNS * FAIL_SHARE))
-    chosen = (["one-fail", "two-fail", "nap-fail"] * fails)[:fails] + (["one", "two", "nap"] * RUNS)[:RUNS - fails]
+    chosen = (["one-fail", "two-fail", "nap-fail"] * fails)[:fails] + (["one", "two", "nap", "story"] * RUNS)[:RUNS - fails]
     rng.shuffle(chosen)
     return [Planned(n, flow) for n, flow in enumerate(chosen)]
 
@@ -316,10 +319,11 @@ async def every_run(ledger: RunLedger) -> dict[str, RunRecord]:
 
 
 def step_rows(db_url: str) -> dict[str, list[tuple[int, Any, dict[str, Any]]]]:
-    """Each Run's accepted hop writes: (sequence, database instant, recorded value)."""
+    """Each Run's accepted hop writes: (sequence, database instant, recorded value); the
+    replay journal's entries (``@<position>``) are :func:`journals`'."""
     rows: dict[str, list[tuple[int, Any, dict[str, Any]]]] = collections.defaultdict(list)
     for run_id, seq, recorded_at, value in raw(
-            db_url, "SELECT run_id, enqueue_seq, recorded_at, result_json FROM tenure_run_steps"):
+            db_url, "SELECT run_id, enqueue_seq, recorded_at, result_json FROM tenure_run_steps WHERE name LIKE 'hop-%'"):
         rows[run_id].append((seq, recorded_at, json.loads(value)))
     return rows
 
@@ -347,6 +351,48 @@ def check_hops(runs: dict[str, RunRecord], events: list[dict[str, Any]], steps: 
             f"run {run_id}: accepted writes out of sequence order on the database clock (seed {SEED})")
         ended = runs[run_id].updated_at
         assert all(row[1] <= ended for row in rows), f"run {run_id}: a write accepted after it ended (seed {SEED})"
+
+
+def journals(db_url: str) -> dict[str, dict[int, dict[str, Any]]]:
+    """Each replayed Run's journal: position -> the recorded call and answer."""
+    found: dict[str, dict[int, dict[str, Any]]] = collections.defaultdict(dict)
+    for run_id, name, value in raw(db_url, "SELECT run_id, name, result_json FROM tenure_run_steps "
+                                           "WHERE name LIKE '@%'"):
+        found[run_id][int(name[1:])] = json.loads(value)
+    return found
+
+
+STORY_CALLS = ["step:stamp", "consent:mail.send", "sleep", "child:leaf", "child_result:leaf"]
+"""The calls a ``story`` Run's journal holds, in order, once it ended DONE."""
+
+
+def check_stories(runs: dict[str, RunRecord], children: dict[str, RunRecord], admitted: dict[str, Planned],
+                  events: list[dict[str, Any]], journal: dict[str, dict[int, dict[str, Any]]]) -> int:
+    """Every DONE ``story`` got its answers by replay: its journal holds each call once, in
+    order; its step's body ran (at least once) and the answer it returns is the one recorded
+    (never a second body's); its consent was granted; its one child Run (started once,
+    however many hops replayed the parent) ended DONE with the result the parent returns.
+    Every child belongs to a story. How many stories ended DONE."""
+    stepped = collections.Counter(e["run"] for e in events if e["e"] == "step")
+    parents: dict[str, str] = {}
+    done = 0
+    for run_id, run in runs.items():
+        if admitted[run_id].flow != "story" or run.status is not RunStatus.DONE:
+            continue
+        done += 1
+        result, entries = run.result or {}, journal.get(run_id, {})
+        assert [entries[p]["call"] for p in sorted(entries)] == STORY_CALLS, (run_id, entries, SEED)
+        assert stepped[run_id] >= 1 and result["stamp"] == entries[0]["answer"], (run_id, result, entries[0])
+        assert result["verdict"] == "granted" == entries[1]["answer"]["status"], (run_id, result)
+        child = children.get(result["child"])
+        assert child is not None and child.status is RunStatus.DONE and child.result == result["leaf"], (
+            f"story {run_id}: child {result['child']} {child} (seed {SEED})")
+        assert (result["leaf"]["flow"], result["leaf"]["n"]) == ("leaf", admitted[run_id].n)
+        parents[result["child"]] = run_id
+    for child_id, child in children.items():
+        assert child.workflow.name == "leaf", f"a Run nobody admitted: {child_id} {child.workflow} (seed {SEED})"
+        assert child.status in TERMINAL, (child_id, child.status)
+    return done
 
 
 def check_results(runs: dict[str, RunRecord], admitted: dict[str, Planned], events: list[dict[str, Any]],
@@ -388,6 +434,9 @@ class Outcome:
     cluster: Cluster
     admitted: dict[str, Planned]
     runs: dict[str, RunRecord]
+    """The Runs the test admitted."""
+    children: dict[str, RunRecord]
+    """The child Runs the ``story`` Runs started."""
     consents: dict[str, Any]
     """The consent each DONE two-hop Run's result names."""
     epochs: dict[str, tuple[NodeStatus, int]]
@@ -416,8 +465,10 @@ async def run_chaos(db_url: str, server: dict[str, str], folder: pathlib.Path) -
                     if index < len(faults):
                         await cluster.run(faults[index])
             await settle(ledger, cluster, len(admitted))
-            runs = await durably(lambda: every_run(ledger), "read the Runs")
-            assert set(runs) == set(admitted)
+            everything = await durably(lambda: every_run(ledger), "read the Runs")
+            assert set(admitted) <= set(everything)
+            runs = {run_id: everything[run_id] for run_id in admitted}
+            children = {run_id: run for run_id, run in everything.items() if run_id not in admitted}
             consents = {run_id: await ledger.consents.get(run.result["consent"]) for run_id, run in runs.items()
                         if run.status is RunStatus.DONE and "consent" in (run.result or {})}
             epochs = {}
@@ -430,15 +481,15 @@ async def run_chaos(db_url: str, server: dict[str, str], folder: pathlib.Path) -
             await asyncio.wait({granter}, timeout=30)
             await cluster.kill_everyone()
             await asyncio.wait_for(publisher.close(), 30)
-    return Outcome(cluster, admitted, runs, consents, epochs, granted)
+    return Outcome(cluster, admitted, runs, children, consents, epochs, granted)
 
 
 async def settle(ledger: RunLedger, cluster: Cluster, count: int) -> None:
     """Wait until every Run ended and every node killed for good was taken over; a Run that
     did not end by the deadline is stranded (reported with the nodes and their logs)."""
     async def settled() -> bool:
-        runs = await every_run(ledger)
-        return len(runs) == count and all(run.status in TERMINAL for run in runs.values())
+        runs = await every_run(ledger)  # the admitted Runs and the children the stories started
+        return len(runs) >= count and all(run.status in TERMINAL for run in runs.values())
 
     if not await until(settled, SETTLE_DEADLINE_S, "", required=False):
         stranded = [(run.run_id, run.workflow.name, run.status.value, run.node, run.enqueue_seq)
@@ -502,11 +553,13 @@ async def test_runs_on_three_nodes_end_and_never_run_twice_at_once_through_kills
     began = time.monotonic()
     outcome = await run_chaos(db_url, server, tmp_path)
     events = read_effects(outcome.cluster.effects)
-    check_hops(outcome.runs, events, step_rows(db_url))
+    check_hops({**outcome.runs, **outcome.children}, events, step_rows(db_url))
     check_results(outcome.runs, outcome.admitted, events, outcome.consents)
+    stories = check_stories(outcome.runs, outcome.children, outcome.admitted, events, journals(db_url))
     check_freezes(outcome.cluster, events, outcome.epochs)
     summary, counts = summarise(outcome, events, time.monotonic() - began)
     with capsys.disabled():
-        print(f"\nrun chaos: {summary}")
+        print(f"\nrun chaos: {summary}; stories done {stories} (children {len(outcome.children)})")
     assert counts["retry"] == 0, f"Runs of workflows declared on_lost=retry failed lost: {summary}"
     assert counts["fenced"] >= 1, f"no stale hop was fenced: the faults tested nothing ({summary})"
+    assert stories >= 1, f"no replayed story ended DONE: the replay was not tested ({summary})"

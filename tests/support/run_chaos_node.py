@@ -20,6 +20,13 @@ worker records before settling (``outcome``, with whether the ledger accepted it
 whose hop recorded its outcome has finished, and recovery must settle it with that
 outcome, never fail it ``lost``.
 
+Replayed workflows (``tenure.adapters.App``, issue 50): ``story`` runs its hop body, then a
+journaled ``step`` (logged ``step`` when its body runs: at least once, recorded once), a
+consent it gets back as an answer, a durable timer and a child Run of ``leaf`` (one hop)
+whose result it awaits, and returns every answer; each of those waits ends the hop and
+the next hop replays the journal. Nodes adopt ended children and resume their parents
+(the App's children relay, :func:`relay_children`). Both declare ``on_lost="retry"``.
+
 Workflows: ``one`` returns its result in one hop; ``two`` asks for a consent and parks,
 and the hop that resumes from the granted consent returns; ``nap`` sleeps on a durable
 timer (``ctx.sleep``) and the hop the relays resume once it is due returns. All three are
@@ -31,6 +38,7 @@ workflow author would; every other error fails the Run and the test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -41,7 +49,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from run_worker_process import serve_node
-from tenure.adapters import RunLedger, Workflows
+from tenure.adapters import App, RunLedger, WorkflowContext
 from tenure.adapters.runs.checkpoints import RecordedOutcome
 from tenure.adapters.runs.workflows import HopLost
 from tenure.model import ConsentStatus, ErrorCode, RunStatus, TenureError
@@ -55,7 +63,10 @@ HOP_SECONDS = (0.2, 0.8)
 PERSIST_TRIES = 400
 """A body retries a database failure at most this many times (about five minutes): a hang guard."""
 
-registry = Workflows()
+app = App(os.environ.get("TENURE_CHAOS_DB", "sqlite:///unused-by-the-test-process.db"))
+"""The nodes' App (its URL from ``TENURE_CHAOS_DB``; the test process reads only its pins)."""
+registry = app.registry
+"""Every chaos workflow: the lower layer's bodies and the App's replayed ones."""
 
 
 class EffectLog:
@@ -157,11 +168,47 @@ async def nap(ctx: Any) -> dict[str, Any]:
 NAP_SECONDS = 0.5
 """How long ``nap`` sleeps on its durable timer."""
 
+
+def _stamp(run_id: str) -> dict[str, Any]:
+    """A step's body: its effect is a ``step`` line in the side-effect log (at least once)."""
+    effects.write("step", run_id, -1)
+    return {"pid": os.getpid(), "t": time.monotonic_ns()}
+
+
+@app.workflow(name="leaf", version="1", queue="runs", on_lost="retry", max_hop_retries=MAX_HOP_RETRIES)
+async def leaf(ctx: WorkflowContext, n: int) -> dict[str, Any]:
+    await _hop(ctx.hop)
+    return _result(ctx.hop)
+
+
+@app.workflow(name="story", version="1", queue="runs", on_lost="retry", max_hop_retries=MAX_HOP_RETRIES)
+async def story(ctx: WorkflowContext, n: int) -> dict[str, Any]:
+    await _hop(ctx.hop)
+    stamp = await ctx.step(_stamp, ctx.run_id, name="stamp")
+    verdict = await ctx.consent("mail.send", {"n": n})
+    await ctx.sleep(NAP_SECONDS)
+    child = await ctx.start_child(leaf, n)
+    answer = await child.result()
+    return _result(ctx.hop, stamp=stamp, verdict=verdict.status, child=child.run_id, leaf=answer)
+
+
+async def relay_children(interval_s: float) -> None:
+    """The App's children relay, as an AppWorker runs it: adopt ended child Runs and resume
+    their parents, through database failures (the server restarting)."""
+    while True:
+        with contextlib.suppress(TenureError):
+            await app.settle_children()
+        await asyncio.sleep(interval_s)
+
 BODIES = {"one": one, "two": two, "nap": nap}
-FLOWS = {"one": "retry", "two": "retry", "nap": "retry", "one-fail": "fail", "two-fail": "fail", "nap-fail": "fail"}
-"""Each workflow and its declared ``on_lost`` policy."""
+FLOWS = {"one": "retry", "two": "retry", "nap": "retry", "one-fail": "fail", "two-fail": "fail", "nap-fail": "fail",
+         "story": "retry"}
+"""Each workflow the test admits and its declared ``on_lost`` policy (``leaf`` Runs are
+admitted by their ``story``)."""
 
 for _name, _policy in FLOWS.items():
+    if _name in app.workflows:
+        continue
     registry.register(_name, "1", BODIES[_name.removesuffix("-fail")], on_lost=_policy,
                       max_hop_retries=MAX_HOP_RETRIES if _policy == "retry" else None)
 
@@ -201,6 +248,13 @@ def prepare(run_ledger: RunLedger) -> None:
 if __name__ == "__main__":
     # A short queue lease: a hop claimed from the queue by a process killed before the
     # ledger claim is swept (and rotated by the relays) within seconds, not two minutes.
-    asyncio.run(serve_node(sys.argv[1], "queue", registry, relay_interval_s=float(os.environ["TENURE_CHAOS_RELAY_S"]),
-                           broker_options={"lease_seconds": 5.0, "heartbeat_seconds": 1.0},
-                           prepare=prepare))
+    async def main() -> None:
+        relay_s = float(os.environ["TENURE_CHAOS_RELAY_S"])
+        children = asyncio.ensure_future(relay_children(relay_s))
+        try:
+            await serve_node(sys.argv[1], "queue", registry, relay_interval_s=relay_s,
+                             broker_options={"lease_seconds": 5.0, "heartbeat_seconds": 1.0}, prepare=prepare)
+        finally:
+            children.cancel()
+
+    asyncio.run(main())
