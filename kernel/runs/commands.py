@@ -46,6 +46,7 @@ __all__ = [
     "Settled",
     "Ticket",
     "Swept",
+    "TimedOut",
     "Ack",
     "RunReply",
 ]
@@ -287,6 +288,15 @@ class Ticket:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class TimedOut:
+    """The deadline's owner elected the cancellation now: the Run is CANCELLING at
+    ``enqueue_seq`` with the reason ``timeout`` (finish it as a ticket's). A Run already
+    CANCELLING answers a :class:`Ticket`."""
+
+    enqueue_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Swept:
     """An already CANCELLED Run: nothing changes but its pending consents are swept again."""
 
@@ -305,4 +315,4 @@ class Ack:
     """The exact change applied."""
 
 
-RunReply = Admitted | Claimed | Resumed | Rotated | Settled | Ticket | Swept | Ack
+RunReply = Admitted | Claimed | Resumed | Rotated | Settled | Ticket | Swept | TimedOut | Ack

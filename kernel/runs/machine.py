@@ -62,6 +62,7 @@ from .commands import (
     Settled,
     Swept,
     Ticket,
+    TimedOut,
 )
 from .record import (
     DeliveryRow,
@@ -444,8 +445,7 @@ EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
     ),
     "sweep_again": _unchanged(lambda record: Swept(CANCELLED_BY)),
     "time_out": lambda record, command, now_us: _move(
-        record, now_us, Ticket(record.run.enqueue_seq, already_cancelled=False), status=RunStatus.CANCELLING,
-        error=RUN_TIMEOUT_ERROR,
+        record, now_us, TimedOut(record.run.enqueue_seq), status=RunStatus.CANCELLING, error=RUN_TIMEOUT_ERROR,
     ),
     "claim_replay": _unchanged(lambda record: Claimed(record.run.enqueue_seq, record.current.resume)),
 }
