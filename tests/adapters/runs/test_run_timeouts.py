@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import datetime as dt
 import math
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -311,3 +313,17 @@ async def test_a_relay_round_reaches_every_due_run_across_pages(own_ledger: RunL
     for run_id in stuck:
         run = await own_ledger.get(run_id)
         assert run is not None and (run.status, run.error) == (RunStatus.CANCELLING, "timeout")
+
+
+@pytest.mark.parametrize("database", ["sqlite"])
+async def test_tenure_runs_show_prints_the_deadline_and_the_timeout_reason(own_ledger: RunLedger, db_url: str) -> None:
+    runs = own_runs(own_ledger, db_url)
+    run_id, _ = await runs.waiting_on_consent("shown", timeout_s=SHORT_S)
+    await past_deadline(own_ledger, run_id)
+    await relay(own_ledger, runs.broker)
+    shown = await asyncio.to_thread(subprocess.run, [sys.executable, "-P", "-m", "tenure.apps.cli", "runs", "show",
+                                                     "--db", db_url, run_id],
+                                    capture_output=True, text=True, timeout=120, check=False)
+    assert shown.returncode == 0, shown.stderr
+    lines = {line.split()[0]: line for line in shown.stdout.splitlines() if line.split()}
+    assert "cancelled" in lines["status"] and "timeout" in lines["error"] and "deadline" in lines
