@@ -1803,10 +1803,10 @@ STANDARD: list[tuple[RunModel, int]] = [
     (RunModel(RECOVERY), 12),
     (RunModel(ADMISSIONS), 12),
     (RunModel(CONSENTS), 12),
+    (RunModel(DEADLINES), 10),
     (RunModel(DELEGATES), 12),
     (RunModel(LEASES), 16),
     (RunModel(TAKERS), 16),
-    (RunModel(DEADLINES), 10),
 ]
 """The standard bounds (``python -m tenure.conformance.explore``; ``bash .ci/soak`` runs them all).
 ``HOPS`` is the issue's 2 workers x 2 Runs + a relay + a reboot, to 12 actions (about
