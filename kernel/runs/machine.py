@@ -21,8 +21,9 @@ hop that claimed it (claim, hardware waits, park, settle), an owner's decider (r
 and an operator (begin_cancel, finish_cancel). A Run admitted with a timeout has a
 deadline on the database clock (admission time plus timeout, part of its identity); its
 owner, the relays (or startup reconciliation), sends ``time_out`` once it passed, which
-elects the cancellation as ``begin_cancel`` does and records the reason ``timeout``. Every command names the sequence it acts
-for, so nothing an old hop does can touch a later one. The invariants are in
+elects the cancellation as ``begin_cancel`` does and records the reason ``timeout``.
+Every command names the sequence it acts for, so nothing an old hop does can touch a
+later one. The invariants are in
 :mod:`tenure.kernel.runs.record` and :func:`transition_violations` (``specs/runs.md``).
 """
 
