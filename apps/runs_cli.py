@@ -341,6 +341,8 @@ async def _show(ledger: RunLedger, arguments: argparse.Namespace) -> int:
             if consent.decided_by is not None:
                 waits_on.append(["consent decided", f"by {clean_text(consent.decided_by, one_line=True)} at {_when(consent.decided_at)}"])
     wakes: list[list[object]] = [] if run.wake_at is None else [["wakes at", _when(run.wake_at)]]
+    # A Run admitted with a timeout: its deadline (the relays cancel it then, reason "timeout").
+    wakes += [] if run.deadline is None else [["deadline", _when(run.deadline)]]
     rows: list[list[object]] = [
         ["status", run.status.value], ["workflow", f"{run.workflow.name}@{run.workflow.revision}"],
         ["queue", run.queue], ["priority", run.priority], ["sequence", run.enqueue_seq], ["node", run.node],

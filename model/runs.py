@@ -59,6 +59,8 @@ __all__ = [
     "MAX_SCOPES",
     "MAX_HOP_RETRIES",
     "MAX_QUEUE_CHARS",
+    "MAX_RUN_TIMEOUT_S",
+    "RUN_TIMEOUT_ERROR",
 ]
 
 MAX_RUN_TEXT_CHARS = 128
@@ -71,6 +73,11 @@ MAX_ERROR_CHARS = 16 * 1024
 MAX_SCOPES = 256
 MAX_HOP_RETRIES = 100
 """How many times a workflow may let recovery run a lost hop again (``on_lost="retry"``)."""
+MAX_RUN_TIMEOUT_S = 366 * 86_400
+"""The longest timeout a Run may be admitted with (``RunLedger.admit(..., timeout_s=...)``)."""
+RUN_TIMEOUT_ERROR = "timeout"
+"""The reason a Run cancelled because its deadline passed keeps as its ``error``
+(CANCELLING, then CANCELLED): an operator's cancel keeps none."""
 
 
 class RunStatus(enum.Enum):
@@ -310,6 +317,17 @@ class RunRecord:
     """The Run (failed ``lost``) an operator re-admitted this one for (``RunLedger.retry``)."""
     wake_at: dt.datetime | None = None
     """When a timer wait is due (database clock); kept with the timer as its owner is."""
+    deadline: dt.datetime | None = None
+    """When the Run times out (database clock): its admission time plus the timeout it was
+    admitted with (``admit(..., timeout_s=...)``); None: no deadline. A Run not finished
+    by then is cancelled with the reason ``timeout`` (:attr:`timed_out`)."""
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the Run was cancelled because its deadline passed: CANCELLING or
+        CANCELLED with the reason :data:`RUN_TIMEOUT_ERROR` as its ``error`` (an
+        operator's cancel leaves ``error`` None)."""
+        return self.status in (RunStatus.CANCELLING, RunStatus.CANCELLED) and self.error == RUN_TIMEOUT_ERROR
 
     @property
     def intent(self) -> RunIntent:

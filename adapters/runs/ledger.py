@@ -30,6 +30,7 @@ import datetime as dt
 import functools
 import hashlib
 import logging
+import math
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -55,9 +56,11 @@ from tenure.kernel.runs.commands import (
     Resumed,
     Settled,
     Ticket,
+    TimedOut,
+    TimeOut,
 )
 from tenure.kernel.runs.aggregate import UNREAD_CONTAINMENT
-from tenure.kernel.runs.machine import RUNS
+from tenure.kernel.runs.machine import RUNS, admitted_timeout_us
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, cancel_frozen_at, key_of
 from tenure.model import (
     Admission,
@@ -84,7 +87,15 @@ from tenure.model import (
     hop_key,
 )
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
-from tenure.model.runs import MAX_ERROR_CHARS, MAX_QUEUE_CHARS, check_priority, check_run_id, check_seq, check_text
+from tenure.model.runs import (
+    MAX_ERROR_CHARS,
+    MAX_QUEUE_CHARS,
+    MAX_RUN_TIMEOUT_S,
+    check_priority,
+    check_run_id,
+    check_seq,
+    check_text,
+)
 from tenure.model.validation import datetime_to_micros, micros_to_datetime, refuse
 
 from ..agent_jobs.facade import AGENT_JOB_NAMESPACE, AgentJobs, cancelled_result, job_id_for
@@ -135,6 +146,21 @@ def legacy_run_id_for(source: str, idempotency_key: str) -> str:
     ``runs_v4`` (it keeps it; see the module docstring)."""
     return str(uuid.uuid5(RUN_ADMISSION_NAMESPACE, f"{source}\n{idempotency_key}"))
 
+
+
+def timeout_us_of(timeout_s: object) -> int | None:
+    """A Run's timeout in whole microseconds: a finite number of seconds (an ``int`` or a
+    ``float``, never a bool) more than 0 and at most 366 days, at least one microsecond
+    once rounded; None for None (no deadline). ``ConfigValidationError`` otherwise."""
+    if timeout_s is None:
+        return None
+    if type(timeout_s) not in (int, float) or not math.isfinite(timeout_s) or not (  # type: ignore[arg-type]
+            0 < timeout_s <= MAX_RUN_TIMEOUT_S):  # type: ignore[operator]
+        raise refuse("timeout_s", "number_out_of_range")
+    timeout_us = round(timeout_s * 1_000_000)  # type: ignore[operator]
+    if timeout_us < 1:
+        raise refuse("timeout_s", "number_out_of_range")
+    return timeout_us
 
 
 def _digest(document: Any) -> str:
@@ -194,6 +220,7 @@ def public_run(row: RunRow) -> RunRecord:
         created_at=micros_to_datetime(row.created_at_us), updated_at=micros_to_datetime(row.updated_at_us),
         admitted_node=row.admitted_node, result=parsed_json(row.result_json), hop_retries=row.hop_retries,
         retry_of=row.retry_of, wake_at=micros_to_datetime(row.wake_at_us),
+        deadline=micros_to_datetime(row.deadline_us),
     )
 
 
@@ -274,14 +301,23 @@ class RunLedger(Facade):
     async def admit(
         self, intent: RunIntent, *, workflow: WorkflowPin, queue: str, priority: int,
         idempotency_key: str | None = None, hold: bool = False, session_fence: bool = False,
-        node: str | None = None,
+        node: str | None = None, timeout_s: float | None = None,
     ) -> Admission:
         """Record a QUEUED Run and its delivery 0 (HELD with ``hold=True``, else PENDING) in
         one transaction, or return the stored admission of the same key and intent. It
         never publishes: publish the returned delivery when it is PENDING. ``node`` names
         the admitting node: startup recovery on a node fails only its own unreleased HELD
         admissions (without one, an admission belongs to every node, as in one
-        process). A replay keeps the stored node."""
+        process). A replay keeps the stored node.
+
+        ``timeout_s`` (more than 0, at most 366 days; None: no deadline) gives the Run a
+        deadline: the admission's time on the database clock plus the timeout, stored with
+        it (``run.deadline``). A Run not finished by then is cancelled by the relays (or
+        startup reconciliation) with proven containment, exactly as an operator's cancel,
+        and keeps the reason ``timeout`` as its ``error`` (``run.timed_out``). The timeout
+        is part of the admitted work: a replay under the same key with another timeout
+        (or none where one was given) raises ``RUN_ADMISSION_CONFLICT``
+        (``timeout_changed``)."""
         if type(intent) is not RunIntent:
             raise refuse("intent", "run_intent_required")
         if type(workflow) is not WorkflowPin:
@@ -296,17 +332,19 @@ class RunLedger(Facade):
             raise refuse("session_fence", "session_required")
         if node is not None:
             check_text(node, "node")
+        timeout_us = timeout_us_of(timeout_s)
         return await self._admit(intent, workflow=workflow, queue=queue, priority=priority,
-                                 idempotency_key=idempotency_key, hold=hold, session_fence=session_fence, node=node)
+                                 idempotency_key=idempotency_key, hold=hold, session_fence=session_fence, node=node,
+                                 timeout_us=timeout_us)
 
     async def _admit(
         self, intent: RunIntent, *, workflow: WorkflowPin, queue: str, priority: int, idempotency_key: str | None,
-        hold: bool, session_fence: bool, node: str | None, retry_of: str | None = None,
+        hold: bool, session_fence: bool, node: str | None, retry_of: str | None = None, timeout_us: int | None = None,
     ) -> Admission:
         run_id = run_id_for(idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
         row, template = admission_rows(intent, workflow, queue, priority, idempotency_key, run_id, node, retry_of)
 
-        command = Admit(run=row, delivery=template, hold=hold, session_busy=False)
+        command = Admit(run=row, delivery=template, hold=hold, session_busy=False, timeout_us=timeout_us)
         sent = await self.engine.send(run_id, command, Inputs(session_fence=session_fence))
         stored = sent.decision.new_record if isinstance(sent.decision, Applied) else None
         if not isinstance(stored, RunPair) or not isinstance(sent.reply, Admitted):
@@ -319,20 +357,26 @@ class RunLedger(Facade):
     async def retry(self, run_id: str, *, node: str | None = None) -> Admission | None:
         """Re-admit a Run that failed ``lost`` (its hop died with its process) as a new
         Run with the same intent, workflow pin, queue and priority, linked to it by
-        ``retry_of``; the failed Run stays as it is. Idempotent: its key is
+        ``retry_of`` and admitted with the same timeout (counted from its own admission);
+        the failed Run stays as it is. Idempotent: its key is
         ``retry:<run_id>``, so asking again answers the same new Run (``created=False``).
         None when no such Run exists; a Run that did not fail ``lost`` is refused
         (``ConfigValidationError`` ``run_not_lost``). Publish the returned delivery (or
         leave it to the relays), as after :meth:`admit`."""
-        old = await self.get(check_run_id(run_id))
-        if old is None:
+        key = check_run_id(run_id)
+
+        async def body(tx: Transaction) -> list[RunRow]:
+            return await tx.read(RUNS_BINDING, [key])
+
+        found = await self.engine.read(body)
+        if not found:
             return None
+        old = public_run(found[0])
         if not lost_and_retryable(old):
             raise refuse("run_id", "run_not_lost")
-        key = f"retry:{old.run_id}"
         return await self._admit(old.intent, workflow=old.workflow, queue=old.queue, priority=old.priority,
-                                 idempotency_key=key, hold=False, session_fence=False, node=node,
-                                 retry_of=old.run_id)
+                                 idempotency_key=f"retry:{old.run_id}", hold=False, session_fence=False, node=node,
+                                 retry_of=old.run_id, timeout_us=admitted_timeout_us(found[0]))
 
     async def release(self, run_id: str, enqueue_seq: int) -> bool:
         """HELD -> PENDING for exactly this admission's delivery (then publish it)."""
@@ -564,6 +608,18 @@ class RunLedger(Facade):
         command = FinishCancel(enqueue_seq=seq, hop=hop, containment=UNREAD_CONTAINMENT)
         return isinstance((await self.engine.send(key, command)).reply, Settled)
 
+    async def time_out(self, run_id: str) -> CancelTicket | None:
+        """The deadline's owner: elect the cancellation of a Run whose deadline passed on the
+        database clock (CANCELLING, with the reason ``timeout`` as its ``error``), as
+        :meth:`begin_cancel` elects an operator's; finish it with :meth:`finish_cancel`.
+        A Run already CANCELLING answers its ticket unchanged (its own reason kept). None:
+        no such Run, no deadline, not due yet, or the Run finished. The relays (and startup
+        reconciliation) call it for every Run whose deadline passed."""
+        reply = (await self.engine.send(check_run_id(run_id), TimeOut())).reply
+        if isinstance(reply, TimedOut | Ticket):
+            return CancelTicket(run_id, reply.enqueue_seq, False)
+        return None
+
     # --- recovery ----------------------------------------------------------------------
 
     async def reconcile(
@@ -571,7 +627,8 @@ class RunLedger(Facade):
         stale_after_s: float = 240.0,
     ) -> RecoveryReport:
         """Startup reconciliation of this node, once, before its workers and relays start:
-        finish every CANCELLING Run, clean up after terminal Runs (``delete_checkpoint``),
+        time out every Run whose deadline passed (:meth:`time_out`), finish every
+        CANCELLING Run, clean up after terminal Runs (``delete_checkpoint``),
         fence this node's hops claimed before ``boot_cutoff`` and re-park or fail them,
         repair every QUEUED Run's delivery (failing this node's HELD admissions of an
         earlier boot), resume decided waits and publish what they opened. Each step is
@@ -584,13 +641,18 @@ class RunLedger(Facade):
                                          stale_after_s=stale_after_s)
 
     async def relay(self, ports: RecoveryPorts, *, cursor: str | None = None, page_size: int = 32) -> RecoveryReport:
-        """One relay round: at most one page each of QUEUED deliveries (published,
+        """One relay round: first one page of Runs whose deadline passed, each timed out
+        (:meth:`time_out`) and its cancellation finished as :meth:`finish_cancel` does
+        (the frozen hop fenced at ``ports.broker``, containment proven; an open effect
+        leaves it CANCELLING, an issue, retried the next rounds); then at most one page
+        each of QUEUED deliveries (published,
         republished under the same key, or rotated once the broker finished them) and of
         consent, delegated-job and service waits (resumed once their owner decided);
         then one page of consent deadlines that passed (:func:`expire_due_consents`,
         publishing through ``ports.broker``; a failure there is logged and retried the
-        next round, never raised). Relays never fail, re-park or finish a Run (only
-        reconciliation has a boot cutoff). Pass the report's ``cursor`` to the next
+        next round, never raised). Relays never fail, re-park or settle a Run (only
+        reconciliation has a boot cutoff); the only cancellations they finish are
+        those of Runs whose deadline passed. Pass the report's ``cursor`` to the next
         call; safe to run from several processes at once (every write is the kernel's
         compare-and-set)."""
         report = await _recovery.relay(self, ports, cursor=cursor, page_size=page_size)

@@ -35,6 +35,15 @@ kind (wrapping to the start after the last page) and a queue of page starts to r
 revisits with forward pages, so poison pages stay under repair without starving newer
 Runs: every Run of a kind is reached within twice that kind's number of pages of relay
 calls.
+
+Deadlines (a Run admitted with a timeout) are swept first, by their own index in
+``(deadline, run_id)`` order: each Run whose deadline passed on the database clock is sent
+``time_out`` (the kernel decides; a Run finished meanwhile, or not due on the clock read
+under its lock, is left). Reconciliation times out every such Run before it finishes the
+CANCELLING ones (so its own containment and terminal fence finish them too); a relay
+round times out one page (its cursor keeps a forward position, wrapping) and finishes
+each cancellation as ``RunLedger.finish_cancel`` does (the frozen hop fenced, containment
+proven), leaving one it cannot prove for the next rounds.
 """
 
 from __future__ import annotations
@@ -78,6 +87,9 @@ from tenure.kernel.runs.commands import (
     Rotated,
     RunCommand,
     Settled,
+    Ticket,
+    TimedOut,
+    TimeOut,
 )
 from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, key_of
 from tenure.model import (
@@ -118,7 +130,7 @@ __all__ = ["RecoveryPorts", "RecoveryLedger", "RecoveryIssue", "RecoveryReport",
 log = logging.getLogger("tenure.adapters.runs.recovery")
 
 COUNT_NAMES = ("published", "republished", "rotated", "held_failed", "orphans_parked", "orphans_failed",
-               "resumed", "cancels_finished", "outcomes_settled", "hops_retried")
+               "resumed", "cancels_finished", "outcomes_settled", "hops_retried", "timed_out")
 """The report's counts, each the number of writes of that kind that applied."""
 
 ISSUE_REASONS = (
@@ -147,6 +159,8 @@ _RELAY_KINDS: tuple[tuple[str, tuple[RunStatus, ...]], ...] = (
     ("service_waits", (RunStatus.AWAITING_SERVICE,)),
     ("timers", (RunStatus.AWAITING_TIMER,)),
 )
+_DEADLINES = "deadlines"
+"""The relay cursor's kind for the deadline sweep (its positions are ``(deadline, run_id)``)."""
 _EVIDENCE = frozenset({Action.PROBE, Action.FENCE, Action.ASK_CHECKPOINT, Action.CONTAIN, Action.OBSERVE})
 
 CheckpointOwner = Callable[[str], Awaitable["str | None"]]
@@ -263,6 +277,8 @@ class RecoveryLedger(Protocol):
                      result: Any = None) -> bool: ...
 
     async def resume(self, run_id: str, *, owner_id: str) -> int | None: ...
+
+    async def finish_cancel(self, run_id: str, enqueue_seq: int, broker: Broker) -> bool: ...
 
     async def relay(self, ports: RecoveryPorts, *, cursor: str | None = None, page_size: int = 32) -> RecoveryReport:
         ...
@@ -408,13 +424,73 @@ class _Visits:
 
         return list(await asyncio.gather(*(one(run_id) for run_id in run_ids)))
 
+    # --- deadlines -------------------------------------------------------------------------
+
+    async def past_deadline(self, after: tuple[int, str] | None, limit: int) -> list[RunRow | Unreadable]:
+        """A page of nonterminal Runs whose deadline passed on the database clock, in
+        ``(deadline, run_id)`` order after ``after`` (an unreadable row in its place)."""
+        finder = finders.runs_past_deadline(after=after is not None)
+
+        async def body(tx: Transaction) -> list[RunRow | Unreadable]:
+            parameters: dict[str, Any] = {"now": await tx.now_us()}
+            if after is not None:
+                parameters.update(after_deadline=after[0], after_id=after[1])
+            return await tx.find_or_unreadable(RUNS_BINDING, finder, parameters, limit)
+
+        rows: list[RunRow | Unreadable] = await self.ledger.engine.read(body)
+        return rows
+
+    async def time_out(self, run_id: str, *, finish: bool) -> bool:
+        """Send ``time_out`` to one Run (counted ``timed_out`` when it elected the
+        cancellation) and, with ``finish``, finish the cancellation as
+        ``RunLedger.finish_cancel`` does; True when it is kept (an issue: revisit)."""
+        async def call() -> bool:
+            reply = (await self.ledger.engine.send(run_id, TimeOut())).reply
+            if isinstance(reply, TimedOut):
+                self.counts["timed_out"] += 1
+            if finish and isinstance(reply, TimedOut | Ticket):
+                if await self.ledger.finish_cancel(run_id, reply.enqueue_seq, self.ports.broker):
+                    self.counts["cancels_finished"] += 1
+            return False
+
+        return await self.isolated(run_id, call)
+
+    async def time_out_all(self, run_ids: Sequence[str], *, finish: bool) -> list[bool]:
+        """:meth:`time_out` each Run, up to the ports' ``concurrency`` at once."""
+        slots = asyncio.Semaphore(self.ports.concurrency)
+
+        async def one(run_id: str) -> bool:
+            async with slots:
+                return await self.time_out(run_id, finish=finish)
+
+        return list(await asyncio.gather(*(one(run_id) for run_id in run_ids)))
+
+    async def sweep_deadlines(self, page_size: int) -> None:
+        """Time out every Run whose deadline passed, page by page (reconciliation: the
+        CANCELLING scan after it finishes them)."""
+        seen: set[str] = set()
+        after: tuple[int, str] | None = None
+        while True:
+            rows = await self.past_deadline(after, page_size)
+            fresh = [run_id for run_id in self.readable(rows) if run_id not in seen]
+            seen.update(fresh)
+            await self.time_out_all(fresh, finish=False)
+            after = _last_deadline(rows)
+            if len(rows) < page_size or after is None:
+                return
+
     # --- one Run -------------------------------------------------------------------------
 
     async def visit(self, run_id: str, entry: PageEntry | None = None) -> bool:
         """Recover one Run (from ``entry``, its page's reading, when given; otherwise read
         alone); True when it is kept (revisit it: held, waiting, degraded)."""
+        return await self.isolated(run_id, lambda: self._visit(run_id, entry))
+
+    async def isolated(self, run_id: str, call: Callable[[], Awaitable[bool]]) -> bool:
+        """``call``'s answer, or True (keep the Run) with its failure as the Run's issue:
+        one Run's failure never stops the pass."""
         try:
-            return await self._visit(run_id, entry)
+            return await call()
         except asyncio.CancelledError:
             raise
         except _PortFailed:
@@ -745,7 +821,9 @@ async def reconcile(ledger: RecoveryLedger, ports: RecoveryPorts, *, node: str, 
                      stale_after_us=int(stale_after_s * 1_000_000))
     # The seed's order: finish cancellations, clean up after terminal Runs, fence this
     # node's old hops before failing orphans, flush deliveries, resume decided waits,
-    # then flush the deliveries those resumes opened.
+    # then flush the deliveries those resumes opened. Deadlines that passed come first:
+    # their cancellations are finished with the others, and none of their waits resumes.
+    await visits.sweep_deadlines(size)
     await visits.scan((RunStatus.CANCELLING,), size)
     if ports.delete_checkpoint is not None:  # terminal Runs carry only cleanup debt
         await visits.scan(_TERMINAL, size)
@@ -763,6 +841,14 @@ async def relay(ledger: RecoveryLedger, ports: RecoveryPorts, *, cursor: str | N
     size = _page_size(page_size)
     state = _read_cursor(cursor)
     visits = _Visits(ledger, ports, Pass.RELAY, node=None, cutoff_us=None, stale_after_us=0)
+    # Deadlines first (a timed-out Run's due timer is then not resumed): one page forward,
+    # wrapping; a cancellation that could not finish is met again when the sweep wraps.
+    deadlines = state.setdefault(_DEADLINES, {"f": None, "r": [], "t": 0})
+    start = deadlines["f"]
+    rows = await visits.past_deadline(None if start is None else (start[0], start[1]), size)
+    await visits.time_out_all(visits.readable(rows), finish=True)
+    last = _last_deadline(rows)
+    deadlines["f"] = None if len(rows) < size or last is None else list(last)
     for kind, statuses in _RELAY_KINDS:
         position = state.setdefault(kind, {"f": None, "r": [], "t": 0})
         revisiting = position["t"] == 1 and bool(position["r"])
@@ -793,6 +879,17 @@ def _last_position(rows: Sequence[RunRow | Unreadable]) -> tuple[int, str] | Non
     return None
 
 
+def _last_deadline(rows: Sequence[RunRow | Unreadable]) -> tuple[int, str] | None:
+    """Where the deadline page after ``rows`` starts: the last row's ``(deadline,
+    run_id)`` (of the last row whose own can be read); None: none can."""
+    for row in reversed(rows):
+        deadline = row.deadline_us if isinstance(row, RunRow) else row.fields.get("deadline_us")
+        key = row.run_id if isinstance(row, RunRow) else row.key
+        if type(deadline) is int and type(key) is str:
+            return deadline, key
+    return None
+
+
 def _write_cursor(state: dict[str, Any]) -> str:
     text = json.dumps({"v": 1, "kinds": state}, separators=(",", ":"), sort_keys=True)
     return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii")
@@ -817,7 +914,7 @@ def _read_cursor(cursor: object) -> dict[str, Any]:
     except (ValueError, UnicodeError, binascii.Error):
         pass  # refused below, outside the handler: the decoder's error never rides along
     kinds = document.get("kinds") if type(document) is dict and document.get("v") == 1 else None
-    names = {kind for kind, _ in _RELAY_KINDS}
+    names = {kind for kind, _ in _RELAY_KINDS} | {_DEADLINES}
     if type(kinds) is not dict or not set(kinds) <= names:
         raise refuse("cursor", "relay_cursor_required")
     for position in kinds.values():

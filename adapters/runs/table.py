@@ -2,7 +2,7 @@
 
 ``tenure_runs`` (one row per Run, step ``runs_v1``; ``runs_v2`` adds ``admitted_node``,
 ``runs_v4`` an index on ``idempotency_key``, ``runs_v5`` the result and the lost-hop
-retries) and ``tenure_run_deliveries`` (one row per hop, keyed by its hop key; at most one
+retries, ``runs_v7`` the deadline) and ``tenure_run_deliveries`` (one row per hop, keyed by its hop key; at most one
 unsettled per Run, enforced by a partial unique index on both databases): the two halves
 of the Run machine's pair. Beside them, two tables no machine decides, written under the
 Run's lock: ``tenure_run_checkpoints`` (``runs_v3``) and the step journal
@@ -43,6 +43,7 @@ __all__ = [
     "CheckpointRow", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDING", "StepRow", "STEPS_TABLE", "STEPS_BINDING", "MAX_STEP_NAME_CHARS",
     "RecoveryReportRow", "RECOVERY_REPORTS_TABLE", "RECOVERY_REPORTS_BINDING", "REPORT_PASSES",
     "RUNS_STEP", "RECOVERY_STEP", "WORKERS_STEP", "ADMISSION_KEYS_STEP", "LIVENESS_STEP", "REPORTS_STEP", "CONSOLE_STEP",
+    "TIMEOUTS_STEP",
     "MACHINE_TABLES",
 ]
 
@@ -60,6 +61,9 @@ ADMISSION_KEYS_STEP = Step("runs_v4", 6)
 LIVENESS_STEP = Step("runs_v5", 7)
 """A Run's result and lost-hop retries, timers, the step journal, node leases and
 consent deadlines."""
+TIMEOUTS_STEP = Step("runs_v7", 13)
+"""``tenure_runs.deadline``: when a Run admitted with a timeout times out (database
+clock), and an index the relays find the Runs whose deadline passed by."""
 REPORTS_STEP = Step("runs_v6", 9)
 """``tenure_run_recovery_reports``: the latest recovery report of each node (what
 ``tenure health`` reads). Numbered before ``versions_v1`` although it came after it, as
@@ -113,6 +117,9 @@ RUNS_TABLE = TableSpec(
         ColumnSpec("retry_of", "retry_of", C.OPTIONAL_TEXT, String(36), True, False, step=LIVENESS_STEP),
         # runs_v5: a timer wait's due time (its owner is the database clock).
         ColumnSpec("wake_at", "wake_at_us", C.OPTIONAL_INSTANT, _INSTANT, True, True, step=LIVENESS_STEP),
+        # runs_v7: when the Run times out (admission time plus its timeout; NULL: never),
+        # part of its identity (never updated). Runs admitted earlier have none.
+        ColumnSpec("deadline", "deadline_us", C.OPTIONAL_INSTANT, _INSTANT, True, False, step=TIMEOUTS_STEP),
     ),
     indexes=(
         IndexSpec("ix_tenure_runs_status_updated", ("status", "updated_at", "run_id"), step=_STEP),
@@ -126,6 +133,9 @@ RUNS_TABLE = TableSpec(
         IndexSpec("ix_tenure_runs_status_created", ("status", "created_at", "run_id"), step=CONSOLE_STEP),
         IndexSpec("ix_tenure_runs_queue_created", ("queue_name", "created_at", "run_id"), step=CONSOLE_STEP),
         IndexSpec("ix_tenure_runs_workflow_created", ("workflow_name", "created_at", "run_id"), step=CONSOLE_STEP),
+        # runs_v7: the relays' sweep of deadlines that passed, one range per open status
+        # in (deadline, run_id) order (terminal Runs are never read there).
+        IndexSpec("ix_tenure_runs_status_deadline", ("status", "deadline", "run_id"), step=TIMEOUTS_STEP),
     ),
     created_by=_STEP,
     # runs_v5 added the status awaiting_timer and the owner kind timer: a table created
@@ -327,8 +337,8 @@ MACHINE_TABLES = MachineTables(
     bindings=(RUNS_BINDING, DELIVERIES_BINDING),
     retirement_guards=(
         # Runs are canonical workflow truth (and their owners the evidence a resume
-        # reads): removing the step would lose them. runs_v2, runs_v4 and runs_v5 need
-        # no guard of their own: their columns and indexes live on tenure_runs, and
+        # reads): removing the step would lose them. runs_v2, runs_v4, runs_v5 and
+        # runs_v7 need no guard of their own: their columns and indexes live on tenure_runs, and
         # this guard already refuses the downgrade while any Run exists.
         RetirementGuard(RUNS_STEP, RUNS_TABLE.name, "run_id", "no recorded runs", "TRUE", "runs_remain"),
         # A checkpoint is what a parked Run resumes from: dropping one strands its Run.

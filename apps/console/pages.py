@@ -226,6 +226,7 @@ def timeline(detail: Any) -> list[dict[str, Any]]:
     if detail.checkpoint is not None:
         add(detail.checkpoint.saved_at_us, f"checkpoint saved by hop {detail.checkpoint.enqueue_seq}")
     add(run.wake_at_us, "timer due")
+    add(run.deadline_us, "deadline (a Run not finished by then is cancelled, reason timeout)")
     add(run.updated_at_us, f"status {run.status.value} (the latest change)")
     events.sort()
     return [{"at_us": at_us, "text": clean_text(text)} for at_us, _, text in events]

@@ -39,9 +39,12 @@ lease and the other nodes' relays take it over (reconciling it as that node) and
 a principal grants or denies a consent and the deadline owner expires it; a runtime
 reports a delegated job's result or its containment; anyone resumes a wait naming its
 owner (or another consent); the operator begins a cancel and finishes it with the
-broker's word; a relay round visits the queued Runs, then the waits; the clock steps to
-just before, and to, each instant a guard compares with (a timer's due time, a consent's
-deadline, a lease's end, a takeover claim's end).
+broker's word; the deadline owner times a Run out (sent at any time, to any Run: the
+kernel decides whether its deadline passed) and finishes that cancellation; a relay
+round times out the Runs whose deadline passed and finishes their cancellations, then
+visits the queued Runs, then the waits (a reconciliation times them out first too); the
+clock steps to just before, and to, each instant a guard compares with (a timer's due
+time, a consent's deadline, a Run's deadline, a lease's end, a takeover claim's end).
 
 Not modelled: hardware waits, service-attempt owners (the attempts model,
 :mod:`.attempts`, explores those), lost acknowledgements of settlements and parks (a hop
@@ -109,6 +112,9 @@ from tenure.kernel.runs.commands import (
     Settle,
     Settled,
     Swept,
+    Ticket,
+    TimedOut,
+    TimeOut,
 )
 from tenure.kernel.runs.finders import OPEN_JOB_STATUSES
 from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, RunPair, RunRow, hop_holds, key_of
@@ -133,6 +139,7 @@ __all__ = [
     "LEASES",
     "RECOVERY",
     "TAKERS",
+    "DEADLINES",
     "STANDARD",
     "SOAK",
 ]
@@ -142,6 +149,8 @@ TIMER_US = 1_000_000
 """A timer's delay: due one second after its park."""
 DEADLINE_US = 60_000_000
 """A consent's deadline, when it is asked with one."""
+RUN_TIMEOUT_US = 30_000_000
+"""A Run's timeout, in the worlds whose Runs are admitted with one (``Bounds.timeout_us``)."""
 STALE_AFTER_US = 240_000_000
 """Recovery's ``stale_after`` (the ledger's default)."""
 NODE_NAMES = ("node-a", "node-b", "node-c")
@@ -199,6 +208,11 @@ class Bounds:
     max_hop_retries: int = 0
     claimed: bool = False
     """Run 1 starts claimed by the last worker (its broker job active)."""
+    timeout_us: int | None = None
+    """The timeout every Run is admitted with (its deadline: admission time plus this)."""
+    deadlines: bool = False
+    """The deadline owner acts on its own, besides the relays: it sends ``time_out`` to any
+    Run at any time (the kernel decides) and finishes the cancellations it elected."""
 
     @property
     def symmetric(self) -> bool:
@@ -360,7 +374,13 @@ def _admission(slot: int, bounds: Bounds, *, route: tuple[str, int] = (QUEUE, PR
         priority=priority, resume=False, publish_attempts=0, last_error=None, claimed_by=None, published_at_us=None,
         claimed_at_us=None, settled_at_us=None, created_at_us=0,
     )
-    return Admit(run=row, delivery=delivery, hold=hold, session_busy=False)
+    return Admit(run=row, delivery=delivery, hold=hold, session_busy=False, timeout_us=bounds.timeout_us)
+
+
+def _due(pair: RunPair | None, now_us: int) -> bool:
+    """Whether the Run is open and its deadline passed: what the relays' finder selects."""
+    return pair is not None and pair.run.status not in TERMINAL_RUN_STATUSES and pair.run.deadline_us is not None \
+        and now_us >= pair.run.deadline_us
 
 
 def _consent_evidence(row: ConsentRow) -> OwnerEvidence:
@@ -628,6 +648,7 @@ class RunModel:
                 yield from self._worker(world, worker)
         yield from self._owners(world)
         yield from self._operator(world)
+        yield from self._deadline_owner(world)
         yield from self._relays(world)
         yield from self._processes(world)
         yield from self._clock(world)
@@ -855,17 +876,40 @@ class RunModel:
                 after, _ = self._run(world, slot, BeginCancel(), "operator")
                 yield Step("operator", "begins a cancel", _run_id(slot)), after
             if status is RunStatus.CANCELLING:
-                seq = pair.run.enqueue_seq
-                key = key_of(_run_id(slot), seq)
-                probed = self._probe(world, key)
-                fenced = world
-                if probed.state in LIVE_BROKER_STATES:
-                    fenced = self._abort(world, key, terminal=False)
-                hop = self._probe(fenced, key).state
-                command = FinishCancel(enqueue_seq=seq, hop=hop, containment=self._containment(fenced, slot))
-                after, _ = self._run(fenced, slot, command, "operator")
-                said = "could not say" if hop is None else hop.value
+                after, said = self._finish_cancel(world, slot, pair.run.enqueue_seq, "operator")
                 yield Step("operator", "finishes the cancel", f"{_run_id(slot)} (broker: {said})"), after
+
+    def _finish_cancel(self, world: RunWorld, slot: int, seq: int, actor: str) -> tuple[RunWorld, str]:
+        """``RunLedger.finish_cancel``: the frozen hop aborted if live and probed again, then
+        the Run machine's ``finish_cancel`` with the broker's word and the containment."""
+        key = key_of(_run_id(slot), seq)
+        fenced = world
+        if self._probe(world, key).state in LIVE_BROKER_STATES:
+            fenced = self._abort(world, key, terminal=False)
+        hop = self._probe(fenced, key).state
+        command = FinishCancel(enqueue_seq=seq, hop=hop, containment=self._containment(fenced, slot))
+        after, _ = self._run(fenced, slot, command, actor)
+        return after, "could not say" if hop is None else hop.value
+
+    def _time_out(self, world: RunWorld, slot: int, actor: str, *, finish: bool) -> RunWorld:
+        """``time_out`` sent to Run ``slot`` (and, with ``finish``, the cancellation it answers a
+        ticket for finished as ``finish_cancel`` does): the relays' step for each due Run."""
+        world, decision = self._run(world, slot, TimeOut(), actor)
+        if finish and isinstance(decision, Applied) and isinstance(decision.reply, TimedOut | Ticket):
+            world, _ = self._finish_cancel(world, slot, decision.reply.enqueue_seq, actor)
+        return world
+
+    def _deadline_owner(self, world: RunWorld) -> Iterator[tuple[Step, RunWorld]]:
+        if not self.bounds.deadlines:
+            return
+        for slot, pair in enumerate(world.runs):
+            if pair is None:
+                continue
+            yield Step("deadline owner", "times out", _run_id(slot)), self._time_out(world, slot, "deadline owner",
+                                                                                      finish=False)
+            if pair.run.status is RunStatus.CANCELLING:
+                after, said = self._finish_cancel(world, slot, pair.run.enqueue_seq, "deadline owner")
+                yield Step("deadline owner", "finishes the cancel", f"{_run_id(slot)} (broker: {said})"), after
 
     # --- recovery -------------------------------------------------------------------------------
 
@@ -879,6 +923,9 @@ class RunModel:
         # Run visited once (the interleavings between two Runs' visits are left to the next round).
         visit = Visit(recovery.Pass.RELAY, alive[0], None, None)
         after = world
+        for slot, pair in enumerate(world.runs):  # deadlines first, each cancellation finished
+            if _due(pair, world.now_us):
+                after = self._time_out(after, slot, "relay", finish=True)
         for kinds in ((RunStatus.QUEUED,), WAIT_STATUSES):
             for slot, pair in enumerate(world.runs):
                 if pair is not None and pair.run.status in kinds:
@@ -887,7 +934,12 @@ class RunModel:
 
     def _reconcile(self, world: RunWorld, visit: Visit) -> RunWorld:
         """Startup reconciliation (or a takeover's) over every Run, in the ledger's order:
-        cancelling, terminal, hops, queued, waits, queued again."""
+        deadlines that passed timed out, then cancelling, terminal, hops, queued, waits,
+        queued again."""
+        actor = f"reconcile as {NODE_NAMES[visit.as_node or 0]}"
+        for slot, pair in enumerate(world.runs):
+            if _due(pair, world.now_us):
+                world = self._time_out(world, slot, actor, finish=False)
         groups: tuple[Callable[[RunStatus], bool], ...] = (
             lambda status: status is RunStatus.CANCELLING,
             lambda status: status in TERMINAL_RUN_STATUSES,
@@ -1117,6 +1169,9 @@ class RunModel:
         for pair in world.runs:
             if pair is not None and pair.run.wake_at_us is not None and pair.run.status is RunStatus.AWAITING_TIMER:
                 moments.add((pair.run.wake_at_us, "a timer's due time"))
+            if pair is not None and pair.run.deadline_us is not None \
+                    and pair.run.status not in TERMINAL_RUN_STATUSES:
+                moments.add((pair.run.deadline_us, "a Run's deadline"))
         for consent in world.consents:
             if consent is not None and consent.status is ConsentStatus.PENDING and consent.expires_at_us is not None:
                 moments.add((consent.expires_at_us, "a consent's deadline"))
@@ -1200,6 +1255,7 @@ class RunModel:
             at(run.wake_at_us), run.queue, run.priority, current.state._value_, current.resume,
             name(current.claimed_by), at(current.published_at_us), at(current.claimed_at_us),
             at(current.settled_at_us), at(current.created_at_us), current.queue, current.priority,
+            at(run.deadline_us),
         )
         self._run_forms[key] = (pair, form)
         return form
@@ -1361,8 +1417,8 @@ def _waits_resumed_only_by_their_owner(before: RunWorld, step: Step, after: RunW
     for slot, (old, new) in enumerate(zip(before.runs, after.runs)):
         if old is None or new is None or old.run.status not in WAIT_STATUSES or new.run.status is old.run.status:
             continue
-        if new.run.status is RunStatus.CANCELLING:
-            continue
+        if new.run.status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
+            continue  # a cancel (a relay elects and finishes a deadline's in one round)
         if not _owner_decided(before, old.run, after.now_us):
             return f"{_run_id(slot)} left {old.run.status.value} though its owner {old.run.owner_id} has not decided"
     return None
@@ -1417,6 +1473,26 @@ def _cancellations_end_cancelled(before: RunWorld, step: Step, after: RunWorld) 
         if old is not None and new is not None and old.run.status is RunStatus.CANCELLING \
                 and new.run.status not in (RunStatus.CANCELLING, RunStatus.CANCELLED):
             return f"{_run_id(slot)} was being cancelled and became {new.run.status.value}"
+    return None
+
+
+def _cancellations_say_who_elected_them(before: RunWorld, step: Step, after: RunWorld) -> str | None:
+    for last in after.last:
+        if last.machine != "runs" or last.before is None or not isinstance(last.decision, Applied) \
+                or last.decision.new_record is None:
+            continue
+        met, new = last.before.run, last.decision.new_record.run
+        if met.status is RunStatus.CANCELLING or new.status is not RunStatus.CANCELLING:
+            continue
+        if isinstance(last.command, TimeOut):
+            if met.deadline_us is None:
+                return f"{met.run_id}, admitted without a timeout, was timed out"
+            if last.now_us < met.deadline_us:
+                return f"{met.run_id} was timed out {(met.deadline_us - last.now_us) / 1e6:g} s before its deadline"
+            if new.error != "timeout":
+                return f"{met.run_id} was timed out but records the reason {new.error!r}"
+        elif new.error is not None:
+            return f"{met.run_id}'s cancellation by {last.actor} records the reason {new.error!r}"
     return None
 
 
@@ -1621,6 +1697,10 @@ PROPERTIES: tuple[Property[RunWorld], ...] = (
              step=_lost_claim_acknowledgements_are_answered),
     Property("a_cancellation_ends_cancelled", "specs/runs.md Cancellation; TR-R7",
              "a cancelling Run ends only cancelled: no hop settles over it", step=_cancellations_end_cancelled),
+    Property("a_run_times_out_only_past_its_deadline_and_says_so", "specs/runs.md time_out; TR-R11; "
+             "docs/runs.md Timeouts",
+             "a Run is cancelled for its deadline only at or after it, with the reason timeout; an operator's "
+             "cancel records no reason", step=_cancellations_say_who_elected_them),
     Property("a_run_keeps_its_identity_and_route", "specs/runs.md A replay keeps the stored route; TR-R1",
              "a Run and its deliveries keep the identity and route they were admitted with",
              **_everywhere(_runs_keep_their_route)),
@@ -1688,11 +1768,12 @@ ADMISSIONS = Bounds("admissions", runs=1, workers=(1,), nodes=2, admitted=False,
 process), replayed with today's route, published, relayed, and reconciled after a restart."""
 
 CONSENTS = Bounds("consents", runs=1, workers=(0,), nodes=2, consents=2, cancel=True, crashes=1, restarts=1,
-                  relay=True)
+                  relay=True, deadlines=True)
 """One worker x one Run whose hops ask consents (with and without a deadline), write their
 checkpoint and park; principals and the deadline owner decide; anyone resumes naming the
 Run's owner or another consent; the relay resumes; the operator cancels; a crash between
-the consent and the park is reconciled."""
+the consent and the park is reconciled. The Run has no timeout: the deadline owner's
+``time_out`` is always refused."""
 
 DELEGATES = Bounds("delegates", runs=1, workers=(0,), nodes=2, delegates=1, cancel=True, crashes=1, restarts=1,
                    relay=True, max_hop_retries=1)
@@ -1706,6 +1787,14 @@ LEASES = Bounds("leases", runs=1, workers=(1,), nodes=2, leases=True, replacemen
 under its name while the first lives on) and node-a's takeover of it, around one Run
 claimed by node-b's worker: the takeover reconciles node-b's hops."""
 
+DEADLINES = Bounds("deadlines", runs=1, workers=(0,), nodes=2, admitted=False, timers=True, cancel=True, crashes=1,
+                   restarts=1, relay=True, timeout_us=RUN_TIMEOUT_US, deadlines=True)
+"""One worker x one Run the caller admits with a timeout, whose hops park on a timer (or
+finish first); the clock steps to just before and to its deadline; the deadline owner
+times it out at any time (the kernel refuses it before the deadline) and finishes the
+cancellation, the relays time it out once due and finish it, a reconciliation after a
+crash times it out before it finishes cancellations; the operator's cancel races it."""
+
 TAKERS = Bounds("takers", runs=0, workers=(), nodes=3, leases=True, lease_us=30_000_000, takeovers=2, renewals=1)
 """Node-c's lease and two takers (node-a, node-b) racing to take it over, their claims' ends."""
 
@@ -1714,6 +1803,7 @@ STANDARD: list[tuple[RunModel, int]] = [
     (RunModel(RECOVERY), 12),
     (RunModel(ADMISSIONS), 12),
     (RunModel(CONSENTS), 12),
+    (RunModel(DEADLINES), 10),
     (RunModel(DELEGATES), 12),
     (RunModel(LEASES), 16),
     (RunModel(TAKERS), 16),
@@ -1727,7 +1817,7 @@ crash, a restart and a relay round, and for a redelivered hop to meet a resumed 
 test suite runs the other worlds (under a minute together); ``.ci/soak`` all. ``RECOVERY`` gives one Run every recovery path to 12 actions
 (35,469 states); ``CONSENTS`` (10,953) and ``DELEGATES`` (4,355) go to 12; ``ADMISSIONS``
 and the lease worlds are explored to exhaustion (their budgets bound them: 155, 12,242
-and 222 states). Every mutant the bounds reach is caught within 9 actions (the longest:
+and 222 states); ``DEADLINES`` goes to 10 (12,161 states, a few seconds). Every mutant the bounds reach is caught within 9 actions (the longest:
 a rotation that loses the resume mode needs a park, a due timer, a resume, a crash and
 a relay); ``SOAK`` goes further."""
 

@@ -34,6 +34,7 @@ from tenure.kernel.runs.commands import (
     Rotate,
     RunCommandType,
     Settle,
+    TimeOut,
 )
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, RunStep, key_of
 from tenure.model import (
@@ -76,6 +77,8 @@ OWNER_STATUSES: dict[WaitKind, list[str]] = {
 }
 """Every status an owner row of each kind can report (hardware and timers have no owner rows)."""
 _OWNED_KINDS = [WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE]
+TIMEOUTS_US = (1, 1_000_000, 3_600_000_000)
+"""Timeouts a Run is admitted with: a microsecond, a second, an hour."""
 
 instants = st.integers(NOW - 3, NOW + 3) | st.integers(NOW - 10**12, NOW + 10**12)
 
@@ -118,7 +121,10 @@ def delivery_for(run: RunRow, state: DeliveryState, **changes: Any) -> DeliveryR
 def _identity(draw: st.DrawFn) -> dict[str, Any]:
     priority = draw(sampled([0, 50, 100]))
     created = draw(instants)
+    # A deadline now and then: a microsecond, a second or an hour after the admission.
+    timeout = draw(optional(sampled(TIMEOUTS_US)))
     return dict(
+        deadline_us=None if timeout is None else created + timeout,
         session_id=draw(maybe("session-1")),
         scopes=draw(sampled([(), ("read",), ("read", "write")])),
         requested_priority=draw(maybe(priority)), priority=priority,
@@ -191,7 +197,9 @@ def run_records(draw: st.DrawFn, step: RunStep | None = None) -> RunPair | None:
     seq = draw(sampled([0, 0, 1, 2]))
     if status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
         run, delivery = _before_cancel(draw, run, seq)
-        run = _with(run, status=status)
+        # A Run with a deadline may have been cancelled for it (the reason ``timeout``).
+        reason = "timeout" if run.deadline_us is not None and draw(BOOLEANS) else None
+        run = _with(run, status=status, error=reason)
         if status is RunStatus.CANCELLED and delivery.state is not DeliveryState.SETTLED:
             delivery = delivery_for(run, DeliveryState.SETTLED, was_claimed=delivery.claimed_by is not None,
                                     publish_attempts=delivery.publish_attempts, last_error=delivery.last_error)
@@ -244,11 +252,16 @@ def _admit(draw: st.DrawFn, record: RunPair | None) -> Admit:
         changed["queue"] = "runs-fast"
         if stored.requested_priority is None:
             changed["priority"] = 90
+    # The timeout the stored Run was admitted with, or another (none, a near miss, one out
+    # of range): a timeout is part of the admitted work.
+    stored_timeout = None if stored.deadline_us is None else stored.deadline_us - stored.created_at_us
+    timeout = draw(sampled([stored_timeout, stored_timeout, None, *TIMEOUTS_US, 0, -1, 366 * 86_400_000_000 + 1]))
+    changed["deadline_us"] = None
     # The command's row is the identity as the ledger built it, never the stored progress.
     row = _with(stored, status=RunStatus.QUEUED, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
                 owner_id=None, error=None, created_at_us=0, updated_at_us=0, **changed)
     template = delivery_for(row, DeliveryState.PENDING, created_at_us=0)
-    return Admit(run=row, delivery=template, hold=draw(BOOLEANS), session_busy=draw(BOOLEANS))
+    return Admit(run=row, delivery=template, hold=draw(BOOLEANS), session_busy=draw(BOOLEANS), timeout_us=timeout)
 
 
 def _seq_near(draw: st.DrawFn, record: RunPair | None) -> int:
@@ -263,6 +276,8 @@ def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) 
         return _admit(draw, record)
     if kind is C.BEGIN_CANCEL:
         return BeginCancel()
+    if kind is C.TIME_OUT:
+        return TimeOut()
     if kind is C.RESUME:
         run = record.run if record is not None else None
         owner_id = run.owner_id if run is not None and run.owner_id is not None and draw(integers(0, 4)) else (
@@ -318,6 +333,8 @@ def run_situations(
     command = draw(run_commands(kind or draw(sampled(RunCommandType)), record))
     if record is not None and record.run.wake_at_us is not None and draw(BOOLEANS):
         now = record.run.wake_at_us + draw(integers(-1, 1))  # where a timer falls due
+    elif record is not None and record.run.deadline_us is not None and draw(BOOLEANS):
+        now = record.run.deadline_us + draw(integers(-1, 1))  # where a deadline passes
     elif record is not None and draw(BOOLEANS):
         now = record.run.updated_at_us + draw(integers(-1, 1))  # where updated_at stops moving
     else:

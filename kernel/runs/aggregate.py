@@ -155,6 +155,7 @@ READS: dict[RunCommandType, tuple[Evidence, ...]] = {
     C.FINISH_CANCEL: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS),
     C.ROTATE: (E.PAIR,),
     C.RETRY_LOST: (E.PAIR, E.CONTAINMENT),
+    C.TIME_OUT: (E.PAIR,),
 }
 """What each command reads, in this order. Everything after the pair is read only when
 the pair exists (a missing Run is refused ``not_found`` on its own)."""
@@ -205,6 +206,7 @@ FOLLOW_UPS: dict[RunCommandType, Mapping[type | RunRefusal, tuple[FollowUp, ...]
     C.FINISH_CANCEL: {Settled: (F.SWEEP_CONSENTS,), Swept: (F.SWEEP_CONSENTS,)},
     C.ROTATE: {Rotated: (F.PUBLISH_HOP,)},
     C.RETRY_LOST: {Rotated: (F.CLEAR_OUTCOME, F.PUBLISH_HOP)},
+    C.TIME_OUT: {},
 }
 """What a decision sets off, by the command and the reply it gave (applied) or the
 reason it was refused (a reply or reason not listed sets off nothing; a refusal's

@@ -37,6 +37,7 @@ __all__ = [
     "FinishCancel",
     "Rotate",
     "RetryLost",
+    "TimeOut",
     "RunCommand",
     "Admitted",
     "Claimed",
@@ -45,6 +46,7 @@ __all__ = [
     "Settled",
     "Ticket",
     "Swept",
+    "TimedOut",
     "Ack",
     "RunReply",
 ]
@@ -68,6 +70,7 @@ class RunCommandType(enum.Enum):
     FINISH_CANCEL = "finish_cancel"
     ROTATE = "rotate"
     RETRY_LOST = "retry_lost"
+    TIME_OUT = "time_out"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -109,6 +112,10 @@ class Admit:
     session_busy: bool
     """Observed under the session lock: the fence is asked for and another nonterminal
     Run holds the session."""
+    timeout_us: int | None = None
+    """How long the Run may take, in microseconds of database time: its deadline is the
+    admission's time plus this (None: no deadline). Part of the admitted work: a replay
+    under the same key must ask for the same timeout."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,9 +242,18 @@ class RetryLost:
     containment: Containment
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TimeOut:
+    """The deadline's owner (a relay, or startup reconciliation) elects the cancellation of
+    a Run whose deadline passed on the database clock, recording the reason ``timeout``;
+    ``finish_cancel`` then ends it exactly as an operator's cancellation."""
+
+    kind: ClassVar[RunCommandType] = RunCommandType.TIME_OUT
+
+
 RunCommand = (
     Admit | Release | FailHeld | RecordPublished | RecordPublishError | Claim | EnterHardwareWait
-    | LeaveHardwareWait | Park | Resume | Settle | BeginCancel | FinishCancel | Rotate | RetryLost
+    | LeaveHardwareWait | Park | Resume | Settle | BeginCancel | FinishCancel | Rotate | RetryLost | TimeOut
 )
 
 
@@ -272,6 +288,15 @@ class Ticket:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class TimedOut:
+    """The deadline's owner elected the cancellation now: the Run is CANCELLING at
+    ``enqueue_seq`` with the reason ``timeout`` (finish it as a ticket's). A Run already
+    CANCELLING answers a :class:`Ticket`."""
+
+    enqueue_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Swept:
     """An already CANCELLED Run: nothing changes but its pending consents are swept again."""
 
@@ -290,4 +315,4 @@ class Ack:
     """The exact change applied."""
 
 
-RunReply = Admitted | Claimed | Resumed | Rotated | Settled | Ticket | Swept | Ack
+RunReply = Admitted | Claimed | Resumed | Rotated | Settled | Ticket | Swept | TimedOut | Ack

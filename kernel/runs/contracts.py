@@ -3,14 +3,15 @@ contract (checked by CrossHair: ``.ci/crosshair_kernel.py check --analysis_kind=
 --per_condition_timeout=...``; see :mod:`tenure.kernel.queue.contracts` for why one per
 command).
 
-The shared postcondition is the list of transition rules (TR-R1 ... TR-R10 in
+The shared postcondition is the list of transition rules (TR-R1 ... TR-R11 in
 ``specs/runs.md``). The commands add what the rules leave to the guards: a command that
 names a hop applies only to the Run's current sequence (nothing an old hop does touches
 a later one); a replay never changes the stored pair (nor its route); a claim of a Run
 already running is only the same claimant's repeat, and changes nothing; a park records
 an owner row of this Run (a timer's park carries none); a resume comes from the current,
 complete owner; a settlement needs proven containment and never happens over CANCELLING;
-CANCELLED needs the hop fenced and containment proven. The precondition on the record is
+CANCELLED needs the hop fenced and containment proven; a timeout elects the
+cancellation only at or after the Run's deadline, with the reason ``timeout``. The precondition on the record is
 the pair a command meets: the Run and its current delivery (two deliveries exist only in
 a resume's decision). Record validity (INV-R1 ... INV-R9) is asserted by the property
 tests.
@@ -41,6 +42,7 @@ from .commands import (
     FinishCancel,
     Rotate,
     RetryLost,
+    TimeOut,
 )
 from .machine import RUNS, transition_violations  # noqa: F401
 from .record import RunPair
@@ -61,6 +63,7 @@ __all__ = [
     "decide_finish_cancel",
     "decide_rotate",
     "decide_retry_lost",
+    "decide_time_out",
 ]
 
 
@@ -196,5 +199,14 @@ def decide_retry_lost(record: RunPair | None, command: RetryLost, now_us: int) -
     pre: record is None or len(record.deliveries) == 1
     post: not transition_violations(record, command, now_us, __return__)
     post: isinstance(__return__, Refused) or (command.enqueue_seq == record.run.enqueue_seq and command.containment.proven and command.hop is not None and command.hop not in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE) and record.run.hop_retries < record.run.max_hop_retries and __return__.new_record.run.hop_retries == record.run.hop_retries + 1)
+    """
+    return RUNS.decide(record, command, now_us)
+
+
+def decide_time_out(record: RunPair | None, command: TimeOut, now_us: int) -> Decision:
+    """pre: MIN_INSTANT_US <= now_us <= MAX_NOW_US
+    pre: record is None or len(record.deliveries) == 1
+    post: not transition_violations(record, command, now_us, __return__)
+    post: isinstance(__return__, Refused) or (record.run.deadline_us is not None and now_us >= record.run.deadline_us and __return__.new_record.run.status is RunStatus.CANCELLING)
     """
     return RUNS.decide(record, command, now_us)

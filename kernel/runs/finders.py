@@ -38,6 +38,7 @@ __all__ = [
     "open_attempts_of_run",
     "runs_page",
     "runs_by_status",
+    "runs_past_deadline",
     "runs_listing",
     "consents_of_run",
     "jobs_of_run",
@@ -187,6 +188,16 @@ def runs_by_status(*, after: bool) -> Finder:
     ``updated_at``, so a Run whose eligibility changed reappears later, never earlier."""
     base = (Condition("status", "in", Param("statuses")),)
     return _keyset("runs_by_status", base, "updated_at_us", "after_updated", after=after)
+
+
+@functools.cache
+def runs_past_deadline(*, after: bool) -> Finder:
+    """Nonterminal Runs (CANCELLING included) whose deadline is at or before ``now`` (the
+    database clock), in ``(deadline, run_id)`` order, after a position ``(after_deadline,
+    after_id)``: the relays' sweep of deadlines that passed, each status one range of the
+    index ``(status, deadline, run_id)`` (a terminal Run is never read there)."""
+    base = (Condition("status", "in", _NONTERMINAL_RUNS), Condition("deadline_us", "<=", Param("now")))
+    return _keyset("runs_past_deadline", base, "deadline_us", "after_deadline", after=after)
 
 
 def _of_run(name: str, key: str) -> Finder:

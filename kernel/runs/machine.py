@@ -18,8 +18,12 @@ that the hop is not live and every correlated effect is contained makes it CANCE
 
 Four actors move a Run: the admitting caller (admit, release, fail_held, publish), the
 hop that claimed it (claim, hardware waits, park, settle), an owner's decider (resume)
-and an operator (begin_cancel, finish_cancel). Every command names the sequence it acts
-for, so nothing an old hop does can touch a later one. The invariants are in
+and an operator (begin_cancel, finish_cancel). A Run admitted with a timeout has a
+deadline on the database clock (admission time plus timeout, part of its identity); its
+owner, the relays (or startup reconciliation), sends ``time_out`` once it passed, which
+elects the cancellation as ``begin_cancel`` does and records the reason ``timeout``.
+Every command names the sequence it acts for, so nothing an old hop does can touch a
+later one. The invariants are in
 :mod:`tenure.kernel.runs.record` and :func:`transition_violations` (``specs/runs.md``).
 """
 
@@ -47,6 +51,7 @@ from tenure.model import (
 
 from ..core import SAME, Applied, Decision, KeptLater, Machine, MovingField, Refused, Row, SetOnce, TimeGuard
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
+from tenure.model.runs import MAX_RUN_TIMEOUT_S, RUN_TIMEOUT_ERROR
 from .commands import (
     Ack,
     Admitted,
@@ -58,6 +63,7 @@ from .commands import (
     Settled,
     Swept,
     Ticket,
+    TimedOut,
 )
 from .record import (
     DeliveryRow,
@@ -87,6 +93,8 @@ __all__ = [
     "consent_sweep",
     "SETTLED_BY",
     "CANCELLED_BY",
+    "MAX_RUN_TIMEOUT_US",
+    "admitted_timeout_us",
     "transition_violations",
 ]
 
@@ -119,6 +127,10 @@ class RunRefusal(enum.Enum):
     NO_RETRIES_LEFT = "no_retries_left"
     WAKE_INVALID = "wake_invalid"
     TIMER_NOT_DUE = "timer_not_due"
+    TIMEOUT_INVALID = "timeout_invalid"
+    TIMEOUT_CHANGED = "timeout_changed"
+    NO_DEADLINE = "no_deadline"
+    DEADLINE_NOT_DUE = "deadline_not_due"
 
 
 R = RunRefusal
@@ -126,6 +138,7 @@ OUTCOMES: dict[RunRefusal, ErrorCode | None] = {
     reason: {
         R.KEY_REUSED: ErrorCode.RUN_ADMISSION_CONFLICT,
         R.INTENT_CHANGED: ErrorCode.RUN_ADMISSION_CONFLICT,
+        R.TIMEOUT_CHANGED: ErrorCode.RUN_ADMISSION_CONFLICT,
         R.ADMISSION_HELD: ErrorCode.RUN_ADMISSION_HELD,
         R.SESSION_BUSY: ErrorCode.RUN_SESSION_BUSY,
         R.OWNER_MISMATCH: ErrorCode.RUN_OWNER_MISMATCH,
@@ -145,6 +158,16 @@ RESOLVED_OWNER_STATUSES: dict[WaitKind, frozenset[str]] = {
 """The owner statuses that resume a Run: a verdict (never a cancellation), a terminal
 delegated job, a terminal service attempt. A timer has no owner row: its due time on the
 database clock resumes it (``timer_not_due``)."""
+
+MAX_RUN_TIMEOUT_US = MAX_RUN_TIMEOUT_S * 1_000_000
+"""The longest timeout an admission may carry, in microseconds (366 days)."""
+
+
+def admitted_timeout_us(run: RunRow) -> int | None:
+    """The timeout the Run was admitted with (its deadline less its admission time), or
+    None: what a replay under the same key must ask for again."""
+    return None if run.deadline_us is None else run.deadline_us - run.created_at_us
+
 
 SETTLED_BY = "tenure:run-settled"
 CANCELLED_BY = "tenure:run-cancelled"
@@ -193,6 +216,12 @@ def _owner_resolved(record: RunPair, command: Any) -> bool:
     return owner_resolves(record.run, command.owner)
 
 
+def _timeout_invalid(command: Any) -> bool:
+    # A timeout is a whole number of microseconds, at least one, at most 366 days.
+    timeout = command.timeout_us
+    return timeout is not None and not (bounds.is_strict_int(timeout) and 1 <= timeout <= MAX_RUN_TIMEOUT_US)
+
+
 def _wake_invalid(command: Any) -> bool:
     # Exactly a timer wait names a due time, an instant the records can hold.
     wake = command.wake_at_us
@@ -208,6 +237,14 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "intent_differs": lambda record, command, now_us: record.run.intent_digest != command.run.intent_digest,
     "held_without_hold": lambda record, command, now_us: record.current.state is DeliveryState.HELD
     and not command.hold,
+    "timeout_invalid": lambda record, command, now_us: _timeout_invalid(command),
+    "timed": lambda record, command, now_us: command.timeout_us is not None,
+    # the timeout is part of the admitted work: a replay asks for the same one
+    "timeout_differs": lambda record, command, now_us: admitted_timeout_us(record.run) != command.timeout_us,
+    # the deadline's owner: due at its instant on the database clock, not a microsecond before
+    "no_deadline": lambda record, command, now_us: record.run.deadline_us is None,
+    "deadline_not_due": lambda record, command, now_us: record.run.deadline_us is not None
+    and now_us < record.run.deadline_us,
     "session_busy": lambda record, command, now_us: command.session_busy,
     # the hop a command names
     "seq_differs": lambda record, command, now_us: command.enqueue_seq != record.run.enqueue_seq,
@@ -271,9 +308,19 @@ def _settled(now_us: int) -> dict[str, Any]:
 
 def _insert(record: Any, command: Any, now_us: int) -> Applied[RunPair]:
     # The kernel sets where the Run stands: only its identity comes from the caller.
+    return _inserted(command, now_us, None)
+
+
+def _insert_timed(record: Any, command: Any, now_us: int) -> Applied[RunPair]:
+    # The deadline is on the database clock: the admission's time plus the timeout.
+    return _inserted(command, now_us, now_us + command.timeout_us)
+
+
+def _inserted(command: Any, now_us: int, deadline_us: int | None) -> Applied[RunPair]:
     run = replace_run(
         command.run, status=RunStatus.QUEUED, enqueue_seq=0, started_at_us=None, node=None, owner_kind=None,
-        owner_id=None, error=None, created_at_us=now_us, updated_at_us=now_us,
+        owner_id=None, error=None, created_at_us=now_us, updated_at_us=now_us, wake_at_us=None,
+        deadline_us=deadline_us,
     )
     delivery = replace_delivery(
         command.delivery, delivery_id=key_of(run.run_id, 0), run_id=run.run_id, enqueue_seq=0,
@@ -362,6 +409,7 @@ def _unchanged(reply: Callable[[RunPair], Any]) -> Callable[[Any, Any, int], App
 
 EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
     "insert": _insert,
+    "insert_timed": _insert_timed,
     "replay": _unchanged(lambda record: Admitted(created=False)),
     "release": lambda record, command, now_us: _move(record, now_us, delivery={"state": DeliveryState.PENDING}),
     "fail_held": lambda record, command, now_us: _move(
@@ -397,11 +445,15 @@ EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
         status=RunStatus.CANCELLED,
     ),
     "sweep_again": _unchanged(lambda record: Swept(CANCELLED_BY)),
+    "time_out": lambda record, command, now_us: _move(
+        record, now_us, TimedOut(record.run.enqueue_seq), status=RunStatus.CANCELLING, error=RUN_TIMEOUT_ERROR,
+    ),
     "claim_replay": _unchanged(lambda record: Claimed(record.run.enqueue_seq, record.current.resume)),
 }
 
 TIME_GUARDS: dict[str, TimeGuard] = {
     "timer_not_due": TimeGuard("run.wake_at_us"),
+    "deadline_not_due": TimeGuard("run.deadline_us"),
 }
 """The guards that read the time, as data (every other guard ignores it): a decision
 made ahead holds while the time stays on the same side of each one's instant."""
@@ -412,8 +464,9 @@ _OPENS = ("deliveries.1.created_at_us",)
 
 MOVING_FIELDS: dict[str, tuple[MovingField, ...]] = {
     "insert": ("run.created_at_us", "run.updated_at_us", "deliveries.0.created_at_us"),
+    "insert_timed": ("run.created_at_us", "run.updated_at_us", "run.deadline_us", "deliveries.0.created_at_us"),
     **{effect: (_UPDATED,) for effect in ("release", "note_publish_error", "enter_hardware_wait",
-                                         "leave_hardware_wait", "begin_cancel")},
+                                         "leave_hardware_wait", "begin_cancel", "time_out")},
     **{effect: _SETTLES for effect in ("fail_held", "park_consent", "park_delegate", "park_service", "park_timer",
                                       "settle_done", "settle_failed")},
     "mark_published": (_UPDATED, "deliveries.0.published_at_us"),
@@ -459,9 +512,12 @@ ROWS: tuple[Row, ...] = (
     # effect or refusal). SAME is the spec's "same". The first row of a (state, command)
     # pair whose guard holds decides.
     Row((S.ABSENT,), C.ADMIT, "session_busy", SAME, R.SESSION_BUSY),
+    Row((S.ABSENT,), C.ADMIT, "timeout_invalid", SAME, R.TIMEOUT_INVALID),
+    Row((S.ABSENT,), C.ADMIT, "timed", S.QUEUED, "insert_timed"),
     Row((S.ABSENT,), C.ADMIT, "always", S.QUEUED, "insert"),
     Row(_ALL, C.ADMIT, "other_key", SAME, R.KEY_REUSED),
     Row(_ALL, C.ADMIT, "intent_differs", SAME, R.INTENT_CHANGED),
+    Row(_ALL, C.ADMIT, "timeout_differs", SAME, R.TIMEOUT_CHANGED),
     Row(_ALL, C.ADMIT, "held_without_hold", SAME, R.ADMISSION_HELD),
     Row(_ALL, C.ADMIT, "always", SAME, "replay"),
 
@@ -562,6 +618,13 @@ ROWS: tuple[Row, ...] = (
     Row(_HOPS, C.RETRY_LOST, "no_retries_left", SAME, R.NO_RETRIES_LEFT),
     Row(_HOPS, C.RETRY_LOST, "always", S.QUEUED, "retry_lost"),
     Row(_NOT_HOPS, C.RETRY_LOST, "always", SAME, R.NOT_RUNNING),
+
+    Row((S.ABSENT,), C.TIME_OUT, "always", SAME, R.NOT_FOUND),
+    Row((*_NONTERMINAL, S.CANCELLING), C.TIME_OUT, "no_deadline", SAME, R.NO_DEADLINE),
+    Row((*_NONTERMINAL, S.CANCELLING), C.TIME_OUT, "deadline_not_due", SAME, R.DEADLINE_NOT_DUE),
+    Row(_NONTERMINAL, C.TIME_OUT, "always", S.CANCELLING, "time_out"),
+    Row((S.CANCELLING,), C.TIME_OUT, "always", SAME, "ticket"),
+    Row(_TERMINAL, C.TIME_OUT, "always", SAME, R.FINISHED),
 )
 
 
@@ -570,7 +633,7 @@ ROWS: tuple[Row, ...] = (
 _IDENTITY_FIELDS = (
     "run_id", "session_id", "source", "principal", "scopes", "payload_json", "requested_priority",
     "intent_digest", "idempotency_key", "queue", "priority", "workflow_name", "workflow_revision",
-    "workflow_digest", "created_at_us", "admitted_node", "max_hop_retries", "retry_of",
+    "workflow_digest", "created_at_us", "admitted_node", "max_hop_retries", "retry_of", "deadline_us",
 )
 _DELIVERY_RANK = {
     DeliveryState.HELD: 0, DeliveryState.PENDING: 1, DeliveryState.PUBLISHED: 2, DeliveryState.CLAIMED: 3,
@@ -584,10 +647,13 @@ def _contained(command: Any) -> bool:
     return containment is not None and containment.open_jobs == 0 and containment.open_attempts == 0
 
 
-def _admission_rules(new: RunPair, command: Any) -> list[str]:
+def _admission_rules(new: RunPair, command: Any, now_us: int) -> list[str]:
     broken = []
     if new.run.status is not RunStatus.QUEUED or new.run.enqueue_seq != 0 or len(new.deliveries) != 1:
         broken.append("TR-R1")  # admission creates a QUEUED Run with delivery 0 only
+    timeout = getattr(command, "timeout_us", None)
+    if new.run.deadline_us != (None if timeout is None else now_us + timeout):
+        broken.append("TR-R11")  # the deadline is the admission's database time plus its timeout
     if new.current.state is not (DeliveryState.HELD if command.hold else DeliveryState.PENDING):
         broken.append("TR-R1")
     if command.session_busy:
@@ -626,7 +692,7 @@ def _status_rules(record: RunPair, new: RunPair, command: Any, now_us: int) -> l
         broken.append("TR-R4")  # only a claim of the exact hop starts it running
     if old_status in WAIT_STATUSES and not (
         (new_status is RunStatus.QUEUED and _wait_ended_by_its_owner(record, command, now_us))
-        or (kind is RunCommandType.BEGIN_CANCEL and new_status is RunStatus.CANCELLING)
+        or (kind in (RunCommandType.BEGIN_CANCEL, RunCommandType.TIME_OUT) and new_status is RunStatus.CANCELLING)
     ):
         broken.append("TR-R6")  # a wait ends only by its exact, decided owner (a timer: when due), or a cancellation
     if new_status is RunStatus.CANCELLED and not (
@@ -648,12 +714,12 @@ def _status_rules(record: RunPair, new: RunPair, command: Any, now_us: int) -> l
 
 
 def transition_violations(record: RunPair | None, command: RunCommand, now_us: int, decision: Decision) -> list[str]:
-    """The transition rules (TR-R1 ... TR-R10 in specs/runs.md) a decision breaks."""
+    """The transition rules (TR-R1 ... TR-R11 in specs/runs.md) a decision breaks."""
     if isinstance(decision, Refused):
         return []
     new = decision.new_record
     if record is None:
-        return ["TR-R1"] if new is None else _admission_rules(new, command)
+        return ["TR-R1"] if new is None else _admission_rules(new, command, now_us)
     if new is None:
         return ["TR-R1"]  # Runs are never deleted
     broken = []
@@ -695,7 +761,25 @@ def transition_violations(record: RunPair | None, command: RunCommand, now_us: i
             and command.kind is not RunCommandType.CLAIM:
         broken.append("TR-R4")
     broken += _status_rules(record, new, command, now_us)
+    broken += _timeout_rules(record, new, command, now_us)
     return broken
+
+
+_CANCELLED_STATUSES = (RunStatus.CANCELLING, RunStatus.CANCELLED)
+
+
+def _timeout_rules(record: RunPair, new: RunPair, command: Any, now_us: int) -> list[str]:
+    """TR-R11: a Run is cancelled for its deadline only by ``time_out`` at or after it, with
+    the reason ``timeout``; an operator's cancel records none; a reason never changes."""
+    old, run = record.run, new.run
+    if run.status is RunStatus.CANCELLING and old.status is not RunStatus.CANCELLING:
+        due = old.deadline_us is not None and now_us >= old.deadline_us
+        if not ((command.kind is RunCommandType.BEGIN_CANCEL and run.error == old.error)
+                or (command.kind is RunCommandType.TIME_OUT and due and run.error == RUN_TIMEOUT_ERROR)):
+            return ["TR-R11"]
+    if old.status in _CANCELLED_STATUSES and run.error != old.error:
+        return ["TR-R11"]
+    return []
 
 
 RUNS = Machine.define(

@@ -22,7 +22,14 @@ from tenure.model import (
     WaitKind,
     bounds,
 )
-from tenure.model.runs import MAX_ERROR_CHARS, MAX_HOP_RETRIES, MAX_QUEUE_CHARS, MAX_RUN_TEXT_CHARS, MAX_SCOPES
+from tenure.model.runs import (
+    MAX_ERROR_CHARS,
+    MAX_HOP_RETRIES,
+    MAX_QUEUE_CHARS,
+    MAX_RUN_TEXT_CHARS,
+    MAX_SCOPES,
+    RUN_TIMEOUT_ERROR,
+)
 
 from ..core import replaced
 
@@ -91,7 +98,10 @@ class RunRow:
     workflow's policy; 0: never), ``hop_retries`` how many times it did; ``retry_of``
     the Run (failed ``lost``) an operator re-admitted this one for; ``wake_at_us`` the
     due time of a timer wait (the timer's owner is the database clock), kept with the
-    timer as its owner is."""
+    timer as its owner is. ``deadline_us`` is when the Run times out: set once, at
+    admission, to the database time plus the admitted timeout (None: no deadline), and
+    never changed (part of its identity); a Run cancelled because it passed keeps the
+    reason ``timeout`` as its ``error``."""
 
     run_id: str
     status: RunStatus
@@ -122,6 +132,7 @@ class RunRow:
     hop_retries: int = 0
     retry_of: str | None = None
     wake_at_us: int | None = None
+    deadline_us: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,6 +259,7 @@ def _run_types(run: RunRow) -> list[str]:
         and 0 <= run.hop_retries <= run.max_hop_retries <= MAX_HOP_RETRIES,
         "retry_of": _optional_text(run.retry_of, 36),
         "wake_at_us": _optional_instant(run.wake_at_us),
+        "deadline_us": _optional_instant(run.deadline_us),
     }
     return [f"INV-R1.run.{name}" for name, ok in checks.items() if not ok]
 
@@ -348,6 +360,10 @@ def record_violations(record: RunPair) -> list[str]:
                       for delivery in record.deliveries)
         and run.created_at_us <= run.updated_at_us
         and (run.requested_priority is None or run.requested_priority == run.priority),
+        # INV-R10: a cancellation's reason is none (an operator's) or the deadline's,
+        # and only a Run with a deadline times out.
+        "INV-R10": status not in (RunStatus.CANCELLING, RunStatus.CANCELLED) or run.error is None
+        or (run.error == RUN_TIMEOUT_ERROR and run.deadline_us is not None),
     }
     for delivery in record.deliveries:
         for name, ok in _delivery_rules(delivery).items():

@@ -42,6 +42,7 @@ from tenure.kernel.runs.commands import (
     Resume,
     Rotate,
     Settle,
+    TimeOut,
 )
 from tenure.kernel.runs.record import RunPair, key_of
 from tenure.kernel.runs.record import record_violations as run_violations
@@ -87,6 +88,8 @@ BROKEN_RUNS: dict[str, Callable[[], RunPair]] = {
     "INV-R7": lambda: _with_delivery(_pair(), delivery_id="run:somewhere-else:0"),
     "INV-R8": lambda: _with_delivery(_pair(RunStatus.QUEUED, D.PUBLISHED), published_at_us=None),
     "INV-R9": lambda: _with_delivery(_pair(), queue="elsewhere"),
+    # a cancellation for a deadline the Run never had
+    "INV-R10": lambda: _pair(RunStatus.CANCELLED, D.SETTLED, error="timeout"),
 }
 
 BROKEN_CONSENTS: dict[str, Callable[[], Any]] = {
@@ -116,7 +119,8 @@ def test_every_record_invariant_the_spec_lists_has_a_breaking_record_here(machin
 
 def test_the_valid_records_the_breaking_ones_start_from_keep_every_invariant() -> None:
     for pair in (_pair(), _pair(RunStatus.RUNNING, D.CLAIMED), _pair(RunStatus.QUEUED, D.PUBLISHED),
-                 _pair(RunStatus.DONE, D.SETTLED)):
+                 _pair(RunStatus.DONE, D.SETTLED), _pair(RunStatus.CANCELLED, D.SETTLED, error="timeout",
+                                                         deadline_us=NOW)):
         assert run_violations(pair) == []
     assert consent_violations(consent_row()) == []
     assert job_violations(job_row()) == []
@@ -174,6 +178,9 @@ BROKEN_RUN_RULES: dict[str, tuple[RunPair | None, Any, RunPair | None]] = {
     # a claim that counts a retry of a lost hop
     "TR-R10": (_with_run(_QUEUED, max_hop_retries=1), Claim(enqueue_seq=0, node="node-a"),
                _with_run(_pair(RunStatus.RUNNING, D.CLAIMED), max_hop_retries=1, hop_retries=1)),
+    # a timeout elected a microsecond before the deadline
+    "TR-R11": (_with_run(_RUNNING, deadline_us=NOW + 1), TimeOut(),
+               _pair(RunStatus.CANCELLING, D.CLAIMED, deadline_us=NOW + 1, error="timeout")),
 }
 
 

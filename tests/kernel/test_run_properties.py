@@ -53,6 +53,8 @@ from tenure.kernel.runs.commands import (
     Settled,
     Swept,
     Ticket,
+    TimedOut,
+    TimeOut,
 )
 from tenure.kernel.runs.machine import CANCELLED_BY, OUTCOMES, RUNS, SETTLED_BY, RunRefusal
 from tenure.kernel.runs.record import RunPair, RunRow, key_of
@@ -139,18 +141,19 @@ def refused(decision: Decision, reason: Any) -> bool:
     return isinstance(decision, Refused) and decision.reason is reason
 
 
-def admit(run: RunRow | None = None, *, hold: bool = False, session_busy: bool = False) -> Admit:
+def admit(run: RunRow | None = None, *, hold: bool = False, session_busy: bool = False,
+          timeout_us: int | None = None) -> Admit:
     row = run if run is not None else base_run(created_at_us=0, updated_at_us=0)
     return Admit(run=row, delivery=delivery_for(row, DeliveryState.PENDING, created_at_us=0), hold=hold,
-                 session_busy=session_busy)
+                 session_busy=session_busy, timeout_us=timeout_us)
 
 
-def admitted(*, hold: bool = False) -> RunPair:
-    return applied(decide(RUNS, None, admit(hold=hold), NOW - 50))
+def admitted(*, hold: bool = False, timeout_us: int | None = None) -> RunPair:
+    return applied(decide(RUNS, None, admit(hold=hold, timeout_us=timeout_us), NOW - 50))
 
 
-def claimed(seq: int = 0) -> RunPair:
-    pair = admitted()
+def claimed(seq: int = 0, timeout_us: int | None = None) -> RunPair:
+    pair = admitted(timeout_us=timeout_us)
     for _ in range(seq):
         pair = resumed(parked(pair))
     return applied(decide(RUNS, pair, Claim(enqueue_seq=pair.run.enqueue_seq, node="node-a"), NOW))
@@ -575,6 +578,94 @@ def test_a_prepared_service_attempt_and_a_lost_delegated_job_keep_containment_un
         finders.OPEN_ATTEMPT_STATES)
     assert set(finders.OPEN_JOB_STATUSES) == {AgentJobStatus.QUEUED, AgentJobStatus.ADMITTED,
                                               AgentJobStatus.PREPARING, AgentJobStatus.RUNNING, AgentJobStatus.LOST}
+
+
+# --- timeouts -------------------------------------------------------------------------------
+
+TIMEOUT_US = 5_000_000
+DEADLINE = NOW - 50 + TIMEOUT_US
+"""The deadline of a Run admitted at ``NOW - 50`` (see :func:`admitted`) with ``TIMEOUT_US``."""
+
+
+def test_an_admission_with_a_timeout_gets_its_deadline_from_the_database_clock() -> None:
+    pair = admitted(timeout_us=TIMEOUT_US)
+    assert (pair.run.created_at_us, pair.run.deadline_us) == (NOW - 50, DEADLINE)
+    assert admitted().run.deadline_us is None
+    for bad in (0, -1, 366 * 86_400_000_000 + 1, True, 1.5):
+        assert refused(decide(RUNS, None, admit(timeout_us=bad), NOW), RunRefusal.TIMEOUT_INVALID)  # type: ignore[arg-type]
+    assert applied(decide(RUNS, None, admit(timeout_us=366 * 86_400_000_000), NOW)).run.deadline_us == (
+        NOW + 366 * 86_400_000_000)
+
+
+def test_a_replay_must_ask_for_the_timeout_the_run_was_admitted_with() -> None:
+    timed, untimed = admitted(timeout_us=TIMEOUT_US), admitted()
+    same = decide(RUNS, timed, admit(timeout_us=TIMEOUT_US), NOW + 10**9)
+    assert applied(same) == timed and same.reply == Admitted(created=False)  # type: ignore[union-attr]
+    for other in (TIMEOUT_US + 1, TIMEOUT_US - 1, None):
+        assert refused(decide(RUNS, timed, admit(timeout_us=other), NOW), RunRefusal.TIMEOUT_CHANGED)
+    assert refused(decide(RUNS, untimed, admit(timeout_us=TIMEOUT_US), NOW), RunRefusal.TIMEOUT_CHANGED)
+    assert applied(decide(RUNS, untimed, admit(), NOW)) == untimed
+    assert OUTCOMES[RunRefusal.TIMEOUT_CHANGED] is ErrorCode.RUN_ADMISSION_CONFLICT
+
+
+def test_a_run_times_out_at_its_deadline_on_the_database_clock_and_not_a_microsecond_before() -> None:
+    for pair in (admitted(timeout_us=TIMEOUT_US), claimed(timeout_us=TIMEOUT_US),
+                 parked(claimed(timeout_us=TIMEOUT_US))):
+        for early in (NOW, DEADLINE - 1):
+            assert refused(decide(RUNS, pair, TimeOut(), early), RunRefusal.DEADLINE_NOT_DUE)
+        for due in (DEADLINE, DEADLINE + 10**9):
+            decision = decide(RUNS, pair, TimeOut(), due)
+            out = applied(decision)
+            assert decision.reply == TimedOut(pair.run.enqueue_seq)  # type: ignore[union-attr]
+            assert (out.run.status, out.run.error, out.run.enqueue_seq, out.current) == (
+                RunStatus.CANCELLING, "timeout", pair.run.enqueue_seq, pair.current)
+    assert OUTCOMES[RunRefusal.DEADLINE_NOT_DUE] is None
+
+
+def test_a_run_without_a_deadline_never_times_out_and_a_finished_one_is_left_as_it_is() -> None:
+    assert refused(decide(RUNS, claimed(), TimeOut(), NOW + 10**12), RunRefusal.NO_DEADLINE)
+    assert refused(decide(RUNS, None, TimeOut(), NOW), RunRefusal.NOT_FOUND)
+    done = applied(decide(RUNS, claimed(timeout_us=TIMEOUT_US), settle(), NOW))
+    assert refused(decide(RUNS, done, TimeOut(), DEADLINE + 1), RunRefusal.FINISHED)
+    failed = applied(decide(RUNS, claimed(timeout_us=TIMEOUT_US), settle(status=RunStatus.FAILED), NOW))
+    assert refused(decide(RUNS, failed, TimeOut(), DEADLINE + 1), RunRefusal.FINISHED)
+
+
+def test_a_timed_out_run_finishes_its_cancellation_as_an_operators_and_keeps_its_reason() -> None:
+    out = applied(decide(RUNS, claimed(timeout_us=TIMEOUT_US), TimeOut(), DEADLINE))
+    assert refused(decide(RUNS, out, settle(), DEADLINE), RunRefusal.CANCELLING)  # the hop's late settle
+    again = decide(RUNS, out, TimeOut(), DEADLINE + 5)
+    assert applied(again) == out and again.reply == Ticket(0, already_cancelled=False)  # type: ignore[union-attr]
+    assert refused(decide(RUNS, out, FinishCancel(enqueue_seq=0, hop=BrokerJobState.ACTIVE, containment=CONTAINED),
+                          DEADLINE), RunRefusal.HOP_LIVE)
+    cancelled = applied(decide(RUNS, out, FinishCancel(enqueue_seq=0, hop=BrokerJobState.ABORTED,
+                                                       containment=CONTAINED), DEADLINE))
+    assert (cancelled.run.status, cancelled.run.error) == (RunStatus.CANCELLED, "timeout")
+    assert refused(decide(RUNS, cancelled, TimeOut(), DEADLINE + 5), RunRefusal.FINISHED)
+
+
+def test_an_operators_cancel_keeps_no_reason_and_a_later_timeout_does_not_add_one() -> None:
+    operator = cancelling(claimed(timeout_us=TIMEOUT_US))
+    assert (operator.run.status, operator.run.error) == (RunStatus.CANCELLING, None)
+    ticket = decide(RUNS, operator, TimeOut(), DEADLINE)
+    assert applied(ticket) == operator and ticket.reply == Ticket(0, already_cancelled=False)  # type: ignore[union-attr]
+    assert refused(decide(RUNS, operator, TimeOut(), DEADLINE - 1), RunRefusal.DEADLINE_NOT_DUE)
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_time_out_applies_exactly_to_an_open_run_whose_deadline_passed(data: st.DataObject) -> None:
+    record, command, now = data.draw(run_situations(kind=RunCommandType.TIME_OUT))
+    decision = decide(RUNS, record, command, now)
+    due = record is not None and record.run.deadline_us is not None and now >= record.run.deadline_us
+    open_run = record is not None and record.run.status not in (RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED)
+    assert isinstance(decision, Applied) == (due and open_run)
+    if isinstance(decision, Applied):
+        assert record is not None
+        new = applied(decision)
+        assert new.run.status is RunStatus.CANCELLING and new.current == record.current
+        expected_reason = record.run.error if record.run.status is RunStatus.CANCELLING else "timeout"
+        assert new.run.error == expected_reason
 
 
 # --- consents -------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ async def test_a_killed_process_is_recovered_by_the_next_boot_and_everything_fin
         assert dict(report.counts) == {
             "published": per + per + 1,  # the unpublished, the resumed, the rotated
             "republished": 1, "rotated": 1, "held_failed": 0, "orphans_parked": per, "orphans_failed": per,
-            "resumed": per, "cancels_finished": 0, "outcomes_settled": 0, "hops_retried": 0,
+            "resumed": per, "cancels_finished": 0, "outcomes_settled": 0, "hops_retried": 0, "timed_out": 0,
         }
         for run_id in made["orphan"]:
             run = await ledger.get(run_id)

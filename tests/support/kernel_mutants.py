@@ -412,9 +412,60 @@ def claim_records_the_node_not_the_claimant() -> None:
     RUNS.effects["claim"] = by_node
 
 
+def time_out_before_the_deadline() -> None:
+    # The deadline's owner is obeyed whenever it asks, whatever the database clock says.
+    for state in (*_RUN_OPEN, RS.CANCELLING):
+        _run_rules(state, RC.TIME_OUT, lambda rules: tuple(rule for rule in rules if rule.guard != "deadline_not_due"))
+
+
+def time_out_without_a_deadline() -> None:
+    # A Run admitted without a timeout counts as past its deadline.
+    RUNS.guards["no_deadline"] = lambda record, command, now_us: False
+
+
+def time_out_without_its_reason() -> None:
+    # The Run is cancelled for its deadline but keeps no reason: an operator's cancel, as seen.
+    time_out = RUNS.effects["time_out"]
+
+    def reasonless(record: Any, command: Any, now_us: int) -> Any:
+        decided = time_out(record, command, now_us)
+        return Applied(RunPair(replace_run(decided.new_record.run, error=None), decided.new_record.deliveries),
+                       decided.reply)
+
+    RUNS.effects["time_out"] = reasonless
+
+
+def replay_ignores_the_timeout() -> None:
+    # A replay under the same key with another timeout answers the stored Run.
+    for state in _RUN_ALL:
+        _run_rules(state, RC.ADMIT, lambda rules: tuple(rule for rule in rules if rule.guard != "timeout_differs"))
+
+
+def deadline_forgotten_at_admission() -> None:
+    # An admission with a timeout is stored without its deadline.
+    RUNS.effects["insert_timed"] = RUNS.effects["insert"]
+
+
+def time_out_of_a_finished_run() -> None:
+    # A Run that finished first is cancelled all the same once its deadline passed.
+    for state in (RS.DONE, RS.FAILED):
+        _run_rules(state, RC.TIME_OUT, lambda rules: RUNS.table[(RS.RUNNING, RC.TIME_OUT)])
+
+
+_RUN_OPEN = (RS.QUEUED, RS.RUNNING, RS.AWAITING_HARDWARE, RS.AWAITING_CONSENT, RS.AWAITING_DELEGATE,
+             RS.AWAITING_SERVICE, RS.AWAITING_TIMER)
+_RUN_ALL = tuple(state for state in RS if state is not RS.ABSENT)
+
+
 RUN_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (
+        time_out_before_the_deadline,
+        time_out_without_a_deadline,
+        time_out_without_its_reason,
+        replay_ignores_the_timeout,
+        deadline_forgotten_at_admission,
+        time_out_of_a_finished_run,
         timer_resumed_before_due,
         timer_due_time_moved_by_resume,
         claim_replayed_to_any_claimant,

@@ -131,9 +131,11 @@ class Runs:
         async with AttemptLedger(self.db_url) as attempts:
             return await attempts.prepare(spec(unique("owner"), run_id=run_id))
 
-    async def waiting_on_consent(self, key: str = "run-1", *, decided: bool = False) -> tuple[str, str]:
-        """A Run parked at sequence 0 on a consent (granted when ``decided``)."""
-        run_id = await self.running(key)
+    async def waiting_on_consent(self, key: str = "run-1", *, decided: bool = False,
+                                 **options: Any) -> tuple[str, str]:
+        """A Run parked at sequence 0 on a consent (granted when ``decided``); ``options``
+        go to its admission."""
+        run_id = await self.running(key, **options)
         consent_id = await self.consent(run_id)
         assert await self.ledger.park(run_id, 0, kind=WaitKind.CONSENT, owner_id=consent_id)
         if decided:

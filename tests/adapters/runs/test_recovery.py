@@ -485,7 +485,7 @@ async def test_run_relays_restarts_a_failing_relay_with_capped_backoff_until_sto
 def test_report_shapes() -> None:
     assert recovery_module.COUNT_NAMES == ("published", "republished", "rotated", "held_failed", "orphans_parked",
                                            "orphans_failed", "resumed", "cancels_finished", "outcomes_settled",
-                                           "hops_retried")
+                                           "hops_retried", "timed_out")
     assert RecoveryIssue("r", "port_failed").reason == "port_failed"
 
 

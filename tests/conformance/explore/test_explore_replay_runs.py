@@ -6,8 +6,8 @@ shortest trace breaking a property; replayed against a database running the same
 mutant, every decision and every stored record agrees with the trace; replayed against
 a database running tenure's kernel, the database departs from the trace at the step
 where the mutant was wrong. Traces of tenure's own kernel that reach a consent sweep, a
-restart's reconciliation, a retried lost hop, a takeover, a due timer and an expired
-deadline replay without a departure. A trace whose clock stands a microsecond before an
+restart's reconciliation, a retried lost hop, a takeover, a due timer, an expired
+deadline and a Run timed out by a relay replay without a departure. A trace whose clock stands a microsecond before an
 instant cannot be followed by a database whose clock keeps running: it is reported not
 replayable, never as a departure or an agreement.
 """
@@ -49,6 +49,8 @@ WRITE_ONE_WORLD = textwrap.dedent("""
                                and d.command.owner_id.startswith("sleep")],
         "deadline": lambda last: [d for d in last if type(d.command).__name__ == "DecideConsent"
                                   and d.command.verdict.value == "expired"],
+        "timeout": lambda last: [d for d in last if type(d.command).__name__ == "TimeOut"]
+                                and [d for d in last if type(d.command).__name__ == "FinishCancel"],
     }
     model, depth = next((model, depth) for model, depth in runs.STANDARD if model.bounds.name == world)
     if witness != "-":
@@ -117,6 +119,9 @@ DEPARTS_FROM_TENURES_KERNEL = {
     # A timer parked one second ahead: the database holds that margin.
     ("runs:timer_resumed_before_due", "hops"):
         "5 resumer resumes naming run-1 by sleep:0: runs Resume applied refused timer_not_due <--",
+    # The Run's deadline lies 30 s ahead when the deadline owner's time_out is sent.
+    ("runs:time_out_before_the_deadline", "deadlines"):
+        "2 deadline owner times out run-1: runs TimeOut applied refused deadline_not_due <--",
     ("runs:settle_over_cancelling", "recovery"):
         "6 w1 settles (done) run-1/0: runs Settle applied refused cancelling <--",
     ("nodes:renewal_after_expiry", "leases"): "2 node-b#1 renews its lease: nodes Renew applied refused lease_expired <--",
@@ -134,6 +139,7 @@ WITNESSES = {
     "takeover": ("leases", "node-a takes over node-b: nodes TakeOver applied applied"),
     "timer": ("hops", "resumer resumes naming run-1 by sleep:0: runs Resume applied applied"),
     "deadline": ("consents", "deadline owner expires consent-1-1: consent DecideConsent applied applied"),
+    "timeout": ("deadlines", "relay a relay round: runs TimeOut applied applied"),
 }
 """Steps of tenure's own kernel the replay must follow without a departure."""
 

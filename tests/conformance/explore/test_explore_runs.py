@@ -41,6 +41,11 @@ CAUGHT: dict[str, tuple[str, str, int]] = {
     "runs:cancelled_without_containment": ("delegates", "terminal_run_has_every_effect_contained", 7),
     "runs:replay_reroutes": ("admissions", "a_run_keeps_its_identity_and_route", 3),
     "runs:rotation_loses_resume_mode": ("recovery", "a_hop_keeps_its_resume_mode", 9),
+    "runs:time_out_before_the_deadline": ("deadlines", "a_run_times_out_only_past_its_deadline_and_says_so", 2),
+    "runs:time_out_without_its_reason": ("deadlines", "a_run_times_out_only_past_its_deadline_and_says_so", 3),
+    "runs:time_out_without_a_deadline": ("consents", "a_run_times_out_only_past_its_deadline_and_says_so", 1),
+    "runs:deadline_forgotten_at_admission": ("deadlines", "decisions_keep_the_transition_rules", 1),
+    "runs:time_out_of_a_finished_run": ("deadlines", "records_keep_their_invariants", 7),
     "consent:second_verdict_wins": ("consents", "the_first_verdict_wins", 6),
     "consent:expire_before_the_deadline": ("consents", "the_deadline_owner_expires_only_when_due", 5),
     "consent:expire_a_second_early": ("consents", "the_deadline_owner_expires_only_when_due", 6),
@@ -67,6 +72,11 @@ MISSED: dict[str, tuple[str, str]] = {
         "retry_lost is sent only by recovery, whose retry_left guard (REC-11) reads the same hop_retries the kernel "
         "fences on, and every retry moves the sequence, so no interleaving sends it with no retry left: the "
         "kernel's guard is defence in depth, caught by tests/kernel/test_run_properties.py"),
+    "runs:replay_ignores_the_timeout": (
+        "deadlines",
+        "the explorer's callers replay with the timeout they admitted with; a replay with another one changes "
+        "nothing stored whether it is refused or answered (the conflict is only the caller's answer): caught by "
+        "tests/kernel/test_run_properties.py and tests/adapters/runs/test_run_timeouts.py"),
     "recovery:settle_recorded_from_an_earlier_hop": (
         "recovery",
         "a recorded outcome is written only under the hop's fence (RUNNING at its sequence), removed by the "

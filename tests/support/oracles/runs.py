@@ -67,6 +67,13 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "no_retries_left": lambda r, c, n: not r.run.hop_retries < r.run.max_hop_retries,
     "claimed_by_claimant": lambda r, c, n: c.claimant is not None and c.enqueue_seq == r.run.enqueue_seq
     and _current(r).state.value == "claimed" and _current(r).claimed_by == c.claimant,
+    "timeout_invalid": lambda r, c, n: c.timeout_us is not None and not (
+        type(c.timeout_us) is int and 1 <= c.timeout_us <= 366 * 24 * 3600 * 1_000_000),
+    "timed": lambda r, c, n: c.timeout_us is not None,
+    "timeout_differs": lambda r, c, n: (
+        None if r.run.deadline_us is None else r.run.deadline_us - r.run.created_at_us) != c.timeout_us,
+    "no_deadline": lambda r, c, n: r.run.deadline_us is None,
+    "deadline_not_due": lambda r, c, n: r.run.deadline_us is not None and not n >= r.run.deadline_us,
 }
 
 
