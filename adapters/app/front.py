@@ -34,6 +34,14 @@ exactly one hop at a time, parks while it waits and is resumed only by the owner
 for (``docs/runs.md``); a process that dies leaves its Runs to the recovery of the next
 worker to start, or of a live one once its node lease lapsed.
 
+Timeouts: ``@app.workflow(timeout_s=...)`` or ``start(..., timeout_s=...)`` gives a Run a
+deadline on the database clock, fixed at admission (part of the admitted work: a replay
+with another timeout is refused). A Run not ended by then is cancelled by the relays of
+any running worker, with proven containment (its running hop fenced, its children
+cancelled by a parent's cancellation), and ends CANCELLED with ``error == "timeout"``
+(``handle.result()`` raises :class:`WorkflowFailed`). It survives restarts: the deadline
+is a column, and the first relay round after it passed acts on it.
+
 Versions: a Run keeps the version it was admitted with, and a worker runs it only when it
 registers that exact name and version (``workflow_unavailable`` otherwise). Under one
 version, a changed body is checked by replay: a Run whose journal holds another call at a
@@ -71,7 +79,7 @@ from tenure.model.validation import refuse
 
 from ..queue.runner import WorkerStats
 from ..queue.worker import Worker
-from ..runs.ledger import RunLedger, resume_and_publish, run_id_for
+from ..runs.ledger import RunLedger, resume_and_publish, run_id_for, timeout_us_of
 from ..runs.queue_broker import QueueBroker
 from ..runs.recovery import VISIT_CONCURRENCY, RecoveryPorts
 from ..runs.replay import CHILD_RUNTIME, WorkflowContext, child_job_result
@@ -186,8 +194,10 @@ class Workflow:
     """An app workflow: ``start(...)`` admits a Run of it (see :class:`App`)."""
 
     def __init__(self, app: App, function: Callable[..., Awaitable[Any]], *, name: str, version: str, queue: str,
-                 priority: int) -> None:
+                 priority: int, timeout_s: float | None = None) -> None:
         self.app = app
+        self.timeout_s = timeout_s
+        """The timeout every Run of it gets unless ``start`` names another (None: none)."""
         self.function = function
         self.name = name
         self.version = version
@@ -217,12 +227,14 @@ class Workflow:
 
     async def start(self, *args: Any, key: str | None = None, priority: int | None = None,
                     principal: str = DEFAULT_PRINCIPAL, scopes: Iterable[str] = (), session_id: str | None = None,
-                    **kwargs: Any) -> WorkflowHandle:
+                    timeout_s: float | None = None, **kwargs: Any) -> WorkflowHandle:
         """Admit a Run of this workflow with these arguments and publish its first hop;
-        its handle. See :class:`App` for ``key`` and the admission's fields."""
+        its handle. See :class:`App` for ``key`` and the admission's fields; ``timeout_s``
+        (default: the workflow's own) cancels a Run not ended by then (see :class:`App`)."""
         payload = self.arguments(args, kwargs)
         return await self.app.start_run(self, payload, key=key, priority=priority, principal=principal,
-                                        scopes=scopes, session_id=session_id)
+                                        scopes=scopes, session_id=session_id,
+                                        timeout_s=self.timeout_s if timeout_s is None else timeout_s)
 
 
 class AppWorker:
@@ -332,21 +344,23 @@ class App(TaskApp):
 
     def workflow(self, function: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None,
                  version: str = "1", queue: str = DEFAULT_WORKFLOW_QUEUE, priority: int = DEFAULT_WORKFLOW_PRIORITY,
-                 on_lost: str = "fail", max_hop_retries: int | None = None) -> Any:
+                 on_lost: str = "fail", max_hop_retries: int | None = None, timeout_s: float | None = None) -> Any:
         """Register ``async def f(ctx, ...)`` as a workflow (``@app.workflow`` or
         ``@app.workflow(...)``). ``name`` defaults to ``module.qualname`` (as for tasks);
         ``version`` (default ``"1"``) is kept by every Run admitted under it; ``queue`` and
         ``priority`` (0..100) route its hops; ``on_lost``/``max_hop_retries`` as
         :meth:`Workflows.register` (``"retry"``: a hop lost with its process runs again,
-        replaying its journal)."""
+        replaying its journal); ``timeout_s`` (more than 0, at most 366 days) the timeout of
+        every Run of it that ``start`` does not give another."""
         def register(target: Callable[..., Awaitable[Any]]) -> Workflow:
             return self._register_workflow(target, name=name, version=version, queue=queue, priority=priority,
-                                           on_lost=on_lost, max_hop_retries=max_hop_retries)
+                                           on_lost=on_lost, max_hop_retries=max_hop_retries, timeout_s=timeout_s)
 
         return register if function is None else register(function)
 
     def _register_workflow(self, function: Callable[..., Awaitable[Any]], *, name: str | None, version: str,
-                           queue: str, priority: int, on_lost: str, max_hop_retries: int | None) -> Workflow:
+                           queue: str, priority: int, on_lost: str, max_hop_retries: int | None,
+                           timeout_s: float | None) -> Workflow:
         if not inspect.iscoroutinefunction(function):
             raise _refuse("function", "async_function_required")
         parameters = list(inspect.signature(function).parameters.values())
@@ -366,7 +380,9 @@ class App(TaskApp):
             raise _refuse("priority", "integer_out_of_range")
         if chosen in self._workflows:
             raise _refuse("name", "workflow_registered")
-        flow = Workflow(self, function, name=chosen, version=version, queue=queue, priority=priority)
+        timeout_us_of(timeout_s)  # refused here (ConfigValidationError) rather than at every start
+        flow = Workflow(self, function, name=chosen, version=version, queue=queue, priority=priority,
+                        timeout_s=timeout_s)
         self.registry.register(chosen, version, flow.run, digest=REPLAY_DIGEST, on_lost=on_lost,
                                max_hop_retries=max_hop_retries)
         self._workflows[chosen] = flow
@@ -410,7 +426,8 @@ class App(TaskApp):
         return self._broker
 
     async def start_run(self, flow: Workflow, payload: dict[str, Any], *, key: str | None, priority: int | None,
-                        principal: str, scopes: Iterable[str], session_id: str | None) -> WorkflowHandle:
+                        principal: str, scopes: Iterable[str], session_id: str | None,
+                        timeout_s: float | None = None) -> WorkflowHandle:
         """Admit and publish a Run of ``flow`` with ``payload`` (its bound arguments);
         what :meth:`Workflow.start` calls."""
         if isinstance(scopes, str) or not isinstance(scopes, Iterable):
@@ -419,7 +436,7 @@ class App(TaskApp):
         pin = self.registry.pin(flow.name, flow.version)
         admission = await self.ledger.admit(intent, workflow=pin, queue=flow.queue,
                                             priority=flow.priority if priority is None else priority,
-                                            idempotency_key=key)
+                                            idempotency_key=key, timeout_s=timeout_s)
         run_id = admission.run.run_id
         with contextlib.suppress(TenureError):
             # Publishing again is safe (the hop key is the same); a broker failure leaves
@@ -433,7 +450,7 @@ class App(TaskApp):
         name in this app, under ``key``, with the parent's principal and scopes."""
         registered = self.get_workflow(getattr(flow, "name", None))
         handle = await self.start_run(registered, dict(payload), key=key, priority=None, principal=parent.principal,
-                                      scopes=parent.scopes, session_id=None)
+                                      scopes=parent.scopes, session_id=None, timeout_s=registered.timeout_s)
         return handle.run_id
 
     async def adopt_child(self, job: AgentJobRecord) -> bool:
@@ -465,24 +482,35 @@ class App(TaskApp):
 
     async def settle_children(self, *, limit: int = 256) -> int:
         """One round of the children relay: every Run waiting on a child Run's job whose
-        child ended gets that end adopted and is resumed. How many it resumed. Every
-        :class:`AppWorker` runs one round per relay interval."""
-        resumed = 0
+        child ended gets that end adopted and is resumed; every cancelling Run (an
+        operator's cancel finished later, a timeout the relays elected) gets its running
+        children cancelled and its cancellation finished once they ended. How many Runs it
+        resumed or cancelled. Every :class:`AppWorker` runs one round per relay interval."""
+        moved = 0
+        async for parent in self._runs_of(RunStatus.AWAITING_DELEGATE, limit):
+            job = None if parent.owner_id is None else await self.ledger.jobs.get(parent.owner_id)
+            if job is not None and job.runtime == CHILD_RUNTIME and await self.adopt_child(job):
+                with contextlib.suppress(TenureError):
+                    if await resume_and_publish(self.ledger, self.broker, parent.run_id,
+                                                owner_id=job.job_id) is not None:
+                        moved += 1
+        async for parent in self._runs_of(RunStatus.CANCELLING, limit):
+            children = [job for job in await self.ledger.jobs.list(parent.run_id) if job.runtime == CHILD_RUNTIME]
+            if children and await self.handle(parent.run_id).cancel():
+                moved += 1
+        return moved
+
+    async def _runs_of(self, status: RunStatus, limit: int) -> AsyncIterator[RunRecord]:
+        """The Runs of ``status``, oldest first, at most ``limit`` of them."""
         after: str | None = None
         while limit > 0:
-            page = await self.ledger.list_runs(status=RunStatus.AWAITING_DELEGATE, after=after, limit=min(limit, 64))
-            for parent in page.items:
-                job = None if parent.owner_id is None else await self.ledger.jobs.get(parent.owner_id)
-                if job is not None and job.runtime == CHILD_RUNTIME and await self.adopt_child(job):
-                    with contextlib.suppress(TenureError):
-                        if await resume_and_publish(self.ledger, self.broker, parent.run_id,
-                                                    owner_id=job.job_id) is not None:
-                            resumed += 1
+            page = await self.ledger.list_runs(status=status, after=after, limit=min(limit, 64))
+            for run in page.items:
+                yield run
             limit -= len(page.items)
             if page.next_cursor is None:
-                break
+                return
             after = page.next_cursor
-        return resumed
 
     def handle(self, run_id: str) -> WorkflowHandle:
         """The handle of a Run started elsewhere (by its ID, or ``key_run_id(key)``)."""

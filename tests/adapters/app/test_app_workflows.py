@@ -328,3 +328,30 @@ async def test_a_hop_that_lost_its_run_runs_no_step_body(db_url: str) -> None:
         await until(lambda: runs.outcomes["cancelled"] + runs.outcomes["lost"], HANG_GUARD_S, what="the hop ended")
     assert ran == []  # the hop checked that it still held its Run before the step's body
     await app.close()
+
+
+async def test_a_workflow_timeout_cancels_the_run_and_its_children_with_reason_timeout(db_url: str) -> None:
+    app = App(db_url)
+    flows = family(app, [])
+
+    @app.workflow(name="impatient", timeout_s=1)
+    async def impatient(ctx: WorkflowContext) -> None:
+        child = await ctx.start_child(flows["pack"], "slow")  # the child waits for a consent nobody gives
+        await child.result()
+
+    async with app.launch(migrate=False):
+        handle = await impatient.start(key="impatient-1")
+        with pytest.raises(WorkflowFailed) as timed_out:
+            await handle.result(wait_s=HANG_GUARD_S)  # the relays time it out, the children relay contains the child
+        assert (timed_out.value.status, timed_out.value.error) == (RunStatus.CANCELLED, "timeout")
+        run = await handle.status()
+        assert run is not None and run.timed_out and run.deadline is not None
+        journal = await app.ledger.steps.recorded(handle.run_id)
+        child = await app.ledger.get(journal[f"{JOURNAL_PREFIX}0"]["answer"]["run_id"])
+        assert child is not None and child.status is RunStatus.CANCELLED and not child.timed_out
+        with pytest.raises(TenureError) as changed:
+            await impatient.start(key="impatient-1", timeout_s=5)  # another timeout is other work
+        assert changed.value.code is ErrorCode.RUN_ADMISSION_CONFLICT
+    with pytest.raises(ConfigValidationError):
+        app.workflow(name="never", timeout_s=0)(impatient.function)
+    await app.close()
