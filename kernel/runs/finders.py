@@ -21,6 +21,7 @@ from tenure.model import (
     AgentJobStatus,
     AttemptState,
     ConsentStatus,
+    MessageStatus,
     RunStatus,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "session_open",
     "runs_by_admission_key",
     "pending_consents_of_run",
+    "pending_receives_of_run",
     "open_jobs_of_run",
     "open_attempts_of_run",
     "runs_page",
@@ -42,9 +44,11 @@ __all__ = [
     "consents_of_run",
     "jobs_of_run",
     "attempts_of_run",
+    "receives_of_run",
     "consents_of_runs",
     "jobs_of_runs",
     "attempts_of_runs",
+    "receives_of_runs",
     "open_jobs_of_runs",
     "open_attempts_of_runs",
     "OPEN_JOB_STATUSES",
@@ -96,6 +100,15 @@ pending_consents_of_run = Finder(
     order=("consent_id",),
     lock="wait",
 )
+
+pending_receives_of_run = Finder(
+    "pending_receives_of_run",
+    ((Condition("run_id", "=", Param("run_id")), Condition("status", "=", MessageStatus.PENDING)),),
+    order=("slot_id",),
+    lock="wait",
+)
+"""The Run's receives still waiting for a message: what a settled or cancelled Run's
+``sweep_receives`` cancels (locked, after the Run and its delivery)."""
 
 OPEN_JOB_STATUSES = _sorted((set(AgentJobStatus) - TERMINAL_AGENT_JOB_STATUSES) | {AgentJobStatus.LOST})
 """Delegated jobs that keep a Run's containment unproven: open, or LOST (terminal for
@@ -198,6 +211,11 @@ jobs_of_run = _of_run("jobs_of_run", "job_id")
 attempts_of_run = _of_run("attempts_of_run", "attempt_id")
 """Every owner row of one Run (recovery picks the newest that is not cancelled)."""
 
+receives_of_run = Finder("receives_of_run", ((Condition("run_id", "=", Param("run_id")),
+                                              Condition("receive_key", "not_null")),), order=("slot_id",), lock="none")
+"""Every message slot of one Run that a receive holds (its receives: owners a Run may
+wait on; a message no receive took is none)."""
+
 
 def _of_runs(name: str, key: str, *also: Condition) -> Finder:
     return Finder(name, ((Condition("run_id", "in", Param("run_ids")), *also),), order=("run_id", key), lock="none")
@@ -206,6 +224,7 @@ def _of_runs(name: str, key: str, *also: Condition) -> Finder:
 consents_of_runs = _of_runs("consents_of_runs", "consent_id")
 jobs_of_runs = _of_runs("jobs_of_runs", "job_id")
 attempts_of_runs = _of_runs("attempts_of_runs", "attempt_id")
+receives_of_runs = _of_runs("receives_of_runs", "slot_id", Condition("receive_key", "not_null"))
 """Every owner row of several Runs (``run_ids``): recovery's page reads each Run's latest
 owner from these, one statement per table for a whole page."""
 
