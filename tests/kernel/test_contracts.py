@@ -15,6 +15,7 @@ import pytest
 import tenure.kernel.agent_jobs.contracts as agent_job_contracts
 import tenure.kernel.attempts.contracts as attempt_contracts
 import tenure.kernel.consents.contracts as consent_contracts
+import tenure.kernel.messages.contracts as message_contracts
 import tenure.kernel.nodes.contracts as node_contracts
 import tenure.kernel.queue.contracts as queue_contracts
 import tenure.kernel.queue.machine as queue_machine
@@ -22,7 +23,7 @@ import tenure.kernel.runs.contracts as run_contracts
 
 ROOT = paths.ROOT
 CONTRACT_MODULES = [queue_contracts, queue_machine, attempt_contracts, run_contracts, consent_contracts,
-                    agent_job_contracts, node_contracts]
+                    agent_job_contracts, node_contracts, message_contracts]
 
 
 def _conditions(function: object) -> list[str]:
