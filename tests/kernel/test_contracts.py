@@ -71,6 +71,9 @@ CROSSHAIR_MUTANTS = [
     ("consent:second_verdict_wins", "consents.contracts.decide_decide_consent", 3),
     ("consent:expire_before_the_deadline", "consents.contracts.decide_decide_consent", 3),
     ("agent_jobs:result_adopted_twice", "agent_jobs.contracts.decide_adopt_result", 6),
+    # Measured December 2026 as above: found at 2 s and at 4 s (not 3 s) per condition.
+    ("messages:second_message_overwrites_the_first", "messages.contracts.decide_send", 6),
+    ("messages:lost_hop_takes_a_message", "messages.contracts.decide_receive", 12),
 ]
 """Each condition the mutant leaves true is searched for its whole budget, so the budget
 is most of a case's cost: a per-mutant budget instead of one generous budget for all
