@@ -168,8 +168,8 @@ class RunContext:
     """What one hop of a Run's workflow sees. ``run`` is the Run as claimed;
     ``resumed`` says whether this hop resumes a wait; ``checkpoint`` is the Run's
     snapshot on a resumed hop (``state`` its workflow state: the state saved last) and
-    exactly one of ``consent``, ``job`` or ``attempt`` is the decided owner it resumed
-    from (none for a timer: ``timer``). A hop that runs in place of a lost one (a
+    exactly one of ``consent``, ``job``, ``attempt`` or ``receive_answer`` is the decided
+    owner it resumed from (none for a timer: ``timer``). A hop that runs in place of a lost one (a
     retry, or a re-park and resume) sees the same: a plain save keeps the owner the
     checkpoint binds, so a resumed hop that saved and died resumes again from the same
     owner, with the state it saved last; a retried fresh hop gets the checkpoint its
