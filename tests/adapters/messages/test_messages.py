@@ -356,3 +356,43 @@ async def test_invalid_messages_and_receives_are_refused_before_any_database_wor
         await call(ledger.messages, run_id)
     assert caught.value.fields == (field,)
     assert await ledger.messages.list(run_id) == ()
+
+
+# --- between the receive and its park; a hop that died there --------------------------------------
+
+
+async def test_a_message_sent_between_the_receive_and_its_park_resumes_the_run_once_it_parks(
+    ledger: RunLedger, runs: Runs,
+) -> None:
+    run_id = await runs.running()
+    waiting = await ledger.messages.receive(run_id, 0, "go", key="@1")
+    filled = await ledger.messages.send(run_id, "go", "early", broker=runs.broker)  # the Run is not parked yet
+    assert (filled.slot_id, filled.status) == (waiting.slot_id, MessageStatus.RECEIVED)
+    run = await ledger.get(run_id)
+    assert run is not None and run.status is RunStatus.RUNNING  # nothing to resume yet
+    # The hop parks on its receive, answered already, and resumes it (its _refire) or the relays do.
+    assert await ledger.park(run_id, 0, kind=WaitKind.MESSAGE, owner_id=waiting.slot_id)
+    await ledger.relay(ports(ledger, runs.broker))
+    run = await ledger.get(run_id)
+    assert run is not None and (run.status, run.enqueue_seq) == (RunStatus.QUEUED, 1)
+
+
+async def test_a_hop_that_died_between_its_receive_and_its_park_is_reparked_on_it_by_reconciliation(
+    ledger: RunLedger, runs: Runs,
+) -> None:
+    node = "node-receives"
+    run_id = await runs.running(node=node)
+    waiting = await ledger.messages.receive(run_id, 0, "go", key="@1", timeout_s=3600)
+    assert await ledger.checkpoints.save(run_id, 0, state={"step": 1}, owner_kind=WaitKind.MESSAGE,
+                                         owner_id=waiting.slot_id)
+    # The process dies here, before its park; the next boot reconciles its node.
+    cutoff = await ledger.database_now() + dt.timedelta(microseconds=1)
+    await ledger.reconcile(ports(ledger, runs.broker), node=node, boot_cutoff=cutoff)
+    run = await ledger.get(run_id)
+    assert run is not None and (run.status, run.owner_kind, run.owner_id) == (
+        RunStatus.AWAITING_MESSAGE, WaitKind.MESSAGE, waiting.slot_id)
+    await ledger.messages.send(run_id, "go", "after the crash", broker=runs.broker)
+    run = await ledger.get(run_id)
+    assert run is not None and (run.status, run.enqueue_seq) == (RunStatus.QUEUED, 1)
+    checkpoint = await ledger.checkpoints.load(run_id)
+    assert checkpoint is not None and (checkpoint.owner_id, checkpoint.state) == (waiting.slot_id, {"step": 1})
