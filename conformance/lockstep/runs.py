@@ -590,24 +590,32 @@ class RunLockstep(LockstepBase):
         self.broker.fail_publishes = int(fault == "fail")
         self.broker.lose_acknowledgements = int(fault == "lose_acknowledgement")
         calls_before = self.broker.publish_calls
+        remembered = self.ledgers[0].engine.last_pair(run_id)
         actual, now = self.once(lambda: self.ledgers[0].publish(run_id, seq, self.broker))
         sent = self.broker.publish_calls > calls_before
         self.broker.fail_publishes = self.broker.lose_acknowledgements = 0
         pair = self.model.pair(run_id)
         publishable = pair is not None and isinstance(RUNS.decide(pair, RecordPublished(enqueue_seq=seq), 0), Applied)
-        assert sent == publishable, "the broker is called exactly when the kernel says the hop is publishable"
-        if not publishable:
+        # The ledger asks the kernel of the pair it last saw first (``RunLedger._publishable``):
+        # a pair the other ledger has since moved on (cancelled, claimed, settled) lets the
+        # broker be called for a hop nobody may run, whose record is then refused on the
+        # rows as locked (documented there). Only a pair that stale explains a call the
+        # stored pair does not.
+        stale = not publishable and remembered is not None and isinstance(
+            RUNS.decide(remembered, RecordPublished(enqueue_seq=seq), remembered.run.updated_at_us), Applied)
+        assert sent == (publishable or stale), "the broker is called exactly when the kernel says the hop is publishable"
+        if not sent:
             assert now is None
             self.expect(actual, ("ok", False))
             return
-        assert now is not None and pair is not None
+        assert now is not None
         if fault != "none":
             error = RecordPublishError(enqueue_seq=seq, error="publish_failed:BrokerUnavailable")
             self.model.applied(run_id, error, now)
             self.expect(actual, ("error", "run_broker_failed", "publish_failed"))
         else:
             self.expect(actual, outcome(lambda: self.model.applied(run_id, RecordPublished(enqueue_seq=seq), now)))
-        if fault == "lose_acknowledgement" or fault == "none":
+        if publishable and pair is not None and fault in ("lose_acknowledgement", "none"):
             assert self.broker.jobs[hop_key(run_id, seq)].queue == pair.current.queue
 
     @rule(data=st.data(), node=st.sampled_from(NODES), claimant=st.sampled_from([None, "claimant-1", "claimant-2"]))
