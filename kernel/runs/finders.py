@@ -1,11 +1,12 @@
 """Which stored rows the Run ledger's commands meet, as data (see :mod:`tenure.kernel.core`).
 
 Every Run command locks the Run row first (``runs_by_keys``), then its current delivery
-(``deliveries_by_keys``), then, where the command needs them, the Run's pending consents;
+(``deliveries_by_keys``), then, where the command needs them, the Run's pending consents
+and its waiting receives;
 owner rows and containment counts are read after the Run's lock, which every writer of
 a Run's owners also takes, so a count cannot miss an owner created concurrently. One
-lock order (Run, delivery, consents) for every operation means no two transactions of
-the ledger wait for each other in a cycle.
+lock order (Run, delivery, consents, receives) for every operation means no two
+transactions of the ledger wait for each other in a cycle.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ pending or published delivery become RUNNING plus a CLAIMED delivery in one
 transaction, so a stale or duplicate hop finds nothing to claim. The hop then settles
 (DONE or FAILED, only with every correlated effect contained), waits for hardware on
 the same claim, or parks on an owner of this Run (a consent, a delegated job, a service
-attempt), which settles its delivery. Only the Run's current owner, once decided,
+attempt, a receive waiting for a message, or a timer), which settles its delivery. Only the Run's current owner, once decided,
 resumes it: the Run becomes QUEUED at the next sequence with a new PENDING delivery
 marked ``resume``. Cancellation freezes the generation (CANCELLING), and only proof
 that the hop is not live and every correlated effect is contained makes it CANCELLED.
