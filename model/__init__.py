@@ -59,6 +59,7 @@ from .fingerprint import (
 )
 from .json_values import MAX_JSON_DEPTH, JsonProblem, canonical_json, json_problem, load_json, text_problem
 from .runs import (
+    ANSWERED_MESSAGE_STATUSES,
     DECIDED_CONSENT_STATUSES,
     FINISHED_BROKER_STATES,
     LIVE_BROKER_STATES,
@@ -74,6 +75,9 @@ from .runs import (
     ConsentStatus,
     DeliveryRecord,
     DeliveryState,
+    MessageRecord,
+    MessageStatus,
+    ReceiveAnswer,
     RunClaim,
     RunIntent,
     RunPage,
@@ -161,6 +165,10 @@ __all__ = [
     "WAIT_STATUSES",
     "TERMINAL_AGENT_JOB_STATUSES",
     "DECIDED_CONSENT_STATUSES",
+    "MessageStatus",
+    "ANSWERED_MESSAGE_STATUSES",
+    "MessageRecord",
+    "ReceiveAnswer",
     "RunIntent",
     "WorkflowPin",
     "RunRecord",

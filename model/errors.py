@@ -35,6 +35,12 @@ class ErrorCode(enum.Enum):
     RUN_BROKER_FAILED = "run_broker_failed"
     RUN_PERSISTENCE_FAILED = "run_persistence_failed"
     JOB_REQUEST_CONFLICT = "job_request_conflict"
+    RUN_MESSAGE_REFUSED = "run_message_refused"
+    """A message to a Run that is unknown (``run_not_found``) or finished: terminal or
+    being cancelled (``run_finished``). Nothing was stored."""
+    RUN_MESSAGE_CONFLICT = "run_message_conflict"
+    """A message ID of the Run reused for another topic or message (``message_changed``),
+    or a receive key reused for another topic (``receive_changed``). Nothing was stored."""
 
 
 def is_authored_word(text: str) -> bool:

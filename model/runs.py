@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import enum
+import re
 from typing import Any
 
 from . import bounds
@@ -40,6 +41,13 @@ __all__ = [
     "WAIT_STATUSES",
     "TERMINAL_AGENT_JOB_STATUSES",
     "DECIDED_CONSENT_STATUSES",
+    "MessageStatus",
+    "ANSWERED_MESSAGE_STATUSES",
+    "MessageRecord",
+    "ReceiveAnswer",
+    "check_topic",
+    "MAX_TOPIC_CHARS",
+    "MAX_MESSAGE_ID_CHARS",
     "RunIntent",
     "WorkflowPin",
     "RunRecord",
@@ -90,6 +98,7 @@ class RunStatus(enum.Enum):
     AWAITING_DELEGATE = "awaiting_delegate"
     AWAITING_SERVICE = "awaiting_service"
     AWAITING_TIMER = "awaiting_timer"
+    AWAITING_MESSAGE = "awaiting_message"
     CANCELLING = "cancelling"
     DONE = "done"
     FAILED = "failed"
@@ -98,7 +107,7 @@ class RunStatus(enum.Enum):
 
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED})
 WAIT_STATUSES = frozenset({RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE,
-                           RunStatus.AWAITING_TIMER})
+                           RunStatus.AWAITING_TIMER, RunStatus.AWAITING_MESSAGE})
 """The waits an owner ends (hardware waits are left by the same hop); a timer's owner is
 its due time on the database clock."""
 
@@ -121,6 +130,9 @@ class WaitKind(enum.Enum):
     DELEGATE = "delegate"
     SERVICE = "service"
     TIMER = "timer"
+    MESSAGE = "message"
+    """A receive of a message (``RunContext.receive``): the Run waits for a message of
+    one topic, or for the receive's timeout."""
 
 
 class ConsentStatus(enum.Enum):
@@ -133,6 +145,40 @@ class ConsentStatus(enum.Enum):
 
 DECIDED_CONSENT_STATUSES = frozenset({ConsentStatus.GRANTED, ConsentStatus.DENIED, ConsentStatus.EXPIRED})
 """Verdicts that resume a Run (a cancelled consent never does)."""
+
+
+class MessageStatus(enum.Enum):
+    """Where one message slot of a Run stands (the message machine, ``specs/messages.md``):
+    a slot holds a message, a receive waiting for one, or both."""
+
+    SENT = "sent"
+    """A message no receive took yet."""
+    PENDING = "pending"
+    """A receive waiting for a message of its topic (until its timeout, if it has one)."""
+    RECEIVED = "received"
+    """A message delivered to a receive: the receive's answer."""
+    TIMED_OUT = "timed_out"
+    """A receive whose timeout passed before any message came: the receive's answer."""
+    CANCELLED = "cancelled"
+    """A pending receive whose Run reached terminal truth: it never answers."""
+
+
+ANSWERED_MESSAGE_STATUSES = frozenset({MessageStatus.RECEIVED, MessageStatus.TIMED_OUT})
+"""A receive's answers: they resume a Run waiting on the receive (a cancelled receive never does)."""
+
+MAX_TOPIC_CHARS = 64
+"""A message topic: 1 to 64 characters of ``A-Z a-z 0-9 _ . : / -``, starting with a letter or a digit."""
+MAX_MESSAGE_ID_CHARS = 128
+"""A message ID (the sender's replay key within its Run)."""
+
+_TOPIC = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
+
+
+def check_topic(value: object) -> str:
+    """A message topic (:data:`MAX_TOPIC_CHARS`): an identifier-like text, refused ``topic_required``."""
+    if type(value) is not str or _TOPIC.fullmatch(value) is None:
+        raise refuse("topic", "topic_required")
+    return value
 
 
 class AgentJobStatus(enum.Enum):
@@ -404,6 +450,68 @@ class ConsentRecord:
         if self.status is ConsentStatus.PENDING:
             return None
         return self.status is ConsentStatus.GRANTED
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MessageRecord:
+    """One message slot of a Run as stored: a message (``message_id``, ``message``,
+    ``sequence``, ``sent_at``: set once a message is in the slot), a receive
+    (``receive_key``, ``expires_at``: set once a receive holds it), or both once the
+    message was delivered (``received``). ``sequence`` numbers the Run's messages of
+    one topic from 1, in the order they were sent; ``decided_at`` is when the receive
+    got its answer (or was cancelled) and ``decided_by`` who gave it when no message
+    did (``tenure:deadline`` for a timeout, the Run's sweep for a cancellation)."""
+
+    slot_id: str
+    run_id: str
+    topic: str
+    status: MessageStatus
+    message_id: str | None
+    message: Any
+    sequence: int | None
+    sent_at: dt.datetime | None
+    receive_key: str | None
+    expires_at: dt.datetime | None
+    created_at: dt.datetime
+    decided_at: dt.datetime | None
+    decided_by: str | None
+
+    @property
+    def answer(self) -> ReceiveAnswer | None:
+        """The receive's answer (None: no receive holds the slot, or it has none yet)."""
+        if self.status not in ANSWERED_MESSAGE_STATUSES or self.receive_key is None:
+            return None
+        received = self.status is MessageStatus.RECEIVED
+        return ReceiveAnswer(
+            status=self.status, topic=self.topic, key=self.receive_key, receive_id=self.slot_id,
+            message=self.message if received else None, message_id=self.message_id if received else None,
+            sequence=self.sequence if received else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReceiveAnswer:
+    """What a receive answers (``RunContext.receive``, ``RunContext.receive_answer``):
+    ``status`` is RECEIVED (``message``, ``message_id`` and ``sequence`` are the
+    delivered message's) or TIMED_OUT (all three None: no message came before the
+    timeout). ``topic`` and ``key`` are the receive's own; ``receive_id`` is the slot the
+    Run waited on (its owner ID). A replayed receive (the same ``key``) answers the same."""
+
+    status: MessageStatus
+    topic: str
+    key: str
+    receive_id: str
+    message: Any = None
+    message_id: str | None = None
+    sequence: int | None = None
+
+    @property
+    def received(self) -> bool:
+        return self.status is MessageStatus.RECEIVED
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status is MessageStatus.TIMED_OUT
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,8 +4,8 @@ A Run's hop ends when it parks (the kernel's resume clears the Run's owner), so 
 hop that resumes it must learn from somewhere durable what it was waiting for and
 where its workflow stood. That is the checkpoint: one row per Run in
 ``tenure_run_checkpoints`` (schema step ``runs_v3``), holding the workflow's JSON state,
-the sequence of the hop that wrote it and the owner (consent, delegated job or service
-attempt) it parks on, if any. The worker writes it before it parks, the resumed hop
+the sequence of the hop that wrote it and the owner (consent, delegated job, service
+attempt or receive) it parks on, if any. The worker writes it before it parks, the resumed hop
 reads it, and the same row is the evidence startup recovery asks for
 (``checkpoint_owner``: an orphan whose checkpoint names the Run's latest owner is
 re-parked instead of failed) and the debt it clears (``delete_checkpoint`` once the Run
@@ -78,7 +78,7 @@ __all__ = ["Checkpoint", "Checkpoints", "CHECKPOINTS_TABLE", "CHECKPOINTS_BINDIN
            "recorded_outcome", "record_outcome_in", "delete_in", "clear_outcome_in",
            "stored_in", "held_with_checkpoint"]
 
-OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE})
+OWNER_KINDS = frozenset({WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE, WaitKind.MESSAGE})
 """The owners ``save`` binds (a timer's checkpoint is written by ``RunLedger.park_timer``,
 in the same transaction as its park)."""
 """The owners a checkpoint may name (a hardware wait is left by the same hop)."""

@@ -43,6 +43,8 @@ from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
 from tenure.kernel.attempts.record import AttemptRow
 from tenure.kernel.consents.commands import CancelPending
 from tenure.kernel.consents.record import ConsentRow
+from tenure.kernel.messages.commands import CancelPending as CancelPendingReceive
+from tenure.kernel.messages.record import MessageRow, answer_complete
 from tenure.kernel.core import Applied, Decision, Refused, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
@@ -72,6 +74,7 @@ from tenure.model.validation import refuse
 from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
+from ..messages.table import MESSAGES_BINDING
 from ..core.engine import CountedAhead, Engine, Insertion, Joined, raise_if_conflict
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
@@ -80,6 +83,7 @@ from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, r
 from .table import CHECKPOINTS_BINDING, CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 
 __all__ = ["RunEngine", "Inputs", "Sent", "NO_INPUTS", "COUNTS", "consent_evidence", "job_evidence", "attempt_evidence",
+           "message_evidence",
            "current_pair", "PathObserver", "AHEAD", "FALLBACK"]
 
 AHEAD = "ahead"
@@ -110,6 +114,12 @@ def job_evidence(row: AgentJobRow) -> OwnerEvidence:
 
 def attempt_evidence(row: AttemptRow) -> OwnerEvidence:
     return OwnerEvidence(WaitKind.SERVICE, row.attempt_id, row.run_id, row.state.value, True)
+
+
+def message_evidence(row: MessageRow) -> OwnerEvidence:
+    """A receive (a message slot) as the owner a Run waits on: decided once it has its
+    answer (a message, or its timeout), complete when that answer has its parts."""
+    return OwnerEvidence(WaitKind.MESSAGE, row.slot_id, row.run_id, row.status.value, answer_complete(row))
 
 
 def _parts(pair: RunPair) -> list[tuple[Any, Any]]:
@@ -507,6 +517,19 @@ class RunEngine:
                 changes.append((consent, decision.new_record))
         await self.engine.persist(tx, CONSENTS_BINDING, changes)
 
+    async def sweep_receives(self, tx: Transaction, run_id: str, decided_by: str) -> None:
+        """Cancel the Run's pending receives (in the Run's own transaction)."""
+        pending = await tx.locked(MESSAGES_BINDING, finders.pending_receives_of_run, {"run_id": run_id})
+        if not pending:
+            return
+        now = await tx.now_us()
+        changes = []
+        for slot in pending:
+            decision = decide(MESSAGES_BINDING.machine, slot, CancelPendingReceive(decided_by=decided_by), now)
+            if isinstance(decision, Applied):
+                changes.append((slot, decision.new_record))
+        await self.engine.persist(tx, MESSAGES_BINDING, changes)
+
 
 # --- owner rows as evidence, by kind ---------------------------------------------------------
 
@@ -526,10 +549,16 @@ async def _attempt_owner(tx: Transaction, owner_id: str) -> OwnerEvidence | None
     return attempt_evidence(rows[0]) if rows else None
 
 
+async def _message_owner(tx: Transaction, owner_id: str) -> OwnerEvidence | None:
+    rows: list[MessageRow] = await tx.read(MESSAGES_BINDING, [owner_id])
+    return message_evidence(rows[0]) if rows else None
+
+
 _OWNER_READERS: Mapping[WaitKind, Callable[[Transaction, str], Awaitable[OwnerEvidence | None]]] = {
     WaitKind.CONSENT: _consent_owner,
     WaitKind.DELEGATE: _job_owner,
     WaitKind.SERVICE: _attempt_owner,
+    WaitKind.MESSAGE: _message_owner,
 }
 """A timer and a hardware wait have no owner row: their evidence is None."""
 
@@ -616,6 +645,11 @@ async def _pending_consents(engine: RunEngine, tx: Transaction, aggregate: _Aggr
     return _NOTHING
 
 
+async def _pending_receives(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
+    # As the pending consents: counted with the pair, read by the sweep.
+    return _NOTHING
+
+
 async def _clock(engine: RunEngine, tx: Transaction, aggregate: _Aggregate) -> object:
     delay = aggregate.inputs.delay_us
     return _NOTHING if delay is None else await tx.now_us() + delay
@@ -630,6 +664,7 @@ READERS: dict[Evidence, _Reader] = {
     Evidence.RUN_OWNER: _run_owner,
     Evidence.CONTAINMENT: _containment,
     Evidence.PENDING_CONSENTS: _pending_consents,
+    Evidence.PENDING_RECEIVES: _pending_receives,
     Evidence.CLOCK: _clock,
 }
 """How each piece of evidence the declaration names is read. The pair's readings after it
@@ -652,6 +687,17 @@ async def _sweep(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, deci
         return  # none pending, counted with the pair (and verified by its write)
     if decided_by is not None:
         await engine.sweep_consents(tx, _run_of(decision), decided_by)
+
+
+async def _sweep_receives(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+    # The Run's terminal truth cancels its waiting receives as it does its pending
+    # consents, with the same ``decided_by``.
+    decided_by = consent_sweep(decision.reply)  # type: ignore[union-attr]
+    counted = aggregate.counted.get(IDLE_WHEN_NONE_COUNTED[FollowUp.SWEEP_RECEIVES])
+    if counted is not None and not any(counted):
+        return  # none waiting, counted with the pair (and verified by its write)
+    if decided_by is not None:
+        await engine.sweep_receives(tx, _run_of(decision), decided_by)
 
 
 async def _delete_checkpoint(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
@@ -691,6 +737,7 @@ def _counts(evidence: Evidence, run_id: str) -> list[Count]:
 COUNTS: dict[Evidence, tuple[tuple[Any, Any], ...]] = {
     Evidence.CONTAINMENT: ((AGENT_JOBS_BINDING, finders.open_jobs_of_run), (ATTEMPTS_BINDING, finders.open_attempts_of_run)),
     Evidence.PENDING_CONSENTS: ((CONSENTS_BINDING, dataclasses.replace(finders.pending_consents_of_run, lock="none")),),
+    Evidence.PENDING_RECEIVES: ((MESSAGES_BINDING, dataclasses.replace(finders.pending_receives_of_run, lock="none")),),
 }
 """The finders each counted evidence (:data:`COUNTED_WITH_PAIR`) counts, by the Run's ID
 (a count takes no lock: the sweep locks the pending consents it cancels)."""
@@ -740,6 +787,7 @@ def _counted_ahead(run_id: str, command: RunCommand) -> CountedAhead:
 
 FOLLOW_UP_STEPS: dict[FollowUp, _Step] = {
     FollowUp.SWEEP_CONSENTS: _sweep,
+    FollowUp.SWEEP_RECEIVES: _sweep_receives,
     FollowUp.RECORD_OUTCOME: _record_outcome,
     FollowUp.DELETE_CHECKPOINT: _delete_checkpoint,
     FollowUp.CLEAR_OUTCOME: _clear_outcome,

@@ -100,6 +100,7 @@ from tenure.model.validation import datetime_to_micros, micros_to_datetime, refu
 
 from ..agent_jobs.facade import AGENT_JOB_NAMESPACE, AgentJobs, cancelled_result, job_id_for
 from ..consents.facade import Consents
+from ..messages.facade import Messages
 from ..core.engine import Engine
 from ..core.facade import Cursor, Facade, checked_timeout, json_text, parsed_json
 from ..core.failures import persistence_failed
@@ -123,7 +124,7 @@ if TYPE_CHECKING:
 __all__ = ["RunLedger", "result_text", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for",
            "legacy_run_id_for", "job_id_for",
            "admission_rows", "consent_evidence", "job_evidence", "attempt_evidence", "cancelled_result",
-           "public_run", "public_delivery", "resume_and_publish", "expire_due_consents"]
+           "public_run", "public_delivery", "resume_and_publish", "expire_due_consents", "time_out_due_receives"]
 
 log = logging.getLogger("tenure.runs.ledger")
 
@@ -507,9 +508,10 @@ class RunLedger(Facade):
 
     async def park(self, run_id: str, enqueue_seq: int, *, kind: WaitKind, owner_id: str) -> bool:
         """Park the RUNNING hop ``enqueue_seq`` on an owner of this Run (a consent, a
-        delegated job, a service attempt), settling its delivery. An owner that does not
-        belong to this Run raises RUN_OWNER_MISMATCH. Hardware waits use
-        :meth:`enter_hardware_wait`."""
+        delegated job, a service attempt, a receive: ``WaitKind.MESSAGE`` with the
+        receive's slot ID), settling its delivery. An owner that does not belong to this
+        Run raises RUN_OWNER_MISMATCH. Hardware waits use :meth:`enter_hardware_wait`,
+        timers :meth:`park_timer`."""
         if type(kind) is not WaitKind or kind in (WaitKind.HARDWARE, WaitKind.TIMER):
             raise refuse("kind", "owner_kind_required")
         owner = check_text(owner_id, "owner_id")
@@ -649,8 +651,9 @@ class RunLedger(Facade):
         republished under the same key, or rotated once the broker finished them) and of
         consent, delegated-job and service waits (resumed once their owner decided);
         then one page of consent deadlines that passed (:func:`expire_due_consents`,
-        publishing through ``ports.broker``; a failure there is logged and retried the
-        next round, never raised). Relays never fail, re-park or settle a Run (only
+        publishing through ``ports.broker``) and one of receive timeouts that passed
+        (:func:`time_out_due_receives`); a failure there is logged and retried the
+        next round, never raised. Relays never fail, re-park or settle a Run (only
         reconciliation has a boot cutoff); the only cancellations they finish are
         those of Runs whose deadline passed. Pass the report's ``cursor`` to the next
         call; safe to run from several processes at once (every write is the kernel's
@@ -660,6 +663,10 @@ class RunLedger(Facade):
             await expire_due_consents(self, limit=page_size, broker=ports.broker)
         except Exception as error:  # noqa: BLE001 - the deadlines stay due; the next round applies them
             log.warning("relay: applying consent deadlines failed with %s", type(error).__name__)
+        try:
+            await time_out_due_receives(self, limit=page_size, broker=ports.broker)
+        except Exception as error:  # noqa: BLE001 - the timeouts stay due; the next round applies them
+            log.warning("relay: applying receive timeouts failed with %s", type(error).__name__)
         return report
 
     # --- reads -------------------------------------------------------------------------
@@ -731,6 +738,20 @@ class RunLedger(Facade):
         """The delegated jobs of this database, on this ledger's connections."""
         return AgentJobs(self.engine)
 
+    @functools.cached_property
+    def messages(self) -> Messages:
+        """The messages to this database's Runs and the receives their hops wait on
+        (``specs/messages.md``), on this ledger's connections. A send that fills a waiting
+        receive resumes its Run through this ledger (and publishes it, given a broker)."""
+        return Messages(self.engine, self._resume_owner, lambda broker: isinstance(broker, Broker))
+
+    async def _resume_owner(self, run_id: str, owner_id: str, broker: Broker | None) -> object:
+        """Resume the Run waiting on ``owner_id``: published through ``broker`` when given,
+        else left PENDING for the relays to publish."""
+        if broker is None:
+            return await self.resume(run_id, owner_id=owner_id)
+        return await resume_and_publish(self, broker, run_id, owner_id=owner_id)
+
 
 
 async def expire_due_consents(ledger: RunLedger, *, limit: int = 32, broker: Broker | None = None) -> int:
@@ -749,3 +770,19 @@ async def expire_due_consents(ledger: RunLedger, *, limit: int = 32, broker: Bro
         return await resume_and_publish(ledger, broker, run_id, owner_id=consent_id)
 
     return await ledger.consents.expire_due(resume=resume, limit=limit)
+
+
+async def time_out_due_receives(ledger: RunLedger, *, limit: int = 32, broker: Broker | None = None) -> int:
+    """:meth:`Messages.time_out_due <tenure.adapters.messages.facade.Messages.time_out_due>`
+    on the ledger's messages: each receive it times out resumes its Run (the declared
+    ``resume_run`` of ``message.time_out``) and, given a ``broker``, publishes it (without
+    one, the relays publish it). The relays call it every round."""
+    if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
+        raise refuse("limit", "integer_out_of_range")
+    if broker is not None and not isinstance(broker, Broker):
+        raise refuse("broker", "broker_required")
+
+    async def resume(run_id: str, slot_id: str) -> object:
+        return await ledger._resume_owner(run_id, slot_id, broker)
+
+    return await ledger.messages.time_out_due(resume=resume, limit=limit)

@@ -10,7 +10,7 @@ whole page in one read transaction: the Runs with their current deliveries in on
 statement (a join: one snapshot), then one statement per kind of evidence the page needs
 (owner rows by their keys, one per owner table; open jobs and open attempts of the
 page's Runs; every owner row of the page's Runs, one per owner table; the clock once):
-at most ten statements for a page, however many Runs it holds, and only those its Runs'
+at most twelve statements for a page, however many Runs it holds, and only those its Runs'
 statuses need.
 
 A Run the page cannot answer for is left out of the answer and the visit reads it alone
@@ -40,8 +40,9 @@ from tenure.model import WaitKind
 from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
+from ..messages.table import MESSAGES_BINDING
 from .table import CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING
-from .engine import attempt_evidence, consent_evidence, current_pair, job_evidence
+from .engine import attempt_evidence, consent_evidence, current_pair, job_evidence, message_evidence
 
 if TYPE_CHECKING:
     from ..core.store import Transaction
@@ -79,6 +80,7 @@ _OWNER_READS: tuple[tuple[WaitKind, Any, str, Callable[..., Awaitable[list[Any]]
     (WaitKind.CONSENT, CONSENTS_BINDING, "consent_id", _by_keys, consent_evidence),
     (WaitKind.DELEGATE, AGENT_JOBS_BINDING, "job_id", _by_keys, job_evidence),
     (WaitKind.SERVICE, ATTEMPTS_BINDING, "attempt_id", _attempts_by_keys, attempt_evidence),
+    (WaitKind.MESSAGE, MESSAGES_BINDING, "slot_id", _by_keys, message_evidence),
 )
 
 
@@ -147,9 +149,10 @@ async def _latest_owners(tx: Transaction, run_ids: Sequence[str]) -> dict[str, t
     rows: list[list[Any]] = [
         await tx.find(binding, finder, parameters)
         for binding, finder in ((CONSENTS_BINDING, finders.consents_of_runs), (AGENT_JOBS_BINDING, finders.jobs_of_runs),
-                                (ATTEMPTS_BINDING, finders.attempts_of_runs))
+                                (ATTEMPTS_BINDING, finders.attempts_of_runs), (MESSAGES_BINDING, finders.receives_of_runs))
     ]
-    grouped: dict[str, tuple[list[Any], list[Any], list[Any]]] = {run_id: ([], [], []) for run_id in run_ids}
+    grouped: dict[str, tuple[list[Any], list[Any], list[Any], list[Any]]] = {
+        run_id: ([], [], [], []) for run_id in run_ids}
     for table, table_rows in enumerate(rows):
         for row in table_rows:
             grouped[row.run_id][table].append(row)

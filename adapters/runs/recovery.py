@@ -111,6 +111,7 @@ from tenure.model.validation import datetime_to_micros, refuse
 from ..agent_jobs.table import AGENT_JOBS_BINDING
 from ..attempts.table import ATTEMPTS_BINDING
 from ..consents.table import CONSENTS_BINDING
+from ..messages.table import MESSAGES_BINDING
 from ..core.failures import persistence_failed
 from ..core.outages import OutageLog
 from ..core.tables import Unreadable
@@ -150,7 +151,7 @@ _MAX_STEPS = 24  # decisions per visit, evidence included: a bound, never reache
 _MAX_REVISITS = 64  # page starts a relay cursor keeps per kind (forward wrapping reaches the rest)
 _HOPS = tuple(sorted(HOP_STATUSES, key=lambda status: status.value))  # the kernel's hop statuses
 _WAITS = (RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE,
-          RunStatus.AWAITING_TIMER)
+          RunStatus.AWAITING_TIMER, RunStatus.AWAITING_MESSAGE)
 _TERMINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED)
 _RELAY_KINDS: tuple[tuple[str, tuple[RunStatus, ...]], ...] = (
     ("deliveries", (RunStatus.QUEUED,)),
@@ -158,6 +159,7 @@ _RELAY_KINDS: tuple[tuple[str, tuple[RunStatus, ...]], ...] = (
     ("delegated_jobs", (RunStatus.AWAITING_DELEGATE,)),
     ("service_waits", (RunStatus.AWAITING_SERVICE,)),
     ("timers", (RunStatus.AWAITING_TIMER,)),
+    ("receives", (RunStatus.AWAITING_MESSAGE,)),
 )
 _DEADLINES = "deadlines"
 """The relay cursor's kind for the deadline sweep (its positions are ``(deadline, run_id)``)."""
@@ -788,11 +790,12 @@ async def _consistent_pair(tx: Transaction, run_id: str) -> tuple[RunRow, Delive
 
 async def _latest_owner(tx: Transaction, run_id: str) -> tuple[WaitKind, str] | None:
     """The Run's newest owner that is not cancelled: the recovery kernel's
-    :func:`latest_owner` over every consent, delegated job and service attempt of the Run."""
+    :func:`latest_owner` over every consent, delegated job, service attempt and receive of the Run."""
     return latest_owner(
         await tx.find(CONSENTS_BINDING, finders.consents_of_run, {"run_id": run_id}),
         await tx.find(AGENT_JOBS_BINDING, finders.jobs_of_run, {"run_id": run_id}),
         await tx.find(ATTEMPTS_BINDING, finders.attempts_of_run, {"run_id": run_id}),
+        await tx.find(MESSAGES_BINDING, finders.receives_of_run, {"run_id": run_id}),
     )
 
 

@@ -8,7 +8,10 @@ of the Run machine's pair. Beside them, two tables no machine decides, written u
 Run's lock: ``tenure_run_checkpoints`` (``runs_v3``) and the step journal
 ``tenure_run_steps`` (``runs_v5``), and the latest recovery report of each node,
 ``tenure_run_recovery_reports`` (``runs_v6``). The Run's owners have their machines' tables
-(``adapters/consents/table.py``, ``adapters/agent_jobs/table.py``). CHECK constraints hold
+(``adapters/consents/table.py``, ``adapters/agent_jobs/table.py``, and
+``adapters/messages/table.py``: its messages and receives, ``runs_v8``, which also
+re-creates the Runs' and checkpoints' checks with the status ``awaiting_message`` and
+the owner kind ``message``). CHECK constraints hold
 the stored values to the machines' states and bounds even against a writer that is not
 tenure. Intents, payloads and results are canonical JSON text; instants follow the
 dialect, like every tenure table.
@@ -44,6 +47,7 @@ __all__ = [
     "RecoveryReportRow", "RECOVERY_REPORTS_TABLE", "RECOVERY_REPORTS_BINDING", "REPORT_PASSES",
     "RUNS_STEP", "RECOVERY_STEP", "WORKERS_STEP", "ADMISSION_KEYS_STEP", "LIVENESS_STEP", "REPORTS_STEP", "CONSOLE_STEP",
     "TIMEOUTS_STEP",
+    "MESSAGES_STEP",
     "MACHINE_TABLES",
 ]
 
@@ -70,6 +74,10 @@ REPORTS_STEP = Step("runs_v6", 9)
 ``tasks_v1`` is."""
 CONSOLE_STEP = Step("console_v1", 10)
 """Indexes in the orders the console's lists page in (``tenure console``)."""
+MESSAGES_STEP = Step("runs_v8", 14)
+"""Messages to a Run (``adapters/messages/table.py`` creates their table): a Run may wait
+``awaiting_message`` on a receive (owner kind ``message``), so the checks of the Runs and
+their checkpoints created earlier are re-created with the wider lists."""
 
 _STEP = RUNS_STEP
 _INSTANT = DateTime(timezone=True)
@@ -138,15 +146,18 @@ RUNS_TABLE = TableSpec(
         IndexSpec("ix_tenure_runs_status_deadline", ("status", "deadline", "run_id"), step=TIMEOUTS_STEP),
     ),
     created_by=_STEP,
-    # runs_v5 added the status awaiting_timer and the owner kind timer: a table created
-    # earlier has its status and owner checks re-created with the wider lists.
-    checks_replaced_by=LIVENESS_STEP,
+    # runs_v5 added the status awaiting_timer and the owner kind timer, runs_v8 the status
+    # awaiting_message and the owner kind message: a table created earlier has its status
+    # and owner checks re-created with the wider lists (once, by the latest step that
+    # widened them: an upgrade applies every step in one transaction).
+    checks_replaced_by=MESSAGES_STEP,
     checks=(
         ("ck_tenure_runs_status", one_of("status", RunStatus)),
         ("ck_tenure_runs_priority", "priority >= 0 AND priority <= 100"),
         ("ck_tenure_runs_enqueue_seq", "enqueue_seq >= 0"),
         ("ck_tenure_runs_wait_owner",
-         "status NOT IN ('awaiting_consent', 'awaiting_delegate', 'awaiting_service') OR owner_id IS NOT NULL"),
+         "status NOT IN ('awaiting_consent', 'awaiting_delegate', 'awaiting_service', 'awaiting_message') "
+         "OR owner_id IS NOT NULL"),
         ("ck_tenure_runs_owner_kind", "owner_kind IS NULL OR " + one_of("owner_kind", WaitKind)),
     ),
 )
@@ -232,9 +243,9 @@ CHECKPOINTS_TABLE = TableSpec(
         ("ck_tenure_run_checkpoints_seq", "enqueue_seq >= 0"),
         ("ck_tenure_run_checkpoints_owner",
          "(owner_kind IS NULL AND owner_id IS NULL) OR "
-         "(owner_kind IN ('consent', 'delegate', 'service', 'timer') AND owner_id IS NOT NULL)"),
+         "(owner_kind IN ('consent', 'delegate', 'service', 'timer', 'message') AND owner_id IS NOT NULL)"),
     ),
-    checks_replaced_by=LIVENESS_STEP,  # runs_v5: a checkpoint may bind a timer
+    checks_replaced_by=MESSAGES_STEP,  # runs_v5: a checkpoint may bind a timer; runs_v8: a receive
 )
 
 CHECKPOINTS_BINDING = Binding("run_checkpoints", None, CHECKPOINTS_TABLE, CheckpointRow, {}, "run_id")

@@ -335,7 +335,7 @@ class RunWorker:
         retried (``hop_retries``) gets the Run's checkpoint too, for its ``state``: the
         state its lost try saved last."""
         run_id = claim.run.run_id
-        checkpoint = consent = job = attempt = None
+        checkpoint = consent = job = attempt = message = None
         if not claim.resume and claim.run.hop_retries:
             checkpoint = await self.ledger.checkpoints.load(run_id)
         if claim.resume:
@@ -351,6 +351,8 @@ class RunWorker:
                 owner = consent = await self.ledger.consents.get(checkpoint.owner_id)
             elif checkpoint.owner_kind is WaitKind.DELEGATE:
                 owner = job = await self.ledger.jobs.get(checkpoint.owner_id)
+            elif checkpoint.owner_kind is WaitKind.MESSAGE:
+                owner = message = await self.ledger.messages.get(checkpoint.owner_id)
             else:
                 owner = attempt = await self.ledger.attempts.get(checkpoint.owner_id)
             if not owner_is_decided(checkpoint.owner_kind, owner) or owner.run_id != run_id:
@@ -358,7 +360,8 @@ class RunWorker:
             if consent is not None and self.metrics is not None:
                 self.metrics.consent_decided(claim, consent)
         return RunContext(claim.run, claim.enqueue_seq, claim.resume, checkpoint, consent, job, attempt,
-                          self.ledger, self.broker, _retry=functools.partial(self._durably, run_id))
+                          self.ledger, self.broker, _retry=functools.partial(self._durably, run_id),
+                          receive_answer=None if message is None else message.answer)
 
     async def _watch(self, claim: RunClaim, context: RunContext, touch: Touch | None) -> RunRecord | None:
         """Returns when the hop does not hold its Run any more (never while it does): the

@@ -26,7 +26,8 @@ admitted with the Run and a worker whose declaration changed does not run it. To
 workflow must let through: it derives from ``BaseException`` so that ``except
 Exception`` does not swallow it), and the hop that resumes the Run later gets
 ``ctx.resumed``, the checkpoint's ``ctx.state`` and the decided owner (``ctx.consent``,
-``ctx.job`` or ``ctx.attempt``). :meth:`RunContext.wait_for_hardware` waits within the same
+``ctx.job`` or ``ctx.attempt``). :meth:`RunContext.receive` returns a message of a topic
+at once when one is there, else parks the same way (``ctx.receive_answer``). :meth:`RunContext.wait_for_hardware` waits within the same
 hop. A hop that lost its Run (cancelled, superseded) gets :class:`HopLost` from any of
 these calls and from nothing else: the worker notices the loss on its own and cancels
 the hop's task.
@@ -50,6 +51,8 @@ from tenure.model import (
     AgentJobRecord,
     ConsentRecord,
     ErrorCode,
+    MessageRecord,
+    ReceiveAnswer,
     RunRecord,
     TenureError,
     WaitKind,
@@ -189,8 +192,8 @@ class RunContext:
     """What one hop of a Run's workflow sees. ``run`` is the Run as claimed;
     ``resumed`` says whether this hop resumes a wait; ``checkpoint`` is the Run's
     snapshot on a resumed hop (``state`` its workflow state: the state saved last) and
-    exactly one of ``consent``, ``job`` or ``attempt`` is the decided owner it resumed
-    from (none for a timer: ``timer``). A hop that runs in place of a lost one (a
+    exactly one of ``consent``, ``job``, ``attempt`` or ``receive_answer`` is the decided
+    owner it resumed from (none for a timer: ``timer``). A hop that runs in place of a lost one (a
     retry, or a re-park and resume) sees the same: a plain save keeps the owner the
     checkpoint binds, so a resumed hop that saved and died resumes again from the same
     owner, with the state it saved last; a retried fresh hop gets the checkpoint its
@@ -217,6 +220,9 @@ class RunContext:
     """How this hop's ledger calls go through database failures: ``_retry(what, call)``
     repeats ``call()`` after each one until the database answers (the worker's retry,
     with its backoff and its one warning per run of failures). None: called once."""
+    receive_answer: ReceiveAnswer | None = None
+    """The answer of the receive this hop resumed from (a message, or the receive's
+    timeout), as :meth:`receive` returns it; None: it did not resume from a receive."""
 
     @property
     def run_id(self) -> str:
@@ -419,6 +425,40 @@ class RunContext:
             raise HopLost()
         await self._refire(timer)  # a timer already due resumes now
 
+    async def receive(self, topic: str, *, key: str, timeout_s: float | None = None,
+                      state: Any = None) -> ReceiveAnswer:
+        """Receive a message of ``topic`` (see ``RunLedger.messages.send``). ``key`` names
+        this receive within the Run (1 to 128 characters; the replay layer passes its
+        journal position, e.g. ``"@3"``), which makes it replay-safe:
+
+        - a receive stored under ``key`` that has its answer returns it at once (the same
+          message, or the timeout), whichever hop asks again;
+        - otherwise the Run's first undelivered message of ``topic`` (the lowest
+          sequence) is taken by this receive, in one transaction fenced by this hop
+          holding its Run, and returned without parking;
+        - otherwise the receive waits, with a deadline ``timeout_s`` after the database
+          clock (more than 0, at most 366 days; None: no timeout), and the Run parks
+          AWAITING_MESSAGE on it (the seed's order: the receive, the checkpoint naming it
+          with ``state``, the park); the hop ends (:class:`HopParked`). A message of
+          ``topic`` sent meanwhile resumes the Run, and so does a relay round once the
+          deadline passed (the answer is then TIMED_OUT); the hop that resumes it sees
+          the answer as ``ctx.receive_answer`` and gets it again from the same call.
+
+        A hop that lost its Run gets :class:`HopLost`; the same ``key`` for another topic
+        raises ``RUN_MESSAGE_CONFLICT``."""
+        try:
+            slot = await self._call("message", lambda: self._ledger.messages.receive(
+                self.run_id, self.enqueue_seq, topic, key=key, timeout_s=timeout_s))
+        except TenureError as error:
+            if error.code is ErrorCode.RUN_OWNER_MISMATCH:  # the hop does not hold its Run any more
+                raise HopLost() from None
+            raise
+        answer = slot.answer
+        if answer is not None:
+            return answer
+        await self._park(WaitKind.MESSAGE, slot.slot_id, state)
+        await self._refire(slot.slot_id)
+
     @property
     def timer(self) -> str | None:
         """The name of the timer this hop woke from (None: it did not wake from one)."""
@@ -457,6 +497,7 @@ class RunContext:
 
 _RECORD_OF_KIND: dict[WaitKind, type[Any]] = {
     WaitKind.CONSENT: ConsentRecord, WaitKind.DELEGATE: AgentJobRecord, WaitKind.SERVICE: AttemptRecord,
+    WaitKind.MESSAGE: MessageRecord,
 }
 
 

@@ -35,6 +35,7 @@ from tenure.adapters.consents.table import CONSENTS_BINDING
 from tenure.adapters.core.store import Probe
 from tenure.adapters.core.tables import Binding, qualified
 from tenure.adapters.core.urls import parse_db_url
+from tenure.adapters.messages.table import MESSAGES_BINDING
 from tenure.adapters.nodes.table import NODES_BINDING
 from tenure.adapters.queue.table import HOPS_BINDING, binding_for
 from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
@@ -44,6 +45,7 @@ from tenure.conformance.lockstep.raw import raw
 from tenure.conformance.strategies.agent_jobs import job_records
 from tenure.conformance.strategies.attempts import attempt_records
 from tenure.conformance.strategies.consents import consent_records
+from tenure.conformance.strategies.messages import message_records
 from tenure.conformance.strategies.nodes import NOW as NODE_NOW
 from tenure.conformance.strategies.nodes import node_records
 from tenure.conformance.strategies.queues import NOW, QUEUE_NAMES, TASK_NAMES, TOKENS, records
@@ -52,6 +54,7 @@ from tenure.kernel.agent_jobs import finders as job_finders
 from tenure.kernel.attempts import finders as attempt_finders
 from tenure.kernel.consents import finders as consent_finders
 from tenure.kernel.core import Finder
+from tenure.kernel.messages import finders as message_finders
 from tenure.kernel.nodes import finders as node_finders
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.record import dedupe_key_of
@@ -251,6 +254,43 @@ def _consent_finders(rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[st
     )
 
 
+def _unique_messages(rows: list[Any]) -> list[Any]:
+    """Message slots of two Runs, each identity once: a message ID and a receive key once
+    per Run, a sequence once per Run and topic (the table's partial unique indexes)."""
+    made = []
+    for number, row in enumerate(rows):
+        made.append(dataclasses.replace(
+            row, slot_id=f"slot-{number}", run_id=RUN_IDS[number % 2],
+            message_id=None if row.message_id is None else f"m-{number}",
+            receive_key=None if row.receive_key is None else f"@{number}",
+            sequence=None if row.sequence is None else number + 1))
+    return made
+
+
+def _message_finders(rows: list[Any]) -> st.SearchStrategy[tuple[Finder, dict[str, Any]]]:
+    runs = st.sampled_from(["run-0", "run-1", "run-9", "RUN-0"])
+    topics = st.sampled_from(["go", "stop", "GO"])
+    deadlines = [row.expires_at_us for row in rows if row.expires_at_us is not None] or [NOW]
+    of_topic = st.sampled_from([message_finders.pending_of_topic, message_finders.first_sent_of_topic,
+                                message_finders.last_of_topic])
+    return st.one_of(
+        _owner_finders(message_finders.messages_by_keys, run_finders.pending_receives_of_run, "slot")(rows),
+        st.tuples(st.sampled_from([run_finders.receives_of_run, message_finders.slots_of_run]),
+                  runs.map(lambda run_id: {"run_id": run_id})),
+        st.tuples(of_topic, st.tuples(runs, topics).map(lambda pair: {"run_id": pair[0], "topic": pair[1]})),
+        st.tuples(st.just(message_finders.message_of_run),
+                  st.tuples(runs, st.sampled_from(["m-0", "m-1", "m-3"])).map(
+                      lambda pair: {"run_id": pair[0], "message_id": pair[1]})),
+        st.tuples(st.just(message_finders.receive_of_run),
+                  st.tuples(runs, st.sampled_from(["@0", "@1", "@3"])).map(
+                      lambda pair: {"run_id": pair[0], "receive_key": pair[1]})),
+        # The deadline owner's page: at, just before and just after a stored deadline, or anywhere.
+        st.tuples(st.just(message_finders.due_receives),
+                  (st.sampled_from(deadlines).flatmap(lambda at: st.integers(at - 1, at + 1)) | times).map(
+                      lambda now: {"now": now})),
+    )
+
+
 def _unique_nodes(rows: list[Any]) -> list[Any]:
     return [dataclasses.replace(row, node=f"node-{index}") for index, row in enumerate(rows)]
 
@@ -307,6 +347,11 @@ TABLES: dict[str, TableCase] = {
         AGENT_JOBS_BINDING,
         st.lists(job_records().filter(lambda r: r is not None), max_size=6).map(_unique_jobs),
         _owner_finders(job_finders.jobs_by_keys, run_finders.open_jobs_of_run, "job"),
+    ),
+    "run_messages": TableCase(
+        MESSAGES_BINDING,
+        st.lists(message_records().filter(lambda r: r is not None), max_size=6).map(_unique_messages),
+        _message_finders,
     ),
 }
 

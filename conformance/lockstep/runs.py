@@ -1,9 +1,11 @@
 """The Run kernels as the model and the RunLedger on every database, in lockstep.
 
 The same command stream goes to the ledger and to a model that keeps kernel records
-(Runs, deliveries, consents, delegated jobs) in dictionaries and decides with the Run,
-consent and job kernels at the database time the ledger's transaction read; every
-answer and every stored row of the four tables must agree after every step. Racing
+(Runs, deliveries, consents, delegated jobs, message slots) in dictionaries and decides
+with the Run, consent, job and message kernels at the database time the ledger's
+transaction read; every answer and every stored row of the tables must agree after
+every step (a message's send and a hop's receive included, and the relays' timeout of
+receives). Racing
 rules run two ledgers at once (two claimers of one hop, two resumers of one wait,
 cancellation against completion, a deadline against completion, release against
 fail_held, two admissions under one key): the database must then have done what one serial order of the two does.
@@ -11,6 +13,7 @@ fail_held, two admissions under one key): the database must then have done what 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
@@ -23,9 +26,11 @@ from tenure.adapters.agent_jobs.facade import cancelled_result, job_id_for, publ
 from tenure.adapters.agent_jobs.table import AGENT_JOBS_BINDING
 from tenure.adapters.consents.facade import public_consent
 from tenure.adapters.consents.table import CONSENTS_BINDING
+from tenure.adapters.messages.facade import public_message
+from tenure.adapters.messages.table import MESSAGES_BINDING
 from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, resume_and_publish, run_id_for
 from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
-from tenure.adapters.runs.engine import AHEAD, FALLBACK, NO_INPUTS, Inputs, consent_evidence, job_evidence
+from tenure.adapters.runs.engine import AHEAD, FALLBACK, NO_INPUTS, Inputs, consent_evidence, job_evidence, message_evidence
 from tenure.conformance.lockstep import raw
 from tenure.conformance.lockstep.harness import Counter, LockstepBase, outcome
 from tenure.kernel.agent_jobs import machine as job_machine
@@ -35,6 +40,11 @@ from tenure.kernel.consents import machine as consent_machine
 from tenure.kernel.consents.commands import CancelPending, CreateConsent, DecideConsent
 from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.core import Applied, Decision, Finder, Refused
+from tenure.kernel.messages import machine as message_machine
+from tenure.kernel.messages.commands import CancelPending as CancelPendingReceive
+from tenure.kernel.messages.commands import Delivered, ReceiveMessage, SendMessage
+from tenure.kernel.messages.commands import TimeOut as TimeOutReceive
+from tenure.kernel.messages.record import MessageRow
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import ADMITTED_AHEAD, COUNTED_AHEAD, DECIDED_AHEAD, UNREAD_CONTAINMENT
 from tenure.kernel.runs.commands import (
@@ -72,6 +82,7 @@ from tenure.model import (
     CancelTicket,
     ConsentStatus,
     DeliveryState,
+    MessageStatus,
     RunClaim,
     RunIntent,
     RunStatus,
@@ -81,7 +92,7 @@ from tenure.model import (
     hop_key,
 )
 
-__all__ = ["RunLockstep", "RunModel", "AHEAD_KINDS", "BEHIND_A_ROTATION", "missing_paths"]
+__all__ = ["RunLockstep", "RunModel", "AHEAD_KINDS", "BEHIND_A_ROTATION", "MESSAGE_EVENTS", "missing_paths"]
 
 WORKFLOW = WorkflowPin("review", "r1", "sha256:workflow")
 SESSIONS = [None, "session-1", "session-2"]
@@ -95,6 +106,10 @@ TIMERS = ["sleep:0", "sleep:1"]
 TIMEOUTS_S = [None, None, None, 0.000_001, 3600]
 """Admission timeouts, mostly none: a deadline a microsecond after the admission (passed
 for every later command) or an hour after it (never passed in a run)."""
+TOPICS = ["go", "stop"]
+MESSAGE_IDS = [None, "m-1", "m-2"]
+"""A fresh message ID (the ledger draws a UUID), or one a later send replays or changes."""
+RECEIVE_KEYS = ["@1", "@2", "@3"]
 TERMINAL_RESULTS = [AgentJobStatus.SUCCEEDED, AgentJobStatus.FAILED, AgentJobStatus.CANCELLED,
                     AgentJobStatus.TIMED_OUT, AgentJobStatus.LOST]
 _ALL = Finder("all", ((),), lock="none")
@@ -121,6 +136,13 @@ BEHIND_A_ROTATION: dict[RunCommandType, Callable[[int], RunCommand]] = {
 """The commands :meth:`RunLockstep.decided_ahead_behind_a_rotation` sends (by kind, for a
 sequence): every command on the pair that a store may decide ahead (the admission has a
 rule of its own), and the settle (it reads counted evidence: the engine fills it)."""
+
+
+MESSAGE_EVENTS: dict[str, collections.Counter[str]] = {}
+"""By machine key: how often a send was stored (``Queued``), filled a waiting receive
+(``Delivered``) or replayed (``Replayed``), a receive took a message (``Taken``), started
+waiting (``Waiting``) or replayed, and how many receives a relay round timed out
+(``TimedOut``), as the model decided them (a focused run asserts it reached each)."""
 
 
 def missing_paths(counter: Counter) -> list[tuple[str, str]]:
@@ -156,12 +178,16 @@ class RunModel:
         """The Runs' checkpoints, as the engine's follow-ups leave them: a timer's park
         binds one, a settle deletes it (not the kernel's: the model keeps them by hand,
         so a follow-up the aggregate declaration lost shows as a row that differs)."""
+        self.messages: dict[str, MessageRow] = {}
+        """The Runs' message slots (messages and receives), by slot ID."""
 
     def snapshot(self) -> tuple[dict[str, Any], ...]:
-        return dict(self.runs), dict(self.deliveries), dict(self.consents), dict(self.jobs), dict(self.checkpoints)
+        return (dict(self.runs), dict(self.deliveries), dict(self.consents), dict(self.jobs), dict(self.checkpoints),
+                dict(self.messages))
 
     def restore(self, saved: tuple[dict[str, Any], ...]) -> None:
-        self.runs, self.deliveries, self.consents, self.jobs, self.checkpoints = (dict(part) for part in saved)
+        (self.runs, self.deliveries, self.consents, self.jobs, self.checkpoints,
+         self.messages) = (dict(part) for part in saved)
 
     def pair(self, run_id: str) -> RunPair | None:
         run = self.runs.get(run_id)
@@ -176,6 +202,8 @@ class RunModel:
             return consent_evidence(self.consents[owner_id])
         if kind is WaitKind.DELEGATE and owner_id in self.jobs:
             return job_evidence(self.jobs[owner_id])
+        if kind is WaitKind.MESSAGE and owner_id in self.messages:
+            return message_evidence(self.messages[owner_id])
         return None
 
     def run_command(self, run_id: str, command: Any, now: int, pair: Any = "load") -> Any:
@@ -197,6 +225,13 @@ class RunModel:
                         if isinstance(swept, Applied):
                             assert swept.new_record is not None
                             self.consents[consent.consent_id] = swept.new_record
+                for slot in sorted(self.messages.values(), key=lambda row: row.slot_id):
+                    if slot.run_id == run_id:
+                        cancel = CancelPendingReceive(decided_by=decision.reply.decided_by)
+                        ended = message_machine.MESSAGES.decide(slot, cancel, now)
+                        if isinstance(ended, Applied):
+                            assert ended.new_record is not None
+                            self.messages[slot.slot_id] = ended.new_record
         return decision
 
     # --- the ledger's operations, as the model answers them ----------------------------------
@@ -305,6 +340,57 @@ class RunModel:
         self.jobs[row.job_id] = decision.new_record
         return public_job(decision.new_record)
 
+    def _slot(self, found: list[MessageRow], order: Callable[[MessageRow], Any]) -> MessageRow | None:
+        return min(found, key=order) if found else None
+
+    def send_message(self, row: MessageRow, now: int) -> tuple[Any, Any]:
+        """``messages.send``: the slot holding the message ID (a replay), else the Run's
+        oldest waiting receive of the topic, else none; the answer and the kernel's reply
+        (``Delivered``: the Run waiting on that receive is resumed after commit)."""
+        run = self.runs.get(row.run_id)
+        mine = [slot for slot in self.messages.values() if slot.run_id == row.run_id]
+        met = self._slot([slot for slot in mine if slot.message_id == row.message_id], lambda slot: slot.slot_id)
+        if met is None:
+            met = self._slot([slot for slot in mine if slot.topic == row.topic and slot.status is MessageStatus.PENDING],
+                             lambda slot: (slot.created_at_us, slot.slot_id))
+        last = max((slot.sequence for slot in mine if slot.topic == row.topic and slot.sequence is not None), default=0)
+        command = SendMessage(row=row, run_status=None if run is None else run.status, sequence=last + 1)
+        decision = message_machine.MESSAGES.decide(met, command, now)
+        _raise_if_coded(message_machine.MESSAGES, decision)
+        assert isinstance(decision, Applied) and decision.new_record is not None, "every refused send is an error"
+        self.messages[decision.new_record.slot_id] = decision.new_record
+        return public_message(decision.new_record), decision.reply
+
+    def receive_message(self, row: MessageRow, seq: int, expires_in_us: int | None, now: int) -> tuple[Any, Any]:
+        """``messages.receive``: the slot holding the key (a replay), else the Run's first
+        undelivered message of the topic, else none."""
+        run = self.runs.get(row.run_id)
+        mine = [slot for slot in self.messages.values() if slot.run_id == row.run_id]
+        met = self._slot([slot for slot in mine if slot.receive_key == row.receive_key], lambda slot: slot.slot_id)
+        if met is None:
+            met = self._slot([slot for slot in mine if slot.topic == row.topic and slot.status is MessageStatus.SENT],
+                             lambda slot: slot.sequence)
+        command = ReceiveMessage(row=row, hop_holds=run is not None and hop_holds(run, seq), expires_in_us=expires_in_us)
+        decision = message_machine.MESSAGES.decide(met, command, now)
+        _raise_if_coded(message_machine.MESSAGES, decision)
+        assert isinstance(decision, Applied) and decision.new_record is not None, "every refused receive is an error"
+        self.messages[decision.new_record.slot_id] = decision.new_record
+        return public_message(decision.new_record), decision.reply
+
+    def due_receives(self, now: int, limit: int) -> list[MessageRow]:
+        """The relays' page of waiting receives whose deadline came by ``now``, oldest first."""
+        due = [slot for slot in self.messages.values() if slot.status is MessageStatus.PENDING
+               and slot.expires_at_us is not None and slot.expires_at_us <= now]
+        return sorted(due, key=lambda slot: (slot.expires_at_us, slot.slot_id))[:limit]
+
+    def time_out_receive(self, slot_id: str, now: int) -> bool:
+        decision = message_machine.MESSAGES.decide(self.messages.get(slot_id), TimeOutReceive(), now)
+        _raise_if_coded(message_machine.MESSAGES, decision)
+        if isinstance(decision, Applied):
+            assert decision.new_record is not None
+            self.messages[slot_id] = decision.new_record
+        return isinstance(decision, Applied)
+
     def job_command(self, job_id: str, command: Any, now: int) -> bool:
         decision = job_machine.AGENT_JOBS.decide(self.jobs.get(job_id), command, now)
         _raise_if_coded(job_machine.AGENT_JOBS, decision)
@@ -395,6 +481,9 @@ class RunLockstep(LockstepBase):
             ledger.store.observe_time = self.clock.seen.append
             ledger.engine.path_observer = self.took_path
 
+    def message_event(self, name: str, count: int = 1) -> None:
+        MESSAGE_EVENTS.setdefault(self.key(), collections.Counter())[name] += count
+
     def took_path(self, kind: RunCommandType, path: str) -> None:
         self.counter.took(kind.value, path)
         self.paths_this_step.append((kind, path))
@@ -447,7 +536,9 @@ class RunLockstep(LockstepBase):
         return max(0, current + offset)
 
     def owners(self) -> list[str]:
-        return list(self.model.consents) + list(self.model.jobs) + ["00000000-0000-4000-8000-00000000000f", *TIMERS]
+        receives = [slot_id for slot_id, row in self.model.messages.items() if row.receive_key is not None]
+        return (list(self.model.consents) + list(self.model.jobs) + receives
+                + ["00000000-0000-4000-8000-00000000000f", *TIMERS])
 
     def pick_owner(self, data: st.DataObject, aimed: list[str]) -> str:
         """One of ``aimed`` (the owners the rule's Run can use) when aiming, else any owner."""
@@ -463,6 +554,9 @@ class RunLockstep(LockstepBase):
 
     def owners_of(self, run_id: str, kind: WaitKind) -> list[str]:
         """The owners of ``kind`` that belong to ``run_id`` (a park's own owners)."""
+        if kind is WaitKind.MESSAGE:  # the Run's receives (a message no receive took is no owner)
+            return [slot_id for slot_id, row in self.model.messages.items()
+                    if row.run_id == run_id and row.receive_key is not None]
         rows: dict[str, Any] = self.model.consents if kind is WaitKind.CONSENT else self.model.jobs
         return [owner_id for owner_id, row in rows.items() if row.run_id == run_id]
 
@@ -525,26 +619,27 @@ class RunLockstep(LockstepBase):
         sent = self.broker.publish_calls > calls_before
         self.broker.fail_publishes = self.broker.lose_acknowledgements = 0
         pair = self.model.pair(run_id)
-        command = RecordPublished(enqueue_seq=seq)
-        publishable = pair is not None and isinstance(RUNS.decide(pair, command, 0), Applied)
-        # The ledger asks first of the pair it remembers, without a read (RunLedger._publishable):
-        # one another ledger changed since (a race rule's second ledger cancelled or claimed
-        # the Run) lets the broker be called for a hop nobody may run; its publication is
-        # then refused on the rows as locked, and nothing is recorded.
-        stale = not publishable and remembered is not None and isinstance(RUNS.decide(remembered, command, 0), Applied)
+        publishable = pair is not None and isinstance(RUNS.decide(pair, RecordPublished(enqueue_seq=seq), 0), Applied)
+        # The ledger asks the kernel of the pair it last saw first (``RunLedger._publishable``):
+        # a pair the other ledger has since moved on (cancelled, claimed, settled) lets the
+        # broker be called for a hop nobody may run, whose record is then refused on the
+        # rows as locked (documented there). Only a pair that stale explains a call the
+        # stored pair does not.
+        stale = not publishable and remembered is not None and isinstance(
+            RUNS.decide(remembered, RecordPublished(enqueue_seq=seq), remembered.run.updated_at_us), Applied)
         assert sent == (publishable or stale), "the broker is called exactly when the kernel says the hop is publishable"
-        if not publishable:
-            assert now is None or stale
+        if not sent:
+            assert now is None
             self.expect(actual, ("ok", False))
             return
-        assert now is not None and pair is not None
+        assert now is not None
         if fault != "none":
             error = RecordPublishError(enqueue_seq=seq, error="publish_failed:BrokerUnavailable")
             self.model.applied(run_id, error, now)
             self.expect(actual, ("error", "run_broker_failed", "publish_failed"))
         else:
             self.expect(actual, outcome(lambda: self.model.applied(run_id, RecordPublished(enqueue_seq=seq), now)))
-        if fault == "lose_acknowledgement" or fault == "none":
+        if publishable and pair is not None and fault in ("lose_acknowledgement", "none"):
             assert self.broker.jobs[hop_key(run_id, seq)].queue == pair.current.queue
 
     @rule(data=st.data(), node=st.sampled_from(NODES), claimant=st.sampled_from([None, "claimant-1", "claimant-2"]))
@@ -636,7 +731,91 @@ class RunLockstep(LockstepBase):
             self.check(lambda: ledger.jobs.advance(job_id, status, runtime_job_id="runtime-job-1"),
                        lambda now: self.model.job_command(job_id, AdvanceJob(status=status, runtime_job_id="runtime-job-1"), now))
 
-    @rule(data=st.data(), kind=st.sampled_from([WaitKind.CONSENT, WaitKind.DELEGATE]))
+    @rule(data=st.data(), topic=st.sampled_from(TOPICS), message_id=st.sampled_from(MESSAGE_IDS),
+          variant=st.integers(1, 2))
+    def send_message(self, data: st.DataObject, topic: str, message_id: str | None, variant: int) -> None:
+        """A message to a Run (aimed at an open one), from any process and without a
+        broker: a send that fills a waiting receive resumes the Run waiting on it in a
+        second transaction (the relays publish the hop it opens). A message ID drawn
+        again replays the stored message, or, with another topic or message, conflicts."""
+        # Aimed at a Run with a receive waiting when there is one (and at its topic): the
+        # send that fills it. Every pick is always drawn: the draws keep one shape.
+        waiting = {row.run_id: row.topic for row in self.model.messages.values() if row.status is MessageStatus.PENDING}
+        preferred = self.pick_run(data, lambda pair: _open(pair) and pair.run.run_id in waiting)
+        other = self.pick_run(data, _open)
+        run_id = preferred if any(run_id in waiting and run.status not in TERMINAL_RUN_STATUSES
+                                  for run_id, run in self.model.runs.items()) else other
+        if self.aim(data) and run_id in waiting:
+            topic = waiting[run_id]
+        actual = self.run(self.ledgers[0].messages.send(run_id, topic, {"n": variant}, message_id=message_id))
+        times = self.clock.take_all()
+        assert times, "the send reads the database clock"
+        self.latest_us = max([self.latest_us, *times])
+        stored = actual[1] if actual[0] == "ok" else None
+        row = MessageRow(
+            slot_id="slot-never-stored" if stored is None else stored.slot_id, run_id=run_id, topic=topic,
+            status=MessageStatus.SENT, message_id=(message_id or "m-never-stored") if stored is None else stored.message_id,
+            message_json=f'{{"n":{variant}}}', sequence=None, sent_at_us=None, receive_key=None, expires_at_us=None,
+            created_at_us=0, decided_at_us=None, decided_by=None)
+        expected = outcome(lambda: self.model.send_message(row, times[0]))
+        delivered = expected[0] == "ok" and isinstance(expected[1][1], Delivered)
+        if expected[0] == "ok":
+            self.message_event(type(expected[1][1]).__name__)
+            expected = ("ok", expected[1][0])
+        assert len(times) == 1 + int(delivered), f"the send, then the resume of a filled receive; saw {len(times)}"
+        if delivered:
+            assert stored is not None
+            self.model.resume(run_id, stored.slot_id, times[1])
+        self.expect(actual, expected)
+
+    @rule(data=st.data(), topic=st.sampled_from(TOPICS), key=st.sampled_from(RECEIVE_KEYS),
+          timeout_s=st.sampled_from([None, None, 0.000_001, 3600]))
+    def receive_message(self, data: st.DataObject, topic: str, key: str, timeout_s: float | None) -> None:
+        """The hop holding a Run receives (a key drawn again replays that receive): it
+        takes the first undelivered message of the topic, or waits, with no timeout, one
+        due a microsecond later, or one due in an hour."""
+        run_id = self.pick_run(data, _holding)
+        seq = self.pick_seq(data, run_id)
+        actual, now = self.once(lambda: self.ledgers[0].messages.receive(run_id, seq, topic, key=key,
+                                                                          timeout_s=timeout_s))
+        assert now is not None
+        row = MessageRow(
+            slot_id=actual[1].slot_id if actual[0] == "ok" else "slot-never-stored", run_id=run_id, topic=topic,
+            status=MessageStatus.PENDING, message_id=None, message_json=None, sequence=None, sent_at_us=None,
+            receive_key=key, expires_at_us=None, created_at_us=0, decided_at_us=None, decided_by=None)
+        expires_in_us = None if timeout_s is None else max(1, round(timeout_s * 1_000_000))
+        expected = outcome(lambda: self.model.receive_message(row, seq, expires_in_us, now))
+        if expected[0] == "ok":
+            self.message_event(type(expected[1][1]).__name__)
+            expected = ("ok", expected[1][0])
+        self.expect(actual, expected)
+
+    @rule(limit=st.sampled_from([1, 8]))
+    def time_out_receives(self, limit: int) -> None:
+        """The relays' round of receive deadlines: the page of waiting receives whose
+        deadline passed, each timed out as ``tenure:deadline`` in a transaction of its own
+        and its Run resumed in another (no broker: the relays publish the hop)."""
+        ledger = self.ledgers[0]
+
+        async def resume(run_id: str, slot_id: str) -> object:
+            return await ledger.resume(run_id, owner_id=slot_id)
+
+        actual = self.run(ledger.messages.time_out_due(resume=resume, limit=limit))
+        times = self.clock.take_all()
+        assert times, "the page reads the database clock"
+        self.latest_us = max([self.latest_us, *times])
+        rest = iter(times[1:])
+        timed_out = 0
+        for slot in self.model.due_receives(times[0], limit):
+            if self.model.time_out_receive(slot.slot_id, next(rest)):
+                timed_out += 1
+                self.model.resume(slot.run_id, slot.slot_id, next(rest))
+        assert next(rest, None) is None, "one transaction per timeout and per resume"
+        self.message_event("TimedOut", timed_out)
+        # A round that timed nothing out counts as refused (``None``), one that did as applied.
+        self.expect(("ok", actual[1] or None) if actual[0] == "ok" else actual, ("ok", timed_out or None))
+
+    @rule(data=st.data(), kind=st.sampled_from([WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.MESSAGE]))
     def park(self, data: st.DataObject, kind: WaitKind) -> None:
         run_id = self.pick_run(data, _running)
         seq = self.pick_seq(data, run_id)
@@ -704,10 +883,11 @@ class RunLockstep(LockstepBase):
 
     @rule(data=st.data(), status=st.sampled_from([RunStatus.DONE, RunStatus.FAILED]))
     def settle(self, data: st.DataObject, status: RunStatus) -> None:
-        # Aimed at a hop whose Run has pending consents when there is one: the settle
+        # Aimed at a hop whose Run has pending consents or waiting receives when there is one: the settle
         # whose declared follow-up (the sweep) has work to do.
         # Both picks are always drawn: the draws keep one shape whatever the state.
-        swept = {row.run_id for row in self.model.consents.values() if row.status is ConsentStatus.PENDING}
+        swept = {row.run_id for row in self.model.consents.values() if row.status is ConsentStatus.PENDING} | {
+            row.run_id for row in self.model.messages.values() if row.status is MessageStatus.PENDING}
         preferred = self.pick_run(data, lambda pair: _holding(pair) and pair.run.run_id in swept)
         other = self.pick_run(data, _holding)
         run_id = preferred if any(run_id in swept and run.status in HOP_STATUSES
@@ -1013,7 +1193,8 @@ class RunLockstep(LockstepBase):
     def dump(self) -> tuple[dict[str, Any], ...]:
         async def read(tx: Any) -> tuple[dict[str, Any], ...]:
             tables = []
-            for binding in (RUNS_BINDING, DELIVERIES_BINDING, CONSENTS_BINDING, AGENT_JOBS_BINDING, CHECKPOINTS_BINDING):
+            for binding in (RUNS_BINDING, DELIVERIES_BINDING, CONSENTS_BINDING, AGENT_JOBS_BINDING, CHECKPOINTS_BINDING,
+                            MESSAGES_BINDING):
                 rows = await tx.find(binding, _ALL, {}, 100_000)
                 tables.append({getattr(row, binding.key_field): row for row in rows})
             return tuple(tables)

@@ -43,6 +43,7 @@ from tenure.model import (
     BrokerJobState,
     ConsentStatus,
     DeliveryState,
+    MessageStatus,
     RunStatus,
     WaitKind,
 )
@@ -66,17 +67,18 @@ RUN_ID = "run-1"
 OTHER_RUN_ID = "run-2"
 NODES = ["node-a", "node-b"]
 OWNER_IDS = {WaitKind.CONSENT: "consent-1", WaitKind.DELEGATE: "job-1", WaitKind.SERVICE: "attempt-1",
-             WaitKind.TIMER: "timer-1"}
+             WaitKind.TIMER: "timer-1", WaitKind.MESSAGE: "slot-1"}
 OTHER_OWNER = "owner-9"
 DIGESTS = ["sha256:" + hashlib.sha256(name.encode()).hexdigest() for name in ("intent-1", "intent-2")]
 OWNER_STATUSES: dict[WaitKind, list[str]] = {
     WaitKind.CONSENT: [status.value for status in ConsentStatus],
     WaitKind.DELEGATE: [status.value for status in AgentJobStatus],
     WaitKind.SERVICE: [state.value for state in AttemptState],
+    WaitKind.MESSAGE: [status.value for status in MessageStatus],
     WaitKind.HARDWARE: ["busy"],
 }
 """Every status an owner row of each kind can report (hardware and timers have no owner rows)."""
-_OWNED_KINDS = [WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE]
+_OWNED_KINDS = [WaitKind.CONSENT, WaitKind.DELEGATE, WaitKind.SERVICE, WaitKind.MESSAGE]
 TIMEOUTS_US = (1, 1_000_000, 3_600_000_000)
 """Timeouts a Run is admitted with: a microsecond, a second, an hour."""
 
@@ -87,6 +89,7 @@ _WAIT_OF_STATUS = {
     RunStatus.AWAITING_DELEGATE: WaitKind.DELEGATE,
     RunStatus.AWAITING_SERVICE: WaitKind.SERVICE,
     RunStatus.AWAITING_TIMER: WaitKind.TIMER,
+    RunStatus.AWAITING_MESSAGE: WaitKind.MESSAGE,
 }
 
 
@@ -163,7 +166,7 @@ def _before_cancel(draw: st.DrawFn, run: RunRow, seq: int) -> tuple[RunRow, Deli
     """What a CANCELLING or CANCELLED Run froze: a queued, executing or waiting hop."""
     frozen = draw(sampled([RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE,
                            RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE,
-                           RunStatus.AWAITING_SERVICE, RunStatus.AWAITING_TIMER]))
+                           RunStatus.AWAITING_SERVICE, RunStatus.AWAITING_TIMER, RunStatus.AWAITING_MESSAGE]))
     return _in_status(draw, run, frozen, seq)
 
 

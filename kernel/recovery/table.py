@@ -44,6 +44,7 @@ from tenure.model import (
     BrokerJobState,
     ConsentStatus,
     DeliveryState,
+    MessageStatus,
     RunRecord,
     RunStatus,
     WaitKind,
@@ -52,6 +53,7 @@ from tenure.model import (
 from ..agent_jobs.record import AgentJobRow
 from ..attempts.record import AttemptRow
 from ..consents.record import ConsentRow
+from ..messages.record import MessageRow
 from ..runs.commands import Containment, OwnerEvidence
 from ..runs.machine import owner_resolves
 from ..runs.record import WAIT_FOR_KIND, DeliveryRow, RunRow, key_of
@@ -184,7 +186,7 @@ class Situation:
     """The outcome (DONE or FAILED, and the hop's sequence) the Run's checkpoint records:
     a hop that finished and died before it settled (asked with the checkpoint)."""
     latest_owner: tuple[WaitKind, str] | None = None
-    """The Run's newest consent, delegated job or service attempt that is not cancelled."""
+    """The Run's newest consent, delegated job, service attempt or receive that is not cancelled."""
     owner: OwnerEvidence | None = None
     """The Run's persisted owner row (waits), re-read in this visit."""
     containment: Containment = Containment(0, 0)
@@ -294,10 +296,10 @@ def lost_and_retryable(run: RunRow | RunRecord) -> bool:
 
 
 def latest_owner(consents: Sequence[ConsentRow], jobs: Sequence[AgentJobRow],
-                 attempts: Sequence[AttemptRow]) -> tuple[WaitKind, str] | None:
-    """The Run's newest owner that is not cancelled, among its consents, delegated jobs and
-    service attempts (ties: consent, then job, then attempt, then the larger ID). None:
-    no such owner."""
+                 attempts: Sequence[AttemptRow], receives: Sequence[MessageRow] = ()) -> tuple[WaitKind, str] | None:
+    """The Run's newest owner that is not cancelled, among its consents, delegated jobs,
+    service attempts and receives (message slots a receive holds; ties: consent, then job,
+    then attempt, then receive, then the larger ID). None: no such owner."""
     kept = [
         *((row.created_at_us, 0, row.consent_id, WaitKind.CONSENT)
           for row in consents if row.status is not ConsentStatus.CANCELLED),
@@ -305,6 +307,8 @@ def latest_owner(consents: Sequence[ConsentRow], jobs: Sequence[AgentJobRow],
           for row in jobs if row.status is not AgentJobStatus.CANCELLED),
         *((row.created_at_us, 2, row.attempt_id, WaitKind.SERVICE)
           for row in attempts if row.state is not AttemptState.CANCELLED),
+        *((row.created_at_us, 3, row.slot_id, WaitKind.MESSAGE)
+          for row in receives if row.receive_key is not None and row.status is not MessageStatus.CANCELLED),
     ]
     if not kept:
         return None
@@ -374,7 +378,7 @@ def _outcome_of_this_hop(s: Situation) -> bool:
 
 def _checkpoint_binds_latest(s: Situation) -> bool:
     # Only the exact pre-park window: the checkpoint names this Run's newest
-    # non-cancelled owner (a consent, a delegated job or a service attempt).
+    # non-cancelled owner (a consent, a delegated job, a service attempt or a receive).
     return (
         s.checkpoint_asked and s.checkpoint_owner is not None and s.latest_owner is not None
         and s.latest_owner[1] == s.checkpoint_owner and s.latest_owner[0] in WAIT_FOR_KIND

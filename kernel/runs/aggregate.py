@@ -95,6 +95,9 @@ class Evidence(enum.Enum):
     PENDING_CONSENTS = "pending_consents"
     """The Run's pending consents, counted: the consents a settled or cancelled Run's
     ``sweep_consents`` cancels (none: the sweep reads and writes nothing)."""
+    PENDING_RECEIVES = "pending_receives"
+    """The Run's receives still waiting for a message, counted: the receives a settled or
+    cancelled Run's ``sweep_receives`` cancels (none: the sweep reads and writes nothing)."""
     CLOCK = "clock"
     """The database clock read after the lock, for a timer given as a delay (its due
     time is the clock plus the delay)."""
@@ -105,6 +108,9 @@ class FollowUp(enum.Enum):
 
     SWEEP_CONSENTS = "sweep_consents"
     """Cancel the Run's pending consents, with the reply's ``decided_by`` (same transaction)."""
+    SWEEP_RECEIVES = "sweep_receives"
+    """Cancel the Run's pending receives, with the reply's ``decided_by`` (same
+    transaction): a receive must never wait on a Run that will not resume."""
     DELETE_CHECKPOINT = "delete_checkpoint"
     """Delete the Run's checkpoint: the Run is terminal, the snapshot's debt paid (same transaction)."""
     CLEAR_OUTCOME = "clear_outcome"
@@ -150,9 +156,9 @@ READS: dict[RunCommandType, tuple[Evidence, ...]] = {
     C.LEAVE_HARDWARE_WAIT: (E.PAIR,),
     C.PARK: (E.PAIR, E.NAMED_OWNER, E.CLOCK),
     C.RESUME: (E.PAIR, E.RUN_OWNER),
-    C.SETTLE: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS),
+    C.SETTLE: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS, E.PENDING_RECEIVES),
     C.BEGIN_CANCEL: (E.PAIR,),
-    C.FINISH_CANCEL: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS),
+    C.FINISH_CANCEL: (E.PAIR, E.CONTAINMENT, E.PENDING_CONSENTS, E.PENDING_RECEIVES),
     C.ROTATE: (E.PAIR,),
     C.RETRY_LOST: (E.PAIR, E.CONTAINMENT),
     C.TIME_OUT: (E.PAIR,),
@@ -169,13 +175,14 @@ FILLS: dict[Evidence, str | None] = {
     E.RUN_OWNER: "owner",
     E.CONTAINMENT: "containment",
     E.PENDING_CONSENTS: None,
+    E.PENDING_RECEIVES: None,
     E.CLOCK: "wake_at_us",
 }
 """The command field each reading completes (None: it is the record, or a lock). A
 reading with nothing to say (no delay for :attr:`Evidence.CLOCK`) leaves the field as
 the caller built it."""
 
-COUNTED_WITH_PAIR = frozenset({E.CONTAINMENT, E.PENDING_CONSENTS})
+COUNTED_WITH_PAIR = frozenset({E.CONTAINMENT, E.PENDING_CONSENTS, E.PENDING_RECEIVES})
 """The evidence that is a count of rows, read in the same statement as the pair's lock
 (one round trip for the Run, its delivery and every count its command names). A
 database whose statement snapshot can be older than that statement's lock wait
@@ -201,9 +208,10 @@ FOLLOW_UPS: dict[RunCommandType, Mapping[type | RunRefusal, tuple[FollowUp, ...]
     C.LEAVE_HARDWARE_WAIT: {},
     C.PARK: {Ack: (F.BIND_CHECKPOINT,)},
     C.RESUME: {Resumed: (F.PUBLISH_HOP,)},
-    C.SETTLE: {Settled: (F.SWEEP_CONSENTS, F.DELETE_CHECKPOINT), RunRefusal.CONTAINMENT_UNPROVEN: (F.RECORD_OUTCOME,)},
+    C.SETTLE: {Settled: (F.SWEEP_CONSENTS, F.SWEEP_RECEIVES, F.DELETE_CHECKPOINT),
+               RunRefusal.CONTAINMENT_UNPROVEN: (F.RECORD_OUTCOME,)},
     C.BEGIN_CANCEL: {},
-    C.FINISH_CANCEL: {Settled: (F.SWEEP_CONSENTS,), Swept: (F.SWEEP_CONSENTS,)},
+    C.FINISH_CANCEL: {Settled: (F.SWEEP_CONSENTS, F.SWEEP_RECEIVES), Swept: (F.SWEEP_CONSENTS, F.SWEEP_RECEIVES)},
     C.ROTATE: {Rotated: (F.PUBLISH_HOP,)},
     C.RETRY_LOST: {Rotated: (F.CLEAR_OUTCOME, F.PUBLISH_HOP)},
     C.TIME_OUT: {},
@@ -243,7 +251,7 @@ fence the admission always takes the transaction (the session's lock, and the
 
 
 COUNTED_AHEAD: dict[RunCommandType, Mapping[Evidence, tuple[int, ...]]] = {
-    C.SETTLE: {E.CONTAINMENT: (0, 0), E.PENDING_CONSENTS: (0,)},
+    C.SETTLE: {E.CONTAINMENT: (0, 0), E.PENDING_CONSENTS: (0,), E.PENDING_RECEIVES: (0,)},
 }
 """The commands a store with decided-ahead statements may decide ahead although they read
 counted evidence (:data:`COUNTED_WITH_PAIR`), with the counts each decision starts from:
@@ -268,7 +276,8 @@ commit locks a row its snapshot does not see, and writes nothing. A count that f
 meanwhile (a job ending takes no Run lock) only makes the statement write nothing."""
 
 
-IDLE_WHEN_NONE_COUNTED: dict[FollowUp, Evidence] = {F.SWEEP_CONSENTS: E.PENDING_CONSENTS}
+IDLE_WHEN_NONE_COUNTED: dict[FollowUp, Evidence] = {F.SWEEP_CONSENTS: E.PENDING_CONSENTS,
+                                                     F.SWEEP_RECEIVES: E.PENDING_RECEIVES}
 """The in-transaction follow-ups that have nothing to do when the evidence they act on was
 counted zero with the pair (and the count verified by the pair's write): no pending
 consent, nothing to sweep."""
@@ -299,6 +308,9 @@ class OwnerCommand(enum.Enum):
     JOB_ADOPT_RESULT = "job.adopt_result"
     JOB_RECORD_CANCELLED = "job.record_cancelled"
     ATTEMPT_PREPARE = "attempt.prepare"
+    MESSAGE_SEND = "message.send"
+    MESSAGE_RECEIVE = "message.receive"
+    MESSAGE_TIME_OUT = "message.time_out"
 
 
 O = OwnerCommand
@@ -310,11 +322,18 @@ OWNER_COMMANDS: dict[OwnerCommand, tuple[tuple[str, ...], tuple[FollowUp, ...]]]
     O.JOB_ADOPT_RESULT: (("job",), (F.RESUME_RUN,)),
     O.JOB_RECORD_CANCELLED: (("job",), (F.RESUME_RUN,)),
     O.ATTEMPT_PREPARE: (("run_locked", "attempts_of_owner_job"), ()),
+    O.MESSAGE_SEND: (("run_locked", "message"), (F.RESUME_RUN,)),
+    O.MESSAGE_RECEIVE: (("run_locked", "message"), ()),
+    O.MESSAGE_TIME_OUT: (("message",), (F.RESUME_RUN,)),
 }
 """What each owner command reads (``run_locked``: the Run's row, locked first by writing
 it unchanged, ``finders.runs_opening_owners``: see :data:`COUNTED_AHEAD`; as the
 evidence whether it may open an owner) and what it sets off: a verdict or a job's end
-lets the Run waiting on that owner resume (``resume_and_publish``, or the relays)."""
+lets the Run waiting on that owner resume (``resume_and_publish``, or the relays).
+A message's send and a receive read the Run the same way (its status, or whether the
+receiving hop holds it, and the slot they fill, take or store, under one lock); a send
+that filled a waiting receive (``Delivered``) resumes the Run waiting on it, and a
+receive's timeout resumes its Run like a verdict."""
 
 
 def follow_ups(command: RunCommandType, reply: object) -> tuple[FollowUp, ...]:

@@ -1,11 +1,12 @@
 """Which stored rows the Run ledger's commands meet, as data (see :mod:`tenure.kernel.core`).
 
 Every Run command locks the Run row first (``runs_by_keys``), then its current delivery
-(``deliveries_by_keys``), then, where the command needs them, the Run's pending consents;
+(``deliveries_by_keys``), then, where the command needs them, the Run's pending consents
+and its waiting receives;
 owner rows and containment counts are read after the Run's lock, which every writer of
 a Run's owners also takes, so a count cannot miss an owner created concurrently. One
-lock order (Run, delivery, consents) for every operation means no two transactions of
-the ledger wait for each other in a cycle.
+lock order (Run, delivery, consents, receives) for every operation means no two
+transactions of the ledger wait for each other in a cycle.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tenure.model import (
     AgentJobStatus,
     AttemptState,
     ConsentStatus,
+    MessageStatus,
     RunStatus,
 )
 
@@ -34,6 +36,7 @@ __all__ = [
     "session_open",
     "runs_by_admission_key",
     "pending_consents_of_run",
+    "pending_receives_of_run",
     "open_jobs_of_run",
     "open_attempts_of_run",
     "runs_page",
@@ -43,9 +46,11 @@ __all__ = [
     "consents_of_run",
     "jobs_of_run",
     "attempts_of_run",
+    "receives_of_run",
     "consents_of_runs",
     "jobs_of_runs",
     "attempts_of_runs",
+    "receives_of_runs",
     "open_jobs_of_runs",
     "open_attempts_of_runs",
     "OPEN_JOB_STATUSES",
@@ -97,6 +102,15 @@ pending_consents_of_run = Finder(
     order=("consent_id",),
     lock="wait",
 )
+
+pending_receives_of_run = Finder(
+    "pending_receives_of_run",
+    ((Condition("run_id", "=", Param("run_id")), Condition("status", "=", MessageStatus.PENDING)),),
+    order=("slot_id",),
+    lock="wait",
+)
+"""The Run's receives still waiting for a message: what a settled or cancelled Run's
+``sweep_receives`` cancels (locked, after the Run and its delivery)."""
 
 OPEN_JOB_STATUSES = _sorted((set(AgentJobStatus) - TERMINAL_AGENT_JOB_STATUSES) | {AgentJobStatus.LOST})
 """Delegated jobs that keep a Run's containment unproven: open, or LOST (terminal for
@@ -209,6 +223,11 @@ jobs_of_run = _of_run("jobs_of_run", "job_id")
 attempts_of_run = _of_run("attempts_of_run", "attempt_id")
 """Every owner row of one Run (recovery picks the newest that is not cancelled)."""
 
+receives_of_run = Finder("receives_of_run", ((Condition("run_id", "=", Param("run_id")),
+                                              Condition("receive_key", "not_null")),), order=("slot_id",), lock="none")
+"""Every message slot of one Run that a receive holds (its receives: owners a Run may
+wait on; a message no receive took is none)."""
+
 
 def _of_runs(name: str, key: str, *also: Condition) -> Finder:
     return Finder(name, ((Condition("run_id", "in", Param("run_ids")), *also),), order=("run_id", key), lock="none")
@@ -217,6 +236,7 @@ def _of_runs(name: str, key: str, *also: Condition) -> Finder:
 consents_of_runs = _of_runs("consents_of_runs", "consent_id")
 jobs_of_runs = _of_runs("jobs_of_runs", "job_id")
 attempts_of_runs = _of_runs("attempts_of_runs", "attempt_id")
+receives_of_runs = _of_runs("receives_of_runs", "slot_id", Condition("receive_key", "not_null"))
 """Every owner row of several Runs (``run_ids``): recovery's page reads each Run's latest
 owner from these, one statement per table for a whole page."""
 

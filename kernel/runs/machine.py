@@ -11,7 +11,7 @@ pending or published delivery become RUNNING plus a CLAIMED delivery in one
 transaction, so a stale or duplicate hop finds nothing to claim. The hop then settles
 (DONE or FAILED, only with every correlated effect contained), waits for hardware on
 the same claim, or parks on an owner of this Run (a consent, a delegated job, a service
-attempt), which settles its delivery. Only the Run's current owner, once decided,
+attempt, a receive waiting for a message, or a timer), which settles its delivery. Only the Run's current owner, once decided,
 resumes it: the Run becomes QUEUED at the next sequence with a new PENDING delivery
 marked ``resume``. Cancellation freezes the generation (CANCELLING), and only proof
 that the hop is not live and every correlated effect is contained makes it CANCELLED.
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tenure.model import (
+    ANSWERED_MESSAGE_STATUSES,
     DECIDED_CONSENT_STATUSES,
     FINISHED_BROKER_STATES,
     LIVE_BROKER_STATES,
@@ -154,10 +155,12 @@ RESOLVED_OWNER_STATUSES: dict[WaitKind, frozenset[str]] = {
     WaitKind.CONSENT: frozenset(status.value for status in DECIDED_CONSENT_STATUSES),
     WaitKind.DELEGATE: frozenset(status.value for status in TERMINAL_AGENT_JOB_STATUSES),
     WaitKind.SERVICE: frozenset(state.value for state in TERMINAL_ATTEMPT_STATES),
+    WaitKind.MESSAGE: frozenset(status.value for status in ANSWERED_MESSAGE_STATUSES),
 }
 """The owner statuses that resume a Run: a verdict (never a cancellation), a terminal
-delegated job, a terminal service attempt. A timer has no owner row: its due time on the
-database clock resumes it (``timer_not_due``)."""
+delegated job, a terminal service attempt, a receive's answer (a message, or its
+timeout; never a cancellation). A timer has no owner row: its due time on the database
+clock resumes it (``timer_not_due``)."""
 
 MAX_RUN_TIMEOUT_US = MAX_RUN_TIMEOUT_S * 1_000_000
 """The longest timeout an admission may carry, in microseconds (366 days)."""
@@ -264,6 +267,7 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "waits_for_delegate": lambda record, command, now_us: command.wait is WaitKind.DELEGATE,
     "waits_for_service": lambda record, command, now_us: command.wait is WaitKind.SERVICE,
     "waits_for_timer": lambda record, command, now_us: command.wait is WaitKind.TIMER,
+    "waits_for_message": lambda record, command, now_us: command.wait is WaitKind.MESSAGE,
     # a timer is due at its instant (the database clock), not a microsecond before
     "timer_not_due": lambda record, command, now_us: now_us < record.run.wake_at_us,
     "not_current_owner": lambda record, command, now_us: command.owner_id != record.run.owner_id,
@@ -429,6 +433,7 @@ EFFECTS: dict[str, Callable[[Any, Any, int], Applied[RunPair]]] = {
     "park_delegate": _park(RunStatus.AWAITING_DELEGATE),
     "park_service": _park(RunStatus.AWAITING_SERVICE),
     "park_timer": _park(RunStatus.AWAITING_TIMER),
+    "park_message": _park(RunStatus.AWAITING_MESSAGE),
     "resume": _resume,
     "rotate": _rotate,
     "retry_lost": _retry_lost,
@@ -469,6 +474,7 @@ MOVING_FIELDS: dict[str, tuple[MovingField, ...]] = {
                                          "leave_hardware_wait", "begin_cancel", "time_out")},
     **{effect: _SETTLES for effect in ("fail_held", "park_consent", "park_delegate", "park_service", "park_timer",
                                       "settle_done", "settle_failed")},
+    "park_message": _SETTLES,
     "mark_published": (_UPDATED, "deliveries.0.published_at_us"),
     "claim": (_UPDATED, SetOnce("run.started_at_us"), "deliveries.0.claimed_at_us"),
     "resume": (_UPDATED, *_OPENS),
@@ -497,8 +503,8 @@ S = RunStep
 C = RunCommandType
 _ALL = tuple(step for step in RunStep if step is not S.ABSENT)
 _NONTERMINAL = (S.QUEUED, S.RUNNING, S.AWAITING_HARDWARE, S.AWAITING_CONSENT, S.AWAITING_DELEGATE,
-                S.AWAITING_SERVICE, S.AWAITING_TIMER)
-_OWNED_WAITS = (S.AWAITING_CONSENT, S.AWAITING_DELEGATE, S.AWAITING_SERVICE)
+                S.AWAITING_SERVICE, S.AWAITING_TIMER, S.AWAITING_MESSAGE)
+_OWNED_WAITS = (S.AWAITING_CONSENT, S.AWAITING_DELEGATE, S.AWAITING_SERVICE, S.AWAITING_MESSAGE)
 _WAITS = (*_OWNED_WAITS, S.AWAITING_TIMER)
 _HOPS = (S.RUNNING, S.AWAITING_HARDWARE)
 _FINISHED = (S.DONE, S.FAILED)
@@ -571,6 +577,7 @@ ROWS: tuple[Row, ...] = (
     Row(_HOPS, C.PARK, "waits_for_delegate", S.AWAITING_DELEGATE, "park_delegate"),
     Row(_HOPS, C.PARK, "waits_for_service", S.AWAITING_SERVICE, "park_service"),
     Row(_HOPS, C.PARK, "waits_for_timer", S.AWAITING_TIMER, "park_timer"),
+    Row(_HOPS, C.PARK, "waits_for_message", S.AWAITING_MESSAGE, "park_message"),
     Row(_HOPS, C.PARK, "always", SAME, R.NOT_AN_OWNER_KIND),
     Row(_NOT_HOPS, C.PARK, "always", SAME, R.NOT_RUNNING),
 

@@ -66,6 +66,7 @@ class RunStep(enum.Enum):
     AWAITING_DELEGATE = "awaiting_delegate"
     AWAITING_SERVICE = "awaiting_service"
     AWAITING_TIMER = "awaiting_timer"
+    AWAITING_MESSAGE = "awaiting_message"
     CANCELLING = "cancelling"
     DONE = "done"
     FAILED = "failed"
@@ -77,6 +78,7 @@ WAIT_FOR_KIND = {
     WaitKind.DELEGATE: RunStatus.AWAITING_DELEGATE,
     WaitKind.SERVICE: RunStatus.AWAITING_SERVICE,
     WaitKind.TIMER: RunStatus.AWAITING_TIMER,
+    WaitKind.MESSAGE: RunStatus.AWAITING_MESSAGE,
 }
 """The wait status each owner kind parks a Run in."""
 
@@ -291,6 +293,7 @@ _DELIVERY_FOR_STATUS: dict[RunStatus, frozenset[DeliveryState]] = {
     RunStatus.AWAITING_DELEGATE: frozenset({DeliveryState.SETTLED}),
     RunStatus.AWAITING_SERVICE: frozenset({DeliveryState.SETTLED}),
     RunStatus.AWAITING_TIMER: frozenset({DeliveryState.SETTLED}),
+    RunStatus.AWAITING_MESSAGE: frozenset({DeliveryState.SETTLED}),
     RunStatus.CANCELLING: frozenset(DeliveryState),
     RunStatus.DONE: frozenset({DeliveryState.SETTLED}),
     RunStatus.FAILED: frozenset({DeliveryState.SETTLED}),

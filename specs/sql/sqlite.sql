@@ -576,3 +576,54 @@ SELECT node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, 
 
 -- find nodes.expired_nodes: lock none
 SELECT node, status, epoch, booted_at, lease_expires_at, taker, takeover_until, updated_at FROM tenure_run_nodes WHERE (status = :c1 AND lease_expires_at <= :now) OR (status = :c3 AND takeover_until <= :now) ORDER BY lease_expires_at, node;
+
+
+-- ==== run_messages (table tenure_run_messages) ====
+
+-- insert: a new row, returned as stored
+INSERT INTO tenure_run_messages (slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by) VALUES (:slot_id, :run_id, :topic, :status, :message_id, :message_json, :sequence, :sent_at, :receive_key, :expires_at, :created_at, :decided_at, :decided_by) RETURNING slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by;
+
+-- update: compare-and-set of one row (every mutable column as decided on), returned as written
+UPDATE tenure_run_messages SET status = :status, message_id = :message_id, message_json = :message_json, sequence = :sequence, sent_at = :sent_at, receive_key = :receive_key, expires_at = :expires_at, decided_at = :decided_at, decided_by = :decided_by WHERE slot_id = :old_key AND status IS :old_status AND message_id IS :old_message_id AND message_json IS :old_message_json AND sequence IS :old_sequence AND sent_at IS :old_sent_at AND receive_key IS :old_receive_key AND expires_at IS :old_expires_at AND decided_at IS :old_decided_at AND decided_by IS :old_decided_by RETURNING slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by;
+
+-- update_seen: compare-and-set of one row decided on as last seen, not read in this transaction (every column), returned as written
+UPDATE tenure_run_messages SET status = :status, message_id = :message_id, message_json = :message_json, sequence = :sequence, sent_at = :sent_at, receive_key = :receive_key, expires_at = :expires_at, decided_at = :decided_at, decided_by = :decided_by WHERE slot_id = :old_key AND run_id IS :old_run_id AND topic IS :old_topic AND status IS :old_status AND message_id IS :old_message_id AND message_json IS :old_message_json AND sequence IS :old_sequence AND sent_at IS :old_sent_at AND receive_key IS :old_receive_key AND expires_at IS :old_expires_at AND created_at IS :old_created_at AND decided_at IS :old_decided_at AND decided_by IS :old_decided_by RETURNING slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by;
+
+-- delete: compare-and-set delete of one row
+DELETE FROM tenure_run_messages WHERE slot_id = :old_key AND status IS :old_status AND message_id IS :old_message_id AND message_json IS :old_message_json AND sequence IS :old_sequence AND sent_at IS :old_sent_at AND receive_key IS :old_receive_key AND expires_at IS :old_expires_at AND decided_at IS :old_decided_at AND decided_by IS :old_decided_by RETURNING slot_id;
+
+-- read_keys: the rows with these keys as they are (no lock, no clock)
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE slot_id IN (SELECT value FROM json_each(:keys)) ORDER BY slot_id;
+
+-- find runs.pending_receives_of_run: lock wait
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id = :run_id AND status = :c2) ORDER BY slot_id;
+
+-- find runs.receives_of_run: lock none
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id = :run_id AND receive_key IS NOT NULL) ORDER BY slot_id;
+
+-- find runs.receives_of_runs: lock none
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id IN (SELECT value FROM json_each(:run_ids)) AND receive_key IS NOT NULL) ORDER BY run_id, slot_id;
+
+-- find messages.messages_by_keys: lock wait
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (slot_id IN (SELECT value FROM json_each(:keys))) ORDER BY slot_id;
+
+-- find messages.message_of_run: lock wait
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id = :run_id AND message_id = :message_id) ORDER BY slot_id;
+
+-- find messages.receive_of_run: lock wait
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id = :run_id AND receive_key = :receive_key) ORDER BY slot_id;
+
+-- find messages.pending_of_topic: lock wait
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id = :run_id AND topic = :topic AND status = :c3) ORDER BY created_at, slot_id;
+
+-- find messages.first_sent_of_topic: lock none
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id = :run_id AND topic = :topic AND status = :c3) ORDER BY sequence;
+
+-- find messages.last_of_topic: lock none
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id = :run_id AND topic = :topic AND sequence IS NOT NULL) ORDER BY sequence DESC;
+
+-- find messages.due_receives: lock none
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (status = :c1 AND expires_at <= :now) ORDER BY expires_at, slot_id;
+
+-- find messages.slots_of_run: lock none
+SELECT slot_id, run_id, topic, status, message_id, message_json, sequence, sent_at, receive_key, expires_at, created_at, decided_at, decided_by FROM tenure_run_messages WHERE (run_id = :run_id) ORDER BY created_at, slot_id;

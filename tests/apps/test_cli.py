@@ -423,7 +423,7 @@ def test_no_command_prints_a_value_it_rejects_in_any_position_and_each_exits_two
     (["demo", "--lease-seconds", SECRET], ["  --lease-seconds: number_required (--lease-seconds takes a number: 0.1 to 10 seconds)"]),
     (["runs", "list", "--status", SECRET], [
         "  --status: invalid_choice (--status takes queued, running, awaiting_hardware, awaiting_consent, "
-        "awaiting_delegate, awaiting_service, awaiting_timer, cancelling, done, failed or cancelled)"]),
+        "awaiting_delegate, awaiting_service, awaiting_timer, awaiting_message, cancelling, done, failed or cancelled)"]),
     (["runs", "admit", "--db", "sqlite:///x.db", "--broker", SECRET],
      ["  --broker: invalid_choice (--broker takes saq or queue)"]),
     ([SECRET], ["  command: invalid_choice (command takes demo, migrate, worker, jobs, runs, health, console or conform)"]),

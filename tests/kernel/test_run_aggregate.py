@@ -102,20 +102,23 @@ def test_every_filled_field_exists_on_the_commands_that_read_it() -> None:
 def test_the_declaration_sweeps_consents_exactly_where_the_kernel_names_a_sweep() -> None:
     replies = [Settled(SETTLED_BY), Settled(CANCELLED_BY), Swept(CANCELLED_BY), commands.Ack(), commands.Ticket(0, False),
                commands.Rotated(1), commands.Resumed(1), commands.Claimed(0, False), commands.Admitted(True)]
-    for command in RunCommandType:
-        for reply in replies:
-            declared = FollowUp.SWEEP_CONSENTS in in_transaction(command, reply)
-            if declared:
-                assert consent_sweep(reply) is not None, (command, reply)
-    # Every command whose replies the kernel sweeps on declares the sweep.
-    assert FollowUp.SWEEP_CONSENTS in in_transaction(RunCommandType.SETTLE, Settled(SETTLED_BY))
-    assert FollowUp.SWEEP_CONSENTS in in_transaction(RunCommandType.FINISH_CANCEL, Settled(CANCELLED_BY))
-    assert FollowUp.SWEEP_CONSENTS in in_transaction(RunCommandType.FINISH_CANCEL, Swept(CANCELLED_BY))
+    for sweep in (FollowUp.SWEEP_CONSENTS, FollowUp.SWEEP_RECEIVES):
+        for command in RunCommandType:
+            for reply in replies:
+                declared = sweep in in_transaction(command, reply)
+                if declared:
+                    assert consent_sweep(reply) is not None, (command, reply)
+        # Every command whose replies the kernel sweeps on declares the sweep: a
+        # consent, and a receive, never wait on a Run that will not resume.
+        assert sweep in in_transaction(RunCommandType.SETTLE, Settled(SETTLED_BY))
+        assert sweep in in_transaction(RunCommandType.FINISH_CANCEL, Settled(CANCELLED_BY))
+        assert sweep in in_transaction(RunCommandType.FINISH_CANCEL, Swept(CANCELLED_BY))
 
 
 def test_follow_ups_split_into_the_transaction_and_after_commit() -> None:
     settled = Settled(SETTLED_BY)
-    assert in_transaction(RunCommandType.SETTLE, settled) == (FollowUp.SWEEP_CONSENTS, FollowUp.DELETE_CHECKPOINT)
+    assert in_transaction(RunCommandType.SETTLE, settled) == (FollowUp.SWEEP_CONSENTS, FollowUp.SWEEP_RECEIVES,
+                                                              FollowUp.DELETE_CHECKPOINT)
     assert after_commit(RunCommandType.SETTLE, settled) == ()
     assert after_commit(RunCommandType.RESUME, commands.Resumed(2)) == (FollowUp.PUBLISH_HOP,)
     assert in_transaction(RunCommandType.RETRY_LOST, commands.Rotated(2)) == (FollowUp.CLEAR_OUTCOME,)
@@ -155,9 +158,11 @@ def test_every_command_decided_ahead_on_counts_reads_the_pair_and_counts_and_sta
 def test_a_follow_up_idle_on_counts_is_left_for_the_transaction_once_its_count_is_not_zero() -> None:
     settle = commands.RunCommandType.SETTLE
     reply = Settled(SETTLED_BY)
-    assert left_for_transaction(settle, reply, {Evidence.PENDING_CONSENTS: (0,)}) == ()
-    assert left_for_transaction(settle, reply, {Evidence.PENDING_CONSENTS: (2,)}) == (FollowUp.SWEEP_CONSENTS,)
-    assert left_for_transaction(settle, reply, {}) == (FollowUp.SWEEP_CONSENTS,)
+    none = {Evidence.PENDING_CONSENTS: (0,), Evidence.PENDING_RECEIVES: (0,)}
+    assert left_for_transaction(settle, reply, none) == ()
+    assert left_for_transaction(settle, reply, {**none, Evidence.PENDING_CONSENTS: (2,)}) == (FollowUp.SWEEP_CONSENTS,)
+    assert left_for_transaction(settle, reply, {**none, Evidence.PENDING_RECEIVES: (1,)}) == (FollowUp.SWEEP_RECEIVES,)
+    assert left_for_transaction(settle, reply, {}) == (FollowUp.SWEEP_CONSENTS, FollowUp.SWEEP_RECEIVES)
 
 
 @settings(max_examples=300)

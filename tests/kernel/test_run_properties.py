@@ -347,7 +347,8 @@ def test_park_needs_the_owner_row_of_this_run_of_the_kind_named(evidence: str) -
 
 @pytest.mark.parametrize(("kind", "status"), [(WaitKind.CONSENT, RunStatus.AWAITING_CONSENT),
                                               (WaitKind.DELEGATE, RunStatus.AWAITING_DELEGATE),
-                                              (WaitKind.SERVICE, RunStatus.AWAITING_SERVICE)])
+                                              (WaitKind.SERVICE, RunStatus.AWAITING_SERVICE),
+                                              (WaitKind.MESSAGE, RunStatus.AWAITING_MESSAGE)])
 def test_park_on_an_owner_of_this_run_settles_the_delivery_and_records_the_owner(kind: WaitKind,
                                                                                    status: RunStatus) -> None:
     owner = OwnerEvidence(kind, "owner-1", RUN_ID, "pending", False)

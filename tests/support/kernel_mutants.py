@@ -543,6 +543,54 @@ def rotation_loses_resume_mode() -> None:
 RUN_MUTANTS[rotation_loses_resume_mode.__name__] = rotation_loses_resume_mode
 
 
+# --- the message machine ----------------------------------------------------------------------
+
+from tenure.kernel.messages.commands import MessageCommandType as MC  # noqa: E402
+from tenure.kernel.messages.machine import MESSAGES  # noqa: E402
+from tenure.kernel.messages.record import MessageStep as MS  # noqa: E402
+from tenure.kernel.runs.machine import RESOLVED_OWNER_STATUSES  # noqa: E402
+from tenure.model import WaitKind  # noqa: E402
+
+
+def _message_rules(state: MS, command: MC, guard: str) -> None:
+    MESSAGES.table[(state, command)] = tuple(
+        rule for rule in MESSAGES.table[(state, command)] if rule.guard != guard)
+
+
+def second_message_overwrites_the_first() -> None:
+    # A send meeting a delivered slot delivers again: the receive's answer changes.
+    MESSAGES.table[(MS.RECEIVED, MC.SEND)] = (Rule("always", MS.RECEIVED, "deliver"),)
+
+
+def lost_hop_takes_a_message() -> None:
+    _message_rules(MS.SENT, MC.RECEIVE, "hop_lost")
+
+
+def timed_out_before_the_deadline() -> None:
+    _message_rules(MS.PENDING, MC.TIME_OUT, "not_due")
+
+
+def message_to_a_finished_run_stored() -> None:
+    _message_rules(MS.ABSENT, MC.SEND, "run_finished")
+
+
+def changed_message_replayed() -> None:
+    # The replay compares nothing: another message under the same ID answers the first.
+    MESSAGES.guards["message_differs"] = lambda record, command, now_us: False
+
+
+def message_wait_resumed_by_a_cancelled_receive() -> None:
+    # A cancelled receive counts as an answer: a Run resumes from its own sweep.
+    RESOLVED_OWNER_STATUSES[WaitKind.MESSAGE] = frozenset({"received", "timed_out", "cancelled"})
+
+
+MESSAGE_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant
+    for mutant in (second_message_overwrites_the_first, lost_hop_takes_a_message, timed_out_before_the_deadline,
+                   message_to_a_finished_run_stored, changed_message_replayed, message_wait_resumed_by_a_cancelled_receive)
+}
+
+
 # --- recovery ---------------------------------------------------------------------------------
 
 from tenure.kernel.recovery import table as recovery  # noqa: E402
@@ -683,6 +731,7 @@ MUTANTS: dict[str, dict[str, Callable[[], None]]] = {
     "recovery": RECOVERY_MUTANTS,
     "replay": REPLAY_MUTANTS,
     "nodes": NODE_MUTANTS,
+    "messages": MESSAGE_MUTANTS,
 }
 """Mutants by machine; ``TENURE_KERNEL_MUTANT=<machine>:<mutant>`` applies one."""
 
@@ -710,6 +759,7 @@ BEHAVIOURAL_TESTS: dict[str, list[str]] = {
                "tests/kernel/test_replay_table.py::test_every_situation_of_a_small_world_gets_one_verdict_that_keeps_the_rules",
                "tests/kernel/test_replay_table.py::test_every_verdict_keeps_the_replay_rules"],
     "nodes": ["tests/kernel/test_node_properties.py"],
+    "messages": ["tests/kernel/test_message_properties.py"],
 }
 """The tests of behaviour each machine's mutants must fail (never the spec comparison,
 which would catch every table edit without saying which guarantee broke)."""

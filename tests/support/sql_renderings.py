@@ -63,7 +63,8 @@ RUN_OWNER_FINDERS = {
     "open_jobs_of_run": "agent_jobs", "open_attempts_of_run": "attempts", "consents_of_run": "consents",
     "jobs_of_run": "agent_jobs", "attempts_of_run": "attempts", "consents_of_runs": "consents",
     "jobs_of_runs": "agent_jobs", "attempts_of_runs": "attempts", "open_jobs_of_runs": "agent_jobs",
-    "open_attempts_of_runs": "attempts",
+    "open_attempts_of_runs": "attempts", "pending_receives_of_run": "run_messages", "receives_of_run": "run_messages",
+    "receives_of_runs": "run_messages",
 }
 """The Run machine's finders over its owners' tables (a Run reads its consents, jobs,
 attempts and deliveries), by the binding each runs against."""

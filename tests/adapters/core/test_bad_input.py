@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tenure.adapters.runs.ledger import expire_due_consents
+from tenure.adapters.runs.ledger import expire_due_consents, time_out_due_receives
 from tenure.model import (
     ConfigValidationError,
     ErrorCode,
@@ -351,6 +351,29 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
         ("decide_consent", "consent_id", lambda ledger: ledger.consents.decide(
             m * 3, ConsentStatus.GRANTED, decided_by="bob")),
         ("get_consent", "consent_id", lambda ledger: ledger.consents.get(m * 3)),
+        ("send_message", "run_id", lambda ledger: ledger.messages.send(m * 3, "go", {})),
+        ("send_message", "topic", lambda ledger: ledger.messages.send(RUN_ID, m + " ", {})),
+        ("send_message", "topic", lambda ledger: ledger.messages.send(RUN_ID, m * 5, {})),
+        ("send_message", "topic", lambda ledger: ledger.messages.send(RUN_ID, 7, {})),
+        ("send_message", "message", lambda ledger: ledger.messages.send(RUN_ID, "go", {m: float("nan")})),
+        ("send_message", "message", lambda ledger: ledger.messages.send(RUN_ID, "go", {m: "x" * (1024 * 1024)})),
+        ("send_message", "message_id", lambda ledger: ledger.messages.send(RUN_ID, "go", {}, message_id=m * 9)),
+        ("send_message", "message_id", lambda ledger: ledger.messages.send(RUN_ID, "go", {}, message_id="")),
+        ("send_message", "broker", lambda ledger: ledger.messages.send(RUN_ID, "go", {}, broker=m)),
+        ("receive_message", "run_id", lambda ledger: ledger.messages.receive(m * 3, 0, "go", key="@1")),
+        ("receive_message", "enqueue_seq", lambda ledger: ledger.messages.receive(RUN_ID, True, "go", key="@1")),
+        ("receive_message", "topic", lambda ledger: ledger.messages.receive(RUN_ID, 0, m + "\n", key="@1")),
+        ("receive_message", "key", lambda ledger: ledger.messages.receive(RUN_ID, 0, "go", key=m * 9)),
+        ("receive_message", "timeout_s", lambda ledger: ledger.messages.receive(RUN_ID, 0, "go", key="@1",
+                                                                                   timeout_s=m)),
+        ("receive_message", "timeout_s", lambda ledger: ledger.messages.receive(RUN_ID, 0, "go", key="@1",
+                                                                                   timeout_s=-1)),
+        ("receive_message", "timeout_s", lambda ledger: ledger.messages.receive(RUN_ID, 0, "go", key="@1",
+                                                                                   timeout_s=367 * 86400)),
+        ("time_out_due_receives", "limit", lambda ledger: time_out_due_receives(ledger, limit=0)),
+        ("time_out_due_receives", "broker", lambda ledger: time_out_due_receives(ledger, broker=m)),
+        ("get_message", "slot_id", lambda ledger: ledger.messages.get(m * 3)),
+        ("list_messages", "run_id", lambda ledger: ledger.messages.list(m * 3)),
         ("submit_job", "request_id", lambda ledger: ledger.jobs.submit(
             RUN_ID, request_id=m * 9, runtime="sandbox", profile="small", request={})),
         ("submit_job", "runtime", lambda ledger: ledger.jobs.submit(

@@ -237,17 +237,18 @@ MACHINE_IMPORTS: dict[str, set[str]] = {
     "consents": {"runs.table"},
     "agent_jobs": {"runs.table"},
     "nodes": set(),
-    "runs": {"queue", "attempts", "consents", "agent_jobs", "nodes"},
+    "runs": {"queue", "attempts", "consents", "agent_jobs", "nodes", "messages"},
     "tasks": {"queue"},
     "app": {"tasks", "runs", "queue"},
+    "messages": {"runs.table"},
 }
 """What each machine folder of ``adapters/`` may import beside the core and the wiring's
 database map (a facade opens its URL there): other machines' folders, or only one
 table module of one (``runs.table``: the owners a Run waits for lock their Run's row
 and ask the kernel whether it still opens owners; the Run's table is a declaration
 beneath every facade). The machines' facades form no circle: the Run ledger stands on
-the queue (its hops), the attempts, consents, delegated jobs and node leases; the
-general tasks stand on the queue."""
+the queue (its hops), the attempts, consents, delegated jobs, node leases and messages;
+the general tasks stand on the queue."""
 
 
 def _folder(module: str) -> str:
@@ -713,7 +714,7 @@ def test_lazy_exports_name_what_the_type_checker_imports() -> None:
 # --- state enums -----------------------------------------------------------------------------
 
 STATE_ENUMS = {"JobStatus", "RunStatus", "DeliveryState", "ConsentStatus", "AgentJobStatus", "AttemptState",
-               "NodeStatus", "BrokerJobState"}
+               "NodeStatus", "BrokerJobState", "MessageStatus"}
 
 ENUM_COMPARISONS_ALLOWED = {
     "attempts/runner.py": "the attempt machine's client: it picks which command to send next from the state it "

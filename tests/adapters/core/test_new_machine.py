@@ -188,7 +188,7 @@ TOY_FILES: dict[str, str] = {
 
         __all__ = ["TOY_TABLE", "TOY_BINDING", "MACHINE_TABLES"]
 
-        TOY_STEP = Step("toy_v1", 13)
+        TOY_STEP = Step("toy_v1", 15)
         TOY_TABLE = TableSpec(
             "tenure_toys",
             (
@@ -211,7 +211,8 @@ TOY_FILES: dict[str, str] = {
 REGISTRATION = [
     ("from .runs.machine import RUNS\n", "from .runs.machine import RUNS\nfrom .toy.machine import TOY\n"),
     ('    "NODES",\n', '    "NODES",\n    "TOY",\n'),
-    ("(QUEUE, ATTEMPTS, RUNS, CONSENTS, AGENT_JOBS, NODES)", "(QUEUE, ATTEMPTS, RUNS, CONSENTS, AGENT_JOBS, NODES, TOY)"),
+    ("(QUEUE, ATTEMPTS, RUNS, CONSENTS, AGENT_JOBS, NODES, MESSAGES)",
+     "(QUEUE, ATTEMPTS, RUNS, CONSENTS, AGENT_JOBS, NODES, MESSAGES, TOY)"),
 ]
 """What registering it changes in ``kernel/__init__.py``: its import, its public name,
 its place in ``MACHINES``."""

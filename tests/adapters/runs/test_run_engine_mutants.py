@@ -3,7 +3,7 @@
 Each breakage changes one thing the Run engine (``tenure.adapters.runs.engine``) or the
 kernel's aggregate declaration (``tenure.kernel.runs.aggregate``) holds: a part of the
 aggregate left out of the compare-and-set (the Run, or its delivery), a declared
-follow-up lost (the checkpoint delete or the consent sweep after a settle, the outcome a
+follow-up lost (the checkpoint delete, the consent sweep or the receive sweep after a settle, the outcome a
 settle refused for unproven containment records, the checkpoint
 a timer's park binds, the publication of a resumed hop), or a declaration naming the wrong evidence (a settle that does not
 count containment, a park that reads the Run's owner instead of the one it names, a
@@ -26,7 +26,8 @@ from tenure.adapters.runs.table import DELIVERIES_BINDING, RUNS_BINDING
 from tenure.kernel.runs import aggregate
 from tenure.kernel.runs.aggregate import Evidence, FollowUp
 from tenure.kernel.runs.commands import RunCommandType, Settled
-from tenure.model import ConsentStatus, DeliveryState, ErrorCode, RunStatus, TenureError, WaitKind, hop_key
+from tenure.kernel.runs.machine import RunRefusal
+from tenure.model import ConsentStatus, DeliveryState, ErrorCode, MessageStatus, RunStatus, TenureError, WaitKind, hop_key
 
 C = RunCommandType
 E = Evidence
@@ -58,6 +59,14 @@ async def settle_sweeps_pending_consents(runs: Runs) -> None:
     assert await runs.ledger.settle(run_id, 0, RunStatus.FAILED, error="gave up")
     stored = await runs.ledger.consents.get(consent.consent_id)
     assert stored is not None and stored.status is ConsentStatus.CANCELLED
+
+
+async def settle_sweeps_waiting_receives(runs: Runs) -> None:
+    run_id = await runs.running(unique("receives"))
+    waiting = await runs.ledger.messages.receive(run_id, 0, "go", key="@1")
+    assert await runs.ledger.settle(run_id, 0, RunStatus.DONE)
+    stored = await runs.ledger.messages.get(waiting.slot_id)
+    assert stored is not None and stored.status is MessageStatus.CANCELLED
 
 
 async def an_uncontained_settle_records_its_outcome(runs: Runs) -> None:
@@ -133,6 +142,9 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario]] = {
                                              settle_deletes_the_checkpoint),
     "a_settle_loses_its_consent_sweep": (_follow_ups(C.SETTLE, {Settled: (F.DELETE_CHECKPOINT,)}),
                                          settle_sweeps_pending_consents),
+    "a_settle_loses_its_receive_sweep": (_follow_ups(C.SETTLE, {Settled: (F.SWEEP_CONSENTS, F.DELETE_CHECKPOINT),
+                                                             RunRefusal.CONTAINMENT_UNPROVEN: (F.RECORD_OUTCOME,)}),
+                                         settle_sweeps_waiting_receives),
     "a_refused_settle_loses_its_outcome_record": (_follow_ups(C.SETTLE, {Settled: (F.SWEEP_CONSENTS, F.DELETE_CHECKPOINT)}),
                                                   an_uncontained_settle_records_its_outcome),
     "a_timer_park_loses_its_checkpoint": (_follow_ups(C.PARK, {}), a_timer_park_binds_its_checkpoint),

@@ -19,6 +19,7 @@ _RESOLVING_OWNER_STATUSES = {
     "consent": {"granted", "denied", "expired"},
     "delegate": {"succeeded", "failed", "cancelled", "timed_out", "lost"},
     "service": {"succeeded", "failed", "cancelled"},
+    "message": {"received", "timed_out"},
 }
 
 
@@ -52,6 +53,7 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "waits_for_delegate": lambda r, c, n: c.wait.value == "delegate",
     "waits_for_service": lambda r, c, n: c.wait.value == "service",
     "waits_for_timer": lambda r, c, n: c.wait.value == "timer",
+    "waits_for_message": lambda r, c, n: c.wait.value == "message",
     "wake_invalid": lambda r, c, n: (c.wake_at_us is not None) if c.wait.value != "timer" else not (
         type(c.wake_at_us) is int and -62_135_596_800_000_000 <= c.wake_at_us <= 253_402_300_799_999_999),
     "timer_not_due": lambda r, c, n: not n >= r.run.wake_at_us,
