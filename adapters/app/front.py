@@ -68,6 +68,7 @@ from tenure.model import (
     ConfigValidationError,
     ConsentStatus,
     ErrorCode,
+    MessageRecord,
     RunIntent,
     RunRecord,
     RunStatus,
@@ -511,6 +512,18 @@ class App(TaskApp):
             if page.next_cursor is None:
                 return
             after = page.next_cursor
+
+    async def send(self, run_id: str, topic: str, message: Any, *, message_id: str | None = None) -> MessageRecord:
+        """Send ``message`` (any JSON value up to 1 MiB) to the Run ``run_id`` under ``topic``,
+        from any process: a workflow waiting in ``ctx.recv(topic)`` gets it and its Run
+        resumes; otherwise it is kept for the Run's next receive of that topic (delivered
+        once, in the order sent). ``message_id`` (default: a fresh one) makes the send
+        replay-safe: the same ID with the same topic and message answers the stored message
+        and sends nothing twice; another topic or message under it raises
+        ``RUN_MESSAGE_CONFLICT``. A Run that is unknown, finished or being cancelled
+        refuses it (``RUN_MESSAGE_REFUSED``); nothing is stored then."""
+        broker = self.broker if self._workflows else None  # else the relays publish the resumed hop
+        return await self.ledger.messages.send(run_id, topic, message, message_id=message_id, broker=broker)
 
     def handle(self, run_id: str) -> WorkflowHandle:
         """The handle of a Run started elsewhere (by its ID, or ``key_run_id(key)``)."""

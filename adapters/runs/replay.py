@@ -161,6 +161,7 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "service": _service,
     "sleep": lambda answer: None,
     "child": lambda answer: answer,
+    "recv": lambda answer: answer["message"],
     "child_result": _job,
 }
 """How a recorded answer of each call kind becomes what the workflow receives."""
@@ -172,6 +173,9 @@ def _owner_answer(hop: RunContext) -> Any:
         return {"status": hop.consent.status.value, "decided_by": hop.consent.decided_by}
     if hop.job is not None:
         return {"status": hop.job.status.value, "result": hop.job.result}
+    if hop.receive_answer is not None:
+        received = hop.receive_answer
+        return {"received": received.received, "message": received.message, "message_id": received.message_id}
     if hop.attempt is not None:
         attempt = hop.attempt
         return {"attempt_id": attempt.attempt_id, "state": attempt.state.value,
@@ -317,6 +321,25 @@ class WorkflowContext:
         """Park the Run on a durable timer due at ``when`` (an aware datetime, compared with
         the database clock); returns once a later hop has woken from it."""
         await self._sleep(lambda hop, name, state: hop.sleep_until(when, state=state, name=name))
+
+    async def recv(self, topic: str, *, timeout_s: float | None = None) -> Any:
+        """The next message of ``topic`` sent to this Run (``app.send``, or
+        ``RunLedger.messages.send`` from any process), in the order they were sent, each
+        received once; None when ``timeout_s`` (more than 0, at most 366 days, on the
+        database clock; None: wait as long as the Run lives) passed first. A message
+        already there is taken at once; otherwise the Run parks AWAITING_MESSAGE until one
+        is sent or the timeout passes. (A message that is itself None reads like a
+        timeout: send an object.)"""
+        position, call, found, answer = await self._replayed("recv", topic)
+        if found:
+            return answer
+        # The receive's key is this position: asking again (a hop that runs again before
+        # the answer was journaled) answers the same message, never a second one.
+        received = await self.hop.receive(topic, key=f"{JOURNAL_PREFIX}{position}", timeout_s=timeout_s,
+                                          state=self._parked_state(position, call))
+        recorded = await self._record(position, call, {"received": received.received, "message": received.message,
+                                                       "message_id": received.message_id})
+        return recorded["message"]
 
     async def start_child(self, flow: Any, *args: Any, key: str | None = None, **kwargs: Any) -> ChildHandle:
         """Start a child Run of ``flow`` (an app workflow) with these arguments, once per

@@ -355,3 +355,35 @@ async def test_a_workflow_timeout_cancels_the_run_and_its_children_with_reason_t
     with pytest.raises(ConfigValidationError):
         app.workflow(name="never", timeout_s=0)(impatient.function)
     await app.close()
+
+
+async def test_messages_reach_a_waiting_workflow_once_each_in_order_and_a_timeout_answers_none(db_url: str) -> None:
+    app = App(db_url)
+
+    @app.workflow(name="inbox")
+    async def inbox(ctx: WorkflowContext) -> dict[str, Any]:
+        early = await ctx.recv("orders")  # sent before the workflow asked: taken at once
+        first = await ctx.recv("orders")  # parks until the next one is sent
+        second = await ctx.recv("orders")
+        nothing = await ctx.recv("never", timeout_s=0.5)  # a relay round answers the timeout
+        return {"got": [early, first, second], "timed_out": nothing is None}
+
+    async with app.launch(migrate=False):
+        handle = await inbox.start(key="inbox-1")
+        await app.send(handle.run_id, "orders", {"n": 0}, message_id="m-0")
+        await parked_on(app, handle.run_id, WaitKind.MESSAGE)
+        sent = await app.send(handle.run_id, "orders", {"n": 1}, message_id="m-1")
+        assert await app.send(handle.run_id, "orders", {"n": 1}, message_id="m-1") == sent  # a replay
+        with pytest.raises(TenureError) as changed:
+            await app.send(handle.run_id, "orders", {"n": 99}, message_id="m-1")
+        assert changed.value.code is ErrorCode.RUN_MESSAGE_CONFLICT and "99" not in str(changed.value)
+        await app.send(handle.run_id, "other", {"n": -1})  # another topic wakes nobody
+        await app.send(handle.run_id, "orders", {"n": 2})
+        result = await handle.result(wait_s=HANG_GUARD_S)
+        with pytest.raises(TenureError) as finished:
+            await app.send(handle.run_id, "orders", {"n": 3})
+        assert finished.value.code is ErrorCode.RUN_MESSAGE_REFUSED
+    assert result == {"got": [{"n": 0}, {"n": 1}, {"n": 2}], "timed_out": True}
+    journal = await app.ledger.steps.recorded(handle.run_id)
+    assert [journal[f"{JOURNAL_PREFIX}{p}"]["call"] for p in range(4)] == ["recv:orders"] * 3 + ["recv:never"]
+    await app.close()
