@@ -18,9 +18,10 @@ after the Run ended; every DONE Run kept the result of an accepted hop of its ow
 workflow; no Run whose workflow declared ``on_lost="retry"`` failed ``lost``; no Run
 failed ``lost`` after its hop recorded its outcome. The ``lost`` Runs are counted per
 declared policy and printed with the other figures (``-s`` shows them). A share of the
-Runs are replayed workflows (``story``, issue 50): their waits (a consent, a timer, a
-child Run) return answers by replay, and each DONE one shows its journal's calls once and
-in order, a step answer recorded once whatever re-ran its body, and its child DONE.
+Runs are replayed workflows (``story``, issue 50): their waits (a consent, a message sent
+before the Run asks or while it waits, a timer, a child Run) return answers by replay, and
+each DONE one shows its journal's calls once and in order, a step answer recorded once
+whatever re-ran its body, its one message received, and its child DONE.
 
 ``TENURE_CHAOS_RUNS`` sets the number of Runs (default 60; the soak is 300, with one
 round of the four faults per 60 Runs); ``TENURE_CHAOS_SEED`` the seed (printed).
@@ -282,6 +283,13 @@ async def admit(ledger: RunLedger, publisher: QueueBroker, batch: list[Planned],
         admitted[admission.run.run_id] = planned
         with contextlib.suppress(TenureError):  # a publish that fails is the relays' to repeat
             await ledger.publish(admission.run.run_id, 0, publisher)
+        if planned.flow == "story" and planned.n % 2 == 0:  # a message sent before the Run asks for it
+            await durably(lambda: send_go(ledger, admission.run.run_id, planned.n, publisher), "send a message")
+
+
+async def send_go(ledger: RunLedger, run_id: str, n: int, publisher: QueueBroker) -> None:
+    """The one message a ``story`` Run receives (replay-safe by its message ID)."""
+    await ledger.messages.send(run_id, "go", {"go": n}, message_id=f"go-{run_id}", broker=publisher)
 
 
 async def grant_consents(ledger: RunLedger, publisher: QueueBroker, stop: asyncio.Event,
@@ -299,6 +307,10 @@ async def grant_consents(ledger: RunLedger, publisher: QueueBroker, stop: asynci
                 if int(run.run_id[-1], 16) % 2 and await resume_and_publish(ledger, publisher, run.run_id,
                                                                            owner_id=run.owner_id) is not None:
                     granted["resumed_here"] += 1
+            waiting = await ledger.list_runs(status=RunStatus.AWAITING_MESSAGE, limit=1000)
+            for run in waiting.items:  # a story waits for its message: send it (again is a replay)
+                await send_go(ledger, run.run_id, run.payload["n"], publisher)
+                granted["messages"] += 1
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.1)
 
@@ -362,7 +374,7 @@ def journals(db_url: str) -> dict[str, dict[int, dict[str, Any]]]:
     return found
 
 
-STORY_CALLS = ["step:stamp", "consent:mail.send", "sleep", "child:leaf", "child_result:leaf"]
+STORY_CALLS = ["step:stamp", "consent:mail.send", "recv:go", "sleep", "child:leaf", "child_result:leaf"]
 """The calls a ``story`` Run's journal holds, in order, once it ended DONE."""
 
 
@@ -384,6 +396,7 @@ def check_stories(runs: dict[str, RunRecord], children: dict[str, RunRecord], ad
         assert [entries[p]["call"] for p in sorted(entries)] == STORY_CALLS, (run_id, entries, SEED)
         assert stepped[run_id] >= 1 and result["stamp"] == entries[0]["answer"], (run_id, result, entries[0])
         assert result["verdict"] == "granted" == entries[1]["answer"]["status"], (run_id, result)
+        assert result["note"] == {"go": admitted[run_id].n} == entries[2]["answer"]["message"], (run_id, result)
         child = children.get(result["child"])
         assert child is not None and child.status is RunStatus.DONE and child.result == result["leaf"], (
             f"story {run_id}: child {result['child']} {child} (seed {SEED})")

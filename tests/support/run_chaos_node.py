@@ -22,7 +22,7 @@ outcome, never fail it ``lost``.
 
 Replayed workflows (``tenure.adapters.App``, issue 50): ``story`` runs its hop body, then a
 journaled ``step`` (logged ``step`` when its body runs: at least once, recorded once), a
-consent it gets back as an answer, a durable timer and a child Run of ``leaf`` (one hop)
+consent it gets back as an answer, a message (``recv``), a durable timer and a child Run of ``leaf`` (one hop)
 whose result it awaits, and returns every answer; each of those waits ends the hop and
 the next hop replays the journal. Nodes adopt ended children and resume their parents
 (the App's children relay, :func:`relay_children`). Both declare ``on_lost="retry"``.
@@ -186,10 +186,11 @@ async def story(ctx: WorkflowContext, n: int) -> dict[str, Any]:
     await _hop(ctx.hop)
     stamp = await ctx.step(_stamp, ctx.run_id, name="stamp")
     verdict = await ctx.consent("mail.send", {"n": n})
+    note = await ctx.recv("go")  # the test sends one, before the Run asks or once it waits
     await ctx.sleep(NAP_SECONDS)
     child = await ctx.start_child(leaf, n)
     answer = await child.result()
-    return _result(ctx.hop, stamp=stamp, verdict=verdict.status, child=child.run_id, leaf=answer)
+    return _result(ctx.hop, stamp=stamp, verdict=verdict.status, note=note, child=child.run_id, leaf=answer)
 
 
 async def relay_children(interval_s: float) -> None:
