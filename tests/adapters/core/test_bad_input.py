@@ -314,6 +314,7 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
         ("settle", "error", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.FAILED)),
         ("settle", "error", lambda ledger: ledger.settle(RUN_ID, 0, RunStatus.DONE, error=m)),
         ("begin_cancel", "run_id", lambda ledger: ledger.begin_cancel(m * 3)),
+        ("time_out", "run_id", lambda ledger: ledger.time_out(m * 3)),
         ("get", "run_id", lambda ledger: ledger.get(m * 3)),
         ("list_runs", "status", lambda ledger: ledger.list_runs(status=m)),
         ("list_runs", "session_id", lambda ledger: ledger.list_runs(session_id=m * 9)),
