@@ -44,7 +44,15 @@ kernel decides whether its deadline passed) and finishes that cancellation; a re
 round times out the Runs whose deadline passed and finishes their cancellations, then
 visits the queued Runs, then the waits (a reconciliation times them out first too); the
 clock steps to just before, and to, each instant a guard compares with (a timer's due
-time, a consent's deadline, a Run's deadline, a lease's end, a takeover claim's end).
+time, a consent's deadline, a Run's deadline, a receive's deadline, a lease's end, a
+takeover claim's end). Messages (:mod:`tenure.kernel.messages`): a sender sends the next
+message of one topic to a Run (under the Run's lock it fills the oldest waiting receive,
+whose Run it then resumes, or is stored), sends the latest again, or another message
+under its ID; a hop receives under a key (a new one, or one already stored: a replay),
+takes a stored message at once or waits (with or without a timeout), then checkpoints
+and parks on its receive; the deadline owner times a receive out at any time, the relays
+time out the due ones and resume their Runs, and a Run's terminal sweep cancels its
+pending receives.
 
 Not modelled: hardware waits, service-attempt owners (the attempts model,
 :mod:`.attempts`, explores those), lost acknowledgements of settlements and parks (a hop
@@ -67,6 +75,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from tenure.model import (
+    ANSWERED_MESSAGE_STATUSES,
     DECIDED_CONSENT_STATUSES,
     LIVE_BROKER_STATES,
     TERMINAL_AGENT_JOB_STATUSES,
@@ -76,6 +85,7 @@ from tenure.model import (
     BrokerJobState,
     ConsentStatus,
     DeliveryState,
+    MessageStatus,
     RunStatus,
     WaitKind,
 )
@@ -86,6 +96,11 @@ from tenure.kernel.agent_jobs.record import AgentJobRow, job_complete
 from tenure.kernel.consents import machine as consent_machine
 from tenure.kernel.consents.commands import CancelPending, CreateConsent, DecideConsent
 from tenure.kernel.consents.record import ConsentRow
+from tenure.kernel.messages import machine as message_machine
+from tenure.kernel.messages.commands import CancelPending as CancelPendingReceive
+from tenure.kernel.messages.commands import Delivered, ReceiveMessage, SendMessage
+from tenure.kernel.messages.commands import TimeOut as TimeOutReceive
+from tenure.kernel.messages.record import MESSAGE_STATUSES, MessageRow, answer_complete
 from tenure.kernel.core import Applied, replaced
 from tenure.kernel.nodes import machine as node_machine
 from tenure.kernel.nodes.commands import Boot, Booted, FinishTakeover, Renew, TakeOver, TakingOver
@@ -140,6 +155,7 @@ __all__ = [
     "RECOVERY",
     "TAKERS",
     "DEADLINES",
+    "MESSAGES",
     "STANDARD",
     "SOAK",
 ]
@@ -151,6 +167,10 @@ DEADLINE_US = 60_000_000
 """A consent's deadline, when it is asked with one."""
 RUN_TIMEOUT_US = 30_000_000
 """A Run's timeout, in the worlds whose Runs are admitted with one (``Bounds.timeout_us``)."""
+RECEIVE_TIMEOUT_US = 10_000_000
+"""A receive's timeout, when a hop receives with one."""
+TOPIC = "review"
+"""The one topic the sender writes to (order is per topic)."""
 STALE_AFTER_US = 240_000_000
 """Recovery's ``stale_after`` (the ledger's default)."""
 NODE_NAMES = ("node-a", "node-b", "node-c")
@@ -159,7 +179,8 @@ QUEUE, PRIORITY = "runs", 50
 REPLAY_QUEUE, REPLAY_PRIORITY = "rites", 10
 DIGEST = "sha256:" + hashlib.sha256(b"tenure explorer intent").hexdigest()
 PRINCIPAL = "principal-p"
-OWNED_WAITS = frozenset({RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE})
+OWNED_WAITS = frozenset({RunStatus.AWAITING_CONSENT, RunStatus.AWAITING_DELEGATE, RunStatus.AWAITING_SERVICE,
+                         RunStatus.AWAITING_MESSAGE})
 
 
 # --- the world ------------------------------------------------------------------------------
@@ -212,7 +233,14 @@ class Bounds:
     """The timeout every Run is admitted with (its deadline: admission time plus this)."""
     deadlines: bool = False
     """The deadline owner acts on its own, besides the relays: it sends ``time_out`` to any
-    Run at any time (the kernel decides) and finishes the cancellations it elected."""
+    Run at any time (the kernel decides) and finishes the cancellations it elected; with
+    ``receives``, it also times out any pending receive at any time (the kernel decides)."""
+    messages: int = 0
+    """Messages the sender sends to each Run (one topic); it may also send the latest one
+    again (a replay) and another message under its ID (a conflict)."""
+    receives: int = 0
+    """Receives each Run's hops may make (keys ``r1``, ``r2``, ...; a hop may name a key
+    again: the replay of a resumed hop)."""
 
     @property
     def symmetric(self) -> bool:
@@ -335,6 +363,8 @@ class RunWorld:
     current hop."""
     last: tuple[Decided, ...] = ()
     judged: tuple[Judged, ...] = ()
+    mail: tuple[MessageRow, ...] = ()
+    """The message slots of every Run, in the order they were stored."""
 
 
 def _run_id(slot: int) -> str:
@@ -495,6 +525,23 @@ class RunModel:
                 if world.consents[index] is not None:
                     world, _ = self._consent(world, index, CancelPending(decided_by=decision.reply.decided_by),
                                              "ledger (sweep)")
+            for index, row in enumerate(world.mail):
+                if row.run_id == _run_id(slot) and row.status is MessageStatus.PENDING:
+                    world, _ = self._message(world, index, CancelPendingReceive(decided_by=decision.reply.decided_by),
+                                             "ledger (sweep)")
+        return world, decision
+
+    def _message(self, world: RunWorld, index: int | None, command: Any, actor: str) -> tuple[RunWorld, Any]:
+        """The world after the message machine rules on slot ``index`` of ``mail`` (None: the
+        command met no slot; an applied one appends the new slot)."""
+        before = None if index is None else world.mail[index]
+        decision = message_machine.MESSAGES.decide(before, command, world.now_us)
+        world = _with(world, last=(*world.last, Decided("messages", -1 if index is None else index, command, before,
+                                                         decision, world.now_us, actor)))
+        if isinstance(decision, Applied) and decision.new_record is not None and decision.new_record != before:
+            mail = (*world.mail, decision.new_record) if index is None else _at(world.mail, index,
+                                                                                 decision.new_record)
+            world = _with(world, mail=mail)
         return world, decision
 
     def _consent(self, world: RunWorld, index: int, command: Any, actor: str) -> tuple[RunWorld, Any]:
@@ -514,7 +561,7 @@ class RunModel:
     def _job_slots(self, slot: int) -> range:
         return range(slot * self.bounds.delegates, (slot + 1) * self.bounds.delegates)
 
-    def _owner_row(self, world: RunWorld, owner_id: str | None) -> ConsentRow | AgentJobRow | None:
+    def _owner_row(self, world: RunWorld, owner_id: str | None) -> ConsentRow | AgentJobRow | MessageRow | None:
         if owner_id is None or owner_id.count("-") != 2:
             return None
         kind, run, index = _owner_slot(owner_id)
@@ -522,6 +569,8 @@ class RunModel:
             return world.consents[run * self.bounds.consents + index]
         if kind == "job" and index < self.bounds.delegates:
             return world.jobs[run * self.bounds.delegates + index]
+        if kind == "mail":
+            return next((row for row in world.mail if row.slot_id == owner_id), None)
         return None
 
     def _evidence(self, world: RunWorld, kind: WaitKind | None, owner_id: str | None) -> OwnerEvidence | None:
@@ -530,6 +579,8 @@ class RunModel:
             return _consent_evidence(row)
         if kind is WaitKind.DELEGATE and isinstance(row, AgentJobRow):
             return _job_evidence(row)
+        if kind is WaitKind.MESSAGE and isinstance(row, MessageRow):
+            return OwnerEvidence(WaitKind.MESSAGE, row.slot_id, row.run_id, row.status.value, answer_complete(row))
         return None
 
     def _containment(self, world: RunWorld, slot: int) -> Containment:
@@ -647,6 +698,7 @@ class RunModel:
             if self._live_worker(world, worker):
                 yield from self._worker(world, worker)
         yield from self._owners(world)
+        yield from self._sender(world)
         yield from self._operator(world)
         yield from self._deadline_owner(world)
         yield from self._relays(world)
@@ -757,6 +809,8 @@ class RunModel:
         if not holds:
             if me.checkpointed:
                 yield from self._owned_waits(world, worker, slot, me, name, hop)  # its park is on its way
+            elif me.owner is None and b.receives:
+                yield from self._receives(world, worker, slot, me, name)  # a receive is fenced in its own transaction
             return  # every other write of the hop begins with a checkpoint the fence refuses: it stops
         for status in (RunStatus.DONE, RunStatus.FAILED):
             checkpoint = _with(world, checkpoints=_at(world.checkpoints, slot, Checkpoint(
@@ -814,6 +868,8 @@ class RunModel:
                 owned = job_id if isinstance(decision, Applied) else None
                 yield Step(name, "delegates a job", job_id), self._set_worker(
                     after, worker, dataclasses.replace(me, owner=owned))
+            if b.receives:
+                yield from self._receives(world, worker, slot, me, name)
             return
         if not me.checkpointed:
             if not hop_holds(pair.run, me.seq):
@@ -823,7 +879,7 @@ class RunModel:
             yield Step(name, "writes its checkpoint naming", me.owner), self._set_worker(
                 after, worker, dataclasses.replace(me, checkpointed=True))
             return
-        kind = WaitKind.CONSENT if me.owner.startswith("consent") else WaitKind.DELEGATE
+        kind = {"consent": WaitKind.CONSENT, "job": WaitKind.DELEGATE, "mail": WaitKind.MESSAGE}[me.owner.split("-")[0]]
         park = Park(enqueue_seq=me.seq, wait=kind, owner_id=me.owner, owner=self._evidence(world, kind, me.owner))
         after, _ = self._run(world, slot, park, name)
         yield Step(name, f"parks on its {kind.value}", me.owner), self._drop(after, worker)
@@ -864,6 +920,107 @@ class RunModel:
                 evidence = self._evidence(world, pair.run.owner_kind, pair.run.owner_id)
                 after, _ = self._run(world, slot, Resume(owner_id=owner_id, owner=evidence), "resumer")
                 yield Step("resumer", "resumes naming", f"{_run_id(slot)} by {owner_id}"), after
+
+    # --- messages ---------------------------------------------------------------------------
+
+    def _slots_of(self, world: RunWorld, slot: int) -> list[int]:
+        return [index for index, row in enumerate(world.mail) if row.run_id == _run_id(slot)]
+
+    def _send(self, world: RunWorld, slot: int, message_id: str, text: str) -> RunWorld:
+        """``Messages.send``: under the Run's lock, the slot holding the message ID (a
+        replay), else the oldest pending receive of the topic; a delivery then resumes the
+        Run (the declared resume after commit, naming the receive)."""
+        pair = world.runs[slot]
+        mine = self._slots_of(world, slot)
+        met = next((index for index in mine if world.mail[index].message_id == message_id), None)
+        if met is None:
+            pending = [index for index in mine if world.mail[index].status is MessageStatus.PENDING]
+            met = min(pending, key=lambda index: (world.mail[index].created_at_us, world.mail[index].slot_id),
+                      default=None)
+        sequences = [world.mail[index].sequence or 0 for index in mine]
+        row = MessageRow(slot_id=f"mail-{slot + 1}-{len(mine) + 1}", run_id=_run_id(slot), topic=TOPIC,
+                         status=MessageStatus.SENT, message_id=message_id, message_json=text, sequence=None,
+                         sent_at_us=None, receive_key=None, expires_at_us=None, created_at_us=0, decided_at_us=None,
+                         decided_by=None)
+        command = SendMessage(row=row, run_status=None if pair is None else pair.run.status,
+                              sequence=max(sequences, default=0) + 1)
+        world, decision = self._message(world, met, command, "sender")
+        if isinstance(decision, Applied) and isinstance(decision.reply, Delivered) and met is not None:
+            receive = world.mail[met]
+            world, _ = self._run(world, slot, Resume(owner_id=receive.slot_id, owner=self._evidence(
+                world, WaitKind.MESSAGE, receive.slot_id)), "sender")
+        return world
+
+    def _sender(self, world: RunWorld) -> Iterator[tuple[Step, RunWorld]]:
+        """The sender's next message to each Run, its latest one again, and another message
+        under the latest one's ID."""
+        for slot, pair in enumerate(world.runs):
+            if pair is None or not self.bounds.messages:
+                continue
+            sent = sorted({world.mail[index].message_id or "" for index in self._slots_of(world, slot)} - {""})
+            if len(sent) < self.bounds.messages:
+                message_id = f"m{len(sent) + 1}"
+                yield Step("sender", "sends", f"{message_id} to {_run_id(slot)}"), self._send(
+                    world, slot, message_id, '{"n":' + str(len(sent) + 1) + "}")
+            if sent:
+                latest = sent[-1]
+                yield Step("sender", "sends again", f"{latest} to {_run_id(slot)}"), self._send(
+                    world, slot, latest, '{"n":' + latest[1:] + "}")
+                yield Step("sender", "sends another message under the ID", f"{latest} to {_run_id(slot)}"), \
+                    self._send(world, slot, latest, '{"n":0}')
+
+    def _receives(self, world: RunWorld, worker: int, slot: int, me: Worker, name: str
+                  ) -> Iterator[tuple[Step, RunWorld]]:
+        """``RunContext.receive`` under each key the hop may name (one already stored: a
+        replay; the next one): under the Run's lock, fenced by the hop holding its Run, the
+        slot holding the key, else the first undelivered message of the topic, else a new
+        pending receive (with or without a timeout) the hop then checkpoints and parks on.
+        An answered receive lets the hop go on; a refused one (the hop lost its Run) ends it."""
+        assert me.seq is not None
+        pair = world.runs[slot]
+        assert pair is not None
+        mine = self._slots_of(world, slot)
+        keys = sorted({world.mail[index].receive_key or "" for index in mine} - {""})
+        if len(keys) < self.bounds.receives:
+            keys.append(f"r{len(keys) + 1}")
+        holds = hop_holds(pair.run, me.seq)
+        for key in keys:
+            met = next((index for index in mine if world.mail[index].receive_key == key), None)
+            if met is None:
+                sent = [index for index in mine if world.mail[index].status is MessageStatus.SENT]
+                met = min(sent, key=lambda index: world.mail[index].sequence or 0, default=None)
+            row = MessageRow(slot_id=f"mail-{slot + 1}-{len(mine) + 1}", run_id=_run_id(slot), topic=TOPIC,
+                             status=MessageStatus.PENDING, message_id=None, message_json=None, sequence=None,
+                             sent_at_us=None, receive_key=key, expires_at_us=None, created_at_us=0,
+                             decided_at_us=None, decided_by=None)
+            timeouts = ((" (10 s timeout)", RECEIVE_TIMEOUT_US), ("", None)) if met is None and self.bounds.deadlines \
+                else (("", None),)
+            for label, expires in timeouts:
+                command = ReceiveMessage(row=row, hop_holds=holds, expires_in_us=expires)
+                after, decision = self._message(world, met, command, name)
+                if not isinstance(decision, Applied):
+                    yield Step(name, "receives", f"{key}{label}"), self._drop(after, worker)
+                    continue
+                stored = after.mail[len(after.mail) - 1 if met is None else met]
+                if stored.status is MessageStatus.PENDING:
+                    yield Step(name, "receives and waits", f"{key}{label}"), self._set_worker(
+                        after, worker, dataclasses.replace(me, owner=stored.slot_id))
+                else:
+                    yield Step(name, f"receives ({stored.status.value})", key), after
+
+    def _receive_deadlines(self, world: RunWorld, actor: str, *, due_only: bool, resume: bool) -> RunWorld:
+        """``Messages.time_out_due``: each pending receive whose deadline came timed out,
+        then its Run resumed naming it."""
+        for index, row in enumerate(world.mail):
+            if row.status is not MessageStatus.PENDING or row.expires_at_us is None \
+                    or (due_only and world.now_us < row.expires_at_us):
+                continue
+            world, decision = self._message(world, index, TimeOutReceive(), actor)
+            if resume and isinstance(decision, Applied):
+                slot = _slot_of_run(row.run_id)
+                world, _ = self._run(world, slot, Resume(owner_id=row.slot_id, owner=self._evidence(
+                    world, WaitKind.MESSAGE, row.slot_id)), actor)
+        return world
 
     def _operator(self, world: RunWorld) -> Iterator[tuple[Step, RunWorld]]:
         if not self.bounds.cancel:
@@ -910,6 +1067,10 @@ class RunModel:
             if pair.run.status is RunStatus.CANCELLING:
                 after, said = self._finish_cancel(world, slot, pair.run.enqueue_seq, "deadline owner")
                 yield Step("deadline owner", "finishes the cancel", f"{_run_id(slot)} (broker: {said})"), after
+        for index, row in enumerate(world.mail):
+            if row.status is MessageStatus.PENDING:  # sent at any time: the kernel decides whether it is due
+                after, _ = self._message(world, index, TimeOutReceive(), "deadline owner")
+                yield Step("deadline owner", "times out the receive", row.slot_id), after
 
     # --- recovery -------------------------------------------------------------------------------
 
@@ -926,6 +1087,7 @@ class RunModel:
         for slot, pair in enumerate(world.runs):  # deadlines first, each cancellation finished
             if _due(pair, world.now_us):
                 after = self._time_out(after, slot, "relay", finish=True)
+        after = self._receive_deadlines(after, "relay", due_only=True, resume=True)
         for kinds in ((RunStatus.QUEUED,), WAIT_STATUSES):
             for slot, pair in enumerate(world.runs):
                 if pair is not None and pair.run.status in kinds:
@@ -970,8 +1132,9 @@ class RunModel:
             owner=self._evidence(world, run.owner_kind, run.owner_id) if recovery.Evidence.OWNER in needs else None,
             containment=(self._containment(world, slot) if recovery.Evidence.CONTAINMENT in needs
                          else Containment(0, 0)),
-            latest_owner=(recovery.latest_owner(consents, jobs, ()) if recovery.Evidence.LATEST_OWNER in needs
-                          else None),
+            latest_owner=(recovery.latest_owner(consents, jobs, (), tuple(
+                row for row in world.mail if row.run_id == run.run_id))
+                if recovery.Evidence.LATEST_OWNER in needs else None),
             now_us=world.now_us if recovery.Evidence.CLOCK in needs else None,
         )
 
@@ -1175,6 +1338,9 @@ class RunModel:
         for consent in world.consents:
             if consent is not None and consent.status is ConsentStatus.PENDING and consent.expires_at_us is not None:
                 moments.add((consent.expires_at_us, "a consent's deadline"))
+        for receive in world.mail:
+            if receive.status is MessageStatus.PENDING and receive.expires_at_us is not None:
+                moments.add((receive.expires_at_us, "a receive's deadline"))
         if self.bounds.leases:
             for row in world.nodes[-1:]:
                 if row is None:
@@ -1294,8 +1460,11 @@ class RunModel:
         claims = tuple(None if claim is None else (claim[0], name(claim[1]))
                        for claim in (world.claims[old] for old in order))
         ghosts = (tuple(world.callers[old] for old in order), tuple(world.resumed[old] for old in order), claims)
+        mail = tuple(sorted((name(row.slot_id) or "", row.status._value_, row.message_id, row.message_json,
+                             row.sequence, at(row.sent_at_us), row.receive_key, at(row.expires_at_us),
+                             at(row.created_at_us), at(row.decided_at_us), row.decided_by) for row in world.mail))
         return (tuple(runs), tuple(consents), tuple(jobs), checkpoints, nodes, processes, workers, broker, ghosts,
-                world.spent)
+                world.spent, mail)
 
     def describe(self, world: RunWorld) -> str:
         parts = [f"t+{(world.now_us - START_US) / 1e6:g}s"]
@@ -1315,6 +1484,9 @@ class RunModel:
         for delegated in world.jobs:
             if delegated is not None:
                 parts.append(f"{delegated.job_id} {delegated.status.value}")
+        for held in world.mail:
+            names = "+".join(part for part in (held.message_id, held.receive_key) if part is not None)
+            parts.append(f"{held.slot_id} {names} {held.status.value}")
         for index, worker in enumerate(world.workers):
             if not self._live_worker(world, index):
                 continue
@@ -1410,7 +1582,63 @@ def _owner_decided(world: RunWorld, run: RunRow, now_us: int) -> bool:
     for job in world.jobs:
         if job is not None and job.job_id == run.owner_id:
             return job.run_id == run.run_id and job.status in TERMINAL_AGENT_JOB_STATUSES and job_complete(job)
+    for slot in world.mail:
+        if slot.slot_id == run.owner_id:  # a receive: its message, or its timeout (never its cancellation)
+            return slot.run_id == run.run_id and slot.status in ANSWERED_MESSAGE_STATUSES and answer_complete(slot)
     return False
+
+
+def _messages_delivered_once(world: RunWorld) -> str | None:
+    seen: set[tuple[str, str]] = set()
+    for row in world.mail:
+        if row.message_id is not None:
+            if (row.run_id, row.message_id) in seen:
+                return f"{row.run_id}'s message {row.message_id} is stored in two slots"
+            seen.add((row.run_id, row.message_id))
+    return None
+
+
+def _messages_kept_once_delivered(before: RunWorld, step: Step, after: RunWorld) -> str | None:
+    for old, new in zip(before.mail, after.mail):
+        if old.status in MESSAGE_STATUSES and (new.message_id, new.message_json, new.sequence) != (
+                old.message_id, old.message_json, old.sequence):
+            return f"{old.slot_id} held {old.message_id} (#{old.sequence}) and now holds {new.message_id} " \
+                   f"(#{new.sequence})"
+    return _messages_delivered_once(after)
+
+
+def _receives_answered_once(before: RunWorld, step: Step, after: RunWorld) -> str | None:
+    for old, new in zip(before.mail, after.mail):
+        if old.status in (MessageStatus.RECEIVED, MessageStatus.TIMED_OUT, MessageStatus.CANCELLED) and new != old:
+            return f"{old.slot_id}'s receive {old.receive_key} was {old.status.value} and was answered again " \
+                   f"({new.status.value})"
+    return None
+
+
+def _messages_in_order(world: RunWorld) -> str | None:
+    for run_id in sorted({row.run_id for row in world.mail}):
+        rows = [row for row in world.mail if row.run_id == run_id and row.topic == TOPIC]
+        waiting = [row.sequence for row in rows if row.status is MessageStatus.SENT and row.sequence is not None]
+        received = sorted((row.receive_key or "", row.sequence or 0) for row in rows
+                          if row.status is MessageStatus.RECEIVED)
+        for key, sequence in received:
+            if any(earlier < sequence for earlier in waiting):
+                return f"{run_id}'s receive {key} got message #{sequence} while #{min(waiting)} waits undelivered"
+        sequences = [sequence for _, sequence in received]
+        if sequences != sorted(sequences):
+            return f"{run_id}'s receives got its messages out of order ({', '.join(map(str, sequences))})"
+    return None
+
+
+def _message_ids_name_one_message(before: RunWorld, step: Step, after: RunWorld) -> str | None:
+    for last in after.last:
+        if last.machine != "messages" or not isinstance(last.command, SendMessage) or last.before is None \
+                or not isinstance(last.decision, Applied):
+            continue
+        met, sent = last.before, last.command.row
+        if met.message_id == sent.message_id and met.message_json != sent.message_json:
+            return f"another message under the ID {sent.message_id} was answered as {met.slot_id}'s"
+    return None
 
 
 def _waits_resumed_only_by_their_owner(before: RunWorld, step: Step, after: RunWorld) -> str | None:
@@ -1419,7 +1647,10 @@ def _waits_resumed_only_by_their_owner(before: RunWorld, step: Step, after: RunW
             continue
         if new.run.status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
             continue  # a cancel (a relay elects and finishes a deadline's in one round)
-        if not _owner_decided(before, old.run, after.now_us):
+        # A send that fills a waiting receive resumes its Run in the same action: a receive's
+        # answer is read after it (only an answered receive counts, never a cancelled one).
+        decided_in = after if (old.run.owner_id or "").startswith("mail-") else before
+        if not _owner_decided(decided_in, old.run, after.now_us):
             return f"{_run_id(slot)} left {old.run.status.value} though its owner {old.run.owner_id} has not decided"
     return None
 
@@ -1621,6 +1852,7 @@ def _recovery_verdicts_keep_the_rules(before: RunWorld, step: Step, after: RunWo
 _RECORD_CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "runs": run_machine.RUNS.record_violations, "consent": consent_machine.CONSENTS.record_violations,
     "agent_jobs": job_machine.AGENT_JOBS.record_violations, "nodes": node_machine.NODES.record_violations,
+    "messages": message_machine.MESSAGES.record_violations,
 }
 _CHECKED: dict[int, tuple[Any, list[str]]] = {}
 """Record invariants already checked, by the record's identity (the record is kept with its
@@ -1636,8 +1868,9 @@ def _violations(machine: str, record: Any) -> list[str]:
 
 
 def _stored_records_keep_their_invariants(world: RunWorld) -> str | None:
+    rows: tuple[Any, ...]
     for rows, machine in ((world.runs, "runs"), (world.consents, "consent"), (world.jobs, "agent_jobs"),
-                          (world.nodes, "nodes")):
+                          (world.nodes, "nodes"), (world.mail, "messages")):
         for row in rows:
             if row is not None:
                 broken = _violations(machine, row)
@@ -1655,8 +1888,9 @@ def _decided_records_keep_their_invariants(before: RunWorld, step: Step, after: 
     return None
 
 
-_MACHINES = {"runs": run_machine.RUNS, "consent": consent_machine.CONSENTS, "agent_jobs": job_machine.AGENT_JOBS,
-             "nodes": node_machine.NODES}
+_MACHINES: dict[str, Any] = {
+    "runs": run_machine.RUNS, "consent": consent_machine.CONSENTS, "agent_jobs": job_machine.AGENT_JOBS,
+    "nodes": node_machine.NODES, "messages": message_machine.MESSAGES}
 
 
 def _decisions_keep_the_transition_rules(before: RunWorld, step: Step, after: RunWorld) -> str | None:
@@ -1676,9 +1910,10 @@ def _everywhere(check: Callable[[RunWorld], str | None]) -> dict[str, Any]:
 PROPERTIES: tuple[Property[RunWorld], ...] = (
     Property("one_hop_per_run", "specs/runs.md running, claim; INV-R2",
              "at most one live worker runs a hop of a Run under its current sequence", **_everywhere(_one_hop_per_run)),
-    Property("wait_resumed_only_by_its_owner", "specs/runs.md TR-R6, resume; consent.md; agent_jobs.md",
+    Property("wait_resumed_only_by_its_owner", "specs/runs.md TR-R6, resume; consent.md; agent_jobs.md; messages.md",
              "a wait ends only when its own owner decided (a consent's verdict with its principal and time, a "
-             "delegated job's valid result, a timer's due time on the database clock), or by a cancel",
+             "delegated job's valid result, a receive's message or timeout, never its cancellation, a timer's due "
+             "time on the database clock), or by a cancel",
              step=_waits_resumed_only_by_their_owner),
     Property("terminal_run_has_every_effect_contained", "specs/runs.md Containment, TR-R7; agent_jobs.md lost",
              "a done, failed or cancelled Run has no delegated job open or lost (service attempts: see the attempts "
@@ -1711,6 +1946,18 @@ PROPERTIES: tuple[Property[RunWorld], ...] = (
              "recovery.md REC-5",
              "a Run waits on an owner only when its checkpoint names that owner",
              **_everywhere(_parked_runs_have_their_checkpoint)),
+    Property("a_message_is_delivered_at_most_once", "specs/messages.md TR-M2, TR-M3, INV-M2",
+             "a message is stored in one slot of its Run and, once stored, keeps its ID, text and sequence: it goes "
+             "to at most one receive", state=_messages_delivered_once, step=_messages_kept_once_delivered),
+    Property("messages_are_delivered_in_order", "specs/messages.md send, receive (sending order per topic)",
+             "a receive gets a Run's messages of a topic in sending order: none while an earlier one waits, and "
+             "later receives get later messages", **_everywhere(_messages_in_order)),
+    Property("a_receive_is_answered_once", "specs/messages.md TR-M3",
+             "a received, timed-out or cancelled receive never changes: the first answer wins",
+             step=_receives_answered_once),
+    Property("a_message_id_names_one_message", "specs/messages.md send (message_changed)",
+             "a send under a stored message ID with another message is refused, never answered as the stored one",
+             step=_message_ids_name_one_message),
     Property("a_held_admission_fails_only_without_its_caller", "specs/recovery.md REC-3, REC-7; runs.md fail_held",
              "a held admission is failed by someone else only once its caller's process died",
              step=_held_admissions_fail_only_without_their_caller),
@@ -1737,10 +1984,10 @@ PROPERTIES: tuple[Property[RunWorld], ...] = (
     Property("recovery_verdicts_keep_the_recovery_rules", "specs/recovery.md REC-1..REC-12",
              "every verdict recovery reaches in context keeps the rules every verdict keeps",
              step=_recovery_verdicts_keep_the_rules),
-    Property("records_keep_their_invariants", "INV-R1..R9, INV-C1..C3, INV-J1..J3, INV-N1..N3",
+    Property("records_keep_their_invariants", "INV-R1..R9, INV-C1..C3, INV-J1..J3, INV-N1..N3, INV-M1..M5",
              "every stored and every decided record keeps its machine's invariants",
              state=_stored_records_keep_their_invariants, step=_decided_records_keep_their_invariants),
-    Property("decisions_keep_the_transition_rules", "TR-R1..R10, TR-C1..C4, TR-J1..J3, TR-N1..N4",
+    Property("decisions_keep_the_transition_rules", "TR-R1..R10, TR-C1..C4, TR-J1..J3, TR-N1..N4, TR-M1..M5",
              "every decision in context keeps its machine's transition rules",
              step=_decisions_keep_the_transition_rules),
 )
@@ -1795,6 +2042,17 @@ times it out at any time (the kernel refuses it before the deadline) and finishe
 cancellation, the relays time it out once due and finish it, a reconciliation after a
 crash times it out before it finishes cancellations; the operator's cancel races it."""
 
+MESSAGES = Bounds("messages", runs=1, workers=(0,), nodes=2, messages=2, receives=2, cancel=True, crashes=1,
+                  restarts=1, relay=True, deadlines=True)
+"""One worker x one Run whose hops receive (keys r1, r2: a message taken at once, or a wait
+with or without a 10 s timeout, checkpointed and parked on), while a sender sends two
+messages of one topic (a send fills the oldest waiting receive and resumes the Run), sends
+the latest again and another message under its ID; the deadline owner times a receive out
+at any time (the kernel decides), the relays time out due receives and resume their Runs;
+the operator's cancel sweeps a pending receive; a hop that lost its Run still sends its
+receive (fenced in the receive's transaction); a crash between a receive and its park is
+reconciled (the receive is the Run's latest owner)."""
+
 TAKERS = Bounds("takers", runs=0, workers=(), nodes=3, leases=True, lease_us=30_000_000, takeovers=2, renewals=1)
 """Node-c's lease and two takers (node-a, node-b) racing to take it over, their claims' ends."""
 
@@ -1804,6 +2062,7 @@ STANDARD: list[tuple[RunModel, int]] = [
     (RunModel(ADMISSIONS), 12),
     (RunModel(CONSENTS), 12),
     (RunModel(DEADLINES), 10),
+    (RunModel(MESSAGES), 12),
     (RunModel(DELEGATES), 12),
     (RunModel(LEASES), 16),
     (RunModel(TAKERS), 16),
@@ -1817,7 +2076,8 @@ crash, a restart and a relay round, and for a redelivered hop to meet a resumed 
 test suite runs the other worlds (under a minute together); ``.ci/soak`` all. ``RECOVERY`` gives one Run every recovery path to 12 actions
 (35,469 states); ``CONSENTS`` (10,953) and ``DELEGATES`` (4,355) go to 12; ``ADMISSIONS``
 and the lease worlds are explored to exhaustion (their budgets bound them: 155, 12,242
-and 222 states); ``DEADLINES`` goes to 10 (12,161 states, a few seconds). Every mutant the bounds reach is caught within 9 actions (the longest:
+and 222 states); ``DEADLINES`` goes to 10 (12,161 states, a few seconds); ``MESSAGES``
+goes to 12 (18,589 states, about 7 s of one core; 32,063 at 14). Every mutant the bounds reach is caught within 9 actions (the longest:
 a rotation that loses the resume mode needs a park, a due timer, a resume, a crash and
 a relay); ``SOAK`` goes further."""
 

@@ -2,7 +2,7 @@
 
 Every property holds for the real kernel in every world of ``STANDARD``, to its bound;
 the state counts are printed each time. Every deliberately broken kernel of the Run,
-consent, delegated-job, recovery and node machines (tests/support/kernel_mutants.py)
+consent, delegated-job, message, recovery and node machines (tests/support/kernel_mutants.py)
 that the bounds can reach makes the explorer report a named property with a shortest
 trace, printed as a table; :data:`MISSED` says why the others are out of reach. Each
 mutant runs in a fresh interpreter (a mutant patches the kernel in place).
@@ -19,7 +19,14 @@ from typing import Any
 
 import paths
 import pytest
-from kernel_mutants import AGENT_JOB_MUTANTS, CONSENT_MUTANTS, NODE_MUTANTS, RECOVERY_MUTANTS, RUN_MUTANTS
+from kernel_mutants import (
+    AGENT_JOB_MUTANTS,
+    CONSENT_MUTANTS,
+    MESSAGE_MUTANTS,
+    NODE_MUTANTS,
+    RECOVERY_MUTANTS,
+    RUN_MUTANTS,
+)
 
 from tenure.conformance.explore import engine
 from tenure.conformance.explore.runs import STANDARD, RunModel
@@ -51,6 +58,11 @@ CAUGHT: dict[str, tuple[str, str, int]] = {
     "consent:expire_a_second_early": ("consents", "the_deadline_owner_expires_only_when_due", 6),
     "consent:expire_without_a_deadline": ("consents", "the_deadline_owner_expires_only_when_due", 5),
     "agent_jobs:result_adopted_twice": ("delegates", "a_delegated_result_is_adopted_once", 6),
+    "messages:second_message_overwrites_the_first": ("messages", "a_message_is_delivered_at_most_once", 6),
+    "messages:lost_hop_takes_a_message": ("messages", "decisions_keep_the_transition_rules", 6),
+    "messages:timed_out_before_the_deadline": ("messages", "decisions_keep_the_transition_rules", 5),
+    "messages:message_to_a_finished_run_stored": ("messages", "decisions_keep_the_transition_rules", 2),
+    "messages:changed_message_replayed": ("messages", "a_message_id_names_one_message", 2),
     "recovery:reconcile_touches_other_node": ("recovery", "recovery_never_fences_a_live_hop_of_another_node", 5),
     "recovery:repark_without_snapshot_evidence": ("consents", "recovery_verdicts_keep_the_recovery_rules", 6),
     "recovery:republish_under_new_key": ("recovery", "recovery_verdicts_keep_the_recovery_rules", 3),
@@ -77,6 +89,12 @@ MISSED: dict[str, tuple[str, str]] = {
         "the explorer's callers replay with the timeout they admitted with; a replay with another one changes "
         "nothing stored whether it is refused or answered (the conflict is only the caller's answer): caught by "
         "tests/kernel/test_run_properties.py and tests/adapters/runs/test_run_timeouts.py"),
+    "messages:message_wait_resumed_by_a_cancelled_receive": (
+        "messages",
+        "a receive is cancelled only by its Run's own terminal sweep (settle, finish_cancel), in the transaction "
+        "that made the Run terminal, and a terminal Run never resumes: no interleaving meets a Run waiting on a "
+        "cancelled receive, so counting a cancellation as an answer changes no decision; caught by "
+        "tests/kernel/test_message_properties.py"),
     "recovery:settle_recorded_from_an_earlier_hop": (
         "recovery",
         "a recorded outcome is written only under the hop's fence (RUNNING at its sequence), removed by the "
@@ -138,7 +156,8 @@ def test_every_property_holds_for_the_real_kernel_at_the_standard_bound(
 def test_every_mutant_of_the_run_side_machines_is_either_caught_or_explained() -> None:
     every = {f"{machine}:{name}" for machine, mutants in (
         ("runs", RUN_MUTANTS), ("consent", CONSENT_MUTANTS), ("agent_jobs", AGENT_JOB_MUTANTS),
-        ("recovery", RECOVERY_MUTANTS), ("nodes", NODE_MUTANTS)) for name in mutants}
+        ("recovery", RECOVERY_MUTANTS), ("nodes", NODE_MUTANTS), ("messages", MESSAGE_MUTANTS))
+        for name in mutants}
     assert set(CAUGHT) | set(MISSED) == every
     assert not set(CAUGHT) & set(MISSED)
     worlds = {model.bounds.name for model, _ in STANDARD}
