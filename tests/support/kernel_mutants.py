@@ -525,7 +525,14 @@ def result_adopted_twice() -> None:
         AGENT_JOBS.table[(state, JC.ADOPT_RESULT)] = open_rules
 
 
-AGENT_JOB_MUTANTS: dict[str, Callable[[], None]] = {mutant.__name__: mutant for mutant in (result_adopted_twice,)}
+def containment_overwrites_an_adopted_end() -> None:
+    # record_cancelled turns an adopted end (a child's DONE adopted as succeeded) into cancelled.
+    for state in (JS.SUCCEEDED, JS.FAILED, JS.TIMED_OUT):
+        AGENT_JOBS.table[(state, JC.RECORD_CANCELLED)] = AGENT_JOBS.table[(JS.LOST, JC.RECORD_CANCELLED)]
+
+
+AGENT_JOB_MUTANTS: dict[str, Callable[[], None]] = {
+    mutant.__name__: mutant for mutant in (result_adopted_twice, containment_overwrites_an_adopted_end)}
 
 
 def rotation_loses_resume_mode() -> None:

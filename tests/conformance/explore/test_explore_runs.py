@@ -58,6 +58,7 @@ CAUGHT: dict[str, tuple[str, str, int]] = {
     "consent:expire_a_second_early": ("consents", "the_deadline_owner_expires_only_when_due", 6),
     "consent:expire_without_a_deadline": ("consents", "the_deadline_owner_expires_only_when_due", 5),
     "agent_jobs:result_adopted_twice": ("delegates", "a_delegated_result_is_adopted_once", 6),
+    "agent_jobs:containment_overwrites_an_adopted_end": ("children", "a_delegated_result_is_adopted_once", 11),
     "messages:second_message_overwrites_the_first": ("messages", "a_message_is_delivered_at_most_once", 6),
     "messages:lost_hop_takes_a_message": ("messages", "decisions_keep_the_transition_rules", 6),
     "messages:timed_out_before_the_deadline": ("messages", "decisions_keep_the_transition_rules", 5),
