@@ -3,6 +3,7 @@
     tenure runs worker  --db URL --broker saq|queue --workflows package.module:registry [--node NAME]
     tenure runs admit   --db URL --workflows package.module:registry --workflow NAME --revision REV
                         [--payload JSON] [--queue runs] [--priority 50] [--key KEY] [--broker saq]
+                        [--timeout-seconds S]
     tenure runs list    --db URL [--status STATUS] [--limit N]
     tenure runs show    --db URL RUN_ID [--result]
     tenure runs retry   --db URL RUN_ID [--broker saq]
@@ -119,6 +120,9 @@ def add_runs_parser(commands: Any) -> None:
     admit.add_argument("--priority", type=int, default=50, help="0 to 100, higher first (default 50)")
     admit.add_argument("--key", help="an idempotency key (a repeat returns the same Run)")
     admit.add_argument("--principal", default="operator", help="who asks (default operator)")
+    admit.add_argument("--timeout-seconds", type=float, dest="timeout_s",
+                       help="cancel the Run (reason timeout) if it has not ended this many seconds after its "
+                            "admission, on the database clock (more than 0, at most 366 days; default: none)")
 
     listing = with_db(actions.add_parser("list", help="list Runs, oldest first"))
     listing.add_argument("--status", type=str.lower, choices=[status.value for status in RunStatus],
@@ -251,7 +255,8 @@ async def _admit(ledger: RunLedger, arguments: argparse.Namespace) -> int:
     queue = (arguments.queues or ["runs"])[0]
     intent = RunIntent(None, "cli", arguments.principal, frozenset(), payload)
     admission = await ledger.admit(intent, workflow=workflows.pin(arguments.workflow, arguments.revision),
-                                   queue=queue, priority=arguments.priority, idempotency_key=arguments.key)
+                                   queue=queue, priority=arguments.priority, idempotency_key=arguments.key,
+                                   timeout_s=arguments.timeout_s)
     run = admission.run
     published = "left to the relays"
     broker = _broker(arguments)

@@ -134,6 +134,15 @@ async def test_operator_commands_work_without_a_broker_and_refuse_bad_input(db_u
         done = await asyncio.to_thread(tenure, folder, *arguments)
         assert done.returncode == 2, (arguments, done.stdout, done.stderr)
     assert "refused: invalid_payload" in (await asyncio.to_thread(tenure, folder, *refusals[0])).stdout
+    timed = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
+                                    "--workflow", "hello", "--revision", "1", "--timeout-seconds", "3600")
+    assert timed.returncode == 0, timed.stdout + timed.stderr
+    shown = await asyncio.to_thread(tenure, folder, "show", "--db", db_url, timed.stdout.splitlines()[1].split()[0])
+    assert "deadline" in shown.stdout, shown.stdout
+    for bad in ("0", "-1", "nan", str(400 * 86400)):
+        refused = await asyncio.to_thread(tenure, folder, "admit", "--db", db_url, "--workflows", "flows:registry",
+                                          "--workflow", "hello", "--revision", "1", "--timeout-seconds", bad)
+        assert refused.returncode == 2 and "timeout_s" in refused.stdout, (bad, refused.stdout, refused.stderr)
 
 
 def test_a_table_without_rows_is_its_header_line() -> None:
