@@ -40,7 +40,7 @@ a ledger that has the observer: in ``tenure runs worker``, the Runs its workflow
 retries admit; an application that admits Runs sets ``ledger.metrics`` itself, since
 admission is where a Run is created, and no worker sees it);
 ``tenure_run_hops_total{queue,workflow,outcome}`` with ``outcome`` one of the RunWorker's
-``skipped``, ``done``, ``failed``, ``parked``, ``cancelled``, ``lost``, ``unsettled``
+``skipped``, ``unserved``, ``done``, ``failed``, ``parked``, ``cancelled``, ``lost``, ``unsettled``
 (``queue`` and ``workflow`` empty for a hop that claimed nothing);
 ``tenure_recovery_passes_total{pass}``, ``tenure_recovery_degraded_passes_total{pass}``,
 ``tenure_recovery_writes_total{pass,kind}`` (a report's counts: ``published``,

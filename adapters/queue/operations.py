@@ -577,8 +577,11 @@ class QueueOperations:
         decision = await self._on_row(fence.job_id, AcknowledgeCancelOwned(fence=ClaimFence.of(fence)))
         return isinstance(decision, Applied)
 
-    async def release_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
-        decisions = await self._on_rows([(fence.job_id, ReleaseOwned(fence=ClaimFence.of(fence))) for fence in fences])
+    async def release_owned(self, fences: Sequence[QueueClaimFence], *, delay_us: int = 0) -> list[bool]:
+        """Give each claim back (its attempt returned), due at once or ``delay_us`` after
+        the database time."""
+        decisions = await self._on_rows([(fence.job_id, ReleaseOwned(fence=ClaimFence.of(fence), delay_us=delay_us))
+                                         for fence in fences])
         return [isinstance(decision, Applied) for decision in decisions]
 
     async def request_cancel(self, job_id: str) -> bool:

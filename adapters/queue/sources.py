@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import secrets
 import threading
 import time
@@ -154,6 +155,14 @@ MAX_BATCH = 1000
 
 MAX_RETENTION = dt.timedelta(days=100 * 366)
 """The longest ``purge_finished`` age (a century keeps every cutoff a 64-bit instant)."""
+
+
+def _release_delay_us(delay_s: object) -> int:
+    """A release's delay in whole microseconds (0 to the longest backoff, 366 days)."""
+    if not isinstance(delay_s, (int, float)) or type(delay_s) is bool or not math.isfinite(delay_s) \
+            or not 0 <= delay_s <= bounds.MAX_BACKOFF_MS / 1000:
+        raise refuse("delay_s", "number_out_of_range")
+    return min(round(delay_s * 1_000_000), bounds.MAX_BACKOFF_MS * 1000)
 
 
 def _batch(items: object, field: str, *, allow_empty: bool = False) -> list[Any]:
@@ -310,18 +319,22 @@ class JobSource(Facade, Generic[Claimed]):
             checked.append((_fence(item[0]), self.result_text(item[1])))
         return await self._operations.complete_owned(checked) if checked else []
 
-    async def release_owned(self, fence: QueueClaimFence) -> bool:
+    async def release_owned(self, fence: QueueClaimFence, *, delay_s: float = 0) -> bool:
         """Give the exact current live claim back unfinished: the job is pending again at
         once, in its place, and the attempt the claim spent is returned (a worker that
-        stops a handler at shutdown). False: missing, stale, expired or finished, or a
-        launch with a cancel request (acknowledge it instead)."""
-        return (await self._operations.release_owned([_fence(fence)]))[0]
+        stops a handler at shutdown); with ``delay_s``, due that many seconds after the
+        database time instead (a worker that cannot run it gives it to another one).
+        False: missing, stale, expired or finished, or a launch with a cancel request
+        (acknowledge it instead)."""
+        delay_us = _release_delay_us(delay_s)
+        return (await self._operations.release_owned([_fence(fence)], delay_us=delay_us))[0]
 
-    async def release_many_owned(self, fences: Sequence[QueueClaimFence]) -> list[bool]:
+    async def release_many_owned(self, fences: Sequence[QueueClaimFence], *, delay_s: float = 0) -> list[bool]:
         """``release_owned`` for each fence, in one transaction: one answer per fence, in
         order, each exactly what the single call would answer."""
+        delay_us = _release_delay_us(delay_s)
         checked = [_fence(fence) for fence in _batch(fences, "fences", allow_empty=True)]
-        return await self._operations.release_owned(checked) if checked else []
+        return await self._operations.release_owned(checked, delay_us=delay_us) if checked else []
 
     async def fail_owned_status(
         self, fence: QueueClaimFence, error: str, *, retry: bool, dlq_record_id: str | None = None,

@@ -22,7 +22,7 @@ from tenure.model import LIVE_BROKER_STATES, BrokerJobState, parse_hop_key
 from ..core.engine import Insertion
 
 __all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES",
-           "fence_hop", "probe_or_none", "HopSource", "PerformHop", "Touch", "JoinedPublisher"]
+           "fence_hop", "probe_or_none", "HopSource", "PerformHop", "Touch", "JoinedPublisher", "UNSERVED_OUTCOME"]
 
 LIVE_STATES = LIVE_BROKER_STATES
 """A job in these states may still start or is executing (the model's set)."""
@@ -83,6 +83,14 @@ Touch = Callable[[], Awaitable[None]]
 
 PerformHop = Callable[[str, int, "Touch | None"], Awaitable[str]]
 """A worker's handler of one delivered hop: ``(run_id, enqueue_seq, touch)`` -> outcome."""
+
+UNSERVED_OUTCOME = "unserved"
+"""The outcome of a hop its worker did not claim because it does not serve the Run's
+workflow name and version (the ledger left the Run as it was). The hop must reach a worker
+that serves it: :class:`~tenure.adapters.runs.queue_broker.QueueBroker` gives its task
+back, due again after a backoff (its attempt returned, so nothing is spent); a broker
+that finishes the job instead (the in-memory one, SAQ) leaves it to the relay, which
+rotates the Run to its next sequence and publishes that (one delivery row per round)."""
 
 
 @runtime_checkable

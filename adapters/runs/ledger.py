@@ -32,7 +32,7 @@ import hashlib
 import logging
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Applied, Decision, Refused, decide
@@ -60,7 +60,7 @@ from tenure.kernel.runs.commands import (
     TimeOut,
 )
 from tenure.kernel.runs.aggregate import UNREAD_CONTAINMENT
-from tenure.kernel.runs.machine import RUNS, admitted_timeout_us
+from tenure.kernel.runs.machine import RUNS, RunRefusal, admitted_timeout_us
 from tenure.kernel.runs.record import DeliveryRow, RunPair, RunRow, cancel_frozen_at, key_of
 from tenure.model import (
     Admission,
@@ -124,13 +124,40 @@ if TYPE_CHECKING:
 __all__ = ["RunLedger", "result_text", "RUN_KEY_NAMESPACE", "RUN_ADMISSION_NAMESPACE", "AGENT_JOB_NAMESPACE", "run_id_for",
            "legacy_run_id_for", "job_id_for",
            "admission_rows", "consent_evidence", "job_evidence", "attempt_evidence", "cancelled_result",
-           "public_run", "public_delivery", "resume_and_publish", "expire_due_consents", "time_out_due_receives"]
+           "public_run", "public_delivery", "resume_and_publish", "expire_due_consents", "time_out_due_receives",
+           "Unserved", "UNSERVED"]
 
 log = logging.getLogger("tenure.runs.ledger")
 
 RUN_KEY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:run-key")
 RUN_ADMISSION_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tenure:run-admission")
 """The namespace of the source-scoped IDs Runs were admitted under before ``runs_v4``."""
+
+
+def _served_pairs(serves: object) -> tuple[tuple[str, str], ...]:
+    """``serves`` as sorted distinct ``(name, version)`` pairs of bounded text."""
+    if isinstance(serves, (str, bytes)) or not isinstance(serves, Iterable):
+        raise refuse("serves", "workflow_name_version_pairs_required")
+    pairs = set()
+    for pair in serves:
+        if type(pair) is not tuple or len(pair) != 2 \
+                or not all(type(part) is str and 0 < len(part) <= 100 for part in pair):
+            raise refuse("serves", "workflow_name_version_pairs_required")
+        pairs.add(pair)
+    return tuple(sorted(pairs))
+
+
+class Unserved:
+    """The answer of :meth:`RunLedger.claim_served` to a worker that does not serve the
+    Run's workflow (:data:`UNSERVED`, the one instance)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSERVED"
+
+
+UNSERVED = Unserved()
 
 
 MAX_TIMER_DELAY_S = 366 * 86_400
@@ -481,9 +508,21 @@ class RunLedger(Facade):
         None and the Run waits for this node's next start). A claimed Run whose stored
         intent cannot be read is settled FAILED ``corrupt_row`` and the claim raises
         ``RUN_PERSISTENCE_FAILED`` ``corrupt_row``."""
+        claim = await self.claim_served(run_id, enqueue_seq, node=node, claimant=claimant, serves=None)
+        return None if claim is UNSERVED else claim  # type: ignore[return-value]
+
+    async def claim_served(self, run_id: str, enqueue_seq: int, *, node: str, claimant: str | None = None,
+                           serves: Iterable[tuple[str, str]] | None) -> RunClaim | Unserved | None:
+        """:meth:`claim`, by a worker that serves only the workflows ``serves`` names
+        (``(name, version)`` pairs; None: any). A Run pinned to another one is left
+        exactly as it was and answers :data:`UNSERVED`: its hop goes back to the broker
+        for a worker that serves it, and nothing is spent (the kernel's ``not_served``)."""
+        served = None if serves is None else _served_pairs(serves)
         command = Claim(enqueue_seq=check_seq(enqueue_seq), node=check_text(node, "node"),
-                        claimant=None if claimant is None else check_text(claimant, "claimant"))
+                        claimant=None if claimant is None else check_text(claimant, "claimant"), serves=served)
         decision = (await self.engine.send(check_run_id(run_id), command)).decision
+        if isinstance(decision, Refused) and decision.reason is RunRefusal.NOT_SERVED:
+            return UNSERVED
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None
         pair: RunPair = decision.new_record  # type: ignore[assignment]

@@ -43,6 +43,12 @@ there by its fence; a claimed hop whose lease ran out is settled there by the ke
 sweep (with one attempt, ``failed``), so its probe tells recovery what happened.
 ``probe`` and ``abort`` read the old table for a key this table does not hold.
 
+Versions: a hop whose worker does not serve its Run's workflow name and version
+(``unserved``: the ledger refused the claim and left the Run as it was) is given back,
+its attempt returned, due again after :func:`hand_back_delay_us` (0.5 s doubling per
+claim of it, at most 30 s), for a worker that serves it; so a rolling deploy never
+spends a Run on a worker of the other version.
+
 Abort: a pending hop is cancelled at once. A hop this process serves is cancelled and
 waited for (``abort_wait_s``), then its job cancelled. A hop another process serves has
 its job cancelled, which voids that claim; that process's worker stops the hop once the
@@ -93,7 +99,7 @@ from ..queue.operations import QueueOperations
 from ..queue.sources import time_ordered_id
 from ..queue.table import HOPS_BINDING, TASKS_BINDING
 from ..wiring.dialects import open_store
-from .broker import BrokerProbe, PerformHop, stop_served_hop
+from .broker import UNSERVED_OUTCOME, BrokerProbe, PerformHop, stop_served_hop
 
 __all__ = ["QueueBroker", "HOP_QUEUE", "HOP_TASK", "HOP_CONTRACT", "PRIORITY_EPOCH"]
 
@@ -145,6 +151,19 @@ def _hop_submission(key: str, queue: str, wire_priority: int) -> SubmissionSnaps
     job = TaskJob(HOP_QUEUE, HOP_TASK, {"key": key, "queue": queue}, priority=100 - wire_priority,
                   retry_base_ms=0, retry_max_ms=0, retry_jitter=False, max_attempts=1)
     return snapshot_submission(QueueKind.TASK, job, key)
+
+
+HAND_BACK_FIRST_S = 0.5
+HAND_BACK_MAX_S = 30.0
+"""A hop handed back (``unserved``) is due again after 0.5 s, doubling with each claim of
+it to at most 30 s: the longest a Run waits, once a worker that serves it runs, for the
+hand-backs of workers that do not."""
+
+
+def hand_back_delay_us(generation: int) -> int:
+    """The delay of a hop handed back after its ``generation``-th claim."""
+    doublings = min(max(generation - 1, 0), 16)
+    return round(min(HAND_BACK_MAX_S, HAND_BACK_FIRST_S * 2.0 ** doublings) * 1_000_000)
 
 
 SERVE_BACKOFF_MAX_S = 2.0
@@ -483,6 +502,13 @@ class QueueBroker:
     async def _finish(self, fence: QueueClaimFence, task: asyncio.Task[Any]) -> None:
         if task.cancelled() or task.exception() is not None:
             await self._ops.fail_owned(fence, "hop_did_not_return", retry=False, dlq_record_id=None)
+        elif task.result() == UNSERVED_OUTCOME:
+            # Not ours to run (a Run of a version this worker does not serve): given back
+            # with its attempt returned, due after a backoff that grows with each claim of
+            # it, so workers of the other version do not keep taking it from the one that
+            # serves it. Refused (the lease ran out meanwhile): a claim's sweep ends it and
+            # the relay rotates the Run, as for any hop nobody claimed.
+            await self._ops.release_owned([fence], delay_us=hand_back_delay_us(fence.generation))
         else:
             await self._ops.complete_owned([(fence, None)])
 

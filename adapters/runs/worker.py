@@ -12,8 +12,13 @@ never raced with FAILED. The watch also refreshes the broker's liveness of the j
 (SAQ's heartbeat) every :data:`TOUCH_EVERY_S`.
 
 Outcomes of one hop (counted in :attr:`RunWorker.outcomes`): ``skipped`` (not claimed),
+``unserved`` (not claimed: the Run is pinned to a workflow name and version this
+worker's registry does not hold, so the ledger refused the claim and left the Run as it
+was; the broker gives the hop to a worker that serves it, see
+:data:`~tenure.adapters.runs.broker.UNSERVED_OUTCOME`),
 ``done`` (settled DONE, checkpoint deleted), ``failed`` (settled FAILED:
-``workflow_unavailable``, ``checkpoint_invalid``, ``workflow_error:<Type>: <message>``
+``workflow_unavailable`` (the worker serves the Run's name and version, but under another
+digest: changed code under the same version), ``checkpoint_invalid``, ``workflow_error:<Type>: <message>``
 (the type alone with ``store_error_text=False``), ``workflow_diverged: ...`` (a
 replayed workflow asked for another call than its journal holds:
 :class:`WorkflowDiverged`), or ``corrupt_row`` when the claimed Run's stored intent
@@ -66,7 +71,7 @@ from ..core.failure_text import MAX_ERROR_BYTES, exception_text, loggable_except
 from ..core.text import clean_text
 from .broker import Broker, HopSource, Touch
 from .checkpoints import RecordedOutcome
-from .ledger import RunLedger, result_text
+from .ledger import RunLedger, Unserved, result_text
 from .workflows import HopLost, HopParked, RunContext, WorkflowDiverged, Workflows, owner_is_decided
 
 if TYPE_CHECKING:
@@ -77,7 +82,7 @@ __all__ = ["RunWorker", "WorkerStopFailed", "OUTCOMES", "TOUCH_EVERY_S"]
 log = logging.getLogger("tenure.runs.worker")
 T = TypeVar("T")
 
-OUTCOMES = ("skipped", "done", "failed", "parked", "cancelled", "lost", "unsettled")
+OUTCOMES = ("skipped", "unserved", "done", "failed", "parked", "cancelled", "lost", "unsettled")
 
 PERSIST_BACKOFF_FIRST_S = 0.05
 PERSIST_BACKOFF_MAX_S = 2.0
@@ -219,8 +224,8 @@ class RunWorker:
         # would otherwise stay RUNNING on this live node, which no relay touches).
         claimant = secrets.token_hex(16)
         try:
-            claim = await self._durably(run_id, "claim", lambda: self.ledger.claim(
-                run_id, enqueue_seq, node=self.node, claimant=claimant))
+            claim = await self._durably(run_id, "claim", lambda: self.ledger.claim_served(
+                run_id, enqueue_seq, node=self.node, claimant=claimant, serves=self.workflows.served()))
         except TenureError as error:
             if error.reason != "corrupt_row":
                 raise
@@ -228,6 +233,9 @@ class RunWorker:
             return "failed"  # the claim settled it FAILED: the other hops go on
         if claim is None:
             return "skipped"
+        if isinstance(claim, Unserved):
+            self._log_unserved(run_id, enqueue_seq)
+            return "unserved"
         if hop is not None:
             hop.claimed(claim)
         workflow = self.workflows.resolve(claim.workflow)
@@ -278,6 +286,14 @@ class RunWorker:
             await asyncio.wait({body})
             return self._moved_on(claim, watch.result())
         return await self._outcome_of(asyncio.ensure_future(self._finish(claim, context, body, watch)))
+
+    def _log_unserved(self, run_id: str, enqueue_seq: int) -> None:
+        """Say once per worker that it hands back hops it does not serve (a rolling deploy
+        does this for every Run of the other version: one line, not one per hop)."""
+        level = logging.DEBUG if self.outcomes["unserved"] else logging.INFO
+        log.log(level, "run %s (hop %d): its workflow version is not one this worker serves; "
+                "handed back to the broker for a worker that does", run_id, enqueue_seq,
+                extra={"run_id": run_id, "seq": enqueue_seq, "node": self.node, "outcome": "unserved"})
 
     def _keeps_outcome(self, body: asyncio.Future[Any]) -> bool:
         """Whether a hop cancelled now still writes its outcome: the worker is stopping

@@ -183,6 +183,11 @@ class Workflows:
             return None
         return entry[1]
 
+    def served(self) -> tuple[tuple[str, str], ...]:
+        """The ``(name, version)`` of every registered workflow: what a worker of this
+        registry claims (a Run of any other version is left for a worker that serves it)."""
+        return tuple(sorted(self._entries))
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -308,7 +308,11 @@ class LockstepMachine(LockstepBase):
         elif kind == "read_state":
             actual = self.run(source.get_owned_state(fence))
         elif kind == "release":
-            actual = self.run(source.release_owned(fence))
+            # At once, or given back for later (the delayed release a Run hop's worker
+            # that does not serve its workflow uses): due a second or a day from now.
+            delay_s = data.draw(st.sampled_from([0, 0, 1, 86_400]), label="delay_s")
+            arguments["delay_us"] = delay_s * 1_000_000
+            actual = self.run(source.release_owned(fence, delay_s=delay_s))
         elif kind == "progress":
             progress = data.draw(st.sampled_from([{"done": 1}, {"done": 2, "of": 3}]), label="progress")
             arguments["progress_json"] = canonical_json(progress)

@@ -278,7 +278,7 @@ class Model:
             "set_pid": lambda: SetPidOwned(fence=parts, pid=arguments["pid"]),
             "read_state": lambda: ReadStateOwned(fence=parts),
             "acknowledge_cancel": lambda: AcknowledgeCancelOwned(fence=parts),
-            "release": lambda: ReleaseOwned(fence=parts),
+            "release": lambda: ReleaseOwned(fence=parts, delay_us=arguments.get("delay_us", 0)),
         }
         return commands[kind]()
 

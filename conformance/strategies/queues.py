@@ -300,7 +300,7 @@ def commands(draw: st.DrawFn, kind: QueueCommandType, record: QueueRow | None) -
     if kind is QueueCommandType.ACKNOWLEDGE_CANCEL_OWNED:
         return AcknowledgeCancelOwned(fence=draw(fences(record)))
     if kind is QueueCommandType.RELEASE_OWNED:
-        return ReleaseOwned(fence=draw(fences(record)))
+        return ReleaseOwned(fence=draw(fences(record)), delay_us=draw(sampled([0, 0, 1, 1_000_000])))
     if kind is QueueCommandType.REQUEST_CANCEL:
         return RequestCancel()
     if kind is QueueCommandType.CANCEL_ADMIN:

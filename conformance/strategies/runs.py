@@ -299,7 +299,9 @@ def run_commands(draw: st.DrawFn, kind: RunCommandType, record: RunPair | None) 
     if kind is C.CLAIM:
         # No claimant, the one the record's claim holds (its repeat), or another.
         claimant = draw(sampled([None, "claimant-1", "claimant-2"]))
-        return Claim(enqueue_seq=seq, node=draw(sampled(NODES)), claimant=claimant)
+        # Any worker, one serving the Run's version, or one serving only another version.
+        serves = draw(sampled([None, (("answer", "r1"),), (("answer", "r2"),)]))
+        return Claim(enqueue_seq=seq, node=draw(sampled(NODES)), claimant=claimant, serves=serves)
     if kind is C.ENTER_HARDWARE_WAIT:
         return EnterHardwareWait(enqueue_seq=seq)
     if kind is C.LEAVE_HARDWARE_WAIT:

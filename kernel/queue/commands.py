@@ -284,6 +284,10 @@ class ReleaseOwned:
 
     kind: ClassVar[QueueCommandType] = QueueCommandType.RELEASE_OWNED
     fence: ClaimFence
+    delay_us: int = 0
+    """Due again this long after the database time (0: at its original due time, at
+    once): a worker that cannot run the job (a Run hop of a workflow version it does not
+    serve) gives it back for another worker without claiming it again at once itself."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -544,7 +548,10 @@ def command_violations(command: Command) -> list[str]:
         checks = {"fence": _fence(command.fence), "pid": _pid(command.pid)}
     elif isinstance(command, ProgressOwned):
         checks = {"fence": _fence(command.fence), "progress_json": type(command.progress_json) is str}
-    elif isinstance(command, (ReadStateOwned, AcknowledgeCancelOwned, ReleaseOwned)):
+    elif isinstance(command, ReleaseOwned):
+        checks = {"fence": _fence(command.fence),
+                  "delay_us": bounds.is_strict_int(command.delay_us) and 0 <= command.delay_us <= MAX_DELAY_US}
+    elif isinstance(command, (ReadStateOwned, AcknowledgeCancelOwned)):
         checks = {"fence": _fence(command.fence)}
     elif isinstance(command, CompleteLegacy):
         checks = {"result_json": command.result_json is None or type(command.result_json) is str}

@@ -212,6 +212,7 @@ GUARDS: dict[str, Guard] = {
         record.fence_required or is_currently_owned(record)
     ),
     "not_forced": lambda record, command, now_us: not command.force,
+    "delayed": lambda record, command, now_us: command.delay_us > 0,
     # Claims
     "nonce_stored": lambda record, command, now_us: command.nonce_already_stored,
     "other_queue": lambda record, command, now_us: (
@@ -383,10 +384,12 @@ def _fail(record: QueueRow, command: Any, now_us: int, *, retry: bool) -> Applie
     )
 
 
-def _released(record: QueueRow) -> QueueRow:
-    """A claim given back: pending at its original ``fires_at`` (due again at once), the
-    attempt the claim spent returned (never below zero, for a row another client wrote)."""
-    return _requeue(record, record.fires_at_us, attempts=record.attempts - 1 if record.attempts > 0 else 0)
+def _released(record: QueueRow, fires_at_us: int | None = None) -> QueueRow:
+    """A claim given back: pending at its original ``fires_at`` (due again at once) or at
+    ``fires_at_us``, the attempt the claim spent returned (never below zero, for a row
+    another client wrote)."""
+    return _requeue(record, record.fires_at_us if fires_at_us is None else fires_at_us,
+                    attempts=record.attempts - 1 if record.attempts > 0 else 0)
 
 
 TIME_GUARDS: dict[str, TimeGuard] = {
@@ -404,6 +407,7 @@ MOVING_FIELDS: dict[str, tuple[str, ...]] = {
     "renew_lease": ("lease_expires_at_us",),
     "retry": ("fires_at_us",),
     "retry_failed": ("fires_at_us",),
+    "release_later": ("fires_at_us",),
     "claim_owned": ("claimed_at_us", "lease_expires_at_us"),
     "claim_legacy": ("claimed_at_us", "lease_expires_at_us"),
     **{effect: () for effect in ("replay", "release_key", "recover", "requeue_expired", "record_pid",
@@ -491,6 +495,7 @@ EFFECTS: dict[str, Effect] = {
         replace_fields(record, cancel_requested=True), Ack()
     ),
     "release": lambda record, command, now_us: Applied(_released(record), Ack()),
+    "release_later": lambda record, command, now_us: Applied(_released(record, now_us + command.delay_us), Ack()),
     "retry_failed": lambda record, command, now_us: Applied(
         replace_fields(record, status=JobStatus.PENDING, attempts=0, fires_at_us=now_us, completed_at_us=None,
                        dlq_record_id=None),
@@ -611,6 +616,7 @@ ROWS: tuple[Row, ...] = (
     Row((S.CLAIMED,), C.RELEASE_OWNED, "lease_not_live", SAME, R.LEASE_EXPIRED),
     Row((S.CLAIMED,), C.RELEASE_OWNED, "cancel_requested", SAME, R.CANCEL_REQUESTED),
     Row((S.CLAIMED,), C.RELEASE_OWNED, "pid_recorded", SAME, R.OPERATION_INELIGIBLE),
+    Row((S.CLAIMED,), C.RELEASE_OWNED, "delayed", S.PENDING, "release_later"),
     Row((S.CLAIMED,), C.RELEASE_OWNED, "always", S.PENDING, "release"),
     Row((S.ABSENT,), C.PROGRESS_OWNED, "always", SAME, R.NOT_FOUND),
     Row(_UNCLAIMED, C.PROGRESS_OWNED, "always", SAME, R.NOT_CLAIMED),
@@ -782,9 +788,10 @@ def transition_violations(
     if kind is QueueCommandType.RELEASE_OWNED and not (
         new.status is JobStatus.PENDING
         and new.attempts == max(0, record.attempts - 1)
-        and new.fires_at_us == record.fires_at_us
+        and new.fires_at_us == (now_us + command.delay_us if command.delay_us > 0  # type: ignore[union-attr]
+                                else record.fires_at_us)
     ):
-        broken.append("TR-Q10")  # a release gives the claim back as it was, its attempt returned
+        broken.append("TR-Q10")  # a release gives the claim back as it was (due at once or after its delay), its attempt returned
     if kind is QueueCommandType.SUBMIT_LEGACY and record.fence_required:
         broken.append("TR-Q9")  # legacy paths never answer for a protected submission
     if kind in _LEGACY_WRITES and (record.fence_required or is_currently_owned(record)):

@@ -158,6 +158,11 @@ class Claim:
     delivery's ``claimed_by``; the same claim sent again (its first COMMIT applied but
     went unacknowledged) is answered with the claim it made. None: ``claimed_by`` is the
     node, and nothing answers a repeat."""
+    serves: tuple[tuple[str, str], ...] | None = None
+    """The workflows the claiming worker serves, as ``(name, version)`` pairs: a Run
+    pinned to any other is refused ``not_served`` and left exactly as it was (its hop
+    goes back to the broker for a worker that serves it). None: any workflow (the
+    worker checks the pin after its claim)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -111,6 +111,7 @@ class RunRefusal(enum.Enum):
     STALE_HOP = "stale_hop"
     NOT_HELD = "not_held"
     NOT_PUBLISHABLE = "not_publishable"
+    NOT_SERVED = "not_served"
     NOT_QUEUED = "not_queued"
     NOT_RUNNING = "not_running"
     NOT_IN_HARDWARE_WAIT = "not_in_hardware_wait"
@@ -255,6 +256,8 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "unpublishable": lambda record, command, now_us: record.current.state not in (
         DeliveryState.PENDING, DeliveryState.PUBLISHED
     ),
+    "not_served": lambda record, command, now_us: command.serves is not None and (
+        record.run.workflow_name, record.run.workflow_revision) not in command.serves,
     # owners
     # an owned wait names its owner row, read under the lock; a timer has none to name
     "owner_foreign": lambda record, command, now_us: (
@@ -554,6 +557,7 @@ ROWS: tuple[Row, ...] = (
     Row((S.ABSENT,), C.CLAIM, "always", SAME, R.NOT_FOUND),
     Row((S.QUEUED,), C.CLAIM, "seq_differs", SAME, R.STALE_HOP),
     Row((S.QUEUED,), C.CLAIM, "unpublishable", SAME, R.NOT_PUBLISHABLE),
+    Row((S.QUEUED,), C.CLAIM, "not_served", SAME, R.NOT_SERVED),
     Row((S.QUEUED,), C.CLAIM, "always", S.RUNNING, "claim"),
     Row((S.RUNNING,), C.CLAIM, "claimed_by_claimant", SAME, "claim_replay"),
     Row(_NOT_QUEUED, C.CLAIM, "always", SAME, R.NOT_QUEUED),

@@ -308,6 +308,23 @@ def test_a_release_gives_the_claim_back_pending_in_its_place_with_its_attempt_re
     assert (again.new_record.generation, again.new_record.attempts) == (2, 2)
 
 
+@pytest.mark.parametrize("delay_us", [1, 1_000_000])
+def test_a_release_with_a_delay_is_due_that_long_after_now_with_its_attempt_returned(delay_us: int) -> None:
+    # A worker that cannot run the job (a Run hop of a version it does not serve) gives
+    # it back for another one: not due again at once, so it does not take it back itself.
+    record = claimed(QueueKind.TASK, attempts=1, fires_at_us=NOW - 7)
+    decision = QUEUE.decide(record, ReleaseOwned(fence=fence_of(record), delay_us=delay_us), NOW)
+    assert isinstance(decision, Applied) and decision.reply == Ack() and decision.new_record is not None
+    new = decision.new_record
+    assert (new.status, new.attempts, new.fires_at_us, new.generation) == (JobStatus.PENDING, 0, NOW + delay_us, 1)
+    claim = ClaimOwned(owner_id="worker-b", claim_token="token-2", nonce_already_stored=False, lease_us=LEASE)
+    assert refused(QUEUE.decide(new, claim, NOW + delay_us - 1), QueueRefusal.NOT_ELIGIBLE)
+    assert isinstance(QUEUE.decide(new, claim, NOW + delay_us), Applied)
+    # The fence is checked first, as for any release.
+    assert refused(QUEUE.decide(record, ReleaseOwned(fence=fence_of(record, generation=2), delay_us=delay_us), NOW),
+                   QueueRefusal.STALE_FENCE)
+
+
 def test_releasing_every_claim_never_spends_the_attempt_budget() -> None:
     record = pending(max_attempts=1)
     for n in range(5):

@@ -274,6 +274,25 @@ def test_a_claim_for_another_sequence_is_refused_as_a_stale_hop_and_changes_noth
     assert refused(decide(RUNS, fresh, Claim(enqueue_seq=seq, node="node-b"), NOW), RunRefusal.STALE_HOP)
 
 
+def test_a_claim_by_a_worker_that_does_not_serve_the_runs_version_changes_nothing() -> None:
+    """A rolling deploy: a worker names the (name, version) pairs it serves; a Run pinned
+    to another version is left exactly as it was (no hop spent, nothing recorded), and a
+    worker serving it, or one that names nothing, claims it."""
+    for pair in (admitted(), resumed(parked(claimed()))):
+        run = pair.run
+        pin = (run.workflow_name, run.workflow_revision)
+        for others in ((), ((run.workflow_name, run.workflow_revision + "-next"),), (("other", run.workflow_revision),)):
+            command = Claim(enqueue_seq=run.enqueue_seq, node="node-b", serves=others)
+            decision = decide(RUNS, pair, command, NOW)
+            assert refused(decision, RunRefusal.NOT_SERVED)
+        assert OUTCOMES[RunRefusal.NOT_SERVED] is None
+        for serves in ((pin,), (("other", "1"), pin), None):
+            taken = applied(decide(RUNS, pair, Claim(enqueue_seq=run.enqueue_seq, node="node-b", serves=serves), NOW))
+            assert (taken.run.status, taken.current.state) == (RunStatus.RUNNING, DeliveryState.CLAIMED)
+    # The sequence is checked first: a stale hop of an unserved Run is stale, as any.
+    assert refused(decide(RUNS, admitted(), Claim(enqueue_seq=1, node="node-b", serves=()), NOW), RunRefusal.STALE_HOP)
+
+
 def test_a_duplicate_claim_of_the_same_hop_finds_nothing_to_claim() -> None:
     pair = claimed()
     assert refused(decide(RUNS, pair, Claim(enqueue_seq=0, node="node-b"), NOW + 1), RunRefusal.NOT_QUEUED)

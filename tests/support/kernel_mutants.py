@@ -123,6 +123,12 @@ def release_spends_the_attempt() -> None:
     QUEUE.effects["release"] = release
 
 
+def release_ignores_its_delay() -> None:
+    # A job given back for another worker is due again at once: the worker that gave it
+    # back takes it again in its next claim.
+    _drop_rule(S.CLAIMED, C.RELEASE_OWNED, "delayed")
+
+
 def release_without_fence() -> None:
     _drop_rule(S.CLAIMED, C.RELEASE_OWNED, "fence_mismatch")
 
@@ -200,6 +206,7 @@ QUEUE_MUTANTS: dict[str, Callable[[], None]] = {
         requeue_expired_cancel_request,
         claim_before_due,
         release_spends_the_attempt,
+        release_ignores_its_delay,
         release_without_fence,
         release_after_the_lease,
         release_cancel_requested_stream,
@@ -335,6 +342,11 @@ def resume_without_owner_check() -> None:
     # The resume trusts whoever names the current owner: the owner row's status, its
     # completeness and its Run are never looked at.
     RUNS.guards["owner_unresolved"] = lambda record, command, now_us: False
+
+
+def claim_serves_any_workflow() -> None:
+    # A worker claims a Run of a version it does not serve (and then fails it).
+    _run_rules(RS.QUEUED, RC.CLAIM, lambda rules: tuple(rule for rule in rules if rule.guard != "not_served"))
 
 
 def claim_ignores_sequence() -> None:
@@ -474,6 +486,7 @@ RUN_MUTANTS: dict[str, Callable[[], None]] = {
         result_kept_with_failure,
         resume_without_owner_check,
         claim_ignores_sequence,
+        claim_serves_any_workflow,
         settle_over_cancelling,
         cancelled_without_containment,
         replay_reroutes,

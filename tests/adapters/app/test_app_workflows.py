@@ -14,7 +14,7 @@ from polling import until
 from tenure.adapters import App, ConsentAnswer, JobAnswer, WorkflowContext, WorkflowFailed, upgrade
 from tenure.adapters.runs.replay import ChildFailed
 from tenure.adapters.runs.replay import JOURNAL_PREFIX
-from tenure.model import ConfigValidationError, ErrorCode, RunStatus, TenureError, WaitKind
+from tenure.model import BrokerJobState, ConfigValidationError, ErrorCode, RunStatus, TenureError, WaitKind, hop_key
 
 HANG_GUARD_S = 120.0
 """Only stops a hang: every wait below ends as soon as its condition holds."""
@@ -124,6 +124,44 @@ async def test_a_changed_body_under_the_same_version_fails_the_run_naming_the_po
     assert failed.value.error == ("workflow_diverged: at position 0 the journal holds step:reserve, "
                                   "the workflow asked for step:weigh")
     await after.close()
+
+
+async def test_a_worker_hands_back_a_run_of_a_version_it_does_not_serve_and_nothing_is_spent(db_url: str) -> None:
+    """A rolling deploy: a Run admitted with version 2 while only version 1 is served is
+    never claimed by the old worker (handed back, the Run untouched), and the first worker
+    that serves version 2 runs it."""
+    old, new = App(db_url), App(db_url)
+
+    @old.workflow(name="bill", version="1")
+    async def bill_v1(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+        raise AssertionError("a version 1 worker must not run a version 2 Run")
+
+    @new.workflow(name="bill", version="2")
+    async def bill_v2(ctx: WorkflowContext, order: str) -> dict[str, Any]:
+        return {"version": 2, "order": await ctx.step(str.upper, order)}
+
+    async with old.launch(migrate=False, node="deploy-old") as serving_old:
+        assert serving_old.runs is not None
+        handle = await bill_v2.start("o-9", key="bill-o-9")
+        queued = await handle.status()
+
+        def handed_back_twice() -> bool:
+            return serving_old.runs is not None and serving_old.runs.outcomes["unserved"] >= 2
+
+        await until(handed_back_twice, HANG_GUARD_S, what="the old worker hands the hop back twice")
+        assert await handle.status() == queued  # not claimed, not failed, no hop spent
+        # The same hop, given back to the queue (not finished and rotated): pending, or
+        # taken by the old worker for its next hand-back.
+        probe = await old.broker.probe(hop_key(handle.run_id, 0))
+        assert probe.state in (BrokerJobState.QUEUED, BrokerJobState.ACTIVE)
+        async with new.launch(migrate=False, node="deploy-new") as serving_new:
+            assert await handle.result(wait_s=HANG_GUARD_S) == {"version": 2, "order": "O-9"}
+            assert serving_new.runs is not None and serving_new.runs.outcomes["done"] == 1
+        run = await handle.status()
+        assert run is not None and run.workflow.revision == "2" and run.error is None
+        assert (serving_old.runs.outcomes["done"], serving_old.runs.outcomes["failed"]) == (0, 0)
+    await old.close()
+    await new.close()
 
 
 async def test_a_replay_that_skips_a_call_before_the_wait_it_resumes_from_diverges(db_url: str) -> None:

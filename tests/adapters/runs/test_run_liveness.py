@@ -158,7 +158,7 @@ async def test_a_claim_whose_commit_applied_unacknowledged_is_sent_again_and_ans
     async def answer(ctx: Any) -> dict[str, Any]:
         return {"answer": 42}
 
-    claim, sent = ledger.claim, []
+    claim, sent = ledger.claim_served, []
 
     async def unacknowledged(run_id: str, enqueue_seq: int, **more: Any) -> Any:
         sent.append(more["claimant"])
@@ -168,7 +168,7 @@ async def test_a_claim_whose_commit_applied_unacknowledged_is_sent_again_and_ans
             raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "connection_lost")
         return made
 
-    ledger.claim = unacknowledged  # type: ignore[method-assign]
+    ledger.claim_served = unacknowledged  # type: ignore[method-assign]
     runner = worker(ledger, broker, flows)
     async with serving(runner):
         run_id = await admit(ledger, flows.pin("answer", "1"))

@@ -298,7 +298,7 @@ async def test_duplicate_and_stale_deliveries_are_skipped(ledger: RunLedger, bro
     assert calls == [0] and runner.outcomes["skipped"] == 2
 
 
-async def test_a_changed_or_unknown_workflow_fails_the_run_instead_of_running_other_code(
+async def test_a_changed_workflow_fails_the_run_and_an_unserved_version_is_left_for_a_worker_that_serves_it(
     ledger: RunLedger, broker: Faulty,
 ) -> None:
     flows = Workflows()
@@ -307,13 +307,27 @@ async def test_a_changed_or_unknown_workflow_fails_the_run_instead_of_running_ot
     async def count(ctx: Any) -> None:
         raise AssertionError("must not run")
 
+    # Same name and version, other code: the work changed under its version (fails closed).
     changed = await admit(ledger, WorkflowPin("count", "1", "sha256:" + "0" * 64))
-    unknown = await admit(ledger, WorkflowPin("other", "1", "sha256:" + "0" * 64))
     runner = worker(ledger, broker, flows)
     assert await runner.perform(changed, 0) == "failed"
-    assert await runner.perform(unknown, 0) == "failed"
-    for run_id in (changed, unknown):
-        assert (await ledger.get(run_id)).error == "workflow_unavailable"  # type: ignore[union-attr]
+    assert (await ledger.get(changed)).error == "workflow_unavailable"  # type: ignore[union-attr]
+    # A name or version this worker does not serve (a rolling deploy): not claimed, nothing spent.
+    for pin in (WorkflowPin("other", "1", "sha256:" + "0" * 64), WorkflowPin("count", "2", "sha256:" + "0" * 64)):
+        unserved = await admit(ledger, pin)
+        before = await ledger.get(unserved)
+        assert await runner.perform(unserved, 0) == "unserved"
+        after = await ledger.get(unserved)
+        assert after == before and after is not None and after.status is RunStatus.QUEUED
+        others = Workflows()
+        others.register(pin.name, pin.revision, _returns_done, digest=pin.digest)
+        assert await worker(ledger, broker, others).perform(unserved, 0) == "done"
+        assert (await ledger.get(unserved)).status is RunStatus.DONE  # type: ignore[union-attr]
+    assert runner.outcomes["unserved"] == 2 and runner.outcomes["failed"] == 1
+
+
+async def _returns_done(ctx: Any) -> None:
+    return None
 
 
 async def test_the_broker_delivers_higher_priorities_first(ledger: RunLedger, broker: Faulty) -> None:

@@ -85,6 +85,12 @@ MISSED: dict[str, tuple[str, str]] = {
         "retry_lost is sent only by recovery, whose retry_left guard (REC-11) reads the same hop_retries the kernel "
         "fences on, and every retry moves the sequence, so no interleaving sends it with no retry left: the "
         "kernel's guard is defence in depth, caught by tests/kernel/test_run_properties.py"),
+    "runs:claim_serves_any_workflow": (
+        "recovery",
+        "every worker of the explorer's worlds serves the one workflow version its Runs are pinned to (its claims "
+        "name none), so the not_served guard never decides there; a worker of another version is a rolling deploy, "
+        "caught by tests/kernel/test_run_properties.py, tests/adapters/runs/test_run_worker.py and "
+        "tests/adapters/app/test_app_workflows.py"),
     "runs:replay_ignores_the_timeout": (
         "deadlines",
         "the explorer's callers replay with the timeout they admitted with; a replay with another one changes "

@@ -56,6 +56,7 @@ QUEUE_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     or (r.status == JobStatus.CLAIMED and r.claim_token is not None),
     "key_differs": lambda r, c, n: _requested_key(r, c) is None or _dedupe_key(r) != _requested_key(r, c),
     "not_forced": lambda r, c, n: c.force is False,
+    "delayed": lambda r, c, n: not c.delay_us <= 0,
     "nonce_stored": lambda r, c, n: c.nonce_already_stored is True,
     "other_queue": lambda r, c, n: not (c.queue_names is None or any(r.queue_name == q for q in c.queue_names)),
     "not_due": lambda r, c, n: n < r.fires_at_us,

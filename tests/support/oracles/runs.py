@@ -44,6 +44,8 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "seq_differs": lambda r, c, n: c.enqueue_seq != r.run.enqueue_seq,
     "not_held": lambda r, c, n: _current(r).state.value != "held",
     "unpublishable": lambda r, c, n: _current(r).state.value not in ("pending", "published"),
+    "not_served": lambda r, c, n: c.serves is not None and not any(
+        name == r.run.workflow_name and version == r.run.workflow_revision for name, version in c.serves),
     "owner_foreign": lambda r, c, n: (c.owner is not None) if c.wait.value == "timer" else (
         c.wait.value != "hardware" and not (
             c.owner is not None and c.owner.kind == c.wait and c.owner.owner_id == c.owner_id
