@@ -28,7 +28,9 @@ from tenure.adapters.consents.facade import public_consent
 from tenure.adapters.consents.table import CONSENTS_BINDING
 from tenure.adapters.messages.facade import public_message
 from tenure.adapters.messages.table import MESSAGES_BINDING
-from tenure.adapters.runs.ledger import admission_rows, public_delivery, public_run, resume_and_publish, run_id_for
+from tenure.adapters.runs.ledger import (
+    UNSERVED, Unserved, admission_rows, public_delivery, public_run, resume_and_publish, run_id_for,
+)
 from tenure.adapters.runs.table import CHECKPOINTS_BINDING, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 from tenure.adapters.runs.engine import AHEAD, FALLBACK, NO_INPUTS, Inputs, consent_evidence, job_evidence, message_evidence
 from tenure.conformance.lockstep import raw
@@ -73,7 +75,7 @@ from tenure.kernel.runs.commands import (
     TimedOut,
     TimeOut,
 )
-from tenure.kernel.runs.machine import RUNS
+from tenure.kernel.runs.machine import RUNS, RunRefusal
 from tenure.kernel.runs.record import HOP_STATUSES, DeliveryRow, hop_holds, RunPair, RunRow, key_of, record_violations
 from tenure.model import (
     TERMINAL_RUN_STATUSES,
@@ -254,8 +256,11 @@ class RunModel:
         """Whether the kernel applied ``command`` (as ``RunEngine.applied`` answers)."""
         return isinstance(self.run_command(run_id, command, now), Applied)
 
-    def claim(self, run_id: str, seq: int, node: str, now: int, claimant: str | None = None) -> RunClaim | None:
-        decision = self.run_command(run_id, Claim(enqueue_seq=seq, node=node, claimant=claimant), now)
+    def claim(self, run_id: str, seq: int, node: str, now: int, claimant: str | None = None,
+              serves: tuple[tuple[str, str], ...] | None = None) -> RunClaim | Unserved | None:
+        decision = self.run_command(run_id, Claim(enqueue_seq=seq, node=node, claimant=claimant, serves=serves), now)
+        if isinstance(decision, Refused) and decision.reason is RunRefusal.NOT_SERVED:
+            return UNSERVED
         if not isinstance(decision, Applied) or not isinstance(decision.reply, Claimed):
             return None
         assert decision.new_record is not None
@@ -642,13 +647,24 @@ class RunLockstep(LockstepBase):
         if publishable and pair is not None and fault in ("lose_acknowledgement", "none"):
             assert self.broker.jobs[hop_key(run_id, seq)].queue == pair.current.queue
 
-    @rule(data=st.data(), node=st.sampled_from(NODES), claimant=st.sampled_from([None, "claimant-1", "claimant-2"]))
-    def claim(self, data: st.DataObject, node: str, claimant: str | None) -> None:
+    @rule(data=st.data(), node=st.sampled_from(NODES), claimant=st.sampled_from([None, "claimant-1", "claimant-2"]),
+          serves=st.sampled_from([None, ((WORKFLOW.name, WORKFLOW.revision),)]))
+    def claim(self, data: st.DataObject, node: str, claimant: str | None,
+              serves: tuple[tuple[str, str], ...] | None) -> None:
         # A claimant repeated on a running Run is a claim sent again after its lost answer.
         run_id = self.pick_run(data, _publishable)
         seq = self.pick_seq(data, run_id)
-        self.check(lambda: self.ledgers[0].claim(run_id, seq, node=node, claimant=claimant),
-                   lambda now: self.model.claim(run_id, seq, node, now, claimant))
+        self.check(lambda: self.ledgers[0].claim_served(run_id, seq, node=node, claimant=claimant, serves=serves),
+                   lambda now: self.model.claim(run_id, seq, node, now, claimant, serves))
+
+    @rule(data=st.data(), node=st.sampled_from(NODES),
+          serves=st.sampled_from([(), ((WORKFLOW.name, "r2"),), (("other", WORKFLOW.revision),)]))
+    def claim_by_another_version(self, data: st.DataObject, node: str, serves: tuple[tuple[str, str], ...]) -> None:
+        # A worker of another workflow version (a rolling deploy) leaves the Run as it was.
+        run_id = self.pick_run(data, _publishable)
+        seq = self.pick_seq(data, run_id)
+        self.check(lambda: self.ledgers[0].claim_served(run_id, seq, node=node, claimant="claimant-3", serves=serves),
+                   lambda now: self.model.claim(run_id, seq, node, now, "claimant-3", serves))
 
     @rule(data=st.data(), enter=st.booleans())
     def hardware_wait(self, data: st.DataObject, enter: bool) -> None:
