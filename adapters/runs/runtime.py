@@ -18,7 +18,10 @@ refused (the lease ran out, or another boot or a takeover replaced this incarnat
 has not succeeded within the lease (measured on this process's monotonic clock from
 before the last successful renewal was sent, less one interval), it fences this process
 itself (closes every worker's claim gate, cancels the running hops) and boots again: a
-new cutoff, a reconciliation of its own orphans, the gates open. It also takes over every
+new cutoff, a reconciliation of its own orphans, the gates open. A reconciliation of its
+own (at startup or after a reboot) that left Runs unproven (a port or the database failed
+during it) is repeated with the same cutoff, after one interval and then at doubling
+intervals up to the node lease, until it is complete. It also takes over every
 other node whose lease ran out: claims it, reconciles it as that node with the
 takeover's cutoff, and records the takeover finished when the report is clean (a
 degraded one is retried once the claim runs out).
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -78,6 +82,25 @@ class ShutdownIncomplete(Exception):
 
 
 _refuse = functools.partial(refuse, reason="invalid_runtime")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Unfinished:
+    """A reconciliation of this incarnation that left Runs unproven: when to try again."""
+
+    pass_kind: str
+    """The pass it repeats (``startup`` or ``reboot``), under which its report is recorded."""
+    due: float
+    """On this process's monotonic clock."""
+    interval_s: float
+
+    @classmethod
+    def after(cls, report: RecoveryReport, pass_kind: str, interval_s: float) -> _Unfinished | None:
+        return cls(pass_kind, time.monotonic() + interval_s, interval_s) if report.unproven else None
+
+    def again(self, report: RecoveryReport, longest_s: float) -> _Unfinished | None:
+        interval_s = min(self.interval_s * 2, longest_s)
+        return _Unfinished(self.pass_kind, time.monotonic() + interval_s, interval_s) if report.unproven else None
 
 
 class RunRuntime:
@@ -136,6 +159,9 @@ class RunRuntime:
         """The nodes this process took over, each with its reconciliation's report."""
         self._valid_until = 0.0
         self._rebooting = False
+        self._unfinished: _Unfinished | None = None
+        """This incarnation's own reconciliation, while it left Runs unproven: the lease
+        keeper reconciles again (see :meth:`_reconcile_again`)."""
         self._recording_fails = False
         self._keeper: asyncio.Task[None] | None = None
         self._relay_stop = asyncio.Event()
@@ -155,6 +181,7 @@ class RunRuntime:
         try:
             report = await self._boot("startup")
             self.startup = report
+            self._unfinished = _Unfinished.after(report, "startup", self.relay_interval_s)
             if report.degraded:
                 log.warning("startup reconciliation degraded: %d Run(s)", len(report.issues),
                             extra={"node": self.node})
@@ -270,6 +297,7 @@ class RunRuntime:
             try:
                 await self._renew_or_reboot()
                 if time.monotonic() < self._valid_until:
+                    await self._reconcile_again()
                     await self._take_over_dead_nodes()
                 outage.answered()
             except asyncio.CancelledError:
@@ -303,11 +331,30 @@ class RunRuntime:
         report = await self._boot("reboot")
         self._rebooting = False
         self.reboots += 1
+        self._unfinished = _Unfinished.after(report, "reboot", self.relay_interval_s)
         if report.degraded:
             log.warning("node %s: reconciliation after the reboot degraded: %d Run(s)", self.node, len(report.issues),
                         extra={"node": self.node})
         for worker in self.workers:
             worker.resume()
+
+    async def _reconcile_again(self) -> None:
+        """Reconcile this incarnation's orphans again, with its own cutoff, while its last
+        reconciliation left Runs unproven (a port or the database failed mid-pass: an
+        orphan fenced but not yet failed or retried). The relays never visit a hop, so
+        without this such a Run would stay RUNNING on this live node until its next boot.
+        Tried after one relay interval, then at doubling intervals up to the node lease
+        (a Run that stays unproven is not re-read every round); a Run claimed by this
+        incarnation is after the cutoff and left alone, as in any reconciliation."""
+        unfinished = self._unfinished
+        if unfinished is None or time.monotonic() < unfinished.due or self.lease is None:
+            return
+        async with self._renewing():
+            report = await self.ledger.reconcile(self.ports, node=self.node, boot_cutoff=self.lease.cutoff)
+        await self.record_report(self.node, unfinished.pass_kind, report)
+        self._unfinished = unfinished.again(report, self.node_lease_s)
+        if self._unfinished is None:
+            log.info("node %s: its reconciliation is complete again", self.node, extra={"node": self.node})
 
     async def _take_over_dead_nodes(self) -> None:
         nodes = self.ledger.nodes

@@ -591,6 +591,29 @@ async def test_startup_reconciles_before_workers_start_and_a_degraded_start_is_r
             assert runtime.startup is not None and runtime.startup.degraded
 
 
+async def test_a_reconciliation_that_left_an_orphan_unproven_is_repeated_until_it_is_complete(
+    ledger: RunLedger, broker: Faulty,
+) -> None:
+    """A boot's reconciliation meets an orphan (a hop this node claimed before the boot)
+    whose fence fails, so it is left RUNNING and the pass is degraded. The relays never
+    visit a hop: unless the lease keeper reconciles again, the Run would stay RUNNING on
+    this live node until its next boot. Once the broker answers, the repeat fails it
+    ``lost``."""
+    flows = noop_flows()
+    run_id = await admit(ledger, flows.pin("noop", "1"))
+    await ledger.publish(run_id, 0, broker)
+    assert await ledger.claim(run_id, 0, node="node-a") is not None  # claimed before the boot
+    broker.fail_aborts = 10**6  # every fence of the orphan's job fails: it stays live
+    runtime = RunRuntime(ledger, brokers=[broker], workers=[worker(ledger, broker, flows)], node="node-a",
+                         shutdown_deadline_s=10, require_clean=False, relay_interval_s=0.05, node_lease_s=5)
+    async with runtime:
+        assert runtime.startup is not None and runtime.startup.unproven
+        assert (await ledger.get(run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
+        broker.fail_aborts = 0
+        failed = await status_of(ledger, run_id, RunStatus.FAILED)
+        assert failed.error == "lost" and runtime.reboots == 0
+
+
 async def test_bad_configuration_is_refused(ledger: RunLedger, broker: Faulty) -> None:
     flows = Workflows()
     with pytest.raises(ConfigValidationError):
