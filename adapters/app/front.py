@@ -164,13 +164,18 @@ class WorkflowHandle:
         unsettled, a child that could not be cancelled yet); False when the Run had
         already ended DONE or FAILED. A child Run (``ctx.start_child``) still running is
         cancelled first, the same way."""
+        return await self._cancel(None)
+
+    async def _cancel(self, jobs: Sequence[AgentJobRecord] | None) -> bool:
+        """:meth:`cancel`, containing ``jobs``: the Run's open (or LOST) jobs as its caller
+        just listed them (None: listed here, once the cancellation is elected)."""
         ledger = self.app.ledger
         ticket = await ledger.begin_cancel(self.run_id)
         if ticket is None:
             return False
         # Its running children first: each is cancelled the same way, and its job in this
         # Run recorded CANCELLED once the child ended (the containment finish_cancel asks).
-        for job in await ledger.jobs.list(self.run_id):  # the Run's open (or LOST) jobs
+        for job in await ledger.jobs.list(self.run_id) if jobs is None else jobs:
             await self.app.contain_child(job)
         try:
             await ledger.finish_cancel(ticket.run_id, ticket.enqueue_seq, self.app.broker)
@@ -485,8 +490,8 @@ class App(TaskApp):
                                                 owner_id=job.job_id) is not None:
                         moved += 1
         async for parent in self._runs_of(RunStatus.CANCELLING, limit):
-            children = [job for job in await self.ledger.jobs.list(parent.run_id) if job.runtime == CHILD_RUNTIME]
-            if children and await self.handle(parent.run_id).cancel():
+            jobs = await self.ledger.jobs.list(parent.run_id)
+            if any(job.runtime == CHILD_RUNTIME for job in jobs) and await self.handle(parent.run_id)._cancel(jobs):
                 moved += 1
         return moved
 
