@@ -87,7 +87,7 @@ from ..runs.replay import CHILD_RUNTIME, WorkflowContext, child_job_result
 from ..runs.runtime import RunRuntime
 from ..runs.worker import RunWorker
 from ..runs.workflows import RunContext, Workflows
-from ..tasks.app import MAX_WAIT_S, TaskApp, default_name
+from ..tasks.app import TaskApp, default_name, poll_until
 from ..wiring.migrations import upgrade
 
 __all__ = ["App", "Workflow", "WorkflowHandle", "WorkflowFailed", "AppWorker", "START_OPTIONS", "REPLAY_DIGEST",
@@ -109,8 +109,6 @@ CHILD_JOB_STATUS = {RunStatus.DONE: "succeeded", RunStatus.FAILED: "failed", Run
 """The status a child Run's job adopts for each way the child Run ended."""
 CHILDREN_RELAY_S = 1.0
 """How often an :class:`AppWorker` adopts ended children and resumes their parents."""
-_FIRST_POLL_S = 0.02
-_MAX_POLL_S = 0.25
 
 _refuse = functools.partial(refuse, reason="invalid_workflow")
 log = logging.getLogger("tenure.app")
@@ -149,23 +147,14 @@ class WorkflowHandle:
         its workflow returned. Raises :class:`WorkflowFailed` when it ended FAILED or
         CANCELLED, ``TimeoutError`` when it has not ended by then (it goes on), and
         ``ConfigValidationError`` (``unknown_run``) when no Run has this ID."""
-        if type(wait_s) not in (int, float) or not 0 <= wait_s <= MAX_WAIT_S:
-            raise refuse("wait_s", "number_out_of_range", reason="invalid_wait")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        pause = _FIRST_POLL_S
-        while True:
-            run = await self.status()
-            if run is None:
-                raise ConfigValidationError("unknown_run", fields=("run_id",), problems=("not_found",))
-            if run.status in TERMINAL_RUN_STATUSES:
-                if run.status is RunStatus.DONE:
-                    return run.result
-                raise WorkflowFailed(run.status, run.error)
-            if loop.time() >= deadline:
-                raise TimeoutError("the workflow Run has not ended yet")
-            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-            pause = min(pause * 2, _MAX_POLL_S)
+        run = await poll_until(self.status, lambda run: run is None or run.status in TERMINAL_RUN_STATUSES, wait_s)
+        if run is None:
+            raise ConfigValidationError("unknown_run", fields=("run_id",), problems=("not_found",))
+        if run.status is RunStatus.DONE:
+            return run.result
+        if run.status in TERMINAL_RUN_STATUSES:
+            raise WorkflowFailed(run.status, run.error)
+        raise TimeoutError("the workflow Run has not ended yet")
 
     async def cancel(self) -> bool:
         """Cancel the Run: elect the cancellation (its running hop is fenced, its waits
@@ -175,13 +164,18 @@ class WorkflowHandle:
         unsettled, a child that could not be cancelled yet); False when the Run had
         already ended DONE or FAILED. A child Run (``ctx.start_child``) still running is
         cancelled first, the same way."""
+        return await self._cancel(None)
+
+    async def _cancel(self, jobs: Sequence[AgentJobRecord] | None) -> bool:
+        """:meth:`cancel`, containing ``jobs``: the Run's open (or LOST) jobs as its caller
+        just listed them (None: listed here, once the cancellation is elected)."""
         ledger = self.app.ledger
         ticket = await ledger.begin_cancel(self.run_id)
         if ticket is None:
             return False
         # Its running children first: each is cancelled the same way, and its job in this
         # Run recorded CANCELLED once the child ended (the containment finish_cancel asks).
-        for job in await ledger.jobs.list(self.run_id):  # the Run's open (or LOST) jobs
+        for job in await ledger.jobs.list(self.run_id) if jobs is None else jobs:
             await self.app.contain_child(job)
         try:
             await ledger.finish_cancel(ticket.run_id, ticket.enqueue_seq, self.app.broker)
@@ -496,8 +490,8 @@ class App(TaskApp):
                                                 owner_id=job.job_id) is not None:
                         moved += 1
         async for parent in self._runs_of(RunStatus.CANCELLING, limit):
-            children = [job for job in await self.ledger.jobs.list(parent.run_id) if job.runtime == CHILD_RUNTIME]
-            if children and await self.handle(parent.run_id).cancel():
+            jobs = await self.ledger.jobs.list(parent.run_id)
+            if any(job.runtime == CHILD_RUNTIME for job in jobs) and await self.handle(parent.run_id)._cancel(jobs):
                 moved += 1
         return moved
 

@@ -45,7 +45,7 @@ from tenure.kernel.consents.commands import CancelPending
 from tenure.kernel.consents.record import ConsentRow
 from tenure.kernel.messages.commands import CancelPending as CancelPendingReceive
 from tenure.kernel.messages.record import MessageRow, answer_complete
-from tenure.kernel.core import Applied, Decision, Refused, decide
+from tenure.kernel.core import Applied, Decision, Finder, Refused, decide
 from tenure.kernel.runs import finders
 from tenure.kernel.runs.aggregate import (
     ADMITTED_AHEAD,
@@ -79,6 +79,7 @@ from ..core.engine import CountedAhead, Engine, Insertion, Joined, raise_if_conf
 from ..core.facade import persistence_as
 from ..core.failures import persistence_failed
 from ..core.store import Count, Guard, Transaction
+from ..core.tables import Binding
 from .checkpoints import RecordedOutcome, clear_outcome_in, delete_in, put_in, record_outcome_in, stored_in
 from .table import CHECKPOINTS_BINDING, CURRENT_DELIVERY, DELIVERIES_BINDING, RUNS_BINDING, CheckpointRow
 
@@ -506,29 +507,26 @@ class RunEngine:
 
     async def sweep_consents(self, tx: Transaction, run_id: str, decided_by: str) -> None:
         """Cancel the Run's pending consents (in the Run's own transaction)."""
-        pending = await tx.locked(CONSENTS_BINDING, finders.pending_consents_of_run, {"run_id": run_id})
-        if not pending:
-            return
-        now = await tx.now_us()
-        changes = []
-        for consent in pending:
-            decision = decide(CONSENTS_BINDING.machine, consent, CancelPending(decided_by=decided_by), now)
-            if isinstance(decision, Applied):
-                changes.append((consent, decision.new_record))
-        await self.engine.persist(tx, CONSENTS_BINDING, changes)
+        await self._sweep(tx, CONSENTS_BINDING, finders.pending_consents_of_run, run_id,
+                          CancelPending(decided_by=decided_by))
 
     async def sweep_receives(self, tx: Transaction, run_id: str, decided_by: str) -> None:
         """Cancel the Run's pending receives (in the Run's own transaction)."""
-        pending = await tx.locked(MESSAGES_BINDING, finders.pending_receives_of_run, {"run_id": run_id})
+        await self._sweep(tx, MESSAGES_BINDING, finders.pending_receives_of_run, run_id,
+                          CancelPendingReceive(decided_by=decided_by))
+
+    async def _sweep(self, tx: Transaction, binding: Binding, finder: Finder, run_id: str, command: object) -> None:
+        """Send ``command`` to each row of the Run that ``finder`` locks; persist what applied."""
+        pending = await tx.locked(binding, finder, {"run_id": run_id})
         if not pending:
             return
         now = await tx.now_us()
         changes = []
-        for slot in pending:
-            decision = decide(MESSAGES_BINDING.machine, slot, CancelPendingReceive(decided_by=decided_by), now)
+        for row in pending:
+            decision = decide(binding.machine, row, command, now)
             if isinstance(decision, Applied):
-                changes.append((slot, decision.new_record))
-        await self.engine.persist(tx, MESSAGES_BINDING, changes)
+                changes.append((row, decision.new_record))
+        await self.engine.persist(tx, binding, changes)
 
 
 # --- owner rows as evidence, by kind ---------------------------------------------------------
@@ -680,24 +678,17 @@ def _run_of(decision: Decision) -> str:
     return pair.run.run_id
 
 
-async def _sweep(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
-    decided_by = consent_sweep(decision.reply)  # type: ignore[union-attr]
-    counted = aggregate.counted.get(IDLE_WHEN_NONE_COUNTED[FollowUp.SWEEP_CONSENTS])
-    if counted is not None and not any(counted):
-        return  # none pending, counted with the pair (and verified by its write)
-    if decided_by is not None:
-        await engine.sweep_consents(tx, _run_of(decision), decided_by)
-
-
-async def _sweep_receives(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+def _sweep_step(follow_up: FollowUp, sweep: Callable[[RunEngine, Transaction, str, str], Awaitable[None]]) -> _Step:
     # The Run's terminal truth cancels its waiting receives as it does its pending
     # consents, with the same ``decided_by``.
-    decided_by = consent_sweep(decision.reply)  # type: ignore[union-attr]
-    counted = aggregate.counted.get(IDLE_WHEN_NONE_COUNTED[FollowUp.SWEEP_RECEIVES])
-    if counted is not None and not any(counted):
-        return  # none waiting, counted with the pair (and verified by its write)
-    if decided_by is not None:
-        await engine.sweep_receives(tx, _run_of(decision), decided_by)
+    async def step(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
+        decided_by = consent_sweep(decision.reply)  # type: ignore[union-attr]
+        counted = aggregate.counted.get(IDLE_WHEN_NONE_COUNTED[follow_up])
+        if counted is not None and not any(counted):
+            return  # none pending, counted with the pair (and verified by its write)
+        if decided_by is not None:
+            await sweep(engine, tx, _run_of(decision), decided_by)
+    return step
 
 
 async def _delete_checkpoint(engine: RunEngine, tx: Transaction, aggregate: _Aggregate, decision: Decision) -> None:
@@ -786,8 +777,8 @@ def _counted_ahead(run_id: str, command: RunCommand) -> CountedAhead:
 
 
 FOLLOW_UP_STEPS: dict[FollowUp, _Step] = {
-    FollowUp.SWEEP_CONSENTS: _sweep,
-    FollowUp.SWEEP_RECEIVES: _sweep_receives,
+    FollowUp.SWEEP_CONSENTS: _sweep_step(FollowUp.SWEEP_CONSENTS, RunEngine.sweep_consents),
+    FollowUp.SWEEP_RECEIVES: _sweep_step(FollowUp.SWEEP_RECEIVES, RunEngine.sweep_receives),
     FollowUp.RECORD_OUTCOME: _record_outcome,
     FollowUp.DELETE_CHECKPOINT: _delete_checkpoint,
     FollowUp.CLEAR_OUTCOME: _clear_outcome,

@@ -49,7 +49,7 @@ import inspect
 import math
 import pathlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tenure.model import (
     TERMINAL_STATUSES,
@@ -68,7 +68,7 @@ from ..queue.worker import Worker
 from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
 
 __all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "RESERVED_ARGUMENTS", "default_name",
-           "MAX_WAIT_S"]
+           "MAX_WAIT_S", "poll_until"]
 
 TaskContext = JobContext
 """What a task handler may know and do about its claim (see :class:`JobContext`)."""
@@ -81,6 +81,27 @@ DEFAULT_MAX_ATTEMPTS = 3
 MAX_WAIT_S = 3600.0
 _FIRST_POLL_S = 0.02
 _MAX_POLL_S = 0.25
+
+T = TypeVar("T")
+
+
+async def poll_until(read: Callable[[], Awaitable[T]], settled: Callable[[T], bool], wait_s: float) -> T:
+    """Call ``read`` until ``settled`` holds of what it answered or ``wait_s`` seconds (0 to
+    :data:`MAX_WAIT_S`) have passed, and return its last answer; the pause between reads
+    doubles from 0.02 s to 0.25 s and never outlasts the wait. Refuses a ``wait_s`` out of
+    range (``invalid_wait``) before the first read."""
+    # Compared, never converted: a huge int or a NaN is simply out of range.
+    if type(wait_s) not in (int, float) or not 0 <= wait_s <= MAX_WAIT_S:
+        raise refuse("wait_s", "number_out_of_range", reason="invalid_wait")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    pause = _FIRST_POLL_S
+    while True:
+        answer = await read()
+        if settled(answer) or loop.time() >= deadline:
+            return answer
+        await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+        pause = min(pause * 2, _MAX_POLL_S)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -450,23 +471,13 @@ class TaskApp:
         """Where the task stands, waiting up to ``wait_s`` seconds for it to finish (it
         answers as soon as it has; after the wait, whatever it is then). None when no
         task has this ID."""
-        # Compared, never converted: a huge int or a NaN is simply out of range.
-        if type(wait_s) not in (int, float) or not 0 <= wait_s <= MAX_WAIT_S:
-            raise refuse("wait_s", "number_out_of_range", reason="invalid_wait")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        pause = _FIRST_POLL_S
-        while True:
-            info = await self.source.get_job(job_id)
-            if info is None:
-                return None
-            if info.status in TERMINAL_STATUSES or loop.time() >= deadline:
-                assert isinstance(info.job, TaskJob)
-                return TaskOutcome(job_id=info.job_id, task_name=info.job.task_name, status=info.status,
-                                   result=info.result, error=info.error, attempts=info.attempt,
-                                   progress=info.progress)
-            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-            pause = min(pause * 2, _MAX_POLL_S)
+        info = await poll_until(lambda: self.source.get_job(job_id),
+                                lambda info: info is None or info.status in TERMINAL_STATUSES, wait_s)
+        if info is None:
+            return None
+        assert isinstance(info.job, TaskJob)
+        return TaskOutcome(job_id=info.job_id, task_name=info.job.task_name, status=info.status, result=info.result,
+                           error=info.error, attempts=info.attempt, progress=info.progress)
 
     # --- running -----------------------------------------------------------------------
 

@@ -366,15 +366,14 @@ def _counting_violations(machine: Any) -> tuple[Any, list[Any]]:
     return dataclasses.replace(machine, record_violations=counted), asked
 
 
-@pytest.mark.parametrize("command_name", ["claim", "record_published", "settle"])
-def test_a_run_decision_read_from_the_declarations_checks_the_invariants_once(command_name: str) -> None:
-    """The Run's hot path (a claim, a publication, a settle) holds its new pair to the
-    invariants once, at the reference time, with the bounds and INV-R9's order at both
-    edges, instead of the whole invariants at each edge (twice): the same answer
-    (tests above), half the work."""
+HOT_RUN_COMMANDS = ["claim", "record_published", "settle"]
+
+
+def _hot_run_decision(command_name: str) -> tuple[Any, Any, Any]:
+    """The queued Run of the hot-path tests, and the pair and the command of the Run's hot
+    path ``command_name`` (a claim, a publication, a settle) that applies to it."""
     from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
     from tenure.kernel.runs.commands import Claim, Containment, RecordPublished, Settle
-    from tenure.kernel.runs.machine import RUNS
     from tenure.kernel.runs.record import RunPair
     from tenure.model import DeliveryState, RunStatus
 
@@ -387,6 +386,19 @@ def test_a_run_decision_read_from_the_declarations_checks_the_invariants_once(co
                    Settle(enqueue_seq=0, status=RunStatus.DONE, error=None,
                           containment=Containment(open_jobs=0, open_attempts=0))),
     }[command_name]
+    return queued, pair, command
+
+
+@pytest.mark.parametrize("command_name", HOT_RUN_COMMANDS)
+def test_a_run_decision_read_from_the_declarations_checks_the_invariants_once(command_name: str) -> None:
+    """The Run's hot path (a claim, a publication, a settle) holds its new pair to the
+    invariants once, at the reference time, with the bounds and INV-R9's order at both
+    edges, instead of the whole invariants at each edge (twice): the same answer
+    (tests above), half the work."""
+    from tenure.conformance.strategies.runs import NOW
+    from tenure.kernel.runs.machine import RUNS
+
+    _, pair, command = _hot_run_decision(command_name)
     counting, asked = _counting_violations(RUNS)
     windowed = decide_windowed(counting, pair, command, NOW)
     assert windowed is not None and windowed.invariants_checked and isinstance(windowed.decision, Applied)
@@ -394,7 +406,7 @@ def test_a_run_decision_read_from_the_declarations_checks_the_invariants_once(co
     assert asked == [windowed.decision.new_record], "checked once, at the reference time"
 
 
-@pytest.mark.parametrize("command_name", ["claim", "record_published", "settle"])
+@pytest.mark.parametrize("command_name", HOT_RUN_COMMANDS)
 def test_a_run_decision_on_the_hot_path_copies_its_rows_without_dataclasses_replace(
     command_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -404,21 +416,11 @@ def test_a_run_decision_on_the_hot_path_copies_its_rows_without_dataclasses_repl
     have is still refused."""
     import dataclasses
 
-    from tenure.conformance.strategies.runs import NOW, base_run, delivery_for
-    from tenure.kernel.runs.commands import Claim, Containment, RecordPublished, Settle
+    from tenure.conformance.strategies.runs import NOW
     from tenure.kernel.runs.machine import RUNS
-    from tenure.kernel.runs.record import RunPair, replace_delivery, replace_run
-    from tenure.model import DeliveryState, RunStatus
+    from tenure.kernel.runs.record import replace_delivery, replace_run
 
-    queued = base_run()
-    running = base_run(status=RunStatus.RUNNING, started_at_us=NOW - 50, node="node-a")
-    pair, command = {
-        "claim": (RunPair(queued, (delivery_for(queued, DeliveryState.PUBLISHED),)), Claim(enqueue_seq=0, node="node-a")),
-        "record_published": (RunPair(queued, (delivery_for(queued, DeliveryState.PENDING),)), RecordPublished(enqueue_seq=0)),
-        "settle": (RunPair(running, (delivery_for(running, DeliveryState.CLAIMED),)),
-                   Settle(enqueue_seq=0, status=RunStatus.DONE, error=None,
-                          containment=Containment(open_jobs=0, open_attempts=0))),
-    }[command_name]
+    queued, pair, command = _hot_run_decision(command_name)
     expected = decide_ahead(RUNS, pair, command, NOW)
 
     def introspecting(*_: Any, **__: Any) -> Any:

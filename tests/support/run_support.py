@@ -38,7 +38,7 @@ from tenure.model import (
 )
 
 __all__ = ["PIN", "OTHER_PIN", "runs_db", "ledger", "runs", "raises", "on_ledgers", "Runs", "unique", "succeeded",
-           "result_of", "status_of", "parked_and_ended", "WATCH_S", "admit", "worker", "serving", "ports"]
+           "result_of", "status_of", "parked_and_ended", "WATCH_S", "admit", "worker", "serving", "ports", "broken"]
 
 PIN = WorkflowPin("review", "rev-1", "sha256:" + "a" * 64)
 OTHER_PIN = WorkflowPin("review", "rev-2", "sha256:" + "b" * 64)
@@ -240,3 +240,18 @@ async def serving(runner: RunWorker) -> AsyncIterator[RunWorker]:
 def ports(ledger: RunLedger, broker: Any) -> RecoveryPorts:
     return RecoveryPorts(broker=broker, checkpoint_owner=ledger.checkpoints.owner,
                          delete_checkpoint=ledger.checkpoints.delete, checkpoint_outcome=ledger.checkpoints.outcome)
+
+
+@contextlib.contextmanager
+def broken(breakage: Callable[[pytest.MonkeyPatch], object], *, after: Callable[[], object] | None = None,
+           ) -> Iterator[None]:
+    """The block runs with ``breakage`` applied to a fresh MonkeyPatch, undone when it
+    leaves; ``after`` (say, a statement cache's clear) runs then too, even on failure, so
+    nothing built while broken outlives the break."""
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            breakage(patch)
+            yield
+    finally:
+        if after is not None:
+            after()

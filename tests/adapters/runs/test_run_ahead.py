@@ -23,17 +23,16 @@ transaction path (no decided-ahead writer).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import pytest
 from adapter_support import raw
 from polling import until
-from run_support import Runs, raises, succeeded, unique
+from run_support import Runs, broken, raises, succeeded, unique
 from statements import count_statements
 
 from tenure.adapters import RunLedger
@@ -311,17 +310,6 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario, str]]
 """Each breakage, the scenario that catches it, and what that scenario's failure says."""
 
 
-@contextlib.contextmanager
-def _broken(name: str) -> Iterator[Scenario]:
-    breakage, scenario, _ = BREAKAGES[name]
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            breakage(patch)
-            yield scenario
-    finally:
-        statements.clear_statement_cache()
-
-
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 async def test_each_scenario_holds_on_the_run_engine_as_built(runs: Runs, name: str) -> None:
     await BREAKAGES[name][1](runs)
@@ -329,7 +317,8 @@ async def test_each_scenario_holds_on_the_run_engine_as_built(runs: Runs, name: 
 
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 async def test_each_broken_decided_ahead_run_engine_is_caught_by_its_scenario(runs: Runs, name: str) -> None:
-    with _broken(name) as scenario, pytest.raises(AssertionError, match=BREAKAGES[name][2]):
+    breakage, scenario, message = BREAKAGES[name]
+    with broken(breakage, after=statements.clear_statement_cache), pytest.raises(AssertionError, match=message):
         await scenario(runs)
 
 

@@ -12,12 +12,11 @@ fail with its breakage applied (an assertion, or the error the broken path raise
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from run_support import Runs, ledger, runs, runs_db, unique  # noqa: F401 (fixtures)
+from run_support import Runs, broken, ledger, runs, runs_db, unique  # noqa: F401 (fixtures)
 
 from tenure.adapters.runs import engine as engine_module
 from tenure.adapters.runs.checkpoints import RecordedOutcome
@@ -159,14 +158,6 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario]] = {
 }
 
 
-@contextlib.contextmanager
-def _broken(name: str) -> Iterator[Scenario]:
-    breakage, scenario = BREAKAGES[name]
-    with pytest.MonkeyPatch.context() as patch:
-        breakage(patch)
-        yield scenario
-
-
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 async def test_each_scenario_holds_on_the_run_engine_as_built(runs: Runs, name: str) -> None:
     await BREAKAGES[name][1](runs)
@@ -174,5 +165,6 @@ async def test_each_scenario_holds_on_the_run_engine_as_built(runs: Runs, name: 
 
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 async def test_each_broken_run_engine_is_caught_by_its_scenario(runs: Runs, name: str) -> None:
-    with _broken(name) as scenario, pytest.raises((AssertionError, TenureError)):
+    breakage, scenario = BREAKAGES[name]
+    with broken(breakage), pytest.raises((AssertionError, TenureError)):
         await scenario(runs)

@@ -10,12 +10,11 @@ catches both too (``test_lockstep_runs.BROKEN_PATHS``), from the paths it counts
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from run_support import Runs, unique
+from run_support import Runs, broken, unique
 
 from tenure.adapters import RunLedger
 from tenure.adapters.runs.engine import AHEAD, FALLBACK, NO_INPUTS, Inputs, RunEngine, Sent
@@ -120,14 +119,6 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario, str]]
 """Each breakage, the scenario that catches it, and what that scenario's failure says."""
 
 
-@contextlib.contextmanager
-def _broken(name: str) -> Iterator[Scenario]:
-    breakage, scenario, _ = BREAKAGES[name]
-    with pytest.MonkeyPatch.context() as patch:
-        breakage(patch)
-        yield scenario
-
-
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 async def test_each_scenario_holds_on_the_run_engine_as_built(runs: Runs, name: str) -> None:
     await BREAKAGES[name][1](runs)
@@ -135,5 +126,6 @@ async def test_each_scenario_holds_on_the_run_engine_as_built(runs: Runs, name: 
 
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 async def test_each_engine_that_never_takes_one_of_its_paths_is_caught_by_its_scenario(runs: Runs, name: str) -> None:
-    with _broken(name) as scenario, pytest.raises(AssertionError, match=BREAKAGES[name][2]):
+    breakage, scenario, message = BREAKAGES[name]
+    with broken(breakage), pytest.raises(AssertionError, match=message):
         await scenario(runs)

@@ -17,13 +17,12 @@ check dropped).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 from adapter_support import raw
-from run_support import PIN, unique
+from run_support import PIN, broken, unique
 from statements import count_statements
 
 from tenure.adapters import QueueBroker, RunLedger
@@ -219,17 +218,6 @@ BREAKAGES: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Scenario, str]]
 """Each breakage, the scenario that catches it, and what that scenario's failure says."""
 
 
-@contextlib.contextmanager
-def _broken(name: str) -> Iterator[Scenario]:
-    breakage, scenario, _ = BREAKAGES[name]
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            breakage(patch)
-            yield scenario
-    finally:
-        statements.clear_statement_cache()
-
-
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 async def test_each_scenario_holds_on_the_joined_publication_as_built(publishing: Publishing, name: str) -> None:
     await BREAKAGES[name][1](publishing)
@@ -238,5 +226,6 @@ async def test_each_scenario_holds_on_the_joined_publication_as_built(publishing
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 @pytest.mark.parametrize("database", ["postgresql"])
 async def test_each_broken_joined_publication_is_caught_by_its_scenario(publishing: Publishing, name: str) -> None:
-    with _broken(name) as scenario, pytest.raises(AssertionError, match=BREAKAGES[name][2]):
+    breakage, scenario, message = BREAKAGES[name]
+    with broken(breakage, after=statements.clear_statement_cache), pytest.raises(AssertionError, match=message):
         await scenario(publishing)
