@@ -47,7 +47,7 @@ __all__ = [
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
     "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
     "ahead_version_parameters", "joined_ahead_sql", "joined_ahead_parameters", "PAIR_UNCHANGED",
-    "joined_insert_sql", "keyed_sql",
+    "joined_insert_sql", "keyed_sql", "single",
 ]
 
 PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -140,9 +140,18 @@ def _probed(binding: Binding, finder: Finder) -> tuple[tuple[str, str, str], ...
     return tuple(probes)
 
 
+def single(finder: Finder, values: Mapping[str, Any]) -> bool:
+    """Whether every list parameter of ``finder`` (a condition ``in`` a parameter) holds
+    exactly one value in ``values``: the lookup is then spelled for one key
+    (:func:`keyed_sql` with ``one``)."""
+    return all(len(tuple(values.get(condition.operand.name) or ())) == 1
+               for conjunction in finder.any_of for condition in conjunction
+               if condition.op == "in" and isinstance(condition.operand, Param))
+
+
 @functools.cache
 def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple[tuple[str, str], ...], *,
-              versioned: bool = False, limited: bool = False) -> str:
+              versioned: bool = False, limited: bool = False, one: bool = False) -> str:
     """The finder's SELECT (as :func:`~tenure.adapters.core.sql.compile_finder` spells it,
     same parameters, same rows, same locks) shaped so that every plan reads the table by
     index, cached (generic) or not, on an empty, a young or an analyzed table.
@@ -154,7 +163,14 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
     by its key in a LATERAL subquery that keeps the finder's whole condition, so a row
     changed while its lock was awaited is checked again as before. A generic plan can
     only probe (``= ANY($1)`` or an ``OR`` of identities let it scan the whole table of a
-    young or never-analyzed one instead: issue 51). Any other finder is compiled as is."""
+    young or never-analyzed one instead: issue 51). Any other finder is compiled as is.
+
+    With ``one`` (every list parameter holds one value: :func:`single`), a list is
+    probed as an equality on its first element (``column = ($1::type[])[1]``), not
+    unnested: the planner sizes an unnested list at about ten elements, so a generic
+    plan of it looked dearer than a one-key custom plan and was re-planned at every call.
+    A lookup of one disjunct is then the plain ``SELECT ... WHERE column = ... FOR UPDATE``
+    (one probe, nothing to deduplicate or order across probes)."""
     compiled = compile_finder(binding, finder, POSTGRESQL, schema, limited=limited, versioned=versioned)
     probes = _probed(binding, finder)
     if probes is None:
@@ -163,14 +179,24 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
     table = qualified(schema, binding.spec.name)
     key = binding.key_column
 
+    def equal(column: str, op: str, parameter: str) -> str:
+        # One key of a list: its first element, a value a generic plan looks up by index.
+        return f"{column} = :{parameter}" if op == "=" else f"{column} = ((:{parameter})::{udt[column]}[])[1]"
+
+    columns = (*binding.spec.column_names, ROW_VERSION) if versioned else binding.spec.column_names
+    if one and len(probes) == 1:
+        lock = {"wait": POSTGRESQL.lock_wait, "touch": POSTGRESQL.lock_wait, "skip": POSTGRESQL.lock_skip,
+                "none": ""}[finder.lock]
+        return (f"SELECT {', '.join(columns)} FROM {table} WHERE {equal(*probes[0])} AND ({compiled.where}) "
+                f"ORDER BY {key}" + (" LIMIT :limit" if limited else "") + lock)
+
     def probe(column: str, op: str, parameter: str) -> str:
-        if op == "=":
-            return f"SELECT {key} FROM {table} WHERE {column} = :{parameter}"
+        if op == "=" or one:
+            return f"SELECT {key} FROM {table} WHERE {equal(column, op, parameter)}"
         # OFFSET 0: a subquery the planner keeps whole, so it runs once per element, by index.
         return (f"SELECT probe.{key} FROM unnest((:{parameter})::{udt[column]}[]) AS element(value) "
                 f"CROSS JOIN LATERAL (SELECT {key} FROM {table} WHERE {column} = element.value OFFSET 0) AS probe")
 
-    columns = (*binding.spec.column_names, ROW_VERSION) if versioned else binding.spec.column_names
     lock = {"wait": POSTGRESQL.lock_wait, "touch": POSTGRESQL.lock_wait, "skip": POSTGRESQL.lock_skip,
             "none": " OFFSET 0"}[finder.lock]
     found = " UNION ALL ".join(probe(*each) for each in probes)
@@ -1028,14 +1054,15 @@ def pick_sql(
 
 
 @functools.cache
-def _probe_text(binding: Binding, schema: str | None, finder: Finder, kind: str, limited: bool,
+def _probe_text(binding: Binding, schema: str | None, finder: Finder, kind: str, limited: bool, one: bool,
                 prefix: str, types: tuple[tuple[str, str], ...] | None = None) -> tuple[str, CompiledFinder]:
     """A probe's SELECT with its parameters renamed under ``prefix`` (``:now`` stays, for
     the statement to spell as its clock), and its compiled finder; built once per shape.
-    With the table's column ``types``, a lookup by identity is spelled by :func:`keyed_sql`."""
+    With the table's column ``types``, a lookup by identity is spelled by :func:`keyed_sql`
+    (for one key when ``one``: every list parameter of the probe holds one value)."""
     finder = finder if kind == "rows" else dataclasses.replace(finder, lock="none")
     compiled = compile_finder(binding, finder, POSTGRESQL, schema, limited=limited)
-    sql = compiled.sql if types is None else keyed_sql(binding, finder, schema, types, limited=limited)
+    sql = compiled.sql if types is None else keyed_sql(binding, finder, schema, types, limited=limited, one=one)
     return PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":{prefix}_{m.group(1)}", sql), compiled
 
 
@@ -1052,18 +1079,19 @@ def probe_sql(binding: Binding, schema: str | None, probe: Probe, prefix: str, p
     ``parameters``) so that several probes share one statement; ``:now`` stays, for the
     statement to spell as its clock. The text is built once per probe shape: a call only
     binds the probe's values."""
-    text, compiled = _probe_text(binding, schema, probe.finder, probe.kind, probe.limit is not None, prefix)
+    text, compiled = _probe_text(binding, schema, *_shape(probe), prefix)
     _bind(compiled, probe.parameters if probe.limit is None else {**probe.parameters, "limit": probe.limit},
           prefix, parameters)
     return text
 
 
-ProbeShape = tuple[Finder, str, bool]
-"""What a probe's SQL depends on: its finder, its kind and whether it is limited."""
+ProbeShape = tuple[Finder, str, bool, bool]
+"""What a probe's SQL depends on: its finder, its kind, whether it is limited and whether
+every list parameter holds one value (:func:`single`)."""
 
 
 def _shape(probe: Probe) -> ProbeShape:
-    return (probe.finder, probe.kind, probe.limit is not None)
+    return (probe.finder, probe.kind, probe.limit is not None, single(probe.finder, probe.parameters))
 
 
 @functools.cache

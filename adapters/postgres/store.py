@@ -512,8 +512,10 @@ class PostgresStore:
         codec = self.codec(binding)
         versioned = binding.spec.name in self.versioned_tables
         compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
-        locking = statements.keyed_sql(binding, finder, self.schema, types, versioned=versioned)
         keys = [item.key for item in items]
+        # One item: its key looked up as an equality, the plan PostgreSQL caches (issue 51).
+        locking = statements.keyed_sql(binding, finder, self.schema, types, versioned=versioned,
+                                       one=statements.single(finder, {"keys": keys}))
         by_version = statements.ahead_version_parameters(binding, codec, items[0]) if (
             versioned and len(items) == 1) else None
         parameters: dict[str, Any] | None
@@ -561,7 +563,8 @@ class PostgresStore:
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
         if announce:
             parameters["channel"] = announce_channel(self.schema, binding.spec.name)
-        locking = statements.keyed_sql(binding, finder, self.schema, types, versioned=versioned)
+        locking = statements.keyed_sql(binding, finder, self.schema, types, versioned=versioned,
+                                       one=statements.single(finder, finder_parameters))
         statement = numbered(statements.insert_sql(binding, self.schema, locking, types, announce, versioned))
         arguments = statement.arguments(parameters)
         rows = await self._fetch_once(pool, deadline, statement.sql, arguments)

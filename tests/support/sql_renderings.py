@@ -172,7 +172,9 @@ def render_postgresql() -> str:
             if finder.lock == "wait" and name.endswith("by_keys") and binding.key_field in str(finder.any_of):
                 announce = binding.announces is not None
                 compiled = dataclasses.replace(compile_finder(binding, finder, POSTGRESQL, None, versioned=True),
-                                               sql=statements.keyed_sql(binding, finder, None, types, versioned=True))
+                                               sql=statements.keyed_sql(binding, finder, None, types, versioned=True,
+                                                                        one=True))
+                several = statements.keyed_sql(binding, finder, None, types, versioned=True)
                 lines.append(_statement(f"ahead_version {name}", "one row known by its row version, decided "
                                         "ahead: lock, clock, verdict on the version and the window, write and verify "
                                         "the changed columns (here every mutable one; each statement names only its "
@@ -184,10 +186,11 @@ def render_postgresql() -> str:
                                         f"compare-and-set, verified{jobs}",
                                         statements.ahead_one_sql(binding, None, compiled.sql, types, announce, True)))
                 lines.append(_statement(f"ahead {name}", "several rows decided ahead, all or nothing (batches)",
-                                        statements.ahead_sql(binding, None, compiled.sql, types, announce, True)))
+                                        statements.ahead_sql(binding, None, several, types, announce, True)))
             if name.startswith("queue.locate("):
                 compiled = dataclasses.replace(compile_finder(binding, finder, POSTGRESQL, None, versioned=True),
-                                               sql=statements.keyed_sql(binding, finder, None, types, versioned=True))
+                                               sql=statements.keyed_sql(binding, finder, None, types, versioned=True,
+                                                                        one=True))
                 lines.append(_statement(f"insert_ahead {name}", "a submission decided ahead: inserted only if "
                                         "no row shares its identity and the clock lies in the window",
                                         statements.insert_sql(binding, None, compiled.sql, types, True, True)))
@@ -195,7 +198,10 @@ def render_postgresql() -> str:
             for label, eligible, check, rewrite, blockers in (
                 ("claim", queue_finders.eligible, queue_finders.claimable, CLAIM_OWNED_REWRITE,
                  [Probe(queue_finders.expired, {}, "exists", limit=1),
-                  Probe(queue_finders.tokens_stored, {"tokens": []}, "exists", limit=1)]),
+                  Probe(queue_finders.tokens_stored, {"tokens": ["token"]}, "exists", limit=1)]),
+                ("claim_batch", queue_finders.eligible, queue_finders.claimable, CLAIM_OWNED_REWRITE,
+                 [Probe(queue_finders.expired, {}, "exists", limit=1),
+                  Probe(queue_finders.tokens_stored, {"tokens": ["token", "other"]}, "exists", limit=1)]),
                 ("claim_legacy", queue_finders.eligible_legacy, queue_finders.claimable_legacy, CLAIM_LEGACY_REWRITE,
                  [Probe(queue_finders.expired, {}, "exists", limit=1)]),
             ):
