@@ -9,7 +9,9 @@ statement the store sent and its arguments; then fills the table to ROWS finishe
 execution time (``EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE``, each run in a transaction
 rolled back), median of REPEATS, under ``plan_cache_mode = auto`` after the five custom
 executions that precede a cached plan, and under ``force_generic_plan``; and whether
-that plan read the table with a sequential scan. Not a test: no figure is asserted.
+that plan read the table with a sequential scan, and (``cached``) whether the explained
+execution ran the cached generic plan (``pg_prepared_statements.generic_plans`` grew: in
+auto mode, PostgreSQL chose it over a custom plan). Not a test: no figure is asserted.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ async def main(server_dsn: str, rows: int, repeats: int) -> None:
     await count_instants_in_microseconds(connection)
     try:
         await fill(connection, rows)
-        print(f"{'statement':<16} {'mode':<19} {'plan us':>8} {'exec us':>8}  seq scan")
+        print(f"{'statement':<16} {'mode':<19} {'plan us':>8} {'exec us':>8}  seq scan  cached")
         for number, (name, sql, arguments) in enumerate(sent):
             statement = await connection.prepare(sql)
             types = [await connection.fetchval("SELECT format_type($1::oid, NULL)", p.oid)
@@ -115,29 +117,33 @@ async def main(server_dsn: str, rows: int, repeats: int) -> None:
             await connection.execute(f"PREPARE s{number} ({', '.join(types)}) AS {sql}")
             execute = f"EXECUTE s{number} ({', '.join(f'{v}::{t}' for v, t in zip(literals, types, strict=True))})"
             for mode in ("auto", "force_generic_plan"):
-                figures = await _repeat(connection, execute, mode, repeats)
-                print(f"{name:<16} {mode:<19} {figures[0]:8.0f} {figures[1]:8.0f}  {'yes' if figures[2] else 'no'}",
-                      flush=True)
+                figures = await _repeat(connection, execute, f"s{number}", mode, repeats)
+                print(f"{name:<16} {mode:<19} {figures[0]:8.0f} {figures[1]:8.0f}  {'yes' if figures[2] else 'no':<8}  "
+                      f"{figures[3]}/{repeats}", flush=True)
     finally:
         await connection.close()
 
 
-async def _repeat(connection: asyncpg.Connection, execute: str, mode: str, repeats: int) -> tuple[float, float, bool]:
-    planning, execution, seq = [], [], False
+async def _repeat(connection: asyncpg.Connection, execute: str, name: str, mode: str,
+                  repeats: int) -> tuple[float, float, bool, int]:
+    planning, execution, seq, cached = [], [], False, 0
+    generic = "SELECT generic_plans FROM pg_prepared_statements WHERE name = $1"
     await connection.execute(f"SET plan_cache_mode = {mode}")
     for _ in range(repeats):
         try:
             async with connection.transaction():
                 for _ in range(5):  # the custom executions after which auto may cache a plan
                     await connection.execute(execute)
+                before = await connection.fetchval(generic, name)
                 explained = json.loads(await connection.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {execute}"))[0]
+                cached += await connection.fetchval(generic, name) > before
                 planning.append(explained["Planning Time"] * 1000)
                 execution.append(explained["Execution Time"] * 1000)
                 seq = seq or scanned(explained["Plan"])
                 raise _Rollback  # the statement wrote: every repeat starts from the same rows
         except _Rollback:
             pass
-    return statistics.median(planning), statistics.median(execution), seq
+    return statistics.median(planning), statistics.median(execution), seq, cached
 
 
 if __name__ == "__main__":
