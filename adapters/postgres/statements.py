@@ -170,7 +170,8 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
     unnested: the planner sizes an unnested list at about ten elements, so a generic
     plan of it looked dearer than a one-key custom plan and was re-planned at every call.
     A lookup of one disjunct is then the plain ``SELECT ... WHERE column = ... FOR UPDATE``
-    (one probe, nothing to deduplicate or order across probes)."""
+    (one probe, nothing to deduplicate or order across probes; that equality is the
+    finder's whole condition for one key, so it is the only one spelled)."""
     compiled = compile_finder(binding, finder, POSTGRESQL, schema, limited=limited, versioned=versioned)
     probes = _probed(binding, finder)
     if probes is None:
@@ -187,7 +188,9 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
     if one and len(probes) == 1:
         lock = {"wait": POSTGRESQL.lock_wait, "touch": POSTGRESQL.lock_wait, "skip": POSTGRESQL.lock_skip,
                 "none": ""}[finder.lock]
-        return (f"SELECT {', '.join(columns)} FROM {table} WHERE {equal(*probes[0])} AND ({compiled.where}) "
+        # The equality is the finder's whole condition for one key; its ``= ANY(:keys)`` is
+        # not spelled beside it: a generic plan would price that as a probe of ten keys.
+        return (f"SELECT {', '.join(columns)} FROM {table} WHERE {equal(*probes[0])} "
                 f"ORDER BY {key}" + (" LIMIT :limit" if limited else "") + lock)
 
     def probe(column: str, op: str, parameter: str) -> str:
