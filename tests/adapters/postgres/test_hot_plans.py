@@ -11,7 +11,9 @@ it (recorded at the store's one-statement boundary while the public calls run, n
 copied by hand), prepared, and explained under ``plan_cache_mode = force_generic_plan``
 and under ``force_custom_plan``, on a table in three states: empty (as a pool may meet
 it right after the migration), young (20,000 rows, never analyzed) and analyzed (the
-same rows, after ANALYZE). No plan may read a job table with a sequential scan.
+same rows, after ANALYZE). No plan may read a job table with a sequential scan. And the
+statements of one job (submit, and a single heartbeat, complete, fail or release) run
+their cached plan on the analyzed table when PostgreSQL chooses (``auto``).
 """
 
 from __future__ import annotations
@@ -243,3 +245,38 @@ async def test_every_hot_statement_reads_the_job_table_by_index_under_generic_an
     assert scanned == (STILL_SCANNED if state == "empty" else set()), \
         f"sequential scans of a job table on a {state} table: {sorted(scanned)}"
     assert all(scans for scans in found.values()), "every hot statement reads its job table"
+
+
+CACHED = ("submit", "heartbeat", "complete", "fail", "release")
+"""The hot statements of one job whose every lookup is one equality (a list of one key
+spelled as its first element): on an analyzed table PostgreSQL's own choice (``auto``)
+is their cached generic plan from the sixth execution on, no planning per call. (The
+claim's pick and every batch are still planned per call: their generic plans price a
+pick's status and clock, or an unnested list, above a custom plan; issue 51.)"""
+
+
+@pytest.mark.parametrize("queue", [QueueKind.VALIDATION, QueueKind.TASK], ids=lambda queue: queue.value)
+async def test_one_job_statements_run_their_cached_plan_when_postgresql_chooses(
+    db_url: str, queue: QueueKind,
+) -> None:
+    statements = [sent for sent in await CYCLES[queue](db_url) if sent.operation in CACHED]
+    assert sorted(sent.operation for sent in statements) == sorted(CACHED)
+    await set_table(db_url, binding_for(queue).spec.name, "analyzed")
+    connection = await _connect(db_url)
+    chosen: dict[str, int] = {}
+    try:
+        await connection.execute("SET plan_cache_mode = auto")
+        for number, sent in enumerate(statements):
+            execute = await _prepared(connection, f"cached_{number}", sent)
+            transaction = connection.transaction()
+            await transaction.start()
+            try:
+                for _ in range(6):  # five custom plans, then PostgreSQL may cache one
+                    await connection.execute(execute)
+            finally:
+                await transaction.rollback()
+            chosen[sent.operation] = await connection.fetchval(
+                "SELECT generic_plans FROM pg_prepared_statements WHERE name = $1", f"cached_{number}")
+    finally:
+        await connection.close()
+    assert chosen == dict.fromkeys(CACHED, 1), f"generic plans run of six executions: {chosen}"
