@@ -207,8 +207,11 @@ def render_postgresql() -> str:
             ):
                 sql, _ = statements.claim_statement(binding, None, Probe(eligible, {}, "rows", limit=1), check,
                                                     blockers, rewrite, types, {})
+                tokens = {"claim": " (one claim token: looked up as one equality)",
+                          "claim_batch": " (several claim tokens: each probed from the unnested list)"}.get(label, "")
                 lines.append(_statement(label, "the claim fast path: clock, pick (SKIP LOCKED), the kernel's claim "
-                                        "rewrite unless a blocker or the check says no, every written column verified (AheadWriter.claim_ahead)", sql))
+                                        "rewrite unless a blocker or the check says no, every written column verified "
+                                        f"(AheadWriter.claim_ahead){tokens}", sql))
         if binding is RUNS_BINDING:
             lines.append(_statement("locked_joined runs+run_deliveries", "a Run and its current delivery locked in "
                                     "that order, then the clock once both locks are held (every Run write)",
