@@ -35,7 +35,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Rewrite, SetValue
+from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Param, Rewrite, SetValue
 
 from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder, order_sql, update_sql
 from ..core.sql import insert_sql as plain_insert_sql
@@ -47,7 +47,7 @@ __all__ = [
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
     "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
     "ahead_version_parameters", "joined_ahead_sql", "joined_ahead_parameters", "PAIR_UNCHANGED",
-    "joined_insert_sql",
+    "joined_insert_sql", "keyed_sql", "single",
 ]
 
 PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -119,6 +119,94 @@ def touching(binding: Binding, locking_select: str, schema: str | None) -> str:
         "clock AS MATERIALIZED (SELECT clock_timestamp() AS now, count(*) AS locked_rows FROM locked) "
         "SELECT clock.now, locked.* FROM clock LEFT JOIN locked ON true"
     )
+
+
+def _probed(binding: Binding, finder: Finder) -> tuple[tuple[str, str, str], ...] | None:
+    """The finder as identity probes, ``(column, operator, parameter)`` per disjunct, when
+    every disjunct is one condition ``=`` or ``in`` a parameter (a lookup by identity:
+    job IDs, claim tokens, a submission's identities) and the rows come in key order or
+    none (the order the keyed statement locks in); else None."""
+    probes = []
+    for conjunction in finder.any_of:
+        if len(conjunction) != 1:
+            return None
+        condition = conjunction[0]
+        if condition.op not in ("=", "in") or not isinstance(condition.operand, Param) \
+                or condition.field in binding.constants:
+            return None
+        probes.append((binding.column_of(condition.field).name, condition.op, condition.operand.name))
+    if finder.order not in ((), (binding.key_field,)) or not probes:
+        return None
+    return tuple(probes)
+
+
+def single(finder: Finder, values: Mapping[str, Any]) -> bool:
+    """Whether every list parameter of ``finder`` (a condition ``in`` a parameter) holds
+    exactly one value in ``values``: the lookup is then spelled for one key
+    (:func:`keyed_sql` with ``one``)."""
+    return all(len(tuple(values.get(condition.operand.name) or ())) == 1
+               for conjunction in finder.any_of for condition in conjunction
+               if condition.op == "in" and isinstance(condition.operand, Param))
+
+
+@functools.cache
+def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple[tuple[str, str], ...], *,
+              versioned: bool = False, limited: bool = False, one: bool = False) -> str:
+    """The finder's SELECT (as :func:`~tenure.adapters.core.sql.compile_finder` spells it,
+    same parameters, same rows, same locks) shaped so that every plan reads the table by
+    index, cached (generic) or not, on an empty, a young or an analyzed table.
+
+    A lookup by identity (:func:`_probed`) becomes one probe per disjunct, each an
+    equality on one column (a list parameter unnested, each element probed through a
+    LATERAL subquery the planner cannot flatten), whose keys, deduplicated and sorted,
+    then meet the table one row at a time: each row is read (and locked, in key order)
+    by its key in a LATERAL subquery that keeps the finder's whole condition, so a row
+    changed while its lock was awaited is checked again as before. A generic plan can
+    only probe (``= ANY($1)`` or an ``OR`` of identities let it scan the whole table of a
+    young or never-analyzed one instead: issue 51). Any other finder is compiled as is.
+
+    With ``one`` (every list parameter holds one value: :func:`single`), a list is
+    probed as an equality on its first element (``column = ($1::type[])[1]``), not
+    unnested: the planner sizes an unnested list at about ten elements, so a generic
+    plan of it looked dearer than a one-key custom plan and was re-planned at every call.
+    A lookup of one disjunct is then the plain ``SELECT ... WHERE column = ... FOR UPDATE``
+    (one probe, nothing to deduplicate or order across probes; that equality is the
+    finder's whole condition for one key, so it is the only one spelled)."""
+    compiled = compile_finder(binding, finder, POSTGRESQL, schema, limited=limited, versioned=versioned)
+    probes = _probed(binding, finder)
+    if probes is None:
+        return compiled.sql
+    udt = dict(types)
+    table = qualified(schema, binding.spec.name)
+    key = binding.key_column
+
+    def equal(column: str, op: str, parameter: str) -> str:
+        # One key of a list: its first element, a value a generic plan looks up by index.
+        return f"{column} = :{parameter}" if op == "=" else f"{column} = ((:{parameter})::{udt[column]}[])[1]"
+
+    columns = (*binding.spec.column_names, ROW_VERSION) if versioned else binding.spec.column_names
+    if one and len(probes) == 1:
+        lock = {"wait": POSTGRESQL.lock_wait, "touch": POSTGRESQL.lock_wait, "skip": POSTGRESQL.lock_skip,
+                "none": ""}[finder.lock]
+        # The equality is the finder's whole condition for one key; its ``= ANY(:keys)`` is
+        # not spelled beside it: a generic plan would price that as a probe of ten keys.
+        return (f"SELECT {', '.join(columns)} FROM {table} WHERE {equal(*probes[0])} "
+                f"ORDER BY {key}" + (" LIMIT :limit" if limited else "") + lock)
+
+    def probe(column: str, op: str, parameter: str) -> str:
+        if op == "=" or one:
+            return f"SELECT {key} FROM {table} WHERE {equal(column, op, parameter)}"
+        # OFFSET 0: a subquery the planner keeps whole, so it runs once per element, by index.
+        return (f"SELECT probe.{key} FROM unnest((:{parameter})::{udt[column]}[]) AS element(value) "
+                f"CROSS JOIN LATERAL (SELECT {key} FROM {table} WHERE {column} = element.value OFFSET 0) AS probe")
+
+    lock = {"wait": POSTGRESQL.lock_wait, "touch": POSTGRESQL.lock_wait, "skip": POSTGRESQL.lock_skip,
+            "none": " OFFSET 0"}[finder.lock]
+    found = " UNION ALL ".join(probe(*each) for each in probes)
+    return (f"SELECT {', '.join('held.' + column for column in columns)} "
+            f"FROM (SELECT DISTINCT found.{key} FROM ({found}) AS found ORDER BY found.{key}) AS keyed "
+            f"CROSS JOIN LATERAL (SELECT {', '.join(columns)} FROM {table} WHERE {key} = keyed.{key} "
+            f"AND ({compiled.where}){lock}) AS held ORDER BY held.{key}" + (" LIMIT :limit" if limited else ""))
 
 
 class _LockedPair(NamedTuple):
@@ -441,9 +529,15 @@ def ahead_one_sql(
             f"WHEN (:present)::boolean THEN EXISTS (SELECT 1 FROM locked l WHERE {same}) "
             "ELSE clock.locked_rows = 0 END"),
         write=(f"UPDATE {table} AS t SET {', '.join(f'{c} = {intended(c)}' for c in mutable)} "
-               f"FROM verdict WHERE verdict.go AND (:write)::boolean AND t.{key} = ANY(:keys)"),
+               f"FROM verdict WHERE verdict.go AND (:write)::boolean AND t.{key} = {_only_key(udt, key)}"),
         key=stored("t", key), checks=[verified(c) for c in mutable], announce=announce, versioned=versioned,
     )
+
+
+def _only_key(udt: Mapping[str, str], key: str) -> str:
+    """The one key of a one-row statement's ``:keys``, as an equality a generic plan reads
+    by index (``= ANY(:keys)`` let it scan the table of a young one: issue 51)."""
+    return f"((:keys)::{udt.get(key, 'text')}[])[1]"
 
 
 def _one_intended(binding: Binding, udt: Mapping[str, str], column: str, prefix: str = "") -> str:
@@ -743,7 +837,7 @@ def ahead_version_sql(
         locking_select=locking_select,
         go=f"{WINDOW} AND {VERSION_UNCHANGED}",
         write=(f"UPDATE {table} AS t SET {', '.join(f'{c} = {_one_intended(binding, udt, c)}' for c in changed)} "
-               f"FROM verdict WHERE verdict.go AND t.{binding.key_column} = ANY(:keys)"),
+               f"FROM verdict WHERE verdict.go AND t.{binding.key_column} = {_only_key(udt, binding.key_column)}"),
         key=_compared(binding, udt, "t", binding.key_column),
         checks=[_one_verified(binding, udt, c) for c in changed], announce=announce, versioned=True,
     )
@@ -876,7 +970,7 @@ def literal(text: str) -> str:
 def clear_statement_cache() -> None:
     """Forget the decided-ahead statements built so far (tests that replace a part of
     their SQL, such as :data:`CLOCK_AFTER_LOCKS`, rebuild them)."""
-    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, joined_ahead_sql, joined_insert_sql, touching, _probe_text, _claim_text, pick_sql, snapshot_sql):
+    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, joined_ahead_sql, joined_insert_sql, touching, keyed_sql, _probe_text, _claim_text, pick_sql, snapshot_sql):
         built.cache_clear()
 
 
@@ -963,13 +1057,16 @@ def pick_sql(
 
 
 @functools.cache
-def _probe_text(binding: Binding, schema: str | None, finder: Finder, kind: str, limited: bool,
-                prefix: str) -> tuple[str, CompiledFinder]:
+def _probe_text(binding: Binding, schema: str | None, finder: Finder, kind: str, limited: bool, one: bool,
+                prefix: str, types: tuple[tuple[str, str], ...] | None = None) -> tuple[str, CompiledFinder]:
     """A probe's SELECT with its parameters renamed under ``prefix`` (``:now`` stays, for
-    the statement to spell as its clock), and its compiled finder; built once per shape."""
+    the statement to spell as its clock), and its compiled finder; built once per shape.
+    With the table's column ``types``, a lookup by identity is spelled by :func:`keyed_sql`
+    (for one key when ``one``: every list parameter of the probe holds one value)."""
     finder = finder if kind == "rows" else dataclasses.replace(finder, lock="none")
     compiled = compile_finder(binding, finder, POSTGRESQL, schema, limited=limited)
-    return PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":{prefix}_{m.group(1)}", compiled.sql), compiled
+    sql = compiled.sql if types is None else keyed_sql(binding, finder, schema, types, limited=limited, one=one)
+    return PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":{prefix}_{m.group(1)}", sql), compiled
 
 
 def _bind(compiled: CompiledFinder, values: Mapping[str, Any], prefix: str, parameters: dict[str, Any]) -> None:
@@ -985,18 +1082,19 @@ def probe_sql(binding: Binding, schema: str | None, probe: Probe, prefix: str, p
     ``parameters``) so that several probes share one statement; ``:now`` stays, for the
     statement to spell as its clock. The text is built once per probe shape: a call only
     binds the probe's values."""
-    text, compiled = _probe_text(binding, schema, probe.finder, probe.kind, probe.limit is not None, prefix)
+    text, compiled = _probe_text(binding, schema, *_shape(probe), prefix)
     _bind(compiled, probe.parameters if probe.limit is None else {**probe.parameters, "limit": probe.limit},
           prefix, parameters)
     return text
 
 
-ProbeShape = tuple[Finder, str, bool]
-"""What a probe's SQL depends on: its finder, its kind and whether it is limited."""
+ProbeShape = tuple[Finder, str, bool, bool]
+"""What a probe's SQL depends on: its finder, its kind, whether it is limited and whether
+every list parameter holds one value (:func:`single`)."""
 
 
 def _shape(probe: Probe) -> ProbeShape:
-    return (probe.finder, probe.kind, probe.limit is not None)
+    return (probe.finder, probe.kind, probe.limit is not None, single(probe.finder, probe.parameters))
 
 
 @functools.cache
@@ -1007,7 +1105,7 @@ def _claim_text(
     """:func:`claim_statement`'s text, attributes and compiled check, built once per shape
     (no regular expression or string assembly on a claim's hot path)."""
     pick_select, _ = _probe_text(binding, schema, *pick, "pick")
-    blocker_sql = tuple(_probe_text(binding, schema, *blocker, f"block{number}")[0]
+    blocker_sql = tuple(_probe_text(binding, schema, *blocker, f"block{number}", types)[0]
                         for number, blocker in enumerate(blockers))
     compiled_check = compile_finder(binding, check, POSTGRESQL, schema)
     check_where = PARAMETER.sub(lambda m: m.group(0) if m.group(1) == "now" else f":check_{m.group(1)}", compiled_check.where)

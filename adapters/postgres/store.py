@@ -513,17 +513,20 @@ class PostgresStore:
         versioned = binding.spec.name in self.versioned_tables
         compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
         keys = [item.key for item in items]
+        # One item: its key looked up as an equality, the plan PostgreSQL caches (issue 51).
+        locking = statements.keyed_sql(binding, finder, self.schema, types, versioned=versioned,
+                                       one=statements.single(finder, {"keys": keys}))
         by_version = statements.ahead_version_parameters(binding, codec, items[0]) if (
             versioned and len(items) == 1) else None
         parameters: dict[str, Any] | None
         if by_version is not None:
             changed, parameters = by_version
-            sql = statements.ahead_version_sql(binding, self.schema, compiled.sql, types, changed, announce)
+            sql = statements.ahead_version_sql(binding, self.schema, locking, types, changed, announce)
         elif len(items) == 1:
-            sql = statements.ahead_one_sql(binding, self.schema, compiled.sql, types, announce, versioned)
+            sql = statements.ahead_one_sql(binding, self.schema, locking, types, announce, versioned)
             parameters = statements.ahead_one_parameters(binding, codec, items[0])
         else:
-            sql = statements.ahead_sql(binding, self.schema, compiled.sql, types, announce, versioned)
+            sql = statements.ahead_sql(binding, self.schema, locking, types, announce, versioned)
             parameters = statements.ahead_parameters(binding, codec, items)
         if parameters is None:
             return None
@@ -560,7 +563,9 @@ class PostgresStore:
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
         if announce:
             parameters["channel"] = announce_channel(self.schema, binding.spec.name)
-        statement = numbered(statements.insert_sql(binding, self.schema, compiled.sql, types, announce, versioned))
+        locking = statements.keyed_sql(binding, finder, self.schema, types, versioned=versioned,
+                                       one=statements.single(finder, finder_parameters))
+        statement = numbered(statements.insert_sql(binding, self.schema, locking, types, announce, versioned))
         arguments = statement.arguments(parameters)
         rows = await self._fetch_once(pool, deadline, statement.sql, arguments)
         return self._answer(binding, codec, rows, versioned)

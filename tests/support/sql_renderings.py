@@ -16,6 +16,7 @@ holds them equal to a migrated database's catalog.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pathlib
 import sys
@@ -170,7 +171,10 @@ def render_postgresql() -> str:
                 lines.append(_statement(f"find {name}", f"lock {finder.lock}", compiled.sql))
             if finder.lock == "wait" and name.endswith("by_keys") and binding.key_field in str(finder.any_of):
                 announce = binding.announces is not None
-                compiled = compile_finder(binding, finder, POSTGRESQL, None, versioned=True)
+                compiled = dataclasses.replace(compile_finder(binding, finder, POSTGRESQL, None, versioned=True),
+                                               sql=statements.keyed_sql(binding, finder, None, types, versioned=True,
+                                                                        one=True))
+                several = statements.keyed_sql(binding, finder, None, types, versioned=True)
                 lines.append(_statement(f"ahead_version {name}", "one row known by its row version, decided "
                                         "ahead: lock, clock, verdict on the version and the window, write and verify "
                                         "the changed columns (here every mutable one; each statement names only its "
@@ -182,9 +186,11 @@ def render_postgresql() -> str:
                                         f"compare-and-set, verified{jobs}",
                                         statements.ahead_one_sql(binding, None, compiled.sql, types, announce, True)))
                 lines.append(_statement(f"ahead {name}", "several rows decided ahead, all or nothing (batches)",
-                                        statements.ahead_sql(binding, None, compiled.sql, types, announce, True)))
+                                        statements.ahead_sql(binding, None, several, types, announce, True)))
             if name.startswith("queue.locate("):
-                compiled = compile_finder(binding, finder, POSTGRESQL, None, versioned=True)
+                compiled = dataclasses.replace(compile_finder(binding, finder, POSTGRESQL, None, versioned=True),
+                                               sql=statements.keyed_sql(binding, finder, None, types, versioned=True,
+                                                                        one=True))
                 lines.append(_statement(f"insert_ahead {name}", "a submission decided ahead: inserted only if "
                                         "no row shares its identity and the clock lies in the window",
                                         statements.insert_sql(binding, None, compiled.sql, types, True, True)))
@@ -192,14 +198,20 @@ def render_postgresql() -> str:
             for label, eligible, check, rewrite, blockers in (
                 ("claim", queue_finders.eligible, queue_finders.claimable, CLAIM_OWNED_REWRITE,
                  [Probe(queue_finders.expired, {}, "exists", limit=1),
-                  Probe(queue_finders.tokens_stored, {"tokens": []}, "exists", limit=1)]),
+                  Probe(queue_finders.tokens_stored, {"tokens": ["token"]}, "exists", limit=1)]),
+                ("claim_batch", queue_finders.eligible, queue_finders.claimable, CLAIM_OWNED_REWRITE,
+                 [Probe(queue_finders.expired, {}, "exists", limit=1),
+                  Probe(queue_finders.tokens_stored, {"tokens": ["token", "other"]}, "exists", limit=1)]),
                 ("claim_legacy", queue_finders.eligible_legacy, queue_finders.claimable_legacy, CLAIM_LEGACY_REWRITE,
                  [Probe(queue_finders.expired, {}, "exists", limit=1)]),
             ):
                 sql, _ = statements.claim_statement(binding, None, Probe(eligible, {}, "rows", limit=1), check,
                                                     blockers, rewrite, types, {})
+                tokens = {"claim": " (one claim token: looked up as one equality)",
+                          "claim_batch": " (several claim tokens: each probed from the unnested list)"}.get(label, "")
                 lines.append(_statement(label, "the claim fast path: clock, pick (SKIP LOCKED), the kernel's claim "
-                                        "rewrite unless a blocker or the check says no, every written column verified (AheadWriter.claim_ahead)", sql))
+                                        "rewrite unless a blocker or the check says no, every written column verified "
+                                        f"(AheadWriter.claim_ahead){tokens}", sql))
         if binding is RUNS_BINDING:
             lines.append(_statement("locked_joined runs+run_deliveries", "a Run and its current delivery locked in "
                                     "that order, then the clock once both locks are held (every Run write)",
