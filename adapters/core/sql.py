@@ -123,6 +123,9 @@ def _condition_sql(
         if isinstance(operand, Param):
             encoders[operand.name] = lambda values, write=write: caps.list_parameter([write(v) for v in values])  # type: ignore[misc]
             return f"{column} {caps.member_of.format(operand.name)}"
+        literals = [_literal(write(value)) for value in operand]
+        if literals and all(literal is not None for literal in literals):
+            return f"{column} IN ({', '.join(literals)})"  # type: ignore[arg-type]
         name = f"c{number}"
         constants[name] = caps.list_parameter([write(value) for value in operand])
         return f"{column} {caps.member_of.format(name)}"
@@ -130,9 +133,29 @@ def _condition_sql(
         encoders[operand.name] = write
         name = operand.name
     else:
+        literal = _literal(write(operand))
+        if literal is not None:
+            return f"{column} {_SQL_OPERATORS[condition.op]} {literal}"
         name = f"c{number}"
         constants[name] = write(operand)
     return f"{column} {_SQL_OPERATORS[condition.op]} :{name}"
+
+
+_PLAIN_TEXT = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
+
+
+def _literal(value: object) -> str | None:
+    """A finder's constant (a status, a fixed queue name: the kernel's, never a caller's) as
+    an SQL literal, or None to bind it as a parameter. A literal lets PostgreSQL's cached
+    (generic) plan see the value, as a custom plan does: it matches a partial index and
+    estimates the rows of that status, so a hot statement's cached plan keeps its index
+    and costs what a custom plan costs (otherwise PostgreSQL re-plans it on every call).
+    Only plain text (no quote, no colon: ``:name`` marks a parameter here) and integers."""
+    if type(value) is int:
+        return str(value)
+    if type(value) is str and _PLAIN_TEXT.fullmatch(value):
+        return f"'{value}'"
+    return None
 
 
 def order_sql(binding: Binding, finder: Finder) -> str:
