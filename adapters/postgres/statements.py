@@ -165,6 +165,15 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
     only probe (``= ANY($1)`` or an ``OR`` of identities let it scan the whole table of a
     young or never-analyzed one instead: issue 51). Any other finder is compiled as is.
 
+    Every plan of a list is priced as the cached one is, so that PostgreSQL keeps the
+    cached plan of a batch (issue 51): a custom plan sizes a list bound as a constant
+    by its values (two keys) and a cached plan at about ten, and a batch's cached plan,
+    priced five times a custom one's per-key probes, was planned again at every call.
+    So the list is unnested through a scalar subquery (sized at ten in every plan), and
+    the finder's condition is rechecked ``IS TRUE`` (true exactly where the condition
+    is: the same rows), which the planner cannot use as an index condition: as one, its
+    ``= ANY`` was priced as one index descent per element for every row locked.
+
     With ``one`` (every list parameter holds one value: :func:`single`), a list is
     probed as an equality on its first element (``column = ($1::type[])[1]``), not
     unnested: the planner sizes an unnested list at about ten elements, so a generic
@@ -196,8 +205,11 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
     def probe(column: str, op: str, parameter: str) -> str:
         if op == "=" or one:
             return f"SELECT {key} FROM {table} WHERE {equal(column, op, parameter)}"
-        # OFFSET 0: a subquery the planner keeps whole, so it runs once per element, by index.
-        return (f"SELECT probe.{key} FROM unnest((:{parameter})::{udt[column]}[]) AS element(value) "
+        # OFFSET 0: a subquery the planner keeps whole, so it runs once per element, by
+        # index. The list through a scalar subquery: a custom plan then sizes it as a
+        # generic plan does (about ten elements), not by the values bound, so the cached
+        # plan is not priced above the custom ones and PostgreSQL keeps it (issue 51).
+        return (f"SELECT probe.{key} FROM unnest((SELECT (:{parameter})::{udt[column]}[])) AS element(value) "
                 f"CROSS JOIN LATERAL (SELECT {key} FROM {table} WHERE {column} = element.value OFFSET 0) AS probe")
 
     lock = {"wait": POSTGRESQL.lock_wait, "touch": POSTGRESQL.lock_wait, "skip": POSTGRESQL.lock_skip,
@@ -206,7 +218,7 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
     return (f"SELECT {', '.join('held.' + column for column in columns)} "
             f"FROM (SELECT DISTINCT found.{key} FROM ({found}) AS found ORDER BY found.{key}) AS keyed "
             f"CROSS JOIN LATERAL (SELECT {', '.join(columns)} FROM {table} WHERE {key} = keyed.{key} "
-            f"AND ({compiled.where}){lock}) AS held ORDER BY held.{key}" + (" LIMIT :limit" if limited else ""))
+            f"AND ({compiled.where}) IS TRUE{lock}) AS held ORDER BY held.{key}" + (" LIMIT :limit" if limited else ""))
 
 
 class _LockedPair(NamedTuple):
@@ -438,7 +450,8 @@ def ahead_sql(
     :func:`decided_write` spine: ``want`` unnests the items; the verdict compares every
     locked row with its expected record column by column (generic over the table's
     mutable columns: nothing about a machine is spelled here) and the clock with the
-    window; the UPDATE takes relative times from the verdict's clock."""
+    window; the UPDATE writes the rows locked (each found by its key from ``locked``)
+    and takes relative times from the verdict's clock."""
     spec = binding.spec
     udt = dict(types)
     key = binding.key_column
@@ -478,15 +491,17 @@ def ahead_sql(
     matched = (f"CASE WHEN w.present IS NULL THEN false WHEN w.present THEN l.{key} IS NOT NULL AND {same} "
                f"ELSE l.{key} IS NULL END")
     table = qualified(schema, spec.name)
-    key_cast = f"::{udt[key]}" if key in udt else ""
     return decided_write(
         before=f"want AS MATERIALIZED (SELECT * FROM unnest({unnest}) AS w({names})), ",
         locking_select=locking_select,
         go=f"{WINDOW} AND (SELECT bool_and({matched}) FROM want w LEFT JOIN locked l ON {stored('l', key)} = w.key)",
-        # ``= ANY(:keys)`` as well as the join: the planner cannot see that ``want`` is as
-        # small as the key list, and a generic plan would otherwise scan the whole table.
+        # The rows written are rows locked, each met by its key from ``locked`` (one index
+        # probe per locked row in every plan; ``= ANY(:keys)`` priced a cached plan at ten
+        # probes and, on a never-analyzed table, hashed a scan of it: issue 51). Not by
+        # ``ctid``: a row version committed after the statement began would be missed.
         write=(f"UPDATE {table} AS t SET {', '.join(f'{c} = {intended(c)}' for c in mutable)} "
-               f"FROM want w, verdict WHERE verdict.go AND w.write AND t.{key} = ANY(:keys) AND t.{key} = w.key{key_cast}"),
+               f"FROM locked l JOIN want w ON {stored('l', key)} = w.key, verdict "
+               f"WHERE verdict.go AND w.write AND t.{key} = l.{key}"),
         key=stored("t", key), checks=[verified(c) for c in mutable], announce=announce, versioned=versioned,
     )
 
