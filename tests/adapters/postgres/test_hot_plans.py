@@ -6,12 +6,12 @@ executions (custom plans), then may cache one plan for every value (the generic 
 if that one looks no dearer. A statement whose generic plan scans the whole job table
 costs every call the table's size from the sixth on (issue 51 measured about 400 us per
 statement on a young table, beside the floor's 75); one whose custom plans win is
-planned again on every call. So each hot statement is taken here exactly as tenure sends
-it (recorded at the store's one-statement boundary while the public calls run, never
-copied by hand), prepared, and explained under ``plan_cache_mode = force_generic_plan``
-and under ``force_custom_plan``, on a table in three states: empty (as a pool may meet
-it right after the migration), young (20,000 rows, never analyzed) and analyzed (the
-same rows, after ANALYZE). No plan may read a job table with a sequential scan. And every
+planned again on every call. So each hot statement of each queue (validation, pipeline,
+streaming, task) is taken here exactly as tenure sends it (recorded at the store's
+one-statement boundary while the public calls run, never copied by hand), prepared, and
+explained under ``plan_cache_mode = force_generic_plan`` and under ``force_custom_plan``,
+on a table in three states: empty (as a pool may meet it right after the migration),
+young (20,000 rows, never analyzed) and analyzed (the same rows, after ANALYZE). No plan may read a job table with a sequential scan. And every
 hot statement (submit, claim, and heartbeat, complete, fail or release, single or batch)
 runs its cached plan on the analyzed table when PostgreSQL chooses (``auto``).
 """
@@ -27,10 +27,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tenure.adapters import TaskSource, ValidationJobSource
+from tenure.adapters import PipelineJobSource, StreamingJobSource, TaskSource, ValidationJobSource
 from tenure.adapters.postgres.connections import count_instants_in_microseconds
 from tenure.adapters.queue.table import binding_for
-from tenure.model import QueueKind, TaskJob, ValidationJob, WorkerConfig
+from tenure.model import PipelineJob, QueueKind, StreamingJob, TaskJob, ValidationJob, WorkerConfig
 
 pytestmark = pytest.mark.parametrize("database", ["postgresql"])
 
@@ -145,7 +145,33 @@ async def _task_statements(db_url: str) -> list[Sent]:
         return recorder.sent
 
 
-CYCLES = {QueueKind.VALIDATION: _validation_statements, QueueKind.TASK: _task_statements}
+async def _pipeline_statements(db_url: str) -> list[Sent]:
+    async with PipelineJobSource(db_url, _config(db_url)) as source:
+        recorder = Recorder(source)
+        await _owned_cycle(
+            recorder, source,
+            lambda n: source.submit_owned(PipelineJob({"steps": [n]}, {"n": str(n)}), submission_id=f"s-{n}"),
+            lambda: source.claim_next_owned("worker", claim_token=uuid.uuid4().hex),
+            lambda count: source.claim_batch_owned("worker", claim_tokens=_tokens(count)),
+        )
+        return recorder.sent
+
+
+async def _streaming_statements(db_url: str) -> list[Sent]:
+    async with StreamingJobSource(db_url, _config(db_url)) as source:
+        recorder = Recorder(source)
+        await _owned_cycle(
+            recorder, source,
+            # One active launch per config: each launch its own config, so a batch claims two.
+            lambda n: source.submit_owned(StreamingJob(f"stream-{n}", "1"), submission_id=f"s-{n}"),
+            lambda: source.claim_next_owned("launcher", claim_token=uuid.uuid4().hex),
+            lambda count: source.claim_batch_owned("launcher", claim_tokens=_tokens(count)),
+        )
+        return recorder.sent
+
+
+CYCLES = {QueueKind.VALIDATION: _validation_statements, QueueKind.PIPELINE: _pipeline_statements,
+          QueueKind.STREAMING: _streaming_statements, QueueKind.TASK: _task_statements}
 
 
 async def _connect(db_url: str) -> asyncpg.Connection:
@@ -222,7 +248,7 @@ async def set_table(db_url: str, table: str, state: str) -> None:
         await connection.close()
 
 
-@pytest.mark.parametrize("queue", [QueueKind.VALIDATION, QueueKind.TASK], ids=lambda queue: queue.value)
+@pytest.mark.parametrize("queue", list(CYCLES), ids=lambda queue: queue.value)
 @pytest.mark.parametrize("state", TABLE_STATES)
 async def test_every_hot_statement_reads_the_job_table_by_index_under_generic_and_custom_plans(
     db_url: str, queue: QueueKind, state: str,
@@ -251,8 +277,8 @@ meeting the locked rows by key), so its cached plan is not priced above the cust
 ones (they planned at every call before: ~470-600 us each on 50,000 rows)."""
 
 
-@pytest.mark.parametrize("queue", [QueueKind.VALIDATION, QueueKind.TASK], ids=lambda queue: queue.value)
-async def test_one_job_statements_run_their_cached_plan_when_postgresql_chooses(
+@pytest.mark.parametrize("queue", list(CYCLES), ids=lambda queue: queue.value)
+async def test_every_hot_statement_runs_its_cached_plan_when_postgresql_chooses(
     db_url: str, queue: QueueKind,
 ) -> None:
     statements = [sent for sent in await CYCLES[queue](db_url) if sent.operation in CACHED]
