@@ -66,6 +66,8 @@ __all__ = ["QueueWorld", "Belief", "Last", "QueueModel", "PROPERTIES", "STANDARD
 
 START_US = 1_800_000_000_000_000
 LEASE_US = 30_000_000
+HAND_BACK_US = 5_000_000
+"""How much later a job given back by a worker that cannot run it is due."""
 BACKOFF_BASE_MS, BACKOFF_MAX_MS, JITTER_PER_MILLE = 1000, 4000, 500
 """A retry waits: the largest jitter the kernel accepts, so a retry is due at a moment of its own."""
 MAX_ATTEMPTS = 2
@@ -298,6 +300,9 @@ class QueueModel:
             ("fail for good", FailOwned(fence=fence, error_message="boom", retry=False, dlq_record_id=None,
                                         backoff_base_ms=BACKOFF_BASE_MS, backoff_max_ms=BACKOFF_MAX_MS), False),
             ("release", ReleaseOwned(fence=fence), False),
+            # A worker that cannot run the job (a Run hop of a version it does not serve)
+            # gives it back for another worker, due a little later.
+            ("give back for later", ReleaseOwned(fence=fence, delay_us=HAND_BACK_US), False),
         ]
         writes.append(("report progress", ProgressOwned(fence=fence, progress_json='{"done":1}'), True))
         if fence.queue is QueueKind.STREAMING:
@@ -565,6 +570,9 @@ def _release_returns_the_attempt(before: QueueWorld, step: Step, after: QueueWor
             assert new is not None
             if new.attempts != max(last.before.attempts - 1, 0) or new.generation != last.before.generation:
                 return f"a release of {new.job_id} spent or moved its attempt or generation"
+            due = last.now_us + last.command.delay_us if last.command.delay_us > 0 else last.before.fires_at_us
+            if new.fires_at_us != due:
+                return f"a release of {new.job_id} is due at {new.fires_at_us - last.now_us:+d}us, not at its delay"
             if last.before.pid is not None:
                 return f"{new.job_id} was released while its launch was running (PID recorded)"
     return None
@@ -642,7 +650,8 @@ PROPERTIES: tuple[Property[QueueWorld], ...] = (
     Property("cancel_requests_are_honoured", "specs/queue.md complete_owned, release_owned, expire_lease",
              "a claimed stream with a cancel request is never completed or put back", step=_cancel_requests_are_honoured),
     Property("release_returns_the_attempt", "specs/queue.md release",
-             "a release gives back its attempt, keeps the generation, and never releases a running launch",
+             "a release gives back its attempt, keeps the generation, is due at once or after its delay, and never "
+             "releases a running launch",
              step=_release_returns_the_attempt),
     Property("retries_wait_their_backoff", "specs/queue.md retry",
              "a retried job is due after its backoff less at most half of it", step=_retries_wait_their_backoff),

@@ -38,6 +38,7 @@ CAUGHT_BY = {
     "requeue_expired_cancel_request": (0, "cancel_requests_are_honoured"),
     "claim_before_due": (0, "claims_respect_tokens_and_due_times"),
     "release_spends_the_attempt": (0, "release_returns_the_attempt"),
+    "release_ignores_its_delay": (0, "release_returns_the_attempt"),
     "release_without_fence": (0, "writes_only_from_the_current_fence"),
     "release_after_the_lease": (0, "writes_only_from_the_current_fence"),
     "release_cancel_requested_stream": (0, "cancel_requests_are_honoured"),
