@@ -192,8 +192,8 @@ def _applied_lines(machine: Machine, effect: str, names: _Names) -> list[str]:
     lines += ["new = decided.new_record", "if new is None:", f"    return {_ahead('decided')}"]
     plain = all(isinstance(field, str) for field in moving)
     if not plain:
-        names.bind("offsets", ahead._offsets, "ahead._offsets")
-        names.bind("kept_throughout", ahead._kept_throughout, "ahead._kept_throughout")
+        names.bind("offsets", ahead.moving_offsets, "ahead.moving_offsets")
+        names.bind("kept_throughout", ahead.kept_throughout, "ahead.kept_throughout")
         names.bind("moving", moving, f"machine.moving_fields[{effect!r}]")
         lines += [
             "moved_by = offsets(moving, record, new, now_us, start, end)",
@@ -207,7 +207,7 @@ def _applied_lines(machine: Machine, effect: str, names: _Names) -> list[str]:
             lines += ["if not relative:", f"    {kept}"]
             return lines + _bounded_lines(machine, names, "not_before", "not_after")
         return [*lines, kept]
-    offsets = {}
+    offsets: dict[str, str] = {}
     for path in moving:
         assert isinstance(path, str)
         offset = f"offset_{len(offsets)}"
@@ -218,7 +218,7 @@ def _applied_lines(machine: Machine, effect: str, names: _Names) -> list[str]:
     lines.append(f"relative = {{{', '.join(f'{path!r}: {offset}' for path, offset in offsets.items())}}}")
     if machine.invariants_see_moving_fields_by_bounds:
         return lines + _bounded_lines(machine, names, "start", "end", tuple(offsets.values()))
-    names.bind("kept_throughout", ahead._kept_throughout, "ahead._kept_throughout")
+    names.bind("kept_throughout", ahead.kept_throughout, "ahead.kept_throughout")
     names.bind("machine", machine, "machine")
     return [*lines, f"return kept_throughout(machine, record, {_ahead('decided', 'relative')})"]
 
@@ -239,8 +239,8 @@ def _bounded_lines(
             f"if not (is_instant({not_before} + {offset}) and is_instant({not_after} - 1 + {offset})):",
             "    return None  # a moving field leaves the instant bounds inside the window")]
     if machine.moving_field_orders:
-        names.bind("orders_kept", ahead._orders_kept, "ahead._orders_kept")
-        names.bind("kept_throughout", ahead._kept_throughout, "ahead._kept_throughout")
+        names.bind("orders_kept", ahead.orders_kept, "ahead.orders_kept")
+        names.bind("kept_throughout", ahead.kept_throughout, "ahead.kept_throughout")
         names.bind("machine", machine, "machine")
         lines += [
             f"if not orders_kept(machine.moving_field_orders, new, relative, now_us, ({not_before}, {not_after} - 1)):",
