@@ -53,7 +53,8 @@ from tenure.model.bounds import is_instant
 
 from .core import Applied, Decision, KeptLater, Machine, MovingField, Refused, SetOnce, replaced, select_rule, slots_of
 
-__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "decide_windowed", "moved", "at_path", "DEFAULT_SPAN_US"]
+__all__ = ["Moment", "Window", "Ahead", "AheadUnsupported", "decide_ahead", "decide_windowed", "moved", "at_path",
+           "DEFAULT_SPAN_US", "kept_throughout", "moving_offsets", "orders_kept"]
 
 DEFAULT_SPAN_US = 600_000_000
 """How far from the reference time a decision made ahead may be used: ten minutes."""
@@ -338,10 +339,10 @@ def decide_ahead(
             return None
     if window.start >= window.end:
         return None
-    return _kept_throughout(machine, record, Ahead(decided, window.start, window.end, relative, *rule_window))
+    return kept_throughout(machine, record, Ahead(decided, window.start, window.end, relative, *rule_window))
 
 
-def _kept_throughout(machine: Machine, record: Any, ahead: Ahead) -> Ahead | None:
+def kept_throughout(machine: Machine, record: Any, ahead: Ahead) -> Ahead | None:
     """``ahead``, its new record held to the machine's record invariants at both ends of
     its window when a field moves with the time (so throughout it: see the module
     docstring); None when it breaks one there that ``record`` did not already break."""
@@ -416,27 +417,27 @@ def decide_windowed(
         return None
     decided = machine.effects[outcome](record, command, reference_us)
     new = decided.new_record
-    moved_by = _offsets(fields, record, new, reference_us, start, end) if new is not None else ({}, start, end)
+    moved_by = moving_offsets(fields, record, new, reference_us, start, end) if new is not None else ({}, start, end)
     if moved_by is None:
         return None
     relative, not_before, not_after = moved_by
     ahead = Ahead(decided, not_before, not_after, relative, start, end)
     if not relative or not machine.invariants_see_moving_fields_by_bounds:
-        return _kept_throughout(machine, record, ahead)
+        return kept_throughout(machine, record, ahead)
     # The invariants see the moving fields only through their bounds and the declared
     # orders: checked once, at the reference time, with each moving field's bounds and
     # each order at both edges of the window (so throughout it, see Machine.moving_field_orders).
     edges = (not_before, not_after - 1)
     if any(not is_instant(edge + offset) for offset in relative.values() for edge in edges):
         return None
-    if not _orders_kept(machine.moving_field_orders, new, relative, reference_us, edges):
-        return _kept_throughout(machine, record, ahead)  # an order flips inside the window: check both edges whole
+    if not orders_kept(machine.moving_field_orders, new, relative, reference_us, edges):
+        return kept_throughout(machine, record, ahead)  # an order flips inside the window: check both edges whole
     if _breaks_anew(machine, record, new):
         return None
     return Ahead(decided, not_before, not_after, relative, start, end, invariants_checked=True)
 
 
-def _orders_kept(
+def orders_kept(
     orders: tuple[tuple[str, str], ...], new: Any, relative: Mapping[str, int], reference_us: int,
     edges: tuple[int, int],
 ) -> bool:
@@ -457,7 +458,7 @@ def _orders_kept(
     return True
 
 
-def _offsets(
+def moving_offsets(
     fields: tuple[MovingField, ...], record: Any, new: Any, reference_us: int, start: int, end: int
 ) -> tuple[dict[str, int], int, int] | None:
     """Each declared field of ``new`` that moves with the time here, with its offset from

@@ -39,6 +39,8 @@ from typing import Any
 from tenure.model import ErrorCode, JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 
+from ..ahead import Ahead
+from ..compiled import compile_deciders
 from ..core import (
     SAME,
     Applied,
@@ -96,6 +98,8 @@ __all__ = [
     "LEASE_EXPIRED_ERROR",
     "UNREADABLE_ROW_ERROR",
     "SET_ASIDE",
+    "COMPILED_COMMANDS",
+    "DECIDERS",
 ]
 
 
@@ -835,3 +839,20 @@ of :func:`transition_violations` hold for every record and command; for a valid 
 a well-formed command and ``MIN_INSTANT_US <= now_us <= MAX_NOW_US`` the new record is
 valid too. The lines are not repeated as PEP 316 contracts because CrossHair enforces a
 callee's contract inside its callers' analysis, which hides the callers' counterexamples."""
+
+
+COMPILED_COMMANDS: tuple[QueueCommandType, ...] = (
+    QueueCommandType.HEARTBEAT_OWNED,
+    QueueCommandType.COMPLETE_OWNED,
+    QueueCommandType.FAIL_OWNED,
+    QueueCommandType.RELEASE_OWNED,
+    QueueCommandType.CLAIM_OWNED,
+)
+"""The hot commands whose decisions made ahead are compiled (:mod:`tenure.kernel.compiled`)."""
+
+DECIDERS: dict[Any, Callable[..., Ahead | None]] = compile_deciders(QUEUE, COMPILED_COMMANDS)
+"""``DECIDERS[kind](record, command, now_us)``: exactly
+``decide_windowed(QUEUE, record, command, now_us)``, as one straight-line function per
+command generated from this machine's declarations at import (rendered for review in
+specs/compiled/queue.py; tests/kernel/test_compiled.py holds each equal to the reference).
+Not yet used by the adapters."""
