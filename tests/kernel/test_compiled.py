@@ -80,7 +80,7 @@ def _differs(decider: Any, situation: tuple[Any, Any, int, int]) -> bool:
 
 
 @pytest.mark.parametrize("kind", COMPILED_COMMANDS, ids=lambda kind: kind.value)
-@settings(max_examples=2_000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1_000, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_compiled_decider_returns_exactly_what_decide_windowed_returns(kind: enum.Enum, data: st.DataObject) -> None:
     situation = data.draw(situations(kind))
