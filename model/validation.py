@@ -26,6 +26,7 @@ from .json_values import JsonProblem, freeze_json, text_problem
 
 __all__ = [
     "refuse",
+    "backoff_seconds",
     "IdentityText",
     "JobIdText",
     "RunIdText",
@@ -61,6 +62,21 @@ def refuse(field: str, problem: str, *, reason: str | None = None) -> ConfigVali
     problem code, with the reason ``invalid_<field>`` unless one is given. Every facade
     raises its input refusals through here, so they read alike."""
     return ConfigValidationError(reason or f"invalid_{field}", fields=(field,), problems=(problem,))
+
+
+def backoff_seconds(value: object, field: str, *, reason: str | None = None) -> float:
+    """A number of seconds from 0 to a year (a backoff's bound, ``MAX_BACKOFF_MS``): a
+    task's delay or backoff, a claim given back for later; else the refusal of ``field``
+    (``number_required``, ``number_out_of_range``)."""
+    if type(value) not in (int, float):
+        raise refuse(field, "number_required", reason=reason)
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds) or not 0 <= seconds <= bounds.MAX_BACKOFF_MS / 1000:
+        raise refuse(field, "number_out_of_range", reason=reason)
+    return seconds
 
 
 def _refuse(problem: str) -> PydanticCustomError:

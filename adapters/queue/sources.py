@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import secrets
 import threading
 import time
@@ -46,7 +45,7 @@ from tenure.model import (
     snapshot_submission,
     text_problem,
 )
-from tenure.model.validation import is_queue_name, micros_to_datetime, refuse
+from tenure.model.validation import backoff_seconds, is_queue_name, micros_to_datetime, refuse
 
 from ..core.facade import Facade
 from ..core.failures import persistence_failed
@@ -159,10 +158,7 @@ MAX_RETENTION = dt.timedelta(days=100 * 366)
 
 def _release_delay_us(delay_s: object) -> int:
     """A release's delay in whole microseconds (0 to the longest backoff, 366 days)."""
-    if not isinstance(delay_s, (int, float)) or type(delay_s) is bool or not math.isfinite(delay_s) \
-            or not 0 <= delay_s <= bounds.MAX_BACKOFF_MS / 1000:
-        raise refuse("delay_s", "number_out_of_range")
-    return min(round(delay_s * 1_000_000), bounds.MAX_BACKOFF_MS * 1000)
+    return min(round(backoff_seconds(delay_s, "delay_s") * 1_000_000), bounds.MAX_BACKOFF_MS * 1000)
 
 
 def _batch(items: object, field: str, *, allow_empty: bool = False) -> list[Any]:

@@ -46,7 +46,6 @@ import copy
 import dataclasses
 import datetime as dt
 import inspect
-import math
 import pathlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -60,7 +59,7 @@ from tenure.model import (
     WorkerConfig,
     bounds,
 )
-from tenure.model.validation import is_queue_name, refuse
+from tenure.model.validation import backoff_seconds, is_queue_name, refuse
 
 from ..queue.job import JobContext
 from ..queue.sources import MAX_BATCH, TaskSource
@@ -115,7 +114,7 @@ class Backoff:
 
     def __post_init__(self) -> None:
         for field in ("base_s", "max_s"):
-            _seconds(getattr(self, field), field, "invalid_backoff")
+            backoff_seconds(getattr(self, field), field, reason="invalid_backoff")
         if self.base_s > self.max_s:
             raise refuse("base_s", "base_above_max", reason="invalid_backoff")
         if type(self.jitter) is not bool:
@@ -156,23 +155,10 @@ class UnknownTask(Exception):
         super().__init__("no handler is registered for this task's name in this worker")
 
 
-def _seconds(value: object, field: str, reason: str) -> float:
-    """A number of seconds from 0 to a year (a backoff's bound), else the refusal."""
-    if type(value) not in (int, float):
-        raise refuse(field, "number_required", reason=reason)
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except OverflowError:  # an int too large for a float
-        seconds = math.inf
-    if not math.isfinite(seconds) or not 0 <= seconds <= bounds.MAX_BACKOFF_MS / 1000:
-        raise refuse(field, "number_out_of_range", reason=reason)
-    return seconds
-
-
 def _delay_ms(schedule_in: object) -> int | None:
     if schedule_in is None:
         return None
-    return round(_seconds(schedule_in, "schedule_in", "invalid_deferral") * 1000)
+    return round(backoff_seconds(schedule_in, "schedule_in", reason="invalid_deferral") * 1000)
 
 
 def _priority(value: object, field: str = "priority") -> int:

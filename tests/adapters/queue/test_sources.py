@@ -279,6 +279,22 @@ async def test_a_write_without_a_real_fence_is_a_config_error(validation: Any, b
         await validation.complete_owned(bad)
 
 
+@pytest.mark.parametrize("delay_s", [-1, float("nan"), float("inf"), 10**400, 366 * 86_400 + 1, "1", True, None])
+async def test_a_release_delay_out_of_range_is_a_config_error_and_keeps_the_claim(
+    validation: Any, db_url: str, delay_s: Any,
+) -> None:
+    await validation.submit_owned(job(), submission_id="sub-1")
+    fence = (await claimed(validation)).claim_fence
+    before = row(db_url, QueueKind.VALIDATION, fence.job_id)
+    for release in (lambda: validation.release_owned(fence, delay_s=delay_s),
+                    lambda: validation.release_many_owned([fence], delay_s=delay_s)):
+        with pytest.raises(ConfigValidationError) as caught:
+            await release()
+        assert caught.value.fields == ("delay_s",)
+    assert row(db_url, QueueKind.VALIDATION, fence.job_id) == before
+    assert await validation.release_owned(fence, delay_s=366 * 86_400)  # the longest delay is taken
+
+
 @pytest.mark.parametrize(
     "result", [float("nan"), {"x": (1, 2)}, {1: "int key"}, object(), 3, 2.5, "text", [1, 2], True],
 )
