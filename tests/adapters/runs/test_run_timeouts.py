@@ -108,7 +108,7 @@ async def test_a_replay_with_the_same_timeout_answers_the_same_run_and_another_t
 
 
 @pytest.mark.parametrize("bad", [0, 0.0, -1, -0.5, math.nan, math.inf, -math.inf, True, False, "30", 1e-9,
-                                 366 * 86_400 + 1, 10**12])
+                                 366 * 86_400 + 1, 10**12, 10**400])
 async def test_a_timeout_that_is_not_a_positive_number_of_seconds_up_to_366_days_is_refused_and_nothing_is_written(
     runs: Runs, bad: Any,
 ) -> None:
