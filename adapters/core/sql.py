@@ -32,6 +32,7 @@ __all__ = [
     "order_sql",
     "TableStatements",
     "compile_finder",
+    "lock_clause",
     "statements_for",
     "set_aside_statement",
     "delete_unreadable_statement",
@@ -191,10 +192,15 @@ def compile_finder(
         sql += " ORDER BY " + order_sql(binding, finder)
     if limited:
         sql += " LIMIT :limit"
-    # ``touch`` locks as ``wait`` here; the store writes the rows it locked (see
-    # :class:`~tenure.kernel.core.Finder`), where its database needs it.
-    sql += {"wait": caps.lock_wait, "touch": caps.lock_wait, "skip": caps.lock_skip, "none": ""}[finder.lock]
+    sql += lock_clause(caps, finder.lock)
     return CompiledFinder(sql, where, tuple(encoders.items()), constants)
+
+
+def lock_clause(caps: Capabilities, lock: str) -> str:
+    """The clause a finder's ``lock`` adds to its SELECT (empty for ``none``). ``touch``
+    locks as ``wait`` here; the store writes the rows it locked (see
+    :class:`~tenure.kernel.core.Finder`), where its database needs it."""
+    return {"wait": caps.lock_wait, "touch": caps.lock_wait, "skip": caps.lock_skip, "none": ""}[lock]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from tenure.kernel.core import AtTime, Finder, FromCommand, Increment, Param, Rewrite, SetValue
 
-from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder, order_sql, update_sql
+from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder, lock_clause, order_sql, update_sql
 from ..core.sql import insert_sql as plain_insert_sql
 from ..core.store import Expected, Probe
 from ..core.tables import ROW_VERSION, Binding, RowCodec, qualified
@@ -195,8 +195,7 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
 
     columns = (*binding.spec.column_names, ROW_VERSION) if versioned else binding.spec.column_names
     if one and len(probes) == 1:
-        lock = {"wait": POSTGRESQL.lock_wait, "touch": POSTGRESQL.lock_wait, "skip": POSTGRESQL.lock_skip,
-                "none": ""}[finder.lock]
+        lock = lock_clause(POSTGRESQL, finder.lock)
         # The equality is the finder's whole condition for one key; its ``= ANY(:keys)`` is
         # not spelled beside it: a generic plan would price that as a probe of ten keys.
         return (f"SELECT {', '.join(columns)} FROM {table} WHERE {equal(*probes[0])} "
@@ -212,8 +211,7 @@ def keyed_sql(binding: Binding, finder: Finder, schema: str | None, types: tuple
         return (f"SELECT probe.{key} FROM unnest((SELECT (:{parameter})::{udt[column]}[])) AS element(value) "
                 f"CROSS JOIN LATERAL (SELECT {key} FROM {table} WHERE {column} = element.value OFFSET 0) AS probe")
 
-    lock = {"wait": POSTGRESQL.lock_wait, "touch": POSTGRESQL.lock_wait, "skip": POSTGRESQL.lock_skip,
-            "none": " OFFSET 0"}[finder.lock]
+    lock = lock_clause(POSTGRESQL, finder.lock) or " OFFSET 0"  # unlocked: a subquery kept whole
     found = " UNION ALL ".join(probe(*each) for each in probes)
     return (f"SELECT {', '.join('held.' + column for column in columns)} "
             f"FROM (SELECT DISTINCT found.{key} FROM ({found}) AS found ORDER BY found.{key}) AS keyed "

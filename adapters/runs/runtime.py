@@ -99,8 +99,7 @@ class _Unfinished:
         return cls(pass_kind, time.monotonic() + interval_s, interval_s) if report.unproven else None
 
     def again(self, report: RecoveryReport, longest_s: float) -> _Unfinished | None:
-        interval_s = min(self.interval_s * 2, longest_s)
-        return _Unfinished(self.pass_kind, time.monotonic() + interval_s, interval_s) if report.unproven else None
+        return _Unfinished.after(report, self.pass_kind, min(self.interval_s * 2, longest_s))
 
 
 class RunRuntime:
