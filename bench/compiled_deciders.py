@@ -1,5 +1,5 @@
 """CPU and Python function calls per decision: each compiled queue decider
-(tenure.kernel.compiled, ``QUEUE`` ``DECIDERS``) beside the generic
+(tenure.kernel.compiled, ``QUEUE`` ``deciders()``) beside the generic
 ``decide_windowed`` it equals.
 
     .venv/bin/python -P bench/compiled_deciders.py [ITERATIONS]
@@ -28,7 +28,7 @@ from tenure.kernel.queue.commands import (
     QueueCommandType,
     ReleaseOwned,
 )
-from tenure.kernel.queue.machine import DECIDERS, QUEUE
+from tenure.kernel.queue.machine import QUEUE, deciders
 from tenure.kernel.queue.record import QueueRow
 from tenure.model import JobStatus, QueueKind
 
@@ -77,7 +77,7 @@ def calls_of(function: Any, *arguments: Any) -> int:
 def main(iterations: int) -> None:
     print(f"{'command':<18} {'generic us':>10} {'compiled us':>11} {'ratio':>6} {'generic calls':>13} {'compiled calls':>14}")
     for kind, (record, command) in SITUATIONS.items():
-        compiled = DECIDERS[kind]
+        compiled = deciders()[kind]
         generic = decide_windowed(QUEUE, record, command, NOW)
         assert generic is not None and generic == compiled(record, command, NOW), kind
         timings = {}

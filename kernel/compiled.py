@@ -352,7 +352,7 @@ def render(machine: Machine, kinds: Sequence[enum.Enum], *, machine_import: str,
     header = [
         f'"""The {machine.name} machine\'s compiled deciders, as tenure.kernel.compiled generates them.',
         "",
-        "Rendered for review, not imported: tenure builds the same source at import. Each",
+        "Rendered for review, not imported: tenure builds the same source when first asked. Each",
         "function returns exactly what tenure.kernel.ahead.decide_windowed returns for its command",
         "(tests/kernel/test_compiled.py). Do not edit; re-render:",
         "",

@@ -33,6 +33,7 @@ the active key).
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -99,7 +100,7 @@ __all__ = [
     "UNREADABLE_ROW_ERROR",
     "SET_ASIDE",
     "COMPILED_COMMANDS",
-    "DECIDERS",
+    "deciders",
 ]
 
 
@@ -850,9 +851,12 @@ COMPILED_COMMANDS: tuple[QueueCommandType, ...] = (
 )
 """The hot commands whose decisions made ahead are compiled (:mod:`tenure.kernel.compiled`)."""
 
-DECIDERS: dict[Any, Callable[..., Ahead | None]] = compile_deciders(QUEUE, COMPILED_COMMANDS)
-"""``DECIDERS[kind](record, command, now_us)``: exactly
-``decide_windowed(QUEUE, record, command, now_us)``, as one straight-line function per
-command generated from this machine's declarations at import (rendered for review in
-specs/compiled/queue.py; tests/kernel/test_compiled.py holds each equal to the reference).
-Not yet used by the adapters."""
+@functools.cache
+def deciders() -> dict[Any, Callable[..., Ahead | None]]:
+    """``deciders()[kind](record, command, now_us)``: exactly
+    ``decide_windowed(QUEUE, record, command, now_us)``, as one straight-line function per
+    command generated from this machine's declarations (rendered for review in
+    specs/compiled/queue.py; tests/kernel/test_compiled.py holds each equal to the
+    reference). Generated on first use, once: no adapter uses them yet, so importing the
+    kernel does not pay for them."""
+    return compile_deciders(QUEUE, COMPILED_COMMANDS)

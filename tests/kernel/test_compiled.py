@@ -23,7 +23,7 @@ from tenure.kernel.ahead import DEFAULT_SPAN_US, decide_windowed
 from tenure.kernel.core import Rule, TimeGuard
 from tenure.kernel.queue.commands import ClaimFence
 from tenure.kernel.queue.commands import QueueCommandType as C
-from tenure.kernel.queue.machine import COMPILED_COMMANDS, DECIDERS, QUEUE, QueueRefusal
+from tenure.kernel.queue.machine import COMPILED_COMMANDS, QUEUE, deciders, QueueRefusal
 from tenure.kernel.queue.record import QueueStep
 
 ODD_VALUES = (None, True, False, 0, -1, 5, 10**20, -(10**20), 1.5, "", "x", ())
@@ -84,7 +84,7 @@ def _differs(decider: Any, situation: tuple[Any, Any, int, int]) -> bool:
 @given(data=st.data())
 def test_a_compiled_decider_returns_exactly_what_decide_windowed_returns(kind: enum.Enum, data: st.DataObject) -> None:
     situation = data.draw(situations(kind))
-    assert _outcome(DECIDERS[kind], *situation) == _outcome(_reference, *situation)
+    assert _outcome(deciders()[kind], *situation) == _outcome(_reference, *situation)
 
 
 UNREACHABLE = {("attempts_exhausted", QueueRefusal.NOT_ELIGIBLE)}
@@ -119,7 +119,7 @@ def test_the_equality_property_meets_every_rule_of_the_compiled_command(kind: en
 
 
 def test_the_queue_compiles_its_hot_fenced_commands_and_the_claim() -> None:
-    assert set(DECIDERS) == set(COMPILED_COMMANDS) >= {C.HEARTBEAT_OWNED, C.COMPLETE_OWNED, C.FAIL_OWNED,
+    assert set(deciders()) == set(COMPILED_COMMANDS) >= {C.HEARTBEAT_OWNED, C.COMPLETE_OWNED, C.FAIL_OWNED,
                                                        C.RELEASE_OWNED, C.CLAIM_OWNED}
 
 
@@ -149,14 +149,14 @@ def test_a_changed_rule_makes_the_rendering_stale(monkeypatch: pytest.MonkeyPatc
 
 def test_the_rendering_binds_what_tenure_binds_and_defines_the_same_functions() -> None:
     """The rendered file, run, binds every name to the object the generator bound and
-    defines each decider with the bytecode of the one tenure built at import."""
+    defines each decider with the bytecode of the one tenure builds."""
     rendered = runpy.run_path(str(compiled_renderings.COMPILED_DIR / "queue.py"))
     for kind in COMPILED_COMMANDS:
         source = compiled.source_of(QUEUE, kind)
         for binding in source.bindings:
             assert rendered[binding.name] == binding.value, binding.name
         function = rendered[compiled.function_name(kind)]
-        assert function.__code__.co_code == DECIDERS[kind].__code__.co_code, kind
+        assert function.__code__.co_code == deciders()[kind].__code__.co_code, kind
 
 
 # --- broken generators: the equality property catches each ---------------------------
@@ -243,7 +243,7 @@ def test_a_broken_generator_is_caught_by_the_equality_property(mutant: str, monk
     target, breaking, kind = GENERATOR_MUTANTS[mutant]
     monkeypatch.setattr(compiled, target, breaking())
     broken = compiled.compile_decider(QUEUE, kind)
-    assert broken.__code__.co_code != DECIDERS[kind].__code__.co_code, "the mutant changes the generated code"
+    assert broken.__code__.co_code != deciders()[kind].__code__.co_code, "the mutant changes the generated code"
     try:
         find(situations(kind), lambda situation: _differs(broken, situation),
              settings=settings(max_examples=2_000, database=None, suppress_health_check=[HealthCheck.too_slow]))
