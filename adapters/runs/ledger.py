@@ -31,7 +31,7 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tenure.kernel.core import Applied, Decision, Refused, decide
@@ -798,17 +798,7 @@ async def expire_due_consents(ledger: RunLedger, *, limit: int = 32, broker: Bro
     the ledger's consents: each consent it expires resumes its Run (the declared
     ``resume_run`` follow-up of a verdict) and, given a ``broker``, publishes it (without
     one, the relays publish it). The relays call it every round."""
-    if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
-        raise refuse("limit", "integer_out_of_range")
-    if broker is not None and not isinstance(broker, Broker):
-        raise refuse("broker", "broker_required")
-
-    async def resume(run_id: str, consent_id: str) -> object:
-        if broker is None:
-            return await ledger.resume(run_id, owner_id=consent_id)
-        return await resume_and_publish(ledger, broker, run_id, owner_id=consent_id)
-
-    return await ledger.consents.expire_due(resume=resume, limit=limit)
+    return await ledger.consents.expire_due(resume=_owner_resumer(ledger, limit, broker), limit=limit)
 
 
 async def time_out_due_receives(ledger: RunLedger, *, limit: int = 32, broker: Broker | None = None) -> int:
@@ -816,12 +806,14 @@ async def time_out_due_receives(ledger: RunLedger, *, limit: int = 32, broker: B
     on the ledger's messages: each receive it times out resumes its Run (the declared
     ``resume_run`` of ``message.time_out``) and, given a ``broker``, publishes it (without
     one, the relays publish it). The relays call it every round."""
-    if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:
+    return await ledger.messages.time_out_due(resume=_owner_resumer(ledger, limit, broker), limit=limit)
+
+
+def _owner_resumer(ledger: RunLedger, limit: object, broker: object) -> Callable[[str, str], Awaitable[object]]:
+    """A deadline sweep's checked arguments and its ``resume(run_id, owner_id)``: the
+    Run waiting on the owner it ended, published through ``broker`` when given."""
+    if not bounds.is_strict_int(limit) or not 1 <= limit <= 1000:  # type: ignore[operator]
         raise refuse("limit", "integer_out_of_range")
     if broker is not None and not isinstance(broker, Broker):
         raise refuse("broker", "broker_required")
-
-    async def resume(run_id: str, slot_id: str) -> object:
-        return await ledger._resume_owner(run_id, slot_id, broker)
-
-    return await ledger.messages.time_out_due(resume=resume, limit=limit)
+    return functools.partial(ledger._resume_owner, broker=broker)
