@@ -361,9 +361,14 @@ class WorkflowContext:
         request_id = f"{self.run_id}@{position}"
         request = {"workflow": name, "key": key if key is not None else f"child:{request_id}"}
         job = await self.hop.submit_job(request_id=request_id, runtime=CHILD_RUNTIME, profile=name, request=request)
-        run_id = await self._starter(flow, payload, request["key"], self.hop.run)
+        starter = self._starter
+        # Both retried through database failures, as every call of the hop: admitting again
+        # under the same key answers the same child Run, and advancing the job again with
+        # the same identity answers False.
+        run_id = await self.hop.retrying("child Run", lambda: starter(flow, payload, request["key"], self.hop.run))
         # The job records the child Run it stands for (once: a replay finds it recorded).
-        await self.hop.ledger.jobs.advance(job.job_id, _ADMITTED, runtime_job_id=run_id)
+        await self.hop.retrying("delegated job", lambda: self.hop.ledger.jobs.advance(
+            job.job_id, _ADMITTED, runtime_job_id=run_id))
         await self._record(position, call, {"run_id": run_id, "job_id": job.job_id, "request_id": request_id,
                                             "request": request})
         return ChildHandle(self, run_id, job.job_id, request_id, name, request)

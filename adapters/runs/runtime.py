@@ -41,6 +41,7 @@ attempting every one, and raise an ``ExceptionGroup`` of the failures, if any.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -68,8 +69,7 @@ class StartupDegraded(Exception):
     """Startup reconciliation left Runs it could not prove (see ``report.issues``)."""
 
     def __init__(self, report: RecoveryReport) -> None:
-        reasons = sorted({issue.reason for issue in report.issues})
-        super().__init__(f"startup reconciliation degraded: {len(report.issues)} Run(s) ({', '.join(reasons)})")
+        super().__init__(f"startup reconciliation degraded: {_issues(report)}")
         self.report = report
 
 
@@ -82,6 +82,13 @@ class ShutdownIncomplete(Exception):
 
 
 _refuse = functools.partial(refuse, reason="invalid_runtime")
+
+
+def _issues(report: RecoveryReport) -> str:
+    """``3 Run(s) (orphan_unfenced x2, port_failed)``: how many Runs and why, never which."""
+    reasons = collections.Counter(issue.reason for issue in report.issues)
+    named = ", ".join(reason if count == 1 else f"{reason} x{count}" for reason, count in sorted(reasons.items()))
+    return f"{len(report.issues)} Run(s) ({named})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -182,8 +189,7 @@ class RunRuntime:
             self.startup = report
             self._unfinished = _Unfinished.after(report, "startup", self.relay_interval_s)
             if report.degraded:
-                log.warning("startup reconciliation degraded: %d Run(s)", len(report.issues),
-                            extra={"node": self.node})
+                log.warning("startup reconciliation degraded: %s", _issues(report), extra={"node": self.node})
                 if self.require_clean and report.unproven:  # a Run it cannot read does not stop the start
                     raise StartupDegraded(report)
             self._relay_stop.clear()
@@ -332,7 +338,7 @@ class RunRuntime:
         self.reboots += 1
         self._unfinished = _Unfinished.after(report, "reboot", self.relay_interval_s)
         if report.degraded:
-            log.warning("node %s: reconciliation after the reboot degraded: %d Run(s)", self.node, len(report.issues),
+            log.warning("node %s: reconciliation after the reboot degraded: %s", self.node, _issues(report),
                         extra={"node": self.node})
         for worker in self.workers:
             worker.resume()
@@ -354,6 +360,9 @@ class RunRuntime:
         self._unfinished = unfinished.again(report, self.node_lease_s)
         if self._unfinished is None:
             log.info("node %s: its reconciliation is complete again", self.node, extra={"node": self.node})
+        else:  # said at each try: at doubling intervals, then once per node lease
+            log.warning("node %s: its reconciliation is still degraded: %s", self.node, _issues(report),
+                        extra={"node": self.node})
 
     async def _take_over_dead_nodes(self) -> None:
         nodes = self.ledger.nodes

@@ -244,6 +244,13 @@ class RunContext:
         answer: T = await self._retry(what, call)
         return answer
 
+    async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, a ledger call a replayed workflow makes for this hop (admitting a
+        child Run, recording the child's identity on its job), retried through database
+        failures as the hop's own calls are (:meth:`_call`): ``call`` must be safe to
+        repeat after a COMMIT that applied unacknowledged."""
+        return await self._call(what, call)
+
     async def _write(self, what: str, write: Callable[[], Awaitable[bool]],
                      applied: Callable[[RunRecord], bool]) -> bool:
         """A fenced write of this hop (True: it applied), retried through database

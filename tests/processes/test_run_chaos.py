@@ -513,14 +513,14 @@ async def settle(ledger: RunLedger, cluster: Cluster, count: int) -> None:
             hops = {}
             for run_id, _, _, _, seq in stranded[:10]:
                 delivery = await ledger.get_delivery(run_id, seq)
-                hops[run_id[:8]] = (delivery.state.value if delivery else None,
-                                    (await probe.probe(f"run:{run_id}:{seq}")).state.value)
+                hops[run_id[:8]] = (delivery, (await probe.probe(f"run:{run_id}:{seq}")).state.value)
         finally:
             await probe.close()
         nodes = {node.node: await ledger.nodes.get(node.node) for node in cluster.everyone}
-        warnings = {f"{node.node} (pid {node.pid})": node.stderr().splitlines()[-6:] for node in cluster.everyone}
+        warnings = {f"{node.node} (pid {node.pid})": node.stderr().splitlines()[-12:] for node in cluster.everyone}
+        reports = await ledger.recovery_reports.latest()
         raise AssertionError(f"{len(stranded)} Runs stranded after {SETTLE_DEADLINE_S:.0f} s (seed {SEED}): "
-                             f"{stranded[:10]}; (delivery, hop) {hops}; nodes {nodes}; node logs {warnings}; "
+                             f"{stranded[:10]}; (delivery, hop) {hops}; nodes {nodes}; node logs {warnings}; reports {reports}; "
                              f"side-effect logs in {cluster.effects}")
 
     async def taken_over() -> bool:

@@ -322,6 +322,42 @@ async def test_a_parent_waits_for_its_children_and_gets_their_results_or_their_f
     await app.close()
 
 
+async def test_a_child_start_that_meets_database_failures_is_retried_and_starts_one_child(db_url: str) -> None:
+    """Admitting the child and recording it on its job are retried through database
+    failures like every call of the hop (the Run chaos test found a parent left RUNNING
+    when the job's COMMIT went unacknowledged): the admission fails before it applies,
+    the job's advance applies and its answer is lost; the parent still ends with one child."""
+    app = App(db_url)
+    child_calls: list[str] = []
+    flows = family(app, child_calls)
+    failures = {"admission": 0, "advance": 0}
+    start_child_run, advance = app.start_child_run, app.ledger.jobs.advance
+
+    async def admission_refused_once(*args: Any, **kwargs: Any) -> str:
+        if not failures["admission"]:
+            failures["admission"] += 1
+            raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "connection_refused")
+        return await start_child_run(*args, **kwargs)
+
+    async def advance_unacknowledged_once(*args: Any, **kwargs: Any) -> bool:
+        applied = await advance(*args, **kwargs)
+        if not failures["advance"]:
+            failures["advance"] += 1
+            assert applied
+            raise TenureError(ErrorCode.RUN_PERSISTENCE_FAILED, "commit_unacknowledged")
+        return applied
+
+    app.start_child_run = admission_refused_once  # type: ignore[method-assign]
+    app.ledger.jobs.advance = advance_unacknowledged_once  # type: ignore[method-assign]
+    async with app.launch(migrate=False):
+        handle = await flows["order"].start(["a"])
+        result = await handle.result(wait_s=HANG_GUARD_S)
+    assert failures == {"admission": 1, "advance": 1}
+    assert result["packed"] == [{"packed": "A"}] and child_calls == ["a"]
+    assert len((await app.ledger.list_runs()).items) == 2  # the parent and one child
+    await app.close()
+
+
 async def test_cancelling_a_parent_cancels_its_running_child_with_containment_proven(db_url: str) -> None:
     app = App(db_url)
     flows = family(app, [])
