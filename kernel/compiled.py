@@ -68,7 +68,8 @@ from . import ahead
 from .ahead import DEFAULT_SPAN_US, Ahead
 from .core import Machine, Refused, Rule
 
-__all__ = ["Binding", "Compiled", "compile_decider", "compile_deciders", "render", "source_of", "function_name"]
+__all__ = ["Binding", "Compiled", "compile_decider", "compile_deciders", "decider_of", "render", "source_of",
+           "function_name"]
 
 Decider = Callable[..., Ahead | None]
 
@@ -335,6 +336,21 @@ def compile_decider(machine: Machine, kind: enum.Enum) -> Decider:
 def compile_deciders(machine: Machine, kinds: Sequence[enum.Enum]) -> dict[enum.Enum, Decider]:
     """A compiled decider for each command kind of ``kinds``."""
     return {kind: compile_decider(machine, kind) for kind in kinds}
+
+
+def decider_of(machine: Machine, kind: enum.Enum) -> Decider | None:
+    """The compiled decider of ``kind`` if the machine declares it compiled
+    (:attr:`~tenure.kernel.core.Machine.compiled`), generated on first use and kept in
+    :attr:`~tenure.kernel.core.Machine.deciders`; None otherwise (the caller runs
+    :func:`~tenure.kernel.ahead.decide_windowed`, which it equals). A deliberately broken
+    kernel in the tests is patched before anything decides, so the deciders generated
+    after it see the patch."""
+    try:
+        return machine.deciders[kind]  # type: ignore[no-any-return]
+    except KeyError:
+        decider = compile_decider(machine, kind) if kind in machine.compiled else None
+        machine.deciders[kind] = decider
+        return decider
 
 
 def render(machine: Machine, kinds: Sequence[enum.Enum], *, machine_import: str, rerender: str) -> str:

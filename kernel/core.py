@@ -322,6 +322,12 @@ class Machine:
     (tests/kernel/test_ahead.py holds a declaring machine to it: shifting the moving
     fields changes what the invariants say only where a bound or a declared order
     changes)."""
+    compiled: tuple[enum.Enum, ...] = ()
+    """The commands whose decisions made ahead run as compiled deciders
+    (:func:`tenure.kernel.compiled.decider_of`, generated from these declarations on first
+    use); every other command is decided by the generic interpreter."""
+    deciders: dict[enum.Enum, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    """The compiled deciders generated so far, by command (:func:`tenure.kernel.compiled.decider_of`'s cache)."""
 
     @classmethod
     def define(
@@ -331,7 +337,7 @@ class Machine:
         transition_violations: Callable[[Any, Any, int, Decision], list[str]], initial: enum.Enum,
         rewrites: Mapping[str, Rewrite] | None = None, time_guards: Mapping[str, TimeGuard] | None = None,
         moving_fields: Mapping[str, tuple[MovingField, ...]] | None = None, invariants_see_moving_fields_by_bounds: bool = False,
-        moving_field_orders: tuple[tuple[str, str], ...] = (),
+        moving_field_orders: tuple[tuple[str, str], ...] = (), compiled: tuple[enum.Enum, ...] = (),
     ) -> Machine:
         """The machine of these declarations. Raises ValueError (at import: a programmer
         error) unless the rows make a total table (:func:`table_from_rows`), every guard
@@ -350,6 +356,9 @@ class Machine:
             *(f"moving fields of {effect!r}: no such effect" for effect in sorted(set(moving_fields or {}) - set(effects))),
             *(["moving field orders need the invariants to see moving fields by bounds"]
               if moving_field_orders and not invariants_see_moving_fields_by_bounds else []),
+            *(f"compiled command {kind!r} is no command of this machine" for kind in compiled if kind not in commands),
+            *(["compiled commands need the time guards and moving fields declared"]
+              if compiled and (time_guards is None or moving_fields is None) else []),
         ]
         if problems:
             raise ValueError(f"machine {name}: " + "; ".join(problems))
@@ -358,7 +367,7 @@ class Machine:
                    transition_violations=transition_violations, initial=initial, rewrites=rewrites or {},
                    time_guards=time_guards, moving_fields=moving_fields,
                    invariants_see_moving_fields_by_bounds=invariants_see_moving_fields_by_bounds,
-                   moving_field_orders=moving_field_orders)
+                   moving_field_orders=moving_field_orders, compiled=tuple(compiled))
 
     @property
     def folder(self) -> str:

@@ -465,15 +465,34 @@ class App(TaskApp):
     async def contain_child(self, job: AgentJobRecord) -> bool:
         """Recovery's ``contain_job`` for a child Run's job: cancel the child (and its own
         children) and answer True once it ended, after recording the job CANCELLED when
-        its end was not adopted. A job of another runtime is not this app's to contain."""
-        if job.runtime != CHILD_RUNTIME or job.runtime_job_id is None:
+        its end was not adopted. A job of another runtime is not this app's to contain.
+
+        A job whose child was never recorded on it (the hop that started the child ended
+        between the job's submission and that record: killed, frozen, fenced) names its
+        child by the admission key its request holds, so the child is found and contained
+        all the same; when no Run was admitted under that key, nothing was started and the
+        job is recorded CANCELLED. (An admission that its dead hop still had in flight and
+        that commits after this is a child nobody waits for: it runs to its end, unadopted.)"""
+        if job.runtime != CHILD_RUNTIME:
             return False
-        await self.handle(job.runtime_job_id).cancel()
-        child = await self.ledger.get(job.runtime_job_id)
+        child_id = job.runtime_job_id or self._unrecorded_child(job)
+        if child_id is None:
+            return False
+        if job.runtime_job_id is None and await self.ledger.get(child_id) is None:
+            await self.ledger.jobs.record_cancelled(job.job_id)  # no child was admitted: nothing started
+            return True
+        await self.handle(child_id).cancel()
+        child = await self.ledger.get(child_id)
         if child is None or child.status not in TERMINAL_RUN_STATUSES:
             return False
         await self.ledger.jobs.record_cancelled(job.job_id)  # False when its end was adopted already
         return True
+
+    @staticmethod
+    def _unrecorded_child(job: AgentJobRecord) -> str | None:
+        """The child Run ID a child job's request names by its admission key (None: no key)."""
+        key = job.request.get("key") if type(job.request) is dict else None
+        return run_id_for(key) if type(key) is str and key else None
 
     async def settle_children(self, *, limit: int = 256) -> int:
         """One round of the children relay: every Run waiting on a child Run's job whose

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tenure.kernel.ahead import Ahead, at_path, decide_ahead, decide_windowed
+from tenure.kernel.compiled import decider_of
 from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, decide, slots_of
 from tenure.model import TenureError
 
@@ -152,6 +153,11 @@ class Insertion:
 
 class Engine:
     """Kernel-driven operations on one store, for any machine's binding."""
+
+    compiled = True
+    """Decide ahead with the machine's compiled deciders where it declares them
+    (:func:`tenure.kernel.compiled.decider_of`). False runs the generic interpreter they
+    are proven equal to (the reference: tests run the lockstep both ways)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -388,9 +394,14 @@ class Engine:
         if not known or reference_us is None:
             return Expected(key, known=False), None
         # A machine that declares its time guards is decided plainly, its window read
-        # from the declarations; any other decision by instrumenting its comparisons.
-        ahead = (decide_windowed(binding.machine, record, command, reference_us)
-                 or decide_ahead(binding.machine, record, command, reference_us))
+        # from the declarations (by the command's compiled decider where the machine
+        # declares one: the same answer, tests/kernel/test_compiled.py); any other
+        # decision by instrumenting its comparisons.
+        machine = binding.machine
+        decider = decider_of(machine, command.kind) if self.compiled else None
+        ahead = (decider(record, command, reference_us) if decider is not None
+                 else decide_windowed(machine, record, command, reference_us)) or decide_ahead(
+                     machine, record, command, reference_us)
         if ahead is None:
             return Expected(key, known=False), None
         decision = ahead.decision

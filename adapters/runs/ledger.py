@@ -681,6 +681,21 @@ class RunLedger(Facade):
         return await _recovery.reconcile(self, ports, node=node, boot_cutoff=boot_cutoff, page_size=page_size,
                                          stale_after_s=stale_after_s)
 
+    async def recover_ended_hop(self, ports: RecoveryPorts, run_id: str, *, node: str,
+                                claimed_at: dt.datetime) -> RecoveryReport:
+        """Reconcile the Run ``run_id`` as its node's startup reconciliation would, for one
+        hop of ``node`` claimed at ``claimed_at`` that provably ended: its workflow
+        returned or raised and its settle was refused while an effect of the Run was open
+        (the worker's ``unsettled``; :meth:`RunWorker.settle_unsettled`). The recovery
+        table fences that hop, contains the open effects and settles the Run with the
+        outcome the hop recorded (``specs/recovery.md``). The cutoff lies just after that
+        claim, so a later hop of the Run is never fenced from here; a Run that moved on
+        otherwise (cancelling, waiting, queued) is decided by the same table."""
+        claimed_at_us = datetime_to_micros(claimed_at) if isinstance(claimed_at, dt.datetime) else None
+        if claimed_at_us is None:
+            raise refuse("claimed_at", "aware_datetime_required")
+        return await _recovery.recover_ended_hop(self, ports, node=node, run_id=run_id, claimed_at_us=claimed_at_us)
+
     async def relay(self, ports: RecoveryPorts, *, cursor: str | None = None, page_size: int = 32) -> RecoveryReport:
         """One relay round: first one page of Runs whose deadline passed, each timed out
         (:meth:`time_out`) and its cancellation finished as :meth:`finish_cancel` does

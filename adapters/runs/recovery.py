@@ -837,6 +837,22 @@ async def reconcile(ledger: RecoveryLedger, ports: RecoveryPorts, *, node: str, 
     return visits.report()
 
 
+async def recover_ended_hop(ledger: RecoveryLedger, ports: RecoveryPorts, *, node: str, run_id: str,
+                            claimed_at_us: int) -> RecoveryReport:
+    """Reconcile one Run whose hop, claimed by ``node`` at ``claimed_at_us``, provably
+    ended (see :meth:`RunLedger.recover_ended_hop`)."""
+    if type(ports) is not RecoveryPorts:
+        raise refuse("ports", "recovery_ports_required")
+    if not bounds.is_instant(claimed_at_us):
+        raise refuse("claimed_at_us", "instant_required")
+    # The cutoff just after the hop's claim: that hop is this node's orphan, and any later
+    # hop of the Run (claimed after it) is not, so it is never fenced from here.
+    visits = _Visits(ledger, ports, Pass.RECONCILE, node=check_text(node, "node"), cutoff_us=claimed_at_us + 1,
+                     stale_after_us=0)
+    await visits.visit(check_text(run_id, "run_id", 36))
+    return visits.report()
+
+
 async def relay(ledger: RecoveryLedger, ports: RecoveryPorts, *, cursor: str | None, page_size: int) -> RecoveryReport:
     """One relay round (see :meth:`RunLedger.relay`)."""
     if type(ports) is not RecoveryPorts:

@@ -303,6 +303,8 @@ class RunRuntime:
                 await self._renew_or_reboot()
                 if time.monotonic() < self._valid_until:
                     await self._reconcile_again()
+                    for worker in self.workers:
+                        await worker.settle_unsettled(self.ports)
                     await self._take_over_dead_nodes()
                 outage.answered()
             except asyncio.CancelledError:

@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import datetime as dt
 import functools
 import logging
 import secrets
@@ -76,6 +78,7 @@ from .workflows import HopLost, HopParked, RunContext, WorkflowDiverged, Workflo
 
 if TYPE_CHECKING:
     from ..core.observers import HopObserver, RunWorkerObserver
+    from .recovery import RecoveryPorts
 
 __all__ = ["RunWorker", "WorkerStopFailed", "OUTCOMES", "TOUCH_EVERY_S"]
 
@@ -94,6 +97,31 @@ operator's cancel, counted ``cancelled``, or anything else, counted ``lost``).""
 
 TOUCH_EVERY_S = 30.0
 """How often a running hop refreshes its broker job's liveness (the seed's 30 s)."""
+
+UNSETTLED_RETRY_FIRST_S = 1.0
+UNSETTLED_RETRY_MAX_S = 60.0
+"""A hop left ``unsettled`` is settled again (:meth:`RunWorker.settle_unsettled`) after
+1 s, doubling to 60 s, until its effects are contained."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Unsettled:
+    """A finished hop whose settle was refused while an effect of its Run was open: its
+    recorded outcome, and when to try the settle again (this process's monotonic clock)."""
+
+    outcome: RecordedOutcome
+    claimed_at: dt.datetime
+    """When the hop's claim applied (the Run's ``updated_at`` after it, the database clock)."""
+    due: float
+    interval_s: float
+
+    @classmethod
+    def first(cls, outcome: RecordedOutcome, claimed_at: dt.datetime) -> _Unsettled:
+        return cls(outcome, claimed_at, time.monotonic() + UNSETTLED_RETRY_FIRST_S, UNSETTLED_RETRY_FIRST_S)
+
+    def later(self) -> _Unsettled:
+        interval = min(self.interval_s * 2, UNSETTLED_RETRY_MAX_S)
+        return dataclasses.replace(self, due=time.monotonic() + interval, interval_s=interval)
 
 
 
@@ -180,6 +208,8 @@ class RunWorker:
         """While set, a stop's cancellation leaves the outcome write of a workflow that
         ended alone (cleared at the stop's deadline for outcomes)."""
         self._serving: asyncio.Task[None] | None = None
+        self._unsettled: dict[str, _Unsettled] = {}
+        """This worker's hops left ``unsettled``, by Run ID (:meth:`settle_unsettled`)."""
 
     # --- the claim gate ----------------------------------------------------------------
 
@@ -458,7 +488,10 @@ class RunWorker:
             settled = await self._settled(run_id, outcome)
         except TenureError as failure:
             if failure.code is ErrorCode.RUN_CONTAINMENT_UNPROVEN:
-                return "unsettled"  # the outcome is recorded; recovery settles it once contained
+                # The outcome is recorded: settled again once contained, by this worker while
+                # it lives (settle_unsettled), or by recovery after the next boot.
+                self._unsettled[run_id] = _Unsettled.first(outcome, claim.run.updated_at)
+                return "unsettled"
             raise
         if not settled:
             # A retried settlement whose first COMMIT applied but went unacknowledged finds
@@ -468,6 +501,53 @@ class RunWorker:
             if run is None or run.status is not status or run.enqueue_seq != seq or run.error != error:
                 return self._moved_on(claim, run)
         return "done" if status is RunStatus.DONE else "failed"
+
+    async def settle_unsettled(self, ports: RecoveryPorts | None = None, *, due_only: bool = True) -> int:
+        """Settle again each hop this worker left ``unsettled`` whose retry is due (every
+        one with ``due_only=False``). Such a hop's workflow ended, but an effect of its Run
+        (a delegated job, a child Run, a service attempt) was open, so the Run stayed
+        RUNNING with the hop's outcome recorded. No relay visits a hop, and startup
+        reconciliation comes only with the node's next boot, so without this a live node
+        would leave the Run RUNNING. With recovery's ``ports`` (the
+        :class:`~tenure.adapters.RunRuntime` passes its own, every relay interval) the Run
+        is reconciled as that boot would (:meth:`RunLedger.recover_ended_hop`: the open
+        effects contained, the Run settled with the recorded outcome); without, the settle
+        is retried alone (it applies once the effects ended by themselves). A Run that
+        settled or moved on is forgotten; one still RUNNING at the hop is tried again
+        after a doubling interval (1 s to 60 s). Returns how many Runs ended with their
+        hop's recorded outcome."""
+        settled = 0
+        now = time.monotonic()
+        for run_id, entry in list(self._unsettled.items()):
+            if due_only and now < entry.due:
+                continue
+            try:
+                if ports is None:
+                    await self.ledger.engine.settle(run_id, entry.outcome)
+                else:
+                    await self.ledger.recover_ended_hop(ports, run_id, node=self.node, claimed_at=entry.claimed_at)
+                run = await self.ledger.get(run_id)
+            except TenureError as failure:
+                if failure.reason == "corrupt_row":
+                    del self._unsettled[run_id]  # a row no retry mends: left to the next boot's recovery
+                else:  # still uncontained, or the database away
+                    self._unsettled[run_id] = entry.later()
+                continue
+            seq = entry.outcome.enqueue_seq
+            if run is not None and run.status is RunStatus.RUNNING and run.enqueue_seq == seq:
+                self._unsettled[run_id] = entry.later()
+                continue
+            del self._unsettled[run_id]
+            if run is not None and run.enqueue_seq == seq and run.status is entry.outcome.status:
+                settled += 1
+                log.info("run %s: its effects are contained; settled %s with its hop's recorded outcome", run_id,
+                         entry.outcome.status.value, extra={"run_id": run_id, "node": self.node})
+        return settled
+
+    @property
+    def unsettled(self) -> int:
+        """How many hops of this worker wait to be settled again (:meth:`settle_unsettled`)."""
+        return len(self._unsettled)
 
     async def _settled(self, run_id: str, outcome: RecordedOutcome) -> bool:
         """The settle with its outcome, one transaction in the common case. After a

@@ -33,7 +33,6 @@ the active key).
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +40,7 @@ from tenure.model import ErrorCode, JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 
 from ..ahead import Ahead
-from ..compiled import compile_deciders
+from ..compiled import decider_of
 from ..core import (
     SAME,
     Applied,
@@ -814,6 +813,16 @@ _LEGACY_WRITES = frozenset({
 })
 
 
+COMPILED_COMMANDS: tuple[QueueCommandType, ...] = (
+    QueueCommandType.HEARTBEAT_OWNED,
+    QueueCommandType.COMPLETE_OWNED,
+    QueueCommandType.FAIL_OWNED,
+    QueueCommandType.RELEASE_OWNED,
+    QueueCommandType.CLAIM_OWNED,
+)
+"""The hot commands whose decisions made ahead are compiled (:mod:`tenure.kernel.compiled`)."""
+
+
 QUEUE = Machine.define(
     name="queue",
     states=QueueStep,
@@ -830,6 +839,7 @@ QUEUE = Machine.define(
     time_guards=TIME_GUARDS,
     moving_fields=MOVING_FIELDS,
     invariants_see_moving_fields_by_bounds=True,  # INV-Q1 bounds them; INV-Q2 asks only whether they are set
+    compiled=COMPILED_COMMANDS,
 )
 """The owned-queue machine: ``QUEUE.decide(record, command, now_us)`` is the decision
 for ``command`` meeting ``record`` at database time ``now_us``.
@@ -842,21 +852,12 @@ valid too. The lines are not repeated as PEP 316 contracts because CrossHair enf
 callee's contract inside its callers' analysis, which hides the callers' counterexamples."""
 
 
-COMPILED_COMMANDS: tuple[QueueCommandType, ...] = (
-    QueueCommandType.HEARTBEAT_OWNED,
-    QueueCommandType.COMPLETE_OWNED,
-    QueueCommandType.FAIL_OWNED,
-    QueueCommandType.RELEASE_OWNED,
-    QueueCommandType.CLAIM_OWNED,
-)
-"""The hot commands whose decisions made ahead are compiled (:mod:`tenure.kernel.compiled`)."""
-
-@functools.cache
 def deciders() -> dict[Any, Callable[..., Ahead | None]]:
     """``deciders()[kind](record, command, now_us)``: exactly
     ``decide_windowed(QUEUE, record, command, now_us)``, as one straight-line function per
     command generated from this machine's declarations (rendered for review in
     specs/compiled/queue.py; tests/kernel/test_compiled.py holds each equal to the
-    reference). Generated on first use, once: no adapter uses them yet, so importing the
-    kernel does not pay for them."""
-    return compile_deciders(QUEUE, COMPILED_COMMANDS)
+    reference). Each is generated on first use, once (:func:`~tenure.kernel.compiled.decider_of`,
+    which the engine's decided-ahead statements call): importing the kernel does not pay for them."""
+    found = {kind: decider_of(QUEUE, kind) for kind in COMPILED_COMMANDS}
+    return {kind: decider for kind, decider in found.items() if decider is not None}  # every one is compiled

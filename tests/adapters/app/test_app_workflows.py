@@ -358,6 +358,85 @@ async def test_a_child_start_that_meets_database_failures_is_retried_and_starts_
     await app.close()
 
 
+async def test_a_parent_that_raises_beside_a_running_child_fails_with_the_child_contained_without_a_restart(
+        db_url: str) -> None:
+    """A workflow that raises while its child runs cannot settle FAILED at once (the child
+    is an open effect: the settle is refused and the hop's outcome recorded, ``unsettled``).
+    The live node recovers that ended hop as its next start would: the child is contained
+    (cancelled) and the parent settles with its recorded error. Before, the Run stayed
+    RUNNING until its node's next start."""
+    app = App(db_url)
+    flows = family(app, [])
+
+    @app.workflow(name="careless")
+    async def careless(ctx: WorkflowContext, item: str) -> None:
+        await ctx.start_child(flows["pack"], item)  # the child waits for a consent nobody gives
+        raise ValueError("gave up")
+
+    async with app.launch(migrate=False) as worker:
+        handle = await careless.start("slow")
+        assert worker.runs is not None
+        runs = worker.runs
+        with pytest.raises(WorkflowFailed) as failed:
+            await handle.result(wait_s=HANG_GUARD_S)
+        assert failed.value.status is RunStatus.FAILED
+        assert runs.outcomes["unsettled"] == 1 and runs.unsettled == 0
+    run = await app.ledger.get(handle.run_id)
+    assert run is not None and run.error == "workflow_error:ValueError: gave up"
+    journal = await app.ledger.steps.recorded(handle.run_id)
+    (entry,) = [entry for entry in journal.values() if entry["call"] == "child:pack"]
+    job = await app.ledger.jobs.get(entry["answer"]["job_id"])
+    assert job is not None and job.status.value == "cancelled"
+    child = await app.ledger.get(entry["answer"]["run_id"])
+    assert child is not None and child.status is RunStatus.CANCELLED
+    await app.close()
+
+
+@pytest.mark.parametrize("cut", ["before_the_admission", "after_the_admission"])
+async def test_a_child_job_whose_child_was_never_recorded_on_it_is_contained_by_its_admission_key(
+        db_url: str, cut: str) -> None:
+    """The hop that starts a child ends between the job's submission and recording the
+    child on it (here: an error nobody retries; in production a kill or a freeze). The job
+    names no child, yet recovery must contain it: the child admitted under the job's key
+    is cancelled, or, never admitted, the job is recorded CANCELLED; the parent then
+    settles FAILED with its recorded error (the Run chaos test left such a parent RUNNING)."""
+    app = App(db_url)
+    flows = family(app, [])
+    start_child_run, advance = app.start_child_run, app.ledger.jobs.advance
+
+    async def admission(*args: Any, **kwargs: Any) -> str:
+        if cut == "before_the_admission":
+            raise RuntimeError("the hop ends before the child is admitted")
+        return await start_child_run(*args, **kwargs)
+
+    async def never_recorded(*args: Any, **kwargs: Any) -> bool:
+        raise RuntimeError("the hop ends before the child is recorded on its job")
+
+    @app.workflow(name="cut_short")
+    async def cut_short(ctx: WorkflowContext, item: str) -> None:
+        child = await ctx.start_child(flows["pack"], item)  # the child would wait for a consent
+        await child.result()
+
+    app.start_child_run = admission  # type: ignore[method-assign]
+    app.ledger.jobs.advance = never_recorded  # type: ignore[method-assign]
+    async with app.launch(migrate=False):
+        handle = await cut_short.start("slow")
+        with pytest.raises(WorkflowFailed) as failed:
+            await handle.result(wait_s=HANG_GUARD_S)
+        assert failed.value.status is RunStatus.FAILED
+    app.ledger.jobs.advance = advance  # type: ignore[method-assign]
+    run = await app.ledger.get(handle.run_id)
+    assert run is not None and run.error is not None and run.error.startswith("workflow_error:RuntimeError")
+    assert await app.ledger.jobs.list(handle.run_id) == ()  # the job is contained: none open
+    children = [r for r in (await app.ledger.list_runs()).items if r.run_id != handle.run_id]
+    if cut == "before_the_admission":
+        assert children == []
+    else:
+        assert [child.status for child in children] == [RunStatus.CANCELLED]
+        assert children[0].run_id == App.key_run_id(f"child:{handle.run_id}@0")
+    await app.close()
+
+
 async def test_cancelling_a_parent_cancels_its_running_child_with_containment_proven(db_url: str) -> None:
     app = App(db_url)
     flows = family(app, [])

@@ -134,6 +134,29 @@ async def test_a_hop_refused_for_an_open_job_records_its_outcome_and_recovery_se
     assert await ledger.checkpoints.load(run_id) is None
 
 
+async def test_a_live_worker_settles_its_unsettled_hop_again_once_the_job_ended(ledger: RunLedger) -> None:
+    """No reboot needed: the worker keeps the hop it left ``unsettled`` and settles it
+    again (without recovery's ports: the settle alone, which applies once the job ended
+    by itself); a Run that moved on is forgotten."""
+    worker = runner(ledger)
+    run_id = await published(ledger, worker, "leaves_a_job")
+    assert await worker.perform(run_id, 0) == "unsettled"
+    assert worker.unsettled == 1
+    assert await worker.settle_unsettled(due_only=False) == 0  # the job is still open
+    assert worker.unsettled == 1 and await worker.settle_unsettled() == 0  # not due again yet
+    assert await ledger.jobs.adopt_result(JOBS[run_id], succeeded(JOBS[run_id]))
+    assert await worker.settle_unsettled(due_only=False) == 1 and worker.unsettled == 0
+    run = await ledger.get(run_id)
+    assert run is not None and (run.status, run.result) == (RunStatus.DONE, {"answer": 7})
+    # One that moved on meanwhile (an operator's cancel) is forgotten, not settled.
+    other = await published(ledger, worker, "leaves_a_job")
+    assert await worker.perform(other, 0) == "unsettled"
+    assert await ledger.begin_cancel(other) is not None
+    assert await worker.settle_unsettled(due_only=False) == 0 and worker.unsettled == 0
+    run = await ledger.get(other)
+    assert run is not None and run.status is RunStatus.CANCELLING
+
+
 async def test_a_hop_that_no_longer_holds_its_run_writes_no_outcome(ledger: RunLedger) -> None:
     worker = runner(ledger)
     run_id = await published(ledger, worker, "cancels_itself")
