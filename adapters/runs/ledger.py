@@ -691,9 +691,9 @@ class RunLedger(Facade):
         outcome the hop recorded (``specs/recovery.md``). The cutoff lies just after that
         claim, so a later hop of the Run is never fenced from here; a Run that moved on
         otherwise (cancelling, waiting, queued) is decided by the same table."""
-        claimed_at_us = datetime_to_micros(claimed_at) if isinstance(claimed_at, dt.datetime) else None
-        if claimed_at_us is None:
+        if not isinstance(claimed_at, dt.datetime) or claimed_at.utcoffset() is None:
             raise refuse("claimed_at", "aware_datetime_required")
+        claimed_at_us = datetime_to_micros(claimed_at)
         return await _recovery.recover_ended_hop(self, ports, node=node, run_id=run_id, claimed_at_us=claimed_at_us)
 
     async def relay(self, ports: RecoveryPorts, *, cursor: str | None = None, page_size: int = 32) -> RecoveryReport:

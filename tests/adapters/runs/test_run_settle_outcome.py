@@ -13,6 +13,7 @@ SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,7 +26,7 @@ from statements import count_statements
 from tenure.adapters import InMemoryBroker, RunLedger, RunWorker, Workflows
 from tenure.adapters.runs.checkpoints import RecordedOutcome
 from tenure.adapters.runs.engine import RunEngine
-from tenure.model import ConsentStatus, ErrorCode, RunIntent, RunStatus, TenureError
+from tenure.model import ConfigValidationError, ConsentStatus, ErrorCode, RunIntent, RunStatus, TenureError
 
 flows = Workflows()
 JOBS: dict[str, str] = {}
@@ -155,6 +156,29 @@ async def test_a_live_worker_settles_its_unsettled_hop_again_once_the_job_ended(
     assert await worker.settle_unsettled(due_only=False) == 0 and worker.unsettled == 0
     run = await ledger.get(other)
     assert run is not None and run.status is RunStatus.CANCELLING
+
+
+async def test_recovering_an_ended_hop_never_fences_a_hop_claimed_after_it(ledger: RunLedger) -> None:
+    """``recover_ended_hop``'s cutoff lies one microsecond after the ended hop's claim: a
+    hop of the Run claimed later (here: the live hop, named with an instant just before
+    its claim) is not this node's orphan and is left alone; named with its own claim
+    instant, it is (fenced, then failed ``lost`` as its workflow declares)."""
+    worker = runner(ledger)
+    run_id = await published(ledger, worker, "answer")
+    claim = await ledger.claim(run_id, 0, node="node-a")
+    assert claim is not None
+    recovery = ports(ledger, worker.broker)
+    before = claim.run.updated_at - dt.timedelta(microseconds=1)
+    report = await ledger.recover_ended_hop(recovery, run_id, node="node-a", claimed_at=before)
+    assert not report.degraded and not any(report.counts.values())
+    run = await ledger.get(run_id)
+    assert run is not None and (run.status, run.enqueue_seq) == (RunStatus.RUNNING, 0)
+    report = await ledger.recover_ended_hop(recovery, run_id, node="node-a", claimed_at=claim.run.updated_at)
+    assert report.counts["orphans_failed"] == 1
+    run = await ledger.get(run_id)
+    assert run is not None and (run.status, run.error) == (RunStatus.FAILED, "lost")
+    with pytest.raises(ConfigValidationError):
+        await ledger.recover_ended_hop(recovery, run_id, node="node-a", claimed_at=dt.datetime(2026, 1, 1))  # naive
 
 
 async def test_a_hop_that_no_longer_holds_its_run_writes_no_outcome(ledger: RunLedger) -> None:
