@@ -66,7 +66,7 @@ from tenure.model.bounds import is_instant
 
 from . import ahead
 from .ahead import DEFAULT_SPAN_US, Ahead
-from .core import Machine, Refused, Rule
+from .core import DECLARATION_CHANGES, Machine, Refused, Rule
 
 __all__ = ["Binding", "Compiled", "compile_decider", "compile_deciders", "decider_of", "render", "source_of",
            "function_name"]
@@ -341,16 +341,20 @@ def compile_deciders(machine: Machine, kinds: Sequence[enum.Enum]) -> dict[enum.
 def decider_of(machine: Machine, kind: enum.Enum) -> Decider | None:
     """The compiled decider of ``kind`` if the machine declares it compiled
     (:attr:`~tenure.kernel.core.Machine.compiled`), generated on first use and kept in
-    :attr:`~tenure.kernel.core.Machine.deciders`; None otherwise (the caller runs
-    :func:`~tenure.kernel.ahead.decide_windowed`, which it equals). A deliberately broken
-    kernel in the tests is patched before anything decides, so the deciders generated
-    after it see the patch."""
-    try:
-        return machine.deciders[kind]  # type: ignore[no-any-return]
-    except KeyError:
-        decider = compile_decider(machine, kind) if kind in machine.compiled else None
-        machine.deciders[kind] = decider
-        return decider
+    :attr:`~tenure.kernel.core.Machine.deciders` with the declaration count it was
+    generated at; None otherwise (the caller runs :func:`~tenure.kernel.ahead.decide_windowed`,
+    which it equals). A compiled machine's declarations are
+    :class:`~tenure.kernel.core.Declarations`: a deliberately broken kernel patched in at
+    any time moves :data:`~tenure.kernel.core.DECLARATION_CHANGES`, and the next call
+    generates the decider again from the patched declarations."""
+    entry = machine.deciders.get(kind)
+    if entry is not None and entry[0] == DECLARATION_CHANGES[0]:
+        return entry[1]  # type: ignore[no-any-return]
+    # Generated first, or again after a declaration changed (a broken kernel patched in).
+    changes = DECLARATION_CHANGES[0]
+    decider = compile_decider(machine, kind) if kind in machine.compiled else None
+    machine.deciders[kind] = (changes, decider)
+    return decider
 
 
 def render(machine: Machine, kinds: Sequence[enum.Enum], *, machine_import: str, rerender: str) -> str:

@@ -56,9 +56,62 @@ __all__ = [
     "AtTime",
     "replaced",
     "slots_of",
+    "Declarations",
+    "DECLARATION_CHANGES",
 ]
 
 R = TypeVar("R")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+DECLARATION_CHANGES = [0]
+"""How many times any :class:`Declarations` mapping was changed since import (one counter
+for every machine): what was generated from declarations (compiled deciders) is kept with
+the count it was generated at, and generated again once the count moved."""
+
+
+class Declarations(dict[K, V]):
+    """A machine's declarations (its table, guards, effects, time guards, moving fields) as
+    a dict that counts every change in :data:`DECLARATION_CHANGES`. Reads are a dict's.
+    A deliberately broken kernel in the tests patches these in place, at any time
+    (``monkeypatch.setitem``); the count lets the compiled deciders see the patch, so a
+    broken kernel is never hidden behind a function generated from the sound one."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: K, value: V) -> None:
+        DECLARATION_CHANGES[0] += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: K) -> None:
+        DECLARATION_CHANGES[0] += 1
+        super().__delitem__(key)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        DECLARATION_CHANGES[0] += 1
+        super().update(*args, **kwargs)
+
+    def pop(self, *args: Any) -> Any:
+        DECLARATION_CHANGES[0] += 1
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[K, V]:
+        DECLARATION_CHANGES[0] += 1
+        return super().popitem()
+
+    def setdefault(self, key: K, default: Any = None) -> Any:
+        DECLARATION_CHANGES[0] += 1
+        return super().setdefault(key, default)
+
+    def clear(self) -> None:
+        DECLARATION_CHANGES[0] += 1
+        super().clear()
+
+    def __ior__(self, other: Any) -> Declarations[K, V]:  # type: ignore[override,misc]
+        DECLARATION_CHANGES[0] += 1
+        super().__ior__(other)
+        return self
 
 
 _SLOTS: dict[type, tuple[tuple[str, Any], ...]] = {}
@@ -326,8 +379,9 @@ class Machine:
     """The commands whose decisions made ahead run as compiled deciders
     (:func:`tenure.kernel.compiled.decider_of`, generated from these declarations on first
     use); every other command is decided by the generic interpreter."""
-    deciders: dict[enum.Enum, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    """The compiled deciders generated so far, by command (:func:`tenure.kernel.compiled.decider_of`'s cache)."""
+    deciders: dict[enum.Enum, tuple[int, Any]] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    """The compiled deciders generated so far, by command, each with the
+    :data:`DECLARATION_CHANGES` count it was generated at (:func:`tenure.kernel.compiled.decider_of`'s cache)."""
 
     @classmethod
     def define(
@@ -343,7 +397,7 @@ class Machine:
         error) unless the rows make a total table (:func:`table_from_rows`), every guard
         and effect a row names is declared, every refusal a row gives has an outcome,
         and every rewrite is the effect of the same name."""
-        table = table_from_rows(rows, states, commands)
+        table = Declarations(table_from_rows(rows, states, commands))
         named_guards = {row.guard for row in rows}
         named_effects = {row.outcome for row in rows if isinstance(row.outcome, str)}
         refusals = {row.outcome for row in rows if not isinstance(row.outcome, str)}
@@ -359,6 +413,10 @@ class Machine:
             *(f"compiled command {kind!r} is no command of this machine" for kind in compiled if kind not in commands),
             *(["compiled commands need the time guards and moving fields declared"]
               if compiled and (time_guards is None or moving_fields is None) else []),
+            *(["compiled commands need guards, effects, time guards and moving fields in Declarations mappings "
+               "(a patch must reach the compiled deciders)"]
+              if compiled and not all(isinstance(d, Declarations) for d in (guards, effects, time_guards, moving_fields))
+              else []),
         ]
         if problems:
             raise ValueError(f"machine {name}: " + "; ".join(problems))

@@ -384,6 +384,18 @@ class Engine:
         else:
             self.remember(binding, [record], versions)
 
+    def decided_ahead(self, machine: Machine, record: Any, command: Any, reference_us: int) -> Ahead | None:
+        """The kernel's decision made ahead at ``reference_us``, with its window: by the
+        command's compiled decider where the machine declares one (``Engine.compiled``;
+        the same answer, tests/kernel/test_compiled.py), else read from the machine's
+        declared time guards (:func:`decide_windowed`), else by instrumenting its
+        comparisons (:func:`decide_ahead`). None: it cannot be made ahead."""
+        decider = decider_of(machine, command.kind) if self.compiled else None
+        if decider is not None:
+            return decider(record, command, reference_us) or decide_ahead(machine, record, command, reference_us)
+        return decide_windowed(machine, record, command, reference_us) or decide_ahead(
+            machine, record, command, reference_us)
+
     def _plan(
         self, binding: Binding, key: str, command: Any, known: bool, record: Any, version: int | None,
         reference_us: int | None, raise_conflicts: bool,
@@ -393,15 +405,7 @@ class Engine:
         ahead, an insert or delete, a refusal that would raise) a read of the row."""
         if not known or reference_us is None:
             return Expected(key, known=False), None
-        # A machine that declares its time guards is decided plainly, its window read
-        # from the declarations (by the command's compiled decider where the machine
-        # declares one: the same answer, tests/kernel/test_compiled.py); any other
-        # decision by instrumenting its comparisons.
-        machine = binding.machine
-        decider = decider_of(machine, command.kind) if self.compiled else None
-        ahead = (decider(record, command, reference_us) if decider is not None
-                 else decide_windowed(machine, record, command, reference_us)) or decide_ahead(
-                     machine, record, command, reference_us)
+        ahead = self.decided_ahead(binding.machine, record, command, reference_us)
         if ahead is None:
             return Expected(key, known=False), None
         decision = ahead.decision
@@ -501,8 +505,7 @@ class Engine:
         reference = None if ahead is None else ahead.estimated_now_us()
         if ahead is None or reference is None:
             return None
-        plan = decide_windowed(binding.machine, None, command, reference) or decide_ahead(
-            binding.machine, None, command, reference)
+        plan = self.decided_ahead(binding.machine, None, command, reference)
         if plan is None or not isinstance(plan.decision, Applied) or plan.decision.new_record is None:
             return None
         new = checked(binding, None, plan.decision)
@@ -564,9 +567,7 @@ class Engine:
         values = () if counted is None else counted.values
         for _ in range(AHEAD_ROUNDS):
             complete = command if counted is None else counted.complete(command, values)
-            # Read from the machine's declarations where it makes them (plain, cheap), else instrumented.
-            plan = None if record is None or reference is None else (
-                decide_windowed(machine, record, complete, reference) or decide_ahead(machine, record, complete, reference))
+            plan = None if record is None or reference is None else self.decided_ahead(machine, record, complete, reference)
             if plan is not None and counted is not None and not counted.whole(plan.decision, values):
                 return None  # it sets off work the statement does not do
             items = self._joined_items(machine, parts, key, record, plan, reference)
@@ -629,10 +630,9 @@ class Engine:
         reference = None if ahead is None else ahead.estimated_now_us()
         if ahead is None or reference is None or seen is None:
             return None
-        plan = decide_windowed(machine, seen, command, reference) or decide_ahead(machine, seen, command, reference)
+        plan = self.decided_ahead(machine, seen, command, reference)
         other = insertion.binding.machine
-        row_plan = decide_windowed(other, None, insertion.command, reference) or decide_ahead(
-            other, None, insertion.command, reference)
+        row_plan = self.decided_ahead(other, None, insertion.command, reference)
         if plan is None or row_plan is None or not isinstance(row_plan.decision, Applied) \
                 or row_plan.decision.new_record is None or not isinstance(plan.decision, Applied):
             return None
@@ -684,7 +684,7 @@ class Engine:
         reference = None if ahead is None else ahead.estimated_now_us()
         if ahead is None or reference is None:
             return None
-        plan = decide_windowed(machine, None, command, reference) or decide_ahead(machine, None, command, reference)
+        plan = self.decided_ahead(machine, None, command, reference)
         if plan is None or not isinstance(plan.decision, Applied) or plan.decision.new_record is None:
             return None
         new = plan.decision.new_record if plan.invariants_checked else checked_by(machine, None, plan.decision)

@@ -534,7 +534,7 @@ class RunWorker:
                     self._unsettled[run_id] = entry.later()
                 continue
             seq = entry.outcome.enqueue_seq
-            if run is not None and run.status is RunStatus.RUNNING and run.enqueue_seq == seq:
+            if run is not None and hop_holds(run, seq):  # still RUNNING at the hop: not contained yet
                 self._unsettled[run_id] = entry.later()
                 continue
             del self._unsettled[run_id]

@@ -34,7 +34,8 @@ from typing import Any
 
 from tenure.model import JobStatus, QueueKind
 
-from tenure.kernel.core import Applied
+from tenure.kernel.compiled import decider_of
+from tenure.kernel.core import Applied, Decision
 from tenure.kernel.queue.commands import (
     AcknowledgeCancelOwned,
     CancelAdmin,
@@ -173,14 +174,23 @@ class QueueModel:
     """Workers x jobs of the given kinds (see the module's docstring)."""
 
     def __init__(self, kinds: tuple[QueueKind, ...] = (QueueKind.VALIDATION, QueueKind.STREAMING),
-                 workers: int = 3, *, legacy: bool = False) -> None:
+                 workers: int = 3, *, legacy: bool = False, compiled: bool = False) -> None:
         self.kinds = kinds
         self.worker_count = workers
         self.legacy = legacy
         """Also pycharter's unprotected API: legacy submissions, and writes by job ID alone."""
+        self.compiled = compiled
+        """Decide the commands the queue machine compiles with their compiled deciders (the
+        decisions the adapters' decided-ahead statements make, :func:`decider_of`) instead
+        of :func:`~tenure.kernel.core.decide`: the worlds must be the same."""
         self.name = (f"queue: {workers} workers x {len(kinds)} jobs ({', '.join(kind.value for kind in kinds)})"
-                     + (" + legacy API" if legacy else ""))
+                     + (" + legacy API" if legacy else "") + (", compiled deciders" if compiled else ""))
         self.properties = PROPERTIES
+
+    def _decide(self, record: QueueRow | None, command: Any, now_us: int) -> Decision:
+        decider = decider_of(QUEUE, command.kind) if self.compiled else None
+        ahead = None if decider is None else decider(record, command, now_us)
+        return QUEUE.decide(record, command, now_us) if ahead is None else ahead.decision
 
     def _served(self, worker: int) -> tuple[str, ...] | None:
         return SERVED[worker % len(SERVED)] if QueueKind.TASK in self.kinds else None
@@ -195,7 +205,7 @@ class QueueModel:
         """The world after the kernel decides ``command`` on job ``slot`` (the row is
         written only when the decision applies)."""
         before = world.rows[slot]
-        decision = QUEUE.decide(before, command, world.now_us)
+        decision = self._decide(before, command, world.now_us)
         applied = isinstance(decision, Applied)
         rows = world.rows
         completions = world.completions

@@ -45,6 +45,7 @@ from ..core import (
     SAME,
     Applied,
     AtTime,
+    Declarations,
     Change,
     Decision,
     FromCommand,
@@ -195,7 +196,7 @@ def _lease_live(record: QueueRow, now_us: int) -> bool:
     return record.lease_expires_at_us is not None and record.lease_expires_at_us > now_us
 
 
-GUARDS: dict[str, Guard] = {
+GUARDS: Declarations[str, Guard] = Declarations({
     "always": lambda record, command, now_us: True,
     # Submission
     "protection_inconsistent": lambda record, command, now_us: (
@@ -250,7 +251,7 @@ GUARDS: dict[str, Guard] = {
     "finished_after_cutoff": lambda record, command, now_us: (
         record.completed_at_us is None or record.completed_at_us >= command.older_than_us
     ),
-}
+})
 
 
 # --- Effects: named pure functions producing the new record and the reply. -----------
@@ -396,17 +397,17 @@ def _released(record: QueueRow, fires_at_us: int | None = None) -> QueueRow:
                     attempts=record.attempts - 1 if record.attempts > 0 else 0)
 
 
-TIME_GUARDS: dict[str, TimeGuard] = {
+TIME_GUARDS: Declarations[str, TimeGuard] = Declarations({
     "not_due": TimeGuard("fires_at_us"),
     "lease_live": TimeGuard("lease_expires_at_us"),
     "lease_not_live": TimeGuard("lease_expires_at_us", holds_before=False),
-}
+})
 """The guards that read the time, as data (every other guard ignores it): a decision
 made ahead holds while the time stays on the same side of each one's instant."""
 
 _FINISHING = ("cancel_for_rerun", "fail_expired", "cancel_expired", "complete", "fail", "acknowledge_cancel", "cancel")
 
-MOVING_FIELDS: dict[str, tuple[str, ...]] = {
+MOVING_FIELDS: Declarations[str, tuple[str, ...]] = Declarations({
     **{effect: ("completed_at_us",) for effect in _FINISHING},
     "renew_lease": ("lease_expires_at_us",),
     "retry": ("fires_at_us",),
@@ -416,7 +417,7 @@ MOVING_FIELDS: dict[str, tuple[str, ...]] = {
     "claim_legacy": ("claimed_at_us", "lease_expires_at_us"),
     **{effect: () for effect in ("replay", "release_key", "recover", "requeue_expired", "record_pid",
                                  "read_state", "request_cancel", "release", "record_progress", "delete")},
-}
+})
 """The fields each effect sets to the time plus an offset (the others keep or set fixed
 values). Submissions are not declared (whether ``fires_at`` moves depends on the
 command): they are decided ahead by instrumenting."""
@@ -448,7 +449,7 @@ claim meets it again and a submission of its key is not blocked; its other colum
 the unreadable ones among them, are left as they are for an operator to inspect. The
 claim hands nothing of it out."""
 
-EFFECTS: dict[str, Effect] = {
+EFFECTS: Declarations[str, Effect] = Declarations({
     "insert_owned": lambda record, command, now_us: _insert(command, now_us, owned=True),
     "insert_legacy": lambda record, command, now_us: _insert(command, now_us, owned=False),
     "replay": lambda record, command, now_us: _unchanged(
@@ -506,7 +507,7 @@ EFFECTS: dict[str, Effect] = {
         Ack(),
     ),
     "delete": lambda record, command, now_us: Applied(None, Ack()),
-}
+})
 
 
 # --- The table. ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from hypothesis.errors import NoSuchExample
 from tenure.conformance.strategies import queues
 from tenure.kernel import compiled
 from tenure.kernel.ahead import DEFAULT_SPAN_US, decide_windowed
-from tenure.kernel.core import Rule, TimeGuard
+from tenure.kernel.core import Declarations, Machine, Rule, TimeGuard
 from tenure.kernel.queue.commands import ClaimFence
 from tenure.kernel.queue.commands import QueueCommandType as C
 from tenure.kernel.queue.machine import COMPILED_COMMANDS, QUEUE, deciders, QueueRefusal
@@ -133,6 +133,37 @@ def test_the_compiled_source_calls_the_kernels_guards_and_effects_and_writes_the
     assert bound["effect_complete"] is QUEUE.effects["complete"]
     assert bound["record_violations"] is QUEUE.record_violations
     assert "guard_lease_not_live" not in bound and "instant = record.lease_expires_at_us" in source.source
+
+
+def test_a_declaration_patched_after_the_deciders_were_generated_reaches_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken kernel patched in at any time (a guard, a rule list) is what the compiled
+    deciders decide by from their next call on, never the sound kernel they were generated
+    from; restoring it brings the sound ones back."""
+    sound = compiled.decider_of(QUEUE, C.COMPLETE_OWNED)
+    assert sound is not None and compiled.decider_of(QUEUE, C.COMPLETE_OWNED) is sound  # kept while unchanged
+    with monkeypatch.context() as patch:
+        patch.setitem(QUEUE.guards, "fence_mismatch", lambda record, command, now_us: False)
+        broken = compiled.decider_of(QUEUE, C.COMPLETE_OWNED)
+        assert broken is not sound and broken is not None
+        bound = {binding.name: binding.value for binding in compiled.source_of(QUEUE, C.COMPLETE_OWNED).bindings}
+        assert bound["guard_fence_mismatch"] is QUEUE.guards["fence_mismatch"]
+        claimed = next(iter(QUEUE.table))  # any rule list: a table patch counts too
+        patch.setitem(QUEUE.table, claimed, QUEUE.table[claimed])
+        assert compiled.decider_of(QUEUE, C.COMPLETE_OWNED) is not broken
+    restored = compiled.decider_of(QUEUE, C.COMPLETE_OWNED)
+    assert restored is not None and restored is not broken
+    assert compiled.source_of(QUEUE, C.COMPLETE_OWNED).source == compiled.source_of(QUEUE, C.COMPLETE_OWNED).source
+
+
+def test_a_machine_that_compiles_needs_its_declarations_in_declarations_mappings() -> None:
+    with pytest.raises(ValueError, match="Declarations"):
+        Machine.define(
+            name="queue", states=QUEUE.states, commands=QUEUE.commands, rows=QUEUE.rows, guards=dict(QUEUE.guards),
+            effects=QUEUE.effects, outcomes=QUEUE.outcomes, state_of=QUEUE.state_of,
+            record_violations=QUEUE.record_violations, transition_violations=QUEUE.transition_violations,
+            initial=QUEUE.initial, rewrites=QUEUE.rewrites, time_guards=QUEUE.time_guards,
+            moving_fields=QUEUE.moving_fields, invariants_see_moving_fields_by_bounds=True, compiled=COMPILED_COMMANDS)
+    assert isinstance(QUEUE.table, Declarations)
 
 
 # --- the rendering ---------------------------------------------------------------------

@@ -415,6 +415,16 @@ def _run_ledger_cases() -> list[tuple[str, str, Any]]:
         ("relay", "cursor", lambda ledger: ledger.relay(_ports(), cursor=m)),
         ("relay", "cursor", lambda ledger: ledger.relay(_ports(), cursor="eyJ2IjoyfQ==")),
         ("relay", "page_size", lambda ledger: ledger.relay(_ports(), page_size=1001)),
+        ("recover_ended_hop", "ports", lambda ledger: ledger.recover_ended_hop(m, RUN_ID, node="node-a",
+                                                                               claimed_at=_aware())),
+        ("recover_ended_hop", "node", lambda ledger: ledger.recover_ended_hop(_ports(), RUN_ID, node=m * 9,
+                                                                              claimed_at=_aware())),
+        ("recover_ended_hop", "run_id", lambda ledger: ledger.recover_ended_hop(_ports(), m * 3, node="node-a",
+                                                                                claimed_at=_aware())),
+        ("recover_ended_hop", "claimed_at", lambda ledger: ledger.recover_ended_hop(_ports(), RUN_ID, node="node-a",
+                                                                                    claimed_at=m)),
+        ("recover_ended_hop", "claimed_at", lambda ledger: ledger.recover_ended_hop(
+            _ports(), RUN_ID, node="node-a", claimed_at=dt.datetime(2026, 1, 1))),
     ]
     for name in ("release", "publish", "claim", "enter_hardware_wait", "leave_hardware_wait", "park", "park_timer",
                  "settle", "finish_cancel", "get_delivery"):

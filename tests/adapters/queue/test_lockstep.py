@@ -5,6 +5,7 @@ servers, with the budget CI gives it, and hold its teeth to account with mutant 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any
 
@@ -13,7 +14,11 @@ import pytest
 
 from tenure.conformance.lockstep.harness import LockstepBase, budget, run_lockstep
 from tenure.conformance.lockstep.harness import machine_for as harness_machine_for
+from tenure.adapters.core import engine as engine_module
+from tenure.adapters.core.engine import Engine
 from tenure.conformance.lockstep.queue import LockstepMachine
+from tenure.kernel.compiled import decider_of
+from tenure.kernel.queue.commands import QueueCommandType as C
 
 
 def machine_for(database: str, *, only: frozenset[str] | None = None) -> type[LockstepBase]:
@@ -34,17 +39,57 @@ EVERY_RULE_BY = 8_000
 rules a run chooses depend on the database's answers; then ``every_rule_ran`` fails it)."""
 
 
+GENERIC_PATH_STEPS = budget({"postgresql": 400})
+"""Steps of the PostgreSQL lockstep run on the generic interpreter the compiled deciders
+are proven equal to (the reference; the full budget runs on the compiled path)."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)
 def test_kernel_model_and_database_stay_in_lockstep(
-    database: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+    database: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     adapter_support.prepare_machine_databases(database, request)
+    used = compiled_deciders_counted(monkeypatch)
     machine = machine_for(database)
     summary = run_lockstep(machine, LOCKSTEP_STEPS[database], every_rule_by=EVERY_RULE_BY)
     with capsys.disabled():
         print("\n" + summary)
     adapter_support.every_rule_ran(machine)
+    if database == "postgresql":
+        # Its decided-ahead statements ran on the compiled deciders (the lockstep's fenced
+        # writes reach them when their row was remembered: heartbeats and releases, mostly).
+        assert used[C.HEARTBEAT_OWNED] and used[C.RELEASE_OWNED], used
+
+
+@pytest.mark.parametrize("database", ["postgresql"])
+def test_the_lockstep_holds_on_the_generic_path_the_compiled_deciders_replace(
+    database: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    adapter_support.prepare_machine_databases(database, request)
+    monkeypatch.setattr(Engine, "compiled", False)
+    used = compiled_deciders_counted(monkeypatch)
+    run_lockstep(machine_for(database), GENERIC_PATH_STEPS[database], every_rule_by=EVERY_RULE_BY)
+    assert not any(used.values()), used
+
+
+def compiled_deciders_counted(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[Any]:
+    """How often the engine's decided-ahead statements ran each compiled decider."""
+    used: collections.Counter[Any] = collections.Counter()
+
+    def counting(machine: Any, kind: Any) -> Any:
+        decider = decider_of(machine, kind)
+        if decider is None:
+            return None
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            used[kind] += 1
+            return decider(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(engine_module, "decider_of", counting)
+    return used
 
 
 @pytest.mark.parametrize("database", adapter_support.AVAILABLE_DATABASES)

@@ -11,13 +11,15 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import paths
 import pytest
 from kernel_mutants import MUTANTS
 
-from tenure.conformance.explore.engine import explore
-from tenure.conformance.explore.queue import PROPERTIES, STANDARD
+from tenure.conformance.explore.engine import Property, explore
+from tenure.conformance.explore.queue import PROPERTIES, STANDARD, QueueModel
+from tenure.model import QueueKind
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +105,26 @@ def test_the_explorer_catches_the_mutant_with_a_shortest_trace(mutant: str, caps
     assert "broken: " + expected in finished.stdout  # the trace table names the property
     with capsys.disabled():
         print(f"\nqueue:{mutant}: caught by {caught_by} in {length} actions")
+
+
+@pytest.mark.parametrize("world", [((QueueKind.VALIDATION, QueueKind.STREAMING), 3, 7), ((QueueKind.TASK,) * 2, 2, 9)],
+                         ids=["validation+streaming", "two tasks"])
+def test_the_worlds_are_the_same_on_the_compiled_deciders(world: tuple[tuple[QueueKind, ...], int, int]) -> None:
+    """The explorer's worlds decided by the compiled deciders the adapters' decided-ahead
+    statements run (``QueueModel(compiled=True)``) are the generic interpreter's: the same
+    transitions into the same states, every property kept (depths kept to a few seconds;
+    the equality of each decider with the interpreter is tests/kernel/test_compiled.py's)."""
+    kinds, workers, depth = world
+    seen: dict[bool, set[tuple[Any, str, Any]]] = {}
+    for compiled in (False, True):
+        model = QueueModel(kinds, workers, compiled=compiled)
+        steps: set[tuple[Any, str, Any]] = set()
+
+        def record(before: Any, step: Any, after: Any, into: set[tuple[Any, str, Any]] = steps) -> None:
+            into.add((before, repr(step), after))
+
+        model.properties = [*PROPERTIES, Property("recorded", "-", "every transition", step=record)]
+        found = explore(model, max_depth=depth)
+        assert found.violation is None, found.violation
+        seen[compiled] = steps
+    assert len(seen[False]) > 1_000 and seen[True] == seen[False]
