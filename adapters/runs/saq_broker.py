@@ -279,7 +279,7 @@ class SaqBroker:
 
             await job.queue.finish(job, Status.ABORTED, error="fenced by tenure: the hop's process is gone")
         else:
-            await job.queue.abort(job, error="fenced by tenure")
+            await _abort_live(job, "fenced by tenure")
         deadline = asyncio.get_running_loop().time() + self._abort_wait_s
         while True:
             job = await self._find(key)
@@ -371,6 +371,25 @@ class SaqBroker:
         if not self._queues:
             raise refuse("broker", "not_connected")
         return None
+
+
+async def _abort_live(job: Any, error: str) -> None:
+    """SAQ's ``PostgresQueue.abort``, made atomic: the job's status is read under a row
+    lock and the job marked in the same transaction, and only while it is live (queued:
+    finished aborted at once; active: marked aborting for its worker). SAQ's own abort reads
+    the status on an autocommit connection, so its lock ends with that statement, and marks
+    any job that is not queued aborting: a job that completed between the two (its hop
+    ended as it was aborted, more likely on a loaded machine) was marked aborting with no
+    worker left to acknowledge it, and stayed live until SAQ's sweep two minutes later."""
+    from saq.job import Status
+
+    queue = job.queue
+    async with queue.pool.connection() as connection, connection.transaction():
+        status = await queue.get_job_status(job.key, for_update=True, connection=connection)
+        if status == Status.QUEUED:
+            await queue.finish(job, Status.ABORTED, error=error, connection=connection)
+        elif status == Status.ACTIVE:
+            await queue.update(job, status=Status.ABORTING, error=error, connection=connection)
 
 
 async def _stop_workers(workers: Sequence[Any], launchers: Sequence[asyncio.Future[None]],

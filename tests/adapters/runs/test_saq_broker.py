@@ -91,6 +91,38 @@ async def test_abort_stops_a_queued_job_at_once_and_answers_false_while_an_activ
     ]
 
 
+async def test_an_abort_that_meets_a_job_finished_since_it_was_read_leaves_it_finished(broker: SaqBroker) -> None:
+    """The race a loaded machine widens: the abort reads the job active, its hop ends and
+    SAQ finishes the job, then the abort marks it. SAQ's own abort marked it aborting, with
+    no worker left to acknowledge: live for two minutes (until SAQ's sweep), so a Run's
+    cancellation could not prove its hop stopped. tenure's marks only a job still live."""
+    hop = key()
+    await broker.publish(hop, queue="runs", wire_priority=1)
+    queue = broker.queue("runs")
+    assert (await queue.dequeue(timeout=60)).key == hop
+    stale = await queue.job(hop)  # read while active
+    assert stale.status == Status.ACTIVE
+    await queue.finish(await queue.job(hop), Status.COMPLETE)  # the hop ended meanwhile
+    await saq_broker._abort_live(stale, "fenced by tenure")  # noqa: SLF001
+    assert (await broker.probe(hop)).state is BrokerJobState.COMPLETE
+    # Through the port: a job read live and finished before the mark answers True.
+    other = key()
+    await broker.publish(other, queue="runs", wire_priority=1)
+    assert (await queue.dequeue(timeout=60)).key == other
+    found, read = broker._find, []  # noqa: SLF001
+
+    async def stale_first(hop_key: str) -> Any:
+        job = await found(hop_key)
+        if not read:
+            read.append(job)
+            await queue.finish(await queue.job(hop_key), Status.COMPLETE)
+        return job
+
+    broker._find = stale_first  # type: ignore[method-assign]  # noqa: SLF001
+    assert await broker.abort(other) is True
+    assert (await broker.probe(other)).state is BrokerJobState.COMPLETE
+
+
 async def test_the_ledger_publishes_through_saq_and_recovery_repairs_what_saq_lost_or_finished(
     db_url: str, broker: SaqBroker,
 ) -> None:
