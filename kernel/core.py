@@ -379,7 +379,8 @@ class Machine:
     """The commands whose decisions made ahead run as compiled deciders
     (:func:`tenure.kernel.compiled.decider_of`, generated from these declarations on first
     use); every other command is decided by the generic interpreter."""
-    deciders: dict[enum.Enum, tuple[int, Any]] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    deciders: dict[enum.Enum, tuple[int, Any]] = dataclasses.field(default_factory=dict, init=False, compare=False,
+                                                                   repr=False)
     """The compiled deciders generated so far, by command, each with the
     :data:`DECLARATION_CHANGES` count it was generated at (:func:`tenure.kernel.compiled.decider_of`'s cache)."""
 
