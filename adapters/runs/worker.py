@@ -514,26 +514,29 @@ class RunWorker:
         effects contained, the Run settled with the recorded outcome); without, the settle
         is retried alone (it applies once the effects ended by themselves). A Run that
         settled or moved on is forgotten; one still RUNNING at the hop is tried again
-        after a doubling interval (1 s to 60 s). Returns how many Runs ended with their
-        hop's recorded outcome."""
+        after a doubling interval (1 s to 60 s). A Run is visited only while it is still at
+        the hop (read first; the recovery cutoff covers a move after that read). Returns how
+        many Runs ended with their hop's recorded outcome."""
         settled = 0
         now = time.monotonic()
         for run_id, entry in list(self._unsettled.items()):
             if due_only and now < entry.due:
                 continue
+            seq = entry.outcome.enqueue_seq
             try:
-                if ports is None:
-                    await self.ledger.engine.settle(run_id, entry.outcome)
-                else:
-                    await self.ledger.recover_ended_hop(ports, run_id, node=self.node, claimed_at=entry.claimed_at)
                 run = await self.ledger.get(run_id)
+                if run is not None and hop_holds(run, seq):  # still the hop's: settle or recover it
+                    if ports is None:
+                        await self.ledger.engine.settle(run_id, entry.outcome)
+                    else:
+                        await self.ledger.recover_ended_hop(ports, run_id, node=self.node, claimed_at=entry.claimed_at)
+                    run = await self.ledger.get(run_id)
             except TenureError as failure:
                 if failure.reason == "corrupt_row":
                     del self._unsettled[run_id]  # a row no retry mends: left to the next boot's recovery
                 else:  # still uncontained, or the database away
                     self._unsettled[run_id] = entry.later()
                 continue
-            seq = entry.outcome.enqueue_seq
             if run is not None and hop_holds(run, seq):  # still RUNNING at the hop: not contained yet
                 self._unsettled[run_id] = entry.later()
                 continue
