@@ -430,37 +430,47 @@ async def test_the_claim_without_its_verification_commits_a_changed_owner(
 # --- the plain decision with its window read from the declared time guards ------------------
 
 
-@pytest.mark.parametrize("mutant", [False, True])
+@pytest.mark.parametrize("mutant", [None, "interpreted", "compiled"])
 async def test_a_stale_fence_is_refused_on_the_fast_path_and_the_mutant_that_skips_the_fence_renews_it(
-    db_url: str, monkeypatch: pytest.MonkeyPatch, mutant: bool,
+    db_url: str, monkeypatch: pytest.MonkeyPatch, mutant: str | None,
 ) -> None:
     """The fast path decides with the kernel's guards, the fence among them; the mutant
     that reads only the declared time guards (skipping every other guard) renews a
-    lease for a fence that is not the current one."""
+    lease for a fence that is not the current one: on the generic interpreter
+    (``Engine.compiled`` off, ``decide_windowed`` broken) and on the compiled deciders
+    (the machine's guards broken in place after the claim: the decider is generated again)."""
     import dataclasses
 
     from tenure.adapters.core import engine as engine_module
     from tenure.kernel import ahead as kernel_ahead
+    from tenure.kernel.queue.machine import QUEUE
     from tenure.model import QueueClaimFence
 
-    if mutant:
-        def skipping_the_fence(machine: Any, record: Any, command: Any, reference_us: int) -> Any:
-            guards = {name: (lambda *_: False) if name not in machine.time_guards and name != "always" else guard
-                      for name, guard in machine.guards.items()}
-            return kernel_ahead.decide_windowed(dataclasses.replace(machine, guards=guards), record, command, reference_us)
+    def skipped(machine: Any) -> dict[str, Any]:
+        return {name: (lambda *_: False) if name not in machine.time_guards and name != "always" else guard
+                for name, guard in machine.guards.items()}
 
+    if mutant == "interpreted":
+        def skipping_the_fence(machine: Any, record: Any, command: Any, reference_us: int) -> Any:
+            return kernel_ahead.decide_windowed(dataclasses.replace(machine, guards=skipped(machine)), record, command,
+                                                reference_us)
+
+        monkeypatch.setattr(engine_module.Engine, "compiled", False)
         monkeypatch.setattr(engine_module, "decide_windowed", skipping_the_fence)
     source, fence = await claimed_source(db_url, 30)
+    if mutant == "compiled":
+        for name, guard in skipped(QUEUE).items():
+            monkeypatch.setitem(QUEUE.guards, name, guard)
     spy = Spy(source)
     try:
         stale = QueueClaimFence(fence.queue, fence.job_id, fence.owner_id, fence.generation, "not-the-token")
         before = row(db_url, QueueKind.VALIDATION, "job-a")
-        assert await source.heartbeat_owned(stale) is mutant
+        assert await source.heartbeat_owned(stale) is (mutant is not None)
         assert (spy.statements, spy.transactions) == (1, 0)  # decided ahead, one statement
     finally:
         await source.close()
     renewed = row(db_url, QueueKind.VALIDATION, "job-a")["lease_expires_at"] != before["lease_expires_at"]
-    assert renewed is mutant
+    assert renewed is (mutant is not None)
 
 
 async def test_a_written_text_is_verified_byte_for_byte_even_under_a_case_blind_collation(db_url: str) -> None:
