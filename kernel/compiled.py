@@ -30,7 +30,9 @@ refusal reason, window, offsets, ``invariants_checked``; or None where it declin
   its declared moving fields become one read each of the new record, their offsets, and
   the instant bounds at the window's edges; then the record invariants
   (``machine.record_violations``) are checked on every decision ``decide_windowed``
-  checks them on, never skipped (a decision whose record moves with no field the
+  checks them on, never skipped (where the machine declares them as data,
+  :class:`~tenure.kernel.core.Invariants`, first on the fields the effect changed,
+  the whole check running whenever that does not show nothing new broken) (a decision whose record moves with no field the
   reference leaves unchecked, ``invariants_checked`` False, for its caller, and so does
   the compiled one). What the declarations cannot say statically (a
   :class:`~tenure.kernel.core.KeptLater` or :class:`~tenure.kernel.core.SetOnce` field,
@@ -66,7 +68,7 @@ from tenure.model.bounds import is_instant
 
 from . import ahead
 from .ahead import DEFAULT_SPAN_US, Ahead
-from .core import DECLARATION_CHANGES, Machine, Refused, Rule
+from .core import DECLARATION_CHANGES, Invariants, Machine, Refused, Rule
 
 __all__ = ["Binding", "Compiled", "compile_decider", "compile_deciders", "decider_of", "render", "source_of",
            "function_name"]
@@ -138,6 +140,16 @@ def _rules_of(machine: Machine, state: enum.Enum, kind: enum.Enum) -> tuple[Rule
 def _time_guard_of(machine: Machine, guard: str) -> Any:
     """The guard's :class:`~tenure.kernel.core.TimeGuard` declaration, or None."""
     return (machine.time_guards or {}).get(guard)
+
+
+def _unshown_by_changed_fields(machine: Machine) -> str | None:
+    """Where the machine declares its invariants as data
+    (:class:`~tenure.kernel.core.Invariants`), the test under which a new record still
+    needs the whole check: it was not shown, on the fields its effect changed, to break
+    nothing new. None: the whole check runs every time."""
+    if not isinstance(machine.record_violations, Invariants):
+        return None
+    return "record is None or not record_violations.kept_where_changed(record, new)"
 
 
 def _checks_invariants(machine: Machine) -> bool:
@@ -249,11 +261,18 @@ def _bounded_lines(
         ]
     if _checks_invariants(machine):
         names.bind("record_violations", machine.record_violations, "machine.record_violations")
-        lines += [
+        whole = [
             "broken = record_violations(new)",
             "if broken and (record is None or not set(broken) <= set(record_violations(record))):",
             "    return None  # the new record breaks an invariant the record decided on kept",
         ]
+        unshown = _unshown_by_changed_fields(machine)
+        if unshown is None:
+            lines += whole
+        else:
+            # The fields the effect changed, checked alone (the whole check's answer when
+            # it shows nothing new broken; otherwise the whole check decides).
+            lines += [f"if {unshown}:", *(f"    {line}" for line in whole)]
     return [*lines, f"return Ahead(decided, {not_before}, {not_after}, relative, start, end, True)"]
 
 

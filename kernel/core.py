@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -36,6 +37,8 @@ __all__ = [
     "Refused",
     "Decision",
     "Machine",
+    "Invariants",
+    "fields_loaded",
     "Guard",
     "Effect",
     "table_from_rows",
@@ -112,6 +115,82 @@ class Declarations(dict[K, V]):
         DECLARATION_CHANGES[0] += 1
         super().__ior__(other)
         return self
+
+
+def fields_loaded(code: types.CodeType) -> frozenset[str]:
+    """Every attribute and global name ``code`` (and any function or comprehension nested
+    in it) loads: a superset of the fields a rule of :class:`Invariants` reads."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= fields_loaded(constant)
+    return frozenset(names)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Invariants:
+    """A record's invariants as data, called as its ``record_violations``.
+
+    ``bounds``: each field's own type and bound, a test of the field's value alone,
+    reported as ``<bounds_name>.<field>``; ``rules``: the invariants across fields, by
+    name, each a test of the whole record that reads its fields directly
+    (``record.<field>``; the record is handed to nothing else, tests/kernel/test_invariants.py
+    holds every rule to it), so the fields a rule reads are the field names its code
+    loads (:func:`fields_loaded`). The rules are tested only once every bound holds: a
+    rule may compare fields that are not even of their type otherwise.
+
+    Declared as data so that a decision that changed a few fields of a record can be
+    checked on those fields alone (:meth:`kept_where_changed`) with the whole check's
+    answer. Both mappings are read-only: a deliberately broken kernel builds another
+    ``Invariants`` (and another machine), so what a field's rules are never goes stale.
+    """
+
+    bounds_name: str
+    bounds: Mapping[str, Callable[[Any], bool]]
+    rules: Mapping[str, Callable[[Any], bool]]
+    readers: Mapping[str, tuple[Callable[[Any], bool], ...]] = dataclasses.field(init=False, repr=False)
+    """For each field with a bound, the rules that read it (derived from their code)."""
+
+    def __post_init__(self) -> None:
+        bounds = types.MappingProxyType(dict(self.bounds))
+        rules = types.MappingProxyType(dict(self.rules))
+        reads = {name: fields_loaded(rule.__code__) & bounds.keys() for name, rule in rules.items()}
+        object.__setattr__(self, "bounds", bounds)
+        object.__setattr__(self, "rules", rules)
+        object.__setattr__(self, "readers", types.MappingProxyType({
+            field: tuple(rules[name] for name in rules if field in reads[name]) for field in bounds}))
+
+    def __call__(self, record: Any) -> list[str]:
+        """The invariants ``record`` breaks: the bounds it breaks, else the rules."""
+        broken = [f"{self.bounds_name}.{field}" for field, holds in self.bounds.items()
+                  if not holds(getattr(record, field))]
+        if broken:
+            return broken
+        return [name for name, holds in self.rules.items() if not holds(record)]
+
+    def kept_where_changed(self, old: Any, new: Any) -> bool:
+        """True when ``new``, ``old`` with some fields changed, breaks no invariant ``old``
+        did not already break (what the whole check answers for the pair: ``new``'s
+        broken invariants are among ``old``'s). Shown on the changed fields alone: each
+        one's bound holds for its old and its new value, and every rule reading one holds
+        for ``new``; the fields not changed answer every other test as they did for
+        ``old``. A field is unchanged when it holds the very same object (an effect
+        builds its record with ``dataclasses.replace``, which keeps every field it is not
+        given); a value rebuilt equal only costs its checks. False: not shown this way;
+        the caller runs the whole check."""
+        changed = [field for field in self.bounds if getattr(new, field) is not getattr(old, field)]
+        for field in changed:
+            holds = self.bounds[field]
+            if not (holds(getattr(new, field)) and holds(getattr(old, field))):
+                return False
+        readers = self.readers
+        try:
+            for rule in {rule for field in changed for rule in readers[field]}:
+                if not rule(new):
+                    return False
+        except TypeError:  # a rule comparing a field out of its type (a bound old broke): not shown here
+            return False
+        return True
 
 
 _SLOTS: dict[type, tuple[tuple[str, Any], ...]] = {}
@@ -269,6 +348,14 @@ class Rewrite:
 
     name: str
     changes: tuple[tuple[str, Change], ...]
+    _hash: int = dataclasses.field(init=False, repr=False, compare=False)
+    """The hash, computed once (see :class:`Finder`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.changes)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def apply(self, record: Any, command: Any, now_us: int, replace: Callable[..., Any]) -> Any:
         """The rewritten record (``replace(record, **fields)`` builds it)."""
@@ -520,6 +607,15 @@ class Finder:
     order: tuple[str, ...] = ()
     """Field names, each ascending, or descending when prefixed with ``-`` (``-priority``)."""
     lock: str = "wait"
+    _hash: int = dataclasses.field(init=False, repr=False, compare=False)
+    """The hash, computed once: the stores key their built statements by finder, and a
+    finder's generated hash walks every condition on every lookup."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.any_of, self.order, self.lock)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def ordering(self) -> tuple[tuple[str, bool], ...]:
         """``order`` as ``(field, descending)`` pairs."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from tenure.kernel.ahead import Ahead, at_path, decide_ahead, decide_windowed
 from tenure.kernel.compiled import decider_of
-from tenure.kernel.core import Applied, Decision, Finder, Machine, Refused, decide, slots_of
+from tenure.kernel.core import Applied, Decision, Finder, Invariants, Machine, Refused, decide, slots_of
 from tenure.model import TenureError
 
 from .failures import persistence_failed
@@ -66,6 +66,8 @@ def checked_by(machine: Machine, old: Any, decision: Applied[Any]) -> Any:
     new = decision.new_record
     if new is not None:
         violations = machine.record_violations
+        if old is not None and isinstance(violations, Invariants) and violations.kept_where_changed(old, new):
+            return new  # checked on the fields the decision changed: nothing new is broken
         broken = set(violations(new))
         if broken and not broken <= set(violations(old) if old is not None else ()):
             raise persistence_failed("invariant_broken")
@@ -441,12 +443,15 @@ class Engine:
         known = {key: self.last_seen(binding, key) for key, _ in items}
         for _ in range(AHEAD_ROUNDS):
             plans = [self._plan(binding, key, command, *known[key], reference, raise_conflicts) for key, command in items]
+            # The window every decision holds in (0, 0 when none was made ahead), in a plain
+            # loop: a call of one or a few items pays no generator for it.
             windows = [plan for _, plan in plans if plan is not None]
-            not_before = max((plan.not_before_us for plan in windows), default=0)
-            not_after = min((plan.not_after_us for plan in windows), default=0)
+            not_before, not_after = (windows[0].not_before_us, windows[0].not_after_us) if windows else (0, 0)
+            for plan in windows[1:]:
+                not_before, not_after = max(not_before, plan.not_before_us), min(not_after, plan.not_after_us)
             try:
                 expected = [expected for expected, _ in plans]
-                announce = binding.announced((item.record, item.new) for item in expected)
+                announce = binding.announced([(item.record, item.new) for item in expected])
                 answer = await ahead.write_ahead(binding, by_keys, expected, not_before, not_after, announce=announce)
             except TenureError as error:
                 if error.reason != "read_back_mismatch":

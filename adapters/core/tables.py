@@ -775,7 +775,11 @@ class Binding:
     def announced(self, changes: Iterable[tuple[Any, Any]]) -> bool:
         """Whether any ``(old, new)`` change is one this table announces."""
         announces = self.announces
-        return announces is not None and any(new is not None and announces(old, new) for old, new in changes)
+        if announces is not None:
+            for old, new in changes:
+                if new is not None and announces(old, new):
+                    return True
+        return False
 
     @functools.cached_property
     def _columns_by_field(self) -> dict[str, ColumnSpec]:

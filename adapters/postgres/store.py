@@ -26,6 +26,7 @@ need none of the engine's features. SQLAlchemy Core still declares the schema.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -37,7 +38,7 @@ from tenure.kernel.core import Finder, Rewrite, SetValue
 from tenure.model import ConfigValidationError
 
 from ..core.failures import Stage, persistence_failed
-from ..core.sql import POSTGRESQL, compile_finder, counts_sql
+from ..core.sql import POSTGRESQL, CompiledFinder, compile_finder, counts_sql
 from ..core.store import AheadAnswer, Beside, Body, Expected, Guard, JoinedAnswer, Picked, Probe, SharedPrimitives, TimeObserver
 from ..core.tables import POSTGRESQL_DIALECT, ROW_VERSION, Binding, RowCodec, announce_channel, record_or_unreadable
 from ..core.urls import Pooler
@@ -53,9 +54,28 @@ from .connections import (
     count_instants_in_microseconds,
     rollback,
 )
-from .statements import numbered
+from .statements import Numbered, numbered
 
 __all__ = ["PostgresStore", "PostgresTransaction", "POOL_SIZE", "DEFAULT_TIMEOUT_SECONDS"]
+
+_AHEAD_TEXTS_KEPT = 256
+"""How many :class:`_AheadText` shapes a store keeps before it starts again."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class _AheadText:
+    """One shape of :meth:`PostgresStore.write_ahead`'s statement, built once: the binding
+    and finder it was built for (kept, so their identities stay theirs), whether the table
+    has its row version, the binding's codec, the compiled finder (its parameters) and
+    the numbered statement."""
+
+    binding: Binding
+    finder: Finder
+    versioned: bool
+    codec: RowCodec
+    compiled: CompiledFinder
+    statement: Numbered
+    channel: str | None
 
 T = TypeVar("T")
 
@@ -328,9 +348,13 @@ class PostgresStore:
         """(table, column) of every genuine uuid column in the schema (read at first use):
         keys stored there are canonicalized by the database and read back as text."""
         self.column_types: dict[str, tuple[tuple[str, str], ...]] = {}
+        """Each table's columns with their PostgreSQL type names (read at first use)."""
         self.versioned_tables: frozenset[str] = frozenset()
         """Tables with their row version (migrated through versions_v1), read at open."""
-        """Each table's columns with their PostgreSQL type names (read at first use)."""
+        self._seen_whole: dict[tuple[str, tuple[str, ...]], bool] = {}
+        """Whether each table was seen with every column a binding names (by table and columns)."""
+        self._ahead_texts: dict[tuple[Any, ...], _AheadText] = {}
+        """:meth:`write_ahead`'s statements by shape (see :class:`_AheadText`)."""
         self._clock: tuple[int, float] | None = None
         """The last database time read, with this process's monotonic time then."""
         self.ahead = self
@@ -494,7 +518,11 @@ class PostgresStore:
         deadline = self._deadline()
         pool = await self._open(deadline)
         types = self.column_types.get(binding.spec.name, ())
-        if not set(binding.spec.column_names) <= {column for column, _ in types}:
+        shape = (binding.spec.name, binding.spec.column_names)
+        whole = self._seen_whole.get(shape)
+        if whole is None:  # once per table and columns: the types are read once, when the pool opens
+            whole = self._seen_whole[shape] = set(binding.spec.column_names) <= {c for c, _ in types}
+        if not whole:
             return None
         return pool, deadline, types
 
@@ -509,34 +537,59 @@ class PostgresStore:
         if opened is None:
             return None
         pool, deadline, types = opened
-        codec = self.codec(binding)
-        versioned = binding.spec.name in self.versioned_tables
-        compiled = compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned)
         keys = [item.key for item in items]
-        # One item: its key looked up as an equality, the plan PostgreSQL caches (issue 51).
-        locking = statements.keyed_sql(binding, finder, self.schema, types, versioned=versioned,
-                                       one=statements.single(finder, {"keys": keys}))
+        base = self._ahead_text(binding, finder, types, keys, None, announce)
+        codec, versioned = base.codec, base.versioned
         by_version = statements.ahead_version_parameters(binding, codec, items[0]) if (
             versioned and len(items) == 1) else None
         parameters: dict[str, Any] | None
         if by_version is not None:
             changed, parameters = by_version
-            sql = statements.ahead_version_sql(binding, self.schema, locking, types, changed, announce)
+            text = self._ahead_text(binding, finder, types, keys, changed, announce)
         elif len(items) == 1:
-            sql = statements.ahead_one_sql(binding, self.schema, locking, types, announce, versioned)
-            parameters = statements.ahead_one_parameters(binding, codec, items[0])
+            text, parameters = base, statements.ahead_one_parameters(binding, codec, items[0])
         else:
-            sql = statements.ahead_sql(binding, self.schema, locking, types, announce, versioned)
-            parameters = statements.ahead_parameters(binding, codec, items)
+            text, parameters = base, statements.ahead_parameters(binding, codec, items)
         if parameters is None:
             return None
         if announce:
-            parameters["channel"] = announce_channel(self.schema, binding.spec.name)
-        parameters.update(compiled.parameters({"keys": keys}))
+            parameters["channel"] = text.channel
+        parameters.update(text.compiled.parameters({"keys": keys}))
         parameters["not_before"], parameters["not_after"] = not_before_us, not_after_us
-        statement = numbered(sql)
-        rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
+        rows = await self._fetch_once(pool, deadline, text.statement.sql, text.statement.arguments(parameters))
         return self._answer(binding, codec, rows, versioned)
+
+    def _ahead_text(
+        self, binding: Binding, finder: Finder, types: tuple[tuple[str, str], ...], keys: Sequence[str],
+        changed: tuple[str, ...] | None, announce: bool,
+    ) -> _AheadText:
+        """The statement :meth:`write_ahead` sends for this shape: one item (its key looked
+        up as an equality, the plan PostgreSQL caches: issue 51) or several; written by
+        row version (``changed``: the columns it writes) or compared column by column.
+        Built once per shape and kept by the identity of the binding and finder (hashing
+        them, as the builders' own caches do, costs a heartbeat several dataclass hashes);
+        the entry keeps them, so an identity is never reused for another while it is kept."""
+        key = (id(binding), id(finder), len(keys) == 1, changed, announce)
+        found = self._ahead_texts.get(key)
+        if found is not None and found.binding is binding and found.finder is finder:
+            return found
+        versioned = binding.spec.name in self.versioned_tables
+        one = statements.single(finder, {"keys": keys})  # the same for every list of as many keys
+        locking = statements.keyed_sql(binding, finder, self.schema, types, versioned=versioned, one=one)
+        if changed is not None:
+            sql = statements.ahead_version_sql(binding, self.schema, locking, types, changed, announce)
+        elif len(keys) == 1:
+            sql = statements.ahead_one_sql(binding, self.schema, locking, types, announce, versioned)
+        else:
+            sql = statements.ahead_sql(binding, self.schema, locking, types, announce, versioned)
+        if len(self._ahead_texts) >= _AHEAD_TEXTS_KEPT:
+            self._ahead_texts.clear()  # bindings built per call would otherwise grow it forever
+        made = self._ahead_texts[key] = _AheadText(
+            binding, finder, versioned, self.codec(binding),
+            compile_finder(binding, finder, POSTGRESQL, self.schema, versioned=versioned), numbered(sql),
+            announce_channel(self.schema, binding.spec.name) if announce else None,
+        )
+        return made
 
     async def insert_ahead(
         self, binding: Binding, finder: Finder, finder_parameters: Mapping[str, Any], record: Any,
@@ -736,14 +789,22 @@ class PostgresStore:
         width = len(binding.spec.columns) + versioned
         now, went = rows[0][0], bool(rows[0][1])
         self.saw_clock(now)
-        at = 2 + binding.key_index
-        locked = {str(row[at]): codec.read(row, 2) for row in rows if row[at] is not None}
-        written = frozenset(str(row[3 + width]) for row in rows if row[3 + width] is not None)
+        at, split = 2 + binding.key_index, 3 + width
+        locked: dict[str, Any] = {}
+        written: set[str] = set()
         versions: dict[str, int] = {}
-        if versioned:
-            versions = {str(row[at]): row[1 + width] for row in rows if row[at] is not None}
-            versions.update((str(row[3 + width]), row[4 + width]) for row in rows if row[3 + width] is not None)
-        return AheadAnswer(now, went, locked, written, versions)
+        for row in rows:  # a plain loop: the one or few rows of a call pay no generator each
+            if row[at] is not None:
+                locked[str(row[at])] = codec.read(row, 2)
+                if versioned:
+                    versions[str(row[at])] = row[1 + width]
+            if row[split] is not None:
+                written.add(str(row[split]))
+        if versioned:  # the versions written last: they are the rows' versions now
+            for row in rows:
+                if row[split] is not None:
+                    versions[str(row[split])] = row[4 + width]
+        return AheadAnswer(now, went, locked, frozenset(written), versions)
 
     def codec(self, binding: Binding) -> RowCodec:
         return binding.codec(POSTGRESQL_DIALECT, key_as_text=(binding.spec.name, binding.key_column) in self.uuid_columns)

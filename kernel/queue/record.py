@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable
 
 from tenure.model import JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 from tenure.model.validation import is_queue_name
 
-from ..core import replaced
+from ..core import Invariants, replaced
 
 __all__ = [
     "QueueRow",
@@ -139,89 +140,93 @@ def _optional_instant(value: object) -> bool:
 _instant = bounds.is_instant
 
 
-def _types_and_bounds(record: QueueRow) -> list[str]:
-    """INV-Q1: every field has its type and bound."""
-    checks = {
-        "queue": type(record.queue) is QueueKind,
-        "job_id": bounds.is_bounded_text(record.job_id, bounds.MAX_JOB_ID_CHARS),
-        "run_id": _optional_text(record.run_id, bounds.MAX_RUN_ID_CHARS),
-        "status": type(record.status) is JobStatus,
-        "attempts": bounds.is_strict_int(record.attempts) and record.attempts >= 0,
-        "max_attempts": bounds.is_strict_int(record.max_attempts)
-        and 1 <= record.max_attempts <= bounds.INT32_MAX,
-        "generation": bounds.is_strict_int(record.generation)
-        and 0 <= record.generation <= bounds.INT64_MAX,
-        "owner_id": _optional_text(record.owner_id, bounds.MAX_IDENTITY_CHARS),
-        "claim_token": _optional_text(record.claim_token, bounds.MAX_IDENTITY_CHARS),
-        "claimed_at_us": _optional_instant(record.claimed_at_us),
-        "lease_expires_at_us": _optional_instant(record.lease_expires_at_us),
-        "fires_at_us": _instant(record.fires_at_us),
-        "created_at_us": _instant(record.created_at_us),
-        "completed_at_us": _optional_instant(record.completed_at_us),
-        "cancel_requested": type(record.cancel_requested) is bool,
-        "pid": record.pid is None
-        or (bounds.is_strict_int(record.pid) and 1 <= record.pid <= bounds.INT32_MAX),
-        "fence_required": type(record.fence_required) is bool,
-        "submission_id": _optional_text(record.submission_id, bounds.MAX_IDENTITY_CHARS),
-        "fingerprint": _optional_text(record.fingerprint, bounds.MAX_IDENTITY_CHARS),
-        "idempotency_key": _optional_text(record.idempotency_key, bounds.MAX_IDENTITY_CHARS),
-        "active_key": record.active_key is None or type(record.active_key) is str,
-        "dlq_record_id": _optional_text(record.dlq_record_id, bounds.MAX_DLQ_ID_CHARS),
-        "error_message": record.error_message is None or type(record.error_message) is str,
-        "result_json": record.result_json is None or type(record.result_json) is str,
-        "payload": type(record.payload) is tuple
-        and all(part is None or type(part) is str for part in record.payload),
-        "queue_name": record.queue_name is None or is_queue_name(record.queue_name),
-        "task_name": _optional_text(record.task_name, bounds.MAX_TASK_NAME_CHARS),
-        "priority": bounds.is_strict_int(record.priority) and 0 <= record.priority <= bounds.MAX_PRIORITY,
-        "progress_json": record.progress_json is None or type(record.progress_json) is str,
-    }
-    return [f"INV-Q1.{name}" for name, ok in checks.items() if not ok]
+def _strict_int_within(low: int, high: int | None = None) -> Callable[[object], bool]:
+    def holds(value: object) -> bool:
+        return bounds.is_strict_int(value) and low <= value and (high is None or value <= high)  # type: ignore[operator]
+
+    return holds
 
 
-def record_violations(record: QueueRow) -> list[str]:
-    """The invariants (``INV-Q1`` ... ``INV-Q10`` in specs/queue.md) this record breaks."""
-    broken = _types_and_bounds(record)
-    if broken:
-        return broken
-    claimed = record.status is JobStatus.CLAIMED
-    terminal = record.status in TERMINAL_STATUSES
-    streaming = record.queue is QueueKind.STREAMING
-    task = record.queue is QueueKind.TASK
-    rules = {
-        # INV-Q2: a claim is live state: owner, start and lease exist exactly while claimed.
-        "INV-Q2": (record.lease_expires_at_us is not None) == claimed
-        and (not claimed or (record.owner_id is not None and record.claimed_at_us is not None)),
-        # INV-Q3: a claimed row has been claimed within budget (attempts at least 1), and
-        # its generation counts the claim, except a legacy claim made before the owned
-        # migration (generation 0), which carries no token.
-        "INV-Q3": not claimed
-        or ((record.generation >= 1 or record.claim_token is None) and 1 <= record.attempts <= record.max_attempts),
-        # INV-Q4: a pending row can still be claimed: attempts remain.
-        "INV-Q4": record.status is not JobStatus.PENDING or record.attempts < record.max_attempts,
-        # INV-Q5: cancel requests and PIDs exist only on a claimed streaming row.
-        "INV-Q5": (not record.cancel_requested and record.pid is None) or (claimed and streaming),
-        # INV-Q6: an owned submission carries its whole identity, a legacy row none of it.
-        "INV-Q6": record.fence_required == (record.submission_id is not None)
-        and record.fence_required == (record.fingerprint is not None),
-        # INV-Q7: a token exists only with its owner, once the row has been claimed since
-        # the owned migration (an owner without a token may date from before it).
-        "INV-Q7": record.claim_token is None
-        or (record.owner_id is not None and record.generation >= 1),
-        # INV-Q8: only streaming launches have an active key. (The kernel releases it on
-        # every move into a terminal status; rows written by older binaries may still hold
-        # one, and the forced-rerun rules release it.)
-        "INV-Q8": record.active_key is None or streaming,
-        # INV-Q9: terminal exactly when finished; run IDs only on pipelines, DLQ IDs never on streams.
-        "INV-Q9": (record.completed_at_us is not None) == terminal
-        and (record.run_id is not None) == (record.queue is QueueKind.PIPELINE)
-        and (record.dlq_record_id is None or not streaming),
-        # INV-Q10: a task names its queue; priorities and progress exist only on tasks.
-        "INV-Q10": (record.queue_name is not None) == task
-        and (record.task_name is not None) == task
-        and (task or (record.priority == 0 and record.progress_json is None)),
-    }
-    return [name for name, ok in rules.items() if not ok]
+def _text_or_none(value: object) -> bool:
+    return value is None or type(value) is str
+
+
+def _optional_bounded_text(max_chars: int) -> Callable[[object], bool]:
+    return lambda value: _optional_text(value, max_chars)
+
+
+_FIELD_BOUNDS: dict[str, Callable[[object], bool]] = {
+    # INV-Q1: every field has its type and bound (a test of the field's value alone).
+    "queue": lambda value: type(value) is QueueKind,
+    "job_id": lambda value: bounds.is_bounded_text(value, bounds.MAX_JOB_ID_CHARS),
+    "run_id": _optional_bounded_text(bounds.MAX_RUN_ID_CHARS),
+    "status": lambda value: type(value) is JobStatus,
+    "attempts": _strict_int_within(0),
+    "max_attempts": _strict_int_within(1, bounds.INT32_MAX),
+    "generation": _strict_int_within(0, bounds.INT64_MAX),
+    "owner_id": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
+    "claim_token": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
+    "claimed_at_us": _optional_instant,
+    "lease_expires_at_us": _optional_instant,
+    "fires_at_us": _instant,
+    "created_at_us": _instant,
+    "completed_at_us": _optional_instant,
+    "cancel_requested": lambda value: type(value) is bool,
+    "pid": lambda value: value is None or _strict_int_within(1, bounds.INT32_MAX)(value),
+    "fence_required": lambda value: type(value) is bool,
+    "submission_id": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
+    "fingerprint": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
+    "idempotency_key": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
+    "active_key": _text_or_none,
+    "dlq_record_id": _optional_bounded_text(bounds.MAX_DLQ_ID_CHARS),
+    "error_message": _text_or_none,
+    "result_json": _text_or_none,
+    "payload": lambda value: type(value) is tuple and all(part is None or type(part) is str for part in value),
+    "queue_name": lambda value: value is None or is_queue_name(value),
+    "task_name": _optional_bounded_text(bounds.MAX_TASK_NAME_CHARS),
+    "priority": _strict_int_within(0, bounds.MAX_PRIORITY),
+    "progress_json": _text_or_none,
+}
+
+_RULES: dict[str, Callable[[QueueRow], bool]] = {
+    # INV-Q2: a claim is live state: owner, start and lease exist exactly while claimed.
+    "INV-Q2": lambda record: (record.lease_expires_at_us is not None) == (record.status is JobStatus.CLAIMED)
+    and (record.status is not JobStatus.CLAIMED or (record.owner_id is not None and record.claimed_at_us is not None)),
+    # INV-Q3: a claimed row has been claimed within budget (attempts at least 1), and
+    # its generation counts the claim, except a legacy claim made before the owned
+    # migration (generation 0), which carries no token.
+    "INV-Q3": lambda record: record.status is not JobStatus.CLAIMED
+    or ((record.generation >= 1 or record.claim_token is None) and 1 <= record.attempts <= record.max_attempts),
+    # INV-Q4: a pending row can still be claimed: attempts remain.
+    "INV-Q4": lambda record: record.status is not JobStatus.PENDING or record.attempts < record.max_attempts,
+    # INV-Q5: cancel requests and PIDs exist only on a claimed streaming row.
+    "INV-Q5": lambda record: (not record.cancel_requested and record.pid is None)
+    or (record.status is JobStatus.CLAIMED and record.queue is QueueKind.STREAMING),
+    # INV-Q6: an owned submission carries its whole identity, a legacy row none of it.
+    "INV-Q6": lambda record: record.fence_required == (record.submission_id is not None)
+    and record.fence_required == (record.fingerprint is not None),
+    # INV-Q7: a token exists only with its owner, once the row has been claimed since
+    # the owned migration (an owner without a token may date from before it).
+    "INV-Q7": lambda record: record.claim_token is None or (record.owner_id is not None and record.generation >= 1),
+    # INV-Q8: only streaming launches have an active key. (The kernel releases it on
+    # every move into a terminal status; rows written by older binaries may still hold
+    # one, and the forced-rerun rules release it.)
+    "INV-Q8": lambda record: record.active_key is None or record.queue is QueueKind.STREAMING,
+    # INV-Q9: terminal exactly when finished; run IDs only on pipelines, DLQ IDs never on streams.
+    "INV-Q9": lambda record: (record.completed_at_us is not None) == (record.status in TERMINAL_STATUSES)
+    and (record.run_id is not None) == (record.queue is QueueKind.PIPELINE)
+    and (record.dlq_record_id is None or record.queue is not QueueKind.STREAMING),
+    # INV-Q10: a task names its queue; priorities and progress exist only on tasks.
+    "INV-Q10": lambda record: (record.queue_name is not None) == (record.queue is QueueKind.TASK)
+    and (record.task_name is not None) == (record.queue is QueueKind.TASK)
+    and (record.queue is QueueKind.TASK or (record.priority == 0 and record.progress_json is None)),
+}
+
+record_violations = Invariants("INV-Q1", _FIELD_BOUNDS, _RULES)
+"""The invariants (``INV-Q1`` ... ``INV-Q10`` in specs/queue.md) a record breaks, as a
+list of their names: ``INV-Q1.<field>`` for each field out of its type or bound, else
+each rule across fields it breaks. Declared as data (:class:`~tenure.kernel.core.Invariants`),
+so a decision is checked on the fields it changed (:meth:`~tenure.kernel.core.Invariants.kept_where_changed`)."""
 
 
 def is_valid_record(record: QueueRow) -> bool:

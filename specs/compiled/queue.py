@@ -84,9 +84,10 @@ def decide_heartbeat_owned(record, command, now_us, span_us=DEFAULT_SPAN_US):
         relative = {'lease_expires_at_us': offset_0}
         if not (is_instant(start + offset_0) and is_instant(end - 1 + offset_0)):
             return None  # a moving field leaves the instant bounds inside the window
-        broken = record_violations(new)
-        if broken and (record is None or not set(broken) <= set(record_violations(record))):
-            return None  # the new record breaks an invariant the record decided on kept
+        if record is None or not record_violations.kept_where_changed(record, new):
+            broken = record_violations(new)
+            if broken and (record is None or not set(broken) <= set(record_violations(record))):
+                return None  # the new record breaks an invariant the record decided on kept
         return Ahead(decided, start, end, relative, start, end, True)
     elif state is STATE_ABSENT:
         # always -> refused: not_found
@@ -132,9 +133,10 @@ def decide_complete_owned(record, command, now_us, span_us=DEFAULT_SPAN_US):
         relative = {'completed_at_us': offset_0}
         if not (is_instant(start + offset_0) and is_instant(end - 1 + offset_0)):
             return None  # a moving field leaves the instant bounds inside the window
-        broken = record_violations(new)
-        if broken and (record is None or not set(broken) <= set(record_violations(record))):
-            return None  # the new record breaks an invariant the record decided on kept
+        if record is None or not record_violations.kept_where_changed(record, new):
+            broken = record_violations(new)
+            if broken and (record is None or not set(broken) <= set(record_violations(record))):
+                return None  # the new record breaks an invariant the record decided on kept
         return Ahead(decided, start, end, relative, start, end, True)
     elif state is STATE_ABSENT:
         # always -> refused: not_found
@@ -181,9 +183,10 @@ def decide_fail_owned(record, command, now_us, span_us=DEFAULT_SPAN_US):
             relative = {'fires_at_us': offset_0}
             if not (is_instant(start + offset_0) and is_instant(end - 1 + offset_0)):
                 return None  # a moving field leaves the instant bounds inside the window
-            broken = record_violations(new)
-            if broken and (record is None or not set(broken) <= set(record_violations(record))):
-                return None  # the new record breaks an invariant the record decided on kept
+            if record is None or not record_violations.kept_where_changed(record, new):
+                broken = record_violations(new)
+                if broken and (record is None or not set(broken) <= set(record_violations(record))):
+                    return None  # the new record breaks an invariant the record decided on kept
             return Ahead(decided, start, end, relative, start, end, True)
         # always -> fail
         decided = effect_fail(record, command, now_us)
@@ -197,9 +200,10 @@ def decide_fail_owned(record, command, now_us, span_us=DEFAULT_SPAN_US):
         relative = {'completed_at_us': offset_0}
         if not (is_instant(start + offset_0) and is_instant(end - 1 + offset_0)):
             return None  # a moving field leaves the instant bounds inside the window
-        broken = record_violations(new)
-        if broken and (record is None or not set(broken) <= set(record_violations(record))):
-            return None  # the new record breaks an invariant the record decided on kept
+        if record is None or not record_violations.kept_where_changed(record, new):
+            broken = record_violations(new)
+            if broken and (record is None or not set(broken) <= set(record_violations(record))):
+                return None  # the new record breaks an invariant the record decided on kept
         return Ahead(decided, start, end, relative, start, end, True)
     elif state is STATE_ABSENT:
         # always -> refused: not_found
@@ -249,9 +253,10 @@ def decide_release_owned(record, command, now_us, span_us=DEFAULT_SPAN_US):
             relative = {'fires_at_us': offset_0}
             if not (is_instant(start + offset_0) and is_instant(end - 1 + offset_0)):
                 return None  # a moving field leaves the instant bounds inside the window
-            broken = record_violations(new)
-            if broken and (record is None or not set(broken) <= set(record_violations(record))):
-                return None  # the new record breaks an invariant the record decided on kept
+            if record is None or not record_violations.kept_where_changed(record, new):
+                broken = record_violations(new)
+                if broken and (record is None or not set(broken) <= set(record_violations(record))):
+                    return None  # the new record breaks an invariant the record decided on kept
             return Ahead(decided, start, end, relative, start, end, True)
         # always -> release
         decided = effect_release(record, command, now_us)
@@ -312,9 +317,10 @@ def decide_claim_owned(record, command, now_us, span_us=DEFAULT_SPAN_US):
             return None  # a moving field leaves the instant bounds inside the window
         if not (is_instant(start + offset_1) and is_instant(end - 1 + offset_1)):
             return None  # a moving field leaves the instant bounds inside the window
-        broken = record_violations(new)
-        if broken and (record is None or not set(broken) <= set(record_violations(record))):
-            return None  # the new record breaks an invariant the record decided on kept
+        if record is None or not record_violations.kept_where_changed(record, new):
+            broken = record_violations(new)
+            if broken and (record is None or not set(broken) <= set(record_violations(record))):
+                return None  # the new record breaks an invariant the record decided on kept
         return Ahead(decided, start, end, relative, start, end, True)
     elif state is STATE_ABSENT:
         # nonce_stored -> refused: nonce_reused

@@ -266,6 +266,8 @@ GENERATOR_MUTANTS: dict[str, tuple[str, Any, enum.Enum]] = {
         ("_time_guard_of", lambda: _window_from("fires_at_us"), C.HEARTBEAT_OWNED),
     "a time guard inverted": ("_time_guard_of", _time_guard_inverted, C.RELEASE_OWNED),
     "the invariant check left out": ("_checks_invariants", lambda: lambda machine: False, C.COMPLETE_OWNED),
+    "the changed-field check taken as proof without running it":
+        ("_unshown_by_changed_fields", lambda: lambda machine: "record is None", C.COMPLETE_OWNED),
 }
 
 

@@ -45,4 +45,6 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         write()
     else:
-        print("stale: " + ", ".join(stale()) if stale() else "current")
+        found = stale()
+        print("stale: " + ", ".join(found) if found else "current")
+        sys.exit(1 if found else 0)

@@ -1,0 +1,187 @@
+"""Record invariants declared as data (tenure.kernel.core.Invariants): checking a new
+record on the fields a decision changed answers what the whole check answers.
+
+``kept_where_changed(old, new)`` is a shortcut the compiled deciders and the engine
+take before the whole check: True must mean ``new`` breaks no invariant ``old`` kept.
+The property below changes records (kept and broken, from the queue's own strategy)
+in a few fields, to values of every kind (of the right type and not, in bounds and
+not, equal but not identical), and holds every True to the whole check; broken
+versions of the shortcut (rules read from no field, a bound checked on the new value
+alone, fields compared by equality) are caught by it. A rule's fields are read from its
+code, so a rule must hand its record to nothing but attribute reads: held here too."""
+
+from __future__ import annotations
+
+import dataclasses
+import dis
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+
+from tenure.conformance.strategies import queues
+from tenure.kernel.core import Invariants
+from tenure.kernel.queue.machine import QUEUE
+from tenure.kernel.queue.record import QueueRow, record_violations
+
+FIELDS = tuple(field.name for field in dataclasses.fields(QueueRow))
+
+ODD_VALUES = (None, True, False, 0, 1, 0.0, 1.0, -1, 2, 10**20, -(10**20), "", "x", "x" * 300, (), ("a",), (1,))
+"""Values of every kind a field might be changed to: bools beside the ints equal to them
+(``True == 1``, ``0.0 == 0``: equal yet of another type), out-of-range numbers,
+over-long text."""
+
+
+def _invariant_machines() -> list[Any]:
+    return [machine for machine in (QUEUE,) if isinstance(machine.record_violations, Invariants)]
+
+
+def _rebuilt(value: Any) -> Any:
+    """``value`` as a new object where the type allows (large ints, longer text)."""
+    if type(value) is int:
+        return value + 1 - 1
+    if type(value) is str:
+        return (value + "a")[:-1]
+    return value
+
+
+@st.composite
+def changes(draw: st.DrawFn) -> tuple[QueueRow, QueueRow]:
+    """A queue record (kept, or with one or two fields already odd or taken from another
+    record: a bound or a rule broken) and that record with one to three fields changed: to another record's value of the field, an odd value, or an
+    equal value built anew."""
+    old = draw(queues.records().filter(lambda record: record is not None))
+    other = draw(queues.records().filter(lambda record: record is not None))
+    changed: dict[str, Any] = {}
+    if draw(st.booleans()):  # a record that already breaks something: a bound, a rule, or both
+        kept = old
+        spoiled = draw(st.lists(st.sampled_from(FIELDS), min_size=1, max_size=2, unique=True))
+        # another record's value (in bounds, perhaps breaking a rule) as often as an odd one
+        old = dataclasses.replace(old, **{field: draw(st.one_of(st.just(getattr(other, field)), st.sampled_from(ODD_VALUES)))
+                                          for field in spoiled})
+        if draw(st.booleans()):  # the change mends one of them
+            mended = draw(st.sampled_from(spoiled))
+            changed[mended] = getattr(kept, mended)
+    for field in draw(st.lists(st.sampled_from(FIELDS), min_size=0 if changed else 1, max_size=3, unique=True)):
+        value = getattr(old, field)
+        changed[field] = draw(st.sampled_from([
+            getattr(other, field), draw(st.sampled_from(ODD_VALUES)),
+            # equal, not identical (a new object): equality alone must not count as unchanged
+            _rebuilt(value),
+            True if value == 1 and type(value) is int else value,
+            False if value == 0 and type(value) is int else value,
+        ]))
+    return old, dataclasses.replace(old, **changed)
+
+
+def _claims_wrongly(invariants: Invariants, pair: tuple[QueueRow, QueueRow]) -> bool:
+    """``invariants`` says the change broke nothing new, and the whole check disagrees."""
+    old, new = pair
+    try:
+        kept = invariants.kept_where_changed(old, new)
+    except Exception:  # noqa: BLE001 - a shortcut that raises is broken too
+        return True
+    return kept and not set(record_violations(new)) <= set(record_violations(old))
+
+
+@settings(max_examples=1_000, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=changes())
+def test_a_change_the_shortcut_passes_breaks_nothing_the_record_kept(pair: tuple[QueueRow, QueueRow]) -> None:
+    assert not _claims_wrongly(record_violations, pair)
+
+
+def test_the_shortcut_passes_and_refuses_changes_both_kept_and_broken() -> None:
+    """The property is not vacuous: the shortcut passes kept changes, refuses changes
+    that break an invariant, and refuses some the whole check accepts (then it runs)."""
+    seen: set[tuple[bool, bool]] = set()
+
+    @settings(max_examples=600, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(pair=changes())
+    def meet(pair: tuple[QueueRow, QueueRow]) -> None:
+        old, new = pair
+        whole = set(record_violations(new)) <= set(record_violations(old))
+        seen.add((record_violations.kept_where_changed(old, new), whole))
+
+    meet()
+    assert seen == {(True, True), (False, False), (False, True)}
+
+
+def _readers_from_no_field(invariants: Invariants) -> Invariants:
+    broken = Invariants(invariants.bounds_name, invariants.bounds, invariants.rules)
+    object.__setattr__(broken, "readers", {field: () for field in invariants.bounds})
+    return broken
+
+
+class _NewValueOnly(Invariants):
+    def kept_where_changed(self, old: Any, new: Any) -> bool:
+        changed = [field for field in self.bounds if getattr(new, field) is not getattr(old, field)]
+        if not all(self.bounds[field](getattr(new, field)) for field in changed):
+            return False
+        try:
+            return all(rule(new) for field in changed for rule in self.readers[field])
+        except TypeError:
+            return False
+
+
+class _ByEquality(Invariants):
+    def kept_where_changed(self, old: Any, new: Any) -> bool:
+        changed = [field for field in self.bounds if getattr(new, field) != getattr(old, field)]
+        if not all(self.bounds[field](getattr(new, field)) and self.bounds[field](getattr(old, field))
+                   for field in changed):
+            return False
+        try:
+            return all(rule(new) for field in changed for rule in self.readers[field])
+        except TypeError:
+            return False
+
+
+SHORTCUT_MUTANTS = {
+    "rules read from no field": lambda sound: _readers_from_no_field(sound),
+    "a changed field's bound checked on its new value only":
+        lambda sound: _NewValueOnly(sound.bounds_name, sound.bounds, sound.rules),
+    "fields compared by equality, not identity": lambda sound: _ByEquality(sound.bounds_name, sound.bounds, sound.rules),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(SHORTCUT_MUTANTS))
+def test_a_broken_shortcut_is_caught_by_the_property(mutant: str) -> None:
+    broken = SHORTCUT_MUTANTS[mutant](record_violations)
+    try:
+        find(changes(), lambda pair: _claims_wrongly(broken, pair),
+             settings=settings(max_examples=3_000, database=None, suppress_health_check=[HealthCheck.too_slow]))
+    except NoSuchExample:
+        pytest.fail(f"the property missed the broken shortcut: {mutant}")
+
+
+@pytest.mark.parametrize("machine", _invariant_machines(), ids=lambda machine: machine.name)
+def test_every_rule_hands_its_record_to_attribute_reads_alone(machine: Any) -> None:
+    """A rule's fields are the names its code loads; a rule passing its record to a
+    function (or keeping it in another name) would read fields no one sees."""
+    for name, rule in machine.record_violations.rules.items():
+        code = rule.__code__
+        assert code.co_argcount == 1 and not code.co_cellvars and not code.co_freevars, name
+        instructions = list(dis.get_instructions(code))
+        argument = code.co_varnames[0]
+        for at, instruction in enumerate(instructions):
+            if instruction.opname.startswith("LOAD_FAST") and instruction.argval == argument:
+                assert instructions[at + 1].opname in ("LOAD_ATTR", "LOAD_METHOD"), f"{name} hands its record on"
+            assert not (instruction.opname.startswith("STORE") and instruction.argval == argument), name
+
+
+@pytest.mark.parametrize("machine", _invariant_machines(), ids=lambda machine: machine.name)
+def test_every_field_has_a_bound_and_every_rule_reads_some(machine: Any) -> None:
+    invariants = machine.record_violations
+    assert set(invariants.bounds) == set(FIELDS)
+    read = {rule for readers in invariants.readers.values() for rule in readers}
+    assert read == set(invariants.rules.values())
+    # INV-Q2 reads the lease: a heartbeat's renewed lease is checked against it.
+    assert invariants.rules["INV-Q2"] in invariants.readers["lease_expires_at_us"]
+
+
+def test_the_declared_invariants_are_read_only() -> None:
+    with pytest.raises(TypeError):
+        record_violations.rules["INV-Q2"] = lambda record: True  # type: ignore[index]
+    with pytest.raises(TypeError):
+        record_violations.bounds["status"] = lambda value: True  # type: ignore[index]
