@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from tenure.model import ErrorCode
+from tenure.model import ErrorCode, bounds
 
 __all__ = [
     "SAME",
@@ -38,6 +39,7 @@ __all__ = [
     "Decision",
     "Machine",
     "Invariants",
+    "Bound",
     "fields_loaded",
     "Guard",
     "Effect",
@@ -127,46 +129,141 @@ def fields_loaded(code: types.CodeType) -> frozenset[str]:
     return frozenset(names)
 
 
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """One field's type and bound, as data: a test of the field's value alone, which
+    :class:`Invariants` writes inline. ``kind``: ``text`` (a nonempty ``str`` of at most
+    ``high`` characters, as :func:`tenure.model.bounds.is_bounded_text`), ``str`` (any
+    ``str``), ``int`` (a real ``int``, never a bool, from ``low`` to ``high`` where given),
+    ``instant`` (:func:`tenure.model.bounds.is_instant`), ``type`` (exactly of type ``of``)
+    or ``test`` (``test(value)``, a function: what the others cannot say). ``optional``:
+    None holds too."""
+
+    kind: str
+    optional: bool = False
+    low: int | None = None
+    high: int | None = None
+    of: type | None = None
+    test: Callable[[Any], bool] | None = None
+
+    def expression(self, value: str, name: str) -> str:
+        """The test as a Python expression over the variable ``value``; ``name`` is the
+        name the generated code binds this bound's ``of`` or ``test`` to."""
+        if self.kind == "text":
+            held = f"type({value}) is str and 0 < len({value}) <= {self.high}"
+        elif self.kind == "str":
+            held = f"type({value}) is str"
+        elif self.kind == "int":
+            held = " and ".join([f"type({value}) is int", *([f"{self.low} <= {value}"] if self.low is not None else []),
+                                 *([f"{value} <= {self.high}"] if self.high is not None else [])])
+        elif self.kind == "instant":
+            held = f"type({value}) is int and {bounds.MIN_INSTANT_US} <= {value} <= {bounds.MAX_INSTANT_US}"
+        elif self.kind == "type":
+            held = f"type({value}) is {name}"
+        else:
+            assert self.kind == "test", f"no bound kind {self.kind!r}"
+            held = f"{name}({value})"
+        return f"({value} is None or ({held}))" if self.optional else f"({held})"
+
+    def __call__(self, value: Any) -> bool:
+        """The test on its own (the generated checks inline :meth:`expression` instead)."""
+        return self._holds(value)
+
+    @functools.cached_property
+    def _holds(self) -> Callable[[Any], bool]:
+        names: dict[str, Any] = {"bound": self.of or self.test}
+        exec(f"def holds(value):\n    return {self.expression('value', 'bound')}\n", names)  # noqa: S102 - our own source
+        return names["holds"]  # type: ignore[no-any-return]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Invariants:
     """A record's invariants as data, called as its ``record_violations``.
 
-    ``bounds``: each field's own type and bound, a test of the field's value alone,
-    reported as ``<bounds_name>.<field>``; ``rules``: the invariants across fields, by
-    name, each a test of the whole record that reads its fields directly
-    (``record.<field>``; the record is handed to nothing else, tests/kernel/test_invariants.py
-    holds every rule to it), so the fields a rule reads are the field names its code
-    loads (:func:`fields_loaded`). The rules are tested only once every bound holds: a
-    rule may compare fields that are not even of their type otherwise.
+    ``bounds``: each field's own type and bound (:class:`Bound`), reported as
+    ``<bounds_name>.<field>``; ``rules``: the invariants across fields, by name, each a
+    test of the whole record that reads its fields directly (``record.<field>``; the
+    record is handed to nothing else, tests/kernel/test_invariants.py holds every rule
+    to it), so the fields a rule reads are the field names its code loads
+    (:func:`fields_loaded`). The rules are tested only once every bound holds: a rule
+    may compare fields that are not even of their type otherwise.
 
-    Declared as data so that a decision that changed a few fields of a record can be
-    checked on those fields alone (:meth:`kept_where_changed`) with the whole check's
-    answer. Both mappings are read-only: a deliberately broken kernel builds another
-    ``Invariants`` (and another machine), so what a field's rules are never goes stale.
+    Both checks are generated from these declarations, as dataclasses writes an
+    ``__init__`` (each bound inline, each rule one call; the sources are kept in
+    ``sources`` for review): calling the object checks a record whole, and
+    :meth:`kept_where_changed` checks a decision on the fields it changed alone, with the
+    whole check's answer. Both mappings are read-only: a deliberately broken kernel builds
+    another ``Invariants`` (and another machine), so the generated checks never go stale.
     """
 
     bounds_name: str
-    bounds: Mapping[str, Callable[[Any], bool]]
+    bounds: Mapping[str, Bound]
     rules: Mapping[str, Callable[[Any], bool]]
-    readers: Mapping[str, tuple[Callable[[Any], bool], ...]] = dataclasses.field(init=False, repr=False)
-    """For each field with a bound, the rules that read it (derived from their code)."""
+    readers: Mapping[str, tuple[str, ...]] = dataclasses.field(init=False, repr=False)
+    """For each field, the names of the rules that read it (derived from their code)."""
+    sources: tuple[str, str] = dataclasses.field(init=False, repr=False)
+    """The generated source of the whole check and of :meth:`kept_where_changed`."""
+    _whole: Callable[[Any], list[str]] = dataclasses.field(init=False, repr=False)
+    _kept: Callable[[Any, Any], bool] = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         bounds = types.MappingProxyType(dict(self.bounds))
         rules = types.MappingProxyType(dict(self.rules))
-        reads = {name: fields_loaded(rule.__code__) & bounds.keys() for name, rule in rules.items()}
-        object.__setattr__(self, "bounds", bounds)
-        object.__setattr__(self, "rules", rules)
-        object.__setattr__(self, "readers", types.MappingProxyType({
-            field: tuple(rules[name] for name in rules if field in reads[name]) for field in bounds}))
+        reads = {name: self._reads(rule) & bounds.keys() for name, rule in rules.items()}
+        readers = types.MappingProxyType({field: tuple(name for name in rules if field in reads[name]) for field in bounds})
+        names: dict[str, Any] = {}
+        for number, (field, bound) in enumerate(bounds.items()):
+            names[f"bound_{number}"] = bound.of or bound.test
+        for number, rule in enumerate(rules.values()):
+            names[f"rule_{number}"] = rule
+        rule_numbers = {name: number for number, name in enumerate(rules)}
+        whole = ["def whole(record):", "    broken = []"]
+        for number, (field, bound) in enumerate(bounds.items()):
+            whole += [f"    value = record.{field}",
+                      f"    if not {bound.expression('value', f'bound_{number}')}:",
+                      f"        broken.append({f'{self.bounds_name}.{field}'!r})"]
+        whole += ["    if broken:", "        return broken"]
+        for name, number in rule_numbers.items():
+            whole += [f"    if not rule_{number}(record):", f"        broken.append({name!r})"]
+        whole.append("    return broken")
+        kept = ["def kept(old, new):", "    wanted = 0"]
+        for number, (field, bound) in enumerate(bounds.items()):
+            mask = sum(1 << rule_numbers[name] for name in readers[field])
+            kept += [f"    a = new.{field}", f"    b = old.{field}", f"    if {self._changed('a', 'b')}:",
+                     f"        if not {bound.expression('a', f'bound_{number}')}:", "            return False"]
+            if self._old_checked():
+                kept += [f"        if not {bound.expression('b', f'bound_{number}')}:", "            return False"]
+            if mask:
+                kept.append(f"        wanted |= {mask}")
+        if rule_numbers:
+            kept += ["    try:"]
+            for number in rule_numbers.values():
+                kept += [f"        if wanted & {1 << number} and not rule_{number}(new):", "            return False"]
+            kept += ["    except TypeError:  # a rule comparing a field out of its type (a bound old broke): not shown",
+                     "        return False"]
+        kept.append("    return True")
+        sources = ("\n".join(whole) + "\n", "\n".join(kept) + "\n")
+        for source in sources:
+            exec(compile(source, f"<generated invariants {self.bounds_name}>", "exec"), names)  # noqa: S102 - our own source
+        for attribute, value in (("bounds", bounds), ("rules", rules), ("readers", readers), ("sources", sources),
+                                 ("_whole", names["whole"]), ("_kept", names["kept"])):
+            object.__setattr__(self, attribute, value)
+
+    def _reads(self, rule: Callable[[Any], bool]) -> frozenset[str]:
+        """The names a rule loads (the fields it reads among them)."""
+        return fields_loaded(rule.__code__)
+
+    def _changed(self, new: str, old: str) -> str:
+        """The test that a field changed: not the very same object (see :meth:`kept_where_changed`)."""
+        return f"{new} is not {old}"
+
+    def _old_checked(self) -> bool:
+        """Whether a changed field's bound is also tested on its old value (always)."""
+        return True
 
     def __call__(self, record: Any) -> list[str]:
         """The invariants ``record`` breaks: the bounds it breaks, else the rules."""
-        broken = [f"{self.bounds_name}.{field}" for field, holds in self.bounds.items()
-                  if not holds(getattr(record, field))]
-        if broken:
-            return broken
-        return [name for name, holds in self.rules.items() if not holds(record)]
+        return self._whole(record)
 
     def kept_where_changed(self, old: Any, new: Any) -> bool:
         """True when ``new``, ``old`` with some fields changed, breaks no invariant ``old``
@@ -178,19 +275,7 @@ class Invariants:
         builds its record with ``dataclasses.replace``, which keeps every field it is not
         given); a value rebuilt equal only costs its checks. False: not shown this way;
         the caller runs the whole check."""
-        changed = [field for field in self.bounds if getattr(new, field) is not getattr(old, field)]
-        for field in changed:
-            holds = self.bounds[field]
-            if not (holds(getattr(new, field)) and holds(getattr(old, field))):
-                return False
-        readers = self.readers
-        try:
-            for rule in {rule for field in changed for rule in readers[field]}:
-                if not rule(new):
-                    return False
-        except TypeError:  # a rule comparing a field out of its type (a bound old broke): not shown here
-            return False
-        return True
+        return self._kept(old, new)
 
 
 _SLOTS: dict[type, tuple[tuple[str, Any], ...]] = {}

@@ -526,12 +526,13 @@ def _reader(column: ColumnSpec, dialect: Dialect) -> Callable[[object], Any]:
     """Check (and for instants and enums convert) one stored value."""
     codec = column.codec
     base = codec.base
+    optional = codec.optional  # read once: an enum's property costs a read of every None three calls
     if base == "enum":
         assert column.choices is not None, "an ENUM column names its enum"
         members: dict[object, Any] = {member.value: member for member in column.choices}
 
         def read_member(value: object) -> Any:
-            if value is None and codec.optional:
+            if value is None and optional:
                 return None
             member = members.get(value) if type(value) is str else None
             if member is None:
@@ -545,19 +546,19 @@ def _reader(column: ColumnSpec, dialect: Dialect) -> Callable[[object], Any]:
         return _texts_from_stored
     if base == "instant":
         read_instant = dialect.instant_from_stored
-        if codec.optional:
+        if optional:
             return lambda value: None if value is None else read_instant(value)
         return read_instant
     if base == "json":
         read_json = dialect.json_from_stored
-        if codec.optional:
+        if optional:
             return lambda value: None if value is None else read_json(value)
         return read_json
     kind = int if base == "int" else str
 
     def read(value: object) -> Any:
         if value is None:
-            if codec.optional:
+            if optional:
                 return None
             raise corrupt()
         if type(value) is not kind:
@@ -593,7 +594,8 @@ def _writer(codec: Codec, dialect: Dialect) -> Callable[[Any], Any]:
     if codec.base == "texts":
         return _texts_to_stored
     if codec.base == "enum":
-        return lambda value: None if value is None else value.value
+        # ``_value_``: the member's value as the enum stores it (``.value`` is a property: a call)
+        return lambda value: None if value is None else value._value_
     if codec.base == "instant":
         write_instant = dialect.instant_to_stored
         return lambda value: None if value is None else write_instant(value)
@@ -620,6 +622,10 @@ class RowCodec:
     salvage: Callable[[Sequence[Any], int], dict[str, Any]]
     """``salvage(values, offset)``: the record fields of a row ``read`` refused whose own
     columns can be read (a tuple field only when all of its parts can), by field name."""
+    interpreted_read: Callable[[Sequence[Any], int], Any]
+    """``read`` as an interpreter of the column readers, one call per column: the
+    reference ``read`` (:func:`generated_reader`) is held equal to
+    (tests/adapters/core/test_generated_reader.py)."""
 
 
 def row_codec(
@@ -658,7 +664,7 @@ def row_codec(
         for set_slot, index, reader in plain:
             set_slot(record, reader(values[offset + index]))
         for set_slot, parts in tuple_plans:
-            set_slot(record, tuple(reader(values[offset + index]) for index, reader in parts))
+            set_slot(record, tuple([reader(values[offset + index]) for index, reader in parts]))
         for set_slot, value in fixed:
             set_slot(record, value)
         return record
@@ -717,7 +723,8 @@ def row_codec(
         fields.update(constants)
         return fields
 
-    return RowCodec(spec, read, write, dialect.instant_to_stored, changes, salvage)
+    return RowCodec(spec, generated_reader(spec, dialect, record_type, constants, prepare=prepare), write,
+                    dialect.instant_to_stored, changes, salvage, read)
 
 
 def record_or_unreadable(codec: RowCodec, key_index: int, row: Sequence[Any], offset: int = 0) -> Any:
@@ -731,6 +738,84 @@ def record_or_unreadable(codec: RowCodec, key_index: int, row: Sequence[Any], of
     if key is not None and not isinstance(key, (str, bytes, UndecodableText)):
         key = str(key)  # a genuine uuid key column's value
     return Unreadable(key, codec.salvage(row, offset))
+
+
+def generated_reader(
+    spec: TableSpec, dialect: Dialect, record_type: type[Any], constants: Mapping[str, Any], *,
+    prepare: Callable[[list[Any]], None] | None = None,
+) -> Callable[[Sequence[Any], int], Any]:
+    """``RowCodec.read`` as one straight-line function written for this table and
+    database, as dataclasses writes a class's ``__init__``: each column's check inlined
+    (a type test, an enum member looked up, PostgreSQL's instant bounds), only the
+    readers that parse (SQLite's instants and JSON, text arrays) called. It reads the
+    columns in the order the interpreted reader does and refuses exactly the rows it
+    refuses (``corrupt_row``): tests/adapters/core/test_generated_reader.py holds the two
+    equal. A read is the stores' hot path: a claim decodes every row it picks and writes."""
+    slots = {name: getattr(record_type, name) for name in record_type.__dataclass_fields__}
+    names: dict[str, Any] = {"record_type": record_type, "new": object.__new__, "corrupt": corrupt,
+                             "prepare": prepare, "MIN_INSTANT_US": MIN_INSTANT_US, "MAX_INSTANT_US": MAX_INSTANT_US}
+    lines = ["def read(values, offset=0):"]
+    if prepare is not None:
+        lines += [f"    values = list(values[offset:offset + {len(spec.columns)}])", "    prepare(values)", "    offset = 0"]
+    lines.append("    record = new(record_type)")
+
+    def value_lines(index: int, column: ColumnSpec, target: str) -> list[str]:
+        base, optional = column.codec.base, column.codec.optional
+        out = [f"{target} = values[offset + {index}]"]
+        unless_none = f"{target} is not None and " if optional else ""
+        if base == "enum":
+            assert column.choices is not None, "an ENUM column names its enum"
+            names[f"members_{index}"] = {member.value: member for member in column.choices}
+            out += [f"if type({target}) is str and {target} in members_{index}:",
+                    f"    {target} = members_{index}[{target}]",
+                    f"elif {target} is not None:" if optional else "else:", "    raise corrupt()"]
+        elif base == "flag":
+            out += [f"if {target} is True or (type({target}) is int and {target} == 1):", f"    {target} = True",
+                    f"elif {target} is False or (type({target}) is int and {target} == 0):", f"    {target} = False",
+                    "else:", "    raise corrupt()"]
+        elif base == "texts":
+            names["texts_from_stored"] = _texts_from_stored
+            out.append(f"{target} = texts_from_stored({target})")
+        elif base == "instant" and dialect.instant_from_stored is _postgres_instant:
+            out += [f"if {unless_none}(type({target}) is not int or not MIN_INSTANT_US <= {target} <= MAX_INSTANT_US):"
+                    if optional else
+                    f"if type({target}) is not int or not MIN_INSTANT_US <= {target} <= MAX_INSTANT_US:",
+                    "    raise corrupt()"]
+        elif base == "json" and dialect.json_from_stored is _json_text:
+            out += [f"if {unless_none}type({target}) is not str:", "    raise corrupt()"]
+        elif base in ("instant", "json"):
+            names[f"read_{index}"] = dialect.instant_from_stored if base == "instant" else dialect.json_from_stored
+            out += [f"if {target} is not None:", f"    {target} = read_{index}({target})"] if optional else \
+                [f"{target} = read_{index}({target})"]
+        else:
+            kind = "int" if base == "int" else "str"
+            out += [f"if {unless_none}type({target}) is not {kind}:", "    raise corrupt()"]
+        return out
+
+    tuples: dict[str, list[tuple[int, int, ColumnSpec]]] = {}
+    for index, column in enumerate(spec.columns):
+        if column.part is None:
+            names[f"set_{index}"] = slots[column.field].__set__
+            lines += [f"    {line}" for line in value_lines(index, column, "v")]
+            lines.append(f"    set_{index}(record, v)")
+        else:
+            tuples.setdefault(column.field, []).append((column.part, index, column))
+    for number, (field, parts) in enumerate(tuples.items()):
+        targets = []
+        for _, index, column in sorted(parts, key=lambda part: (part[0], part[1])):
+            lines += [f"    {line}" for line in value_lines(index, column, f"p{index}")]
+            targets.append(f"p{index}")
+        names[f"set_tuple_{number}"] = slots[field].__set__
+        lines.append(f"    set_tuple_{number}(record, ({', '.join(targets)},))")
+    for number, (field, value) in enumerate(constants.items()):
+        names[f"set_constant_{number}"], names[f"constant_{number}"] = slots[field].__set__, value
+        lines.append(f"    set_constant_{number}(record, constant_{number})")
+    lines.append("    return record")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<generated reader {spec.name} {dialect.name}>", "exec"), names)  # noqa: S102 - our own source
+    read: Callable[[Sequence[Any], int], Any] = names["read"]
+    read.__doc__ = source
+    return read
 
 
 # --- a machine's table -----------------------------------------------------------------

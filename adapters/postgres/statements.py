@@ -144,9 +144,12 @@ def single(finder: Finder, values: Mapping[str, Any]) -> bool:
     """Whether every list parameter of ``finder`` (a condition ``in`` a parameter) holds
     exactly one value in ``values``: the lookup is then spelled for one key
     (:func:`keyed_sql` with ``one``)."""
-    return all(len(tuple(values.get(condition.operand.name) or ())) == 1
-               for conjunction in finder.any_of for condition in conjunction
-               if condition.op == "in" and isinstance(condition.operand, Param))
+    for conjunction in finder.any_of:  # plain loops: a claim asks this of each of its probes
+        for condition in conjunction:
+            if condition.op == "in" and isinstance(condition.operand, Param) and \
+                    len(tuple(values.get(condition.operand.name) or ())) != 1:
+                return False
+    return True
 
 
 @functools.cache
@@ -867,7 +870,7 @@ def ahead_version_parameters(binding: Binding, codec: RowCodec, item: Expected) 
     if not new.keys() <= set(mutable):
         return None  # the statement writes mutable columns only: a transaction must
     relative = {binding.column_of(field).name: offset for field, offset in item.relative.items()}
-    changed = tuple(c for c in mutable if c in new or c in relative)
+    changed = tuple([c for c in mutable if c in new or c in relative])
     if not changed:
         return None
     if not relative.keys() <= new.keys():

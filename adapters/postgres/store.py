@@ -354,6 +354,8 @@ class PostgresStore:
         self._seen_whole: dict[tuple[str, tuple[str, ...]], bool] = {}
         """Whether each table was seen with every column a binding names (by table and columns)."""
         self._ahead_texts: dict[tuple[Any, ...], _AheadText] = {}
+        self._rewrite_sets: dict[tuple[int, int], tuple[Binding, Rewrite, dict[str, Any]]] = {}
+        """:meth:`_rewrite_values`'s parameters, by the identities of binding and rewrite."""
         """:meth:`write_ahead`'s statements by shape (see :class:`_AheadText`)."""
         self._clock: tuple[int, float] | None = None
         """The last database time read, with this process's monotonic time then."""
@@ -752,10 +754,7 @@ class PostgresStore:
                                                      types, parameters, check_parameters or {})
         for attribute, _ in attributes:
             parameters[f"a_{attribute}"] = [getattr(command, attribute) for command in commands]
-        for field, change in rewrite.changes:
-            if isinstance(change, SetValue) and field not in binding.constants:
-                column = binding.column_of(field)
-                parameters[f"set_{column.name}"] = POSTGRESQL_DIALECT.value_writer(column)(change.value)
+        parameters.update(self._rewrite_values(binding, rewrite))
         statement = numbered(sql)
         rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
         now, went = rows[0][0], bool(rows[0][1])
@@ -772,6 +771,24 @@ class PostgresStore:
         if went:
             self.saw_clock(now)
         return Picked(now, went, picked, written, versions)
+
+    def _rewrite_values(self, binding: Binding, rewrite: Rewrite) -> dict[str, Any]:
+        """The ``set_<column>`` parameters of a claim's fixed changes (the stored value of
+        each :class:`SetValue`), built once per binding and rewrite (kept by identity, as
+        :meth:`_ahead_text` keeps its statements)."""
+        key = (id(binding), id(rewrite))
+        found = self._rewrite_sets.get(key)
+        if found is not None and found[0] is binding and found[1] is rewrite:
+            return found[2]
+        values: dict[str, Any] = {}
+        for field, change in rewrite.changes:
+            if isinstance(change, SetValue) and field not in binding.constants:
+                column = binding.column_of(field)
+                values[f"set_{column.name}"] = POSTGRESQL_DIALECT.value_writer(column)(change.value)
+        if len(self._rewrite_sets) >= _AHEAD_TEXTS_KEPT:
+            self._rewrite_sets.clear()
+        self._rewrite_sets[key] = (binding, rewrite, values)
+        return values
 
     async def _fetch_once(self, pool: Connections, deadline: float, sql: str, arguments: list[Any]) -> list[Any]:
         connection = await pool.take(deadline)

@@ -16,7 +16,7 @@ from tenure.model import JobStatus, QueueKind, bounds
 from tenure.model.states import TERMINAL_STATUSES
 from tenure.model.validation import is_queue_name
 
-from ..core import Invariants, replaced
+from ..core import Bound, Invariants, replaced
 
 __all__ = [
     "QueueRow",
@@ -129,63 +129,49 @@ def dedupe_key_of(record: QueueRow) -> str | None:
     return record.idempotency_key
 
 
-def _optional_text(value: object, max_chars: int) -> bool:
-    return value is None or bounds.is_bounded_text(value, max_chars)
+def _payload(value: object) -> bool:
+    return type(value) is tuple and all(part is None or type(part) is str for part in value)
 
 
-def _optional_instant(value: object) -> bool:
-    return value is None or _instant(value)
+def _identity(optional: bool = True) -> Bound:
+    return Bound("text", optional=optional, high=bounds.MAX_IDENTITY_CHARS)
 
 
-_instant = bounds.is_instant
+_INSTANT = Bound("instant")
+_OPTIONAL_INSTANT = Bound("instant", optional=True)
+_OPTIONAL_STR = Bound("str", optional=True)
 
-
-def _strict_int_within(low: int, high: int | None = None) -> Callable[[object], bool]:
-    def holds(value: object) -> bool:
-        return bounds.is_strict_int(value) and low <= value and (high is None or value <= high)  # type: ignore[operator]
-
-    return holds
-
-
-def _text_or_none(value: object) -> bool:
-    return value is None or type(value) is str
-
-
-def _optional_bounded_text(max_chars: int) -> Callable[[object], bool]:
-    return lambda value: _optional_text(value, max_chars)
-
-
-_FIELD_BOUNDS: dict[str, Callable[[object], bool]] = {
+_FIELD_BOUNDS: dict[str, Bound] = {
     # INV-Q1: every field has its type and bound (a test of the field's value alone).
-    "queue": lambda value: type(value) is QueueKind,
-    "job_id": lambda value: bounds.is_bounded_text(value, bounds.MAX_JOB_ID_CHARS),
-    "run_id": _optional_bounded_text(bounds.MAX_RUN_ID_CHARS),
-    "status": lambda value: type(value) is JobStatus,
-    "attempts": _strict_int_within(0),
-    "max_attempts": _strict_int_within(1, bounds.INT32_MAX),
-    "generation": _strict_int_within(0, bounds.INT64_MAX),
-    "owner_id": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
-    "claim_token": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
-    "claimed_at_us": _optional_instant,
-    "lease_expires_at_us": _optional_instant,
-    "fires_at_us": _instant,
-    "created_at_us": _instant,
-    "completed_at_us": _optional_instant,
-    "cancel_requested": lambda value: type(value) is bool,
-    "pid": lambda value: value is None or _strict_int_within(1, bounds.INT32_MAX)(value),
-    "fence_required": lambda value: type(value) is bool,
-    "submission_id": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
-    "fingerprint": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
-    "idempotency_key": _optional_bounded_text(bounds.MAX_IDENTITY_CHARS),
-    "active_key": _text_or_none,
-    "dlq_record_id": _optional_bounded_text(bounds.MAX_DLQ_ID_CHARS),
-    "error_message": _text_or_none,
-    "result_json": _text_or_none,
-    "payload": lambda value: type(value) is tuple and all(part is None or type(part) is str for part in value),
-    "queue_name": lambda value: value is None or is_queue_name(value),
-    "task_name": _optional_bounded_text(bounds.MAX_TASK_NAME_CHARS),
-    "priority": _strict_int_within(0, bounds.MAX_PRIORITY),
-    "progress_json": _text_or_none,
+    "queue": Bound("type", of=QueueKind),
+    "job_id": Bound("text", high=bounds.MAX_JOB_ID_CHARS),
+    "run_id": Bound("text", optional=True, high=bounds.MAX_RUN_ID_CHARS),
+    "status": Bound("type", of=JobStatus),
+    "attempts": Bound("int", low=0),
+    "max_attempts": Bound("int", low=1, high=bounds.INT32_MAX),
+    "generation": Bound("int", low=0, high=bounds.INT64_MAX),
+    "owner_id": _identity(),
+    "claim_token": _identity(),
+    "claimed_at_us": _OPTIONAL_INSTANT,
+    "lease_expires_at_us": _OPTIONAL_INSTANT,
+    "fires_at_us": _INSTANT,
+    "created_at_us": _INSTANT,
+    "completed_at_us": _OPTIONAL_INSTANT,
+    "cancel_requested": Bound("type", of=bool),
+    "pid": Bound("int", optional=True, low=1, high=bounds.INT32_MAX),
+    "fence_required": Bound("type", of=bool),
+    "submission_id": _identity(),
+    "fingerprint": _identity(),
+    "idempotency_key": _identity(),
+    "active_key": _OPTIONAL_STR,
+    "dlq_record_id": Bound("text", optional=True, high=bounds.MAX_DLQ_ID_CHARS),
+    "error_message": _OPTIONAL_STR,
+    "result_json": _OPTIONAL_STR,
+    "payload": Bound("test", test=_payload),
+    "queue_name": Bound("test", optional=True, test=is_queue_name),
+    "task_name": Bound("text", optional=True, high=bounds.MAX_TASK_NAME_CHARS),
+    "priority": Bound("int", low=0, high=bounds.MAX_PRIORITY),
+    "progress_json": _OPTIONAL_STR,
 }
 
 _RULES: dict[str, Callable[[QueueRow], bool]] = {
