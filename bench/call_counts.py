@@ -1,6 +1,6 @@
 """Python function calls per owned operation: the steadiest figure of tenure's client cost.
 
-    python bench/call_counts.py DSN [CALLS]
+    python bench/call_counts.py DSN [CALLS] [--json=PATH]
 
 Counts, with ``sys.setprofile``, the Python function calls (``call`` events: tenure's,
 asyncpg's Python layer and asyncio's; C functions are not counted) one owned call makes
@@ -10,12 +10,15 @@ hand-written floor (tenure_bench.LockFirstFloor: one statement per step, its fen
 writes lock first, as tenure's decided-ahead statements do). The
 counts do not depend on the machine's load, so they compare runs on a shared machine.
 Issue 51's figures on 4040f57: heartbeat 225 (floor 42), complete 239 (42), claim 453
-(47), submit 480 (208). Not a test: nothing is asserted.
+(47), submit 480 (208). With ``--json=PATH`` the figures are also written there
+(bench/run.sh writes bench/call_counts.json; bench/report.py shows them in issue 51's
+before/after table). Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import pathlib
 import sys
 import uuid
@@ -53,7 +56,7 @@ def line(label: str, tenure: float, floor: float) -> None:
     print(f"{label:<32} tenure {tenure:7.0f}   floor {floor:7.0f}   ratio {tenure / floor:5.1f}x", flush=True)
 
 
-async def main(server_dsn: str, calls: int) -> None:
+async def main(server_dsn: str, calls: int, json_path: str | None = None) -> None:
     db_url = await bench.fresh_database(server_dsn)
     await bench.bulk_load(db_url, 40 * (calls + 20))
     ours: dict[str, float] = {}
@@ -101,7 +104,12 @@ async def main(server_dsn: str, calls: int) -> None:
     print("Python function calls per call (sys.setprofile 'call' events)")
     for name, value in ours.items():
         line(name, value, floors[name])
+    if json_path is not None:
+        # bench/report.py reads them beside a run's measurements (issue 51's before/after table)
+        pathlib.Path(json_path).write_text(json.dumps({"calls": calls, "tenure": ours, "floor": floors}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 200))
+    arguments = [argument for argument in sys.argv[1:] if not argument.startswith("--json=")]
+    written = [argument.split("=", 1)[1] for argument in sys.argv[1:] if argument.startswith("--json=")]
+    asyncio.run(main(arguments[0], int(arguments[1]) if len(arguments) > 1 else 200, written[0] if written else None))

@@ -172,6 +172,8 @@ def main(tenure_path: str, peers_path: str, out_dir: str, smoke: bool) -> None:
     targets.append(f"- envelope construction + fingerprint vs floor (not a target, the whole path): "
                    f"{fingerprint['floor_ms'] / fingerprint['envelope_and_snapshot_ms']:.2f}x")
     lines += before_and_after(tenure, peers, pathlib.Path(__file__).with_name("before_issue29.json"))
+    lines += issue_51_so_far(tenure, pathlib.Path(__file__).with_name("before_issue51.json"),
+                             pathlib.Path(out_dir) / "call_counts.json")
     lines += ["", "## Targets", "", *targets, "", "![jobs per second](results.png)", ""]
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -325,6 +327,33 @@ def before_and_after(tenure: list[dict[str, Any]], peers: list[dict[str, Any]], 
              "runs on a noisy shared machine: compare the ratios.", "",
              "| measure | before | after | target |", "|---|---|---|---|"]
     lines += [f"| {name} | {was} | {now} | {target} |" for name, was, now, target in rows]
+    return lines
+
+
+def issue_51_so_far(tenure: list[dict[str, Any]], before_path: pathlib.Path, counts_path: pathlib.Path) -> list[str]:
+    """Issue 51's figures as filed beside this run's: Python calls per call (counted by
+    bench/call_counts.py, deterministic: ``call_counts.json`` beside the report, written
+    by bench/run.sh after the timed runs) and client CPU per call against the floor."""
+    before = json.loads(before_path.read_text())
+    counts = json.loads(counts_path.read_text()) if counts_path.is_file() else None
+    cpu = {(r["subject"], r["step"]): r["cpu_us"] for r in tenure if r["bench"] == "per_call"}
+    cycle = {w: one(tenure, bench="cycle", subject="tenure", workers=w)["cycles_per_second"]
+             / one(tenure, bench="cycle", subject="floor", workers=w)["cycles_per_second"] for w in (1, 4, 16)}
+    lines = ["", "## Issue 51 so far: Python calls and client CPU per call", "",
+             f"Before: {before['source']}; stop 60: main 3a4bc17, counted the same way. Calls are counted, not "
+             "timed (the same on any machine); the CPU ratios are this run's.", "",
+             "| call | calls as filed | calls at stop 60 | calls now | floor calls | target | "
+             "CPU / floor as filed | CPU / floor now | target |", "|---|---|---|---|---|---|---|---|---|"]
+    for step in (*STEPS, "claim + complete of 10"):
+        now = f"{counts['tenure'][step]:,.0f}" if counts else "not counted"
+        floor = f"{counts['floor'][step]:,.0f}" if counts else "-"
+        target = {"heartbeat": "<= 60", "complete": "<= 60", "claim": "<= 80"}.get(step, "")
+        ratio = f"{cpu[('tenure', step)] / cpu[('floor', step)]:.2f}" if ("tenure", step) in cpu else "-"
+        lines.append(f"| {step} | {before['calls'][step]} | {before['calls_stop_60'][step]} | {now} | {floor} | {target} | "
+                     f"{before['cpu_vs_floor'].get(step, '-')} | {ratio} | {'<= 1.5' if step in STEPS else ''} |")
+    lines += ["", "Owned cycle / single-statement floor, 1 / 4 / 16 workers: as filed "
+              + " / ".join(before["cycle_vs_floor"][str(w)] for w in (1, 4, 16)) + "; this run "
+              + " / ".join(f"{cycle[w]:.2f}" for w in (1, 4, 16)) + " (target >= 0.8)."]
     return lines
 
 

@@ -8,7 +8,8 @@
 # its Worker), bench/peers.py (the peers' own worker loops at concurrency 1, 4 and 16),
 # bench/pycharter_cycle.py (pycharter 0.0.67's own cycle, in .venv-pycharter),
 # bench/runs.py with bench/absurd_tasks.py (Runs beside SAQ and Absurd) and
-# bench/recovery.py against it, and turns their JSON lines into the report. Figures are only compared
+# bench/recovery.py against it, then bench/call_counts.py (Python calls per owned call, counted),
+# and turns their JSON lines into the report. Figures are only compared
 # within one run: machines are noisy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +71,11 @@ new_database() { "$PGBIN/psql" -q "$TEST_PG_DSN" -c "CREATE DATABASE $1" >&2; ec
     "$RUN_ROUNDS" ) | grep '^{' | tee -a "$WORK/runs.jsonl"
 ( cd "$WORK" && "$ROOT/.bench/tenure/bin/python" "$ROOT/bench/recovery.py" "$(new_database bench_recovery)" \
     "$RECOVERY_RUNS" --json ) | tee -a "$WORK/runs.jsonl"
+echo "== Python calls per owned call (counted, not timed: issue 51's table)"
+CALLS=200
+[ -n "$SMOKE" ] && CALLS=20
+( cd "$WORK" && "$ROOT/.bench/tenure/bin/python" "$ROOT/bench/call_counts.py" "$TEST_PG_DSN" "$CALLS" \
+    "--json=$OUT/call_counts.json" )
 echo "== report"
 cat "$WORK/pycharter.jsonl" "$WORK/runs.jsonl" >> "$WORK/tenure.jsonl"
 # The measurements are written beside the report (commit them with it), so a report fix
