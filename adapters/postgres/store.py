@@ -354,9 +354,9 @@ class PostgresStore:
         self._seen_whole: dict[tuple[str, tuple[str, ...]], bool] = {}
         """Whether each table was seen with every column a binding names (by table and columns)."""
         self._ahead_texts: dict[tuple[Any, ...], _AheadText] = {}
+        """:meth:`write_ahead`'s statements by shape (see :class:`_AheadText`)."""
         self._rewrite_sets: dict[tuple[int, int], tuple[Binding, Rewrite, dict[str, Any]]] = {}
         """:meth:`_rewrite_values`'s parameters, by the identities of binding and rewrite."""
-        """:meth:`write_ahead`'s statements by shape (see :class:`_AheadText`)."""
         self._clock: tuple[int, float] | None = None
         """The last database time read, with this process's monotonic time then."""
         self.ahead = self

@@ -51,8 +51,9 @@ def _rebuilt(value: Any) -> Any:
 @st.composite
 def changes(draw: st.DrawFn) -> tuple[QueueRow, QueueRow]:
     """A queue record (kept, or with one or two fields already odd or taken from another
-    record: a bound or a rule broken) and that record with one to three fields changed: to another record's value of the field, an odd value, or an
-    equal value built anew."""
+    record: a bound or a rule broken) and that record with up to four fields changed:
+    often one it broke mended, the others to another record's value of the field, an
+    odd value, an equal value built anew, or a bool for an equal int."""
     old = draw(queues.records().filter(lambda record: record is not None))
     other = draw(queues.records().filter(lambda record: record is not None))
     changed: dict[str, Any] = {}
