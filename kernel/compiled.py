@@ -30,11 +30,11 @@ refusal reason, window, offsets, ``invariants_checked``; or None where it declin
   its declared moving fields become one read each of the new record, their offsets, and
   the instant bounds at the window's edges; then the record invariants
   (``machine.record_violations``) are checked on every decision ``decide_windowed``
-  checks them on, never skipped (where the machine declares them as data,
-  :class:`~tenure.kernel.core.Invariants`, first on the fields the effect changed,
-  the whole check running whenever that does not show nothing new broken) (a decision whose record moves with no field the
+  checks them on, never skipped (a decision whose record moves with no field the
   reference leaves unchecked, ``invariants_checked`` False, for its caller, and so does
-  the compiled one). What the declarations cannot say statically (a
+  the compiled one). Where the machine declares them as data
+  (:class:`~tenure.kernel.core.Invariants`) they are checked first on the fields the
+  effect changed, and the whole check runs whenever that does not show nothing new broken. What the declarations cannot say statically (a
   :class:`~tenure.kernel.core.KeptLater` or :class:`~tenure.kernel.core.SetOnce` field,
   a declared order, invariants that see more than bounds) is a call of the same helper
   ``decide_windowed`` calls.

@@ -41,7 +41,7 @@ from sqlalchemy.engine import Dialect as SqlDialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.types import TypeEngine
 
-from tenure.kernel.core import Machine
+from tenure.kernel.core import Machine, slots_of
 from tenure.model import ErrorCode, TenureError
 from tenure.model.bounds import MAX_INSTANT_US, MIN_INSTANT_US
 from tenure.model.json_values import load_json
@@ -639,7 +639,7 @@ def row_codec(
     """The row mapping of ``spec`` on ``dialect`` into ``record_type`` (a slotted
     dataclass). ``prepare`` may adjust the raw values in place first (a uuid column's
     value to text, say)."""
-    slots = {name: getattr(record_type, name) for name in record_type.__dataclass_fields__}
+    slots = dict(slots_of(record_type))
     plain: list[tuple[Any, int, Callable[[object], Any]]] = []
     tuples: dict[str, list[tuple[int, int, Callable[[object], Any]]]] = {}
     for index, column in enumerate(spec.columns):
@@ -751,7 +751,7 @@ def generated_reader(
     columns in the order the interpreted reader does and refuses exactly the rows it
     refuses (``corrupt_row``): tests/adapters/core/test_generated_reader.py holds the two
     equal. A read is the stores' hot path: a claim decodes every row it picks and writes."""
-    slots = {name: getattr(record_type, name) for name in record_type.__dataclass_fields__}
+    slots = dict(slots_of(record_type))
     names: dict[str, Any] = {"record_type": record_type, "new": object.__new__, "corrupt": corrupt,
                              "prepare": prepare, "MIN_INSTANT_US": MIN_INSTANT_US, "MAX_INSTANT_US": MAX_INSTANT_US}
     lines = ["def read(values, offset=0):"]
