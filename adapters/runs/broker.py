@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from tenure.model import LIVE_BROKER_STATES, BrokerJobState, parse_hop_key
@@ -22,7 +22,7 @@ from tenure.model import LIVE_BROKER_STATES, BrokerJobState, parse_hop_key
 from ..core.engine import Insertion
 
 __all__ = ["Broker", "BrokerProbe", "BrokerJobState", "InMemoryBroker", "BrokerUnavailable", "LIVE_STATES",
-           "fence_hop", "probe_or_none", "HopSource", "PerformHop", "Touch", "JoinedPublisher", "UNSERVED_OUTCOME"]
+           "fence_hop", "probe_or_none", "HopSource", "PerformHop", "Touch", "JoinedPublisher", "PinnedPublisher", "UNSERVED_OUTCOME"]
 
 LIVE_STATES = LIVE_BROKER_STATES
 """A job in these states may still start or is executing (the model's set)."""
@@ -67,15 +67,36 @@ class JoinedPublisher(Protocol):
     then submits a hop and records its publication in one statement where it can
     (``RunLedger.publish``); any other broker is published to as the port says."""
 
-    def hop_insertion(self, key: str, *, queue: str, wire_priority: int, store: object) -> Insertion | None:
+    def hop_insertion(self, key: str, *, queue: str, wire_priority: int, store: object,
+                      workflow: tuple[str, str] | None = None) -> Insertion | None:
         """The hop ``key``'s submission as a row one statement of ``store`` (the ledger's)
         may insert beside the ledger's write, or None (``store`` does not reach this
         broker's tables, or :meth:`Broker.publish` would refuse the arguments): the
-        ledger then publishes it the ordinary way."""
+        ledger then publishes it the ordinary way. ``workflow``: the Run's pin, as for
+        :meth:`PinnedPublisher.publish_pinned`."""
 
     def hop_inserted(self, key: str) -> None:
         """Told after a statement of the ledger inserted the hop: what ``publish`` does
         after its submit (wake this process's serving loop where nobody listens)."""
+
+
+@runtime_checkable
+class PinnedPublisher(Protocol):
+    """A broker that keeps each hop under its Run's workflow pin, so that only a worker
+    serving that pin ever takes it (tenure's own queue,
+    :class:`~tenure.adapters.runs.queue_broker.QueueBroker`). ``RunLedger.publish``
+    hands such a broker the Run's ``(name, version)``, and ``RunWorker`` the pins it
+    serves; any other broker delivers every hop to every worker, and a worker that does
+    not serve the Run's pin hands it back (``unserved``)."""
+
+    async def publish_pinned(self, key: str, *, queue: str, wire_priority: int, workflow: tuple[str, str]) -> None:
+        """:meth:`Broker.publish`, for a Run pinned to ``workflow`` ``(name, version)``."""
+
+    async def serve(self, queues: frozenset[str], perform: PerformHop, *, concurrency: int,
+                    stopping: asyncio.Event,
+                    serves: Callable[[], Iterable[tuple[str, str]]] | None = None) -> None:
+        """:meth:`HopSource.serve`, taking only the hops published without a pin and those
+        of the pins ``serves()`` names (asked again before every claim)."""
 
 
 Touch = Callable[[], Awaitable[None]]

@@ -108,7 +108,7 @@ from ..core.urls import parse_db_url
 from ..nodes.leases import NodeLeases
 from ..wiring.dialects import open_store
 from . import recovery as _recovery
-from .broker import Broker, JoinedPublisher, fence_hop
+from .broker import Broker, JoinedPublisher, PinnedPublisher, fence_hop
 from .checkpoints import Checkpoints, RecordedOutcome, state_text
 from .recovery import RecoveryPorts, RecoveryReport
 from .reports import RecoveryReports
@@ -144,6 +144,11 @@ def _served_pairs(serves: object) -> tuple[tuple[str, str], ...]:
             raise refuse("serves", "workflow_name_version_pairs_required")
         pairs.add(pair)
     return tuple(sorted(pairs))
+
+
+def _pin_of(pair: RunPair) -> tuple[str, str]:
+    """The ``(name, version)`` a Run is pinned to (what a worker must serve to claim it)."""
+    return pair.run.workflow_name, pair.run.workflow_revision
 
 
 class Unserved:
@@ -436,7 +441,12 @@ class RunLedger(Facade):
         delivery = pair.current
         failure: str | None = None
         try:
-            await broker.publish(hop_key(key, seq), queue=delivery.queue, wire_priority=broker_priority(delivery.priority))
+            if isinstance(broker, PinnedPublisher):  # only a worker of the Run's pin takes it
+                await broker.publish_pinned(hop_key(key, seq), queue=delivery.queue,
+                                            wire_priority=broker_priority(delivery.priority), workflow=_pin_of(pair))
+            else:
+                await broker.publish(hop_key(key, seq), queue=delivery.queue,
+                                     wire_priority=broker_priority(delivery.priority))
         except Exception as error:  # any broker failure: recorded, then raised as ours
             failure = f"publish_failed:{type(error).__name__}"
         if failure is not None:
@@ -462,7 +472,8 @@ class RunLedger(Facade):
         key = hop_key(run_id, seq)
         delivery = pair.current
         insertion = broker.hop_insertion(key, queue=delivery.queue, wire_priority=broker_priority(delivery.priority),
-                                         store=self.engine.engine.store)
+                                         store=self.engine.engine.store,
+                                         workflow=_pin_of(pair) if isinstance(broker, PinnedPublisher) else None)
         if insertion is None:
             return None
         sent = await self.engine.send_beside(run_id, RecordPublished(enqueue_seq=seq), pair, insertion)

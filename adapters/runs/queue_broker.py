@@ -1,18 +1,18 @@
 """Run hops on tenure's own task queue: the Broker port with no broker service at all.
 
 ``QueueBroker(db_url, *, queues)`` keeps each hop as a task in ``tenure_tasks`` (schema
-step ``tasks_v1``), in the task queue :data:`HOP_QUEUE`, driven by the same queue kernel
-and store code as every task: a hop is an owned submission of the task
+step ``tasks_v1``), in a task queue of its own (:data:`HOP_QUEUE`, or its workflow pin's:
+see Versions), driven by the same queue kernel and store code as every task: a hop is an owned submission of the task
 :data:`HOP_TASK` whose submission ID is the hop key (so publishing a held key is an
 exact replay and changes nothing, in any status), claimed with a fresh claim token,
-renewed by heartbeats, finished by its fence. Its own task queue keeps hops away from
+renewed by heartbeats, finished by its fence. Their own task queues keep hops away from
 the application's task workers, which serve theirs.
 
 Priority: tasks are claimed by priority (higher first), then due time, then job ID
 (time-ordered), so a hop's task priority is ``100 - wire_priority``: a higher Run
 priority is always claimed first, and equal priorities in publication order.
 
-One task queue holds every Run queue of a database: the Run queue rides in the task's
+A hop's task queue holds every Run queue of a database: the Run queue rides in the task's
 arguments (``{"key": ..., "queue": ...}``) and a worker of this broker serves all of
 ``queues`` (its ``RunWorker.queues`` must be the same set).
 
@@ -43,11 +43,21 @@ there by its fence; a claimed hop whose lease ran out is settled there by the ke
 sweep (with one attempt, ``failed``), so its probe tells recovery what happened.
 ``probe`` and ``abort`` read the old table for a key this table does not hold.
 
-Versions: a hop whose worker does not serve its Run's workflow name and version
-(``unserved``: the ledger refused the claim and left the Run as it was) is given back,
-its attempt returned, due again after :func:`hand_back_delay_us` (0.5 s doubling per
-claim of it, at most 30 s), for a worker that serves it; so a rolling deploy never
-spends a Run on a worker of the other version.
+Versions: a Run's hop is published into its workflow pin's own task queue
+(:func:`pinned_hop_queue`: the ``(name, version)`` the ledger hands over through the
+:class:`~tenure.adapters.runs.broker.PinnedPublisher` port), and a serving loop claims
+from the queues of the pins its worker serves (``RunWorker`` passes them) beside
+:data:`HOP_QUEUE`, so a worker never takes a Run of a version it does not serve: a rolling
+deploy leaves the new version's hops to the new workers however many old ones poll, and
+a Run whose version nobody serves waits untouched. (A claim over several queues keeps
+the task index's order without its queue column; the hops of a version nobody serves
+are passed over by every claim until one does.) A hop published without a pin (by an
+earlier version, or adopted from ``tenure_run_hops``) reaches every worker; one whose
+worker does not serve its Run (``unserved``: the ledger refused the claim and left the
+Run as it was) is given back, its attempt returned, due again after
+:func:`hand_back_delay_us` (0.5 s doubling per claim of it, at most 30 s), for a worker
+that serves it. A pinned publication of a key an earlier version published without a
+pin replays that hop as it was.
 
 Abort: a pending hop is cancelled at once. A hop this process serves is cancelled and
 waited for (``abort_wait_s``), then its job cancelled. A hop another process serves has
@@ -66,16 +76,18 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
+import hashlib
 import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tenure.kernel.core import Condition, Finder, Param
 from tenure.kernel.queue import finders as queue_finders
 from tenure.kernel.queue.commands import CancelAdmin, ExpireLease
+from tenure.kernel.queue.machine import QueueRefusal
 from tenure.kernel.queue.record import QueueRow
 from tenure.model import (
     BrokerJobState,
@@ -101,12 +113,23 @@ from ..queue.table import HOPS_BINDING, TASKS_BINDING
 from ..wiring.dialects import open_store
 from .broker import UNSERVED_OUTCOME, BrokerProbe, PerformHop, stop_served_hop
 
-__all__ = ["QueueBroker", "HOP_QUEUE", "HOP_TASK", "HOP_CONTRACT", "PRIORITY_EPOCH"]
+__all__ = ["QueueBroker", "HOP_QUEUE", "HOP_TASK", "HOP_CONTRACT", "PRIORITY_EPOCH", "pinned_hop_queue"]
 
 log = logging.getLogger("tenure.runs.queue_broker")
 
 HOP_QUEUE = "tenure_run_hops"
-"""The task queue every hop of a database is deferred to."""
+"""The task queue of the hops published without a workflow pin (by a caller that passed
+none, by an earlier version, or adopted from ``tenure_run_hops``): every worker takes them."""
+
+
+def pinned_hop_queue(workflow: tuple[str, str]) -> str:
+    """The task queue of the hops of Runs pinned to ``workflow`` ``(name, version)``:
+    :data:`HOP_QUEUE` and 24 hex digits of the pair's SHA-256 (an identifier of 40
+    characters, whatever the name). Only a worker that serves the pair claims from it; a
+    collision of digests (2**-96 for a pair of pins) would only bring back the hand-back."""
+    name, version = workflow
+    digest = hashlib.sha256(f"{len(name)}:{name}{version}".encode()).hexdigest()[:24]
+    return f"{HOP_QUEUE}_{digest}"
 
 HOP_TASK = "tenure.run_hop"
 """The task name of every hop (its arguments: the hop key and the Run queue)."""
@@ -118,10 +141,10 @@ PRIORITY_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
 """Earlier versions' hops were due at this instant plus their wire priority in seconds."""
 
 _BY_KEY = Finder("hop_by_key", ((Condition("submission_id", "=", Param("key")),),), order=("job_id",), lock="none")
-_OF_HOPS = Condition("queue_name", "=", HOP_QUEUE)
+_OF_HOPS = Condition("queue_name", "in", Param("queues"))
 _DUE = Finder("hop_due", ((*queue_finders.eligible.any_of[0], _OF_HOPS), (*queue_finders.expired.any_of[0], _OF_HOPS)),
               order=("fires_at_us", "job_id"), lock="none")
-"""The hop tasks a claim would take or settle first, read without locking: pending hops
+"""The hop tasks (of the task queues ``:queues``) a claim would take or settle first, read without locking: pending hops
 that are due, and claims whose lease ran out (their process died between its queue claim
 and its Run claim; only a claim sweeps them, and the relay keeps their Run QUEUED while
 the queue still calls them active). An idle worker looks before it claims, so polling an
@@ -146,18 +169,30 @@ _STATES = {
 }
 
 
-def _hop_submission(key: str, queue: str, wire_priority: int) -> SubmissionSnapshot:
-    """A hop's task as an owned submission under its key (the same on every replay)."""
-    job = TaskJob(HOP_QUEUE, HOP_TASK, {"key": key, "queue": queue}, priority=100 - wire_priority,
+def _hop_submission(key: str, queue: str, wire_priority: int,
+                    workflow: tuple[str, str] | None = None) -> SubmissionSnapshot:
+    """A hop's task as an owned submission under its key (the same on every replay), in
+    its pin's task queue (:func:`pinned_hop_queue`; :data:`HOP_QUEUE` without one)."""
+    task_queue = HOP_QUEUE if workflow is None else pinned_hop_queue(workflow)
+    job = TaskJob(task_queue, HOP_TASK, {"key": key, "queue": queue}, priority=100 - wire_priority,
                   retry_base_ms=0, retry_max_ms=0, retry_jitter=False, max_attempts=1)
     return snapshot_submission(QueueKind.TASK, job, key)
 
 
+def _pin(workflow: object) -> tuple[str, str]:
+    """``workflow`` checked: a ``(name, version)`` pair of non-empty text (a Run's pin)."""
+    if type(workflow) is not tuple or len(workflow) != 2 \
+            or not all(bounds.is_bounded_text(part, 100) for part in workflow):
+        raise refuse("workflow", "workflow_name_version_pair_required")
+    return workflow[0], workflow[1]
+
+
 HAND_BACK_FIRST_S = 0.5
 HAND_BACK_MAX_S = 30.0
-"""A hop handed back (``unserved``) is due again after 0.5 s, doubling with each claim of
-it to at most 30 s: the longest a Run waits, once a worker that serves it runs, for the
-hand-backs of workers that do not."""
+"""A hop published without a pin and handed back (``unserved``) is due again after 0.5 s,
+doubling with each claim of it to at most 30 s. (Such a hop goes to whichever worker
+claims first when it is due: a worker that serves it wins each time with its share of
+the polling workers.)"""
 
 
 def hand_back_delay_us(generation: int) -> int:
@@ -262,6 +297,11 @@ class QueueBroker:
         announcement, a publish of this process nobody announces, a claim that filled every
         free slot, the fallback poll and a failed round; cleared just before a claim."""
         self._listening: _Listening | None = None
+        self._serves: Callable[[], Iterable[tuple[str, str]]] | None = None
+        """The pins the serving loop claims the hops of (see :meth:`serve`)."""
+        self._task_queues: tuple[tuple[tuple[str, str], ...], list[str]] = ((), [HOP_QUEUE])
+        """The pins last served, and the task queues they claim from (kept: a claim round
+        every poll would otherwise hash every pin)."""
         self._served: dict[str, asyncio.Task[Any]] = {}
         self._fenced_terminally: set[str] = set()
         """Keys this process fenced with startup's authority: stopped, whoever claimed them."""
@@ -280,19 +320,41 @@ class QueueBroker:
             raise refuse("queue", "queue_not_configured")
         if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
             raise refuse("wire_priority", "integer_out_of_range")
-        await self._publish(key, queue, wire_priority)
+        await self._ops.submit_owned(_hop_submission(key, queue, wire_priority))
         if self._listening is None or not self._listening.hears:
             self._announce()  # a live listener hears the submit's own announcement instead
 
-    def hop_insertion(self, key: str, *, queue: str, wire_priority: int, store: object) -> Insertion | None:
+    async def publish_pinned(self, key: str, *, queue: str, wire_priority: int, workflow: tuple[str, str]) -> None:
+        """:meth:`publish`, into the pin's task queue (:func:`pinned_hop_queue`), so no
+        worker of another version ever claims it. A key an earlier version already
+        published without a pin (its submission differs only in the task queue: the queue
+        kernel refuses it as ``fingerprint_mismatch``) is replayed as it was published,
+        and its workers hand it back as before."""
+        if queue not in self._queues:
+            raise refuse("queue", "queue_not_configured")
+        if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
+            raise refuse("wire_priority", "integer_out_of_range")
+        try:
+            await self._ops.submit_owned(_hop_submission(key, queue, wire_priority, _pin(workflow)))
+        except TenureError as error:
+            if error.reason != QueueRefusal.FINGERPRINT_MISMATCH.value:
+                raise
+            await self._ops.submit_owned(_hop_submission(key, queue, wire_priority))
+        if self._listening is None or not self._listening.hears:
+            self._announce()
+
+    def hop_insertion(self, key: str, *, queue: str, wire_priority: int, store: object,
+                      workflow: tuple[str, str] | None = None) -> Insertion | None:
         """See :class:`~tenure.adapters.runs.broker.JoinedPublisher`: this broker's
         submission of the hop where ``store`` writes to this broker's own tables (the same
-        database and schema, a store with decided-ahead statements: PostgreSQL)."""
+        database and schema, a store with decided-ahead statements: PostgreSQL), in the
+        pin's task queue when ``workflow`` names one."""
         ahead = getattr(store, "ahead", None)
         if ahead is None or not ahead.same_database(self._ops.store) or queue not in self._queues \
                 or not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
             return None
-        return self._ops.owned_insertion(_hop_submission(key, queue, wire_priority))
+        pin = None if workflow is None else _pin(workflow)
+        return self._ops.owned_insertion(_hop_submission(key, queue, wire_priority, pin))
 
     def hop_inserted(self, key: str) -> None:
         if self._listening is None or not self._listening.hears:
@@ -303,9 +365,6 @@ class QueueBroker:
         self._maybe_due = True
         if self._wake is not None:
             self._wake.set()
-
-    async def _publish(self, key: str, queue: str, wire_priority: int) -> None:
-        await self._ops.submit_owned(_hop_submission(key, queue, wire_priority))
 
     async def _row(self, key: str) -> tuple[QueueRow | None, int]:
         """The hop's row (this table's, else an earlier version's), and the clock."""
@@ -366,15 +425,20 @@ class QueueBroker:
     # --- delivery ------------------------------------------------------------------------
 
     async def serve(self, queues: frozenset[str], perform: PerformHop, *, concurrency: int,
-                    stopping: asyncio.Event) -> None:
+                    stopping: asyncio.Event, serves: Callable[[], Iterable[tuple[str, str]]] | None = None) -> None:
         """Claim hops (up to ``concurrency`` at once), run each through ``perform``,
         heartbeat the running ones every ``heartbeat_seconds`` and finish each by its
         fence. A refused heartbeat (the claim lapsed or was cancelled) is logged and
         nothing more: the Run ledger's fence decides whether the hop still holds its Run
         (the worker's watch stops it when it does not), so a hop that stalled past its
-        queue lease but still holds its Run finishes and settles it."""
+        queue lease but still holds its Run finishes and settles it.
+
+        ``serves`` (the :class:`~tenure.adapters.runs.broker.PinnedPublisher` port): the
+        workflow pins whose hops this loop claims, asked before each claim; hops published
+        without a pin are claimed whatever it says (None: only those)."""
         if frozenset(queues) != self._queues:
             raise refuse("queues", "a_queue_broker_worker_serves_all_its_queues")
+        self._serves = serves
         fences: dict[str, QueueClaimFence] = {}
         lapsed: set[str] = set()
         wake = asyncio.Event()
@@ -462,7 +526,7 @@ class QueueBroker:
             if self._ops.store.ahead is not None or await self._any_due():
                 tokens = [secrets.token_hex(16) for _ in range(free)]
                 set_aside = self._ops.unreadable_failed
-                claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record, [HOP_QUEUE])
+                claimed = await self._ops.claim_owned(self._owner, tokens, lambda record: record, self._claimed_queues())
                 # A claim that filled every free slot, or set rows aside, may have left more
                 # due. Set, never cleared here: an announcement heard while the claim ran stays.
                 if len(claimed) == free or self._ops.unreadable_failed != set_aside:
@@ -476,6 +540,14 @@ class QueueBroker:
             task.add_done_callback(lambda _: wake.set())  # finish it and claim again at once
             self._served[hop] = task
         return claimed
+
+    def _claimed_queues(self) -> list[str]:
+        """The task queues a claim takes hops from: the unpinned hops' and those of the
+        pins the loop serves now."""
+        pins = () if self._serves is None else tuple(sorted(set(self._serves())))
+        if pins != self._task_queues[0]:
+            self._task_queues = (pins, [HOP_QUEUE, *(pinned_hop_queue(_pin(pin)) for pin in pins)])
+        return self._task_queues[1]
 
     async def _heartbeat(self, fences: dict[str, QueueClaimFence], lapsed: set[str]) -> None:
         keys = [key for key in fences if key in self._served and not self._served[key].done()]
@@ -494,7 +566,9 @@ class QueueBroker:
         """Whether a claim would find a hop (read, never locked: where a claim is a
         transaction, as on SQLite, an idle poll takes no write lock)."""
         async def body(tx: Transaction) -> bool:
-            return bool(await tx.find(TASKS_BINDING, _DUE, {"now": await tx.now_us()}, 1))
+            return bool(await tx.find(TASKS_BINDING, _DUE, {"now": await tx.now_us(), "queues": queues}, 1))
+
+        queues = self._claimed_queues()
 
         due: bool = await self._ops.store.run(body, write=False)
         return due

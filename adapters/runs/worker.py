@@ -71,7 +71,7 @@ from tenure.model.validation import refuse
 
 from ..core.failure_text import MAX_ERROR_BYTES, exception_text, loggable_exception
 from ..core.text import clean_text
-from .broker import Broker, HopSource, Touch
+from .broker import Broker, HopSource, PinnedPublisher, Touch
 from .checkpoints import RecordedOutcome
 from .ledger import RunLedger, Unserved, result_text
 from .workflows import HopLost, HopParked, RunContext, WorkflowDiverged, Workflows, owner_is_decided
@@ -613,8 +613,12 @@ class RunWorker:
             raise _refuse("worker", "already_started")
         self._stopping.clear()
         self._outcomes_on_stop = True
-        self._serving = asyncio.ensure_future(
-            self.broker.serve(self.queues, self.perform, concurrency=self.concurrency, stopping=self._stopping))
+        if isinstance(self.broker, PinnedPublisher):  # it claims only the hops of the pins this worker serves
+            serving = self.broker.serve(self.queues, self.perform, concurrency=self.concurrency,
+                                        stopping=self._stopping, serves=self.workflows.served)
+        else:
+            serving = self.broker.serve(self.queues, self.perform, concurrency=self.concurrency, stopping=self._stopping)
+        self._serving = asyncio.ensure_future(serving)
 
     async def fence_hops(self, deadline_s: float = 30.0) -> int:
         """Close the claim gate and cancel every running hop, waiting up to ``deadline_s``

@@ -15,18 +15,22 @@ import pytest
 
 from adapter_support import raw, stored_instant
 from polling import until
+from run_support import admit, serving, status_of, worker
 
-from tenure.adapters import QueueBroker
+from tenure.adapters import QueueBroker, RunLedger, Workflows
 from tenure.adapters.queue.operations import QueueOperations
 from tenure.adapters.queue.sources import time_ordered_id
 from tenure.adapters.queue.table import HOPS_BINDING
-from tenure.adapters.runs.queue_broker import HOP_CONTRACT, HOP_QUEUE, HOP_TASK, PRIORITY_EPOCH
+from tenure.adapters.runs.broker import UNSERVED_OUTCOME
+from tenure.adapters.runs.queue_broker import HOP_CONTRACT, HOP_QUEUE, HOP_TASK, PRIORITY_EPOCH, pinned_hop_queue
 from tenure.adapters.wiring.dialects import open_store
 from tenure.model import (
     BrokerJobState,
+    ConfigValidationError,
     JobStatus,
     QueueClaimFence,
     QueueKind,
+    RunStatus,
     ValidationJob,
     WorkerConfig,
     hop_key,
@@ -57,13 +61,16 @@ async def legacy_publish(ops: QueueOperations, key: str, queue: str, wire_priori
     await ops.submit_owned(snapshot_submission(QueueKind.VALIDATION, job, key))
 
 
-async def serve_until(broker: QueueBroker, ran: list[tuple[str, int]], count: int) -> None:
+async def serve_until(broker: QueueBroker, ran: list[tuple[str, int]], count: int, *, outcome: str = "done",
+                      serves: list[tuple[str, str]] | None = None) -> None:
     stopping = asyncio.Event()
 
-    async def perform(run_id: str, seq: int, _: Any) -> None:
+    async def perform(run_id: str, seq: int, _: Any) -> str:
         ran.append((run_id, seq))
+        return outcome
 
-    serving = asyncio.create_task(broker.serve(frozenset({"runs"}), perform, concurrency=1, stopping=stopping))
+    serving = asyncio.create_task(broker.serve(frozenset({"runs"}), perform, concurrency=1, stopping=stopping,
+                                               serves=None if serves is None else lambda: serves))
     try:
         await until(lambda: _at_least(ran, count))
     finally:
@@ -92,6 +99,80 @@ async def test_hops_are_tasks_of_their_own_queue_claimed_by_run_priority(db_url:
         assert (await broker.probe(hop_key(RUN_B, 0))).state is BrokerJobState.COMPLETE
     finally:
         await broker.close()
+
+
+async def test_a_pinned_hop_waits_in_its_pins_queue_for_a_loop_that_serves_the_pin(db_url: str) -> None:
+    """A hop published with its Run's pin is claimed only by a loop that serves the pin
+    (a loop serving another takes the hops published after it); a hop published without
+    one by any loop; a pinned replay of a key an earlier version published without a pin
+    answers that hop as it is."""
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=60.0, heartbeat_seconds=10.0, poll_s=0.01)
+    v1, v2 = ("bill", "1"), ("bill", "2")
+    try:
+        await broker.publish_pinned(hop_key(RUN_A, 0), queue="runs", wire_priority=50, workflow=v2)
+        await broker.publish(hop_key(RUN_B, 0), queue="runs", wire_priority=50)  # no pin (an earlier version)
+        await broker.publish_pinned(hop_key(RUN_C, 0), queue="runs", wire_priority=50, workflow=v1)
+        await broker.publish_pinned(hop_key(RUN_A, 0), queue="runs", wire_priority=50, workflow=v2)  # a replay
+        await broker.publish_pinned(hop_key(RUN_B, 0), queue="runs", wire_priority=50, workflow=v2)  # its first form
+        tasks = {t.submission_id: t for t in await broker._ops.list(None, 10)}  # noqa: SLF001
+        assert {key: (t.queue_name, t.task_name) for key, t in tasks.items()} == {
+            hop_key(RUN_A, 0): (pinned_hop_queue(v2), HOP_TASK), hop_key(RUN_B, 0): (HOP_QUEUE, HOP_TASK),
+            hop_key(RUN_C, 0): (pinned_hop_queue(v1), HOP_TASK)}
+        assert len({HOP_QUEUE, pinned_hop_queue(v1), pinned_hop_queue(v2), pinned_hop_queue(("bill1", ""))}) == 4
+        ran: list[tuple[str, int]] = []
+        await serve_until(broker, ran, 2, serves=[v1, ("audit", "1")])
+        assert ran == [(RUN_B, 0), (RUN_C, 0)]  # RUN_A was due first
+        probe = await broker.probe(hop_key(RUN_A, 0))
+        assert probe.state is BrokerJobState.QUEUED and (await broker._ops.list(JobStatus.PENDING, 10))[0].generation == 0  # noqa: SLF001
+        await serve_until(broker, ran, 3, serves=[v2])
+        assert ran[2:] == [(RUN_A, 0)]
+        for bad in (("bill",), ("bill", ""), ["bill", "2"], ("bill", 2), ("b" * 101, "1")):
+            with pytest.raises(ConfigValidationError) as refused:
+                await broker.publish_pinned(hop_key(RUN_D, 0), queue="runs", wire_priority=50, workflow=bad)  # type: ignore[arg-type]
+            assert refused.value.fields == ("workflow",)
+        assert await broker.probe(hop_key(RUN_D, 0)) == await broker.probe(hop_key("e" * 32, 0))  # nothing written
+    finally:
+        await broker.close()
+
+
+async def test_a_hop_published_without_a_pin_is_handed_back_by_a_worker_that_does_not_serve_its_run(
+    db_url: str,
+) -> None:
+    """A hop an earlier version published without its Run's pin reaches every worker: one
+    that does not serve the Run's pin hands it back with its attempt returned (twice, the
+    Run untouched), and a worker that serves it runs it."""
+    old_flows, new_flows = Workflows(), Workflows()
+
+    @old_flows.workflow("bill", "1")
+    async def bill_v1(ctx: Any) -> dict[str, Any]:
+        raise AssertionError("a version 1 worker must not run a version 2 Run")
+
+    @new_flows.workflow("bill", "2")
+    async def bill_v2(ctx: Any) -> dict[str, Any]:
+        return {"version": 2}
+
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=60.0, heartbeat_seconds=10.0, poll_s=0.01)
+    try:
+        async with RunLedger(db_url) as ledger:
+            run_id = await admit(ledger, new_flows.pin("bill", "2"))
+            queued = await ledger.get(run_id)
+            await broker.publish(hop_key(run_id, 0), queue="runs", wire_priority=50)
+            async with serving(worker(ledger, broker, old_flows)) as old:
+                await until(lambda: _true(old.outcomes["unserved"] >= 2), what="two hand-backs")
+            assert await ledger.get(run_id) == queued
+            (row,) = await broker._ops.list(None, 10)  # noqa: SLF001
+            assert (row.queue_name, row.status, row.attempts, row.generation >= 2) == (HOP_QUEUE, JobStatus.PENDING,
+                                                                                      0, True)
+            async with serving(worker(ledger, broker, new_flows)):
+                done = await status_of(ledger, run_id, RunStatus.DONE, RunStatus.FAILED)
+            assert (done.status, done.result) == (RunStatus.DONE, {"version": 2})
+            assert old.outcomes["done"] == 0 and old.outcomes["failed"] == 0
+    finally:
+        await broker.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def test_an_earlier_versions_hops_keep_working(db_url: str) -> None:

@@ -21,7 +21,7 @@ from polling import until
 from run_support import admit, parked_and_ended, ports, serving, status_of, worker
 
 from tenure.adapters import InMemoryBroker, QueueBroker, RunLedger, Workflows, resume_and_publish
-from tenure.adapters.runs.queue_broker import HOP_QUEUE
+from tenure.adapters.runs.queue_broker import pinned_hop_queue
 from tenure.adapters.runs.recovery import run_relays
 from tenure.model import (
     BrokerJobState,
@@ -252,7 +252,8 @@ async def test_a_hop_frozen_past_its_queue_lease_keeps_its_run_and_settles_it(
             # stall late, so the lease may lapse only after the thaw (a hang guard).
 
             async def swept() -> bool:
-                assert await sweeper._ops.claim_owned("sweeper", ["sweep-token"], lambda record: record, [HOP_QUEUE]) == []
+                assert await sweeper._ops.claim_owned("sweeper", ["sweep-token"], lambda record: record,
+                                                      [pinned_hop_queue(("stall", "1"))]) == []
                 return (await hops.probe(f"run:{run_id}:0")).state is BrokerJobState.FAILED
 
             await until(swept, what="the lapsed hop claim swept")
@@ -316,7 +317,8 @@ async def test_a_hop_claimed_from_the_queue_by_a_process_that_died_before_its_ru
         async with RunLedger(db_url) as ledger:
             run_id = await admit(ledger, flows.pin("quick", "1"))
             await ledger.publish(run_id, 0, live)
-            assert len(await dead._ops.claim_owned("dead", ["dead-token"], lambda record: record, [HOP_QUEUE])) == 1
+            assert len(await dead._ops.claim_owned("dead", ["dead-token"], lambda record: record,
+                                                      [pinned_hop_queue(("quick", "1"))])) == 1
             relays = asyncio.ensure_future(run_relays(ledger, ports(ledger, live), node="node-a", stop=stop,
                                                       interval_s=0.05))
             try:
