@@ -19,6 +19,8 @@ is prepared on it.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
@@ -215,6 +217,55 @@ async def rollback(connection: asyncpg.Connection, deadline: float) -> bool:
     return True
 
 
+class Slots:
+    """At most ``size`` holders at once: a counting semaphore whose free slot is taken
+    by reading two attributes (:meth:`Connections.take`'s hot path makes no call into it;
+    ``asyncio.Semaphore`` cost seven Python calls a call: issue 51). When none is free,
+    callers wait first come first served.
+
+    A give hands the slot to the first waiter whose wait was not cancelled, dropping the
+    cancelled ones before it, so no slot is free while anyone is queued (a new caller
+    queues only when none is free, or behind others). A waiter cancelled after a slot was
+    handed to it (its deadline passed as the slot came) gives the slot back, so none is
+    ever lost."""
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        """Slots nobody holds (taken at once when no one waits: ``free and not waiters``)."""
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def take(self) -> None:
+        """Hold a slot, waiting for one if none is free or others wait first."""
+        if self.free and not self.waiters:
+            self.free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)  # none is free here: a give leaves none free while any waits
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed a slot as it left: passed on
+            else:
+                with contextlib.suppress(ValueError):
+                    self.waiters.remove(waiter)
+            raise
+
+    def give(self) -> None:
+        """Let go of a held slot (to the first live waiter, if any)."""
+        self.free += 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        while self.free and self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                self.free -= 1
+                waiter.set_result(None)
+
+
 class Connections:
     """At most ``size`` open connections, reused last-in first-out.
 
@@ -234,18 +285,20 @@ class Connections:
     def __init__(self, dsn: str, size: int, *, pooler: Pooler | None = None) -> None:
         self._dsn = dsn
         self._pooler = pooler
-        self._slots = asyncio.Semaphore(size)
+        self._slots = Slots(size)
         self._idle: list[asyncpg.Connection] = []
         self._closed = False
 
     async def take(self, deadline: float) -> asyncpg.Connection:
-        if self._slots.locked():
-            await call(self._slots.acquire, deadline, Stage.CONNECT)
+        slots = self._slots
+        if slots.free and not slots.waiters:
+            # A free slot is taken without waiting (nothing to bound) and without a call,
+            # and an idle connection without a driver call: the call's one deadline scope
+            # is then its statement's (no timer armed and cancelled around a wait that
+            # cannot happen).
+            slots.free -= 1
         else:
-            # A free slot is taken without waiting (nothing to bound), and an idle
-            # connection without a driver call: the call's one deadline scope is then its
-            # statement's (no timer armed and cancelled around a wait that cannot happen).
-            await self._slots.acquire()
+            await call(slots.take, deadline, Stage.CONNECT)
         try:
             while self._idle:
                 connection = self._idle.pop()
@@ -253,7 +306,7 @@ class Connections:
                     return connection
             return await call(self._connect, deadline, Stage.CONNECT)
         except BaseException:
-            self._slots.release()
+            self._slots.give()
             raise
 
     async def _connect(self) -> asyncpg.Connection:
@@ -266,7 +319,7 @@ class Connections:
             else:
                 connection.terminate()
         finally:
-            self._slots.release()
+            self._slots.give()
 
     async def close(self, deadline: float) -> None:
         self._closed = True
