@@ -45,7 +45,7 @@ from ..core.tables import ROW_VERSION, Binding, RowCodec, qualified
 __all__ = [
     "PARAMETER", "Numbered", "numbered", "with_clock", "touching", "SNAPSHOT_SEES_LOCKED", "COUNTS_UNCHANGED", "locked_joined_sql", "locked_joined_counting_sql", "write_across_sql", "guarded_write_sql", "snapshot_sql", "ARRAY_TYPES", "CLOCK_AFTER_LOCKS",
     "decided_write", "ahead_sql", "ahead_one_sql", "insert_sql", "pick_sql", "literal", "clear_statement_cache",
-    "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
+    "ahead_parameters", "ahead_one_parameters", "probe_sql", "claim_statement", "ClaimText", "claim_text", "bind_claim", "probe_shape", "WINDOW", "VERSION_UNCHANGED", "ahead_version_sql",
     "ahead_version_parameters", "joined_ahead_sql", "joined_ahead_parameters", "PAIR_UNCHANGED",
     "joined_insert_sql", "keyed_sql", "single",
 ]
@@ -986,7 +986,7 @@ def literal(text: str) -> str:
 def clear_statement_cache() -> None:
     """Forget the decided-ahead statements built so far (tests that replace a part of
     their SQL, such as :data:`CLOCK_AFTER_LOCKS`, rebuild them)."""
-    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, joined_ahead_sql, joined_insert_sql, touching, keyed_sql, _probe_text, _claim_text, pick_sql, snapshot_sql):
+    for built in (ahead_sql, ahead_one_sql, ahead_version_sql, insert_sql, joined_ahead_sql, joined_insert_sql, touching, keyed_sql, _probe_text, _claim_text, claim_text, pick_sql, snapshot_sql):
         built.cache_clear()
 
 
@@ -1130,17 +1130,59 @@ def _claim_text(
     return sql.replace(":now", "(SELECT now FROM clock)"), attributes, compiled_check
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimText:
+    """The claim fast path's statement for one shape of probes: its SQL (numbered,
+    ``:now`` spelled as its clock), the command attributes it reads, and each compiled
+    finder whose values it binds with its prefix: the pick's, each blocker's, the check's."""
+
+    sql: str
+    """With ``:name`` parameters (:attr:`statement` numbers them for the driver)."""
+    statement: Numbered
+    attributes: tuple[tuple[str, str], ...]
+    binders: tuple[tuple[CompiledFinder, str], ...]
+
+
+@functools.cache
+def claim_text(
+    binding: Binding, schema: str | None, pick: ProbeShape, check: Finder, blockers: tuple[ProbeShape, ...],
+    rewrite: Rewrite, types: tuple[tuple[str, str], ...],
+) -> ClaimText:
+    """:class:`ClaimText` for the probes' shapes (:func:`probe_shape`), built once per shape."""
+    sql, attributes, compiled_check = _claim_text(binding, schema, pick, check, blockers, rewrite, types)
+    binders = [(_probe_text(binding, schema, *pick, "pick")[1], "pick")]
+    for number, blocker in enumerate(blockers):
+        binders.append((_probe_text(binding, schema, *blocker, f"block{number}")[1], f"block{number}"))
+    binders.append((compiled_check, "check"))
+    return ClaimText(sql, numbered(sql), attributes, tuple(binders))
+
+
+def probe_shape(probe: Probe) -> ProbeShape:
+    """What a probe's SQL depends on (see :data:`ProbeShape`)."""
+    return _shape(probe)
+
+
+def bind_claim(text: ClaimText, pick: Probe, blockers: Sequence[Probe], check_parameters: Mapping[str, Any],
+               parameters: dict[str, Any]) -> None:
+    """The probes' and the check's values as ``text``'s parameters (added to ``parameters``)."""
+    binders = text.binders
+    _bind(binders[0][0], pick.parameters if pick.limit is None else {**pick.parameters, "limit": pick.limit},
+          "pick", parameters)
+    for (compiled, prefix), blocker in zip(binders[1:-1], blockers, strict=True):
+        _bind(compiled, blocker.parameters if blocker.limit is None else {**blocker.parameters, "limit": blocker.limit},
+              prefix, parameters)
+    _bind(binders[-1][0], check_parameters, "check", parameters)
+
+
 def claim_statement(
     binding: Binding, schema: str | None, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
     types: tuple[tuple[str, str], ...], parameters: dict[str, Any], check_parameters: Mapping[str, Any] | None = None,
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
     """The claim fast path's statement (:func:`pick_sql`) for its probes and check (their
     parameters added to ``parameters``), with ``:now`` spelled as its clock, and the
-    command attributes it reads."""
-    sql, attributes, compiled_check = _claim_text(binding, schema, _shape(pick), check,
-                                                  tuple(_shape(blocker) for blocker in blockers), rewrite, types)
-    probe_sql(binding, schema, pick, "pick", parameters)  # binds its values (the text is in ``sql``)
-    for number, blocker in enumerate(blockers):
-        probe_sql(binding, schema, blocker, f"block{number}", parameters)
-    _bind(compiled_check, check_parameters or {}, "check", parameters)
-    return sql, attributes
+    command attributes it reads (:func:`claim_text` and :func:`bind_claim`; a store keeps
+    the text per shape by identity instead of hashing the shape on every claim)."""
+    text = claim_text(binding, schema, _shape(pick), check, tuple(_shape(blocker) for blocker in blockers), rewrite,
+                      types)
+    bind_claim(text, pick, blockers, check_parameters or {}, parameters)
+    return text.sql, text.attributes

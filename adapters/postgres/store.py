@@ -357,6 +357,8 @@ class PostgresStore:
         """:meth:`write_ahead`'s statements by shape (see :class:`_AheadText`)."""
         self._rewrite_sets: dict[tuple[int, int], tuple[Binding, Rewrite, dict[str, Any]]] = {}
         """:meth:`_rewrite_values`'s parameters, by the identities of binding and rewrite."""
+        self._claim_texts: dict[tuple[Any, ...], tuple[tuple[Any, ...], statements.ClaimText]] = {}
+        """The claim statements, per shape by identity (:meth:`_claim_text`)."""
         self._clock: tuple[int, float] | None = None
         """The last database time read, with this process's monotonic time then."""
         self.ahead = self
@@ -750,12 +752,12 @@ class PostgresStore:
             return None
         pool, deadline, types = opened
         parameters: dict[str, Any] = {}
-        sql, attributes = statements.claim_statement(binding, self.schema, pick, check, blockers, rewrite,
-                                                     types, parameters, check_parameters or {})
-        for attribute, _ in attributes:
+        text = self._claim_text(binding, pick, check, blockers, rewrite, types)
+        statements.bind_claim(text, pick, blockers, check_parameters or {}, parameters)
+        for attribute, _ in text.attributes:
             parameters[f"a_{attribute}"] = [getattr(command, attribute) for command in commands]
         parameters.update(self._rewrite_values(binding, rewrite))
-        statement = numbered(sql)
+        statement = text.statement
         rows = await self._fetch_once(pool, deadline, statement.sql, statement.arguments(parameters))
         now, went = rows[0][0], bool(rows[0][1])
         width = len(binding.spec.columns)
@@ -771,6 +773,32 @@ class PostgresStore:
         if went:
             self.saw_clock(now)
         return Picked(now, went, picked, written, versions)
+
+    def _claim_text(self, binding: Binding, pick: Probe, check: Finder, blockers: Sequence[Probe], rewrite: Rewrite,
+                    types: tuple[tuple[str, str], ...]) -> statements.ClaimText:
+        """The claim's statement for this shape (:func:`.statements.claim_text`), kept by
+        the identities of what it is built from (hashing the shape, finders and rewrite
+        cost a claim some twenty calls: issue 51); only whether each probe's list
+        parameters hold one value is asked per call. The entry keeps those objects, so an
+        identity is never reused for another while it is kept."""
+        blocker_key: list[tuple[int, str, bool, bool]] = []
+        for blocker in blockers:
+            blocker_key.append((id(blocker.finder), blocker.kind, blocker.limit is not None,
+                                statements.single(blocker.finder, blocker.parameters)))
+        pick_one = statements.single(pick.finder, pick.parameters)
+        key = (id(binding), id(pick.finder), pick.kind, pick.limit is not None, pick_one, id(check), id(rewrite),
+               id(types), tuple(blocker_key))
+        found = self._claim_texts.get(key)
+        if found is not None:
+            return found[1]
+        text = statements.claim_text(
+            binding, self.schema, (pick.finder, pick.kind, pick.limit is not None, pick_one), check,
+            tuple((blocker.finder, kind, limited, one) for blocker, (_, kind, limited, one) in zip(blockers, blocker_key)),
+            rewrite, types)
+        if len(self._claim_texts) >= _AHEAD_TEXTS_KEPT:
+            self._claim_texts.clear()
+        self._claim_texts[key] = ((binding, pick.finder, check, rewrite, types, *(b.finder for b in blockers)), text)
+        return text
 
     def _rewrite_values(self, binding: Binding, rewrite: Rewrite) -> dict[str, Any]:
         """The ``set_<column>`` parameters of a claim's fixed changes (the stored value of
