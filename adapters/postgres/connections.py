@@ -256,9 +256,10 @@ class Slots:
     def give(self) -> None:
         """Let go of a held slot (to the first live waiter, if any)."""
         self.free += 1
-        self._hand_over()
+        self.hand_over()
 
-    def _hand_over(self) -> None:
+    def hand_over(self) -> None:
+        """Hand the free slots to the first waiters whose wait was not cancelled."""
         while self.free and self.waiters:
             waiter = self.waiters.popleft()
             if not waiter.done():
@@ -319,7 +320,10 @@ class Connections:
             else:
                 connection.terminate()
         finally:
-            self._slots.give()
+            slots = self._slots
+            slots.free += 1  # Slots.give, inline: with nobody waiting, no call
+            if slots.waiters:
+                slots.hand_over()
 
     async def close(self, deadline: float) -> None:
         self._closed = True
