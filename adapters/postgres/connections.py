@@ -1,7 +1,7 @@
 """The PostgreSQL store's connections: the pool, the listener, and the one boundary every
 driver call passes (its deadline, and the reason a driver failure is reported with).
 
-Every call into asyncpg runs through :func:`call` (or :func:`call_once` for one
+Every call into asyncpg runs through :func:`call` (or :func:`fetch_once` for one
 autocommit statement): under the call's deadline (``WorkerConfig.timeout_seconds``,
 counted from the start of the call: the wait for a pooled connection, connecting,
 BEGIN, every statement and COMMIT share it), and whatever the driver, the socket, the
@@ -23,8 +23,8 @@ import collections
 import contextlib
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -34,7 +34,7 @@ from ..core.failures import Stage, reason_by_class, translate
 from ..core.urls import Pooler
 
 __all__ = [
-    "DEFAULT_TIMEOUT_SECONDS", "ROLLBACK_GRACE_SECONDS", "POOL_SIZE", "REASONS_BY_CLASS", "call", "call_once",
+    "DEFAULT_TIMEOUT_SECONDS", "ROLLBACK_GRACE_SECONDS", "POOL_SIZE", "REASONS_BY_CLASS", "call", "fetch_once",
     "rollback", "connect", "refuse_unnamed_pooler", "Connections", "Listener", "LISTENER_CHECK_SECONDS",
 ]
 
@@ -189,21 +189,24 @@ async def call(operation: Callable[[], Awaitable[T]], deadline: float, stage: St
     raise _failure(failure, stage)
 
 
-async def call_once(operation: Callable[[], Awaitable[T]], deadline: float) -> T:
+async def fetch_once(connection: asyncpg.Connection, sql: str, arguments: Sequence[Any], deadline: float) -> Any:
     """The boundary for one autocommit statement: an error the server answered with
     means nothing was kept (its own reason); any other failure (the connection, the
-    deadline) leaves the outcome unknown: ``commit_unacknowledged``."""
+    deadline) leaves the outcome unknown: ``commit_unacknowledged``.
+
+    The deadline is the driver's own statement timeout (asyncpg arms one timer for the
+    prepare and the execution together and cancels the statement on the server when it
+    fires, as a cancelled task does): no ``asyncio.timeout`` scope around it, which cost a
+    call some fifteen Python calls (issue 51). A deadline already passed sends nothing."""
     failure: Exception | None = None
     try:
-        async with asyncio.timeout_at(deadline):
-            return await operation()
+        return await connection.fetch(sql, *arguments, timeout=deadline - asyncio.get_running_loop().time())
     except (TenureError, ConfigValidationError):
         raise
     except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass
         failure = error
     answered = isinstance(failure, asyncpg.PostgresError) and not isinstance(failure, asyncpg.PostgresConnectionError)
     raise _failure(failure, Stage.STATEMENT if answered else Stage.COMMIT)
-
 
 
 async def rollback(connection: asyncpg.Connection, deadline: float) -> bool:

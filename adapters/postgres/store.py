@@ -49,7 +49,7 @@ from .connections import (
     Connections,
     Listener,
     call,
-    call_once,
+    fetch_once,
     connect,
     count_instants_in_microseconds,
     rollback,
@@ -822,7 +822,7 @@ class PostgresStore:
         connection = await pool.take(deadline)
         clean = False
         try:
-            rows = await call_once(lambda: connection.fetch(sql, *arguments), deadline)
+            rows = await fetch_once(connection, sql, arguments, deadline)
             clean = True
         finally:
             pool.give_back(connection, clean=clean)
