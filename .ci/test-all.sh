@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone on a fresh machine:
-#   bash .ci/test-all.sh                        (about 21 minutes on a 2-core machine)
+#   bash .ci/test-all.sh                        (22 to 25 minutes on a 2-core machine)
 #   TENURE_TEST_STRESS=1 bash .ci/test-all.sh   (the same beside a CPU burner on every core)
 #   bash .ci/test-all.sh tests/kernel           (every step, with pytest given these arguments)
 # 1. a virtual environment (.venv) with tenure, its test dependencies and the docs tools;
