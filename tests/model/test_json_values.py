@@ -130,3 +130,19 @@ def test_text_that_is_not_json_is_refused_as_json_invalid(text: str) -> None:
     with pytest.raises(JsonProblem) as caught:
         load_json(text)
     assert caught.value.code == "json_invalid"
+
+
+@given(value=values)
+def test_the_canonical_text_is_what_json_dumps_writes_with_the_canonical_options(value: object) -> None:
+    """``canonical_json`` encodes with one encoder made once (issue 51): the same text as
+    ``json.dumps`` with the canonical options, and the same refusal where it refuses."""
+    import json
+
+    def dumped(encode: Any) -> tuple[str, Any]:
+        try:
+            return "text", encode(value)
+        except (TypeError, ValueError, RecursionError) as error:
+            return "refused", type(error)
+
+    assert dumped(canonical_json) == dumped(lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"),
+                                                                 ensure_ascii=False, allow_nan=False))
