@@ -191,16 +191,21 @@ async def call(operation: Callable[[], Awaitable[T]], deadline: float, stage: St
 
 async def fetch_once(connection: asyncpg.Connection, sql: str, arguments: Sequence[Any], deadline: float) -> Any:
     """The boundary for one autocommit statement: an error the server answered with
-    means nothing was kept (its own reason); any other failure (the connection, the
-    deadline) leaves the outcome unknown: ``commit_unacknowledged``.
+    means nothing was kept (its own reason); any other failure once it was sent (the
+    connection, the deadline) leaves the outcome unknown: ``commit_unacknowledged``. A
+    deadline that passed before it was sent sends nothing: ``timeout``.
 
-    The deadline is the driver's own statement timeout (asyncpg arms one timer for the
-    prepare and the execution together and cancels the statement on the server when it
-    fires, as a cancelled task does): no ``asyncio.timeout`` scope around it, which cost a
-    call some fifteen Python calls (issue 51). A deadline already passed sends nothing."""
+    The deadline is the driver's own timeout, given what is left of the call (asyncpg
+    bounds a prepare by it and the execution by what is left after the prepare, and
+    cancels the statement on the server when it fires, as it does for a cancelled task):
+    no ``asyncio.timeout`` scope around it, which cost a call some fifteen Python calls
+    (issue 51)."""
+    remaining = deadline - asyncio.get_running_loop().time()
+    if remaining <= 0:
+        raise _failure(TimeoutError(), Stage.STATEMENT)
     failure: Exception | None = None
     try:
-        return await connection.fetch(sql, *arguments, timeout=deadline - asyncio.get_running_loop().time())
+        return await connection.fetch(sql, *arguments, timeout=remaining)
     except (TenureError, ConfigValidationError):
         raise
     except Exception as error:  # noqa: BLE001 - this is the boundary: nothing else may pass

@@ -179,12 +179,17 @@ def _hop_submission(key: str, queue: str, wire_priority: int,
     return snapshot_submission(QueueKind.TASK, job, key)
 
 
+def _is_pin(workflow: object) -> bool:
+    """A ``(name, version)`` pair of non-empty text (a Run's pin)."""
+    return type(workflow) is tuple and len(workflow) == 2 and all(bounds.is_bounded_text(part, 100)
+                                                                  for part in workflow)
+
+
 def _pin(workflow: object) -> tuple[str, str]:
-    """``workflow`` checked: a ``(name, version)`` pair of non-empty text (a Run's pin)."""
-    if type(workflow) is not tuple or len(workflow) != 2 \
-            or not all(bounds.is_bounded_text(part, 100) for part in workflow):
+    """``workflow`` checked (:func:`_is_pin`), else refused (``ConfigValidationError``)."""
+    if not _is_pin(workflow):
         raise refuse("workflow", "workflow_name_version_pair_required")
-    return workflow[0], workflow[1]
+    return workflow  # type: ignore[return-value]
 
 
 HAND_BACK_FIRST_S = 0.5
@@ -353,8 +358,9 @@ class QueueBroker:
         if ahead is None or not ahead.same_database(self._ops.store) or queue not in self._queues \
                 or not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
             return None
-        pin = None if workflow is None else _pin(workflow)
-        return self._ops.owned_insertion(_hop_submission(key, queue, wire_priority, pin))
+        if workflow is not None and not _is_pin(workflow):
+            return None  # publish_pinned refuses it
+        return self._ops.owned_insertion(_hop_submission(key, queue, wire_priority, workflow))
 
     def hop_inserted(self, key: str) -> None:
         if self._listening is None or not self._listening.hears:
@@ -439,6 +445,7 @@ class QueueBroker:
         if frozenset(queues) != self._queues:
             raise refuse("queues", "a_queue_broker_worker_serves_all_its_queues")
         self._serves = serves
+        self._claimed_queues()  # pins that are not (name, version) pairs are refused here, not met as an outage
         fences: dict[str, QueueClaimFence] = {}
         lapsed: set[str] = set()
         wake = asyncio.Event()
@@ -546,6 +553,8 @@ class QueueBroker:
         pins the loop serves now."""
         pins = () if self._serves is None else tuple(sorted(set(self._serves())))
         if pins != self._task_queues[0]:
+            # A pair that is not a pin is refused (at the start of serve; a registry's pins
+            # are checked when registered, so later rounds do not meet one).
             self._task_queues = (pins, [HOP_QUEUE, *(pinned_hop_queue(_pin(pin)) for pin in pins)])
         return self._task_queues[1]
 
@@ -604,14 +613,19 @@ class QueueBroker:
 
     async def _adopt(self, tx: Transaction, *, row: QueueRow) -> bool:
         """In one transaction: lock the old row, and only while it is still queued
-        publish its hop here and cancel it there (a process of an earlier version that
-        claimed it meanwhile keeps it; an abort that cancelled it first wins)."""
+        publish its hop here (unless this table holds its key already) and cancel it there
+        (a process of an earlier version that claimed it meanwhile keeps it; an abort that
+        cancelled it first wins)."""
         locked = await tx.locked(HOPS_BINDING, queue_finders.by_keys, {"keys": [row.job_id]})
         current = locked[0] if locked else None
         if current is None or current.status is not JobStatus.PENDING:
             return False
-        queue, wire = self._queue_and_wire(current)
-        submission = _hop_submission(str(current.submission_id), queue, min(100, max(0, wire)))
-        await self._ops.submit_many_in(tx, [submission])
+        key = str(current.submission_id)
+        if not await tx.find(TASKS_BINDING, _BY_KEY, {"key": key}, 1):
+            # A key already here (a relay of this version published it, pinned, before
+            # the old row was adopted) is that hop: only the old row is cancelled. (Its
+            # unpinned submission would differ from the pinned one and be refused.)
+            queue, wire = self._queue_and_wire(current)
+            await self._ops.submit_many_in(tx, [_hop_submission(key, queue, min(100, max(0, wire)))])
         await self._legacy.engine.decide_one(tx, HOPS_BINDING, current, CancelAdmin())
         return True

@@ -135,6 +135,47 @@ async def test_a_pinned_hop_waits_in_its_pins_queue_for_a_loop_that_serves_the_p
         await broker.close()
 
 
+async def test_an_earlier_versions_queued_hop_whose_key_was_published_pinned_here_is_adopted_as_that_hop(
+    db_url: str,
+) -> None:
+    """An old row still queued in ``tenure_run_hops`` whose key a relay of this version
+    already published here, pinned: adopting it cancels the old row and keeps the pinned
+    hop (its unpinned submission would be refused as a different one, and would stop every
+    adoption after it); a loop serving the pin runs it once."""
+    legacy = legacy_operations(db_url, 3600.0)
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=60.0, heartbeat_seconds=10.0, poll_s=0.01)
+    try:
+        await legacy_publish(legacy, hop_key(RUN_A, 0), "runs", 50)
+        await legacy_publish(legacy, hop_key(RUN_B, 0), "runs", 50)
+        await broker.publish_pinned(hop_key(RUN_A, 0), queue="runs", wire_priority=50, workflow=("bill", "2"))
+        assert await broker._adopt_legacy_hops() == 2  # noqa: SLF001
+        assert {row.submission_id: row.status for row in await legacy.list(None, 10)} == {
+            hop_key(RUN_A, 0): JobStatus.CANCELLED, hop_key(RUN_B, 0): JobStatus.CANCELLED}
+        tasks = {t.submission_id: t.queue_name for t in await broker._ops.list(None, 10)}  # noqa: SLF001
+        assert tasks == {hop_key(RUN_A, 0): pinned_hop_queue(("bill", "2")), hop_key(RUN_B, 0): HOP_QUEUE}
+        ran: list[tuple[str, int]] = []
+        await serve_until(broker, ran, 2, serves=[("bill", "2")])
+        assert sorted(ran) == [(RUN_A, 0), (RUN_B, 0)]
+    finally:
+        await broker.close()
+
+
+async def test_a_loop_told_to_serve_something_that_is_not_a_pin_is_refused_before_it_serves(db_url: str) -> None:
+    broker = QueueBroker(db_url, queues=["runs"], lease_seconds=60.0, heartbeat_seconds=10.0, poll_s=0.01)
+    try:
+        for bad in ([("bill",)], [("bill", "")], [("bill", 2)]):
+            with pytest.raises(ConfigValidationError) as refused:
+                await broker.serve(frozenset({"runs"}), _never, concurrency=1, stopping=asyncio.Event(),
+                                   serves=lambda bad=bad: bad)  # type: ignore[misc]
+            assert refused.value.fields == ("workflow",)
+    finally:
+        await broker.close()
+
+
+async def _never(run_id: str, seq: int, _: Any) -> str:
+    raise AssertionError("nothing is served")
+
+
 async def test_a_hop_published_without_a_pin_is_handed_back_by_a_worker_that_does_not_serve_its_run(
     db_url: str,
 ) -> None:
