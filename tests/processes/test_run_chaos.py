@@ -7,7 +7,8 @@ replacement under a new name (the dead node must be taken over through its node 
 freezes a third with SIGSTOP past its node lease until another node took it over, then
 thaws it (it must fence itself and boot again; its stale writes are refused), and
 restarts the server. Runs are admitted in batches between the faults, so every fault
-lands on hops in flight.
+lands on hops in flight; a freeze that fenced none of its node's hops is repeated (with
+a few more Runs admitted first), so the run always tests a stale write.
 
 At the end (a bounded wait, never a timing) every Run is terminal; each hop sequence of
 a Run was started at most once; the hops whose fenced write was accepted (``end`` in
@@ -73,6 +74,11 @@ outside a writing transaction, in a hop or not)."""
 LOCK_FREE_TRIES = 20
 """Further tries, after the attempts to freeze a node inside a hop, to freeze it at least
 outside a transaction holding row locks (a thawed node ends its transaction at once)."""
+FREEZE_ROUNDS = 4
+"""A freeze that fenced none of its frozen hops (it landed between hops, or every hop
+wrote before its Run moved) tested nothing: it is repeated, with fresh Runs admitted
+first, up to this many times per round of faults (on a loaded machine the nodes may all
+wait on consents and timers when the freeze comes)."""
 
 TERMINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED)
 FAULTS = ("kill_and_restart", "kill_and_replace", "freeze_past_lease", "restart_server")
@@ -137,6 +143,8 @@ class Freeze:
     thawed_at_ns: int
     moved: dict[tuple[str, int], bool]
     """The hops in flight at the freeze, and whether their Run moved on while frozen."""
+    fenced: int
+    """How many of those hops the thawed node had refused or cancelled."""
 
 
 class Cluster:
@@ -178,12 +186,14 @@ class Cluster:
 
         await until(busy, timeout_s, "", required=False)
 
-    async def run(self, fault: str) -> None:
+    async def run(self, fault: str) -> bool:
+        """Apply ``fault``; whether it tested something (a freeze: it fenced a hop)."""
         slot = {"kill_and_restart": 0, "kill_and_replace": 1, "freeze_past_lease": 2, "restart_server": 0}[fault]
         if fault != "freeze_past_lease":  # the freeze looks for itself: exactly, once frozen
             await self.busy(slot)
         await getattr(self, fault)(slot)
         self.done[fault] += 1
+        return fault != "freeze_past_lease" or self.freezes[-1].fenced > 0
 
     async def kill_and_restart(self, slot: int) -> None:
         """kill -9, then a new process under the same node name (its boot reconciles the
@@ -203,6 +213,7 @@ class Cluster:
         """SIGSTOP until another node took this one over (and moved its hops' Runs on, or
         a while passed), then SIGCONT."""
         node = self.slots[slot]
+        held: list[str] = []
         for attempt in range(FREEZE_ATTEMPTS + LOCK_FREE_TRIES):
             if attempt < FREEZE_ATTEMPTS:
                 await self.busy(slot, FAULT_GUARD_S / FREEZE_ATTEMPTS)
@@ -213,11 +224,14 @@ class Cluster:
             # and never inside a transaction holding row locks: they would hold the takeover
             # back until the thaw (the last tries give up only the hop).
             hops = in_flight(read_effects(self.effects), node.pid)
-            if (hops or attempt >= FREEZE_ATTEMPTS - 1) and not await self.row_locks_left_held():
-                break
+            if hops or attempt >= FREEZE_ATTEMPTS - 1:
+                held = await self.row_locks_left_held()
+                if not held:
+                    break
             node.thaw()
         else:
-            raise AssertionError(f"{node.node} never stood without row locks held to be frozen (seed {SEED})")
+            raise AssertionError(f"{node.node} never stood without row locks held to be frozen (seed {SEED}); "
+                                 f"the last statements of the sessions holding them: {held}")
         try:
 
             async def taken_over() -> bool:
@@ -239,16 +253,25 @@ class Cluster:
         finally:
             thawed_at_ns = time.monotonic_ns()  # nothing the node writes later was sent before it
             node.thaw()
-        self.freezes.append(Freeze(node.node, node.pid, row.epoch, thawed_at_ns, moved))
 
-    async def row_locks_left_held(self) -> bool:
-        """Whether a session sits idle in the same writing transaction (it has a transaction
-        ID: it wrote or locked rows) for a third of a second: only a frozen process does."""
-        sql = ("SELECT pid, xact_start FROM pg_stat_activity WHERE datname = current_database() "
+        async def hops_over() -> list[dict[str, Any]]:  # the thawed node ends every frozen hop
+            events = read_effects(self.effects)
+            return [] if in_flight(events, node.pid) & set(hops) else events or [{}]
+
+        events = await until(hops_over, FAULT_GUARD_S, f"thawed {node.node} never ended its frozen hops")
+        fenced = sum(1 for e in events if e.get("pid") == node.pid and e.get("e") in ("refused", "cancelled")
+                     and (e["run"], e["seq"]) in hops)
+        self.freezes.append(Freeze(node.node, node.pid, row.epoch, thawed_at_ns, moved, fenced))
+
+    async def row_locks_left_held(self) -> list[str]:
+        """The last statement of each session that sits idle in the same writing
+        transaction (it has a transaction ID: it wrote or locked rows) for a third of a
+        second: only a frozen process does (none: the freeze may stand)."""
+        sql = ("SELECT pid, xact_start, query FROM pg_stat_activity WHERE datname = current_database() "
                "AND state LIKE 'idle in transaction%' AND backend_xid IS NOT NULL")
         first = set(await asyncio.to_thread(raw, self.db_url, sql))
         await asyncio.sleep(0.3)
-        return bool(first & set(await asyncio.to_thread(raw, self.db_url, sql)))
+        return sorted(query[:200] for query in {row[2] for row in first & set(await asyncio.to_thread(raw, self.db_url, sql))})
 
     async def restart_server(self, slot: int) -> None:
         await asyncio.to_thread(pg_ctl, self.server, "restart")
@@ -272,6 +295,12 @@ def plan(rng: random.Random) -> list[Planned]:
     chosen = (["one-fail", "two-fail", "nap-fail"] * fails)[:fails] + (["one", "two", "nap", "story"] * RUNS)[:RUNS - fails]
     rng.shuffle(chosen)
     return [Planned(n, flow) for n, flow in enumerate(chosen)]
+
+
+def more_work(admitted: dict[str, Planned], count: int = 3) -> list[Planned]:
+    """Fresh one-hop Runs beyond the plan (numbered after it), for a repeated freeze."""
+    first = max(RUNS, max((planned.n + 1 for planned in admitted.values()), default=0))
+    return [Planned(n, "one") for n in range(first, first + count)]
 
 
 async def admit(ledger: RunLedger, publisher: QueueBroker, batch: list[Planned], admitted: dict[str, Planned]) -> None:
@@ -476,7 +505,11 @@ async def run_chaos(db_url: str, server: dict[str, str], folder: pathlib.Path) -
                 for index, batch in enumerate(batches):
                     await admit(ledger, publisher, batch, admitted)
                     if index < len(faults):
-                        await cluster.run(faults[index])
+                        for again in range(FREEZE_ROUNDS):
+                            if again:
+                                await admit(ledger, publisher, more_work(admitted), admitted)
+                            if await cluster.run(faults[index]):
+                                break
             await settle(ledger, cluster, len(admitted))
             everything = await durably(lambda: every_run(ledger), "read the Runs")
             assert set(admitted) <= set(everything)
