@@ -471,12 +471,10 @@ class RunLedger(Facade):
             return None
         key = hop_key(run_id, seq)
         delivery = pair.current
-        if isinstance(broker, PinnedPublisher):  # ``workflow`` only where the broker takes pins
-            insertion = broker.hop_insertion(key, queue=delivery.queue, wire_priority=broker_priority(delivery.priority),
-                                             store=self.engine.engine.store, workflow=_pin_of(pair))
-        else:
-            insertion = broker.hop_insertion(key, queue=delivery.queue, wire_priority=broker_priority(delivery.priority),
-                                             store=self.engine.engine.store)
+        # ``workflow`` only where the broker takes pins (a JoinedPublisher of its own need not).
+        pinned = {"workflow": _pin_of(pair)} if isinstance(broker, PinnedPublisher) else {}
+        insertion = broker.hop_insertion(key, queue=delivery.queue, wire_priority=broker_priority(delivery.priority),
+                                         store=self.engine.engine.store, **pinned)
         if insertion is None:
             return None
         sent = await self.engine.send_beside(run_id, RecordPublished(enqueue_seq=seq), pair, insertion)

@@ -321,13 +321,7 @@ class QueueBroker:
     # --- the port --------------------------------------------------------------------------
 
     async def publish(self, key: str, *, queue: str, wire_priority: int) -> None:
-        if queue not in self._queues:
-            raise refuse("queue", "queue_not_configured")
-        if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
-            raise refuse("wire_priority", "integer_out_of_range")
-        await self._ops.submit_owned(_hop_submission(key, queue, wire_priority))
-        if self._listening is None or not self._listening.hears:
-            self._announce()  # a live listener hears the submit's own announcement instead
+        await self._submit(key, queue, wire_priority)
 
     async def publish_pinned(self, key: str, *, queue: str, wire_priority: int, workflow: tuple[str, str]) -> None:
         """:meth:`publish`, into the pin's task queue (:func:`pinned_hop_queue`), so no
@@ -335,18 +329,23 @@ class QueueBroker:
         published without a pin (its submission differs only in the task queue: the queue
         kernel refuses it as ``fingerprint_mismatch``) is replayed as it was published,
         and its workers hand it back as before."""
+        await self._submit(key, queue, wire_priority, _pin(workflow))
+
+    async def _submit(self, key: str, queue: str, wire_priority: int, pin: tuple[str, str] | None = None) -> None:
+        """Check the hop's queue and priority, submit its task (in ``pin``'s task queue,
+        or as published unpinned where an earlier version did) and announce it."""
         if queue not in self._queues:
             raise refuse("queue", "queue_not_configured")
         if not bounds.is_strict_int(wire_priority) or not 0 <= wire_priority <= 100:
             raise refuse("wire_priority", "integer_out_of_range")
         try:
-            await self._ops.submit_owned(_hop_submission(key, queue, wire_priority, _pin(workflow)))
+            await self._ops.submit_owned(_hop_submission(key, queue, wire_priority, pin))
         except TenureError as error:
-            if error.reason != QueueRefusal.FINGERPRINT_MISMATCH.value:
+            if pin is None or error.reason != QueueRefusal.FINGERPRINT_MISMATCH.value:
                 raise
             await self._ops.submit_owned(_hop_submission(key, queue, wire_priority))
         if self._listening is None or not self._listening.hears:
-            self._announce()
+            self._announce()  # a live listener hears the submit's own announcement instead
 
     def hop_insertion(self, key: str, *, queue: str, wire_priority: int, store: object,
                       workflow: tuple[str, str] | None = None) -> Insertion | None:
