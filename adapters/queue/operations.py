@@ -466,7 +466,7 @@ class QueueOperations:
         chosen: dict[str, Any] = {} if served is None else {"queue": served[0]} if one_queue else {"queues": served}
         claim = _Claim(self, owner_id, tuple(claim_tokens), owned, None if served is None else tuple(served),
                        eligible, claimable, chosen)
-        claimed = await claim.ahead()
+        claimed = await claim.in_one_statement()
         if claimed is None:
             claimed = await self.store.run(claim.body, write=True)
             # The fenced writes to follow decide ahead from these (remembered only once
@@ -795,12 +795,11 @@ class _Claim:
                 self.passed.append(entry)
         return records
 
-    async def ahead(self) -> list[QueueRow] | None:
+    async def in_one_statement(self) -> list[QueueRow] | None:
         """The claim in one statement, or None (nothing kept: the transaction decides)."""
         operations, binding = self.operations, self.binding
-        ahead = operations.store.ahead
-        if ahead is None:
-            return None
+        if operations.engine.statements is None:
+            return None  # a store without decided-ahead statements: the transaction claims
         # One statement: the clock, the pick (SKIP LOCKED) and the kernel's claim
         # rewrite, written only when no expired claim waits to be settled, no token is
         # stored already and every picked row is one the claim rule takes
@@ -811,7 +810,7 @@ class _Claim:
         if self.owned:
             blockers.append(Probe(finders.tokens_stored, {"tokens": list(self.tokens)}, "exists", limit=1))
         try:
-            picked = await ahead.claim_ahead(
+            picked = await operations.engine.claim_ahead(
                 binding, Probe(self.eligible, self.chosen, "rows", limit=len(self.tokens)), self.claimable, blockers,
                 CLAIM_OWNED_REWRITE if self.owned else CLAIM_LEGACY_REWRITE,
                 [self.command_for(token, ()) for token in self.tokens], self.chosen,

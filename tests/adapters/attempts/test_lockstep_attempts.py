@@ -60,12 +60,12 @@ def test_the_lockstep_catches_a_ledger_that_decides_without_locking_the_attempt(
     # path's window is a few microseconds inside one statement, too narrow to race
     # reliably; its lock is held to account by tests/adapters/postgres/test_ahead_postgres.py instead (the
     # same unlocked finder writes after a lease ran out behind a lock wait).
-    from tenure.adapters.core.engine import Engine
+    from tenure.adapters.core.engine import DecidedAhead
 
     async def no_statement_ahead(*arguments: Any, **keywords: Any) -> None:
         return None
 
-    monkeypatch.setattr(Engine, "_on_keys_ahead", no_statement_ahead)
+    monkeypatch.setattr(DecidedAhead, "on_keys", no_statement_ahead)
     focused = machine_for(AttemptLockstep, database, only=frozenset({"prepare", "concurrent_first_submissions",
                                                                      "racing_observations", "begin_submit"}))
     findings = adapter_support.lockstep_findings(focused, max_examples=300, step_count=30)

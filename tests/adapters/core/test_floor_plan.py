@@ -802,3 +802,54 @@ def _run_command_writers(root: pathlib.Path) -> list[str]:
 
 def test_only_the_run_engine_persists_run_commands() -> None:
     assert _run_command_writers(ADAPTERS) == [RUN_ENGINE]
+
+
+# --- the write strategies: asked through the engine ------------------------------------------
+
+ENGINE_PACKAGE = "core/engine/"
+"""The engine and its write strategies (issue 51 item 5): the only code that sends a
+store's decided-ahead statements or calls a strategy."""
+STORES = ("postgres/store.py", "sqlite/store.py")
+"""The stores that offer (or say they lack) the statements."""
+
+
+def _strategy_reaches(root: pathlib.Path) -> list[str]:
+    """Where a module outside the engine and the stores uses a store's decided-ahead
+    writer (``….ahead``, for anything but asking whether it ``is None``) or calls an
+    engine's strategy (``….statements.<method>(…)``, ``….transactions.<method>(…)``)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(ENGINE_PACKAGE) or relative in STORES:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        compared = {id(node.left) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                    and all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
+                    and all(isinstance(right, ast.Constant) and right.value is None for right in node.comparators)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "ahead" and id(node) not in compared:
+                found.append(f"{relative}:{node.lineno} reads .ahead")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Attribute) \
+                    and node.func.value.attr in ("statements", "transactions") \
+                    and isinstance(node.func.value.value, ast.Attribute) and node.func.value.value.attr == "engine":
+                found.append(f"{relative}:{node.lineno} calls a strategy")
+    return found
+
+
+def test_operations_ask_the_engine_and_never_a_write_strategy() -> None:
+    assert _strategy_reaches(ADAPTERS) == []
+
+
+def test_the_strategy_rule_sees_a_claim_sent_past_the_engine(tmp_path: pathlib.Path) -> None:
+    # The claim as queue/operations.py sent it before the engine owned its strategies.
+    (tmp_path / "queue").mkdir()
+    (tmp_path / "queue" / "operations.py").write_text(
+        "async def ahead(operations, binding):\n"
+        "    ahead = operations.store.ahead\n"
+        "    if ahead is None:\n"
+        "        return None\n"
+        "    if operations.store.ahead is not None:\n"
+        "        await operations.engine.statements.claim(binding)\n"
+        "    return await ahead.claim_ahead(binding)\n", encoding="utf-8")
+    assert _strategy_reaches(tmp_path) == ["queue/operations.py:2 reads .ahead", "queue/operations.py:6 calls a strategy"]

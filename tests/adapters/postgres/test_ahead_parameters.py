@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tenure.adapters.core import engine as core_engine
+from tenure.adapters.core.engine import ahead as core_engine
 from tenure.adapters.core.store import Expected
 from tenure.adapters.postgres import statements
 from tenure.adapters.core.tables import POSTGRESQL_DIALECT

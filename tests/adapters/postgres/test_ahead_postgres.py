@@ -441,7 +441,7 @@ async def test_a_stale_fence_is_refused_on_the_fast_path_and_the_mutant_that_ski
     (the machine's guards broken in place after the claim: the decider is generated again)."""
     import dataclasses
 
-    from tenure.adapters.core import engine as engine_module
+    from tenure.adapters.core.engine import Engine, deciders
     from tenure.kernel import ahead as kernel_ahead
     from tenure.kernel.queue.machine import QUEUE
     from tenure.model import QueueClaimFence
@@ -455,8 +455,8 @@ async def test_a_stale_fence_is_refused_on_the_fast_path_and_the_mutant_that_ski
             return kernel_ahead.decide_windowed(dataclasses.replace(machine, guards=skipped(machine)), record, command,
                                                 reference_us)
 
-        monkeypatch.setattr(engine_module.Engine, "compiled", False)
-        monkeypatch.setattr(engine_module, "decide_windowed", skipping_the_fence)
+        monkeypatch.setattr(Engine, "compiled", False)
+        monkeypatch.setattr(deciders, "decide_windowed", skipping_the_fence)
     source, fence = await claimed_source(db_url, 30)
     if mutant == "compiled":
         for name, guard in skipped(QUEUE).items():

@@ -27,7 +27,7 @@ BINDINGS = [QUEUE_BINDINGS[QueueKind.VALIDATION], QUEUE_BINDINGS[QueueKind.PIPEL
 
 @st.composite
 def claims(draw: st.DrawFn) -> tuple[Any, ...]:
-    """One claim's arguments as ``_Claim.ahead`` builds them."""
+    """One claim's arguments as ``_Claim.in_one_statement`` builds them."""
     binding = draw(st.sampled_from(BINDINGS))
     owned = draw(st.booleans())
     tokens = draw(st.lists(st.sampled_from(["t1", "t2", "t3"]), min_size=1, max_size=3, unique=True))

@@ -14,7 +14,7 @@ import pytest
 
 from tenure.conformance.lockstep.harness import LockstepBase, budget, run_lockstep
 from tenure.conformance.lockstep.harness import machine_for as harness_machine_for
-from tenure.adapters.core import engine as engine_module
+from tenure.adapters.core.engine import deciders
 from tenure.adapters.core.engine import Engine
 from tenure.conformance.lockstep.queue import LockstepMachine
 from tenure.kernel.compiled import decider_of
@@ -88,7 +88,7 @@ def compiled_deciders_counted(monkeypatch: pytest.MonkeyPatch) -> collections.Co
 
         return counted
 
-    monkeypatch.setattr(engine_module, "decider_of", counting)
+    monkeypatch.setattr(deciders, "decider_of", counting)
     return used
 
 

@@ -36,7 +36,7 @@ from run_support import Runs, broken, raises, succeeded, unique
 from statements import count_statements
 
 from tenure.adapters import RunLedger
-from tenure.adapters.core import engine as core_engine
+from tenure.adapters.core.engine import deciders
 from tenure.adapters.postgres import statements
 from tenure.adapters.runs.checkpoints import RecordedOutcome
 from tenure.adapters.runs.engine import RunEngine
@@ -261,8 +261,8 @@ def _guards_alone(decider: Callable[..., Any]) -> Callable[..., Any]:
 def _window_from_the_guards_alone(patch: pytest.MonkeyPatch) -> None:
     # Both deciders the engine asks (the declared one first, the instrumented reference
     # for what the declarations do not cover).
-    patch.setattr(core_engine, "decide_windowed", _guards_alone(decide_windowed))
-    patch.setattr(core_engine, "decide_ahead", _guards_alone(decide_ahead))
+    patch.setattr(deciders, "decide_windowed", _guards_alone(decide_windowed))
+    patch.setattr(deciders, "decide_ahead", _guards_alone(decide_ahead))
 
 
 def _written_without_the_fence(patch: pytest.MonkeyPatch) -> None:

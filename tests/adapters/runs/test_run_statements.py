@@ -116,16 +116,16 @@ async def test_a_single_hop_run_is_decided_ahead_from_the_machine_declarations_a
     them (``decide_windowed``), never by instrumenting every comparison
     (``decide_ahead``, the reference, which costs client CPU), and still in as few
     statements as pinned."""
-    from tenure.adapters.core import engine
+    from tenure.adapters.core.engine import deciders
 
     instrumented: list[object] = []
-    reference = engine.decide_ahead
+    reference = deciders.decide_ahead
 
     def counted_reference(machine: Any, record: Any, command: Any, now_us: int, **options: Any) -> Any:
         instrumented.append(command.kind)
         return reference(machine, record, command, now_us, **options)
 
-    monkeypatch.setattr(engine, "decide_ahead", counted_reference)
+    monkeypatch.setattr(deciders, "decide_ahead", counted_reference)
     async with RunLedger(db_url) as ledger:
         worker = RunWorker(ledger, InMemoryBroker(), workflows, node="n", concurrency=1, watch_interval_s=60)
         with count_statements() as counted:
