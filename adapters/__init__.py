@@ -60,7 +60,7 @@ if TYPE_CHECKING:
         resume_and_publish,
         run_relays,
     )
-    from .tasks import Backoff, Task, TaskApp, TaskContext, TaskOutcome
+    from .tasks import Backoff, Task, TaskApp, TaskContext, TaskOutcome, TaskTimeout
 
 __all__ = [
     "App",
@@ -80,6 +80,7 @@ __all__ = [
     "Backoff",
     "TaskContext",
     "TaskOutcome",
+    "TaskTimeout",
     "AttemptLedger",
     "Broker",
     "BrokerJobState",
@@ -139,6 +140,7 @@ __getattr__ = lazy_exports(__name__, {
     "Backoff": ".tasks",
     "TaskContext": ".tasks",
     "TaskOutcome": ".tasks",
+    "TaskTimeout": ".tasks",
     "AttemptLedger": ".attempts",
     "AttemptRunner": ".attempts",
     "EgressPolicy": ".attempts",

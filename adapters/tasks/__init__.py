@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from ..core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .app import Backoff, Task, TaskApp, TaskContext, TaskOutcome, UnknownTask
+    from .app import Backoff, Task, TaskApp, TaskContext, TaskOutcome, TaskTimeout, UnknownTask
 
-__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask"]
+__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "TaskTimeout", "UnknownTask"]
 
 __getattr__ = lazy_exports(__name__, {
     "TaskApp": ".app", "Task": ".app", "Backoff": ".app", "TaskContext": ".app", "TaskOutcome": ".app",
-    "UnknownTask": ".app",
+    "UnknownTask": ".app", "TaskTimeout": ".app",
 })

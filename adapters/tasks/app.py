@@ -37,6 +37,17 @@ result that cannot be stored (not JSON, or too large) fails the task at once, ne
 retried (the handler did its work). An exception fails the attempt: the task comes back
 after its own backoff while attempts remain (``FailJob(message)`` ends it at once;
 ``FailJob(message, retry=True)`` asks for the retry explicitly).
+
+A task registered with ``timeout_s`` is cancelled when it runs past it, and its attempt
+fails with :class:`TaskTimeout` (stored as ``TaskTimeout: ran past its timeout of N s``),
+retried by its policy while attempts remain; the fenced write is the same as any
+failure's, so a worker that lost the claim meanwhile writes nothing. A handler that
+ignores its cancellation (catches ``CancelledError`` and goes on) cannot be stopped: after
+:data:`TIMEOUT_GRACE_S` its attempt fails all the same, the handler is left running
+detached (logged at ERROR, counted in :attr:`TaskApp.abandoned`), and whatever it
+returns later is discarded, never written; the task may meanwhile be retried, so such a
+handler may overlap its own retry. A handler that lets ``CancelledError`` through never
+does.
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ import copy
 import dataclasses
 import datetime as dt
 import inspect
+import logging
 import pathlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -61,13 +73,16 @@ from tenure.model import (
 )
 from tenure.model.validation import backoff_seconds, is_queue_name, refuse
 
-from ..queue.job import JobContext
+from ..queue.job import FailJob, JobContext
 from ..queue.sources import MAX_BATCH, TaskSource
 from ..queue.worker import Worker
 from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
 
-__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "RESERVED_ARGUMENTS", "default_name",
-           "MAX_WAIT_S", "poll_until"]
+__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "TaskTimeout", "RESERVED_ARGUMENTS",
+           "default_name", "MAX_WAIT_S", "MAX_TIMEOUT_S", "TIMEOUT_GRACE_S", "poll_until"]
+
+log = logging.getLogger("tenure.adapters.queue.worker")
+"""The worker's logger: a task's timeout is a line about its claim, beside the others."""
 
 TaskContext = JobContext
 """What a task handler may know and do about its claim (see :class:`JobContext`)."""
@@ -78,6 +93,11 @@ RESERVED_ARGUMENTS = frozenset({"submission_id", "schedule_in", "schedule_at", "
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
 MAX_WAIT_S = 3600.0
+MAX_TIMEOUT_S = 7 * 86_400.0
+"""The longest ``timeout_s`` a task may have (a week)."""
+TIMEOUT_GRACE_S = 5.0
+"""How long a task cancelled at its timeout may take to end before its attempt fails
+anyway and the handler is left running detached (see the module docstring)."""
 _FIRST_POLL_S = 0.02
 _MAX_POLL_S = 0.25
 
@@ -155,6 +175,34 @@ class UnknownTask(Exception):
         super().__init__("no handler is registered for this task's name in this worker")
 
 
+class TaskTimeout(FailJob):
+    """A task ran past its ``timeout_s``: its attempt fails and is retried by its policy."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"ran past its timeout of {timeout_s:g} s", retry=True)
+
+
+class _Exited(Exception):
+    """Carries a handler's ``SystemExit`` or ``KeyboardInterrupt`` out of the task a timeout
+    runs it in (asyncio re-raises those two out of the event loop): raised again in the
+    worker's own handler task, where the worker makes it a failure of the attempt."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(type(raised).__name__)
+        self.raised = raised
+
+
+def _timeout_seconds(value: object) -> float | None:
+    """``timeout_s`` checked: None, or a number of seconds in (0, :data:`MAX_TIMEOUT_S`]."""
+    if value is None:
+        return None
+    number = value if type(value) in (int, float) else None
+    # Compared, never converted first: a NaN fails the comparison, a huge int exceeds the bound.
+    if number is None or not 0 < number <= MAX_TIMEOUT_S:  # type: ignore[operator]
+        raise refuse("timeout_s", "number_out_of_range", reason="invalid_task")
+    return float(number)  # type: ignore[arg-type]
+
+
 def _delay_ms(schedule_in: object) -> int | None:
     if schedule_in is None:
         return None
@@ -205,7 +253,7 @@ class Task:
     context) to run the function in-process."""
 
     def __init__(self, app: TaskApp, function: Callable[..., Awaitable[Any]], *, name: str, queue: str,
-                 priority: int, max_attempts: int, retry: Backoff) -> None:
+                 priority: int, max_attempts: int, retry: Backoff, timeout_s: float | None = None) -> None:
         self.app = app
         self.function = function
         self.name = name
@@ -213,6 +261,7 @@ class Task:
         self.priority = priority
         self.max_attempts = max_attempts
         self.retry = retry
+        self.timeout_s = timeout_s
         self._signature = inspect.signature(function)
         self.__doc__ = function.__doc__
 
@@ -315,6 +364,11 @@ class TaskApp:
         self._tasks: dict[str, Task] = {}
         self._periodics: list[Periodic] = []
         self._source: TaskSource | None = None
+        self._detached: set[asyncio.Task[Any]] = set()
+        """Handlers left running past their timeout (they ignored their cancellation)."""
+        self.abandoned = 0
+        """Handlers this app's workers left running detached, having ignored their
+        cancellation at their timeout (see the module docstring)."""
 
     def on(self, db_url: str, config: WorkerConfig | None = None) -> TaskApp:
         """This app's tasks on another database (or settings): a new app sharing the
@@ -328,28 +382,31 @@ class TaskApp:
         fresh = TaskApp(db_url, config=config)  # the URL and settings checked as a new app's
         other = copy.copy(self)  # the same registries (and a subclass's own), no connection
         other.db_url, other.config, other._source = fresh.db_url, fresh.config, None
+        other._detached, other.abandoned = set(), 0
         return other
 
     # --- registering -------------------------------------------------------------------
 
     def task(self, function: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None,
              queue: str = DEFAULT_QUEUE, priority: int = 0, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-             retry: Backoff | None = None) -> Any:
+             retry: Backoff | None = None, timeout_s: float | None = None) -> Any:
         """Register an async function ``f(ctx, **args)`` as a task (as ``@app.task`` or
         ``@app.task(...)``). ``name`` defaults to ``module.qualname`` (a script's module
         named as a worker imports it: ``python jobs.py`` names its tasks ``jobs.*``;
         required where no module file exists, as in ``python -c``); ``queue`` is an
         identifier; ``priority`` 0..100 (higher first); ``max_attempts`` >= 1; ``retry``
         the backoff between attempts (default ``Backoff()``: attempt ``n`` failing waits
-        ``min(300, 2**n)`` seconds, less a jitter of up to half)."""
+        ``min(300, 2**n)`` seconds, less a jitter of up to half); ``timeout_s`` (None: no
+        limit; up to a week) cancels an attempt that runs longer and fails it with
+        :class:`TaskTimeout`, retried by the policy (see the module docstring)."""
         def register(target: Callable[..., Awaitable[Any]]) -> Task:
             return self._register(target, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
-                                  retry=Backoff() if retry is None else retry)
+                                  retry=Backoff() if retry is None else retry, timeout_s=timeout_s)
 
         return register if function is None else register(function)
 
     def _register(self, function: Callable[..., Awaitable[Any]], *, name: str | None, queue: str, priority: int,
-                  max_attempts: int, retry: Backoff) -> Task:
+                  max_attempts: int, retry: Backoff, timeout_s: object = None) -> Task:
         if not inspect.iscoroutinefunction(function):
             raise refuse("function", "async_function_required", reason="invalid_task")
         parameters = list(inspect.signature(function).parameters.values())
@@ -369,6 +426,7 @@ class TaskApp:
             raise refuse("max_attempts", "integer_out_of_range", reason="invalid_task")
         if type(retry) is not Backoff:
             raise refuse("retry", "backoff_required", reason="invalid_task")
+        limit = _timeout_seconds(timeout_s)
         _priority(priority)
         try:  # the name is checked as the envelope checks it (a dotted identifier of at most 255)
             TaskJob(queue, chosen)
@@ -377,13 +435,14 @@ class TaskApp:
         if chosen in self._tasks:
             raise refuse("name", "already_registered", reason="invalid_task")
         task = Task(self, function, name=chosen, queue=queue, priority=priority, max_attempts=max_attempts,
-                    retry=retry)
+                    retry=retry, timeout_s=limit)
         self._tasks[chosen] = task
         return task
 
     def periodic(self, *, cron: str, timezone: str = "UTC", catch_up: bool = False, name: str | None = None,
                  queue: str = DEFAULT_QUEUE, priority: int = 0, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                 retry: Backoff | None = None) -> Callable[[Callable[..., Awaitable[Any]]], Task]:
+                 retry: Backoff | None = None, timeout_s: float | None = None,
+                 ) -> Callable[[Callable[..., Awaitable[Any]]], Task]:
         """Register an async function ``f(ctx, tick)`` as a task deferred once per tick of
         the ``cron`` schedule in ``timezone`` (see :mod:`tenure.adapters.tasks.periodic`:
         ``tick`` is the ISO 8601 instant in UTC; ``catch_up``: after downtime, every
@@ -401,7 +460,7 @@ class TaskApp:
             if len(name if name is not None else default_name(function)) > MAX_PERIODIC_NAME_CHARS:
                 raise refuse("name", "too_long_for_periodic", reason="invalid_periodic")
             task = self._register(function, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
-                                  retry=Backoff() if retry is None else retry)
+                                  retry=Backoff() if retry is None else retry, timeout_s=timeout_s)
             self._periodics.append(Periodic(task, checked_cron, zone, catch_up))
             return task
 
@@ -480,9 +539,66 @@ class TaskApp:
         task = self._tasks.get(claimed.job.task_name)
         if task is None:
             raise UnknownTask()
-        return await task.function(context, **claimed.job.args)
+        if task.timeout_s is None:
+            return await task.function(context, **claimed.job.args)
+        return await self._within_timeout(task, task.function(context, **claimed.job.args), context)
+
+    async def _within_timeout(self, task: Task, call: Awaitable[Any], context: JobContext) -> Any:
+        """``call`` (the handler), cancelled at the task's timeout, whose attempt then fails
+        with :class:`TaskTimeout`: once the handler ended, or after
+        :data:`TIMEOUT_GRACE_S` when it ignores its cancellation (then it is left running
+        detached and its outcome discarded). The worker's own cancellation of this call
+        (the lease lost, the worker stopping) reaches the handler as before."""
+        async def carried() -> Any:
+            try:
+                return await call
+            except (SystemExit, KeyboardInterrupt) as error:
+                raise _Exited(error) from None
+
+        running = asyncio.ensure_future(carried())
+        try:
+            await asyncio.wait({running}, timeout=task.timeout_s)
+        except asyncio.CancelledError:
+            running.cancel()
+            await asyncio.wait({running}, timeout=TIMEOUT_GRACE_S)
+            if not running.done():
+                self._detach(running, task, context)
+            raise
+        if not running.done():
+            running.cancel()
+            await asyncio.wait({running}, timeout=TIMEOUT_GRACE_S)
+            if not running.done():
+                self._detach(running, task, context)
+            elif not running.cancelled():
+                log.warning("job %s (task %s): its handler ended after its timeout without letting its cancellation "
+                            "through; its outcome is discarded", context.job_id, task.name,
+                            extra={"job_id": context.job_id, "task": task.name, "outcome": "timeout"})
+            raise TaskTimeout(task.timeout_s)  # type: ignore[arg-type]
+        if running.cancelled():
+            raise asyncio.CancelledError()  # the handler's own cancellation: a failure of its attempt
+        error = running.exception()
+        if isinstance(error, _Exited):
+            raise error.raised
+        return running.result()
+
+    def _detach(self, running: asyncio.Task[Any], task: Task, context: JobContext) -> None:
+        """Leave a handler that ignored its cancellation running, counted and logged; its
+        end (whenever it comes) only forgets it."""
+        self.abandoned += 1
+        self._detached.add(running)
+        running.add_done_callback(self._forget_detached)
+        log.error("job %s (task %s): its handler ignored its cancellation for %g s; its attempt fails and the "
+                  "handler is left running detached (its outcome will be discarded)", context.job_id, task.name,
+                  TIMEOUT_GRACE_S, extra={"job_id": context.job_id, "task": task.name, "outcome": "abandoned"})
+
+    def _forget_detached(self, running: asyncio.Task[Any]) -> None:
+        self._detached.discard(running)
+        if not running.cancelled():
+            running.exception()  # retrieved: its outcome is discarded, never written or reported
 
     async def close(self) -> None:
+        for running in list(self._detached):
+            running.cancel()  # asked once more; a handler that still ignores it ends with the loop
         if self._source is not None:
             await self._source.close()
             self._source = None
