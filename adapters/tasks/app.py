@@ -1,4 +1,4 @@
-"""Tasks for everyone: name an async function a task, defer it, and let a fenced worker run it.
+"""Tasks for everyone: name a function a task, defer it, and let a fenced worker run it.
 
 ::
 
@@ -12,6 +12,10 @@
     await send_welcome.defer(user_id=7, schedule_in=60)                         # due in a minute
     await send_welcome.defer_many([{"user_id": i} for i in range(1000)])        # one transaction
     outcome = await app.result(job_id, wait_s=10)
+
+    @app.task(queue="reports")
+    def build_report(ctx: TaskContext, name: str) -> str:       # a plain function: run in a thread
+        ...
 
 A task is a row of ``tenure_tasks`` driven by the same kernel as every owned queue: a
 claim stores a fresh nonce and advances the generation, and the handler's outcome is
@@ -38,6 +42,16 @@ retried (the handler did its work). An exception fails the attempt: the task com
 after its own backoff while attempts remain (``FailJob(message)`` ends it at once;
 ``FailJob(message, retry=True)`` asks for the retry explicitly).
 
+A plain ``def`` task runs in a thread of its own (a daemon thread, so a handler stuck in
+it never holds the process open at exit), at most ``threads`` at once per worker
+(``app.worker(threads=N)``; by default its ``concurrency`` bounds them), while the event
+loop keeps renewing the claim's lease and writes the outcome under its fence as for an
+async task. It gets the same context, whose coroutine methods (``progress``,
+``heartbeat_now``) it cannot await: read its IDs and ``lease_lost``. A thread cannot be
+stopped: when the attempt is cancelled (its lease lost, the worker stopping, its
+timeout) the thread runs on detached (logged, counted in :attr:`TaskApp.abandoned`) and
+what it returns is discarded, never written.
+
 A task registered with ``timeout_s`` is cancelled when it runs past it, and its attempt
 fails with :class:`TaskTimeout` (stored as ``TaskTimeout: ran past its timeout of N s``),
 retried by its policy while attempts remain; the fenced write is the same as any
@@ -56,9 +70,12 @@ import asyncio
 import copy
 import dataclasses
 import datetime as dt
+import contextvars
+import functools
 import inspect
 import logging
 import pathlib
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -75,7 +92,7 @@ from tenure.model.validation import backoff_seconds, is_queue_name, refuse
 
 from ..queue.job import FailJob, JobContext
 from ..queue.sources import MAX_BATCH, TaskSource
-from ..queue.worker import Worker
+from ..queue.worker import MAX_CONCURRENCY, Worker
 from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
 
 __all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "TaskTimeout", "RESERVED_ARGUMENTS",
@@ -182,6 +199,19 @@ class TaskTimeout(FailJob):
         super().__init__(f"ran past its timeout of {timeout_s:g} s", retry=True)
 
 
+class _NoGate:
+    """An ``async with`` that waits for nothing (a worker without a ``threads`` bound)."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NO_GATE = _NoGate()
+
+
 class _Exited(Exception):
     """Carries a handler's ``SystemExit`` or ``KeyboardInterrupt`` out of the task a timeout
     runs it in (asyncio re-raises those two out of the event loop): raised again in the
@@ -252,10 +282,12 @@ class Task:
     """One registered task: call ``defer`` to enqueue it, or call it directly (with a
     context) to run the function in-process."""
 
-    def __init__(self, app: TaskApp, function: Callable[..., Awaitable[Any]], *, name: str, queue: str,
+    def __init__(self, app: TaskApp, function: Callable[..., Any], *, name: str, queue: str,
                  priority: int, max_attempts: int, retry: Backoff, timeout_s: float | None = None) -> None:
         self.app = app
         self.function = function
+        self.sync = not inspect.iscoroutinefunction(function)
+        """A plain ``def`` task: a worker runs it in a thread (see the module docstring)."""
         self.name = name
         self.queue = queue
         self.priority = priority
@@ -279,6 +311,8 @@ class Task:
         return bound
 
     async def __call__(self, ctx: Any, /, **args: Any) -> Any:
+        if self.sync:
+            return self.function(ctx, **args)  # in-process, in this thread
         return await self.function(ctx, **args)
 
     def job(self, args: Mapping[str, Any], *, schedule_in: float | None = None,
@@ -387,10 +421,11 @@ class TaskApp:
 
     # --- registering -------------------------------------------------------------------
 
-    def task(self, function: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None,
+    def task(self, function: Callable[..., Any] | None = None, *, name: str | None = None,
              queue: str = DEFAULT_QUEUE, priority: int = 0, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
              retry: Backoff | None = None, timeout_s: float | None = None) -> Any:
-        """Register an async function ``f(ctx, **args)`` as a task (as ``@app.task`` or
+        """Register a function ``f(ctx, **args)`` (``async def``, or a plain ``def`` a worker
+        runs in a thread) as a task (as ``@app.task`` or
         ``@app.task(...)``). ``name`` defaults to ``module.qualname`` (a script's module
         named as a worker imports it: ``python jobs.py`` names its tasks ``jobs.*``;
         required where no module file exists, as in ``python -c``); ``queue`` is an
@@ -399,16 +434,17 @@ class TaskApp:
         ``min(300, 2**n)`` seconds, less a jitter of up to half); ``timeout_s`` (None: no
         limit; up to a week) cancels an attempt that runs longer and fails it with
         :class:`TaskTimeout`, retried by the policy (see the module docstring)."""
-        def register(target: Callable[..., Awaitable[Any]]) -> Task:
+        def register(target: Callable[..., Any]) -> Task:
             return self._register(target, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
                                   retry=Backoff() if retry is None else retry, timeout_s=timeout_s)
 
         return register if function is None else register(function)
 
-    def _register(self, function: Callable[..., Awaitable[Any]], *, name: str | None, queue: str, priority: int,
+    def _register(self, function: Callable[..., Any], *, name: str | None, queue: str, priority: int,
                   max_attempts: int, retry: Backoff, timeout_s: object = None) -> Task:
-        if not inspect.iscoroutinefunction(function):
-            raise refuse("function", "async_function_required", reason="invalid_task")
+        if not (inspect.isfunction(function) or inspect.ismethod(function)) \
+                or inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            raise refuse("function", "function_required", reason="invalid_task")
         parameters = list(inspect.signature(function).parameters.values())
         if not parameters or parameters[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
                                                         inspect.Parameter.POSITIONAL_OR_KEYWORD):
@@ -442,8 +478,8 @@ class TaskApp:
     def periodic(self, *, cron: str, timezone: str = "UTC", catch_up: bool = False, name: str | None = None,
                  queue: str = DEFAULT_QUEUE, priority: int = 0, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  retry: Backoff | None = None, timeout_s: float | None = None,
-                 ) -> Callable[[Callable[..., Awaitable[Any]]], Task]:
-        """Register an async function ``f(ctx, tick)`` as a task deferred once per tick of
+                 ) -> Callable[[Callable[..., Any]], Task]:
+        """Register a function ``f(ctx, tick)`` (as :meth:`task` takes) as a task deferred once per tick of
         the ``cron`` schedule in ``timezone`` (see :mod:`tenure.adapters.tasks.periodic`:
         ``tick`` is the ISO 8601 instant in UTC; ``catch_up``: after downtime, every
         missed tick of the last week, else only the latest). The other settings are
@@ -453,8 +489,8 @@ class TaskApp:
         if type(catch_up) is not bool:
             raise refuse("catch_up", "bool_required", reason="invalid_periodic")
 
-        def register(function: Callable[..., Awaitable[Any]]) -> Task:
-            if inspect.iscoroutinefunction(function) and periodic_parameters_problem(
+        def register(function: Callable[..., Any]) -> Task:
+            if callable(function) and periodic_parameters_problem(
                     list(inspect.signature(function).parameters.values())):
                 raise refuse("function", "tick_parameter_required", reason="invalid_periodic")
             if len(name if name is not None else default_name(function)) > MAX_PERIODIC_NAME_CHARS:
@@ -526,22 +562,71 @@ class TaskApp:
 
     # --- running -----------------------------------------------------------------------
 
-    def worker(self, *, queues: Sequence[str] | None = None, **settings: Any) -> Worker:
+    def worker(self, *, queues: Sequence[str] | None = None, threads: int | None = None, **settings: Any) -> Worker:
         """A fenced :class:`Worker` for this app's tasks on ``queues`` (default: every
-        queue a registered task uses); ``settings`` are the Worker's (concurrency,
-        batch_size, idle_wait_s, shutdown_grace_s, store_error_text, worker_id)."""
+        queue a registered task uses); ``threads`` (1..1000): the most plain ``def`` tasks
+        it runs at once (default: its ``concurrency`` bounds them with the rest);
+        ``settings`` are the Worker's (concurrency, batch_size, idle_wait_s,
+        shutdown_grace_s, store_error_text, worker_id)."""
         served = self.queues if queues is None else queues
         if not served:
             raise refuse("queues", "no_tasks_registered", reason="invalid_worker")
-        return Worker(self.source, self._dispatch, queues=served, **settings)
+        if threads is not None and (not bounds.is_strict_int(threads) or not 1 <= threads <= MAX_CONCURRENCY):
+            raise refuse("threads", "integer_out_of_range", reason="invalid_worker")
+        handler = self._dispatch if threads is None else functools.partial(
+            self._dispatch, threads=asyncio.Semaphore(threads))
+        return Worker(self.source, handler, queues=served, **settings)
 
-    async def _dispatch(self, claimed: ClaimedTask, context: JobContext) -> Any:
+    async def _dispatch(self, claimed: ClaimedTask, context: JobContext, *,
+                        threads: asyncio.Semaphore | None = None) -> Any:
         task = self._tasks.get(claimed.job.task_name)
         if task is None:
             raise UnknownTask()
+        args = claimed.job.args
+        call = self._in_thread(task, context, args, threads) if task.sync else task.function(context, **args)
         if task.timeout_s is None:
-            return await task.function(context, **claimed.job.args)
-        return await self._within_timeout(task, task.function(context, **claimed.job.args), context)
+            return await call
+        return await self._within_timeout(task, call, context)
+
+    async def _in_thread(self, task: Task, context: JobContext, args: Mapping[str, Any],
+                         threads: asyncio.Semaphore | None) -> Any:
+        """A plain ``def`` task run in a daemon thread of its own (with this task's context
+        variables: a tracing span carries over), its return value or exception answered
+        here. Cancelled while the thread runs, it answers at once and leaves the thread
+        running detached (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[tuple[bool, Any]] = loop.create_future()
+        variables = contextvars.copy_context()
+
+        def deliver(outcome: tuple[bool, Any]) -> None:
+            if not answered.done():  # a cancelled wait discards what the thread answers
+                answered.set_result(outcome)
+
+        def run() -> None:
+            try:
+                outcome: tuple[bool, Any] = (True, variables.run(task.function, context, **args))
+            except BaseException as error:  # noqa: BLE001 - handed to the event loop, raised there
+                outcome = (False, error)
+            try:
+                loop.call_soon_threadsafe(deliver, outcome)
+            except RuntimeError:
+                pass  # the event loop closed meanwhile: nobody waits for this answer
+
+        async with (threads if threads is not None else _NO_GATE):
+            thread = threading.Thread(target=run, name=f"tenure-task-{context.job_id}", daemon=True)
+            thread.start()
+            try:
+                ok, value = await answered
+            except asyncio.CancelledError:
+                if thread.is_alive():
+                    self.abandoned += 1
+                    log.error("job %s (task %s): a plain def task cannot be stopped; its thread runs on detached "
+                              "and its outcome will be discarded", context.job_id, task.name,
+                              extra={"job_id": context.job_id, "task": task.name, "outcome": "abandoned"})
+                raise
+        if ok:
+            return value
+        raise value
 
     async def _within_timeout(self, task: Task, call: Awaitable[Any], context: JobContext) -> Any:
         """``call`` (the handler), cancelled at the task's timeout, whose attempt then fails
