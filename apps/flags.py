@@ -54,6 +54,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("timeout_seconds", "--timeout-seconds", f"more than 0 up to {bounds.MAX_TIMEOUT_SECONDS:,} seconds"),
     Flag("concurrency", "--concurrency", _range(1, MAX_CONCURRENCY)),
     Flag("batch_size", "--batch", _range(1, MAX_BATCH)),
+    Flag("threads", "--threads", _range(1, MAX_CONCURRENCY)),
     Flag("idle_wait_s", "--idle-wait", f"more than 0 up to {MAX_IDLE_WAIT_S:,g} seconds"),
     Flag("shutdown_grace_s", "--grace-seconds", _range(0, MAX_GRACE_S, " seconds")),
     Flag("status_seconds", "--status-seconds", "more than 0 seconds"),

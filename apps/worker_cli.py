@@ -68,6 +68,9 @@ def add_worker_parser(commands: Any) -> None:
     worker.add_argument("--handler", help="without --app: the async handler, as package.module:function")
     worker.add_argument("--concurrency", type=int, default=8, help="handlers in flight at most (default 8)")
     worker.add_argument("--batch", type=int, default=1, help="jobs claimed per claim call (default 1)")
+    worker.add_argument("--threads", type=int,
+                        help="with --app: plain def tasks run at once at most, each in a thread (default: "
+                             "--concurrency bounds them)")
     worker.add_argument("--lease-seconds", type=float,
                         help="claim lease (default: the app's setting with --app, else 300)")
     worker.add_argument("--heartbeat-seconds", type=float,
@@ -136,6 +139,8 @@ async def _status(worker: Worker, every_s: float) -> None:
 
 def _mode_problem(arguments: argparse.Namespace) -> str | None:
     """Why the flags do not name one worker, or None."""
+    if arguments.app is None and arguments.threads is not None:
+        return "--threads bounds an --app's plain def tasks; a --handler is async"
     if arguments.app is not None:
         if arguments.handler is not None:
             return "--handler serves a pycharter queue; an --app's tasks need none"
@@ -257,6 +262,8 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         return 2
     settings = dict(worker_id=arguments.worker_id, concurrency=arguments.concurrency, batch_size=arguments.batch,
                     idle_wait_s=arguments.idle_wait, shutdown_grace_s=arguments.grace_seconds)
+    if arguments.threads is not None:
+        settings["threads"] = arguments.threads
     flows = _workflows_of(target) if arguments.app is not None else {}
     if arguments.app is not None and not target.tasks and not flows:
         print("refused: the app registers no tasks" + (" or workflows" if _is_app(target) else ""))

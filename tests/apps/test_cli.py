@@ -653,12 +653,15 @@ async def test_a_workflows_registry_that_fails_to_import_is_refused_with_the_det
 FLOWS_MODULE = ("from tenure.adapters import Workflows\nregistry = Workflows()\n"
                 "@registry.workflow('w', '1')\nasync def w(ctx):\n    return None\n")
 HANDLER_MODULE = "async def handle(claimed, context):\n    return {}\n"
+TASKS_MODULE = ("import os\nfrom tenure.adapters import TaskApp\napp = TaskApp(os.environ['TENURE_DB'])\n"
+                "@app.task(name='plain')\ndef plain(ctx):\n    return 1\n")
 
 
 @pytest.mark.parametrize(("command", "flag"), [
     (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--concurrency", "0"],
      "--concurrency"),
     (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--batch", "5000"], "--batch"),
+    (["worker", "--app", "tenure_t_tasks:app", "--threads", "0"], "--threads"),
     (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--idle-wait", "0"], "--idle-wait"),
     (["worker", "--queue", "validation", "--handler", "tenure_t_handlers:handle", "--grace-seconds", "-1"],
      "--grace-seconds"),
@@ -685,6 +688,7 @@ def test_an_out_of_range_setting_is_refused_naming_its_flag_and_what_the_flag_ta
 ) -> None:
     (tmp_path / "tenure_t_flows.py").write_text(FLOWS_MODULE)
     (tmp_path / "tenure_t_handlers.py").write_text(HANDLER_MODULE)
+    (tmp_path / "tenure_t_tasks.py").write_text(TASKS_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TENURE_DB", f"sqlite:///{tmp_path}/queue.db")
@@ -694,3 +698,12 @@ def test_an_out_of_range_setting_is_refused_naming_its_flag_and_what_the_flag_ta
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("refused: ") and lines[1].startswith(f"  {flag}: "), lines
     assert f"({flag} takes " in lines[1], lines
+
+
+def test_threads_serve_an_apps_plain_tasks_and_are_refused_without_an_app(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = f"sqlite:///{tmp_path}/queue.db"
+    assert main(["worker", "--db", db, "--queue", "validation", "--handler", "tenure_t_handlers:handle",
+                 "--threads", "2"]) == 2
+    assert capsys.readouterr().out.startswith("refused: --threads bounds an --app's plain def tasks")
