@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from ..core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .app import Backoff, Task, TaskApp, TaskContext, TaskOutcome, TaskTimeout, UnknownTask
+    from .app import Backoff, Task, TaskApp, TaskContext, TaskOutcome, TaskTimeout, TaskWorker, UnknownTask
 
-__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "TaskTimeout", "UnknownTask"]
+__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "TaskTimeout", "TaskWorker", "UnknownTask"]
 
 __getattr__ = lazy_exports(__name__, {
     "TaskApp": ".app", "Task": ".app", "Backoff": ".app", "TaskContext": ".app", "TaskOutcome": ".app",
-    "UnknownTask": ".app", "TaskTimeout": ".app",
+    "UnknownTask": ".app", "TaskTimeout": ".app", "TaskWorker": ".app",
 })

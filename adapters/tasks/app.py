@@ -52,6 +52,21 @@ stopped: when the attempt is cancelled (its lease lost, the worker stopping, its
 timeout) the thread runs on detached (logged, counted in :attr:`TaskApp.abandoned`) and
 what it returns is discarded, never written.
 
+Hooks run around every task a worker of the app runs, in the handler's own asyncio task
+(so a context variable or a tracing span a ``before_task`` hook sets is the handler's):
+``@app.before_task`` ``f(ctx)`` before the handler (one that raises fails the attempt as
+the handler would have, and the handler does not run); ``@app.after_task``
+``f(ctx, result, error)`` once the attempt ended (``error`` None when the handler
+returned); ``@app.on_failure`` ``f(ctx, error)`` when the handler (or a ``before_task``
+hook) raised, a timeout included; and
+``@app.on_worker_start`` / ``@app.on_worker_stop`` ``f()`` when a worker of the app
+starts (one that raises stops the start) and ends. Hooks may be ``async def`` or plain
+functions (run in the event loop: keep them short), run in registration order. An
+``after_task``, ``on_failure`` or ``on_worker_stop`` hook that raises is logged (its
+exception type and the hook's name) and changes nothing: the outcome stands. The
+worker's own cancellation of an attempt (its lease lost, the worker stopping) runs no
+hook after the handler: nothing is written for that attempt.
+
 A task registered with ``timeout_s`` is cancelled when it runs past it, and its attempt
 fails with :class:`TaskTimeout` (stored as ``TaskTimeout: ran past its timeout of N s``),
 retried by its policy while attempts remain; the fenced write is the same as any
@@ -92,11 +107,12 @@ from tenure.model.validation import backoff_seconds, is_queue_name, refuse
 
 from ..queue.job import FailJob, JobContext
 from ..queue.sources import MAX_BATCH, TaskSource
+from ..queue.runner import WorkerStats
 from ..queue.worker import MAX_CONCURRENCY, Worker
 from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
 
-__all__ = ["TaskApp", "Task", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "TaskTimeout", "RESERVED_ARGUMENTS",
-           "default_name", "MAX_WAIT_S", "MAX_TIMEOUT_S", "TIMEOUT_GRACE_S", "poll_until"]
+__all__ = ["TaskApp", "Task", "TaskWorker", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "TaskTimeout",
+           "RESERVED_ARGUMENTS", "HOOKS", "default_name", "MAX_WAIT_S", "MAX_TIMEOUT_S", "TIMEOUT_GRACE_S", "poll_until"]
 
 log = logging.getLogger("tenure.adapters.queue.worker")
 """The worker's logger: a task's timeout is a line about its claim, beside the others."""
@@ -119,6 +135,28 @@ _FIRST_POLL_S = 0.02
 _MAX_POLL_S = 0.25
 
 T = TypeVar("T")
+
+HOOKS = ("before_task", "after_task", "on_failure", "on_worker_start", "on_worker_stop")
+"""The hooks an app registers (see the module docstring), each a decorator of its name."""
+
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+async def _called(hook: Callable[..., Any], *args: Any) -> None:
+    """Call a hook; await what it answers when it is awaitable (an ``async def`` hook)."""
+    answer = hook(*args)
+    if inspect.isawaitable(answer):
+        await answer
+
+
+async def _each_logged(hooks: Sequence[Callable[..., Any]], what: str, *args: Any) -> None:
+    """Call every hook of ``hooks``; one that raises is logged and the next still runs."""
+    for hook in hooks:
+        try:
+            await _called(hook, *args)
+        except Exception as error:  # noqa: BLE001 - a hook after the fact changes no outcome
+            log.error("%s hook %s raised %s; ignored", what, getattr(hook, "__qualname__", "?"), type(error).__name__,
+                      extra={"outcome": "hook_failed"})
 
 
 async def poll_until(read: Callable[[], Awaitable[T]], settled: Callable[[T], bool], wait_s: float) -> T:
@@ -381,6 +419,32 @@ class Task:
         return await (source.write_using(using, requests) if using is not None else source.write_many(requests))
 
 
+class TaskWorker(Worker):
+    """The fenced :class:`Worker` of a :class:`TaskApp` (:meth:`TaskApp.worker`): the
+    same worker, with the app's ``on_worker_start`` hooks run before it claims anything
+    and its ``on_worker_stop`` hooks once it ended."""
+
+    def __init__(self, app: TaskApp, *arguments: Any, **settings: Any) -> None:
+        super().__init__(*arguments, **settings)
+        self.app = app
+
+    async def run(self, stop: asyncio.Event | None = None) -> WorkerStats:
+        for hook in self.app.hooks("on_worker_start"):
+            await _called(hook)
+        try:
+            return await super().run(stop)
+        finally:
+            await _each_logged(self.app.hooks("on_worker_stop"), "on_worker_stop")
+
+    async def run_until_idle(self, stop: asyncio.Event | None = None) -> WorkerStats:
+        for hook in self.app.hooks("on_worker_start"):
+            await _called(hook)
+        try:
+            return await super().run_until_idle(stop)
+        finally:
+            await _each_logged(self.app.hooks("on_worker_stop"), "on_worker_stop")
+
+
 class TaskApp:
     """The tasks of one application on one database (``db_url``: ``sqlite:///path`` or
     ``postgresql://...``; ``config``: the worker settings, lease and timeouts included).
@@ -398,6 +462,7 @@ class TaskApp:
         self._tasks: dict[str, Task] = {}
         self._periodics: list[Periodic] = []
         self._source: TaskSource | None = None
+        self._hooks: dict[str, list[Callable[..., Any]]] = {kind: [] for kind in HOOKS}
         self._detached: set[asyncio.Task[Any]] = set()
         """Handlers left running past their timeout (they ignored their cancellation)."""
         self.abandoned = 0
@@ -502,6 +567,41 @@ class TaskApp:
 
         return register
 
+    # --- hooks ----------------------------------------------------------------------------
+
+    def before_task(self, function: H) -> H:
+        """Register ``f(ctx)``, run before each task's handler (see the module docstring)."""
+        return self._hook("before_task", function)
+
+    def after_task(self, function: H) -> H:
+        """Register ``f(ctx, result, error)``, run once each task's handler ended."""
+        return self._hook("after_task", function)
+
+    def on_failure(self, function: H) -> H:
+        """Register ``f(ctx, error)``, run when a task's handler raised."""
+        return self._hook("on_failure", function)
+
+    def on_worker_start(self, function: H) -> H:
+        """Register ``f()``, run when a worker of this app starts."""
+        return self._hook("on_worker_start", function)
+
+    def on_worker_stop(self, function: H) -> H:
+        """Register ``f()``, run when a worker of this app ends."""
+        return self._hook("on_worker_stop", function)
+
+    def _hook(self, kind: str, function: H) -> H:
+        if not (inspect.isfunction(function) or inspect.ismethod(function)) \
+                or inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            raise refuse("function", "function_required", reason="invalid_hook")
+        self._hooks[kind].append(function)
+        return function
+
+    def hooks(self, kind: str) -> list[Callable[..., Any]]:
+        """The hooks of ``kind`` (one of :data:`HOOKS`), in registration order."""
+        if kind not in self._hooks:
+            raise refuse("kind", "unknown_hook", reason="invalid_hook")
+        return list(self._hooks[kind])
+
     @property
     def periodics(self) -> list[Periodic]:
         """The periodic tasks, in registration order."""
@@ -575,18 +675,29 @@ class TaskApp:
             raise refuse("threads", "integer_out_of_range", reason="invalid_worker")
         handler = self._dispatch if threads is None else functools.partial(
             self._dispatch, threads=asyncio.Semaphore(threads))
-        return Worker(self.source, handler, queues=served, **settings)
+        return TaskWorker(self, self.source, handler, queues=served, **settings)
 
     async def _dispatch(self, claimed: ClaimedTask, context: JobContext, *,
                         threads: asyncio.Semaphore | None = None) -> Any:
         task = self._tasks.get(claimed.job.task_name)
         if task is None:
             raise UnknownTask()
+        hooks = self._hooks
         args = claimed.job.args
-        call = self._in_thread(task, context, args, threads) if task.sync else task.function(context, **args)
-        if task.timeout_s is None:
-            return await call
-        return await self._within_timeout(task, call, context)
+        try:
+            for hook in hooks["before_task"]:
+                await _called(hook, context)  # one that raises fails the attempt; the handler never runs
+            call = self._in_thread(task, context, args, threads) if task.sync else task.function(context, **args)
+            result = await (call if task.timeout_s is None else self._within_timeout(task, call, context))
+        except BaseException as error:
+            current = asyncio.current_task()
+            if isinstance(error, asyncio.CancelledError) and current is not None and current.cancelling():
+                raise  # the worker's own cancellation: nothing is written for this attempt
+            await _each_logged(hooks["on_failure"], "on_failure", context, error)
+            await _each_logged(hooks["after_task"], "after_task", context, None, error)
+            raise
+        await _each_logged(hooks["after_task"], "after_task", context, result, None)
+        return result
 
     async def _in_thread(self, task: Task, context: JobContext, args: Mapping[str, Any],
                          threads: asyncio.Semaphore | None) -> Any:
