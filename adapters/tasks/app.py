@@ -52,8 +52,9 @@ stopped: when the attempt is cancelled (its lease lost, the worker stopping, its
 timeout) the thread runs on detached (logged, counted in :attr:`TaskApp.abandoned`) and
 what it returns is discarded, never written.
 
-Hooks run around every task a worker of the app runs, in the handler's own asyncio task
-(so a context variable or a tracing span a ``before_task`` hook sets is the handler's):
+Hooks run around every task a worker of the app runs, in the asyncio task that runs the
+attempt (so a context variable or a tracing span a ``before_task`` hook sets is the
+handler's, in a plain task's thread too):
 ``@app.before_task`` ``f(ctx)`` before the handler (one that raises fails the attempt as
 the handler would have, and the handler does not run); ``@app.after_task``
 ``f(ctx, result, error)`` once the attempt ended (``error`` None when the handler
@@ -149,12 +150,31 @@ async def _called(hook: Callable[..., Any], *args: Any) -> None:
         await answer
 
 
+def _is_async(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` gives a coroutine to await: an ``async def``, a partial of one,
+    or a plain wrapper of one (``functools.wraps``, as decorators write them). An async
+    generator is neither a coroutine nor a plain function: never a task."""
+    if inspect.isasyncgenfunction(function) or inspect.isasyncgenfunction(inspect.unwrap(function)):
+        return False
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(inspect.unwrap(function))
+
+
+def _cancelled_by_the_worker() -> bool:
+    """Whether the worker is cancelling the asyncio task this runs in (the lease lost, the
+    worker stopping), as opposed to a handler's own ``CancelledError``."""
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0
+
+
 async def _each_logged(hooks: Sequence[Callable[..., Any]], what: str, *args: Any) -> None:
-    """Call every hook of ``hooks``; one that raises is logged and the next still runs."""
+    """Call every hook of ``hooks``; one that raises anything is logged and the next still
+    runs (only the worker's own cancellation of this task goes through)."""
     for hook in hooks:
         try:
             await _called(hook, *args)
-        except Exception as error:  # noqa: BLE001 - a hook after the fact changes no outcome
+        except BaseException as error:  # noqa: BLE001 - a hook after the fact changes no outcome
+            if _cancelled_by_the_worker():
+                raise
             log.error("%s hook %s raised %s; ignored", what, getattr(hook, "__qualname__", "?"), type(error).__name__,
                       extra={"outcome": "hook_failed"})
 
@@ -237,19 +257,6 @@ class TaskTimeout(FailJob):
         super().__init__(f"ran past its timeout of {timeout_s:g} s", retry=True)
 
 
-class _NoGate:
-    """An ``async with`` that waits for nothing (a worker without a ``threads`` bound)."""
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-
-_NO_GATE = _NoGate()
-
-
 class _Exited(Exception):
     """Carries a handler's ``SystemExit`` or ``KeyboardInterrupt`` out of the task a timeout
     runs it in (asyncio re-raises those two out of the event loop): raised again in the
@@ -324,7 +331,7 @@ class Task:
                  priority: int, max_attempts: int, retry: Backoff, timeout_s: float | None = None) -> None:
         self.app = app
         self.function = function
-        self.sync = not inspect.iscoroutinefunction(function)
+        self.sync = not _is_async(function)
         """A plain ``def`` task: a worker runs it in a thread (see the module docstring)."""
         self.name = name
         self.queue = queue
@@ -422,25 +429,29 @@ class Task:
 class TaskWorker(Worker):
     """The fenced :class:`Worker` of a :class:`TaskApp` (:meth:`TaskApp.worker`): the
     same worker, with the app's ``on_worker_start`` hooks run before it claims anything
-    and its ``on_worker_stop`` hooks once it ended."""
+    and its ``on_worker_stop`` hooks once it ended. A run the Worker refuses (a second
+    run, a ``stop`` that is not an ``asyncio.Event``) runs no hook."""
 
     def __init__(self, app: TaskApp, *arguments: Any, **settings: Any) -> None:
         super().__init__(*arguments, **settings)
         self.app = app
+        self._started = False
 
     async def run(self, stop: asyncio.Event | None = None) -> WorkerStats:
-        for hook in self.app.hooks("on_worker_start"):
-            await _called(hook)
-        try:
-            return await super().run(stop)
-        finally:
-            await _each_logged(self.app.hooks("on_worker_stop"), "on_worker_stop")
+        return await self._hooked(super().run, stop)
 
     async def run_until_idle(self, stop: asyncio.Event | None = None) -> WorkerStats:
+        return await self._hooked(super().run_until_idle, stop)
+
+    async def _hooked(self, run: Callable[[asyncio.Event | None], Awaitable[WorkerStats]],
+                      stop: asyncio.Event | None) -> WorkerStats:
+        if self._started or (stop is not None and type(stop) is not asyncio.Event):
+            return await run(stop)  # refused by the Worker itself, before any hook
         for hook in self.app.hooks("on_worker_start"):
-            await _called(hook)
+            await _called(hook)  # one that raises: this run never starts (and may be tried again)
+        self._started = True
         try:
-            return await super().run_until_idle(stop)
+            return await run(stop)
         finally:
             await _each_logged(self.app.hooks("on_worker_stop"), "on_worker_stop")
 
@@ -507,8 +518,9 @@ class TaskApp:
 
     def _register(self, function: Callable[..., Any], *, name: str | None, queue: str, priority: int,
                   max_attempts: int, retry: Backoff, timeout_s: object = None) -> Task:
-        if not (inspect.isfunction(function) or inspect.ismethod(function)) \
-                or inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        if not _is_async(function) and (not (inspect.isfunction(function) or inspect.ismethod(function))
+                                        or inspect.isgeneratorfunction(function)
+                                        or inspect.isasyncgenfunction(function)):
             raise refuse("function", "function_required", reason="invalid_task")
         parameters = list(inspect.signature(function).parameters.values())
         if not parameters or parameters[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
@@ -687,24 +699,31 @@ class TaskApp:
         try:
             for hook in hooks["before_task"]:
                 await _called(hook, context)  # one that raises fails the attempt; the handler never runs
-            call = self._in_thread(task, context, args, threads) if task.sync else task.function(context, **args)
+            if task.sync:
+                if threads is not None:
+                    await threads.acquire()  # before the timeout starts: waiting for a thread is not the task's time
+                call = self._started_thread(task, context, args, threads)
+            else:
+                call = task.function(context, **args)
             result = await (call if task.timeout_s is None else self._within_timeout(task, call, context))
         except BaseException as error:
-            current = asyncio.current_task()
-            if isinstance(error, asyncio.CancelledError) and current is not None and current.cancelling():
-                raise  # the worker's own cancellation: nothing is written for this attempt
+            if _cancelled_by_the_worker():
+                raise  # nothing is written for this attempt: no hook after it
             await _each_logged(hooks["on_failure"], "on_failure", context, error)
             await _each_logged(hooks["after_task"], "after_task", context, None, error)
             raise
-        await _each_logged(hooks["after_task"], "after_task", context, result, None)
+        if not _cancelled_by_the_worker():  # a handler that swallowed the worker's cancellation
+            await _each_logged(hooks["after_task"], "after_task", context, result, None)
         return result
 
-    async def _in_thread(self, task: Task, context: JobContext, args: Mapping[str, Any],
-                         threads: asyncio.Semaphore | None) -> Any:
-        """A plain ``def`` task run in a daemon thread of its own (with this task's context
-        variables: a tracing span carries over), its return value or exception answered
-        here. Cancelled while the thread runs, it answers at once and leaves the thread
-        running detached (see the module docstring)."""
+    def _started_thread(self, task: Task, context: JobContext, args: Mapping[str, Any],
+                        slot: asyncio.Semaphore | None) -> Awaitable[Any]:
+        """Start a plain ``def`` task in a daemon thread of its own (with this task's
+        context variables: a tracing span carries over), holding ``slot`` (a worker's
+        ``threads`` bound, taken by the caller) until the thread itself ends; what to
+        await for its return value or exception. Cancelled while the thread runs, that
+        wait answers at once and leaves the thread running detached (see the module
+        docstring)."""
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[tuple[bool, Any]] = loop.create_future()
         variables = contextvars.copy_context()
@@ -712,10 +731,17 @@ class TaskApp:
         def deliver(outcome: tuple[bool, Any]) -> None:
             if not answered.done():  # a cancelled wait discards what the thread answers
                 answered.set_result(outcome)
+            if slot is not None:
+                slot.release()  # the thread has ended: only now may another start
 
         def run() -> None:
             try:
-                outcome: tuple[bool, Any] = (True, variables.run(task.function, context, **args))
+                value = variables.run(task.function, context, **args)
+                if inspect.isawaitable(value):  # a def that hands back a coroutine is not a plain task
+                    if inspect.iscoroutine(value):
+                        value.close()
+                    raise TypeError("a plain def task returned an awaitable: register an async def instead")
+                outcome: tuple[bool, Any] = (True, value)
             except BaseException as error:  # noqa: BLE001 - handed to the event loop, raised there
                 outcome = (False, error)
             try:
@@ -723,9 +749,15 @@ class TaskApp:
             except RuntimeError:
                 pass  # the event loop closed meanwhile: nobody waits for this answer
 
-        async with (threads if threads is not None else _NO_GATE):
-            thread = threading.Thread(target=run, name=f"tenure-task-{context.job_id}", daemon=True)
+        thread = threading.Thread(target=run, name=f"tenure-task-{context.job_id}", daemon=True)
+        try:
             thread.start()
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
+
+        async def answer() -> Any:
             try:
                 ok, value = await answered
             except asyncio.CancelledError:
@@ -735,9 +767,11 @@ class TaskApp:
                               "and its outcome will be discarded", context.job_id, task.name,
                               extra={"job_id": context.job_id, "task": task.name, "outcome": "abandoned"})
                 raise
-        if ok:
-            return value
-        raise value
+            if ok:
+                return value
+            raise value
+
+        return answer()
 
     async def _within_timeout(self, task: Task, call: Awaitable[Any], context: JobContext) -> Any:
         """``call`` (the handler), cancelled at the task's timeout, whose attempt then fails
@@ -755,17 +789,11 @@ class TaskApp:
         try:
             await asyncio.wait({running}, timeout=task.timeout_s)
         except asyncio.CancelledError:
-            running.cancel()
-            await asyncio.wait({running}, timeout=TIMEOUT_GRACE_S)
-            if not running.done():
-                self._detach(running, task, context)
+            await self._stopped(running, task, context)
             raise
         if not running.done():
-            running.cancel()
-            await asyncio.wait({running}, timeout=TIMEOUT_GRACE_S)
-            if not running.done():
-                self._detach(running, task, context)
-            elif not running.cancelled():
+            await self._stopped(running, task, context)
+            if running.done() and not running.cancelled():
                 log.warning("job %s (task %s): its handler ended after its timeout without letting its cancellation "
                             "through; its outcome is discarded", context.job_id, task.name,
                             extra={"job_id": context.job_id, "task": task.name, "outcome": "timeout"})
@@ -776,6 +804,19 @@ class TaskApp:
         if isinstance(error, _Exited):
             raise error.raised
         return running.result()
+
+    async def _stopped(self, running: asyncio.Task[Any], task: Task, context: JobContext) -> None:
+        """Cancel the handler and give it :data:`TIMEOUT_GRACE_S` to end; one still running
+        then (or when this wait is cancelled too) is left running detached. What an ended
+        handler raised is retrieved here: its outcome is the caller's to decide."""
+        running.cancel()
+        try:
+            await asyncio.wait({running}, timeout=TIMEOUT_GRACE_S)
+        finally:
+            if not running.done():
+                self._detach(running, task, context)
+            elif not running.cancelled():
+                running.exception()  # retrieved (asyncio would otherwise report it as never retrieved)
 
     def _detach(self, running: asyncio.Task[Any], task: Task, context: JobContext) -> None:
         """Leave a handler that ignored its cancellation running, counted and logged; its

@@ -234,3 +234,61 @@ async def test_a_program_with_a_detached_plain_task_still_exits(db_url: str, tmp
     except subprocess.TimeoutExpired:
         pytest.fail(f"the program did not exit within {HANG_GUARD_S:.0f} s: a stuck thread held it open")
     assert ended.returncode == 0 and "abandoned 1" in ended.stdout, ended.stdout + ended.stderr
+
+
+async def test_waiting_for_a_thread_is_not_on_the_timeout_and_a_detached_thread_keeps_its_slot(db_url: str) -> None:
+    release_first = threading.Event()
+    order: list[str] = []
+    async with make_app(db_url) as app:
+        @app.task(queue="plain", max_attempts=1, timeout_s=0.2, priority=90)
+        def first(ctx: TaskContext) -> None:
+            order.append("first")
+            release_first.wait(HANG_GUARD_S)  # ignores its timeout: detached, it keeps its thread
+            order.append("first ended")
+
+        @app.task(queue="plain", max_attempts=1, timeout_s=0.2, priority=10)
+        def second(ctx: TaskContext) -> str:
+            order.append("second")
+            return "in time"
+
+        first_id = await first.defer()
+        second_id = await second.defer()
+        worker = asyncio.ensure_future(drained(app, concurrency=2, threads=1))
+        try:
+            await until(lambda: _status_is(app, first_id, JobStatus.FAILED), HANG_GUARD_S, what="first timed out")
+            await asyncio.sleep(0.6)  # longer than second's timeout: were the wait on it, second would fail
+            assert order == ["first"] and app.abandoned == 1  # second waits: first's thread still runs
+        finally:
+            release_first.set()
+        stats = await worker
+        assert stats.completed == 1 and order[:2] == ["first", "first ended"] and order[2] == "second"
+        done = await app.result(second_id)
+        assert done is not None and done.ok and done.result == "in time"
+
+
+async def _status_is(app: TaskApp, job_id: str, status: JobStatus) -> bool:
+    info = await app.source.get_job(job_id)
+    return info is not None and info.status is status
+
+
+async def test_a_plain_wrapper_of_an_async_function_is_an_async_task(db_url: str) -> None:
+    import functools
+
+    def traced(function: Any) -> Any:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs)  # the coroutine, for the worker to await
+        return wrapper
+
+    async with make_app(db_url) as app:
+        @app.task(queue="plain")
+        @traced
+        async def wrapped(ctx: TaskContext, n: int) -> int:
+            return n + 1
+
+        assert not wrapped.sync
+        job_id = await wrapped.defer(n=1)
+        stats = await drained(app)
+        assert stats.completed == 1
+        outcome = await app.result(job_id)
+        assert outcome is not None and outcome.result == 2

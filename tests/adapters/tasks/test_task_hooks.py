@@ -184,3 +184,80 @@ def test_a_hook_must_be_a_function() -> None:
     assert all(app.hooks(kind) == [] for kind in ("before_task", "after_task", "on_failure"))
     with pytest.raises(ConfigValidationError):
         app.hooks("after_everything")
+
+
+async def test_no_hook_runs_after_a_handler_that_swallowed_the_workers_cancellation(db_url: str) -> None:
+    after: list[str] = []
+    started = asyncio.Event()
+    async with make_app(db_url) as app:
+        @app.after_task
+        def record(ctx: TaskContext, result: Any, error: BaseException | None) -> None:
+            after.append(repr(result))
+
+        @app.task(queue="hooked")
+        async def stubborn(ctx: TaskContext) -> str:
+            started.set()
+            try:
+                await asyncio.wait_for(asyncio.Event().wait(), HANG_GUARD_S)
+            except asyncio.CancelledError:
+                return "swallowed"  # the worker's cancellation, swallowed
+            return "hang guard"
+
+        await stubborn.defer()
+        stop = asyncio.Event()
+        worker = asyncio.ensure_future(app.worker(idle_wait_s=0.1, shutdown_grace_s=0).run(stop))
+        await asyncio.wait_for(started.wait(), HANG_GUARD_S)
+        stop.set()
+        await asyncio.wait_for(worker, HANG_GUARD_S)
+        assert after == []
+
+
+async def test_a_hook_after_the_fact_that_raises_a_base_exception_changes_no_outcome(db_url: str) -> None:
+    async with make_app(db_url) as app:
+        @app.after_task
+        def leaving(ctx: TaskContext, result: Any, error: BaseException | None) -> None:
+            raise SystemExit(1)
+
+        @app.on_failure
+        async def cancelled_inside(ctx: TaskContext, error: BaseException) -> None:
+            raise asyncio.CancelledError()  # its own, not the worker's
+
+        @app.task(queue="hooked", name="t.fine")
+        async def fine(ctx: TaskContext) -> str:
+            return "kept"
+
+        @app.task(queue="hooked", name="t.failing", max_attempts=1)
+        async def failing(ctx: TaskContext) -> None:
+            raise ValueError("its own error")
+
+        fine_id, failing_id = await fine.defer(), await failing.defer()
+        stats = await drained(app)
+        assert (stats.completed, stats.failed) == (1, 1)
+        kept = await app.result(fine_id)
+        assert kept is not None and kept.ok and kept.result == "kept"
+        failed = await app.result(failing_id)
+        assert failed is not None and failed.error == "ValueError: its own error"
+
+
+async def test_a_run_the_worker_refuses_runs_no_worker_hook(db_url: str) -> None:
+    calls: list[str] = []
+    async with make_app(db_url) as app:
+        @app.on_worker_start
+        def start() -> None:
+            calls.append("start")
+
+        @app.on_worker_stop
+        def stop() -> None:
+            calls.append("stop")
+
+        @app.task(queue="hooked")
+        async def nothing(ctx: TaskContext) -> None: ...
+
+        worker = app.worker(idle_wait_s=0.1)
+        await asyncio.wait_for(worker.run_until_idle(), HANG_GUARD_S)
+        assert calls == ["start", "stop"]
+        with pytest.raises(ConfigValidationError):
+            await worker.run_until_idle()  # a second run: refused by the worker
+        with pytest.raises(ConfigValidationError):
+            await app.worker().run(stop="not an event")  # type: ignore[arg-type]
+        assert calls == ["start", "stop"]
