@@ -192,8 +192,10 @@ def _demo(arguments: argparse.Namespace) -> int:
 def _worker(arguments: argparse.Namespace) -> int:
     import asyncio
 
-    from .worker_cli import run_worker
+    from .worker_cli import run_worker, supervise_workers
 
+    if arguments.processes is not None:
+        return supervise_workers(arguments)
     return asyncio.run(run_worker(arguments))
 
 
@@ -243,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def parsed_and_run() -> int:
         # Parsed inside run_command: rejected arguments are a refusal like any other.
         arguments: Any = _parser().parse_args(given)
+        arguments.given = given  # the command line as given (tenure worker --processes runs it again)
         COMMAND.set(arguments.command)  # refusals spell fields as this command's flags
         with_database(arguments)
         return COMMANDS[arguments.command](arguments)

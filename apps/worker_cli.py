@@ -68,6 +68,9 @@ def add_worker_parser(commands: Any) -> None:
     worker.add_argument("--handler", help="without --app: the async handler, as package.module:function")
     worker.add_argument("--concurrency", type=int, default=8, help="handlers in flight at most (default 8)")
     worker.add_argument("--batch", type=int, default=1, help="jobs claimed per claim call (default 1)")
+    worker.add_argument("--processes", type=int,
+                        help="run this many worker processes (1 to 64) under one supervisor that starts a dead one "
+                             "again and passes SIGTERM on to all")
     worker.add_argument("--threads", type=int,
                         help="with --app: plain def tasks run at once at most, each in a thread (default: "
                              "--concurrency bounds them)")
@@ -242,6 +245,24 @@ def load_app(path: str) -> Any:
         print("refused: --app must name a TaskApp (package.module:app)")
         return None
     return app
+
+
+def supervise_workers(arguments: argparse.Namespace) -> int:
+    """``tenure worker ... --processes N``: the same command line in N supervised worker
+    processes (:mod:`tenure.apps.supervisor`), once the flags name a worker."""
+    import asyncio
+
+    from .supervisor import MAX_PROCESSES, child_command, supervise
+
+    configure_logging(arguments.log_level, arguments.log_format)
+    if not 1 <= arguments.processes <= MAX_PROCESSES:
+        print(f"refused: --processes takes 1 to {MAX_PROCESSES}")
+        return 2
+    problem = _mode_problem(arguments)
+    if problem is not None:
+        print(f"refused: {problem}")
+        return 2
+    return asyncio.run(supervise(child_command(arguments.given), arguments.processes, arguments.grace_seconds))
 
 
 async def run_worker(arguments: argparse.Namespace) -> int:
