@@ -87,7 +87,7 @@ from ..runs.replay import CHILD_RUNTIME, WorkflowContext, child_job_result
 from ..runs.runtime import RunRuntime
 from ..runs.worker import RunWorker
 from ..runs.workflows import RunContext, Workflows
-from ..tasks.app import TaskApp, default_name, poll_until
+from ..tasks.app import TaskApp, TaskWorker, default_name, poll_until
 from ..wiring.migrations import upgrade
 
 __all__ = ["App", "Workflow", "WorkflowHandle", "WorkflowFailed", "AppWorker", "START_OPTIONS", "REPLAY_DIGEST",
@@ -249,7 +249,7 @@ class AppWorker:
             given = task_settings.get("worker_id")
             node = given if given is not None else f"{socket.gethostname()[:100]}:{os.getpid()}"
         self.node = node
-        self.tasks: Worker | None = app.task_worker(queues=queues, **task_settings) if app.tasks else None
+        self.tasks: TaskWorker | None = app.task_worker(queues=queues, **task_settings) if app.tasks else None
         self.runs: RunWorker | None = None
         self.runtime: RunRuntime | None = None
         if app.workflows:
@@ -281,7 +281,20 @@ class AppWorker:
             await self.runtime.__aenter__()  # startup reconciliation, relays, the Run worker
             self._children = asyncio.ensure_future(self._relay_children())
         if self.tasks is not None:
-            self._serving = asyncio.ensure_future(self.tasks.run(self._stop))
+            serving = self._serving = asyncio.ensure_future(self.tasks.run(self._stop))
+            # The app's on_worker_start hooks run first: one that raises fails this entry,
+            # not the exit of a block that ran meanwhile.
+            ran = asyncio.ensure_future(self.tasks.hooks_ran.wait())
+            try:
+                await asyncio.wait({serving, ran}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ran.cancel()
+            if serving.done() and not serving.cancelled() and serving.exception() is not None:
+                failure = serving.exception()
+                self._serving = None
+                await self.__aexit__(None, None, None)
+                assert failure is not None
+                raise failure
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -566,7 +579,7 @@ class App(TaskApp):
 
     # --- running -----------------------------------------------------------------------
 
-    def task_worker(self, *, queues: Sequence[str] | None = None, **settings: Any) -> Worker:
+    def task_worker(self, *, queues: Sequence[str] | None = None, **settings: Any) -> TaskWorker:
         """The fenced task :class:`Worker` alone (:meth:`TaskApp.worker`)."""
         return super().worker(queues=queues, **settings)
 

@@ -436,6 +436,8 @@ class TaskWorker(Worker):
         super().__init__(*arguments, **settings)
         self.app = app
         self._started = False
+        self.hooks_ran = asyncio.Event()
+        """Set once the ``on_worker_start`` hooks ran and the worker goes on to serve."""
 
     async def run(self, stop: asyncio.Event | None = None) -> WorkerStats:
         return await self._hooked(super().run, stop)
@@ -450,6 +452,7 @@ class TaskWorker(Worker):
         for hook in self.app.hooks("on_worker_start"):
             await _called(hook)  # one that raises: this run never starts (and may be tried again)
         self._started = True
+        self.hooks_ran.set()
         try:
             return await run(stop)
         finally:
@@ -674,7 +677,8 @@ class TaskApp:
 
     # --- running -----------------------------------------------------------------------
 
-    def worker(self, *, queues: Sequence[str] | None = None, threads: int | None = None, **settings: Any) -> Worker:
+    def worker(self, *, queues: Sequence[str] | None = None, threads: int | None = None,
+               **settings: Any) -> TaskWorker:
         """A fenced :class:`Worker` for this app's tasks on ``queues`` (default: every
         queue a registered task uses); ``threads`` (1..1000): the most plain ``def`` tasks
         it runs at once (default: its ``concurrency`` bounds them with the rest);

@@ -261,3 +261,49 @@ async def test_a_run_the_worker_refuses_runs_no_worker_hook(db_url: str) -> None
         with pytest.raises(ConfigValidationError):
             await app.worker().run(stop="not an event")  # type: ignore[arg-type]
         assert calls == ["start", "stop"]
+
+
+async def test_an_apps_launch_runs_the_worker_hooks_and_a_failing_start_fails_the_entry(db_url: str) -> None:
+    from tenure.adapters import App
+
+    calls: list[str] = []
+    app = App(db_url)
+
+    @app.on_worker_start
+    def start() -> None:
+        calls.append("start")
+
+    @app.on_worker_stop
+    def stop() -> None:
+        calls.append("stop")
+
+    @app.task(queue="hooked")
+    async def ping(ctx: TaskContext) -> str:
+        return "pong"
+
+    @app.workflow(name="hooked_flow")
+    async def flow(ctx: Any) -> None:
+        return None
+
+    async with app.launch(migrate=False):
+        job_id = await ping.defer()
+        outcome = await app.result(job_id, wait_s=HANG_GUARD_S)
+        assert outcome is not None and outcome.ok and calls == ["start"]
+    assert calls == ["start", "stop"]
+
+    failing = App(db_url)
+
+    @failing.on_worker_start
+    def refuse_to_start() -> None:
+        raise RuntimeError("no configuration")
+
+    @failing.task(queue="hooked")
+    async def other(ctx: TaskContext) -> None: ...
+
+    entered: list[str] = []
+    with pytest.raises(RuntimeError):
+        async with failing.launch(migrate=False):
+            entered.append("the block ran")  # never: the entry itself fails
+    assert entered == []
+    await app.close()
+    await failing.close()
