@@ -49,6 +49,7 @@ from adapter_support import pg_ctl, private_pg_server, raw
 from node_support import NodeProcess, start_node
 from run_chaos_node import FLOWS, registry
 from tenure.adapters import QueueBroker, RunLedger, resume_and_publish, upgrade
+from tenure.adapters.runs.ledger import run_id_for
 from tenure.kernel.nodes.record import NodeStatus
 from tenure.model import ConsentStatus, RunIntent, RunRecord, RunStatus, TenureError, WaitKind
 
@@ -549,11 +550,23 @@ async def settle(ledger: RunLedger, cluster: Cluster, count: int) -> None:
                 hops[run_id[:8]] = (delivery, (await probe.probe(f"run:{run_id}:{seq}")).state.value)
         finally:
             await probe.close()
+        # Each stranded Run's delegated jobs and, for a child Run's job, that child (by the
+        # ID recorded on the job, or the one its admission key names): what containment met.
+        effects: dict[str, list[Any]] = {}
+        for run_id, *_ in stranded[:5]:
+            for job in await ledger.jobs.list(run_id):
+                key = job.request.get("key") if isinstance(job.request, dict) else None
+                child_id = job.runtime_job_id or (run_id_for(key) if isinstance(key, str) and key else None)
+                child = None if child_id is None else await ledger.get(child_id)
+                effects.setdefault(run_id[:8], []).append((
+                    job.status.value, job.runtime, job.runtime_job_id, child_id,
+                    None if child is None else (child.status.value, child.enqueue_seq, child.node, child.error)))
         nodes = {node.node: await ledger.nodes.get(node.node) for node in cluster.everyone}
         warnings = {f"{node.node} (pid {node.pid})": node.stderr().splitlines()[-12:] for node in cluster.everyone}
         reports = await ledger.recovery_reports.latest()
         raise AssertionError(f"{len(stranded)} Runs stranded after {SETTLE_DEADLINE_S:.0f} s (seed {SEED}): "
-                             f"{stranded[:10]}; (delivery, hop) {hops}; nodes {nodes}; node logs {warnings}; reports {reports}; "
+                             f"{stranded[:10]}; (delivery, hop) {hops}; effects (job status, runtime, recorded child, "
+                             f"child, child Run) {effects}; nodes {nodes}; node logs {warnings}; reports {reports}; "
                              f"side-effect logs in {cluster.effects}")
 
     async def taken_over() -> bool:
