@@ -254,7 +254,8 @@ if __name__ == "__main__":
         children = asyncio.ensure_future(relay_children(relay_s))
         try:
             await serve_node(sys.argv[1], "queue", registry, relay_interval_s=relay_s,
-                             broker_options={"lease_seconds": 5.0, "heartbeat_seconds": 1.0}, prepare=prepare)
+                             broker_options={"lease_seconds": 5.0, "heartbeat_seconds": 1.0}, prepare=prepare,
+                             contain_job=app.contain_child)  # as an AppWorker wires it: a story's child
         finally:
             children.cancel()
 

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tenure.adapters import QueueBroker, RunLedger, RunRuntime, RunWorker, SaqBroker, Workflows
+from tenure.adapters import QueueBroker, RecoveryPorts, RunLedger, RunRuntime, RunWorker, SaqBroker, Workflows
+from tenure.adapters.runs.recovery import VISIT_CONCURRENCY
 from tenure.model import ConsentStatus, WaitKind
 
 NODE = os.environ.get("TENURE_TEST_NODE", "node-a")
@@ -56,15 +57,20 @@ def broker_of(kind: str, db_url: str, **options: Any) -> Any:
 async def serve_node(db_url: str, kind: str, workflows: Workflows, *, node: str = NODE,
                      lease_s: float = NODE_LEASE_S, relay_interval_s: float = 0.2,
                      broker_options: dict[str, Any] | None = None,
-                     prepare: Callable[[RunLedger], None] | None = None) -> None:
+                     prepare: Callable[[RunLedger], None] | None = None, contain_job: Any = None) -> None:
     """Run ``workflows`` as ``node`` until the process is killed: print ``ready`` once the
-    runtime started (its startup reconciliation done). ``prepare`` sees the ledger first."""
+    runtime started (its startup reconciliation done). ``prepare`` sees the ledger first.
+    ``contain_job``: recovery's containment of a delegated job (an App's child Runs:
+    ``App.contain_child``, as an AppWorker wires it); the runtime's default ports otherwise."""
     async with RunLedger(db_url) as ledger:
         if prepare is not None:
             prepare(ledger)
         broker = broker_of(kind, db_url, **(broker_options or {}))
         worker = RunWorker(ledger, broker, workflows, node=node, watch_interval_s=0.1)
-        async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=node,
+        ports = None if contain_job is None else RecoveryPorts(
+            broker=broker, checkpoint_owner=ledger.checkpoints.owner, delete_checkpoint=ledger.checkpoints.delete,
+            checkpoint_outcome=ledger.checkpoints.outcome, contain_job=contain_job, concurrency=VISIT_CONCURRENCY)
+        async with RunRuntime(ledger, brokers=[broker], workers=[worker], node=node, ports=ports,
                               relay_interval_s=relay_interval_s, node_lease_s=lease_s):
             print("ready", flush=True)
             await asyncio.Event().wait()
