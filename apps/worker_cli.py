@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import logging
 import signal
@@ -308,10 +307,12 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         return _refused(error)
     try:
         runtime: Any = None
+        front: Any = None
         try:
             if arguments.app is not None and flows:
-                # An App's workflows are served beside its tasks: a Run runtime (startup
-                # reconciliation, relays, one Run worker) on the app's own broker.
+                # An App's workflows are served beside its tasks by its AppWorker: a Run
+                # runtime (startup reconciliation, relays, one Run worker) on the app's own
+                # broker, and the children relay that resumes parents whose child ended.
                 front = app.worker(queues=arguments.queue or None, **settings)
                 worker, runtime = front.tasks, front.runtime
             elif arguments.app is not None:
@@ -344,14 +345,15 @@ async def run_worker(arguments: argparse.Namespace) -> int:
         scheduler = (asyncio.create_task(app.scheduler().run(stop))
                      if arguments.app is not None and app.periodics else None)
         try:
-            async with contextlib.AsyncExitStack() as serving_runs:
-                if runtime is not None:
-                    await serving_runs.enter_async_context(runtime)
-                if worker is not None:
-                    stats = await worker.run(stop)
-                else:
+            if front is not None:
+                async with front:  # the whole AppWorker: its runtime, children relay and tasks
                     await stop.wait()
-                    stats = WorkerStats()
+                stats = front.stats or WorkerStats()
+            elif worker is not None:
+                stats = await worker.run(stop)
+            else:
+                await stop.wait()
+                stats = WorkerStats()
         except TenureError as error:
             if error.code is not ErrorCode.WORKER_SHUTDOWN_INCOMPLETE:
                 raise

@@ -477,8 +477,11 @@ class App(TaskApp):
 
     async def contain_child(self, job: AgentJobRecord) -> bool:
         """Recovery's ``contain_job`` for a child Run's job: cancel the child (and its own
-        children) and answer True once it ended, after recording the job CANCELLED when
-        its end was not adopted. A job of another runtime is not this app's to contain.
+        children) and answer True once it ended, after adopting its end into the job (its
+        true end: a child that finished before the cancel reached it is recorded with
+        its result, not as cancelled). A job of another runtime is not this app's to
+        contain. Recovery asks this only before terminal truth (a cancellation, a Run
+        failed ``lost``): a hop that runs again keeps its jobs and adopts them.
 
         A job whose child was never recorded on it (the hop that started the child ended
         between the job's submission and that record: killed, frozen, fenced) names its
@@ -498,7 +501,8 @@ class App(TaskApp):
         child = await self.ledger.get(child_id)
         if child is None or child.status not in TERMINAL_RUN_STATUSES:
             return False
-        await self.ledger.jobs.record_cancelled(job.job_id)  # False when its end was adopted already
+        ended = child_job_result(job.job_id, CHILD_JOB_STATUS[child.status], child.result, child.error)
+        await self.ledger.jobs.adopt_result(job.job_id, ended)  # False when its end was adopted already
         return True
 
     @staticmethod

@@ -163,7 +163,8 @@ _RELAY_KINDS: tuple[tuple[str, tuple[RunStatus, ...]], ...] = (
 )
 _DEADLINES = "deadlines"
 """The relay cursor's kind for the deadline sweep (its positions are ``(deadline, run_id)``)."""
-_EVIDENCE = frozenset({Action.PROBE, Action.FENCE, Action.ASK_CHECKPOINT, Action.CONTAIN, Action.OBSERVE})
+_EVIDENCE = frozenset({Action.PROBE, Action.FENCE, Action.ASK_CHECKPOINT, Action.CONTAIN, Action.CONTAIN_ATTEMPTS,
+                       Action.OBSERVE})
 
 CheckpointOwner = Callable[[str], Awaitable["str | None"]]
 ContainJob = Callable[[AgentJobRecord], Awaitable[bool]]
@@ -181,7 +182,9 @@ class RecoveryPorts:
     owner ID (consent, delegated job or service attempt) bound by the Run's first
     resumable snapshot, or None (no port: no snapshot evidence, so orphans are never
     re-parked). ``contain_job(job)``: the delegated runtime's containment of one open or
-    LOST job, True once it returned (then the job is recorded CANCELLED).
+    LOST job, True once it returned (then the job is recorded CANCELLED); a lost hop that
+    its workflow allows to run again keeps its jobs (the hop that runs again adopts each
+    by its request), so this port is asked only before terminal truth.
     ``observe_attempt(attempt, *, cancel)``: what the provider says of a service attempt
     (with ``cancel=True`` after asking it to stop). ``delete_checkpoint(run_id)``:
     idempotent cleanup of a terminal Run's snapshots, retried by every reconciliation.
@@ -627,8 +630,8 @@ class _Visits:
             outcome = await self._outcome(run_id)
             seen = None if outcome is None else (outcome.status, outcome.enqueue_seq)
             return dataclasses.replace(s, checkpoint_asked=True, checkpoint_owner=owner, outcome=seen)
-        if action is Action.CONTAIN:
-            await self._contain(run_id)
+        if action in (Action.CONTAIN, Action.CONTAIN_ATTEMPTS):
+            await self._contain(run_id, jobs=action is Action.CONTAIN)
             return dataclasses.replace(s, containment=await self._containment(run_id), contained=True)
         assert action is Action.OBSERVE
         if s.run.owner_id is not None:
@@ -653,17 +656,19 @@ class _Visits:
         counts: Containment = await self.ledger.engine.read(body)
         return counts
 
-    async def _contain(self, run_id: str) -> None:
+    async def _contain(self, run_id: str, *, jobs: bool) -> None:
         """Stop what the Run started: each open or LOST delegated job through the runtime's
-        containment (then recorded CANCELLED), each open service attempt by a cancel
-        request (a PREPARED one cancels at once) and the provider's answer."""
+        containment (then recorded CANCELLED; not with ``jobs=False``, a retry's
+        containment, which carries them into the hop that runs again), each open service
+        attempt by a cancel request (a PREPARED one cancels at once) and the provider's
+        answer."""
         async def body(tx: Transaction) -> tuple[list[Any], list[Any]]:
             jobs = await tx.find(AGENT_JOBS_BINDING, finders.open_jobs_of_run, {"run_id": run_id})
             attempts = await tx.find(ATTEMPTS_BINDING, finders.open_attempts_of_run, {"run_id": run_id})
             return jobs, attempts
 
-        jobs, attempts = await self.ledger.engine.read(body)
-        for job in jobs:
+        open_jobs, attempts = await self.ledger.engine.read(body)
+        for job in open_jobs if jobs else ():
             record = await self.ledger.jobs.get(job.job_id)
             if record is None or self.ports.contain_job is None:
                 continue

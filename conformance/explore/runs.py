@@ -1245,7 +1245,7 @@ class RunModel:
                           recovery.Action.CLEANUP, recovery.Action.OBSERVE):
                 return world
             if action in (recovery.Action.PROBE, recovery.Action.FENCE, recovery.Action.ASK_CHECKPOINT,
-                          recovery.Action.CONTAIN):
+                          recovery.Action.CONTAIN, recovery.Action.CONTAIN_ATTEMPTS):
                 world, situation = self._gather(world, slot, situation, verdict, actor)
                 continue
             world = self._write(world, slot, situation, verdict, actor)
@@ -1270,8 +1270,9 @@ class RunModel:
             checkpoint = world.checkpoints[slot]
             return world, dataclasses.replace(s, checkpoint_asked=True, checkpoint_owner=checkpoint.owner,
                                               outcome=checkpoint.outcome)
-        # contain: each open or LOST delegated job through the runtime's containment (it returns).
-        for index in self._job_slots(slot):
+        # contain: each open or LOST delegated job through the runtime's containment (it returns);
+        # a retry's containment (contain_attempts) carries the jobs into the hop that runs again.
+        for index in self._job_slots(slot) if action is recovery.Action.CONTAIN else ():
             job = world.jobs[index]
             if job is not None and job.status in OPEN_JOB_STATUSES:
                 world, _ = self._job(world, index, RecordCancelled(result_json=_cancelled_result(job.job_id)), actor)

@@ -117,6 +117,7 @@ class Action(enum.Enum):
     FENCE = "fence"
     ASK_CHECKPOINT = "ask_checkpoint"
     CONTAIN = "contain"
+    CONTAIN_ATTEMPTS = "contain_attempts"
     OBSERVE = "observe"
     PUBLISH = "publish"
     REPUBLISH = "republish"
@@ -365,6 +366,10 @@ def _stale_active(s: Situation) -> bool:
     )
 
 
+def _retry_left(s: Situation) -> bool:
+    return s.run.hop_retries < s.run.max_hop_retries
+
+
 def _timer_due(s: Situation) -> bool:
     return (s.run.status is RunStatus.AWAITING_TIMER and s.run.wake_at_us is not None and s.now_us is not None
             and s.now_us >= s.run.wake_at_us)
@@ -395,7 +400,11 @@ GUARDS: dict[str, Callable[[Situation], bool]] = {
     "outcome_uncontained": lambda s: _outcome_of_this_hop(s) and not s.containment.proven and not s.contained,
     "outcome_open": lambda s: _outcome_of_this_hop(s) and not s.containment.proven,
     "outcome_recorded": _outcome_of_this_hop,
-    "retry_left": lambda s: s.run.hop_retries < s.run.max_hop_retries,
+    "retry_left": lambda s: _retry_left(s),
+    # A retry carries the lost hop's delegated jobs into the hop that runs again (its
+    # replay adopts each by its request); only its service attempts are stopped first.
+    "retry_attempts_uncontained": lambda s: _retry_left(s) and s.containment.open_attempts != 0 and not s.contained,
+    "retry_attempts_open": lambda s: _retry_left(s) and s.containment.open_attempts != 0,
     "uncontained": lambda s: not s.containment.proven and not s.contained,
     "containment_open": lambda s: not s.containment.proven,
     "held_here_before_cutoff": _held_here_before_cutoff,
@@ -465,9 +474,11 @@ ROWS: tuple[tuple[Case, tuple[Pass, ...], tuple[RecoveryRule, ...]], ...] = (
         ("outcome_open", A.REPORT, Rs.CONTAINMENT_UNPROVEN),
         ("outcome_recorded", A.SETTLE_RECORDED),
         ("checkpoint_binds_latest", A.REPARK),
+        ("retry_attempts_uncontained", A.CONTAIN_ATTEMPTS),
+        ("retry_attempts_open", A.REPORT, Rs.CONTAINMENT_UNPROVEN),
+        ("retry_left", A.RETRY_LOST),
         ("uncontained", A.CONTAIN),
         ("containment_open", A.REPORT, Rs.CONTAINMENT_UNPROVEN),
-        ("retry_left", A.RETRY_LOST),
         ("always", A.FAIL_LOST),
     )),
     (K.HOP, (P.RELAY,), _rules(("always", A.LEAVE))),
@@ -523,7 +534,7 @@ def _verdict(situation: Situation, rule: RecoveryRule) -> Verdict:
     return Verdict(rule.action)
 
 
-# --- the rules every verdict keeps (REC-1 ... REC-12 in specs/recovery.md) -----------------
+# --- the rules every verdict keeps (REC-1 ... REC-13 in specs/recovery.md) -----------------
 
 
 def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
@@ -555,10 +566,12 @@ def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
         and v.owner[1] == s.checkpoint_owner
     ):
         broken.append("REC-5")  # a re-park needs the checkpoint to bind the exact latest owner
-    if v.action in (Action.FAIL_LOST, Action.FINISH_CANCEL, Action.SETTLE_RECORDED, Action.RETRY_LOST) and not (
+    if v.action in (Action.FAIL_LOST, Action.FINISH_CANCEL, Action.SETTLE_RECORDED) and not (
         s.containment.open_jobs == 0 and s.containment.open_attempts == 0
     ):
         broken.append("REC-6")  # terminal truth only with every correlated effect contained
+    if v.action is Action.RETRY_LOST and s.containment.open_attempts != 0:
+        broken.append("REC-6")  # a hop runs again only with the lost hop's service attempts ended
     if v.action is Action.FAIL_HELD and not (
         reconcile and d is not None and d.state is DeliveryState.HELD and s.cutoff_us is not None
         and d.created_at_us < s.cutoff_us and run.admitted_node in (None, s.node)
@@ -585,6 +598,11 @@ def verdict_violations(situation: Situation, verdict: Verdict) -> list[str]:
         broken.append("REC-10")  # a Run is settled from an outcome only its current hop recorded
     if v.action in (Action.FAIL_LOST, Action.REPARK, Action.RETRY_LOST) and recorded_here:
         broken.append("REC-10")  # a hop that recorded its outcome finished: it is settled with it
+    retried = run.status in _HOPS and run.hop_retries < run.max_hop_retries and not recorded_here
+    if v.action is Action.CONTAIN and retried:
+        broken.append("REC-13")  # a hop that will run again keeps its delegated jobs: they are not cancelled
+    if v.action is Action.CONTAIN_ATTEMPTS and not retried:
+        broken.append("REC-13")  # only a retry carries the delegated jobs; everything else stops them
     if v.action is Action.RETRY_LOST and not run.hop_retries < run.max_hop_retries:
         broken.append("REC-11")  # a lost hop runs again only if its workflow allows one more retry
     if v.action is Action.FAIL_LOST and run.hop_retries < run.max_hop_retries:

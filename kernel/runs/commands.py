@@ -239,7 +239,9 @@ class RetryLost:
     """Recovery: the hop ``enqueue_seq`` died with its process (fenced, ``hop`` is what the
     broker said after the fence) and its workflow declared hops safe to repeat: open the
     next hop in the same resume mode instead of failing the Run ``lost``, counting the
-    retry. Needs every correlated effect contained and a retry left."""
+    retry. Needs the lost hop's service attempts ended and a retry left; its delegated
+    jobs are carried into the hop that runs again, whose replay adopts each by its
+    request (the same request answers the same job)."""
 
     kind: ClassVar[RunCommandType] = RunCommandType.RETRY_LOST
     enqueue_seq: int

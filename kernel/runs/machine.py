@@ -281,6 +281,9 @@ GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
     "owner_unresolved": lambda record, command, now_us: not _owner_resolved(record, command),
     # settlement and cancellation
     "containment_unproven": lambda record, command, now_us: not command.containment.proven,
+    # a retry carries the lost hop's delegated jobs (the hop that runs again adopts them by
+    # their request): only its service attempts must have ended
+    "attempts_open": lambda record, command, now_us: command.containment.open_attempts != 0,
     "settles_done": lambda record, command, now_us: command.status is RunStatus.DONE,
     "hop_live": lambda record, command, now_us: command.hop is None or command.hop in _LIVE_HOP,
     # recovery: only a hop the broker finished with (not live, not absent, known) rotates
@@ -625,7 +628,7 @@ ROWS: tuple[Row, ...] = (
     Row((S.ABSENT,), C.RETRY_LOST, "always", SAME, R.NOT_FOUND),
     Row(_HOPS, C.RETRY_LOST, "seq_differs", SAME, R.STALE_HOP),
     Row(_HOPS, C.RETRY_LOST, "hop_live", SAME, R.HOP_LIVE),
-    Row(_HOPS, C.RETRY_LOST, "containment_unproven", SAME, R.CONTAINMENT_UNPROVEN),
+    Row(_HOPS, C.RETRY_LOST, "attempts_open", SAME, R.CONTAINMENT_UNPROVEN),
     Row(_HOPS, C.RETRY_LOST, "no_retries_left", SAME, R.NO_RETRIES_LEFT),
     Row(_HOPS, C.RETRY_LOST, "always", S.QUEUED, "retry_lost"),
     Row(_NOT_HOPS, C.RETRY_LOST, "always", SAME, R.NOT_RUNNING),
@@ -656,6 +659,11 @@ def _contained(command: Any) -> bool:
     # Written independently of the guards on purpose: a rule must not trust the code it checks.
     containment = getattr(command, "containment", None)
     return containment is not None and containment.open_jobs == 0 and containment.open_attempts == 0
+
+
+def _attempts_ended(command: Any) -> bool:
+    containment = getattr(command, "containment", None)
+    return containment is not None and containment.open_attempts == 0
 
 
 def _admission_rules(new: RunPair, command: Any, now_us: int) -> list[str]:
@@ -744,12 +752,12 @@ def transition_violations(record: RunPair | None, command: RunCommand, now_us: i
     if retried not in (0, 1) or (retried == 1) != (command.kind is RunCommandType.RETRY_LOST and grew == 1):
         broken.append("TR-R10")  # a retry is counted exactly when a lost hop is retried
     if command.kind is RunCommandType.RETRY_LOST and grew == 1 and not (
-        record.run.status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE) and _contained(command)
+        record.run.status in (RunStatus.RUNNING, RunStatus.AWAITING_HARDWARE) and _attempts_ended(command)
         and getattr(command, "hop", None) is not None and getattr(command, "hop", None) not in _LIVE_HOP
         and record.run.hop_retries < record.run.max_hop_retries
         and new.current.resume == record.current.resume and new.current.state is DeliveryState.PENDING
     ):
-        broken.append("TR-R10")  # only a fenced, contained hop with a retry left, in its own mode
+        broken.append("TR-R10")  # only a fenced hop whose attempts ended, with a retry left, in its own mode
     if command.kind is RunCommandType.ROTATE and grew == 1 and not (
         new.current.resume == record.current.resume and new.current.state is DeliveryState.PENDING
         and new.run.status is RunStatus.QUEUED and getattr(command, "hop", None) in (

@@ -255,8 +255,22 @@ def test_a_lost_hop_of_a_workflow_that_allows_retries_runs_again_until_none_is_l
     assert decide(spent).action is Action.FAIL_LOST
     assert verdict_violations(spent, table.Verdict(Action.RETRY_LOST)) == ["REC-11"]
     assert verdict_violations(fenced, table.Verdict(Action.FAIL_LOST)) == ["REC-11"]
-    opened = dataclasses.replace(fenced, containment=Containment(1, 0))
-    assert decide(opened).action is Action.CONTAIN
+    # An open delegated job is carried into the hop that runs again (REC-13): never cancelled first.
+    with_job = dataclasses.replace(fenced, containment=Containment(1, 0))
+    assert decide(with_job).action is Action.RETRY_LOST
+    assert verdict_violations(with_job, table.Verdict(Action.CONTAIN)) == ["REC-13"]
+    # An open service attempt is stopped first (only the attempts), and until it ended the
+    # Run is reported, not retried.
+    with_attempt = dataclasses.replace(fenced, containment=Containment(1, 1))
+    assert decide(with_attempt).action is Action.CONTAIN_ATTEMPTS
+    assert verdict_violations(with_attempt, table.Verdict(Action.RETRY_LOST)) == ["REC-6"]
+    still_open = dataclasses.replace(with_attempt, contained=True)
+    assert decide(still_open) == table.Verdict(Action.REPORT, reason=table.Reason.CONTAINMENT_UNPROVEN)
+    assert decide(dataclasses.replace(still_open, containment=Containment(1, 0))).action is Action.RETRY_LOST
+    # Without a retry left, everything is contained before the Run fails lost.
+    spent_open = dataclasses.replace(with_job, run=dataclasses.replace(run, hop_retries=2))
+    assert decide(spent_open).action is Action.CONTAIN
+    assert verdict_violations(spent_open, table.Verdict(Action.CONTAIN_ATTEMPTS)) == ["REC-13"]
     unfenced = dataclasses.replace(fenced, fenced=False)
     assert "REC-4" in verdict_violations(unfenced, table.Verdict(Action.RETRY_LOST))
 

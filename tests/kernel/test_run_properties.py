@@ -488,7 +488,7 @@ def test_a_done_settlement_keeps_its_result_and_a_failed_one_keeps_none() -> Non
     assert (failed.run.status, failed.run.result_json) == (RunStatus.FAILED, None)
 
 
-def test_a_lost_hop_is_retried_only_fenced_contained_and_with_a_retry_left() -> None:
+def test_a_lost_hop_is_retried_only_fenced_with_its_attempts_ended_and_a_retry_left() -> None:
     from tenure.kernel.runs.commands import RetryLost
 
     pair = claimed()
@@ -497,8 +497,11 @@ def test_a_lost_hop_is_retried_only_fenced_contained_and_with_a_retry_left() -> 
     assert refused(decide(RUNS, pair, retry, NOW), RunRefusal.NO_RETRIES_LEFT)  # the default allows none
     assert refused(decide(RUNS, allowed, dataclasses.replace(retry, hop=BrokerJobState.ACTIVE), NOW),
                    RunRefusal.HOP_LIVE)
-    assert refused(decide(RUNS, allowed, dataclasses.replace(retry, containment=Containment(1, 0)), NOW),
+    assert refused(decide(RUNS, allowed, dataclasses.replace(retry, containment=Containment(0, 1)), NOW),
                    RunRefusal.CONTAINMENT_UNPROVEN)
+    # an open delegated job is carried into the next hop, which adopts it by its request
+    carried = applied(decide(RUNS, allowed, dataclasses.replace(retry, containment=Containment(1, 0)), NOW))
+    assert (carried.run.status, carried.run.enqueue_seq) == (RunStatus.QUEUED, 1)
     again = applied(decide(RUNS, allowed, retry, NOW))
     assert (again.run.status, again.run.enqueue_seq, again.run.hop_retries, again.current.state) == (
         RunStatus.QUEUED, 1, 1, DeliveryState.PENDING)

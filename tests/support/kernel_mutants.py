@@ -665,6 +665,22 @@ def lost_hop_retried_without_allowance() -> None:
     recovery.GUARDS["retry_left"] = lambda s: True
 
 
+def retry_cancels_its_delegated_jobs_first() -> None:
+    # The defect before REC-13: every open effect is contained before a retry, so a child
+    # Run the hop that runs again would adopt is cancelled under it.
+    recovery.GUARDS["retry_attempts_uncontained"] = lambda s: False
+    recovery.GUARDS["retry_attempts_open"] = lambda s: False
+    recovery.GUARDS["retry_left"] = lambda s: (s.run.hop_retries < s.run.max_hop_retries
+                                               and (s.containment.proven or s.contained))
+
+
+def retry_beside_an_open_attempt() -> None:
+    # A retry that carries the service attempts too: the hop runs again beside an effect
+    # its lost try may still be sending.
+    recovery.GUARDS["retry_attempts_uncontained"] = lambda s: False
+    recovery.GUARDS["retry_attempts_open"] = lambda s: False
+
+
 def timer_resumed_by_a_relay_before_due() -> None:
     recovery.GUARDS["timer_due"] = lambda s: s.run.status.value == "awaiting_timer"
 
@@ -673,7 +689,8 @@ RECOVERY_MUTANTS: dict[str, Callable[[], None]] = {
     mutant.__name__: mutant
     for mutant in (reconcile_touches_other_node, repark_without_snapshot_evidence, republish_under_new_key,
                    held_failed_by_relay, terminal_fence_of_a_live_hop, settle_recorded_from_an_earlier_hop,
-                   lost_hop_retried_without_allowance, timer_resumed_by_a_relay_before_due)
+                   lost_hop_retried_without_allowance, retry_cancels_its_delegated_jobs_first,
+                   retry_beside_an_open_attempt, timer_resumed_by_a_relay_before_due)
 }
 
 

@@ -65,6 +65,7 @@ RUN_ORACLE_GUARDS: dict[str, Callable[[Any, Any, int], bool]] = {
         and c.owner.status in _RESOLVING_OWNER_STATUSES.get(r.run.owner_kind.value, set())
     ),
     "containment_unproven": lambda r, c, n: c.containment.open_jobs > 0 or c.containment.open_attempts > 0,
+    "attempts_open": lambda r, c, n: c.containment.open_attempts > 0,
     "settles_done": lambda r, c, n: c.status.value == "done",
     "hop_live": lambda r, c, n: c.hop is None or c.hop.value in ("queued", "active"),
     "hop_unfinished": lambda r, c, n: c.hop is None or c.hop.value not in ("complete", "failed", "aborted"),
