@@ -102,7 +102,8 @@ def load_handler(path: str) -> Any:
 def status_line(stats: WorkerStats, in_flight: int) -> str:
     return (f"claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
             f"retried {stats.retried}, stale refused {stats.stale_writes_refused}, "
-            f"lease losses {stats.lease_losses}, released {stats.released}, in flight {in_flight}")
+            f"cancelled {stats.cancelled}, lease losses {stats.lease_losses}, released {stats.released}, "
+            f"in flight {in_flight}")
 
 
 NEVER_MIGRATED = ("schema_missing", "database_missing")

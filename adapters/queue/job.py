@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .sources import JobSource
 
 __all__ = ["FailJob", "JobContext", "Handler", "ClaimInFlight", "ClaimRunner", "LOST_DEADLINE", "LOST_HEARTBEAT", "LOST_PROGRESS",
-           "LOST_STATE", "LOST_RENEWAL", "LOST_UNRETURNED"]
+           "LOST_STATE", "LOST_RENEWAL", "LOST_UNRETURNED", "CANCELLED_BY_REQUEST"]
 
 LOST_DEADLINE = "its lease deadline passed with no renewal answered (a stalled database or connection)"
 LOST_HEARTBEAT = "a heartbeat was refused (the job was cancelled, or its lease ended and it was taken over)"
@@ -32,7 +32,9 @@ LOST_PROGRESS = "a progress report was refused (the job was cancelled, or its le
 LOST_STATE = "its owned state shows no live claim (the job was cancelled, or its lease ended and it was taken over)"
 LOST_RENEWAL = "its claim answered after its lease deadline and the renewal was refused (the lease ended during the stall)"
 LOST_UNRETURNED = "its claim answered late, could not be renewed in time and could not be given back"
-"""Why a claim was lost: the reason a lease-loss log line gives."""
+CANCELLED_BY_REQUEST = "it was cancelled (tenure jobs cancel, the console or the API)"
+"""Why a claim was lost: the reason a lease-loss log line gives (a cancel is logged and
+counted as a cancel instead: :data:`CANCELLED_BY_REQUEST`)."""
 
 
 class FailJob(Exception):

@@ -26,7 +26,7 @@ from ..core.failure_text import error_bytes, exception_text, loggable_exception
 from ..core.text import clean_text
 from ..core.outages import OutageLog
 from .batcher import Batcher
-from .job import LOST_RENEWAL, LOST_STATE, LOST_UNRETURNED, ClaimInFlight, FailJob, Handler, JobContext
+from .job import CANCELLED_BY_REQUEST, LOST_RENEWAL, LOST_STATE, LOST_UNRETURNED, ClaimInFlight, FailJob, Handler, JobContext
 from .sources import JobSource, StreamingJobSource
 
 if TYPE_CHECKING:
@@ -67,6 +67,10 @@ class WorkerStats:
     stale_writes_refused: int = 0
     """Fenced writes of an outcome answered False: the claim was no longer this worker's
     (also when the answer arrived after the local lease deadline)."""
+    cancelled: int = 0
+    """Claims cancelled while their handlers ran (``tenure jobs cancel``, the console, the
+    API), found by the cancel watch: the handler cancelled, nothing written, logged at
+    INFO with the job ID. Not counted as lease losses."""
     lease_losses: int = 0
     """Claims this worker lost while it held them, with nothing written: the handler
     cancelled (or never started, for a late claim whose renewal was refused), or the
@@ -257,10 +261,15 @@ class JobRunner:
         if job.loss_counted:
             return
         job.loss_counted = True
+        context = job.context
+        if job.loss_reason is CANCELLED_BY_REQUEST:
+            self.stats.cancelled += 1
+            log.info("job %s (%s, attempt %d) cancelled while it ran: its handler is cancelled; nothing is written "
+                     "for it", context.job_id, self._where(job), context.attempt, extra=self._fields(job, "cancelled"))
+            return
         self.stats.lease_losses += 1
         if job.observed is not None:
             job.observed.lease_lost()
-        context = job.context
         log.warning("job %s (%s, attempt %d) lease lost: %s; nothing is written for it", context.job_id,
                     self._where(job), context.attempt, job.loss_reason, extra=self._fields(job, "lease lost"))
 

@@ -287,6 +287,19 @@ class JobSource(Facade, Generic[Claimed]):
             fields["run_id"] = record.run_id
         return self._claimed_type(**fields)  # type: ignore[no-any-return]
 
+    async def cancelled_claims(self, fences: Sequence[QueueClaimFence]) -> list[str]:
+        """The job IDs among these claims that were cancelled while claimed (the row is
+        CANCELLED at the claim's own generation: an administrative cancel, ``tenure jobs
+        cancel``), in one read by primary key. A worker's cancel watch asks this about
+        its claims in flight; a claim taken over or expired is the heartbeat's to find."""
+        checked = [_fence(fence) for fence in fences]
+        if not checked:
+            return []
+        generations = {fence.job_id: fence.generation for fence in checked}
+        rows = await self._operations.get_many(list(generations))
+        return [row.job_id for row in rows
+                if row.status is JobStatus.CANCELLED and row.generation == generations.get(row.job_id)]
+
     # --- fenced writes ------------------------------------------------------------------
 
     async def heartbeat_owned(self, fence: QueueClaimFence) -> bool:

@@ -39,8 +39,16 @@ batched heartbeat, and writes the handler's outcome with the exact fence of its 
   loss is logged and counted; answered late again (the stall goes on) or failed, it
   is tried again up to :data:`~tenure.adapters.queue.runner.LATE_CLAIM_RENEWALS` times, then the claim is given back
   (``release_many_owned``: pending at once, its attempt returned);
+- a cancel reaches a running handler within about a second: while claims are held, a
+  cancel watch reads them every ``cancel_watch_s`` (one read by primary key), and a claim
+  cancelled meanwhile (``tenure jobs cancel``, the console, the API) has its handler
+  cancelled and nothing written, logged at INFO with the job ID and counted in
+  ``stats.cancelled``, not as a lease loss (a poll on every database: it needs no
+  LISTEN connection, so it works the same through PgBouncer, and costs one indexed read
+  per second per worker that holds claims; a cancel that the heartbeat meets first is a
+  lease loss, as before);
 - streaming launches: ``context.cancel_requested`` is set when the owned state shows a
-  cancel request (read with every heartbeat round); the handler is expected to stop
+  cancel request (read by the cancel watch and every heartbeat round); the handler is expected to stop
   its process; when it ends, the worker reads the state once more and acknowledges
   the cancel (``acknowledge_cancel_owned``) instead of completing or failing.
 
@@ -100,7 +108,7 @@ from tenure.model import ConfigValidationError, ErrorCode, TenureError, bounds
 from tenure.model.validation import is_queue_name, refuse
 
 from ..core.store import Listener
-from .job import LOST_HEARTBEAT, ClaimInFlight, Handler, JobContext
+from .job import CANCELLED_BY_REQUEST, LOST_HEARTBEAT, ClaimInFlight, Handler, JobContext
 from .runner import JobRunner, WorkerStats
 from .sources import (
     MAX_BATCH,
@@ -138,6 +146,11 @@ RECOVERY_TRIES = 3
 
 MAX_QUEUES = 100
 """The most task queues one Worker serves."""
+
+CANCEL_WATCH_S = 1.0
+"""How often a worker holding claims reads whether any was cancelled (one read by primary
+key of its claims in flight): a cancel reaches its handler within about this long,
+instead of at the next heartbeat (``heartbeat_seconds``, 60 s by default)."""
 
 MAX_IDLE_WAIT_S = 3600.0
 MAX_GRACE_S = 86_400.0
@@ -200,6 +213,8 @@ class Worker:
     - ``idle_wait_s``: the longest idle wait between claim attempts (SQLite: the polling
       bound; PostgreSQL: the fallback poll behind LISTEN/NOTIFY);
     - ``shutdown_grace_s``: how long in-flight handlers may run after ``stop``;
+    - ``cancel_watch_s``: how often the cancel watch reads the claims in flight (default
+      :data:`CANCEL_WATCH_S`; only while a claim is held);
     - ``store_error_text``: whether a failure stores the exception's message with its
       type (default) or its type alone, for deployments whose messages may carry data
       that must not be stored. What is logged (and handed to ``metrics``) follows: the
@@ -227,6 +242,7 @@ class Worker:
         store_error_text: bool = True,
         queues: Sequence[str] | None = None,
         metrics: WorkerObserver[JobContext] | None = None,
+        cancel_watch_s: float = CANCEL_WATCH_S,
     ) -> None:
         if not isinstance(source, (ValidationJobSource, PipelineJobSource, StreamingJobSource, TaskSource)):
             raise refuse("source", "job_source_required")
@@ -248,6 +264,8 @@ class Worker:
         self.idle_wait_s = _seconds(idle_wait_s, "idle_wait_s", minimum=0.0, maximum=MAX_IDLE_WAIT_S, inclusive=False)
         self.shutdown_grace_s = _seconds(shutdown_grace_s, "shutdown_grace_s", minimum=0.0, maximum=MAX_GRACE_S,
                                          inclusive=True)
+        self.cancel_watch_s = _seconds(cancel_watch_s, "cancel_watch_s", minimum=0.0, maximum=MAX_IDLE_WAIT_S,
+                                       inclusive=False)
         if type(store_error_text) is not bool:
             raise refuse("store_error_text", "bool_required")
         self.store_error_text = store_error_text
@@ -302,7 +320,7 @@ class Worker:
                  self.concurrency, self.batch_size)
         await self._ensure_listener()
         helpers = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._runner.completions.run()),
-                   asyncio.create_task(self._runner.renewals.run())]
+                   asyncio.create_task(self._runner.renewals.run()), asyncio.create_task(self._watch_cancels())]
         grace = self.shutdown_grace_s
         try:
             await self._claim_loop(stop, until_idle)
@@ -550,6 +568,35 @@ class Worker:
                 return
             except TenureError as error:
                 self._runner.failed_call("heartbeat", error)
+
+    async def _watch_cancels(self) -> None:
+        """Every ``cancel_watch_s`` while claims are held: one read of the claims in flight,
+        and each that was cancelled meanwhile has its handler cancelled, nothing written
+        for it (logged and counted as a cancel, not a lease loss). A streaming launch's
+        cancel is a request its handler sees (``cancel_requested``), read the same way.
+        A failed read is counted and tried again at the next round; the heartbeat and
+        the fenced writes stay the guarantee, the watch only makes a cancel prompt."""
+        while True:
+            await asyncio.sleep(self.cancel_watch_s)
+            jobs = [job for job in self._runner.jobs.values()
+                    if not job.lost and not job.ended and not job.settling and not job.confirming]
+            if not jobs:
+                continue
+            try:
+                if isinstance(self.source, StreamingJobSource):
+                    for job in jobs:
+                        await self._runner.observe_streaming(job)
+                    continue
+                cancelled = set(await self.source.cancelled_claims([job.fence for job in jobs]))
+            except ConfigValidationError:
+                log.error("the cancel watch stopped: the source refused the call (closed?)")
+                return
+            except TenureError as error:
+                self._runner.failed_call("cancel watch", error)
+                continue
+            for job in jobs:
+                if job.fence.job_id in cancelled and not job.settling:
+                    job.lose(CANCELLED_BY_REQUEST)
 
     async def _heartbeat_round(self) -> bool:
         """Renew every live claim; whether the database was asked (and answered)."""

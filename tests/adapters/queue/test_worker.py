@@ -40,6 +40,10 @@ from tenure.model import (
 )
 
 
+HANG_GUARD_S = 120.0
+"""Only stops a hang: every wait below ends as soon as its condition holds."""
+
+
 def config(db_url: str, **settings: Any) -> WorkerConfig:
     settings.setdefault("lease_seconds", 5)
     settings.setdefault("heartbeat_seconds", 1)
@@ -340,6 +344,54 @@ async def test_a_write_after_the_fence_was_voided_is_refused_and_counted(db_url:
         stats = await Worker(source, handler).run_until_idle()
         assert (stats.completed, stats.stale_writes_refused) == (0, 1)
         assert (await source.get_job(job_id)).status is JobStatus.CANCELLED
+
+
+async def test_a_cancel_reaches_a_running_handler_through_the_cancel_watch_and_counts_as_a_cancel(
+        db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An operator's cancel of a running job stops its handler long before the next
+    heartbeat: the heartbeat here comes after 300 s, so only the cancel watch can deliver
+    it before the hang guard. It is counted and logged as a cancel (with the job ID), not
+    a lease loss, and nothing is written. The delay is measured and printed, not asserted."""
+    caplog.set_level(logging.INFO, logger="tenure")
+    async with ValidationJobSource(db_url, config(db_url, lease_seconds=600, heartbeat_seconds=300)) as source:
+        [job_id] = await submit(source, 1)
+        started, stopped = asyncio.Event(), asyncio.Event()
+
+        async def handler(claimed: Any, context: JobContext) -> dict[str, Any]:
+            started.set()
+            try:
+                await asyncio.sleep(HANG_GUARD_S * 10)
+            except asyncio.CancelledError:
+                stopped.set()
+                raise
+            return {"never": True}
+
+        stop = asyncio.Event()
+        running = asyncio.create_task(Worker(source, handler, cancel_watch_s=0.1).run(stop))
+        loop = asyncio.get_running_loop()
+        await asyncio.wait_for(started.wait(), HANG_GUARD_S)
+        sent = loop.time()
+        assert await source.cancel(job_id)
+        await asyncio.wait_for(stopped.wait(), HANG_GUARD_S)
+        print(f"cancel reached the handler after {loop.time() - sent:.3f} s (cancel watch 0.1 s)")
+        stop.set()
+        stats = await running
+        assert (stats.cancelled, stats.lease_losses, stats.completed, stats.stale_writes_refused) == (1, 0, 0, 0)
+        info = await source.get_job(job_id)
+        assert info is not None and info.status is JobStatus.CANCELLED and info.result is None
+    lines = [record.getMessage() for record in caplog.records if "cancelled while it ran" in record.getMessage()]
+    assert len(lines) == 1 and job_id in lines[0]
+
+
+async def test_the_cancel_watch_interval_is_checked(db_url: str) -> None:
+    async def handler(claimed: Any, context: JobContext) -> None:
+        return None
+
+    async with ValidationJobSource(db_url, config(db_url)) as source:
+        for bad in (0, -1, float("nan"), "1", True, 3601):
+            with pytest.raises(ConfigValidationError) as refused:
+                Worker(source, handler, cancel_watch_s=bad)
+            assert refused.value.fields == ("cancel_watch_s",)
 
 
 async def test_heartbeat_now_renews_and_a_refused_one_cancels_the_handler(db_url: str) -> None:
