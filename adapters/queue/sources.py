@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from tenure.kernel.queue.record import QueueRow
+from tenure.kernel.queue.record import QueueRow, cancelled_while_claimed
 from tenure.model import (
     ClaimedJob,
     ClaimedPipelineJob,
@@ -297,8 +297,7 @@ class JobSource(Facade, Generic[Claimed]):
             return []
         generations = {fence.job_id: fence.generation for fence in checked}
         rows = await self._operations.get_many(list(generations))
-        return [row.job_id for row in rows
-                if row.status is JobStatus.CANCELLED and row.generation == generations.get(row.job_id)]
+        return [row.job_id for row in rows if cancelled_while_claimed(row, generations[row.job_id])]
 
     # --- fenced writes ------------------------------------------------------------------
 

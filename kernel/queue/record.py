@@ -26,6 +26,7 @@ __all__ = [
     "record_violations",
     "is_valid_record",
     "is_currently_owned",
+    "cancelled_while_claimed",
     "dedupe_key_of",
     "MIN_INSTANT_US",
     "MAX_INSTANT_US",
@@ -120,6 +121,12 @@ def replace_fields(record: QueueRow, **changes: object) -> QueueRow:
 def is_currently_owned(record: QueueRow) -> bool:
     """Claimed by an owned claim (a token is stored): legacy writes must not touch it."""
     return record.status is JobStatus.CLAIMED and record.claim_token is not None
+
+
+def cancelled_while_claimed(record: QueueRow, generation: int) -> bool:
+    """The claim of ``generation`` ended by a cancel (the row is CANCELLED at that claim's
+    own generation): what a worker's cancel watch asks of the rows it holds claims on."""
+    return record.status is JobStatus.CANCELLED and record.generation == generation
 
 
 def dedupe_key_of(record: QueueRow) -> str | None:
