@@ -348,6 +348,13 @@ class App(TaskApp):
             other._ledger = other._broker = None  # its own connections, on its database
         return other
 
+    def copy_for_another_loop(self) -> App:
+        """This app without connections (see :meth:`TaskApp.copy_for_another_loop`)."""
+        other = super().copy_for_another_loop()
+        assert isinstance(other, App)
+        other._ledger = other._broker = None  # its own, on the sync client's loop
+        return other
+
     # --- registering -------------------------------------------------------------------
 
     def workflow(self, function: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None,

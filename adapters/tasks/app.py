@@ -12,6 +12,7 @@
     await send_welcome.defer(user_id=7, schedule_in=60)                         # due in a minute
     await send_welcome.defer_many([{"user_id": i} for i in range(1000)])        # one transaction
     outcome = await app.result(job_id, wait_s=10)
+    job_id = send_welcome.defer_sync(user_id=42)   # from a Django or Flask view: no event loop
 
     @app.task(queue="reports")
     def build_report(ctx: TaskContext, name: str) -> str:       # a plain function: run in a thread
@@ -111,6 +112,7 @@ from ..queue.sources import MAX_BATCH, TaskSource
 from ..queue.runner import WorkerStats
 from ..queue.worker import MAX_CONCURRENCY, Worker
 from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
+from .sync import SyncClient
 
 __all__ = ["TaskApp", "Task", "TaskWorker", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "TaskTimeout",
            "RESERVED_ARGUMENTS", "HOOKS", "default_name", "MAX_WAIT_S", "MAX_TIMEOUT_S", "TIMEOUT_GRACE_S", "poll_until"]
@@ -425,6 +427,21 @@ class Task:
             return []
         return await (source.write_using(using, requests) if using is not None else source.write_many(requests))
 
+    def defer_sync(self, **options: Any) -> str:
+        """:meth:`defer` from code without a running event loop (a Django or Flask view,
+        a script, a plain ``def`` task): the same checks, ``submission_id`` and errors,
+        through the app's sync client (:mod:`tenure.adapters.tasks.sync`). ``using`` is
+        not taken here (the async form takes your async connection)."""
+        if "using" in options:
+            raise refuse("using", "not_supported_by_sync_calls", reason="invalid_deferral")
+        return self.app.sync.call("defer_sync", lambda app: self.on(app).defer(**options))
+
+    def defer_many_sync(self, many: Sequence[Mapping[str, Any]], **options: Any) -> list[str]:
+        """:meth:`defer_many` from code without a running event loop (see :meth:`defer_sync`)."""
+        if "using" in options:
+            raise refuse("using", "not_supported_by_sync_calls", reason="invalid_deferral")
+        return self.app.sync.call("defer_many_sync", lambda app: self.on(app).defer_many(many, **options))
+
 
 class TaskWorker(Worker):
     """The fenced :class:`Worker` of a :class:`TaskApp` (:meth:`TaskApp.worker`): the
@@ -476,6 +493,7 @@ class TaskApp:
         self._tasks: dict[str, Task] = {}
         self._periodics: list[Periodic] = []
         self._source: TaskSource | None = None
+        self._sync: SyncClient | None = None
         self._hooks: dict[str, list[Callable[..., Any]]] = {kind: [] for kind in HOOKS}
         self._detached: set[asyncio.Task[Any]] = set()
         """Handlers left running past their timeout (they ignored their cancellation)."""
@@ -495,8 +513,45 @@ class TaskApp:
         fresh = TaskApp(db_url, config=config)  # the URL and settings checked as a new app's
         other = copy.copy(self)  # the same registries (and a subclass's own), no connection
         other.db_url, other.config, other._source = fresh.db_url, fresh.config, None
-        other._detached, other.abandoned = set(), 0
+        other._detached, other.abandoned, other._sync = set(), 0, None
         return other
+
+    def copy_for_another_loop(self) -> TaskApp:
+        """This app, with the same registries, database and settings but no connection:
+        what the sync client runs on its own event loop (connections belong to a loop)."""
+        other = copy.copy(self)
+        other._source, other._detached, other.abandoned, other._sync = None, set(), 0, None
+        return other
+
+    @property
+    def sync(self) -> SyncClient:
+        """The app's sync client, for code without an event loop (opened on first use)."""
+        if self._sync is None:
+            self._sync = SyncClient(self)
+        return self._sync
+
+    def defer_sync(self, task_name: str, args: Mapping[str, Any] | None = None, **options: Any) -> str:
+        """:meth:`defer` from code without a running event loop (see
+        :meth:`Task.defer_sync`)."""
+        if "using" in options:
+            raise refuse("using", "not_supported_by_sync_calls", reason="invalid_deferral")
+        async def defer(app: TaskApp) -> str:
+            return await app.defer(task_name, args, **options)
+
+        return self.sync.call("defer_sync", defer)
+
+    def result_sync(self, job_id: str, *, wait_s: float = 0.0) -> TaskOutcome | None:
+        """:meth:`result` from code without a running event loop."""
+        async def result(app: TaskApp) -> TaskOutcome | None:
+            return await app.result(job_id, wait_s=wait_s)
+
+        return self.sync.call("result_sync", result)
+
+    def close_sync(self) -> None:
+        """Close the sync client's connections and stop its thread (``await close()``
+        does it too); the app's own connections are :meth:`close`'s."""
+        if self._sync is not None:
+            self._sync.close()
 
     # --- registering -------------------------------------------------------------------
 
@@ -838,6 +893,8 @@ class TaskApp:
             running.exception()  # retrieved: its outcome is discarded, never written or reported
 
     async def close(self) -> None:
+        if self._sync is not None:
+            await asyncio.to_thread(self._sync.close)
         for running in list(self._detached):
             running.cancel()  # asked once more; a handler that still ignores it ends with the loop
         if self._source is not None:
