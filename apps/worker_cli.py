@@ -347,8 +347,7 @@ async def run_worker(arguments: argparse.Namespace) -> int:
                      if arguments.app is not None and app.periodics else None)
         try:
             if front is not None:
-                async with front:  # the whole AppWorker: its runtime, children relay and tasks
-                    await stop.wait()
+                await front.run(stop)  # the whole AppWorker: its runtime, children relay and tasks
                 stats = front.stats or WorkerStats()
             elif worker is not None:
                 stats = await worker.run(stop)

@@ -325,7 +325,15 @@ class AppWorker:
         hop ended."""
         waiting = stop if stop is not None else asyncio.Event()
         async with self:
-            await waiting.wait()
+            # Until ``stop``, or until the task worker ended by itself (it failed): then
+            # the exit re-raises its failure at once instead of serving nothing until a
+            # signal comes.
+            stopped = asyncio.ensure_future(waiting.wait())
+            try:
+                await asyncio.wait([stopped, *([self._serving] if self._serving is not None else [])],
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
 
 
 class App(TaskApp):

@@ -182,7 +182,8 @@ class RecoveryPorts:
     owner ID (consent, delegated job or service attempt) bound by the Run's first
     resumable snapshot, or None (no port: no snapshot evidence, so orphans are never
     re-parked). ``contain_job(job)``: the delegated runtime's containment of one open or
-    LOST job, True once it returned (then the job is recorded CANCELLED); a lost hop that
+    LOST job, True once it returned (then the job is recorded CANCELLED, unless the port
+    recorded its end itself, as ``App.contain_child`` adopts a child's); a lost hop that
     its workflow allows to run again keeps its jobs (the hop that runs again adopts each
     by its request), so this port is asked only before terminal truth.
     ``observe_attempt(attempt, *, cancel)``: what the provider says of a service attempt

@@ -112,7 +112,7 @@ from ..queue.sources import MAX_BATCH, TaskSource
 from ..queue.runner import WorkerStats
 from ..queue.worker import MAX_CONCURRENCY, Worker
 from .periodic import MAX_PERIODIC_NAME_CHARS, Periodic, Scheduler, checked_schedule, periodic_parameters_problem
-from .sync import SyncClient
+from .sync import SyncClient, refuse_inside_a_running_loop
 
 __all__ = ["TaskApp", "Task", "TaskWorker", "Backoff", "TaskContext", "TaskOutcome", "UnknownTask", "TaskTimeout",
            "RESERVED_ARGUMENTS", "HOOKS", "default_name", "MAX_WAIT_S", "MAX_TIMEOUT_S", "TIMEOUT_GRACE_S", "poll_until"]
@@ -450,6 +450,7 @@ class TaskWorker(Worker):
     run, a ``stop`` that is not an ``asyncio.Event``) runs no hook."""
 
     def __init__(self, app: TaskApp, *arguments: Any, **settings: Any) -> None:
+        self.task_names = tuple(sorted(app._tasks))  # recorded with the worker (tenure workers)
         super().__init__(*arguments, **settings)
         self.app = app
         self._started = False
@@ -493,7 +494,9 @@ class TaskApp:
         self._tasks: dict[str, Task] = {}
         self._periodics: list[Periodic] = []
         self._source: TaskSource | None = None
-        self._sync: SyncClient | None = None
+        self._sync = SyncClient(self)
+        """The sync client (:mod:`tenure.adapters.tasks.sync`): made here, where no other
+        thread can race its making, and opened only by its first call."""
         self._hooks: dict[str, list[Callable[..., Any]]] = {kind: [] for kind in HOOKS}
         self._detached: set[asyncio.Task[Any]] = set()
         """Handlers left running past their timeout (they ignored their cancellation)."""
@@ -513,21 +516,20 @@ class TaskApp:
         fresh = TaskApp(db_url, config=config)  # the URL and settings checked as a new app's
         other = copy.copy(self)  # the same registries (and a subclass's own), no connection
         other.db_url, other.config, other._source = fresh.db_url, fresh.config, None
-        other._detached, other.abandoned, other._sync = set(), 0, None
+        other._detached, other.abandoned, other._sync = set(), 0, SyncClient(other)
         return other
 
     def copy_for_another_loop(self) -> TaskApp:
         """This app, with the same registries, database and settings but no connection:
         what the sync client runs on its own event loop (connections belong to a loop)."""
         other = copy.copy(self)
-        other._source, other._detached, other.abandoned, other._sync = None, set(), 0, None
+        other._source, other._detached, other.abandoned = None, set(), 0
+        other._sync = SyncClient(other)  # never opened: the copy is the one sync calls run on
         return other
 
     @property
     def sync(self) -> SyncClient:
         """The app's sync client, for code without an event loop (opened on first use)."""
-        if self._sync is None:
-            self._sync = SyncClient(self)
         return self._sync
 
     def defer_sync(self, task_name: str, args: Mapping[str, Any] | None = None, **options: Any) -> str:
@@ -549,9 +551,10 @@ class TaskApp:
 
     def close_sync(self) -> None:
         """Close the sync client's connections and stop its thread (``await close()``
-        does it too); the app's own connections are :meth:`close`'s."""
-        if self._sync is not None:
-            self._sync.close()
+        does it too); the app's own connections are :meth:`close`'s. Refused where an
+        event loop is running (``await app.close()`` there)."""
+        refuse_inside_a_running_loop("close_sync")
+        self._sync.close()
 
     # --- registering -------------------------------------------------------------------
 
@@ -893,8 +896,7 @@ class TaskApp:
             running.exception()  # retrieved: its outcome is discarded, never written or reported
 
     async def close(self) -> None:
-        if self._sync is not None:
-            await asyncio.to_thread(self._sync.close)
+        await asyncio.to_thread(self._sync.close)
         for running in list(self._detached):
             running.cancel()  # asked once more; a handler that still ignores it ends with the loop
         if self._source is not None:

@@ -29,9 +29,11 @@ Chosen where the issue was silent:
 - A process forked after the client opened (a pre-fork server such as gunicorn) opens a
   client of its own on its first call: the parent's loop thread does not exist in the
   child, and its connections must not be shared.
-- ``app.close_sync()`` (or ``await app.close()``) closes the client's connections and
-  stops its thread; a program that never calls it still exits (the thread is a daemon,
-  and so are SQLite's connection threads).
+- ``app.close_sync()`` (or ``await app.close()``) cancels the calls still under way
+  (each is refused ``sync_client_closed`` in its thread, never left waiting), closes the
+  client's connections and stops its thread; a later call opens it again. A program
+  that never closes it still exits (the thread is a daemon, and so are SQLite's
+  connection threads).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ __all__ = ["SyncClient"]
 T = TypeVar("T")
 
 
-class TaskApp(Protocol):
+class SyncApp(Protocol):
     """What the client needs of its app (a :class:`~tenure.adapters.tasks.app.TaskApp`;
     named by its shape so that this module imports nothing of the app's)."""
 
@@ -71,45 +73,64 @@ def refuse_inside_a_running_loop(call: str) -> None:
 class SyncClient:
     """The sync face of one :class:`TaskApp` (see the module docstring)."""
 
-    def __init__(self, app: TaskApp) -> None:
+    def __init__(self, app: SyncApp) -> None:
         self._app = app
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._copy: TaskApp | None = None
+        self._copy: Any = None
         self._pid: int | None = None
 
     def call(self, name: str, make: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``make(app)`` (a coroutine on the client's copy of the app) on the client's
-        loop and return what it returns (or raise what it raises) in this thread."""
+        loop and return what it returns (or raise what it raises) in this thread. A call
+        still under way when the client is closed is cancelled and refused
+        (``sync_client_closed``), never left waiting."""
         refuse_inside_a_running_loop(name)
-        loop, app = self._opened()
-        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(_awaited(make, app), loop)
-        return future.result()
+        with self._lock:  # submitted under the lock: a close cancels it, never strands it
+            loop, app = self._opened()
+            future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(_awaited(make, app), loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise refuse(name, "sync_client_closed", reason="invalid_sync_call") from None
 
-    def _opened(self) -> tuple[asyncio.AbstractEventLoop, TaskApp]:
-        with self._lock:
-            if self._loop is None or self._copy is None or self._pid != os.getpid():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="tenure-sync-client", daemon=True)
-                thread.start()
-                self._loop, self._thread, self._pid = loop, thread, os.getpid()
-                self._copy = self._app.copy_for_another_loop()
-            return self._loop, self._copy
+    def _opened(self) -> tuple[asyncio.AbstractEventLoop, Any]:
+        if self._loop is None or self._copy is None or self._pid != os.getpid():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="tenure-sync-client", daemon=True)
+            thread.start()
+            self._loop, self._thread, self._pid = loop, thread, os.getpid()
+            self._copy = self._app.copy_for_another_loop()
+        return self._loop, self._copy
 
     def close(self) -> None:
-        """Close the client's connections and stop its thread (a later call opens it again)."""
+        """Cancel the calls under way, close the client's connections and stop its thread
+        (a later call opens it again)."""
         with self._lock:
             loop, thread, app, pid = self._loop, self._thread, self._copy, self._pid
             self._loop = self._thread = self._copy = self._pid = None
-        if loop is None or thread is None or app is None or pid != os.getpid():
-            return  # never opened, or opened by the parent of this forked process
+            if loop is None or thread is None or app is None or pid != os.getpid():
+                return  # never opened, or opened by the parent of this forked process
+            if thread is threading.current_thread():
+                raise refuse("close_sync", "called_on_the_sync_clients_own_thread", reason="invalid_sync_call")
+            closing = asyncio.run_coroutine_threadsafe(_closed(app), loop)
         try:
-            asyncio.run_coroutine_threadsafe(app.close(), loop).result()
+            closing.result()
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
+
+
+async def _closed(app: Any) -> None:
+    """On the client's loop: cancel every call under way, then close the app's copy."""
+    current = asyncio.current_task()
+    pending = [task for task in asyncio.all_tasks() if task is not current]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    await app.close()
 
 
 async def _awaited(make: Callable[[Any], Awaitable[T]], app: Any) -> T:

@@ -2154,7 +2154,7 @@ PROPERTIES: tuple[Property[RunWorld], ...] = (
              step=_takeovers_only_of_lapsed_leases),
     Property("one_taker_at_a_time", "specs/nodes.md take_over; TR-N4",
              "at most one live process holds a live takeover claim of a node", **_everywhere(_one_taker_at_a_time)),
-    Property("recovery_verdicts_keep_the_recovery_rules", "specs/recovery.md REC-1..REC-12",
+    Property("recovery_verdicts_keep_the_recovery_rules", "specs/recovery.md REC-1..REC-13",
              "every verdict recovery reaches in context keeps the rules every verdict keeps",
              step=_recovery_verdicts_keep_the_rules),
     Property("records_keep_their_invariants", "INV-R1..R9, INV-C1..C3, INV-J1..J3, INV-N1..N3, INV-M1..M5",
@@ -2199,7 +2199,8 @@ DELEGATES = Bounds("delegates", runs=1, workers=(0,), nodes=2, delegates=1, canc
                    relay=True, max_hop_retries=1)
 """One worker x one Run whose hop delegates a job (adopted once, lost, contained), parks on
 it or settles over it; the operator's cancel needs containment; a crash and restart
-contains the job and retries the lost hop (the workflow allows one retry)."""
+retries the lost hop, which keeps the job (REC-13: the workflow allows one retry), and
+contains it before a Run fails lost."""
 
 LEASES = Bounds("leases", runs=1, workers=(1,), nodes=2, leases=True, replacements=1, lease_us=30_000_000,
                 claimed=True, takeovers=1, renewals=2)

@@ -125,7 +125,9 @@ def is_currently_owned(record: QueueRow) -> bool:
 
 def cancelled_while_claimed(record: QueueRow, generation: int) -> bool:
     """The claim of ``generation`` ended by a cancel (the row is CANCELLED at that claim's
-    own generation): what a worker's cancel watch asks of the rows it holds claims on."""
+    own generation: cancelled while that claim held it, or after its lease ran out and
+    before anyone claimed it again, which the holder learns the same way): what a
+    worker's cancel watch asks of the rows it holds claims on."""
     return record.status is JobStatus.CANCELLED and record.generation == generation
 
 

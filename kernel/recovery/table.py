@@ -16,10 +16,10 @@ row, its persisted owner's evidence and its containment counts.
 :func:`case_of` sorts the situation into one :class:`Case` (a total function);
 :data:`TABLE` holds, per ``(case, pass)``, an ordered list of rules; the first whose
 guard holds names the :class:`Action`. Evidence actions (``probe``, ``fence``,
-``ask_checkpoint``, ``contain``, ``observe``) only gather facts: the ledger performs
+``ask_checkpoint``, ``contain``, ``contain_attempts``, ``observe``) only gather facts: the ledger performs
 them, adds what it learned to the situation and asks again. A write action
 (``publish``, ``mark_published``, ``rotate``, ``fail_held``, ``repark``, ``fail_lost``,
-``resume``, ``finish_cancel``, ``cleanup``) is sent to the Run machine (or a port)
+``retry_lost``, ``resume``, ``finish_cancel``, ``cleanup``) is sent to the Run machine (or a port)
 with its own compare-and-set; the ledger then reads the Run again and asks afresh
 (a bounded number of writes per visit). ``keep`` (still waiting,
 held, or live elsewhere; revisited by the relays), ``leave`` (nothing to do) and

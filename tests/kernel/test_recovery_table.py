@@ -1,5 +1,5 @@
 """The recovery table: total, the same as specs/recovery.md both ways, and every verdict
-keeps the recovery rules (REC-1 ... REC-12) over generated situations."""
+keeps the recovery rules (REC-1 ... REC-13) over generated situations."""
 
 from __future__ import annotations
 

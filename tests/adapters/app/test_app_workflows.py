@@ -549,3 +549,40 @@ async def test_messages_reach_a_waiting_workflow_once_each_in_order_and_a_timeou
     journal = await app.ledger.steps.recorded(handle.run_id)
     assert [journal[f"{JOURNAL_PREFIX}{p}"]["call"] for p in range(4)] == ["recv:orders"] * 3 + ["recv:never"]
     await app.close()
+
+
+async def test_an_app_worker_whose_task_worker_fails_ends_with_that_failure_without_waiting_for_stop(
+        db_url: str) -> None:
+    """``AppWorker.run`` (what ``tenure worker --app`` serves an App with workflows by)
+    returns as soon as its task worker fails, raising the failure, instead of serving
+    nothing until a signal comes."""
+    app = App(db_url)
+
+    @app.task(queue="emails", name="send_welcome")
+    async def send_welcome(ctx: Any, user_id: int) -> None:
+        return None
+
+    @app.workflow(name="hello")
+    async def hello(ctx: WorkflowContext) -> None:
+        return None
+
+    worker = app.worker()
+    assert worker.tasks is not None
+
+    async def broken(stop: asyncio.Event) -> Any:
+        assert worker.tasks is not None
+        worker.tasks.hooks_ran.set()  # it started serving (the entry returned) ...
+        for _ in range(10):
+            await asyncio.sleep(0)
+        raise RuntimeError("the task worker broke")  # ... and fails later
+
+    worker.tasks.run = broken  # type: ignore[method-assign]
+    serving = asyncio.ensure_future(worker.run(asyncio.Event()))  # stop is never set
+    await asyncio.wait([serving], timeout=HANG_GUARD_S)
+    if not serving.done():
+        serving.cancel()
+        await asyncio.wait([serving])
+        pytest.fail("the AppWorker kept serving after its task worker failed")
+    with pytest.raises(RuntimeError, match="the task worker broke"):
+        serving.result()
+    await app.close()

@@ -104,9 +104,42 @@ async def test_an_app_with_workflows_defers_from_sync_code_on_connections_of_its
     async def send_welcome(ctx: TaskContext, user_id: int) -> None:
         return None
 
+    before = await send_welcome.defer(user_id=4)  # the app's own source is open
+    assert await app.ledger.list_runs() is not None  # and its own ledger
     job_id = await asyncio.to_thread(send_welcome.defer_sync, user_id=5)
     await asyncio.to_thread(app.close_sync)  # closes only the sync client's connections
-    assert (await app.result(job_id)) is not None  # the app's own are still open
+    assert (await app.result(job_id)) is not None and (await app.result(before)) is not None  # still open
+    assert (await app.ledger.list_runs()).items == ()
+    await app.close()
+
+
+async def test_a_call_under_way_when_the_client_closes_is_refused_not_left_waiting(db_url: str) -> None:
+    app, send_welcome = make_app(db_url)
+    job_id = await asyncio.to_thread(send_welcome.defer_sync, user_id=1)
+    outcome: list[BaseException | Any] = []
+
+    def waiting_view() -> None:
+        try:
+            outcome.append(app.result_sync(job_id, wait_s=HANG_GUARD_S))  # no worker: it waits the whole time
+        except BaseException as error:  # noqa: BLE001 - what it raised is the outcome under test
+            outcome.append(error)
+
+    waiter = threading.Thread(target=waiting_view)
+    waiter.start()
+
+    async def waiting_on_the_loop() -> bool:
+        loop = app.sync._loop
+        return loop is not None and len(asyncio.all_tasks(loop)) >= 1
+
+    from polling import until
+    # (read from another thread: a set the loop changes meanwhile is read again)
+    await until(waiting_on_the_loop, HANG_GUARD_S, what="the sync call under way", tolerate=(RuntimeError,))
+    await asyncio.to_thread(app.close_sync)
+    await asyncio.to_thread(waiter.join, HANG_GUARD_S)
+    assert not waiter.is_alive(), "a sync call was left waiting after its client closed"
+    (raised,) = outcome
+    assert isinstance(raised, ConfigValidationError) and raised.problems == ("sync_client_closed",)
+    assert await asyncio.to_thread(send_welcome.defer_sync, user_id=2)  # a later call opens the client again
     await app.close()
 
 

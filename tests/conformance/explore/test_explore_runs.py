@@ -84,8 +84,8 @@ MISSED: dict[str, tuple[str, str]] = {
     "recovery:retry_beside_an_open_attempt": (
         "delegates",
         "the explorer's worlds start no service attempts (a Run's containment counts only its delegated jobs), so "
-        "the retry_attempts guards never decide there: caught by tests/kernel/test_recovery_table.py and the "
-        "recovery property over generated situations"),
+        "the retry_attempts guards never decide there: caught by tests/kernel/test_mutants.py (the recovery table's "
+        "tests and its property over generated situations)"),
     "runs:retry_without_retries_left": (
         "delegates",
         "retry_lost is sent only by recovery, whose retry_left guard (REC-11) reads the same hop_retries the kernel "
