@@ -1,5 +1,5 @@
 """The ``tenure`` command: ``tenure demo``, ``tenure migrate``, ``tenure worker``, ``tenure
-jobs``, ``tenure runs``, ``tenure health``, ``tenure console``, ``tenure conform`` (:mod:`tenure.conformance.command`)
+jobs``, ``tenure runs``, ``tenure health``, ``tenure workers``, ``tenure console``, ``tenure conform`` (:mod:`tenure.conformance.command`)
 and ``tenure --version``.
 
 ``tenure demo`` runs the owned queue under stress on an embedded SQLite file (or
@@ -45,6 +45,7 @@ COMMAND_HELP = {
     "jobs": "look at and operate on tasks and the jobs of pycharter's queues",
     "runs": "run workflow Runs (worker) and operate on them",
     "health": "check that a database is reachable, migrated and keeping up (exit 0 healthy, 1 unhealthy, 2 refused)",
+    "workers": "list the workers that recorded themselves: live, missing or stopped, with their claims in flight",
     "console": "serve the web console: queues, jobs, Runs and a consent inbox (needs tenure[console])",
     "conform": "run tenure's lockstep proof against a database, in a scratch area it removes "
                "(exit 0 conformant, 1 divergence, 2 refused; needs tenure[conform])",
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     from .reporting import CommandParser
     from .runs_cli import add_runs_parser
     from .worker_cli import add_worker_parser
+    from .workers_cli import add_workers_parser
 
     parser = CommandParser(prog="tenure", description="Durable work with a provable owner.")
     parser.add_argument("--version", action="version", version=f"tenure {_version()}")
@@ -111,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     add_jobs_parser(commands)
     add_runs_parser(commands)
     add_health_parser(commands)
+    add_workers_parser(commands)
     add_console_parser(commands, COMMAND_HELP["console"])
     add_conform_parser(commands, COMMAND_HELP["conform"])
     return parser
@@ -217,6 +220,12 @@ def _health(arguments: argparse.Namespace) -> int:
     return run_health(arguments)
 
 
+def _workers(arguments: argparse.Namespace) -> int:
+    from .workers_cli import run_workers
+
+    return run_workers(arguments)
+
+
 def _console(arguments: argparse.Namespace) -> int:
     from .console.command import run_console
 
@@ -231,7 +240,7 @@ def _conform(arguments: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo, "migrate": _migrate, "worker": _worker, "jobs": _jobs, "runs": _runs, "health": _health,
-    "console": _console, "conform": _conform,
+    "workers": _workers, "console": _console, "conform": _conform,
 }
 """Each subcommand's body; :func:`main` runs it through :func:`run_command`."""
 

@@ -52,6 +52,7 @@ from ..core.failures import persistence_failed
 from ..core.tables import Unreadable, json_column
 from ..wiring.dialects import open_store
 from .operations import QueueOperations
+from .presence import WorkerPresence, WorkerView, list_workers
 from .table import envelope_of
 
 __all__ = ["ValidationJobSource", "PipelineJobSource", "StreamingJobSource", "TaskSource", "JobSource"]
@@ -287,17 +288,29 @@ class JobSource(Facade, Generic[Claimed]):
             fields["run_id"] = record.run_id
         return self._claimed_type(**fields)  # type: ignore[no-any-return]
 
-    async def cancelled_claims(self, fences: Sequence[QueueClaimFence]) -> list[str]:
-        """The job IDs among these claims that were cancelled while claimed (the row is
-        CANCELLED at the claim's own generation: an administrative cancel, ``tenure jobs
-        cancel``), in one read by primary key. A worker's cancel watch asks this about
-        its claims in flight; a claim taken over or expired is the heartbeat's to find."""
+    def presence(self, worker_id: str, *, queues: Sequence[str], tasks: Sequence[str],
+                 concurrency: int) -> WorkerPresence:
+        """A worker's record of itself on this source's database (``tenure workers``)."""
+        return WorkerPresence(self._operations.store, worker_id=worker_id, queues=queues, tasks=tasks,
+                              concurrency=concurrency)
+
+    async def workers(self) -> list[WorkerView]:
+        """Every worker that recorded itself on this database, live ones first (see
+        :mod:`tenure.adapters.queue.presence`)."""
+        return await list_workers(self._operations.store)
+
+    async def cancelled_claims(self, fences: Sequence[QueueClaimFence]) -> list[QueueClaimFence]:
+        """The claims among these that a cancel ended (the row is CANCELLED at the claim's
+        own generation: ``tenure jobs cancel``, the console, the API), in one read by
+        primary key. Matched claim by claim: a stale claim and a newer claim of the same
+        job are told apart by their generations. A worker's cancel watch asks this about
+        its claims in flight; a claim taken over is the heartbeat's to find."""
         checked = [_fence(fence) for fence in fences]
         if not checked:
             return []
-        generations = {fence.job_id: fence.generation for fence in checked}
-        rows = await self._operations.get_many(list(generations))
-        return [row.job_id for row in rows if cancelled_while_claimed(row, generations[row.job_id])]
+        rows = {row.job_id: row for row in await self._operations.get_many(sorted({f.job_id for f in checked}))}
+        return [fence for fence in checked
+                if fence.job_id in rows and cancelled_while_claimed(rows[fence.job_id], fence.generation)]
 
     # --- fenced writes ------------------------------------------------------------------
 

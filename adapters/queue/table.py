@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -60,6 +61,7 @@ from ..core.tables import (
     RowCodec,
     Step,
     TableSpec,
+    column,
     corrupt,
 )
 
@@ -81,6 +83,10 @@ __all__ = [
     "legacy_ddl",
     "OWNED_STEP",
     "TASKS_STEP",
+    "WORKERS_STEP",
+    "WORKERS_TABLE",
+    "WORKERS_BINDING",
+    "WorkerRow",
     "MACHINE_TABLES",
 ]
 
@@ -429,9 +435,62 @@ TASKS_BINDING = Binding(
 )
 
 
+WORKERS_STEP = Step("workers_v1", 15)
+"""``tenure_workers``: each worker process's own record of itself (``tenure workers``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """One worker as it recorded itself (:mod:`tenure.adapters.queue.presence`): a
+    diagnostic no machine decides and no job waits on."""
+
+    worker_id: str
+    host: str
+    pid: int
+    queues_json: str
+    """Canonical JSON array: the task queues it serves, or its queue's kind."""
+    tasks_json: str
+    """Canonical JSON array: the task names its app registers (none for the other queues)."""
+    concurrency: int
+    report_every_ms: int
+    """How often it reports while it runs: it is missing after three reports' time."""
+    started_at_us: int
+    last_seen_at_us: int
+    in_flight: int
+    stopped_at_us: int | None = None
+
+
+_worker_column = functools.partial(column, step=WORKERS_STEP)
+
+WORKERS_TABLE = TableSpec(
+    "tenure_workers",
+    (
+        _worker_column("worker_id", C.TEXT, String(255), primary_key=True),
+        _worker_column("host", C.TEXT, String(255)),
+        _worker_column("pid", C.INT, Integer()),
+        _worker_column("queues_json", C.TEXT, Text()),
+        _worker_column("tasks_json", C.TEXT, Text()),
+        _worker_column("concurrency", C.INT, Integer()),
+        _worker_column("report_every_ms", C.INT, Integer()),
+        _worker_column("started_at", C.INSTANT, _INSTANT, mutable=True, field="started_at_us"),
+        _worker_column("last_seen_at", C.INSTANT, _INSTANT, mutable=True, field="last_seen_at_us"),
+        _worker_column("in_flight", C.INT, Integer(), mutable=True),
+        _worker_column("stopped_at", C.OPTIONAL_INSTANT, _INSTANT, mutable=True, field="stopped_at_us"),
+    ),
+    indexes=(IndexSpec("ix_tenure_workers_last_seen", ("last_seen_at", "worker_id"), step=WORKERS_STEP),),
+    created_by=WORKERS_STEP,
+    checks=(
+        ("ck_tenure_workers_counts", "pid >= 0 AND concurrency >= 1 AND in_flight >= 0 AND report_every_ms >= 1"),
+    ),
+)
+
+WORKERS_BINDING = Binding("workers", None, WORKERS_TABLE, WorkerRow, {}, "worker_id")
+"""Stored through the shared store primitives (see :mod:`tenure.adapters.queue.presence`)."""
+
+
 MACHINE_TABLES = MachineTables(
     machine=QUEUE,
-    tables=(*QUEUE_TABLES.values(), HOPS_TABLE, TASKS_TABLE),
+    tables=(*QUEUE_TABLES.values(), HOPS_TABLE, TASKS_TABLE, WORKERS_TABLE),
     bindings=(*QUEUE_BINDINGS.values(), HOPS_BINDING, TASKS_BINDING),
     retirement_guards=(
         *(guard for spec in QUEUE_TABLES.values() for guard in (

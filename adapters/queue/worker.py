@@ -101,7 +101,7 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tenure.model import ConfigValidationError, ErrorCode, TenureError, bounds
@@ -109,6 +109,7 @@ from tenure.model.validation import is_queue_name, refuse
 
 from ..core.store import Listener
 from .job import CANCELLED_BY_REQUEST, LOST_HEARTBEAT, ClaimInFlight, Handler, JobContext
+from .presence import REPORT_EVERY_S
 from .runner import JobRunner, WorkerStats
 from .sources import (
     MAX_BATCH,
@@ -229,6 +230,9 @@ class Worker:
     ``functools.partial`` of an async function are accepted).
     """
 
+    task_names: tuple[str, ...] = ()
+    """The task names this worker's app registers (a TaskWorker's), recorded with it."""
+
     def __init__(
         self,
         source: JobSource[Any],
@@ -275,6 +279,9 @@ class Worker:
         self.stats = WorkerStats()
         self._runner = JobRunner(source, handler, worker_id=worker_id, store_error_text=store_error_text,
                                  metrics=metrics, stats=self.stats)
+        self._presence = source.presence(worker_id, queues=self.queues or [source.queue.value],
+                                         tasks=self.task_names, concurrency=self.concurrency)
+        """This worker's record of itself (``tenure workers``)."""
         """Runs each claim from its start to its written outcome; holds the claims."""
         self._ran = False
         self._given_back = 0
@@ -319,8 +326,10 @@ class Worker:
                  self.source.queue.value, "" if self.queues is None else f"s {', '.join(self.queues)}",
                  self.concurrency, self.batch_size)
         await self._ensure_listener()
+        await self._presence_call(self._presence.started())
         helpers = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._runner.completions.run()),
-                   asyncio.create_task(self._runner.renewals.run()), asyncio.create_task(self._watch_cancels())]
+                   asyncio.create_task(self._runner.renewals.run()), asyncio.create_task(self._watch_cancels()),
+                   asyncio.create_task(self._report_presence())]
         grace = self.shutdown_grace_s
         try:
             await self._claim_loop(stop, until_idle)
@@ -367,6 +376,7 @@ class Worker:
                 await listener.close()
             except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection was terminated instead
                 pass
+        await self._presence_call(self._presence.stopped())
         if stuck:
             raise TenureError(ErrorCode.WORKER_SHUTDOWN_INCOMPLETE, "handler_ignored_cancellation")
         log.info("worker stopped")
@@ -569,6 +579,23 @@ class Worker:
             except TenureError as error:
                 self._runner.failed_call("heartbeat", error)
 
+    async def _report_presence(self) -> None:
+        """Every :data:`~tenure.adapters.queue.presence.REPORT_EVERY_S`: this worker is
+        alive, with its claims in flight (``tenure workers``)."""
+        while True:
+            await asyncio.sleep(REPORT_EVERY_S)
+            await self._presence_call(self._presence.seen(self.in_flight))
+
+    async def _presence_call(self, call: Awaitable[None]) -> None:
+        """A write of this worker's own record: a diagnostic, so a failure is counted and
+        logged once per outage, never raised (claims are fenced by their own leases)."""
+        try:
+            await call
+        except ConfigValidationError:
+            raise
+        except TenureError as error:
+            self._runner.failed_call("presence", error)
+
     async def _watch_cancels(self) -> None:
         """Every ``cancel_watch_s`` while claims are held: one read of the claims in flight,
         and each that was cancelled meanwhile has its handler cancelled, nothing written
@@ -585,9 +612,10 @@ class Worker:
             try:
                 if isinstance(self.source, StreamingJobSource):
                     for job in jobs:
-                        await self._runner.observe_streaming(job)
+                        if not job.lost and not job.settling:  # it may have ended meanwhile
+                            await self._runner.observe_streaming(job)
                     continue
-                cancelled = set(await self.source.cancelled_claims([job.fence for job in jobs]))
+                cancelled = await self.source.cancelled_claims([job.fence for job in jobs])
             except ConfigValidationError:
                 log.error("the cancel watch stopped: the source refused the call (closed?)")
                 return
@@ -595,7 +623,7 @@ class Worker:
                 self._runner.failed_call("cancel watch", error)
                 continue
             for job in jobs:
-                if job.fence.job_id in cancelled and not job.settling:
+                if job.fence in cancelled and not job.settling:
                     job.lose(CANCELLED_BY_REQUEST)
 
     async def _heartbeat_round(self) -> bool:

@@ -214,7 +214,7 @@ async def test_downgrade_removes_everything_upgrade_added_and_keeps_the_journal_
         "tenure_migrations", "tenure_clock", "ux_validation_jobs_claim_token", "ix_streaming_jobs_eligible",
     }
     report = await downgrade(url)
-    assert report.changed == ("runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2") and report.summary().startswith("removed: runs_v8, runs_v7, attempts_v2, versions_v1, console_v1, runs_v6, tasks_v1, runs_v5, runs_v4, runs_v3, runs_v2, runs_v1, attempts_v1, owned_v2")
+    assert report.changed == ("workers_v1", "runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2") and report.summary().startswith("removed: workers_v1, runs_v8, runs_v7, attempts_v2, versions_v1, console_v1, runs_v6, tasks_v1, runs_v5, runs_v4, runs_v3, runs_v2, runs_v1, attempts_v1, owned_v2")
     assert raw(url, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == before
     assert raw(url, "PRAGMA journal_mode") == [("delete",)]
     assert (await downgrade(url)).summary() == "removed: nothing to remove"

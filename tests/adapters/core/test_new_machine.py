@@ -188,7 +188,7 @@ TOY_FILES: dict[str, str] = {
 
         __all__ = ["TOY_TABLE", "TOY_BINDING", "MACHINE_TABLES"]
 
-        TOY_STEP = Step("toy_v1", 15)
+        TOY_STEP = Step("toy_v1", 16)
         TOY_TABLE = TableSpec(
             "tenure_toys",
             (

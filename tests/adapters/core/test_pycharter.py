@@ -90,7 +90,7 @@ async def test_a_database_pycharter_created_is_adopted_and_both_libraries_keep_w
         assert raw(theirs, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'") == [(0,)]
         steps.append("tenure migrate on the plain URL: refused, naming schema pycharter; nothing created")
     report = await upgrade(ours)
-    assert report.changed == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8") and all(check.passed for check in report.checks)
+    assert report.changed == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8", "workers_v1") and all(check.passed for check in report.checks)
     steps.append(f"tenure migrate: applied owned_v2, attempts_v1, runs_v1, runs_v2, runs_v3, runs_v4, runs_v5 and versions_v1, {len(report.checks)} checks passed")
 
     config = WorkerConfig(ours, lease_seconds=60, heartbeat_seconds=10)
@@ -170,7 +170,7 @@ async def test_a_database_pycharter_created_is_adopted_and_both_libraries_keep_w
     for name in ("validation_jobs", "pipeline_jobs", "streaming_jobs"):
         raw(theirs, f"DELETE FROM {prefix}{name} WHERE fence_required = ?", (True,))  # a reviewed retirement
     removed = await downgrade(ours)
-    assert removed.changed == ("runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2")
+    assert removed.changed == ("workers_v1", "runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2")
     assert pycharter(pycharter_python, "schema", theirs, tmp_path) == pristine
     steps.append("downgrade refused while protected rows remained; after their retirement it restored pycharter's exact schema")
     again = await downgrade(ours)

@@ -44,7 +44,7 @@ def test_the_schema_history_is_every_step_the_tables_name_in_number_order() -> N
     # The history as it stands (tenure_migrations holds these names: they never change).
     assert [step.value for step in registry.RECORDED_STEPS] == [
         "owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6",
-        "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8"]
+        "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8", "workers_v1"]
 
 
 def test_a_step_declared_alike_by_two_machines_is_one_step() -> None:

@@ -80,7 +80,7 @@ async def test_the_upgrade_checks_every_trigger_and_puts_back_a_missing_or_disab
 
 async def test_the_downgrade_removes_the_versions_and_their_triggers(db_url: str) -> None:
     removed = await downgrade(db_url)
-    assert removed.changed[:3] == ("runs_v8", "runs_v7", "attempts_v2")
+    assert removed.changed[:4] == ("workers_v1", "runs_v8", "runs_v7", "attempts_v2")
     assert "row_version" not in columns_of(db_url, "validation_jobs")
     if kind_of(db_url) == "sqlite":
         assert raw(db_url, "SELECT name FROM sqlite_master WHERE type = 'trigger'") == []

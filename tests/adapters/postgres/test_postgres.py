@@ -259,10 +259,10 @@ async def test_downgrade_locks_refuses_protected_work_then_removes_the_columns(d
             await downgrade(db_url)
         assert caught.value.problems == ("owned_claims_remain",)
         assert await source.complete_owned(claimed.claim_fence)
-    assert (await downgrade(db_url)).changed == ("runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2")
+    assert (await downgrade(db_url)).changed == ("workers_v1", "runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2")
     columns = {name for (name,) in raw(db_url, "SELECT column_name FROM information_schema.columns WHERE table_name = 'validation_jobs'")}
     assert "claim_token" not in columns and "generation" not in columns
-    assert (await upgrade(db_url)).applied == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8")
+    assert (await upgrade(db_url)).applied == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8", "workers_v1")
 
 
 # --- many workers, one queue ---------------------------------------------------------------------

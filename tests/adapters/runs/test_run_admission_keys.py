@@ -70,7 +70,7 @@ async def test_a_database_written_before_runs_v4_upgrades_and_its_admissions_rep
                       for source, key in [("api", "order-1"), ("cli", "order-1"), ("api", "order-2"),
                                           ("api", "order-3")]}
     report = await upgrade(old_database)
-    assert report.applied == ("runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8")
+    assert report.applied == ("runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8", "workers_v1")
     async with RunLedger(old_database) as ledger:
         for (source, key), run_id in stored.items():
             order = int(key.removeprefix("order-"))

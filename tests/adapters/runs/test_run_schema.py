@@ -241,7 +241,7 @@ async def test_downgrade_is_refused_while_runs_or_checkpoints_exist_and_removes_
             await downgrade(db_url, dry_run=True)
     raw(db_url, "DELETE FROM tenure_runs")
     report = await downgrade(db_url)
-    assert report.changed[:12] == ("runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1")
+    assert report.changed[:13] == ("workers_v1", "runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1")
     assert tables_present(db_url) == set()
     report = await upgrade(db_url)
     assert "runs_v1" in report.applied and all(check.passed for check in report.checks)

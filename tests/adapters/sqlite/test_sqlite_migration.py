@@ -117,7 +117,7 @@ async def test_compatible_variants_are_admitted(tmp_path: pathlib.Path, replace:
 async def test_a_fresh_database_is_migrated_and_the_probe_leaves_nothing_behind(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "fresh.db"
     report = await upgrade(f"sqlite:///{path}")
-    assert report.applied == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8")
+    assert report.applied == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8", "workers_v1")
     assert report.checks and all(check.passed for check in report.checks)
     probes = [check for check in report.checks if "probe" in check.requirement]
     assert len(probes) == 2 * len(TABLE_NAMES)
@@ -177,14 +177,14 @@ async def test_downgrade_refuses_while_protected_or_owned_work_remains_then_remo
         assert caught.value.problems == ("owned_claims_remain",)
         assert await source.complete_owned(got.claim_fence)
     report = await downgrade(url)
-    assert report.changed == ("runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2")
+    assert report.changed == ("workers_v1", "runs_v8", "runs_v7", "attempts_v2", "versions_v1", "console_v1", "runs_v6", "tasks_v1", "runs_v5", "runs_v4", "runs_v3", "runs_v2", "runs_v1", "attempts_v1", "owned_v2")
     connection = sqlite3.connect(tmp_path / "down.db")
     try:
         columns = {row[1] for row in connection.execute("PRAGMA table_info(validation_jobs)")}
         assert not {"generation", "claim_token", "submission_id", "fingerprint", "fence_required"} & columns
     finally:
         connection.close()
-    assert (await upgrade(url)).applied == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8")
+    assert (await upgrade(url)).applied == ("owned_v2", "attempts_v1", "runs_v1", "runs_v2", "runs_v3", "runs_v4", "runs_v5", "tasks_v1", "runs_v6", "console_v1", "versions_v1", "attempts_v2", "runs_v7", "runs_v8", "workers_v1")
 
 
 async def test_a_missing_file_is_database_missing_and_no_file_is_left_behind(tmp_path: pathlib.Path) -> None:
