@@ -426,7 +426,7 @@ def test_no_command_prints_a_value_it_rejects_in_any_position_and_each_exits_two
         "awaiting_delegate, awaiting_service, awaiting_timer, awaiting_message, cancelling, done, failed or cancelled)"]),
     (["runs", "admit", "--db", "sqlite:///x.db", "--broker", SECRET],
      ["  --broker: invalid_choice (--broker takes saq or queue)"]),
-    ([SECRET], ["  command: invalid_choice (command takes demo, migrate, worker, jobs, runs, health, console or conform)"]),
+    ([SECRET], ["  command: invalid_choice (command takes demo, migrate, worker, jobs, runs, health, workers, console or conform)"]),
     (["runs", "list", "--db", "sqlite:///x.db", SECRET], ["  unrecognized_arguments"]),
     (["migrate", "--db", "sqlite:///x.db", f"--verbose={SECRET}"],
      ["  --verbose: takes_no_value (--verbose is a flag: give it without =VALUE)"]),
