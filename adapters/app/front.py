@@ -350,17 +350,15 @@ class App(TaskApp):
 
     def on(self, db_url: str, config: WorkerConfig | None = None) -> App:
         """This app's tasks and workflows on another database (see :meth:`TaskApp.on`)."""
-        other = super().on(db_url, config)
+        other = super().on(db_url, config)  # a copy without connections: copy_for_another_loop
         assert isinstance(other, App)
-        if other is not self:
-            other._ledger = other._broker = None  # its own connections, on its database
         return other
 
     def copy_for_another_loop(self) -> App:
         """This app without connections (see :meth:`TaskApp.copy_for_another_loop`)."""
         other = super().copy_for_another_loop()
         assert isinstance(other, App)
-        other._ledger = other._broker = None  # its own, on the sync client's loop
+        other._ledger = other._broker = None  # its own, on its loop (the sync client's) or database (on)
         return other
 
     # --- registering -------------------------------------------------------------------

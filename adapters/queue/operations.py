@@ -649,14 +649,11 @@ class QueueOperations:
     # --- reads ------------------------------------------------------------------------
 
     async def get(self, job_id: str) -> QueueRow | None:
-        async def body(tx: Transaction) -> list[QueueRow]:
-            return await tx.read(self.binding, [job_id])
-
-        found = await self.store.run(body, write=False)
+        found = await self.get_many([job_id])
         return found[0] if found else None
 
     async def get_many(self, job_ids: Sequence[str]) -> list[QueueRow]:
-        """The rows of these IDs that exist, in one read (a worker's cancel watch)."""
+        """The rows of these IDs that exist, in one read (a worker's cancel watch, :meth:`get`)."""
         async def body(tx: Transaction) -> list[QueueRow]:
             return await tx.read(self.binding, list(job_ids))
 

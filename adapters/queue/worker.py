@@ -279,10 +279,10 @@ class Worker:
         self.stats = WorkerStats()
         self._runner = JobRunner(source, handler, worker_id=worker_id, store_error_text=store_error_text,
                                  metrics=metrics, stats=self.stats)
+        """Runs each claim from its start to its written outcome; holds the claims."""
         self._presence = source.presence(worker_id, queues=self.queues or [source.queue.value],
                                          tasks=self.task_names, concurrency=self.concurrency)
         """This worker's record of itself (``tenure workers``)."""
-        """Runs each claim from its start to its written outcome; holds the claims."""
         self._ran = False
         self._given_back = 0
         """Claims the shutdown gave back (``release_many_owned`` answered True)."""

@@ -432,15 +432,19 @@ class Task:
         a script, a plain ``def`` task): the same checks, ``submission_id`` and errors,
         through the app's sync client (:mod:`tenure.adapters.tasks.sync`). ``using`` is
         not taken here (the async form takes your async connection)."""
-        if "using" in options:
-            raise refuse("using", "not_supported_by_sync_calls", reason="invalid_deferral")
+        _refuse_sync_using(options)
         return self.app.sync.call("defer_sync", lambda app: self.on(app).defer(**options))
 
     def defer_many_sync(self, many: Sequence[Mapping[str, Any]], **options: Any) -> list[str]:
         """:meth:`defer_many` from code without a running event loop (see :meth:`defer_sync`)."""
-        if "using" in options:
-            raise refuse("using", "not_supported_by_sync_calls", reason="invalid_deferral")
+        _refuse_sync_using(options)
         return self.app.sync.call("defer_many_sync", lambda app: self.on(app).defer_many(many, **options))
+
+
+def _refuse_sync_using(options: Mapping[str, Any]) -> None:
+    """The sync forms take no ``using`` (see :mod:`tenure.adapters.tasks.sync`)."""
+    if "using" in options:
+        raise refuse("using", "not_supported_by_sync_calls", reason="invalid_deferral")
 
 
 class TaskWorker(Worker):
@@ -514,9 +518,8 @@ class TaskApp:
         if db_url == self.db_url and (config is None or config == self.config):
             return self
         fresh = TaskApp(db_url, config=config)  # the URL and settings checked as a new app's
-        other = copy.copy(self)  # the same registries (and a subclass's own), no connection
-        other.db_url, other.config, other._source = fresh.db_url, fresh.config, None
-        other._detached, other.abandoned, other._sync = set(), 0, SyncClient(other)
+        other = self.copy_for_another_loop()  # the same registries (and a subclass's own), no connection
+        other.db_url, other.config = fresh.db_url, fresh.config
         return other
 
     def copy_for_another_loop(self) -> TaskApp:
@@ -535,8 +538,7 @@ class TaskApp:
     def defer_sync(self, task_name: str, args: Mapping[str, Any] | None = None, **options: Any) -> str:
         """:meth:`defer` from code without a running event loop (see
         :meth:`Task.defer_sync`)."""
-        if "using" in options:
-            raise refuse("using", "not_supported_by_sync_calls", reason="invalid_deferral")
+        _refuse_sync_using(options)
         async def defer(app: TaskApp) -> str:
             return await app.defer(task_name, args, **options)
 
@@ -896,7 +898,8 @@ class TaskApp:
             running.exception()  # retrieved: its outcome is discarded, never written or reported
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._sync.close)
+        if self._sync.opened:
+            await asyncio.to_thread(self._sync.close)
         for running in list(self._detached):
             running.cancel()  # asked once more; a handler that still ignores it ends with the loop
         if self._source is not None:

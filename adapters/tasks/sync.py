@@ -81,6 +81,11 @@ class SyncClient:
         self._copy: Any = None
         self._pid: int | None = None
 
+    @property
+    def opened(self) -> bool:
+        """Whether a call opened the client in this process (and no close followed)."""
+        return self._loop is not None and self._pid == os.getpid()
+
     def call(self, name: str, make: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``make(app)`` (a coroutine on the client's copy of the app) on the client's
         loop and return what it returns (or raise what it raises) in this thread. A call

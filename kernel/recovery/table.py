@@ -400,7 +400,7 @@ GUARDS: dict[str, Callable[[Situation], bool]] = {
     "outcome_uncontained": lambda s: _outcome_of_this_hop(s) and not s.containment.proven and not s.contained,
     "outcome_open": lambda s: _outcome_of_this_hop(s) and not s.containment.proven,
     "outcome_recorded": _outcome_of_this_hop,
-    "retry_left": lambda s: _retry_left(s),
+    "retry_left": _retry_left,
     # A retry carries the lost hop's delegated jobs into the hop that runs again (its
     # replay adopts each by its request); only its service attempts are stopped first.
     "retry_attempts_uncontained": lambda s: _retry_left(s) and s.containment.open_attempts != 0 and not s.contained,
